@@ -1,0 +1,220 @@
+"""Spec sections for the dual-metric autoscaler and batching tuning."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Annotated
+
+from pydantic import Field, model_validator
+
+from infertune.api.base import ApiModel, CrossFieldProblems
+from infertune.api.units import Duration
+
+
+class QueueSignal(ApiModel):
+    """Scale out on request-queue depth (for example vllm:num_requests_waiting)."""
+
+    target_per_replica: Annotated[float, Field(gt=0)] = 32
+    """Waiting requests per replica above which the Deployment scales out. The incident's
+    rule: queue depth above 32."""
+
+    sustain: Duration = Duration("30s")
+    """How long the queue must stay above target before scaling out (the incident: 30s)."""
+
+
+class LatencyAction(StrEnum):
+    """What a latency breach does."""
+
+    AUTO = "Auto"
+    SCALE_OUT = "ScaleOut"
+    TUNE_BATCHING = "TuneBatching"
+
+
+class LatencySignal(ApiModel):
+    """Act on a latency quantile of end-to-end request latency."""
+
+    quantile: Annotated[float, Field(gt=0, lt=1)] = 0.99
+    """The quantile to watch, for example 0.99 for P99."""
+
+    target: Duration = Duration("75ms")
+    """Latency above which the signal counts a breach (the incident: P99 above 75ms)."""
+
+    consecutive_samples: Annotated[int, Field(ge=1, le=100)] = 2
+    """Breaches in a row, one per evaluation interval, before acting (the incident: 2)."""
+
+    action: LatencyAction = LatencyAction.AUTO
+    """ScaleOut adds replicas; TuneBatching changes the batching knob; Auto scales out when the
+    queue is above target and tunes batching when it is not (the latency then comes from
+    batching, not from load)."""
+
+    min_request_rate: Annotated[float, Field(ge=0)] = 1.0
+    """Requests per second across the target below which the quantile is treated as noise."""
+
+
+class ScalingRules(ApiModel):
+    """Rate limits for one direction, in the style of HPA behavior policies."""
+
+    pods: Annotated[int, Field(ge=0, le=10000)]
+    """At most this many pods added or removed per period (0 disables this limit)."""
+
+    percent: Annotated[int, Field(ge=0, le=1000)]
+    """At most this percentage of the current replicas per period (0 disables this limit).
+    When both limits are set the larger change is allowed, as HPA's default selectPolicy Max."""
+
+    period: Duration
+    """The period the limits apply to."""
+
+    stabilization: Duration
+    """The window over which the highest (scale-down) or lowest (scale-up) recommendation wins,
+    so a brief dip or spike does not move replicas."""
+
+    @model_validator(mode="after")
+    def _some_limit(self) -> ScalingRules:
+        problems = CrossFieldProblems()
+        if self.pods == 0 and self.percent == 0:
+            problems.add("pods", "pods and percent are both 0, so replicas could never change "
+                         "in this direction; set at least one of them above 0")
+        if self.period.seconds <= 0:
+            problems.add("period", "must be longer than 0s, for example 15s")
+        problems.raise_if_any()
+        return self
+
+
+def _scale_up_default() -> ScalingRules:
+    # HPA's default scale-up: max(+100%, +4 pods) per 15s, no stabilization (kubernetes.io).
+    return ScalingRules(pods=4, percent=100, period=Duration("15s"), stabilization=Duration("0s"))
+
+
+def _scale_down_default() -> ScalingRules:
+    # HPA's default scale-down: 100% per 15s after a 300s stabilization window.
+    return ScalingRules(pods=0, percent=100, period=Duration("15s"),
+                        stabilization=Duration("300s"))
+
+
+class MetricsUnavailableAction(StrEnum):
+    """What the autoscaler does while its metrics are missing."""
+
+    HOLD = "Hold"
+    FALLBACK = "Fallback"
+
+
+class MetricsUnavailable(ApiModel):
+    """Behaviour when Prometheus is down or returns no data. Replicas never go down on missing
+    data, whichever action is chosen."""
+
+    action: MetricsUnavailableAction = MetricsUnavailableAction.HOLD
+    """Hold keeps the current replicas. Fallback raises replicas to fallbackReplicas (never
+    lowers them) once data has been missing for `after`."""
+
+    fallback_replicas: Annotated[int, Field(ge=1)] | None = None
+    """Replicas to run with action Fallback."""
+
+    after: Duration = Duration("2m")
+    """How long data must be missing before Fallback applies."""
+
+    @model_validator(mode="after")
+    def _fallback_needs_replicas(self) -> MetricsUnavailable:
+        problems = CrossFieldProblems()
+        if self.action is MetricsUnavailableAction.FALLBACK and self.fallback_replicas is None:
+            problems.add("fallbackReplicas", "action Fallback needs fallbackReplicas")
+        if self.action is MetricsUnavailableAction.HOLD and self.fallback_replicas is not None:
+            problems.add("fallbackReplicas", "is only used with action Fallback; remove it or "
+                         "set action: Fallback")
+        problems.raise_if_any()
+        return self
+
+
+class AutoscalingSpec(ApiModel):
+    """Autoscaling of the target Deployment on queue depth and a latency quantile."""
+
+    enabled: bool = True
+    """Set to false to keep the section but stop scaling."""
+
+    min_replicas: Annotated[int, Field(ge=1)] = 1
+    """Replicas never go below this."""
+
+    max_replicas: Annotated[int, Field(ge=1, le=10000)] = 10
+    """Replicas never go above this."""
+
+    interval: Duration = Duration("15s")
+    """How often the signals are evaluated."""
+
+    tolerance: Annotated[float, Field(ge=0, lt=1)] = 0.1
+    """Ratio band around 1.0 in which no scaling happens (HPA's default tolerance)."""
+
+    queue: QueueSignal = Field(default_factory=QueueSignal)
+    """The queue-depth signal."""
+
+    latency: LatencySignal = Field(default_factory=LatencySignal)
+    """The latency-quantile signal."""
+
+    scale_up: ScalingRules = Field(default_factory=_scale_up_default)
+    """Scale-up rate limits and stabilization."""
+
+    scale_down: ScalingRules = Field(default_factory=_scale_down_default)
+    """Scale-down rate limits and stabilization."""
+
+    metrics_unavailable: MetricsUnavailable = Field(default_factory=MetricsUnavailable)
+    """Behaviour when metrics are missing."""
+
+    @model_validator(mode="after")
+    def _bounds(self) -> AutoscalingSpec:
+        problems = CrossFieldProblems()
+        if self.min_replicas > self.max_replicas:
+            problems.add("minReplicas", f"{self.min_replicas} is above maxReplicas "
+                         f"{self.max_replicas}; lower minReplicas or raise maxReplicas")
+        if self.interval.seconds < 1:
+            problems.add("interval", f"{self.interval} is too short; Prometheus scrapes every "
+                         "few seconds, use 1s or more (15s is the default)")
+        fallback = self.metrics_unavailable.fallback_replicas
+        if fallback is not None and not self.min_replicas <= fallback <= self.max_replicas:
+            problems.add("metricsUnavailable.fallbackReplicas", f"{fallback} is outside "
+                         f"minReplicas..maxReplicas ({self.min_replicas}..{self.max_replicas})")
+        problems.raise_if_any()
+        return self
+
+
+class BatchingMode(StrEnum):
+    """How batching is tuned when latency comes from batching rather than load."""
+
+    OFF = "Off"
+    RECOMMEND = "Recommend"
+    AUTO = "Auto"
+
+
+class BatchingKnob(StrEnum):
+    """The engine flag that batching tuning drives."""
+
+    MAX_NUM_SEQS = "max-num-seqs"
+    MAX_NUM_BATCHED_TOKENS = "max-num-batched-tokens"
+    MAX_RUNNING_REQUESTS = "max-running-requests"
+    MAX_BATCH_TOTAL_TOKENS = "max-batch-total-tokens"
+    MAX_CONCURRENT_REQUESTS = "max-concurrent-requests"
+    MAX_QUEUE_DELAY_MICROSECONDS = "max-queue-delay-microseconds"
+
+
+class BatchingSpec(ApiModel):
+    """Batching tuning: recommend or apply a batch-size knob within bounds."""
+
+    mode: BatchingMode = BatchingMode.OFF
+    """Off does nothing; Recommend writes a recommendation to status; Auto applies it through
+    the re-tune path, within min and max."""
+
+    knob: BatchingKnob | None = None
+    """The flag to drive. Unset means the engine's usual one: max-num-seqs (vLLM),
+    max-running-requests (SGLang), max-batch-total-tokens (TGI),
+    max-queue-delay-microseconds (Triton)."""
+
+    min: Annotated[int, Field(ge=1)] = 1
+    """The knob is never set below this."""
+
+    max: Annotated[int, Field(ge=1)] = 256
+    """The knob is never set above this."""
+
+    @model_validator(mode="after")
+    def _bounds(self) -> BatchingSpec:
+        problems = CrossFieldProblems()
+        if self.min > self.max:
+            problems.add("min", f"{self.min} is above max {self.max}")
+        problems.raise_if_any()
+        return self

@@ -1,0 +1,177 @@
+"""Units as Kubernetes users write them: quantities (`28Gi`, `500m`) and durations (`30s`, `75ms`).
+
+Both types are `str` subclasses, so a parsed spec serialises back to exactly what the user
+wrote (Git stays the source of truth) while the code reads `.value` or `.seconds`.
+"""
+
+from __future__ import annotations
+
+import re
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from pydantic import GetCoreSchemaHandler, GetJsonSchemaHandler
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import PydanticCustomError, core_schema
+
+# k8s.io/apimachinery/pkg/api/resource: binary (power of two) and decimal SI suffixes.
+_BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
+_DECIMAL = {
+    "n": Decimal("1e-9"),
+    "u": Decimal("1e-6"),
+    "m": Decimal("1e-3"),
+    "": Decimal(1),
+    "k": Decimal("1e3"),
+    "M": Decimal("1e6"),
+    "G": Decimal("1e9"),
+    "T": Decimal("1e12"),
+    "P": Decimal("1e15"),
+    "E": Decimal("1e18"),
+}
+_QUANTITY = re.compile(r"^(?P<num>[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))(?P<suffix>[eE][+-]?[0-9]+|[A-Za-z]*)$")
+
+# Go's time.ParseDuration units, the format kubectl and every Kubernetes API use.
+_DURATION_UNITS = {
+    "ns": Decimal("1e-9"),
+    "us": Decimal("1e-6"),
+    "ms": Decimal("1e-3"),
+    "s": Decimal(1),
+    "m": Decimal(60),
+    "h": Decimal(3600),
+}
+_DURATION_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ns|us|ms|s|m|h)")
+DURATION_PATTERN = r"^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$"
+
+
+def parse_quantity(text: str) -> Decimal:
+    """Return the value of a Kubernetes quantity, or raise ValueError with a hint."""
+    match = _QUANTITY.match(text.strip()) if text == text.strip() else None
+    if match is None:
+        raise ValueError(
+            f"{text!r} is not a Kubernetes quantity; write a number with an optional suffix "
+            "such as 28Gi, 512Mi, 500m or 2"
+        )
+    number = Decimal(match["num"])
+    suffix = match["suffix"]
+    if suffix in _BINARY:
+        return number * _BINARY[suffix]
+    if suffix in _DECIMAL:
+        return number * _DECIMAL[suffix]
+    if suffix[:1] in ("e", "E"):
+        try:
+            return number * (Decimal(10) ** int(suffix[1:]))
+        except (ValueError, InvalidOperation) as exc:  # pragma: no cover - regex guarantees digits
+            raise ValueError(f"{text!r}: bad exponent") from exc
+    raise ValueError(
+        f"{text!r} has an unknown suffix {suffix!r}; use one of "
+        f"{', '.join(_BINARY)} (binary) or k, M, G, T, P, E, m (decimal)"
+    )
+
+
+def parse_duration(text: str) -> Decimal:
+    """Return seconds for a Go-style duration such as `30s`, `1m30s` or `75ms`."""
+    if not re.fullmatch(DURATION_PATTERN, text):
+        hint = f"; did you mean '{text}s'?" if re.fullmatch(r"[0-9]+(\.[0-9]+)?", text) else ""
+        raise ValueError(
+            f"{text!r} is not a duration; write a number with a unit (ms, s, m, h), "
+            f"for example 30s, 2m or 75ms{hint}"
+        )
+    return sum(
+        (Decimal(num) * _DURATION_UNITS[unit] for num, unit in _DURATION_PART.findall(text)),
+        Decimal(0),
+    )
+
+
+def format_duration(seconds: float) -> str:
+    """The shortest exact Go-style spelling of a number of seconds, for messages and status."""
+    millis = round(seconds * 1000)
+    if millis % 1000:
+        return f"{millis}ms"
+    whole = millis // 1000
+    if whole and whole % 3600 == 0:
+        return f"{whole // 3600}h"
+    if whole and whole % 60 == 0:
+        return f"{whole // 60}m"
+    return f"{whole}s"
+
+
+class Quantity(str):
+    """A Kubernetes resource quantity, kept as written. `.value` is the number it means."""
+
+    __slots__ = ()
+
+    @property
+    def value(self) -> Decimal:
+        return parse_quantity(self)
+
+    @classmethod
+    def _validate(cls, raw: Any) -> Quantity:
+        if isinstance(raw, bool) or not isinstance(raw, (int, str)):
+            raise PydanticCustomError(
+                "quantity", "expected a quantity such as 28Gi or 500m, got {kind}",
+                {"kind": type(raw).__name__},
+            )
+        text = str(raw)
+        try:
+            value = parse_quantity(text)
+        except ValueError as exc:
+            raise PydanticCustomError("quantity", str(exc)) from None
+        if value < 0:
+            raise PydanticCustomError("quantity", f"{text!r} is negative; quantities here are >= 0")
+        return cls(text)
+
+    @classmethod
+    def __get_pydantic_core_schema__(
+        cls, source: type[Any], handler: GetCoreSchemaHandler
+    ) -> core_schema.CoreSchema:
+        return core_schema.no_info_plain_validator_function(
+            cls._validate, serialization=core_schema.plain_serializer_function_ser_schema(str)
+        )
+
+    @classmethod
+    def __get_pydantic_json_schema__(
+        cls, schema: core_schema.CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        # The shape Kubernetes itself uses for resource.Quantity in CRDs.
+        return {
+            "anyOf": [{"type": "integer"}, {"type": "string"}],
+            "x-kubernetes-int-or-string": True,
+        }
+
+
+class Duration(str):
+    """A Go-style duration (`30s`, `2m`, `75ms`), kept as written. `.seconds` is its length."""
+
+    __slots__ = ()
+
+    @property
+    def seconds(self) -> float:
+        return float(parse_duration(self))
+
+    @classmethod
+    def _validate(cls, raw: Any) -> Duration:
+        if isinstance(raw, bool) or not isinstance(raw, (int, float, str)):
+            raise PydanticCustomError(
+                "duration", "expected a duration such as 30s or 75ms, got {kind}",
+                {"kind": type(raw).__name__},
+            )
+        text = str(raw)
+        try:
+            parse_duration(text)
+        except ValueError as exc:
+            raise PydanticCustomError("duration", str(exc)) from None
+        return cls(text)
+
+    @classmethod
+    def __get_pydantic_core_schema__(
+        cls, source: type[Any], handler: GetCoreSchemaHandler
+    ) -> core_schema.CoreSchema:
+        return core_schema.no_info_plain_validator_function(
+            cls._validate, serialization=core_schema.plain_serializer_function_ser_schema(str)
+        )
+
+    @classmethod
+    def __get_pydantic_json_schema__(
+        cls, schema: core_schema.CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        return {"type": "string", "pattern": DURATION_PATTERN}
