@@ -1,0 +1,1 @@
+"""End-to-end suites for infertune and the real control plane they run against."""

@@ -1,0 +1,185 @@
+"""The CustomResourceDefinition, generated from the pydantic models.
+
+pydantic writes JSON Schema 2020-12; a CRD needs a *structural* OpenAPI v3 schema: no $ref, a
+type on every node, no `additionalProperties` beside `properties`, OpenAPI 3.0's boolean
+`exclusiveMinimum`, and `anyOf` only inside a typed node (or as x-kubernetes-int-or-string).
+This module does that translation so the models stay the single source of truth.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+from pydantic import BaseModel
+from pydantic.json_schema import GenerateJsonSchema, NoDefault
+from pydantic_core import core_schema, to_jsonable_python
+
+from infertune.api import spec as api
+from infertune.api.status import InferenceTuningStatus
+
+Schema = dict[str, Any]
+
+# Printer columns for `kubectl get itune`; paths point into the models above.
+PRINTER_COLUMNS: list[Schema] = [
+    {"name": "Target", "type": "string", "jsonPath": ".spec.targetRef.name",
+     "description": "The Deployment being tuned"},
+    {"name": "Mode", "type": "string", "jsonPath": ".spec.mode",
+     "description": "Enforce or DryRun"},
+    {"name": "Phase", "type": "string", "jsonPath": ".status.phase",
+     "description": "Summary of the conditions"},
+    {"name": "Replicas", "type": "integer", "jsonPath": ".status.autoscaling.currentReplicas",
+     "description": "Replicas at the last evaluation"},
+    {"name": "Desired", "type": "integer", "jsonPath": ".status.autoscaling.desiredReplicas",
+     "description": "Replicas the autoscaler asked for", "priority": 1},
+    {"name": "P99", "type": "string", "jsonPath": ".status.autoscaling.p99",
+     "description": "Latency quantile at the last evaluation"},
+    {"name": "Queue", "type": "number", "jsonPath": ".status.autoscaling.queueDepth",
+     "description": "Requests waiting per replica at the last evaluation"},
+    {"name": "Canary", "type": "string", "jsonPath": ".status.canary.phase",
+     "description": "Canary rollout phase"},
+    {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+]
+
+
+class _DefaultsFromFactories(GenerateJsonSchema):
+    """Also emit defaults that come from default factories, so the API server fills them in.
+
+    A nested model defaults to `{}`: the API server then applies that model's own field
+    defaults, which keeps each default written once, on the field that owns it.
+    """
+
+    def get_default_value(self, schema: core_schema.WithDefaultSchema) -> Any:
+        factory = schema.get("default_factory")
+        if factory is None or schema.get("default_factory_takes_data"):
+            return super().get_default_value(schema)
+        value = factory()  # type: ignore[call-arg]
+        if isinstance(value, BaseModel):
+            return {}
+        return to_jsonable_python(value, by_alias=True)
+
+
+def _to_structural(node: Any, defs: Schema, *, keep_defaults: bool) -> Any:
+    if isinstance(node, list):
+        return [_to_structural(item, defs, keep_defaults=keep_defaults) for item in node]
+    if not isinstance(node, dict):
+        return node
+    node = dict(node)
+    if "$ref" in node:
+        target = defs[node.pop("$ref").rsplit("/", 1)[-1]]
+        node = {**target, **node}  # the field's own description and default win
+    if "allOf" in node and len(node["allOf"]) == 1:
+        node = {**node.pop("allOf")[0], **node}
+        return _to_structural(node, defs, keep_defaults=keep_defaults)
+    any_of = node.get("anyOf")
+    if any_of is not None and not node.get("x-kubernetes-int-or-string"):
+        # Optional[X] is `anyOf: [X, null]`; in a CRD an optional field is simply not required.
+        options = [option for option in any_of if option != {"type": "null"}]
+        if len(options) != 1:
+            raise ValueError(f"cannot express anyOf {any_of!r} in a structural schema")
+        del node["anyOf"]
+        node = {**options[0], **node}
+        if "$ref" in node:
+            return _to_structural(node, defs, keep_defaults=keep_defaults)
+    out: Schema = {}
+    for key, value in node.items():
+        if key in ("title", "$defs"):
+            continue
+        if key == "default" and (value is None or not keep_defaults):
+            continue
+        if key == "const":
+            out["enum"] = [value]
+            continue
+        if key == "exclusiveMinimum":
+            out["minimum"], out["exclusiveMinimum"] = value, True
+            continue
+        if key == "exclusiveMaximum":
+            out["maximum"], out["exclusiveMaximum"] = value, True
+            continue
+        if key == "additionalProperties" and value is False:
+            continue  # unknown fields are pruned by the API server and rejected by validate
+        if key == "properties":
+            out[key] = {
+                name: _to_structural(prop, defs, keep_defaults=keep_defaults)
+                for name, prop in value.items()
+            }
+            continue
+        if key in ("items", "additionalProperties", "anyOf"):
+            out[key] = _to_structural(value, defs, keep_defaults=keep_defaults)
+            continue
+        out[key] = value
+    if "enum" in out and "type" not in out:
+        out["type"] = "string"
+    if "description" in out:
+        out["description"] = " ".join(str(out["description"]).split())
+    # A stable, readable order: what the node is first, then its constraints.
+    first = [key for key in ("description", "type") if key in out]
+    return {key: out[key] for key in first + sorted(set(out) - set(first))}
+
+
+def structural_schema(model: type[BaseModel], *, keep_defaults: bool = True) -> Schema:
+    """The structural OpenAPI v3 schema of one model."""
+    raw = model.model_json_schema(by_alias=True, schema_generator=_DefaultsFromFactories)
+    defs = raw.pop("$defs", {})
+    result: Schema = _to_structural(raw, defs, keep_defaults=keep_defaults)
+    return result
+
+
+def custom_resource_definition() -> Schema:
+    """The InferenceTuning CRD as a plain dict, ready for YAML or the API server."""
+    spec_schema = structural_schema(api.InferenceTuningSpec)
+    status_schema = structural_schema(InferenceTuningStatus, keep_defaults=False)
+    root = {
+        "type": "object",
+        "description": (api.InferenceTuning.__doc__ or "").strip(),
+        "required": ["spec"],
+        "properties": {
+            "apiVersion": {"type": "string"},
+            "kind": {"type": "string"},
+            "metadata": {"type": "object"},
+            "spec": spec_schema,
+            "status": status_schema,
+        },
+    }
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {
+            "name": f"{api.PLURAL}.{api.GROUP}",
+            "labels": {"app.kubernetes.io/part-of": "infertune"},
+        },
+        "spec": {
+            "group": api.GROUP,
+            "scope": "Namespaced",
+            "names": {
+                "kind": api.KIND,
+                "listKind": f"{api.KIND}List",
+                "plural": api.PLURAL,
+                "singular": api.SINGULAR,
+                "shortNames": list(api.SHORT_NAMES),
+                "categories": list(api.CATEGORIES),
+            },
+            "versions": [
+                {
+                    "name": api.VERSION,
+                    "served": True,
+                    "storage": True,
+                    "subresources": {"status": {}},
+                    "additionalPrinterColumns": PRINTER_COLUMNS,
+                    "schema": {"openAPIV3Schema": root},
+                }
+            ],
+        },
+    }
+
+
+HEADER = (
+    "# Generated by `infertune crds` from operator/infertune/api/. Do not edit by hand:\n"
+    "# change the models and run `make crds`.\n"
+)
+
+
+def render_crds() -> str:
+    """The YAML text `infertune crds` prints and `crds/` holds."""
+    body = yaml.safe_dump(custom_resource_definition(), sort_keys=False, width=100)
+    return HEADER + "---\n" + body

@@ -1,0 +1,122 @@
+"""Turn pydantic's validation errors into messages for people: a field path and how to fix it."""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from infertune.api.base import CROSS_FIELD_ERROR
+from infertune.api.spec import DNS_LABEL, DNS_SUBDOMAIN, METRIC_NAME, PROM_LABEL_NAME
+
+# What each naming pattern means, so an error says the rule instead of a regex.
+_PATTERN_HINTS = {
+    DNS_SUBDOMAIN: "must be a lowercase RFC 1123 name: a-z, 0-9, '-' and '.', starting and "
+    "ending with a letter or digit",
+    DNS_LABEL: "must be a lowercase RFC 1123 label: a-z, 0-9 and '-', starting and ending with "
+    "a letter or digit",
+    METRIC_NAME: "must be a Prometheus metric name (letters, digits, '_' and ':'), not a "
+    "PromQL expression",
+    PROM_LABEL_NAME: "must be a Prometheus label name (letters, digits and '_')",
+}
+
+
+@dataclass(frozen=True)
+class FieldError:
+    """One problem in one field."""
+
+    path: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.message}" if self.path else self.message
+
+
+def format_path(loc: tuple[int | str, ...]) -> str:
+    """('spec', 'canary', 'steps', 1, 'weight') -> 'spec.canary.steps[1].weight'."""
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif "[" in part and part.endswith("]"):
+            continue  # pydantic's internal tags such as function-after[...] are not fields
+        else:
+            out += f".{part}" if out else part
+    return out
+
+
+def _join(base: str, field: str) -> str:
+    if not base:
+        return field
+    return f"{base}{field}" if field.startswith("[") else f"{base}.{field}"
+
+
+def _known_fields(model: type[BaseModel], loc: tuple[int | str, ...]) -> list[str]:
+    """The camelCase field names valid at the parent of `loc`, for "did you mean"."""
+    current: Any = model
+    for part in loc[:-1]:
+        if isinstance(part, int) or not (isinstance(current, type)
+                                         and issubclass(current, BaseModel)):
+            continue
+        field = next((f for n, f in current.model_fields.items()
+                      if (f.alias or n) == part), None)
+        if field is None:
+            return []
+        annotation = field.annotation
+        for candidate in (annotation, *getattr(annotation, "__args__", ())):
+            inner = getattr(candidate, "__args__", (candidate,))
+            found = next((c for c in (candidate, *inner)
+                          if isinstance(c, type) and issubclass(c, BaseModel)), None)
+            if found is not None:
+                current = found
+                break
+        else:
+            return []
+    if isinstance(current, type) and issubclass(current, BaseModel):
+        return [f.alias or n for n, f in current.model_fields.items()]
+    return []
+
+
+def _message(error: Any, model: type[BaseModel]) -> str:
+    kind = error["type"]
+    ctx = error.get("ctx") or {}
+    if kind == "missing":
+        return "is required; add it"
+    if kind == "extra_forbidden":
+        name = str(error["loc"][-1])
+        known = _known_fields(model, tuple(error["loc"]))
+        close = difflib.get_close_matches(name, known, n=1)
+        if close:
+            return f"unknown field; did you mean {close[0]}?"
+        listing = f" (valid here: {', '.join(known)})" if known else ""
+        return f"unknown field; remove it{listing}"
+    if kind == "string_pattern_mismatch":
+        hint = _PATTERN_HINTS.get(str(ctx.get("pattern")))
+        shown = f"{error['input']!r} "
+        if hint:
+            return shown + hint
+        return f"{shown}does not match the pattern {ctx.get('pattern')}"
+    message = str(error["msg"])
+    if message.startswith("Value error, "):
+        message = message[len("Value error, "):]
+    if kind in ("literal_error", "enum"):
+        return f"{error['input']!r} is not allowed; {message[0].lower()}{message[1:]}"
+    if kind.startswith(("greater", "less", "too_", "int_", "float_", "bool_", "string_")):
+        return f"{error['input']!r}: {message[0].lower()}{message[1:]}"
+    return message
+
+
+def field_errors(exc: ValidationError, model: type[BaseModel]) -> list[FieldError]:
+    """Every problem in `exc`, with cross-field problems expanded to the fields they name."""
+    out: list[FieldError] = []
+    for error in exc.errors(include_url=False):
+        path = format_path(tuple(error["loc"]))
+        ctx = error.get("ctx") or {}
+        if error["type"] == CROSS_FIELD_ERROR:
+            for field, message in ctx["problems"]:
+                out.append(FieldError(_join(path, field), message))
+            continue
+        out.append(FieldError(path, _message(error, model)))
+    return out

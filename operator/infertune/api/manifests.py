@@ -1,0 +1,161 @@
+"""Check manifests the way `infertune validate` does: each InferenceTuning against the models,
+then against the Deployment it targets when that Deployment is in the same set of files."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from infertune.api.errors import FieldError, field_errors
+from infertune.api.spec import API_VERSION, GROUP, KIND, InferenceTuning
+from infertune.tuning.memory import MemoryHighError, resolve_memory_high
+
+
+@dataclass(frozen=True)
+class Document:
+    """One YAML document and where it came from."""
+
+    source: str
+    index: int
+    body: Any
+
+    @property
+    def label(self) -> str:
+        if not isinstance(self.body, dict):
+            return f"{self.source}[{self.index}]"
+        meta = self.body.get("metadata") or {}
+        name = meta.get("name", "<no name>") if isinstance(meta, dict) else "<no name>"
+        namespace = meta.get("namespace") if isinstance(meta, dict) else None
+        where = f"{namespace}/{name}" if namespace else str(name)
+        return f"{self.body.get('kind', '<no kind>')} {where}"
+
+
+@dataclass
+class Report:
+    """The outcome for one document."""
+
+    document: Document
+    errors: list[FieldError] = field(default_factory=list)
+    checked: bool = True
+
+    def lines(self) -> list[str]:
+        prefix = f"{self.document.source}: {self.document.label}"
+        return [f"{prefix}: {error}" for error in self.errors]
+
+
+def load_documents(path: Path) -> tuple[list[Document], list[str]]:
+    """The documents of a (multi-document) YAML file, or the reason it cannot be read."""
+    source = str(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        return [], [f"{source}: cannot read: {exc.strerror or exc}"]
+    try:
+        bodies = list(yaml.safe_load_all(text))
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1} column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        return [], [f"{source}:{where}: not valid YAML: {problem}"]
+    docs = [Document(source, i, body) for i, body in enumerate(bodies) if body is not None]
+    return docs, []
+
+
+def _deployment_key(body: dict[str, Any]) -> tuple[str, str]:
+    meta = body.get("metadata") or {}
+    return str(meta.get("namespace") or "default"), str(meta.get("name"))
+
+
+def _check_against_deployment(tuning: InferenceTuning, deployment: dict[str, Any]) -> list[
+    FieldError
+]:
+    template = (deployment.get("spec") or {}).get("template") or {}
+    containers = (template.get("spec") or {}).get("containers") or []
+    if not containers:
+        return [FieldError("spec.targetRef.name", "the Deployment has no containers")]
+    wanted = tuning.spec.container
+    if wanted is None:
+        container = containers[0]
+    else:
+        container = next((c for c in containers if c.get("name") == wanted), None)
+        if container is None:
+            names = ", ".join(str(c.get("name")) for c in containers)
+            return [FieldError("spec.container", f"{wanted!r} is not a container of Deployment "
+                               f"{tuning.spec.target_ref.name}; its containers: {names}")]
+    resources = container.get("resources") or {}
+    limit = (resources.get("limits") or {}).get("memory")
+    request = (resources.get("requests") or {}).get("memory", limit)
+    try:
+        resolve_memory_high(tuning.spec.memory, request=_str(request), limit=_str(limit))
+    except MemoryHighError as exc:
+        return [FieldError(f"spec.{exc.field}", exc.message)]
+    except ValueError as exc:
+        return [FieldError("spec.targetRef.name", f"the Deployment's container resources do "
+                           f"not parse: {exc}")]
+    return []
+
+
+def _str(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+def _check_tuning(document: Document) -> tuple[InferenceTuning | None, list[FieldError]]:
+    body = document.body
+    api_version = body.get("apiVersion")
+    if api_version != API_VERSION:
+        return None, [FieldError("apiVersion", f"{api_version!r} is not served; use "
+                                 f"{API_VERSION}")]
+    try:
+        return InferenceTuning.model_validate(body), []
+    except ValidationError as exc:
+        return None, field_errors(exc, InferenceTuning)
+
+
+def validate_documents(documents: Iterable[Document]) -> list[Report]:
+    """A report per document; documents of other kinds are read for cross-checks only."""
+    documents = list(documents)
+    deployments = {
+        _deployment_key(doc.body): doc.body
+        for doc in documents
+        if isinstance(doc.body, dict) and doc.body.get("kind") == "Deployment"
+        and str(doc.body.get("apiVersion")) == "apps/v1"
+    }
+    reports: list[Report] = []
+    for doc in documents:
+        if not isinstance(doc.body, dict):
+            reports.append(Report(doc, [FieldError("", "a manifest must be a YAML mapping with "
+                                                   "apiVersion, kind and metadata")]))
+            continue
+        is_ours = doc.body.get("kind") == KIND or str(doc.body.get("apiVersion", "")).startswith(
+            f"{GROUP}/")
+        if not is_ours:
+            reports.append(Report(doc, checked=False))
+            continue
+        if doc.body.get("kind") != KIND:
+            reports.append(Report(doc, [FieldError("kind", f"{doc.body.get('kind')!r} is not a "
+                                                   f"kind of {GROUP}; use {KIND}")]))
+            continue
+        tuning, errors = _check_tuning(doc)
+        if tuning is not None:
+            namespace = tuning.metadata.namespace or "default"
+            target = deployments.get((namespace, tuning.spec.target_ref.name))
+            if target is not None:
+                errors = _check_against_deployment(tuning, target)
+        reports.append(Report(doc, errors))
+    return reports
+
+
+def validate_paths(paths: Iterable[Path]) -> tuple[list[Report], list[str]]:
+    """Reports for every document in `paths`, and the files that could not be read."""
+    documents: list[Document] = []
+    unreadable: list[str] = []
+    for path in paths:
+        docs, problems = load_documents(path)
+        documents.extend(docs)
+        unreadable.extend(problems)
+    return validate_documents(documents), unreadable

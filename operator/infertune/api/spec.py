@@ -1,0 +1,191 @@
+"""The InferenceTuning resource: its target, engine, mode, metrics and every feature section."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Annotated, Any, Literal
+
+from pydantic import Field, model_validator
+
+from infertune.api.base import ApiModel, CrossFieldProblems
+from infertune.api.canary import CanarySpec
+from infertune.api.scaling import AutoscalingSpec, BatchingKnob, BatchingMode, BatchingSpec
+from infertune.api.status import InferenceTuningStatus
+from infertune.api.tuning import AllocatorSpec, MemorySpec, MigSpec, NumaSpec
+
+GROUP = "infertune.io"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+KIND = "InferenceTuning"
+PLURAL = "inferencetunings"
+SINGULAR = "inferencetuning"
+SHORT_NAMES = ("itune",)
+CATEGORIES = ("infertune", "all")
+
+# Kubernetes object and label naming rules (k8s.io/apimachinery/pkg/util/validation).
+DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+LABEL_NAME = r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+# Prometheus metric and label names. Only names are accepted from the spec, never PromQL, so a
+# spec can never inject an expression into the queries the operator runs.
+METRIC_NAME = r"^[a-zA-Z_:][a-zA-Z0-9_:]*$"
+PROM_LABEL_NAME = r"^[a-zA-Z_][a-zA-Z0-9_]*$"
+
+
+class Engine(StrEnum):
+    """The serving engine; it selects the metric names and the batching knob."""
+
+    VLLM = "vllm"
+    SGLANG = "sglang"
+    TGI = "tgi"
+    TRITON = "triton"
+    CUSTOM = "custom"
+
+
+class Mode(StrEnum):
+    """Enforce applies decisions; DryRun computes and reports them and changes nothing."""
+
+    ENFORCE = "Enforce"
+    DRY_RUN = "DryRun"
+
+
+# The batching knobs each engine understands (engines.md in the reference notes).
+ENGINE_BATCHING_KNOBS: dict[Engine, tuple[BatchingKnob, ...]] = {
+    Engine.VLLM: (BatchingKnob.MAX_NUM_SEQS, BatchingKnob.MAX_NUM_BATCHED_TOKENS),
+    Engine.SGLANG: (BatchingKnob.MAX_RUNNING_REQUESTS,),
+    Engine.TGI: (BatchingKnob.MAX_BATCH_TOTAL_TOKENS, BatchingKnob.MAX_CONCURRENT_REQUESTS),
+    Engine.TRITON: (BatchingKnob.MAX_QUEUE_DELAY_MICROSECONDS,),
+    Engine.CUSTOM: tuple(BatchingKnob),
+}
+
+
+class TargetRef(ApiModel):
+    """The workload to tune. Only its pods and its scale subresource are touched."""
+
+    api_version: Literal["apps/v1"] = "apps/v1"
+    """Always apps/v1."""
+
+    kind: Literal["Deployment"] = "Deployment"
+    """Always Deployment."""
+
+    name: Annotated[str, Field(pattern=DNS_SUBDOMAIN, min_length=1, max_length=253)]
+    """Name of the Deployment, in the namespace of this InferenceTuning."""
+
+
+class MetricsSpec(ApiModel):
+    """Where the engine's metrics are found. Every name overrides the engine preset; with
+    engine custom, queueDepth and latencyHistogram are required."""
+
+    queue_depth: Annotated[str, Field(pattern=METRIC_NAME, max_length=200)] | None = None
+    """Gauge of requests waiting per pod, for example vllm:num_requests_waiting."""
+
+    running: Annotated[str, Field(pattern=METRIC_NAME, max_length=200)] | None = None
+    """Gauge of requests being served per pod, for example vllm:num_requests_running."""
+
+    latency_histogram: Annotated[str, Field(pattern=METRIC_NAME, max_length=200)] | None = None
+    """End-to-end latency histogram in seconds, without the _bucket suffix, for example
+    vllm:e2e_request_latency_seconds."""
+
+    pod_label: Annotated[str, Field(pattern=PROM_LABEL_NAME, max_length=100)] = "pod"
+    """The Prometheus label that holds the pod name."""
+
+    namespace_label: Annotated[str, Field(pattern=PROM_LABEL_NAME, max_length=100)] = "namespace"
+    """The Prometheus label that holds the namespace."""
+
+    window: Annotated[str, Field(pattern=r"^[0-9]+(ms|s|m|h)$")] = "1m"
+    """The rate() window for latency quantiles and request rates."""
+
+
+class InferenceTuningSpec(ApiModel):
+    """What to tune for one serving Deployment and how to keep its tail latency in the SLO."""
+
+    target_ref: TargetRef
+    """The Deployment whose pods are tuned and whose replicas are scaled."""
+
+    engine: Engine
+    """The serving engine: vllm, sglang, tgi, triton or custom. It sets the metric preset."""
+
+    mode: Mode = Mode.ENFORCE
+    """Enforce applies every decision; DryRun only computes and reports them."""
+
+    container: Annotated[str, Field(pattern=DNS_LABEL, max_length=63)] | None = None
+    """The serving container in the pod. Unset means the first container."""
+
+    metrics: MetricsSpec = Field(default_factory=MetricsSpec)
+    """Overrides of the engine's metric names."""
+
+    numa: NumaSpec = Field(default_factory=NumaSpec)
+    """NUMA CPU and memory binding."""
+
+    memory: MemorySpec = Field(default_factory=MemorySpec)
+    """cgroup v2 memory.high."""
+
+    allocator: AllocatorSpec = Field(default_factory=AllocatorSpec)
+    """The memory allocator and its settings."""
+
+    mig: MigSpec | None = None
+    """MIG partitioning. Unset means whole GPUs and no partitioning."""
+
+    autoscaling: AutoscalingSpec | None = None
+    """Autoscaling on queue depth and latency. Unset means replicas are left alone."""
+
+    batching: BatchingSpec = Field(default_factory=BatchingSpec)
+    """Batching tuning."""
+
+    canary: CanarySpec | None = None
+    """Canary rollouts of new revisions. Unset means revisions roll out as the Deployment
+    says."""
+
+    @model_validator(mode="after")
+    def _engine_rules(self) -> InferenceTuningSpec:
+        problems = CrossFieldProblems()
+        if self.engine is Engine.CUSTOM:
+            for field, value in (
+                ("metrics.queueDepth", self.metrics.queue_depth),
+                ("metrics.latencyHistogram", self.metrics.latency_histogram),
+            ):
+                if value is None:
+                    problems.add(field, "engine custom has no metric preset; name the metric "
+                                 "(for example my_engine_queue_size)")
+        knob = self.batching.knob
+        if knob is not None and knob not in ENGINE_BATCHING_KNOBS[self.engine]:
+            valid = ", ".join(k.value for k in ENGINE_BATCHING_KNOBS[self.engine])
+            problems.add("batching.knob", f"{knob.value} is not a {self.engine.value} flag; "
+                         f"valid: {valid}")
+        if self.batching.mode is BatchingMode.AUTO and self.engine is Engine.CUSTOM and (
+            knob is None
+        ):
+            problems.add("batching.knob", "engine custom has no default knob; name one for "
+                         "mode Auto")
+        problems.raise_if_any()
+        return self
+
+
+class ObjectMeta(ApiModel):
+    """The parts of metadata that validation reads; the API server owns the rest."""
+
+    model_config = ApiModel.model_config | {"extra": "allow"}
+
+    name: Annotated[str, Field(pattern=DNS_SUBDOMAIN, min_length=1, max_length=253)]
+    """Name of the InferenceTuning."""
+
+    namespace: Annotated[str, Field(pattern=DNS_LABEL, max_length=63)] | None = None
+    """Namespace; the target Deployment lives in the same one."""
+
+    labels: dict[str, str] = Field(default_factory=dict)
+    annotations: dict[str, str] = Field(default_factory=dict)
+
+
+class InferenceTuning(ApiModel):
+    """Tunes the infrastructure under one LLM serving Deployment and keeps its P99 in the SLO."""
+
+    api_version: Literal["infertune.io/v1alpha1"] = API_VERSION
+    kind: Literal["InferenceTuning"] = KIND
+    metadata: ObjectMeta
+    spec: InferenceTuningSpec
+    status: InferenceTuningStatus | None = None
+
+    @classmethod
+    def from_manifest(cls, manifest: dict[str, Any]) -> InferenceTuning:
+        """Parse an object as read from YAML or the API server."""
+        return cls.model_validate(manifest)

@@ -1,0 +1,211 @@
+"""The status the operator writes: conditions, phase, recent decisions and one block per feature.
+
+Every block is optional so an operator that has only done part of its work (or an older one)
+still writes a valid status, and a restarted operator resumes from what is here.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Annotated
+
+from pydantic import Field
+
+from infertune.api.base import ApiModel
+
+MAX_DECISIONS = 10
+"""Decisions kept in status; older ones are in the Events."""
+
+
+class ConditionStatus(StrEnum):
+    TRUE = "True"
+    FALSE = "False"
+    UNKNOWN = "Unknown"
+
+
+class ConditionType(StrEnum):
+    """The condition types the operator sets."""
+
+    READY = "Ready"
+    DRY_RUN = "DryRun"
+    TARGET_FOUND = "TargetFound"
+    METRICS_AVAILABLE = "MetricsAvailable"
+    PODS_TUNED = "PodsTuned"
+    MIG_CONFIGURED = "MigConfigured"
+    SCALING_ACTIVE = "ScalingActive"
+    CANARY_HEALTHY = "CanaryHealthy"
+
+
+class Condition(ApiModel):
+    """A condition as Kubernetes API conventions define it (metav1.Condition)."""
+
+    type: Annotated[str, Field(pattern=r"^[A-Za-z][A-Za-z0-9]*$", max_length=316)]
+    """The aspect it describes, for example Ready."""
+
+    status: ConditionStatus
+    """True, False or Unknown."""
+
+    observed_generation: Annotated[int, Field(ge=0)] | None = None
+    """The metadata.generation the condition was computed from."""
+
+    last_transition_time: str
+    """When status last changed (RFC 3339)."""
+
+    reason: Annotated[str, Field(pattern=r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$",
+                                 max_length=1024)]
+    """A CamelCase reason for the last transition, for example TargetNotFound."""
+
+    message: Annotated[str, Field(max_length=32768)] = ""
+    """What happened and what to do, for people."""
+
+
+class Phase(StrEnum):
+    """A one-word summary of the conditions, for kubectl and dashboards."""
+
+    PENDING = "Pending"
+    ACTIVE = "Active"
+    DRY_RUN = "DryRun"
+    DEGRADED = "Degraded"
+    ERROR = "Error"
+
+
+class Decision(ApiModel):
+    """One decision the operator made (or, in DryRun, would have made), with its reason."""
+
+    time: str
+    """When it was made (RFC 3339)."""
+
+    feature: Annotated[str, Field(max_length=63)]
+    """tuning, memory, mig, autoscaling, batching or canary."""
+
+    action: Annotated[str, Field(max_length=253)]
+    """What was done, for example "scale 3 -> 5"."""
+
+    reason: Annotated[str, Field(max_length=1024)]
+    """Why, with the numbers that led to it."""
+
+    applied: bool = True
+    """False when it was only computed (DryRun, or held back by a rule)."""
+
+
+class TuningStatus(ApiModel):
+    """Pod tuning at admission."""
+
+    revision: str | None = None
+    """Hash of the tuning-relevant spec that pods are tuned to."""
+
+    tuned_pods: Annotated[int, Field(ge=0)] = 0
+    """Pods of the target carrying the current revision."""
+
+    outdated_pods: Annotated[int, Field(ge=0)] = 0
+    """Pods tuned to an older revision or not tuned, waiting to be re-created."""
+
+    message: str = ""
+    """Why pods could not be tuned, when they could not."""
+
+
+class MigNodeStatus(ApiModel):
+    node: str
+    """Node name."""
+
+    config: str
+    """The nvidia.com/mig.config value asked for."""
+
+    state: str = "pending"
+    """nvidia.com/mig.config.state as reported by the GPU Operator."""
+
+
+class MigStatus(ApiModel):
+    """MIG partitioning."""
+
+    profile: str | None = None
+    """The MIG profile the pods request."""
+
+    layout: list[str] = Field(default_factory=list)
+    """The per-GPU layout, for example ["3g.71gb", "3g.71gb"]."""
+
+    nodes: list[MigNodeStatus] = Field(default_factory=list)
+    """Nodes being partitioned and their state."""
+
+
+class AutoscalingStatus(ApiModel):
+    """The last autoscaling evaluation."""
+
+    current_replicas: Annotated[int, Field(ge=0)] | None = None
+    """Replicas of the target at the last evaluation."""
+
+    desired_replicas: Annotated[int, Field(ge=0)] | None = None
+    """Replicas the last evaluation asked for."""
+
+    p99_ms: float | None = None
+    """The latency quantile the last evaluation saw, in milliseconds."""
+
+    p99: str | None = None
+    """The same latency written as a duration (for example 312ms), for kubectl."""
+
+    queue_depth: float | None = None
+    """Mean requests waiting per replica at the last evaluation."""
+
+    last_scale_time: str | None = None
+    """When replicas were last changed (RFC 3339)."""
+
+    breaches: Annotated[int, Field(ge=0)] = 0
+    """Consecutive samples above the latency target."""
+
+    reason: str = ""
+    """Why the last evaluation decided what it did."""
+
+
+class BatchingStatus(ApiModel):
+    """Batching recommendation."""
+
+    knob: str | None = None
+    current: int | None = None
+    recommended: int | None = None
+    reason: str = ""
+
+
+class CanaryPhase(StrEnum):
+    IDLE = "Idle"
+    PROGRESSING = "Progressing"
+    PROMOTING = "Promoting"
+    SUCCEEDED = "Succeeded"
+    ROLLING_BACK = "RollingBack"
+    FAILED = "Failed"
+
+
+class CanaryStatus(ApiModel):
+    """The canary rollout state; everything a restarted operator needs to resume."""
+
+    phase: CanaryPhase = CanaryPhase.IDLE
+    step: Annotated[int, Field(ge=0)] = 0
+    """Index of the current step in spec.canary.steps."""
+
+    weight: Annotated[int, Field(ge=0, le=100)] = 0
+    """Percent of traffic on the canary."""
+
+    canary_revision: str | None = None
+    primary_revision: str | None = None
+    failed_checks: Annotated[int, Field(ge=0)] = 0
+    step_started: str | None = None
+    """When the current step started (RFC 3339)."""
+
+    message: str = ""
+
+
+class InferenceTuningStatus(ApiModel):
+    """What the operator observed and did."""
+
+    observed_generation: Annotated[int, Field(ge=0)] | None = None
+    """The metadata.generation this status reflects."""
+
+    phase: Phase = Phase.PENDING
+    conditions: list[Condition] = Field(default_factory=list)
+    decisions: list[Decision] = Field(default_factory=list, max_length=MAX_DECISIONS)
+    """The most recent decisions, newest last."""
+
+    tuning: TuningStatus | None = None
+    mig: MigStatus | None = None
+    autoscaling: AutoscalingStatus | None = None
+    batching: BatchingStatus | None = None
+    canary: CanaryStatus | None = None

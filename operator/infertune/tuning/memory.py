@@ -1,0 +1,85 @@
+"""memory.high for a serving container: the value from the spec, checked against its resources.
+
+Pure: the same function serves `infertune validate`, the webhook and the node agent.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from decimal import Decimal
+
+from infertune.api.tuning import MemorySpec
+from infertune.api.units import parse_quantity
+
+
+@dataclass(frozen=True)
+class MemoryHigh:
+    """The memory.high to write (None: leave it at "max") and why."""
+
+    value: int | None
+    reason: str
+
+
+class MemoryHighError(ValueError):
+    """The spec asks for a memory.high that the container's resources cannot take."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
+
+def _gib(value: Decimal | int) -> str:
+    return f"{Decimal(value) / 2**30:.2f}Gi"
+
+
+def resolve_memory_high(
+    spec: MemorySpec, *, request: str | None, limit: str | None
+) -> MemoryHigh:
+    """memory.high in bytes for a container with these memory resources, or MemoryHighError."""
+    limit_bytes = parse_quantity(limit) if limit is not None else None
+    request_bytes = parse_quantity(request) if request is not None else Decimal(0)
+    headroom = spec.min_headroom.value
+    if spec.high is not None:
+        value, field, how = spec.high.value, "memory.high", str(spec.high)
+    elif spec.high_ratio is not None:
+        if limit_bytes is None:
+            raise MemoryHighError("memory.highRatio", "the container has no memory limit to take "
+                                  "a ratio of; set resources.limits.memory or use memory.high")
+        value, field = limit_bytes * Decimal(str(spec.high_ratio)), "memory.highRatio"
+        how = f"{spec.high_ratio} x limit {limit} = {_gib(int(value))}"
+    else:
+        return _default_memory_high(spec, request_bytes, limit_bytes, limit)
+    value = Decimal(int(value))
+    if limit_bytes is not None and value > limit_bytes - headroom:
+        raise MemoryHighError(field, f"{how} is above the memory limit {limit} minus minHeadroom "
+                              f"{spec.min_headroom}, so the OOM killer could act before "
+                              f"throttling; use at most {_gib(limit_bytes - headroom)}")
+    # Below the request only matters for Burstable pods: a Guaranteed pod (request == limit)
+    # can only get headroom by throttling under its request, which is the point.
+    burstable = request is not None and (limit_bytes is None or request_bytes < limit_bytes)
+    if burstable and value < request_bytes:
+        raise MemoryHighError(field, f"{how} is below the container's memory "
+                              f"request {request}, so it would be throttled while using what it "
+                              "asked for; raise it above the request")
+    return MemoryHigh(int(value), f"memory.high {how}")
+
+
+def _default_memory_high(
+    spec: MemorySpec, request_bytes: Decimal, limit_bytes: Decimal | None, limit: str | None
+) -> MemoryHigh:
+    if limit_bytes is None:
+        return MemoryHigh(None, "no memory limit: memory.high stays at max")
+    # kubelet MemoryQoS (KEP-2570): requests + factor * (limit - requests).
+    factor = Decimal(str(spec.throttling_factor))
+    formula = request_bytes + factor * (limit_bytes - request_bytes)
+    ceiling = limit_bytes - spec.min_headroom.value
+    how = f"MemoryQoS formula with factor {spec.throttling_factor}"
+    if formula <= ceiling:
+        return MemoryHigh(int(formula), f"{how} = {_gib(formula)}")
+    if request_bytes < limit_bytes and ceiling <= request_bytes:
+        # Throttling below the request would punish the container for using what it asked for.
+        return MemoryHigh(None, f"limit {limit} leaves no minHeadroom {spec.min_headroom} above "
+                          "the request: memory.high stays at max")
+    return MemoryHigh(int(ceiling), f"{how} gives {_gib(formula)}, capped at limit {limit} minus "
+                      f"minHeadroom {spec.min_headroom} = {_gib(ceiling)}")
