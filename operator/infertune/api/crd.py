@@ -12,7 +12,7 @@ from typing import Any
 
 import yaml
 from pydantic import BaseModel
-from pydantic.json_schema import GenerateJsonSchema, NoDefault
+from pydantic.json_schema import GenerateJsonSchema
 from pydantic_core import core_schema, to_jsonable_python
 
 from infertune.api import spec as api

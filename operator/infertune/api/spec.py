@@ -179,8 +179,8 @@ class ObjectMeta(ApiModel):
 class InferenceTuning(ApiModel):
     """Tunes the infrastructure under one LLM serving Deployment and keeps its P99 in the SLO."""
 
-    api_version: Literal["infertune.io/v1alpha1"] = API_VERSION
-    kind: Literal["InferenceTuning"] = KIND
+    api_version: Literal["infertune.io/v1alpha1"] = "infertune.io/v1alpha1"
+    kind: Literal["InferenceTuning"] = "InferenceTuning"
     metadata: ObjectMeta
     spec: InferenceTuningSpec
     status: InferenceTuningStatus | None = None

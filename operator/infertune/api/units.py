@@ -28,7 +28,9 @@ _DECIMAL = {
     "P": Decimal("1e15"),
     "E": Decimal("1e18"),
 }
-_QUANTITY = re.compile(r"^(?P<num>[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))(?P<suffix>[eE][+-]?[0-9]+|[A-Za-z]*)$")
+_QUANTITY = re.compile(
+    r"^(?P<num>[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))(?P<suffix>[eE][+-]?[0-9]+|[A-Za-z]*)$"
+)
 
 # Go's time.ParseDuration units, the format kubectl and every Kubernetes API use.
 _DURATION_UNITS = {

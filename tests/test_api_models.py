@@ -1,0 +1,109 @@
+"""The InferenceTuning models: defaults from the incident and the cross-field rules."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from infertune.api.errors import field_errors
+from infertune.api.spec import InferenceTuning, InferenceTuningSpec, Mode
+from infertune.api.status import InferenceTuningStatus
+
+
+def _spec(**sections: Any) -> dict[str, Any]:
+    return {"targetRef": {"name": "qwen"}, "engine": "vllm", **sections}
+
+
+def _errors(**sections: Any) -> list[str]:
+    with pytest.raises(ValidationError) as info:
+        InferenceTuningSpec.model_validate(_spec(**sections))
+    return [str(e) for e in field_errors(info.value, InferenceTuningSpec)]
+
+
+def test_incident_defaults() -> None:
+    spec = InferenceTuningSpec.model_validate(_spec(autoscaling={}))
+    assert spec.autoscaling is not None
+    assert spec.autoscaling.queue.target_per_replica == 32
+    assert spec.autoscaling.queue.sustain.seconds == 30
+    assert spec.autoscaling.latency.quantile == 0.99
+    assert spec.autoscaling.latency.target.seconds == pytest.approx(0.075)
+    assert spec.autoscaling.latency.consecutive_samples == 2
+    assert spec.mode is Mode.ENFORCE
+    assert spec.numa.policy.value == "gpu-local"
+    assert spec.allocator.type.value == "jemalloc"
+
+
+def test_hpa_like_rate_limit_defaults() -> None:
+    scaling = InferenceTuningSpec.model_validate(_spec(autoscaling={})).autoscaling
+    assert scaling is not None
+    # kube HPA defaults: scale up max(100%, 4 pods)/15s at once; scale down 100%/15s after 5m.
+    assert (scaling.scale_up.pods, scaling.scale_up.percent) == (4, 100)
+    assert scaling.scale_up.stabilization.seconds == 0
+    assert scaling.scale_down.stabilization.seconds == 300
+
+
+def test_values_round_trip_as_written() -> None:
+    raw = _spec(memory={"high": "28Gi"}, autoscaling={"interval": "30s"})
+    dumped = InferenceTuningSpec.model_validate(raw).model_dump(by_alias=True, exclude_unset=True)
+    assert dumped["memory"] == {"high": "28Gi"}
+    assert dumped["autoscaling"] == {"interval": "30s"}
+
+
+@pytest.mark.parametrize(
+    ("sections", "expected"),
+    [
+        ({"autoscaling": {"minReplicas": 5, "maxReplicas": 2}},
+         "autoscaling.minReplicas: 5 is above maxReplicas 2"),
+        ({"memory": {"highRatio": 0}}, "memory.highRatio: 0: input should be greater than 0"),
+        ({"memory": {"high": "0"}}, "memory.high: memory.high of 0 would throttle"),
+        ({"canary": {"steps": [{"weight": 30}, {"weight": 30}]}},
+         "canary.steps[1].weight: 30 does not rise above the previous step's 30"),
+        ({"canary": {"routing": {"type": "GatewayAPI"}}},
+         "canary.routing.httpRoute: type GatewayAPI needs httpRoute.name"),
+        ({"numa": {"policy": "interleave", "node": 1}},
+         "numa.node: is only used with policy node"),
+        ({"mig": {}}, "mig.profile: set profile (for example 3g.71gb) or sizing"),
+        ({"mig": {"profile": "3g.71gb", "layout": [{"profile": "2g.35gb"},
+                                                   {"profile": "2g.35gb"}]}},
+         "mig.layout: names a profile twice"),
+        ({"mig": {"profile": "71gb"}}, "mig.profile: '71gb' does not match the pattern"),
+        ({"allocator": {"type": "jemalloc", "arenaMax": 4}},
+         "allocator.arenaMax: only applies to type glibc"),
+        ({"allocator": {"libraryPath": "lib/libjemalloc.so"}},
+         "allocator.libraryPath: 'lib/libjemalloc.so' does not match"),
+        ({"batching": {"min": 64, "max": 8}}, "batching.min: 64 is above max 8"),
+        ({"autoscaling": {"interval": "500ms"}}, "autoscaling.interval: 500ms is too short"),
+        ({"targetRef": {"name": "qwen", "kind": "StatefulSet"}},
+         "targetRef.kind: 'StatefulSet' is not allowed"),
+    ],
+)
+def test_cross_field_and_range_rules(sections: dict[str, Any], expected: str) -> None:
+    errors = _errors(**sections)
+    assert any(expected in e for e in errors), errors
+
+
+def test_every_problem_of_a_section_is_reported_at_once() -> None:
+    errors = _errors(canary={"steps": [{"weight": 50}, {"weight": 20}, {"weight": 10}]})
+    assert [e.split(":")[0] for e in errors] == ["canary.steps[1].weight",
+                                                "canary.steps[2].weight"]
+
+
+def test_status_round_trips_through_its_aliases() -> None:
+    status = InferenceTuningStatus.model_validate({
+        "observedGeneration": 3, "phase": "Active",
+        "conditions": [{"type": "Ready", "status": "True", "observedGeneration": 3,
+                        "lastTransitionTime": "2026-12-03T10:00:00Z", "reason": "Tuned"}],
+        "autoscaling": {"currentReplicas": 2, "desiredReplicas": 4, "p99Ms": 2100.0},
+    })
+    dumped = status.model_dump(by_alias=True, exclude_none=True)
+    assert dumped["conditions"][0]["observedGeneration"] == 3
+    assert dumped["autoscaling"]["p99Ms"] == 2100.0
+
+
+def test_full_object_needs_a_name() -> None:
+    with pytest.raises(ValidationError) as info:
+        InferenceTuning.model_validate({"metadata": {}, "spec": _spec()})
+    assert [str(e) for e in field_errors(info.value, InferenceTuning)] == [
+        "metadata.name: is required; add it"]

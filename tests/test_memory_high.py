@@ -1,0 +1,48 @@
+"""memory.high resolution against the container's memory request and limit."""
+
+from __future__ import annotations
+
+import pytest
+
+from infertune.api.tuning import MemorySpec
+from infertune.tuning.memory import MemoryHighError, resolve_memory_high
+
+GI = 2**30
+
+
+@pytest.mark.parametrize(
+    ("spec", "mem_request", "limit", "expected"),
+    [
+        # kubelet MemoryQoS: 16Gi + 0.9 * (32Gi - 16Gi) = 30.4Gi.
+        ({}, "16Gi", "32Gi", int(30.4 * GI)),
+        # Guaranteed: the formula gives the limit itself, so it is capped at limit - headroom.
+        ({}, "32Gi", "32Gi", 31 * GI),
+        ({"minHeadroom": "2Gi"}, "32Gi", "32Gi", 30 * GI),
+        ({}, None, None, None),
+        ({"high": "28Gi"}, "32Gi", "32Gi", 28 * GI),
+        ({"highRatio": 0.5}, "8Gi", "32Gi", 16 * GI),
+        # Burstable with no room between request and limit - headroom: leave it at max.
+        ({}, "31.5Gi", "32Gi", None),
+    ],
+)
+def test_resolved_values(spec: dict[str, object], mem_request: str | None, limit: str | None,
+                         expected: int | None) -> None:
+    assert resolve_memory_high(MemorySpec.model_validate(spec), request=mem_request,
+                               limit=limit).value == expected
+
+
+@pytest.mark.parametrize(
+    ("spec", "mem_request", "limit", "field", "message"),
+    [
+        ({"high": "32Gi"}, "32Gi", "32Gi", "memory.high", "use at most 31.00Gi"),
+        ({"highRatio": 0.99}, "8Gi", "32Gi", "memory.highRatio", "minus minHeadroom 1Gi"),
+        ({"highRatio": 0.9}, None, None, "memory.highRatio", "no memory limit"),
+        ({"high": "4Gi"}, "8Gi", "32Gi", "memory.high", "below the container's memory request"),
+    ],
+)
+def test_refused_values_name_the_field(spec: dict[str, object], mem_request: str | None,
+                                       limit: str | None, field: str, message: str) -> None:
+    with pytest.raises(MemoryHighError) as info:
+        resolve_memory_high(MemorySpec.model_validate(spec), request=mem_request, limit=limit)
+    assert info.value.field == field
+    assert message in info.value.message

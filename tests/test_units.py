@@ -1,0 +1,63 @@
+"""Quantities and durations parse the way Kubernetes users write them."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from infertune.api.units import format_duration, parse_duration, parse_quantity
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        ("28Gi", 28 * 2**30),
+        ("512Mi", 512 * 2**20),
+        ("500m", Decimal("0.5")),
+        ("2", 2),
+        ("1.5Gi", Decimal("1.5") * 2**30),
+        ("1k", 1000),
+        ("1e3", 1000),
+        ("0", 0),
+    ],
+)
+def test_quantity_values(text: str, value: Decimal | int) -> None:
+    assert parse_quantity(text) == value
+
+
+@pytest.mark.parametrize(
+    ("text", "hint"),
+    [("28GB", "unknown suffix 'GB'"), ("Gi", "not a Kubernetes quantity"),
+     (" 1Gi", "not a Kubernetes quantity"), ("1..2", "not a Kubernetes quantity")],
+)
+def test_bad_quantities_say_what_to_write(text: str, hint: str) -> None:
+    with pytest.raises(ValueError, match=hint):
+        parse_quantity(text)
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("30s", 30), ("2m", 120), ("75ms", Decimal("0.075")), ("1m30s", 90), ("1h", 3600),
+     ("1.5s", Decimal("1.5")), ("250us", Decimal("0.00025"))],
+)
+def test_durations(text: str, seconds: Decimal | int) -> None:
+    assert parse_duration(text) == seconds
+
+
+def test_bare_number_duration_suggests_seconds() -> None:
+    with pytest.raises(ValueError, match="did you mean '30s'"):
+        parse_duration("30")
+
+
+@pytest.mark.parametrize("text", ["", "s", "-1s", "30 s", "1d", "3sec"])
+def test_bad_durations_are_rejected(text: str) -> None:
+    with pytest.raises(ValueError, match="not a duration"):
+        parse_duration(text)
+
+
+@given(st.integers(min_value=0, max_value=10**9))
+def test_format_duration_round_trips(millis: int) -> None:
+    assert parse_duration(format_duration(millis / 1000)) * 1000 == millis

@@ -1,0 +1,77 @@
+"""`infertune validate`: examples pass, each invalid manifest fails with its expected message."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from infertune.cli import main
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
+INVALID = sorted((ROOT / "tests" / "fixtures" / "invalid").glob("*.yaml"))
+
+
+def _expected(path: Path) -> list[str]:
+    return [line.split(":", 1)[1].strip() for line in path.read_text().splitlines()
+            if line.startswith("# expect:")]
+
+
+def test_there_are_examples_for_every_engine_setup() -> None:
+    names = {p.name for p in EXAMPLES}
+    assert len(names) >= 5
+    for wanted in ("vllm-qwen2-7b-h200-mig.yaml", "sglang-a100-80gb.yaml", "tgi-l4-no-mig.yaml",
+                   "dryrun-triton.yaml", "canary-vllm.yaml"):
+        assert wanted in names
+
+
+@pytest.mark.parametrize("example", EXAMPLES, ids=lambda p: p.name)
+def test_every_example_is_valid(example: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["validate", str(example)]) == 0, capsys.readouterr().err
+    assert ": valid" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("manifest", INVALID, ids=lambda p: p.name)
+def test_invalid_manifest_fails_with_its_message(manifest: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    expected = _expected(manifest)
+    assert expected, f"{manifest.name} has no '# expect:' line"
+    assert main(["validate", str(manifest)]) == 1
+    err = capsys.readouterr().err
+    for message in expected:
+        assert message in err
+    assert "Traceback" not in err
+
+
+def test_multi_document_files_report_each_object(tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    good = (ROOT / "examples" / "dryrun-triton.yaml").read_text()
+    bad = (ROOT / "tests" / "fixtures" / "invalid" / "min-above-max.yaml").read_text()
+    combined = tmp_path / "both.yaml"
+    combined.write_text(good + "\n---\n" + bad)
+    assert main(["validate", str(combined)]) == 1
+    captured = capsys.readouterr()
+    assert "InferenceTuning search/triton-embeddings: valid" in captured.out
+    assert "InferenceTuning ml/qwen: spec.autoscaling.minReplicas" in captured.err
+    assert "1 of 2 failed" in captured.err
+
+
+def test_files_without_inference_tunings_are_an_error(tmp_path: Path) -> None:
+    only_deployment = tmp_path / "d.yaml"
+    only_deployment.write_text("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n")
+    assert main(["validate", str(only_deployment)]) == 1
+
+
+def test_missing_file_is_reported(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["validate", str(tmp_path / "nope.yaml")]) == 1
+    assert "cannot read" in capsys.readouterr().err
+
+
+def test_console_entry_points_run() -> None:
+    for argv in (["infertune"], [sys.executable, "-m", "infertune"]):
+        done = subprocess.run([*argv, "crds"], capture_output=True, text=True, check=False)
+        assert done.returncode == 0, done.stderr
+        assert "kind: CustomResourceDefinition" in done.stdout
