@@ -1,0 +1,43 @@
+"""Conditions by the Kubernetes API conventions: one per type, lastTransitionTime kept until
+the status really changes, observedGeneration on each."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from infertune.api.status import Condition, ConditionStatus, ConditionType, Phase
+
+
+def set_condition(conditions: Iterable[Condition], new: Condition) -> list[Condition]:
+    """`conditions` with `new` in place of its type; the transition time moves only on change."""
+    out: list[Condition] = []
+    replaced = False
+    for current in conditions:
+        if current.type != new.type:
+            out.append(current)
+            continue
+        replaced = True
+        if current.status == new.status:
+            new = new.model_copy(update={"last_transition_time": current.last_transition_time})
+        out.append(new)
+    if not replaced:
+        out.append(new)
+    return out
+
+
+def find(conditions: Iterable[Condition], kind: ConditionType) -> Condition | None:
+    return next((c for c in conditions if c.type == kind.value), None)
+
+
+def phase_of(conditions: Iterable[Condition]) -> Phase:
+    """The one-word summary printed by `kubectl get itune`."""
+    conditions = list(conditions)
+    ready = find(conditions, ConditionType.READY)
+    if ready is None or ready.status is ConditionStatus.UNKNOWN:
+        return Phase.PENDING
+    if ready.status is ConditionStatus.FALSE:
+        return Phase.ERROR if ready.reason == "InvalidSpec" else Phase.PENDING
+    dry_run = find(conditions, ConditionType.DRY_RUN)
+    if dry_run is not None and dry_run.status is ConditionStatus.TRUE:
+        return Phase.DRY_RUN
+    return Phase.ACTIVE

@@ -1,0 +1,65 @@
+"""kopf handlers: read, call the core, write, report. Nothing else lives here."""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime
+from typing import Any
+
+import kopf
+from kubernetes import client
+
+from infertune import keys
+from infertune.api.spec import GROUP, PLURAL, VERSION
+from infertune.controller.reconcile import TargetState, assess
+from infertune.kube.client import read_deployment
+
+RESOURCE = (GROUP, VERSION, PLURAL)
+
+
+def _target_state(deployment: client.V1Deployment | None) -> TargetState | None:
+    if deployment is None:
+        return None
+    pod_spec = deployment.spec.template.spec if deployment.spec else None
+    status = deployment.status
+    return TargetState(
+        name=str(deployment.metadata.name if deployment.metadata else ""),
+        replicas=int(status.replicas or 0) if status else 0,
+        ready_replicas=int(status.ready_replicas or 0) if status else 0,
+        containers=tuple(str(c.name) for c in (pod_spec.containers if pod_spec else [])),
+    )
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@kopf.on.startup()
+def configure_kopf(settings: kopf.OperatorSettings, **_: Any) -> None:
+    # Our CRD's structural schema prunes kopf's default status.kopf, so its bookkeeping goes
+    # into annotations under our prefix.
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(
+        prefix=keys.KOPF_PREFIX)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix=keys.KOPF_PREFIX, key=keys.LAST_HANDLED)
+    settings.persistence.finalizer = f"{keys.PREFIX}/finalizer"
+    # Only warnings and errors become Events by themselves; decisions are posted explicitly.
+    settings.posting.level = logging.WARNING
+    settings.watching.server_timeout = 300
+
+
+@kopf.on.resume(*RESOURCE)
+@kopf.on.create(*RESOURCE)
+@kopf.on.update(*RESOURCE, field="spec")
+def reconcile(body: kopf.Body, namespace: str | None, patch: kopf.Patch, **_: Any) -> None:
+    """Report on the InferenceTuning and its target; retry while the target is missing."""
+    spec = body.get("spec") or {}
+    target_name = str((spec.get("targetRef") or {}).get("name") or "")
+    deployment = read_deployment(namespace or "default", target_name) if target_name else None
+    target = _target_state(deployment)
+    result = assess(dict(body), target, _now())
+    patch.status.update(result.status.model_dump(by_alias=True, exclude_none=True, mode="json"))
+    for notice in result.notices:
+        kopf.event(body, type=notice.type, reason=notice.reason, message=notice.message)
+    if result.retry_after is not None:
+        raise kopf.TemporaryError("target Deployment not found", delay=result.retry_after)

@@ -1,0 +1,164 @@
+"""What the operator reports about one InferenceTuning, as a pure function of what it sees.
+
+The kopf handler reads the object and its target, calls `assess`, and writes the result; the
+same function answers the same way in tests, with no cluster and no clock.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from pydantic import ValidationError
+
+from infertune.api.errors import field_errors
+from infertune.api.spec import InferenceTuning, InferenceTuningSpec, Mode
+from infertune.api.status import (
+    MAX_DECISIONS,
+    AutoscalingStatus,
+    Condition,
+    ConditionStatus,
+    ConditionType,
+    Decision,
+    InferenceTuningStatus,
+)
+from infertune.controller.conditions import find, phase_of, set_condition
+
+RETRY_TARGET_SECONDS = 15.0
+"""How soon a missing target Deployment is looked for again."""
+
+
+@dataclass(frozen=True)
+class TargetState:
+    """What the operator needs to know about the target Deployment."""
+
+    name: str
+    replicas: int
+    ready_replicas: int
+    containers: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Notice:
+    """An Event to post on the InferenceTuning."""
+
+    type: Literal["Normal", "Warning"]
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Assessment:
+    status: InferenceTuningStatus
+    notices: list[Notice] = field(default_factory=list)
+    retry_after: float | None = None
+    """Set when the operator should look again (the target is missing)."""
+
+
+def previous_status(raw: Any) -> InferenceTuningStatus:
+    """The status as last written; an unreadable one (an older operator's) starts afresh."""
+    try:
+        return InferenceTuningStatus.model_validate(raw or {})
+    except ValidationError:
+        return InferenceTuningStatus()
+
+
+def _summary(spec: InferenceTuningSpec) -> str:
+    parts = [f"numa {spec.numa.policy.value}", f"allocator {spec.allocator.type.value}"]
+    if spec.mig is not None:
+        parts.append(f"MIG {spec.mig.profile or 'sized from the model'}")
+    if spec.autoscaling is not None and spec.autoscaling.enabled:
+        parts.append(f"autoscaling {spec.autoscaling.min_replicas}.."
+                     f"{spec.autoscaling.max_replicas}")
+    if spec.canary is not None and spec.canary.enabled:
+        parts.append(f"canary in {len(spec.canary.steps)} steps")
+    return ", ".join(parts)
+
+
+def _condition(kind: ConditionType, status: ConditionStatus, reason: str, message: str,
+               generation: int, now: str) -> Condition:
+    return Condition(type=kind.value, status=status, reason=reason, message=message,
+                     observed_generation=generation, last_transition_time=now)
+
+
+def _with_decision(status: InferenceTuningStatus, decision: Decision) -> list[Decision]:
+    return [*status.decisions, decision][-MAX_DECISIONS:]
+
+
+def assess(body: dict[str, Any], target: TargetState | None, now: str) -> Assessment:
+    """The status and Events for an InferenceTuning `body` whose target is `target`."""
+    generation = int((body.get("metadata") or {}).get("generation") or 0)
+    before = previous_status(body.get("status"))
+    conditions = list(before.conditions)
+    notices: list[Notice] = []
+    try:
+        tuning = InferenceTuning.model_validate(
+            {k: body[k] for k in ("apiVersion", "kind", "metadata", "spec") if k in body})
+    except ValidationError as exc:
+        problems = "; ".join(str(e) for e in field_errors(exc, InferenceTuning))
+        conditions = set_condition(conditions, _condition(
+            ConditionType.READY, ConditionStatus.FALSE, "InvalidSpec",
+            f"nothing is applied until the spec is fixed: {problems}", generation, now))
+        notices.append(Notice("Warning", "InvalidSpec", problems))
+        return Assessment(_status(before, conditions, generation, None))
+
+    spec = tuning.spec
+    if target is None:
+        message = (f"Deployment {spec.target_ref.name} not found in this namespace; create it "
+                   "or fix spec.targetRef.name. Looking again every "
+                   f"{RETRY_TARGET_SECONDS:.0f}s")
+        conditions = set_condition(conditions, _condition(
+            ConditionType.TARGET_FOUND, ConditionStatus.FALSE, "DeploymentNotFound", message,
+            generation, now))
+        conditions = set_condition(conditions, _condition(
+            ConditionType.READY, ConditionStatus.FALSE, "TargetNotFound", message, generation,
+            now))
+    else:
+        conditions = set_condition(conditions, _condition(
+            ConditionType.TARGET_FOUND, ConditionStatus.TRUE, "DeploymentFound",
+            f"Deployment {target.name}: {target.ready_replicas}/{target.replicas} ready",
+            generation, now))
+        if spec.container is not None and spec.container not in target.containers:
+            conditions = set_condition(conditions, _condition(
+                ConditionType.READY, ConditionStatus.FALSE, "ContainerNotFound",
+                f"spec.container {spec.container!r} is not in Deployment {target.name}; its "
+                f"containers: {', '.join(target.containers)}", generation, now))
+        else:
+            conditions = set_condition(conditions, _condition(
+                ConditionType.READY, ConditionStatus.TRUE, "Accepted",
+                f"spec accepted for Deployment {target.name}: {_summary(spec)}",
+                generation, now))
+    dry_run = spec.mode is Mode.DRY_RUN
+    conditions = set_condition(conditions, _condition(
+        ConditionType.DRY_RUN, ConditionStatus.TRUE if dry_run else ConditionStatus.FALSE,
+        "DryRunMode" if dry_run else "Enforcing",
+        "decisions are computed and reported; nothing is changed" if dry_run
+        else "decisions are applied", generation, now))
+
+    status = _status(before, conditions, generation, target if spec.autoscaling else None)
+    ready = find(status.conditions, ConditionType.READY)
+    assert ready is not None
+    was = find(before.conditions, ConditionType.READY)
+    changed = (before.observed_generation != generation or was is None
+               or was.status != ready.status or was.reason != ready.reason)
+    if changed:
+        notices.append(Notice("Normal" if ready.status is ConditionStatus.TRUE else "Warning",
+                              ready.reason, ready.message))
+        status = status.model_copy(update={"decisions": _with_decision(status, Decision(
+            time=now, feature="controller", action=f"generation {generation}: {ready.reason}",
+            reason=ready.message, applied=not dry_run))})
+    return Assessment(status, notices, RETRY_TARGET_SECONDS if target is None else None)
+
+
+def _status(before: InferenceTuningStatus, conditions: list[Condition], generation: int,
+            target: TargetState | None) -> InferenceTuningStatus:
+    autoscaling = before.autoscaling
+    if target is not None:
+        autoscaling = (autoscaling or AutoscalingStatus()).model_copy(
+            update={"current_replicas": target.replicas})
+    return before.model_copy(update={
+        "observed_generation": generation,
+        "conditions": conditions,
+        "phase": phase_of(conditions),
+        "autoscaling": autoscaling,
+    })

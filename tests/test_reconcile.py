@@ -1,0 +1,97 @@
+"""The controller's status and Events, as a pure function of the object and its target."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from infertune.api.status import ConditionType, Phase
+from infertune.controller.conditions import find
+from infertune.controller.reconcile import TargetState, assess
+
+TARGET = TargetState(name="qwen", replicas=2, ready_replicas=2, containers=("vllm",))
+
+
+def _body(generation: int = 1, status: dict[str, Any] | None = None, **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "infertune.io/v1alpha1", "kind": "InferenceTuning",
+        "metadata": {"name": "qwen", "namespace": "ml", "generation": generation,
+                     "uid": "u-1", "resourceVersion": "7"},
+        "spec": {"targetRef": {"name": "qwen"}, "engine": "vllm", **spec},
+        **({"status": status} if status is not None else {}),
+    }
+
+
+def _dump(result: Any) -> dict[str, Any]:
+    dumped: dict[str, Any] = result.status.model_dump(by_alias=True, exclude_none=True,
+                                                      mode="json")
+    return dumped
+
+
+def test_accepted_spec_is_ready_with_observed_generation() -> None:
+    result = assess(_body(generation=3), TARGET, "2026-12-03T10:00:00Z")
+    ready = find(result.status.conditions, ConditionType.READY)
+    assert ready is not None and ready.status.value == "True" and ready.observed_generation == 3
+    assert result.status.observed_generation == 3
+    assert result.status.phase is Phase.ACTIVE
+    assert [(n.type, n.reason) for n in result.notices] == [("Normal", "Accepted")]
+    assert result.retry_after is None
+
+
+def test_dry_run_is_reported_as_its_own_phase_and_condition() -> None:
+    result = assess(_body(mode="DryRun"), TARGET, "2026-12-03T10:00:00Z")
+    dry = find(result.status.conditions, ConditionType.DRY_RUN)
+    assert dry is not None and dry.status.value == "True"
+    assert result.status.phase is Phase.DRY_RUN
+    assert result.status.decisions[-1].applied is False
+
+
+def test_missing_target_is_explained_and_retried() -> None:
+    result = assess(_body(), None, "2026-12-03T10:00:00Z")
+    ready = find(result.status.conditions, ConditionType.READY)
+    assert ready is not None and ready.reason == "TargetNotFound"
+    assert "fix spec.targetRef.name" in ready.message
+    assert result.status.phase is Phase.PENDING
+    assert result.notices[0].type == "Warning"
+    assert result.retry_after is not None
+
+
+def test_transition_time_and_events_stay_put_when_nothing_changed() -> None:
+    first = assess(_body(), TARGET, "2026-12-03T10:00:00Z")
+    second = assess(_body(status=_dump(first)), TARGET, "2026-12-03T10:05:00Z")
+    ready = find(second.status.conditions, ConditionType.READY)
+    assert ready is not None and ready.last_transition_time == "2026-12-03T10:00:00Z"
+    assert second.notices == []
+    assert len(second.status.decisions) == 1
+
+
+def test_a_new_generation_is_a_new_decision() -> None:
+    first = assess(_body(), TARGET, "2026-12-03T10:00:00Z")
+    second = assess(_body(generation=2, status=_dump(first)), TARGET, "2026-12-03T10:05:00Z")
+    assert [d.action for d in second.status.decisions] == ["generation 1: Accepted",
+                                                           "generation 2: Accepted"]
+
+
+def test_invalid_spec_is_refused_with_the_field() -> None:
+    result = assess(_body(autoscaling={"minReplicas": 9, "maxReplicas": 2}), TARGET,
+                    "2026-12-03T10:00:00Z")
+    ready = find(result.status.conditions, ConditionType.READY)
+    assert ready is not None and ready.reason == "InvalidSpec"
+    assert "spec.autoscaling.minReplicas: 9 is above maxReplicas 2" in ready.message
+    assert result.status.phase is Phase.ERROR
+
+
+def test_unknown_container_is_not_ready() -> None:
+    result = assess(_body(container="server"), TARGET, "2026-12-03T10:00:00Z")
+    ready = find(result.status.conditions, ConditionType.READY)
+    assert ready is not None and ready.reason == "ContainerNotFound"
+
+
+def test_replicas_column_is_filled_when_autoscaling_is_configured() -> None:
+    result = assess(_body(autoscaling={}), TARGET, "2026-12-03T10:00:00Z")
+    assert _dump(result)["autoscaling"]["currentReplicas"] == 2
+
+
+def test_unreadable_previous_status_starts_afresh() -> None:
+    result = assess(_body(status={"phase": "Bogus", "conditions": "nope"}), TARGET,
+                    "2026-12-03T10:00:00Z")
+    assert result.status.phase is Phase.ACTIVE
