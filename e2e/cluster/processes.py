@@ -78,7 +78,7 @@ def start_component(name: str, argv: list[str], log_dir: Path) -> Component:
         stdout=log,
         stderr=subprocess.STDOUT,
         start_new_session=True,
-        preexec_fn=_die_with_parent if sys.platform == "linux" else None,  # noqa: PLW1509
+        preexec_fn=_die_with_parent if sys.platform == "linux" else None,
     )
     return Component(name=name, argv=argv, log_path=log_path, process=process, _log=log)
 
@@ -104,7 +104,7 @@ def wait_until(
             return
         if time.monotonic() > deadline:
             logs = ", ".join(str(c.log_path) for c in components)
-            raise ClusterError(f"timed out after {timeout_s:.0f}s waiting for {what} (logs: {logs})")
+            raise ClusterError(f"timed out after {timeout_s:.0f}s waiting for {what}; logs: {logs}")
         time.sleep(interval_s)
 
 

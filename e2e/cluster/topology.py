@@ -182,4 +182,3 @@ def _string_map(value: Any, where: str) -> dict[str, str]:
     if not isinstance(value, dict):
         raise TopologyError(f"{where}: expected a mapping of strings")
     return {str(k): str(v) for k, v in value.items()}
-
