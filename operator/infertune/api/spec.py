@@ -11,7 +11,7 @@ from infertune.api.base import ApiModel, CrossFieldProblems
 from infertune.api.canary import CanarySpec
 from infertune.api.scaling import AutoscalingSpec, BatchingKnob, BatchingMode, BatchingSpec
 from infertune.api.status import InferenceTuningStatus
-from infertune.api.tuning import AllocatorSpec, MemorySpec, MigSpec, NumaSpec
+from infertune.api.tuning import AllocatorSpec, MemorySpec, MigSpec, NumaSpec, RetuneSpec
 
 GROUP = "infertune.io"
 VERSION = "v1alpha1"
@@ -122,6 +122,9 @@ class InferenceTuningSpec(ApiModel):
 
     allocator: AllocatorSpec = Field(default_factory=AllocatorSpec)
     """The memory allocator and its settings."""
+
+    retune: RetuneSpec = Field(default_factory=RetuneSpec)
+    """How running pods are brought to a changed tuning."""
 
     mig: MigSpec | None = None
     """MIG partitioning. Unset means whole GPUs and no partitioning."""

@@ -209,3 +209,23 @@ class AllocatorSpec(ApiModel):
                                  f"{self.type.value}); remove it or set type: glibc")
         problems.raise_if_any()
         return self
+
+
+class RetuneStrategy(StrEnum):
+    """How pods that carry an older tuning are replaced when the tuning changes."""
+
+    EVICT = "Evict"
+    POD_TEMPLATE_ANNOTATION = "PodTemplateAnnotation"
+
+
+class RetuneSpec(ApiModel):
+    """Re-tuning of running pods after the tuning changes (or for pods that predate it)."""
+
+    strategy: RetuneStrategy = RetuneStrategy.EVICT
+    """Evict re-creates outdated pods through the Eviction API, which respects
+    PodDisruptionBudgets, and never edits the Deployment. PodTemplateAnnotation instead writes
+    infertune.io/revision into the Deployment's pod template so the Deployment rolls out; Argo
+    CD users must then ignore that annotation."""
+
+    max_unavailable: Annotated[int, Field(ge=1, le=100)] = 1
+    """Pods evicted at a time; the next ones wait until the replacements are Ready."""
