@@ -1,0 +1,171 @@
+"""Fixtures of the end-to-end suites: one real cluster per session, a namespace per test.
+
+With ``E2E_KUBECONFIG`` set, the suites run against that cluster (kind, say) and start
+nothing. Otherwise they start the control plane built by ``python -m e2e.cluster build``.
+Component logs are deleted after a green session and kept (path printed) after a failure;
+``E2E_LOG_DIR`` pins the log directory and keeps it always.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import sys
+import tempfile
+import uuid
+from collections.abc import Callable, Generator, Iterator
+from pathlib import Path
+
+import pytest
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+
+from e2e.cluster.build import cached_bin_dir, missing_binaries
+from e2e.cluster.runtime import Cluster
+from e2e.fixtures.access import (
+    ClusterInfo,
+    Kubectl,
+    external_cluster_info,
+    managed_cluster_info,
+)
+from e2e.fixtures.prometheus import PROMETHEUS_BINARY, PrometheusServer
+from e2e.fixtures.rbac import delete_owned_cluster_objects
+from e2e.fixtures.waiting import wait_for
+
+FAILED = pytest.StashKey[bool]()
+POD_READY_DELAY_S = float(os.environ.get("E2E_POD_READY_DELAY", "0.5"))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    report = yield
+    if report.failed:
+        item.session.stash[FAILED] = True
+    return report
+
+
+@pytest.fixture(scope="session")
+def cluster(request: pytest.FixtureRequest) -> Iterator[ClusterInfo]:
+    scratch = Path(tempfile.mkdtemp(prefix="infertune-e2e-session-"))
+    bin_dir = cached_bin_dir()
+    external = os.environ.get("E2E_KUBECONFIG")
+    if external:
+        yield external_cluster_info(Path(external), scratch, bin_dir)
+        shutil.rmtree(scratch, ignore_errors=True)
+        return
+    missing = missing_binaries(bin_dir)
+    if missing:
+        pytest.fail(
+            f"the e2e control plane is not built ({', '.join(t.name for t in missing)} missing "
+            f"in {bin_dir}); run `python -m e2e.cluster build` first, or set E2E_KUBECONFIG",
+            pytrace=False,
+        )
+    pinned = os.environ.get("E2E_LOG_DIR")
+    log_dir = Path(pinned) if pinned else Path(tempfile.mkdtemp(prefix="infertune-e2e-logs-"))
+    with Cluster.start(
+        bin_dir=bin_dir,
+        log_dir=log_dir,
+        pod_ready_delay=POD_READY_DELAY_S,
+        kubeconfig=scratch / "admin.kubeconfig",
+    ) as managed:
+        yield managed_cluster_info(managed)
+    shutil.rmtree(scratch, ignore_errors=True)
+    if request.session.stash.get(FAILED, False) or pinned:
+        _say(request, f"e2e cluster component logs kept in {log_dir}")
+    else:
+        shutil.rmtree(log_dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def kubeconfig(cluster: ClusterInfo) -> Path:
+    return cluster.kubeconfig
+
+
+@pytest.fixture(scope="session")
+def api_client(kubeconfig: Path) -> Iterator[client.ApiClient]:
+    api = config.new_client_from_config(config_file=str(kubeconfig))
+    yield api
+    api.close()
+
+
+@pytest.fixture(scope="session")
+def kubectl(cluster: ClusterInfo) -> Kubectl:
+    """``kubectl(*args, input=None, check=True, timeout_s=60) -> CompletedProcess[str]``."""
+    return Kubectl.locate(cluster.bin_dir, cluster.kubeconfig)
+
+
+@pytest.fixture
+def namespace(api_client: client.ApiClient, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A fresh namespace, with its `default` ServiceAccount, deleted after the test."""
+    name = new_namespace(api_client, request.node.name)
+    yield name
+    delete_namespace(api_client, name)
+
+
+@pytest.fixture
+def namespace_factory(
+    api_client: client.ApiClient, request: pytest.FixtureRequest
+) -> Iterator[Callable[[], str]]:
+    """For tests that need more than one namespace: each call makes another."""
+    made: list[str] = []
+
+    def make() -> str:
+        made.append(new_namespace(api_client, request.node.name))
+        return made[-1]
+
+    yield make
+    for name in made:
+        delete_namespace(api_client, name)
+
+
+@pytest.fixture(scope="session")
+def prometheus() -> Iterator[PrometheusServer]:
+    """The real Prometheus (`.url`, `.add_scrape_job`, `.wait_for_targets_up`, `.query`)."""
+    if not PROMETHEUS_BINARY.exists():
+        pytest.fail(f"{PROMETHEUS_BINARY} not found: install the Debian package `prometheus`")
+    server = PrometheusServer().start()
+    yield server
+    server.stop()
+
+
+def new_namespace(api_client: client.ApiClient, test_name: str) -> str:
+    core = client.CoreV1Api(api_client)
+    stem = re.sub(r"[^a-z0-9]+", "-", test_name.lower()).strip("-")[:40].rstrip("-")
+    name = f"e2e-{stem}-{uuid.uuid4().hex[:6]}"
+    core.create_namespace({"metadata": {"name": name, "labels": {"e2e.infertune.io/test": "1"}}})
+    # The ServiceAccount admission plugin rejects pods until the controller made `default`.
+    wait_for(
+        lambda: _exists(lambda: core.read_namespaced_service_account("default", name)),
+        f"ServiceAccount {name}/default",
+    )
+    return name
+
+
+def delete_namespace(api_client: client.ApiClient, name: str) -> None:
+    delete_owned_cluster_objects(api_client, name)
+    try:
+        client.CoreV1Api(api_client).delete_namespace(name)
+    except ApiException as error:
+        if error.status != 404:
+            raise
+
+
+def _exists(read: Callable[[], object]) -> bool:
+    try:
+        read()
+    except ApiException as error:
+        if error.status == 404:
+            return False
+        raise
+    return True
+
+
+def _say(request: pytest.FixtureRequest, message: str) -> None:
+    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.write_line(message)
+    else:
+        print(message, file=sys.stderr)
