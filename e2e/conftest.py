@@ -49,20 +49,28 @@ def pytest_runtest_makereport(
 
 @pytest.fixture(scope="session")
 def cluster(request: pytest.FixtureRequest) -> Iterator[ClusterInfo]:
-    scratch = Path(tempfile.mkdtemp(prefix="infertune-e2e-session-"))
     bin_dir = cached_bin_dir()
     external = os.environ.get("E2E_KUBECONFIG")
-    if external:
-        yield external_cluster_info(Path(external), scratch, bin_dir)
-        shutil.rmtree(scratch, ignore_errors=True)
-        return
     missing = missing_binaries(bin_dir)
-    if missing:
+    if missing and not external:
         pytest.fail(
             f"the e2e control plane is not built ({', '.join(t.name for t in missing)} missing "
             f"in {bin_dir}); run `python -m e2e.cluster build` first, or set E2E_KUBECONFIG",
             pytrace=False,
         )
+    scratch = Path(tempfile.mkdtemp(prefix="infertune-e2e-session-"))
+    try:
+        if external:
+            yield external_cluster_info(Path(external), scratch, bin_dir)
+        else:
+            yield from _managed_cluster(request, bin_dir, scratch)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _managed_cluster(
+    request: pytest.FixtureRequest, bin_dir: Path, scratch: Path
+) -> Iterator[ClusterInfo]:
     pinned = os.environ.get("E2E_LOG_DIR")
     log_dir = Path(pinned) if pinned else Path(tempfile.mkdtemp(prefix="infertune-e2e-logs-"))
     with Cluster.start(
@@ -72,7 +80,6 @@ def cluster(request: pytest.FixtureRequest) -> Iterator[ClusterInfo]:
         kubeconfig=scratch / "admin.kubeconfig",
     ) as managed:
         yield managed_cluster_info(managed)
-    shutil.rmtree(scratch, ignore_errors=True)
     if request.session.stash.get(FAILED, False) or pinned:
         _say(request, f"e2e cluster component logs kept in {log_dir}")
     else:
@@ -86,9 +93,11 @@ def kubeconfig(cluster: ClusterInfo) -> Path:
 
 @pytest.fixture(scope="session")
 def api_client(kubeconfig: Path) -> Iterator[client.ApiClient]:
-    api = config.new_client_from_config(config_file=str(kubeconfig))
+    api: client.ApiClient = config.new_client_from_config(  # type: ignore[no-untyped-call]
+        config_file=str(kubeconfig)
+    )
     yield api
-    api.close()
+    api.close()  # type: ignore[no-untyped-call]
 
 
 @pytest.fixture(scope="session")
@@ -135,7 +144,11 @@ def new_namespace(api_client: client.ApiClient, test_name: str) -> str:
     core = client.CoreV1Api(api_client)
     stem = re.sub(r"[^a-z0-9]+", "-", test_name.lower()).strip("-")[:40].rstrip("-")
     name = f"e2e-{stem}-{uuid.uuid4().hex[:6]}"
-    core.create_namespace({"metadata": {"name": name, "labels": {"e2e.infertune.io/test": "1"}}})
+    core.create_namespace(
+        client.V1Namespace(
+            metadata=client.V1ObjectMeta(name=name, labels={"e2e.infertune.io/test": "1"})
+        )
+    )
     # The ServiceAccount admission plugin rejects pods until the controller made `default`.
     wait_for(
         lambda: _exists(lambda: core.read_namespaced_service_account("default", name)),

@@ -31,6 +31,19 @@ from e2e.fixtures.webhook import AdmissionWebhookServer
 pytestmark = pytest.mark.e2e
 
 
+def typed_loosely(api_client: client.ApiClient) -> tuple[Any, Any, Any]:
+    """Core, Apps and Admission APIs, typed Any on purpose.
+
+    The client's models make every field Optional; these tests read fields the server always
+    sets, and a None there fails the assertion as loudly as a type check would.
+    """
+    return (
+        client.CoreV1Api(api_client),
+        client.AppsV1Api(api_client),
+        client.AdmissionregistrationV1Api(api_client),
+    )
+
+
 def deployment_manifest(name: str, replicas: int, resources: dict[str, Any] | None = None) -> str:
     container: dict[str, Any] = {"name": "server", "image": "registry.k8s.io/pause:3.10"}
     if resources:
@@ -52,7 +65,7 @@ def deployment_manifest(name: str, replicas: int, resources: dict[str, Any] | No
     )
 
 
-def pod_ready(pod: client.V1Pod) -> bool:
+def pod_ready(pod: Any) -> bool:
     conditions = pod.status.conditions or []
     return pod.status.phase == "Running" and any(
         c.type == "Ready" and c.status == "True" for c in conditions
@@ -72,7 +85,7 @@ def gone(read: Callable[[], object]) -> bool:
 def test_kubectl_and_python_client_see_each_others_writes(
     kubectl: Kubectl, api_client: client.ApiClient, namespace: str
 ) -> None:
-    core, apps = client.CoreV1Api(api_client), client.AppsV1Api(api_client)
+    core, apps, _ = typed_loosely(api_client)
     settings = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "settings"}}
     kubectl("apply", "-n", namespace, "-f", "-", input=json.dumps(settings | {"data": {"a": "1"}}))
     kubectl("apply", "-n", namespace, "-f", "-", input=deployment_manifest("web", 1))
@@ -120,12 +133,12 @@ def expect_event(events: queue.Queue[tuple[str, str]], kind: str, name: str) -> 
 def test_watches_of_both_clients_see_a_new_object(
     kubectl: Kubectl, api_client: client.ApiClient, namespace: str
 ) -> None:
-    core = client.CoreV1Api(api_client)
+    core, _, _ = typed_loosely(api_client)
     core.create_namespaced_config_map(namespace, {"metadata": {"name": "sentinel"}})
     listed = core.list_namespaced_config_map(namespace)
 
     python_events: queue.Queue[tuple[str, str]] = queue.Queue()
-    python_watch = watch.Watch()
+    python_watch: Any = watch.Watch()  # type: ignore[no-untyped-call]
 
     def follow_python_watch() -> None:
         stream = python_watch.stream(
@@ -171,7 +184,7 @@ def test_watches_of_both_clients_see_a_new_object(
 def test_deployment_gets_ready_pods_on_nodes_and_is_garbage_collected(
     kubectl: Kubectl, api_client: client.ApiClient, namespace: str
 ) -> None:
-    core, apps = client.CoreV1Api(api_client), client.AppsV1Api(api_client)
+    core, apps, _ = typed_loosely(api_client)
     node_names = {n.metadata.name for n in core.list_node().items}
     kubectl("apply", "-n", namespace, "-f", "-", input=deployment_manifest("model", 3))
 
@@ -181,7 +194,7 @@ def test_deployment_gets_ready_pods_on_nodes_and_is_garbage_collected(
     )
     assert [o.kind for o in replica_sets[0].metadata.owner_references] == ["Deployment"]
 
-    def three_ready_pods() -> list[client.V1Pod] | None:
+    def three_ready_pods() -> list[Any] | None:
         pods = core.list_namespaced_pod(namespace, label_selector="app=model").items
         return pods if len(pods) == 3 and all(pod_ready(p) for p in pods) else None
 
@@ -212,7 +225,7 @@ def test_deployment_gets_ready_pods_on_nodes_and_is_garbage_collected(
 def test_pod_asking_for_more_gpus_than_any_node_has_stays_pending(
     api_client: client.ApiClient, namespace: str
 ) -> None:
-    core = client.CoreV1Api(api_client)
+    core, _, _ = typed_loosely(api_client)
     most = max(int((n.status.allocatable or {}).get("nvidia.com/gpu", "0"))
                for n in core.list_node().items)  # fmt: skip
     gpus = {"nvidia.com/gpu": str(most + 1)}
@@ -232,7 +245,7 @@ def test_pod_asking_for_more_gpus_than_any_node_has_stays_pending(
         },
     )
 
-    def unschedulable() -> client.V1PodCondition | None:
+    def unschedulable() -> Any:
         pod = core.read_namespaced_pod("too-big", namespace)
         for condition in pod.status.conditions or []:
             if condition.type == "PodScheduled" and condition.status == "False":
@@ -252,7 +265,8 @@ def test_nodes_carry_simulated_gpu_capacity_and_feature_discovery_labels(
 ) -> None:
     if cluster.external:
         pytest.skip("the simulated GPU topology exists only in the cluster this session starts")
-    nodes = {n.metadata.name: n for n in client.CoreV1Api(api_client).list_node().items}
+    core, _, _ = typed_loosely(api_client)
+    nodes = {n.metadata.name: n for n in core.list_node().items}
     h200 = nodes["h200-0"]
     assert h200.metadata.labels["nvidia.com/gpu.product"] == "NVIDIA-H200"
     assert h200.metadata.labels["nvidia.com/mig.capable"] == "true"
@@ -267,8 +281,7 @@ def test_mutating_webhook_served_by_the_test_patches_pod_creation(
 ) -> None:
     if cluster.external:
         pytest.skip("the API server of an external cluster cannot reach this process's loopback")
-    admission = client.AdmissionregistrationV1Api(api_client)
-    core = client.CoreV1Api(api_client)
+    core, _, admission = typed_loosely(api_client)
 
     def label_pods(request: dict[str, Any]) -> list[dict[str, Any]]:
         return [{"op": "add", "path": "/metadata/labels/e2e.infertune.io~1seen", "value": "yes"}]
@@ -329,20 +342,23 @@ def test_operator_rules_allow_deployments_but_not_other_namespaces_secrets(
     tmp_path: Path,
 ) -> None:
     home, elsewhere = namespace_factory(), namespace_factory()
-    client.CoreV1Api(api_client).create_namespaced_secret(
+    core, _, _ = typed_loosely(api_client)
+    core.create_namespaced_secret(
         elsewhere, {"metadata": {"name": "model-token"}, "stringData": {"token": "s3cret"}}
     )
     path = service_account_kubeconfig(
         api_client, home, "infertune", load_rules(), tmp_path / "operator.kubeconfig"
     )
-    operator = config.new_client_from_config(config_file=str(path))
+    operator: client.ApiClient = config.new_client_from_config(  # type: ignore[no-untyped-call]
+        config_file=str(path)
+    )
     try:
         assert client.AppsV1Api(operator).list_namespaced_deployment(elsewhere).items == []
         with pytest.raises(ApiException) as refused:
             client.CoreV1Api(operator).read_namespaced_secret("model-token", elsewhere)
         assert refused.value.status == 403
     finally:
-        operator.close()
+        operator.close()  # type: ignore[no-untyped-call]
     as_operator = Kubectl(kubectl.binary, path)
     denied = as_operator("get", "secrets", "-n", elsewhere, check=False)
     assert denied.returncode != 0

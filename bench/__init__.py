@@ -1,0 +1,1 @@
+"""Benchmarks of infertune and of its test infrastructure; results live in results/."""
