@@ -36,6 +36,7 @@ lint: ## ruff and mypy --strict
 
 crds: ## regenerate crds/ from the models
 	$(PYTHON) -m infertune crds -o crds/infertune.io_inferencetunings.yaml
+	$(PYTHON) -m infertune crds -o charts/infertune/crds/infertune.io_inferencetunings.yaml
 
 demo: ## the main job on the embedded examples
 	$(PYTHON) -m infertune validate examples/*.yaml

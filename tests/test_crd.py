@@ -31,9 +31,13 @@ def _walk(node: dict[str, Any], path: str = "") -> list[tuple[str, dict[str, Any
     return found
 
 
-def test_crds_directory_matches_the_models() -> None:
-    assert CRD_FILE.read_text(encoding="utf-8") == render_crds(), (
-        "crds/ drifted from operator/infertune/api; run `make crds` and commit the result")
+CHART_CRD_FILE = CRD_FILE.parents[1] / "charts" / "infertune" / "crds" / CRD_FILE.name
+
+
+@pytest.mark.parametrize("path", [CRD_FILE, CHART_CRD_FILE], ids=["crds", "chart"])
+def test_generated_crd_files_match_the_models(path: Path) -> None:
+    assert path.read_text(encoding="utf-8") == render_crds(), (
+        f"{path} drifted from operator/infertune/api; run `make crds` and commit the result")
 
 
 def test_crd_passes_the_official_apiextensions_schema() -> None:

@@ -1,0 +1,11 @@
+# The operator image: `infertune run` (operator and webhook), `infertune agent`, and the
+# launcher that the init container copies into serving pods.
+FROM python:3.11-slim
+RUN useradd --uid 65532 --no-create-home --shell /usr/sbin/nologin infertune
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY operator ./operator
+RUN pip install --no-cache-dir . && rm -rf /src
+USER 65532
+ENTRYPOINT ["infertune"]
+CMD ["run", "--all-namespaces"]
