@@ -90,6 +90,27 @@ def test_defaults_and_enums_reach_the_schema() -> None:
     assert nodes[".spec"]["required"] == ["targetRef", "engine"]
 
 
+def _default_is_complete(node: dict[str, Any], value: Any, path: str) -> list[str]:
+    """What the API server checks: a default must itself validate, required fields included."""
+    if not isinstance(value, dict) or node.get("type") != "object":
+        return []
+    props = node.get("properties", {})
+    missing = [f"{path}.{k}" for k in node.get("required", [])
+               if k not in value and "default" not in props.get(k, {})]
+    for key, child in props.items():
+        if key in value:
+            missing += _default_is_complete(child, value[key], f"{path}.{key}")
+        elif isinstance(child.get("default"), dict):
+            missing += _default_is_complete(child, child["default"], f"{path}.{key}")
+    return missing
+
+
+def test_every_default_satisfies_its_own_schema() -> None:
+    problems = [m for path, node in _walk(_schema()) if "default" in node
+                for m in _default_is_complete(node, node["default"], path)]
+    assert problems == []
+
+
 def test_printer_columns_point_at_real_fields() -> None:
     nodes = dict(_walk(_schema()))
     names = [c["name"] for c in PRINTER_COLUMNS]

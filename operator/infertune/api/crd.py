@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 import yaml
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 from pydantic.json_schema import GenerateJsonSchema
 from pydantic_core import core_schema, to_jsonable_python
 
@@ -45,8 +45,9 @@ PRINTER_COLUMNS: list[Schema] = [
 class _DefaultsFromFactories(GenerateJsonSchema):
     """Also emit defaults that come from default factories, so the API server fills them in.
 
-    A nested model defaults to `{}`: the API server then applies that model's own field
-    defaults, which keeps each default written once, on the field that owns it.
+    A nested model defaults to `{}` when all its fields have defaults: the API server then
+    applies that model's own field defaults, so each default is written once, on the field that
+    owns it. A model with required fields needs its whole default spelled out.
     """
 
     def get_default_value(self, schema: core_schema.WithDefaultSchema) -> Any:
@@ -55,6 +56,11 @@ class _DefaultsFromFactories(GenerateJsonSchema):
             return super().get_default_value(schema)
         value = factory()  # type: ignore[call-arg]
         if isinstance(value, BaseModel):
+            try:
+                type(value).model_validate({})
+            except ValidationError:
+                # Required fields (ScalingRules): the API server needs the whole default.
+                return value.model_dump(by_alias=True, mode="json", exclude_none=True)
             return {}
         return to_jsonable_python(value, by_alias=True)
 
