@@ -1,0 +1,463 @@
+"""jemalloc 5.3 MALLOC_CONF: read it exactly as the library does, check it, and size narenas.
+
+Pure. Every rule mirrors jemalloc 5.3.0: src/jemalloc.c (malloc_conf_next, the option handlers
+in malloc_conf_init_helper, malloc_init_narenas), src/malloc_io.c (malloc_strtoumax) and
+src/fxp.c (fxp_parse). tests/test_mallocconf.py holds the real library to the same verdicts.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import re
+import string
+from collections.abc import Callable
+from dataclasses import dataclass
+
+_U64 = 2**64
+_KEY_CHARS = frozenset(string.ascii_letters + string.digits + "_")
+# MALLOCX_ARENA_LIMIT - 1 (include/jemalloc/internal/jemalloc_internal_types.h): more arenas
+# are cut down with "Reducing narenas to limit (4094)".
+NARENAS_LIMIT = 4094
+# NSTIME_SEC_MAX * 1000 (include/jemalloc/internal/nstime.h), the decay_ms ceiling.
+_DECAY_MS_MAX = 18446744072 * 1000
+# SC_LARGE_MAXCLASS on 64-bit (7 * 2**60), the oversize_threshold ceiling; measured.
+_LARGE_MAXCLASS = 7 * 2**60
+_INT64_MAX = 2**63 - 1
+
+
+@dataclass(frozen=True)
+class ConfProblem:
+    """One thing jemalloc would complain about, and how to fix it."""
+
+    key: str | None
+    value: str | None
+    message: str
+
+
+class MallocConfSyntaxError(ValueError):
+    """The string does not tokenize the way jemalloc's malloc_conf_next() needs."""
+
+    def __init__(self, problem: ConfProblem) -> None:
+        super().__init__(problem.message)
+        self.problem = problem
+
+
+@dataclass(frozen=True)
+class JemallocBuild:
+    """Compile-time features of the library; options of absent ones are unknown keys to it.
+
+    The defaults are Debian's libjemalloc2 5.3.0 (mallctl config.prof/fill true, utrace and
+    xmalloc false; experimental_infallible_new accepted, log and lg_san_uaf_align not).
+    """
+
+    prof: bool = True
+    fill: bool = True
+    utrace: bool = False
+    xmalloc: bool = False
+    cxx: bool = True
+    log: bool = False
+    uaf_detection: bool = False
+
+
+DEBIAN_5_3_0 = JemallocBuild()
+
+# ---- tokenizer: malloc_conf_next() ----------------------------------------------------------
+
+
+def _scan(text: str) -> tuple[list[tuple[str, str]], ConfProblem | None]:
+    """The pairs jemalloc applies, and the syntax problem that stopped it (or None).
+
+    jemalloc stops reading a source at its first syntax error; pairs before it still apply,
+    and so does the last pair before a trailing comma.
+    """
+    text = text.split("\0", 1)[0]  # a C string ends at NUL
+    pairs: list[tuple[str, str]] = []
+    i = 0
+    while i < len(text):
+        start = i
+        while i < len(text) and text[i] in _KEY_CHARS:
+            i += 1
+        if i == len(text):
+            return pairs, _ends_with_key(text[start:])
+        if text[i] != ":":
+            return pairs, _malformed(text, i)
+        key, comma = text[start:i], text.find(",", i + 1)
+        if comma == -1:
+            pairs.append((key, text[i + 1:]))
+            break
+        pairs.append((key, text[i + 1:comma]))
+        i = comma + 1
+        if i == len(text):
+            return pairs, ConfProblem(None, None, "the string ends with a comma (jemalloc: "
+                                      "'Conf string ends with comma'); remove the last comma")
+    return pairs, None
+
+
+def _ends_with_key(token: str) -> ConfProblem:
+    return ConfProblem(token, None, f"{token!r} has no ':' and value (jemalloc: 'Conf string "
+                       f"ends with key'); write key:value, for example narenas:4")
+
+
+_MALFORMED_HINTS = {
+    "=": "separate name and value with ':' (narenas:4), not '='",
+    ",": "remove the empty entry (a leading comma or two commas in a row)",
+    ".": "use the option name without the mallctl prefix (narenas, not opt.narenas)",
+    " ": "remove the space; jemalloc allows no spaces around names",
+}
+
+
+def _malformed(text: str, at: int) -> ConfProblem:
+    char = text[at]
+    hint = _MALFORMED_HINTS.get(char, "option names are letters, digits and '_' only")
+    rest = text[at:]
+    return ConfProblem(None, None, f"character {char!r} at offset {at} cannot be part of an "
+                       f"option name (jemalloc: 'Malformed conf string') and jemalloc ignores "
+                       f"everything from there ({rest!r}); {hint}")
+
+
+def parse_malloc_conf(text: str) -> list[tuple[str, str]]:
+    """The (key, value) pairs of `text` in order; MallocConfSyntaxError if jemalloc would
+    report a syntax error (including a trailing comma). The empty string has no pairs."""
+    pairs, problem = _scan(text)
+    if problem is not None:
+        raise MallocConfSyntaxError(problem)
+    return pairs
+
+
+# ---- values: malloc_strtoumax() and fxp_parse() ---------------------------------------------
+
+
+def _digit(char: str) -> int | None:
+    if "0" <= char <= "9":
+        return ord(char) - ord("0")
+    if "a" <= char.lower() <= "z" and char.isascii():
+        return ord(char.lower()) - ord("a") + 10
+    return None
+
+
+def _strtoumax(text: str) -> tuple[int, int] | None:
+    """malloc_strtoumax(text, &end, 0): (value mod 2**64, characters used), None when it sets
+    errno. Like the C code it skips leading whitespace, takes one sign, reads 0x as hex and a
+    leading 0 as octal, and misses some overflows (its check is `ret < previous`)."""
+    i = 0
+    while i < len(text) and text[i] in "\t\n\v\f\r ":
+        i += 1
+    negative = text[i:i + 1] == "-"
+    if text[i:i + 1] in ("-", "+"):
+        i += 1
+    digits_start, base = i, 10
+    if text[i:i + 1] == "0":
+        after = text[i + 1:i + 2]
+        if after != "" and after in "01234567":
+            base, i = 8, i + 1
+        elif after in ("x", "X") and text[i + 2:i + 3] != "" and text[i + 2] in string.hexdigits:
+            base, i = 16, i + 2
+        elif after not in ("x", "X"):
+            return 0, i + 1  # "0" followed by anything else: zero, the rest left unread
+    value = 0
+    while i < len(text) and (digit := _digit(text[i])) is not None and digit < base:
+        previous, value = value, (value * base + digit) % _U64
+        if value < previous:
+            return None
+        i += 1
+    if i == digits_start:
+        return None
+    return (-value % _U64 if negative else value), i
+
+
+def _read_number(value: str, signed: bool) -> int | None:
+    """CONF_VALUE_READ: the number as the C handler sees it, None if the value is not one."""
+    parsed = _strtoumax(value)
+    if parsed is None or parsed[1] != len(value):
+        return None
+    number = parsed[0]
+    return number - _U64 if signed and number > _INT64_MAX else number
+
+
+def _fxp(value: str) -> int | None:
+    """fxp_parse(): 16.16 fixed point from digits with an optional fraction ("2", ".5", "0.25";
+    not "1." or "1e3"); the integer part must stay below 65536."""
+    match = re.fullmatch(r"([0-9]*)(?:\.([0-9]+))?", value)
+    if match is None or value == "" or int(match[1] or "0") >= 2**16:
+        return None
+    # 14 fractional digits, FXP_FRACTIONAL_PART_DIGITS; later ones are read and ignored.
+    fraction = (match[2] or "").ljust(14, "0")[:14]
+    return (int(match[1] or "0") << 16) + (int(fraction) << 16) // 10**14
+
+
+# ---- option handlers: malloc_conf_init_helper() ---------------------------------------------
+
+Check = Callable[[str, str], str | None]
+"""(key, value) -> what is wrong with the value, or None when jemalloc takes it."""
+
+_NUMBER_FORMS = "decimal, 0x hex or 0-prefixed octal, with no units, exponent or trailing space"
+
+
+def _bool(key: str, value: str) -> str | None:
+    if value in ("true", "false"):
+        return None
+    return f"{key} takes true or false (jemalloc accepts no other spelling, not yes/no/1/0)"
+
+
+def _words(*names: str, prefix: bool = False) -> Check:
+    """An enum; `prefix` handlers compare with strncmp(name, value, len(value)) so jemalloc
+    takes any prefix of a name (even the empty one) as that name."""
+    def check(key: str, value: str) -> str | None:
+        if any(n.startswith(value) if prefix else n == value for n in names):
+            return None
+        return f"{key} must be one of {', '.join(names)}"
+    return check
+
+
+def _number(low: int | None = None, high: int | None = None, *, signed: bool = False,
+            hint: str = "") -> Check:
+    """An integer handler. Options that jemalloc clips get no bounds here: they never fail."""
+    def check(key: str, value: str) -> str | None:
+        number = _read_number(value, signed)
+        if number is None:
+            return f"{key} needs a whole number ({_NUMBER_FORMS}){hint}"
+        if (low is not None and number < low) or (high is not None and number > high):
+            shown = "" if number == _read_number(value.strip(), False) else f" (read as {number})"
+            limits = f"{low}..{high if high is not None else 'max'}"
+            return f"{key}:{value}{shown} is out of range; use {limits}{hint}"
+        return None
+    return check
+
+
+def _ratio(*, at_most_one: bool = False, minus_one: bool = False) -> Check:
+    def check(key: str, value: str) -> str | None:
+        if minus_one and value == "-1":
+            return None
+        ratio = _fxp(value)
+        if ratio is None:
+            return f"{key} needs a plain decimal such as 0.5 or 4 (below 65536)"
+        if at_most_one and ratio > 1 << 16:
+            return f"{key} is a fraction of a huge page; use a value from 0 to 1"
+        return None
+    return check
+
+
+def _size_ranges(*, max_count: int | None) -> Check:
+    """bin_shards / slab_sizes: start-end:count entries joined by '|' (malloc_conf_multi_
+    sizes_next); bin_shards counts must be 1..BIN_SHARDS_MAX (64)."""
+    def check(key: str, value: str) -> str | None:
+        if key == "slab_sizes" and value == "default":
+            return None
+        rest = value
+        while True:
+            entry = _size_range(rest)
+            if entry is None or (max_count is not None and not 0 < entry[0] <= max_count):
+                limit = f", count 1..{max_count}" if max_count is not None else ""
+                return (f"{key} needs start-end:count entries joined by '|', for example "
+                        f"1-4096:1{limit}")
+            rest = rest[entry[1]:]
+            if rest == "":
+                return None
+    return check
+
+
+def _size_range(text: str) -> tuple[int, int] | None:
+    """One start-end:count entry: (count, characters used including a '|'), or None."""
+    used = 0
+    for separator in ("-", ":", ""):
+        parsed = _strtoumax(text[used:])
+        if parsed is None or (separator and text[used + parsed[1]:][:1] != separator):
+            return None
+        used += parsed[1] + len(separator)
+    if text[used:used + 1] == "|":
+        used += 1
+    assert parsed is not None
+    return parsed[0], used
+
+
+def _narenas(key: str, value: str) -> str | None:
+    if value == "default":
+        return None
+    return _number(1, hint="; 'default' gives jemalloc's 4 per CPU")(key, value)
+
+
+def _any(key: str, value: str) -> str | None:
+    return None  # free text (stats_print_opts ignores unknown letters, prof_prefix is a path)
+
+
+_DECAY = _number(-1, _DECAY_MS_MAX, signed=True,
+                 hint="; -1 means never purge, 0 purges immediately")
+_CLIPPED = _number()  # read as a number; jemalloc silently clips it into its range
+
+_CORE: dict[str, Check] = {
+    "confirm_conf": _bool, "abort": _bool, "abort_conf": _bool, "trust_madvise": _bool,
+    "metadata_thp": _words("disabled", "auto", "always", prefix=True), "retain": _bool,
+    "dss": _words("disabled", "primary", "secondary", prefix=True), "narenas": _narenas,
+    "narenas_ratio": _ratio(), "bin_shards": _size_ranges(max_count=64),
+    "mutex_max_spin": _number(-1, signed=True), "dirty_decay_ms": _DECAY,
+    "muzzy_decay_ms": _DECAY, "stats_print": _bool, "stats_print_opts": _any,
+    "stats_interval": _number(-1, signed=True), "stats_interval_opts": _any,
+    "tcache": _bool, "tcache_max": _CLIPPED, "lg_tcache_max": _CLIPPED,
+    "lg_tcache_nslots_mul": _number(-16, 16, signed=True),
+    "tcache_nslots_small_min": _CLIPPED, "tcache_nslots_small_max": _CLIPPED,
+    "tcache_nslots_large": _CLIPPED, "tcache_gc_incr_bytes": _CLIPPED,
+    "tcache_gc_delay_bytes": _CLIPPED, "lg_tcache_flush_small_div": _CLIPPED,
+    "lg_tcache_flush_large_div": _CLIPPED, "oversize_threshold": _number(0, _LARGE_MAXCLASS),
+    "lg_extent_max_active_fit": _number(0, 64),
+    "percpu_arena": _words("percpu", "phycpu", "disabled", prefix=True),
+    "background_thread": _bool, "max_background_threads": _CLIPPED, "hpa": _bool,
+    "hpa_slab_max_alloc": _CLIPPED, "hpa_hugification_threshold": _CLIPPED,
+    "hpa_hugification_threshold_ratio": _ratio(at_most_one=True),
+    "hpa_hugify_delay_ms": _CLIPPED, "hpa_min_purge_interval_ms": _CLIPPED,
+    "hpa_dirty_mult": _ratio(minus_one=True), "hpa_sec_nshards": _CLIPPED,
+    "hpa_sec_max_alloc": _CLIPPED, "hpa_sec_max_bytes": _CLIPPED,
+    "hpa_sec_bytes_after_flush": _CLIPPED, "hpa_sec_batch_fill_extra": _CLIPPED,
+    "slab_sizes": _size_ranges(max_count=None),
+    "thp": _words("default", "always", "never", prefix=True),
+    "zero_realloc": _words("alloc", "free", "abort"),
+    "san_guard_small": _CLIPPED, "san_guard_large": _CLIPPED,
+}
+_PROF: dict[str, Check] = {
+    "prof": _bool, "prof_prefix": _any, "prof_active": _bool, "prof_thread_active_init": _bool,
+    "lg_prof_sample": _CLIPPED, "prof_accum": _bool, "lg_prof_interval": _number(-1, 63,
+                                                                               signed=True),
+    "prof_gdump": _bool, "prof_final": _bool, "prof_leak": _bool, "prof_leak_error": _bool,
+    "prof_log": _bool, "prof_recent_alloc_max": _number(-1, signed=True), "prof_stats": _bool,
+    "prof_sys_thread_name": _bool, "prof_time_resolution": _words("default", "high"),
+    "prof_unbias": _bool,
+}
+# Keys compared with strncmp(name, key, len(key)): any prefix of them, even "", selects them.
+_PREFIX_KEYS = ("metadata_thp", "dss", "percpu_arena")
+
+
+def _options(build: JemallocBuild) -> dict[str, Check]:
+    options = dict(_CORE)
+    features: list[tuple[bool, dict[str, Check]]] = [
+        (build.fill, {"junk": _words("true", "false", "alloc", "free"), "zero": _bool}),
+        (build.utrace, {"utrace": _bool}), (build.xmalloc, {"xmalloc": _bool}),
+        (build.cxx, {"experimental_infallible_new": _bool}), (build.prof, _PROF),
+        (build.log, {"log": _any}),
+        (build.uaf_detection, {"lg_san_uaf_align": _number(-1, signed=True)}),
+    ]
+    for present, extra in features:
+        if present:
+            options.update(extra)
+    return options
+
+
+def _resolve(key: str, options: dict[str, Check]) -> str | None:
+    """The option jemalloc applies `key` to, or None for an unknown key."""
+    if key in options:
+        return key
+    return next((name for name in _PREFIX_KEYS if name.startswith(key)), None)
+
+
+
+# Options that older jemalloc had and 5.x reports as "Invalid conf pair", with what replaced
+# them (jemalloc ChangeLog: 5.0.0 "Incompatible changes", 3.0.0 "Removed features").
+_REMOVED = {
+    "lg_chunk": "lg_chunk was removed in jemalloc 5.0 (chunks are gone); use extent-based "
+                "settings such as dirty_decay_ms / muzzy_decay_ms, or remove it",
+    "lg_dirty_mult": "lg_dirty_mult was removed in jemalloc 5.0 with ratio-based purging; use "
+                     "dirty_decay_ms (and muzzy_decay_ms) to say how fast unused pages go back",
+    "decay_time": "decay_time (jemalloc 4.x) was removed in 5.0; it became dirty_decay_ms and "
+                  "muzzy_decay_ms, in milliseconds",
+    "purge": "purge was removed in jemalloc 5.0: decay is the only purging mode; tune "
+             "dirty_decay_ms / muzzy_decay_ms instead",
+    "quarantine": "quarantine was removed in jemalloc 5.0 with no replacement; use "
+                  "AddressSanitizer to find use-after-free",
+    "redzone": "redzone was removed in jemalloc 5.0 with no replacement; use AddressSanitizer "
+               "to find overflows (junk:true still fills freed memory)",
+    "valgrind": "valgrind was removed (4.0 mallctl, 5.0 support); remove it",
+    "lg_tcache_gc_sweep": "lg_tcache_gc_sweep was removed in jemalloc 3.0; tcache garbage "
+                          "collection is tuned by tcache_gc_incr_bytes / tcache_gc_delay_bytes",
+    "lg_prof_tcmax": "lg_prof_tcmax was removed in jemalloc 3.0; remove it",
+    "lg_prof_bt_max": "lg_prof_bt_max was removed in jemalloc 3.0; remove it",
+    "lg_qspace_max": "lg_qspace_max was removed in jemalloc 3.0 with the size class rework",
+    "lg_cspace_max": "lg_cspace_max was removed in jemalloc 3.0 with the size class rework",
+    # The 5.3.0 ChangeLog lists opt.cache_oblivious, but only as a read-only mallctl: the
+    # MALLOC_CONF handler for it is not in 5.3.0 (measured: "Invalid conf pair").
+    "cache_oblivious": "cache_oblivious cannot be set through MALLOC_CONF in jemalloc 5.3.0 "
+                       "(it is only a read-only mallctl there); remove it",
+}
+_BUILD_ONLY = {"utrace": "--enable-utrace", "xmalloc": "--enable-xmalloc",
+               "log": "--enable-log", "lg_san_uaf_align": "--enable-uaf-detection",
+               "junk": "--enable-fill", "zero": "--enable-fill",
+               "experimental_infallible_new": "--enable-cxx",
+               **{name: "--enable-prof" for name in _PROF}}
+
+
+def _unknown_key(key: str, value: str, options: dict[str, Check]) -> ConfProblem:
+    if key in _REMOVED:
+        return ConfProblem(key, value, _REMOVED[key])
+    if key in _BUILD_ONLY:
+        return ConfProblem(key, value, f"{key} is not compiled into this jemalloc (it needs "
+                           f"{_BUILD_ONLY[key]}); remove it")
+    message = f"{key} is not a jemalloc 5.3 option (jemalloc: 'Invalid conf pair')"
+    close = difflib.get_close_matches(key.lower(), options, n=1)
+    if close:
+        message += f"; did you mean {close[0]}?"
+    if key.startswith("experimental_"):
+        message += "; abort_conf does not abort on experimental_ keys, but they are reported"
+    return ConfProblem(key, value, message)
+
+
+def _applied_narenas(pairs: list[tuple[str, str]]) -> int | None:
+    """opt_narenas after parsing (the last accepted setting wins), as the C unsigned."""
+    applied = None
+    for key, value in pairs:
+        if key == "narenas" and value != "default" and _narenas(key, value) is None:
+            applied = (_read_number(value, False) or 0) % 2**32
+    return applied
+
+
+def check_malloc_conf(text: str, *, build: JemallocBuild = DEBIAN_5_3_0) -> list[ConfProblem]:
+    """Everything jemalloc 5.3 would print a warning for when given `text` as MALLOC_CONF;
+    an empty list means the library takes it silently. Never raises."""
+    options = _options(build)
+    pairs, syntax = _scan(text)
+    problems: list[ConfProblem] = []
+    for key, value in pairs:
+        name = _resolve(key, options)
+        if name is None:
+            problems.append(_unknown_key(key, value, options))
+        elif (message := options[name](name, value)) is not None:
+            problems.append(ConfProblem(key, value, f"{message}; got {key}:{value}"))
+    if syntax is not None:
+        problems.append(syntax)
+    narenas = _applied_narenas(pairs)
+    if narenas is not None and narenas > NARENAS_LIMIT:
+        problems.append(ConfProblem("narenas", str(narenas), (
+            f"narenas comes out as {narenas} (a negative or huge count wraps around) and "
+            f"jemalloc cuts it to {NARENAS_LIMIT} with a warning; use 1..{NARENAS_LIMIT}")))
+    return problems
+
+
+def has_option(text: str, key: str) -> bool:
+    """Whether jemalloc reads a setting of `key` in `text` (valid or not); pairs after a syntax
+    error are never read."""
+    options = _options(DEBIAN_5_3_0)
+    return any(_resolve(k, options) == key for k, _ in _scan(text)[0])
+
+
+def narenas_for_cpus(cpu_limit: float | None) -> int | None:
+    """One arena per CPU of the container's limit, rounded up; None without a usable limit.
+
+    jemalloc's default is 4 arenas per CPU in the affinity mask (malloc_ncpus uses
+    sched_getaffinity), and a CPU limit (CFS quota) does not shrink that mask: a 4-CPU pod on a
+    128-CPU node gets 512 arenas. More arenas than CPUs able to run add fragmentation without
+    less contention (TUNING.md, narenas), so size to the limit, never to the node.
+    """
+    if cpu_limit is None or not math.isfinite(cpu_limit) or cpu_limit <= 0:
+        return None
+    return min(NARENAS_LIMIT, max(1, math.ceil(cpu_limit)))
+
+
+def effective_malloc_conf(user_conf: str | None, cpu_limit: float | None) -> str:
+    """The MALLOC_CONF to inject: the user's, plus narenas sized by narenas_for_cpus() when the
+    user's leaves narenas unset. Never raises; validate user_conf with check_malloc_conf."""
+    conf = user_conf or ""
+    narenas = narenas_for_cpus(cpu_limit)
+    if narenas is None or has_option(conf, "narenas"):
+        return conf
+    body = conf.removesuffix(",")
+    if _scan(body)[1] is not None:
+        # jemalloc stops reading at a syntax error, so an appended narenas would be ignored.
+        return conf
+    return f"{body},narenas:{narenas}" if body else f"narenas:{narenas}"
