@@ -1,0 +1,285 @@
+"""The MALLOC_CONF checker, held to the real jemalloc 5.3 (Debian libjemalloc2) as its oracle."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from infertune.tuning.mallocconf import (
+    DEBIAN_5_3_0,
+    NARENAS_LIMIT,
+    MallocConfSyntaxError,
+    check_malloc_conf,
+    effective_malloc_conf,
+    has_option,
+    narenas_for_cpus,
+    parse_malloc_conf,
+)
+
+JEMALLOC = Path("/usr/lib/x86_64-linux-gnu/libjemalloc.so.2")
+CORPUS = Path(__file__).parent / "fixtures" / "mallocconf" / "corpus.txt"
+needs_jemalloc = pytest.mark.skipif(not JEMALLOC.exists(),
+                                    reason=f"{JEMALLOC} is absent (apt-get install libjemalloc2)")
+
+# Lines jemalloc prints that say something about this machine, not about the string: a kernel
+# without THP, QEMU's MADV_DONTNEED, no room for a background thread (src/pages.c,
+# src/background_thread.c, malloc_init_narenas). A test meeting one skips and shows it.
+ENVIRONMENT_LINES = ("<jemalloc>: no MADV_HUGEPAGE", "<jemalloc>: MADV_DONTNEED",
+                     "<jemalloc>: (This is the expected", "<jemalloc>: background thread",
+                     "<jemalloc>: invalid configuration -- per physical CPU",
+                     "<jemalloc>: perCPU arena getcpu()")
+# What confirm_conf:true prints about every source and setting it read: not a complaint.
+CONFIRMATION_LINES = ("<jemalloc>: malloc_conf #", "<jemalloc>: -- Set conf value")
+
+
+def load_corpus() -> list[tuple[bool, str]]:
+    cases = []
+    for line in CORPUS.read_text().splitlines():
+        if not line.strip() or line.startswith("#"):
+            continue
+        verdict, rest = line.split(maxsplit=1)
+        conf, _ = json.JSONDecoder().raw_decode(rest)
+        cases.append((verdict == "valid", conf))
+    return cases
+
+
+@dataclass(frozen=True)
+class JemallocRun:
+    returncode: int
+    complaints: list[str]
+
+
+def run_jemalloc(conf: str, cwd: Path) -> JemallocRun:
+    """/bin/true with jemalloc preloaded: what it printed about `conf`. exec, not a wrapper
+    such as timeout, because every preloaded process prints its own copy."""
+    env = {"PATH": "/usr/bin:/bin", "LD_PRELOAD": str(JEMALLOC), "MALLOC_CONF": conf}
+    done = subprocess.run(["/bin/true"], env=env, cwd=cwd, capture_output=True, text=True,
+                          timeout=30, check=False)
+    lines = [line for line in done.stderr.splitlines() if line.startswith("<jemalloc>:")]
+    machine = [line for line in lines if line.startswith(ENVIRONMENT_LINES)]
+    if machine:
+        pytest.skip(f"jemalloc reports on this machine, not on {conf!r}: {machine}")
+    return JemallocRun(done.returncode,
+                       [line for line in lines if not line.startswith(CONFIRMATION_LINES)])
+
+
+CASES = load_corpus()
+CASE_IDS = [repr(conf) for _, conf in CASES]
+
+
+def test_corpus_has_enough_valid_and_invalid_strings() -> None:
+    valid = sum(1 for ok, _ in CASES if ok)
+    assert len(CASES) >= 40 and valid >= 15 and len(CASES) - valid >= 15
+
+
+@pytest.mark.parametrize(("valid", "conf"), CASES, ids=CASE_IDS)
+def test_checker_verdict_matches_the_corpus(valid: bool, conf: str) -> None:
+    problems = check_malloc_conf(conf)
+    assert (problems == []) is valid, [p.message for p in problems]
+
+
+@needs_jemalloc
+@pytest.mark.parametrize(("valid", "conf"), CASES, ids=CASE_IDS)
+def test_jemalloc_verdict_matches_the_corpus(valid: bool, conf: str, tmp_path: Path) -> None:
+    run = run_jemalloc(conf, tmp_path)
+    assert (run.complaints == []) is valid, run.complaints
+
+
+@needs_jemalloc
+@pytest.mark.parametrize(("conf", "aborts"), [
+    ("abort_conf:true,lg_chunk:21", True),
+    ("abort_conf:true,narenas:x", True),
+    ("lg_chunk:21,abort_conf:true", True),  # abort comes after all parsing
+    ("abort_conf:true,experimental_foo:1", False),  # reported, tolerated
+    ("abort_conf:true,narenas:4", False),
+])
+def test_abort_conf_turns_a_reported_problem_into_abort(conf: str, aborts: bool,
+                                                        tmp_path: Path) -> None:
+    run = run_jemalloc(conf, tmp_path)
+    assert (run.returncode == -signal.SIGABRT) is aborts
+    assert check_malloc_conf(conf) != [] or not aborts
+
+
+@pytest.mark.parametrize(("conf", "key", "says"), [
+    ("lg_chunk:21", "lg_chunk", "lg_chunk was removed in jemalloc 5.0 (chunks are gone); use "
+     "extent-based settings such as dirty_decay_ms / muzzy_decay_ms, or remove it"),
+    ("decay_time:10", "decay_time", "dirty_decay_ms and muzzy_decay_ms"),
+    ("lg_dirty_mult:3", "lg_dirty_mult", "use dirty_decay_ms"),
+    ("lg_tcache_gc_sweep:1", "lg_tcache_gc_sweep", "tcache_gc_incr_bytes"),
+    ("narenas:0", "narenas", "out of range; use 1..max"),
+    ("narenas:-1", "narenas", f"cuts it to {NARENAS_LIMIT}"),
+    ("background_thread:yes", "background_thread", "takes true or false"),
+    ("percpu_arena:bogus", "percpu_arena", "one of percpu, phycpu, disabled"),
+    ("thp:maybe", "thp", "one of default, always, never"),
+    ("dirty_decay_ms:-2", "dirty_decay_ms", "-1 means never purge"),
+    ("dirty_decay_ms:1e3", "dirty_decay_ms", "no units, exponent"),
+    ("narenss:4", "narenss", "did you mean narenas?"),
+    ("utrace:true", "utrace", "needs --enable-utrace"),
+])
+def test_problem_names_the_key_and_the_fix(conf: str, key: str, says: str) -> None:
+    [problem] = check_malloc_conf(conf)
+    assert problem.key == key
+    assert says in problem.message
+
+
+@pytest.mark.parametrize(("conf", "says"), [
+    ("narenas4", "has no ':'"),
+    ("narenas:4,", "ends with a comma"),
+    ("narenas:4,,tcache:false", "remove the empty entry"),
+    ("narenas=4", "not '='"),
+    ("opt.narenas:4", "not opt.narenas"),
+])
+def test_syntax_error_is_raised_by_the_parser_with_its_fix(conf: str, says: str) -> None:
+    with pytest.raises(MallocConfSyntaxError, match=r"(?s).*") as raised:
+        parse_malloc_conf(conf)
+    assert says in raised.value.problem.message
+
+
+def test_checker_reports_a_syntax_error_after_the_pairs_jemalloc_still_applied() -> None:
+    problems = check_malloc_conf("narenas:0,foo=1,lg_chunk:21")
+    assert [p.key for p in problems] == ["narenas", None]  # lg_chunk is never read
+    assert "ignores everything from there ('=1,lg_chunk:21')" in problems[1].message
+
+
+@pytest.mark.parametrize(("conf", "pairs"), [
+    ("", []),
+    ("narenas:4", [("narenas", "4")]),
+    ("a:b:c,d:", [("a", "b:c"), ("d", "")]),
+    ("narenas:4 ,x: y", [("narenas", "4 "), ("x", " y")]),
+])
+def test_parser_splits_pairs_at_the_first_colon_and_each_comma(
+        conf: str, pairs: list[tuple[str, str]]) -> None:
+    assert parse_malloc_conf(conf) == pairs
+
+
+@pytest.mark.parametrize(("conf", "key", "present"), [
+    ("narenas:4", "narenas", True),
+    ("narenas:0", "narenas", True),  # set, though badly: not ours to override
+    ("background_thread:true", "narenas", False),
+    ("foo,narenas:4", "narenas", False),  # jemalloc stops at the syntax error
+    ("m:auto", "metadata_thp", True),  # jemalloc's prefix match on this key
+    ("", "narenas", False),
+])
+def test_has_option_sees_what_jemalloc_reads(conf: str, key: str, present: bool) -> None:
+    assert has_option(conf, key) is present
+
+
+@pytest.mark.parametrize(("cpu_limit", "narenas"), [
+    (None, None), (0.0, None), (-1.0, None), (float("nan"), None), (float("inf"), None),
+    (0.25, 1), (1.0, 1), (3.2, 4), (8.0, 8), (10000.0, NARENAS_LIMIT),
+])
+def test_narenas_follows_the_container_cpu_limit(cpu_limit: float | None,
+                                                 narenas: int | None) -> None:
+    assert narenas_for_cpus(cpu_limit) == narenas
+
+
+@pytest.mark.parametrize(("user_conf", "cpu_limit", "effective"), [
+    (None, 4.0, "narenas:4"),
+    ("", 2.5, "narenas:3"),
+    ("background_thread:true", 8.0, "background_thread:true,narenas:8"),
+    ("background_thread:true,", 8.0, "background_thread:true,narenas:8"),
+    ("narenas:2", 8.0, "narenas:2"),
+    ("narenas:default", 8.0, "narenas:default"),
+    ("background_thread:true", None, "background_thread:true"),
+    (None, None, ""),
+    ("foo=1", 8.0, "foo=1"),  # jemalloc would never read an appended narenas
+])
+def test_effective_conf_adds_narenas_only_when_the_user_left_it_unset(
+        user_conf: str | None, cpu_limit: float | None, effective: str) -> None:
+    assert effective_malloc_conf(user_conf, cpu_limit) == effective
+
+
+# ---- the settings reach a real process --------------------------------------------------
+
+READ_BACK = textwrap.dedent("""
+    import ctypes, json
+    libc = ctypes.CDLL(None)
+    def read(name, ctype):
+        value, size = ctype(), ctypes.c_size_t(ctypes.sizeof(ctype))
+        rc = libc.mallctl(name.encode(), ctypes.byref(value), ctypes.byref(size), None, 0)
+        assert rc == 0, (name, rc)
+        return value.value
+    print(json.dumps({
+        "opt.narenas": read("opt.narenas", ctypes.c_uint),
+        "opt.dirty_decay_ms": read("opt.dirty_decay_ms", ctypes.c_ssize_t),
+        "opt.background_thread": read("opt.background_thread", ctypes.c_bool),
+        "config.prof": read("config.prof", ctypes.c_bool),
+        "config.fill": read("config.fill", ctypes.c_bool),
+        "config.utrace": read("config.utrace", ctypes.c_bool),
+        "config.xmalloc": read("config.xmalloc", ctypes.c_bool),
+    }))
+""")
+
+
+def read_back(conf: str, cwd: Path) -> dict[str, object]:
+    env = {**os.environ, "LD_PRELOAD": str(JEMALLOC), "MALLOC_CONF": conf}
+    done = subprocess.run([sys.executable, "-c", READ_BACK], env=env, cwd=cwd,
+                          capture_output=True, text=True, timeout=60, check=True)
+    assert "<jemalloc>" not in done.stderr, done.stderr
+    result: dict[str, object] = json.loads(done.stdout)
+    return result
+
+
+@needs_jemalloc
+def test_injected_conf_takes_effect_in_a_real_process(tmp_path: Path) -> None:
+    conf = effective_malloc_conf("background_thread:true,dirty_decay_ms:-1", 3.5)
+    assert check_malloc_conf(conf) == []
+    seen = read_back(conf, tmp_path)
+    assert seen["opt.narenas"] == 4
+    assert seen["opt.dirty_decay_ms"] == -1
+    assert seen["opt.background_thread"] is True
+
+
+@needs_jemalloc
+def test_checker_build_features_are_the_installed_library(tmp_path: Path) -> None:
+    seen = read_back("", tmp_path)
+    assert (seen["config.prof"], seen["config.fill"], seen["config.utrace"],
+            seen["config.xmalloc"]) == (DEBIAN_5_3_0.prof, DEBIAN_5_3_0.fill,
+                                        DEBIAN_5_3_0.utrace, DEBIAN_5_3_0.xmalloc)
+
+
+# ---- properties -------------------------------------------------------------------------
+
+
+@given(st.text(max_size=60))
+def test_checker_never_raises(text: str) -> None:
+    check_malloc_conf(text)
+    has_option(text, "narenas")
+    effective_malloc_conf(text, 4.0)
+
+
+NUMBERS = st.one_of(st.integers(-2**65, 2**65).map(str),
+                    st.integers(0, 2**20).map(hex), st.sampled_from(["0", "08", "010", " 4"]))
+WORDS = st.sampled_from(["true", "false", "yes", "default", "always", "never", "auto",
+                         "disabled", "percpu", "primary", "alloc", "free", "abort", "", "al",
+                         "1-4096:1", "1-160:64|2-3:1", ".5", "1.5", "-1"])
+# Options whose effects print by design (stats, confirmation, profiles at exit, abort) or
+# depend on the machine (phycpu) are left out.
+KEYS = st.sampled_from([
+    "narenas", "dirty_decay_ms", "muzzy_decay_ms", "background_thread", "tcache", "thp",
+    "metadata_thp", "percpu_arena", "dss", "retain", "junk", "zero_realloc", "tcache_max",
+    "lg_tcache_max", "oversize_threshold", "lg_extent_max_active_fit", "lg_tcache_nslots_mul",
+    "mutex_max_spin", "stats_interval", "bin_shards", "slab_sizes", "narenas_ratio",
+    "hpa_dirty_mult", "hpa_hugification_threshold_ratio", "lg_prof_interval", "lg_chunk",
+    "m", "d", "NARENAS"])
+PAIRS = st.tuples(KEYS, st.one_of(NUMBERS, WORDS)).map(lambda kv: f"{kv[0]}:{kv[1]}")
+CONFS = st.lists(PAIRS, min_size=1, max_size=3).map(",".join)
+
+
+@needs_jemalloc
+@settings(max_examples=40, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(CONFS)
+def test_generated_confs_get_jemallocs_verdict(tmp_path: Path, conf: str) -> None:
+    problems = check_malloc_conf(conf)
+    assert (problems == []) is (run_jemalloc(conf, tmp_path).complaints == []), problems
