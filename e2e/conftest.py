@@ -29,6 +29,7 @@ from e2e.fixtures.access import (
     external_cluster_info,
     managed_cluster_info,
 )
+from e2e.fixtures.operator import OperatorProcess, in_cluster_operator, start_operator
 from e2e.fixtures.prometheus import PROMETHEUS_BINARY, PrometheusServer
 from e2e.fixtures.rbac import delete_owned_cluster_objects
 from e2e.fixtures.waiting import wait_for
@@ -182,3 +183,17 @@ def _say(request: pytest.FixtureRequest, message: str) -> None:
         reporter.write_line(message)
     else:
         print(message, file=sys.stderr)
+
+
+@pytest.fixture(scope="session")
+def operator(cluster: ClusterInfo, api_client: client.ApiClient) -> Iterator[OperatorProcess]:
+    """The operator: a real `infertune run` with the chart's RBAC, or the in-cluster one."""
+    if cluster.external:
+        yield in_cluster_operator()
+        return
+    assert cluster.log_dir is not None
+    work = Path(tempfile.mkdtemp(prefix="infertune-e2e-operator-"))
+    running = start_operator(api_client, work, cluster.log_dir)
+    yield running
+    running.stop()
+    shutil.rmtree(work, ignore_errors=True)

@@ -61,6 +61,50 @@ def _run(args: argparse.Namespace) -> int:
     return run_operator(args)
 
 
+def _plan(args: argparse.Namespace) -> int:
+    from infertune.planning import PlanInputError, plan_from_files
+
+    try:
+        text = plan_from_files(Path(args.tuning), Path(args.pod), args.launcher_image,
+                               as_json=args.output == "json")
+    except PlanInputError as exc:
+        print(str(exc), file=sys.stderr)
+        return 1
+    sys.stdout.write(text)
+    return 0
+
+
+def _allocator_check(args: argparse.Namespace) -> int:
+    from infertune.tuning.mallocconf import check_malloc_conf
+
+    problems = check_malloc_conf(args.conf)
+    for problem in problems:
+        print(f"MALLOC_CONF: {problem.message}", file=sys.stderr)
+    if not problems:
+        print(f"MALLOC_CONF {args.conf!r}: valid for jemalloc 5.x")
+    return 1 if problems else 0
+
+
+def _launcher_file() -> Path:
+    return Path(__file__).resolve().parent / "launcher" / "infertune-launch"
+
+
+def _launcher_install(args: argparse.Namespace) -> int:
+    import shutil
+
+    target = Path(args.directory) / "infertune-launch"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(_launcher_file(), target)
+    target.chmod(0o555)
+    print(f"installed {target}")
+    return 0
+
+
+def _launcher_path(args: argparse.Namespace) -> int:
+    print(_launcher_file())
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="infertune",
@@ -96,7 +140,53 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--standalone", action="store_true",
                      help="do not take part in peering (one operator instance only)")
     run.add_argument("--verbose", action="store_true")
+    run.add_argument("--operator-namespace", help="the operator's own namespace, never tuned "
+                     "(default: $INFERTUNE_NAMESPACE or infertune-system)")
+    run.add_argument("--launcher-image", default=f"ghcr.io/infertune/infertune:{__version__}",
+                     help="image of the init container that installs the launcher")
+    run.add_argument("--no-static-cpu-manager", action="store_true",
+                     help="kubelets do not run the static CPU manager: skip the QoS checks")
+    run.add_argument("--retune-interval", type=float, metavar="SECONDS",
+                     help="how often outdated pods are looked for (default 10)")
+    hook = run.add_argument_group("admission webhook")
+    hook.add_argument("--webhook-addr", default="0.0.0.0", help="listen address")
+    hook.add_argument("--webhook-port", type=int, default=9443, help="listen port")
+    hook.add_argument("--webhook-host", help="host name or IP the API server connects to "
+                      "(default: the listen address)")
+    hook.add_argument("--webhook-service", metavar="NS/NAME:PORT",
+                      help="register the webhook through this Service (in-cluster)")
+    hook.add_argument("--webhook-cert", help="serving certificate (for example from "
+                      "cert-manager); default: a generated self-signed one")
+    hook.add_argument("--webhook-key", help="private key of --webhook-cert")
+    hook.add_argument("--webhook-ca", help="CA bundle the API server verifies with "
+                      "(default: the certificate itself)")
     run.set_defaults(handler=_run)
+
+    plan = commands.add_parser(
+        "plan", help="show the patch the webhook would apply to a pod, and why",
+        description="Run the pod-tuning planner the webhook runs on one pod.")
+    plan.add_argument("tuning", metavar="TUNING.yaml")
+    plan.add_argument("--pod", required=True, metavar="POD.yaml",
+                      help="a Pod, or a Deployment whose pod template is used")
+    plan.add_argument("--output", choices=("text", "json"), default="text")
+    plan.add_argument("--launcher-image", default=f"ghcr.io/infertune/infertune:{__version__}")
+    plan.set_defaults(handler=_plan)
+
+    allocator = commands.add_parser("allocator", help="allocator tools")
+    allocator_commands = allocator.add_subparsers(dest="allocator_command", required=True)
+    check = allocator_commands.add_parser(
+        "check", help="check a jemalloc 5.x MALLOC_CONF string (exit 1 if invalid)")
+    check.add_argument("conf", metavar="STRING")
+    check.set_defaults(handler=_allocator_check)
+
+    launcher = commands.add_parser("launcher", help="the in-container NUMA launcher")
+    launcher_commands = launcher.add_subparsers(dest="launcher_command", required=True)
+    install = launcher_commands.add_parser(
+        "install", help="copy the launcher into DIR (the init container runs this)")
+    install.add_argument("directory", metavar="DIR")
+    install.set_defaults(handler=_launcher_install)
+    path = launcher_commands.add_parser("path", help="print where the launcher script is")
+    path.set_defaults(handler=_launcher_path)
     return parser
 
 

@@ -201,6 +201,12 @@ class AllocatorSpec(ApiModel):
             if self.library_path != DEFAULT_JEMALLOC_PATH:
                 problems.add("libraryPath", f"only applies to type jemalloc (type is "
                              f"{self.type.value})")
+        if self.type is AllocatorType.JEMALLOC and self.malloc_conf is not None:
+            # The real library ignores bad pairs with a message on stderr nobody reads; refuse.
+            from infertune.tuning.mallocconf import check_malloc_conf
+
+            for problem in check_malloc_conf(self.malloc_conf):
+                problems.add("mallocConf", problem.message)
         if self.type is not AllocatorType.GLIBC:
             for field, value in (("arenaMax", self.arena_max),
                                  ("glibcTunables", self.glibc_tunables)):

@@ -12,7 +12,7 @@ from kubernetes import client
 from infertune import keys
 from infertune.api.spec import GROUP, PLURAL, VERSION
 from infertune.controller.reconcile import TargetState, assess
-from infertune.kube.client import read_deployment
+from infertune.kube.client import connection_info, read_deployment
 
 RESOURCE = (GROUP, VERSION, PLURAL)
 
@@ -35,7 +35,7 @@ def _now() -> str:
 
 
 @kopf.on.startup()
-def configure_kopf(settings: kopf.OperatorSettings, **_: Any) -> None:
+def configure_kopf(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     # Our CRD's structural schema prunes kopf's default status.kopf, so its bookkeeping goes
     # into annotations under our prefix.
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(
@@ -46,6 +46,13 @@ def configure_kopf(settings: kopf.OperatorSettings, **_: Any) -> None:
     # Only warnings and errors become Events by themselves; decisions are posted explicitly.
     settings.posting.level = logging.WARNING
     settings.watching.server_timeout = 300
+    settings.admission.server = memo.webhook_server
+
+
+@kopf.on.login()
+def login(**_: Any) -> kopf.ConnectionInfo:
+    """Use the credentials `infertune run` loaded (--kubeconfig, in-cluster, or $KUBECONFIG)."""
+    return kopf.ConnectionInfo(**connection_info())
 
 
 @kopf.on.resume(*RESOURCE)

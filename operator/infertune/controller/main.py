@@ -4,10 +4,46 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
+import tempfile
+from pathlib import Path
 
 import kopf
 
 from infertune.kube.client import configure
+from infertune.kube.webhook_tls import write_self_signed
+from infertune.kube.webhooks import RegisteringWebhookServer, WebhookRegistration
+
+DEFAULT_NAMESPACE = "infertune-system"
+
+
+def _webhook_server(args: argparse.Namespace, own_namespace: str) -> RegisteringWebhookServer:
+    service = None
+    if args.webhook_service:
+        # namespace/name:port, the Service in front of the operator (the chart creates it).
+        ref, _, port = args.webhook_service.partition(":")
+        ns, _, name = ref.partition("/")
+        if not (ns and name and port.isdigit()):
+            raise SystemExit("--webhook-service: expected NAMESPACE/NAME:PORT, for example "
+                             "infertune-system/infertune-webhook:443")
+        service = (ns, name, int(port))
+    host = args.webhook_host or args.webhook_addr
+    if args.webhook_cert and args.webhook_key:
+        cert, key = Path(args.webhook_cert), Path(args.webhook_key)  # cert-manager's files
+    elif args.webhook_cert or args.webhook_key:
+        raise SystemExit("--webhook-cert and --webhook-key go together")
+    else:
+        hosts = [host, "localhost"]
+        if service is not None:
+            dns = f"{service[1]}.{service[0]}.svc"
+            hosts += [dns, f"{dns}.cluster.local"]
+        cert, key = write_self_signed(Path(tempfile.mkdtemp(prefix="infertune-tls-")), hosts)
+    return RegisteringWebhookServer(
+        registration=WebhookRegistration(excluded_namespaces=("kube-system", own_namespace),
+                                         service=service),
+        addr=args.webhook_addr, port=args.webhook_port, host=host,
+        certfile=cert, pkeyfile=key, cafile=args.webhook_ca or cert,
+    )
 
 
 def run_operator(args: argparse.Namespace) -> int:
@@ -16,13 +52,24 @@ def run_operator(args: argparse.Namespace) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     configure(args.kubeconfig)
-    from infertune.controller import handlers  # noqa: F401  (registers the handlers)
+    if args.retune_interval is not None:
+        os.environ["INFERTUNE_RETUNE_INTERVAL"] = str(args.retune_interval)
+    from infertune.controller import handlers, pods  # registers the handlers
 
+    own_namespace = args.operator_namespace or os.environ.get("INFERTUNE_NAMESPACE",
+                                                              DEFAULT_NAMESPACE)
+    memo = kopf.Memo(
+        pod_tuning=pods.PodTuningSettings(launcher_image=args.launcher_image,
+                                          static_cpu_manager=not args.no_static_cpu_manager),
+        webhook_server=_webhook_server(args, own_namespace),
+    )
     namespaces = args.namespaces or []
     kopf.run(
         standalone=args.standalone,
         clusterwide=not namespaces,
         namespaces=namespaces,
         liveness_endpoint=args.liveness,
+        memo=memo,
     )
+    del handlers
     return 0

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import os
+from typing import Any
 
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
@@ -11,8 +11,6 @@ from kubernetes.client.exceptions import ApiException
 def configure(kubeconfig: str | None) -> None:
     """Load credentials: the given kubeconfig, else in-cluster, else $KUBECONFIG/~/.kube."""
     if kubeconfig:
-        # kopf logs in through the kubernetes client, which reads $KUBECONFIG.
-        os.environ["KUBECONFIG"] = kubeconfig
         config.load_kube_config(config_file=kubeconfig)  # type: ignore[no-untyped-call]
         return
     try:
@@ -29,3 +27,24 @@ def read_deployment(namespace: str, name: str) -> client.V1Deployment | None:
         if exc.status == 404:
             return None
         raise
+
+
+def connection_info() -> dict[str, Any]:
+    """The loaded credentials in the shape of kopf.ConnectionInfo, so kopf and this client
+    always talk to the same server as the same user."""
+    cfg = client.Configuration.get_default_copy()
+    auth = (cfg.api_key or {}).get("authorization") or (cfg.api_key or {}).get("BearerToken")
+    token = None
+    if auth:
+        prefix = (cfg.api_key_prefix or {}).get("authorization", "")
+        token = auth.split(" ", 1)[1] if auth.startswith("Bearer ") else auth
+        if prefix and prefix != "Bearer":  # pragma: no cover - exotic kubeconfigs
+            token = auth
+    return {
+        "server": cfg.host,
+        "ca_path": cfg.ssl_ca_cert,
+        "insecure": not cfg.verify_ssl,
+        "token": token,
+        "certificate_path": cfg.cert_file,
+        "private_key_path": cfg.key_file,
+    }

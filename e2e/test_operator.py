@@ -1,0 +1,170 @@
+"""The operator itself, as a real process against the real control plane.
+
+It applies the CRD from crds/, runs `infertune run` with the chart's RBAC rules, and checks
+what a user sees: status with observedGeneration, the Ready / DryRun conditions, Events, and
+the printer columns of `kubectl get itune`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from e2e.fixtures.access import Kubectl
+from e2e.fixtures.operator import OperatorProcess
+from e2e.fixtures.rbac import REPO_ROOT
+from e2e.fixtures.waiting import wait_for
+
+pytestmark = pytest.mark.e2e
+
+GROUP, VERSION, PLURAL = "infertune.io", "v1alpha1", "inferencetunings"
+
+
+def deployment(name: str, replicas: int = 1, **container: Any) -> dict[str, Any]:
+    serving = {"name": "vllm", "image": "vllm/vllm-openai:v0.11.0",
+               "command": ["vllm", "serve", "Qwen/Qwen2-7B-Instruct"],
+               "resources": {"requests": {"cpu": "2", "memory": "8Gi"},
+                             "limits": {"cpu": "2", "memory": "8Gi"}}}
+    serving.update(container)
+    return {
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": name, "labels": {"app": name}},
+        "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": name}},
+                 "template": {"metadata": {"labels": {"app": name}},
+                              "spec": {"containers": [serving]}}},
+    }
+
+
+def tuning(name: str, target: str, **spec: Any) -> dict[str, Any]:
+    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "InferenceTuning",
+            "metadata": {"name": name},
+            "spec": {"targetRef": {"name": target}, "engine": "vllm", **spec}}
+
+
+def get_tuning(api_client: client.ApiClient, namespace: str, name: str) -> dict[str, Any]:
+    body: dict[str, Any] = client.CustomObjectsApi(api_client).get_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL, name)
+    return body
+
+
+def condition(body: dict[str, Any], kind: str) -> dict[str, Any] | None:
+    return next((c for c in (body.get("status") or {}).get("conditions", [])
+                 if c["type"] == kind), None)
+
+
+def wait_observed(api_client: client.ApiClient, namespace: str, name: str, operator:
+                  OperatorProcess, kind: str = "Ready", status: str = "True",
+                  timeout_s: float = 30) -> dict[str, Any]:
+    """Wait until status reflects the current generation with condition `kind` = `status`."""
+    def observed() -> dict[str, Any] | None:
+        operator.check_running()
+        body = get_tuning(api_client, namespace, name)
+        found = condition(body, kind)
+        current = (body.get("status") or {}).get("observedGeneration") == (
+            body["metadata"]["generation"])
+        ok = current and found is not None and found["status"] == status
+        return body if ok else None
+
+    try:
+        return wait_for(observed, f"{namespace}/{name} {kind}={status}", timeout_s=timeout_s)
+    except AssertionError as error:
+        raise AssertionError(f"{error}\noperator log:\n{operator.tail()}") from None
+
+
+def events_for(api_client: client.ApiClient, namespace: str, name: str) -> list[Any]:
+    events = client.CoreV1Api(api_client).list_namespaced_event(
+        namespace, field_selector=f"involvedObject.name={name},involvedObject.kind="
+        "InferenceTuning")
+    return list(events.items)
+
+
+def create(api_client: client.ApiClient, namespace: str, body: dict[str, Any]) -> None:
+    if body["kind"] == "Deployment":
+        client.AppsV1Api(api_client).create_namespaced_deployment(namespace, body)
+    else:
+        client.CustomObjectsApi(api_client).create_namespaced_custom_object(
+            GROUP, VERSION, namespace, PLURAL, body)
+
+
+def test_operator_reports_status_condition_and_event(
+    api_client: client.ApiClient, namespace: str, operator: OperatorProcess, kubectl: Kubectl
+) -> None:
+    create(api_client, namespace, deployment("qwen"))
+    create(api_client, namespace, tuning("qwen", "qwen", autoscaling={"maxReplicas": 4}))
+    body = wait_observed(api_client, namespace, "qwen", operator)
+    ready = condition(body, "Ready")
+    assert ready is not None and ready["reason"] == "Accepted"
+    assert ready["observedGeneration"] == body["metadata"]["generation"]
+    assert body["status"]["phase"] == "Active"
+    assert condition(body, "DryRun")["status"] == "False"  # type: ignore[index]
+    # Server-side defaults from the CRD reached the stored object.
+    assert body["spec"]["autoscaling"]["queue"] == {"targetPerReplica": 32, "sustain": "30s"}
+    assert body["spec"]["mode"] == "Enforce"
+
+    accepted = wait_for(lambda: [e for e in events_for(api_client, namespace, "qwen")
+                                 if e.reason == "Accepted"], "an Accepted Event")
+    assert accepted[0].type == "Normal" and "Deployment qwen" in accepted[0].message
+
+    table = kubectl("get", "itune", "-n", namespace).stdout
+    header = table.splitlines()[0].split()
+    assert header == ["NAME", "TARGET", "MODE", "PHASE", "REPLICAS", "P99", "QUEUE", "CANARY",
+                      "AGE"]
+    row = table.splitlines()[1].split()
+    assert row[:5] == ["qwen", "qwen", "Enforce", "Active", "1"]
+
+
+def test_spec_change_moves_observed_generation(
+    api_client: client.ApiClient, namespace: str, operator: OperatorProcess
+) -> None:
+    create(api_client, namespace, deployment("qwen"))
+    create(api_client, namespace, tuning("qwen", "qwen"))
+    wait_observed(api_client, namespace, "qwen", operator)
+    client.CustomObjectsApi(api_client).patch_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL, "qwen", {"spec": {"mode": "DryRun"}})
+    body = wait_observed(api_client, namespace, "qwen", operator, kind="DryRun")
+    assert body["metadata"]["generation"] == 2
+    assert body["status"]["phase"] == "DryRun"
+    actions = [d["action"] for d in body["status"]["decisions"]]
+    assert actions == ["generation 1: Accepted", "generation 2: Accepted"]
+
+
+def test_missing_target_is_reported_then_found(
+    api_client: client.ApiClient, namespace: str, operator: OperatorProcess
+) -> None:
+    create(api_client, namespace, tuning("late", "late"))
+    body = wait_observed(api_client, namespace, "late", operator, status="False")
+    assert condition(body, "Ready")["reason"] == "TargetNotFound"  # type: ignore[index]
+    assert body["status"]["phase"] == "Pending"
+    wait_for(lambda: [e for e in events_for(api_client, namespace, "late")
+                      if e.reason == "TargetNotFound" and e.type == "Warning"],
+             "a TargetNotFound warning Event")
+    create(api_client, namespace, deployment("late"))
+    # The operator looks again every 15 s.
+    wait_observed(api_client, namespace, "late", operator, timeout_s=45)
+
+
+def test_examples_pass_the_api_servers_own_validation(
+    operator: OperatorProcess, kubectl: Kubectl, namespace: str
+) -> None:
+    for example in sorted((REPO_ROOT / "examples").glob("*.yaml")):
+        docs = [d for d in yaml.safe_load_all(example.read_text()) if d]
+        for doc in docs:
+            doc["metadata"].pop("namespace", None)  # into the test's namespace
+        result = kubectl("apply", "--dry-run=server", "-n", namespace, "-f", "-",
+                         input=yaml.safe_dump_all(docs), check=False)
+        assert result.returncode == 0, (example.name, result.stderr)
+        assert "created (server dry run)" in result.stdout, (example.name, result.stdout)
+
+
+def test_api_server_rejects_what_the_schema_forbids(
+    api_client: client.ApiClient, namespace: str, operator: OperatorProcess
+) -> None:
+    with pytest.raises(ApiException) as info:
+        create(api_client, namespace, tuning("bad", "qwen", mode="dryrun",
+                                             numa={"policy": "everywhere"}))
+    assert info.value.status == 422
+    assert "spec.mode" in info.value.body and "spec.numa.policy" in info.value.body

@@ -1,0 +1,185 @@
+"""Pod tuning end to end: the real kube-apiserver calls the operator's webhook for every pod.
+
+A Deployment that an InferenceTuning targets gets tuned pods (launcher, allocator env,
+memory.high intent, ownership labels); every other pod is left alone; a changed tuning
+re-creates pods by eviction within their PodDisruptionBudget.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from e2e.fixtures.operator import OperatorProcess
+from e2e.fixtures.waiting import wait_for
+from e2e.test_operator import (
+    GROUP,
+    PLURAL,
+    VERSION,
+    create,
+    deployment,
+    events_for,
+    get_tuning,
+    tuning,
+    wait_observed,
+)
+
+pytestmark = pytest.mark.e2e
+
+REVISION = "infertune.io/revision"
+LAUNCHER = "/infertune/infertune-launch"
+
+
+def pods_of(api_client: client.ApiClient, namespace: str, app: str) -> list[Any]:
+    pods = client.CoreV1Api(api_client).list_namespaced_pod(namespace, label_selector=f"app={app}")
+    return [p for p in pods.items if p.metadata.deletion_timestamp is None]
+
+
+def wait_pods(api_client: client.ApiClient, namespace: str, app: str, count: int,
+              check: Any = None, timeout_s: float = 60) -> list[Any]:
+    """Wait for `count` live pods of `app`, all Ready, all passing `check`."""
+    def observe() -> list[Any] | None:
+        pods = pods_of(api_client, namespace, app)
+        ready = [p for p in pods if any(c.type == "Ready" and c.status == "True"
+                                        for c in (p.status.conditions or []))]
+        if len(pods) != count or len(ready) != count:
+            return None
+        return pods if check is None or all(check(p) for p in pods) else None
+
+    return wait_for(observe, f"{count} Ready pods of {app}", timeout_s=timeout_s)
+
+
+def env_of(pod: Any) -> dict[str, str]:
+    return {e.name: e.value for e in pod.spec.containers[0].env or []}
+
+
+def test_pods_of_a_tuned_deployment_arrive_tuned(
+    api_client: client.ApiClient, namespace: str, operator: OperatorProcess
+) -> None:
+    create(api_client, namespace, tuning("qwen", "qwen", memory={"high": "7Gi"},
+                                         allocator={"mallocConf": "background_thread:true"}))
+    wait_observed(api_client, namespace, "qwen", operator, status="False")  # no target yet
+    create(api_client, namespace, deployment("qwen", replicas=2))
+    pods = wait_pods(api_client, namespace, "qwen", 2)
+    for pod in pods:
+        serving = pod.spec.containers[0]
+        assert serving.command == [LAUNCHER, "--", "vllm", "serve", "Qwen/Qwen2-7B-Instruct"]
+        assert [c.name for c in pod.spec.init_containers] == ["infertune-launcher"]
+        assert pod.spec.init_containers[0].image == "infertune:e2e"
+        env = env_of(pod)
+        assert env["LD_PRELOAD"] == "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"
+        assert env["MALLOC_CONF"] == "background_thread:true,narenas:2"  # 2 CPUs
+        assert env["INFERTUNE_NUMA_POLICY"] == "gpu-local"
+        assert pod.metadata.annotations["infertune.io/memory-high"] == str(7 * 2**30)
+        assert pod.metadata.labels["infertune.io/tuned-by"] == "qwen"
+        assert REVISION in pod.metadata.labels
+    body = wait_for(lambda: (b := get_tuning(api_client, namespace, "qwen")).get(
+        "status", {}).get("tuning", {}).get("tunedPods") == 2 and b, "status.tuning.tunedPods=2")
+    assert body["status"]["tuning"]["outdatedPods"] == 0
+
+
+def test_pods_nobody_targets_are_left_alone(
+    api_client: client.ApiClient, namespace: str, operator: OperatorProcess
+) -> None:
+    create(api_client, namespace, tuning("qwen", "qwen"))
+    create(api_client, namespace, deployment("other"))
+    pod = wait_pods(api_client, namespace, "other", 1)[0]
+    assert pod.spec.init_containers is None
+    assert pod.spec.containers[0].command[0] == "vllm"
+    assert REVISION not in (pod.metadata.labels or {})
+
+
+def test_dry_run_pods_only_carry_the_plan(
+    api_client: client.ApiClient, namespace: str, operator: OperatorProcess
+) -> None:
+    create(api_client, namespace, tuning("qwen", "qwen", mode="DryRun"))
+    create(api_client, namespace, deployment("qwen"))
+    pod = wait_pods(api_client, namespace, "qwen", 1)[0]
+    assert pod.spec.init_containers is None
+    assert pod.spec.containers[0].command[0] == "vllm"
+    plan = json.loads(pod.metadata.annotations["infertune.io/dry-run-plan"])
+    assert any(op["path"] == "/spec/containers/0/command" for op in plan["patch"])
+
+
+def test_a_tuning_the_pod_cannot_take_admits_it_unchanged_and_says_why(
+    api_client: client.ApiClient, namespace: str, operator: OperatorProcess
+) -> None:
+    create(api_client, namespace, tuning("qwen", "qwen", memory={"high": "9Gi"}))  # limit 8Gi
+    create(api_client, namespace, deployment("qwen"))
+    pod = wait_pods(api_client, namespace, "qwen", 1)[0]
+    assert pod.spec.init_containers is None and REVISION not in pod.metadata.labels
+    warning = wait_for(lambda: [e for e in events_for(api_client, namespace, "qwen")
+                                if e.reason == "PodNotTuned"], "a PodNotTuned Event")
+    assert "spec.memory.high: 9Gi is above the memory limit 8Gi" in warning[0].message
+
+
+def test_changed_tuning_re_creates_pods_by_eviction(
+    api_client: client.ApiClient, namespace: str, operator: OperatorProcess
+) -> None:
+    create(api_client, namespace, deployment("qwen", replicas=2))
+    before = {p.metadata.name for p in wait_pods(api_client, namespace, "qwen", 2)}
+    # Pods that predate the tuning are outdated too: eviction brings them in.
+    create(api_client, namespace, tuning("qwen", "qwen"))
+    first = wait_pods(api_client, namespace, "qwen", 2,
+                      check=lambda p: REVISION in (p.metadata.labels or {}))
+    assert before.isdisjoint(p.metadata.name for p in first)
+    old_revision = first[0].metadata.labels[REVISION]
+
+    client.CustomObjectsApi(api_client).patch_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL, "qwen", {"spec": {"memory": {"high": "6Gi"}}})
+    second = wait_pods(api_client, namespace, "qwen", 2,
+                       check=lambda p: p.metadata.labels[REVISION] != old_revision)
+    assert all(p.metadata.annotations["infertune.io/memory-high"] == str(6 * 2**30)
+               for p in second)
+
+
+def test_eviction_respects_the_pod_disruption_budget(
+    api_client: client.ApiClient, namespace: str, operator: OperatorProcess
+) -> None:
+    create(api_client, namespace, deployment("qwen", replicas=1))
+    wait_pods(api_client, namespace, "qwen", 1)
+    client.PolicyV1Api(api_client).create_namespaced_pod_disruption_budget(namespace, {
+        "metadata": {"name": "qwen"},
+        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "qwen"}}}})
+    wait_for(lambda: client.PolicyV1Api(api_client).read_namespaced_pod_disruption_budget(
+        "qwen", namespace).status.observed_generation, "the PDB observed by the controller")
+    create(api_client, namespace, tuning("qwen", "qwen"))
+
+    def refused() -> dict[str, Any] | None:
+        status = get_tuning(api_client, namespace, "qwen").get("status", {})
+        message = status.get("tuning", {}).get("message", "")
+        return status if "PodDisruptionBudget" in message else None
+
+    status = wait_for(refused, "a re-tuning held back by the PDB")
+    assert status["tuning"]["outdatedPods"] == 1
+    pod = pods_of(api_client, namespace, "qwen")[0]
+    assert REVISION not in (pod.metadata.labels or {})
+
+
+def test_pod_template_annotation_strategy_rolls_the_deployment(
+    api_client: client.ApiClient, namespace: str, operator: OperatorProcess
+) -> None:
+    create(api_client, namespace, deployment("qwen", replicas=1))
+    wait_pods(api_client, namespace, "qwen", 1)
+    create(api_client, namespace, tuning("qwen", "qwen",
+                                         retune={"strategy": "PodTemplateAnnotation"}))
+    pods = wait_pods(api_client, namespace, "qwen", 1,
+                     check=lambda p: REVISION in (p.metadata.labels or {}))
+    template = client.AppsV1Api(api_client).read_namespaced_deployment(
+        "qwen", namespace).spec.template
+    assert template.metadata.annotations[REVISION] == pods[0].metadata.labels[REVISION]
+
+
+def test_webhook_never_sees_system_namespaces(
+    api_client: client.ApiClient, operator: OperatorProcess
+) -> None:
+    config = client.AdmissionregistrationV1Api(api_client).read_mutating_webhook_configuration(
+        "infertune-pod-tuning")
+    hook = config.webhooks[0]
+    assert hook.failure_policy == "Ignore"
+    expression = hook.namespace_selector.match_expressions[0]
+    assert expression.operator == "NotIn"
+    assert {"kube-system", "infertune-system"} <= set(expression.values)

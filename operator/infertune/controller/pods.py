@@ -1,0 +1,269 @@
+"""Pod tuning in the shell: kopf indexes, the mutating webhook, and the re-tuning timer.
+
+The webhook answers from in-memory indexes (which InferenceTuning targets which Deployment,
+which ReplicaSet belongs to which Deployment); it makes no API call per admission request.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import jsonpatch  # type: ignore[import-untyped]
+import kopf
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+from pydantic import ValidationError
+
+from infertune import keys
+from infertune.api.spec import GROUP, PLURAL, VERSION, InferenceTuningSpec, Mode
+from infertune.api.status import TuningStatus
+from infertune.api.tuning import RetuneStrategy
+from infertune.kube.client import read_deployment
+from infertune.kube.webhooks import HANDLER_ID
+from infertune.tuning.pod_patch import PodContext, plan_pod_patch, tuning_revision
+from infertune.tuning.retune import PodView, RetuneStep, plan_retune
+
+RESOURCE = (GROUP, VERSION, PLURAL)
+# Read once at import: kopf fixes timer intervals when the handler is registered.
+RETUNE_INTERVAL = float(os.environ.get("INFERTUNE_RETUNE_INTERVAL", "10"))
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class PodTuningSettings:
+    """Operator-wide settings for pod tuning, kept in kopf's memo."""
+
+    launcher_image: str
+    static_cpu_manager: bool = True
+
+
+def _deployment_of(namespace: str, meta: dict[str, Any],
+                   replicaset_owners: kopf.Index[tuple[str, str], str]) -> str | None:
+    """The Deployment that owns a pod, through its controlling ReplicaSet."""
+    owner = next((ref for ref in meta.get("ownerReferences") or []
+                  if ref.get("kind") == "ReplicaSet" and ref.get("controller")), None)
+    if owner is None:
+        return None
+    rs_name = str(owner.get("name"))
+    for deployment in replicaset_owners.get((namespace, rs_name), []):
+        return deployment
+    # The index may lag the ReplicaSet by a moment; the Deployment controller names
+    # ReplicaSets <deployment>-<pod-template-hash>, and the pod carries that hash.
+    template_hash = (meta.get("labels") or {}).get("pod-template-hash")
+    if template_hash and rs_name.endswith(f"-{template_hash}"):
+        return rs_name[: -len(template_hash) - 1]
+    return None
+
+
+# kopf's handler protocols do not model index kwargs or narrowed types; checked at runtime.
+@kopf.index(*RESOURCE)  # type: ignore[arg-type]
+def tunings_by_target(namespace: str, name: str, spec: kopf.Spec, uid: str,
+                      **_: Any) -> dict[tuple[str, str], dict[str, Any]]:
+    target = str((spec.get("targetRef") or {}).get("name") or "")
+    return {(namespace, target): {"name": name, "uid": uid, "spec": dict(spec)}}
+
+
+@kopf.index("apps", "v1", "replicasets")  # type: ignore[arg-type]
+def replicaset_owners(namespace: str, name: str, meta: kopf.Meta,
+                      **_: Any) -> dict[tuple[str, str], str] | None:
+    for ref in meta.get("ownerReferences") or []:
+        if ref.get("kind") == "Deployment" and ref.get("controller"):
+            return {(namespace, name): str(ref["name"])}
+    return None
+
+
+@kopf.index("", "v1", "pods")  # type: ignore[arg-type]
+def pods_by_deployment(namespace: str, name: str, meta: kopf.Meta, status: kopf.Status,
+                       replicaset_owners: kopf.Index[tuple[str, str], str],
+                       **_: Any) -> dict[tuple[str, str], PodView] | None:
+    deployment = _deployment_of(namespace, dict(meta), replicaset_owners)
+    if deployment is None:
+        return None
+    ready = any(c.get("type") == "Ready" and c.get("status") == "True"
+                for c in status.get("conditions") or [])
+    return {(namespace, deployment): PodView(
+        name=name, revision=(meta.get("labels") or {}).get(keys.REVISION), ready=ready,
+        terminating=meta.get("deletionTimestamp") is not None,
+        created=str(meta.get("creationTimestamp") or ""))}
+
+
+def _owner_ref(namespace: str, entry: dict[str, Any]) -> dict[str, Any]:
+    return {"apiVersion": f"{GROUP}/{VERSION}", "kind": "InferenceTuning",
+            "metadata": {"name": entry["name"], "namespace": namespace, "uid": entry["uid"]}}
+
+
+@kopf.on.mutate("", "v1", "pods", id=HANDLER_ID, operations=["CREATE"], ignore_failures=True)  # type: ignore[arg-type]
+def tune_pod(body: kopf.Body, patch: kopf.Patch, warnings: list[str], memo: kopf.Memo,
+             tunings_by_target: kopf.Index[tuple[str, str], dict[str, Any]],
+             replicaset_owners: kopf.Index[tuple[str, str], str], **_: Any) -> None:
+    """Tune pods of Deployments that an InferenceTuning targets; leave every other pod alone.
+
+    It never raises: kopf answers a failed handler by rejecting the pod, and a bug here must
+    not stop pods from starting (DESIGN.md #9). Anything unexpected admits the pod unchanged.
+    """
+    try:
+        _tune_pod(body, patch, warnings, memo, tunings_by_target, replicaset_owners)
+    except Exception:
+        patch.clear()
+        logger.exception("pod tuning failed; the pod is admitted unchanged")
+        warnings.append("infertune: pod tuning failed; the pod is admitted unchanged")
+
+
+def _tune_pod(body: kopf.Body, patch: kopf.Patch, warnings: list[str], memo: kopf.Memo,
+              tunings_by_target: kopf.Index[tuple[str, str], dict[str, Any]],
+              replicaset_owners: kopf.Index[tuple[str, str], str]) -> None:
+    meta = dict(body.get("metadata") or {})
+    namespace = str(meta.get("namespace") or "")
+    deployment = _deployment_of(namespace, meta, replicaset_owners)
+    if deployment is None:
+        return
+    entries = list(tunings_by_target.get((namespace, deployment), []))
+    if not entries:
+        return
+    if len(entries) > 1:
+        names = ", ".join(sorted(e["name"] for e in entries))
+        warnings.append(f"infertune: several InferenceTunings ({names}) target {deployment}; "
+                        "the pod is not tuned until only one does")
+        return
+    entry = entries[0]
+    try:
+        spec = InferenceTuningSpec.model_validate(entry["spec"])
+    except ValidationError:
+        return  # the controller reports the invalid spec on the InferenceTuning itself
+    settings: PodTuningSettings = memo.pod_tuning
+    plan = plan_pod_patch(spec, dict(body), PodContext(
+        tuning_name=entry["name"], launcher_image=settings.launcher_image,
+        static_cpu_manager=settings.static_cpu_manager))
+    for problem in plan.problems:
+        warnings.append(f"infertune: {problem}")
+    if plan.problems:
+        # Events are posted by the timer: kopf's event poster is not reachable from webhooks.
+        pending: dict[str, tuple[tuple[str, ...], bool]] = memo.setdefault("pod_problems", {})
+        pending[f"{namespace}/{entry['name']}"] = (tuple(plan.problems), plan.refused)
+    if plan.patch:
+        ops = list(plan.patch)
+        patch.fns.append(lambda raw: jsonpatch.apply_patch(raw, ops, in_place=True))
+    logger.info("pod of %s/%s: %s", namespace, deployment, "; ".join(
+        plan.reasons or plan.problems))
+
+
+def _report_once(memo: kopf.Memo, namespace: str, entry: dict[str, Any], problems: list[str],
+                 *, refused: bool) -> None:
+    """An Event on the InferenceTuning when the problems change, not one per pod."""
+    seen: dict[str, tuple[str, ...]] = memo.setdefault("reported_problems", {})
+    key = f"{namespace}/{entry['name']}"
+    if seen.get(key) == tuple(problems):
+        return
+    seen[key] = tuple(problems)
+    kopf.event(_owner_ref(namespace, entry), type="Warning",  # type: ignore[arg-type]
+               reason="PodNotTuned" if refused else "PodPartlyTuned",
+               message="; ".join(problems)[:1000])
+
+
+def _evict(namespace: str, pod: str) -> str | None:
+    """Evict through the Eviction API (PDBs apply); the reason when it was refused."""
+    body = client.V1Eviction(metadata=client.V1ObjectMeta(name=pod, namespace=namespace))
+    try:
+        client.CoreV1Api().create_namespaced_pod_eviction(pod, namespace, body)
+    except ApiException as exc:
+        if exc.status == 429:
+            return f"PodDisruptionBudget does not allow evicting {pod} now"
+        if exc.status == 404:
+            return None
+        raise
+    return None
+
+
+def _annotate_template(namespace: str, deployment: str, revision: str) -> None:
+    client.AppsV1Api().patch_namespaced_deployment(deployment, namespace, {
+        "spec": {"template": {"metadata": {"annotations": {keys.REVISION: revision}}}}})
+
+
+def _template_pod(deployment: client.V1Deployment) -> dict[str, Any]:
+    """The pod the Deployment would create now, as the webhook would see it."""
+    template = client.ApiClient().sanitize_for_serialization(  # type: ignore[no-untyped-call]
+        deployment.spec.template)
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": template.get("metadata") or {},
+            "spec": template.get("spec") or {}}
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _why_pods_cannot_be_tuned(name: str, spec: InferenceTuningSpec,
+                              deployment: client.V1Deployment, memo: kopf.Memo) -> str | None:
+    settings: PodTuningSettings = memo.pod_tuning
+    preview = plan_pod_patch(spec, _template_pod(deployment), PodContext(
+        tuning_name=name, launcher_image=settings.launcher_image,
+        static_cpu_manager=settings.static_cpu_manager))
+    return preview.problems[0] if preview.refused else None
+
+
+def _replace_outdated(namespace: str, spec: InferenceTuningSpec, step: RetuneStep,
+                      revision: str, evicted: Callable[[], None]) -> str:
+    """Carry out one step with the spec's strategy; what to report about it."""
+    if spec.mode is Mode.DRY_RUN:
+        return f"dry run: {step.outdated} pods outdated, none replaced"
+    if spec.retune.strategy is RetuneStrategy.POD_TEMPLATE_ANNOTATION:
+        try:
+            _annotate_template(namespace, spec.target_ref.name, revision)
+        except ApiException as exc:
+            return f"{step.outdated} pods outdated; could not annotate the pod template: " \
+                   f"{exc.status} {exc.reason}"
+        return (f"{step.outdated} pods outdated; pod template annotated with revision "
+                f"{revision}, the Deployment rolls them out")
+    for pod in step.evict:
+        refused = _evict(namespace, pod)
+        if refused is not None:
+            return f"{step.outdated} pods outdated; {refused}"
+        evicted()
+    return step.reason
+
+
+def retune(namespace: str, name: str, uid: str, spec: InferenceTuningSpec,
+           pods: list[PodView], patch: kopf.Patch, memo: kopf.Memo) -> TuningStatus:
+    """One re-tuning pass: report the counts and replace outdated pods as the spec says."""
+    revision = tuning_revision(spec)
+    evictions: dict[str, tuple[str, str]] = memo.setdefault("last_evictions", {})
+    key = f"{namespace}/{name}"
+    pending: dict[str, tuple[tuple[str, ...], bool]] = memo.setdefault("pod_problems", {})
+    if key in pending:
+        problems, refused = pending.pop(key)
+        _report_once(memo, namespace, {"name": name, "uid": uid}, list(problems),
+                     refused=refused)
+    last = evictions.get(key)
+    step = plan_retune(revision, pods, spec.retune.max_unavailable,
+                       last_eviction=last[1] if last and last[0] == revision else None)
+    message = step.reason
+    deployment = read_deployment(namespace, spec.target_ref.name)
+    if not step.outdated or deployment is None:
+        pass
+    elif (problem := _why_pods_cannot_be_tuned(name, spec, deployment, memo)) is not None:
+        # Re-created pods would come back untuned: replacing them only costs availability.
+        message = f"{step.outdated} pods not tuned, none replaced: {problem}"
+        _report_once(memo, namespace, {"name": name, "uid": uid}, [problem], refused=True)
+    else:
+        message = _replace_outdated(namespace, spec, step, revision,
+                                    lambda: evictions.__setitem__(key, (revision, _now())))
+    status = TuningStatus(revision=revision, tuned_pods=step.tuned,
+                          outdated_pods=step.outdated, message=message)
+    patch.status["tuning"] = status.model_dump(by_alias=True, mode="json")
+    return status
+
+
+@kopf.timer(*RESOURCE, interval=RETUNE_INTERVAL, initial_delay=1.0)  # type: ignore[arg-type]
+def retune_pods(namespace: str, name: str, uid: str, spec: kopf.Spec, patch: kopf.Patch,
+                memo: kopf.Memo,
+                pods_by_deployment: kopf.Index[tuple[str, str], PodView], **_: Any) -> None:
+    try:
+        parsed = InferenceTuningSpec.model_validate(dict(spec))
+    except ValidationError:
+        return
+    pods = list(pods_by_deployment.get((namespace, parsed.target_ref.name), []))
+    retune(namespace, name, uid, parsed, pods, patch, memo)

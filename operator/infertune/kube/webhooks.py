@@ -1,0 +1,119 @@
+"""The MutatingWebhookConfiguration for pod tuning, owned by the operator.
+
+kopf can manage webhook configurations itself, but it writes no namespaceSelector, and the pod
+webhook must never see kube-system or the operator's own namespace (a broken operator must not
+stop its own pods from starting). So kopf serves the webhook and this module registers it,
+with kopf's client config (URL and caBundle) and the selectors DESIGN.md asks for.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import kopf
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from infertune import keys
+
+logger = logging.getLogger(__name__)
+
+WEBHOOK_CONFIGURATION = "infertune-pod-tuning"
+HANDLER_ID = "tune-pods"
+OPT_OUT_LABEL = f"{keys.PREFIX}/tuning"
+"""Pods labelled infertune.io/tuning=disabled are never sent to the webhook."""
+
+
+@dataclass(frozen=True)
+class WebhookRegistration:
+    """Where and for whom the pod webhook is registered."""
+
+    excluded_namespaces: tuple[str, ...]
+    service: tuple[str, str, int] | None = None
+    """(namespace, name, port) of a Service in front of the webhook, for in-cluster use; when
+    None the URL kopf reports is used (local runs and the test cluster)."""
+    timeout_seconds: int = 5
+
+    def client_config(self, kopf_config: dict[str, Any]) -> dict[str, Any]:
+        config: dict[str, Any] = {}
+        if kopf_config.get("caBundle"):
+            config["caBundle"] = kopf_config["caBundle"]
+        if self.service is not None:
+            namespace, name, port = self.service
+            config["service"] = {"namespace": namespace, "name": name, "port": port,
+                                 "path": f"/{HANDLER_ID}"}
+        else:
+            config["url"] = f"{str(kopf_config['url']).rstrip('/')}/{HANDLER_ID}"
+        return config
+
+    def body(self, kopf_config: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "MutatingWebhookConfiguration",
+            "metadata": {"name": WEBHOOK_CONFIGURATION,
+                         "labels": {keys.MANAGED_BY_LABEL: keys.MANAGED_BY}},
+            "webhooks": [{
+                "name": f"pods.{keys.PREFIX}",
+                "clientConfig": self.client_config(kopf_config),
+                "rules": [{"apiGroups": [""], "apiVersions": ["v1"], "resources": ["pods"],
+                           "operations": ["CREATE"], "scope": "Namespaced"}],
+                # Fail safe (DESIGN.md #9): an unreachable operator never blocks pod creation.
+                "failurePolicy": "Ignore",
+                "sideEffects": "None",
+                "matchPolicy": "Equivalent",
+                "reinvocationPolicy": "Never",
+                "namespaceSelector": {"matchExpressions": [{
+                    "key": "kubernetes.io/metadata.name", "operator": "NotIn",
+                    "values": sorted(set(self.excluded_namespaces))}]},
+                "objectSelector": {"matchExpressions": [{
+                    "key": OPT_OUT_LABEL, "operator": "NotIn", "values": ["disabled"]}]},
+                "timeoutSeconds": self.timeout_seconds,
+                "admissionReviewVersions": ["v1"],
+            }],
+        }
+
+    def apply(self, kopf_config: dict[str, Any]) -> None:
+        api = client.AdmissionregistrationV1Api()
+        body = self.body(kopf_config)
+        try:
+            api.create_mutating_webhook_configuration(body)  # type: ignore[arg-type]
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+            api.patch_mutating_webhook_configuration(WEBHOOK_CONFIGURATION, body)
+        logger.info("registered %s for pods, excluding namespaces %s", WEBHOOK_CONFIGURATION,
+                    ", ".join(sorted(set(self.excluded_namespaces))))
+
+    def remove(self) -> None:
+        try:
+            client.AdmissionregistrationV1Api().delete_mutating_webhook_configuration(
+                WEBHOOK_CONFIGURATION)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+
+
+class RegisteringWebhookServer(kopf.WebhookServer):
+    """kopf's HTTPS webhook server that also keeps our webhook configuration registered."""
+
+    def __init__(self, *, registration: WebhookRegistration, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.registration = registration
+
+    async def __call__(self, fn: Any) -> AsyncIterator[Any]:
+        try:
+            async for kopf_config in super().__call__(fn):
+                await asyncio.to_thread(self.registration.apply, copy.deepcopy(dict(kopf_config)))
+                yield kopf_config
+        finally:
+            # A configuration pointing at a stopped server would add its timeout to every pod
+            # creation in the cluster; remove it on the way out.
+            try:
+                await asyncio.to_thread(self.registration.remove)
+            except Exception:  # pragma: no cover - best effort at shutdown
+                logger.warning("could not remove %s", WEBHOOK_CONFIGURATION, exc_info=True)

@@ -1,0 +1,287 @@
+"""The pod tuning planner: (InferenceTuning spec, Pod) -> an RFC 6902 patch and its reasons.
+
+Pure: no I/O, no clock. The webhook, `infertune plan` and the tests call the same function, so
+what a user previews is exactly what admission does. The patch is all or nothing: when any part
+of the tuning cannot be applied to this pod safely, the plan is refused and the pod is admitted
+unchanged, with the reason reported.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from infertune import keys
+from infertune.api.spec import InferenceTuningSpec, Mode
+from infertune.api.tuning import AllocatorType, NumaPolicy
+from infertune.api.units import parse_quantity
+from infertune.tuning.mallocconf import effective_malloc_conf
+from infertune.tuning.memory import MemoryHighError, resolve_memory_high
+
+LAUNCHER_DIR = "/infertune"
+LAUNCHER_PATH = f"{LAUNCHER_DIR}/infertune-launch"
+LAUNCHER_VOLUME = "infertune-launcher"
+LAUNCHER_INIT = "infertune-launcher"
+
+Op = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class PodContext:
+    """What the planner needs to know beyond the spec and the pod."""
+
+    tuning_name: str
+    launcher_image: str
+    static_cpu_manager: bool = True
+    """Whether kubelets run the static CPU manager, so exclusive CPUs need Guaranteed QoS and
+    integer CPU requests."""
+
+
+@dataclass(frozen=True)
+class PodPlan:
+    """The patch for one pod, why each part is there, and what could not be done."""
+
+    revision: str
+    patch: list[Op] = field(default_factory=list)
+    reasons: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    """Things the operator reports (status and Events) but that do not block admission."""
+    refused: bool = False
+    """True when the pod is admitted unchanged because the tuning cannot apply to it."""
+
+
+def tuning_revision(spec: InferenceTuningSpec) -> str:
+    """A short hash of the parts of the spec that shape a pod; it labels tuned pods."""
+    relevant = spec.model_dump(
+        mode="json", by_alias=True,
+        include={"mode", "container", "numa", "memory", "allocator"},
+    )
+    if spec.mig is not None:
+        relevant["mig"] = {"profile": spec.mig.profile, "strategy": spec.mig.strategy.value}
+    digest = hashlib.sha256(json.dumps(relevant, sort_keys=True).encode()).hexdigest()
+    return digest[:10]
+
+
+def _pointer(*parts: str | int) -> str:
+    """An RFC 6901 JSON pointer; '~' and '/' in keys (label names) are escaped."""
+    return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in parts)
+
+
+def _cpu_limit(container: dict[str, Any]) -> float | None:
+    limits = (container.get("resources") or {}).get("limits") or {}
+    return float(parse_quantity(str(limits["cpu"]))) if "cpu" in limits else None
+
+
+def _memory(container: dict[str, Any]) -> tuple[str | None, str | None]:
+    resources = container.get("resources") or {}
+    limit = (resources.get("limits") or {}).get("memory")
+    request = (resources.get("requests") or {}).get("memory", limit)
+    return (None if request is None else str(request), None if limit is None else str(limit))
+
+
+def _qos_problems(pod_spec: dict[str, Any], serving: dict[str, Any]) -> list[str]:
+    """Why kubelet's static CPU manager would not give the serving container exclusive CPUs."""
+    problems: list[str] = []
+    for container in [*pod_spec.get("containers", []), *pod_spec.get("initContainers", [])]:
+        resources = container.get("resources") or {}
+        limits, requests = resources.get("limits") or {}, resources.get("requests") or {}
+        for resource in ("cpu", "memory"):
+            if resource not in limits:
+                problems.append(f"container {container.get('name')} has no {resource} limit, so "
+                                "the pod is not Guaranteed QoS")
+            elif resource in requests and parse_quantity(str(requests[resource])) != (
+                parse_quantity(str(limits[resource]))
+            ):
+                problems.append(f"container {container.get('name')} requests {resource} "
+                                "below its limit, so the pod is not Guaranteed QoS")
+    cpu = _cpu_limit(serving)
+    if cpu is not None and cpu != math.floor(cpu):
+        problems.append(f"container {serving.get('name')} asks for {cpu:g} CPUs; the static CPU "
+                        "manager gives exclusive CPUs only for whole numbers")
+    if problems:
+        problems.append("without exclusive CPUs, numactl still keeps the process on its NUMA "
+                        "node, but shares that node's CPUs with other pods")
+    return problems
+
+
+class _EnvPlan:
+    """Env changes on one container as patch ops, keeping variables the user set elsewhere."""
+
+    def __init__(self, base: str, env: list[dict[str, Any]] | None) -> None:
+        self.base, self.env = base, env
+        self.values: dict[str, str] = {}
+
+    def existing(self, name: str) -> dict[str, Any] | None:
+        return next((e for e in self.env or [] if e.get("name") == name), None)
+
+    def set(self, name: str, value: str) -> None:
+        self.values[name] = value
+
+    def build(self) -> list[Op]:
+        if not self.values:
+            return []
+        items = [{"name": n, "value": v} for n, v in self.values.items()]
+        if self.env is None:
+            return [{"op": "add", "path": f"{self.base}/env", "value": items}]
+        ops: list[Op] = []
+        for item in items:
+            index = next((i for i, e in enumerate(self.env) if e.get("name") == item["name"]),
+                         None)
+            if index is None:
+                ops.append({"op": "add", "path": f"{self.base}/env/-", "value": item})
+            else:
+                ops.append({"op": "replace", "path": f"{self.base}/env/{index}", "value": item})
+        return ops
+
+
+def _numa_env(spec: InferenceTuningSpec) -> str:
+    if spec.numa.policy is NumaPolicy.NODE:
+        return f"node:{spec.numa.node}"
+    return spec.numa.policy.value
+
+
+def _allocator(spec: InferenceTuningSpec, env: _EnvPlan, cpu: float | None,
+               reasons: list[str]) -> str | None:
+    """Fill `env` with the allocator settings; return a refusal reason if they cannot apply."""
+    allocator = spec.allocator
+    cpus = f"{cpu:g} CPUs" if cpu is not None else "no CPU limit"
+    if allocator.type is AllocatorType.JEMALLOC:
+        preload = env.existing("LD_PRELOAD")
+        if preload is not None and "value" not in preload:
+            return ("LD_PRELOAD on the serving container comes from valueFrom, so jemalloc "
+                    "cannot be added to it; set it as a plain value or use allocator type none")
+        current = str(preload.get("value", "")) if preload else ""
+        paths = [p for p in current.replace(" ", ":").split(":") if p]
+        if allocator.library_path not in paths:
+            paths.insert(0, allocator.library_path)
+        env.set("LD_PRELOAD", ":".join(paths))
+        conf = effective_malloc_conf(allocator.malloc_conf, cpu)
+        env.set("MALLOC_CONF", conf)
+        reasons.append(f"allocator: preload {allocator.library_path} with MALLOC_CONF={conf} "
+                       f"({cpus})")
+    elif allocator.type is AllocatorType.GLIBC:
+        arenas = allocator.arena_max
+        if arenas is None and cpu is not None:
+            # glibc's default is 8 arenas per core of the *node*; size to the container instead.
+            arenas = max(1, math.ceil(cpu))
+        if arenas is not None:
+            env.set("MALLOC_ARENA_MAX", str(arenas))
+        if allocator.glibc_tunables is not None:
+            env.set("GLIBC_TUNABLES", allocator.glibc_tunables)
+        reasons.append(f"allocator: glibc with MALLOC_ARENA_MAX={arenas or 'unset'} ({cpus})")
+    return None
+
+
+def _launcher_ops(pod_spec: dict[str, Any], index: int, serving: dict[str, Any],
+                  context: PodContext) -> list[Op]:
+    ops: list[Op] = []
+    volume = {"name": LAUNCHER_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}}
+    if not any(v.get("name") == LAUNCHER_VOLUME for v in pod_spec.get("volumes") or []):
+        ops.append({"op": "add", "path": "/spec/volumes/-", "value": volume}
+                   if pod_spec.get("volumes") else
+                   {"op": "add", "path": "/spec/volumes", "value": [volume]})
+    init = {
+        "name": LAUNCHER_INIT,
+        "image": context.launcher_image,
+        "command": ["python", "-m", "infertune", "launcher", "install", LAUNCHER_DIR],
+        "volumeMounts": [{"name": LAUNCHER_VOLUME, "mountPath": LAUNCHER_DIR}],
+        # requests == limits keeps a Guaranteed pod Guaranteed.
+        "resources": {"requests": {"cpu": "50m", "memory": "64Mi"},
+                      "limits": {"cpu": "50m", "memory": "64Mi"}},
+        "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+                            "runAsNonRoot": True, "runAsUser": 65532,
+                            "capabilities": {"drop": ["ALL"]},
+                            "seccompProfile": {"type": "RuntimeDefault"}},
+    }
+    if not any(c.get("name") == LAUNCHER_INIT for c in pod_spec.get("initContainers") or []):
+        # First, so the launcher is in place before any other init container might need it.
+        ops.append({"op": "add", "path": "/spec/initContainers/0", "value": init}
+                   if pod_spec.get("initContainers") else
+                   {"op": "add", "path": "/spec/initContainers", "value": [init]})
+    base = _pointer("spec", "containers", index)
+    mount = {"name": LAUNCHER_VOLUME, "mountPath": LAUNCHER_DIR, "readOnly": True}
+    mounts = serving.get("volumeMounts")
+    if not any(m.get("name") == LAUNCHER_VOLUME for m in mounts or []):
+        ops.append({"op": "add", "path": f"{base}/volumeMounts/-", "value": mount} if mounts
+                   else {"op": "add", "path": f"{base}/volumeMounts", "value": [mount]})
+    command = list(serving["command"])
+    if command[:1] != [LAUNCHER_PATH]:
+        ops.append({"op": "replace", "path": f"{base}/command",
+                    "value": [LAUNCHER_PATH, "--", *command]})
+    return ops
+
+
+def _meta_ops(pod: dict[str, Any], section: str, values: dict[str, str]) -> list[Op]:
+    current = (pod.get("metadata") or {}).get(section)
+    if current is None:
+        return [{"op": "add", "path": _pointer("metadata", section), "value": dict(values)}]
+    return [{"op": "add", "path": _pointer("metadata", section, k), "value": v}
+            for k, v in values.items() if current.get(k) != v]
+
+
+def plan_pod_patch(spec: InferenceTuningSpec, pod: dict[str, Any],
+                   context: PodContext) -> PodPlan:
+    """The patch that tunes `pod` as `spec` says, or a refusal with its reason."""
+    revision = tuning_revision(spec)
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    if labels.get(keys.REVISION) == revision:
+        return PodPlan(revision, reasons=[f"already tuned to revision {revision}"])
+    pod_spec = pod.get("spec") or {}
+    containers = pod_spec.get("containers") or []
+    wanted = spec.container
+    index = next((i for i, c in enumerate(containers)
+                  if wanted is None or c.get("name") == wanted), None)
+    if index is None:
+        names = ", ".join(str(c.get("name")) for c in containers)
+        return PodPlan(revision, refused=True, problems=[
+            f"spec.container {wanted!r} is not in the pod (containers: {names}); fix "
+            "spec.container"])
+    serving = containers[index]
+    name = str(serving.get("name"))
+    reasons: list[str] = [f"serving container: {name}"]
+    problems: list[str] = []
+
+    request, limit = _memory(serving)
+    try:
+        memory_high = resolve_memory_high(spec.memory, request=request, limit=limit)
+    except MemoryHighError as exc:
+        return PodPlan(revision, refused=True, problems=[f"spec.{exc.field}: {exc.message}"])
+    reasons.append(f"memory: {memory_high.reason}")
+
+    env = _EnvPlan(_pointer("spec", "containers", index), serving.get("env"))
+    refusal = _allocator(spec, env, _cpu_limit(serving), reasons)
+    if refusal is not None:
+        return PodPlan(revision, refused=True, problems=[refusal])
+
+    ops: list[Op] = []
+    if spec.numa.policy is not NumaPolicy.NONE:
+        if serving.get("command"):
+            env.set("INFERTUNE_NUMA_POLICY", _numa_env(spec))
+            env.set("INFERTUNE_NUMA_STRICT", "true" if spec.numa.strict else "false")
+            ops += _launcher_ops(pod_spec, index, serving, context)
+            reasons.append(f"numa: launcher wraps the command, policy {_numa_env(spec)}, "
+                           f"strict {str(spec.numa.strict).lower()}")
+            if context.static_cpu_manager:
+                problems += _qos_problems(pod_spec, serving)
+        else:
+            problems.append(f"container {name} has no command: the image entrypoint cannot be "
+                            "known at admission, so it is not wrapped and NUMA binding is "
+                            "skipped; set command in the Deployment's pod template")
+    ops += env.build()
+
+    annotations: dict[str, str] = {}
+    if memory_high.value is not None:
+        annotations[keys.MEMORY_HIGH] = str(memory_high.value)
+    if spec.mode is Mode.DRY_RUN:
+        plan = {"revision": revision, "patch": ops + _meta_ops(pod, "annotations", annotations),
+                "reasons": reasons, "problems": problems}
+        dry = _meta_ops(pod, "annotations", {keys.DRY_RUN_PLAN: json.dumps(plan,
+                                                                          sort_keys=True)})
+        return PodPlan(revision, dry, ["dry run: nothing changed", *reasons], problems)
+    ops += _meta_ops(pod, "annotations", annotations)
+    ops += _meta_ops(pod, "labels", {keys.TUNED_BY: context.tuning_name,
+                                     keys.REVISION: revision})
+    return PodPlan(revision, ops, reasons, problems)

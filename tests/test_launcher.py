@@ -1,0 +1,300 @@
+"""infertune-launch on fake sysfs/procfs trees under dash and bash --posix, then on this machine."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+LAUNCHER = (Path(__file__).resolve().parent.parent / "operator" / "infertune" / "launcher"
+            / "infertune-launch")
+SHELLS = [pytest.param(shell, id=shell[0]) for shell in (["dash"], ["bash", "--posix"])
+          if shutil.which(shell[0])]
+COMMAND = ["vllm", "serve", "Qwen/Qwen2-7B", "--max-model-len", "8192 tokens"]
+
+
+@dataclass(frozen=True)
+class Gpu:
+    uuid: str
+    pci: str
+    minor: int
+    numa_node: str
+
+
+@dataclass(frozen=True)
+class Machine:
+    """A node as the launcher sees it from inside the container."""
+
+    nodes: dict[int, str] = field(default_factory=lambda: {0: "0-7", 1: "8-15"})
+    gpus: tuple[Gpu, ...] = ()
+    cpuset: str | None = "0-15"  # cgroup v2 cpuset.cpus.effective; None: no cgroup file
+    mems: str | None = "0-1"
+    status_cpus: str = "0-15"  # Cpus_allowed_list in /proc/self/status
+
+    def build(self, root: Path) -> None:
+        sys_, proc = root / "sys", root / "proc"
+        for node, cpus in self.nodes.items():
+            write(sys_ / f"devices/system/node/node{node}/cpulist", cpus)
+        write(proc / "self/cgroup", "0::/kubepods.slice/pod1.slice/cri-containerd-c1.scope\n")
+        write(proc / "self/status", f"Name:\tsh\nCpus_allowed_list:\t{self.status_cpus}\n"
+              f"Mems_allowed_list:\t{self.mems or '0-1'}\n")
+        cgroup = sys_ / "fs/cgroup/kubepods.slice/pod1.slice/cri-containerd-c1.scope"
+        if self.cpuset is not None:
+            write(cgroup / "cpuset.cpus.effective", self.cpuset)
+        if self.mems is not None:
+            write(cgroup / "cpuset.mems.effective", self.mems)
+        for gpu in self.gpus:
+            write(proc / f"driver/nvidia/gpus/{gpu.pci}/information",
+                  f"Model: \t\t NVIDIA A100-SXM4-40GB\nIRQ:   \t\t 42\nGPU UUID: \t {gpu.uuid}\n"
+                  f"Bus Location: \t {gpu.pci}\nDevice Minor: \t {gpu.minor}\n")
+            write(sys_ / f"bus/pci/devices/{gpu.pci}/numa_node", gpu.numa_node)
+
+
+def write(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text if text.endswith("\n") else text + "\n")
+
+
+GPU0 = Gpu("GPU-0a1b2c3d-0000-1111-2222-333344445555", "0000:3b:00.0", 0, "0")
+GPU1 = Gpu("GPU-9f8e7d6c-aaaa-bbbb-cccc-ddddeeeeffff", "0000:86:00.0", 1, "1")
+GPU2 = Gpu("GPU-11112222-aaaa-bbbb-cccc-ddddeeeeffff", "0000:af:00.0", 2, "1")
+GPU_NO_NODE = Gpu("GPU-deadbeef-0000-0000-0000-000000000000", "0000:00:1e.0", 0, "-1")
+
+
+@dataclass(frozen=True)
+class Launch:
+    returncode: int
+    argv: list[str] | None
+    log: dict[str, str]
+    stderr: str
+
+
+def launch(shell: list[str], root: Path, env: dict[str, str], *args: str,
+           numactl: str | None = None) -> Launch:
+    fake_numactl = root / "bin/numactl"
+    write(fake_numactl, "#!/bin/sh\nexit 0\n")
+    fake_numactl.chmod(0o755)
+    full_env = {"PATH": "/usr/bin:/bin", "INFERTUNE_SYSFS_ROOT": str(root),
+                "INFERTUNE_PROCFS_ROOT": str(root),
+                "INFERTUNE_NUMACTL": numactl or str(fake_numactl), **env}
+    done = subprocess.run([*shell, str(LAUNCHER), *args], env=full_env, capture_output=True,
+                          text=True, timeout=30, check=False)
+    log_lines = [line for line in done.stderr.splitlines()
+                 if line.startswith("infertune-launch:")]
+    assert len(log_lines) == 1, done.stderr
+    log = dict(word.split("=", 1)
+               for word in shlex.split(log_lines[0].removeprefix("infertune-launch:")))
+    argv = shlex.split(done.stdout) if done.stdout else None
+    return Launch(done.returncode, argv, log, done.stderr)
+
+
+def bound(root: Path, *options: str) -> list[str]:
+    return [str(root / "bin/numactl"), *options, "--", *COMMAND]
+
+
+@dataclass(frozen=True)
+class Case:
+    machine: Machine
+    env: dict[str, str]
+    options: tuple[str, ...] | None  # numactl options; None: the command runs unbound
+    log: dict[str, str]
+    reason: str = ""
+
+
+CASES = {
+    "gpu_uuid_on_node_1_binds_to_node_1": Case(
+        Machine(gpus=(GPU0, GPU1)), {"NVIDIA_VISIBLE_DEVICES": GPU1.uuid},
+        ("--cpunodebind=1", "--membind=1"),
+        {"level": "info", "policy": "gpu-local", "gpus": GPU1.uuid, "node": "1",
+         "allowed_cpus": "0-15", "action": "bind"}, "node 1 is local to the GPUs"),
+    "gpu_index_maps_through_device_minor": Case(
+        Machine(gpus=(GPU0, GPU1)), {"NVIDIA_VISIBLE_DEVICES": "1"},
+        ("--cpunodebind=1", "--membind=1"), {"gpus": "1", "gpu_nodes": "1", "node": "1"}),
+    "mig_device_of_a_known_gpu_uses_that_gpu": Case(
+        Machine(gpus=(GPU0, GPU1)), {"NVIDIA_VISIBLE_DEVICES": f"MIG-{GPU1.uuid}/1/0"},
+        ("--cpunodebind=1", "--membind=1"), {"node": "1"}),
+    "gpus_across_nodes_take_the_node_with_most": Case(
+        Machine(gpus=(GPU0, GPU1, GPU2)),
+        {"NVIDIA_VISIBLE_DEVICES": f"{GPU0.uuid},{GPU1.uuid},{GPU2.uuid}"},
+        ("--cpunodebind=1", "--membind=1"), {"gpu_nodes": "0,1,1", "node": "1"},
+        "GPUs span nodes 0,1, chose node 1 holding 2 of 3"),
+    "all_gpus_are_counted": Case(
+        Machine(gpus=(GPU0, GPU1, GPU2)), {"NVIDIA_VISIBLE_DEVICES": "all"},
+        ("--cpunodebind=1", "--membind=1"), {"node": "1"}, "holding 2 of 3"),
+    "gpu_with_numa_node_minus_one_runs_unbound": Case(
+        Machine(nodes={0: "0-15"}, gpus=(GPU_NO_NODE,)),
+        {"NVIDIA_VISIBLE_DEVICES": GPU_NO_NODE.uuid}, None,
+        {"level": "warning", "action": "unbound", "node": ""}, "has numa_node -1"),
+    "unknown_gpu_runs_unbound": Case(
+        Machine(gpus=(GPU0,)), {"NVIDIA_VISIBLE_DEVICES": "GPU-not-here"}, None,
+        {"action": "unbound"}, "GPU-not-here is not in"),
+    "no_visible_gpus_runs_unbound": Case(
+        Machine(gpus=(GPU0,)), {"NVIDIA_VISIBLE_DEVICES": "none"}, None, {"action": "unbound"},
+        "no GPU with a known NUMA node"),
+    "unset_visible_devices_runs_unbound": Case(
+        Machine(gpus=(GPU0,)), {}, None, {"action": "unbound"}, "NVIDIA_VISIBLE_DEVICES is unset"),
+    "cpuset_excluding_the_gpu_node_runs_unbound": Case(
+        Machine(gpus=(GPU1,), cpuset="0-7"), {"NVIDIA_VISIBLE_DEVICES": GPU1.uuid}, None,
+        {"action": "unbound", "allowed_cpus": "0-7"},
+        "node 1 CPUs 8-15 are all outside the allowed cpuset 0-7"),
+    "cpus_from_proc_status_without_a_cgroup_file": Case(
+        Machine(gpus=(GPU1,), cpuset=None, status_cpus="2-5"),
+        {"NVIDIA_VISIBLE_DEVICES": GPU1.uuid}, None, {"allowed_cpus": "2-5"},
+        "outside the allowed cpuset 2-5"),
+    "mems_excluding_the_node_runs_unbound": Case(
+        Machine(mems="0"), {"INFERTUNE_NUMA_POLICY": "node:1"}, None, {"action": "unbound"},
+        "node 1 memory is outside the allowed mems 0"),
+    "node_policy_binds_to_that_node": Case(
+        Machine(), {"INFERTUNE_NUMA_POLICY": "node:0"}, ("--cpunodebind=0", "--membind=0"),
+        {"policy": "node:0", "node": "0", "action": "bind"}, "policy asks for node 0"),
+    "node_policy_for_a_missing_node_runs_unbound": Case(
+        Machine(), {"INFERTUNE_NUMA_POLICY": "node:5"}, None, {"action": "unbound"},
+        "node 5 does not exist"),
+    "interleave_spreads_over_the_allowed_nodes": Case(
+        Machine(), {"INFERTUNE_NUMA_POLICY": "interleave"}, ("--interleave=0,1",),
+        {"action": "interleave", "node": "0,1"}),
+    "interleave_keeps_to_the_allowed_mems": Case(
+        Machine(nodes={0: "0-3", 1: "4-7", 2: "8-11"}, mems="1-2"),
+        {"INFERTUNE_NUMA_POLICY": "interleave"}, ("--interleave=1,2",), {"nodes": "0,1,2"}),
+    "none_runs_the_command_as_is": Case(
+        Machine(gpus=(GPU1,)), {"INFERTUNE_NUMA_POLICY": "none"}, None,
+        {"level": "info", "action": "none"}),
+    "unknown_policy_runs_unbound": Case(
+        Machine(), {"INFERTUNE_NUMA_POLICY": "fastest"}, None, {"action": "unbound"},
+        "unknown policy fastest"),
+    "bad_strict_value_is_taken_as_false": Case(
+        Machine(), {"INFERTUNE_NUMA_POLICY": "node:7", "INFERTUNE_NUMA_STRICT": "yes"}, None,
+        {"strict": "false", "action": "unbound"}, "neither true nor false"),
+}
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+@pytest.mark.parametrize("case", CASES.values(), ids=CASES.keys())
+def test_dry_run_argv_and_log(shell: list[str], case: Case, tmp_path: Path) -> None:
+    case.machine.build(tmp_path)
+    result = launch(shell, tmp_path, case.env, "--dry-run", "--", *COMMAND)
+    assert result.returncode == 0, result.stderr
+    expected = COMMAND if case.options is None else bound(tmp_path, *case.options)
+    assert result.argv == expected
+    assert result.log.items() >= case.log.items(), result.log
+    assert case.reason in result.log["reason"]
+
+
+STRICT_FAILURES = {
+    "gpu_without_numa_node": (Machine(nodes={0: "0-15"}, gpus=(GPU_NO_NODE,)),
+                              {"NVIDIA_VISIBLE_DEVICES": GPU_NO_NODE.uuid}, "numa_node -1"),
+    "node_outside_cpuset": (Machine(cpuset="0-7"), {"INFERTUNE_NUMA_POLICY": "node:1"},
+                            "outside the allowed cpuset 0-7"),
+    "missing_node": (Machine(), {"INFERTUNE_NUMA_POLICY": "node:3"}, "node 3 does not exist"),
+    "no_gpu": (Machine(), {}, "NVIDIA_VISIBLE_DEVICES is unset"),
+}
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+@pytest.mark.parametrize(("machine", "env", "reason"), STRICT_FAILURES.values(),
+                         ids=STRICT_FAILURES.keys())
+def test_strict_failure_exits_78_with_the_reason(shell: list[str], machine: Machine,
+                                                 env: dict[str, str], reason: str,
+                                                 tmp_path: Path) -> None:
+    machine.build(tmp_path)
+    for args in (("--dry-run", "--", *COMMAND), ("--", "touch", str(tmp_path / "ran"))):
+        result = launch(shell, tmp_path, {**env, "INFERTUNE_NUMA_STRICT": "true"}, *args)
+        assert result.returncode == 78
+        assert result.argv is None
+        assert result.log["level"] == "error" and result.log["action"] == "fail"
+        assert reason in result.log["reason"]
+    assert not (tmp_path / "ran").exists()
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+@pytest.mark.parametrize("strict", ["false", "true"])
+def test_missing_numactl_runs_unbound_unless_strict(shell: list[str], strict: str,
+                                                    tmp_path: Path) -> None:
+    Machine(gpus=(GPU1,)).build(tmp_path)
+    env = {"NVIDIA_VISIBLE_DEVICES": GPU1.uuid, "INFERTUNE_NUMA_STRICT": strict}
+    result = launch(shell, tmp_path, env, "--", "sh", "-c", "echo ran",
+                    numactl=str(tmp_path / "no/numactl"))
+    assert "numactl not found" in result.log["reason"]
+    if strict == "true":
+        assert (result.returncode, result.argv, result.log["action"]) == (78, None, "fail")
+    else:
+        assert (result.returncode, result.argv, result.log["action"]) == (0, ["ran"], "unbound")
+        assert result.log["level"] == "warning"
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+def test_numactl_that_refuses_the_binding_falls_back(shell: list[str], tmp_path: Path) -> None:
+    Machine().build(tmp_path)
+    refusing = tmp_path / "bin/refusing-numactl"
+    write(refusing, "#!/bin/sh\necho 'set_mempolicy: Operation not permitted' >&2\nexit 1\n")
+    refusing.chmod(0o755)
+    result = launch(shell, tmp_path, {"INFERTUNE_NUMA_POLICY": "node:0"}, "--", "echo", "ran",
+                    numactl=str(refusing))
+    assert (result.returncode, result.argv, result.log["action"]) == (0, ["ran"], "unbound")
+    assert "refused: set_mempolicy: Operation not permitted" in result.log["reason"]
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+@pytest.mark.parametrize("args", [(), ("--dry-run",), ("vllm",), ("--", ), ("--dry-run", "x")])
+def test_usage_errors_exit_64(shell: list[str], args: tuple[str, ...], tmp_path: Path) -> None:
+    done = subprocess.run([*shell, str(LAUNCHER), *args], capture_output=True, text=True,
+                          timeout=30, check=False)
+    assert done.returncode == 64
+    assert "usage: infertune-launch [--dry-run] -- command args..." in done.stderr
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+def test_dry_run_quotes_every_argument_so_the_shell_reads_it_back(shell: list[str],
+                                                                  tmp_path: Path) -> None:
+    Machine().build(tmp_path)
+    odd = ["echo", "it's", "a b", "", "$HOME", 'say "hi"', "*", "--x=1"]
+    result = launch(shell, tmp_path, {"INFERTUNE_NUMA_POLICY": "none"}, "--dry-run", "--", *odd)
+    assert result.argv == odd
+
+
+def test_launcher_is_posix_sh_that_parses() -> None:
+    assert LAUNCHER.read_text().startswith("#!/bin/sh\n")
+    assert os.access(LAUNCHER, os.X_OK)
+    for shell in ("sh", "dash", "bash"):
+        if shutil.which(shell):
+            subprocess.run([shell, "-n", str(LAUNCHER)], check=True)
+
+
+# ---- the real numactl on this machine's /sys -----------------------------------------------
+
+
+def expand(cpulist: str) -> set[int]:
+    cpus: set[int] = set()
+    for part in cpulist.strip().split(","):
+        low, _, high = part.partition("-")
+        cpus.update(range(int(low), int(high or low) + 1))
+    return cpus
+
+
+@pytest.mark.skipif(shutil.which("numactl") is None, reason="numactl is not installed")
+@pytest.mark.skipif(not Path("/sys/devices/system/node/node0/cpulist").exists(),
+                    reason="this kernel shows no NUMA node 0 in /sys")
+@pytest.mark.parametrize("shell", SHELLS)
+def test_real_numactl_binds_to_node_0(shell: list[str]) -> None:
+    report = "grep Cpus_allowed_list /proc/self/status; numactl --show"
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "INFERTUNE_NUMA_POLICY": "node:0",
+           "INFERTUNE_NUMA_STRICT": "false"}
+    done = subprocess.run([*shell, str(LAUNCHER), "--", "sh", "-c", report], env=env,
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    if "action=unbound" in done.stderr:
+        pytest.skip(f"the kernel refused the binding here: {done.stderr.strip()}")
+    assert "action=bind" in done.stderr
+    node0 = expand(Path("/sys/devices/system/node/node0/cpulist").read_text())
+    allowed = expand(re.search(r"Cpus_allowed_list:\s*(\S+)",
+                               Path("/proc/self/status").read_text())[1])  # type: ignore[index]
+    seen = re.search(r"Cpus_allowed_list:\s*(\S+)", done.stdout)
+    assert seen is not None, done.stdout
+    assert expand(seen[1]) == node0 & allowed
+    assert re.search(r"^membind: 0\s*$", done.stdout, re.MULTILINE), done.stdout

@@ -1,0 +1,55 @@
+"""`infertune plan` and `infertune allocator check` run the same code the operator runs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import jsonpatch
+import pytest
+import yaml
+
+from infertune.cli import main
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLE = ROOT / "examples" / "vllm-qwen2-7b-h200-mig.yaml"
+
+
+def test_plan_prints_the_patch_and_reasons_as_json(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", str(EXAMPLE), "--pod", str(EXAMPLE), "--output", "json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert set(result) >= {"patch", "reasons", "revision", "problems", "refused"}
+    assert result["refused"] is False
+    template = next(d for d in yaml.safe_load_all(EXAMPLE.read_text())
+                    if d["kind"] == "Deployment")["spec"]["template"]
+    pod = {"metadata": template["metadata"], "spec": template["spec"]}
+    tuned = jsonpatch.apply_patch(pod, result["patch"])
+    assert tuned["spec"]["containers"][0]["command"][0] == "/infertune/infertune-launch"
+    assert any("memory.high 30Gi" in r for r in result["reasons"])
+
+
+def test_plan_text_output_lists_each_operation(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", str(EXAMPLE), "--pod", str(EXAMPLE)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("revision ")
+    assert '"path": "/spec/containers/0/command"' in out
+
+
+def test_plan_reports_an_invalid_tuning_by_field(tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    bad = ROOT / "tests" / "fixtures" / "invalid" / "min-above-max.yaml"
+    assert main(["plan", str(bad), "--pod", str(EXAMPLE)]) == 1
+    assert "spec.autoscaling.minReplicas: 8 is above maxReplicas 4" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("conf", "code"), [("background_thread:true,dirty_decay_ms:5000", 0),
+                                            ("lg_chunk:21", 1), ("narenas:0", 1)])
+def test_allocator_check_exit_status(conf: str, code: int) -> None:
+    assert main(["allocator", "check", conf]) == code
+
+
+def test_launcher_install_copies_an_executable(tmp_path: Path) -> None:
+    assert main(["launcher", "install", str(tmp_path / "bin")]) == 0
+    installed = tmp_path / "bin" / "infertune-launch"
+    assert installed.read_text().startswith("#!/bin/sh")
+    assert installed.stat().st_mode & 0o111

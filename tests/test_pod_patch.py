@@ -1,0 +1,195 @@
+"""The pod tuning planner: what the webhook does to a pod, and what it refuses to do."""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+import jsonpatch
+import pytest
+
+from infertune import keys
+from infertune.api.spec import InferenceTuningSpec
+from infertune.tuning.pod_patch import (
+    LAUNCHER_INIT,
+    LAUNCHER_PATH,
+    PodContext,
+    plan_pod_patch,
+    tuning_revision,
+)
+
+CONTEXT = PodContext(tuning_name="qwen", launcher_image="infertune:test")
+
+
+def _spec(**sections: Any) -> InferenceTuningSpec:
+    return InferenceTuningSpec.model_validate(
+        {"targetRef": {"name": "qwen"}, "engine": "vllm", **sections})
+
+
+def _pod(**container: Any) -> dict[str, Any]:
+    serving = {
+        "name": "vllm", "image": "vllm/vllm-openai:v0.11.0",
+        "command": ["vllm", "serve", "Qwen/Qwen2-7B-Instruct"],
+        "args": ["--port", "8000"],
+        "resources": {"requests": {"cpu": "8", "memory": "32Gi"},
+                      "limits": {"cpu": "8", "memory": "32Gi"}},
+    }
+    serving.update(container)
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"generateName": "qwen-abc-", "namespace": "ml",
+                         "labels": {"app": "qwen"}},
+            "spec": {"containers": [serving]}}
+
+
+def _apply(spec: InferenceTuningSpec, pod: dict[str, Any]) -> dict[str, Any]:
+    plan = plan_pod_patch(spec, pod, CONTEXT)
+    assert not plan.refused, plan.problems
+    result: dict[str, Any] = jsonpatch.apply_patch(pod, plan.patch)
+    return result
+
+
+def _env(container: dict[str, Any]) -> dict[str, str]:
+    return {e["name"]: e.get("value", "") for e in container.get("env", [])}
+
+
+def test_launcher_wraps_the_command_and_keeps_args() -> None:
+    tuned = _apply(_spec(), _pod())
+    serving = tuned["spec"]["containers"][0]
+    assert serving["command"] == [LAUNCHER_PATH, "--", "vllm", "serve", "Qwen/Qwen2-7B-Instruct"]
+    assert serving["args"] == ["--port", "8000"]
+    assert tuned["spec"]["initContainers"][0]["name"] == LAUNCHER_INIT
+    assert tuned["spec"]["initContainers"][0]["image"] == "infertune:test"
+    assert {"name": "infertune-launcher", "mountPath": "/infertune", "readOnly": True} in (
+        serving["volumeMounts"])
+    env = _env(serving)
+    assert env["INFERTUNE_NUMA_POLICY"] == "gpu-local"
+    assert env["INFERTUNE_NUMA_STRICT"] == "false"
+
+
+def test_jemalloc_preload_and_narenas_from_the_cpu_limit() -> None:
+    tuned = _apply(_spec(allocator={"mallocConf": "background_thread:true"}), _pod())
+    env = _env(tuned["spec"]["containers"][0])
+    assert env["LD_PRELOAD"] == "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"
+    assert env["MALLOC_CONF"].startswith("background_thread:true")
+    assert "narenas:8" in env["MALLOC_CONF"]
+
+
+def test_user_narenas_is_left_alone() -> None:
+    tuned = _apply(_spec(allocator={"mallocConf": "narenas:2"}), _pod())
+    assert _env(tuned["spec"]["containers"][0])["MALLOC_CONF"] == "narenas:2"
+
+
+def test_existing_ld_preload_is_kept_after_jemalloc() -> None:
+    pod = _pod(env=[{"name": "LD_PRELOAD", "value": "/opt/libfoo.so"},
+                    {"name": "HF_HOME", "value": "/cache"}])
+    env = _env(_apply(_spec(), pod)["spec"]["containers"][0])
+    assert env["LD_PRELOAD"] == "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2:/opt/libfoo.so"
+    assert env["HF_HOME"] == "/cache"
+
+
+def test_glibc_arenas_are_sized_to_the_container() -> None:
+    env = _env(_apply(_spec(allocator={"type": "glibc"}), _pod())["spec"]["containers"][0])
+    assert env["MALLOC_ARENA_MAX"] == "8"
+    assert "LD_PRELOAD" not in env
+
+
+def test_memory_high_intent_and_ownership_labels() -> None:
+    spec = _spec(memory={"high": "30Gi"})
+    tuned = _apply(spec, _pod())
+    assert tuned["metadata"]["annotations"][keys.MEMORY_HIGH] == str(30 * 2**30)
+    assert tuned["metadata"]["labels"][keys.TUNED_BY] == "qwen"
+    assert tuned["metadata"]["labels"][keys.REVISION] == tuning_revision(spec)
+    assert tuned["metadata"]["labels"]["app"] == "qwen"
+
+
+def test_mutating_twice_wraps_once() -> None:
+    spec = _spec()
+    once = _apply(spec, _pod())
+    again = plan_pod_patch(spec, copy.deepcopy(once), CONTEXT)
+    assert again.patch == []
+    # Even without the revision label (an older tuning), the command is not wrapped twice.
+    del once["metadata"]["labels"][keys.REVISION]
+    twice = _apply(spec, once)
+    serving = twice["spec"]["containers"][0]
+    assert serving["command"].count(LAUNCHER_PATH) == 1
+    assert [c["name"] for c in twice["spec"]["initContainers"]].count(LAUNCHER_INIT) == 1
+
+
+def test_no_command_is_reported_not_guessed() -> None:
+    pod = _pod()
+    del pod["spec"]["containers"][0]["command"]
+    plan = plan_pod_patch(_spec(), pod, CONTEXT)
+    assert any("has no command" in p for p in plan.problems)
+    tuned = jsonpatch.apply_patch(pod, plan.patch)
+    assert "command" not in tuned["spec"]["containers"][0]
+    assert "initContainers" not in tuned["spec"]
+    assert "LD_PRELOAD" in _env(tuned["spec"]["containers"][0])  # the allocator still applies
+
+
+def test_burstable_pod_is_reported_for_the_cpu_manager() -> None:
+    pod = _pod(resources={"requests": {"cpu": "7.5", "memory": "16Gi"},
+                          "limits": {"cpu": "7.5", "memory": "32Gi"}})
+    problems = plan_pod_patch(_spec(), pod, CONTEXT).problems
+    assert any("requests memory below its limit" in p for p in problems)
+    assert any("whole numbers" in p for p in problems)
+
+
+def test_guaranteed_pod_stays_guaranteed() -> None:
+    plan = plan_pod_patch(_spec(), _pod(), CONTEXT)
+    assert plan.problems == []
+    init = jsonpatch.apply_patch(_pod(), plan.patch)["spec"]["initContainers"][0]
+    assert init["resources"]["requests"] == init["resources"]["limits"]
+
+
+def test_a_memory_high_the_pod_cannot_take_refuses_everything() -> None:
+    plan = plan_pod_patch(_spec(memory={"high": "40Gi"}), _pod(), CONTEXT)
+    assert plan.refused and plan.patch == []
+    assert plan.problems[0].startswith("spec.memory.high: 40Gi is above the memory limit")
+
+
+def test_ld_preload_from_value_from_refuses_everything() -> None:
+    pod = _pod(env=[{"name": "LD_PRELOAD", "valueFrom": {"configMapKeyRef": {
+        "name": "x", "key": "y"}}}])
+    plan = plan_pod_patch(_spec(), pod, CONTEXT)
+    assert plan.refused and plan.patch == []
+
+
+def test_missing_container_refuses() -> None:
+    plan = plan_pod_patch(_spec(container="server"), _pod(), CONTEXT)
+    assert plan.refused and "containers: vllm" in plan.problems[0]
+
+
+def test_dry_run_only_annotates() -> None:
+    pod = _pod()
+    plan = plan_pod_patch(_spec(mode="DryRun"), pod, CONTEXT)
+    assert all(op["path"].startswith("/metadata/annotations") for op in plan.patch)
+    tuned = jsonpatch.apply_patch(pod, plan.patch)
+    described = json.loads(tuned["metadata"]["annotations"][keys.DRY_RUN_PLAN])
+    assert any(op["path"] == "/spec/containers/0/command" for op in described["patch"])
+    assert tuned["spec"] == pod["spec"]
+
+
+def test_numa_none_needs_no_launcher() -> None:
+    tuned = _apply(_spec(numa={"policy": "none"}), _pod())
+    assert "initContainers" not in tuned["spec"]
+    assert tuned["spec"]["containers"][0]["command"][0] == "vllm"
+
+
+@pytest.mark.parametrize(("numa", "expected"), [
+    ({"policy": "node", "node": 1}, "node:1"), ({"policy": "interleave"}, "interleave")])
+def test_numa_policy_reaches_the_launcher(numa: dict[str, Any], expected: str) -> None:
+    env = _env(_apply(_spec(numa=numa), _pod())["spec"]["containers"][0])
+    assert env["INFERTUNE_NUMA_POLICY"] == expected
+
+
+def test_revision_changes_with_tuning_not_with_scaling() -> None:
+    base = tuning_revision(_spec())
+    assert tuning_revision(_spec(autoscaling={"maxReplicas": 20})) == base
+    assert tuning_revision(_spec(memory={"high": "20Gi"})) != base
+    assert tuning_revision(_spec(numa={"policy": "interleave"})) != base
+
+
+def test_label_keys_are_escaped_in_pointers() -> None:
+    plan = plan_pod_patch(_spec(), _pod(), CONTEXT)
+    assert any(op["path"] == "/metadata/labels/infertune.io~1revision" for op in plan.patch)
