@@ -52,6 +52,17 @@ def wait_pods(api_client: client.ApiClient, namespace: str, app: str, count: int
     return wait_for(observe, f"{count} Ready pods of {app}", timeout_s=timeout_s)
 
 
+def create_tuning_first(api_client: client.ApiClient, namespace: str, operator: OperatorProcess,
+                        body: dict[str, Any]) -> None:
+    """Create the tuning and wait until the operator has seen it (its status is written after
+    kopf's indexes are updated), so the first pods of the Deployment meet a warm webhook."""
+    create(api_client, namespace, body)
+    wait_for(lambda: "observedGeneration" in get_tuning(api_client, namespace,
+                                                         body["metadata"]["name"]).get(
+        "status", {}), "the operator to observe the tuning")
+    operator.check_running()
+
+
 def env_of(pod: Any) -> dict[str, str]:
     return {e.name: e.value for e in pod.spec.containers[0].env or []}
 
@@ -95,7 +106,7 @@ def test_pods_nobody_targets_are_left_alone(
 def test_dry_run_pods_only_carry_the_plan(
     api_client: client.ApiClient, namespace: str, operator: OperatorProcess
 ) -> None:
-    create(api_client, namespace, tuning("qwen", "qwen", mode="DryRun"))
+    create_tuning_first(api_client, namespace, operator, tuning("qwen", "qwen", mode="DryRun"))
     create(api_client, namespace, deployment("qwen"))
     pod = wait_pods(api_client, namespace, "qwen", 1)[0]
     assert pod.spec.init_containers is None
@@ -107,7 +118,8 @@ def test_dry_run_pods_only_carry_the_plan(
 def test_a_tuning_the_pod_cannot_take_admits_it_unchanged_and_says_why(
     api_client: client.ApiClient, namespace: str, operator: OperatorProcess
 ) -> None:
-    create(api_client, namespace, tuning("qwen", "qwen", memory={"high": "9Gi"}))  # limit 8Gi
+    create_tuning_first(api_client, namespace, operator,
+                        tuning("qwen", "qwen", memory={"high": "9Gi"}))  # limit 8Gi
     create(api_client, namespace, deployment("qwen"))
     pod = wait_pods(api_client, namespace, "qwen", 1)[0]
     assert pod.spec.init_containers is None and REVISION not in pod.metadata.labels
@@ -183,3 +195,25 @@ def test_webhook_never_sees_system_namespaces(
     expression = hook.namespace_selector.match_expressions[0]
     assert expression.operator == "NotIn"
     assert {"kube-system", "infertune-system"} <= set(expression.values)
+
+
+def test_a_pod_without_command_is_reported_in_status_and_events(
+    api_client: client.ApiClient, namespace: str, operator: OperatorProcess
+) -> None:
+    body = deployment("qwen")
+    del body["spec"]["template"]["spec"]["containers"][0]["command"]
+    create_tuning_first(api_client, namespace, operator, tuning("qwen", "qwen"))
+    create(api_client, namespace, body)
+    pod = wait_pods(api_client, namespace, "qwen", 1)[0]
+    assert pod.spec.init_containers is None and pod.spec.containers[0].command is None
+    assert "LD_PRELOAD" in env_of(pod)  # the allocator does not need the command
+
+    def reported() -> list[str] | None:
+        problems = get_tuning(api_client, namespace, "qwen").get("status", {}).get(
+            "tuning", {}).get("problems", [])
+        return problems if any("has no command" in p for p in problems) else None
+
+    wait_for(reported, "status.tuning.problems naming the missing command")
+    wait_for(lambda: [e for e in events_for(api_client, namespace, "qwen")
+                      if e.reason == "PodPartlyTuned" and "has no command" in e.message],
+             "a PodPartlyTuned Event")

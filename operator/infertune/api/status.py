@@ -101,7 +101,11 @@ class TuningStatus(ApiModel):
     """Pods tuned to an older revision or not tuned, waiting to be re-created."""
 
     message: str = ""
-    """Why pods could not be tuned, when they could not."""
+    """What re-tuning is doing, or why it is not replacing pods."""
+
+    problems: list[str] = Field(default_factory=list, max_length=20)
+    """What the most recently admitted pods could not get, and why (for example a container
+    without a command cannot be wrapped by the NUMA launcher)."""
 
 
 class MigNodeStatus(ApiModel):

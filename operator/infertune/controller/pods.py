@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -36,10 +36,21 @@ logger = logging.getLogger(__name__)
 
 @dataclass
 class PodTuningSettings:
-    """Operator-wide settings for pod tuning, kept in kopf's memo."""
+    """Operator-wide settings and shared state of pod tuning, kept in kopf's memo.
+
+    kopf hands each object a shallow copy of the memo, so state shared between the webhook
+    (per pod) and the timers (per InferenceTuning) must live in objects created up front.
+    Keys are "namespace/tuning-name".
+    """
 
     launcher_image: str
     static_cpu_manager: bool = True
+    unreported: dict[str, tuple[tuple[str, ...], bool]] = field(default_factory=dict)
+    """Pod problems seen by the webhook, waiting for the timer to post them as an Event."""
+    latest_problems: dict[str, list[str]] = field(default_factory=dict)
+    reported: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    last_evictions: dict[str, tuple[str, str]] = field(default_factory=dict)
+    """(revision, time) of the last eviction, for the untuned-replacement guard."""
 
 
 def _deployment_of(namespace: str, meta: dict[str, Any],
@@ -143,8 +154,9 @@ def _tune_pod(body: kopf.Body, patch: kopf.Patch, warnings: list[str], memo: kop
         warnings.append(f"infertune: {problem}")
     if plan.problems:
         # Events are posted by the timer: kopf's event poster is not reachable from webhooks.
-        pending: dict[str, tuple[tuple[str, ...], bool]] = memo.setdefault("pod_problems", {})
-        pending[f"{namespace}/{entry['name']}"] = (tuple(plan.problems), plan.refused)
+        settings.unreported[f"{namespace}/{entry['name']}"] = (tuple(plan.problems),
+                                                                 plan.refused)
+    settings.latest_problems[f"{namespace}/{entry['name']}"] = list(plan.problems)
     if plan.patch:
         ops = list(plan.patch)
         patch.fns.append(lambda raw: jsonpatch.apply_patch(raw, ops, in_place=True))
@@ -155,7 +167,7 @@ def _tune_pod(body: kopf.Body, patch: kopf.Patch, warnings: list[str], memo: kop
 def _report_once(memo: kopf.Memo, namespace: str, entry: dict[str, Any], problems: list[str],
                  *, refused: bool) -> None:
     """An Event on the InferenceTuning when the problems change, not one per pod."""
-    seen: dict[str, tuple[str, ...]] = memo.setdefault("reported_problems", {})
+    seen = memo.pod_tuning.reported
     key = f"{namespace}/{entry['name']}"
     if seen.get(key) == tuple(problems):
         return
@@ -230,11 +242,11 @@ def retune(namespace: str, name: str, uid: str, spec: InferenceTuningSpec,
            pods: list[PodView], patch: kopf.Patch, memo: kopf.Memo) -> TuningStatus:
     """One re-tuning pass: report the counts and replace outdated pods as the spec says."""
     revision = tuning_revision(spec)
-    evictions: dict[str, tuple[str, str]] = memo.setdefault("last_evictions", {})
+    settings: PodTuningSettings = memo.pod_tuning
+    evictions = settings.last_evictions
     key = f"{namespace}/{name}"
-    pending: dict[str, tuple[tuple[str, ...], bool]] = memo.setdefault("pod_problems", {})
-    if key in pending:
-        problems, refused = pending.pop(key)
+    if key in settings.unreported:
+        problems, refused = settings.unreported.pop(key)
         _report_once(memo, namespace, {"name": name, "uid": uid}, list(problems),
                      refused=refused)
     last = evictions.get(key)
@@ -252,7 +264,8 @@ def retune(namespace: str, name: str, uid: str, spec: InferenceTuningSpec,
         message = _replace_outdated(namespace, spec, step, revision,
                                     lambda: evictions.__setitem__(key, (revision, _now())))
     status = TuningStatus(revision=revision, tuned_pods=step.tuned,
-                          outdated_pods=step.outdated, message=message)
+                          outdated_pods=step.outdated, message=message,
+                          problems=settings.latest_problems.get(key, [])[:20])
     patch.status["tuning"] = status.model_dump(by_alias=True, mode="json")
     return status
 
