@@ -41,3 +41,4 @@ crds: ## regenerate crds/ from the models
 demo: ## the main job on the embedded examples
 	$(PYTHON) -m infertune validate examples/*.yaml
 	$(PYTHON) -m infertune crds
+	$(PYTHON) -m infertune plan examples/vllm-qwen2-7b-h200-mig.yaml --pod examples/vllm-qwen2-7b-h200-mig.yaml
