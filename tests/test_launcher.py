@@ -166,8 +166,8 @@ CASES = {
         Machine(gpus=(GPU1,)), {"INFERTUNE_NUMA_POLICY": "none"}, None,
         {"level": "info", "action": "none"}),
     "unknown_policy_runs_unbound": Case(
-        Machine(), {"INFERTUNE_NUMA_POLICY": "fastest"}, None, {"action": "unbound"},
-        "unknown policy fastest"),
+        Machine(), {"INFERTUNE_NUMA_POLICY": 'fast "est" \\o/'}, None,
+        {"action": "unbound", "policy": 'fast "est" \\o/'}, 'unknown policy fast "est" \\o/'),
     "bad_strict_value_is_taken_as_false": Case(
         Machine(), {"INFERTUNE_NUMA_POLICY": "node:7", "INFERTUNE_NUMA_STRICT": "yes"}, None,
         {"strict": "false", "action": "unbound"}, "neither true nor false"),
