@@ -1,0 +1,86 @@
+"""The batching recommender: a max batch size for the engine's knob from latency and queue.
+
+Every knob we drive trades latency for throughput in the same direction (a smaller max batch,
+token budget or queue delay lowers latency). So: when latency breaches while the queue is low,
+the batch is the cause and the knob goes down in proportion to the overshoot; when latency has
+headroom while requests wait, it goes up; otherwise it stays. Always within [min, max].
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from infertune.api.scaling import AutoscalingSpec, BatchingKnob, BatchingMode, BatchingSpec
+from infertune.api.spec import Engine
+from infertune.scaling.reading import Reading
+
+# The engine's usual knob when spec.batching.knob is unset (BatchingSpec.knob's documentation).
+DEFAULT_KNOBS: dict[Engine, BatchingKnob] = {
+    Engine.VLLM: BatchingKnob.MAX_NUM_SEQS,
+    Engine.SGLANG: BatchingKnob.MAX_RUNNING_REQUESTS,
+    Engine.TGI: BatchingKnob.MAX_BATCH_TOTAL_TOKENS,
+    Engine.TRITON: BatchingKnob.MAX_QUEUE_DELAY_MICROSECONDS,
+}
+# Knobs counted in requests, where the observed running requests show the batch in use.
+REQUEST_KNOBS = frozenset({BatchingKnob.MAX_NUM_SEQS, BatchingKnob.MAX_RUNNING_REQUESTS,
+                           BatchingKnob.MAX_CONCURRENT_REQUESTS})
+MAX_DECREASE = 0.5
+"""At most halve per step, so one noisy sample cannot collapse throughput."""
+MAX_INCREASE = 1.25
+HEADROOM = 0.8
+"""Grow only while latency is at most 80% of target, so a step up does not itself breach."""
+
+
+@dataclass(frozen=True)
+class BatchingRecommendation:
+    knob: BatchingKnob
+    current: int | None
+    recommended: int
+    reason: str
+
+    @property
+    def changed(self) -> bool:
+        return self.current != self.recommended
+
+
+def recommend_batching(batching: BatchingSpec, engine: Engine, autoscaling: AutoscalingSpec,
+                       reading: Reading, current: int | None) -> BatchingRecommendation | None:
+    """None when mode is Off or no knob applies (engine custom without spec.batching.knob)."""
+    knob = batching.knob or DEFAULT_KNOBS.get(engine)
+    if batching.mode is BatchingMode.OFF or knob is None:
+        return None
+    base, origin = _base(batching, knob, reading, current)
+    target = autoscaling.latency.target.seconds
+    latency = reading.latency_s
+    queue_low = reading.queue_per_replica is not None and (
+        reading.queue_per_replica <= autoscaling.queue.target_per_replica)
+    if reading.latency_breached and latency is not None and queue_low:
+        factor = max(MAX_DECREASE, target / latency)
+        proposed = min(math.floor(base * factor), base - 1)
+        why = (f"{reading.latency_kind} {latency * 1000:.0f}ms above {target * 1000:.0f}ms for "
+               f"{reading.breaches} samples with the queue low: lower {knob.value} by "
+               f"x{factor:.2f}")
+    elif latency is not None and latency <= HEADROOM * target and reading.queue_sustained:
+        factor = min(MAX_INCREASE, target / latency)
+        proposed = max(math.ceil(base * factor), base + 1)
+        why = (f"{reading.latency_kind} {latency * 1000:.0f}ms has headroom under "
+               f"{target * 1000:.0f}ms while the queue stays above target: raise {knob.value} "
+               f"by x{factor:.2f}")
+    else:
+        proposed = base
+        why = "latency and queue do not call for a change"
+    recommended = min(max(proposed, batching.min), batching.max)
+    if recommended != proposed:
+        why += f" (kept within {batching.min}..{batching.max})"
+    return BatchingRecommendation(knob, current, recommended,
+                                  f"{why}; from {base} ({origin}) to {recommended}")
+
+
+def _base(batching: BatchingSpec, knob: BatchingKnob, reading: Reading,
+          current: int | None) -> tuple[int, str]:
+    if current is not None:
+        return current, "current setting"
+    if knob in REQUEST_KNOBS and reading.running_peak is not None:
+        return max(1, math.ceil(reading.running_peak)), "peak running requests per replica"
+    return batching.max, "current setting unknown, starting from max"

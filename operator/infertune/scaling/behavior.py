@@ -1,0 +1,98 @@
+"""HPA's behaviour rules: the stabilization window and the per-period rate limits.
+
+Ported from kubernetes pkg/controller/podautoscaler/horizontal.go
+(stabilizeRecommendationWithBehaviors, convertDesiredReplicasWithBehaviorRate,
+calculateScaleUpLimitWithScalingRules, calculateScaleDownLimitWithBehaviors), with the
+recommendations and events passed in instead of kept in the controller.
+"""
+
+from __future__ import annotations
+
+import math
+
+from infertune.api.scaling import ScalingRules
+from infertune.scaling.state import Recommendation, ScaleEvent
+
+
+def stabilize(current: int, desired: int, recommendations: tuple[Recommendation, ...],
+              up: ScalingRules, down: ScalingRules, now: float) -> tuple[int, str | None]:
+    """The replicas after the stabilization windows, and why they differ from `desired`.
+
+    Scaling up uses the lowest recommendation in the scale-up window, scaling down the highest
+    in the scale-down window, so a brief spike or dip does not move replicas.
+    """
+    up_cutoff = now - up.stabilization.seconds
+    down_cutoff = now - down.stabilization.seconds
+    up_rec = min([desired, *(r.replicas for r in recommendations if r.time > up_cutoff)])
+    down_rec = max([desired, *(r.replicas for r in recommendations if r.time > down_cutoff)])
+    result = min(max(current, up_rec), down_rec)
+    if result == desired:
+        return result, None
+    if result > desired:
+        return result, (f"scale-down stabilized at {result}: the highest recommendation in the "
+                        f"last {down.stabilization}")
+    return result, (f"scale-up stabilized at {result}: the lowest recommendation in the last "
+                    f"{up.stabilization}")
+
+
+def _changes_in_period(events: tuple[ScaleEvent, ...], period_s: float,
+                       now: float) -> tuple[int, int]:
+    recent = [e.change for e in events if e.time > now - period_s]
+    return sum(c for c in recent if c > 0), -sum(c for c in recent if c < 0)
+
+
+def scale_up_limit(current: int, events: tuple[ScaleEvent, ...], rules: ScalingRules,
+                   now: float) -> int:
+    """The most replicas allowed now: the larger of the pods and percent limits (selectPolicy
+    Max), counted from the replicas at the start of the period; 0 disables a limit."""
+    added, deleted = _changes_in_period(events, rules.period.seconds, now)
+    start = current - added + deleted
+    proposals = []
+    if rules.pods > 0:
+        proposals.append(start + rules.pods)
+    if rules.percent > 0:
+        # Rounded up, or a small Deployment could never grow (horizontal.go).
+        proposals.append(math.ceil(start * (1 + rules.percent / 100)))
+    return max(max(proposals), current)
+
+
+def scale_down_limit(current: int, events: tuple[ScaleEvent, ...], rules: ScalingRules,
+                     now: float) -> int:
+    """The fewest replicas allowed now: the larger change of the two limits wins (the lower
+    count), counted from the start of the period; 0 disables a limit."""
+    added, deleted = _changes_in_period(events, rules.period.seconds, now)
+    start = current - added + deleted
+    proposals = []
+    if rules.pods > 0:
+        proposals.append(start - rules.pods)
+    if rules.percent > 0:
+        proposals.append(math.floor(start * (1 - rules.percent / 100)))
+    return min(min(proposals), current)
+
+
+def limit_rate(current: int, desired: int, events: tuple[ScaleEvent, ...], up: ScalingRules,
+               down: ScalingRules, min_replicas: int, max_replicas: int,
+               now: float) -> tuple[int, str | None]:
+    """`desired` within minReplicas..maxReplicas and the rate limits, and why if it moved."""
+    if desired > current:
+        limit = scale_up_limit(current, events, up, now)
+        if limit < max_replicas and desired > limit:
+            return limit, (f"scale-up limited to {limit} by {_rule_text(up, '+')} "
+                           f"(from {current})")
+        if desired > max_replicas:
+            return max_replicas, f"capped at maxReplicas {max_replicas}"
+    elif desired < current:
+        limit = scale_down_limit(current, events, down, now)
+        if limit > min_replicas and desired < limit:
+            return limit, (f"scale-down limited to {limit} by {_rule_text(down, '-')} "
+                           f"(from {current})")
+        if desired < min_replicas:
+            return min_replicas, f"floored at minReplicas {min_replicas}"
+    return desired, None
+
+
+def _rule_text(rules: ScalingRules, sign: str) -> str:
+    parts = [f"{sign}{rules.pods} pods"] if rules.pods else []
+    parts += [f"{sign}{rules.percent}%"] if rules.percent else []
+    both = f"max({', '.join(parts)})" if len(parts) == 2 else parts[0]
+    return f"{both} per {rules.period}"

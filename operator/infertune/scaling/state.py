@@ -1,0 +1,79 @@
+"""What the autoscaler remembers between evaluations, as plain data the operator keeps in status.
+
+HPA keeps its recommendations and scale events in memory, so a restarted kube-controller-manager
+forgets its stabilization window. We store them in status instead, so a restarted operator
+resumes with the same window and the same rate-limit periods.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from typing import Any
+
+
+def format_time(t: float) -> str:
+    """RFC 3339 in UTC, the format of every time in status."""
+    return datetime.fromtimestamp(t, tz=UTC).isoformat().replace("+00:00", "Z")
+
+
+def parse_time(text: str) -> float:
+    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    """One unstabilized recommendation (HPA's timestampedRecommendation)."""
+
+    time: float
+    replicas: int
+
+
+@dataclass(frozen=True)
+class ScaleEvent:
+    """One applied change of replicas, positive up and negative down (timestampedScaleEvent)."""
+
+    time: float
+    change: int
+
+
+@dataclass(frozen=True)
+class ScalingState:
+    recommendations: tuple[Recommendation, ...] = ()
+    scale_events: tuple[ScaleEvent, ...] = ()
+    metrics_missing_since: float | None = None
+    """When every signal went missing; None while at least one signal has data."""
+
+    def pruned(self, now: float, keep_recommendations_s: float,
+               keep_events_s: float) -> ScalingState:
+        return replace(
+            self,
+            recommendations=tuple(r for r in self.recommendations
+                                  if r.time > now - keep_recommendations_s),
+            scale_events=tuple(e for e in self.scale_events if e.time > now - keep_events_s),
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        """The shape stored in status (camelCase, RFC 3339 times)."""
+        return {
+            "recommendations": [{"time": format_time(r.time), "replicas": r.replicas}
+                                for r in self.recommendations],
+            "scaleEvents": [{"time": format_time(e.time), "change": e.change}
+                            for e in self.scale_events],
+            "metricsMissingSince": (None if self.metrics_missing_since is None
+                                    else format_time(self.metrics_missing_since)),
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any] | None) -> ScalingState:
+        """Read what `to_json` wrote; a missing or partial block gives an empty state."""
+        if not data:
+            return cls()
+        missing = data.get("metricsMissingSince")
+        return cls(
+            recommendations=tuple(Recommendation(parse_time(r["time"]), int(r["replicas"]))
+                                  for r in data.get("recommendations") or ()),
+            scale_events=tuple(ScaleEvent(parse_time(e["time"]), int(e["change"]))
+                               for e in data.get("scaleEvents") or ()),
+            metrics_missing_since=None if missing is None else parse_time(missing),
+        )
