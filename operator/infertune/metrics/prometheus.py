@@ -1,0 +1,118 @@
+"""The Prometheus metrics source, on prometheus-api-client's range queries.
+
+One HTTP request per query plan (plan.py). Every failure becomes "no data" with the reason and
+the query a person can run: NaN and infinite values, a series that is absent or stale, a
+timeout, a refused connection, an HTTP error.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+import requests
+from prometheus_api_client import PrometheusConnect
+from prometheus_api_client.exceptions import PrometheusApiClientException
+
+from infertune.metrics.plan import QueryPlan, Signal, plan_queries, unsupported
+from infertune.metrics.promql import TARGET_LABEL
+from infertune.metrics.source import MetricsTarget
+from infertune.scaling.signals import Series, TargetSignals
+from infertune.scaling.state import format_time
+
+SeriesKey = tuple[str, str]
+"""(namespace, Deployment) as the target label set puts them."""
+
+
+class PrometheusSource:
+    """Fetches signals from the Prometheus HTTP API at `url`."""
+
+    def __init__(self, url: str, *, timeout_s: float = 5.0, resolution_s: float = 1.0,
+                 headers: Mapping[str, str] | None = None,
+                 session: requests.Session | None = None) -> None:
+        if not url.startswith(("http://", "https://")):
+            raise ValueError(f"Prometheus URL {url!r} must start with http:// or https://")
+        if resolution_s <= 0 or timeout_s <= 0:
+            raise ValueError("timeout_s and resolution_s must be above 0")
+        self.url = url.rstrip("/")
+        self.timeout_s = timeout_s
+        self.resolution_s = resolution_s
+        self._client = PrometheusConnect(url=self.url, headers=dict(headers or {}),
+                                         session=session)
+
+    def fetch(self, targets: Sequence[MetricsTarget], now: float) -> dict[str, TargetSignals]:
+        found: dict[str, dict[Signal, Series]] = {t.key: {} for t in targets}
+        for plan in plan_queries(targets, self.resolution_s):
+            answer = self._run(plan, now)
+            for target in plan.members:
+                found[target.key][plan.signal] = answer(target)
+        return {t.key: _signals(t, found[t.key]) for t in targets}
+
+    def _run(self, plan: QueryPlan, now: float) -> _Answer:
+        query = plan.query()
+        if query is None:
+            return _Answer(plan, {}, "the engine exports no such metric")
+        end = math.floor(now)
+        start = end - plan.lookback_s
+        try:
+            result = self._client.custom_query_range(
+                query, start_time=datetime.fromtimestamp(start, tz=UTC),
+                end_time=datetime.fromtimestamp(end, tz=UTC), step=f"{plan.step_s:g}",
+                timeout=self.timeout_s)
+        except (requests.RequestException, PrometheusApiClientException, ValueError) as exc:
+            return _Answer(plan, {}, f"Prometheus at {self.url} failed: {_short(exc)}")
+        return _Answer(plan, _parse(result, plan, end), None)
+
+
+class _Answer:
+    """One plan's result, looked up per target."""
+
+    def __init__(self, plan: QueryPlan, series: dict[SeriesKey, Series],
+                 error: str | None) -> None:
+        self.plan, self.series, self.error = plan, series, error
+
+    def __call__(self, target: MetricsTarget) -> Series:
+        got = self.series.get((target.namespace, target.deployment))
+        if got is not None and self.error is None and got.problem is None:
+            return got
+        query = self.plan.query_for(target)
+        if self.error is not None:
+            return Series.missing(self.error, query)
+        if got is not None:
+            return Series.missing(got.problem or "", query)
+        return Series.missing(f"no series for Deployment {target.namespace}/"
+                              f"{target.deployment}", query)
+
+
+def _parse(result: list[dict[str, Any]], plan: QueryPlan, end: float) -> dict[SeriesKey, Series]:
+    namespace_label = plan.members[0].namespace_label
+    out: dict[SeriesKey, Series] = {}
+    for item in result:
+        labels = item.get("metric", {})
+        key = (labels.get(namespace_label, ""), labels.get(TARGET_LABEL, ""))
+        points = [(float(t), float(v)) for t, v in item.get("values", ())]
+        series = Series.of(points, plan.step_s)
+        if series.available and series.points[-1][0] < end - plan.step_s / 2:
+            newest = format_time(series.points[-1][0])
+            series = Series.missing(f"stale: the newest sample is from {newest}")
+        out[key] = series
+    return out
+
+
+def _signals(target: MetricsTarget, found: dict[Signal, Series]) -> TargetSignals:
+    problem = unsupported(target)
+    if problem is not None:
+        return TargetSignals(Series.missing(problem), Series.missing(problem),
+                             Series.missing(problem), latency_kind=target.latency_kind)
+    not_read = Series.missing("not read: batching is Off or the engine has no running gauge")
+    return TargetSignals(
+        queue=found[Signal.QUEUE], latency=found[Signal.LATENCY],
+        request_rate=found[Signal.REQUEST_RATE], running=found.get(Signal.RUNNING, not_read),
+        latency_kind=target.latency_kind)
+
+
+def _short(exc: Exception) -> str:
+    text = str(exc) or type(exc).__name__
+    return text if len(text) <= 300 else text[:300] + "..."

@@ -1,0 +1,75 @@
+"""The metrics-source protocol: fetch the autoscaler's signals for many tunings at once.
+
+A source answers for a whole batch so that its cost grows with the number of distinct query
+shapes, not with the number of tunings. Prometheus is one source; the simulator is another.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from infertune.api.scaling import AutoscalingSpec, BatchingMode
+from infertune.api.spec import InferenceTuning
+from infertune.metrics.presets import EngineMetrics, HistogramLatency, engine_metrics
+from infertune.scaling.signals import TargetSignals
+
+
+@dataclass(frozen=True)
+class MetricsTarget:
+    """What to read for one InferenceTuning, and how much history its rules need."""
+
+    key: str
+    """Identifies the tuning in the answer, for example "namespace/name"."""
+    namespace: str
+    deployment: str
+    metrics: EngineMetrics
+    namespace_label: str = "namespace"
+    pod_label: str = "pod"
+    window: str = "1m"
+    quantile: float = 0.99
+    queue_history_s: float = 30.0
+    """How far back the queue must be read: its sustain window."""
+    latency_step_s: float = 15.0
+    """One latency sample per evaluation interval."""
+    latency_samples: int = 2
+    """Consecutive samples the latency rule needs."""
+    want_running: bool = False
+
+    @property
+    def latency_kind(self) -> str:
+        if isinstance(self.metrics.latency, HistogramLatency):
+            return f"p{self.quantile * 100:g}"
+        return "mean"
+
+
+def target_for_tuning(tuning: InferenceTuning) -> MetricsTarget:
+    """The target of an InferenceTuning; without spec.autoscaling the defaults apply."""
+    spec = tuning.spec
+    scaling = spec.autoscaling or AutoscalingSpec()
+    namespace = tuning.metadata.namespace or "default"
+    return MetricsTarget(
+        key=f"{namespace}/{tuning.metadata.name}",
+        namespace=namespace,
+        deployment=spec.target_ref.name,
+        metrics=engine_metrics(spec),
+        namespace_label=spec.metrics.namespace_label,
+        pod_label=spec.metrics.pod_label,
+        window=spec.metrics.window,
+        quantile=scaling.latency.quantile,
+        queue_history_s=scaling.queue.sustain.seconds,
+        latency_step_s=scaling.interval.seconds,
+        latency_samples=scaling.latency.consecutive_samples,
+        want_running=spec.batching.mode is not BatchingMode.OFF,
+    )
+
+
+class MetricsSource(Protocol):
+    def fetch(self, targets: Sequence[MetricsTarget], now: float) -> Mapping[str, TargetSignals]:
+        """Signals for every target, keyed by `MetricsTarget.key`, ending at `now` (unix time).
+
+        Never raises for missing data or an unreachable backend: each affected series is
+        empty and says why, with the query to run by hand.
+        """
+        ...
