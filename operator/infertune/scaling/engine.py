@@ -1,0 +1,200 @@
+"""The autoscaler's decision: a pure function of the spec, the replicas, the signals and state.
+
+It reads like HPA's replica calculator (kubernetes pkg/controller/podautoscaler): each signal
+proposes ceil(current * value / target) outside a tolerance band, the highest proposal wins,
+missing data never scales down, and the scale-down stabilization window and the rate limits
+are applied afterwards (`behavior.py`). Every decision carries a reason with its numbers.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from enum import StrEnum
+
+from infertune.api.scaling import AutoscalingSpec, LatencyAction, MetricsUnavailableAction
+from infertune.api.units import format_duration
+from infertune.scaling.behavior import limit_rate, stabilize
+from infertune.scaling.reading import Reading, read_signals
+from infertune.scaling.signals import TargetSignals
+from infertune.scaling.state import Recommendation, ScaleEvent, ScalingState
+
+
+class ScaleAction(StrEnum):
+    SCALE_OUT = "ScaleOut"
+    SCALE_IN = "ScaleIn"
+    HOLD = "Hold"
+    TUNE_BATCHING = "TuneBatching"
+    FALLBACK = "Fallback"
+    DISABLED = "Disabled"
+
+
+@dataclass(frozen=True)
+class ScaleDecision:
+    current_replicas: int
+    desired_replicas: int
+    action: ScaleAction
+    reason: str
+    signals: Reading
+    state: ScalingState
+    """The state to store when the decision is applied (it records the scale event)."""
+    held_state: ScalingState
+    """The state to store when it is not applied (DryRun, or the scale call failed)."""
+
+
+@dataclass(frozen=True)
+class _Proposal:
+    replicas: int | None
+    """None: this signal has no opinion (healthy latency, quiet traffic, missing data)."""
+    why: str
+    tune_batching: bool = False
+
+
+def decide_scale(spec: AutoscalingSpec, current_replicas: int, signals: TargetSignals,
+                 state: ScalingState, now: float) -> ScaleDecision:
+    reading = read_signals(spec, signals, now)
+    state = _track_missing(state, reading, now)
+    if not spec.enabled:
+        return _held(current_replicas, ScaleAction.DISABLED, "autoscaling.enabled is false",
+                     reading, state)
+    if current_replicas == 0:
+        # As HPA: a target scaled to zero by someone else is left alone.
+        return _held(0, ScaleAction.HOLD, "the target has 0 replicas; scaling is paused until "
+                     "it is scaled up", reading, state)
+    if reading.queue_missing and reading.latency_missing:
+        return _metrics_unavailable(spec, current_replicas, reading, state, now)
+    if not spec.min_replicas <= current_replicas <= spec.max_replicas:
+        # As HPA: a count outside the bounds is brought inside them before any metric counts.
+        bound = min(max(current_replicas, spec.min_replicas), spec.max_replicas)
+        return _applied(spec, current_replicas, bound, f"{current_replicas} replicas is outside "
+                        f"minReplicas..maxReplicas ({spec.min_replicas}..{spec.max_replicas})",
+                        reading, state, now, record=bound)
+    return _decide_on_signals(spec, current_replicas, reading, state, now)
+
+
+def _decide_on_signals(spec: AutoscalingSpec, current: int, reading: Reading,
+                       state: ScalingState, now: float) -> ScaleDecision:
+    queue = _queue_proposal(spec, current, reading)
+    latency = _latency_proposal(spec, current, reading)
+    opinions = [p.replicas for p in (queue, latency) if p.replicas is not None]
+    raw = max(opinions, default=current)
+    notes = [queue.why, latency.why]
+    if reading.queue_missing or reading.latency_missing:
+        if raw < current:
+            notes.append("not scaling in while a signal is missing")
+        raw = max(raw, current)
+    stabilized, why = stabilize(current, raw, state.recommendations, spec.scale_up,
+                                spec.scale_down, now)
+    notes += [why] if why else []
+    desired, why = limit_rate(current, stabilized, state.scale_events, spec.scale_up,
+                              spec.scale_down, spec.min_replicas, spec.max_replicas, now)
+    notes += [why] if why else []
+    tune = latency.tune_batching and desired == current
+    return _applied(spec, current, desired, "; ".join(notes), reading, state, now, record=raw,
+                    tune_batching=tune)
+
+
+def _queue_proposal(spec: AutoscalingSpec, current: int, reading: Reading) -> _Proposal:
+    queue, target = reading.queue_per_replica, spec.queue.target_per_replica
+    if queue is None:
+        return _Proposal(None, "queue: no data")
+    ratio = queue / target
+    said = f"queue {queue:.1f}/replica vs target {target:g} (ratio {ratio:.2f})"
+    if abs(ratio - 1) <= spec.tolerance:
+        return _Proposal(current, f"{said}, within tolerance {spec.tolerance:g}")
+    proposed = math.ceil(current * ratio)
+    if ratio < 1:
+        return _Proposal(proposed, f"{said} -> {proposed}")
+    sustain = spec.queue.sustain
+    if not reading.queue_sustained:
+        return _Proposal(current, f"{said}, above target for "
+                         f"{format_duration(reading.queue_above_for_s)} of {sustain}")
+    return _Proposal(proposed, f"{said}, above target for {sustain} -> {proposed}")
+
+
+def _latency_proposal(spec: AutoscalingSpec, current: int, reading: Reading) -> _Proposal:
+    signal = spec.latency
+    kind, target = reading.latency_kind, signal.target
+    if reading.latency_quiet:
+        return _Proposal(None, f"latency: {reading.request_rate:.2f} req/s is below "
+                         f"minRequestRate {signal.min_request_rate:g}, quantile ignored")
+    if reading.latency_s is None:
+        return _Proposal(None, f"{kind}: no data")
+    said = (f"{kind} {format_duration(reading.latency_s)} vs target {target} "
+            f"at {reading.request_rate or 0:.1f} req/s")
+    if reading.latency_s <= target.seconds:
+        return _Proposal(None, said)
+    said = f"{said}, {reading.breaches}/{signal.consecutive_samples} samples above target"
+    if not reading.latency_breached:
+        # An elevated latency vetoes scaling in even before it counts as a breach.
+        return _Proposal(current, said)
+    if _wants_batching(spec, reading):
+        return _Proposal(current, f"{said}, queue is low so the latency comes from batching: "
+                         "tune batching", tune_batching=True)
+    proposed = max(current + 1, math.ceil(current * reading.latency_s / target.seconds))
+    return _Proposal(proposed, f"{said} -> {proposed}")
+
+
+def _wants_batching(spec: AutoscalingSpec, reading: Reading) -> bool:
+    action = spec.latency.action
+    if action is not LatencyAction.AUTO:
+        return action is LatencyAction.TUNE_BATCHING
+    # Auto with no queue data scales out: the SLO is the safe side.
+    queue = reading.queue_per_replica
+    return queue is not None and queue <= spec.queue.target_per_replica * (1 + spec.tolerance)
+
+
+def _metrics_unavailable(spec: AutoscalingSpec, current: int, reading: Reading,
+                         state: ScalingState, now: float) -> ScaleDecision:
+    since = state.metrics_missing_since if state.metrics_missing_since is not None else now
+    missing_for = now - since
+    rule = spec.metrics_unavailable
+    said = f"no usable metrics for {format_duration(missing_for)}"
+    fallback = rule.fallback_replicas
+    if rule.action is MetricsUnavailableAction.FALLBACK and fallback is not None and (
+        missing_for >= rule.after.seconds
+    ):
+        desired = max(current, fallback)  # Fallback raises replicas, never lowers them
+        reason = f"{said} (>= {rule.after}): fallback to {fallback} replicas, keeping {desired}"
+        decision = _applied(spec, current, desired, reason, reading, state, now, record=current)
+        if desired == current:
+            return decision
+        return replace(decision, action=ScaleAction.FALLBACK)
+    wait = (f", fallback to {fallback} after {rule.after}"
+            if rule.action is MetricsUnavailableAction.FALLBACK else "")
+    return _held(current, ScaleAction.HOLD, f"{said}: holding {current} replicas{wait}",
+                 reading, state)
+
+
+def _track_missing(state: ScalingState, reading: Reading, now: float) -> ScalingState:
+    if reading.queue_missing and reading.latency_missing:
+        if state.metrics_missing_since is None:
+            return replace(state, metrics_missing_since=now)
+        return state
+    return replace(state, metrics_missing_since=None)
+
+
+def _applied(spec: AutoscalingSpec, current: int, desired: int, reason: str, reading: Reading,
+             state: ScalingState, now: float, record: int,
+             tune_batching: bool = False) -> ScaleDecision:
+    keep_recs = max(spec.scale_up.stabilization.seconds, spec.scale_down.stabilization.seconds)
+    keep_events = max(spec.scale_up.period.seconds, spec.scale_down.period.seconds)
+    held = replace(state, recommendations=(*state.recommendations, Recommendation(now, record)))
+    held = held.pruned(now, keep_recs, keep_events)
+    applied = held
+    if desired != current:
+        applied = replace(held, scale_events=(*held.scale_events,
+                                              ScaleEvent(now, desired - current)))
+    if desired > current:
+        action = ScaleAction.SCALE_OUT
+    elif desired < current:
+        action = ScaleAction.SCALE_IN
+    else:
+        action = ScaleAction.TUNE_BATCHING if tune_batching else ScaleAction.HOLD
+    return ScaleDecision(current, desired, action, f"{reason}; {current} -> {desired}",
+                         reading, applied, held)
+
+
+def _held(current: int, action: ScaleAction, reason: str, reading: Reading,
+          state: ScalingState) -> ScaleDecision:
+    return ScaleDecision(current, current, action, reason, reading, state, state)
