@@ -55,8 +55,8 @@ def decide_scale(spec: AutoscalingSpec, current_replicas: int, signals: TargetSi
     reading = read_signals(spec, signals, now)
     state = _track_missing(state, reading, now)
     if not spec.enabled:
-        return _held(current_replicas, ScaleAction.DISABLED, "autoscaling.enabled is false",
-                     reading, state)
+        return _held(current_replicas, ScaleAction.DISABLED, "autoscaling.enabled is false; "
+                     f"keeping {current_replicas} replicas", reading, state)
     if current_replicas == 0:
         # As HPA: a target scaled to zero by someone else is left alone.
         return _held(0, ScaleAction.HOLD, "the target has 0 replicas; scaling is paused until "

@@ -1,0 +1,316 @@
+"""The autoscaler's decision engine and batching recommender, as a specification.
+
+Signals are built as the Prometheus adapter returns them: the queue at a 1s step over its
+sustain window, latency and request rate one point per evaluation interval.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from infertune.api.scaling import AutoscalingSpec, BatchingSpec
+from infertune.api.spec import Engine
+from infertune.scaling.batching import recommend_batching
+from infertune.scaling.engine import ScaleAction, ScaleDecision, decide_scale
+from infertune.scaling.reading import read_signals
+from infertune.scaling.signals import Series, TargetSignals
+from infertune.scaling.state import Recommendation, ScaleEvent, ScalingState
+
+NOW = 1_700_000_000.0
+
+
+def spec(**fields: Any) -> AutoscalingSpec:
+    base: dict[str, Any] = {"minReplicas": 1, "maxReplicas": 20}
+    return AutoscalingSpec.model_validate(base | fields)
+
+
+def queue(*values: float, now: float = NOW) -> Series:
+    """Queue per replica, one value per second ending at `now` (oldest first)."""
+    return Series(tuple((now - (len(values) - 1 - i), v) for i, v in enumerate(values)), 1.0)
+
+
+def steady(value: float, seconds: int = 30, now: float = NOW) -> Series:
+    return queue(*([value] * (seconds + 1)), now=now)
+
+
+def per_interval(*values: float, now: float = NOW, step: float = 15.0) -> Series:
+    return Series(tuple((now - (len(values) - 1 - i) * step, v) for i, v in enumerate(values)),
+                  step)
+
+
+def signals(q: Series, latency_ms: tuple[float, ...] = (50, 50), rate: float = 10.0,
+            now: float = NOW) -> TargetSignals:
+    lat = per_interval(*(ms / 1000 for ms in latency_ms), now=now)
+    return TargetSignals(q, lat, per_interval(*([rate] * len(latency_ms)), now=now))
+
+
+MISSING = Series.missing("no series for Deployment ns/llm", "avg by (...) (...)")
+NO_SIGNALS = TargetSignals(MISSING, MISSING, MISSING)
+
+
+def decide(sig: TargetSignals, current: int = 4, state: ScalingState | None = None,
+           now: float = NOW, **fields: Any) -> ScaleDecision:
+    return decide_scale(spec(**fields), current, sig, state or ScalingState(), now)
+
+
+@dataclass
+class Case:
+    name: str
+    signals: TargetSignals
+    desired: int
+    action: ScaleAction
+    current: int = 4
+    spec: dict[str, Any] = field(default_factory=dict)
+    state: ScalingState = field(default_factory=ScalingState)
+    reason_has: tuple[str, ...] = ()
+
+
+CASES = [
+    Case("queue_above_target_for_the_sustain_window_scales_out_proportionally",
+         signals(steady(48)), 6, ScaleAction.SCALE_OUT,
+         reason_has=("queue 48.0/replica vs target 32", "above target for 30s", "4 -> 6")),
+    Case("queue_above_target_for_less_than_sustain_holds",
+         signals(queue(*([10] * 20 + [48] * 11))), 4, ScaleAction.HOLD,
+         reason_has=("above target for 10s of 30s",)),
+    Case("queue_with_a_dip_inside_the_window_holds",
+         signals(queue(*([48] * 15 + [20] + [48] * 15))), 4, ScaleAction.HOLD),
+    Case("queue_history_shorter_than_sustain_holds",
+         signals(steady(48, seconds=10)), 4, ScaleAction.HOLD),
+    Case("queue_within_tolerance_holds", signals(steady(34)), 4, ScaleAction.HOLD,
+         reason_has=("within tolerance 0.1",)),
+    Case("low_queue_scales_in_when_no_stabilization",
+         signals(steady(8)), 1, ScaleAction.SCALE_IN,
+         spec={"scaleDown": {"pods": 0, "percent": 100, "period": "15s",
+                             "stabilization": "0s"}}),
+    Case("scale_up_is_limited_to_the_larger_of_pods_and_percent",
+         signals(steady(320)), 8, ScaleAction.SCALE_OUT,
+         reason_has=("scale-up limited to 8 by max(+4 pods, +100%) per 15s",)),
+    Case("scale_up_counts_changes_already_made_in_the_period",
+         signals(steady(320)), 8, ScaleAction.SCALE_OUT, current=6,
+         spec={"scaleUp": {"pods": 4, "percent": 0, "period": "60s", "stabilization": "0s"}},
+         state=ScalingState(scale_events=(ScaleEvent(NOW - 30, 2),)),
+         reason_has=("scale-up limited to 8 by +4 pods per 60s",)),
+    Case("scale_up_blocked_until_the_period_passes",
+         signals(steady(320)), 4, ScaleAction.HOLD,
+         spec={"scaleUp": {"pods": 2, "percent": 0, "period": "60s", "stabilization": "0s"}},
+         state=ScalingState(scale_events=(ScaleEvent(NOW - 30, 2),)), current=4),
+    Case("scale_down_limited_by_pods_per_period",
+         signals(steady(0)), 3, ScaleAction.SCALE_IN, current=4,
+         spec={"scaleDown": {"pods": 1, "percent": 0, "period": "15s", "stabilization": "0s"}},
+         reason_has=("scale-down limited to 3 by -1 pods per 15s",)),
+    Case("max_replicas_caps_the_proposal",
+         signals(steady(320)), 5, ScaleAction.SCALE_OUT, spec={"maxReplicas": 5},
+         reason_has=("capped at maxReplicas 5",)),
+    Case("min_replicas_floors_the_proposal",
+         signals(steady(0)), 2, ScaleAction.SCALE_IN,
+         spec={"minReplicas": 2, "scaleDown": {"pods": 0, "percent": 100, "period": "15s",
+                                               "stabilization": "0s"}}),
+    Case("replicas_below_min_are_raised_to_min_first",
+         signals(steady(0)), 3, ScaleAction.SCALE_OUT, current=1, spec={"minReplicas": 3}),
+    Case("replicas_above_max_are_lowered_to_max_first",
+         signals(steady(100)), 20, ScaleAction.SCALE_IN, current=25),
+    Case("zero_replicas_are_left_alone", signals(steady(100)), 0, ScaleAction.HOLD, current=0),
+    Case("disabled_holds", signals(steady(100)), 4, ScaleAction.DISABLED,
+         spec={"enabled": False}),
+    Case("latency_breach_for_consecutive_samples_scales_out",
+         signals(steady(40), latency_ms=(150, 150)), 8, ScaleAction.SCALE_OUT,
+         reason_has=("p99 150ms vs target 75ms", "2/2 samples above target", "4 -> 8")),
+    Case("one_latency_sample_above_target_is_not_a_breach",
+         signals(steady(20), latency_ms=(50, 150)), 4, ScaleAction.HOLD,
+         reason_has=("1/2 samples above target",)),
+    Case("latency_with_low_queue_tunes_batching_in_auto",
+         signals(steady(5), latency_ms=(150, 150)), 4, ScaleAction.TUNE_BATCHING,
+         reason_has=("latency comes from batching",)),
+    Case("latency_with_low_queue_scales_out_when_asked_to",
+         signals(steady(5), latency_ms=(150, 150)), 8, ScaleAction.SCALE_OUT,
+         spec={"latency": {"action": "ScaleOut"}}),
+    Case("latency_tune_batching_never_scales_out",
+         signals(steady(32), latency_ms=(150, 150)), 4, ScaleAction.TUNE_BATCHING,
+         spec={"latency": {"action": "TuneBatching"}}),
+    Case("latency_below_min_request_rate_is_noise",
+         signals(steady(32), latency_ms=(900, 900), rate=0.2), 4, ScaleAction.HOLD,
+         reason_has=("below minRequestRate 1",)),
+    Case("elevated_latency_vetoes_scale_in",
+         signals(steady(0), latency_ms=(50, 150)), 4, ScaleAction.HOLD,
+         spec={"scaleDown": {"pods": 0, "percent": 100, "period": "15s",
+                             "stabilization": "0s"}}),
+    Case("highest_proposal_of_the_signals_wins",
+         signals(steady(96), latency_ms=(100, 100)), 12, ScaleAction.SCALE_OUT,
+         spec={"scaleUp": {"pods": 100, "percent": 0, "period": "15s", "stabilization": "0s"}}),
+    Case("missing_metrics_hold", NO_SIGNALS, 4, ScaleAction.HOLD,
+         reason_has=("no usable metrics", "holding 4 replicas")),
+    Case("missing_queue_never_scales_in",
+         TargetSignals(MISSING, per_interval(0.01, 0.01), per_interval(10, 10)), 4,
+         ScaleAction.HOLD, spec={"scaleDown": {"pods": 0, "percent": 100, "period": "15s",
+                                               "stabilization": "0s"}}),
+    Case("missing_queue_still_scales_out_on_latency",
+         TargetSignals(MISSING, per_interval(0.3, 0.3), per_interval(10, 10)), 8,
+         ScaleAction.SCALE_OUT),
+    Case("stale_queue_is_missing_not_zero",
+         signals(steady(0, now=NOW - 120)), 4, ScaleAction.HOLD,
+         spec={"scaleDown": {"pods": 0, "percent": 100, "period": "15s",
+                             "stabilization": "0s"}}),
+    Case("fallback_waits_for_after",
+         NO_SIGNALS, 4, ScaleAction.HOLD,
+         spec={"metricsUnavailable": {"action": "Fallback", "fallbackReplicas": 6}},
+         state=ScalingState(metrics_missing_since=NOW - 60),
+         reason_has=("fallback to 6 after 2m",)),
+    Case("fallback_raises_replicas_after_after",
+         NO_SIGNALS, 6, ScaleAction.FALLBACK,
+         spec={"metricsUnavailable": {"action": "Fallback", "fallbackReplicas": 6}},
+         state=ScalingState(metrics_missing_since=NOW - 120)),
+    Case("fallback_never_lowers_replicas",
+         NO_SIGNALS, 9, ScaleAction.HOLD, current=9,
+         spec={"metricsUnavailable": {"action": "Fallback", "fallbackReplicas": 6}},
+         state=ScalingState(metrics_missing_since=NOW - 600)),
+    Case("scale_down_waits_for_the_stabilization_window",
+         signals(steady(8)), 4, ScaleAction.HOLD,
+         state=ScalingState(recommendations=(Recommendation(NOW - 200, 4),)),
+         reason_has=("scale-down stabilized at 4",)),
+    Case("scale_down_uses_the_highest_recommendation_in_the_window",
+         signals(steady(8)), 3, ScaleAction.SCALE_IN,
+         state=ScalingState(recommendations=(Recommendation(NOW - 400, 4),
+                                             Recommendation(NOW - 200, 3)))),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_decision(case: Case) -> None:
+    decision = decide_scale(spec(**case.spec), case.current, case.signals, case.state, NOW)
+    assert (decision.desired_replicas, decision.action) == (case.desired, case.action), \
+        decision.reason
+    for text in case.reason_has:
+        assert text in decision.reason
+
+
+def test_every_decision_has_a_reason_with_numbers() -> None:
+    for case in CASES:
+        decision = decide_scale(spec(**case.spec), case.current, case.signals, case.state, NOW)
+        assert any(ch.isdigit() for ch in decision.reason), (case.name, decision.reason)
+
+
+def test_missing_data_names_the_query_for_the_condition() -> None:
+    decision = decide(NO_SIGNALS)
+    assert "queue: no series for Deployment ns/llm" in decision.signals.problems
+    assert NO_SIGNALS.queue.query == "avg by (...) (...)"
+
+
+def test_missing_since_is_remembered_and_cleared() -> None:
+    first = decide(NO_SIGNALS)
+    assert first.state.metrics_missing_since == NOW
+    later = decide(NO_SIGNALS, state=first.state, now=NOW + 30)
+    assert later.state.metrics_missing_since == NOW
+    back = decide(signals(steady(32), now=NOW + 45), state=later.state, now=NOW + 45)
+    assert back.state.metrics_missing_since is None
+
+
+def test_applied_state_records_the_scale_event_and_held_state_does_not() -> None:
+    decision = decide(signals(steady(48)))
+    assert decision.state.scale_events == (ScaleEvent(NOW, 2),)
+    assert decision.held_state.scale_events == ()
+    assert decision.state.recommendations == (Recommendation(NOW, 6),)
+
+
+def test_state_round_trips_through_status_json() -> None:
+    state = ScalingState((Recommendation(NOW - 15, 3), Recommendation(NOW, 5)),
+                         (ScaleEvent(NOW, 2),), NOW - 60)
+    data = state.to_json()
+    assert data["recommendations"][0] == {"time": "2023-11-14T22:13:05Z", "replicas": 3}
+    assert ScalingState.from_json(data) == state
+    assert ScalingState.from_json(None) == ScalingState()
+
+
+def _run(series_of: list[float], spec_fields: dict[str, Any], current: int = 4,
+         restart_every_cycle: bool = False) -> list[int]:
+    """Evaluate every 15s over a queue that takes each value for 15s; return the replicas."""
+    state, replicas, history = ScalingState(), current, []
+    values: list[float] = []
+    for i, value in enumerate(series_of):
+        now = NOW + 15 * i
+        values += [value] * 15
+        window = values[-31:]
+        decision = decide(signals(queue(*window, now=now), now=now), replicas, state, now,
+                          **spec_fields)
+        state, replicas = decision.state, decision.desired_replicas
+        if restart_every_cycle:
+            state = ScalingState.from_json(json.loads(json.dumps(state.to_json())))
+        history.append(replicas)
+    return history
+
+
+def test_an_operator_restarted_every_cycle_decides_as_one_that_kept_running() -> None:
+    """Sustain and breaches come from history; stabilization and rate limits from status."""
+    load = [48, 48, 48, 10, 48, 10] + [4] * 24 + [320] * 3
+    kept = _run(load, {})
+    assert kept == _run(load, {}, restart_every_cycle=True)
+    assert len(set(kept)) > 2  # the run exercised scale-out, stabilization and scale-in
+
+
+def test_a_queue_hovering_around_target_does_not_flap() -> None:
+    assert _run([30, 34, 31, 33, 30, 34, 32, 31] * 3, {}) == [4] * 24
+
+
+def test_brief_spikes_shorter_than_sustain_do_not_scale_out() -> None:
+    assert _run([30, 60, 30, 60, 30, 60, 30], {}) == [4] * 7
+
+
+def test_alternating_load_scales_out_once_and_waits_to_scale_in() -> None:
+    history = _run([48, 48, 48, 10, 48, 10, 10, 10], {})
+    assert history[2] > 4
+    assert history[3:] == [history[2]] * 5  # stabilization holds the peak; no oscillation
+
+
+def test_scale_in_after_the_stabilization_window() -> None:
+    history = _run([48] * 3 + [4] * 24, {})
+    peak = max(history)
+    assert history.index(peak) == 2
+    first_lower = next(i for i, r in enumerate(history) if i > 2 and r < peak)
+    assert (first_lower - 2) * 15 >= 300
+
+
+def _reading(q: Series, latency_ms: tuple[float, ...], running: float | None = None) -> Any:
+    sig = signals(q, latency_ms)
+    if running is not None:
+        sig = TargetSignals(sig.queue, sig.latency, sig.request_rate, steady(running))
+    return read_signals(spec(), sig, NOW)
+
+
+BATCHING_CASES = [
+    ("breach_with_low_queue_lowers_in_proportion", steady(5), (150, 150), 128, 64,
+     "lower max-num-seqs"),
+    ("small_breach_lowers_by_the_overshoot", steady(5), (100, 100), 128, 96, "x0.75"),
+    ("headroom_with_sustained_queue_raises", steady(48), (30, 30), 128, 160, "raise"),
+    ("healthy_signals_keep_the_setting", steady(10), (60, 60), 128, 128, "do not call"),
+    ("never_above_max", steady(48), (10, 10), 250, 256, "kept within 1..256"),
+    ("never_below_min", steady(5), (600, 600), 1, 1, "kept within 1..256"),
+]
+
+
+@pytest.mark.parametrize(("name", "q", "latency", "current", "expected", "reason"),
+                         BATCHING_CASES, ids=[c[0] for c in BATCHING_CASES])
+def test_batching_recommendation(name: str, q: Series, latency: tuple[float, ...],
+                                 current: int, expected: int, reason: str) -> None:
+    rec = recommend_batching(BatchingSpec(mode="Recommend"), Engine.VLLM, spec(),
+                             _reading(q, latency), current)
+    assert rec is not None
+    assert rec.recommended == expected, rec.reason
+    assert reason in rec.reason
+
+
+def test_batching_off_or_without_knob_recommends_nothing() -> None:
+    reading = _reading(steady(5), (150, 150))
+    assert recommend_batching(BatchingSpec(), Engine.VLLM, spec(), reading, 128) is None
+    assert recommend_batching(BatchingSpec(mode="Recommend"), Engine.CUSTOM, spec(), reading,
+                              128) is None
+
+
+def test_batching_without_current_starts_from_peak_running_requests() -> None:
+    rec = recommend_batching(BatchingSpec(mode="Auto"), Engine.SGLANG, spec(),
+                             _reading(steady(5), (150, 150), running=40), None)
+    assert rec is not None
+    assert (rec.knob.value, rec.recommended) == ("max-running-requests", 20)
+    assert "peak running requests per replica" in rec.reason
