@@ -1,0 +1,144 @@
+"""PromQL building: hostile values stay inside their string literal and match only themselves."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from infertune.api.spec import Engine
+from infertune.metrics import promql
+from infertune.metrics.plan import Signal, plan_queries
+from infertune.metrics.presets import PRESETS
+from infertune.metrics.promql import Scope
+from infertune.metrics.source import MetricsTarget
+
+HOSTILE = [
+    'a"b',
+    "back\\slash",
+    'ends with backslash\\',
+    '"} or 1==1 or {x="',
+    '"} or vector(1) #',
+    "new\nline",
+    "carriage\rreturn",
+    ".*",
+    "a|b",
+    "(?i)ns",
+    "\\\"",
+]
+
+
+def unquote(text: str) -> tuple[str, str]:
+    """Read one PromQL double-quoted literal from the start of `text` as the Prometheus lexer
+    does; return (value, rest). Raises on a raw newline, as the lexer does."""
+    assert text[0] == '"'
+    out, i = [], 1
+    escapes = {"\\": "\\", '"': '"', "n": "\n", "r": "\r", "t": "\t"}
+    while text[i] != '"':
+        if text[i] == "\n":
+            raise ValueError("unterminated quoted string")
+        if text[i] == "\\":
+            out.append(escapes[text[i + 1]])
+            i += 2
+        else:
+            out.append(text[i])
+            i += 1
+    return "".join(out), text[i + 1:]
+
+
+@pytest.mark.parametrize("value", HOSTILE)
+def test_quote_keeps_a_hostile_value_inside_one_literal(value: str) -> None:
+    decoded, rest = unquote(promql.quote(value) + "}")
+    assert (decoded, rest) == (value, "}")
+
+
+@pytest.mark.parametrize("value", HOSTILE)
+def test_regex_escape_matches_only_the_value_itself(value: str) -> None:
+    pattern = promql.regex_escape(value)
+    assert re.fullmatch(pattern, value)
+    for near in (value + "x", "x" + value, value[:-1], "anything"):
+        if near != value:
+            assert not re.fullmatch(pattern, near)
+
+
+def test_one_of_matches_each_value_and_nothing_in_between() -> None:
+    pattern = promql.one_of(["a.b", "c|d", "a.b"])
+    assert pattern == "a\\.b|c\\|d"
+    assert all(re.fullmatch(pattern, v) for v in ("a.b", "c|d"))
+    assert not any(re.fullmatch(pattern, v) for v in ("axb", "c", "d", "a.bc|d"))
+
+
+def test_a_hostile_namespace_stays_a_label_value_in_the_whole_query() -> None:
+    namespace = '"} or 1==1 or {x="\n'
+    scope = Scope("namespace", "pod", (namespace,), ("llm",))
+    query = promql.queue_query(scope, PRESETS[Engine.VLLM])
+    first = query.index('namespace=~"') + len("namespace=~")
+    regex, rest = unquote(query[first:])
+    assert re.fullmatch(regex, namespace)
+    assert rest.startswith(',pod=~"')
+    assert "\n" not in query
+
+
+@pytest.mark.parametrize("name", ["up or vector(1)", "a{b}", "1abc", "x\n", ""])
+def test_names_are_checked_again_before_they_are_spliced(name: str) -> None:
+    with pytest.raises(ValueError):
+        promql.spellings(name)
+    with pytest.raises(ValueError):
+        promql.label_name(name)
+
+
+def test_a_window_is_checked_again() -> None:
+    with pytest.raises(ValueError):
+        promql.window_text("1m]) or vector(1) #")
+
+
+def test_colon_names_are_read_under_both_spellings() -> None:
+    assert promql.spellings("vllm:num_requests_waiting") == (
+        "vllm:num_requests_waiting", "vllm_num_requests_waiting")
+    assert promql.spellings("tgi_queue_size") == ("tgi_queue_size",)
+    scope = Scope("namespace", "pod", ("a",), ("llm",))
+    query = promql.latency_query(scope, PRESETS[Engine.SGLANG], 0.99, "1m")
+    assert "rate(sglang:e2e_request_latency_seconds_bucket{" in query
+    assert " or rate(sglang_e2e_request_latency_seconds_bucket{" in query
+
+
+def test_pod_pattern_matches_only_the_deployments_pods() -> None:
+    scope = Scope("namespace", "pod", ("a",), ("llm", "llm-b"))
+    pods = re.search(r'pod=~"([^"]*)"', scope.matchers())
+    assert pods is not None
+    pattern = pods.group(1).replace("\\\\", "\\")
+    assert re.fullmatch(pattern, "llm-5d4f8b9c7-abcde")
+    assert re.fullmatch(pattern, "llm-b-5d4f8b9c7-abcde")
+    assert not re.fullmatch(pattern, "llmx-5d4f8b9c7-abcde")
+    assert not re.fullmatch(pattern, "other-llm-5d4f8b9c7-abcde")
+    assert not re.fullmatch(pattern, "llm-c-5d4f8b9c7-abcde")
+
+
+def _target(i: int, engine: Engine = Engine.VLLM, **fields: object) -> MetricsTarget:
+    return MetricsTarget(f"ns{i % 7}/t{i}", f"ns{i % 7}", f"llm-{i}", PRESETS[engine],
+                         **fields)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("count", [1, 10, 1000])
+def test_query_count_stays_flat_as_tunings_grow(count: int) -> None:
+    plans = plan_queries([_target(i) for i in range(count)], 1.0)
+    assert sorted(p.signal for p in plans) == sorted(
+        [Signal.QUEUE, Signal.LATENCY, Signal.REQUEST_RATE])
+
+
+def test_distinct_query_shapes_get_their_own_queries() -> None:
+    targets = [_target(0), _target(1, Engine.TGI), _target(2, quantile=0.95),
+               _target(3, want_running=True), _target(4, queue_history_s=60.0)]
+    plans = plan_queries(targets, 1.0)
+    by_signal = {s: [p for p in plans if p.signal is s] for s in Signal}
+    assert len(by_signal[Signal.QUEUE]) == 2  # vllm and tgi; the 60s sustain joins vllm's
+    assert len(by_signal[Signal.LATENCY]) == 3  # vllm p99, vllm p95, tgi p99
+    assert len(by_signal[Signal.RUNNING]) == 1
+    vllm_queue = next(p for p in by_signal[Signal.QUEUE] if len(p.members) == 4)
+    assert vllm_queue.lookback_s == 60.0
+
+
+def test_the_single_target_query_names_only_that_target() -> None:
+    plan = plan_queries([_target(1), _target(2)], 1.0)[0]
+    alone = plan.query_for(_target(2))
+    assert "llm-2" in alone and "llm-1" not in alone
