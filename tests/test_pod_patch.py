@@ -193,3 +193,33 @@ def test_revision_changes_with_tuning_not_with_scaling() -> None:
 def test_label_keys_are_escaped_in_pointers() -> None:
     plan = plan_pod_patch(_spec(), _pod(), CONTEXT)
     assert any(op["path"] == "/metadata/labels/infertune.io~1revision" for op in plan.patch)
+
+
+def _gpu_pod() -> dict[str, Any]:
+    return _pod(resources={"requests": {"cpu": "8", "memory": "32Gi", "nvidia.com/gpu": "1"},
+                           "limits": {"cpu": "8", "memory": "32Gi", "nvidia.com/gpu": "1"}})
+
+
+def test_mixed_strategy_requests_the_mig_slice_by_name() -> None:
+    context = PodContext("qwen", "img", mig_profile="2g.35gb", mig_strategy="mixed")
+    spec = _spec(mig={"profile": "2g.35gb"})
+    plan = plan_pod_patch(spec, _gpu_pod(), context)
+    resources = jsonpatch.apply_patch(_gpu_pod(), plan.patch)["spec"]["containers"][0][
+        "resources"]
+    for section in ("limits", "requests"):
+        assert resources[section]["nvidia.com/mig-2g.35gb"] == "1"
+        assert "nvidia.com/gpu" not in resources[section]
+
+
+def test_single_strategy_keeps_nvidia_gpu() -> None:
+    context = PodContext("qwen", "img", mig_profile="2g.35gb", mig_strategy="single")
+    plan = plan_pod_patch(_spec(mig={"profile": "2g.35gb"}), _gpu_pod(), context)
+    tuned = jsonpatch.apply_patch(_gpu_pod(), plan.patch)
+    assert tuned["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "1"
+
+
+def test_unplanned_mig_layout_is_reported_and_the_gpu_request_kept() -> None:
+    plan = plan_pod_patch(_spec(mig={"profile": "2g.35gb"}), _gpu_pod(), CONTEXT)
+    assert any("not planned yet" in p for p in plan.problems)
+    tuned = jsonpatch.apply_patch(_gpu_pod(), plan.patch)
+    assert tuned["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "1"

@@ -179,6 +179,10 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("conf", metavar="STRING")
     check.set_defaults(handler=_allocator_check)
 
+    from infertune.mig_cli import add_mig_commands
+
+    add_mig_commands(commands)
+
     launcher = commands.add_parser("launcher", help="the in-container NUMA launcher")
     launcher_commands = launcher.add_subparsers(dest="launcher_command", required=True)
     install = launcher_commands.add_parser(

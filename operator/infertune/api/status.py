@@ -116,7 +116,10 @@ class MigNodeStatus(ApiModel):
     """The nvidia.com/mig.config value asked for."""
 
     state: str = "pending"
-    """nvidia.com/mig.config.state as reported by the GPU Operator."""
+    """configured, pending, waiting, busy, draining, failed or timed-out, from
+    nvidia.com/mig.config.state as mig-manager reports it."""
+
+    message: str = ""
 
 
 class MigStatus(ApiModel):
@@ -128,8 +131,17 @@ class MigStatus(ApiModel):
     layout: list[str] = Field(default_factory=list)
     """The per-GPU layout, for example ["3g.71gb", "3g.71gb"]."""
 
+    strategy: str | None = None
+    """The GPU Operator's MIG strategy on the selected nodes (nvidia.com/mig.strategy)."""
+
+    config_map: str | None = None
+    """namespace/name of the mig-parted ConfigMap the GPU Operator reads."""
+
     nodes: list[MigNodeStatus] = Field(default_factory=list)
     """Nodes being partitioned and their state."""
+
+    message: str = ""
+    """The last step taken, or why nothing is labelled."""
 
 
 class AutoscalingStatus(ApiModel):

@@ -54,7 +54,7 @@ def run_operator(args: argparse.Namespace) -> int:
     configure(args.kubeconfig)
     if args.retune_interval is not None:
         os.environ["INFERTUNE_RETUNE_INTERVAL"] = str(args.retune_interval)
-    from infertune.controller import handlers, pods  # registers the handlers
+    from infertune.controller import handlers, mig, pods  # registers the handlers
 
     own_namespace = args.operator_namespace or os.environ.get("INFERTUNE_NAMESPACE",
                                                               DEFAULT_NAMESPACE)
@@ -62,6 +62,7 @@ def run_operator(args: argparse.Namespace) -> int:
         pod_tuning=pods.PodTuningSettings(launcher_image=args.launcher_image,
                                           static_cpu_manager=not args.no_static_cpu_manager),
         webhook_server=_webhook_server(args, own_namespace),
+        mig=mig.MigSettings(namespace=own_namespace),
     )
     namespaces = args.namespaces or []
     kopf.run(

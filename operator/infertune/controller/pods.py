@@ -73,10 +73,11 @@ def _deployment_of(namespace: str, meta: dict[str, Any],
 
 # kopf's handler protocols do not model index kwargs or narrowed types; checked at runtime.
 @kopf.index(*RESOURCE)  # type: ignore[arg-type]
-def tunings_by_target(namespace: str, name: str, spec: kopf.Spec, uid: str,
-                      **_: Any) -> dict[tuple[str, str], dict[str, Any]]:
+def tunings_by_target(namespace: str, name: str, spec: kopf.Spec, status: kopf.Status,
+                      uid: str, **_: Any) -> dict[tuple[str, str], dict[str, Any]]:
     target = str((spec.get("targetRef") or {}).get("name") or "")
-    return {(namespace, target): {"name": name, "uid": uid, "spec": dict(spec)}}
+    return {(namespace, target): {"name": name, "uid": uid, "spec": dict(spec),
+                                  "mig": dict(status.get("mig") or {})}}
 
 
 @kopf.index("apps", "v1", "replicasets")  # type: ignore[arg-type]
@@ -149,9 +150,11 @@ def _tune_pod(body: kopf.Body, patch: kopf.Patch, warnings: list[str], memo: kop
     except ValidationError:
         return  # the controller reports the invalid spec on the InferenceTuning itself
     settings: PodTuningSettings = memo.pod_tuning
+    mig = entry.get("mig") or {}
     plan = plan_pod_patch(spec, dict(body), PodContext(
         tuning_name=entry["name"], launcher_image=settings.launcher_image,
-        static_cpu_manager=settings.static_cpu_manager))
+        static_cpu_manager=settings.static_cpu_manager, mig_profile=mig.get("profile"),
+        mig_strategy=mig.get("strategy") or "mixed"))
     for problem in plan.problems:
         warnings.append(f"infertune: {problem}")
     if plan.problems:

@@ -38,6 +38,10 @@ class PodContext:
     static_cpu_manager: bool = True
     """Whether kubelets run the static CPU manager, so exclusive CPUs need Guaranteed QoS and
     integer CPU requests."""
+    mig_profile: str | None = None
+    """The MIG profile the layout planner chose for this tuning (None: not planned yet)."""
+    mig_strategy: str = "mixed"
+    """The GPU Operator's MIG strategy, as the selected nodes' nvidia.com/mig.strategy says."""
 
 
 @dataclass(frozen=True)
@@ -214,6 +218,45 @@ def _launcher_ops(pod_spec: dict[str, Any], index: int, serving: dict[str, Any],
     return ops
 
 
+GPU_RESOURCE = "nvidia.com/gpu"
+
+
+def _mig_ops(spec: InferenceTuningSpec, base: str, serving: dict[str, Any],
+             context: PodContext, reasons: list[str], problems: list[str]) -> list[Op]:
+    """Under the mixed strategy the pod asks for its slice by name; under single, MIG devices
+    are still called nvidia.com/gpu (GPU Operator docs, "MIG strategies")."""
+    if spec.mig is None:
+        return []
+    if context.mig_profile is None:
+        problems.append("the MIG layout is not planned yet (see status.mig); the pod keeps "
+                        "its GPU request")
+        return []
+    if context.mig_strategy != "mixed":
+        reasons.append(f"mig: single strategy, {GPU_RESOURCE} is a {context.mig_profile} slice")
+        return []
+    wanted = f"nvidia.com/mig-{context.mig_profile}"
+    resources = serving.get("resources") or {}
+    ops: list[Op] = []
+    for section in ("limits", "requests"):
+        current = resources.get(section)
+        if current is None or (GPU_RESOURCE not in current and wanted not in current):
+            continue
+        count = str(current.get(GPU_RESOURCE, current.get(wanted, "1")))
+        if GPU_RESOURCE in current:
+            ops.append({"op": "remove", "path": _pointer_res(base, section, GPU_RESOURCE)})
+        ops.append({"op": "add", "path": _pointer_res(base, section, wanted), "value": count})
+    if not ops:
+        problems.append(f"container {serving.get('name')} requests no {GPU_RESOURCE}; add "
+                        f"{wanted} to its limits to run on a MIG slice")
+        return []
+    reasons.append(f"mig: {GPU_RESOURCE} replaced by {wanted} (mixed strategy)")
+    return ops
+
+
+def _pointer_res(base: str, section: str, name: str) -> str:
+    return f"{base}{_pointer('resources', section, name)}"
+
+
 def _meta_ops(pod: dict[str, Any], section: str, values: dict[str, str]) -> list[Op]:
     current = (pod.get("metadata") or {}).get(section)
     if current is None:
@@ -271,6 +314,8 @@ def plan_pod_patch(spec: InferenceTuningSpec, pod: dict[str, Any],
                             "known at admission, so it is not wrapped and NUMA binding is "
                             "skipped; set command in the Deployment's pod template")
     ops += env.build()
+    ops += _mig_ops(spec, _pointer("spec", "containers", index), serving, context, reasons,
+                    problems)
 
     annotations: dict[str, str] = {}
     if memory_high.value is not None:

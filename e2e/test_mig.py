@@ -1,0 +1,163 @@
+"""MIG end to end: the mig-parted ConfigMap, node labels one at a time, the state wait, busy
+nodes left alone, and pods that request their slice and are placed by the real scheduler.
+
+A small test double plays the GPU Operator's mig-manager: when a node gets
+`nvidia.com/mig.config`, it reads that config from the ConfigMap, reports `pending`, puts the
+MIG devices in the node's capacity and reports `success`, as the real one does after
+partitioning. Nothing else of the GPU Operator is imitated.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client
+
+from e2e.fixtures.operator import OPERATOR_NAMESPACE, OperatorProcess
+from e2e.fixtures.waiting import wait_for
+from e2e.test_operator import create, deployment, get_tuning, tuning
+from e2e.test_pod_tuning import create_tuning_first, wait_pods
+
+pytestmark = pytest.mark.e2e
+
+CONFIG_LABEL, STATE_LABEL = "nvidia.com/mig.config", "nvidia.com/mig.config.state"
+POOL = "e2e.infertune.io/pool"
+
+
+class FakeMigManager:
+    """Answers node labels the way mig-manager does, for the nodes of one pool."""
+
+    def __init__(self, api_client: client.ApiClient, pool: str) -> None:
+        self.core = client.CoreV1Api(api_client)
+        self.pool = pool
+        self.stop = threading.Event()
+        self.applied: list[tuple[str, str]] = []
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self.stop.wait(0.2):
+            for node in self.core.list_node(label_selector=f"{POOL}={self.pool}").items:
+                labels = node.metadata.labels or {}
+                config = labels.get(CONFIG_LABEL)
+                if config and STATE_LABEL not in labels:
+                    self._apply(node.metadata.name, config)
+
+    def _apply(self, node: str, config: str) -> None:
+        self.core.patch_node(node, {"metadata": {"labels": {STATE_LABEL: "pending"}}})
+        data = self.core.read_namespaced_config_map("infertune-mig-parted-config",
+                                                    OPERATOR_NAMESPACE).data["config.yaml"]
+        groups = yaml.safe_load(data)["mig-configs"][config]
+        devices = {f"nvidia.com/mig-{p}": str(n * 8) for g in groups
+                   for p, n in (g.get("mig-devices") or {}).items()}
+        self.core.patch_node_status(node, {"status": {
+            "capacity": {**devices, "nvidia.com/gpu": "0"},
+            "allocatable": {**devices, "nvidia.com/gpu": "0"}}})
+        self.core.patch_node(node, {"metadata": {"labels": {STATE_LABEL: "success"}}})
+        self.applied.append((node, config))
+
+
+@pytest.fixture
+def mig_manager(api_client: client.ApiClient) -> Iterator[FakeMigManager]:
+    manager = FakeMigManager(api_client, "mig-a")
+    manager.thread.start()
+    yield manager
+    manager.stop.set()
+    manager.thread.join()
+
+
+def _node_labels(api_client: client.ApiClient, name: str) -> dict[str, str]:
+    return dict(client.CoreV1Api(api_client).read_node(name).metadata.labels or {})
+
+
+def _mig_status(api_client: client.ApiClient, namespace: str, name: str) -> dict[str, Any]:
+    status: dict[str, Any] = (get_tuning(api_client, namespace, name).get("status") or {}).get(
+        "mig") or {}
+    return status
+
+
+def test_mig_layout_is_planned_labelled_and_awaited(
+    api_client: client.ApiClient, namespace: str, operator: OperatorProcess,
+    mig_manager: FakeMigManager,
+) -> None:
+    create(api_client, namespace, tuning("qwen", "qwen", mig={
+        "profile": "2g.35gb", "layout": [{"profile": "3g.71gb"}, {"profile": "2g.35gb",
+                                                                   "count": 2}],
+        "nodeSelector": {POOL: "mig-a"}}))
+
+    def configured() -> dict[str, Any] | None:
+        status = _mig_status(api_client, namespace, "qwen")
+        nodes = status.get("nodes") or []
+        return status if nodes and all(n["state"] == "configured" for n in nodes) else None
+
+    status = wait_for(configured, "status.mig with every node configured", timeout_s=30)
+    name = "infertune-h200-1x3g.71gb-2x2g.35gb"
+    assert mig_manager.applied == [("h200-pool-a", name)]
+    assert [n["node"] for n in status["nodes"]] == ["h200-pool-a"]
+    assert status["profile"] == "2g.35gb" and status["strategy"] == "mixed"
+    assert _node_labels(api_client, "h200-pool-a")[CONFIG_LABEL] == name
+    assert CONFIG_LABEL not in _node_labels(api_client, "h200-pool-b")  # other pool untouched
+    text = client.CoreV1Api(api_client).read_namespaced_config_map(
+        "infertune-mig-parted-config", OPERATOR_NAMESPACE).data["config.yaml"]
+    document = yaml.safe_load(text)
+    assert document["version"] == "v1"
+    assert document["mig-configs"][name] == [{"devices": "all", "mig-enabled": True,
+                                              "mig-devices": {"3g.71gb": 1, "2g.35gb": 2}}]
+    assert document["mig-configs"]["all-disabled"] == [{"devices": "all", "mig-enabled": False}]
+
+
+def test_a_node_running_gpu_pods_is_left_alone(
+    api_client: client.ApiClient, namespace: str, operator: OperatorProcess
+) -> None:
+    busy = deployment("busy", resources={"limits": {"nvidia.com/gpu": "1"}})
+    busy["spec"]["template"]["spec"]["nodeSelector"] = {POOL: "mig-b"}
+    create(api_client, namespace, busy)
+    wait_pods(api_client, namespace, "busy", 1)
+    create(api_client, namespace, tuning("qwen", "qwen", mig={
+        "profile": "3g.71gb", "nodeSelector": {POOL: "mig-b"}}))
+
+    def reported_busy() -> dict[str, Any] | None:
+        nodes = _mig_status(api_client, namespace, "qwen").get("nodes") or []
+        return nodes[0] if nodes and nodes[0]["state"] == "busy" else None
+
+    node = wait_for(reported_busy, "h200-pool-b reported busy")
+    assert "allowDisruption" in node["message"]
+    assert CONFIG_LABEL not in _node_labels(api_client, "h200-pool-b")
+
+
+def test_mig_on_a_gpu_without_mig_labels_nothing(
+    api_client: client.ApiClient, namespace: str, operator: OperatorProcess
+) -> None:
+    create(api_client, namespace, tuning("qwen", "qwen", mig={
+        "profile": "3g.71gb", "nodeSelector": {"topology.kubernetes.io/zone": "zone-b"}}))
+    # zone-b holds the A100-80GB (no 3g.71gb there) and the L4 (no MIG at all).
+    status = wait_for(lambda: (s := _mig_status(api_client, namespace, "qwen")).get(
+        "message") and s, "status.mig.message")
+    assert "3g.71gb does not exist on NVIDIA-A100-SXM4-80GB" in status["message"]
+    assert CONFIG_LABEL not in _node_labels(api_client, "a100-0")
+
+
+def test_pod_requests_its_slice_and_lands_where_the_slice_exists(
+    api_client: client.ApiClient, namespace: str, operator: OperatorProcess
+) -> None:
+    # h200-mig-0 is already partitioned into 3g.71gb slices (see the topology file).
+    body = deployment("qwen", resources={"requests": {"cpu": "2", "memory": "8Gi",
+                                                      "nvidia.com/gpu": "1"},
+                                         "limits": {"cpu": "2", "memory": "8Gi",
+                                                    "nvidia.com/gpu": "1"}})
+    create_tuning_first(api_client, namespace, operator, tuning("qwen", "qwen", mig={
+        "profile": "3g.71gb", "nodeSelector": {"kubernetes.io/hostname": "h200-mig-0"}}))
+    wait_for(lambda: _mig_status(api_client, namespace, "qwen").get("profile"),
+             "status.mig.profile")
+    create(api_client, namespace, body)
+    pod = wait_pods(api_client, namespace, "qwen", 1)[0]
+    limits = pod.spec.containers[0].resources.limits
+    assert limits.get("nvidia.com/mig-3g.71gb") == "1" and "nvidia.com/gpu" not in limits
+    # The real scheduler put it on a node that has the slice (h200-mig-0 from the topology, or
+    # h200-pool-a once the first test's layout is applied), and on no other.
+    node = client.CoreV1Api(api_client).read_node(pod.spec.node_name)
+    assert int(node.status.allocatable.get("nvidia.com/mig-3g.71gb", "0")) > 0
+

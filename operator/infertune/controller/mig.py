@@ -1,0 +1,192 @@
+"""MIG in the shell: plan layouts, write the mig-parted ConfigMap, label nodes one at a time.
+
+The GPU Operator's mig-manager does the partitioning (DESIGN.md #4). This timer only speaks its
+contract: the ConfigMap it reads, the `nvidia.com/mig.config` label it watches, and the
+`nvidia.com/mig.config.state` label it answers in.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import kopf
+import yaml
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+from pydantic import ValidationError
+
+from infertune.api.spec import GROUP, PLURAL, VERSION, InferenceTuningSpec, Mode
+from infertune.api.status import MigNodeStatus, MigStatus
+from infertune.tuning.mig import Infeasible, LayoutPlan, describe, plan_layout, request_from_spec
+from infertune.tuning.mig_nodes import (
+    MIG_CAPABLE_LABEL,
+    MIG_CONFIG_LABEL,
+    MIG_STATE_LABEL,
+    MIG_STRATEGY_LABEL,
+    PRODUCT_LABEL,
+    NodeView,
+    StepKind,
+    plan_mig_nodes,
+    select_nodes,
+)
+from infertune.tuning.migparted import config_name, render_mig_parted_config
+
+RESOURCE = (GROUP, VERSION, PLURAL)
+CONFIG_MAP = "infertune-mig-parted-config"
+CONFIG_KEY = "config.yaml"
+MIG_INTERVAL = 3.0
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class MigSettings:
+    """Operator-wide MIG settings and state shared between timers (kopf copies the memo)."""
+
+    namespace: str
+    labelled_at: dict[str, float] = field(default_factory=dict)
+    """node -> monotonic time it was labelled, for the mig-manager timeout."""
+
+
+def _gpu_requests(container: Any) -> bool:
+    resources = container.resources
+    wanted = {**((resources.limits or {}) if resources else {}),
+              **((resources.requests or {}) if resources else {})}
+    return any(k == "nvidia.com/gpu" or k.startswith("nvidia.com/mig-") for k in wanted)
+
+
+def _observe_nodes() -> list[NodeView]:
+    core = client.CoreV1Api()
+    busy: dict[str, list[str]] = {}
+    pods = core.list_pod_for_all_namespaces(
+        field_selector="status.phase!=Succeeded,status.phase!=Failed")
+    for pod in pods.items:
+        spec, meta = pod.spec, pod.metadata
+        if spec is None or meta is None or not spec.node_name:
+            continue
+        if any(_gpu_requests(c) for c in spec.containers):
+            busy.setdefault(spec.node_name, []).append(f"{meta.namespace}/{meta.name}")
+    views: list[NodeView] = []
+    for node in core.list_node().items:
+        meta, node_spec = node.metadata, node.spec
+        name = str(meta.name if meta else "")
+        views.append(NodeView(name, dict((meta.labels if meta else None) or {}),
+                              bool(node_spec.unschedulable if node_spec else False),
+                              tuple(busy.get(name, []))))
+    return views
+
+
+def _write_config_map(namespace: str, configs: dict[str, LayoutPlan]) -> None:
+    """Merge our named configs into the shared ConfigMap (other tunings keep theirs)."""
+    core = client.CoreV1Api()
+    try:
+        current = core.read_namespaced_config_map(CONFIG_MAP, namespace)
+        existing = yaml.safe_load((current.data or {}).get(CONFIG_KEY) or "") or {}
+    except ApiException as exc:
+        if exc.status != 404:
+            raise
+        current, existing = None, {}
+    merged = dict(existing.get("mig-configs") or {})
+    merged.update(render_mig_parted_config(configs, include_all_disabled=True)["mig-configs"])
+    text = yaml.safe_dump({"version": "v1", "mig-configs": merged}, sort_keys=False)
+    body = {"metadata": {"name": CONFIG_MAP, "namespace": namespace,
+                         "labels": {"app.kubernetes.io/managed-by": "infertune"}},
+            "data": {CONFIG_KEY: text}}
+    if current is None:
+        core.create_namespaced_config_map(namespace, body)  # type: ignore[arg-type]
+    elif (current.data or {}).get(CONFIG_KEY) != text:
+        core.patch_namespaced_config_map(CONFIG_MAP, namespace, body)
+
+
+def _drain(node: NodeView) -> None:
+    core = client.CoreV1Api()
+    core.patch_node(node.name, {"spec": {"unschedulable": True}})
+    for ref in node.gpu_pods:
+        namespace, name = ref.split("/", 1)
+        eviction = client.V1Eviction(metadata=client.V1ObjectMeta(name=name,
+                                                                  namespace=namespace))
+        try:
+            core.create_namespaced_pod_eviction(name, namespace, eviction)
+        except ApiException as exc:
+            if exc.status not in (404, 429):  # 429: a PDB says not now; retried next tick
+                raise
+
+
+def _label(node: str, config: str) -> None:
+    # Clear the old state with the new config: a stale "success" belongs to the old layout.
+    client.CoreV1Api().patch_node(node, {"metadata": {"labels": {
+        MIG_CONFIG_LABEL: config, MIG_STATE_LABEL: None}}})
+
+
+def _plans(spec: InferenceTuningSpec, nodes: list[NodeView]) -> tuple[
+        dict[str, LayoutPlan], list[str], list[NodeView]]:
+    assert spec.mig is not None
+    capable = [n for n in nodes if n.labels.get(MIG_CAPABLE_LABEL) == "true"
+               and all(n.labels.get(k) == v for k, v in spec.mig.node_selector.items())]
+    products = sorted({n.labels[PRODUCT_LABEL] for n in capable if PRODUCT_LABEL in n.labels})
+    plans: dict[str, LayoutPlan] = {}
+    errors: list[str] = []
+    for product in products:
+        result = plan_layout(product, request_from_spec(spec.mig))
+        if isinstance(result, Infeasible):
+            errors.append(result.reason)
+        else:
+            plans[product] = result
+    return plans, errors, select_nodes(nodes, products, spec.mig.node_selector)
+
+
+def reconcile_mig(namespace: str, name: str, spec: InferenceTuningSpec, settings: MigSettings,
+                  body: kopf.Body) -> MigStatus:
+    assert spec.mig is not None
+    nodes = _observe_nodes()
+    plans, errors, selected = _plans(spec, nodes)
+    previous = ((body.get("status") or {}).get("mig") or {}).get("message")
+    if errors or not plans:
+        reason = "; ".join(errors) or ("no node matches nvidia.com/mig.capable=true and "
+                                       "spec.mig.nodeSelector")
+        message = f"nothing is labelled: {reason}"
+        if message != previous:
+            kopf.event(body, type="Warning", reason="MigInfeasible" if errors else "MigNoNodes",
+                       message=message)
+        return MigStatus(message=message)
+    configs = {product: config_name(product, plan) for product, plan in plans.items()}
+    step = plan_mig_nodes(selected, configs, allow_disruption=spec.mig.allow_disruption,
+                          labelled_at=settings.labelled_at, now=time.monotonic())
+    first = next(iter(plans.values()))
+    strategies = {n.labels.get(MIG_STRATEGY_LABEL) for n in selected} - {None}
+    status = MigStatus(
+        profile=first.pod_profile, layout=[describe(p.slices) for p in plans.values()],
+        strategy=(strategies.pop() if len(strategies) == 1 else spec.mig.strategy.value),
+        config_map=f"{settings.namespace}/{CONFIG_MAP}",
+        nodes=[MigNodeStatus(node=r.node, config=configs[_product(selected, r.node)],
+                             state=r.state.value, message=r.message) for r in step.reports],
+        message=step.reason)
+    if spec.mode is Mode.DRY_RUN:
+        return status.model_copy(update={"message": f"dry run: would {step.reason}"})
+    _write_config_map(settings.namespace, {configs[p]: plan for p, plan in plans.items()})
+    if step.kind is StepKind.LABEL and step.node is not None:
+        _label(step.node, configs[_product(selected, step.node)])
+        settings.labelled_at[step.node] = time.monotonic()
+        kopf.event(body, type="Normal", reason="MigNodeLabelled", message=step.reason)
+    elif step.kind is StepKind.DRAIN and step.node is not None:
+        _drain(next(n for n in selected if n.name == step.node))
+        kopf.event(body, type="Normal", reason="MigNodeDraining", message=step.reason)
+    return status
+
+
+def _product(nodes: list[NodeView], node: str) -> str:
+    return next(n.labels[PRODUCT_LABEL] for n in nodes if n.name == node)
+
+
+@kopf.timer(*RESOURCE, interval=MIG_INTERVAL, initial_delay=1.0,  # type: ignore[arg-type]
+            when=lambda spec, **_: bool(spec.get("mig")))
+def partition_gpus(namespace: str, name: str, spec: kopf.Spec, body: kopf.Body,
+                   patch: kopf.Patch, memo: kopf.Memo, **_: Any) -> None:
+    try:
+        parsed = InferenceTuningSpec.model_validate(dict(spec))
+    except ValidationError:
+        return
+    status = reconcile_mig(namespace, name, parsed, memo.mig, body)
+    patch.status["mig"] = status.model_dump(by_alias=True, mode="json", exclude_none=True)

@@ -1,0 +1,146 @@
+"""Which node to hand to the GPU Operator's mig-manager next, and what to report about each.
+
+Pure: the controller lists the nodes and their GPU pods, calls `plan_mig_nodes`, and carries
+out the one step it returns. The contract is the GPU Operator's (DESIGN.md #4): the operator
+labels `nvidia.com/mig.config=<name>` and mig-manager answers in
+`nvidia.com/mig.config.state` (pending, rebooting, success, failed). One node changes at a
+time, and a node running GPU pods is never relabelled unless the spec allows the disruption,
+in which case it is cordoned and drained first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+PRODUCT_LABEL = "nvidia.com/gpu.product"
+MIG_CAPABLE_LABEL = "nvidia.com/mig.capable"
+MIG_CONFIG_LABEL = "nvidia.com/mig.config"
+MIG_STATE_LABEL = "nvidia.com/mig.config.state"
+MIG_STRATEGY_LABEL = "nvidia.com/mig.strategy"
+STATE_TIMEOUT_SECONDS = 900.0
+"""How long mig-manager may take (it may reboot the node) before the step is reported as
+timed out."""
+
+
+@dataclass(frozen=True)
+class NodeView:
+    name: str
+    labels: Mapping[str, str]
+    unschedulable: bool = False
+    gpu_pods: tuple[str, ...] = ()
+    """Pods on the node that request nvidia.com/gpu or a MIG resource and have not finished."""
+
+
+class NodeState(StrEnum):
+    CONFIGURED = "configured"
+    PENDING = "pending"
+    FAILED = "failed"
+    TIMED_OUT = "timed-out"
+    WAITING = "waiting"
+    BUSY = "busy"
+    DRAINING = "draining"
+
+
+@dataclass(frozen=True)
+class NodeReport:
+    node: str
+    state: NodeState
+    message: str
+
+
+class StepKind(StrEnum):
+    NONE = "none"
+    LABEL = "label"
+    DRAIN = "drain"
+
+
+@dataclass(frozen=True)
+class MigNodeStep:
+    """At most one action, and a report for every selected node."""
+
+    kind: StepKind
+    node: str | None
+    reports: tuple[NodeReport, ...] = field(default_factory=tuple)
+    reason: str = ""
+
+
+def select_nodes(nodes: Sequence[NodeView], products: Sequence[str],
+                 node_selector: Mapping[str, str]) -> list[NodeView]:
+    """MIG-capable nodes of the given GPU products that match the spec's node selector."""
+    wanted = set(products)
+    return sorted(
+        (n for n in nodes
+         if n.labels.get(PRODUCT_LABEL) in wanted
+         and n.labels.get(MIG_CAPABLE_LABEL) == "true"
+         and all(n.labels.get(k) == v for k, v in node_selector.items())),
+        key=lambda n: n.name)
+
+
+def _state_of(node: NodeView, config: str, labelled_at: float | None,
+              now: float) -> NodeReport | None:
+    """The report for a node already asked for `config`, or None if it has not been."""
+    if node.labels.get(MIG_CONFIG_LABEL) != config:
+        return None
+    state = node.labels.get(MIG_STATE_LABEL, "")
+    if state == "success":
+        return NodeReport(node.name, NodeState.CONFIGURED, f"{config} applied by mig-manager")
+    if state == "failed":
+        return NodeReport(node.name, NodeState.FAILED, f"mig-manager reported failed for "
+                          f"{config}; see the nvidia-mig-manager logs on {node.name}")
+    if labelled_at is not None and now - labelled_at > STATE_TIMEOUT_SECONDS:
+        return NodeReport(node.name, NodeState.TIMED_OUT, f"no success from mig-manager "
+                          f"{now - labelled_at:.0f}s after asking for {config} (state "
+                          f"{state or 'unset'})")
+    return NodeReport(node.name, NodeState.PENDING, f"waiting for mig-manager to apply "
+                      f"{config} (state {state or 'unset'})")
+
+
+def plan_mig_nodes(nodes: Sequence[NodeView], configs: Mapping[str, str], *,
+                   allow_disruption: bool, labelled_at: Mapping[str, float],
+                   now: float) -> MigNodeStep:
+    """The next step over the selected `nodes`; `configs` maps GPU product -> config name."""
+    reports: list[NodeReport] = []
+    todo: list[tuple[NodeView, str]] = []
+    for node in nodes:
+        config = configs[node.labels[PRODUCT_LABEL]]
+        report = _state_of(node, config, labelled_at.get(node.name), now)
+        if report is None:
+            todo.append((node, config))
+        else:
+            reports.append(report)
+    in_flight = [r for r in reports if r.state is not NodeState.CONFIGURED]
+    if in_flight:
+        # One node at a time; a failed or timed-out node stops the rollout until a person looks.
+        for node, _config in todo:
+            reports.append(NodeReport(node.name, NodeState.WAITING,
+                                      f"waits for {in_flight[0].node} ({in_flight[0].state})"))
+        return MigNodeStep(StepKind.NONE, None, tuple(reports),
+                           f"{in_flight[0].node}: {in_flight[0].message}")
+    step: MigNodeStep | None = None
+    for node, config in todo:
+        if step is not None:
+            reports.append(NodeReport(node.name, NodeState.WAITING, f"waits for {step.node}"))
+            continue
+        if node.gpu_pods and not allow_disruption:
+            reports.append(NodeReport(node.name, NodeState.BUSY, (
+                f"runs GPU pods ({', '.join(node.gpu_pods[:3])}); not reconfigured: set "
+                "spec.mig.allowDisruption to cordon, drain and partition it")))
+            continue
+        if node.gpu_pods:
+            reports.append(NodeReport(node.name, NodeState.DRAINING, (
+                f"cordoned and draining {len(node.gpu_pods)} GPU pods before {config}")))
+            step = MigNodeStep(StepKind.DRAIN, node.name, reason=f"drain {node.name}")
+            continue
+        reports.append(NodeReport(node.name, NodeState.PENDING, f"labelled for {config}"))
+        step = MigNodeStep(StepKind.LABEL, node.name, reason=f"label {node.name} "
+                           f"{MIG_CONFIG_LABEL}={config}")
+    if step is None:
+        busy = [r.node for r in reports if r.state is NodeState.BUSY]
+        reason = (f"{len(busy)} nodes busy, left alone" if busy else
+                  f"all {len(reports)} nodes configured" if reports else
+                  "no node matches the GPU product, nvidia.com/mig.capable=true and "
+                  "spec.mig.nodeSelector")
+        return MigNodeStep(StepKind.NONE, None, tuple(reports), reason)
+    return MigNodeStep(step.kind, step.node, tuple(reports), step.reason)
