@@ -15,6 +15,10 @@ from typing import Any
 import requests
 from prometheus_api_client import PrometheusConnect
 from prometheus_api_client.exceptions import PrometheusApiClientException
+from urllib3.exceptions import HTTPError as Urllib3Error
+from urllib3.exceptions import NewConnectionError
+from urllib3.exceptions import TimeoutError as Urllib3Timeout
+from urllib3.util.retry import Retry
 
 from infertune.metrics.plan import QueryPlan, Signal, plan_queries, unsupported
 from infertune.metrics.promql import TARGET_LABEL
@@ -39,8 +43,10 @@ class PrometheusSource:
         self.url = url.rstrip("/")
         self.timeout_s = timeout_s
         self.resolution_s = resolution_s
+        # No retries inside a cycle: a failure is "no data" now and the next cycle asks again,
+        # instead of one slow Prometheus holding every tuning's evaluation for several timeouts.
         self._client = PrometheusConnect(url=self.url, headers=dict(headers or {}),
-                                         session=session)
+                                         session=session, retry=Retry(total=False))
 
     def fetch(self, targets: Sequence[MetricsTarget], now: float) -> dict[str, TargetSignals]:
         found: dict[str, dict[Signal, Series]] = {t.key: {} for t in targets}
@@ -61,8 +67,10 @@ class PrometheusSource:
                 query, start_time=datetime.fromtimestamp(start, tz=UTC),
                 end_time=datetime.fromtimestamp(end, tz=UTC), step=f"{plan.step_s:g}",
                 timeout=self.timeout_s)
-        except (requests.RequestException, PrometheusApiClientException, ValueError) as exc:
-            return _Answer(plan, {}, f"Prometheus at {self.url} failed: {_short(exc)}")
+        except (requests.RequestException, Urllib3Error, OSError, PrometheusApiClientException,
+                ValueError) as exc:
+            return _Answer(plan, {}, f"Prometheus at {self.url} failed: "
+                                     f"{_describe(exc, self.timeout_s)}")
         return _Answer(plan, _parse(result, plan, end), None)
 
 
@@ -113,6 +121,14 @@ def _signals(target: MetricsTarget, found: dict[Signal, Series]) -> TargetSignal
         latency_kind=target.latency_kind)
 
 
-def _short(exc: Exception) -> str:
+def _describe(exc: Exception, timeout_s: float) -> str:
+    """A short cause: requests puts the whole (long) query URL into its messages."""
+    # Checked first: urllib3 2 makes NewConnectionError a subclass of its TimeoutError.
+    if isinstance(exc, NewConnectionError | ConnectionRefusedError):
+        return "cannot connect (refused or unreachable)"
+    if isinstance(exc, requests.Timeout | Urllib3Timeout):
+        return f"timed out after {timeout_s:g}s"
+    if isinstance(exc, requests.ConnectionError | OSError):
+        return "cannot connect (refused or unreachable)"
     text = str(exc) or type(exc).__name__
     return text if len(text) <= 300 else text[:300] + "..."

@@ -1,0 +1,242 @@
+"""The Prometheus adapter against the real server scraping exporters built on prometheus_client.
+
+One exporter speaks the text format (colon names stored as written), one speaks OpenMetrics
+(prometheus_client 0.26 writes the colon as an underscore, so Prometheus stores
+`vllm_num_requests_waiting`): the adapter must find both. Values are set by the test.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+from e2e.cluster.processes import free_port
+from e2e.fixtures.prometheus import PROMETHEUS_BINARY, MetricsEndpoint, PrometheusServer
+from e2e.fixtures.waiting import wait_for
+from prometheus_client import CollectorRegistry, Gauge, Histogram, start_http_server
+from prometheus_client.parser import text_string_to_metric_families
+
+from infertune.api.spec import Engine
+from infertune.metrics.presets import PRESETS
+from infertune.metrics.prometheus import PrometheusSource
+from infertune.metrics.source import MetricsTarget
+from infertune.scaling.signals import TargetSignals
+
+pytestmark = [
+    pytest.mark.prometheus,
+    pytest.mark.skipif(not PROMETHEUS_BINARY.exists(), reason="needs /usr/bin/prometheus"),
+]
+
+BUCKETS = (0.05, 0.1, 0.2, 0.5, 1.0)
+OBSERVED = 0.15
+P99 = 0.1 + (0.2 - 0.1) * 0.99  # every observation in (0.1, 0.2]: linear interpolation
+OBSERVE_EVERY_S = 0.05
+HOSTILE_NS = '"} or 1==1 or {x="\\\n'
+
+
+@dataclass(frozen=True)
+class Pod:
+    namespace: str
+    name: str
+    waiting: float
+    observe: bool = True
+
+
+class Exporter:
+    """vLLM's gauges and latency histogram for some pods, observed at a fixed pace."""
+
+    def __init__(self, engine: str, pods: list[Pod]) -> None:
+        self.registry = CollectorRegistry()
+        labels = ["namespace", "pod", "model_name"]
+        queue = PRESETS[Engine(engine)].queue_depth
+        latency = PRESETS[Engine(engine)].latency
+        assert hasattr(latency, "name")
+        self.waiting = Gauge(queue, "waiting", labels, registry=self.registry)
+        self.latency = Histogram(latency.name, "e2e", labels, buckets=BUCKETS,
+                                 registry=self.registry)
+        self.pods = pods
+        for pod in pods:
+            self.waiting.labels(pod.namespace, pod.name, "qwen").set(pod.waiting)
+            self.latency.labels(pod.namespace, pod.name, "qwen")  # exported even if unobserved
+
+    def tick(self) -> None:
+        for pod in self.pods:
+            if pod.observe:
+                self.latency.labels(pod.namespace, pod.name, "qwen").observe(OBSERVED)
+
+
+@pytest.fixture(scope="module")
+def exporters() -> Iterator[tuple[Exporter, Exporter]]:
+    text = Exporter("vllm", [
+        Pod("serving", "llm-5d4f8b9c7-abcde", 40),
+        Pod("serving", "llm-5d4f8b9c7-fghij", 20),
+        Pod("serving", "llmx-5d4f8b9c7-abcde", 900),  # not llm's: must not be counted
+        Pod("idle", "quiet-6c7d8-kkkkk", 3, observe=False),
+        Pod("serving", "nan-6c7d8-kkkkk", float("nan")),
+        Pod(HOSTILE_NS, "llm-5d4f8b9c7-zzzzz", 7),
+    ])
+    openmetrics = Exporter("sglang", [Pod("serving", "sgl-7f9d5-xyz12", 12)])
+    stop = threading.Event()
+
+    def observe() -> None:
+        while not stop.wait(OBSERVE_EVERY_S):
+            text.tick()
+            openmetrics.tick()
+
+    threading.Thread(target=observe, daemon=True).start()
+    yield text, openmetrics
+    stop.set()
+
+
+@pytest.fixture(scope="module")
+def prometheus(exporters: tuple[Exporter, Exporter]) -> Iterator[PrometheusServer]:
+    text, openmetrics = exporters
+    server = PrometheusServer().start()
+    port = free_port()
+    httpd, _ = start_http_server(port, addr="127.0.0.1", registry=openmetrics.registry)
+    try:
+        with MetricsEndpoint(text.registry) as endpoint:
+            server.add_scrape_job("text", [endpoint.target])
+            server.add_scrape_job("openmetrics", [f"127.0.0.1:{port}"])
+            server.wait_for_targets_up("text")
+            server.wait_for_targets_up("openmetrics")
+            yield server
+    finally:
+        httpd.shutdown()
+        server.stop()
+
+
+def target(namespace: str, deployment: str, engine: Engine = Engine.VLLM,
+           **fields: Any) -> MetricsTarget:
+    base: dict[str, Any] = {"window": "5s", "queue_history_s": 3.0, "latency_step_s": 2.0}
+    return MetricsTarget(f"{namespace}/{deployment}", namespace, deployment, PRESETS[engine],
+                         **(base | fields))
+
+
+def fetch_when(source: PrometheusSource, targets: list[MetricsTarget],
+               ready: str) -> dict[str, TargetSignals]:
+    """Fetch until the target `ready` has 3s of queue history and two latency samples."""
+    def attempt() -> dict[str, TargetSignals] | None:
+        got = source.fetch(targets, time.time())
+        signals = got[ready]
+        full = len(signals.queue.points) >= 4 and len(signals.latency.points) >= 2
+        return got if full else None
+
+    return wait_for(attempt, f"signals for {ready}", timeout_s=20)
+
+
+def test_adapter_reads_queue_latency_and_rate_of_the_deployments_pods(
+        prometheus: PrometheusServer) -> None:
+    llm = target("serving", "llm")
+    got = fetch_when(PrometheusSource(prometheus.url), [llm], llm.key)[llm.key]
+    assert [v for _, v in got.queue.points] == [30.0] * len(got.queue.points)  # (40+20)/2
+    assert got.latency.points[-1][1] == pytest.approx(P99)
+    assert got.latency_kind == "p99"
+    two_pods = 2 / OBSERVE_EVERY_S
+    assert got.request_rate.points[-1][1] == pytest.approx(two_pods, rel=0.5)
+
+
+def test_colon_trap_both_spellings_are_found(prometheus: PrometheusServer) -> None:
+    stored = {s["metric"]["__name__"]
+              for s in prometheus.query('{__name__=~"(vllm|sglang).num_(requests_waiting|'
+                                        'queue_reqs)"}')}
+    assert stored == {"vllm:num_requests_waiting", "sglang_num_queue_reqs"}
+    sgl = target("serving", "sgl", Engine.SGLANG)
+    got = fetch_when(PrometheusSource(prometheus.url), [sgl], sgl.key)[sgl.key]
+    assert got.queue.points[-1][1] == 12.0
+    assert got.latency.points[-1][1] == pytest.approx(P99)
+
+
+def test_hostile_namespace_matches_only_itself(prometheus: PrometheusServer) -> None:
+    hostile = target(HOSTILE_NS, "llm")
+    got = fetch_when(PrometheusSource(prometheus.url), [hostile], hostile.key)[hostile.key]
+    assert {v for _, v in got.queue.points} == {7.0}
+
+
+def test_no_data_is_never_zero(prometheus: PrometheusServer) -> None:
+    llm, quiet, nan, ghost = (target("serving", "llm"), target("idle", "quiet"),
+                              target("serving", "nan"), target("serving", "ghost"))
+    got = fetch_when(PrometheusSource(prometheus.url), [llm, quiet, nan, ghost], llm.key)
+    assert got[quiet.key].latency.problem == "only NaN or infinite values"  # 0/0 quantile
+    assert got[quiet.key].request_rate.points[-1][1] == 0.0
+    assert got[nan.key].queue.problem == "only NaN or infinite values"
+    missing = got[ghost.key].queue
+    assert missing.problem == "no series for Deployment serving/ghost"
+    assert "(?:ghost)" in missing.query and "(?:llm" not in missing.query
+
+
+def test_a_batch_of_targets_costs_one_query_per_signal(prometheus: PrometheusServer) -> None:
+    targets = [target("serving", "llm"), target("serving", "sgl", Engine.SGLANG),
+               target("idle", "quiet"), target("serving", "ghost"),
+               *(target(f"ns-{i}", "llm") for i in range(20))]
+    source = PrometheusSource(prometheus.url)
+    before = range_queries(prometheus)
+    got = source.fetch(targets, time.time())
+    # Two query shapes (vLLM, SGLang) x three signals (queue, latency, request rate).
+    assert range_queries(prometheus) - before == 6
+    assert got["serving/llm"].queue.available
+
+
+def range_queries(prometheus: PrometheusServer) -> float:
+    with urllib.request.urlopen(f"{prometheus.url}/metrics", timeout=5) as response:
+        text = response.read().decode()
+    for family in text_string_to_metric_families(text):
+        if family.name == "prometheus_http_requests":
+            return sum(s.value for s in family.samples if s.name.endswith("_total")
+                       and s.labels.get("handler") == "/api/v1/query_range")
+    return 0.0
+
+
+def test_stopped_prometheus_is_no_data() -> None:
+    port = free_port()  # nothing listens here
+    got = PrometheusSource(f"http://127.0.0.1:{port}", timeout_s=1).fetch(
+        [target("serving", "llm")], time.time())["serving/llm"]
+    for series in (got.queue, got.latency, got.request_rate):
+        assert not series.available
+        assert series.problem is not None and "cannot connect" in series.problem
+        assert "llm" in series.query
+
+
+def test_a_hanging_prometheus_times_out_as_no_data() -> None:
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(8)  # accepts connections, never answers
+        url = f"http://127.0.0.1:{listener.getsockname()[1]}"
+        started = time.monotonic()
+        got = PrometheusSource(url, timeout_s=0.3).fetch([target("a", "b")], time.time())
+    assert time.monotonic() - started < 5
+    assert "timed out after 0.3s" in (got["a/b"].queue.problem or "")
+
+
+def test_an_http_error_is_no_data() -> None:
+    class Unavailable(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(503)
+            self.end_headers()
+            self.wfile.write(b"overloaded")
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Unavailable)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        got = PrometheusSource(url).fetch([target("a", "b")], time.time())["a/b"]
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert "503" in (got.latency.problem or "")
+
+
+def test_a_long_deployment_name_is_refused_with_a_reason(prometheus: PrometheusServer) -> None:
+    long = replace(target("serving", "x" * 50), key="serving/long")
+    got = PrometheusSource(prometheus.url).fetch([long], time.time())["serving/long"]
+    assert "longer than 46 characters" in (got.queue.problem or "")
