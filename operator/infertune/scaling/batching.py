@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from infertune.api.scaling import AutoscalingSpec, BatchingKnob, BatchingMode, BatchingSpec
 from infertune.api.spec import Engine
 from infertune.scaling.reading import Reading
+from infertune.scaling.signals import seconds
 
 # The engine's usual knob when spec.batching.knob is unset (BatchingSpec.knob's documentation).
 DEFAULT_KNOBS: dict[Engine, BatchingKnob] = {
@@ -53,7 +54,7 @@ def recommend_batching(batching: BatchingSpec, engine: Engine, autoscaling: Auto
     if batching.mode is BatchingMode.OFF or knob is None:
         return None
     base, origin = _base(batching, knob, reading, current)
-    target = autoscaling.latency.target.seconds
+    target = seconds(autoscaling.latency.target)
     latency = reading.latency_s
     queue_low = reading.queue_per_replica is not None and (
         reading.queue_per_replica <= autoscaling.queue.target_per_replica)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 
 from infertune.api.scaling import ScalingRules
+from infertune.scaling.signals import seconds
 from infertune.scaling.state import Recommendation, ScaleEvent
 
 
@@ -21,8 +22,8 @@ def stabilize(current: int, desired: int, recommendations: tuple[Recommendation,
     Scaling up uses the lowest recommendation in the scale-up window, scaling down the highest
     in the scale-down window, so a brief spike or dip does not move replicas.
     """
-    up_cutoff = now - up.stabilization.seconds
-    down_cutoff = now - down.stabilization.seconds
+    up_cutoff = now - seconds(up.stabilization)
+    down_cutoff = now - seconds(down.stabilization)
     up_rec = min([desired, *(r.replicas for r in recommendations if r.time > up_cutoff)])
     down_rec = max([desired, *(r.replicas for r in recommendations if r.time > down_cutoff)])
     result = min(max(current, up_rec), down_rec)
@@ -45,7 +46,7 @@ def scale_up_limit(current: int, events: tuple[ScaleEvent, ...], rules: ScalingR
                    now: float) -> int:
     """The most replicas allowed now: the larger of the pods and percent limits (selectPolicy
     Max), counted from the replicas at the start of the period; 0 disables a limit."""
-    added, deleted = _changes_in_period(events, rules.period.seconds, now)
+    added, deleted = _changes_in_period(events, seconds(rules.period), now)
     start = current - added + deleted
     proposals = []
     if rules.pods > 0:
@@ -60,7 +61,7 @@ def scale_down_limit(current: int, events: tuple[ScaleEvent, ...], rules: Scalin
                      now: float) -> int:
     """The fewest replicas allowed now: the larger change of the two limits wins (the lower
     count), counted from the start of the period; 0 disables a limit."""
-    added, deleted = _changes_in_period(events, rules.period.seconds, now)
+    added, deleted = _changes_in_period(events, seconds(rules.period), now)
     start = current - added + deleted
     proposals = []
     if rules.pods > 0:

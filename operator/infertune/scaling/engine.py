@@ -16,7 +16,7 @@ from infertune.api.scaling import AutoscalingSpec, LatencyAction, MetricsUnavail
 from infertune.api.units import format_duration
 from infertune.scaling.behavior import limit_rate, stabilize
 from infertune.scaling.reading import Reading, read_signals
-from infertune.scaling.signals import TargetSignals
+from infertune.scaling.signals import TargetSignals, seconds
 from infertune.scaling.state import Recommendation, ScaleEvent, ScalingState
 
 
@@ -122,7 +122,7 @@ def _latency_proposal(spec: AutoscalingSpec, current: int, reading: Reading) -> 
         return _Proposal(None, f"{kind}: no data")
     said = (f"{kind} {format_duration(reading.latency_s)} vs target {target} "
             f"at {reading.request_rate or 0:.1f} req/s")
-    if reading.latency_s <= target.seconds:
+    if reading.latency_s <= seconds(target):
         return _Proposal(None, said)
     said = f"{said}, {reading.breaches}/{signal.consecutive_samples} samples above target"
     if not reading.latency_breached:
@@ -131,7 +131,7 @@ def _latency_proposal(spec: AutoscalingSpec, current: int, reading: Reading) -> 
     if _wants_batching(spec, reading):
         return _Proposal(current, f"{said}, queue is low so the latency comes from batching: "
                          "tune batching", tune_batching=True)
-    proposed = max(current + 1, math.ceil(current * reading.latency_s / target.seconds))
+    proposed = max(current + 1, math.ceil(current * reading.latency_s / seconds(target)))
     return _Proposal(proposed, f"{said} -> {proposed}")
 
 
@@ -152,7 +152,7 @@ def _metrics_unavailable(spec: AutoscalingSpec, current: int, reading: Reading,
     said = f"no usable metrics for {format_duration(missing_for)}"
     fallback = rule.fallback_replicas
     if rule.action is MetricsUnavailableAction.FALLBACK and fallback is not None and (
-        missing_for >= rule.after.seconds
+        missing_for >= seconds(rule.after)
     ):
         desired = max(current, fallback)  # Fallback raises replicas, never lowers them
         reason = f"{said} (>= {rule.after}): fallback to {fallback} replicas, keeping {desired}"
@@ -177,8 +177,8 @@ def _track_missing(state: ScalingState, reading: Reading, now: float) -> Scaling
 def _applied(spec: AutoscalingSpec, current: int, desired: int, reason: str, reading: Reading,
              state: ScalingState, now: float, record: int,
              tune_batching: bool = False) -> ScaleDecision:
-    keep_recs = max(spec.scale_up.stabilization.seconds, spec.scale_down.stabilization.seconds)
-    keep_events = max(spec.scale_up.period.seconds, spec.scale_down.period.seconds)
+    keep_recs = max(seconds(spec.scale_up.stabilization), seconds(spec.scale_down.stabilization))
+    keep_events = max(seconds(spec.scale_up.period), seconds(spec.scale_down.period))
     held = replace(state, recommendations=(*state.recommendations, Recommendation(now, record)))
     held = held.pruned(now, keep_recs, keep_events)
     applied = held

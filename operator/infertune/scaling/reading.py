@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from infertune.api.scaling import AutoscalingSpec
-from infertune.scaling.signals import TargetSignals
+from infertune.scaling.signals import TargetSignals, seconds
 
 
 @dataclass(frozen=True)
@@ -64,7 +64,7 @@ def read_signals(spec: AutoscalingSpec, signals: TargetSignals, now: float) -> R
     rate_now = signals.request_rate.latest(now)
     breaches = _consecutive_breaches(spec, signals)
     quiet = rate_now is not None and rate_now < spec.latency.min_request_rate
-    running = signals.running.since(now - spec.queue.sustain.seconds - signals.running.step)
+    running = signals.running.since(now - seconds(spec.queue.sustain) - signals.running.step)
     return Reading(
         queue_per_replica=queue_now,
         queue_above_for_s=above_for,
@@ -94,7 +94,7 @@ def _queue_sustain(spec: AutoscalingSpec, signals: TargetSignals, now: float,
             break  # a dip or a gap in the data ends the run
         since = t
     above_for = now - since
-    sustain = spec.queue.sustain.seconds
+    sustain = seconds(spec.queue.sustain)
     return min(above_for, sustain), above_for >= sustain - series.step / 2 and (
         sustain == 0 or series.covers(now - sustain, now))
 
@@ -102,7 +102,7 @@ def _queue_sustain(spec: AutoscalingSpec, signals: TargetSignals, now: float,
 def _consecutive_breaches(spec: AutoscalingSpec, signals: TargetSignals) -> int:
     """Newest-first run of samples above target, each at an evaluation interval, each with at
     least minRequestRate behind it (a quantile over a handful of requests is noise)."""
-    target = spec.latency.target.seconds
+    target = seconds(spec.latency.target)
     count = 0
     for t, latency in reversed(signals.latency.points):
         rate = signals.request_rate.value_at(t)

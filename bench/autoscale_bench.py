@@ -1,0 +1,178 @@
+"""Cost of one autoscaling evaluation cycle at 1, 100 and 1000 tunings, on the real Prometheus.
+
+Run: ``python -m bench.autoscale_bench`` (~1.5 min). A synthetic vLLM exporter (a separate
+process, so its CPU is not counted) serves the real metric names for 1000 Deployments of one
+pod each; Prometheus scrapes it every second. After 35 s of history, each cycle fetches the
+signals of N tunings with `PrometheusSource.fetch` and runs `decide_scale` for each; the
+cycle's HTTP requests are counted on the session and its CPU time with time.process_time.
+
+Goal: a query count that does not grow with N, and under 50 ms of CPU per cycle at 1000.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import requests
+from e2e.cluster.processes import free_port
+from e2e.fixtures.prometheus import MetricsEndpoint, PrometheusServer
+from e2e.fixtures.waiting import wait_for
+from prometheus_client import CollectorRegistry, Gauge, Histogram
+
+from infertune.api.scaling import AutoscalingSpec
+from infertune.api.spec import Engine
+from infertune.metrics.presets import PRESETS
+from infertune.metrics.prometheus import PrometheusSource
+from infertune.metrics.source import MetricsTarget
+from infertune.scaling.engine import decide_scale
+from infertune.scaling.state import ScalingState
+
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+MAX_TUNINGS = 1000
+SCALES = ((1, 1.0), (100, 1.0), (1000, 1.0), (1000, 5.0))
+"""(tunings, queue resolution in seconds): 1 s is the default; 5 s shows what the queue history
+costs, since it is most of the data a cycle reads."""
+BUCKETS = (0.05, 0.1, 0.2, 0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0)
+HISTORY_S = 35
+
+
+def deployment(i: int) -> tuple[str, str, str]:
+    """(namespace, Deployment, pod) of synthetic tuning i."""
+    return f"team-{i % 10}", f"qwen-{i}", f"qwen-{i}-5d4f8b9c7-abcde"
+
+
+def serve_exporter(tunings: int, port_file: Path) -> None:
+    registry = CollectorRegistry()
+    labels = ["namespace", "pod", "model_name"]
+    waiting = Gauge("vllm:num_requests_waiting", "w", labels, registry=registry)
+    running = Gauge("vllm:num_requests_running", "r", labels, registry=registry)
+    latency = Histogram("vllm:e2e_request_latency_seconds", "e2e", labels, buckets=BUCKETS,
+                        registry=registry)
+    children = []
+    for i in range(tunings):
+        ns, _, pod = deployment(i)
+        waiting.labels(ns, pod, "qwen").set(i % 64)
+        running.labels(ns, pod, "qwen").set(16)
+        children.append((latency.labels(ns, pod, "qwen"), 0.05 + (i % 20) / 100))
+    with MetricsEndpoint(registry) as endpoint:
+        port_file.write_text(endpoint.target)
+        while True:
+            for child, value in children:
+                child.observe(value)
+            threading.Event().wait(0.5)
+
+
+class CountingSession(requests.Session):
+    requests_made = 0
+
+    def request(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+        self.requests_made += 1
+        return super().request(*args, **kwargs)
+
+
+def targets(count: int) -> list[MetricsTarget]:
+    out = []
+    for i in range(count):
+        ns, name, _ = deployment(i)
+        out.append(MetricsTarget(f"{ns}/{name}", ns, name, PRESETS[Engine.VLLM]))
+    return out
+
+
+def measure(url: str, count: int, resolution_s: float, cycles: int) -> dict[str, Any]:
+    session = CountingSession()
+    source = PrometheusSource(url, session=session, timeout_s=30, resolution_s=resolution_s)
+    spec = AutoscalingSpec()
+    batch = targets(count)
+    cpu, wall, queries, with_data = [], [], [], 0
+    for _ in range(cycles):
+        before = session.requests_made
+        t0, w0 = time.process_time(), time.perf_counter()
+        signals = source.fetch(batch, time.time())
+        decisions = [decide_scale(spec, 2, signals[t.key], ScalingState(), time.time())
+                     for t in batch]
+        cpu.append((time.process_time() - t0) * 1000)
+        wall.append((time.perf_counter() - w0) * 1000)
+        queries.append(session.requests_made - before)
+        with_data = sum(1 for d in decisions if d.signals.queue_per_replica is not None)
+    return {"tunings": count, "queue_resolution_s": resolution_s, "cycles": cycles,
+            "queries_per_cycle": max(queries),
+            "cpu_ms_median": round(statistics.median(cpu), 1), "cpu_ms_max": round(max(cpu), 1),
+            "wall_ms_median": round(statistics.median(wall), 1),
+            "tunings_with_queue_data": with_data}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cycles", type=int, default=10)
+    parser.add_argument("--serve-exporter", type=Path, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.serve_exporter:
+        serve_exporter(MAX_TUNINGS, args.serve_exporter)
+        return 0
+    port_file = Path(f"/tmp/infertune-autoscale-bench-{free_port()}")
+    exporter = subprocess.Popen([sys.executable, "-m", "bench.autoscale_bench",
+                                 "--serve-exporter", str(port_file)])
+    prometheus = PrometheusServer().start()
+    try:
+        target = wait_for(lambda: port_file.exists() and port_file.read_text(), "exporter")
+        prometheus.add_scrape_job("vllm", [str(target)])
+        prometheus.wait_for_targets_up("vllm", timeout_s=60)
+        time.sleep(HISTORY_S)  # the queue rule reads 30 s of history; it has to exist
+        results = [measure(prometheus.url, n, r, args.cycles) for n, r in SCALES]
+    finally:
+        prometheus.stop()
+        exporter.terminate()
+        exporter.wait()
+        port_file.unlink(missing_ok=True)
+    record(results)
+    return 0
+
+
+def record(results: list[dict[str, Any]]) -> None:
+    meta = {"date": datetime.now(UTC).isoformat(timespec="seconds"),
+            "python": platform.python_version(), "prometheus": "2.42 (Debian)",
+            "cpus": _cpus(), "goal": "flat queries per cycle, < 50 ms CPU per cycle at 1000"}
+    RESULTS_DIR.mkdir(exist_ok=True)
+    (RESULTS_DIR / "autoscale.json").write_text(
+        json.dumps({"meta": meta, "results": results}, indent=2) + "\n")
+    lines = [
+        "# autoscaling evaluation cycle", "",
+        f"{meta['cpus']}, Python {meta['python']}, Prometheus {meta['prometheus']}, "
+        f"{meta['date']}. Produced by `python -m bench.autoscale_bench`.", "",
+        "One cycle = `PrometheusSource.fetch` for all tunings + `decide_scale` per tuning "
+        "(default spec: 30 s queue history at 1 s, two 15 s latency samples).", "",
+        "| tunings | queue step | queries per cycle | CPU per cycle (median / max) | "
+        "wall (median) | tunings with data |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    lines += [f"| {r['tunings']} | {r['queue_resolution_s']:g} s | {r['queries_per_cycle']} | "
+              f"{r['cpu_ms_median']} / "
+              f"{r['cpu_ms_max']} ms | {r['wall_ms_median']} ms | "
+              f"{r['tunings_with_queue_data']} |" for r in results]
+    (RESULTS_DIR / "autoscale.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+def _cpus() -> str:
+    try:
+        model = next(line.split(":", 1)[1].strip() for line in
+                     Path("/proc/cpuinfo").read_text().splitlines()
+                     if line.startswith("model name"))
+    except (OSError, StopIteration):
+        model = platform.processor() or "unknown CPU"
+    import os
+    return f"{os.cpu_count()} vCPU ({model})"
+
+
+if __name__ == "__main__":
+    sys.exit(main())
