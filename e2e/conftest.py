@@ -186,14 +186,16 @@ def _say(request: pytest.FixtureRequest, message: str) -> None:
 
 
 @pytest.fixture(scope="session")
-def operator(cluster: ClusterInfo, api_client: client.ApiClient) -> Iterator[OperatorProcess]:
-    """The operator: a real `infertune run` with the chart's RBAC, or the in-cluster one."""
+def operator(cluster: ClusterInfo, api_client: client.ApiClient,
+             prometheus: PrometheusServer) -> Iterator[OperatorProcess]:
+    """The operator: a real `infertune run` with the chart's RBAC and the session's real
+    Prometheus, or the in-cluster one."""
     if cluster.external:
         yield in_cluster_operator()
         return
     assert cluster.log_dir is not None
     work = Path(tempfile.mkdtemp(prefix="infertune-e2e-operator-"))
-    running = start_operator(api_client, work, cluster.log_dir)
+    running = start_operator(api_client, work, cluster.log_dir, prometheus_url=prometheus.url)
     yield running
     running.stop()
     shutil.rmtree(work, ignore_errors=True)

@@ -148,6 +148,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="kubelets do not run the static CPU manager: skip the QoS checks")
     run.add_argument("--retune-interval", type=float, metavar="SECONDS",
                      help="how often outdated pods are looked for (default 10)")
+    run.add_argument("--prometheus-url", metavar="URL", help="Prometheus the autoscaler queries "
+                     "(default: $INFERTUNE_PROMETHEUS_URL; without it autoscaling is reported "
+                     "as inactive)")
     hook = run.add_argument_group("admission webhook")
     hook.add_argument("--webhook-addr", default="0.0.0.0", help="listen address")
     hook.add_argument("--webhook-port", type=int, default=9443, help="listen port")
@@ -179,9 +182,11 @@ def build_parser() -> argparse.ArgumentParser:
     check.add_argument("conf", metavar="STRING")
     check.set_defaults(handler=_allocator_check)
 
+    from infertune.autoscale_cli import add_autoscale_commands
     from infertune.mig_cli import add_mig_commands
 
     add_mig_commands(commands)
+    add_autoscale_commands(commands)
 
     launcher = commands.add_parser("launcher", help="the in-container NUMA launcher")
     launcher_commands = launcher.add_subparsers(dest="launcher_command", required=True)

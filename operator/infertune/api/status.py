@@ -144,6 +144,26 @@ class MigStatus(ApiModel):
     """The last step taken, or why nothing is labelled."""
 
 
+class RecommendationRecord(ApiModel):
+    time: str
+    replicas: Annotated[int, Field(ge=0)]
+
+
+class ScaleEventRecord(ApiModel):
+    time: str
+    change: int
+
+
+class AutoscalingState(ApiModel):
+    """What the decision engine remembers, so a restarted operator decides the same way."""
+
+    recommendations: list[RecommendationRecord] = Field(default_factory=list, max_length=500)
+    """Recent recommendations, for the scale-down stabilization window."""
+    scale_events: list[ScaleEventRecord] = Field(default_factory=list, max_length=500)
+    """Recent replica changes, for the scale-up and scale-down rate limits."""
+    metrics_missing_since: str | None = None
+
+
 class AutoscalingStatus(ApiModel):
     """The last autoscaling evaluation."""
 
@@ -170,6 +190,17 @@ class AutoscalingStatus(ApiModel):
 
     reason: str = ""
     """Why the last evaluation decided what it did."""
+
+    action: str | None = None
+    """ScaleOut, ScaleIn, Hold, TuneBatching, Fallback or Disabled."""
+
+    latency_kind: str | None = None
+    """Which latency p99 and p99Ms show: a quantile such as p99, or mean (Triton)."""
+
+    evaluated: str | None = None
+    """When the last evaluation ran (RFC 3339)."""
+
+    state: AutoscalingState | None = None
 
 
 class BatchingStatus(ApiModel):

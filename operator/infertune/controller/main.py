@@ -54,15 +54,19 @@ def run_operator(args: argparse.Namespace) -> int:
     configure(args.kubeconfig)
     if args.retune_interval is not None:
         os.environ["INFERTUNE_RETUNE_INTERVAL"] = str(args.retune_interval)
-    from infertune.controller import handlers, mig, pods  # registers the handlers
+    from infertune.controller import autoscaling, handlers, mig, pods  # registers handlers
+    from infertune.metrics.prometheus import PrometheusSource
 
     own_namespace = args.operator_namespace or os.environ.get("INFERTUNE_NAMESPACE",
                                                               DEFAULT_NAMESPACE)
+    prometheus = args.prometheus_url or os.environ.get("INFERTUNE_PROMETHEUS_URL")
     memo = kopf.Memo(
         pod_tuning=pods.PodTuningSettings(launcher_image=args.launcher_image,
                                           static_cpu_manager=not args.no_static_cpu_manager),
         webhook_server=_webhook_server(args, own_namespace),
         mig=mig.MigSettings(namespace=own_namespace),
+        autoscaling=autoscaling.AutoscalingSettings(
+            source=PrometheusSource(prometheus) if prometheus else None),
     )
     namespaces = args.namespaces or []
     kopf.run(

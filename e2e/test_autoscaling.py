@@ -1,0 +1,171 @@
+"""Autoscaling end to end: a synthetic vLLM exporter, the real Prometheus scraping it every
+second, the real operator deciding, and replicas changed through the scale subresource.
+
+The exporter serves vLLM's real metric names (prometheus_client gauges and histograms) for
+each live pod of the Deployment, with the queue and latency the test sets: load raises the
+queue, replicas go up; load drops, replicas come down after stabilization; Prometheus stops,
+replicas hold with MetricsAvailable=False; a P99 spike with a low queue yields TuneBatching.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kubernetes import client
+from prometheus_client import CollectorRegistry, Gauge, Histogram
+
+from e2e.fixtures.operator import OperatorProcess
+from e2e.fixtures.prometheus import MetricsEndpoint, PrometheusServer
+from e2e.fixtures.waiting import wait_for
+from e2e.test_operator import condition, create, deployment, get_tuning, tuning
+from e2e.test_pod_tuning import pods_of
+
+pytestmark = pytest.mark.e2e
+
+BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5, 1.0, 2.5)
+
+
+class FakeVllm:
+    """vLLM's metrics for every live pod of one Deployment, with values the test controls."""
+
+    def __init__(self, api_client: client.ApiClient, namespace: str, app: str) -> None:
+        self.api_client, self.namespace, self.app = api_client, namespace, app
+        self.registry = CollectorRegistry()
+        labels = ["namespace", "pod", "model_name"]
+        self.waiting = Gauge("vllm:num_requests_waiting", "waiting", labels,
+                             registry=self.registry)
+        self.running = Gauge("vllm:num_requests_running", "running", labels,
+                             registry=self.registry)
+        self.latency = Histogram("vllm:e2e_request_latency_seconds", "e2e latency", labels,
+                                 buckets=BUCKETS, registry=self.registry)
+        self.queue_per_pod = 0.0
+        self.latency_s = 0.02
+        self.requests_per_s = 20
+        self.stop = threading.Event()
+        self.pods: set[str] = set()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self.stop.wait(0.25):
+            live = {p.metadata.name for p in pods_of(self.api_client, self.namespace, self.app)}
+            for gone in self.pods - live:
+                for metric in (self.waiting, self.running, self.latency):
+                    metric.remove(self.namespace, gone, "qwen")
+            self.pods = live
+            for pod in live:
+                labels = (self.namespace, pod, "qwen")
+                self.waiting.labels(*labels).set(self.queue_per_pod)
+                self.running.labels(*labels).set(8)
+                for _ in range(max(1, self.requests_per_s // 4)):
+                    self.latency.labels(*labels).observe(self.latency_s)
+
+
+@pytest.fixture
+def fake_vllm(api_client: client.ApiClient, namespace: str,
+              prometheus: PrometheusServer) -> Iterator[FakeVllm]:
+    exporter = FakeVllm(api_client, namespace, "qwen")
+    with MetricsEndpoint(exporter.registry) as endpoint:
+        exporter.thread.start()
+        prometheus.add_scrape_job(f"fake-vllm-{namespace}", [endpoint.target])
+        yield exporter
+        exporter.stop.set()
+        exporter.thread.join()
+        prometheus.remove_scrape_job(f"fake-vllm-{namespace}")
+
+
+def replicas(api_client: client.ApiClient, namespace: str) -> int:
+    scale = client.AppsV1Api(api_client).read_namespaced_deployment_scale("qwen", namespace)
+    return int(scale.spec.replicas)
+
+
+def autoscaling_status(api_client: client.ApiClient, namespace: str) -> dict[str, Any]:
+    status: dict[str, Any] = (get_tuning(api_client, namespace, "qwen").get("status") or {}).get(
+        "autoscaling") or {}
+    return status
+
+
+SPEC = {
+    "metrics": {"window": "10s"},
+    "autoscaling": {
+        "minReplicas": 1, "maxReplicas": 4, "interval": "2s",
+        "queue": {"targetPerReplica": 32, "sustain": "4s"},
+        "latency": {"target": "75ms", "consecutiveSamples": 2},
+        "scaleUp": {"pods": 4, "percent": 100, "period": "2s", "stabilization": "0s"},
+        "scaleDown": {"pods": 4, "percent": 100, "period": "2s", "stabilization": "8s"},
+    },
+}
+
+
+def test_queue_scales_out_then_in_after_stabilization(
+    api_client: client.ApiClient, namespace: str, operator: OperatorProcess,
+    fake_vllm: FakeVllm,
+) -> None:
+    create(api_client, namespace, deployment("qwen"))
+    create(api_client, namespace, tuning("qwen", "qwen", **SPEC))
+    wait_for(lambda: autoscaling_status(api_client, namespace).get("evaluated"),
+             "a first evaluation", timeout_s=30)
+    assert replicas(api_client, namespace) == 1
+
+    fake_vllm.queue_per_pod = 100.0  # 100 waiting on one replica against a target of 32
+    started = time.monotonic()
+    wait_for(lambda: replicas(api_client, namespace) == 4, "scale out to 4", timeout_s=40)
+    # Sustain window (4 s) + one interval (2 s), plus scrape and watch delays.
+    assert time.monotonic() - started < 30
+    status = autoscaling_status(api_client, namespace)
+    assert status["action"] == "ScaleOut" or status["desiredReplicas"] == 4
+    events = client.CoreV1Api(api_client).list_namespaced_event(
+        namespace, field_selector="involvedObject.name=qwen,reason=ScaledOut").items
+    assert events and "queue" in events[0].message
+
+    fake_vllm.queue_per_pod = 0.0
+    low_since = time.monotonic()
+    wait_for(lambda: replicas(api_client, namespace) == 1, "scale in to 1", timeout_s=60)
+    assert time.monotonic() - low_since >= 8  # not before the stabilization window
+
+
+def test_prometheus_outage_holds_replicas(
+    api_client: client.ApiClient, namespace: str, operator: OperatorProcess,
+    fake_vllm: FakeVllm, prometheus: PrometheusServer,
+) -> None:
+    create(api_client, namespace, deployment("qwen", replicas=2))
+    create(api_client, namespace, tuning("qwen", "qwen", **SPEC))
+    fake_vllm.queue_per_pod = 30.0  # inside the tolerance band: hold at 2
+    wait_for(lambda: autoscaling_status(api_client, namespace).get("queueDepth"),
+             "a queue reading", timeout_s=30)
+    prometheus.suspend()
+    try:
+        def unavailable() -> dict[str, Any] | None:
+            body = get_tuning(api_client, namespace, "qwen")
+            found = condition(body, "MetricsAvailable")
+            reason = ((body.get("status") or {}).get("autoscaling") or {}).get("reason", "")
+            down = found is not None and found["status"] == "False"
+            return body if down and "no usable metrics" in reason else None
+
+        body = wait_for(unavailable, "MetricsAvailable=False and a hold on no data",
+                        timeout_s=30)
+        assert body["status"]["autoscaling"]["action"] == "Hold"
+        assert "holding 2 replicas" in body["status"]["autoscaling"]["reason"]
+        assert replicas(api_client, namespace) == 2
+    finally:
+        prometheus.resume()
+
+
+def test_latency_spike_with_a_low_queue_tunes_batching(
+    api_client: client.ApiClient, namespace: str, operator: OperatorProcess,
+    fake_vllm: FakeVllm,
+) -> None:
+    create(api_client, namespace, deployment("qwen"))
+    create(api_client, namespace, tuning("qwen", "qwen", batching={"mode": "Recommend"},
+                                         **SPEC))
+    fake_vllm.queue_per_pod = 1.0
+    fake_vllm.latency_s = 0.4  # P99 far above 75 ms while almost nothing waits
+    status = wait_for(lambda: (s := autoscaling_status(api_client, namespace)).get(
+        "action") == "TuneBatching" and s, "action TuneBatching", timeout_s=45)
+    assert status["p99Ms"] > 75
+    assert replicas(api_client, namespace) == 1
+    batching = get_tuning(api_client, namespace, "qwen")["status"].get("batching") or {}
+    assert batching.get("knob") == "max-num-seqs" and batching.get("recommended")

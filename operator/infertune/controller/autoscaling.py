@@ -1,0 +1,240 @@
+"""Autoscaling in the shell: one batched Prometheus fetch per cycle, a decision per tuning,
+replicas written only through the scale subresource (DESIGN.md #5).
+
+Every InferenceTuning with autoscaling has a 1 s timer that acts when its own interval is due.
+The first timer of a cycle fetches the signals of *all* autoscaled tunings in one set of
+queries (the query count stays flat as tunings grow); the others reuse that batch.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import kopf
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+from pydantic import ValidationError
+
+from infertune.api.spec import GROUP, PLURAL, VERSION, InferenceTuning, InferenceTuningSpec, Mode
+from infertune.api.status import (
+    MAX_DECISIONS,
+    AutoscalingState,
+    AutoscalingStatus,
+    BatchingStatus,
+    Condition,
+    ConditionStatus,
+    ConditionType,
+    Decision,
+)
+from infertune.api.units import format_duration
+from infertune.controller.conditions import set_condition
+from infertune.metrics.source import MetricsSource, MetricsTarget, target_for_tuning
+from infertune.scaling.batching import recommend_batching
+from infertune.scaling.engine import ScaleAction, ScaleDecision, decide_scale
+from infertune.scaling.signals import TargetSignals
+from infertune.scaling.state import ScalingState, format_time
+
+RESOURCE = (GROUP, VERSION, PLURAL)
+FIGHT_LIMIT = 2
+"""Reverts by another writer before the operator stops writing replicas."""
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class AutoscalingSettings:
+    """Shared across timers (kopf copies the memo per object, not these objects)."""
+
+    source: MetricsSource | None
+    batch: dict[str, TargetSignals] = field(default_factory=dict)
+    fetched_at: float = 0.0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    last_evaluated: dict[str, float] = field(default_factory=dict)
+    written: dict[str, tuple[int, int]] = field(default_factory=dict)
+    """key -> (replicas before our write, replicas we wrote)."""
+    fights: dict[str, int] = field(default_factory=dict)
+
+
+def _signals_for(settings: AutoscalingSettings, key: str, tunings: list[InferenceTuning],
+                 interval: float, now: float) -> TargetSignals | None:
+    assert settings.source is not None
+    with settings.lock:
+        if now - settings.fetched_at >= min(interval, 1.0) or key not in settings.batch:
+            targets: list[MetricsTarget] = [target_for_tuning(t) for t in tunings]
+            settings.batch = dict(settings.source.fetch(targets, now))
+            settings.fetched_at = now
+        return settings.batch.get(key)
+
+
+def _all_autoscaled(index: kopf.Index[tuple[str, str], dict[str, Any]]) -> list[InferenceTuning]:
+    tunings: list[InferenceTuning] = []
+    for (namespace, _target), entries in index.items():
+        for entry in entries:
+            scaling = entry["spec"].get("autoscaling")
+            if not scaling or scaling.get("enabled") is False:
+                continue
+            try:
+                tunings.append(InferenceTuning.model_validate({
+                    "metadata": {"name": entry["name"], "namespace": namespace},
+                    "spec": entry["spec"]}))
+            except ValidationError:
+                continue
+    return tunings
+
+
+def _hpa_on(namespace: str, deployment: str) -> str | None:
+    hpas = client.AutoscalingV2Api().list_namespaced_horizontal_pod_autoscaler(namespace)
+    for hpa in hpas.items:
+        ref = hpa.spec.scale_target_ref if hpa.spec else None
+        if ref is not None and ref.kind == "Deployment" and ref.name == deployment:
+            return str(hpa.metadata.name if hpa.metadata else "")
+    return None
+
+
+def _fight(settings: AutoscalingSettings, key: str, current: int) -> bool:
+    """True once another writer has put replicas back FIGHT_LIMIT times after our writes."""
+    written = settings.written.get(key)
+    if written is not None and current != written[1]:
+        settings.fights[key] = settings.fights.get(key, 0) + 1
+        settings.written.pop(key)
+    return settings.fights.get(key, 0) >= FIGHT_LIMIT
+
+
+def _condition(kind: ConditionType, ok: bool, reason: str, message: str, generation: int,
+               now: str) -> Condition:
+    return Condition(type=kind.value, status=ConditionStatus.TRUE if ok else ConditionStatus.FALSE,
+                     reason=reason, message=message[:32000], observed_generation=generation,
+                     last_transition_time=now)
+
+
+def _status_block(decision: ScaleDecision, state: ScalingState, stamp: str,
+                  last_scale: str | None) -> AutoscalingStatus:
+    reading = decision.signals
+    latency = reading.latency_s
+    return AutoscalingStatus(
+        current_replicas=decision.current_replicas, desired_replicas=decision.desired_replicas,
+        p99_ms=None if latency is None else round(latency * 1000, 1),
+        p99=None if latency is None else format_duration(latency),
+        queue_depth=None if reading.queue_per_replica is None else round(
+            reading.queue_per_replica, 2),
+        breaches=reading.breaches, reason=decision.reason, action=decision.action.value,
+        latency_kind=reading.latency_kind, evaluated=stamp, last_scale_time=last_scale,
+        state=AutoscalingState.model_validate(state.to_json()))
+
+
+def evaluate(namespace: str, name: str, generation: int, spec: InferenceTuningSpec,
+             status: dict[str, Any], signals: TargetSignals, settings: AutoscalingSettings,
+             body: kopf.Body, patch: kopf.Patch, now: float) -> ScaleDecision:
+    """Decide, write replicas (unless DryRun, a fight or an HPA), and report."""
+    assert spec.autoscaling is not None
+    key, stamp = f"{namespace}/{name}", format_time(now)
+    apps = client.AppsV1Api()
+    deployment = spec.target_ref.name
+    scale = apps.read_namespaced_deployment_scale(deployment, namespace)
+    current = int(scale.spec.replicas or 0) if scale.spec else 0
+    previous = status.get("autoscaling") or {}
+    state = ScalingState.from_json(previous.get("state"))
+    decision = decide_scale(spec.autoscaling, current, signals, state, now)
+
+    hpa = _hpa_on(namespace, deployment)
+    fight = _fight(settings, key, current)
+    blocked = ("HorizontalPodAutoscalerPresent", f"HorizontalPodAutoscaler {hpa} also scales "
+               f"{deployment}; remove it or disable spec.autoscaling") if hpa else (
+        "ReplicaFight", f"another writer reverted the replicas of {deployment} "
+        f"{settings.fights.get(key, 0)} times (GitOps without ignoreDifferences on "
+        "/spec/replicas?); replicas are no longer written") if fight else None
+    changes = decision.desired_replicas != current
+    applied = changes and spec.mode is Mode.ENFORCE and blocked is None
+    last_scale = previous.get("lastScaleTime")
+    if applied:
+        apps.patch_namespaced_deployment_scale(deployment, namespace,
+                                               {"spec": {"replicas": decision.desired_replicas}})
+        settings.written[key] = (current, decision.desired_replicas)
+        last_scale = stamp
+    kept = decision.state if applied else decision.held_state
+
+    conditions = [Condition.model_validate(c) for c in status.get("conditions") or []]
+    problems = "; ".join(decision.signals.problems)
+    conditions = set_condition(conditions, _condition(
+        ConditionType.METRICS_AVAILABLE, not problems, "MetricsMissing" if problems else "Found",
+        problems or "queue and latency series found", generation, stamp))
+    conditions = set_condition(conditions, _condition(
+        ConditionType.SCALING_ACTIVE, blocked is None, blocked[0] if blocked else (
+            "DryRun" if spec.mode is Mode.DRY_RUN else "Scaling"),
+        blocked[1] if blocked else decision.reason, generation, stamp))
+    patch.status["conditions"] = [c.model_dump(by_alias=True, mode="json", exclude_none=True)
+                                  for c in conditions]
+    block = _status_block(decision, kept, stamp, last_scale)
+    patch.status["autoscaling"] = block.model_dump(by_alias=True, mode="json", exclude_none=True)
+    _report(decision, changes, applied, spec, status, patch, body, stamp)
+    if spec.batching.mode.value != "Off":
+        rec = recommend_batching(spec.batching, spec.engine, spec.autoscaling, decision.signals,
+                                 (status.get("batching") or {}).get("recommended"))
+        if rec is not None:
+            patch.status["batching"] = BatchingStatus(
+                knob=rec.knob.value, current=rec.current, recommended=rec.recommended,
+                reason=rec.reason).model_dump(by_alias=True, mode="json", exclude_none=True)
+    return decision
+
+
+def _report(decision: ScaleDecision, changes: bool, applied: bool, spec: InferenceTuningSpec,
+            status: dict[str, Any], patch: kopf.Patch, body: kopf.Body, stamp: str) -> None:
+    """An Event and a decision record for each scale action (or would-be action)."""
+    previous_action = (status.get("autoscaling") or {}).get("action")
+    batching_news = (decision.action is ScaleAction.TUNE_BATCHING
+                     and previous_action != ScaleAction.TUNE_BATCHING.value)
+    if not changes and not batching_news:
+        return
+    reason = {ScaleAction.SCALE_OUT: "ScaledOut", ScaleAction.SCALE_IN: "ScaledIn",
+              ScaleAction.FALLBACK: "ScaledToFallback",
+              ScaleAction.TUNE_BATCHING: "TuneBatching"}.get(decision.action, "Scaled")
+    prefix = "" if applied or not changes else (
+        "dry run, not applied: " if spec.mode is Mode.DRY_RUN else "not applied: ")
+    kopf.event(body, type="Normal", reason=reason, message=(prefix + decision.reason)[:1000])
+    decisions = [*(status.get("decisions") or []), Decision(
+        time=stamp, feature="autoscaling",
+        action=f"{decision.action.value} {decision.current_replicas} -> "
+               f"{decision.desired_replicas}",
+        reason=decision.reason[:1000], applied=applied).model_dump(by_alias=True,
+                                                                   mode="json")][-MAX_DECISIONS:]
+    patch.status["decisions"] = decisions
+
+
+@kopf.timer(*RESOURCE, interval=1.0, initial_delay=1.0,  # type: ignore[arg-type]
+            when=lambda spec, **_: bool(spec.get("autoscaling")))
+def autoscale(namespace: str, name: str, spec: kopf.Spec, status: kopf.Status, meta: kopf.Meta,
+              body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo,
+              tunings_by_target: kopf.Index[tuple[str, str], dict[str, Any]], **_: Any) -> None:
+    settings: AutoscalingSettings = memo.autoscaling
+    try:
+        parsed = InferenceTuningSpec.model_validate(dict(spec))
+    except ValidationError:
+        return  # reported by the controller
+    if parsed.autoscaling is None:
+        return
+    if settings.source is None:
+        conditions = [Condition.model_validate(c) for c in status.get("conditions") or []]
+        patch.status["conditions"] = [c.model_dump(by_alias=True, mode="json", exclude_none=True)
+                                      for c in set_condition(conditions, _condition(
+            ConditionType.SCALING_ACTIVE, False, "NoPrometheus", "the operator runs without "
+            "--prometheus-url, so spec.autoscaling cannot be evaluated",
+            int(meta.get("generation") or 0), format_time(time.time())))]
+        return
+    key, now = f"{namespace}/{name}", time.time()
+    interval = parsed.autoscaling.interval.seconds
+    if now - settings.last_evaluated.get(key, 0.0) < interval:
+        return
+    settings.last_evaluated[key] = now
+    signals = _signals_for(settings, key, _all_autoscaled(tunings_by_target), interval, now)
+    if signals is None:
+        return
+    try:
+        evaluate(namespace, name, int(meta.get("generation") or 0), parsed, dict(status),
+                 signals, settings, body, patch, now)
+    except ApiException as exc:
+        if exc.status == 404:
+            return  # the target is missing; the controller reports it
+        raise
