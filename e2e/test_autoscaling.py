@@ -169,3 +169,31 @@ def test_latency_spike_with_a_low_queue_tunes_batching(
     assert replicas(api_client, namespace) == 1
     batching = get_tuning(api_client, namespace, "qwen")["status"].get("batching") or {}
     assert batching.get("knob") == "max-num-seqs" and batching.get("recommended")
+
+
+def test_batching_auto_re_tunes_pods_with_the_applied_batch_size(
+    api_client: client.ApiClient, namespace: str, operator: OperatorProcess,
+    fake_vllm: FakeVllm,
+) -> None:
+    create(api_client, namespace, deployment("qwen"))
+    create(api_client, namespace, tuning("qwen", "qwen", batching={
+        "mode": "Auto", "knob": "max-num-seqs", "min": 4, "max": 64}, **SPEC))
+    fake_vllm.queue_per_pod = 1.0
+    fake_vllm.latency_s = 0.4
+    applied = wait_for(lambda: (get_tuning(api_client, namespace, "qwen").get("status") or {})
+                       .get("batching", {}).get("applied"), "status.batching.applied",
+                       timeout_s=45)
+    assert 4 <= applied <= 64
+
+    def carries_flag() -> list[Any] | None:
+        pods = pods_of(api_client, namespace, "qwen")
+        flags = [a for p in pods for a in (p.spec.containers[0].args or [])
+                 if a.startswith("--max-num-seqs=")]
+        return pods if pods and len(flags) == len(pods) else None
+
+    pods = wait_for(carries_flag, "pods re-created with --max-num-seqs", timeout_s=60)
+    values = {int(a.split("=", 1)[1]) for p in pods for a in p.spec.containers[0].args
+              if a.startswith("--max-num-seqs=")}
+    assert values and all(4 <= v <= 64 for v in values)  # spec.batching bounds hold
+    latest = get_tuning(api_client, namespace, "qwen")["status"]["batching"]["applied"]
+    assert latest in values or applied in values

@@ -223,3 +223,25 @@ def test_unplanned_mig_layout_is_reported_and_the_gpu_request_kept() -> None:
     assert any("not planned yet" in p for p in plan.problems)
     tuned = jsonpatch.apply_patch(_gpu_pod(), plan.patch)
     assert tuned["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "1"
+
+
+def test_batching_auto_rewrites_the_knob_inside_the_wrapped_command() -> None:
+    spec = _spec(batching={"mode": "Auto", "knob": "max-num-seqs", "min": 8, "max": 128})
+    pod = _pod(command=["vllm", "serve", "m", "--max-num-seqs", "64"])
+    context = PodContext("qwen", "img", batching_value=96)
+    tuned = jsonpatch.apply_patch(pod, plan_pod_patch(spec, pod, context).patch)
+    assert tuned["spec"]["containers"][0]["command"] == [
+        LAUNCHER_PATH, "--", "vllm", "serve", "m", "--max-num-seqs", "96"]
+
+
+def test_batching_auto_adds_the_flag_within_bounds() -> None:
+    spec = _spec(batching={"mode": "Auto", "min": 8, "max": 128})
+    context = PodContext("qwen", "img", batching_value=500)
+    tuned = jsonpatch.apply_patch(_pod(), plan_pod_patch(spec, _pod(), context).patch)
+    assert tuned["spec"]["containers"][0]["args"][-1] == "--max-num-seqs=128"
+
+
+def test_a_new_applied_batch_size_is_a_new_revision() -> None:
+    spec = _spec(batching={"mode": "Auto"})
+    assert tuning_revision(spec, 64) != tuning_revision(spec, 96)
+    assert tuning_revision(_spec(), 64) == tuning_revision(_spec())  # Off: ignored

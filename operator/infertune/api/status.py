@@ -204,11 +204,16 @@ class AutoscalingStatus(ApiModel):
 
 
 class BatchingStatus(ApiModel):
-    """Batching recommendation."""
+    """Batching recommendation, and in mode Auto the value pods are tuned with."""
 
     knob: str | None = None
+    """The engine flag, for example max-num-seqs."""
     current: int | None = None
     recommended: int | None = None
+    """What the latency and queue history suggest now."""
+    applied: int | None = None
+    """Mode Auto: the value the webhook sets on new pods (re-tuning replaces the others). It
+    follows the recommendation only when that moves by 25% or more, so pods are not churned."""
     reason: str = ""
 
 

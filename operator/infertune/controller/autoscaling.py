@@ -19,6 +19,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
+from infertune.api.scaling import BatchingMode
 from infertune.api.spec import GROUP, PLURAL, VERSION, InferenceTuning, InferenceTuningSpec, Mode
 from infertune.api.status import (
     MAX_DECISIONS,
@@ -174,10 +175,26 @@ def evaluate(namespace: str, name: str, generation: int, spec: InferenceTuningSp
         rec = recommend_batching(spec.batching, spec.engine, spec.autoscaling, decision.signals,
                                  (status.get("batching") or {}).get("recommended"))
         if rec is not None:
+            knob_value = _applied(spec, (status.get("batching") or {}).get("applied"),
+                                  rec.recommended)
             patch.status["batching"] = BatchingStatus(
                 knob=rec.knob.value, current=rec.current, recommended=rec.recommended,
-                reason=rec.reason).model_dump(by_alias=True, mode="json", exclude_none=True)
+                applied=knob_value, reason=rec.reason,
+            ).model_dump(by_alias=True, mode="json", exclude_none=True)
     return decision
+
+
+APPLY_STEP = 0.25
+"""Batching mode Auto follows the recommendation only when it moves by this fraction: every
+change re-creates the pods."""
+
+
+def _applied(spec: InferenceTuningSpec, previous: int | None, recommended: int) -> int | None:
+    if spec.batching.mode is not BatchingMode.AUTO or spec.mode is Mode.DRY_RUN:
+        return None
+    if previous is None or abs(recommended - previous) >= APPLY_STEP * previous:
+        return recommended
+    return int(previous)
 
 
 def _report(decision: ScaleDecision, changes: bool, applied: bool, spec: InferenceTuningSpec,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -77,7 +77,14 @@ def tunings_by_target(namespace: str, name: str, spec: kopf.Spec, status: kopf.S
                       uid: str, **_: Any) -> dict[tuple[str, str], dict[str, Any]]:
     target = str((spec.get("targetRef") or {}).get("name") or "")
     return {(namespace, target): {"name": name, "uid": uid, "spec": dict(spec),
-                                  "mig": dict(status.get("mig") or {})}}
+                                  "mig": dict(status.get("mig") or {}),
+                                  "batching": applied_batching(status)}}
+
+
+def applied_batching(status: Mapping[str, Any]) -> int | None:
+    """The knob value batching mode Auto applies, as the autoscaler wrote it in status."""
+    value = (status.get("batching") or {}).get("applied")
+    return int(value) if value is not None else None
 
 
 @kopf.index("apps", "v1", "replicasets")  # type: ignore[arg-type]
@@ -154,7 +161,7 @@ def _tune_pod(body: kopf.Body, patch: kopf.Patch, warnings: list[str], memo: kop
     plan = plan_pod_patch(spec, dict(body), PodContext(
         tuning_name=entry["name"], launcher_image=settings.launcher_image,
         static_cpu_manager=settings.static_cpu_manager, mig_profile=mig.get("profile"),
-        mig_strategy=mig.get("strategy") or "mixed"))
+        mig_strategy=mig.get("strategy") or "mixed", batching_value=entry.get("batching")))
     for problem in plan.problems:
         warnings.append(f"infertune: {problem}")
     if plan.problems:
@@ -214,11 +221,12 @@ def _now() -> str:
 
 
 def _why_pods_cannot_be_tuned(name: str, spec: InferenceTuningSpec,
-                              deployment: client.V1Deployment, memo: kopf.Memo) -> str | None:
+                              deployment: client.V1Deployment, memo: kopf.Memo,
+                              batching_value: int | None) -> str | None:
     settings: PodTuningSettings = memo.pod_tuning
     preview = plan_pod_patch(spec, _template_pod(deployment), PodContext(
         tuning_name=name, launcher_image=settings.launcher_image,
-        static_cpu_manager=settings.static_cpu_manager))
+        static_cpu_manager=settings.static_cpu_manager, batching_value=batching_value))
     return preview.problems[0] if preview.refused else None
 
 
@@ -244,9 +252,10 @@ def _replace_outdated(namespace: str, spec: InferenceTuningSpec, step: RetuneSte
 
 
 def retune(namespace: str, name: str, uid: str, spec: InferenceTuningSpec,
-           pods: list[PodView], patch: kopf.Patch, memo: kopf.Memo) -> TuningStatus:
+           pods: list[PodView], patch: kopf.Patch, memo: kopf.Memo,
+           batching_value: int | None = None) -> TuningStatus:
     """One re-tuning pass: report the counts and replace outdated pods as the spec says."""
-    revision = tuning_revision(spec)
+    revision = tuning_revision(spec, batching_value)
     settings: PodTuningSettings = memo.pod_tuning
     evictions = settings.last_evictions
     key = f"{namespace}/{name}"
@@ -261,7 +270,8 @@ def retune(namespace: str, name: str, uid: str, spec: InferenceTuningSpec,
     deployment = read_deployment(namespace, spec.target_ref.name)
     if not step.outdated or deployment is None:
         pass
-    elif (problem := _why_pods_cannot_be_tuned(name, spec, deployment, memo)) is not None:
+    elif (problem := _why_pods_cannot_be_tuned(name, spec, deployment, memo,
+                                                batching_value)) is not None:
         # Re-created pods would come back untuned: replacing them only costs availability.
         message = f"{step.outdated} pods not tuned, none replaced: {problem}"
         _report_once(memo, namespace, {"name": name, "uid": uid}, [problem], refused=True)
@@ -276,12 +286,12 @@ def retune(namespace: str, name: str, uid: str, spec: InferenceTuningSpec,
 
 
 @kopf.timer(*RESOURCE, interval=RETUNE_INTERVAL, initial_delay=1.0)  # type: ignore[arg-type]
-def retune_pods(namespace: str, name: str, uid: str, spec: kopf.Spec, patch: kopf.Patch,
-                memo: kopf.Memo,
+def retune_pods(namespace: str, name: str, uid: str, spec: kopf.Spec, status: kopf.Status,
+                patch: kopf.Patch, memo: kopf.Memo,
                 pods_by_deployment: kopf.Index[tuple[str, str], PodView], **_: Any) -> None:
     try:
         parsed = InferenceTuningSpec.model_validate(dict(spec))
     except ValidationError:
         return
     pods = list(pods_by_deployment.get((namespace, parsed.target_ref.name), []))
-    retune(namespace, name, uid, parsed, pods, patch, memo)
+    retune(namespace, name, uid, parsed, pods, patch, memo, applied_batching(status))

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from infertune import keys
-from infertune.api.spec import InferenceTuningSpec, Mode
+from infertune.api.scaling import BatchingMode
+from infertune.api.spec import Engine, InferenceTuningSpec, Mode
 from infertune.api.tuning import AllocatorType, NumaPolicy
 from infertune.api.units import parse_quantity
 from infertune.tuning.mallocconf import effective_malloc_conf
@@ -42,6 +43,8 @@ class PodContext:
     """The MIG profile the layout planner chose for this tuning (None: not planned yet)."""
     mig_strategy: str = "mixed"
     """The GPU Operator's MIG strategy, as the selected nodes' nvidia.com/mig.strategy says."""
+    batching_value: int | None = None
+    """Batching mode Auto: the knob value to set (status.batching.applied)."""
 
 
 @dataclass(frozen=True)
@@ -57,12 +60,15 @@ class PodPlan:
     """True when the pod is admitted unchanged because the tuning cannot apply to it."""
 
 
-def tuning_revision(spec: InferenceTuningSpec) -> str:
-    """A short hash of the parts of the spec that shape a pod; it labels tuned pods."""
+def tuning_revision(spec: InferenceTuningSpec, batching_value: int | None = None) -> str:
+    """A short hash of what shapes a pod (the spec's tuning, and in batching mode Auto the
+    applied knob value); it labels tuned pods, and a change makes them outdated."""
     relevant = spec.model_dump(
         mode="json", by_alias=True,
         include={"mode", "container", "numa", "memory", "allocator"},
     )
+    if spec.batching.mode is BatchingMode.AUTO and batching_value is not None:
+        relevant["batching"] = {"knob": _knob(spec), "value": batching_value}
     if spec.mig is not None:
         relevant["mig"] = {"profile": spec.mig.profile, "strategy": spec.mig.strategy.value}
     digest = hashlib.sha256(json.dumps(relevant, sort_keys=True).encode()).hexdigest()
@@ -219,6 +225,45 @@ def _launcher_ops(pod_spec: dict[str, Any], index: int, serving: dict[str, Any],
 
 
 GPU_RESOURCE = "nvidia.com/gpu"
+# The flag each engine reads when the spec names none (api.scaling.BatchingKnob docs).
+DEFAULT_KNOB = {Engine.VLLM: "max-num-seqs", Engine.SGLANG: "max-running-requests",
+                Engine.TGI: "max-batch-total-tokens"}
+
+
+def _knob(spec: InferenceTuningSpec) -> str | None:
+    return spec.batching.knob.value if spec.batching.knob else DEFAULT_KNOB.get(spec.engine)
+
+
+def _batching_ops(spec: InferenceTuningSpec, base: str, serving: dict[str, Any],
+                  context: PodContext, reasons: list[str], problems: list[str]) -> list[Op]:
+    """Batching mode Auto: set `--<knob> <value>` on the serving command line."""
+    if spec.batching.mode is not BatchingMode.AUTO or context.batching_value is None:
+        return []
+    knob = _knob(spec)
+    if knob is None or knob == "max-queue-delay-microseconds":
+        problems.append(f"batching mode Auto cannot set {knob or 'a knob'} on the command line "
+                        "(Triton reads it from the model config); use mode Recommend")
+        return []
+    value = min(spec.batching.max, max(spec.batching.min, context.batching_value))
+    flag = f"--{knob}"
+    for field_name in ("args", "command"):
+        argv = list(serving.get(field_name) or [])
+        for i, arg in enumerate(argv):
+            if arg == flag and i + 1 < len(argv):
+                argv[i + 1] = str(value)
+                break
+            if arg.startswith(flag + "="):
+                argv[i] = f"{flag}={value}"
+                break
+        else:
+            continue
+        reasons.append(f"batching: {flag} {value} (mode Auto)")
+        return [{"op": "replace", "path": f"{base}/{field_name}", "value": argv}]
+    # Not on the command line yet: args come after command, so appending to args adds it.
+    reasons.append(f"batching: {flag}={value} added (mode Auto)")
+    if serving.get("args") is None:
+        return [{"op": "add", "path": f"{base}/args", "value": [f"{flag}={value}"]}]
+    return [{"op": "add", "path": f"{base}/args/-", "value": f"{flag}={value}"}]
 
 
 def _mig_ops(spec: InferenceTuningSpec, base: str, serving: dict[str, Any],
@@ -268,7 +313,7 @@ def _meta_ops(pod: dict[str, Any], section: str, values: dict[str, str]) -> list
 def plan_pod_patch(spec: InferenceTuningSpec, pod: dict[str, Any],
                    context: PodContext) -> PodPlan:
     """The patch that tunes `pod` as `spec` says, or a refusal with its reason."""
-    revision = tuning_revision(spec)
+    revision = tuning_revision(spec, context.batching_value)
     labels = (pod.get("metadata") or {}).get("labels") or {}
     if labels.get(keys.REVISION) == revision:
         return PodPlan(revision, reasons=[f"already tuned to revision {revision}"])
@@ -300,6 +345,13 @@ def plan_pod_patch(spec: InferenceTuningSpec, pod: dict[str, Any],
         return PodPlan(revision, refused=True, problems=[refusal])
 
     ops: list[Op] = []
+    for op in _batching_ops(spec, _pointer("spec", "containers", index), serving, context,
+                            reasons, problems):
+        if op["path"].endswith("/command") and spec.numa.policy is not NumaPolicy.NONE:
+            # The launcher rewrites the command anyway; let it wrap the edited one.
+            serving = {**serving, "command": op["value"]}
+        else:
+            ops.append(op)
     if spec.numa.policy is not NumaPolicy.NONE:
         if serving.get("command"):
             env.set("INFERTUNE_NUMA_POLICY", _numa_env(spec))
