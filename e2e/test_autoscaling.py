@@ -115,11 +115,15 @@ def test_queue_scales_out_then_in_after_stabilization(
     wait_for(lambda: replicas(api_client, namespace) == 4, "scale out to 4", timeout_s=40)
     # Sustain window (4 s) + one interval (2 s), plus scrape and watch delays.
     assert time.monotonic() - started < 30
-    status = autoscaling_status(api_client, namespace)
-    assert status["action"] == "ScaleOut" or status["desiredReplicas"] == 4
-    events = client.CoreV1Api(api_client).list_namespaced_event(
-        namespace, field_selector="involvedObject.name=qwen,reason=ScaledOut").items
-    assert events and "queue" in events[0].message
+    # The status patch lands just after the scale write: wait for the recorded decision.
+    decisions = wait_for(lambda: [d for d in (get_tuning(api_client, namespace, "qwen").get(
+        "status") or {}).get("decisions", []) if d["action"].startswith("ScaleOut")],
+        "a ScaleOut decision in status")
+    assert decisions[-1]["applied"] is True and "queue" in decisions[-1]["reason"]
+    events = wait_for(lambda: client.CoreV1Api(api_client).list_namespaced_event(
+        namespace, field_selector="involvedObject.name=qwen,reason=ScaledOut").items,
+        "a ScaledOut Event")
+    assert "queue" in events[0].message
 
     fake_vllm.queue_per_pod = 0.0
     low_since = time.monotonic()
