@@ -201,3 +201,46 @@ def test_batching_auto_re_tunes_pods_with_the_applied_batch_size(
     assert values and all(4 <= v <= 64 for v in values)  # spec.batching bounds hold
     latest = get_tuning(api_client, namespace, "qwen")["status"]["batching"]["applied"]
     assert latest in values or applied in values
+
+
+def _scaling_active(api_client: client.ApiClient, namespace: str) -> dict[str, Any] | None:
+    return condition(get_tuning(api_client, namespace, "qwen"), "ScalingActive")
+
+
+def test_a_writer_that_keeps_reverting_replicas_is_reported_not_fought(
+    api_client: client.ApiClient, namespace: str, operator: OperatorProcess,
+    fake_vllm: FakeVllm,
+) -> None:
+    create(api_client, namespace, deployment("qwen"))
+    create(api_client, namespace, tuning("qwen", "qwen", **SPEC))
+    fake_vllm.queue_per_pod = 100.0
+    apps = client.AppsV1Api(api_client)
+    for _ in range(2):  # GitOps without ignoreDifferences puts replicas back each time
+        wait_for(lambda: replicas(api_client, namespace) > 1, "the operator scaling out",
+                 timeout_s=40)
+        apps.patch_namespaced_deployment_scale("qwen", namespace, {"spec": {"replicas": 1}})
+    found = wait_for(lambda: (c := _scaling_active(api_client, namespace)) and c[
+        "reason"] == "ReplicaFight" and c, "ScalingActive=False ReplicaFight", timeout_s=30)
+    assert found["status"] == "False" and "/spec/replicas" in found["message"]
+    time.sleep(5)  # two more intervals: the operator must not write again
+    assert replicas(api_client, namespace) == 1
+
+
+def test_an_hpa_on_the_same_deployment_stops_writes(
+    api_client: client.ApiClient, namespace: str, operator: OperatorProcess,
+    fake_vllm: FakeVllm,
+) -> None:
+    create(api_client, namespace, deployment("qwen"))
+    client.AutoscalingV2Api(api_client).create_namespaced_horizontal_pod_autoscaler(namespace, {
+        "metadata": {"name": "qwen"},
+        "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment",
+                                    "name": "qwen"}, "minReplicas": 1, "maxReplicas": 3}})
+    create(api_client, namespace, tuning("qwen", "qwen", **SPEC))
+    fake_vllm.queue_per_pod = 100.0
+    found = wait_for(lambda: (c := _scaling_active(api_client, namespace)) and c[
+        "reason"] == "HorizontalPodAutoscalerPresent" and c, "the HPA conflict reported",
+        timeout_s=30)
+    assert "HorizontalPodAutoscaler qwen" in found["message"]
+    time.sleep(7)  # past the 4 s sustain window and an interval: still no write
+    assert replicas(api_client, namespace) == 1
+    assert autoscaling_status(api_client, namespace)["desiredReplicas"] > 1  # it would have
