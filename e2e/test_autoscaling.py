@@ -244,3 +244,18 @@ def test_an_hpa_on_the_same_deployment_stops_writes(
     time.sleep(7)  # past the 4 s sustain window and an interval: still no write
     assert replicas(api_client, namespace) == 1
     assert autoscaling_status(api_client, namespace)["desiredReplicas"] > 1  # it would have
+
+
+def test_dry_run_reports_the_decision_and_writes_nothing(
+    api_client: client.ApiClient, namespace: str, operator: OperatorProcess,
+    fake_vllm: FakeVllm,
+) -> None:
+    create(api_client, namespace, deployment("qwen"))
+    create(api_client, namespace, tuning("qwen", "qwen", mode="DryRun", **SPEC))
+    fake_vllm.queue_per_pod = 100.0
+    decision = wait_for(lambda: [d for d in (get_tuning(api_client, namespace, "qwen").get(
+        "status") or {}).get("decisions", []) if d["action"].startswith("ScaleOut")],
+        "a dry-run ScaleOut decision", timeout_s=40)[-1]
+    assert decision["applied"] is False
+    assert autoscaling_status(api_client, namespace)["desiredReplicas"] == 4
+    assert replicas(api_client, namespace) == 1
