@@ -24,7 +24,8 @@ def _target_state(deployment: client.V1Deployment | None) -> TargetState | None:
     status = deployment.status
     return TargetState(
         name=str(deployment.metadata.name if deployment.metadata else ""),
-        replicas=int(status.replicas or 0) if status else 0,
+        # What the scale subresource says, as the autoscaler reads it; not pods that exist yet.
+        replicas=int(deployment.spec.replicas or 0) if deployment.spec else 0,
         ready_replicas=int(status.ready_replicas or 0) if status else 0,
         containers=tuple(str(c.name) for c in (pod_spec.containers if pod_spec else [])),
     )
