@@ -51,6 +51,9 @@ def run_operator(args: argparse.Namespace) -> int:
         level=logging.DEBUG if args.verbose else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    if not args.verbose:
+        # One access-log line per admission request would cost every pod start a write.
+        logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
     configure(args.kubeconfig)
     if args.retune_interval is not None:
         os.environ["INFERTUNE_RETUNE_INTERVAL"] = str(args.retune_interval)
