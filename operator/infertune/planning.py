@@ -11,7 +11,7 @@ from pydantic import ValidationError
 
 from infertune.api.errors import field_errors
 from infertune.api.spec import KIND, InferenceTuning
-from infertune.tuning.pod_patch import PodContext, PodPlan, plan_pod_patch
+from infertune.tuning.pod_patch import PodContext, PodPlan, plan_pod_patch, pod_from_deployment
 
 
 class PlanInputError(ValueError):
@@ -45,11 +45,7 @@ def load_pod(path: Path) -> dict[str, Any]:
         if doc.get("kind") == "Pod":
             return doc
         if doc.get("kind") == "Deployment":
-            template = (doc.get("spec") or {}).get("template") or {}
-            meta = dict(template.get("metadata") or {})
-            meta.setdefault("namespace", (doc.get("metadata") or {}).get("namespace", "default"))
-            return {"apiVersion": "v1", "kind": "Pod", "metadata": meta,
-                    "spec": template.get("spec") or {}}
+            return pod_from_deployment(doc)
     raise PlanInputError(f"{path}: no Pod or Deployment found")
 
 

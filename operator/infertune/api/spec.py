@@ -57,6 +57,13 @@ ENGINE_BATCHING_KNOBS: dict[Engine, tuple[BatchingKnob, ...]] = {
     Engine.TRITON: (BatchingKnob.MAX_QUEUE_DELAY_MICROSECONDS,),
     Engine.CUSTOM: tuple(BatchingKnob),
 }
+# The knob driven when spec.batching.knob is unset; engine custom has none.
+DEFAULT_BATCHING_KNOB: dict[Engine, BatchingKnob] = {
+    Engine.VLLM: BatchingKnob.MAX_NUM_SEQS,
+    Engine.SGLANG: BatchingKnob.MAX_RUNNING_REQUESTS,
+    Engine.TGI: BatchingKnob.MAX_BATCH_TOTAL_TOKENS,
+    Engine.TRITON: BatchingKnob.MAX_QUEUE_DELAY_MICROSECONDS,
+}
 
 
 class TargetRef(ApiModel):

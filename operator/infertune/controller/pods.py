@@ -25,7 +25,12 @@ from infertune.api.status import TuningStatus
 from infertune.api.tuning import RetuneStrategy
 from infertune.kube.client import read_deployment
 from infertune.kube.webhooks import HANDLER_ID
-from infertune.tuning.pod_patch import PodContext, plan_pod_patch, tuning_revision
+from infertune.tuning.pod_patch import (
+    PodContext,
+    plan_pod_patch,
+    pod_from_deployment,
+    tuning_revision,
+)
 from infertune.tuning.retune import PodView, RetuneStep, plan_retune
 
 RESOURCE = (GROUP, VERSION, PLURAL)
@@ -208,14 +213,6 @@ def _annotate_template(namespace: str, deployment: str, revision: str) -> None:
         "spec": {"template": {"metadata": {"annotations": {keys.REVISION: revision}}}}})
 
 
-def _template_pod(deployment: client.V1Deployment) -> dict[str, Any]:
-    """The pod the Deployment would create now, as the webhook would see it."""
-    template = client.ApiClient().sanitize_for_serialization(  # type: ignore[no-untyped-call]
-        deployment.spec.template)
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": template.get("metadata") or {},
-            "spec": template.get("spec") or {}}
-
-
 def _now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -224,7 +221,8 @@ def _why_pods_cannot_be_tuned(name: str, spec: InferenceTuningSpec,
                               deployment: client.V1Deployment, memo: kopf.Memo,
                               batching_value: int | None) -> str | None:
     settings: PodTuningSettings = memo.pod_tuning
-    preview = plan_pod_patch(spec, _template_pod(deployment), PodContext(
+    raw = client.ApiClient().sanitize_for_serialization(deployment)  # type: ignore[no-untyped-call]
+    preview = plan_pod_patch(spec, pod_from_deployment(raw), PodContext(
         tuning_name=name, launcher_image=settings.launcher_image,
         static_cpu_manager=settings.static_cpu_manager, batching_value=batching_value))
     return preview.problems[0] if preview.refused else None

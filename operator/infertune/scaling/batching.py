@@ -12,17 +12,10 @@ import math
 from dataclasses import dataclass
 
 from infertune.api.scaling import AutoscalingSpec, BatchingKnob, BatchingMode, BatchingSpec
-from infertune.api.spec import Engine
+from infertune.api.spec import DEFAULT_BATCHING_KNOB, Engine
 from infertune.scaling.reading import Reading
 from infertune.scaling.signals import seconds
 
-# The engine's usual knob when spec.batching.knob is unset (BatchingSpec.knob's documentation).
-DEFAULT_KNOBS: dict[Engine, BatchingKnob] = {
-    Engine.VLLM: BatchingKnob.MAX_NUM_SEQS,
-    Engine.SGLANG: BatchingKnob.MAX_RUNNING_REQUESTS,
-    Engine.TGI: BatchingKnob.MAX_BATCH_TOTAL_TOKENS,
-    Engine.TRITON: BatchingKnob.MAX_QUEUE_DELAY_MICROSECONDS,
-}
 # Knobs counted in requests, where the observed running requests show the batch in use.
 REQUEST_KNOBS = frozenset({BatchingKnob.MAX_NUM_SEQS, BatchingKnob.MAX_RUNNING_REQUESTS,
                            BatchingKnob.MAX_CONCURRENT_REQUESTS})
@@ -50,7 +43,7 @@ class BatchingRecommendation:
 def recommend_batching(batching: BatchingSpec, engine: Engine, autoscaling: AutoscalingSpec,
                        reading: Reading, current: int | None) -> BatchingRecommendation | None:
     """None when mode is Off or no knob applies (engine custom without spec.batching.knob)."""
-    knob = batching.knob or DEFAULT_KNOBS.get(engine)
+    knob = batching.knob or DEFAULT_BATCHING_KNOB.get(engine)
     if batching.mode is BatchingMode.OFF or knob is None:
         return None
     base, origin = _base(batching, knob, reading, current)

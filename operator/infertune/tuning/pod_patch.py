@@ -16,7 +16,7 @@ from typing import Any
 
 from infertune import keys
 from infertune.api.scaling import BatchingMode
-from infertune.api.spec import Engine, InferenceTuningSpec, Mode
+from infertune.api.spec import DEFAULT_BATCHING_KNOB, InferenceTuningSpec, Mode
 from infertune.api.tuning import AllocatorType, NumaPolicy
 from infertune.api.units import parse_quantity
 from infertune.tuning.mallocconf import effective_malloc_conf
@@ -58,6 +58,15 @@ class PodPlan:
     """Things the operator reports (status and Events) but that do not block admission."""
     refused: bool = False
     """True when the pod is admitted unchanged because the tuning cannot apply to it."""
+
+
+def pod_from_deployment(deployment: dict[str, Any]) -> dict[str, Any]:
+    """The pod a Deployment's template would create, as the webhook would see it."""
+    template = (deployment.get("spec") or {}).get("template") or {}
+    meta = dict(template.get("metadata") or {})
+    meta.setdefault("namespace", (deployment.get("metadata") or {}).get("namespace", "default"))
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta,
+            "spec": template.get("spec") or {}}
 
 
 def tuning_revision(spec: InferenceTuningSpec, batching_value: int | None = None) -> str:
@@ -225,13 +234,9 @@ def _launcher_ops(pod_spec: dict[str, Any], index: int, serving: dict[str, Any],
 
 
 GPU_RESOURCE = "nvidia.com/gpu"
-# The flag each engine reads when the spec names none (api.scaling.BatchingKnob docs).
-DEFAULT_KNOB = {Engine.VLLM: "max-num-seqs", Engine.SGLANG: "max-running-requests",
-                Engine.TGI: "max-batch-total-tokens"}
-
-
 def _knob(spec: InferenceTuningSpec) -> str | None:
-    return spec.batching.knob.value if spec.batching.knob else DEFAULT_KNOB.get(spec.engine)
+    knob = spec.batching.knob or DEFAULT_BATCHING_KNOB.get(spec.engine)
+    return knob.value if knob is not None else None
 
 
 def _batching_ops(spec: InferenceTuningSpec, base: str, serving: dict[str, Any],
