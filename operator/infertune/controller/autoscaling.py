@@ -32,7 +32,7 @@ from infertune.api.status import (
     Decision,
 )
 from infertune.api.units import format_duration
-from infertune.controller.conditions import set_condition
+from infertune.controller.conditions import make_condition, set_condition
 from infertune.metrics.source import MetricsSource, MetricsTarget, target_for_tuning
 from infertune.scaling.batching import recommend_batching
 from infertune.scaling.engine import ScaleAction, ScaleDecision, decide_scale
@@ -106,9 +106,17 @@ def _fight(settings: AutoscalingSettings, key: str, current: int) -> bool:
 
 def _condition(kind: ConditionType, ok: bool, reason: str, message: str, generation: int,
                now: str) -> Condition:
-    return Condition(type=kind.value, status=ConditionStatus.TRUE if ok else ConditionStatus.FALSE,
-                     reason=reason, message=message[:32000], observed_generation=generation,
-                     last_transition_time=now)
+    status = ConditionStatus.TRUE if ok else ConditionStatus.FALSE
+    return make_condition(kind, status, reason, message, generation, now)
+
+
+def _set_conditions(patch: kopf.Patch, status: dict[str, Any], *new: Condition) -> None:
+    """Write `new` over the stored conditions, keeping the others (the list is replaced whole)."""
+    conditions = [Condition.model_validate(c) for c in status.get("conditions") or []]
+    for condition in new:
+        conditions = set_condition(conditions, condition)
+    patch.status["conditions"] = [c.model_dump(by_alias=True, mode="json", exclude_none=True)
+                                  for c in conditions]
 
 
 def _status_block(decision: ScaleDecision, state: ScalingState, stamp: str,
@@ -157,17 +165,13 @@ def evaluate(namespace: str, name: str, generation: int, spec: InferenceTuningSp
         last_scale = stamp
     kept = decision.state if applied else decision.held_state
 
-    conditions = [Condition.model_validate(c) for c in status.get("conditions") or []]
     problems = "; ".join(decision.signals.problems)
-    conditions = set_condition(conditions, _condition(
+    _set_conditions(patch, status, _condition(
         ConditionType.METRICS_AVAILABLE, not problems, "MetricsMissing" if problems else "Found",
-        problems or "queue and latency series found", generation, stamp))
-    conditions = set_condition(conditions, _condition(
+        problems or "queue and latency series found", generation, stamp), _condition(
         ConditionType.SCALING_ACTIVE, blocked is None, blocked[0] if blocked else (
             "DryRun" if spec.mode is Mode.DRY_RUN else "Scaling"),
         blocked[1] if blocked else decision.reason, generation, stamp))
-    patch.status["conditions"] = [c.model_dump(by_alias=True, mode="json", exclude_none=True)
-                                  for c in conditions]
     block = _status_block(decision, kept, stamp, last_scale)
     patch.status["autoscaling"] = block.model_dump(by_alias=True, mode="json", exclude_none=True)
     _report(decision, changes, applied, spec, status, patch, body, stamp)
@@ -233,12 +237,10 @@ def autoscale(namespace: str, name: str, spec: kopf.Spec, status: kopf.Status, m
     if parsed.autoscaling is None:
         return
     if settings.source is None:
-        conditions = [Condition.model_validate(c) for c in status.get("conditions") or []]
-        patch.status["conditions"] = [c.model_dump(by_alias=True, mode="json", exclude_none=True)
-                                      for c in set_condition(conditions, _condition(
+        _set_conditions(patch, dict(status), _condition(
             ConditionType.SCALING_ACTIVE, False, "NoPrometheus", "the operator runs without "
             "--prometheus-url, so spec.autoscaling cannot be evaluated",
-            int(meta.get("generation") or 0), format_time(time.time())))]
+            int(meta.get("generation") or 0), format_time(time.time())))
         return
     key, now = f"{namespace}/{name}", time.time()
     interval = parsed.autoscaling.interval.seconds

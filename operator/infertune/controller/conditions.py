@@ -4,8 +4,24 @@ the status really changes, observedGeneration on each."""
 from __future__ import annotations
 
 from collections.abc import Iterable
+from datetime import UTC, datetime
 
 from infertune.api.status import Condition, ConditionStatus, ConditionType, Phase
+
+MAX_MESSAGE = 32000
+"""Condition messages are capped below metav1.Condition's 32768 characters."""
+
+
+def now_rfc3339() -> str:
+    """Now, at the second resolution the API server writes (creationTimestamp and friends)."""
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def make_condition(kind: ConditionType, status: ConditionStatus, reason: str, message: str,
+                   generation: int, now: str) -> Condition:
+    return Condition(type=kind.value, status=status, reason=reason,
+                     message=message[:MAX_MESSAGE], observed_generation=generation,
+                     last_transition_time=now)
 
 
 def set_condition(conditions: Iterable[Condition], new: Condition) -> list[Condition]:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-from datetime import UTC, datetime
 from typing import Any
 
 import kopf
@@ -11,6 +10,7 @@ from kubernetes import client
 
 from infertune import keys
 from infertune.api.spec import GROUP, PLURAL, VERSION
+from infertune.controller.conditions import now_rfc3339
 from infertune.controller.reconcile import TargetState, assess
 from infertune.kube.client import connection_info, read_deployment
 
@@ -29,10 +29,6 @@ def _target_state(deployment: client.V1Deployment | None) -> TargetState | None:
         ready_replicas=int(status.ready_replicas or 0) if status else 0,
         containers=tuple(str(c.name) for c in (pod_spec.containers if pod_spec else [])),
     )
-
-
-def _now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 @kopf.on.startup()
@@ -65,7 +61,7 @@ def reconcile(body: kopf.Body, namespace: str | None, patch: kopf.Patch, **_: An
     target_name = str((spec.get("targetRef") or {}).get("name") or "")
     deployment = read_deployment(namespace or "default", target_name) if target_name else None
     target = _target_state(deployment)
-    result = assess(dict(body), target, _now())
+    result = assess(dict(body), target, now_rfc3339())
     patch.status.update(result.status.model_dump(by_alias=True, exclude_none=True, mode="json"))
     for notice in result.notices:
         kopf.event(body, type=notice.type, reason=notice.reason, message=notice.message)

@@ -20,6 +20,7 @@ from pydantic import ValidationError
 
 from infertune.api.spec import GROUP, PLURAL, VERSION, InferenceTuningSpec, Mode
 from infertune.api.status import MigNodeStatus, MigStatus
+from infertune.kube.client import evict_pod
 from infertune.tuning.mig import Infeasible, LayoutPlan, describe, plan_layout, request_from_spec
 from infertune.tuning.mig_nodes import (
     MIG_CAPABLE_LABEL,
@@ -105,13 +106,7 @@ def _drain(node: NodeView) -> None:
     core.patch_node(node.name, {"spec": {"unschedulable": True}})
     for ref in node.gpu_pods:
         namespace, name = ref.split("/", 1)
-        eviction = client.V1Eviction(metadata=client.V1ObjectMeta(name=name,
-                                                                  namespace=namespace))
-        try:
-            core.create_namespaced_pod_eviction(name, namespace, eviction)
-        except ApiException as exc:
-            if exc.status not in (404, 429):  # 429: a PDB says not now; retried next tick
-                raise
+        evict_pod(namespace, name)  # a PDB that says not now is asked again next tick
 
 
 def _label(node: str, config: str) -> None:

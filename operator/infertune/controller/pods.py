@@ -10,7 +10,6 @@ import logging
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
 import jsonpatch  # type: ignore[import-untyped]
@@ -23,7 +22,8 @@ from infertune import keys
 from infertune.api.spec import GROUP, PLURAL, VERSION, InferenceTuningSpec, Mode
 from infertune.api.status import TuningStatus
 from infertune.api.tuning import RetuneStrategy
-from infertune.kube.client import read_deployment
+from infertune.controller.conditions import now_rfc3339
+from infertune.kube.client import evict_pod, read_deployment
 from infertune.kube.webhooks import HANDLER_ID
 from infertune.tuning.pod_patch import (
     PodContext,
@@ -196,25 +196,14 @@ def _report_once(memo: kopf.Memo, namespace: str, entry: dict[str, Any], problem
 
 def _evict(namespace: str, pod: str) -> str | None:
     """Evict through the Eviction API (PDBs apply); the reason when it was refused."""
-    body = client.V1Eviction(metadata=client.V1ObjectMeta(name=pod, namespace=namespace))
-    try:
-        client.CoreV1Api().create_namespaced_pod_eviction(pod, namespace, body)
-    except ApiException as exc:
-        if exc.status == 429:
-            return f"PodDisruptionBudget does not allow evicting {pod} now"
-        if exc.status == 404:
-            return None
-        raise
-    return None
+    if evict_pod(namespace, pod):
+        return None
+    return f"PodDisruptionBudget does not allow evicting {pod} now"
 
 
 def _annotate_template(namespace: str, deployment: str, revision: str) -> None:
     client.AppsV1Api().patch_namespaced_deployment(deployment, namespace, {
         "spec": {"template": {"metadata": {"annotations": {keys.REVISION: revision}}}}})
-
-
-def _now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _why_pods_cannot_be_tuned(name: str, spec: InferenceTuningSpec,
@@ -275,7 +264,7 @@ def retune(namespace: str, name: str, uid: str, spec: InferenceTuningSpec,
         _report_once(memo, namespace, {"name": name, "uid": uid}, [problem], refused=True)
     else:
         message = _replace_outdated(namespace, spec, step, revision,
-                                    lambda: evictions.__setitem__(key, (revision, _now())))
+                                    lambda: evictions.__setitem__(key, (revision, now_rfc3339())))
     status = TuningStatus(revision=revision, tuned_pods=step.tuned,
                           outdated_pods=step.outdated, message=message,
                           problems=settings.latest_problems.get(key, [])[:20])

@@ -22,7 +22,7 @@ from infertune.api.status import (
     Decision,
     InferenceTuningStatus,
 )
-from infertune.controller.conditions import find, phase_of, set_condition
+from infertune.controller.conditions import find, make_condition, phase_of, set_condition
 
 RETRY_TARGET_SECONDS = 15.0
 """How soon a missing target Deployment is looked for again."""
@@ -75,12 +75,6 @@ def _summary(spec: InferenceTuningSpec) -> str:
     return ", ".join(parts)
 
 
-def _condition(kind: ConditionType, status: ConditionStatus, reason: str, message: str,
-               generation: int, now: str) -> Condition:
-    return Condition(type=kind.value, status=status, reason=reason, message=message,
-                     observed_generation=generation, last_transition_time=now)
-
-
 def _with_decision(status: InferenceTuningStatus, decision: Decision) -> list[Decision]:
     return [*status.decisions, decision][-MAX_DECISIONS:]
 
@@ -96,7 +90,7 @@ def assess(body: dict[str, Any], target: TargetState | None, now: str) -> Assess
             {k: body[k] for k in ("apiVersion", "kind", "metadata", "spec") if k in body})
     except ValidationError as exc:
         problems = "; ".join(str(e) for e in field_errors(exc, InferenceTuning))
-        conditions = set_condition(conditions, _condition(
+        conditions = set_condition(conditions, make_condition(
             ConditionType.READY, ConditionStatus.FALSE, "InvalidSpec",
             f"nothing is applied until the spec is fixed: {problems}", generation, now))
         notices.append(Notice("Warning", "InvalidSpec", problems))
@@ -107,29 +101,29 @@ def assess(body: dict[str, Any], target: TargetState | None, now: str) -> Assess
         message = (f"Deployment {spec.target_ref.name} not found in this namespace; create it "
                    "or fix spec.targetRef.name. Looking again every "
                    f"{RETRY_TARGET_SECONDS:.0f}s")
-        conditions = set_condition(conditions, _condition(
+        conditions = set_condition(conditions, make_condition(
             ConditionType.TARGET_FOUND, ConditionStatus.FALSE, "DeploymentNotFound", message,
             generation, now))
-        conditions = set_condition(conditions, _condition(
+        conditions = set_condition(conditions, make_condition(
             ConditionType.READY, ConditionStatus.FALSE, "TargetNotFound", message, generation,
             now))
     else:
-        conditions = set_condition(conditions, _condition(
+        conditions = set_condition(conditions, make_condition(
             ConditionType.TARGET_FOUND, ConditionStatus.TRUE, "DeploymentFound",
             f"Deployment {target.name}: {target.ready_replicas}/{target.replicas} ready",
             generation, now))
         if spec.container is not None and spec.container not in target.containers:
-            conditions = set_condition(conditions, _condition(
+            conditions = set_condition(conditions, make_condition(
                 ConditionType.READY, ConditionStatus.FALSE, "ContainerNotFound",
                 f"spec.container {spec.container!r} is not in Deployment {target.name}; its "
                 f"containers: {', '.join(target.containers)}", generation, now))
         else:
-            conditions = set_condition(conditions, _condition(
+            conditions = set_condition(conditions, make_condition(
                 ConditionType.READY, ConditionStatus.TRUE, "Accepted",
                 f"spec accepted for Deployment {target.name}: {_summary(spec)}",
                 generation, now))
     dry_run = spec.mode is Mode.DRY_RUN
-    conditions = set_condition(conditions, _condition(
+    conditions = set_condition(conditions, make_condition(
         ConditionType.DRY_RUN, ConditionStatus.TRUE if dry_run else ConditionStatus.FALSE,
         "DryRunMode" if dry_run else "Enforcing",
         "decisions are computed and reported; nothing is changed" if dry_run

@@ -48,3 +48,17 @@ def connection_info() -> dict[str, Any]:
         "certificate_path": cfg.cert_file,
         "private_key_path": cfg.key_file,
     }
+
+
+def evict_pod(namespace: str, name: str) -> bool:
+    """Evict through the Eviction API, so PodDisruptionBudgets apply. False when a budget
+    refuses it now (429); a pod that is already gone counts as evicted."""
+    body = client.V1Eviction(metadata=client.V1ObjectMeta(name=name, namespace=namespace))
+    try:
+        client.CoreV1Api().create_namespaced_pod_eviction(name, namespace, body)
+    except ApiException as exc:
+        if exc.status == 429:
+            return False
+        if exc.status != 404:
+            raise
+    return True
