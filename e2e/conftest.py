@@ -28,11 +28,11 @@ from e2e.fixtures.access import (
     Kubectl,
     external_cluster_info,
     managed_cluster_info,
+    wait_for_default_service_account,
 )
 from e2e.fixtures.operator import OperatorProcess, in_cluster_operator, start_operator
 from e2e.fixtures.prometheus import PROMETHEUS_BINARY, PrometheusServer
 from e2e.fixtures.rbac import delete_owned_cluster_objects
-from e2e.fixtures.waiting import wait_for
 
 FAILED = pytest.StashKey[bool]()
 POD_READY_DELAY_S = float(os.environ.get("E2E_POD_READY_DELAY", "0.5"))
@@ -150,11 +150,7 @@ def new_namespace(api_client: client.ApiClient, test_name: str) -> str:
             metadata=client.V1ObjectMeta(name=name, labels={"e2e.infertune.io/test": "1"})
         )
     )
-    # The ServiceAccount admission plugin rejects pods until the controller made `default`.
-    wait_for(
-        lambda: _exists(lambda: core.read_namespaced_service_account("default", name)),
-        f"ServiceAccount {name}/default",
-    )
+    wait_for_default_service_account(api_client, name)
     return name
 
 
@@ -165,16 +161,6 @@ def delete_namespace(api_client: client.ApiClient, name: str) -> None:
     except ApiException as error:
         if error.status != 404:
             raise
-
-
-def _exists(read: Callable[[], object]) -> bool:
-    try:
-        read()
-    except ApiException as error:
-        if error.status == 404:
-            return False
-        raise
-    return True
 
 
 def _say(request: pytest.FixtureRequest, message: str) -> None:

@@ -88,6 +88,14 @@ def autoscaling_status(api_client: client.ApiClient, namespace: str) -> dict[str
     return status
 
 
+def wait_scale_out_decisions(api_client: client.ApiClient, namespace: str,
+                             timeout_s: float = 30) -> list[dict[str, Any]]:
+    """The ScaleOut entries of status.decisions, once there is one."""
+    return wait_for(lambda: [d for d in (get_tuning(api_client, namespace, "qwen").get(
+        "status") or {}).get("decisions", []) if d["action"].startswith("ScaleOut")],
+        "a ScaleOut decision in status", timeout_s=timeout_s)
+
+
 SPEC = {
     "metrics": {"window": "10s"},
     "autoscaling": {
@@ -116,9 +124,7 @@ def test_queue_scales_out_then_in_after_stabilization(
     # Sustain window (4 s) + one interval (2 s), plus scrape and watch delays.
     assert time.monotonic() - started < 30
     # The status patch lands just after the scale write: wait for the recorded decision.
-    decisions = wait_for(lambda: [d for d in (get_tuning(api_client, namespace, "qwen").get(
-        "status") or {}).get("decisions", []) if d["action"].startswith("ScaleOut")],
-        "a ScaleOut decision in status")
+    decisions = wait_scale_out_decisions(api_client, namespace)
     assert decisions[-1]["applied"] is True and "queue" in decisions[-1]["reason"]
     events = wait_for(lambda: client.CoreV1Api(api_client).list_namespaced_event(
         namespace, field_selector="involvedObject.name=qwen,reason=ScaledOut").items,
@@ -203,8 +209,14 @@ def test_batching_auto_re_tunes_pods_with_the_applied_batch_size(
     assert latest in values or applied in values
 
 
-def _scaling_active(api_client: client.ApiClient, namespace: str) -> dict[str, Any] | None:
-    return condition(get_tuning(api_client, namespace, "qwen"), "ScalingActive")
+def wait_scaling_inactive(api_client: client.ApiClient, namespace: str,
+                          reason: str) -> dict[str, Any]:
+    """The ScalingActive condition, once its reason is `reason`."""
+    def observe() -> dict[str, Any] | None:
+        found = condition(get_tuning(api_client, namespace, "qwen"), "ScalingActive")
+        return found if found is not None and found["reason"] == reason else None
+
+    return wait_for(observe, f"ScalingActive reason {reason}", timeout_s=30)
 
 
 def test_a_writer_that_keeps_reverting_replicas_is_reported_not_fought(
@@ -219,8 +231,7 @@ def test_a_writer_that_keeps_reverting_replicas_is_reported_not_fought(
         wait_for(lambda: replicas(api_client, namespace) > 1, "the operator scaling out",
                  timeout_s=40)
         apps.patch_namespaced_deployment_scale("qwen", namespace, {"spec": {"replicas": 1}})
-    found = wait_for(lambda: (c := _scaling_active(api_client, namespace)) and c[
-        "reason"] == "ReplicaFight" and c, "ScalingActive=False ReplicaFight", timeout_s=30)
+    found = wait_scaling_inactive(api_client, namespace, "ReplicaFight")
     assert found["status"] == "False" and "/spec/replicas" in found["message"]
     time.sleep(5)  # two more intervals: the operator must not write again
     assert replicas(api_client, namespace) == 1
@@ -237,10 +248,8 @@ def test_an_hpa_on_the_same_deployment_stops_writes(
                                     "name": "qwen"}, "minReplicas": 1, "maxReplicas": 3}})
     create(api_client, namespace, tuning("qwen", "qwen", **SPEC))
     fake_vllm.queue_per_pod = 100.0
-    found = wait_for(lambda: (c := _scaling_active(api_client, namespace)) and c[
-        "reason"] == "HorizontalPodAutoscalerPresent" and c, "the HPA conflict reported",
-        timeout_s=30)
-    assert "HorizontalPodAutoscaler qwen" in found["message"]
+    found = wait_scaling_inactive(api_client, namespace, "HorizontalPodAutoscalerPresent")
+    assert found["status"] == "False" and "HorizontalPodAutoscaler qwen" in found["message"]
     wait_for(lambda: autoscaling_status(api_client, namespace).get("desiredReplicas", 0) > 1,
              "a decision to scale out (which must not be written)", timeout_s=30)
     time.sleep(3)  # an interval later: still no write
@@ -254,9 +263,7 @@ def test_dry_run_reports_the_decision_and_writes_nothing(
     create(api_client, namespace, deployment("qwen"))
     create(api_client, namespace, tuning("qwen", "qwen", mode="DryRun", **SPEC))
     fake_vllm.queue_per_pod = 100.0
-    decision = wait_for(lambda: [d for d in (get_tuning(api_client, namespace, "qwen").get(
-        "status") or {}).get("decisions", []) if d["action"].startswith("ScaleOut")],
-        "a dry-run ScaleOut decision", timeout_s=40)[-1]
+    decision = wait_scale_out_decisions(api_client, namespace, timeout_s=40)[-1]
     assert decision["applied"] is False
     assert autoscaling_status(api_client, namespace)["desiredReplicas"] == 4
     assert replicas(api_client, namespace) == 1

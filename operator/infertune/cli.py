@@ -10,6 +10,7 @@ from pathlib import Path
 from infertune import __version__
 
 Command = Callable[[argparse.Namespace], int]
+DEFAULT_LAUNCHER_IMAGE = f"ghcr.io/infertune/infertune:{__version__}"
 
 
 def _validate(args: argparse.Namespace) -> int:
@@ -142,7 +143,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--verbose", action="store_true")
     run.add_argument("--operator-namespace", help="the operator's own namespace, never tuned "
                      "(default: $INFERTUNE_NAMESPACE or infertune-system)")
-    run.add_argument("--launcher-image", default=f"ghcr.io/infertune/infertune:{__version__}",
+    run.add_argument("--launcher-image", default=DEFAULT_LAUNCHER_IMAGE,
                      help="image of the init container that installs the launcher")
     run.add_argument("--no-static-cpu-manager", action="store_true",
                      help="kubelets do not run the static CPU manager: skip the QoS checks")
@@ -172,7 +173,7 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--pod", required=True, metavar="POD.yaml",
                       help="a Pod, or a Deployment whose pod template is used")
     plan.add_argument("--output", choices=("text", "json"), default="text")
-    plan.add_argument("--launcher-image", default=f"ghcr.io/infertune/infertune:{__version__}")
+    plan.add_argument("--launcher-image", default=DEFAULT_LAUNCHER_IMAGE)
     plan.set_defaults(handler=_plan)
 
     allocator = commands.add_parser("allocator", help="allocator tools")
