@@ -86,13 +86,14 @@ def _all_autoscaled(index: kopf.Index[tuple[str, str], dict[str, Any]]) -> list[
     return tunings
 
 
-def _hpa_on(namespace: str, deployment: str) -> str | None:
-    hpas = client.AutoscalingV2Api().list_namespaced_horizontal_pod_autoscaler(namespace)
-    for hpa in hpas.items:
-        ref = hpa.spec.scale_target_ref if hpa.spec else None
-        if ref is not None and ref.kind == "Deployment" and ref.name == deployment:
-            return str(hpa.metadata.name if hpa.metadata else "")
-    return None
+@kopf.index("autoscaling", "v2", "horizontalpodautoscalers")  # type: ignore[arg-type]
+def hpas_by_target(namespace: str, name: str, spec: kopf.Spec,
+                   **_: Any) -> dict[tuple[str, str], str] | None:
+    """HPAs by the Deployment they scale, so each evaluation checks without an API call."""
+    ref = spec.get("scaleTargetRef") or {}
+    if ref.get("kind") != "Deployment":
+        return None
+    return {(namespace, str(ref.get("name"))): name}
 
 
 def _fight(settings: AutoscalingSettings, key: str, current: int) -> bool:
@@ -136,7 +137,8 @@ def _status_block(decision: ScaleDecision, state: ScalingState, stamp: str,
 
 def evaluate(namespace: str, name: str, generation: int, spec: InferenceTuningSpec,
              status: dict[str, Any], signals: TargetSignals, settings: AutoscalingSettings,
-             body: kopf.Body, patch: kopf.Patch, now: float) -> ScaleDecision:
+             hpas: kopf.Index[tuple[str, str], str], body: kopf.Body, patch: kopf.Patch,
+             now: float) -> ScaleDecision:
     """Decide, write replicas (unless DryRun, a fight or an HPA), and report."""
     assert spec.autoscaling is not None
     key, stamp = f"{namespace}/{name}", format_time(now)
@@ -148,7 +150,7 @@ def evaluate(namespace: str, name: str, generation: int, spec: InferenceTuningSp
     state = ScalingState.from_json(previous.get("state"))
     decision = decide_scale(spec.autoscaling, current, signals, state, now)
 
-    hpa = _hpa_on(namespace, deployment)
+    hpa = next(iter(hpas.get((namespace, deployment), [])), None)
     fight = _fight(settings, key, current)
     blocked = ("HorizontalPodAutoscalerPresent", f"HorizontalPodAutoscaler {hpa} also scales "
                f"{deployment}; remove it or disable spec.autoscaling") if hpa else (
@@ -228,7 +230,8 @@ def _report(decision: ScaleDecision, changes: bool, applied: bool, spec: Inferen
             when=lambda spec, **_: bool(spec.get("autoscaling")))
 def autoscale(namespace: str, name: str, spec: kopf.Spec, status: kopf.Status, meta: kopf.Meta,
               body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo,
-              tunings_by_target: kopf.Index[tuple[str, str], dict[str, Any]], **_: Any) -> None:
+              tunings_by_target: kopf.Index[tuple[str, str], dict[str, Any]],
+              hpas_by_target: kopf.Index[tuple[str, str], str], **_: Any) -> None:
     settings: AutoscalingSettings = memo.autoscaling
     try:
         parsed = InferenceTuningSpec.model_validate(dict(spec))
@@ -252,7 +255,7 @@ def autoscale(namespace: str, name: str, spec: kopf.Spec, status: kopf.Status, m
         return
     try:
         evaluate(namespace, name, int(meta.get("generation") or 0), parsed, dict(status),
-                 signals, settings, body, patch, now)
+                 signals, settings, hpas_by_target, body, patch, now)
     except ApiException as exc:
         if exc.status == 404:
             return  # the target is missing; the controller reports it

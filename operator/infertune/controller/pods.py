@@ -254,8 +254,9 @@ def retune(namespace: str, name: str, uid: str, spec: InferenceTuningSpec,
     step = plan_retune(revision, pods, spec.retune.max_unavailable,
                        last_eviction=last[1] if last and last[0] == revision else None)
     message = step.reason
-    deployment = read_deployment(namespace, spec.target_ref.name)
-    if not step.outdated or deployment is None:
+    # Read the Deployment only when something is outdated: most ticks have nothing to do.
+    deployment = read_deployment(namespace, spec.target_ref.name) if step.outdated else None
+    if deployment is None:
         pass
     elif (problem := _why_pods_cannot_be_tuned(name, spec, deployment, memo,
                                                 batching_value)) is not None:
