@@ -28,10 +28,12 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from infertune.api.spec import Engine
 from infertune.autoscale_cli import add_autoscale_commands
+from infertune.metrics import promql
 from infertune.metrics.presets import PRESETS
 from infertune.metrics.prometheus import PrometheusSource
+from infertune.metrics.promql import Scope
 from infertune.metrics.source import MetricsTarget
-from infertune.scaling.signals import TargetSignals
+from infertune.scaling.signals import TargetSignals, Window
 
 pytestmark = [
     pytest.mark.prometheus,
@@ -119,7 +121,9 @@ def prometheus(exporters: tuple[Exporter, Exporter]) -> Iterator[PrometheusServe
 
 def target(namespace: str, deployment: str, engine: Engine = Engine.VLLM,
            **fields: Any) -> MetricsTarget:
-    base: dict[str, Any] = {"window": "5s", "queue_history_s": 3.0, "latency_step_s": 2.0}
+    # A queue target below the exported values, so the window's dip and samples are returned.
+    base: dict[str, Any] = {"window": "5s", "queue_history_s": 3.0, "latency_step_s": 2.0,
+                            "queue_target": 5.0}
     return MetricsTarget(f"{namespace}/{deployment}", namespace, deployment, PRESETS[engine],
                          **(base | fields))
 
@@ -130,7 +134,8 @@ def fetch_when(source: PrometheusSource, targets: list[MetricsTarget],
     def attempt() -> dict[str, TargetSignals] | None:
         got = source.fetch(targets, time.time())
         signals = got[ready]
-        full = len(signals.queue.points) >= 4 and len(signals.latency.points) >= 2
+        queue = signals.queue
+        full = queue.samples >= queue.expected_samples and len(signals.latency.points) >= 2
         return got if full else None
 
     return wait_for(attempt, f"signals for {ready}", timeout_s=20)
@@ -140,7 +145,7 @@ def test_adapter_reads_queue_latency_and_rate_of_the_deployments_pods(
         prometheus: PrometheusServer) -> None:
     llm = target("serving", "llm")
     got = fetch_when(PrometheusSource(prometheus.url), [llm], llm.key)[llm.key]
-    assert [v for _, v in got.queue.points] == [30.0] * len(got.queue.points)  # (40+20)/2
+    assert (got.queue.last, got.queue.dip) == (30.0, None)  # (40+20)/2, never at or below 5
     assert got.latency.points[-1][1] == pytest.approx(P99)
     assert got.latency_kind == "p99"
     two_pods = 2 / OBSERVE_EVERY_S
@@ -154,14 +159,14 @@ def test_colon_trap_both_spellings_are_found(prometheus: PrometheusServer) -> No
     assert stored == {"vllm:num_requests_waiting", "sglang_num_queue_reqs"}
     sgl = target("serving", "sgl", Engine.SGLANG)
     got = fetch_when(PrometheusSource(prometheus.url), [sgl], sgl.key)[sgl.key]
-    assert got.queue.points[-1][1] == 12.0
+    assert got.queue.last == 12.0
     assert got.latency.points[-1][1] == pytest.approx(P99)
 
 
 def test_hostile_namespace_matches_only_itself(prometheus: PrometheusServer) -> None:
     hostile = target(HOSTILE_NS, "llm")
     got = fetch_when(PrometheusSource(prometheus.url), [hostile], hostile.key)[hostile.key]
-    assert {v for _, v in got.queue.points} == {7.0}
+    assert (got.queue.last, got.queue.dip) == (7.0, None)
 
 
 def test_no_data_is_never_zero(prometheus: PrometheusServer) -> None:
@@ -181,21 +186,58 @@ def test_a_batch_of_targets_costs_one_query_per_signal(prometheus: PrometheusSer
                target("idle", "quiet"), target("serving", "ghost"),
                *(target(f"ns-{i}", "llm") for i in range(20))]
     source = PrometheusSource(prometheus.url)
-    before = range_queries(prometheus)
+    before = queries(prometheus)
     got = source.fetch(targets, time.time())
-    # Two query shapes (vLLM, SGLang) x three signals (queue, latency, request rate).
-    assert range_queries(prometheus) - before == 6
+    after = queries(prometheus)
+    # Two query shapes (vLLM, SGLang): the queue window is an instant query, latency and
+    # request rate are range queries.
+    assert {h: after[h] - before[h] for h in after} == {"/api/v1/query": 2,
+                                                         "/api/v1/query_range": 4}
     assert got["serving/llm"].queue.available
+    assert got["serving/llm"].queue.last == 30.0  # llmx's 900 in the same answer is not llm's
+    assert not got["serving/ghost"].queue.available
 
 
-def range_queries(prometheus: PrometheusServer) -> float:
+def queries(prometheus: PrometheusServer) -> dict[str, float]:
     with urllib.request.urlopen(f"{prometheus.url}/metrics", timeout=5) as response:
         text = response.read().decode()
+    counts = {"/api/v1/query": 0.0, "/api/v1/query_range": 0.0}
     for family in text_string_to_metric_families(text):
         if family.name == "prometheus_http_requests":
-            return sum(s.value for s in family.samples if s.name.endswith("_total")
-                       and s.labels.get("handler") == "/api/v1/query_range")
-    return 0.0
+            for sample in family.samples:
+                handler = sample.labels.get("handler", "")
+                if sample.name.endswith("_total") and handler in counts:
+                    counts[handler] += sample.value
+    return counts
+
+
+def test_the_window_is_what_the_raw_history_says(prometheus: PrometheusServer,
+                                                 exporters: tuple[Exporter, Exporter]) -> None:
+    """Prometheus's summary (last, dip, samples) of a queue that drops below target and comes
+    back equals `Window.of_points` over the same per-second history, read as a range query."""
+    text, _ = exporters
+    wave = text.waiting.labels("serving", "wave-5d4f8b9c7-abcde", "qwen")
+    wave.set(40)
+    time.sleep(2.5)
+    wave.set(2)  # below the target of 5
+    time.sleep(2.5)
+    wave.set(40)
+    wave_target = target("serving", "wave", queue_history_s=8.0)
+    source = PrometheusSource(prometheus.url)
+
+    def window_after_the_dip() -> Window | None:
+        got = source.fetch([wave_target], time.time())[wave_target.key].queue
+        return got if got.last == 40.0 and got.dip is not None else None
+
+    window = wait_for(window_after_the_dip, "the wave pod back above target", timeout_s=10)
+    scope = Scope("namespace", "pod", ("serving",), ("wave",))
+    raw = prometheus.query_range(promql.gauge_query(scope, PRESETS[Engine.VLLM].queue_depth),
+                                 window.end - window.span, window.end, window.step)
+    points = [(float(t), float(v)) for t, v in raw[0]["values"]]
+    expected = Window.of_points(points, window.end, window.span, window.step, threshold=5.0)
+    assert (window.last, window.dip, window.samples) == (
+        expected.last, expected.dip, expected.samples)
+    assert 2.0 in {v for _, v in points}  # the dip is in the history compared
 
 
 def test_stopped_prometheus_is_no_data() -> None:

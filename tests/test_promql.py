@@ -71,7 +71,7 @@ def test_one_of_matches_each_value_and_nothing_in_between() -> None:
 def test_a_hostile_namespace_stays_a_label_value_in_the_whole_query() -> None:
     namespace = '"} or 1==1 or {x="\n'
     scope = Scope("namespace", "pod", (namespace,), ("llm",))
-    query = promql.queue_query(scope, PRESETS[Engine.VLLM])
+    query = promql.queue_query(scope, PRESETS[Engine.VLLM], 30.0, 1.0, 32.0)
     first = query.index('namespace=~"') + len("namespace=~")
     regex, rest = unquote(query[first:])
     assert re.fullmatch(regex, namespace)
@@ -128,14 +128,59 @@ def test_query_count_stays_flat_as_tunings_grow(count: int) -> None:
 
 def test_distinct_query_shapes_get_their_own_queries() -> None:
     targets = [_target(0), _target(1, Engine.TGI), _target(2, quantile=0.95),
-               _target(3, want_running=True), _target(4, queue_history_s=60.0)]
+               _target(3, want_running=True), _target(4, queue_history_s=60.0),
+               _target(5, queue_target=8.0), _target(6, queue_history_s=29.5)]
     plans = plan_queries(targets, 1.0)
     by_signal = {s: [p for p in plans if p.signal is s] for s in Signal}
-    assert len(by_signal[Signal.QUEUE]) == 2  # vllm and tgi; the 60s sustain joins vllm's
+    # vllm 30s/32 (with the 29.5s sustain, aligned to the 1s step), tgi, 60s, target 8
+    assert len(by_signal[Signal.QUEUE]) == 4
     assert len(by_signal[Signal.LATENCY]) == 3  # vllm p99, vllm p95, tgi p99
     assert len(by_signal[Signal.RUNNING]) == 1
-    vllm_queue = next(p for p in by_signal[Signal.QUEUE] if len(p.members) == 4)
-    assert vllm_queue.lookback_s == 60.0
+    shapes = {(p.lookback_s, p.threshold, len(p.members)) for p in by_signal[Signal.QUEUE]}
+    assert shapes == {(30.0, 32.0, 4), (30.0, 32.0, 1), (60.0, 32.0, 1), (30.0, 8.0, 1)}
+    sixty = next(p for p in by_signal[Signal.QUEUE] if p.lookback_s == 60.0).query() or ""
+    assert "[60s:1s]" in sixty and "> 32.0" in sixty
+
+
+def test_a_batch_query_names_namespaces_not_deployments() -> None:
+    """Its text must not grow with the number of tunings (long URLs are refused by proxies
+    and cost CPU to encode); the adapter keeps only the Deployments it asked about."""
+    few = plan_queries([_target(i) for i in range(14)], 1.0)[0].query() or ""
+    many = plan_queries([_target(i) for i in range(1000)], 1.0)[0].query() or ""
+    assert len(many) == len(few)
+    assert "llm-1" not in many and 'namespace=~"ns0|ns1|' in many
+
+
+def test_too_many_namespaces_select_every_namespace() -> None:
+    targets = [MetricsTarget(f"team-{i}/t", f"team-{i}", "llm", PRESETS[Engine.VLLM])
+               for i in range(400)]
+    query = plan_queries(targets, 1.0)[0].query() or ""
+    assert "namespace=~" not in query and 'pod=~".+-[a-z0-9]{1,10}-[a-z0-9]{5}"' in query
+    alone = plan_queries(targets, 1.0)[0].query_for(targets[7])
+    assert 'namespace=~"team-7"' in alone and 'pod=~"(?:llm)-' in alone
+
+
+def test_window_query_reads_last_dip_samples_and_peak() -> None:
+    query = promql.window_query("q", 30.0, 1.0, threshold=32.0, peak=True)
+    for stat in ("last", "dip", "samples", "peak"):
+        assert f'"infertune_stat", "{stat}"' in query
+    assert "max_over_time(timestamp(((q) < Inf > -Inf) <= 32.0)[30s:1s])" in query
+    assert promql.window_query("q", 2.5, 0.5).count("infertune_stat") == 1  # last only
+
+
+@pytest.mark.parametrize("bad", [0.0, -1.0, 0.0004, float("nan")])
+def test_subquery_durations_are_checked(bad: float) -> None:
+    with pytest.raises(ValueError):
+        promql.duration(bad)
+
+
+def test_durations_and_numbers_are_spelled_for_promql() -> None:
+    assert (promql.duration(30.0), promql.duration(1.5), promql.duration(0.25)) == (
+        "30s", "1500ms", "250ms")
+    assert promql.number(32) == "32.0"
+    for bad in (float("inf"), float("nan")):
+        with pytest.raises(ValueError):
+            promql.number(bad)
 
 
 def test_the_single_target_query_names_only_that_target() -> None:

@@ -1,7 +1,8 @@
 """The autoscaler's decision engine and batching recommender, as a specification.
 
-Signals are built as the Prometheus adapter returns them: the queue at a 1s step over its
-sustain window, latency and request rate one point per evaluation interval.
+Signals are built as the Prometheus adapter returns them: the queue as a window over its
+sustain window at a 1s step (summed up from per-second values the way the adapter's PromQL
+does, `Window.of_points`), latency and request rate one point per evaluation interval.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from infertune.api.spec import Engine
 from infertune.scaling.batching import recommend_batching
 from infertune.scaling.engine import ScaleAction, ScaleDecision, decide_scale
 from infertune.scaling.reading import read_signals
-from infertune.scaling.signals import Series, TargetSignals
+from infertune.scaling.signals import Series, TargetSignals, Window
 from infertune.scaling.state import Recommendation, ScaleEvent, ScalingState
 
 NOW = 1_700_000_000.0
@@ -28,12 +29,14 @@ def spec(**fields: Any) -> AutoscalingSpec:
     return AutoscalingSpec.model_validate(base | fields)
 
 
-def queue(*values: float, now: float = NOW) -> Series:
-    """Queue per replica, one value per second ending at `now` (oldest first)."""
-    return Series(tuple((now - (len(values) - 1 - i), v) for i, v in enumerate(values)), 1.0)
+def queue(*values: float, now: float = NOW, target: float = 32.0) -> Window:
+    """Queue per replica, one value per second ending at `now` (oldest first), as the 30s
+    window of the default sustain against `target`."""
+    points = [(now - (len(values) - 1 - i), v) for i, v in enumerate(values)]
+    return Window.of_points(points, now, 30.0, 1.0, threshold=target)
 
 
-def steady(value: float, seconds: int = 30, now: float = NOW) -> Series:
+def steady(value: float, seconds: int = 30, now: float = NOW) -> Window:
     return queue(*([value] * (seconds + 1)), now=now)
 
 
@@ -42,14 +45,15 @@ def per_interval(*values: float, now: float = NOW, step: float = 15.0) -> Series
                   step)
 
 
-def signals(q: Series, latency_ms: tuple[float, ...] = (50, 50), rate: float = 10.0,
+def signals(q: Window, latency_ms: tuple[float, ...] = (50, 50), rate: float = 10.0,
             now: float = NOW) -> TargetSignals:
     lat = per_interval(*(ms / 1000 for ms in latency_ms), now=now)
     return TargetSignals(q, lat, per_interval(*([rate] * len(latency_ms)), now=now))
 
 
-MISSING = Series.missing("no series for Deployment ns/llm", "avg by (...) (...)")
-NO_SIGNALS = TargetSignals(MISSING, MISSING, MISSING)
+MISSING = Series.missing("no series for Deployment ns/llm", "sum by (...) (...)")
+NO_QUEUE = Window.missing("no series for Deployment ns/llm", "avg by (...) (...)")
+NO_SIGNALS = TargetSignals(NO_QUEUE, MISSING, MISSING)
 
 
 def decide(sig: TargetSignals, current: int = 4, state: ScalingState | None = None,
@@ -144,11 +148,11 @@ CASES = [
     Case("missing_metrics_hold", NO_SIGNALS, 4, ScaleAction.HOLD,
          reason_has=("no usable metrics", "holding 4 replicas")),
     Case("missing_queue_never_scales_in",
-         TargetSignals(MISSING, per_interval(0.01, 0.01), per_interval(10, 10)), 4,
+         TargetSignals(NO_QUEUE, per_interval(0.01, 0.01), per_interval(10, 10)), 4,
          ScaleAction.HOLD, spec={"scaleDown": {"pods": 0, "percent": 100, "period": "15s",
                                                "stabilization": "0s"}}),
     Case("missing_queue_still_scales_out_on_latency",
-         TargetSignals(MISSING, per_interval(0.3, 0.3), per_interval(10, 10)), 8,
+         TargetSignals(NO_QUEUE, per_interval(0.3, 0.3), per_interval(10, 10)), 8,
          ScaleAction.SCALE_OUT),
     Case("stale_queue_is_missing_not_zero",
          signals(steady(0, now=NOW - 120)), 4, ScaleAction.HOLD,
@@ -272,7 +276,7 @@ def test_scale_in_after_the_stabilization_window() -> None:
     assert (first_lower - 2) * 15 >= 300
 
 
-def _reading(q: Series, latency_ms: tuple[float, ...], running: float | None = None) -> Any:
+def _reading(q: Window, latency_ms: tuple[float, ...], running: float | None = None) -> Any:
     sig = signals(q, latency_ms)
     if running is not None:
         sig = TargetSignals(sig.queue, sig.latency, sig.request_rate, steady(running))
@@ -292,7 +296,7 @@ BATCHING_CASES = [
 
 @pytest.mark.parametrize(("name", "q", "latency", "current", "expected", "reason"),
                          BATCHING_CASES, ids=[c[0] for c in BATCHING_CASES])
-def test_batching_recommendation(name: str, q: Series, latency: tuple[float, ...],
+def test_batching_recommendation(name: str, q: Window, latency: tuple[float, ...],
                                  current: int, expected: int, reason: str) -> None:
     rec = recommend_batching(BatchingSpec(mode="Recommend"), Engine.VLLM, spec(),
                              _reading(q, latency), current)

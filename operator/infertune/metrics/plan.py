@@ -1,8 +1,10 @@
-"""Which range queries one evaluation cycle runs: one per signal per query shape.
+"""Which queries one evaluation cycle runs: one per signal per query shape.
 
-Targets that read the same metric names with the same labels, window, quantile and step share
-one query, whose scope lists all their namespaces and Deployments; its lookback is the longest
-any member needs. The number of queries therefore stays flat as tunings are added.
+Targets that read the same metric names with the same labels, windows, quantile, step and (for
+the queue) threshold share one query, which selects all their namespaces; the adapter picks
+each target's series out of the answer. The number of queries therefore stays flat as tunings
+are added. Latency and request rate are range queries with one point per evaluation interval;
+the queue and running gauges are instant window queries (`promql.window_query`).
 """
 
 from __future__ import annotations
@@ -32,12 +34,22 @@ class QueryPlan:
     members: tuple[MetricsTarget, ...]
     step_s: float
     lookback_s: float
+    """Range plans: how far before the end the points start. Window plans: the window."""
     build: Callable[[Scope], str | None]
     """The query for a scope; the plan's query is `build(scope of all members)`."""
+    window: bool = False
+    """An instant window query, read into a `Window`, rather than a range query."""
+    threshold: float | None = None
+    """The queue target the window's `dip` is measured against."""
 
     def scope(self, members: Sequence[MetricsTarget] | None = None) -> Scope:
-        members = self.members if members is None else members
-        first = members[0]
+        """The namespaces of all members (any Deployment), or exactly `members`."""
+        first = (members or self.members)[0]
+        if members is None:
+            namespaces = tuple(sorted({m.namespace for m in self.members}))
+            if len(promql.one_of(list(namespaces))) > promql.MAX_NAMESPACE_MATCHER:
+                namespaces = ()
+            return Scope(first.namespace_label, first.pod_label, namespaces)
         return Scope(first.namespace_label, first.pod_label,
                      tuple(sorted({m.namespace for m in members})),
                      tuple(sorted({m.deployment for m in members})))
@@ -60,24 +72,35 @@ def unsupported(target: MetricsTarget) -> str | None:
 
 def plan_queries(targets: Sequence[MetricsTarget], resolution_s: float) -> list[QueryPlan]:
     """The queries for `targets`, leaving out those `unsupported` refuses."""
-    fine: dict[tuple[object, ...], list[MetricsTarget]] = defaultdict(list)
-    coarse: dict[tuple[object, ...], list[MetricsTarget]] = defaultdict(list)
+    queue: dict[tuple[object, ...], list[MetricsTarget]] = defaultdict(list)
+    running: dict[tuple[object, ...], list[MetricsTarget]] = defaultdict(list)
+    latency: dict[tuple[object, ...], list[MetricsTarget]] = defaultdict(list)
     for t in targets:
-        if unsupported(t) is None:
-            labels = (t.metrics, t.namespace_label, t.pod_label)
-            fine[labels].append(t)
-            coarse[(*labels, t.window, t.quantile, t.latency_step_s)].append(t)
+        if unsupported(t) is not None:
+            continue
+        labels = (t.metrics, t.namespace_label, t.pod_label)
+        span = _aligned(t.queue_history_s, resolution_s)
+        queue[(*labels, span, t.queue_target if span > 0 else None)].append(t)
+        if t.want_running and t.metrics.running is not None:
+            running[(*labels, max(span, resolution_s))].append(t)
+        latency[(*labels, t.window, t.quantile, t.latency_step_s)].append(t)
     plans = []
-    for members in fine.values():
-        lookback = _aligned(max(m.queue_history_s for m in members), resolution_s)
+    for members in queue.values():
+        metrics, span = members[0].metrics, _aligned(members[0].queue_history_s, resolution_s)
+        threshold = members[0].queue_target if span > 0 else None
+        queue_build: Callable[[Scope], str | None] = partial(
+            promql.queue_query, metrics=metrics, span_s=max(span, resolution_s),
+            step_s=resolution_s, threshold=threshold)
+        plans.append(QueryPlan(Signal.QUEUE, tuple(members), resolution_s, span, queue_build,
+                               window=True, threshold=threshold))
+    for members in running.values():
         metrics = members[0].metrics
-        plans.append(QueryPlan(Signal.QUEUE, tuple(members), resolution_s, lookback,
-                               partial(promql.queue_query, metrics=metrics)))
-        running = tuple(m for m in members if m.want_running)
-        if running and metrics.running is not None:
-            plans.append(QueryPlan(Signal.RUNNING, running, resolution_s, lookback,
-                                   partial(promql.running_query, metrics=metrics)))
-    for members in coarse.values():
+        span = max(_aligned(members[0].queue_history_s, resolution_s), resolution_s)
+        running_build: Callable[[Scope], str | None] = partial(
+            promql.running_query, metrics=metrics, span_s=span, step_s=resolution_s)
+        plans.append(QueryPlan(Signal.RUNNING, tuple(members), resolution_s, span,
+                               running_build, window=True))
+    for members in latency.values():
         first = members[0]
         step = first.latency_step_s
         lookback = step * (max(m.latency_samples for m in members) - 1)

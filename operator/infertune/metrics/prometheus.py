@@ -1,4 +1,4 @@
-"""The Prometheus metrics source, on prometheus-api-client's range queries.
+"""The Prometheus metrics source, on prometheus-api-client's instant and range queries.
 
 One HTTP request per query plan (plan.py). Every failure becomes "no data" with the reason and
 the query a person can run: NaN and infinite values, a series that is absent or stale, a
@@ -21,13 +21,14 @@ from urllib3.exceptions import TimeoutError as Urllib3Timeout
 from urllib3.util.retry import Retry
 
 from infertune.metrics.plan import QueryPlan, Signal, plan_queries, unsupported
-from infertune.metrics.promql import TARGET_LABEL
+from infertune.metrics.promql import STAT_LABEL, TARGET_LABEL
 from infertune.metrics.source import MetricsTarget
-from infertune.scaling.signals import Series, TargetSignals
+from infertune.scaling.signals import NOT_READ, Series, TargetSignals, Window
 from infertune.scaling.state import format_time
 
 SeriesKey = tuple[str, str]
 """(namespace, Deployment) as the target label set puts them."""
+SignalData = Series | Window
 
 
 class PrometheusSource:
@@ -49,7 +50,7 @@ class PrometheusSource:
                                          session=session, retry=Retry(total=False))
 
     def fetch(self, targets: Sequence[MetricsTarget], now: float) -> dict[str, TargetSignals]:
-        found: dict[str, dict[Signal, Series]] = {t.key: {} for t in targets}
+        found: dict[str, dict[Signal, SignalData]] = {t.key: {} for t in targets}
         for plan in plan_queries(targets, self.resolution_s):
             answer = self._run(plan, now)
             for target in plan.members:
@@ -61,64 +62,100 @@ class PrometheusSource:
         if query is None:
             return _Answer(plan, {}, "the engine exports no such metric")
         end = math.floor(now)
-        start = end - plan.lookback_s
         try:
+            if plan.window:
+                result = self._client.custom_query(query, params={"time": end},
+                                                   timeout=self.timeout_s)
+                return _Answer(plan, _windows(result, plan, end), None)
+            start = end - plan.lookback_s
             result = self._client.custom_query_range(
                 query, start_time=datetime.fromtimestamp(start, tz=UTC),
                 end_time=datetime.fromtimestamp(end, tz=UTC), step=f"{plan.step_s:g}",
                 timeout=self.timeout_s)
+            return _Answer(plan, _series(result, plan, end), None)
         except (requests.RequestException, Urllib3Error, OSError, PrometheusApiClientException,
-                ValueError) as exc:
+                ValueError, KeyError, TypeError) as exc:
             return _Answer(plan, {}, f"Prometheus at {self.url} failed: "
                                      f"{_describe(exc, self.timeout_s)}")
-        return _Answer(plan, _parse(result, plan, end), None)
 
 
 class _Answer:
     """One plan's result, looked up per target."""
 
-    def __init__(self, plan: QueryPlan, series: dict[SeriesKey, Series],
+    def __init__(self, plan: QueryPlan, found: Mapping[SeriesKey, SignalData],
                  error: str | None) -> None:
-        self.plan, self.series, self.error = plan, series, error
+        self.plan, self.found, self.error = plan, found, error
 
-    def __call__(self, target: MetricsTarget) -> Series:
-        got = self.series.get((target.namespace, target.deployment))
+    def __call__(self, target: MetricsTarget) -> SignalData:
+        got = self.found.get((target.namespace, target.deployment))
         if got is not None and self.error is None and got.problem is None:
             return got
         query = self.plan.query_for(target)
+        missing = Window.missing if self.plan.window else Series.missing
         if self.error is not None:
-            return Series.missing(self.error, query)
+            return missing(self.error, query)
         if got is not None:
-            return Series.missing(got.problem or "", query)
-        return Series.missing(f"no series for Deployment {target.namespace}/"
-                              f"{target.deployment}", query)
+            return missing(got.problem or "", query)
+        return missing(f"no series for Deployment {target.namespace}/{target.deployment}",
+                       query)
 
 
-def _parse(result: list[dict[str, Any]], plan: QueryPlan, end: float) -> dict[SeriesKey, Series]:
+def _series(result: list[dict[str, Any]], plan: QueryPlan,
+            end: float) -> dict[SeriesKey, Series]:
     namespace_label = plan.members[0].namespace_label
     out: dict[SeriesKey, Series] = {}
+    step, fresh = plan.step_s, end - plan.step_s / 2
+    isfinite = math.isfinite
     for item in result:
-        labels = item.get("metric", {})
+        labels = item["metric"]
         key = (labels.get(namespace_label, ""), labels.get(TARGET_LABEL, ""))
-        points = [(float(t), float(v)) for t, v in item.get("values", ())]
-        series = Series.of(points, plan.step_s)
-        if series.available and series.points[-1][0] < end - plan.step_s / 2:
-            newest = format_time(series.points[-1][0])
-            series = Series.missing(f"stale: the newest sample is from {newest}")
-        out[key] = series
+        points = tuple(p for p in ((float(t), float(v)) for t, v in item["values"])
+                       if isfinite(p[1]))
+        if not points:
+            out[key] = Series.missing("only NaN or infinite values")
+        elif points[-1][0] < fresh:
+            newest = format_time(points[-1][0])
+            out[key] = Series.missing(f"stale: the newest sample is from {newest}")
+        else:
+            out[key] = Series(points, step)
     return out
 
 
-def _signals(target: MetricsTarget, found: dict[Signal, Series]) -> TargetSignals:
+def _windows(result: list[dict[str, Any]], plan: QueryPlan,
+             end: float) -> dict[SeriesKey, Window]:
+    """Windows from the `infertune_stat` series of a window query (promql.window_query)."""
+    namespace_label = plan.members[0].namespace_label
+    stats: dict[SeriesKey, dict[str, float]] = {}
+    for item in result:
+        labels = item["metric"]
+        key = (labels.get(namespace_label, ""), labels.get(TARGET_LABEL, ""))
+        stats.setdefault(key, {})[labels.get(STAT_LABEL, "")] = float(item["value"][1])
+    out: dict[SeriesKey, Window] = {}
+    for key, got in stats.items():
+        last = got.get("last")
+        if last is None:
+            # Only `peak` is left over from earlier in the window: the series is gone now.
+            out[key] = Window.missing("stale: no sample now, only earlier in the window")
+            continue
+        if not math.isfinite(last):
+            out[key] = Window.missing("only NaN or infinite values")
+            continue
+        out[key] = Window(last, end, plan.lookback_s, plan.step_s, plan.threshold,
+                          got.get("dip"), int(got.get("samples", 0)), got.get("peak"))
+    return out
+
+
+def _signals(target: MetricsTarget, found: dict[Signal, SignalData]) -> TargetSignals:
     problem = unsupported(target)
     if problem is not None:
-        return TargetSignals(Series.missing(problem), Series.missing(problem),
+        return TargetSignals(Window.missing(problem), Series.missing(problem),
                              Series.missing(problem), latency_kind=target.latency_kind)
-    not_read = Series.missing("not read: batching is Off or the engine has no running gauge")
-    return TargetSignals(
-        queue=found[Signal.QUEUE], latency=found[Signal.LATENCY],
-        request_rate=found[Signal.REQUEST_RATE], running=found.get(Signal.RUNNING, not_read),
-        latency_kind=target.latency_kind)
+    queue, running = found[Signal.QUEUE], found.get(Signal.RUNNING, NOT_READ)
+    latency, rate = found[Signal.LATENCY], found[Signal.REQUEST_RATE]
+    assert isinstance(queue, Window) and isinstance(running, Window)
+    assert isinstance(latency, Series) and isinstance(rate, Series)
+    return TargetSignals(queue=queue, latency=latency, request_rate=rate, running=running,
+                         latency_kind=target.latency_kind)
 
 
 def _describe(exc: Exception, timeout_s: float) -> str:

@@ -6,11 +6,19 @@ regex-escaped with Go's regexp.QuoteMeta set. Metric and label names come valida
 spec and are checked again here, because a name is spliced into the query unquoted.
 
 Series are mapped to targets in Prometheus itself: `label_replace` derives the Deployment from
-the pod name, so each signal returns one series per target, whatever the number of pods.
+the pod name, so each signal returns one series per Deployment, whatever the number of pods.
+A batch query selects the namespaces of its targets and any pod named like a Deployment's pod;
+the adapter keeps the Deployments it asked about. A query for one target (shown to people in
+conditions) names its Deployment, so it can be pasted as it is.
+
+The queue and running gauges are read as a window (`window_query`): one instant query whose
+series carry a `infertune_stat` label, `last` (the value now), `dip` (the newest step at or
+below a threshold), `samples` (steps with finite data) and `peak` (the highest step).
 """
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 
@@ -18,12 +26,17 @@ from infertune.api.spec import METRIC_NAME, PROM_LABEL_NAME
 from infertune.metrics.presets import EngineMetrics, HistogramLatency
 
 TARGET_LABEL = "infertune_target"
+STAT_LABEL = "infertune_stat"
 # Pods of a Deployment are named <deployment>-<pod-template-hash>-<5 random> (the hash is at
 # most 10 characters, names.SimpleNameGenerator adds 5); neither part contains a dash.
 POD_SUFFIX = "-[a-z0-9]{1,10}-[a-z0-9]{5}"
 # Kubernetes truncates generated names to 58 characters before the random suffix, so longer
 # Deployment names leave pod names the suffix pattern cannot split.
 MAX_DEPLOYMENT_NAME = 58 - len("-0123456789-")
+MAX_NAMESPACE_MATCHER = 1024
+"""Above this many characters of namespace alternation a batch query selects every namespace
+(and the adapter keeps its own): the matcher is repeated in every selector of a query, and
+proxies in front of Prometheus refuse long URLs."""
 
 _METRIC = re.compile(METRIC_NAME)
 _LABEL = re.compile(PROM_LABEL_NAME)
@@ -64,6 +77,21 @@ def one_of(values: list[str]) -> str:
     return "|".join(regex_escape(v) for v in sorted(set(values)))
 
 
+def number(value: float) -> str:
+    """A finite float as a PromQL number literal."""
+    if not math.isfinite(value):
+        raise ValueError(f"{value!r} is not a finite number")
+    return repr(float(value))
+
+
+def duration(seconds: float) -> str:
+    """Whole seconds or milliseconds as a PromQL duration, for subquery ranges."""
+    millis = round(seconds * 1000)
+    if millis <= 0 or abs(millis - seconds * 1000) > 1e-6:
+        raise ValueError(f"{seconds!r}s is not a positive whole number of milliseconds")
+    return f"{millis // 1000}s" if millis % 1000 == 0 else f"{millis}ms"
+
+
 def spellings(name: str) -> tuple[str, ...]:
     """The metric as written and, for a name with a colon, with underscores (the colon trap)."""
     metric_name(name)
@@ -73,17 +101,23 @@ def spellings(name: str) -> tuple[str, ...]:
 
 @dataclass(frozen=True)
 class Scope:
-    """Which series a query reads: the label names, the namespaces and Deployments."""
+    """Which series a query reads: the label names, the namespaces and Deployments.
+
+    No namespaces: every namespace. No Deployments: the pods of any Deployment.
+    """
 
     namespace_label: str
     pod_label: str
-    namespaces: tuple[str, ...]
-    deployments: tuple[str, ...]
+    namespaces: tuple[str, ...] = ()
+    deployments: tuple[str, ...] = ()
 
     def matchers(self) -> str:
         ns, pod = label_name(self.namespace_label), label_name(self.pod_label)
-        pods = f"(?:{one_of(list(self.deployments))}){POD_SUFFIX}"
-        return f"{ns}=~{quote(one_of(list(self.namespaces)))},{pod}=~{quote(pods)}"
+        names = f"(?:{one_of(list(self.deployments))})" if self.deployments else ".+"
+        pods = f"{pod}=~{quote(names + POD_SUFFIX)}"
+        if not self.namespaces:
+            return pods
+        return f"{ns}=~{quote(one_of(list(self.namespaces)))},{pods}"
 
     def by(self, *extra: str) -> str:
         return ", ".join((self.namespace_label, TARGET_LABEL, *extra))
@@ -107,14 +141,46 @@ def _rate(scope: Scope, name: str, window: str) -> str:
                        for n in spellings(name))
 
 
-def queue_query(scope: Scope, metrics: EngineMetrics) -> str:
-    return f"avg by ({scope.by()}) ({_per_target(scope, _gauge(scope, metrics.queue_depth))})"
+def _stat(expr: str, stat: str) -> str:
+    return f'label_replace({expr}, "{STAT_LABEL}", "{stat}", "", "")'
 
 
-def running_query(scope: Scope, metrics: EngineMetrics) -> str | None:
+def window_query(expr: str, span_s: float, step_s: float, threshold: float | None = None,
+                 peak: bool = False) -> str:
+    """`expr` (one series per target) summed up over the trailing `span_s`, as `Window` reads
+    it. `dip` and `samples` are only returned while the value is above `threshold`: the
+    sustain rule needs them then, and most targets are below target most of the time."""
+    finite = f"({expr}) < Inf > -Inf"  # NaN fails every comparison, so it is not a sample
+    parts = [_stat(expr, "last")]  # as it is: a NaN now is reported as such, not as absent
+    window = f"[{duration(span_s)}:{duration(step_s)}]"
+    if threshold is not None:
+        limit = number(threshold)
+        above = f"({finite}) > {limit}"
+        parts += [
+            _stat(f"max_over_time(timestamp(({finite}) <= {limit}){window}) and {above}", "dip"),
+            _stat(f"count_over_time(({finite}){window}) and {above}", "samples"),
+        ]
+    if peak:
+        parts.append(_stat(f"max_over_time(({finite}){window})", "peak"))
+    return " or ".join(parts)
+
+
+def gauge_query(scope: Scope, name: str) -> str:
+    """The mean of gauge `name` over each target's pods, one series per target."""
+    return f"avg by ({scope.by()}) ({_per_target(scope, _gauge(scope, name))})"
+
+
+def queue_query(scope: Scope, metrics: EngineMetrics, span_s: float, step_s: float,
+                threshold: float | None) -> str:
+    gauge = gauge_query(scope, metrics.queue_depth)
+    return window_query(gauge, span_s, step_s, threshold=threshold)
+
+
+def running_query(scope: Scope, metrics: EngineMetrics, span_s: float,
+                  step_s: float) -> str | None:
     if metrics.running is None:
         return None
-    return f"avg by ({scope.by()}) ({_per_target(scope, _gauge(scope, metrics.running))})"
+    return window_query(gauge_query(scope, metrics.running), span_s, step_s, peak=True)
 
 
 def latency_query(scope: Scope, metrics: EngineMetrics, quantile: float, window: str) -> str:

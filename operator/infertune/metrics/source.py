@@ -1,13 +1,14 @@
 """The metrics-source protocol: fetch the autoscaler's signals for many tunings at once.
 
 A source answers for a whole batch so that its cost grows with the number of distinct query
-shapes, not with the number of tunings. Prometheus is one source; the simulator is another.
+shapes, not with the number of tunings. Prometheus is the source the operator ships with.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Protocol
 
 from infertune.api.scaling import AutoscalingSpec, BatchingMode
@@ -31,13 +32,15 @@ class MetricsTarget:
     quantile: float = 0.99
     queue_history_s: float = 30.0
     """How far back the queue must be read: its sustain window."""
+    queue_target: float = 32.0
+    """Waiting requests per replica the sustain window is measured against."""
     latency_step_s: float = 15.0
     """One latency sample per evaluation interval."""
     latency_samples: int = 2
     """Consecutive samples the latency rule needs."""
     want_running: bool = False
 
-    @property
+    @cached_property
     def latency_kind(self) -> str:
         if isinstance(self.metrics.latency, HistogramLatency):
             return f"p{self.quantile * 100:g}"
@@ -59,6 +62,7 @@ def target_for_tuning(tuning: InferenceTuning) -> MetricsTarget:
         window=spec.metrics.window,
         quantile=scaling.latency.quantile,
         queue_history_s=scaling.queue.sustain.seconds,
+        queue_target=scaling.queue.target_per_replica,
         latency_step_s=scaling.interval.seconds,
         latency_samples=scaling.latency.consecutive_samples,
         want_running=spec.batching.mode is not BatchingMode.OFF,

@@ -24,8 +24,12 @@ def stabilize(current: int, desired: int, recommendations: tuple[Recommendation,
     """
     up_cutoff = now - seconds(up.stabilization)
     down_cutoff = now - seconds(down.stabilization)
-    up_rec = min([desired, *(r.replicas for r in recommendations if r.time > up_cutoff)])
-    down_rec = max([desired, *(r.replicas for r in recommendations if r.time > down_cutoff)])
+    up_rec = down_rec = desired
+    for time, replicas in recommendations:
+        if time > up_cutoff and replicas < up_rec:
+            up_rec = replicas
+        if time > down_cutoff and replicas > down_rec:
+            down_rec = replicas
     result = min(max(current, up_rec), down_rec)
     if result == desired:
         return result, None
@@ -38,8 +42,15 @@ def stabilize(current: int, desired: int, recommendations: tuple[Recommendation,
 
 def _changes_in_period(events: tuple[ScaleEvent, ...], period_s: float,
                        now: float) -> tuple[int, int]:
-    recent = [e.change for e in events if e.time > now - period_s]
-    return sum(c for c in recent if c > 0), -sum(c for c in recent if c < 0)
+    added = deleted = 0
+    cutoff = now - period_s
+    for time, change in events:
+        if time > cutoff:
+            if change > 0:
+                added += change
+            else:
+                deleted -= change
+    return added, deleted
 
 
 def scale_up_limit(current: int, events: tuple[ScaleEvent, ...], rules: ScalingRules,

@@ -9,8 +9,9 @@ are applied afterwards (`behavior.py`). Every decision carries a reason with its
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from enum import StrEnum
+from typing import NamedTuple
 
 from infertune.api.scaling import AutoscalingSpec, LatencyAction, MetricsUnavailableAction
 from infertune.api.units import format_duration
@@ -29,8 +30,7 @@ class ScaleAction(StrEnum):
     DISABLED = "Disabled"
 
 
-@dataclass(frozen=True)
-class ScaleDecision:
+class ScaleDecision(NamedTuple):
     current_replicas: int
     desired_replicas: int
     action: ScaleAction
@@ -42,8 +42,7 @@ class ScaleDecision:
     """The state to store when it is not applied (DryRun, or the scale call failed)."""
 
 
-@dataclass(frozen=True)
-class _Proposal:
+class _Proposal(NamedTuple):
     replicas: int | None
     """None: this signal has no opinion (healthy latency, quiet traffic, missing data)."""
     why: str
@@ -159,7 +158,7 @@ def _metrics_unavailable(spec: AutoscalingSpec, current: int, reading: Reading,
         decision = _applied(spec, current, desired, reason, reading, state, now, record=current)
         if desired == current:
             return decision
-        return replace(decision, action=ScaleAction.FALLBACK)
+        return decision._replace(action=ScaleAction.FALLBACK)
     wait = (f", fallback to {fallback} after {rule.after}"
             if rule.action is MetricsUnavailableAction.FALLBACK else "")
     return _held(current, ScaleAction.HOLD, f"{said}: holding {current} replicas{wait}",
@@ -171,7 +170,9 @@ def _track_missing(state: ScalingState, reading: Reading, now: float) -> Scaling
         if state.metrics_missing_since is None:
             return replace(state, metrics_missing_since=now)
         return state
-    return replace(state, metrics_missing_since=None)
+    if state.metrics_missing_since is not None:
+        return replace(state, metrics_missing_since=None)
+    return state
 
 
 def _applied(spec: AutoscalingSpec, current: int, desired: int, reason: str, reading: Reading,
@@ -179,12 +180,12 @@ def _applied(spec: AutoscalingSpec, current: int, desired: int, reason: str, rea
              tune_batching: bool = False) -> ScaleDecision:
     keep_recs = max(seconds(spec.scale_up.stabilization), seconds(spec.scale_down.stabilization))
     keep_events = max(seconds(spec.scale_up.period), seconds(spec.scale_down.period))
-    held = replace(state, recommendations=(*state.recommendations, Recommendation(now, record)))
-    held = held.pruned(now, keep_recs, keep_events)
+    held = state.recorded(now, Recommendation(now, record), keep_recs, keep_events)
     applied = held
     if desired != current:
-        applied = replace(held, scale_events=(*held.scale_events,
-                                              ScaleEvent(now, desired - current)))
+        applied = ScalingState(held.recommendations,
+                               (*held.scale_events, ScaleEvent(now, desired - current)),
+                               held.metrics_missing_since)
     if desired > current:
         action = ScaleAction.SCALE_OUT
     elif desired < current:

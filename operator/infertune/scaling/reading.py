@@ -6,16 +6,16 @@ operator sees exactly what one that kept running would.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+import math
+from typing import Any, NamedTuple
 
 from infertune.api.scaling import AutoscalingSpec
 from infertune.scaling.signals import TargetSignals, seconds
 
 
-@dataclass(frozen=True)
-class Reading:
-    """What the signals say at `now`, in the units of the spec."""
+class Reading(NamedTuple):
+    """What the signals say at `now`, in the units of the spec (a named tuple: one is built
+    per tuning per cycle)."""
 
     queue_per_replica: float | None
     queue_above_for_s: float
@@ -64,7 +64,6 @@ def read_signals(spec: AutoscalingSpec, signals: TargetSignals, now: float) -> R
     rate_now = signals.request_rate.latest(now)
     breaches = _consecutive_breaches(spec, signals)
     quiet = rate_now is not None and rate_now < spec.latency.min_request_rate
-    running = signals.running.since(now - seconds(spec.queue.sustain) - signals.running.step)
     return Reading(
         queue_per_replica=queue_now,
         queue_above_for_s=above_for,
@@ -76,37 +75,46 @@ def read_signals(spec: AutoscalingSpec, signals: TargetSignals, now: float) -> R
         latency_breached=breaches >= spec.latency.consecutive_samples,
         latency_quiet=quiet,
         running_per_replica=signals.running.latest(now),
-        running_peak=max((v for _, v in running), default=None),
+        running_peak=signals.running.peak if signals.running.available else None,
         problems=signals.problems(),
     )
 
 
 def _queue_sustain(spec: AutoscalingSpec, signals: TargetSignals, now: float,
                    queue_now: float | None) -> tuple[float, bool]:
-    """(seconds above target without a break, whether that covers the whole sustain window)."""
+    """(seconds above target without a dip, whether that covers the whole sustain window).
+
+    Sustained means no step of the window at or below target and no more than one step
+    missing: a gap in the data is not evidence of load.
+    """
     target = spec.queue.target_per_replica
     if queue_now is None or queue_now <= target:
         return 0.0, False
-    series = signals.queue
-    since = now
-    for t, value in reversed(series.points):
-        if value <= target or since - t > 1.5 * series.step + 0.5:
-            break  # a dip or a gap in the data ends the run
-        since = t
-    above_for = now - since
     sustain = seconds(spec.queue.sustain)
-    return min(above_for, sustain), above_for >= sustain - series.step / 2 and (
-        sustain == 0 or series.covers(now - sustain, now))
+    if sustain == 0:
+        return 0.0, True
+    window = signals.queue
+    if window.threshold != target or window.span < sustain:
+        raise ValueError(f"the queue window was read for {window.span:g}s against "
+                         f"{window.threshold}, not for sustain {sustain:g}s against the target "
+                         f"{target:g}")
+    if window.dip is None and window.samples >= window.expected_samples:
+        return sustain, True
+    since_dip = math.inf if window.dip is None else window.end - window.dip - window.step
+    above_for = min(since_dip, (window.samples - 1) * window.step)
+    return min(max(above_for, 0.0), sustain), False
 
 
 def _consecutive_breaches(spec: AutoscalingSpec, signals: TargetSignals) -> int:
     """Newest-first run of samples above target, each at an evaluation interval, each with at
     least minRequestRate behind it (a quantile over a handful of requests is noise)."""
-    target = seconds(spec.latency.target)
+    target, min_rate = seconds(spec.latency.target), spec.latency.min_request_rate
     count = 0
     for t, latency in reversed(signals.latency.points):
+        if latency <= target:
+            break
         rate = signals.request_rate.value_at(t)
-        if rate is None or rate < spec.latency.min_request_rate or latency <= target:
+        if rate is None or rate < min_rate:
             break
         count += 1
     return count

@@ -1,16 +1,19 @@
-"""The signals the autoscaler decides on, as plain data: short histories read from Prometheus.
+"""The signals the autoscaler decides on, as plain data read from Prometheus.
 
-A signal is a `Series` of (unix time, value) points with the query that produced it. A series
-without points is "no data" and says why in `problem`; NaN and infinite values never become
-points, so no data is never mistaken for zero.
+Latency and request rate are a `Series` of (unix time, value) points, one per evaluation
+interval. The queue and the running requests are a `Window`: their trailing sustain window
+summed up by Prometheus itself (`*_over_time` subqueries), because a point per second for every
+tuning is most of what a cycle would otherwise read. Either one without data says why in
+`problem`; NaN and infinite values never count as data, so no data is never mistaken for zero.
 """
 
 from __future__ import annotations
 
-import itertools
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import NamedTuple
 
 from infertune.api.units import parse_duration
 
@@ -22,9 +25,12 @@ def seconds(duration: str) -> float:
     return float(parse_duration(duration))
 
 
-@dataclass(frozen=True)
-class Series:
-    """Points of one signal for one target, oldest first, `step` seconds apart."""
+class Series(NamedTuple):
+    """Points of one signal for one target, oldest first, `step` seconds apart.
+
+    Series and Window are named tuples: immutable like frozen dataclasses, and several times
+    cheaper to build, which counts at a few thousand per evaluation cycle.
+    """
 
     points: tuple[tuple[float, float], ...] = ()
     step: float = 1.0
@@ -39,10 +45,10 @@ class Series:
     @classmethod
     def of(cls, points: list[tuple[float, float]], step: float, query: str = "") -> Series:
         """A series from raw points; NaN and +-Inf are dropped (they are no data, not zero)."""
-        finite = tuple((t, v) for t, v in points if math.isfinite(v))
+        finite = tuple(p for p in points if math.isfinite(p[1]))
         if not finite:
             return cls.missing("only NaN or infinite values", query)
-        return cls(points=finite, step=step, query=query)
+        return cls(finite, step, query)
 
     @property
     def available(self) -> bool:
@@ -55,33 +61,82 @@ class Series:
         t, value = self.points[-1]
         return value if t >= now - self.step - 1.0 else None
 
-    def since(self, start: float) -> tuple[tuple[float, float], ...]:
-        return tuple(p for p in self.points if p[0] >= start)
-
     def value_at(self, t: float) -> float | None:
         """The value of the point nearest to `t`, if one lies within half a step of it."""
-        best = min(self.points, key=lambda p: abs(p[0] - t), default=None)
-        if best is None or abs(best[0] - t) > self.step / 2 + 0.5:
-            return None
-        return best[1]
+        best, distance = None, math.inf
+        for at, value in self.points:  # a handful of points: a loop beats min() with a key
+            if abs(at - t) < distance:
+                best, distance = value, abs(at - t)
+        return best if distance <= self.step / 2 + 0.5 else None
 
-    def covers(self, start: float, end: float) -> bool:
-        """True when points span [start, end] without a gap longer than 1.5 steps."""
-        inside = [t for t, _ in self.points if start - self.step <= t <= end + self.step]
-        if not inside or inside[0] > start + self.step or inside[-1] < end - self.step - 1.0:
-            return False
-        return all(b - a <= 1.5 * self.step + 0.5 for a, b in itertools.pairwise(inside))
+
+class Window(NamedTuple):
+    """A gauge over the trailing `span` seconds ending at `end`, sampled every `step` seconds.
+
+    `last` is the value at `end`. For the queue, `dip` is the newest step in the window at or
+    below `threshold` (None when there is none) and `samples` counts the steps with finite
+    data; both are only read while `last` is above `threshold`. For running requests, `peak`
+    is the highest step in the window.
+    """
+
+    last: float | None = None
+    end: float = 0.0
+    span: float = 0.0
+    step: float = 1.0
+    threshold: float | None = None
+    dip: float | None = None
+    samples: int = 0
+    peak: float | None = None
+    query: str = ""
+    problem: str | None = None
+
+    @classmethod
+    def missing(cls, problem: str, query: str = "") -> Window:
+        return cls(query=query, problem=problem)
+
+    @classmethod
+    def of_points(cls, points: Sequence[tuple[float, float]], end: float, span: float,
+                  step: float, threshold: float | None = None, query: str = "") -> Window:
+        """The window Prometheus computes from raw points at `step` (the queries in promql.py
+        mean exactly this): steps in [end - span, end], NaN and infinities left out."""
+        inside = [(t, v) for t, v in points if end - span <= t <= end and math.isfinite(v)]
+        if not inside or inside[-1][0] != end:
+            return cls.missing("only NaN or infinite values" if points else "no data", query)
+        last = inside[-1][1]
+        dips = [t for t, v in inside if threshold is not None and v <= threshold]
+        return cls(last=last, end=end, span=span, step=step, threshold=threshold,
+                   dip=max(dips, default=None), samples=len(inside),
+                   peak=max(v for _, v in inside), query=query)
+
+    @property
+    def available(self) -> bool:
+        return self.last is not None
+
+    def latest(self, now: float) -> float | None:
+        """`last` if the window ends within one step (and a second) of `now`, else None."""
+        if self.last is None or self.end < now - self.step - 1.0:
+            return None
+        return self.last
+
+    @property
+    def expected_samples(self) -> int:
+        """Steps a window without gaps has, give or take the step on its open left edge
+        (Prometheus 3 leaves it out, 2 counts it): one missing step is tolerated, as a single
+        skipped scrape is."""
+        return int(self.span // self.step)
 
 
 NOT_FETCHED = Series.missing("not fetched")
+NOT_FETCHED_WINDOW = Window.missing("not fetched")
+NOT_READ = Window.missing("not read: batching is Off or the engine has no running gauge")
 
 
 @dataclass(frozen=True)
 class TargetSignals:
     """Everything the engine reads for one InferenceTuning."""
 
-    queue: Series
-    """Mean requests waiting per replica, at a fine step over the queue's sustain window."""
+    queue: Window
+    """Mean requests waiting per replica, over the queue's sustain window."""
 
     latency: Series
     """The latency quantile in seconds, one point per evaluation interval."""
@@ -89,13 +144,13 @@ class TargetSignals:
     request_rate: Series
     """Requests per second across the target, at the same times as `latency`."""
 
-    running: Series = NOT_FETCHED
+    running: Window = NOT_FETCHED_WINDOW
     """Mean requests being served per replica (the batch actually run), for batching."""
 
     latency_kind: str = "p99"
     """What `latency` is: a quantile such as p99, or "mean" where the engine has no histogram."""
 
     def problems(self) -> tuple[str, ...]:
-        named = (("queue", self.queue), ("latency", self.latency),
-                 ("requestRate", self.request_rate))
+        named: tuple[tuple[str, Series | Window], ...] = (
+            ("queue", self.queue), ("latency", self.latency), ("requestRate", self.request_rate))
         return tuple(f"{name}: {s.problem}" for name, s in named if s.problem is not None)

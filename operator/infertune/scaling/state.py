@@ -7,9 +7,10 @@ resumes with the same window and the same rate-limit periods.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from bisect import bisect_right
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 
 def format_time(t: float) -> str:
@@ -21,20 +22,22 @@ def parse_time(text: str) -> float:
     return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
 
 
-@dataclass(frozen=True)
-class Recommendation:
+class Recommendation(NamedTuple):
     """One unstabilized recommendation (HPA's timestampedRecommendation)."""
 
     time: float
     replicas: int
 
 
-@dataclass(frozen=True)
-class ScaleEvent:
+class ScaleEvent(NamedTuple):
     """One applied change of replicas, positive up and negative down (timestampedScaleEvent)."""
 
     time: float
     change: int
+
+
+def _time(item: Recommendation | ScaleEvent) -> float:
+    return item.time
 
 
 @dataclass(frozen=True)
@@ -44,14 +47,18 @@ class ScalingState:
     metrics_missing_since: float | None = None
     """When every signal went missing; None while at least one signal has data."""
 
-    def pruned(self, now: float, keep_recommendations_s: float,
-               keep_events_s: float) -> ScalingState:
-        return replace(
-            self,
-            recommendations=tuple(r for r in self.recommendations
-                                  if r.time > now - keep_recommendations_s),
-            scale_events=tuple(e for e in self.scale_events if e.time > now - keep_events_s),
-        )
+    def recorded(self, now: float, recommendation: Recommendation, keep_recommendations_s: float,
+                 keep_events_s: float) -> ScalingState:
+        """This state with `recommendation` added, keeping only the recommendations and scale
+        events young enough for the stabilization windows and rate-limit periods.
+
+        Both tuples are in time order (each evaluation appends), so the old ones are a prefix.
+        """
+        recommendations = (*self.recommendations, recommendation)
+        first = bisect_right(recommendations, now - keep_recommendations_s, key=_time)
+        first_event = bisect_right(self.scale_events, now - keep_events_s, key=_time)
+        return ScalingState(recommendations[first:], self.scale_events[first_event:],
+                            self.metrics_missing_since)
 
     def to_json(self) -> dict[str, Any]:
         """The shape stored in status (camelCase, RFC 3339 times)."""
