@@ -1,10 +1,18 @@
 """Cost of one autoscaling evaluation cycle at 1, 100 and 1000 tunings, on the real Prometheus.
 
-Run: ``python -m bench.autoscale_bench`` (~1.5 min). A synthetic vLLM exporter (a separate
+Run: ``python -m bench.autoscale_bench`` (~3 min). A synthetic vLLM exporter (a separate
 process, so its CPU is not counted) serves the real metric names for 1000 Deployments of one
-pod each; Prometheus scrapes it every second. After 35 s of history, each cycle fetches the
-signals of N tunings with `PrometheusSource.fetch` and runs `decide_scale` for each; the
-cycle's HTTP requests are counted on the session and its CPU time with time.process_time.
+pod each; Prometheus scrapes it every second. After 35 s of history, each cycle is what the
+operator does in one interval slot for N InferenceTunings, short of the Kubernetes API calls:
+every tuning's timer tick (the cached spec, the due check, `signals_if_due`, which fetches one
+batch for all of them), then `decide_scale` for each from the state its status holds (read
+with `ScalingState.from_json`, starting from 20 recommendations) and the new state as the
+status patch carries it (`to_json`). The cycle's HTTP requests are counted on
+the session and its CPU time with time.process_time. Cycles are one interval (2 s) apart, as
+in the operator, which also lets Prometheus finish its own work before the next one.
+
+Not counted: the scale-subresource read and the status patch per tuning (Kubernetes API calls,
+one each per tuning per interval, as with HPA), and kopf's own cost of a timer tick.
 
 Goal: a query count that does not grow with N, and under 50 ms of CPU per cycle at 1000.
 """
@@ -29,13 +37,10 @@ from e2e.fixtures.prometheus import MetricsEndpoint, PrometheusServer
 from e2e.fixtures.waiting import wait_for
 from prometheus_client import CollectorRegistry, Gauge, Histogram
 
-from infertune.api.scaling import AutoscalingSpec
-from infertune.api.spec import Engine
-from infertune.metrics.presets import PRESETS
+from infertune.controller.autoscaling import AutoscalingSettings, signals_if_due
 from infertune.metrics.prometheus import PrometheusSource
-from infertune.metrics.source import MetricsTarget
 from infertune.scaling.engine import decide_scale
-from infertune.scaling.state import ScalingState
+from infertune.scaling.state import Recommendation, ScaleEvent, ScalingState
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 MAX_TUNINGS = 1000
@@ -80,32 +85,57 @@ class CountingSession(requests.Session):
         return super().request(*args, **kwargs)
 
 
-def targets(count: int) -> list[MetricsTarget]:
-    out = []
+INTERVAL = "2s"
+
+
+def index(count: int) -> dict[tuple[str, str], list[dict[str, Any]]]:
+    """The kopf index entries of `count` tunings, as the operator's tunings_by_target holds."""
+    out: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for i in range(count):
         ns, name, _ = deployment(i)
-        out.append(MetricsTarget(f"{ns}/{name}", ns, name, PRESETS[Engine.VLLM]))
+        out[(ns, name)] = [{"name": name, "uid": f"uid-{i}", "generation": 1, "spec": {
+            "targetRef": {"name": name}, "engine": "vllm",
+            "autoscaling": {"interval": INTERVAL}}}]
     return out
+
+
+def stored_state(now: float) -> dict[str, Any]:
+    """status.autoscaling.state after 20 evaluations (the 5 min scale-down window at 15 s)."""
+    recs = [Recommendation(now - 15 * k, 2) for k in range(20, 0, -1)]
+    return ScalingState(tuple(recs), (ScaleEvent(now - 100, 1),)).to_json()
 
 
 def measure(url: str, count: int, resolution_s: float, cycles: int) -> dict[str, Any]:
     session = CountingSession()
-    source = PrometheusSource(url, session=session, timeout_s=30, resolution_s=resolution_s)
-    spec = AutoscalingSpec()
-    batch = targets(count)
+    settings = AutoscalingSettings(
+        source=PrometheusSource(url, session=session, timeout_s=30, resolution_s=resolution_s))
+    entries = index(count)
+    status = {f"{ns}/{e['name']}": stored_state(time.time()) for (ns, _), (e,) in entries.items()}
     cpu, wall, queries, with_data = [], [], [], 0
     for _ in range(cycles):
+        time.sleep(float(INTERVAL[:-1]))  # the next slot
         before = session.requests_made
         t0, w0 = time.process_time(), time.perf_counter()
-        signals = source.fetch(batch, time.time())
-        decisions = [decide_scale(spec, 2, signals[t.key], ScalingState(), time.time())
-                     for t in batch]
+        now = time.time()
+        decisions = []
+        for (ns, _), (entry,) in entries.items():
+            parsed = settings.parse(ns, entry["name"], entry["uid"], entry["generation"],
+                                    entry["spec"])
+            assert parsed is not None and parsed.spec.autoscaling is not None
+            signals = signals_if_due(settings, f"{ns}/{entry['name']}", parsed,
+                                     entries, now)  # type: ignore[arg-type]
+            assert signals is not None
+            key = f"{ns}/{entry['name']}"
+            decision = decide_scale(parsed.spec.autoscaling, 2, signals,
+                                    ScalingState.from_json(status[key]), now)
+            status[key] = decision.held_state.to_json()  # what the status patch carries
+            decisions.append(decision)
         cpu.append((time.process_time() - t0) * 1000)
         wall.append((time.perf_counter() - w0) * 1000)
         queries.append(session.requests_made - before)
         with_data = sum(1 for d in decisions if d.signals.queue_per_replica is not None)
     return {"tunings": count, "queue_resolution_s": resolution_s, "cycles": cycles,
-            "queries_per_cycle": max(queries),
+            "queries_per_cycle": max(queries), "fetches": settings.fetches,
             "cpu_ms_median": round(statistics.median(cpu), 1), "cpu_ms_max": round(max(cpu), 1),
             "wall_ms_median": round(statistics.median(wall), 1),
             "tunings_with_queue_data": with_data}
@@ -149,8 +179,12 @@ def record(results: list[dict[str, Any]]) -> None:
         "# autoscaling evaluation cycle", "",
         f"{meta['cpus']}, Python {meta['python']}, Prometheus {meta['prometheus']}, "
         f"{meta['date']}. Produced by `python -m bench.autoscale_bench`.", "",
-        "One cycle = `PrometheusSource.fetch` for all tunings + `decide_scale` per tuning "
-        "(default spec: 30 s queue history at 1 s, two 15 s latency samples).", "",
+        "One cycle = every tuning's timer tick in one interval slot (cached spec, due check, "
+        "one batched fetch) + per tuning: its stored state read from status (from 20 "
+        "recommendations), `decide_scale`, the new state for the status patch (default spec "
+        "except a 2 s interval: 30 s queue window at the queue "
+        "step, two latency samples). Not counted: the scale read and status patch per tuning "
+        "(Kubernetes API calls) and kopf's own cost per timer tick.", "",
         "| tunings | queue step | queries per cycle | CPU per cycle (median / max) | "
         "wall (median) | tunings with data |",
         "| --- | --- | --- | --- | --- | --- |",

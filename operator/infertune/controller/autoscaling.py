@@ -1,16 +1,21 @@
 """Autoscaling in the shell: one batched Prometheus fetch per cycle, a decision per tuning,
 replicas written only through the scale subresource (DESIGN.md #5).
 
-Every InferenceTuning with autoscaling has a 1 s timer that acts when its own interval is due.
-The first timer of a cycle fetches the signals of *all* autoscaled tunings in one set of
-queries (the query count stays flat as tunings grow); the others reuse that batch.
+Every InferenceTuning with autoscaling has a 1 s timer that acts once per slot of its own
+interval: slots are aligned to the clock (as Prometheus aligns rule evaluations), so the
+tunings that share an interval fall due together. The first timer of a slot fetches the
+signals of every tuning due in it in one set of queries (the query count stays flat as tunings
+grow); the others reuse that batch. Parsed specs and metrics targets are cached per
+(uid, generation), so a tick that is not due costs a dictionary lookup.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -45,45 +50,107 @@ FIGHT_LIMIT = 2
 logger = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True)
+class Parsed:
+    """One tuning's spec, validated once per generation."""
+
+    spec: InferenceTuningSpec
+    target: MetricsTarget
+    interval_s: float
+
+
 @dataclass
 class AutoscalingSettings:
     """Shared across timers (kopf copies the memo per object, not these objects)."""
 
     source: MetricsSource | None
     batch: dict[str, TargetSignals] = field(default_factory=dict)
-    fetched_at: float = 0.0
+    fetched_at: dict[str, float] = field(default_factory=dict)
+    """key -> when its signals in `batch` were fetched."""
     lock: threading.Lock = field(default_factory=threading.Lock)
-    last_evaluated: dict[str, float] = field(default_factory=dict)
+    last_slot: dict[str, int] = field(default_factory=dict)
+    """key -> the interval slot (floor(time / interval)) last evaluated."""
+    parsed: dict[str, tuple[tuple[str, int], Parsed | None]] = field(default_factory=dict)
+    """key -> ((uid, generation), the parsed spec or None when it does not validate)."""
     written: dict[str, tuple[int, int]] = field(default_factory=dict)
     """key -> (replicas before our write, replicas we wrote)."""
     fights: dict[str, int] = field(default_factory=dict)
+    fetches: int = 0
+    """Batches fetched since start (for the benchmark and the logs)."""
+
+    def parse(self, namespace: str, name: str, uid: str, generation: int,
+              spec: dict[str, Any]) -> Parsed | None:
+        """The tuning's spec, from the cache while its uid and generation are unchanged."""
+        key, version = f"{namespace}/{name}", (uid, generation)
+        cached = self.parsed.get(key)
+        if cached is not None and cached[0] == version:
+            return cached[1]
+        try:
+            tuning = InferenceTuning.model_validate({
+                "metadata": {"name": name, "namespace": namespace}, "spec": spec})
+        except ValidationError:
+            parsed = None  # reported by the controller
+        else:
+            scaling = tuning.spec.autoscaling
+            parsed = None if scaling is None else Parsed(
+                tuning.spec, target_for_tuning(tuning), scaling.interval.seconds)
+        self.parsed[key] = (version, parsed)
+        return parsed
+
+    def due(self, key: str, parsed: Parsed, now: float) -> bool:
+        return self.last_slot.get(key) != math.floor(now / parsed.interval_s)
 
 
-def _signals_for(settings: AutoscalingSettings, key: str, tunings: list[InferenceTuning],
-                 interval: float, now: float) -> TargetSignals | None:
-    assert settings.source is not None
-    with settings.lock:
-        if now - settings.fetched_at >= min(interval, 1.0) or key not in settings.batch:
-            targets: list[MetricsTarget] = [target_for_tuning(t) for t in tunings]
-            settings.batch = dict(settings.source.fetch(targets, now))
-            settings.fetched_at = now
-        return settings.batch.get(key)
-
-
-def _all_autoscaled(index: kopf.Index[tuple[str, str], dict[str, Any]]) -> list[InferenceTuning]:
-    tunings: list[InferenceTuning] = []
+def autoscaled(settings: AutoscalingSettings,
+               index: kopf.Index[tuple[str, str], dict[str, Any]]) -> Iterator[tuple[str, Parsed]]:
+    """(key, parsed) of every tuning with autoscaling enabled, from the kopf index."""
     for (namespace, _target), entries in index.items():
         for entry in entries:
             scaling = entry["spec"].get("autoscaling")
             if not scaling or scaling.get("enabled") is False:
                 continue
-            try:
-                tunings.append(InferenceTuning.model_validate({
-                    "metadata": {"name": entry["name"], "namespace": namespace},
-                    "spec": entry["spec"]}))
-            except ValidationError:
-                continue
-    return tunings
+            parsed = settings.parse(namespace, entry["name"], entry.get("uid", ""),
+                                    int(entry.get("generation") or 0), entry["spec"])
+            if parsed is not None:
+                yield f"{namespace}/{entry['name']}", parsed
+
+
+def signals_if_due(settings: AutoscalingSettings, key: str, parsed: Parsed,
+                   index: kopf.Index[tuple[str, str], dict[str, Any]],
+                   now: float) -> TargetSignals | None:
+    """None unless `key` is due in this slot of its interval; then its signals, and the slot
+    counts as evaluated."""
+    if not settings.due(key, parsed, now):
+        return None
+    slot = math.floor(now / parsed.interval_s)
+    settings.last_slot[key] = slot
+    return signals_for(settings, key, slot * parsed.interval_s, autoscaled(settings, index), now)
+
+
+def signals_for(settings: AutoscalingSettings, key: str, slot_start: float,
+                tunings: Iterator[tuple[str, Parsed]], now: float) -> TargetSignals | None:
+    """`key`'s signals: from the batch if it was fetched in this slot, else one fetch for every
+    tuning due now (most of them share the slot, so their timers find the batch ready)."""
+    assert settings.source is not None
+    with settings.lock:
+        if settings.fetched_at.get(key, -math.inf) >= slot_start and key in settings.batch:
+            return settings.batch[key]
+        known: set[str] = set()
+        targets: list[MetricsTarget] = []
+        for other, parsed in tunings:
+            known.add(other)
+            if other == key or settings.due(other, parsed, now):
+                targets.append(parsed.target)
+        fetched = settings.source.fetch(targets, now)
+        settings.fetches += 1
+        for gone in [k for k in settings.batch if k not in known]:
+            for table in (settings.batch, settings.fetched_at, settings.last_slot,
+                          settings.parsed):
+                table.pop(gone, None)
+        for other, signals in fetched.items():
+            settings.batch[other] = signals
+            settings.fetched_at[other] = now
+        return settings.batch.get(key)
 
 
 @kopf.index("autoscaling", "v2", "horizontalpodautoscalers")  # type: ignore[arg-type]
@@ -233,29 +300,23 @@ def autoscale(namespace: str, name: str, spec: kopf.Spec, status: kopf.Status, m
               tunings_by_target: kopf.Index[tuple[str, str], dict[str, Any]],
               hpas_by_target: kopf.Index[tuple[str, str], str], **_: Any) -> None:
     settings: AutoscalingSettings = memo.autoscaling
-    try:
-        parsed = InferenceTuningSpec.model_validate(dict(spec))
-    except ValidationError:
-        return  # reported by the controller
-    if parsed.autoscaling is None:
-        return
+    generation = int(meta.get("generation") or 0)
+    parsed = settings.parse(namespace, name, str(meta.get("uid") or ""), generation, dict(spec))
+    if parsed is None:
+        return  # invalid (reported by the controller) or without autoscaling
     if settings.source is None:
         _set_conditions(patch, dict(status), _condition(
             ConditionType.SCALING_ACTIVE, False, "NoPrometheus", "the operator runs without "
             "--prometheus-url, so spec.autoscaling cannot be evaluated",
-            int(meta.get("generation") or 0), format_time(time.time())))
+            generation, format_time(time.time())))
         return
-    key, now = f"{namespace}/{name}", time.time()
-    interval = parsed.autoscaling.interval.seconds
-    if now - settings.last_evaluated.get(key, 0.0) < interval:
-        return
-    settings.last_evaluated[key] = now
-    signals = _signals_for(settings, key, _all_autoscaled(tunings_by_target), interval, now)
+    now = time.time()
+    signals = signals_if_due(settings, f"{namespace}/{name}", parsed, tunings_by_target, now)
     if signals is None:
         return
     try:
-        evaluate(namespace, name, int(meta.get("generation") or 0), parsed, dict(status),
-                 signals, settings, hpas_by_target, body, patch, now)
+        evaluate(namespace, name, generation, parsed.spec, dict(status), signals, settings,
+                 hpas_by_target, body, patch, now)
     except ApiException as exc:
         if exc.status == 404:
             return  # the target is missing; the controller reports it

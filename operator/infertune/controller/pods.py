@@ -79,9 +79,11 @@ def _deployment_of(namespace: str, meta: dict[str, Any],
 # kopf's handler protocols do not model index kwargs or narrowed types; checked at runtime.
 @kopf.index(*RESOURCE)  # type: ignore[arg-type]
 def tunings_by_target(namespace: str, name: str, spec: kopf.Spec, status: kopf.Status,
-                      uid: str, **_: Any) -> dict[tuple[str, str], dict[str, Any]]:
+                      uid: str, meta: kopf.Meta,
+                      **_: Any) -> dict[tuple[str, str], dict[str, Any]]:
     target = str((spec.get("targetRef") or {}).get("name") or "")
     return {(namespace, target): {"name": name, "uid": uid, "spec": dict(spec),
+                                  "generation": int(meta.get("generation") or 0),
                                   "mig": dict(status.get("mig") or {}),
                                   "batching": applied_batching(status)}}
 

@@ -1,0 +1,95 @@
+"""The operator's batching of autoscaling fetches: one fetch per interval slot for every tuning
+due in it, parsed specs cached per generation. The source here records what it is asked;
+the Prometheus side of a fetch is tested against the real server in test_prometheus_adapter.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from infertune.controller.autoscaling import AutoscalingSettings, signals_if_due
+from infertune.metrics.source import MetricsTarget
+from infertune.scaling.signals import NOT_FETCHED, NOT_FETCHED_WINDOW, TargetSignals
+
+T0 = 1_700_000_010.0  # a multiple of 15 s plus 0 s: the start of a 15 s slot
+
+
+class RecordingSource:
+    def __init__(self) -> None:
+        self.asked: list[list[str]] = []
+
+    def fetch(self, targets: Sequence[MetricsTarget], now: float) -> Mapping[str, TargetSignals]:
+        self.asked.append([t.key for t in targets])
+        return {t.key: TargetSignals(NOT_FETCHED_WINDOW, NOT_FETCHED, NOT_FETCHED)
+                for t in targets}
+
+
+def entry(i: int, interval: str = "15s", generation: int = 1) -> dict[str, Any]:
+    return {"name": f"t{i}", "uid": f"uid-{i}", "generation": generation,
+            "spec": {"targetRef": {"name": f"llm-{i}"}, "engine": "vllm",
+                     "autoscaling": {"interval": interval}}}
+
+
+def index(*entries: dict[str, Any]) -> dict[tuple[str, str], list[dict[str, Any]]]:
+    return {("ns", e["spec"]["targetRef"]["name"]): [e] for e in entries}
+
+
+def tick(settings: AutoscalingSettings, idx: dict[tuple[str, str], list[dict[str, Any]]],
+         name: str, now: float) -> bool:
+    """What the timer does for one tuning before it decides; True when it was due."""
+    e = next(e for entries in idx.values() for e in entries if e["name"] == name)
+    parsed = settings.parse("ns", name, e["uid"], e["generation"], e["spec"])
+    assert parsed is not None
+    got = signals_if_due(settings, f"ns/{name}", parsed, idx, now)
+    return got is not None
+
+
+def test_tunings_sharing_an_interval_cost_one_fetch_per_slot() -> None:
+    source = RecordingSource()
+    settings = AutoscalingSettings(source=source)
+    idx = index(*(entry(i) for i in range(200)))
+    for second in range(30):  # two 15 s slots; every timer ticks once a second
+        for i in range(200):
+            tick(settings, idx, f"t{i}", T0 + second + i / 400)
+    assert len(source.asked) == 2
+    assert all(len(keys) == 200 for keys in source.asked)
+
+
+def test_a_tuning_evaluates_once_per_slot_of_its_own_interval() -> None:
+    settings = AutoscalingSettings(source=RecordingSource())
+    idx = index(entry(0, "15s"), entry(1, "5s"))
+    ticks = [T0 + s for s in range(30)]
+    assert sum(tick(settings, idx, "t0", t) for t in ticks) == 2
+    assert sum(tick(settings, idx, "t1", t) for t in ticks) == 6
+
+
+def test_a_spec_is_parsed_again_only_when_its_generation_changes() -> None:
+    settings = AutoscalingSettings(source=RecordingSource())
+    first = settings.parse("ns", "t0", "uid-0", 1, entry(0)["spec"])
+    assert first is not None and first.interval_s == 15.0
+    assert settings.parse("ns", "t0", "uid-0", 1, entry(0)["spec"]) is first
+    changed = settings.parse("ns", "t0", "uid-0", 2, entry(0, "30s")["spec"])
+    assert changed is not None and changed.interval_s == 30.0
+    recreated = settings.parse("ns", "t0", "uid-new", 2, entry(0)["spec"])
+    assert recreated is not None and recreated.interval_s == 15.0
+
+
+def test_an_invalid_spec_is_skipped_and_not_fetched() -> None:
+    source = RecordingSource()
+    settings = AutoscalingSettings(source=source)
+    bad = entry(1)
+    bad["spec"]["autoscaling"] = {"interval": "soon"}
+    idx = index(entry(0), bad)
+    assert settings.parse("ns", "t1", "uid-1", 1, bad["spec"]) is None
+    tick(settings, idx, "t0", T0)
+    assert source.asked == [["ns/t0"]]
+
+
+def test_deleted_tunings_are_forgotten() -> None:
+    settings = AutoscalingSettings(source=RecordingSource())
+    tick(settings, index(entry(0), entry(1)), "t0", T0)
+    assert set(settings.batch) == {"ns/t0", "ns/t1"}
+    tick(settings, index(entry(0)), "t0", T0 + 15)
+    assert set(settings.batch) == {"ns/t0"}
+    assert "ns/t1" not in settings.parsed and "ns/t1" not in settings.last_slot
