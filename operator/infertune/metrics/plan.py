@@ -43,16 +43,20 @@ class QueryPlan:
     """The queue target the window's `dip` is measured against."""
 
     def scope(self, members: Sequence[MetricsTarget] | None = None) -> Scope:
-        """The namespaces of all members (any Deployment), or exactly `members`."""
+        """The namespaces and Deployments of all members (each list dropped when it is too long
+        to spell out), or exactly `members`."""
         first = (members or self.members)[0]
+        chosen = self.members if members is None else members
+        namespaces = tuple(sorted({m.namespace for m in chosen}))
+        deployments = tuple(sorted({m.deployment for m in chosen}))
         if members is None:
-            namespaces = tuple(sorted({m.namespace for m in self.members}))
-            if len(promql.one_of(list(namespaces))) > promql.MAX_NAMESPACE_MATCHER:
+            # A short list is named (Prometheus reads only those pods); a long one is not,
+            # so the query text stays flat however many tunings there are.
+            if len(promql.one_of(list(deployments))) > promql.MAX_MATCHER:
+                deployments = ()
+            if len(promql.one_of(list(namespaces))) > promql.MAX_MATCHER:
                 namespaces = ()
-            return Scope(first.namespace_label, first.pod_label, namespaces)
-        return Scope(first.namespace_label, first.pod_label,
-                     tuple(sorted({m.namespace for m in members})),
-                     tuple(sorted({m.deployment for m in members})))
+        return Scope(first.namespace_label, first.pod_label, namespaces, deployments)
 
     def query(self) -> str | None:
         return self.build(self.scope())

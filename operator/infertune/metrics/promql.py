@@ -7,9 +7,10 @@ spec and are checked again here, because a name is spliced into the query unquot
 
 Series are mapped to targets in Prometheus itself: `label_replace` derives the Deployment from
 the pod name, so each signal returns one series per Deployment, whatever the number of pods.
-A batch query selects the namespaces of its targets and any pod named like a Deployment's pod;
-the adapter keeps the Deployments it asked about. A query for one target (shown to people in
-conditions) names its Deployment, so it can be pasted as it is.
+A batch query names its targets' namespaces and Deployments while the lists are short; for a
+long list it selects any pod named like a Deployment's pod, and the adapter keeps the
+Deployments it asked about. A query for one target (shown to people in conditions) names its
+Deployment, so it can be pasted as it is.
 
 The queue and running gauges are read as a window (`window_query`): one instant query whose
 series carry a `infertune_stat` label, `last` (the value now), `dip` (the newest step at or
@@ -33,10 +34,11 @@ POD_SUFFIX = "-[a-z0-9]{1,10}-[a-z0-9]{5}"
 # Kubernetes truncates generated names to 58 characters before the random suffix, so longer
 # Deployment names leave pod names the suffix pattern cannot split.
 MAX_DEPLOYMENT_NAME = 58 - len("-0123456789-")
-MAX_NAMESPACE_MATCHER = 1024
-"""Above this many characters of namespace alternation a batch query selects every namespace
-(and the adapter keeps its own): the matcher is repeated in every selector of a query, and
-proxies in front of Prometheus refuse long URLs."""
+MAX_MATCHER = 1024
+"""Above this many characters of Deployment (or namespace) alternation a batch query selects
+the pods of any Deployment (or every namespace), and the adapter keeps its own targets: the
+matcher is repeated in every selector of a query, and proxies in front of Prometheus refuse
+long URLs."""
 
 _METRIC = re.compile(METRIC_NAME)
 _LABEL = re.compile(PROM_LABEL_NAME)
