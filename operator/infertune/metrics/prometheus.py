@@ -105,19 +105,14 @@ def _series(result: list[dict[str, Any]], plan: QueryPlan,
     namespace_label = plan.members[0].namespace_label
     out: dict[SeriesKey, Series] = {}
     step, fresh = plan.step_s, end - plan.step_s / 2
-    isfinite = math.isfinite
     for item in result:
         labels = item["metric"]
         key = (labels.get(namespace_label, ""), labels.get(TARGET_LABEL, ""))
-        points = tuple(p for p in ((float(t), float(v)) for t, v in item["values"])
-                       if isfinite(p[1]))
-        if not points:
-            out[key] = Series.missing("only NaN or infinite values")
-        elif points[-1][0] < fresh:
-            newest = format_time(points[-1][0])
-            out[key] = Series.missing(f"stale: the newest sample is from {newest}")
-        else:
-            out[key] = Series(points, step)
+        series = Series.of(((float(t), float(v)) for t, v in item["values"]), step)
+        if series.available and series.points[-1][0] < fresh:
+            newest = format_time(series.points[-1][0])
+            series = Series.missing(f"stale: the newest sample is from {newest}")
+        out[key] = series
     return out
 
 

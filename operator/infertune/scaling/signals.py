@@ -10,7 +10,7 @@ tuning is most of what a cycle would otherwise read. Either one without data say
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import NamedTuple
@@ -43,7 +43,7 @@ class Series(NamedTuple):
         return cls(points=(), query=query, problem=problem)
 
     @classmethod
-    def of(cls, points: list[tuple[float, float]], step: float, query: str = "") -> Series:
+    def of(cls, points: Iterable[tuple[float, float]], step: float, query: str = "") -> Series:
         """A series from raw points; NaN and +-Inf are dropped (they are no data, not zero)."""
         finite = tuple(p for p in points if math.isfinite(p[1]))
         if not finite:
