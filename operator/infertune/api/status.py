@@ -158,7 +158,9 @@ class AutoscalingState(ApiModel):
     """What the decision engine remembers, so a restarted operator decides the same way."""
 
     recommendations: list[RecommendationRecord] = Field(default_factory=list, max_length=500)
-    """Recent recommendations, for the scale-down stabilization window."""
+    """Recommendations that can still decide a stabilization window (the highest for scaling
+    down, the lowest for scaling up); one that a later recommendation matches both ways is
+    dropped, so a steady load keeps one."""
     scale_events: list[ScaleEventRecord] = Field(default_factory=list, max_length=500)
     """Recent replica changes, for the scale-up and scale-down rate limits."""
     metrics_missing_since: str | None = None

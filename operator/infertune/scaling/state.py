@@ -58,15 +58,30 @@ class ScalingState:
 
     def recorded(self, now: float, recommendation: Recommendation, keep_recommendations_s: float,
                  keep_events_s: float) -> ScalingState:
-        """This state with `recommendation` added, keeping only the recommendations and scale
-        events young enough for the stabilization windows and rate-limit periods.
+        """This state with `recommendation` added, keeping only what a stabilization window or a
+        rate-limit period can still read.
 
-        Both tuples are in time order (each evaluation appends), so the old ones are a prefix.
+        A recommendation older than both windows is dropped, and so is one that a later
+        recommendation matches or beats in both directions (one as high or higher, one as low
+        or lower): that later one stays in every window at least as long, so the highest and
+        the lowest in any window are the same without it. A steady load keeps one entry, not
+        one per evaluation. Both tuples are in time order, so the old ones are a prefix.
         """
-        recommendations = (*self.recommendations, recommendation)
-        first = bisect_right(recommendations, now - keep_recommendations_s, key=_time)
+        cutoff = now - keep_recommendations_s
+        recent = self.recommendations[bisect_right(self.recommendations, cutoff, key=_time):]
+        kept = [recommendation] if recommendation.time > cutoff else []
+        low = high = recommendation.replicas
+        for older in reversed(recent):  # newest first: low/high are the extremes after it
+            if older.replicas > high:
+                high = older.replicas
+            elif older.replicas < low:
+                low = older.replicas
+            else:
+                continue
+            kept.append(older)
+        kept.reverse()
         first_event = bisect_right(self.scale_events, now - keep_events_s, key=_time)
-        return ScalingState(recommendations[first:], self.scale_events[first_event:],
+        return ScalingState(tuple(kept), self.scale_events[first_event:],
                             self.metrics_missing_since)
 
     def to_json(self) -> dict[str, Any]:

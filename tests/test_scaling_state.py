@@ -1,0 +1,77 @@
+"""What the autoscaler keeps between evaluations: only what can still change a decision."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from infertune.api.scaling import ScalingRules
+from infertune.api.units import Duration
+from infertune.scaling.behavior import stabilize
+from infertune.scaling.state import Recommendation, ScaleEvent, ScalingState
+
+NOW = 1_700_000_000.0
+
+
+def rules(stabilization_s: int) -> ScalingRules:
+    return ScalingRules(pods=4, percent=100, period=Duration("15s"),
+                        stabilization=Duration(f"{stabilization_s}s"))
+
+
+def record(state: ScalingState, now: float, replicas: int, keep_s: float = 300) -> ScalingState:
+    return state.recorded(now, Recommendation(now, replicas), keep_s, 15)
+
+
+def test_a_steady_recommendation_is_kept_once() -> None:
+    state = ScalingState()
+    for i in range(40):
+        state = record(state, NOW + 15 * i, 3)
+    assert state.recommendations == (Recommendation(NOW + 15 * 39, 3),)
+
+
+def test_a_peak_is_kept_until_it_leaves_the_window() -> None:
+    state = record(record(ScalingState(), NOW, 6), NOW + 15, 2)
+    assert [r.replicas for r in state.recommendations] == [6, 2]
+    later = record(state, NOW + 300, 2)
+    assert [r.replicas for r in later.recommendations] == [2]  # the 6 is 300s old now
+
+
+def test_a_recommendation_beaten_both_ways_by_later_ones_is_dropped() -> None:
+    state = ScalingState()
+    for i, replicas in enumerate([4, 5, 3, 4]):
+        state = record(state, NOW + i, replicas)
+    # The first 4 is matched by the last (both ways); 5 and 3 stay as the window's extremes.
+    assert [r.replicas for r in state.recommendations] == [5, 3, 4]
+
+
+def test_nothing_is_kept_when_both_windows_are_zero() -> None:
+    assert record(ScalingState(), NOW, 3, keep_s=0).recommendations == ()
+
+
+def test_old_scale_events_leave_after_their_period() -> None:
+    state = ScalingState((), (ScaleEvent(NOW - 20, 2), ScaleEvent(NOW - 5, -1)))
+    assert record(state, NOW, 3).scale_events == (ScaleEvent(NOW - 5, -1),)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    steps=st.lists(st.tuples(st.integers(1, 120), st.integers(0, 12)), min_size=1, max_size=40),
+    up_s=st.sampled_from([0, 15, 60, 300]),
+    down_s=st.sampled_from([0, 15, 60, 300]),
+    current=st.integers(1, 12),
+    desired=st.integers(0, 12),
+)
+def test_stabilization_reads_the_same_from_the_kept_state_as_from_the_whole_history(
+        steps: list[tuple[int, int]], up_s: int, down_s: int, current: int,
+        desired: int) -> None:
+    up, down = rules(up_s), rules(down_s)
+    keep = max(up_s, down_s)
+    state, history, now = ScalingState(), list[Recommendation](), NOW
+    for gap, replicas in steps:
+        now += gap
+        # The engine stabilizes against the state recorded so far, then records.
+        assert stabilize(current, desired, state.recommendations, up, down, now) == \
+            stabilize(current, desired, tuple(history), up, down, now)
+        state = record(state, now, replicas, keep_s=keep)
+        history.append(Recommendation(now, replicas))
+    assert len(state.recommendations) <= len(history)
