@@ -24,25 +24,14 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
-from infertune.api.scaling import BatchingMode
-from infertune.api.spec import GROUP, PLURAL, VERSION, InferenceTuning, InferenceTuningSpec, Mode
-from infertune.api.status import (
-    MAX_DECISIONS,
-    AutoscalingState,
-    AutoscalingStatus,
-    BatchingStatus,
-    Condition,
-    ConditionStatus,
-    ConditionType,
-    Decision,
-)
-from infertune.api.units import format_duration
-from infertune.controller.conditions import make_condition, set_condition
+from infertune.api.spec import GROUP, PLURAL, VERSION, InferenceTuning, InferenceTuningSpec
+from infertune.api.status import ConditionStatus, ConditionType
+from infertune.controller.conditions import make_condition, merge_condition_dicts
+from infertune.controller.scaling_report import Blocked, plan_evaluation
 from infertune.metrics.source import MetricsSource, MetricsTarget, target_for_tuning
-from infertune.scaling.batching import recommend_batching
-from infertune.scaling.engine import ScaleAction, ScaleDecision, decide_scale
+from infertune.scaling.engine import ScaleDecision
 from infertune.scaling.signals import TargetSignals
-from infertune.scaling.state import ScalingState, format_time
+from infertune.scaling.state import format_time
 
 RESOURCE = (GROUP, VERSION, PLURAL)
 FIGHT_LIMIT = 2
@@ -172,34 +161,16 @@ def _fight(settings: AutoscalingSettings, key: str, current: int) -> bool:
     return settings.fights.get(key, 0) >= FIGHT_LIMIT
 
 
-def _condition(kind: ConditionType, ok: bool, reason: str, message: str, generation: int,
-               now: str) -> Condition:
-    status = ConditionStatus.TRUE if ok else ConditionStatus.FALSE
-    return make_condition(kind, status, reason, message, generation, now)
-
-
-def _set_conditions(patch: kopf.Patch, status: dict[str, Any], *new: Condition) -> None:
-    """Write `new` over the stored conditions, keeping the others (the list is replaced whole)."""
-    conditions = [Condition.model_validate(c) for c in status.get("conditions") or []]
-    for condition in new:
-        conditions = set_condition(conditions, condition)
-    patch.status["conditions"] = [c.model_dump(by_alias=True, mode="json", exclude_none=True)
-                                  for c in conditions]
-
-
-def _status_block(decision: ScaleDecision, state: ScalingState, stamp: str,
-                  last_scale: str | None) -> AutoscalingStatus:
-    reading = decision.signals
-    latency = reading.latency_s
-    return AutoscalingStatus(
-        current_replicas=decision.current_replicas, desired_replicas=decision.desired_replicas,
-        p99_ms=None if latency is None else round(latency * 1000, 1),
-        p99=None if latency is None else format_duration(latency),
-        queue_depth=None if reading.queue_per_replica is None else round(
-            reading.queue_per_replica, 2),
-        breaches=reading.breaches, reason=decision.reason, action=decision.action.value,
-        latency_kind=reading.latency_kind, evaluated=stamp, last_scale_time=last_scale,
-        state=AutoscalingState.model_validate(state.to_json()))
+def _blocked(settings: AutoscalingSettings, key: str, deployment: str, current: int,
+             hpa: str | None) -> Blocked | None:
+    if hpa is not None:
+        return Blocked("HorizontalPodAutoscalerPresent", f"HorizontalPodAutoscaler {hpa} also "
+                       f"scales {deployment}; remove it or disable spec.autoscaling")
+    if _fight(settings, key, current):
+        return Blocked("ReplicaFight", f"another writer reverted the replicas of {deployment} "
+                       f"{settings.fights.get(key, 0)} times (GitOps without ignoreDifferences "
+                       "on /spec/replicas?); replicas are no longer written")
+    return None
 
 
 def evaluate(namespace: str, name: str, generation: int, spec: InferenceTuningSpec,
@@ -207,90 +178,22 @@ def evaluate(namespace: str, name: str, generation: int, spec: InferenceTuningSp
              hpas: kopf.Index[tuple[str, str], str], body: kopf.Body, patch: kopf.Patch,
              now: float) -> ScaleDecision:
     """Decide, write replicas (unless DryRun, a fight or an HPA), and report."""
-    assert spec.autoscaling is not None
-    key, stamp = f"{namespace}/{name}", format_time(now)
+    key, deployment = f"{namespace}/{name}", spec.target_ref.name
     apps = client.AppsV1Api()
-    deployment = spec.target_ref.name
     scale = apps.read_namespaced_deployment_scale(deployment, namespace)
     current = int(scale.spec.replicas or 0) if scale.spec else 0
-    previous = status.get("autoscaling") or {}
-    state = ScalingState.from_json(previous.get("state"))
-    decision = decide_scale(spec.autoscaling, current, signals, state, now)
-
     hpa = next(iter(hpas.get((namespace, deployment), [])), None)
-    fight = _fight(settings, key, current)
-    blocked = ("HorizontalPodAutoscalerPresent", f"HorizontalPodAutoscaler {hpa} also scales "
-               f"{deployment}; remove it or disable spec.autoscaling") if hpa else (
-        "ReplicaFight", f"another writer reverted the replicas of {deployment} "
-        f"{settings.fights.get(key, 0)} times (GitOps without ignoreDifferences on "
-        "/spec/replicas?); replicas are no longer written") if fight else None
-    changes = decision.desired_replicas != current
-    applied = changes and spec.mode is Mode.ENFORCE and blocked is None
-    last_scale = previous.get("lastScaleTime")
-    if applied:
+    blocked = _blocked(settings, key, deployment, current, hpa)
+    planned = plan_evaluation(spec, generation, status, signals, current, blocked, now)
+    if planned.write is not None:
+        # Written before the status: if this call fails, the status keeps the old state.
         apps.patch_namespaced_deployment_scale(deployment, namespace,
-                                               {"spec": {"replicas": decision.desired_replicas}})
-        settings.written[key] = (current, decision.desired_replicas)
-        last_scale = stamp
-    kept = decision.state if applied else decision.held_state
-
-    problems = "; ".join(decision.signals.problems)
-    _set_conditions(patch, status, _condition(
-        ConditionType.METRICS_AVAILABLE, not problems, "MetricsMissing" if problems else "Found",
-        problems or "queue and latency series found", generation, stamp), _condition(
-        ConditionType.SCALING_ACTIVE, blocked is None, blocked[0] if blocked else (
-            "DryRun" if spec.mode is Mode.DRY_RUN else "Scaling"),
-        blocked[1] if blocked else decision.reason, generation, stamp))
-    block = _status_block(decision, kept, stamp, last_scale)
-    patch.status["autoscaling"] = block.model_dump(by_alias=True, mode="json", exclude_none=True)
-    _report(decision, changes, applied, spec, status, patch, body, stamp)
-    if spec.batching.mode.value != "Off":
-        rec = recommend_batching(spec.batching, spec.engine, spec.autoscaling, decision.signals,
-                                 (status.get("batching") or {}).get("recommended"))
-        if rec is not None:
-            knob_value = _applied(spec, (status.get("batching") or {}).get("applied"),
-                                  rec.recommended)
-            patch.status["batching"] = BatchingStatus(
-                knob=rec.knob.value, current=rec.current, recommended=rec.recommended,
-                applied=knob_value, reason=rec.reason,
-            ).model_dump(by_alias=True, mode="json", exclude_none=True)
-    return decision
-
-
-APPLY_STEP = 0.25
-"""Batching mode Auto follows the recommendation only when it moves by this fraction: every
-change re-creates the pods."""
-
-
-def _applied(spec: InferenceTuningSpec, previous: int | None, recommended: int) -> int | None:
-    if spec.batching.mode is not BatchingMode.AUTO or spec.mode is Mode.DRY_RUN:
-        return None
-    if previous is None or abs(recommended - previous) >= APPLY_STEP * previous:
-        return recommended
-    return int(previous)
-
-
-def _report(decision: ScaleDecision, changes: bool, applied: bool, spec: InferenceTuningSpec,
-            status: dict[str, Any], patch: kopf.Patch, body: kopf.Body, stamp: str) -> None:
-    """An Event and a decision record for each scale action (or would-be action)."""
-    previous_action = (status.get("autoscaling") or {}).get("action")
-    batching_news = (decision.action is ScaleAction.TUNE_BATCHING
-                     and previous_action != ScaleAction.TUNE_BATCHING.value)
-    if not changes and not batching_news:
-        return
-    reason = {ScaleAction.SCALE_OUT: "ScaledOut", ScaleAction.SCALE_IN: "ScaledIn",
-              ScaleAction.FALLBACK: "ScaledToFallback",
-              ScaleAction.TUNE_BATCHING: "TuneBatching"}.get(decision.action, "Scaled")
-    prefix = "" if applied or not changes else (
-        "dry run, not applied: " if spec.mode is Mode.DRY_RUN else "not applied: ")
-    kopf.event(body, type="Normal", reason=reason, message=(prefix + decision.reason)[:1000])
-    decisions = [*(status.get("decisions") or []), Decision(
-        time=stamp, feature="autoscaling",
-        action=f"{decision.action.value} {decision.current_replicas} -> "
-               f"{decision.desired_replicas}",
-        reason=decision.reason[:1000], applied=applied).model_dump(by_alias=True,
-                                                                   mode="json")][-MAX_DECISIONS:]
-    patch.status["decisions"] = decisions
+                                               {"spec": {"replicas": planned.write}})
+        settings.written[key] = (current, planned.write)
+    patch.status.update(planned.status)
+    if planned.event is not None:
+        kopf.event(body, type="Normal", reason=planned.event[0], message=planned.event[1])
+    return planned.decision
 
 
 @kopf.timer(*RESOURCE, interval=1.0, initial_delay=1.0,  # type: ignore[arg-type]
@@ -305,10 +208,13 @@ def autoscale(namespace: str, name: str, spec: kopf.Spec, status: kopf.Status, m
     if parsed is None:
         return  # invalid (reported by the controller) or without autoscaling
     if settings.source is None:
-        _set_conditions(patch, dict(status), _condition(
-            ConditionType.SCALING_ACTIVE, False, "NoPrometheus", "the operator runs without "
-            "--prometheus-url, so spec.autoscaling cannot be evaluated",
-            generation, format_time(time.time())))
+        condition = make_condition(
+            ConditionType.SCALING_ACTIVE, ConditionStatus.FALSE, "NoPrometheus", "the operator "
+            "runs without --prometheus-url, so spec.autoscaling cannot be evaluated",
+            generation, format_time(time.time()))
+        patch.status["conditions"] = merge_condition_dicts(
+            status.get("conditions") or [],
+            condition.model_dump(by_alias=True, mode="json", exclude_none=True))
         return
     now = time.time()
     signals = signals_if_due(settings, f"{namespace}/{name}", parsed, tunings_by_target, now)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from datetime import UTC, datetime
+from typing import Any
 
 from infertune.api.status import Condition, ConditionStatus, ConditionType, Phase
 
@@ -38,6 +39,25 @@ def set_condition(conditions: Iterable[Condition], new: Condition) -> list[Condi
         out.append(new)
     if not replaced:
         out.append(new)
+    return out
+
+
+def merge_condition_dicts(stored: Iterable[Any], *new: dict[str, Any]) -> list[dict[str, Any]]:
+    """`set_condition` for conditions as stored in status (plain dicts, camelCase), for the
+    autoscaler, which writes two conditions per tuning per cycle: each of `new` replaces the
+    one of its type, keeping its lastTransitionTime while the status is the same."""
+    by_type = {c["type"]: c for c in new}
+    out: list[dict[str, Any]] = []
+    for current in stored:
+        kind = current.get("type") if isinstance(current, dict) else None
+        replacement = by_type.pop(kind, None) if kind is not None else None
+        if replacement is None:
+            out.append(current)
+            continue
+        if current.get("status") == replacement["status"] and current.get("lastTransitionTime"):
+            replacement = {**replacement, "lastTransitionTime": current["lastTransitionTime"]}
+        out.append(replacement)
+    out.extend(by_type.values())
     return out
 
 

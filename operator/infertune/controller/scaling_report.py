@@ -1,0 +1,170 @@
+"""What one autoscaling evaluation writes, as a pure function: the replicas to write, the status
+patch (conditions, `status.autoscaling`, `status.batching`, decisions) and the Event.
+
+The shell (autoscaling.py) reads the scale subresource, calls `plan_evaluation`, writes the
+replicas and then this patch. The patch is built as plain dicts in the shape of the models in
+api/status.py (tests validate each one against its model): it is built for every tuning in every
+cycle, and validating and dumping models there cost more than the decision itself.
+
+The patch is a JSON merge patch, so a field that no longer has a value is sent as None, which
+removes it; leaving it out would keep the old value (a p99 from before an outage, or a
+metricsMissingSince from the last one).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, NamedTuple
+
+from infertune.api.scaling import BatchingMode
+from infertune.api.spec import InferenceTuningSpec, Mode
+from infertune.api.status import MAX_DECISIONS, ConditionType
+from infertune.api.units import format_duration
+from infertune.controller.conditions import MAX_MESSAGE, merge_condition_dicts
+from infertune.scaling.batching import recommend_batching
+from infertune.scaling.engine import ScaleAction, ScaleDecision, decide_scale
+from infertune.scaling.signals import TargetSignals
+from infertune.scaling.state import ScalingState, format_time
+
+APPLY_STEP = 0.25
+"""Batching mode Auto follows the recommendation only when it moves by this fraction: every
+change re-creates the pods."""
+EVENT_REASONS = {ScaleAction.SCALE_OUT: "ScaledOut", ScaleAction.SCALE_IN: "ScaledIn",
+                 ScaleAction.FALLBACK: "ScaledToFallback",
+                 ScaleAction.TUNE_BATCHING: "TuneBatching"}
+
+
+class Blocked(NamedTuple):
+    """Why replicas are not written although the spec says Enforce (a condition reason and its
+    message)."""
+
+    reason: str
+    message: str
+
+
+class Evaluation(NamedTuple):
+    decision: ScaleDecision
+    write: int | None
+    """Replicas to write through the scale subresource; None writes nothing."""
+    status: dict[str, Any]
+    """The status merge patch, to apply once the replicas are written."""
+    event: tuple[str, str] | None
+    """(reason, message) of the Event to post, if the evaluation is news."""
+
+
+def plan_evaluation(spec: InferenceTuningSpec, generation: int, status: Mapping[str, Any],
+                    signals: TargetSignals, current: int, blocked: Blocked | None,
+                    now: float) -> Evaluation:
+    """Decide from the state stored in `status`, and say what to write and report."""
+    assert spec.autoscaling is not None
+    previous: Mapping[str, Any] = status.get("autoscaling") or {}
+    decision = decide_scale(spec.autoscaling, current, signals,
+                            ScalingState.from_json(previous.get("state")), now)
+    stamp = format_time(now)
+    changes = decision.desired_replicas != current
+    applied = changes and spec.mode is Mode.ENFORCE and blocked is None
+    patch: dict[str, Any] = {
+        "conditions": _conditions(spec, generation, status, decision, blocked, stamp),
+        "autoscaling": _autoscaling_block(
+            decision, decision.state if applied else decision.held_state, stamp,
+            stamp if applied else previous.get("lastScaleTime")),
+    }
+    event = _news(spec, status, decision, changes, applied, stamp, patch)
+    batching = _batching_block(spec, status, decision)
+    if batching is not None:
+        patch["batching"] = batching
+    return Evaluation(decision, decision.desired_replicas if applied else None, patch, event)
+
+
+def _conditions(spec: InferenceTuningSpec, generation: int, status: Mapping[str, Any],
+                decision: ScaleDecision, blocked: Blocked | None,
+                stamp: str) -> list[dict[str, Any]]:
+    problems = "; ".join(decision.signals.problems)
+    metrics = _condition(ConditionType.METRICS_AVAILABLE, not problems,
+                         "MetricsMissing" if problems else "Found",
+                         problems or "queue and latency series found", generation, stamp)
+    if blocked is not None:
+        scaling = _condition(ConditionType.SCALING_ACTIVE, False, blocked.reason,
+                             blocked.message, generation, stamp)
+    else:
+        scaling = _condition(ConditionType.SCALING_ACTIVE, True,
+                             "DryRun" if spec.mode is Mode.DRY_RUN else "Scaling",
+                             decision.reason, generation, stamp)
+    return merge_condition_dicts(status.get("conditions") or [], metrics, scaling)
+
+
+def _condition(kind: ConditionType, ok: bool, reason: str, message: str, generation: int,
+               stamp: str) -> dict[str, Any]:
+    """A metav1.Condition as stored (api.status.Condition, camelCase)."""
+    return {"type": kind.value, "status": "True" if ok else "False",
+            "observedGeneration": generation, "lastTransitionTime": stamp, "reason": reason,
+            "message": message[:MAX_MESSAGE]}
+
+
+def _autoscaling_block(decision: ScaleDecision, state: ScalingState, stamp: str,
+                       last_scale: str | None) -> dict[str, Any]:
+    """`status.autoscaling` (api.status.AutoscalingStatus); None fields are removed."""
+    reading = decision.signals
+    latency, queue = reading.latency_s, reading.queue_per_replica
+    stored = state.to_json()
+    return {
+        "currentReplicas": decision.current_replicas,
+        "desiredReplicas": decision.desired_replicas,
+        "p99Ms": None if latency is None else round(latency * 1000, 1),
+        "p99": None if latency is None else format_duration(latency),
+        "queueDepth": None if queue is None else round(queue, 2),
+        "lastScaleTime": last_scale,
+        "breaches": reading.breaches,
+        "reason": decision.reason,
+        "action": decision.action.value,
+        "latencyKind": reading.latency_kind,
+        "evaluated": stamp,
+        "state": stored,
+    }
+
+
+def _news(spec: InferenceTuningSpec, status: Mapping[str, Any], decision: ScaleDecision,
+          changes: bool, applied: bool, stamp: str,
+          patch: dict[str, Any]) -> tuple[str, str] | None:
+    """The Event and the decision record for a scale action (or would-be action), if any."""
+    previous_action = (status.get("autoscaling") or {}).get("action")
+    batching_news = (decision.action is ScaleAction.TUNE_BATCHING
+                     and previous_action != ScaleAction.TUNE_BATCHING.value)
+    if not changes and not batching_news:
+        return None
+    prefix = "" if applied or not changes else (
+        "dry run, not applied: " if spec.mode is Mode.DRY_RUN else "not applied: ")
+    record = {"time": stamp, "feature": "autoscaling",
+              "action": f"{decision.action.value} {decision.current_replicas} -> "
+                        f"{decision.desired_replicas}",
+              "reason": decision.reason[:1000], "applied": applied}
+    patch["decisions"] = [*(status.get("decisions") or []), record][-MAX_DECISIONS:]
+    return EVENT_REASONS.get(decision.action, "Scaled"), (prefix + decision.reason)[:1000]
+
+
+def _batching_block(spec: InferenceTuningSpec, status: Mapping[str, Any],
+                    decision: ScaleDecision) -> dict[str, Any] | None:
+    """`status.batching` (api.status.BatchingStatus), or None when batching is Off."""
+    assert spec.autoscaling is not None
+    if spec.batching.mode is BatchingMode.OFF:
+        return None
+    stored: Mapping[str, Any] = status.get("batching") or {}
+    rec = recommend_batching(spec.batching, spec.engine, spec.autoscaling, decision.signals,
+                             stored.get("recommended"))
+    if rec is None:
+        return None
+    block = {"knob": rec.knob.value, "current": rec.current, "recommended": rec.recommended,
+             "applied": _applied_knob(spec, stored.get("applied"), rec.recommended),
+             "reason": rec.reason}
+    # Unknown values are left out, not removed: an applied value outside mode Auto (or in
+    # DryRun) stays as it was, and the webhook reads it only in mode Auto.
+    return {k: v for k, v in block.items() if v is not None}
+
+
+def _applied_knob(spec: InferenceTuningSpec, previous: int | None,
+                  recommended: int) -> int | None:
+    if spec.batching.mode is not BatchingMode.AUTO or spec.mode is Mode.DRY_RUN:
+        return None
+    if previous is None or abs(recommended - previous) >= APPLY_STEP * previous:
+        return recommended
+    return int(previous)

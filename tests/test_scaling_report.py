@@ -1,0 +1,155 @@
+"""What one autoscaling evaluation writes: replicas, the status merge patch and the Event.
+
+The patch is built as plain dicts for speed; these tests hold it to the status models (the
+shape the CRD is generated from) and to merge-patch semantics, where a value left out is kept.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from infertune.api.spec import InferenceTuningSpec
+from infertune.api.status import (
+    MAX_DECISIONS,
+    AutoscalingStatus,
+    BatchingStatus,
+    Condition,
+    Decision,
+)
+from infertune.controller.conditions import merge_condition_dicts
+from infertune.controller.scaling_report import Blocked, plan_evaluation
+from infertune.scaling.signals import Series, TargetSignals, Window
+from infertune.scaling.state import format_time
+
+NOW = 1_700_000_000.0
+STAMP = format_time(NOW)
+
+
+def spec(**fields: Any) -> InferenceTuningSpec:
+    base: dict[str, Any] = {"targetRef": {"name": "llm"}, "engine": "vllm",
+                            "autoscaling": {"minReplicas": 1, "maxReplicas": 20}}
+    return InferenceTuningSpec.model_validate(base | fields)
+
+
+def signals(queue: float | None = 48.0, latency_s: float = 0.05,
+            now: float = NOW) -> TargetSignals:
+    window = (Window.missing("no series for Deployment ns/llm", "q") if queue is None else
+              Window.of_points([(now - 30 + i, queue) for i in range(31)], now, 30.0, 1.0, 32.0))
+    points = ((now - 15, latency_s), (now, latency_s))
+    rates = ((now - 15, 10.0), (now, 10.0))
+    if queue is None:
+        missing = Series.missing("no series for Deployment ns/llm", "l")
+        return TargetSignals(window, missing, missing)
+    return TargetSignals(window, Series(points, 15.0), Series(rates, 15.0))
+
+
+def merged(stored: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
+    """RFC 7386 JSON merge patch, as the API server applies kopf's status patch."""
+    out = dict(stored)
+    for key, value in patch.items():
+        if value is None:
+            out.pop(key, None)
+        elif isinstance(value, dict):
+            previous = out.get(key)
+            out[key] = merged(previous if isinstance(previous, dict) else {}, value)
+        else:
+            out[key] = value
+    return out
+
+
+def test_scale_out_writes_replicas_and_reports_in_the_shape_of_the_status_models() -> None:
+    planned = plan_evaluation(spec(), 3, {}, signals(), 4, None, NOW)
+    assert planned.write == 6
+    block = planned.status["autoscaling"]
+    assert merged({}, block) == AutoscalingStatus.model_validate(block).model_dump(
+        by_alias=True, mode="json", exclude_none=True)
+    assert block["lastScaleTime"] == STAMP and block["state"]["scaleEvents"] == [
+        {"time": STAMP, "change": 2}]
+    for condition in planned.status["conditions"]:
+        Condition.model_validate(condition)
+    (record,) = planned.status["decisions"]
+    assert Decision.model_validate(record).action == "ScaleOut 4 -> 6"
+    assert planned.event is not None and planned.event[0] == "ScaledOut"
+    assert "queue 48.0/replica" in planned.event[1]
+
+
+def test_a_hold_writes_nothing_and_posts_no_event() -> None:
+    planned = plan_evaluation(spec(), 1, {}, signals(queue=30.0), 4, None, NOW)
+    assert (planned.write, planned.event) == (None, None)
+    assert "decisions" not in planned.status
+    assert planned.status["autoscaling"]["action"] == "Hold"
+
+
+@pytest.mark.parametrize(("mode", "blocked", "prefix", "reason"), [
+    ("DryRun", None, "dry run, not applied: ", "DryRun"),
+    ("Enforce", Blocked("ReplicaFight", "another writer"), "not applied: ", "ReplicaFight"),
+])
+def test_dry_run_and_blocked_writes_report_the_decision_without_writing(
+        mode: str, blocked: Blocked | None, prefix: str, reason: str) -> None:
+    planned = plan_evaluation(spec(mode=mode), 1, {}, signals(), 4, blocked, NOW)
+    assert planned.write is None
+    assert planned.event is not None and planned.event[1].startswith(prefix)
+    assert planned.status["decisions"][0]["applied"] is False
+    assert planned.status["autoscaling"]["state"]["scaleEvents"] == []  # nothing happened
+    assert "lastScaleTime" not in merged({}, planned.status["autoscaling"])
+    scaling = next(c for c in planned.status["conditions"] if c["type"] == "ScalingActive")
+    assert scaling["reason"] == reason
+
+
+def test_values_that_went_missing_are_removed_not_left_stale() -> None:
+    before = plan_evaluation(spec(), 1, {}, signals(queue=30.0), 4, None, NOW - 15).status
+    outage = plan_evaluation(spec(), 1, before, signals(queue=None), 4, None, NOW)
+    stored = merged(before, outage.status)
+    assert "p99Ms" not in stored["autoscaling"] and "queueDepth" not in stored["autoscaling"]
+    assert stored["autoscaling"]["state"]["metricsMissingSince"] == STAMP
+    back = plan_evaluation(spec(), 1, stored, signals(queue=30.0, now=NOW + 15), 4, None,
+                           NOW + 15)
+    restored = merged(stored, back.status)
+    assert "metricsMissingSince" not in restored["autoscaling"]["state"]
+    assert restored["autoscaling"]["p99Ms"] == 50.0
+
+
+def test_conditions_keep_their_transition_time_and_the_others_untouched() -> None:
+    ready = {"type": "Ready", "status": "True", "lastTransitionTime": "2023-01-01T00:00:00Z",
+             "reason": "Reconciled", "message": ""}
+    first = plan_evaluation(spec(), 1, {"conditions": [ready]}, signals(queue=30.0), 4, None,
+                            NOW - 15).status
+    again = plan_evaluation(spec(), 1, first, signals(queue=30.0), 4, None, NOW).status
+    by_type = {c["type"]: c for c in again["conditions"]}
+    assert by_type["Ready"] == ready
+    assert by_type["ScalingActive"]["lastTransitionTime"] == format_time(NOW - 15)
+    lost = plan_evaluation(spec(), 1, again, signals(queue=None), 4, None, NOW + 15).status
+    metrics = next(c for c in lost["conditions"] if c["type"] == "MetricsAvailable")
+    assert (metrics["status"], metrics["lastTransitionTime"]) == ("False", format_time(NOW + 15))
+    assert "no series for Deployment ns/llm" in metrics["message"]
+
+
+def test_merge_condition_dicts_appends_new_types_and_keeps_foreign_entries() -> None:
+    new = {"type": "ScalingActive", "status": "True", "lastTransitionTime": STAMP,
+           "reason": "Scaling", "message": "m"}
+    assert merge_condition_dicts(["odd"], new) == ["odd", new]
+
+
+def test_decision_records_are_capped() -> None:
+    old = [{"time": STAMP, "feature": "mig", "action": "a", "reason": "r", "applied": True}]
+    planned = plan_evaluation(spec(), 1, {"decisions": old * MAX_DECISIONS}, signals(), 4,
+                              None, NOW)
+    assert len(planned.status["decisions"]) == MAX_DECISIONS
+    assert planned.status["decisions"][-1]["feature"] == "autoscaling"
+
+
+def test_batching_auto_applies_a_large_move_and_dry_run_leaves_applied_alone() -> None:
+    auto = {"batching": {"mode": "Auto"}}
+    stored = {"batching": {"knob": "max-num-seqs", "recommended": 128, "applied": 128}}
+    breach = signals(queue=5.0, latency_s=0.15)
+    planned = plan_evaluation(spec(**auto), 1, stored, breach, 4, None, NOW)
+    block = planned.status["batching"]
+    assert BatchingStatus.model_validate(block).applied == 64
+    assert block["recommended"] == 64 and planned.status["autoscaling"]["action"] == \
+        "TuneBatching"
+    dry = plan_evaluation(spec(mode="DryRun", **auto), 1, stored, breach, 4, None, NOW)
+    assert "applied" not in dry.status["batching"]  # the stored 128 stays
+    off = plan_evaluation(spec(), 1, stored, breach, 4, None, NOW)
+    assert "batching" not in off.status
