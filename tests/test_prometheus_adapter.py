@@ -28,6 +28,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from infertune.api.spec import Engine
 from infertune.autoscale_cli import add_autoscale_commands
+from infertune.metrics import prometheus as prometheus_adapter
 from infertune.metrics import promql
 from infertune.metrics.presets import PRESETS
 from infertune.metrics.prometheus import PrometheusSource
@@ -186,6 +187,7 @@ def test_a_batch_of_targets_costs_one_query_per_signal(prometheus: PrometheusSer
                target("idle", "quiet"), target("serving", "ghost"),
                *(target(f"ns-{i}", "llm") for i in range(20))]
     source = PrometheusSource(prometheus.url)
+    fetch_when(source, targets[:1], "serving/llm")  # the history exists (run alone, too)
     before = queries(prometheus)
     got = source.fetch(targets, time.time())
     after = queries(prometheus)
@@ -196,6 +198,34 @@ def test_a_batch_of_targets_costs_one_query_per_signal(prometheus: PrometheusSer
     assert got["serving/llm"].queue.available
     assert got["serving/llm"].queue.last == 30.0  # llmx's 900 in the same answer is not llm's
     assert not got["serving/ghost"].queue.available
+
+
+def test_plans_are_reused_for_the_same_targets_and_redone_when_they_change(
+        prometheus: PrometheusServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    planned: list[int] = []
+    real = prometheus_adapter.plan_queries
+
+    def counting(targets: Any, resolution_s: float) -> Any:
+        planned.append(len(targets))
+        return real(targets, resolution_s)
+
+    monkeypatch.setattr(prometheus_adapter, "plan_queries", counting)
+    source = PrometheusSource(prometheus.url)
+    first = [target("serving", "llm")]
+    fetch_when(source, first, "serving/llm")
+    assert source.fetch(list(first), time.time())["serving/llm"].queue.last == 30.0
+    assert planned == [1], "the same target objects were planned again"
+    planned.clear()
+    # A new target, and an equal target that is another object: both are planned again. The
+    # short lists name their Deployments, so a stale plan would leave sgl without data.
+    grown = source.fetch([target("serving", "llm"), target("serving", "sgl", Engine.SGLANG)],
+                         time.time())
+    assert planned == [2]
+    assert grown["serving/sgl"].queue.available and grown["serving/llm"].queue.last == 30.0
+    # As many targets as before, not the same ones.
+    swapped = source.fetch([target("serving", "sgl", Engine.SGLANG), target("idle", "quiet")],
+                           time.time())
+    assert planned == [2, 2] and swapped["serving/sgl"].queue.available
 
 
 def queries(prometheus: PrometheusServer) -> dict[str, float]:

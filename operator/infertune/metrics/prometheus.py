@@ -8,6 +8,7 @@ timeout, a refused connection, an HTTP error.
 from __future__ import annotations
 
 import math
+import operator
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -48,17 +49,32 @@ class PrometheusSource:
         # instead of one slow Prometheus holding every tuning's evaluation for several timeouts.
         self._client = PrometheusConnect(url=self.url, headers=dict(headers or {}),
                                          session=session, retry=Retry(total=False))
+        self._planned: tuple[tuple[MetricsTarget, ...], list[tuple[QueryPlan, str | None]]] = (
+            (), [])
 
     def fetch(self, targets: Sequence[MetricsTarget], now: float) -> dict[str, TargetSignals]:
         found: dict[str, dict[Signal, SignalData]] = {t.key: {} for t in targets}
-        for plan in plan_queries(targets, self.resolution_s):
-            answer = self._run(plan, now)
+        for plan, query in self._plans(targets):
+            answer = self._run(plan, query, now)
+            signal, hits = plan.signal, answer.hits
             for target in plan.members:
-                found[target.key][plan.signal] = answer(target)
+                got = hits.get((target.namespace, target.deployment))
+                found[target.key][signal] = got if got is not None else answer.missing(target)
         return {t.key: _signals(t, found[t.key]) for t in targets}
 
-    def _run(self, plan: QueryPlan, now: float) -> _Answer:
-        query = plan.query()
+    def _plans(self, targets: Sequence[MetricsTarget]) -> list[tuple[QueryPlan, str | None]]:
+        """The plans for `targets` and their query text, kept while the same target objects
+        are asked for again (the operator caches them per tuning generation): planning and
+        escaping a thousand names is a good part of a cycle otherwise. The kept tuple holds
+        the targets, so their identities cannot be reused by other objects meanwhile."""
+        known, plans = self._planned
+        if len(known) == len(targets) and all(map(operator.is_, known, targets)):
+            return plans
+        plans = [(plan, plan.query()) for plan in plan_queries(targets, self.resolution_s)]
+        self._planned = (tuple(targets), plans)
+        return plans
+
+    def _run(self, plan: QueryPlan, query: str | None, now: float) -> _Answer:
         if query is None:
             return _Answer(plan, {}, "the engine exports no such metric")
         end = math.floor(now)
@@ -80,16 +96,17 @@ class PrometheusSource:
 
 
 class _Answer:
-    """One plan's result, looked up per target."""
+    """One plan's result: `hits` holds the usable data by (namespace, Deployment), and
+    `missing` says why a target has none."""
 
     def __init__(self, plan: QueryPlan, found: Mapping[SeriesKey, SignalData],
                  error: str | None) -> None:
         self.plan, self.found, self.error = plan, found, error
+        self.hits = {} if error is not None else {
+            key: data for key, data in found.items() if data.problem is None}
 
-    def __call__(self, target: MetricsTarget) -> SignalData:
+    def missing(self, target: MetricsTarget) -> SignalData:
         got = self.found.get((target.namespace, target.deployment))
-        if got is not None and self.error is None and got.problem is None:
-            return got
         query = self.plan.query_for(target)
         missing = Window.missing if self.plan.window else Series.missing
         if self.error is not None:
@@ -108,7 +125,7 @@ def _series(result: list[dict[str, Any]], plan: QueryPlan,
     for item in result:
         labels = item["metric"]
         key = (labels.get(namespace_label, ""), labels.get(TARGET_LABEL, ""))
-        series = Series.of(((float(t), float(v)) for t, v in item["values"]), step)
+        series = Series.of([(float(t), float(v)) for t, v in item["values"]], step)
         if series.available and series.points[-1][0] < fresh:
             newest = format_time(series.points[-1][0])
             series = Series.missing(f"stale: the newest sample is from {newest}")
@@ -141,7 +158,7 @@ def _windows(result: list[dict[str, Any]], plan: QueryPlan,
 
 
 def _signals(target: MetricsTarget, found: dict[Signal, SignalData]) -> TargetSignals:
-    problem = unsupported(target)
+    problem = None if found else unsupported(target)  # every supported target is planned
     if problem is not None:
         return TargetSignals(Window.missing(problem), Series.missing(problem),
                              Series.missing(problem), latency_kind=target.latency_kind)

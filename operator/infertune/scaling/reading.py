@@ -64,20 +64,11 @@ def read_signals(spec: AutoscalingSpec, signals: TargetSignals, now: float) -> R
     rate_now = signals.request_rate.latest(now)
     breaches = _consecutive_breaches(spec, signals)
     quiet = rate_now is not None and rate_now < spec.latency.min_request_rate
-    return Reading(
-        queue_per_replica=queue_now,
-        queue_above_for_s=above_for,
-        queue_sustained=sustained,
-        latency_s=None if quiet else latency_now,
-        latency_kind=signals.latency_kind,
-        request_rate=rate_now,
-        breaches=breaches,
-        latency_breached=breaches >= spec.latency.consecutive_samples,
-        latency_quiet=quiet,
-        running_per_replica=signals.running.latest(now),
-        running_peak=signals.running.peak if signals.running.available else None,
-        problems=signals.problems(),
-    )
+    return Reading(  # positional: one per tuning per cycle, and keywords cost more
+        queue_now, above_for, sustained, None if quiet else latency_now, signals.latency_kind,
+        rate_now, breaches, breaches >= spec.latency.consecutive_samples, quiet,
+        signals.running.latest(now), signals.running.peak if signals.running.available else None,
+        signals.problems())
 
 
 def _queue_sustain(spec: AutoscalingSpec, signals: TargetSignals, now: float,

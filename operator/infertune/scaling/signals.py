@@ -45,7 +45,8 @@ class Series(NamedTuple):
     @classmethod
     def of(cls, points: Iterable[tuple[float, float]], step: float, query: str = "") -> Series:
         """A series from raw points; NaN and +-Inf are dropped (they are no data, not zero)."""
-        finite = tuple(p for p in points if math.isfinite(p[1]))
+        isfinite = math.isfinite
+        finite = tuple([p for p in points if isfinite(p[1])])
         if not finite:
             return cls.missing("only NaN or infinite values", query)
         return cls(finite, step, query)
@@ -151,6 +152,9 @@ class TargetSignals:
     """What `latency` is: a quantile such as p99, or "mean" where the engine has no histogram."""
 
     def problems(self) -> tuple[str, ...]:
+        if (self.queue.problem is None and self.latency.problem is None
+                and self.request_rate.problem is None):
+            return ()  # the usual case, without building the list below
         named: tuple[tuple[str, Series | Window], ...] = (
             ("queue", self.queue), ("latency", self.latency), ("requestRate", self.request_rate))
         return tuple(f"{name}: {s.problem}" for name, s in named if s.problem is not None)
