@@ -38,9 +38,10 @@ from e2e.fixtures.waiting import wait_for
 from prometheus_client import CollectorRegistry, Gauge, Histogram
 
 from infertune.controller.autoscaling import AutoscalingSettings, signals_if_due
+from infertune.controller.main import freeze_startup_objects
+from infertune.controller.scaling_report import plan_evaluation
 from infertune.metrics.prometheus import PrometheusSource
-from infertune.scaling.engine import decide_scale
-from infertune.scaling.state import Recommendation, ScaleEvent, ScalingState
+from infertune.scaling.state import Recommendation, ScaleEvent, ScalingState, format_time
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 MAX_TUNINGS = 1000
@@ -99,10 +100,16 @@ def index(count: int) -> dict[tuple[str, str], list[dict[str, Any]]]:
     return out
 
 
-def stored_state(now: float) -> dict[str, Any]:
-    """status.autoscaling.state after 20 evaluations (the 5 min scale-down window at 15 s)."""
-    recs = [Recommendation(now - 15 * k, 2) for k in range(20, 0, -1)]
-    return ScalingState(tuple(recs), (ScaleEvent(now - 100, 1),)).to_json()
+def stored_status(i: int, now: float) -> dict[str, Any]:
+    """The status of tuning i as the last evaluation left it: conditions, and a state with a
+    varied recommendation history over the 5 min scale-down window (20 evaluations at 15 s,
+    between 1 and 6 replicas) and one scale event."""
+    recs = tuple(Recommendation(now - 15 * k, 1 + (i * 7 + k * 3) % 6) for k in range(20, 0, -1))
+    state = ScalingState(recs, (ScaleEvent(now - 100, 1),)).to_json()
+    conditions = [{"type": t, "status": "True", "observedGeneration": 1,
+                   "lastTransitionTime": format_time(now - 3600), "reason": "Earlier",
+                   "message": "as it was"} for t in ("Ready", "MetricsAvailable", "ScalingActive")]
+    return {"conditions": conditions, "autoscaling": {"state": state, "action": "Hold"}}
 
 
 def measure(url: str, count: int, resolution_s: float, cycles: int) -> dict[str, Any]:
@@ -110,35 +117,45 @@ def measure(url: str, count: int, resolution_s: float, cycles: int) -> dict[str,
     settings = AutoscalingSettings(
         source=PrometheusSource(url, session=session, timeout_s=30, resolution_s=resolution_s))
     entries = index(count)
-    status = {f"{ns}/{e['name']}": stored_state(time.time()) for (ns, _), (e,) in entries.items()}
-    cpu, wall, queries, with_data = [], [], [], 0
+    start = time.time()
+    status = {f"{ns}/{e['name']}": stored_status(i, start)
+              for i, ((ns, _), (e,)) in enumerate(entries.items())}
+    replicas = dict.fromkeys(status, 2)
+    cpu, wall, queries, with_data, kept, writes = [], [], [], 0, 0.0, []
     for _ in range(cycles):
         time.sleep(float(INTERVAL[:-1]))  # the next slot
         before = session.requests_made
         t0, w0 = time.process_time(), time.perf_counter()
         now = time.time()
-        decisions = []
+        planned = []
         for (ns, _), (entry,) in entries.items():
+            key = f"{ns}/{entry['name']}"
             parsed = settings.parse(ns, entry["name"], entry["uid"], entry["generation"],
                                     entry["spec"])
             assert parsed is not None and parsed.spec.autoscaling is not None
-            signals = signals_if_due(settings, f"{ns}/{entry['name']}", parsed,
-                                     entries, now)  # type: ignore[arg-type]
+            signals = signals_if_due(settings, key, parsed, entries,  # type: ignore[arg-type]
+                                     now)
             assert signals is not None
-            key = f"{ns}/{entry['name']}"
-            decision = decide_scale(parsed.spec.autoscaling, 2, signals,
-                                    ScalingState.from_json(status[key]), now)
-            status[key] = decision.held_state.to_json()  # what the status patch carries
-            decisions.append(decision)
+            evaluation = plan_evaluation(parsed.spec, 1, status[key], signals, replicas[key],
+                                         None, now)
+            planned.append(evaluation)
+            # What the API server would store and return next time (the calls are not made).
+            status[key] = {**status[key], **evaluation.status}
+            if evaluation.write is not None:
+                replicas[key] = evaluation.write
         cpu.append((time.process_time() - t0) * 1000)
         wall.append((time.perf_counter() - w0) * 1000)
         queries.append(session.requests_made - before)
-        with_data = sum(1 for d in decisions if d.signals.queue_per_replica is not None)
+        with_data = sum(1 for e in planned if e.decision.signals.queue_per_replica is not None)
+        writes.append(sum(1 for e in planned if e.write is not None))
+        kept = statistics.mean(len(s["autoscaling"]["state"]["recommendations"])
+                               for s in status.values())
     return {"tunings": count, "queue_resolution_s": resolution_s, "cycles": cycles,
             "queries_per_cycle": max(queries), "fetches": settings.fetches,
             "cpu_ms_median": round(statistics.median(cpu), 1), "cpu_ms_max": round(max(cpu), 1),
             "wall_ms_median": round(statistics.median(wall), 1),
-            "tunings_with_queue_data": with_data}
+            "tunings_with_queue_data": with_data, "stored_recommendations_mean": round(kept, 1),
+            "scale_writes_per_cycle": writes}
 
 
 def main() -> int:
@@ -158,6 +175,7 @@ def main() -> int:
         prometheus.add_scrape_job("vllm", [str(target)])
         prometheus.wait_for_targets_up("vllm", timeout_s=60)
         time.sleep(HISTORY_S)  # the queue rule reads 30 s of history; it has to exist
+        freeze_startup_objects()  # as `infertune run` does before kopf starts
         results = [measure(prometheus.url, n, r, args.cycles) for n, r in SCALES]
     finally:
         prometheus.stop()

@@ -116,14 +116,24 @@ def test_conditions_keep_their_transition_time_and_the_others_untouched() -> Non
              "reason": "Reconciled", "message": ""}
     first = plan_evaluation(spec(), 1, {"conditions": [ready]}, signals(queue=30.0), 4, None,
                             NOW - 15).status
-    again = plan_evaluation(spec(), 1, first, signals(queue=30.0), 4, None, NOW).status
-    by_type = {c["type"]: c for c in again["conditions"]}
+    assert {c["type"] for c in first["conditions"]} == {
+        "Ready", "MetricsAvailable", "ScalingActive"}
+    # Other numbers, the same situation: the conditions are not sent again.
+    again = plan_evaluation(spec(), 1, first, signals(queue=31.0), 4, None, NOW).status
+    assert "conditions" not in again
+    assert "31.0/replica" in again["autoscaling"]["reason"]
+    stored = merged(first, again)
+    lost = plan_evaluation(spec(), 1, stored, signals(queue=None), 4, None, NOW + 15).status
+    by_type = {c["type"]: c for c in lost["conditions"]}
     assert by_type["Ready"] == ready
-    assert by_type["ScalingActive"]["lastTransitionTime"] == format_time(NOW - 15)
-    lost = plan_evaluation(spec(), 1, again, signals(queue=None), 4, None, NOW + 15).status
-    metrics = next(c for c in lost["conditions"] if c["type"] == "MetricsAvailable")
+    metrics = by_type["MetricsAvailable"]
     assert (metrics["status"], metrics["lastTransitionTime"]) == ("False", format_time(NOW + 15))
     assert "no series for Deployment ns/llm" in metrics["message"]
+    assert by_type["ScalingActive"]["lastTransitionTime"] == format_time(NOW - 15)
+    # A new generation is a change even when nothing else is.
+    newer = plan_evaluation(spec(), 2, merged(stored, lost), signals(queue=None), 4, None,
+                            NOW + 30).status
+    assert {c["observedGeneration"] for c in newer["conditions"] if c["type"] != "Ready"} == {2}
 
 
 def test_merge_condition_dicts_appends_new_types_and_keeps_foreign_entries() -> None:

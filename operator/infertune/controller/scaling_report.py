@@ -64,11 +64,13 @@ def plan_evaluation(spec: InferenceTuningSpec, generation: int, status: Mapping[
     changes = decision.desired_replicas != current
     applied = changes and spec.mode is Mode.ENFORCE and blocked is None
     patch: dict[str, Any] = {
-        "conditions": _conditions(spec, generation, status, decision, blocked, stamp),
         "autoscaling": _autoscaling_block(
             decision, decision.state if applied else decision.held_state, stamp,
             stamp if applied else previous.get("lastScaleTime")),
     }
+    conditions = _conditions(spec, generation, status, decision, blocked, stamp)
+    if conditions is not None:
+        patch["conditions"] = conditions
     event = _news(spec, status, decision, changes, applied, stamp, patch)
     batching = _batching_block(spec, status, decision)
     if batching is not None:
@@ -78,7 +80,14 @@ def plan_evaluation(spec: InferenceTuningSpec, generation: int, status: Mapping[
 
 def _conditions(spec: InferenceTuningSpec, generation: int, status: Mapping[str, Any],
                 decision: ScaleDecision, blocked: Blocked | None,
-                stamp: str) -> list[dict[str, Any]]:
+                stamp: str) -> list[dict[str, Any]] | None:
+    """The conditions with MetricsAvailable and ScalingActive as they are now, or None when
+    both already say so (the patch then leaves the list alone).
+
+    Their messages are stable while nothing changes: the reason of each decision, with its
+    numbers, is in status.autoscaling.reason, so conditions change (and are written) only when
+    the situation does, as conditions are meant to.
+    """
     problems = "; ".join(decision.signals.problems)
     metrics = _condition(ConditionType.METRICS_AVAILABLE, not problems,
                          "MetricsMissing" if problems else "Found",
@@ -86,11 +95,29 @@ def _conditions(spec: InferenceTuningSpec, generation: int, status: Mapping[str,
     if blocked is not None:
         scaling = _condition(ConditionType.SCALING_ACTIVE, False, blocked.reason,
                              blocked.message, generation, stamp)
+    elif spec.mode is Mode.DRY_RUN:
+        scaling = _condition(ConditionType.SCALING_ACTIVE, True, "DryRun",
+                             "mode DryRun: decisions are computed and reported in "
+                             "status.autoscaling, replicas are not written", generation, stamp)
     else:
-        scaling = _condition(ConditionType.SCALING_ACTIVE, True,
-                             "DryRun" if spec.mode is Mode.DRY_RUN else "Scaling",
-                             decision.reason, generation, stamp)
-    return merge_condition_dicts(status.get("conditions") or [], metrics, scaling)
+        scaling = _condition(ConditionType.SCALING_ACTIVE, True, "Scaling",
+                             f"scaling Deployment {spec.target_ref.name}; the last decision and "
+                             "its reason are in status.autoscaling", generation, stamp)
+    stored = status.get("conditions") or []
+    if _reported(stored, metrics) and _reported(stored, scaling):
+        return None
+    return merge_condition_dicts(stored, metrics, scaling)
+
+
+def _reported(stored: Any, condition: dict[str, Any]) -> bool:
+    """Whether `stored` has `condition` as it is (its transition time aside)."""
+    for old in stored:
+        if isinstance(old, dict) and old.get("type") == condition["type"]:
+            return bool(old.get("status") == condition["status"]
+                        and old.get("reason") == condition["reason"]
+                        and old.get("message") == condition["message"]
+                        and old.get("observedGeneration") == condition["observedGeneration"])
+    return False
 
 
 def _condition(kind: ConditionType, ok: bool, reason: str, message: str, generation: int,

@@ -11,7 +11,7 @@ import math
 import operator
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 import requests
 from prometheus_api_client import PrometheusConnect
@@ -53,14 +53,22 @@ class PrometheusSource:
             (), [])
 
     def fetch(self, targets: Sequence[MetricsTarget], now: float) -> dict[str, TargetSignals]:
-        found: dict[str, dict[Signal, SignalData]] = {t.key: {} for t in targets}
+        found: dict[Signal, dict[str, SignalData]] = {signal: {} for signal in Signal}
         for plan, query in self._plans(targets):
             answer = self._run(plan, query, now)
-            signal, hits = plan.signal, answer.hits
+            table, hits = found[plan.signal], answer.hits
             for target in plan.members:
                 got = hits.get((target.namespace, target.deployment))
-                found[target.key][signal] = got if got is not None else answer.missing(target)
-        return {t.key: _signals(t, found[t.key]) for t in targets}
+                table[target.key] = got if got is not None else answer.missing(target)
+        # Window plans fill the queue and running tables, range plans the other two.
+        queue = cast(dict[str, Window], found[Signal.QUEUE])
+        running = cast(dict[str, Window], found[Signal.RUNNING])
+        latency = cast(dict[str, Series], found[Signal.LATENCY])
+        rate = cast(dict[str, Series], found[Signal.REQUEST_RATE])
+        # Every supported target is in a queue and a latency plan; the others say why not.
+        return {t.key: TargetSignals(queue[t.key], latency[t.key], rate[t.key],
+                                     running.get(t.key, NOT_READ), t.latency_kind)
+                if t.key in queue else _unsupported(t) for t in targets}
 
     def _plans(self, targets: Sequence[MetricsTarget]) -> list[tuple[QueryPlan, str | None]]:
         """The plans for `targets` and their query text, kept while the same target objects
@@ -157,17 +165,10 @@ def _windows(result: list[dict[str, Any]], plan: QueryPlan,
     return out
 
 
-def _signals(target: MetricsTarget, found: dict[Signal, SignalData]) -> TargetSignals:
-    problem = None if found else unsupported(target)  # every supported target is planned
-    if problem is not None:
-        return TargetSignals(Window.missing(problem), Series.missing(problem),
-                             Series.missing(problem), latency_kind=target.latency_kind)
-    queue, running = found[Signal.QUEUE], found.get(Signal.RUNNING, NOT_READ)
-    latency, rate = found[Signal.LATENCY], found[Signal.REQUEST_RATE]
-    assert isinstance(queue, Window) and isinstance(running, Window)
-    assert isinstance(latency, Series) and isinstance(rate, Series)
-    return TargetSignals(queue=queue, latency=latency, request_rate=rate, running=running,
-                         latency_kind=target.latency_kind)
+def _unsupported(target: MetricsTarget) -> TargetSignals:
+    problem = unsupported(target) or "not planned"
+    return TargetSignals(Window.missing(problem), Series.missing(problem),
+                         Series.missing(problem), latency_kind=target.latency_kind)
 
 
 def _describe(exc: Exception, timeout_s: float) -> str:

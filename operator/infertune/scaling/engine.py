@@ -9,7 +9,6 @@ are applied afterwards (`behavior.py`). Every decision carries a reason with its
 from __future__ import annotations
 
 import math
-from dataclasses import replace
 from enum import StrEnum
 from typing import NamedTuple
 
@@ -168,10 +167,10 @@ def _metrics_unavailable(spec: AutoscalingSpec, current: int, reading: Reading,
 def _track_missing(state: ScalingState, reading: Reading, now: float) -> ScalingState:
     if reading.queue_missing and reading.latency_missing:
         if state.metrics_missing_since is None:
-            return replace(state, metrics_missing_since=now)
+            return state._replace(metrics_missing_since=now)
         return state
     if state.metrics_missing_since is not None:
-        return replace(state, metrics_missing_since=None)
+        return state._replace(metrics_missing_since=None)
     return state
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from functools import lru_cache
 from typing import NamedTuple
 
@@ -132,9 +131,9 @@ NOT_FETCHED_WINDOW = Window.missing("not fetched")
 NOT_READ = Window.missing("not read: batching is Off or the engine has no running gauge")
 
 
-@dataclass(frozen=True)
-class TargetSignals:
-    """Everything the engine reads for one InferenceTuning."""
+class TargetSignals(NamedTuple):
+    """Everything the engine reads for one InferenceTuning (a named tuple: one per tuning per
+    cycle)."""
 
     queue: Window
     """Mean requests waiting per replica, over the queue's sustain window."""

@@ -8,7 +8,6 @@ resumes with the same window and the same rate-limit periods.
 from __future__ import annotations
 
 from bisect import bisect_right
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import lru_cache
 from typing import Any, NamedTuple
@@ -49,8 +48,10 @@ def _time(item: Recommendation | ScaleEvent) -> float:
     return item.time
 
 
-@dataclass(frozen=True)
-class ScalingState:
+class ScalingState(NamedTuple):
+    """A named tuple, as the other per-cycle values: one or two are built per tuning per
+    evaluation, and a frozen dataclass costs several times more to build."""
+
     recommendations: tuple[Recommendation, ...] = ()
     scale_events: tuple[ScaleEvent, ...] = ()
     metrics_missing_since: float | None = None
@@ -102,9 +103,9 @@ class ScalingState:
             return cls()
         missing = data.get("metricsMissingSince")
         return cls(
-            recommendations=tuple(Recommendation(parse_time(r["time"]), int(r["replicas"]))
-                                  for r in data.get("recommendations") or ()),
-            scale_events=tuple(ScaleEvent(parse_time(e["time"]), int(e["change"]))
-                               for e in data.get("scaleEvents") or ()),
-            metrics_missing_since=None if missing is None else parse_time(missing),
+            tuple([Recommendation(parse_time(r["time"]), int(r["replicas"]))
+                   for r in data.get("recommendations") or ()]),
+            tuple([ScaleEvent(parse_time(e["time"]), int(e["change"]))
+                   for e in data.get("scaleEvents") or ()]),
+            None if missing is None else parse_time(missing),
         )
