@@ -3,16 +3,21 @@
 Run: ``python -m bench.autoscale_bench`` (~3 min). A synthetic vLLM exporter (a separate
 process, so its CPU is not counted) serves the real metric names for 1000 Deployments of one
 pod each; Prometheus scrapes it every second. After 35 s of history, each cycle is what the
-operator does in one interval slot for N InferenceTunings, short of the Kubernetes API calls:
-every tuning's timer tick (the cached spec, the due check, `signals_if_due`, which fetches one
-batch for all of them), then `decide_scale` for each from the state its status holds (read
-with `ScalingState.from_json`, starting from 20 recommendations) and the new state as the
-status patch carries it (`to_json`). The cycle's HTTP requests are counted on
-the session and its CPU time with time.process_time. Cycles are one interval (2 s) apart, as
-in the operator, which also lets Prometheus finish its own work before the next one.
+operator does in one interval slot for N InferenceTunings, short of the Kubernetes API calls
+themselves: every tuning's timer tick (the cached spec, the due check, `signals_if_due`, whose
+first call fetches one batch for all of them), then `plan_evaluation` for each, exactly as
+`autoscaling.evaluate` calls it: the state read back from the status the last cycle left
+(a varied history of 20 recommendations to start with), the decision, and the whole status
+patch (conditions, `status.autoscaling` with the new state, decision records, the Event
+text). Replicas follow the writes, as the scale subresource would return them. HTTP requests
+are counted on the session; CPU is time.process_time over the cycle, and separately over the
+fetch. Cycles are one interval (2 s) apart, as in the operator, which also lets Prometheus
+finish its own work before the next one. The startup objects are frozen out of the garbage
+collector first, as `infertune run` does.
 
-Not counted: the scale-subresource read and the status patch per tuning (Kubernetes API calls,
-one each per tuning per interval, as with HPA), and kopf's own cost of a timer tick.
+Not counted: the Kubernetes API calls (the scale read, the scale write when replicas change,
+the status patch; one or two per tuning per interval, as with HPA), and kopf's own cost of a
+timer tick.
 
 Goal: a query count that does not grow with N, and under 50 ms of CPU per cycle at 1000.
 """
@@ -27,6 +32,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -41,6 +47,8 @@ from infertune.controller.autoscaling import AutoscalingSettings, signals_if_due
 from infertune.controller.main import freeze_startup_objects
 from infertune.controller.scaling_report import plan_evaluation
 from infertune.metrics.prometheus import PrometheusSource
+from infertune.metrics.source import MetricsTarget
+from infertune.scaling.signals import TargetSignals
 from infertune.scaling.state import Recommendation, ScaleEvent, ScalingState, format_time
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
@@ -81,9 +89,22 @@ def serve_exporter(tunings: int, port_file: Path) -> None:
 class CountingSession(requests.Session):
     requests_made = 0
 
-    def request(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]
+    def request(self, *args: Any, **kwargs: Any) -> Any:
         self.requests_made += 1
         return super().request(*args, **kwargs)
+
+
+class TimedSource(PrometheusSource):
+    """The adapter, with the CPU time of its fetches added up."""
+
+    fetch_cpu_s = 0.0
+
+    def fetch(self, targets: Sequence[MetricsTarget], now: float) -> dict[str, TargetSignals]:
+        started = time.process_time()
+        try:
+            return super().fetch(targets, now)
+        finally:
+            self.fetch_cpu_s += time.process_time() - started
 
 
 INTERVAL = "2s"
@@ -114,17 +135,17 @@ def stored_status(i: int, now: float) -> dict[str, Any]:
 
 def measure(url: str, count: int, resolution_s: float, cycles: int) -> dict[str, Any]:
     session = CountingSession()
-    settings = AutoscalingSettings(
-        source=PrometheusSource(url, session=session, timeout_s=30, resolution_s=resolution_s))
+    source = TimedSource(url, session=session, timeout_s=30, resolution_s=resolution_s)
+    settings = AutoscalingSettings(source=source)
     entries = index(count)
     start = time.time()
     status = {f"{ns}/{e['name']}": stored_status(i, start)
               for i, ((ns, _), (e,)) in enumerate(entries.items())}
     replicas = dict.fromkeys(status, 2)
-    cpu, wall, queries, with_data, kept, writes = [], [], [], 0, 0.0, []
+    cpu, fetch_cpu, wall, queries, with_data, kept, writes = [], [], [], [], 0, 0.0, []
     for _ in range(cycles):
         time.sleep(float(INTERVAL[:-1]))  # the next slot
-        before = session.requests_made
+        before, fetched = session.requests_made, source.fetch_cpu_s
         t0, w0 = time.process_time(), time.perf_counter()
         now = time.time()
         planned = []
@@ -144,6 +165,7 @@ def measure(url: str, count: int, resolution_s: float, cycles: int) -> dict[str,
             if evaluation.write is not None:
                 replicas[key] = evaluation.write
         cpu.append((time.process_time() - t0) * 1000)
+        fetch_cpu.append((source.fetch_cpu_s - fetched) * 1000)
         wall.append((time.perf_counter() - w0) * 1000)
         queries.append(session.requests_made - before)
         with_data = sum(1 for e in planned if e.decision.signals.queue_per_replica is not None)
@@ -153,6 +175,7 @@ def measure(url: str, count: int, resolution_s: float, cycles: int) -> dict[str,
     return {"tunings": count, "queue_resolution_s": resolution_s, "cycles": cycles,
             "queries_per_cycle": max(queries), "fetches": settings.fetches,
             "cpu_ms_median": round(statistics.median(cpu), 1), "cpu_ms_max": round(max(cpu), 1),
+            "fetch_cpu_ms_median": round(statistics.median(fetch_cpu), 1),
             "wall_ms_median": round(statistics.median(wall), 1),
             "tunings_with_queue_data": with_data, "stored_recommendations_mean": round(kept, 1),
             "scale_writes_per_cycle": writes}
@@ -198,19 +221,22 @@ def record(results: list[dict[str, Any]]) -> None:
         f"{meta['cpus']}, Python {meta['python']}, Prometheus {meta['prometheus']}, "
         f"{meta['date']}. Produced by `python -m bench.autoscale_bench`.", "",
         "One cycle = every tuning's timer tick in one interval slot (cached spec, due check, "
-        "one batched fetch) + per tuning: its stored state read from status (from 20 "
-        "recommendations), `decide_scale`, the new state for the status patch (default spec "
-        "except a 2 s interval: 30 s queue window at the queue "
-        "step, two latency samples). Not counted: the scale read and status patch per tuning "
-        "(Kubernetes API calls) and kopf's own cost per timer tick.", "",
+        "one batched fetch) + per tuning `plan_evaluation` as the operator calls it: the state "
+        "read back from status, the decision, the whole status patch (conditions, "
+        "`status.autoscaling`, decision records, Event text). Default spec except a 2 s "
+        "interval (30 s queue window at the queue step, two latency samples); replicas follow "
+        "the writes. Not counted: the Kubernetes API calls and kopf's own cost per timer "
+        "tick. Per tuning = (cycle - fetch) / tunings.", "",
         "| tunings | queue step | queries per cycle | CPU per cycle (median / max) | "
-        "wall (median) | tunings with data |",
-        "| --- | --- | --- | --- | --- | --- |",
+        "of which fetch (median) | evaluation per tuning | wall (median) | "
+        "tunings with data | scale writes per cycle |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     lines += [f"| {r['tunings']} | {r['queue_resolution_s']:g} s | {r['queries_per_cycle']} | "
-              f"{r['cpu_ms_median']} / "
-              f"{r['cpu_ms_max']} ms | {r['wall_ms_median']} ms | "
-              f"{r['tunings_with_queue_data']} |" for r in results]
+              f"{r['cpu_ms_median']} / {r['cpu_ms_max']} ms | {r['fetch_cpu_ms_median']} ms | "
+              f"{(r['cpu_ms_median'] - r['fetch_cpu_ms_median']) * 1000 / r['tunings']:.0f} µs | "
+              f"{r['wall_ms_median']} ms | {r['tunings_with_queue_data']} | "
+              f"{', '.join(map(str, r['scale_writes_per_cycle']))} |" for r in results]
     (RESULTS_DIR / "autoscale.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
