@@ -134,7 +134,7 @@ def signals_for(settings: AutoscalingSettings, key: str, slot_start: float,
         settings.fetches += 1
         for gone in [k for k in settings.batch if k not in known]:
             for table in (settings.batch, settings.fetched_at, settings.last_slot,
-                          settings.parsed):
+                          settings.parsed, settings.written, settings.fights):
                 table.pop(gone, None)
         for other, signals in fetched.items():
             settings.batch[other] = signals
