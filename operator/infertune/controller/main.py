@@ -64,22 +64,26 @@ def run_operator(args: argparse.Namespace) -> int:
     if not args.verbose:
         # One access-log line per admission request would cost every pod start a write.
         logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+    from infertune.metrics.prometheus import PrometheusSource
+
+    prometheus = args.prometheus_url or os.environ.get("INFERTUNE_PROMETHEUS_URL")
+    try:  # checked before anything starts
+        source = PrometheusSource(prometheus) if prometheus else None
+    except ValueError as exc:
+        raise SystemExit(f"--prometheus-url (or $INFERTUNE_PROMETHEUS_URL): {exc}") from None
     configure(args.kubeconfig)
     if args.retune_interval is not None:
         os.environ["INFERTUNE_RETUNE_INTERVAL"] = str(args.retune_interval)
     from infertune.controller import autoscaling, handlers, mig, pods  # registers handlers
-    from infertune.metrics.prometheus import PrometheusSource
 
     own_namespace = args.operator_namespace or os.environ.get("INFERTUNE_NAMESPACE",
                                                               DEFAULT_NAMESPACE)
-    prometheus = args.prometheus_url or os.environ.get("INFERTUNE_PROMETHEUS_URL")
     memo = kopf.Memo(
         pod_tuning=pods.PodTuningSettings(launcher_image=args.launcher_image,
                                           static_cpu_manager=not args.no_static_cpu_manager),
         webhook_server=_webhook_server(args, own_namespace),
         mig=mig.MigSettings(namespace=own_namespace),
-        autoscaling=autoscaling.AutoscalingSettings(
-            source=PrometheusSource(prometheus) if prometheus else None),
+        autoscaling=autoscaling.AutoscalingSettings(source=source),
     )
     namespaces = args.namespaces or []
     freeze_startup_objects()
