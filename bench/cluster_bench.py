@@ -41,6 +41,12 @@ COLD_BUILD = {"wall_seconds": 542.7, "user_seconds": 861.7, "sys_seconds": 148.8
 # `python -m e2e.cluster build` into an empty cache dir with the Go build cache warm (only
 # linking), from that run's timings.json on this machine.
 RELINK_WARM_GO_CACHE = {"wall_seconds": 36.2, "user_seconds": 37.3, "sys_seconds": 15.5}
+# Helm v4.3.2 for the chart tests (`go install`, its own module graph), on this machine: with
+# empty module and build caches for its dependencies (downloads included; the control plane
+# had been built) 203 s wall; again with the modules downloaded and other build flags, 132 s
+# wall, 3m35s user (timings.json of e2e/cluster/helm.py).
+HELM_BUILD = {"first_wall_seconds": 203.0, "rebuild_wall_seconds": 132.0,
+              "rebuild_user_seconds": 215.5}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -64,6 +70,7 @@ def main(argv: list[str] | None = None) -> int:
         "build": {
             "cold": COLD_BUILD,
             "relink_warm_go_cache": RELINK_WARM_GO_CACHE,
+            "helm": HELM_BUILD,
             "cached": _cached_build(),
         },
     }
@@ -253,6 +260,8 @@ def _markdown(results: dict[str, Any]) -> str:
     rows = [
         ("first (cold) build, 6 binaries", f"{_clock(cold['wall_seconds'])} wall, "
          f"{_clock(cold['user_seconds'])} user"),
+        ("Helm v4.3.2 for the chart tests, first build (downloads included)",
+         f"{_clock(build['helm']['first_wall_seconds'])} wall"),
         ("build into an empty cache, Go build cache warm (link only)",
          f"{build['relink_warm_go_cache']['wall_seconds']:.0f} s wall"),
         ("`build` with binaries cached", f"{build['cached']['wall_seconds']:.2f} s"),

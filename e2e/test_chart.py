@@ -1,0 +1,98 @@
+"""The Helm chart, with the real Helm (built by `python -m e2e.cluster build`): it lints, it
+refuses bad values naming them, and it installs on the real API server with the permissions
+the operator acts with, among them the autoscaler's scale subresource.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from e2e.cluster.helm import helm_binary
+from e2e.fixtures.access import ClusterInfo, Kubectl
+
+pytestmark = pytest.mark.e2e
+
+CHART = Path(__file__).resolve().parents[1] / "charts" / "infertune"
+PROMETHEUS = "http://prometheus-operated.monitoring:9090"
+
+
+def helm(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    binary = helm_binary()
+    if not binary.exists():
+        pytest.fail(f"Helm is not built ({binary} missing); run `python -m e2e.cluster build`",
+                    pytrace=False)
+    result = subprocess.run([str(binary), *args], capture_output=True, text=True, timeout=120)
+    if check and result.returncode != 0:
+        raise AssertionError(f"helm {' '.join(args)} exited {result.returncode}:\n"
+                             f"{result.stdout}\n{result.stderr}")
+    return result
+
+
+def operator_args(rendered: str) -> list[str]:
+    """The operator container's arguments in `helm template` output."""
+    for document in yaml.safe_load_all(rendered):
+        if document and document.get("kind") == "Deployment":
+            (container,) = document["spec"]["template"]["spec"]["containers"]
+            return list(container["args"])
+    raise AssertionError("the chart renders no Deployment")
+
+
+def test_the_chart_lints_strictly() -> None:
+    helm("lint", "--strict", str(CHART))
+
+
+def test_prometheus_url_turns_autoscaling_on_and_is_left_out_when_empty() -> None:
+    on = operator_args(helm("template", "t", str(CHART), "--set",
+                            f"prometheus.url={PROMETHEUS}").stdout)
+    assert f"--prometheus-url={PROMETHEUS}" in on
+    off = operator_args(helm("template", "t", str(CHART)).stdout)
+    assert not any(arg.startswith("--prometheus-url") for arg in off)
+
+
+@pytest.mark.parametrize("value", ["prometheus:9090", "ftp://prometheus:9090",
+                                   'http://x" --kubeconfig=/etc/evil'])
+def test_a_bad_prometheus_url_is_refused_naming_the_value(value: str) -> None:
+    refused = helm("template", "t", str(CHART), "--set-string", f"prometheus.url={value}",
+                   check=False)
+    assert refused.returncode != 0
+    assert "/prometheus/url" in refused.stderr
+
+
+def test_the_chart_installs_and_grants_what_the_autoscaler_acts_with(
+        cluster: ClusterInfo, kubectl: Kubectl, namespace: str) -> None:
+    release = "infertune-e2e"
+    kubeconfig = str(cluster.kubeconfig)
+    helm("install", release, str(CHART), "--kubeconfig", kubeconfig, "--namespace", namespace,
+         "--set", f"prometheus.url={PROMETHEUS}", "--set", "image.pullPolicy=Never")
+    try:
+        deployment = json.loads(kubectl("get", "deployment", "infertune-operator", "-n",
+                                        namespace, "-o", "json").stdout)
+        (container,) = deployment["spec"]["template"]["spec"]["containers"]
+        assert f"--prometheus-url={PROMETHEUS}" in container["args"]
+        account = f"system:serviceaccount:{namespace}:infertune-operator"
+        # What one autoscaling evaluation does, in any namespace: read and write replicas
+        # through the scale subresource, check for an HPA, report in status, post an Event.
+        needed = [
+            ("get", "deployments.apps", "scale"), ("patch", "deployments.apps", "scale"),
+            ("watch", "horizontalpodautoscalers.autoscaling", ""),
+            ("patch", "inferencetunings.infertune.io", "status"),
+            ("create", "events", ""),
+        ]
+        for verb, resource, subresource in needed:
+            extra = [f"--subresource={subresource}"] if subresource else []
+            answer = kubectl("auth", "can-i", verb, resource, *extra, "--as", account,
+                             "--all-namespaces", check=False)
+            assert answer.stdout.strip() == "yes", (verb, resource, subresource, answer.stderr)
+        # Replicas are never written on the Deployment itself (DESIGN.md #5).
+        answer = kubectl("auth", "can-i", "update", "deployments.apps", "--as", account,
+                         "--all-namespaces", check=False)
+        assert answer.stdout.strip() == "no"
+    finally:
+        helm("uninstall", release, "--kubeconfig", kubeconfig, "--namespace", namespace)
+    gone = kubectl("get", "clusterrole", "infertune-operator", check=False)
+    assert gone.returncode != 0 and "NotFound" in gone.stderr
