@@ -16,9 +16,11 @@ from infertune.api.status import (
     AutoscalingStatus,
     BatchingStatus,
     Condition,
+    ConditionStatus,
+    ConditionType,
     Decision,
 )
-from infertune.controller.conditions import merge_condition_dicts
+from infertune.controller.conditions import condition_dict, make_condition, merge_condition_dicts
 from infertune.controller.scaling_report import Blocked, plan_evaluation
 from infertune.scaling.signals import Series, TargetSignals, Window
 from infertune.scaling.state import format_time
@@ -140,6 +142,24 @@ def test_merge_condition_dicts_appends_new_types_and_keeps_foreign_entries() -> 
     new = {"type": "ScalingActive", "status": "True", "lastTransitionTime": STAMP,
            "reason": "Scaling", "message": "m"}
     assert merge_condition_dicts(["odd"], new) == ["odd", new]
+
+
+def test_merge_condition_dicts_says_none_when_nothing_would_change() -> None:
+    stored = condition_dict(ConditionType.SCALING_ACTIVE, ConditionStatus.FALSE, "NoPrometheus",
+                            "no URL", 3, format_time(NOW - 60))
+    # The same condition built again later: only its transition time differs.
+    again = {**stored, "lastTransitionTime": STAMP}
+    assert merge_condition_dicts([stored], again) is None
+    for field, value in (("message", "other"), ("status", "True"), ("observedGeneration", 4)):
+        merged_list = merge_condition_dicts([stored], {**again, field: value})
+        assert merged_list is not None and merged_list[0][field] == value
+
+
+def test_condition_dict_is_the_stored_form_of_make_condition() -> None:
+    args = (ConditionType.METRICS_AVAILABLE, ConditionStatus.TRUE, "Found", "x" * 40000, 2,
+            STAMP)
+    assert condition_dict(*args) == make_condition(*args).model_dump(
+        by_alias=True, mode="json", exclude_none=True)
 
 
 def test_decision_records_are_capped() -> None:

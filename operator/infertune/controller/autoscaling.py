@@ -26,7 +26,7 @@ from pydantic import ValidationError
 
 from infertune.api.spec import GROUP, PLURAL, VERSION, InferenceTuning, InferenceTuningSpec
 from infertune.api.status import ConditionStatus, ConditionType
-from infertune.controller.conditions import make_condition, merge_condition_dicts
+from infertune.controller.conditions import condition_dict, merge_condition_dicts
 from infertune.controller.scaling_report import Blocked, plan_evaluation
 from infertune.metrics.source import MetricsSource, MetricsTarget, target_for_tuning
 from infertune.scaling.engine import ScaleDecision
@@ -208,13 +208,12 @@ def autoscale(namespace: str, name: str, spec: kopf.Spec, status: kopf.Status, m
     if parsed is None:
         return  # invalid (reported by the controller) or without autoscaling
     if settings.source is None:
-        condition = make_condition(
+        conditions = merge_condition_dicts(status.get("conditions") or [], condition_dict(
             ConditionType.SCALING_ACTIVE, ConditionStatus.FALSE, "NoPrometheus", "the operator "
             "runs without --prometheus-url, so spec.autoscaling cannot be evaluated",
-            generation, format_time(time.time()))
-        patch.status["conditions"] = merge_condition_dicts(
-            status.get("conditions") or [],
-            condition.model_dump(by_alias=True, mode="json", exclude_none=True))
+            generation, format_time(time.time())))
+        if conditions is not None:  # not every second while nothing changes
+            patch.status["conditions"] = conditions
         return
     now = time.time()
     signals = signals_if_due(settings, f"{namespace}/{name}", parsed, tunings_by_target, now)

@@ -42,10 +42,23 @@ def set_condition(conditions: Iterable[Condition], new: Condition) -> list[Condi
     return out
 
 
-def merge_condition_dicts(stored: Iterable[Any], *new: dict[str, Any]) -> list[dict[str, Any]]:
-    """`set_condition` for conditions as stored in status (plain dicts, camelCase), for the
-    autoscaler, which writes two conditions per tuning per cycle: each of `new` replaces the
-    one of its type, keeping its lastTransitionTime while the status is the same."""
+def condition_dict(kind: ConditionType, status: ConditionStatus, reason: str, message: str,
+                   generation: int, now: str) -> dict[str, Any]:
+    """`make_condition` as stored in status (camelCase), for the autoscaler, which builds two
+    per tuning per cycle: a model to validate and dump would cost more than the decision."""
+    return {"type": kind.value, "status": status.value, "observedGeneration": generation,
+            "lastTransitionTime": now, "reason": reason, "message": message[:MAX_MESSAGE]}
+
+
+def merge_condition_dicts(stored: Iterable[Any],
+                          *new: dict[str, Any]) -> list[dict[str, Any]] | None:
+    """`set_condition` for conditions as stored in status (plain dicts, camelCase): each of
+    `new` replaces the one of its type, keeping its lastTransitionTime while the status is the
+    same. None when each of `new` is stored as it is already (the transition time aside): the
+    caller then leaves the list out of its patch instead of writing it again unchanged."""
+    stored = list(stored)
+    if all(_stored_as_is(stored, condition) for condition in new):
+        return None
     by_type = {c["type"]: c for c in new}
     out: list[dict[str, Any]] = []
     for current in stored:
@@ -59,6 +72,14 @@ def merge_condition_dicts(stored: Iterable[Any], *new: dict[str, Any]) -> list[d
         out.append(replacement)
     out.extend(by_type.values())
     return out
+
+
+def _stored_as_is(stored: list[Any], condition: dict[str, Any]) -> bool:
+    for old in stored:
+        if isinstance(old, dict) and old.get("type") == condition["type"]:
+            return all(old.get(field) == condition[field]
+                       for field in ("status", "reason", "message", "observedGeneration"))
+    return False
 
 
 def find(conditions: Iterable[Condition], kind: ConditionType) -> Condition | None:

@@ -18,9 +18,9 @@ from typing import Any, NamedTuple
 
 from infertune.api.scaling import BatchingMode
 from infertune.api.spec import InferenceTuningSpec, Mode
-from infertune.api.status import MAX_DECISIONS, ConditionType
+from infertune.api.status import MAX_DECISIONS, ConditionStatus, ConditionType
 from infertune.api.units import format_duration
-from infertune.controller.conditions import MAX_MESSAGE, merge_condition_dicts
+from infertune.controller.conditions import condition_dict, merge_condition_dicts
 from infertune.scaling.batching import recommend_batching
 from infertune.scaling.engine import ScaleAction, ScaleDecision, decide_scale
 from infertune.scaling.signals import TargetSignals
@@ -89,43 +89,23 @@ def _conditions(spec: InferenceTuningSpec, generation: int, status: Mapping[str,
     the situation does, as conditions are meant to.
     """
     problems = "; ".join(decision.signals.problems)
-    metrics = _condition(ConditionType.METRICS_AVAILABLE, not problems,
-                         "MetricsMissing" if problems else "Found",
-                         problems or "queue and latency series found", generation, stamp)
+    metrics = condition_dict(ConditionType.METRICS_AVAILABLE,
+                             ConditionStatus.FALSE if problems else ConditionStatus.TRUE,
+                             "MetricsMissing" if problems else "Found",
+                             problems or "queue and latency series found", generation, stamp)
     if blocked is not None:
-        scaling = _condition(ConditionType.SCALING_ACTIVE, False, blocked.reason,
-                             blocked.message, generation, stamp)
+        scaling = condition_dict(ConditionType.SCALING_ACTIVE, ConditionStatus.FALSE,
+                                 blocked.reason, blocked.message, generation, stamp)
     elif spec.mode is Mode.DRY_RUN:
-        scaling = _condition(ConditionType.SCALING_ACTIVE, True, "DryRun",
-                             "mode DryRun: decisions are computed and reported in "
-                             "status.autoscaling, replicas are not written", generation, stamp)
+        scaling = condition_dict(ConditionType.SCALING_ACTIVE, ConditionStatus.TRUE, "DryRun",
+                                 "mode DryRun: decisions are computed and reported in "
+                                 "status.autoscaling, replicas are not written", generation,
+                                 stamp)
     else:
-        scaling = _condition(ConditionType.SCALING_ACTIVE, True, "Scaling",
-                             f"scaling Deployment {spec.target_ref.name}; the last decision and "
-                             "its reason are in status.autoscaling", generation, stamp)
-    stored = status.get("conditions") or []
-    if _reported(stored, metrics) and _reported(stored, scaling):
-        return None
-    return merge_condition_dicts(stored, metrics, scaling)
-
-
-def _reported(stored: Any, condition: dict[str, Any]) -> bool:
-    """Whether `stored` has `condition` as it is (its transition time aside)."""
-    for old in stored:
-        if isinstance(old, dict) and old.get("type") == condition["type"]:
-            return bool(old.get("status") == condition["status"]
-                        and old.get("reason") == condition["reason"]
-                        and old.get("message") == condition["message"]
-                        and old.get("observedGeneration") == condition["observedGeneration"])
-    return False
-
-
-def _condition(kind: ConditionType, ok: bool, reason: str, message: str, generation: int,
-               stamp: str) -> dict[str, Any]:
-    """A metav1.Condition as stored (api.status.Condition, camelCase)."""
-    return {"type": kind.value, "status": "True" if ok else "False",
-            "observedGeneration": generation, "lastTransitionTime": stamp, "reason": reason,
-            "message": message[:MAX_MESSAGE]}
+        scaling = condition_dict(ConditionType.SCALING_ACTIVE, ConditionStatus.TRUE, "Scaling",
+                                 f"scaling Deployment {spec.target_ref.name}; the last decision "
+                                 "and its reason are in status.autoscaling", generation, stamp)
+    return merge_condition_dicts(status.get("conditions") or [], metrics, scaling)
 
 
 def _autoscaling_block(decision: ScaleDecision, state: ScalingState, stamp: str,
