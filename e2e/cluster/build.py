@@ -171,7 +171,7 @@ def build(module_dir: Path = GO_MODULE_DIR, out: TextIO = sys.stdout) -> BuildRe
 
     report.built = [t.name for t in todo]
     report.finished_at = datetime.now(UTC).isoformat(timespec="seconds")
-    _write_timings(bin_dir.parent / "timings.json", report)
+    write_timings(bin_dir.parent / "timings.json", asdict(report))
     print(
         f"built {len(todo)} binaries into {bin_dir} in {_clock(report.wall_seconds)} wall "
         f"({_clock(report.user_seconds)} user, {report.packages_compiled} packages compiled)",
@@ -249,9 +249,10 @@ def _install(staged: Path, bin_dir: Path, names: list[str]) -> None:
             os.replace(staged / name, bin_dir / name)
 
 
-def _write_timings(path: Path, report: BuildReport) -> None:
+def write_timings(path: Path, timings: dict[str, object]) -> None:
+    """Write a build's timings.json whole or not at all."""
     partial = path.with_suffix(".json.tmp")
-    partial.write_text(json.dumps(asdict(report), indent=2) + "\n")
+    partial.write_text(json.dumps(timings, indent=2) + "\n")
     os.replace(partial, path)
 
 

@@ -9,7 +9,6 @@ directory on the same filesystem and moved into place, so a half-finished build 
 
 from __future__ import annotations
 
-import json
 import os
 import resource
 import shutil
@@ -21,7 +20,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TextIO
 
-from e2e.cluster.build import BuildError, cache_root
+from e2e.cluster.build import BuildError, cache_root, write_timings
 
 HELM_PACKAGE = "helm.sh/helm/v4/cmd/helm"
 HELM_VERSION = "v4.3.2"
@@ -63,6 +62,6 @@ def build_helm(out: TextIO = sys.stdout) -> Path:
     timings = {"version": HELM_VERSION, "wall_seconds": wall,
                "user_seconds": round(after.ru_utime - before.ru_utime, 1),
                "finished_at": datetime.now(UTC).isoformat(timespec="seconds")}
-    (target.parent / "timings.json").write_text(json.dumps(timings, indent=2) + "\n")
+    write_timings(target.parent / "timings.json", timings)
     print(f"built helm {HELM_VERSION} into {target} in {wall:.0f}s wall", file=out)
     return target
