@@ -20,6 +20,7 @@ from pydantic import ValidationError
 
 from infertune.api.spec import GROUP, PLURAL, VERSION, InferenceTuningSpec, Mode
 from infertune.api.status import MigNodeStatus, MigStatus
+from infertune.controller.status_patch import set_if_changed
 from infertune.kube.client import evict_pod
 from infertune.tuning.mig import Infeasible, LayoutPlan, describe, plan_layout, request_from_spec
 from infertune.tuning.mig_nodes import (
@@ -184,4 +185,6 @@ def partition_gpus(namespace: str, name: str, spec: kopf.Spec, body: kopf.Body,
     except ValidationError:
         return
     status = reconcile_mig(namespace, name, parsed, memo.mig, body)
-    patch.status["mig"] = status.model_dump(by_alias=True, mode="json", exclude_none=True)
+    # None values are sent, so a profile or ConfigMap from an earlier plan does not linger.
+    set_if_changed(patch, body.get("status") or {}, "mig",
+                   status.model_dump(by_alias=True, mode="json"))

@@ -23,6 +23,7 @@ from infertune.api.spec import GROUP, PLURAL, VERSION, InferenceTuningSpec, Mode
 from infertune.api.status import TuningStatus
 from infertune.api.tuning import RetuneStrategy
 from infertune.controller.conditions import now_rfc3339
+from infertune.controller.status_patch import set_if_changed
 from infertune.kube.client import evict_pod, read_deployment
 from infertune.kube.webhooks import HANDLER_ID
 from infertune.tuning.pod_patch import (
@@ -242,8 +243,12 @@ def _replace_outdated(namespace: str, spec: InferenceTuningSpec, step: RetuneSte
 
 def retune(namespace: str, name: str, uid: str, spec: InferenceTuningSpec,
            pods: list[PodView], patch: kopf.Patch, memo: kopf.Memo,
-           batching_value: int | None = None) -> TuningStatus:
-    """One re-tuning pass: report the counts and replace outdated pods as the spec says."""
+           batching_value: int | None = None,
+           stored: Mapping[str, Any] | None = None) -> TuningStatus:
+    """One re-tuning pass: report the counts and replace outdated pods as the spec says.
+
+    The counts go into the status patch only when they differ from `stored` (the tuning's
+    status): most passes change nothing."""
     revision = tuning_revision(spec, batching_value)
     settings: PodTuningSettings = memo.pod_tuning
     evictions = settings.last_evictions
@@ -271,7 +276,7 @@ def retune(namespace: str, name: str, uid: str, spec: InferenceTuningSpec,
     status = TuningStatus(revision=revision, tuned_pods=step.tuned,
                           outdated_pods=step.outdated, message=message,
                           problems=settings.latest_problems.get(key, [])[:20])
-    patch.status["tuning"] = status.model_dump(by_alias=True, mode="json")
+    set_if_changed(patch, stored or {}, "tuning", status.model_dump(by_alias=True, mode="json"))
     return status
 
 
@@ -284,4 +289,5 @@ def retune_pods(namespace: str, name: str, uid: str, spec: kopf.Spec, status: ko
     except ValidationError:
         return
     pods = list(pods_by_deployment.get((namespace, parsed.target_ref.name), []))
-    retune(namespace, name, uid, parsed, pods, patch, memo, applied_batching(status))
+    retune(namespace, name, uid, parsed, pods, patch, memo, applied_batching(status),
+           stored=status)

@@ -1,0 +1,251 @@
+"""What the whole operator process costs at 0, 100 and 1000 InferenceTunings, on the real
+control plane.
+
+Run: ``python -m bench.operator_bench`` (~10 min; the control plane built first with
+``python -m e2e.cluster build``). Writes bench/results/operator.json and operator.md.
+
+autoscale_bench.py times the evaluation path in-process. This one runs the real
+`infertune run` (kopf, its 1 s autoscaling timers, the re-tune timers, the indexes, the status
+patches and scale reads) against the e2e API server, with the real Prometheus scraping the
+synthetic vLLM exporter of autoscale_bench (1000 Deployments' pods). For each N, N Deployments
+of one pod and N InferenceTunings with autoscaling are created, spread over 10 namespaces.
+Their targets are above what the exporter serves, so decisions Hold and no pods churn: the
+steady state an operator spends most of its life in. After the first evaluation of all N and
+a settling period, it records over a fixed window:
+
+- the operator's CPU (utime + stime from /proc, all threads), per second and per 15 s
+  evaluation interval (the default spec.autoscaling.interval);
+- its resident memory;
+- the requests it makes of the API server, by verb and resource (apiserver_request_total);
+- the Prometheus queries it runs (prometheus_http_requests_total), per interval.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import re
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from e2e.cluster.build import cached_bin_dir, missing_binaries
+from e2e.cluster.processes import free_port
+from e2e.cluster.runtime import Cluster
+from e2e.fixtures.access import wait_for_default_service_account
+from e2e.fixtures.operator import start_operator
+from e2e.fixtures.prometheus import PrometheusServer
+from e2e.fixtures.waiting import wait_for
+from kubernetes import client, config
+
+from bench.autoscale_bench import MAX_TUNINGS, deployment
+from infertune.api.spec import GROUP, PLURAL, VERSION
+
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+SCALES = (0, 100, 1000)
+INTERVAL_S = 15.0
+"""The default spec.autoscaling.interval: CPU per evaluation cycle is CPU per second times it."""
+NAMESPACES = sorted({deployment(i)[0] for i in range(10)})
+CLOCK_TICKS = 100  # os.sysconf("SC_CLK_TCK") on Linux
+SPEC = {
+    "engine": "vllm",
+    "autoscaling": {
+        "minReplicas": 1, "maxReplicas": 4,
+        # Above the exporter's queue (0..63) and latency (50..240 ms): every decision Holds.
+        "queue": {"targetPerReplica": 100, "sustain": "30s"},
+        "latency": {"target": "5s", "consecutiveSamples": 2},
+    },
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.operator_bench",
+                                     description=__doc__.splitlines()[0])
+    parser.add_argument("--window", type=float, default=60.0,
+                        help="seconds measured at each scale (default 60: four intervals)")
+    parser.add_argument("--settle", type=float, default=20.0,
+                        help="seconds waited after every tuning was evaluated once")
+    parser.add_argument("--out", type=Path, default=RESULTS_DIR)
+    args = parser.parse_args(argv)
+    bin_dir = cached_bin_dir()
+    if missing_binaries(bin_dir):
+        print("the control plane is not built: run `python -m e2e.cluster build` first",
+              file=sys.stderr)
+        return 2
+    work = Path(tempfile.mkdtemp(prefix="infertune-operator-bench-"))
+    port_file = work / f"exporter-{free_port()}"
+    exporter = subprocess.Popen([sys.executable, "-m", "bench.autoscale_bench",
+                                 "--serve-exporter", str(port_file)])
+    prometheus = PrometheusServer().start()
+    try:
+        target = wait_for(lambda: port_file.exists() and port_file.read_text(), "exporter")
+        prometheus.add_scrape_job("vllm", [str(target)])
+        prometheus.wait_for_targets_up("vllm", timeout_s=60)
+        with Cluster.start(bin_dir=bin_dir, log_dir=work / "logs") as cluster:
+            api = config.new_client_from_config(config_file=str(cluster.kubeconfig))
+            for namespace in NAMESPACES:
+                client.CoreV1Api(api).create_namespace(
+                    client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
+                wait_for_default_service_account(api, namespace)
+            operator = start_operator(api, work, work / "logs", retune_interval=10.0,
+                                      verbose=False, prometheus_url=prometheus.url)
+            try:
+                assert operator.process is not None
+                results = []
+                made = 0
+                for count in SCALES:
+                    _create(api, made, count)
+                    made = count
+                    _wait_evaluated(api, count, operator)
+                    time.sleep(args.settle)
+                    results.append(_measure(api, operator.process.pid, prometheus.url, count,
+                                            args.window))
+                    operator.check_running()
+                    print(json.dumps(results[-1]), flush=True)
+            finally:
+                operator.stop()
+    finally:
+        prometheus.stop()
+        exporter.terminate()
+        exporter.wait()
+    _record(results, args.out, args.window)
+    return 0
+
+
+def _create(api: client.ApiClient, start: int, stop: int) -> None:
+    """Deployments and InferenceTunings start..stop-1 (of one small pod each)."""
+    apps, custom = client.AppsV1Api(api), client.CustomObjectsApi(api)
+
+    def one(i: int) -> None:
+        namespace, name, _ = deployment(i)
+        apps.create_namespaced_deployment(namespace, {
+            "apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": name, "labels": {"app": name}},
+            "spec": {"replicas": 1, "selector": {"matchLabels": {"app": name}},
+                     "template": {"metadata": {"labels": {"app": name}}, "spec": {
+                         "containers": [{"name": "vllm", "image": "vllm/vllm-openai:v0.11.0",
+                                         "resources": {"requests": {"cpu": "10m",
+                                                                    "memory": "16Mi"}}}]}}}})
+        custom.create_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, {
+            "apiVersion": f"{GROUP}/{VERSION}", "kind": "InferenceTuning",
+            "metadata": {"name": name}, "spec": {"targetRef": {"name": name}, **SPEC}})
+
+    assert stop <= MAX_TUNINGS
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(one, range(start, stop)))
+
+
+def _wait_evaluated(api: client.ApiClient, count: int, operator: Any) -> None:
+    """Until every tuning has been evaluated once (status.autoscaling.evaluated is set)."""
+    custom = client.CustomObjectsApi(api)
+
+    def all_evaluated() -> bool:
+        operator.check_running()
+        items = custom.list_cluster_custom_object(GROUP, VERSION, PLURAL)["items"]
+        done = sum(1 for t in items if ((t.get("status") or {}).get("autoscaling") or {})
+                   .get("evaluated"))
+        return done >= count
+
+    wait_for(all_evaluated, f"{count} tunings evaluated once", timeout_s=300)
+
+
+def _measure(api: client.ApiClient, pid: int, prometheus_url: str, count: int,
+             window: float) -> dict[str, Any]:
+    cpu0, api0, prom0, t0 = _cpu_s(pid), _api_requests(api), _queries(prometheus_url), \
+        time.monotonic()
+    time.sleep(window)
+    cpu1, api1, prom1, t1 = _cpu_s(pid), _api_requests(api), _queries(prometheus_url), \
+        time.monotonic()
+    elapsed = t1 - t0
+    per_s = (cpu1 - cpu0) / elapsed
+    requests = {k: round((api1[k] - api0.get(k, 0)) / elapsed, 2) for k in api1
+                if api1[k] > api0.get(k, 0)}
+    return {"tunings": count, "window_s": round(elapsed, 1),
+            "cpu_share_of_one_core": round(per_s, 3),
+            "cpu_ms_per_interval": round(per_s * INTERVAL_S * 1000, 1),
+            "rss_mib": round(_rss_kib(pid) / 1024, 1),
+            "api_requests_per_s": dict(sorted(requests.items())),
+            "prometheus_queries_per_interval": round((prom1 - prom0) / elapsed * INTERVAL_S,
+                                                     1)}
+
+
+def _cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime, stime
+
+
+def _rss_kib(pid: int) -> int:
+    line = next(line for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+                if line.startswith("VmRSS:"))
+    return int(line.split()[1])
+
+
+_SAMPLE = re.compile(r'^apiserver_request_total\{(?P<labels>[^}]*)\} (?P<value>\S+)$')
+
+
+def _api_requests(api: client.ApiClient) -> Counter[str]:
+    """apiserver_request_total by "VERB resource[/subresource]" for what only the operator
+    asks for (InferenceTunings and the scale subresource; the control plane's own
+    controllers make the other requests)."""
+    response = api.call_api("GET", f"{api.configuration.host}/metrics")
+    response.read()
+    text = response.data.decode()
+    out: Counter[str] = Counter()
+    for line in text.splitlines():
+        match = _SAMPLE.match(line)
+        if not match:
+            continue
+        labels = dict(re.findall(r'(\w+)="([^"]*)"', match["labels"]))
+        if labels.get("verb") == "WATCH":
+            continue
+        resource = labels.get("resource", "")
+        if labels.get("subresource"):
+            resource += "/" + labels["subresource"]
+        if resource.startswith("inferencetunings") or resource == "deployments/scale":
+            out[f"{labels.get('verb')} {resource}"] += int(float(match["value"]))
+    return out
+
+
+def _queries(url: str) -> float:
+    with urllib.request.urlopen(f"{url}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith("prometheus_http_requests_total{")
+               and re.search(r'handler="/api/v1/query(_range)?"', line))
+
+
+def _record(results: list[dict[str, Any]], out: Path, window: float) -> None:
+    meta = {"date": datetime.now(UTC).isoformat(timespec="seconds"),
+            "python": platform.python_version(), "window_s": window,
+            "interval_s": INTERVAL_S}
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "operator.json").write_text(json.dumps({"meta": meta, "results": results},
+                                                  indent=2) + "\n")
+    lines = [
+        "# the whole operator at N tunings", "",
+        f"Python {meta['python']}, {meta['date']}, {window:g} s measured at each N. Produced "
+        "by `python -m bench.operator_bench`: the real `infertune run` against the e2e API "
+        "server and the real Prometheus; every decision Holds (steady state).", "",
+        "| tunings | CPU (share of one core) | CPU per 15 s interval | RSS | "
+        "Prometheus queries per interval | API requests per second |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in results:
+        calls = ", ".join(f"{k}: {v:g}" for k, v in r["api_requests_per_s"].items()) or "-"
+        lines.append(f"| {r['tunings']} | {r['cpu_share_of_one_core']:.1%} | "
+                     f"{r['cpu_ms_per_interval']:g} ms | {r['rss_mib']:g} MiB | "
+                     f"{r['prometheus_queries_per_interval']:g} | {calls} |")
+    (out / "operator.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

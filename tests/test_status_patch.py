@@ -1,0 +1,58 @@
+"""Status blocks reported by the timers are only patched when they change, and a value that
+is gone is removed rather than kept."""
+
+from __future__ import annotations
+
+import kopf
+
+from infertune.api.status import MigNodeStatus, MigStatus, TuningStatus
+from infertune.controller.status_patch import as_stored, set_if_changed
+
+
+def test_as_stored_drops_none_at_every_depth_and_keeps_other_falsy_values() -> None:
+    block = {"a": None, "b": 0, "c": "", "d": [], "e": {"f": None, "g": False},
+             "h": [{"i": None, "j": 1}]}
+    assert as_stored(block) == {"b": 0, "c": "", "d": [], "e": {"g": False},
+                                "h": [{"j": 1}]}
+
+
+def test_an_unchanged_block_is_not_patched() -> None:
+    # No revision yet: the block sends revision None, which status never holds.
+    tuning = TuningStatus(tuned_pods=2, message="2 pods tuned")
+    stored = {"tuning": as_stored(tuning.model_dump(by_alias=True, mode="json"))}
+    patch = kopf.Patch()
+    assert not set_if_changed(patch, stored, "tuning",
+                              tuning.model_dump(by_alias=True, mode="json"))
+    assert not patch
+
+
+def test_a_changed_block_is_patched_whole() -> None:
+    stored = {"tuning": {"revision": "r1", "tunedPods": 2, "outdatedPods": 0,
+                         "message": "2 pods tuned", "problems": []}}
+    block = TuningStatus(revision="r2", tuned_pods=1, outdated_pods=1,
+                         message="1 pod outdated").model_dump(by_alias=True, mode="json")
+    patch = kopf.Patch()
+    assert set_if_changed(patch, stored, "tuning", block)
+    assert patch == {"status": {"tuning": block}}
+
+
+def test_a_block_is_patched_when_status_has_none() -> None:
+    patch = kopf.Patch()
+    assert set_if_changed(patch, {}, "tuning", {"tunedPods": 0})
+    assert patch == {"status": {"tuning": {"tunedPods": 0}}}
+
+
+def test_a_value_that_is_gone_is_sent_as_none_so_the_merge_patch_removes_it() -> None:
+    """MIG status after its nodes went away: the earlier profile and ConfigMap must not stay."""
+    earlier = MigStatus(profile="2g.35gb", layout=["3g.71gb + 2x 2g.35gb"], strategy="mixed",
+                        config_map="infertune-system/infertune-mig-parted",
+                        nodes=[MigNodeStatus(node="gpu-1", config="c", state="configured")],
+                        message="all nodes configured")
+    stored = {"mig": as_stored(earlier.model_dump(by_alias=True, mode="json"))}
+    now = MigStatus(message="nothing is labelled: no node matches").model_dump(
+        by_alias=True, mode="json")
+    patch = kopf.Patch()
+    assert set_if_changed(patch, stored, "mig", now)
+    sent = patch["status"]["mig"]
+    assert sent["profile"] is None and sent["configMap"] is None and sent["strategy"] is None
+    assert sent["layout"] == [] and sent["nodes"] == []
