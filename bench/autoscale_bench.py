@@ -154,8 +154,8 @@ def measure(url: str, count: int, resolution_s: float, cycles: int) -> dict[str,
             parsed = settings.parse(ns, entry["name"], entry["uid"], entry["generation"],
                                     entry["spec"])
             assert parsed is not None and parsed.spec.autoscaling is not None
-            signals = signals_if_due(settings, key, parsed, entries,  # type: ignore[arg-type]
-                                     now)
+            listed = settings.listing(entries, parsed, now)  # type: ignore[arg-type]
+            signals = signals_if_due(settings, key, parsed, listed, now)
             assert signals is not None
             evaluation = plan_evaluation(parsed.spec, 1, status[key], signals, replicas[key],
                                          None, now)

@@ -71,8 +71,12 @@ def main(argv: list[str] | None = None) -> int:
                                      description=__doc__.splitlines()[0])
     parser.add_argument("--window", type=float, default=60.0,
                         help="seconds measured at each scale (default 60: four intervals)")
-    parser.add_argument("--settle", type=float, default=20.0,
+    parser.add_argument("--settle", type=float, default=30.0,
                         help="seconds waited after every tuning was evaluated once")
+    parser.add_argument("--only", type=int, choices=SCALES, help="measure this N alone")
+    parser.add_argument("--hold", type=float, default=0.0,
+                        help="keep everything running this many seconds after the last "
+                             "measurement, to inspect the operator (py-spy, kubectl)")
     parser.add_argument("--out", type=Path, default=RESULTS_DIR)
     args = parser.parse_args(argv)
     bin_dir = cached_bin_dir()
@@ -101,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
                 assert operator.process is not None
                 results = []
                 made = 0
-                for count in SCALES:
+                for count in ([args.only] if args.only is not None else SCALES):
                     _create(api, made, count)
                     made = count
                     _wait_evaluated(api, count, operator)
@@ -110,6 +114,10 @@ def main(argv: list[str] | None = None) -> int:
                                             args.window))
                     operator.check_running()
                     print(json.dumps(results[-1]), flush=True)
+                if args.hold:
+                    print(f"holding {args.hold:g} s: operator pid {operator.process.pid}, "
+                          f"admin kubeconfig {cluster.kubeconfig}", flush=True)
+                    time.sleep(args.hold)
             finally:
                 operator.stop()
     finally:
@@ -144,17 +152,19 @@ def _create(api: client.ApiClient, start: int, stop: int) -> None:
 
 
 def _wait_evaluated(api: client.ApiClient, count: int, operator: Any) -> None:
-    """Until every tuning has been evaluated once (status.autoscaling.evaluated is set)."""
+    """Until every tuning has been reconciled (status.observedGeneration) and evaluated once
+    (status.autoscaling.evaluated)."""
     custom = client.CustomObjectsApi(api)
 
     def all_evaluated() -> bool:
         operator.check_running()
         items = custom.list_cluster_custom_object(GROUP, VERSION, PLURAL)["items"]
-        done = sum(1 for t in items if ((t.get("status") or {}).get("autoscaling") or {})
-                   .get("evaluated"))
+        done = sum(1 for t in items
+                   if (status := t.get("status") or {}).get("observedGeneration")
+                   and (status.get("autoscaling") or {}).get("evaluated"))
         return done >= count
 
-    wait_for(all_evaluated, f"{count} tunings evaluated once", timeout_s=300)
+    wait_for(all_evaluated, f"{count} tunings reconciled and evaluated once", timeout_s=600)
 
 
 def _measure(api: client.ApiClient, pid: int, prometheus_url: str, count: int,

@@ -41,7 +41,8 @@ def tick(settings: AutoscalingSettings, idx: dict[tuple[str, str], list[dict[str
     e = next(e for entries in idx.values() for e in entries if e["name"] == name)
     parsed = settings.parse("ns", name, e["uid"], e["generation"], e["spec"])
     assert parsed is not None
-    got = signals_if_due(settings, f"ns/{name}", parsed, idx, now)
+    listed = settings.listing(idx, parsed, now)  # type: ignore[arg-type]
+    got = signals_if_due(settings, f"ns/{name}", parsed, listed, now)
     return got is not None
 
 
@@ -96,3 +97,20 @@ def test_deleted_tunings_are_forgotten() -> None:
     assert "ns/t1" not in settings.parsed and "ns/t1" not in settings.last_slot
     # A tuning created again under the same name starts without the old one's fight count.
     assert "ns/t1" not in settings.written and "ns/t1" not in settings.fights
+
+
+def test_the_tunings_are_listed_once_per_slot_and_a_newer_one_is_still_fetched() -> None:
+    """The listing is taken on the event loop once per slot; a tuning created after it, in the
+    same slot, is fetched with the next batch it asks for rather than skipped."""
+    source = RecordingSource()
+    settings = AutoscalingSettings(source=source)
+    idx = index(entry(0), entry(1))
+    tick(settings, idx, "t0", T0)
+    first = settings.listings[15.0][1]
+    tick(settings, idx, "t1", T0 + 1)
+    assert settings.listings[15.0][1] is first  # not listed again within the slot
+    idx.update(index(entry(2)))  # created in the same slot, after the listing
+    assert tick(settings, idx, "t2", T0 + 2)
+    assert source.asked == [["ns/t0", "ns/t1"], ["ns/t2"]]
+    tick(settings, idx, "t0", T0 + 15)  # the next slot lists all three
+    assert {k for k, _ in settings.listings[15.0][1]} == {"ns/t0", "ns/t1", "ns/t2"}

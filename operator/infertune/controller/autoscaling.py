@@ -6,16 +6,27 @@ interval: slots are aligned to the clock (as Prometheus aligns rule evaluations)
 tunings that share an interval fall due together. The first timer of a slot fetches the
 signals of every tuning due in it in one set of queries (the query count stays flat as tunings
 grow); the others reuse that batch. Parsed specs and metrics targets are cached per
-(uid, generation), so a tick that is not due costs a dictionary lookup.
+(uid, generation).
+
+The timer is a coroutine, so a tick that is not due costs a dictionary lookup on the event
+loop and nothing else: a plain function would be handed to a worker thread every second for
+every tuning, a thousand hand-offs a second at 1000 tunings, queueing the due evaluations
+behind them (bench/results/operator.md). A due tick lists the tunings from the kopf index on
+the event loop, where kopf changes the index, and then fetches and decides in a worker thread,
+since the Prometheus and Kubernetes calls block.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
+import functools
 import logging
 import math
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,6 +47,10 @@ from infertune.scaling.state import format_time
 RESOURCE = (GROUP, VERSION, PLURAL)
 FIGHT_LIMIT = 2
 """Reverts by another writer before the operator stops writing replicas."""
+WORKERS = 16
+"""Threads for due evaluations: each waits on the API server (the scale read, the scale write)
+far longer than it computes, so more of them than cores keep a slot's evaluations short."""
+Listed = list[tuple[str, "Parsed"]]
 logger = logging.getLogger(__name__)
 
 
@@ -66,6 +81,10 @@ class AutoscalingSettings:
     fights: dict[str, int] = field(default_factory=dict)
     fetches: int = 0
     """Batches fetched since start (for the benchmark and the logs)."""
+    listings: dict[float, tuple[int, Listed]] = field(default_factory=dict)
+    """interval -> (slot, every autoscaled tuning as listed in that slot)."""
+    executor: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(
+        WORKERS, thread_name_prefix="autoscale"))
 
     def parse(self, namespace: str, name: str, uid: str, generation: int,
               spec: dict[str, Any]) -> Parsed | None:
@@ -89,6 +108,22 @@ class AutoscalingSettings:
     def due(self, key: str, parsed: Parsed, now: float) -> bool:
         return self.last_slot.get(key) != math.floor(now / parsed.interval_s)
 
+    def listing(self, index: kopf.Index[tuple[str, str], dict[str, Any]], parsed: Parsed,
+                now: float) -> Listed:
+        """Every autoscaled tuning, listed from the kopf index once per slot of `parsed`'s
+        interval (every due tuning of the slot would otherwise list all of them again).
+
+        Call it on the event loop: kopf changes the index there, so it is never seen half
+        changed. Iterated from a worker thread instead, it failed with "dictionary changed
+        size during iteration" whenever tunings were created, and kopf then retried that
+        timer only a minute later."""
+        slot = math.floor(now / parsed.interval_s)
+        listed = self.listings.get(parsed.interval_s)
+        if listed is None or listed[0] != slot:
+            listed = (slot, list(autoscaled(self, index)))
+            self.listings[parsed.interval_s] = listed
+        return listed[1]
+
 
 def autoscaled(settings: AutoscalingSettings,
                index: kopf.Index[tuple[str, str], dict[str, Any]]) -> Iterator[tuple[str, Parsed]]:
@@ -105,30 +140,32 @@ def autoscaled(settings: AutoscalingSettings,
 
 
 def signals_if_due(settings: AutoscalingSettings, key: str, parsed: Parsed,
-                   index: kopf.Index[tuple[str, str], dict[str, Any]],
-                   now: float) -> TargetSignals | None:
+                   tunings: Iterable[tuple[str, Parsed]], now: float) -> TargetSignals | None:
     """None unless `key` is due in this slot of its interval; then its signals, and the slot
-    counts as evaluated."""
+    counts as evaluated. `tunings` are all of them (`AutoscalingSettings.listing`)."""
     if not settings.due(key, parsed, now):
         return None
     slot = math.floor(now / parsed.interval_s)
     settings.last_slot[key] = slot
-    return signals_for(settings, key, slot * parsed.interval_s, autoscaled(settings, index), now)
+    return signals_for(settings, key, parsed, slot * parsed.interval_s, tunings, now)
 
 
-def signals_for(settings: AutoscalingSettings, key: str, slot_start: float,
-                tunings: Iterator[tuple[str, Parsed]], now: float) -> TargetSignals | None:
+def signals_for(settings: AutoscalingSettings, key: str, own: Parsed, slot_start: float,
+                tunings: Iterable[tuple[str, Parsed]], now: float) -> TargetSignals | None:
     """`key`'s signals: from the batch if it was fetched in this slot, else one fetch for every
-    tuning due now (most of them share the slot, so their timers find the batch ready)."""
+    tuning due now (most of them share the slot, so their timers find the batch ready).
+    `key` is fetched even when it is newer than the listing of `tunings`."""
     assert settings.source is not None
     with settings.lock:
         if settings.fetched_at.get(key, -math.inf) >= slot_start and key in settings.batch:
             return settings.batch[key]
-        known: set[str] = set()
-        targets: list[MetricsTarget] = []
+        known: set[str] = {key}
+        targets: list[MetricsTarget] = [own.target]
         for other, parsed in tunings:
+            if other == key:
+                continue
             known.add(other)
-            if other == key or settings.due(other, parsed, now):
+            if settings.due(other, parsed, now):
                 targets.append(parsed.target)
         fetched = settings.source.fetch(targets, now)
         settings.fetches += 1
@@ -175,14 +212,13 @@ def _blocked(settings: AutoscalingSettings, key: str, deployment: str, current: 
 
 def evaluate(namespace: str, name: str, generation: int, spec: InferenceTuningSpec,
              status: dict[str, Any], signals: TargetSignals, settings: AutoscalingSettings,
-             hpas: kopf.Index[tuple[str, str], str], body: kopf.Body, patch: kopf.Patch,
+             hpa: str | None, body: kopf.Body, patch: kopf.Patch,
              now: float) -> ScaleDecision:
     """Decide, write replicas (unless DryRun, a fight or an HPA), and report."""
     key, deployment = f"{namespace}/{name}", spec.target_ref.name
     apps = client.AppsV1Api()
     scale = apps.read_namespaced_deployment_scale(deployment, namespace)
     current = int(scale.spec.replicas or 0) if scale.spec else 0
-    hpa = next(iter(hpas.get((namespace, deployment), [])), None)
     blocked = _blocked(settings, key, deployment, current, hpa)
     planned = plan_evaluation(spec, generation, status, signals, current, blocked, now)
     if planned.write is not None:
@@ -198,10 +234,10 @@ def evaluate(namespace: str, name: str, generation: int, spec: InferenceTuningSp
 
 @kopf.timer(*RESOURCE, interval=1.0, initial_delay=1.0,  # type: ignore[arg-type]
             when=lambda spec, **_: bool(spec.get("autoscaling")))
-def autoscale(namespace: str, name: str, spec: kopf.Spec, status: kopf.Status, meta: kopf.Meta,
-              body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo,
-              tunings_by_target: kopf.Index[tuple[str, str], dict[str, Any]],
-              hpas_by_target: kopf.Index[tuple[str, str], str], **_: Any) -> None:
+async def autoscale(namespace: str, name: str, spec: kopf.Spec, status: kopf.Status,
+                    meta: kopf.Meta, body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo,
+                    tunings_by_target: kopf.Index[tuple[str, str], dict[str, Any]],
+                    hpas_by_target: kopf.Index[tuple[str, str], str], **_: Any) -> None:
     settings: AutoscalingSettings = memo.autoscaling
     generation = int(meta.get("generation") or 0)
     parsed = settings.parse(namespace, name, str(meta.get("uid") or ""), generation, dict(spec))
@@ -215,13 +251,28 @@ def autoscale(namespace: str, name: str, spec: kopf.Spec, status: kopf.Status, m
         if conditions is not None:  # not every second while nothing changes
             patch.status["conditions"] = conditions
         return
-    now = time.time()
-    signals = signals_if_due(settings, f"{namespace}/{name}", parsed, tunings_by_target, now)
+    now, key = time.time(), f"{namespace}/{name}"
+    if not settings.due(key, parsed, now):
+        return
+    tunings = settings.listing(tunings_by_target, parsed, now)
+    hpa = next(iter(hpas_by_target.get((namespace, parsed.spec.target_ref.name), [])), None)
+    # The worker thread gets this context: kopf.event finds kopf's event queue through it.
+    run = functools.partial(contextvars.copy_context().run, _evaluate_if_due, settings, key,
+                            parsed, tunings, namespace, name, generation, dict(status), hpa,
+                            body, patch, now)
+    await asyncio.get_running_loop().run_in_executor(settings.executor, run)
+
+
+def _evaluate_if_due(settings: AutoscalingSettings, key: str, parsed: Parsed, tunings: Listed,
+                     namespace: str, name: str, generation: int, status: dict[str, Any],
+                     hpa: str | None, body: kopf.Body, patch: kopf.Patch, now: float) -> None:
+    """The blocking part of a due tick, in a worker thread."""
+    signals = signals_if_due(settings, key, parsed, tunings, now)
     if signals is None:
         return
     try:
-        evaluate(namespace, name, generation, parsed.spec, dict(status), signals, settings,
-                 hpas_by_target, body, patch, now)
+        evaluate(namespace, name, generation, parsed.spec, status, signals, settings, hpa,
+                 body, patch, now)
     except ApiException as exc:
         if exc.status == 404:
             return  # the target is missing; the controller reports it

@@ -71,10 +71,8 @@ def freeze_startup_objects() -> None:
 
 
 def run_operator(args: argparse.Namespace) -> int:
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    # kopf's formatter, prefixed: its per-object lines name the object ("[ns/name] ...").
+    kopf.configure(verbose=args.verbose, log_prefix=True)
     if not args.verbose:
         # One access-log line per admission request would cost every pod start a write.
         logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
