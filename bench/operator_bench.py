@@ -166,6 +166,15 @@ def _wait_evaluated(api: client.ApiClient, count: int, operator: Any) -> None:
 
     wait_for(all_evaluated, f"{count} tunings reconciled and evaluated once", timeout_s=600)
 
+    def creations_handled() -> bool:
+        # kopf writes the main resource (finalizer, last-handled annotation) while it works
+        # through created tunings; the steady state starts when it stops.
+        before = _api_requests(api)
+        time.sleep(5)
+        return _api_requests(api)["PATCH inferencetunings"] == before["PATCH inferencetunings"]
+
+    wait_for(creations_handled, "kopf done with the created tunings", timeout_s=600)
+
 
 def _measure(api: client.ApiClient, pid: int, prometheus_url: str, count: int,
              window: float) -> dict[str, Any]:
@@ -178,7 +187,10 @@ def _measure(api: client.ApiClient, pid: int, prometheus_url: str, count: int,
     per_s = (cpu1 - cpu0) / elapsed
     requests = {k: round((api1[k] - api0.get(k, 0)) / elapsed, 2) for k in api1
                 if api1[k] > api0.get(k, 0)}
+    scale_reads = (api1["GET deployments/scale"] - api0.get("GET deployments/scale", 0))
     return {"tunings": count, "window_s": round(elapsed, 1),
+            "evaluated_per_interval": round(scale_reads / elapsed * INTERVAL_S / count, 2)
+            if count else None,
             "cpu_share_of_one_core": round(per_s, 3),
             "cpu_ms_per_interval": round(per_s * INTERVAL_S * 1000, 1),
             "rss_mib": round(_rss_kib(pid) / 1024, 1),
@@ -239,19 +251,44 @@ def _record(results: list[dict[str, Any]], out: Path, window: float) -> None:
     out.mkdir(parents=True, exist_ok=True)
     (out / "operator.json").write_text(json.dumps({"meta": meta, "results": results},
                                                   indent=2) + "\n")
+    baseline_file = RESULTS_DIR / "operator-baseline.json"
+    baseline = json.loads(baseline_file.read_text()) if baseline_file.exists() else None
+    before = {r["tunings"]: r for r in baseline["results"]} if baseline else {}
     lines = [
         "# the whole operator at N tunings", "",
         f"Python {meta['python']}, {meta['date']}, {window:g} s measured at each N. Produced "
         "by `python -m bench.operator_bench`: the real `infertune run` against the e2e API "
-        "server and the real Prometheus; every decision Holds (steady state).", "",
-        "| tunings | CPU (share of one core) | CPU per 15 s interval | RSS | "
-        "Prometheus queries per interval | API requests per second |",
-        "| --- | --- | --- | --- | --- | --- |",
+        "server and the real Prometheus, every decision Hold (the steady state). CPU is the "
+        "operator process's (all threads); per interval = per second x 15 s, the default "
+        "spec.autoscaling.interval.", "",
+    ]
+    if baseline:
+        lines += [f"Baseline (before -> now, and now / before): {baseline['meta']['code']}, "
+                  f"measured {baseline['meta']['date']}.", ""]
+    lines += [
+        "| tunings | evaluations per tuning per interval | CPU (share of one core) | "
+        "CPU per 15 s interval | RSS | Prometheus queries per interval | "
+        "API requests per second |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in results:
+        was = before.get(r["tunings"])
         calls = ", ".join(f"{k}: {v:g}" for k, v in r["api_requests_per_s"].items()) or "-"
-        lines.append(f"| {r['tunings']} | {r['cpu_share_of_one_core']:.1%} | "
-                     f"{r['cpu_ms_per_interval']:g} ms | {r['rss_mib']:g} MiB | "
+        cpu = f"{r['cpu_share_of_one_core']:.1%}"
+        per_interval = f"{r['cpu_ms_per_interval']:g} ms"
+        if was is not None:
+            cpu = f"{was['cpu_share_of_one_core']:.1%} -> {cpu}"
+            ratio = (f" ({r['cpu_ms_per_interval'] / was['cpu_ms_per_interval']:.2f}x)"
+                     if was["cpu_ms_per_interval"] else "")
+            per_interval = f"{was['cpu_ms_per_interval']:g} -> {per_interval}{ratio}"
+            old_calls = ", ".join(f"{k}: {v:g}" for k, v in was["api_requests_per_s"].items())
+            calls = f"{old_calls or '-'} -> {calls}"
+        done = r.get("evaluated_per_interval")
+        evaluated = "-" if done is None else f"{done:g}"
+        if was is not None and was.get("evaluated_per_interval") is not None:
+            evaluated = f"{was['evaluated_per_interval']:g} -> {evaluated}"
+        lines.append(f"| {r['tunings']} | {evaluated} | {cpu} | {per_interval} | "
+                     f"{r['rss_mib']:g} MiB | "
                      f"{r['prometheus_queries_per_interval']:g} | {calls} |")
     (out / "operator.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))

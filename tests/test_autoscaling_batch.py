@@ -114,3 +114,15 @@ def test_the_tunings_are_listed_once_per_slot_and_a_newer_one_is_still_fetched()
     assert source.asked == [["ns/t0", "ns/t1"], ["ns/t2"]]
     tick(settings, idx, "t0", T0 + 15)  # the next slot lists all three
     assert {k for k, _ in settings.listings[15.0][1]} == {"ns/t0", "ns/t1", "ns/t2"}
+
+
+def test_a_loop_sleeps_until_its_next_slot_once_it_has_evaluated() -> None:
+    settings = AutoscalingSettings(source=RecordingSource())
+    parsed = settings.parse("ns", "t0", "uid-0", 1, entry(0)["spec"])
+    assert parsed is not None
+    assert settings.until_due("ns/t0", parsed, T0 + 4) == 0  # never evaluated: due now
+    assert tick(settings, index(entry(0)), "t0", T0 + 4)
+    wait = settings.until_due("ns/t0", parsed, T0 + 4)
+    assert 11 < wait < 11.1  # the next 15 s slot starts at T0 + 15
+    assert not settings.due("ns/t0", parsed, T0 + 4 + wait - 0.01)
+    assert settings.due("ns/t0", parsed, T0 + 4 + wait)

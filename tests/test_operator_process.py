@@ -14,7 +14,8 @@ from kubernetes import client
 
 from infertune.controller import autoscaling, mig, pods  # noqa: F401 - registers the timers
 from infertune.controller.main import TICKING_TIMERS, QuietTimerTicks
-from infertune.kube.client import configure
+from infertune.controller.autoscaling import WORKERS
+from infertune.kube.client import POOL_SIZE, configure
 
 
 @pytest.fixture
@@ -40,6 +41,8 @@ def test_every_api_object_shares_one_client_after_configure(
     assert first.configuration.host == "https://127.0.0.1:6443"
     assert first.rest_client.pool_manager is client.CustomObjectsApi().api_client.rest_client \
         .pool_manager
+    # Room for every autoscaling worker and kopf's own executor threads at once.
+    assert first.configuration.connection_pool_maxsize == POOL_SIZE > WORKERS
 
 
 def _record(message: str, level: int = logging.INFO) -> logging.LogRecord:
@@ -47,7 +50,8 @@ def _record(message: str, level: int = logging.INFO) -> logging.LogRecord:
 
 
 def test_the_ticking_timers_are_the_registered_ones_and_their_successes_are_dropped() -> None:
-    registered = {str(h): h.id for h in kopf.get_default_registry()._spawning.get_all_handlers()}
+    registered = {str(h): h.id for h in kopf.get_default_registry()._spawning.get_all_handlers()
+                  if str(h).startswith("Timer ")}
     assert set(registered.values()) == set(TICKING_TIMERS)
     quiet = QuietTimerTicks()
     for shown in registered:  # as kopf words it: f"{handler} succeeded."
@@ -55,10 +59,10 @@ def test_the_ticking_timers_are_the_registered_ones_and_their_successes_are_drop
 
 
 @pytest.mark.parametrize("message, level", [
-    ("Timer 'autoscale' failed with an exception and will try again in 60 seconds: boom",
+    ("Timer 'retune_pods' failed with an exception and will try again in 60 seconds: boom",
      logging.ERROR),
     ("Handler 'reconcile' succeeded.", logging.INFO),
-    ("Timer 'autoscale' succeeded.", logging.WARNING),
+    ("Timer 'retune_pods' succeeded.", logging.WARNING),
 ])
 def test_failures_and_other_handlers_still_get_through(message: str, level: int) -> None:
     assert QuietTimerTicks().filter(_record(message, level))

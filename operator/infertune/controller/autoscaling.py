@@ -1,19 +1,22 @@
 """Autoscaling in the shell: one batched Prometheus fetch per cycle, a decision per tuning,
 replicas written only through the scale subresource (DESIGN.md #5).
 
-Every InferenceTuning with autoscaling has a 1 s timer that acts once per slot of its own
-interval: slots are aligned to the clock (as Prometheus aligns rule evaluations), so the
-tunings that share an interval fall due together. The first timer of a slot fetches the
-signals of every tuning due in it in one set of queries (the query count stays flat as tunings
-grow); the others reuse that batch. Parsed specs and metrics targets are cached per
-(uid, generation).
+Every InferenceTuning with autoscaling has a loop (a kopf daemon) that sleeps until the next
+slot of its own interval and evaluates once in it: a timer at the spec's interval. Slots are
+aligned to the clock (as Prometheus aligns rule evaluations), so the tunings that share an
+interval fall due together. The first of a slot fetches the signals of every tuning due in it
+in one set of queries (the query count stays flat as tunings grow); the others reuse that
+batch. Parsed specs and metrics targets are cached per (uid, generation).
 
-The timer is a coroutine, so a tick that is not due costs a dictionary lookup on the event
-loop and nothing else: a plain function would be handed to a worker thread every second for
-every tuning, a thousand hand-offs a second at 1000 tunings, queueing the due evaluations
-behind them (bench/results/operator.md). A due tick lists the tunings from the kopf index on
-the event loop, where kopf changes the index, and then fetches and decides in a worker thread,
-since the Prometheus and Kubernetes calls block.
+Why not `@kopf.timer`: its interval is fixed when the handler is registered, so a per-spec
+interval needed a 1 s timer that checked whether its slot had come. Each kopf timer run builds
+the handler's arguments and goes through kopf's handler machinery; at 1000 tunings that was a
+thousand runs a second that did nothing, most of the operator's CPU, and the due evaluations
+queued behind them until tunings were evaluated once a minute instead of every 15 s
+(bench/results/operator.md). A due pass lists the tunings from the kopf index on the event
+loop, where kopf changes the index, and then fetches and decides in a worker thread, since the
+Prometheus and Kubernetes calls block; the status is patched there too (a daemon has no patch
+that kopf applies after each pass).
 """
 
 from __future__ import annotations
@@ -51,6 +54,10 @@ WORKERS = 16
 """Threads for due evaluations: each waits on the API server (the scale read, the scale write)
 far longer than it computes, so more of them than cores keep a slot's evaluations short."""
 Listed = list[tuple[str, "Parsed"]]
+IDLE_S = 2.0
+"""How often a tuning that cannot be evaluated (invalid spec, no Prometheus) is looked at."""
+SLOT_MARGIN_S = 0.005
+"""Woken this much after a slot starts, so the clock reads the new slot."""
 logger = logging.getLogger(__name__)
 
 
@@ -107,6 +114,13 @@ class AutoscalingSettings:
 
     def due(self, key: str, parsed: Parsed, now: float) -> bool:
         return self.last_slot.get(key) != math.floor(now / parsed.interval_s)
+
+    def until_due(self, key: str, parsed: Parsed, now: float) -> float:
+        """0 when `key` is due now, else the seconds until its next slot starts."""
+        if self.due(key, parsed, now):
+            return 0.0
+        next_slot = (math.floor(now / parsed.interval_s) + 1) * parsed.interval_s
+        return next_slot - now + SLOT_MARGIN_S
 
     def listing(self, index: kopf.Index[tuple[str, str], dict[str, Any]], parsed: Parsed,
                 now: float) -> Listed:
@@ -212,8 +226,7 @@ def _blocked(settings: AutoscalingSettings, key: str, deployment: str, current: 
 
 def evaluate(namespace: str, name: str, generation: int, spec: InferenceTuningSpec,
              status: dict[str, Any], signals: TargetSignals, settings: AutoscalingSettings,
-             hpa: str | None, body: kopf.Body, patch: kopf.Patch,
-             now: float) -> ScaleDecision:
+             hpa: str | None, body: kopf.Body, now: float) -> ScaleDecision:
     """Decide, write replicas (unless DryRun, a fight or an HPA), and report."""
     key, deployment = f"{namespace}/{name}", spec.target_ref.name
     apps = client.AppsV1Api()
@@ -226,54 +239,91 @@ def evaluate(namespace: str, name: str, generation: int, spec: InferenceTuningSp
         apps.patch_namespaced_deployment_scale(deployment, namespace,
                                                {"spec": {"replicas": planned.write}})
         settings.written[key] = (current, planned.write)
-    patch.status.update(planned.status)
+    patch_status(namespace, name, planned.status)
     if planned.event is not None:
         kopf.event(body, type="Normal", reason=planned.event[0], message=planned.event[1])
     return planned.decision
 
 
-@kopf.timer(*RESOURCE, interval=1.0, initial_delay=1.0,  # type: ignore[arg-type]
-            when=lambda spec, **_: bool(spec.get("autoscaling")))
+def patch_status(namespace: str, name: str, status: dict[str, Any]) -> None:
+    """A JSON merge patch of the tuning's status (None values remove fields)."""
+    client.CustomObjectsApi().patch_namespaced_custom_object_status(
+        GROUP, VERSION, namespace, PLURAL, name, {"status": status})
+
+
+@kopf.daemon(*RESOURCE, initial_delay=1.0,  # type: ignore[arg-type]
+             when=lambda spec, **_: bool(spec.get("autoscaling")))
 async def autoscale(namespace: str, name: str, spec: kopf.Spec, status: kopf.Status,
-                    meta: kopf.Meta, body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo,
+                    meta: kopf.Meta, body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger,
                     tunings_by_target: kopf.Index[tuple[str, str], dict[str, Any]],
                     hpas_by_target: kopf.Index[tuple[str, str], str], **_: Any) -> None:
+    """The tuning's autoscaling loop: asleep until the next slot of its interval, then one
+    evaluation. `spec`, `status` and `meta` are kopf's live views, so every pass reads the
+    tuning as it is now; kopf cancels the loop when the tuning is deleted or loses
+    spec.autoscaling."""
     settings: AutoscalingSettings = memo.autoscaling
-    generation = int(meta.get("generation") or 0)
-    parsed = settings.parse(namespace, name, str(meta.get("uid") or ""), generation, dict(spec))
-    if parsed is None:
-        return  # invalid (reported by the controller) or without autoscaling
-    if settings.source is None:
-        conditions = merge_condition_dicts(status.get("conditions") or [], condition_dict(
-            ConditionType.SCALING_ACTIVE, ConditionStatus.FALSE, "NoPrometheus", "the operator "
-            "runs without --prometheus-url, so spec.autoscaling cannot be evaluated",
-            generation, format_time(time.time())))
-        if conditions is not None:  # not every second while nothing changes
-            patch.status["conditions"] = conditions
-        return
-    now, key = time.time(), f"{namespace}/{name}"
-    if not settings.due(key, parsed, now):
-        return
-    tunings = settings.listing(tunings_by_target, parsed, now)
-    hpa = next(iter(hpas_by_target.get((namespace, parsed.spec.target_ref.name), [])), None)
-    # The worker thread gets this context: kopf.event finds kopf's event queue through it.
-    run = functools.partial(contextvars.copy_context().run, _evaluate_if_due, settings, key,
-                            parsed, tunings, namespace, name, generation, dict(status), hpa,
-                            body, patch, now)
-    await asyncio.get_running_loop().run_in_executor(settings.executor, run)
+    key, loop = f"{namespace}/{name}", asyncio.get_running_loop()
+    while True:
+        generation = int(meta.get("generation") or 0)
+        parsed = settings.parse(namespace, name, str(meta.get("uid") or ""), generation,
+                                dict(spec))
+        if parsed is None or settings.source is None:
+            if parsed is not None:
+                await _report_no_prometheus(loop, settings, namespace, name, generation,
+                                            dict(status))
+            # Invalid (the controller reports it), or nothing to evaluate with: look again
+            # shortly, as a spec change may mend it.
+            await asyncio.sleep(IDLE_S)
+            continue
+        now = time.time()
+        wait = settings.until_due(key, parsed, now)
+        if wait > 0:
+            await asyncio.sleep(wait)
+            continue
+        tunings = settings.listing(tunings_by_target, parsed, now)
+        hpa = next(iter(hpas_by_target.get((namespace, parsed.spec.target_ref.name), [])), None)
+        # The worker thread gets this context: kopf.event finds kopf's event queue through it.
+        run = functools.partial(contextvars.copy_context().run, _evaluate_if_due, settings, key,
+                                parsed, tunings, namespace, name, generation, dict(status), hpa,
+                                body, now)
+        try:
+            await loop.run_in_executor(settings.executor, run)
+        except Exception:  # one failed pass must not end the loop
+            logger.exception("autoscaling evaluation failed; the next slot tries again")
+            await asyncio.sleep(IDLE_S)
+
+
+async def _report_no_prometheus(loop: asyncio.AbstractEventLoop, settings: AutoscalingSettings,
+                                namespace: str, name: str, generation: int,
+                                status: dict[str, Any]) -> None:
+    conditions = merge_condition_dicts(status.get("conditions") or [], condition_dict(
+        ConditionType.SCALING_ACTIVE, ConditionStatus.FALSE, "NoPrometheus", "the operator "
+        "runs without --prometheus-url, so spec.autoscaling cannot be evaluated",
+        generation, format_time(time.time())))
+    if conditions is not None:  # only when it is not reported yet
+        await loop.run_in_executor(settings.executor, _patch_if_present, namespace, name,
+                                   {"conditions": conditions})
+
+
+def _patch_if_present(namespace: str, name: str, status: dict[str, Any]) -> None:
+    try:
+        patch_status(namespace, name, status)
+    except ApiException as exc:
+        if exc.status != 404:  # deleted meanwhile
+            raise
 
 
 def _evaluate_if_due(settings: AutoscalingSettings, key: str, parsed: Parsed, tunings: Listed,
                      namespace: str, name: str, generation: int, status: dict[str, Any],
-                     hpa: str | None, body: kopf.Body, patch: kopf.Patch, now: float) -> None:
-    """The blocking part of a due tick, in a worker thread."""
+                     hpa: str | None, body: kopf.Body, now: float) -> None:
+    """The blocking part of a due pass, in a worker thread."""
     signals = signals_if_due(settings, key, parsed, tunings, now)
     if signals is None:
         return
     try:
         evaluate(namespace, name, generation, parsed.spec, status, signals, settings, hpa,
-                 body, patch, now)
+                 body, now)
     except ApiException as exc:
         if exc.status == 404:
-            return  # the target is missing; the controller reports it
+            return  # the target (or the tuning) is missing; the controller reports it
         raise

@@ -16,13 +16,14 @@ from infertune.kube.webhook_tls import write_self_signed
 from infertune.kube.webhooks import RegisteringWebhookServer, WebhookRegistration
 
 DEFAULT_NAMESPACE = "infertune-system"
-TICKING_TIMERS = ("autoscale", "retune_pods", "partition_gpus")
-"""The timers that run every few seconds for every tuning (autoscale every second)."""
+TICKING_TIMERS = ("retune_pods", "partition_gpus")
+"""The timers that run every few seconds for every tuning (re-tuning every 10 s, MIG every
+3 s; autoscaling is a loop that sleeps until its slot, and kopf logs nothing per pass)."""
 
 
 class QuietTimerTicks(logging.Filter):
-    """Drops kopf's "Timer 'autoscale' succeeded." lines: kopf logs one per timer run, which
-    at 1000 tunings is more than 1000 lines a second that say nothing. What a tick does (a
+    """Drops kopf's "Timer 'retune_pods' succeeded." lines: kopf logs one per timer run, which
+    at 1000 tunings is more than 400 lines a second that say nothing. What a tick does (a
     scale, an eviction, a failure) is logged, posted as an Event or kept in status anyway;
     --verbose keeps the ticks."""
 

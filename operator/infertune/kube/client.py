@@ -7,6 +7,8 @@ from typing import Any
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
+POOL_SIZE = 32
+
 
 def configure(kubeconfig: str | None) -> None:
     """Load credentials: the given kubeconfig, else in-cluster, else $KUBECONFIG/~/.kube.
@@ -23,7 +25,11 @@ def configure(kubeconfig: str | None) -> None:
             config.load_incluster_config()  # type: ignore[no-untyped-call]
         except config.ConfigException:
             config.load_kube_config()  # type: ignore[no-untyped-call]
-    client.ApiClient.set_default(client.ApiClient())  # type: ignore[no-untyped-call]
+    shared = client.Configuration.get_default_copy()
+    # Enough pooled connections for every thread that calls the API at once (the autoscaling
+    # workers and kopf's executor): a full pool drops connections and reconnects over TLS.
+    shared.connection_pool_maxsize = POOL_SIZE
+    client.ApiClient.set_default(client.ApiClient(shared))  # type: ignore[no-untyped-call]
 
 
 def read_deployment(namespace: str, name: str) -> client.V1Deployment | None:
