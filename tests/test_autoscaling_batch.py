@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from infertune.controller.autoscaling import AutoscalingSettings, signals_if_due
+from infertune.controller.autoscaling import AutoscalingSettings, signals_for, signals_if_due
 from infertune.metrics.source import MetricsTarget
 from infertune.scaling.signals import NOT_FETCHED, NOT_FETCHED_WINDOW, TargetSignals
 
@@ -99,9 +99,10 @@ def test_deleted_tunings_are_forgotten() -> None:
     assert "ns/t1" not in settings.written and "ns/t1" not in settings.fights
 
 
-def test_the_tunings_are_listed_once_per_slot_and_a_newer_one_is_still_fetched() -> None:
-    """The listing is taken on the event loop once per slot; a tuning created after it, in the
-    same slot, is fetched with the next batch it asks for rather than skipped."""
+def test_the_tunings_are_listed_once_per_slot_and_a_newer_one_joins_the_next_batch() -> None:
+    """The listing is taken on the event loop once per slot. A tuning created after its slot's
+    batch waits for the next slot instead of a query of its own, so creating many tunings
+    does not add queries."""
     source = RecordingSource()
     settings = AutoscalingSettings(source=source)
     idx = index(entry(0), entry(1))
@@ -109,11 +110,31 @@ def test_the_tunings_are_listed_once_per_slot_and_a_newer_one_is_still_fetched()
     first = settings.listings[15.0][1]
     tick(settings, idx, "t1", T0 + 1)
     assert settings.listings[15.0][1] is first  # not listed again within the slot
-    idx.update(index(entry(2)))  # created in the same slot, after the listing
-    assert tick(settings, idx, "t2", T0 + 2)
-    assert source.asked == [["ns/t0", "ns/t1"], ["ns/t2"]]
-    tick(settings, idx, "t0", T0 + 15)  # the next slot lists all three
-    assert {k for k, _ in settings.listings[15.0][1]} == {"ns/t0", "ns/t1", "ns/t2"}
+    idx.update(index(entry(2)))  # created in the same slot, after the listing and the batch
+    assert not tick(settings, idx, "t2", T0 + 2)
+    assert source.asked == [["ns/t0", "ns/t1"]]
+    assert tick(settings, idx, "t2", T0 + 15)  # the next slot lists and fetches all three
+    assert source.asked[1] == ["ns/t2", "ns/t0", "ns/t1"]
+    assert tick(settings, idx, "t0", T0 + 16)  # due, and served from that batch
+    assert len(source.asked) == 2
+
+
+def test_tunings_that_marked_their_slot_while_another_fetched_are_in_its_batch() -> None:
+    """Workers mark their slot before they wait for the lock; the batch is chosen by what was
+    fetched, so they find their signals in it rather than fetching one by one."""
+    source = RecordingSource()
+    settings = AutoscalingSettings(source=source)
+    idx = index(*(entry(i) for i in range(5)))
+    parsed = {f"t{i}": settings.parse("ns", f"t{i}", f"uid-{i}", 1, entry(i)["spec"])
+              for i in range(5)}
+    for i in range(1, 5):  # these four are waiting for the lock, their slot already marked
+        settings.last_slot[f"ns/t{i}"] = int(T0 // 15)
+    tick(settings, idx, "t0", T0)
+    for i in range(1, 5):
+        listed = settings.listing(idx, parsed[f"t{i}"], T0)  # type: ignore[arg-type]
+        got = signals_for(settings, f"ns/t{i}", parsed[f"t{i}"], T0, listed, T0 + 0.1)  # type: ignore[arg-type]
+        assert got is not None
+    assert source.asked == [["ns/t0", "ns/t1", "ns/t2", "ns/t3", "ns/t4"]]
 
 
 def test_a_loop_sleeps_until_its_next_slot_once_it_has_evaluated() -> None:

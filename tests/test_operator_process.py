@@ -13,8 +13,8 @@ import yaml
 from kubernetes import client
 
 from infertune.controller import autoscaling, mig, pods  # noqa: F401 - registers the timers
-from infertune.controller.main import TICKING_TIMERS, QuietTimerTicks
 from infertune.controller.autoscaling import WORKERS
+from infertune.controller.main import TICKING_TIMERS, QuietTimerTicks
 from infertune.kube.client import POOL_SIZE, configure
 
 

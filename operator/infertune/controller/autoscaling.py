@@ -90,6 +90,8 @@ class AutoscalingSettings:
     """Batches fetched since start (for the benchmark and the logs)."""
     listings: dict[float, tuple[int, Listed]] = field(default_factory=dict)
     """interval -> (slot, every autoscaled tuning as listed in that slot)."""
+    batched: dict[float, int] = field(default_factory=dict)
+    """interval -> the last slot whose batch was fetched."""
     executor: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(
         WORKERS, thread_name_prefix="autoscale"))
 
@@ -167,22 +169,33 @@ def signals_if_due(settings: AutoscalingSettings, key: str, parsed: Parsed,
 def signals_for(settings: AutoscalingSettings, key: str, own: Parsed, slot_start: float,
                 tunings: Iterable[tuple[str, Parsed]], now: float) -> TargetSignals | None:
     """`key`'s signals: from the batch if it was fetched in this slot, else one fetch for every
-    tuning due now (most of them share the slot, so their timers find the batch ready).
-    `key` is fetched even when it is newer than the listing of `tunings`."""
+    tuning whose signals are not fetched in its current slot yet (most share the slot, so the
+    others find the batch ready).
+
+    Membership is by what was fetched, not by what was evaluated: a tuning that is waiting for
+    the lock has already marked its slot, and leaving it out made it fetch alone, then the next
+    one, a chain of fetches that held every worker. A tuning newer than its slot's batch (not
+    in the listing it was built from) gets None and joins the next slot's batch, so creating
+    tunings does not add queries."""
     assert settings.source is not None
     with settings.lock:
         if settings.fetched_at.get(key, -math.inf) >= slot_start and key in settings.batch:
             return settings.batch[key]
+        slot = math.floor(now / own.interval_s)
+        if settings.batched.get(own.interval_s) == slot:
+            return None
         known: set[str] = {key}
         targets: list[MetricsTarget] = [own.target]
         for other, parsed in tunings:
             if other == key:
                 continue
             known.add(other)
-            if settings.due(other, parsed, now):
+            their_slot = math.floor(now / parsed.interval_s) * parsed.interval_s
+            if settings.fetched_at.get(other, -math.inf) < their_slot:
                 targets.append(parsed.target)
         fetched = settings.source.fetch(targets, now)
         settings.fetches += 1
+        settings.batched[own.interval_s] = slot
         for gone in [k for k in settings.batch if k not in known]:
             for table in (settings.batch, settings.fetched_at, settings.last_slot,
                           settings.parsed, settings.written, settings.fights):
@@ -285,7 +298,7 @@ async def autoscale(namespace: str, name: str, spec: kopf.Spec, status: kopf.Sta
         # The worker thread gets this context: kopf.event finds kopf's event queue through it.
         run = functools.partial(contextvars.copy_context().run, _evaluate_if_due, settings, key,
                                 parsed, tunings, namespace, name, generation, dict(status), hpa,
-                                body, now)
+                                body)
         try:
             await loop.run_in_executor(settings.executor, run)
         except Exception:  # one failed pass must not end the loop
@@ -315,8 +328,10 @@ def _patch_if_present(namespace: str, name: str, status: dict[str, Any]) -> None
 
 def _evaluate_if_due(settings: AutoscalingSettings, key: str, parsed: Parsed, tunings: Listed,
                      namespace: str, name: str, generation: int, status: dict[str, Any],
-                     hpa: str | None, body: kopf.Body, now: float) -> None:
-    """The blocking part of a due pass, in a worker thread."""
+                     hpa: str | None, body: kopf.Body) -> None:
+    """The blocking part of a due pass, in a worker thread. The time is read here: when the
+    workers are busy, the pass may start a little after the loop queued it."""
+    now = time.time()
     signals = signals_if_due(settings, key, parsed, tunings, now)
     if signals is None:
         return
