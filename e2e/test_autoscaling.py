@@ -12,6 +12,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
+from datetime import datetime
 from typing import Any
 
 import pytest
@@ -82,6 +83,13 @@ def replicas(api_client: client.ApiClient, namespace: str) -> int:
     return int(scale.spec.replicas)
 
 
+def seconds_between(earlier: str, later: str) -> float:
+    """Seconds from one status time (RFC 3339, as the operator writes them) to another."""
+    def parse(text: str) -> float:
+        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    return parse(later) - parse(earlier)
+
+
 def autoscaling_status(api_client: client.ApiClient, namespace: str) -> dict[str, Any]:
     status: dict[str, Any] = (get_tuning(api_client, namespace, "qwen").get("status") or {}).get(
         "autoscaling") or {}
@@ -132,9 +140,24 @@ def test_queue_scales_out_then_in_after_stabilization(
     assert "queue" in events[0].message
 
     fake_vllm.queue_per_pod = 0.0
-    low_since = time.monotonic()
-    wait_for(lambda: replicas(api_client, namespace) == 1, "scale in to 1", timeout_s=60)
-    assert time.monotonic() - low_since >= 8  # not before the stabilization window
+    loaded: list[str] = []  # `evaluated` of each evaluation that still saw the load
+
+    def scaled_in() -> bool:
+        status = autoscaling_status(api_client, namespace)
+        # At 28.8 (target 32, tolerance 0.1) or more per replica the recommendation keeps 4.
+        if (status.get("queueDepth") or 0) >= 28.8 and status["evaluated"] not in loaded:
+            loaded.append(status["evaluated"])
+        return replicas(api_client, namespace) == 1
+
+    wait_for(scaled_in, "scale in to 1", timeout_s=60)
+    scale_in = wait_for(lambda: [d for d in (get_tuning(api_client, namespace, "qwen").get(
+        "status") or {}).get("decisions", []) if d["action"].startswith("ScaleIn")],
+        "a ScaleIn decision in status")[-1]
+    # Not before the stabilization window (8 s) after the last recommendation of 4: that is
+    # the last evaluation that still saw the load, which may come a scrape after it dropped,
+    # or up to an interval before the exporter's change reached Prometheus.
+    assert loaded, "no evaluation saw the load after it was raised"
+    assert seconds_between(loaded[-1], scale_in["time"]) >= 8
 
 
 def test_prometheus_outage_holds_replicas(
