@@ -4,8 +4,8 @@ Run: ``python -m bench.autoscale_bench`` (~3 min). A synthetic vLLM exporter (a 
 process, so its CPU is not counted) serves the real metric names for 1000 Deployments of one
 pod each; Prometheus scrapes it every second. After 35 s of history, each cycle is what the
 operator does in one interval slot for N InferenceTunings, short of the Kubernetes API calls
-themselves: every tuning's timer tick (the cached spec, the due check, `signals_if_due`, whose
-first call fetches one batch for all of them), then `plan_evaluation` for each, exactly as
+themselves: every tuning's pass in the slot (the cached spec, the listing, `signals_if_due`,
+whose first call fetches one batch for all of them), then `plan_evaluation` for each, as
 `autoscaling.evaluate` calls it: the state read back from the status the last cycle left
 (a varied history of 20 recommendations to start with), the decision, and the whole status
 patch (conditions, `status.autoscaling` with the new state, decision records, the Event
@@ -16,8 +16,8 @@ finish its own work before the next one. The startup objects are frozen out of t
 collector first, as `infertune run` does.
 
 Not counted: the Kubernetes API calls (the scale read, the scale write when replicas change,
-the status patch; one or two per tuning per interval, as with HPA), and kopf's own cost of a
-timer tick.
+the status patch; one or two per tuning per interval, as with HPA), and kopf's own work;
+bench/operator_bench.py measures the whole operator process for those.
 
 Goal: a query count that does not grow with N, and under 50 ms of CPU per cycle at 1000.
 """
@@ -220,13 +220,13 @@ def record(results: list[dict[str, Any]]) -> None:
         "# autoscaling evaluation cycle", "",
         f"{meta['cpus']}, Python {meta['python']}, Prometheus {meta['prometheus']}, "
         f"{meta['date']}. Produced by `python -m bench.autoscale_bench`.", "",
-        "One cycle = every tuning's timer tick in one interval slot (cached spec, due check, "
+        "One cycle = every tuning's pass in one interval slot (cached spec, listing, "
         "one batched fetch) + per tuning `plan_evaluation` as the operator calls it: the state "
         "read back from status, the decision, the whole status patch (conditions, "
         "`status.autoscaling`, decision records, Event text). Default spec except a 2 s "
         "interval (30 s queue window at the queue step, two latency samples); replicas follow "
-        "the writes. Not counted: the Kubernetes API calls and kopf's own cost per timer "
-        "tick. Per tuning = (cycle - fetch) / tunings.", "",
+        "the writes. Not counted: the Kubernetes API calls and kopf's own work (see "
+        "operator.md for the whole process). Per tuning = (cycle - fetch) / tunings.", "",
         "| tunings | queue step | queries per cycle | CPU per cycle (median / max) | "
         "of which fetch (median) | evaluation per tuning | wall (median) | "
         "tunings with data | scale writes per cycle |",

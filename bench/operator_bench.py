@@ -78,7 +78,13 @@ def main(argv: list[str] | None = None) -> int:
                         help="keep everything running this many seconds after the last "
                              "measurement, to inspect the operator (py-spy, kubectl)")
     parser.add_argument("--out", type=Path, default=RESULTS_DIR)
+    parser.add_argument("--render", action="store_true",
+                        help="only write operator.md again from operator.json")
     args = parser.parse_args(argv)
+    if args.render:
+        recorded = json.loads((args.out / "operator.json").read_text())
+        _record(recorded["results"], args.out, recorded["meta"]["window_s"])
+        return 0
     bin_dir = cached_bin_dir()
     if missing_binaries(bin_dir):
         print("the control plane is not built: run `python -m e2e.cluster build` first",
@@ -267,9 +273,9 @@ def _record(results: list[dict[str, Any]], out: Path, window: float) -> None:
                   f"measured {baseline['meta']['date']}.", ""]
     lines += [
         "| tunings | evaluations per tuning per interval | CPU (share of one core) | "
-        "CPU per 15 s interval | RSS | Prometheus queries per interval | "
+        "CPU per 15 s interval | CPU per evaluation | RSS | Prometheus queries per interval | "
         "API requests per second |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in results:
         was = before.get(r["tunings"])
@@ -287,11 +293,25 @@ def _record(results: list[dict[str, Any]], out: Path, window: float) -> None:
         evaluated = "-" if done is None else f"{done:g}"
         if was is not None and was.get("evaluated_per_interval") is not None:
             evaluated = f"{was['evaluated_per_interval']:g} -> {evaluated}"
-        lines.append(f"| {r['tunings']} | {evaluated} | {cpu} | {per_interval} | "
-                     f"{r['rss_mib']:g} MiB | "
+        rss = f"{r['rss_mib']:g} MiB"
+        if was is not None:
+            rss = f"{was['rss_mib']:g} -> {rss}"
+        each = _per_evaluation(r)
+        if was is not None and _per_evaluation(was) != "-":
+            each = f"{_per_evaluation(was)} -> {each}"
+        lines.append(f"| {r['tunings']} | {evaluated} | {cpu} | {per_interval} | {each} | "
+                     f"{rss} | "
                      f"{r['prometheus_queries_per_interval']:g} | {calls} |")
     (out / "operator.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
+
+
+def _per_evaluation(r: dict[str, Any]) -> str:
+    """Everything the process spent in an interval, over the evaluations it made in it."""
+    done = r.get("evaluated_per_interval")
+    if not done:
+        return "-"
+    return f"{r['cpu_ms_per_interval'] / (done * r['tunings']):.1f} ms"
 
 
 if __name__ == "__main__":
