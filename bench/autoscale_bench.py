@@ -27,18 +27,20 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import requests
-from e2e.cluster.processes import free_port
 from e2e.fixtures.prometheus import MetricsEndpoint, PrometheusServer
 from e2e.fixtures.waiting import wait_for
 from prometheus_client import CollectorRegistry, Gauge, Histogram
@@ -189,7 +191,19 @@ def main() -> int:
     if args.serve_exporter:
         serve_exporter(MAX_TUNINGS, args.serve_exporter)
         return 0
-    port_file = Path(f"/tmp/infertune-autoscale-bench-{free_port()}")
+    with exporter_scraped() as prometheus:
+        time.sleep(HISTORY_S)  # the queue rule reads 30 s of history; it has to exist
+        freeze_startup_objects()  # as `infertune run` does before kopf starts
+        results = [measure(prometheus.url, n, r, args.cycles) for n, r in SCALES]
+    record(results)
+    return 0
+
+
+@contextmanager
+def exporter_scraped() -> Iterator[PrometheusServer]:
+    """The synthetic exporter of MAX_TUNINGS Deployments in its own process, and a real
+    Prometheus scraping it every second (also used by operator_bench)."""
+    port_file = Path(tempfile.mkdtemp(prefix="infertune-bench-")) / "exporter"
     exporter = subprocess.Popen([sys.executable, "-m", "bench.autoscale_bench",
                                  "--serve-exporter", str(port_file)])
     prometheus = PrometheusServer().start()
@@ -197,16 +211,12 @@ def main() -> int:
         target = wait_for(lambda: port_file.exists() and port_file.read_text(), "exporter")
         prometheus.add_scrape_job("vllm", [str(target)])
         prometheus.wait_for_targets_up("vllm", timeout_s=60)
-        time.sleep(HISTORY_S)  # the queue rule reads 30 s of history; it has to exist
-        freeze_startup_objects()  # as `infertune run` does before kopf starts
-        results = [measure(prometheus.url, n, r, args.cycles) for n, r in SCALES]
+        yield prometheus
     finally:
         prometheus.stop()
         exporter.terminate()
         exporter.wait()
-        port_file.unlink(missing_ok=True)
-    record(results)
-    return 0
+        shutil.rmtree(port_file.parent, ignore_errors=True)
 
 
 def record(results: list[dict[str, Any]]) -> None:

@@ -26,7 +26,6 @@ import argparse
 import json
 import platform
 import re
-import subprocess
 import sys
 import tempfile
 import time
@@ -38,15 +37,13 @@ from pathlib import Path
 from typing import Any
 
 from e2e.cluster.build import cached_bin_dir, missing_binaries
-from e2e.cluster.processes import free_port
 from e2e.cluster.runtime import Cluster
 from e2e.fixtures.access import wait_for_default_service_account
 from e2e.fixtures.operator import start_operator
-from e2e.fixtures.prometheus import PrometheusServer
 from e2e.fixtures.waiting import wait_for
 from kubernetes import client, config
 
-from bench.autoscale_bench import MAX_TUNINGS, deployment
+from bench.autoscale_bench import MAX_TUNINGS, deployment, exporter_scraped
 from infertune.api.spec import GROUP, PLURAL, VERSION
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
@@ -91,45 +88,34 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     work = Path(tempfile.mkdtemp(prefix="infertune-operator-bench-"))
-    port_file = work / f"exporter-{free_port()}"
-    exporter = subprocess.Popen([sys.executable, "-m", "bench.autoscale_bench",
-                                 "--serve-exporter", str(port_file)])
-    prometheus = PrometheusServer().start()
-    try:
-        target = wait_for(lambda: port_file.exists() and port_file.read_text(), "exporter")
-        prometheus.add_scrape_job("vllm", [str(target)])
-        prometheus.wait_for_targets_up("vllm", timeout_s=60)
-        with Cluster.start(bin_dir=bin_dir, log_dir=work / "logs") as cluster:
-            api = config.new_client_from_config(config_file=str(cluster.kubeconfig))
-            for namespace in NAMESPACES:
-                client.CoreV1Api(api).create_namespace(
-                    client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
-                wait_for_default_service_account(api, namespace)
-            operator = start_operator(api, work, work / "logs", retune_interval=10.0,
-                                      verbose=False, prometheus_url=prometheus.url)
-            try:
-                assert operator.process is not None
-                results = []
-                made = 0
-                for count in ([args.only] if args.only is not None else SCALES):
-                    _create(api, made, count)
-                    made = count
-                    _wait_evaluated(api, count, operator)
-                    time.sleep(args.settle)
-                    results.append(_measure(api, operator.process.pid, prometheus.url, count,
-                                            args.window))
-                    operator.check_running()
-                    print(json.dumps(results[-1]), flush=True)
-                if args.hold:
-                    print(f"holding {args.hold:g} s: operator pid {operator.process.pid}, "
-                          f"admin kubeconfig {cluster.kubeconfig}", flush=True)
-                    time.sleep(args.hold)
-            finally:
-                operator.stop()
-    finally:
-        prometheus.stop()
-        exporter.terminate()
-        exporter.wait()
+    with exporter_scraped() as prometheus, \
+            Cluster.start(bin_dir=bin_dir, log_dir=work / "logs") as cluster:
+        api = config.new_client_from_config(config_file=str(cluster.kubeconfig))
+        for namespace in NAMESPACES:
+            client.CoreV1Api(api).create_namespace(
+                client.V1Namespace(metadata=client.V1ObjectMeta(name=namespace)))
+            wait_for_default_service_account(api, namespace)
+        operator = start_operator(api, work, work / "logs", retune_interval=10.0,
+                                  verbose=False, prometheus_url=prometheus.url)
+        try:
+            assert operator.process is not None
+            results = []
+            made = 0
+            for count in ([args.only] if args.only is not None else SCALES):
+                _create(api, made, count)
+                made = count
+                _wait_evaluated(api, count, operator)
+                time.sleep(args.settle)
+                results.append(_measure(api, operator.process.pid, prometheus.url, count,
+                                        args.window))
+                operator.check_running()
+                print(json.dumps(results[-1]), flush=True)
+            if args.hold:
+                print(f"holding {args.hold:g} s: operator pid {operator.process.pid}, "
+                      f"admin kubeconfig {cluster.kubeconfig}", flush=True)
+                time.sleep(args.hold)
+        finally:
+            operator.stop()
     _record(results, args.out, args.window)
     return 0
 
