@@ -56,6 +56,10 @@ far longer than it computes, so more of them than cores keep a slot's evaluation
 Listed = list[tuple[str, "Parsed"]]
 IDLE_S = 2.0
 """How often a tuning that cannot be evaluated (invalid spec, no Prometheus) is looked at."""
+STOP_TIMEOUT_S = 10.0
+"""With it set, kopf cancels a loop that does not end at once when told to stop (one waiting
+on an API call, say) and waits this long for it to go; without it, kopf would only wait, for
+ever, holding the tuning's deletion."""
 SLOT_MARGIN_S = 0.005
 """Woken this much after a slot starts, so the clock reads the new slot."""
 logger = logging.getLogger(__name__)
@@ -265,18 +269,21 @@ def patch_status(namespace: str, name: str, status: dict[str, Any]) -> None:
 
 
 @kopf.daemon(*RESOURCE, initial_delay=1.0,  # type: ignore[arg-type]
+             cancellation_timeout=STOP_TIMEOUT_S,
              when=lambda spec, **_: bool(spec.get("autoscaling")))
-async def autoscale(namespace: str, name: str, spec: kopf.Spec, status: kopf.Status,
-                    meta: kopf.Meta, body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger,
+async def autoscale(stopped: kopf.DaemonStopped, namespace: str, name: str, spec: kopf.Spec,
+                    status: kopf.Status, meta: kopf.Meta, body: kopf.Body, memo: kopf.Memo,
+                    logger: kopf.Logger,
                     tunings_by_target: kopf.Index[tuple[str, str], dict[str, Any]],
                     hpas_by_target: kopf.Index[tuple[str, str], str], **_: Any) -> None:
     """The tuning's autoscaling loop: asleep until the next slot of its interval, then one
     evaluation. `spec`, `status` and `meta` are kopf's live views, so every pass reads the
-    tuning as it is now; kopf cancels the loop when the tuning is deleted or loses
-    spec.autoscaling."""
+    tuning as it is now. It ends when kopf says stop (the tuning is deleted or loses
+    spec.autoscaling, or the operator exits): kopf waits for that before it removes its
+    finalizer, so a loop that only slept would hold every deletion forever."""
     settings: AutoscalingSettings = memo.autoscaling
     key, loop = f"{namespace}/{name}", asyncio.get_running_loop()
-    while True:
+    while not stopped:
         generation = int(meta.get("generation") or 0)
         parsed = settings.parse(namespace, name, str(meta.get("uid") or ""), generation,
                                 dict(spec))
@@ -286,12 +293,12 @@ async def autoscale(namespace: str, name: str, spec: kopf.Spec, status: kopf.Sta
                                             dict(status))
             # Invalid (the controller reports it), or nothing to evaluate with: look again
             # shortly, as a spec change may mend it.
-            await asyncio.sleep(IDLE_S)
+            await stopped.wait(IDLE_S)
             continue
         now = time.time()
         wait = settings.until_due(key, parsed, now)
         if wait > 0:
-            await asyncio.sleep(wait)
+            await stopped.wait(wait)
             continue
         tunings = settings.listing(tunings_by_target, parsed, now)
         hpa = next(iter(hpas_by_target.get((namespace, parsed.spec.target_ref.name), [])), None)
@@ -303,7 +310,7 @@ async def autoscale(namespace: str, name: str, spec: kopf.Spec, status: kopf.Sta
             await loop.run_in_executor(settings.executor, run)
         except Exception:  # one failed pass must not end the loop
             logger.exception("autoscaling evaluation failed; the next slot tries again")
-            await asyncio.sleep(IDLE_S)
+            await stopped.wait(IDLE_S)
 
 
 async def _report_no_prometheus(loop: asyncio.AbstractEventLoop, settings: AutoscalingSettings,
