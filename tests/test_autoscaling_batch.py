@@ -132,7 +132,8 @@ def test_tunings_that_marked_their_slot_while_another_fetched_are_in_its_batch()
     tick(settings, idx, "t0", T0)
     for i in range(1, 5):
         listed = settings.listing(idx, parsed[f"t{i}"], T0)  # type: ignore[arg-type]
-        got = signals_for(settings, f"ns/t{i}", parsed[f"t{i}"], T0, listed, T0 + 0.1)  # type: ignore[arg-type]
+        got = signals_for(settings, f"ns/t{i}", parsed[f"t{i}"], listed,  # type: ignore[arg-type]
+                          T0 + 0.1)
         assert got is not None
     assert source.asked == [["ns/t0", "ns/t1", "ns/t2", "ns/t3", "ns/t4"]]
 

@@ -165,12 +165,11 @@ def signals_if_due(settings: AutoscalingSettings, key: str, parsed: Parsed,
     counts as evaluated. `tunings` are all of them (`AutoscalingSettings.listing`)."""
     if not settings.due(key, parsed, now):
         return None
-    slot = math.floor(now / parsed.interval_s)
-    settings.last_slot[key] = slot
-    return signals_for(settings, key, parsed, slot * parsed.interval_s, tunings, now)
+    settings.last_slot[key] = math.floor(now / parsed.interval_s)
+    return signals_for(settings, key, parsed, tunings, now)
 
 
-def signals_for(settings: AutoscalingSettings, key: str, own: Parsed, slot_start: float,
+def signals_for(settings: AutoscalingSettings, key: str, own: Parsed,
                 tunings: Iterable[tuple[str, Parsed]], now: float) -> TargetSignals | None:
     """`key`'s signals: from the batch if it was fetched in this slot, else one fetch for every
     tuning whose signals are not fetched in its current slot yet (most share the slot, so the
@@ -182,10 +181,11 @@ def signals_for(settings: AutoscalingSettings, key: str, own: Parsed, slot_start
     in the listing it was built from) gets None and joins the next slot's batch, so creating
     tunings does not add queries."""
     assert settings.source is not None
+    slot = math.floor(now / own.interval_s)
     with settings.lock:
-        if settings.fetched_at.get(key, -math.inf) >= slot_start and key in settings.batch:
+        if (settings.fetched_at.get(key, -math.inf) >= slot * own.interval_s
+                and key in settings.batch):
             return settings.batch[key]
-        slot = math.floor(now / own.interval_s)
         if settings.batched.get(own.interval_s) == slot:
             return None
         known: set[str] = {key}
