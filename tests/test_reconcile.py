@@ -95,3 +95,28 @@ def test_unreadable_previous_status_starts_afresh() -> None:
     result = assess(_body(status={"phase": "Bogus", "conditions": "nope"}), TARGET,
                     "2026-12-03T10:00:00Z")
     assert result.status.phase is Phase.ACTIVE
+
+
+def test_the_patch_holds_only_what_the_controller_owns() -> None:
+    # Blocks of the autoscaler and the timers, as the handled event carried them: written
+    # back, an older copy would undo their newer writes (a scale event, a re-tune).
+    status = {"autoscaling": {"desiredReplicas": 5, "currentReplicas": 4, "action": "ScaleOut",
+                              "state": {"recommendations": [], "scaleEvents": []}},
+              "tuning": {"revision": "r1", "tunedPods": 2, "outdatedPods": 0,
+                         "message": "2 pods tuned", "problems": []}}
+    result = assess(_body(status=status, autoscaling={"maxReplicas": 8}), TARGET,
+                    "2026-12-03T10:00:00Z")
+    patch = result.patch()
+    assert set(patch) == {"observedGeneration", "phase", "conditions", "decisions",
+                          "autoscaling"}
+    assert patch["autoscaling"] == {"currentReplicas": TARGET.replicas}
+    assert patch["observedGeneration"] == 1 and patch["phase"] == "Active"
+    assert {c["type"] for c in patch["conditions"]} == {"Ready", "TargetFound", "DryRun"}
+
+
+def test_the_patch_leaves_status_autoscaling_alone_without_autoscaling_or_target() -> None:
+    status = {"autoscaling": {"desiredReplicas": 5, "currentReplicas": 4}}
+    assert "autoscaling" not in assess(_body(status=status), TARGET, "2026-12-03T10:00:00Z"
+                                       ).patch()
+    assert "autoscaling" not in assess(_body(status=status, autoscaling={"maxReplicas": 8}),
+                                       None, "2026-12-03T10:00:00Z").patch()

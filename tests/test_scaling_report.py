@@ -21,7 +21,7 @@ from infertune.api.status import (
     Decision,
 )
 from infertune.controller.conditions import condition_dict, make_condition, merge_condition_dicts
-from infertune.controller.scaling_report import Blocked, plan_evaluation
+from infertune.controller.scaling_report import Blocked, plan_evaluation, status_over
 from infertune.scaling.signals import Series, TargetSignals, Window
 from infertune.scaling.state import format_time
 
@@ -183,3 +183,36 @@ def test_batching_auto_applies_a_large_move_and_dry_run_leaves_applied_alone() -
     assert "applied" not in dry.status["batching"]  # the stored 128 stays
     off = plan_evaluation(spec(), 1, stored, breach, 4, None, NOW)
     assert "batching" not in off.status
+
+
+def test_built_again_over_a_newer_status_the_shared_lists_keep_the_other_writers_entries() -> None:
+    # Planned over a status in which the controller had only Ready; a scale out is news, so
+    # the plan appends a decision and adds its two conditions.
+    ready = condition_dict(ConditionType.READY, ConditionStatus.TRUE, "Accepted", "ok", 1,
+                           format_time(NOW - 60))
+    planned_over: dict[str, Any] = {"conditions": [ready], "decisions": []}
+    planned = plan_evaluation(spec(), 1, planned_over, signals(), 4, None, NOW)
+    assert planned.write is not None and planned.record is not None
+    # Meanwhile the controller wrote a new generation: Ready moved, and it recorded a decision.
+    newer_ready = {**ready, "observedGeneration": 2, "message": "spec accepted again"}
+    theirs = {"time": format_time(NOW - 1), "feature": "controller",
+              "action": "generation 2: Accepted", "reason": "ok", "applied": True}
+    newer = {"conditions": [newer_ready], "decisions": [theirs]}
+    patch = status_over(planned, newer)
+    by_type = {c["type"]: c for c in patch["conditions"]}
+    assert by_type["Ready"] == newer_ready  # not the copy the plan was built from
+    assert set(by_type) == {"Ready", "MetricsAvailable", "ScalingActive"}
+    assert patch["decisions"] == [theirs, planned.record]
+    # The autoscaler's own blocks are what was planned.
+    assert patch["autoscaling"] == planned.status["autoscaling"]
+    # Over the status it was planned from, it is the planned patch itself.
+    assert status_over(planned, planned_over) == planned.status
+
+
+def test_built_again_over_a_status_that_already_says_so_the_conditions_are_left_out() -> None:
+    first = plan_evaluation(spec(), 1, {}, signals(queue=30.0), 4, None, NOW - 15)
+    stored = merged({}, first.status)
+    again = plan_evaluation(spec(), 1, {}, signals(queue=31.0), 4, None, NOW)
+    assert "conditions" in again.status  # planned over an empty status
+    assert "conditions" not in status_over(again, stored)
+    assert "decisions" not in status_over(again, stored)

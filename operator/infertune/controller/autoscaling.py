@@ -28,7 +28,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,7 +41,8 @@ from pydantic import ValidationError
 from infertune.api.spec import GROUP, PLURAL, VERSION, InferenceTuning, InferenceTuningSpec
 from infertune.api.status import ConditionStatus, ConditionType
 from infertune.controller.conditions import condition_dict, merge_condition_dicts
-from infertune.controller.scaling_report import Blocked, plan_evaluation
+from infertune.controller.scaling_report import Blocked, plan_evaluation, status_over
+from infertune.controller.status_patch import Build, write_status
 from infertune.metrics.source import MetricsSource, MetricsTarget, target_for_tuning
 from infertune.scaling.engine import ScaleDecision
 from infertune.scaling.signals import TargetSignals
@@ -243,8 +244,11 @@ def _blocked(settings: AutoscalingSettings, key: str, deployment: str, current: 
 
 def evaluate(namespace: str, name: str, generation: int, spec: InferenceTuningSpec,
              status: dict[str, Any], signals: TargetSignals, settings: AutoscalingSettings,
-             hpa: str | None, body: kopf.Body, now: float) -> ScaleDecision:
-    """Decide, write replicas (unless DryRun, a fight or an HPA), and report."""
+             hpa: str | None, body: kopf.Body, now: float,
+             resource_version: str | None = None) -> ScaleDecision:
+    """Decide, write replicas (unless DryRun, a fight or an HPA), and report. `status` is the
+    tuning's at `resource_version`; the report is written only over that version, or built
+    again over a newer one."""
     key, deployment = f"{namespace}/{name}", spec.target_ref.name
     apps = client.AppsV1Api()
     scale = apps.read_namespaced_deployment_scale(deployment, namespace)
@@ -256,16 +260,12 @@ def evaluate(namespace: str, name: str, generation: int, spec: InferenceTuningSp
         apps.patch_namespaced_deployment_scale(deployment, namespace,
                                                {"spec": {"replicas": planned.write}})
         settings.written[key] = (current, planned.write)
-    patch_status(namespace, name, planned.status)
+    write_status(namespace, name, status, resource_version,
+                 lambda stored: planned.status if stored is status
+                 else status_over(planned, stored))
     if planned.event is not None:
         kopf.event(body, type="Normal", reason=planned.event[0], message=planned.event[1])
     return planned.decision
-
-
-def patch_status(namespace: str, name: str, status: dict[str, Any]) -> None:
-    """A JSON merge patch of the tuning's status (None values remove fields)."""
-    client.CustomObjectsApi().patch_namespaced_custom_object_status(
-        GROUP, VERSION, namespace, PLURAL, name, {"status": status})
 
 
 @kopf.daemon(*RESOURCE, initial_delay=1.0,  # type: ignore[arg-type]
@@ -290,7 +290,7 @@ async def autoscale(stopped: kopf.DaemonStopped, namespace: str, name: str, spec
         if parsed is None or settings.source is None:
             if parsed is not None:
                 await _report_no_prometheus(loop, settings, namespace, name, generation,
-                                            dict(status))
+                                            dict(status), _version(meta))
             # Invalid (the controller reports it), or nothing to evaluate with: look again
             # shortly, as a spec change may mend it.
             await stopped.wait(IDLE_S)
@@ -303,9 +303,10 @@ async def autoscale(stopped: kopf.DaemonStopped, namespace: str, name: str, spec
         tunings = settings.listing(tunings_by_target, parsed, now)
         hpa = next(iter(hpas_by_target.get((namespace, parsed.spec.target_ref.name), [])), None)
         # The worker thread gets this context: kopf.event finds kopf's event queue through it.
+        # Status and resourceVersion are read together here, on the loop, so they match.
         run = functools.partial(contextvars.copy_context().run, _evaluate_if_due, settings, key,
-                                parsed, tunings, namespace, name, generation, dict(status), hpa,
-                                body)
+                                parsed, tunings, namespace, name, generation, dict(status),
+                                _version(meta), hpa, body)
         try:
             await loop.run_in_executor(settings.executor, run)
         except Exception:  # one failed pass must not end the loop
@@ -313,21 +314,31 @@ async def autoscale(stopped: kopf.DaemonStopped, namespace: str, name: str, spec
             await stopped.wait(IDLE_S)
 
 
+def _version(meta: kopf.Meta) -> str | None:
+    return str(meta.get("resourceVersion") or "") or None
+
+
 async def _report_no_prometheus(loop: asyncio.AbstractEventLoop, settings: AutoscalingSettings,
                                 namespace: str, name: str, generation: int,
-                                status: dict[str, Any]) -> None:
-    conditions = merge_condition_dicts(status.get("conditions") or [], condition_dict(
+                                status: dict[str, Any], resource_version: str | None) -> None:
+    condition = condition_dict(
         ConditionType.SCALING_ACTIVE, ConditionStatus.FALSE, "NoPrometheus", "the operator "
         "runs without --prometheus-url, so spec.autoscaling cannot be evaluated",
-        generation, format_time(time.time())))
-    if conditions is not None:  # only when it is not reported yet
-        await loop.run_in_executor(settings.executor, _patch_if_present, namespace, name,
-                                   {"conditions": conditions})
+        generation, format_time(time.time()))
+
+    def build(stored: Mapping[str, Any]) -> dict[str, Any] | None:
+        conditions = merge_condition_dicts(stored.get("conditions") or [], condition)
+        return None if conditions is None else {"conditions": conditions}
+
+    if build(status) is not None:  # only when it is not reported yet
+        await loop.run_in_executor(settings.executor, _write_if_present, namespace, name,
+                                   status, resource_version, build)
 
 
-def _patch_if_present(namespace: str, name: str, status: dict[str, Any]) -> None:
+def _write_if_present(namespace: str, name: str, status: dict[str, Any],
+                      resource_version: str | None, build: Build) -> None:
     try:
-        patch_status(namespace, name, status)
+        write_status(namespace, name, status, resource_version, build)
     except ApiException as exc:
         if exc.status != 404:  # deleted meanwhile
             raise
@@ -335,7 +346,7 @@ def _patch_if_present(namespace: str, name: str, status: dict[str, Any]) -> None
 
 def _evaluate_if_due(settings: AutoscalingSettings, key: str, parsed: Parsed, tunings: Listed,
                      namespace: str, name: str, generation: int, status: dict[str, Any],
-                     hpa: str | None, body: kopf.Body) -> None:
+                     resource_version: str | None, hpa: str | None, body: kopf.Body) -> None:
     """The blocking part of a due pass, in a worker thread. The time is read here: when the
     workers are busy, the pass may start a little after the loop queued it."""
     now = time.time()
@@ -344,7 +355,7 @@ def _evaluate_if_due(settings: AutoscalingSettings, key: str, parsed: Parsed, tu
         return
     try:
         evaluate(namespace, name, generation, parsed.spec, status, signals, settings, hpa,
-                 body, now)
+                 body, now, resource_version)
     except ApiException as exc:
         if exc.status == 404:
             return  # the target (or the tuning) is missing; the controller reports it

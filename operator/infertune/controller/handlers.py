@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 import kopf
@@ -12,6 +13,7 @@ from infertune import keys
 from infertune.api.spec import GROUP, PLURAL, VERSION
 from infertune.controller.conditions import now_rfc3339
 from infertune.controller.reconcile import TargetState, assess
+from infertune.controller.status_patch import write_status
 from infertune.kube.client import connection_info, read_deployment
 
 RESOURCE = (GROUP, VERSION, PLURAL)
@@ -55,14 +57,26 @@ def login(**_: Any) -> kopf.ConnectionInfo:
 @kopf.on.resume(*RESOURCE)
 @kopf.on.create(*RESOURCE)
 @kopf.on.update(*RESOURCE, field="spec")
-def reconcile(body: kopf.Body, namespace: str | None, patch: kopf.Patch, **_: Any) -> None:
-    """Report on the InferenceTuning and its target; retry while the target is missing."""
+def reconcile(body: kopf.Body, namespace: str | None, **_: Any) -> None:
+    """Report on the InferenceTuning and its target; retry while the target is missing.
+
+    The status is written here rather than through kopf's patch: it goes in only over the
+    version this handler read (status_patch.write_status), because the autoscaler writes the
+    same conditions and decisions lists."""
     spec = body.get("spec") or {}
     target_name = str((spec.get("targetRef") or {}).get("name") or "")
     deployment = read_deployment(namespace or "default", target_name) if target_name else None
     target = _target_state(deployment)
-    result = assess(dict(body), target, now_rfc3339())
-    patch.status.update(result.status.model_dump(by_alias=True, exclude_none=True, mode="json"))
+    now, assessed = now_rfc3339(), []
+
+    def build(stored: Mapping[str, Any]) -> dict[str, Any]:
+        # Over the status the event carried, or a newer one if someone wrote in between.
+        assessed.append(assess({**body, "status": dict(stored)}, target, now))
+        return assessed[-1].patch()
+
+    write_status(namespace or "default", str(body["metadata"]["name"]), body.get("status") or {},
+                 (body.get("metadata") or {}).get("resourceVersion"), build)
+    result = assessed[-1]
     for notice in result.notices:
         kopf.event(body, type=notice.type, reason=notice.reason, message=notice.message)
     if result.retry_after is not None:

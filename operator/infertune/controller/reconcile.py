@@ -47,12 +47,30 @@ class Notice:
     message: str
 
 
+OWNED = ("observedGeneration", "phase", "conditions", "decisions")
+"""The status fields the controller writes. The blocks of the timers and of the autoscaler
+(tuning, mig, autoscaling, batching) are theirs: a copy of one written back from the event the
+controller handled could undo a newer write (an autoscaler's scale event, say)."""
+
+
 @dataclass(frozen=True)
 class Assessment:
     status: InferenceTuningStatus
     notices: list[Notice] = field(default_factory=list)
     retry_after: float | None = None
     """Set when the operator should look again (the target is missing)."""
+    current_replicas: int | None = None
+    """The target's replicas, when it is found and autoscaled."""
+
+    def patch(self) -> dict[str, Any]:
+        """The status merge patch: the fields the controller owns, and the target's replicas
+        as status.autoscaling.currentReplicas (only that field of the autoscaler's block)."""
+        dumped = self.status.model_dump(by_alias=True, mode="json", exclude_none=True, include={
+            "observed_generation", "phase", "conditions", "decisions"})
+        patch = {k: dumped.get(k) for k in OWNED}  # all four are set by assess
+        if self.current_replicas is not None:
+            patch["autoscaling"] = {"currentReplicas": self.current_replicas}
+        return patch
 
 
 def previous_status(raw: Any) -> InferenceTuningStatus:
@@ -141,7 +159,8 @@ def assess(body: dict[str, Any], target: TargetState | None, now: str) -> Assess
         status = status.model_copy(update={"decisions": _with_decision(status, Decision(
             time=now, feature="controller", action=f"generation {generation}: {ready.reason}",
             reason=ready.message, applied=not dry_run))})
-    return Assessment(status, notices, RETRY_TARGET_SECONDS if target is None else None)
+    return Assessment(status, notices, RETRY_TARGET_SECONDS if target is None else None,
+                      target.replicas if target is not None and spec.autoscaling else None)
 
 
 def _status(before: InferenceTuningStatus, conditions: list[Condition], generation: int,

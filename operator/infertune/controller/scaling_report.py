@@ -2,7 +2,8 @@
 patch (conditions, `status.autoscaling`, `status.batching`, decisions) and the Event.
 
 The shell (autoscaling.py) reads the scale subresource, calls `plan_evaluation`, writes the
-replicas and then this patch. The patch is built as plain dicts in the shape of the models in
+replicas and then this patch (built again by `status_over` if another writer changed the status
+meanwhile). The patch is built as plain dicts in the shape of the models in
 api/status.py (tests validate each one against its model): it is built for every tuning in every
 cycle, and validating and dumping models there cost more than the decision itself.
 
@@ -47,9 +48,28 @@ class Evaluation(NamedTuple):
     write: int | None
     """Replicas to write through the scale subresource; None writes nothing."""
     status: dict[str, Any]
-    """The status merge patch, to apply once the replicas are written."""
+    """The status merge patch over the status it was planned from, to apply once the replicas
+    are written (`status_over` builds it again over a newer status)."""
     event: tuple[str, str] | None
     """(reason, message) of the Event to post, if the evaluation is news."""
+    conditions: tuple[dict[str, Any], ...] = ()
+    """MetricsAvailable and ScalingActive as they are now."""
+    record: dict[str, Any] | None = None
+    """The decision record to append to status.decisions, if the evaluation is news."""
+
+
+def status_over(evaluation: Evaluation, stored: Mapping[str, Any]) -> dict[str, Any]:
+    """The evaluation's status patch over `stored`: its own blocks as planned, and the shared
+    lists (conditions, decisions) built from what `stored` holds, so that a status another
+    writer changed after the plan keeps their entries."""
+    patch = {k: v for k, v in evaluation.status.items() if k not in ("conditions", "decisions")}
+    conditions = merge_condition_dicts(stored.get("conditions") or [], *evaluation.conditions)
+    if conditions is not None:
+        patch["conditions"] = conditions
+    if evaluation.record is not None:
+        patch["decisions"] = [*(stored.get("decisions") or []), evaluation.record][
+            -MAX_DECISIONS:]
+    return patch
 
 
 def plan_evaluation(spec: InferenceTuningSpec, generation: int, status: Mapping[str, Any],
@@ -68,21 +88,25 @@ def plan_evaluation(spec: InferenceTuningSpec, generation: int, status: Mapping[
             decision, decision.state if applied else decision.held_state, stamp,
             stamp if applied else previous.get("lastScaleTime")),
     }
-    conditions = _conditions(spec, generation, status, decision, blocked, stamp)
+    own = _conditions(spec, generation, decision, blocked, stamp)
+    conditions = merge_condition_dicts(status.get("conditions") or [], *own)
     if conditions is not None:
         patch["conditions"] = conditions
-    event = _news(spec, status, decision, changes, applied, stamp, patch)
+    news = _news(spec, status, decision, changes, applied, stamp)
+    record, event = news if news is not None else (None, None)
+    if record is not None:
+        patch["decisions"] = [*(status.get("decisions") or []), record][-MAX_DECISIONS:]
     batching = _batching_block(spec, status, decision)
     if batching is not None:
         patch["batching"] = batching
-    return Evaluation(decision, decision.desired_replicas if applied else None, patch, event)
+    return Evaluation(decision, decision.desired_replicas if applied else None, patch, event,
+                      own, record)
 
 
-def _conditions(spec: InferenceTuningSpec, generation: int, status: Mapping[str, Any],
-                decision: ScaleDecision, blocked: Blocked | None,
-                stamp: str) -> list[dict[str, Any]] | None:
-    """The conditions with MetricsAvailable and ScalingActive as they are now, or None when
-    both already say so (the patch then leaves the list alone).
+def _conditions(spec: InferenceTuningSpec, generation: int, decision: ScaleDecision,
+                blocked: Blocked | None, stamp: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """MetricsAvailable and ScalingActive as they are now; merged into the stored list, they
+    leave it out of the patch when both already say so.
 
     Their messages are stable while nothing changes: the reason of each decision, with its
     numbers, is in status.autoscaling.reason, so conditions change (and are written) only when
@@ -105,7 +129,7 @@ def _conditions(spec: InferenceTuningSpec, generation: int, status: Mapping[str,
         scaling = condition_dict(ConditionType.SCALING_ACTIVE, ConditionStatus.TRUE, "Scaling",
                                  f"scaling Deployment {spec.target_ref.name}; the last decision "
                                  "and its reason are in status.autoscaling", generation, stamp)
-    return merge_condition_dicts(status.get("conditions") or [], metrics, scaling)
+    return metrics, scaling
 
 
 def _autoscaling_block(decision: ScaleDecision, state: ScalingState, stamp: str,
@@ -131,9 +155,10 @@ def _autoscaling_block(decision: ScaleDecision, state: ScalingState, stamp: str,
 
 
 def _news(spec: InferenceTuningSpec, status: Mapping[str, Any], decision: ScaleDecision,
-          changes: bool, applied: bool, stamp: str,
-          patch: dict[str, Any]) -> tuple[str, str] | None:
-    """The Event and the decision record for a scale action (or would-be action), if any."""
+          changes: bool, applied: bool,
+          stamp: str) -> tuple[dict[str, Any], tuple[str, str]] | None:
+    """The decision record and the Event ((reason, message)) for a scale action (or would-be
+    action), if any."""
     previous_action = (status.get("autoscaling") or {}).get("action")
     batching_news = (decision.action is ScaleAction.TUNE_BATCHING
                      and previous_action != ScaleAction.TUNE_BATCHING.value)
@@ -145,8 +170,8 @@ def _news(spec: InferenceTuningSpec, status: Mapping[str, Any], decision: ScaleD
               "action": f"{decision.action.value} {decision.current_replicas} -> "
                         f"{decision.desired_replicas}",
               "reason": decision.reason[:1000], "applied": applied}
-    patch["decisions"] = [*(status.get("decisions") or []), record][-MAX_DECISIONS:]
-    return EVENT_REASONS.get(decision.action, "Scaled"), (prefix + decision.reason)[:1000]
+    return record, (EVENT_REASONS.get(decision.action, "Scaled"),
+                    (prefix + decision.reason)[:1000])
 
 
 def _batching_block(spec: InferenceTuningSpec, status: Mapping[str, Any],

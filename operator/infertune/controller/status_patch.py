@@ -1,4 +1,4 @@
-"""Status blocks written only when they change.
+"""Status writes: blocks written only when they change, and shared lists never overwritten.
 
 kopf sends every non-empty patch. A PATCH that changes nothing is not stored (the API server
 sees the no-op and keeps the resourceVersion), but both sides still pay for it: the operator
@@ -10,10 +10,21 @@ would be 100 requests a second.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import kopf
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from infertune.api.spec import GROUP, PLURAL, VERSION
+
+CONFLICT_ATTEMPTS = 5
+"""Tries of a conditional status write before giving up; each retry is preceded by a read, so
+another writer would have to land inside that short window every time."""
+
+Build = Callable[[Mapping[str, Any]], dict[str, Any] | None]
+"""The status patch to write over a stored status (None: nothing to write)."""
 
 
 def as_stored(value: Any) -> Any:
@@ -34,3 +45,37 @@ def set_if_changed(patch: kopf.Patch, status: Mapping[str, Any], field: str,
         return False
     patch.status[field] = block
     return True
+
+
+def write_status(namespace: str, name: str, status: Mapping[str, Any],
+                 resource_version: str | None, build: Build,
+                 api: client.CustomObjectsApi | None = None) -> dict[str, Any] | None:
+    """Write `build(status)` to the tuning's status, as a JSON merge patch that holds only while
+    the tuning is still at `resource_version`; the patch that landed is returned.
+
+    Several writers share `status.conditions` and `status.decisions` (the controller and the
+    autoscaler), and a merge patch replaces a list whole: a writer that built its list from an
+    older copy would silently drop what another wrote in between (a Ready condition, a decision
+    record). With the resourceVersion in the patch the API server refuses such a write (409
+    Conflict); the status is then read again and the patch built again from what is stored.
+    """
+    api = api or client.CustomObjectsApi()
+    for attempt in range(1, CONFLICT_ATTEMPTS + 1):
+        patch = build(status)
+        if not patch:
+            return None
+        body: dict[str, Any] = {"status": patch}
+        if resource_version:
+            body["metadata"] = {"resourceVersion": resource_version}
+        try:
+            api.patch_namespaced_custom_object_status(GROUP, VERSION, namespace, PLURAL, name,
+                                                      body)
+            return patch
+        except ApiException as exc:
+            if exc.status != 409 or attempt == CONFLICT_ATTEMPTS:
+                raise
+        stored: dict[str, Any] = api.get_namespaced_custom_object_status(  # type: ignore[assignment]
+            GROUP, VERSION, namespace, PLURAL, name)
+        status = stored.get("status") or {}
+        resource_version = stored["metadata"]["resourceVersion"]
+    raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises

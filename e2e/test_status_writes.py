@@ -1,0 +1,117 @@
+"""Status writes that share a list with another writer, against the real API server.
+
+The controller and the autoscaler both write `status.conditions` and `status.decisions`, and a
+JSON merge patch replaces a list whole. `status_patch.write_status` therefore sends the
+resourceVersion it built its patch over; these tests hold the API server to refusing a write
+over an older version, and `write_status` to building its patch again over the newer status.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, cast
+
+import pytest
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from e2e.fixtures.operator import apply_crd
+from infertune.api.spec import GROUP, PLURAL, VERSION
+from infertune.api.status import ConditionStatus, ConditionType
+from infertune.controller.conditions import condition_dict, merge_condition_dicts
+from infertune.controller.status_patch import write_status
+
+pytestmark = pytest.mark.e2e
+
+STAMP = "2026-12-04T08:00:00Z"
+# Types no controller writes for a tuning without spec.autoscaling, so an operator that the
+# session may be running leaves them alone.
+THEIRS = condition_dict(ConditionType.METRICS_AVAILABLE, ConditionStatus.TRUE, "Found", "theirs",
+                        1, STAMP)
+OURS = condition_dict(ConditionType.SCALING_ACTIVE, ConditionStatus.TRUE, "Scaling", "ours", 1,
+                      STAMP)
+
+
+def record(who: str) -> dict[str, Any]:
+    return {"time": STAMP, "feature": "autoscaling", "action": f"Hold by {who}",
+            "reason": who, "applied": True}
+
+
+def add(stored: Mapping[str, Any], condition: dict[str, Any], who: str) -> dict[str, Any]:
+    """A writer's patch over `stored`: its condition merged in, its decision appended."""
+    conditions = merge_condition_dicts(stored.get("conditions") or [], condition)
+    return {"conditions": conditions or stored.get("conditions") or [],
+            "decisions": [*(stored.get("decisions") or []), record(who)]}
+
+
+@pytest.fixture
+def tuning(api_client: client.ApiClient, namespace: str) -> dict[str, Any]:
+    apply_crd(api_client)
+    body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "InferenceTuning",
+            "metadata": {"name": "shared"},
+            "spec": {"targetRef": {"name": "absent"}, "engine": "vllm"}}
+    return cast(dict[str, Any], client.CustomObjectsApi(api_client).create_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL, body))
+
+
+def stored(api: client.CustomObjectsApi, namespace: str) -> dict[str, Any]:
+    return cast(dict[str, Any], api.get_namespaced_custom_object_status(
+        GROUP, VERSION, namespace, PLURAL, "shared"))
+
+
+def other_writer(api: client.CustomObjectsApi, namespace: str) -> None:
+    """Another writer lands a change after ours was planned."""
+    now = stored(api, namespace)
+    api.patch_namespaced_custom_object_status(
+        GROUP, VERSION, namespace, PLURAL, "shared",
+        {"metadata": {"resourceVersion": now["metadata"]["resourceVersion"]},
+         "status": add(now.get("status") or {}, THEIRS, "them")})
+
+
+def test_a_status_patch_over_an_older_resource_version_is_refused(
+    api_client: client.ApiClient, namespace: str, tuning: dict[str, Any]
+) -> None:
+    api = client.CustomObjectsApi(api_client)
+    old = tuning["metadata"]["resourceVersion"]
+    other_writer(api, namespace)
+    with pytest.raises(ApiException) as refused:
+        api.patch_namespaced_custom_object_status(
+            GROUP, VERSION, namespace, PLURAL, "shared",
+            {"metadata": {"resourceVersion": old}, "status": add({}, OURS, "us")})
+    assert refused.value.status == 409
+
+
+def test_write_status_builds_again_over_what_another_writer_stored(
+    api_client: client.ApiClient, namespace: str, tuning: dict[str, Any]
+) -> None:
+    api = client.CustomObjectsApi(api_client)
+    planned_over = tuning.get("status") or {}
+    other_writer(api, namespace)
+    built_over: list[Mapping[str, Any]] = []
+
+    def build(status: Mapping[str, Any]) -> dict[str, Any]:
+        built_over.append(status)
+        return add(status, OURS, "us")
+
+    landed = write_status(namespace, "shared", planned_over,
+                          tuning["metadata"]["resourceVersion"], build, api=api)
+    assert len(built_over) >= 2 and built_over[0] is planned_over
+    status = stored(api, namespace)["status"]
+    assert landed is not None
+    types = {c["type"] for c in status["conditions"]}
+    assert {"MetricsAvailable", "ScalingActive"} <= types
+    assert [d["reason"] for d in status["decisions"] if d["feature"] == "autoscaling"] == [
+        "them", "us"]
+
+
+def test_without_the_resource_version_the_other_writers_entries_are_lost(
+    api_client: client.ApiClient, namespace: str, tuning: dict[str, Any]
+) -> None:
+    """The failure the resourceVersion prevents, shown on the same server."""
+    api = client.CustomObjectsApi(api_client)
+    planned_over = tuning.get("status") or {}
+    other_writer(api, namespace)
+    write_status(namespace, "shared", planned_over, None, lambda s: add(s, OURS, "us"), api=api)
+    status = stored(api, namespace)["status"]
+    assert "MetricsAvailable" not in {c["type"] for c in status["conditions"]}
+    assert "them" not in [d["reason"] for d in status["decisions"]]
