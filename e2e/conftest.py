@@ -33,8 +33,12 @@ from e2e.fixtures.access import (
 from e2e.fixtures.operator import OperatorProcess, in_cluster_operator, start_operator
 from e2e.fixtures.prometheus import PROMETHEUS_BINARY, PrometheusServer
 from e2e.fixtures.rbac import delete_owned_cluster_objects
+from e2e.fixtures.waiting import wait_for
+from infertune.api.spec import GROUP, PLURAL, VERSION
 
 FAILED = pytest.StashKey[bool]()
+TUNING_DELETION_S = 30.0
+"""How long a deleted InferenceTuning may take to go (the operator removes its finalizer)."""
 POD_READY_DELAY_S = float(os.environ.get("E2E_POD_READY_DELAY", "0.5"))
 
 
@@ -156,11 +160,42 @@ def new_namespace(api_client: client.ApiClient, test_name: str) -> str:
 
 def delete_namespace(api_client: client.ApiClient, name: str) -> None:
     delete_owned_cluster_objects(api_client, name)
+    delete_tunings(api_client, name)
     try:
         client.CoreV1Api(api_client).delete_namespace(name)
     except ApiException as error:
         if error.status != 404:
             raise
+
+
+def delete_tunings(api_client: client.ApiClient, namespace: str,
+                   timeout_s: float = TUNING_DELETION_S) -> None:
+    """Delete the namespace's InferenceTunings and wait until they are gone.
+
+    The namespace itself is deleted without waiting, so a finalizer that never comes off (the
+    operator's, if a handler or the autoscaling loop holds it) would go unnoticed. Each test's
+    teardown therefore fails if one of its tunings outlives its deletion.
+    """
+    api = client.CustomObjectsApi(api_client)
+    try:
+        api.delete_collection_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL)
+    except ApiException as error:
+        if error.status == 404:  # the CRD is not installed: no tunings
+            return
+        raise
+
+    def gone() -> bool:
+        listed = api.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL)
+        return not listed["items"]
+
+    try:
+        wait_for(gone, f"InferenceTunings in {namespace} deleted", timeout_s=timeout_s)
+    except AssertionError:
+        left = api.list_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL)["items"]
+        held = ", ".join(f"{t['metadata']['name']} (finalizers "
+                         f"{t['metadata'].get('finalizers')})" for t in left)
+        raise AssertionError(f"InferenceTunings still present {timeout_s:g}s after they were "
+                             f"deleted: {held}") from None
 
 
 def _say(request: pytest.FixtureRequest, message: str) -> None:
