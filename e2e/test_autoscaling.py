@@ -258,8 +258,20 @@ def test_a_writer_that_keeps_reverting_replicas_is_reported_not_fought(
         apps.patch_namespaced_deployment_scale("qwen", namespace, {"spec": {"replicas": 1}})
     found = wait_scaling_inactive(api_client, namespace, "ReplicaFight")
     assert found["status"] == "False" and "/spec/replicas" in found["message"]
+    # Remembered in status (a restarted operator keeps to it), with when writes resume.
+    fight = autoscaling_status(api_client, namespace)["replicaFight"]
+    assert fight["reverts"] == 2 and fight["retryAt"] in found["message"]
+    assert 250 <= seconds_between(fight["lastRevert"], fight["retryAt"]) <= 300
     time.sleep(5)  # two more intervals: the operator must not write again
     assert replicas(api_client, namespace) == 1
+    # A spec change (here to the other writer's count, as a fix in Git would be) ends the
+    # fight at once: writes resume and the block is removed.
+    client.CustomObjectsApi(api_client).patch_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL, "qwen", {"spec": {"autoscaling": {"maxReplicas": 3}}})
+    wait_for(lambda: replicas(api_client, namespace) > 1, "writes resumed after the spec change",
+             timeout_s=30)
+    wait_for(lambda: "replicaFight" not in autoscaling_status(api_client, namespace),
+             "status.autoscaling.replicaFight removed", timeout_s=10)
 
 
 def test_an_hpa_on_the_same_deployment_stops_writes(

@@ -91,12 +91,13 @@ def test_deleted_tunings_are_forgotten() -> None:
     settings = AutoscalingSettings(source=RecordingSource())
     tick(settings, index(entry(0), entry(1)), "t0", T0)
     assert set(settings.batch) == {"ns/t0", "ns/t1"}
-    settings.written["ns/t1"], settings.fights["ns/t1"] = (2, 3), 1
+    settings.written["ns/t1"] = (2, 3)
     tick(settings, index(entry(0)), "t0", T0 + 15)
     assert set(settings.batch) == {"ns/t0"}
     assert "ns/t1" not in settings.parsed and "ns/t1" not in settings.last_slot
-    # A tuning created again under the same name starts without the old one's fight count.
-    assert "ns/t1" not in settings.written and "ns/t1" not in settings.fights
+    # A tuning created again under the same name does not inherit the old one's last write
+    # (a difference from it would count as a revert).
+    assert "ns/t1" not in settings.written
 
 
 def test_the_tunings_are_listed_once_per_slot_and_a_newer_one_joins_the_next_batch() -> None:

@@ -21,6 +21,7 @@ from infertune.api.status import (
     Decision,
 )
 from infertune.controller.conditions import condition_dict, make_condition, merge_condition_dicts
+from infertune.controller.fights import Fight, fight_message
 from infertune.controller.scaling_report import Blocked, plan_evaluation, status_over
 from infertune.scaling.signals import Series, TargetSignals, Window
 from infertune.scaling.state import format_time
@@ -216,3 +217,18 @@ def test_built_again_over_a_status_that_already_says_so_the_conditions_are_left_
     assert "conditions" in again.status  # planned over an empty status
     assert "conditions" not in status_over(again, stored)
     assert "decisions" not in status_over(again, stored)
+
+
+def test_a_replica_fight_is_stored_in_the_status_block_and_removed_when_over() -> None:
+    fight = Fight(2, NOW - 60, NOW - 30, 1, NOW + 270)
+    blocked = Blocked("ReplicaFight", fight_message(fight, "llm"))
+    planned = plan_evaluation(spec(), 1, {}, signals(), 4, blocked, NOW, fight.to_json())
+    block = planned.status["autoscaling"]
+    assert planned.write is None
+    stored = AutoscalingStatus.model_validate(block).replica_fight
+    assert stored is not None and stored.reverts == 2 and stored.retry_at == format_time(NOW + 270)
+    assert Fight.from_json(block["replicaFight"]) == fight
+    # Over: sent as None, which the merge patch turns into a removal.
+    over = plan_evaluation(spec(), 1, merged({}, planned.status), signals(), 4, None, NOW + 900)
+    assert over.status["autoscaling"]["replicaFight"] is None
+    assert "replicaFight" not in merged(merged({}, planned.status), over.status)["autoscaling"]

@@ -166,6 +166,20 @@ class AutoscalingState(ApiModel):
     metrics_missing_since: str | None = None
 
 
+class ReplicaFight(ApiModel):
+    """Another writer reverting the replicas the operator wrote (controller/fights.py)."""
+
+    reverts: Annotated[int, Field(ge=1)]
+    """Reverts seen in this fight."""
+    since: str
+    """When the first revert of this fight was seen (RFC 3339)."""
+    last_revert: str
+    observed_generation: Annotated[int, Field(ge=0)]
+    """The tuning's generation at the last revert; a spec change ends the fight."""
+    retry_at: str | None = None
+    """Replicas are not written until then; unset while still writing."""
+
+
 class AutoscalingStatus(ApiModel):
     """The last autoscaling evaluation."""
 
@@ -203,6 +217,8 @@ class AutoscalingStatus(ApiModel):
     """When the last evaluation ran (RFC 3339)."""
 
     state: AutoscalingState | None = None
+    replica_fight: ReplicaFight | None = None
+    """Set while another writer fights the operator over replicas."""
 
 
 class BatchingStatus(ApiModel):

@@ -41,6 +41,7 @@ from pydantic import ValidationError
 from infertune.api.spec import GROUP, PLURAL, VERSION, InferenceTuning, InferenceTuningSpec
 from infertune.api.status import ConditionStatus, ConditionType
 from infertune.controller.conditions import condition_dict, merge_condition_dicts
+from infertune.controller.fights import Fight, fight_message, next_fight
 from infertune.controller.scaling_report import Blocked, plan_evaluation, status_over
 from infertune.controller.status_patch import Build, write_status
 from infertune.metrics.source import MetricsSource, MetricsTarget, target_for_tuning
@@ -49,8 +50,6 @@ from infertune.scaling.signals import TargetSignals
 from infertune.scaling.state import format_time
 
 RESOURCE = (GROUP, VERSION, PLURAL)
-FIGHT_LIMIT = 2
-"""Reverts by another writer before the operator stops writing replicas."""
 WORKERS = 16
 """Threads for due evaluations: each waits on the API server (the scale read, the scale write)
 far longer than it computes, so more of them than cores keep a slot's evaluations short."""
@@ -89,8 +88,8 @@ class AutoscalingSettings:
     parsed: dict[str, tuple[tuple[str, int], Parsed | None]] = field(default_factory=dict)
     """key -> ((uid, generation), the parsed spec or None when it does not validate)."""
     written: dict[str, tuple[int, int]] = field(default_factory=dict)
-    """key -> (replicas before our write, replicas we wrote)."""
-    fights: dict[str, int] = field(default_factory=dict)
+    """key -> (replicas before our write, replicas we wrote), until another writer changes
+    them (a revert; the fight itself is kept in status: fights.py)."""
     fetches: int = 0
     """Batches fetched since start (for the benchmark and the logs)."""
     listings: dict[float, tuple[int, Listed]] = field(default_factory=dict)
@@ -203,7 +202,7 @@ def signals_for(settings: AutoscalingSettings, key: str, own: Parsed,
         settings.batched[own.interval_s] = slot
         for gone in [k for k in settings.batch if k not in known]:
             for table in (settings.batch, settings.fetched_at, settings.last_slot,
-                          settings.parsed, settings.written, settings.fights):
+                          settings.parsed, settings.written):
                 table.pop(gone, None)
         for other, signals in fetched.items():
             settings.batch[other] = signals
@@ -221,24 +220,22 @@ def hpas_by_target(namespace: str, name: str, spec: kopf.Spec,
     return {(namespace, str(ref.get("name"))): name}
 
 
-def _fight(settings: AutoscalingSettings, key: str, current: int) -> bool:
-    """True once another writer has put replicas back FIGHT_LIMIT times after our writes."""
+def _reverted(settings: AutoscalingSettings, key: str, current: int) -> bool:
+    """Whether another writer changed the replicas the operator last wrote (seen once)."""
     written = settings.written.get(key)
-    if written is not None and current != written[1]:
-        settings.fights[key] = settings.fights.get(key, 0) + 1
-        settings.written.pop(key)
-    return settings.fights.get(key, 0) >= FIGHT_LIMIT
+    if written is None or current == written[1]:
+        return False
+    settings.written.pop(key)
+    return True
 
 
-def _blocked(settings: AutoscalingSettings, key: str, deployment: str, current: int,
-             hpa: str | None) -> Blocked | None:
+def _blocked(deployment: str, hpa: str | None, fight: Fight | None,
+             now: float) -> Blocked | None:
     if hpa is not None:
         return Blocked("HorizontalPodAutoscalerPresent", f"HorizontalPodAutoscaler {hpa} also "
                        f"scales {deployment}; remove it or disable spec.autoscaling")
-    if _fight(settings, key, current):
-        return Blocked("ReplicaFight", f"another writer reverted the replicas of {deployment} "
-                       f"{settings.fights.get(key, 0)} times (GitOps without ignoreDifferences "
-                       "on /spec/replicas?); replicas are no longer written")
+    if fight is not None and fight.blocks(now):
+        return Blocked("ReplicaFight", fight_message(fight, deployment))
     return None
 
 
@@ -253,8 +250,11 @@ def evaluate(namespace: str, name: str, generation: int, spec: InferenceTuningSp
     apps = client.AppsV1Api()
     scale = apps.read_namespaced_deployment_scale(deployment, namespace)
     current = int(scale.spec.replicas or 0) if scale.spec else 0
-    blocked = _blocked(settings, key, deployment, current, hpa)
-    planned = plan_evaluation(spec, generation, status, signals, current, blocked, now)
+    stored_fight = Fight.from_json((status.get("autoscaling") or {}).get("replicaFight"))
+    fight = next_fight(stored_fight, generation, _reverted(settings, key, current), now)
+    planned = plan_evaluation(spec, generation, status, signals, current,
+                              _blocked(deployment, hpa, fight, now), now,
+                              None if fight is None else fight.to_json())
     if planned.write is not None:
         # Written before the status: if this call fails, the status keeps the old state.
         apps.patch_namespaced_deployment_scale(deployment, namespace,

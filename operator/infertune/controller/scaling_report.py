@@ -74,8 +74,9 @@ def status_over(evaluation: Evaluation, stored: Mapping[str, Any]) -> dict[str, 
 
 def plan_evaluation(spec: InferenceTuningSpec, generation: int, status: Mapping[str, Any],
                     signals: TargetSignals, current: int, blocked: Blocked | None,
-                    now: float) -> Evaluation:
-    """Decide from the state stored in `status`, and say what to write and report."""
+                    now: float, fight: Mapping[str, Any] | None = None) -> Evaluation:
+    """Decide from the state stored in `status`, and say what to write and report. `fight` is
+    the replica fight to store (fights.Fight.to_json), None when there is none."""
     assert spec.autoscaling is not None
     previous: Mapping[str, Any] = status.get("autoscaling") or {}
     decision = decide_scale(spec.autoscaling, current, signals,
@@ -86,7 +87,7 @@ def plan_evaluation(spec: InferenceTuningSpec, generation: int, status: Mapping[
     patch: dict[str, Any] = {
         "autoscaling": _autoscaling_block(
             decision, decision.state if applied else decision.held_state, stamp,
-            stamp if applied else previous.get("lastScaleTime")),
+            stamp if applied else previous.get("lastScaleTime"), fight),
     }
     own = _conditions(spec, generation, decision, blocked, stamp)
     conditions = merge_condition_dicts(status.get("conditions") or [], *own)
@@ -133,7 +134,8 @@ def _conditions(spec: InferenceTuningSpec, generation: int, decision: ScaleDecis
 
 
 def _autoscaling_block(decision: ScaleDecision, state: ScalingState, stamp: str,
-                       last_scale: str | None) -> dict[str, Any]:
+                       last_scale: str | None,
+                       fight: Mapping[str, Any] | None) -> dict[str, Any]:
     """`status.autoscaling` (api.status.AutoscalingStatus); None fields are removed."""
     reading = decision.signals
     latency, queue = reading.latency_s, reading.queue_per_replica
@@ -151,6 +153,7 @@ def _autoscaling_block(decision: ScaleDecision, state: ScalingState, stamp: str,
         "latencyKind": reading.latency_kind,
         "evaluated": stamp,
         "state": stored,
+        "replicaFight": fight,
     }
 
 

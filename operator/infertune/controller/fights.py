@@ -1,0 +1,93 @@
+"""A fight over replicas with another writer, remembered in status and given up in steps.
+
+When something else puts the replicas back after the operator wrote them (GitOps without
+`ignoreDifferences` on /spec/replicas, a person, a script), writing again would only make the
+two oscillate. After FIGHT_LIMIT reverts the operator stops writing and says why. The fight is
+kept in `status.autoscaling.replicaFight`, not in memory, so a restarted operator does not
+start the oscillation over. It does not last forever either: writes are tried again after a
+backoff that doubles with each further revert (so fixing the other writer is enough to resume),
+at once when the tuning's spec changes (a new generation), and a fight with no revert for
+QUIET_S is over.
+
+A pure function of what was stored, whether a revert was seen now, and the time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, NamedTuple
+
+from infertune.scaling.state import format_time, parse_time
+
+FIGHT_LIMIT = 2
+"""Reverts by another writer before the operator stops writing replicas."""
+BACKOFF_S = 300.0
+"""How long writes stop at FIGHT_LIMIT reverts; doubled for each revert after it."""
+MAX_BACKOFF_S = 3600.0
+QUIET_S = 600.0
+"""A fight with no revert for this long (and no longer blocking) is over. Longer than Argo CD's
+default refresh (3 min), so a revert on its next sync still counts."""
+
+
+class Fight(NamedTuple):
+    reverts: int
+    since: float
+    """When the first revert of this fight was seen."""
+    last_revert: float
+    generation: int
+    """The tuning's generation when it was last reverted; a new one ends the fight."""
+    retry_at: float | None
+    """Writes stop until then (None: below FIGHT_LIMIT, still writing)."""
+
+    def blocks(self, now: float) -> bool:
+        return self.retry_at is not None and now < self.retry_at
+
+    def to_json(self) -> dict[str, Any]:
+        """As api.status.ReplicaFight."""
+        return {"reverts": self.reverts, "since": format_time(self.since),
+                "lastRevert": format_time(self.last_revert),
+                "observedGeneration": self.generation,
+                "retryAt": None if self.retry_at is None else format_time(self.retry_at)}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any] | None) -> Fight | None:
+        """What `to_json` wrote; None for nothing or a block that cannot be read."""
+        if not data:
+            return None
+        try:
+            retry = data.get("retryAt")
+            return cls(int(data["reverts"]), parse_time(data["since"]),
+                       parse_time(data["lastRevert"]), int(data["observedGeneration"]),
+                       None if retry is None else parse_time(retry))
+        except (KeyError, TypeError, ValueError):
+            return None
+
+
+def backoff(reverts: int) -> float:
+    return min(BACKOFF_S * 2.0 ** max(reverts - FIGHT_LIMIT, 0), MAX_BACKOFF_S)
+
+
+def next_fight(stored: Fight | None, generation: int, reverted: bool, now: float) -> Fight | None:
+    """The fight after this evaluation: `reverted` says whether another writer changed the
+    replicas the operator last wrote."""
+    fight = stored if stored is not None and stored.generation == generation else None
+    if reverted:
+        reverts = (fight.reverts if fight is not None else 0) + 1
+        retry_at = now + backoff(reverts) if reverts >= FIGHT_LIMIT else None
+        since = fight.since if fight is not None else now
+        return Fight(reverts, since, now, generation, retry_at)
+    if fight is not None and not fight.blocks(now) and (
+        now - max(fight.last_revert, fight.retry_at or 0.0) >= QUIET_S
+    ):
+        return None
+    return fight
+
+
+def fight_message(fight: Fight, deployment: str) -> str:
+    """Why replicas are not written, and when they will be again (a condition message: it
+    changes only with the fight)."""
+    assert fight.retry_at is not None
+    return (f"another writer reverted the replicas of {deployment} {fight.reverts} times "
+            "(GitOps without ignoreDifferences on /spec/replicas?); replicas are not written "
+            f"until {format_time(fight.retry_at)}, then tried again (at once if the spec "
+            "changes)")
