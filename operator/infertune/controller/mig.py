@@ -16,10 +16,10 @@ import kopf
 import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
-from pydantic import ValidationError
 
 from infertune.api.spec import GROUP, PLURAL, VERSION, InferenceTuningSpec, Mode
 from infertune.api.status import MigNodeStatus, MigStatus
+from infertune.controller.spec_cache import SPECS
 from infertune.controller.status_patch import set_if_changed
 from infertune.kube.client import evict_pod
 from infertune.tuning.mig import Infeasible, LayoutPlan, describe, plan_layout, request_from_spec
@@ -178,11 +178,10 @@ def _product(nodes: list[NodeView], node: str) -> str:
 
 @kopf.timer(*RESOURCE, interval=MIG_INTERVAL, initial_delay=1.0,  # type: ignore[arg-type]
             when=lambda spec, **_: bool(spec.get("mig")))
-def partition_gpus(namespace: str, name: str, spec: kopf.Spec, body: kopf.Body,
-                   patch: kopf.Patch, memo: kopf.Memo, **_: Any) -> None:
-    try:
-        parsed = InferenceTuningSpec.model_validate(dict(spec))
-    except ValidationError:
+def partition_gpus(namespace: str, name: str, uid: str, spec: kopf.Spec, meta: kopf.Meta,
+                   body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, **_: Any) -> None:
+    parsed = SPECS.get(uid, int(meta.get("generation") or 0), spec)
+    if parsed is None:
         return
     status = reconcile_mig(namespace, name, parsed, memo.mig, body)
     # None values are sent, so a profile or ConfigMap from an earlier plan does not linger.

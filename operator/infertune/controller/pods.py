@@ -16,13 +16,13 @@ import jsonpatch  # type: ignore[import-untyped]
 import kopf
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
-from pydantic import ValidationError
 
 from infertune import keys
 from infertune.api.spec import GROUP, PLURAL, VERSION, InferenceTuningSpec, Mode
 from infertune.api.status import TuningStatus
 from infertune.api.tuning import RetuneStrategy
 from infertune.controller.conditions import now_rfc3339
+from infertune.controller.spec_cache import SPECS
 from infertune.controller.status_patch import set_if_changed
 from infertune.kube.client import evict_pod, read_deployment
 from infertune.kube.webhooks import HANDLER_ID
@@ -160,9 +160,9 @@ def _tune_pod(body: kopf.Body, patch: kopf.Patch, warnings: list[str], memo: kop
                         "the pod is not tuned until only one does")
         return
     entry = entries[0]
-    try:
-        spec = InferenceTuningSpec.model_validate(entry["spec"])
-    except ValidationError:
+    spec = SPECS.get(str(entry.get("uid") or ""), int(entry.get("generation") or 0),
+                     entry["spec"])
+    if spec is None:
         return  # the controller reports the invalid spec on the InferenceTuning itself
     settings: PodTuningSettings = memo.pod_tuning
     mig = entry.get("mig") or {}
@@ -282,11 +282,10 @@ def retune(namespace: str, name: str, uid: str, spec: InferenceTuningSpec,
 
 @kopf.timer(*RESOURCE, interval=RETUNE_INTERVAL, initial_delay=1.0)  # type: ignore[arg-type]
 def retune_pods(namespace: str, name: str, uid: str, spec: kopf.Spec, status: kopf.Status,
-                patch: kopf.Patch, memo: kopf.Memo,
+                meta: kopf.Meta, patch: kopf.Patch, memo: kopf.Memo,
                 pods_by_deployment: kopf.Index[tuple[str, str], PodView], **_: Any) -> None:
-    try:
-        parsed = InferenceTuningSpec.model_validate(dict(spec))
-    except ValidationError:
+    parsed = SPECS.get(uid, int(meta.get("generation") or 0), spec)
+    if parsed is None:
         return
     pods = list(pods_by_deployment.get((namespace, parsed.target_ref.name), []))
     retune(namespace, name, uid, parsed, pods, patch, memo, applied_batching(status),

@@ -1,0 +1,60 @@
+"""Validated specs, kept per tuning generation.
+
+The re-tuning timer (every 10 s), the MIG timer (every 3 s) and the pod webhook each need the
+tuning's spec as a model. Validating it costs about 0.2 ms, which at 1000 tunings was a few
+percent of the operator's CPU spent on specs that had not changed. A spec cannot change
+without a new metadata.generation, so (uid, generation) identifies it.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import ValidationError
+
+from infertune.api.spec import InferenceTuningSpec
+
+SIZE = 4096
+"""Entries kept: more than the tunings one operator is meant for; the least recently used
+goes first, so deleted tunings do not pile up."""
+
+
+class SpecCache:
+    """`get` validates a spec once per (uid, generation); safe to share between threads (kopf
+    runs sync handlers in a pool)."""
+
+    def __init__(self, size: int = SIZE) -> None:
+        self._size = size
+        self._specs: OrderedDict[tuple[str, int], InferenceTuningSpec | None] = OrderedDict()
+        self._lock = threading.Lock()
+        self.validations = 0
+
+    def get(self, uid: str, generation: int,
+            raw: Mapping[str, Any]) -> InferenceTuningSpec | None:
+        """The spec as a model, or None when it is invalid (the controller reports that on
+        the tuning). Without a uid or a generation nothing is cached."""
+        key = (uid, generation)
+        cacheable = bool(uid) and generation > 0
+        if cacheable:
+            with self._lock:
+                if key in self._specs:
+                    self._specs.move_to_end(key)
+                    return self._specs[key]
+        try:
+            spec: InferenceTuningSpec | None = InferenceTuningSpec.model_validate(dict(raw))
+        except ValidationError:
+            spec = None
+        if cacheable:
+            with self._lock:
+                self.validations += 1
+                self._specs[key] = spec
+                if len(self._specs) > self._size:
+                    self._specs.popitem(last=False)
+        return spec
+
+
+SPECS = SpecCache()
+"""The operator's one cache, shared by the timers and the pod webhook."""

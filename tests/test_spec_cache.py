@@ -1,0 +1,45 @@
+"""Specs are validated once per tuning generation, and an invalid one is not retried."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from infertune.controller.spec_cache import SpecCache
+
+SPEC: dict[str, Any] = {"targetRef": {"name": "qwen"}, "engine": "vllm"}
+
+
+def test_a_spec_is_validated_once_per_generation() -> None:
+    cache = SpecCache()
+    first = cache.get("u1", 1, SPEC)
+    assert first is not None and first.target_ref.name == "qwen"
+    assert cache.get("u1", 1, SPEC) is first and cache.validations == 1
+    changed = cache.get("u1", 2, {**SPEC, "targetRef": {"name": "llama"}})
+    assert changed is not None and changed.target_ref.name == "llama"
+    assert cache.validations == 2
+
+
+def test_an_invalid_spec_is_none_and_remembered_as_such() -> None:
+    cache = SpecCache()
+    bad = {**SPEC, "engine": "no-such-engine"}
+    assert cache.get("u1", 1, bad) is None
+    assert cache.get("u1", 1, bad) is None and cache.validations == 1
+
+
+def test_without_uid_or_generation_nothing_is_cached() -> None:
+    cache = SpecCache()
+    assert cache.get("", 1, SPEC) is not None and cache.get("u1", 0, SPEC) is not None
+    assert cache.validations == 0
+
+
+def test_the_least_recently_used_spec_goes_first() -> None:
+    cache = SpecCache(size=2)
+    cache.get("a", 1, SPEC)
+    cache.get("b", 1, SPEC)
+    cache.get("a", 1, SPEC)  # used again: b is now the oldest
+    cache.get("c", 1, SPEC)
+    assert cache.validations == 3
+    cache.get("a", 1, SPEC)
+    assert cache.validations == 3
+    cache.get("b", 1, SPEC)
+    assert cache.validations == 4
