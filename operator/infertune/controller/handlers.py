@@ -8,6 +8,7 @@ from typing import Any
 
 import kopf
 from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 
 from infertune import keys
 from infertune.api.spec import GROUP, PLURAL, VERSION
@@ -74,8 +75,14 @@ def reconcile(body: kopf.Body, namespace: str | None, **_: Any) -> None:
         assessed.append(assess({**body, "status": dict(stored)}, target, now))
         return assessed[-1].patch()
 
-    write_status(namespace or "default", str(body["metadata"]["name"]), body.get("status") or {},
-                 (body.get("metadata") or {}).get("resourceVersion"), build)
+    try:
+        write_status(namespace or "default", str(body["metadata"]["name"]),
+                     body.get("status") or {}, (body.get("metadata") or {}).get("resourceVersion"),
+                     build)
+    except ApiException as exc:
+        if exc.status == 404:
+            return  # deleted since the event: nothing to report on
+        raise
     result = assessed[-1]
     for notice in result.notices:
         kopf.event(body, type=notice.type, reason=notice.reason, message=notice.message)
