@@ -74,7 +74,7 @@ def test_profiles_lists_the_catalog_entry(capsys: pytest.CaptureFixture[str]) ->
 
 def test_profiles_marks_what_is_unverified(capsys: pytest.CaptureFixture[str]) -> None:
     assert _run(["mig", "profiles", "NVIDIA-GB200"]) == 0
-    assert "note: profile table and placements not in the MIG User Guide" in \
+    assert "note: placements not confirmed by GB200 nvidia-smi mig -lgipp output" in \
         capsys.readouterr().out
 
 
