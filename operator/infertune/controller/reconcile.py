@@ -52,6 +52,9 @@ OWNED = ("observedGeneration", "phase", "conditions", "decisions")
 (tuning, mig, autoscaling, batching) are theirs: a copy of one written back from the event the
 controller handled could undo a newer write (an autoscaler's scale event, say)."""
 
+_OWNED_FIELDS = {name for name, info in InferenceTuningStatus.model_fields.items()
+                 if info.alias in OWNED}
+
 
 @dataclass(frozen=True)
 class Assessment:
@@ -65,8 +68,8 @@ class Assessment:
     def patch(self) -> dict[str, Any]:
         """The status merge patch: the fields the controller owns, and the target's replicas
         as status.autoscaling.currentReplicas (only that field of the autoscaler's block)."""
-        dumped = self.status.model_dump(by_alias=True, mode="json", exclude_none=True, include={
-            "observed_generation", "phase", "conditions", "decisions"})
+        dumped = self.status.model_dump(by_alias=True, mode="json", exclude_none=True,
+                                        include=_OWNED_FIELDS)
         patch = {k: dumped.get(k) for k in OWNED}  # all four are set by assess
         if self.current_replicas is not None:
             patch["autoscaling"] = {"currentReplicas": self.current_replicas}

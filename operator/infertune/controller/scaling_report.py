@@ -62,14 +62,21 @@ def status_over(evaluation: Evaluation, stored: Mapping[str, Any]) -> dict[str, 
     """The evaluation's status patch over `stored`: its own blocks as planned, and the shared
     lists (conditions, decisions) built from what `stored` holds, so that a status another
     writer changed after the plan keeps their entries."""
-    patch = {k: v for k, v in evaluation.status.items() if k not in ("conditions", "decisions")}
-    conditions = merge_condition_dicts(stored.get("conditions") or [], *evaluation.conditions)
-    if conditions is not None:
-        patch["conditions"] = conditions
-    if evaluation.record is not None:
-        patch["decisions"] = [*(stored.get("decisions") or []), evaluation.record][
-            -MAX_DECISIONS:]
-    return patch
+    own = {k: v for k, v in evaluation.status.items() if k not in ("conditions", "decisions")}
+    return {**own, **_shared_lists(stored, evaluation.conditions, evaluation.record)}
+
+
+def _shared_lists(stored: Mapping[str, Any], conditions: tuple[dict[str, Any], ...],
+                  record: dict[str, Any] | None) -> dict[str, Any]:
+    """`conditions` merged into the stored list and `record` appended to the stored decisions,
+    each only when it changes the list."""
+    lists: dict[str, Any] = {}
+    merged = merge_condition_dicts(stored.get("conditions") or [], *conditions)
+    if merged is not None:
+        lists["conditions"] = merged
+    if record is not None:
+        lists["decisions"] = [*(stored.get("decisions") or []), record][-MAX_DECISIONS:]
+    return lists
 
 
 def plan_evaluation(spec: InferenceTuningSpec, generation: int, status: Mapping[str, Any],
@@ -90,13 +97,9 @@ def plan_evaluation(spec: InferenceTuningSpec, generation: int, status: Mapping[
             stamp if applied else previous.get("lastScaleTime"), fight),
     }
     own = _conditions(spec, generation, decision, blocked, stamp)
-    conditions = merge_condition_dicts(status.get("conditions") or [], *own)
-    if conditions is not None:
-        patch["conditions"] = conditions
     news = _news(spec, status, decision, changes, applied, stamp)
     record, event = news if news is not None else (None, None)
-    if record is not None:
-        patch["decisions"] = [*(status.get("decisions") or []), record][-MAX_DECISIONS:]
+    patch.update(_shared_lists(status, own, record))
     batching = _batching_block(spec, status, decision)
     if batching is not None:
         patch["batching"] = batching
