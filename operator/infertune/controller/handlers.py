@@ -11,6 +11,7 @@ from kubernetes import client
 from infertune import keys
 from infertune.api.spec import GROUP, PLURAL, VERSION
 from infertune.controller.conditions import now_rfc3339
+from infertune.controller.diffbase import LeanAnnotationsDiffBaseStorage
 from infertune.controller.reconcile import TargetState, assess
 from infertune.kube.client import connection_info, read_deployment
 
@@ -37,7 +38,7 @@ def configure_kopf(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -
     # into annotations under our prefix.
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(
         prefix=keys.KOPF_PREFIX)
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+    settings.persistence.diffbase_storage = LeanAnnotationsDiffBaseStorage(
         prefix=keys.KOPF_PREFIX, key=keys.LAST_HANDLED)
     settings.persistence.finalizer = f"{keys.PREFIX}/finalizer"
     # Only warnings and errors become Events by themselves; decisions are posted explicitly.
