@@ -76,7 +76,7 @@ class Parsed:
 
 @dataclass
 class AutoscalingSettings:
-    """Shared across timers (kopf copies the memo per object, not these objects)."""
+    """Shared across the tunings' loops (kopf copies the memo per object, not these objects)."""
 
     source: MetricsSource | None
     batch: dict[str, TargetSignals] = field(default_factory=dict)

@@ -16,21 +16,6 @@ from infertune.kube.webhook_tls import write_self_signed
 from infertune.kube.webhooks import RegisteringWebhookServer, WebhookRegistration
 
 DEFAULT_NAMESPACE = "infertune-system"
-TICKING_TIMERS = ("retune_pods", "partition_gpus")
-"""The timers that run every few seconds for every tuning (re-tuning every 10 s, MIG every
-3 s; autoscaling is a loop that sleeps until its slot, and kopf logs nothing per pass)."""
-
-
-class QuietTimerTicks(logging.Filter):
-    """Drops kopf's "Timer 'retune_pods' succeeded." lines: kopf logs one per timer run, which
-    at 1000 tunings is more than 400 lines a second that say nothing. What a tick does (a
-    scale, an eviction, a failure) is logged, posted as an Event or kept in status anyway;
-    --verbose keeps the ticks."""
-
-    QUIET = frozenset(f"Timer {name!r} succeeded." for name in TICKING_TIMERS)
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return record.levelno != logging.INFO or record.getMessage() not in self.QUIET
 
 
 def _webhook_server(args: argparse.Namespace, own_namespace: str) -> RegisteringWebhookServer:
@@ -77,7 +62,6 @@ def run_operator(args: argparse.Namespace) -> int:
     if not args.verbose:
         # One access-log line per admission request would cost every pod start a write.
         logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
-        logging.getLogger("kopf.objects").addFilter(QuietTimerTicks())
     from infertune.metrics.prometheus import PrometheusSource
 
     prometheus = args.prometheus_url or os.environ.get("INFERTUNE_PROMETHEUS_URL")

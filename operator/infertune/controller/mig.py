@@ -1,6 +1,6 @@
 """MIG in the shell: plan layouts, write the mig-parted ConfigMap, label nodes one at a time.
 
-The GPU Operator's mig-manager does the partitioning (DESIGN.md #4). This timer only speaks its
+The GPU Operator's mig-manager does the partitioning (DESIGN.md #4). This loop only speaks its
 contract: the ConfigMap it reads, the `nvidia.com/mig.config` label it watches, and the
 `nvidia.com/mig.config.state` label it answers in.
 """
@@ -19,8 +19,8 @@ from kubernetes.client.exceptions import ApiException
 
 from infertune.api.spec import GROUP, PLURAL, VERSION, InferenceTuningSpec, Mode
 from infertune.api.status import MigNodeStatus, MigStatus
+from infertune.controller.loops import STOP_TIMEOUT_S, Work, every
 from infertune.controller.spec_cache import SPECS
-from infertune.controller.status_patch import set_if_changed
 from infertune.kube.client import evict_pod
 from infertune.tuning.mig import Infeasible, LayoutPlan, describe, plan_layout, request_from_spec
 from infertune.tuning.mig_nodes import (
@@ -45,7 +45,8 @@ logger = logging.getLogger(__name__)
 
 @dataclass
 class MigSettings:
-    """Operator-wide MIG settings and state shared between timers (kopf copies the memo)."""
+    """Operator-wide MIG settings and state shared between the tunings' loops (kopf copies
+    the memo)."""
 
     namespace: str
     labelled_at: dict[str, float] = field(default_factory=dict)
@@ -176,14 +177,23 @@ def _product(nodes: list[NodeView], node: str) -> str:
     return next(n.labels[PRODUCT_LABEL] for n in nodes if n.name == node)
 
 
-@kopf.timer(*RESOURCE, interval=MIG_INTERVAL, initial_delay=1.0,  # type: ignore[arg-type]
-            when=lambda spec, **_: bool(spec.get("mig")))
-def partition_gpus(namespace: str, name: str, uid: str, spec: kopf.Spec, meta: kopf.Meta,
-                   body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, **_: Any) -> None:
-    parsed = SPECS.get(uid, int(meta.get("generation") or 0), spec)
-    if parsed is None:
-        return
-    status = reconcile_mig(namespace, name, parsed, memo.mig, body)
-    # None values are sent, so a profile or ConfigMap from an earlier plan does not linger.
-    set_if_changed(patch, body.get("status") or {}, "mig",
-                   status.model_dump(by_alias=True, mode="json"))
+@kopf.daemon(*RESOURCE, cancellation_timeout=STOP_TIMEOUT_S,  # type: ignore[arg-type]
+             when=lambda spec, **_: bool(spec.get("mig")))
+async def partition_gpus(stopped: kopf.DaemonStopped, namespace: str, name: str, uid: str,
+                         spec: kopf.Spec, status: kopf.Status, meta: kopf.Meta,
+                         body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger,
+                         **_: Any) -> None:
+    """Every MIG_INTERVAL: plan the layout, write the ConfigMap, label or drain one node, and
+    report in status.mig (a loop, not a kopf timer: see loops.py)."""
+
+    def read(spec: dict[str, Any], _: dict[str, Any], meta: dict[str, Any]) -> Work | None:
+        parsed = SPECS.get(uid, int(meta.get("generation") or 0), spec)
+        if parsed is None:
+            return None
+        # None values are sent, so a profile or ConfigMap from an earlier plan does not linger.
+        return lambda: {"mig": reconcile_mig(namespace, name, parsed, memo.mig,
+                                             body).model_dump(by_alias=True, mode="json")}
+
+    await every(MIG_INTERVAL, read, what="MIG partitioning", stopped=stopped,
+                namespace=namespace, name=name, spec=spec, status=status, meta=meta,
+                logger=logger)

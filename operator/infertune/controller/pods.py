@@ -1,4 +1,4 @@
-"""Pod tuning in the shell: kopf indexes, the mutating webhook, and the re-tuning timer.
+"""Pod tuning in the shell: kopf indexes, the mutating webhook, and the re-tuning loop.
 
 The webhook answers from in-memory indexes (which InferenceTuning targets which Deployment,
 which ReplicaSet belongs to which Deployment); it makes no API call per admission request.
@@ -22,8 +22,8 @@ from infertune.api.spec import GROUP, PLURAL, VERSION, InferenceTuningSpec, Mode
 from infertune.api.status import TuningStatus
 from infertune.api.tuning import RetuneStrategy
 from infertune.controller.conditions import now_rfc3339
+from infertune.controller.loops import STOP_TIMEOUT_S, Work, every
 from infertune.controller.spec_cache import SPECS
-from infertune.controller.status_patch import set_if_changed
 from infertune.kube.client import evict_pod, read_deployment
 from infertune.kube.webhooks import HANDLER_ID
 from infertune.tuning.pod_patch import (
@@ -35,7 +35,7 @@ from infertune.tuning.pod_patch import (
 from infertune.tuning.retune import PodView, RetuneStep, plan_retune
 
 RESOURCE = (GROUP, VERSION, PLURAL)
-# Read once at import: kopf fixes timer intervals when the handler is registered.
+# Read once at import (`infertune run --retune-interval` sets it before importing this).
 RETUNE_INTERVAL = float(os.environ.get("INFERTUNE_RETUNE_INTERVAL", "10"))
 logger = logging.getLogger(__name__)
 
@@ -45,14 +45,15 @@ class PodTuningSettings:
     """Operator-wide settings and shared state of pod tuning, kept in kopf's memo.
 
     kopf hands each object a shallow copy of the memo, so state shared between the webhook
-    (per pod) and the timers (per InferenceTuning) must live in objects created up front.
+    (per pod) and the re-tuning loops (per InferenceTuning) must live in objects created up
+    front.
     Keys are "namespace/tuning-name".
     """
 
     launcher_image: str
     static_cpu_manager: bool = True
     unreported: dict[str, tuple[tuple[str, ...], bool]] = field(default_factory=dict)
-    """Pod problems seen by the webhook, waiting for the timer to post them as an Event."""
+    """Pod problems seen by the webhook, waiting for re-tuning to post them as an Event."""
     latest_problems: dict[str, list[str]] = field(default_factory=dict)
     reported: dict[str, tuple[str, ...]] = field(default_factory=dict)
     last_evictions: dict[str, tuple[str, str]] = field(default_factory=dict)
@@ -173,7 +174,7 @@ def _tune_pod(body: kopf.Body, patch: kopf.Patch, warnings: list[str], memo: kop
     for problem in plan.problems:
         warnings.append(f"infertune: {problem}")
     if plan.problems:
-        # Events are posted by the timer: kopf's event poster is not reachable from webhooks.
+        # Events are posted by re-tuning: kopf's event poster is not reachable from webhooks.
         settings.unreported[f"{namespace}/{entry['name']}"] = (tuple(plan.problems),
                                                                  plan.refused)
     settings.latest_problems[f"{namespace}/{entry['name']}"] = list(plan.problems)
@@ -242,13 +243,9 @@ def _replace_outdated(namespace: str, spec: InferenceTuningSpec, step: RetuneSte
 
 
 def retune(namespace: str, name: str, uid: str, spec: InferenceTuningSpec,
-           pods: list[PodView], patch: kopf.Patch, memo: kopf.Memo,
-           batching_value: int | None = None,
-           stored: Mapping[str, Any] | None = None) -> TuningStatus:
-    """One re-tuning pass: report the counts and replace outdated pods as the spec says.
-
-    The counts go into the status patch only when they differ from `stored` (the tuning's
-    status): most passes change nothing."""
+           pods: list[PodView], memo: kopf.Memo,
+           batching_value: int | None = None) -> TuningStatus:
+    """One re-tuning pass: report the counts and replace outdated pods as the spec says."""
     revision = tuning_revision(spec, batching_value)
     settings: PodTuningSettings = memo.pod_tuning
     evictions = settings.last_evictions
@@ -273,20 +270,28 @@ def retune(namespace: str, name: str, uid: str, spec: InferenceTuningSpec,
     else:
         message = _replace_outdated(namespace, spec, step, revision,
                                     lambda: evictions.__setitem__(key, (revision, now_rfc3339())))
-    status = TuningStatus(revision=revision, tuned_pods=step.tuned,
-                          outdated_pods=step.outdated, message=message,
-                          problems=settings.latest_problems.get(key, [])[:20])
-    set_if_changed(patch, stored or {}, "tuning", status.model_dump(by_alias=True, mode="json"))
-    return status
+    return TuningStatus(revision=revision, tuned_pods=step.tuned, outdated_pods=step.outdated,
+                        message=message, problems=settings.latest_problems.get(key, [])[:20])
 
 
-@kopf.timer(*RESOURCE, interval=RETUNE_INTERVAL, initial_delay=1.0)  # type: ignore[arg-type]
-def retune_pods(namespace: str, name: str, uid: str, spec: kopf.Spec, status: kopf.Status,
-                meta: kopf.Meta, patch: kopf.Patch, memo: kopf.Memo,
-                pods_by_deployment: kopf.Index[tuple[str, str], PodView], **_: Any) -> None:
-    parsed = SPECS.get(uid, int(meta.get("generation") or 0), spec)
-    if parsed is None:
-        return
-    pods = list(pods_by_deployment.get((namespace, parsed.target_ref.name), []))
-    retune(namespace, name, uid, parsed, pods, patch, memo, applied_batching(status),
-           stored=status)
+@kopf.daemon(*RESOURCE, cancellation_timeout=STOP_TIMEOUT_S)  # type: ignore[arg-type]
+async def retune_pods(stopped: kopf.DaemonStopped, namespace: str, name: str, uid: str,
+                      spec: kopf.Spec, status: kopf.Status, meta: kopf.Meta, memo: kopf.Memo,
+                      logger: kopf.Logger,
+                      pods_by_deployment: kopf.Index[tuple[str, str], PodView],
+                      **_: Any) -> None:
+    """Every RETUNE_INTERVAL: count tuned and outdated pods into status.tuning and replace
+    the outdated ones (a loop, not a kopf timer: see loops.py)."""
+
+    def read(spec: dict[str, Any], status: dict[str, Any],
+             meta: dict[str, Any]) -> Work | None:
+        parsed = SPECS.get(uid, int(meta.get("generation") or 0), spec)
+        if parsed is None:
+            return None  # the controller reports the invalid spec
+        pods = list(pods_by_deployment.get((namespace, parsed.target_ref.name), []))
+        batching = applied_batching(status)
+        return lambda: {"tuning": retune(namespace, name, uid, parsed, pods, memo,
+                                         batching).model_dump(by_alias=True, mode="json")}
+
+    await every(RETUNE_INTERVAL, read, what="re-tuning", stopped=stopped, namespace=namespace,
+                name=name, spec=spec, status=status, meta=meta, logger=logger)

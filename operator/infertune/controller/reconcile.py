@@ -48,7 +48,7 @@ class Notice:
 
 
 OWNED = ("observedGeneration", "phase", "conditions", "decisions")
-"""The status fields the controller writes. The blocks of the timers and of the autoscaler
+"""The status fields the controller writes. The blocks of the loops and of the autoscaler
 (tuning, mig, autoscaling, batching) are theirs: a copy of one written back from the event the
 controller handled could undo a newer write (an autoscaler's scale event, say)."""
 

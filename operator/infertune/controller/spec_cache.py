@@ -1,6 +1,6 @@
 """Validated specs, kept per tuning generation.
 
-The re-tuning timer (every 10 s), the MIG timer (every 3 s) and the pod webhook each need the
+The re-tuning loop (every 10 s), the MIG loop (every 3 s) and the pod webhook each need the
 tuning's spec as a model. Validating it costs about 0.2 ms, which at 1000 tunings was a few
 percent of the operator's CPU spent on specs that had not changed. A spec cannot change
 without a new metadata.generation, so (uid, generation) identifies it.
@@ -57,4 +57,4 @@ class SpecCache:
 
 
 SPECS = SpecCache()
-"""The operator's one cache, shared by the timers and the pod webhook."""
+"""The operator's one cache, shared by the loops and the pod webhook."""

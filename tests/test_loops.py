@@ -1,0 +1,135 @@
+"""The per-tuning loops (re-tuning, MIG): a pass every interval, kopf's back-off after a
+failure, a prompt stop, and a status write only for blocks that changed."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from kopf._cogs.aiokits.aioenums import AsyncFlagWaiter, FlagSetter
+from kubernetes.client.exceptions import ApiException
+
+from infertune.controller import loops
+
+LOGGER = logging.getLogger("test-loops")
+Writes = list[tuple[str, str, Any, dict[str, Any] | None]]
+
+
+@pytest.fixture
+def writes(monkeypatch: pytest.MonkeyPatch) -> Writes:
+    """Status writes the loop asks for: (namespace, name, resourceVersion, the patch built
+    over the stored status). The API side of write_status is covered by the e2e tests."""
+    seen: Writes = []
+
+    def write_status(namespace: str, name: str, status: dict[str, Any],
+                     resource_version: str | None,
+                     build: Callable[[dict[str, Any]], dict[str, Any] | None]) -> None:
+        seen.append((namespace, name, resource_version, build(status)))
+
+    monkeypatch.setattr(loops, "write_status", write_status)
+    monkeypatch.setattr(loops, "INITIAL_DELAY_S", 0.0)
+    return seen
+
+
+def _run(read: loops.Read, setter: FlagSetter[Any], *, interval_s: float = 0.001,
+         status: dict[str, Any] | None = None, spec: dict[str, Any] | None = None) -> None:
+    async def main() -> None:
+        await asyncio.wait_for(loops.every(
+            interval_s, read, what="re-tuning", stopped=AsyncFlagWaiter(setter),
+            namespace="team-a", name="qwen", spec=spec or {"a": 1},  # type: ignore[arg-type]
+            status=status or {}, meta={"generation": 1},  # type: ignore[arg-type]
+            logger=LOGGER), timeout=10)  # type: ignore[arg-type]
+
+    asyncio.run(main())
+
+
+def test_passes_repeat_until_kopf_says_stop(writes: Writes) -> None:
+    setter: FlagSetter[Any] = FlagSetter()
+    passes = []
+
+    def read(spec: dict[str, Any], status: dict[str, Any],
+             meta: dict[str, Any]) -> loops.Work | None:
+        passes.append((spec, meta))
+        if len(passes) == 3:
+            setter.set()
+        return lambda: {}
+
+    _run(read, setter)
+    assert passes == [({"a": 1}, {"generation": 1})] * 3
+    assert writes == []
+
+
+def test_a_failed_pass_is_logged_and_tried_again_after_the_back_off(
+        writes: Writes, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    monkeypatch.setattr(loops, "FAILURE_DELAY_S", 0.01)
+    setter: FlagSetter[Any] = FlagSetter()
+    attempts = []
+
+    def work() -> dict[str, Any]:
+        attempts.append(1)
+        if len(attempts) == 1:
+            raise ApiException(status=500, reason="boom")
+        return {}
+
+    def read(*_: Any) -> loops.Work | None:
+        if attempts:
+            setter.set()  # the second pass is the last
+        return work
+
+    with caplog.at_level(logging.ERROR, logger=LOGGER.name):
+        _run(read, setter, interval_s=30)  # a second pass only comes from the back-off
+    assert len(attempts) == 2
+    assert [r.getMessage() for r in caplog.records] == ["re-tuning failed; trying again in 0.01s"]
+    assert caplog.records[0].exc_info is not None
+
+
+def test_a_stop_during_the_interval_ends_the_loop_at_once(writes: Writes) -> None:
+    setter: FlagSetter[Any] = FlagSetter()
+
+    def read(*_: Any) -> loops.Work | None:
+        asyncio.get_running_loop().call_later(0.05, setter.set)
+        return None
+
+    _run(read, setter, interval_s=3600)  # would time out if it slept the interval
+
+
+def test_an_unchanged_block_is_not_written_and_a_changed_one_is_written_alone(
+        writes: Writes) -> None:
+    setter: FlagSetter[Any] = FlagSetter()
+    stored = {"tuning": {"tunedPods": 2, "message": "2 pods tuned"}, "mig": {"message": "m"},
+              "conditions": [{"type": "Ready"}]}
+    blocks = [{"tuning": {"tunedPods": 2, "message": "2 pods tuned", "revision": None}},
+              {"tuning": {"tunedPods": 1, "message": "1 pod outdated"}, "mig": {"message": "m"}}]
+
+    def read(*_: Any) -> loops.Work | None:
+        if len(blocks) == 1:
+            setter.set()
+        block = blocks.pop(0)
+        return lambda: block
+
+    _run(read, setter, status=stored)
+    # Each block has one writer, so no resourceVersion; the stored mig and conditions stay.
+    assert writes == [("team-a", "qwen", None,
+                       {"tuning": {"tunedPods": 1, "message": "1 pod outdated"}})]
+
+
+def test_a_tuning_deleted_before_the_write_is_not_an_error(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    monkeypatch.setattr(loops, "INITIAL_DELAY_S", 0.0)
+
+    def gone(*_: Any) -> None:
+        raise ApiException(status=404, reason="Not Found")
+
+    monkeypatch.setattr(loops, "write_status", gone)
+    setter: FlagSetter[Any] = FlagSetter()
+
+    def read(*_: Any) -> loops.Work | None:
+        setter.set()
+        return lambda: {"tuning": {"tunedPods": 1}}
+
+    with caplog.at_level(logging.ERROR, logger=LOGGER.name):
+        _run(read, setter)
+    assert caplog.records == []
