@@ -8,6 +8,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+import kopf
 import pytest
 from kopf._cogs.aiokits.aioenums import AsyncFlagWaiter, FlagSetter
 from kubernetes.client.exceptions import ApiException
@@ -36,12 +37,14 @@ def writes(monkeypatch: pytest.MonkeyPatch) -> Writes:
 
 def _run(read: loops.Read, setter: FlagSetter[Any], *, interval_s: float = 0.001,
          status: dict[str, Any] | None = None, spec: dict[str, Any] | None = None) -> None:
+    body = kopf.Body({"metadata": {"generation": 1}, "spec": spec or {"a": 1},  # type: ignore[typeddict-unknown-key]
+                      "status": status or {}})
+
     async def main() -> None:
         await asyncio.wait_for(loops.every(
             interval_s, read, what="re-tuning", stopped=AsyncFlagWaiter(setter),
-            namespace="team-a", name="qwen", spec=spec or {"a": 1},  # type: ignore[arg-type]
-            status=status or {}, meta={"generation": 1},  # type: ignore[arg-type]
-            logger=LOGGER), timeout=10)  # type: ignore[arg-type]
+            namespace="team-a", name="qwen", body=body, logger=LOGGER),  # type: ignore[arg-type]
+            timeout=10)
 
     asyncio.run(main())
 
@@ -133,3 +136,15 @@ def test_a_tuning_deleted_before_the_write_is_not_an_error(
     with caplog.at_level(logging.ERROR, logger=LOGGER.name):
         _run(read, setter)
     assert caplog.records == []
+
+
+def test_a_snapshot_is_the_body_as_it_was_and_the_next_one_sees_the_next_event() -> None:
+    raw: dict[str, Any] = {"metadata": {"generation": 1}, "spec": {"a": 1},
+                           "status": {"tuning": {"tunedPods": 1}}}
+    body = kopf.Body(raw)  # type: ignore[arg-type]
+    spec, status, meta = loops.snapshot(body)
+    assert (spec, status, meta) == ({"a": 1}, {"tuning": {"tunedPods": 1}}, {"generation": 1})
+    assert all(type(d) is dict for d in (spec, status, meta))
+    body._replace_with({"metadata": {"generation": 2}, "spec": {"a": 2}})  # the next event
+    assert (spec, status, meta) == ({"a": 1}, {"tuning": {"tunedPods": 1}}, {"generation": 1})
+    assert loops.snapshot(body) == ({"a": 2}, {}, {"generation": 2})

@@ -42,6 +42,7 @@ from infertune.api.spec import GROUP, PLURAL, VERSION, InferenceTuning, Inferenc
 from infertune.api.status import ConditionStatus, ConditionType
 from infertune.controller.conditions import condition_dict, merge_condition_dicts
 from infertune.controller.fights import Fight, fight_message, next_fight
+from infertune.controller.loops import snapshot
 from infertune.controller.scaling_report import Blocked, plan_evaluation, status_over
 from infertune.controller.status_patch import Build, write_status
 from infertune.metrics.source import MetricsSource, MetricsTarget, target_for_tuning
@@ -271,26 +272,26 @@ def evaluate(namespace: str, name: str, generation: int, spec: InferenceTuningSp
 @kopf.daemon(*RESOURCE, initial_delay=1.0,  # type: ignore[arg-type]
              cancellation_timeout=STOP_TIMEOUT_S,
              when=lambda spec, **_: bool(spec.get("autoscaling")))
-async def autoscale(stopped: kopf.DaemonStopped, namespace: str, name: str, spec: kopf.Spec,
-                    status: kopf.Status, meta: kopf.Meta, body: kopf.Body, memo: kopf.Memo,
-                    logger: kopf.Logger,
+async def autoscale(stopped: kopf.DaemonStopped, namespace: str, name: str, body: kopf.Body,
+                    memo: kopf.Memo, logger: kopf.Logger,
                     tunings_by_target: kopf.Index[tuple[str, str], dict[str, Any]],
                     hpas_by_target: kopf.Index[tuple[str, str], str], **_: Any) -> None:
     """The tuning's autoscaling loop: asleep until the next slot of its interval, then one
-    evaluation. `spec`, `status` and `meta` are kopf's live views, so every pass reads the
-    tuning as it is now. It ends when kopf says stop (the tuning is deleted or loses
+    evaluation. `body` is kopf's live view, so every pass reads the tuning as it is now
+    (`loops.snapshot`). It ends when kopf says stop (the tuning is deleted or loses
     spec.autoscaling, or the operator exits): kopf waits for that before it removes its
     finalizer, so a loop that only slept would hold every deletion forever."""
     settings: AutoscalingSettings = memo.autoscaling
     key, loop = f"{namespace}/{name}", asyncio.get_running_loop()
     while not stopped:
-        generation = int(meta.get("generation") or 0)
-        parsed = settings.parse(namespace, name, str(meta.get("uid") or ""), generation,
-                                dict(spec))
+        spec_now, status_now, meta_now = snapshot(body)
+        generation = int(meta_now.get("generation") or 0)
+        parsed = settings.parse(namespace, name, str(meta_now.get("uid") or ""), generation,
+                                spec_now)
         if parsed is None or settings.source is None:
             if parsed is not None:
                 await _report_no_prometheus(loop, settings, namespace, name, generation,
-                                            dict(status), _version(meta))
+                                            status_now, _version(meta_now))
             # Invalid (the controller reports it), or nothing to evaluate with: look again
             # shortly, as a spec change may mend it.
             await stopped.wait(IDLE_S)
@@ -305,8 +306,8 @@ async def autoscale(stopped: kopf.DaemonStopped, namespace: str, name: str, spec
         # The worker thread gets this context: kopf.event finds kopf's event queue through it.
         # Status and resourceVersion are read together here, on the loop, so they match.
         run = functools.partial(contextvars.copy_context().run, _evaluate_if_due, settings, key,
-                                parsed, tunings, namespace, name, generation, dict(status),
-                                _version(meta), hpa, body)
+                                parsed, tunings, namespace, name, generation, status_now,
+                                _version(meta_now), hpa, body)
         try:
             await loop.run_in_executor(settings.executor, run)
         except Exception:  # one failed pass must not end the loop
@@ -314,7 +315,7 @@ async def autoscale(stopped: kopf.DaemonStopped, namespace: str, name: str, spec
             await stopped.wait(IDLE_S)
 
 
-def _version(meta: kopf.Meta) -> str | None:
+def _version(meta: Mapping[str, Any]) -> str | None:
     return str(meta.get("resourceVersion") or "") or None
 
 

@@ -42,15 +42,14 @@ read from a worker thread, an index can change size while it is iterated."""
 
 
 async def every(interval_s: float, read: Read, *, what: str, stopped: kopf.DaemonStopped,
-                namespace: str, name: str, spec: kopf.Spec, status: kopf.Status,
-                meta: kopf.Meta, logger: kopf.Logger) -> None:
+                namespace: str, name: str, body: kopf.Body, logger: kopf.Logger) -> None:
     """Run a pass every `interval_s` until kopf says stop, writing the blocks it returns."""
     loop = asyncio.get_running_loop()
     await stopped.wait(INITIAL_DELAY_S)
     while not stopped:
-        stored = dict(status)
+        spec, stored, meta = snapshot(body)
         try:
-            work = read(dict(spec), stored, dict(meta))
+            work = read(spec, stored, meta)
             if work is not None:
                 # The worker gets this context: kopf.event finds kopf's event queue in it.
                 run = functools.partial(contextvars.copy_context().run, _pass_and_write, work,
@@ -61,6 +60,16 @@ async def every(interval_s: float, read: Read, *, what: str, stopped: kopf.Daemo
             await stopped.wait(FAILURE_DELAY_S)
             continue
         await stopped.wait(interval_s)
+
+
+def snapshot(body: kopf.Body) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """(spec, status, metadata) of the tuning as kopf last saw it, as plain dicts.
+
+    Through the body: each key read through kopf's `spec`, `status` or `meta` view resolves
+    its whole path again, and `dict(status)` over those views was most of a pass. kopf never
+    changes these dicts; it replaces the body with the next event's."""
+    return (dict(body.get("spec") or {}), dict(body.get("status") or {}),
+            dict(body.get("metadata") or {}))
 
 
 def changed_blocks(blocks: Mapping[str, Any], status: Mapping[str, Any]) -> dict[str, Any]:

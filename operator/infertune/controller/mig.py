@@ -180,7 +180,6 @@ def _product(nodes: list[NodeView], node: str) -> str:
 @kopf.daemon(*RESOURCE, cancellation_timeout=STOP_TIMEOUT_S,  # type: ignore[arg-type]
              when=lambda spec, **_: bool(spec.get("mig")))
 async def partition_gpus(stopped: kopf.DaemonStopped, namespace: str, name: str, uid: str,
-                         spec: kopf.Spec, status: kopf.Status, meta: kopf.Meta,
                          body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger,
                          **_: Any) -> None:
     """Every MIG_INTERVAL: plan the layout, write the ConfigMap, label or drain one node, and
@@ -195,5 +194,4 @@ async def partition_gpus(stopped: kopf.DaemonStopped, namespace: str, name: str,
                                              body).model_dump(by_alias=True, mode="json")}
 
     await every(MIG_INTERVAL, read, what="MIG partitioning", stopped=stopped,
-                namespace=namespace, name=name, spec=spec, status=status, meta=meta,
-                logger=logger)
+                namespace=namespace, name=name, body=body, logger=logger)

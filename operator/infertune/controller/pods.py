@@ -276,8 +276,7 @@ def retune(namespace: str, name: str, uid: str, spec: InferenceTuningSpec,
 
 @kopf.daemon(*RESOURCE, cancellation_timeout=STOP_TIMEOUT_S)  # type: ignore[arg-type]
 async def retune_pods(stopped: kopf.DaemonStopped, namespace: str, name: str, uid: str,
-                      spec: kopf.Spec, status: kopf.Status, meta: kopf.Meta, memo: kopf.Memo,
-                      logger: kopf.Logger,
+                      body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger,
                       pods_by_deployment: kopf.Index[tuple[str, str], PodView],
                       **_: Any) -> None:
     """Every RETUNE_INTERVAL: count tuned and outdated pods into status.tuning and replace
@@ -294,4 +293,4 @@ async def retune_pods(stopped: kopf.DaemonStopped, namespace: str, name: str, ui
                                          batching).model_dump(by_alias=True, mode="json")}
 
     await every(RETUNE_INTERVAL, read, what="re-tuning", stopped=stopped, namespace=namespace,
-                name=name, spec=spec, status=status, meta=meta, logger=logger)
+                name=name, body=body, logger=logger)
