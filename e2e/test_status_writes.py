@@ -1,9 +1,13 @@
 """Status writes that share a list with another writer, against the real API server.
 
 The controller and the autoscaler both write `status.conditions` and `status.decisions`, and a
-JSON merge patch replaces a list whole. `status_patch.write_status` therefore sends the
-resourceVersion it built its patch over; these tests hold the API server to refusing a write
-over an older version, and `write_status` to building its patch again over the newer status.
+JSON merge patch replaces a list whole. `status_patch.write_status` (the autoscaler) therefore
+sends the resourceVersion it built its patch over; these tests hold the API server to refusing
+a write over an older version, and `write_status` to building its patch again over the newer
+status. The controller's lists go through kopf as a patch function (`Assessment.merge_lists`):
+kopf sends the difference it makes as a JSON patch that tests the resourceVersion, and on a
+refusal applies it again to the next body it sees; the last test holds the server and
+merge_lists to that.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, cast
 
+import kopf
 import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
@@ -21,6 +26,7 @@ from e2e.test_operator import tuning as tuning_body
 from infertune.api.spec import GROUP, PLURAL, VERSION
 from infertune.api.status import ConditionStatus, ConditionType
 from infertune.controller.conditions import condition_dict, merge_condition_dicts
+from infertune.controller.reconcile import assess
 from infertune.controller.status_patch import write_status
 
 pytestmark = pytest.mark.e2e
@@ -50,9 +56,7 @@ def add(stored: Mapping[str, Any], condition: dict[str, Any], who: str) -> dict[
 def tuning(api_client: client.ApiClient, namespace: str,
            operator: OperatorProcess) -> dict[str, Any]:
     """A tuning the operator has reconciled. Its target exists, so the controller writes its
-    status once and is then quiet: the controller's own patch goes through kopf without a
-    resourceVersion, and a controller write in the middle of a test would drop the other
-    writer's entry (the known window, docs/architecture.md)."""
+    status once and is then quiet: the writes in these tests are the only ones."""
     create(api_client, namespace, deployment("target"))
     create(api_client, namespace, tuning_body("shared", "target"))
     return wait_observed(api_client, namespace, "shared", operator)
@@ -127,3 +131,38 @@ def test_without_the_resource_version_the_other_writers_entries_are_lost(
     status = stored(api, namespace)["status"]
     assert "MetricsAvailable" not in {c["type"] for c in status["conditions"]}
     assert "them" not in [d["reason"] for d in status["decisions"]]
+
+
+def as_kopf_sends(body: dict[str, Any], fn: Any) -> list[dict[str, Any]]:
+    """The JSON patch kopf sends to the status subresource for a patch function over `body`
+    (kopf.Patch.as_json_patch, then only the status ops, after a test of the version)."""
+    ops = kopf.Patch(fns=[fn]).as_json_patch(body)  # type: ignore[arg-type]
+    return [{"op": "test", "path": "/metadata/resourceVersion",
+             "value": body["metadata"]["resourceVersion"]},
+            *[op for op in ops if op["path"].startswith("/status/")]]
+
+
+def test_the_controllers_lists_are_refused_over_an_older_version_and_merged_into_the_newer(
+    api_client: client.ApiClient, namespace: str, tuning: dict[str, Any]
+) -> None:
+    api = client.CustomObjectsApi(api_client)
+    handled = stored(api, namespace)  # the event the controller handles
+    # The target gone: the controller changes two conditions and records a decision.
+    result = assess(handled, None, "2026-12-04T09:00:00Z")
+    other_writer(api, namespace)  # lands between the event and kopf's patch
+    with pytest.raises(ApiException) as refused:
+        api.patch_namespaced_custom_object_status(
+            GROUP, VERSION, namespace, PLURAL, "shared", as_kopf_sends(handled, result.merge_lists),
+            _content_type="application/json-patch+json")
+    assert refused.value.status == 422  # what kopf takes as "apply it again on the next cycle"
+    newer = stored(api, namespace)
+    api.patch_namespaced_custom_object_status(
+        GROUP, VERSION, namespace, PLURAL, "shared", as_kopf_sends(newer, result.merge_lists),
+        _content_type="application/json-patch+json")
+    status = stored(api, namespace)["status"]
+    by_type = {c["type"]: c for c in status["conditions"]}
+    assert by_type["MetricsAvailable"]["message"] == "theirs"
+    assert by_type["TargetFound"]["status"] == "False"
+    assert by_type["Ready"]["reason"] == "TargetNotFound"
+    reasons = [d["reason"] for d in status["decisions"]]
+    assert "them" in reasons and reasons[-1].startswith("Deployment target not found")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from infertune.api.status import ConditionType, Phase
@@ -107,11 +108,11 @@ def test_the_patch_holds_only_what_the_controller_owns() -> None:
     result = assess(_body(status=status, autoscaling={"maxReplicas": 8}), TARGET,
                     "2026-12-03T10:00:00Z")
     patch = result.patch()
-    assert set(patch) == {"observedGeneration", "phase", "conditions", "decisions",
-                          "autoscaling"}
+    # The shared lists are not in it: merge_lists puts them into the stored ones.
+    assert set(patch) == {"observedGeneration", "phase", "autoscaling"}
     assert patch["autoscaling"] == {"currentReplicas": TARGET.replicas}
     assert patch["observedGeneration"] == 1 and patch["phase"] == "Active"
-    assert {c["type"] for c in patch["conditions"]} == {"Ready", "TargetFound", "DryRun"}
+    assert {c.type for c in result.conditions} == {"Ready", "TargetFound", "DryRun"}
 
 
 def test_the_patch_leaves_status_autoscaling_alone_without_autoscaling_or_target() -> None:
@@ -120,3 +121,57 @@ def test_the_patch_leaves_status_autoscaling_alone_without_autoscaling_or_target
                                        ).patch()
     assert "autoscaling" not in assess(_body(status=status, autoscaling={"maxReplicas": 8}),
                                        None, "2026-12-03T10:00:00Z").patch()
+
+
+AUTOSCALER_CONDITION = {"type": "MetricsAvailable", "status": "False", "observedGeneration": 1,
+                        "lastTransitionTime": "2026-12-03T10:00:05Z", "reason": "MetricsMissing",
+                        "message": "queue: no series"}
+AUTOSCALER_DECISION = {"time": "2026-12-03T10:00:05Z", "feature": "autoscaling",
+                       "action": "ScaleOut 2 -> 3", "reason": "queue 40/replica",
+                       "applied": True}
+
+
+def test_the_lists_are_merged_into_the_stored_ones_keeping_the_autoscalers_entries() -> None:
+    """The handled event predates an autoscaler write: its condition and decision must survive
+    the controller's write (kopf applies merge_lists to the newest body)."""
+    result = assess(_body(), TARGET, "2026-12-03T10:00:00Z")
+    newest = _body(status={"conditions": [AUTOSCALER_CONDITION],
+                           "decisions": [AUTOSCALER_DECISION]})
+    result.merge_lists(newest)
+    conditions = newest["status"]["conditions"]
+    assert conditions[0] == AUTOSCALER_CONDITION
+    assert [c["type"] for c in conditions[1:]] == ["TargetFound", "Ready", "DryRun"]
+    assert newest["status"]["decisions"][0] == AUTOSCALER_DECISION
+    assert newest["status"]["decisions"][1]["action"] == "generation 1: Accepted"
+
+
+def _written(result: Any, body: dict[str, Any]) -> None:
+    """What kopf does with the handler's patch: the merge patch, then merge_lists."""
+    body.setdefault("status", {}).update(result.patch())
+    result.merge_lists(body)
+
+
+def test_merging_keeps_the_transition_time_of_an_unchanged_condition() -> None:
+    first = _body()
+    _written(assess(first, TARGET, "2026-12-03T10:00:00Z"), first)
+    again = assess(_body(generation=2, status=first["status"]), TARGET, "2026-12-03T11:00:00Z")
+    again.merge_lists(first)
+    ready = next(c for c in first["status"]["conditions"] if c["type"] == "Ready")
+    assert ready["lastTransitionTime"] == "2026-12-03T10:00:00Z"
+    assert ready["observedGeneration"] == 2
+
+
+def test_merging_what_is_stored_already_changes_nothing() -> None:
+    """kopf sends the difference merge_lists makes: none, when the lists hold it already."""
+    stored = _body()
+    _written(assess(stored, TARGET, "2026-12-03T10:00:00Z"), stored)
+    before = copy.deepcopy(stored)
+    assess(stored, TARGET, "2026-12-03T10:05:00Z").merge_lists(stored)
+    assert stored == before
+
+
+def test_an_invalid_spec_is_posted_as_a_warning() -> None:
+    result = assess(_body(autoscaling={"minReplicas": 9, "maxReplicas": 2}), TARGET,
+                    "2026-12-03T10:00:00Z")
+    assert [(n.type, n.reason) for n in result.notices] == [("Warning", "InvalidSpec")]
+    assert [c.type for c in result.conditions] == ["Ready"]

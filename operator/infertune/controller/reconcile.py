@@ -22,7 +22,13 @@ from infertune.api.status import (
     Decision,
     InferenceTuningStatus,
 )
-from infertune.controller.conditions import find, make_condition, phase_of, set_condition
+from infertune.controller.conditions import (
+    find,
+    make_condition,
+    merge_condition_dicts,
+    phase_of,
+    set_condition,
+)
 
 RETRY_TARGET_SECONDS = 15.0
 """How soon a missing target Deployment is looked for again."""
@@ -51,9 +57,12 @@ OWNED = ("observedGeneration", "phase", "conditions", "decisions")
 """The status fields the controller writes. The blocks of the loops and of the autoscaler
 (tuning, mig, autoscaling, batching) are theirs: a copy of one written back from the event the
 controller handled could undo a newer write (an autoscaler's scale event, say)."""
+SHARED = ("conditions", "decisions")
+"""Owned fields the autoscaler writes too, so they are merged into the stored lists
+(`Assessment.merge_lists`) instead of being sent whole from the handled event's copy."""
 
-_OWNED_FIELDS = {name for name, info in InferenceTuningStatus.model_fields.items()
-                 if info.alias in OWNED}
+_PATCHED_FIELDS = {name for name, info in InferenceTuningStatus.model_fields.items()
+                   if info.alias in OWNED and info.alias not in SHARED}
 
 
 @dataclass(frozen=True)
@@ -64,16 +73,41 @@ class Assessment:
     """Set when the operator should look again (the target is missing)."""
     current_replicas: int | None = None
     """The target's replicas, when it is found and autoscaled."""
+    conditions: tuple[Condition, ...] = ()
+    """The conditions the controller sets (the others in the list are the autoscaler's)."""
+    decision: Decision | None = None
+    """The decision record to append, when the assessment is news."""
 
     def patch(self) -> dict[str, Any]:
-        """The status merge patch: the fields the controller owns, and the target's replicas
-        as status.autoscaling.currentReplicas (only that field of the autoscaler's block)."""
+        """The status merge patch of the owned fields no one else writes, and the target's
+        replicas as status.autoscaling.currentReplicas (only that field of the autoscaler's
+        block). The shared lists are merged by `merge_lists`."""
         dumped = self.status.model_dump(by_alias=True, mode="json", exclude_none=True,
-                                        include=_OWNED_FIELDS)
-        patch = {k: dumped.get(k) for k in OWNED}  # all four are set by assess
+                                        include=_PATCHED_FIELDS)
+        patch = {k: dumped.get(k) for k in OWNED if k not in SHARED}  # set by assess
         if self.current_replicas is not None:
             patch["autoscaling"] = {"currentReplicas": self.current_replicas}
         return patch
+
+    def merge_lists(self, body: dict[str, Any]) -> None:
+        """Put the controller's conditions and decision into `body`'s status lists, in place,
+        keeping every entry the autoscaler wrote.
+
+        The handler gives this to kopf as a patch function (`kopf.Patch.fns`): kopf applies it
+        to the newest body it has (the answer to its merge patch of `patch()`, sent just
+        before), sends the difference as a JSON patch that holds only while the tuning is still
+        at that body's resourceVersion, and if another write came first applies it again, on
+        the next watch event, to the newer body. A list built from the handled event's copy
+        would have dropped an autoscaler condition or decision written since."""
+        status = body.setdefault("status", {})
+        own = [c.model_dump(by_alias=True, mode="json", exclude_none=True)
+               for c in self.conditions]
+        merged = merge_condition_dicts(status.get("conditions") or [], *own)
+        if merged is not None:
+            status["conditions"] = merged
+        if self.decision is not None:
+            record = self.decision.model_dump(by_alias=True, mode="json", exclude_none=True)
+            status["decisions"] = [*(status.get("decisions") or []), record][-MAX_DECISIONS:]
 
 
 def previous_status(raw: Any) -> InferenceTuningStatus:
@@ -106,45 +140,52 @@ def assess(body: dict[str, Any], target: TargetState | None, now: str) -> Assess
     before = previous_status(body.get("status"))
     conditions = list(before.conditions)
     notices: list[Notice] = []
+    own: list[str] = []
+
+    def put(condition: Condition) -> list[Condition]:
+        own.append(condition.type)
+        return set_condition(conditions, condition)
+
     try:
         tuning = InferenceTuning.model_validate(
             {k: body[k] for k in ("apiVersion", "kind", "metadata", "spec") if k in body})
     except ValidationError as exc:
         problems = "; ".join(str(e) for e in field_errors(exc, InferenceTuning))
-        conditions = set_condition(conditions, make_condition(
+        conditions = put(make_condition(
             ConditionType.READY, ConditionStatus.FALSE, "InvalidSpec",
             f"nothing is applied until the spec is fixed: {problems}", generation, now))
         notices.append(Notice("Warning", "InvalidSpec", problems))
-        return Assessment(_status(before, conditions, generation, None))
+        return Assessment(_status(before, conditions, generation, None), notices,
+                          conditions=_owned(conditions, own))
 
     spec = tuning.spec
     if target is None:
         message = (f"Deployment {spec.target_ref.name} not found in this namespace; create it "
                    "or fix spec.targetRef.name. Looking again every "
                    f"{RETRY_TARGET_SECONDS:.0f}s")
-        conditions = set_condition(conditions, make_condition(
+        conditions = put(make_condition(
             ConditionType.TARGET_FOUND, ConditionStatus.FALSE, "DeploymentNotFound", message,
             generation, now))
-        conditions = set_condition(conditions, make_condition(
+        conditions = put(make_condition(
             ConditionType.READY, ConditionStatus.FALSE, "TargetNotFound", message, generation,
             now))
     else:
-        conditions = set_condition(conditions, make_condition(
+        conditions = put(make_condition(
             ConditionType.TARGET_FOUND, ConditionStatus.TRUE, "DeploymentFound",
             f"Deployment {target.name}: {target.ready_replicas}/{target.replicas} ready",
             generation, now))
         if spec.container is not None and spec.container not in target.containers:
-            conditions = set_condition(conditions, make_condition(
+            conditions = put(make_condition(
                 ConditionType.READY, ConditionStatus.FALSE, "ContainerNotFound",
                 f"spec.container {spec.container!r} is not in Deployment {target.name}; its "
                 f"containers: {', '.join(target.containers)}", generation, now))
         else:
-            conditions = set_condition(conditions, make_condition(
+            conditions = put(make_condition(
                 ConditionType.READY, ConditionStatus.TRUE, "Accepted",
                 f"spec accepted for Deployment {target.name}: {_summary(spec)}",
                 generation, now))
     dry_run = spec.mode is Mode.DRY_RUN
-    conditions = set_condition(conditions, make_condition(
+    conditions = put(make_condition(
         ConditionType.DRY_RUN, ConditionStatus.TRUE if dry_run else ConditionStatus.FALSE,
         "DryRunMode" if dry_run else "Enforcing",
         "decisions are computed and reported; nothing is changed" if dry_run
@@ -156,14 +197,23 @@ def assess(body: dict[str, Any], target: TargetState | None, now: str) -> Assess
     was = find(before.conditions, ConditionType.READY)
     changed = (before.observed_generation != generation or was is None
                or was.status != ready.status or was.reason != ready.reason)
+    decision = None
     if changed:
         notices.append(Notice("Normal" if ready.status is ConditionStatus.TRUE else "Warning",
                               ready.reason, ready.message))
-        status = status.model_copy(update={"decisions": _with_decision(status, Decision(
-            time=now, feature="controller", action=f"generation {generation}: {ready.reason}",
-            reason=ready.message, applied=not dry_run))})
+        decision = Decision(time=now, feature="controller",
+                            action=f"generation {generation}: {ready.reason}",
+                            reason=ready.message, applied=not dry_run)
+        status = status.model_copy(update={"decisions": _with_decision(status, decision)})
     return Assessment(status, notices, RETRY_TARGET_SECONDS if target is None else None,
-                      target.replicas if target is not None and spec.autoscaling else None)
+                      target.replicas if target is not None and spec.autoscaling else None,
+                      _owned(conditions, own), decision)
+
+
+def _owned(conditions: list[Condition], types: list[str]) -> tuple[Condition, ...]:
+    return tuple(c for c in conditions if c.type in types)
+
+
 
 
 def _status(before: InferenceTuningStatus, conditions: list[Condition], generation: int,
