@@ -212,10 +212,11 @@ def signals_for(settings: AutoscalingSettings, key: str, own: Parsed,
 
 
 @kopf.index("autoscaling", "v2", "horizontalpodautoscalers")  # type: ignore[arg-type]
-def hpas_by_target(namespace: str, name: str, spec: kopf.Spec,
-                   **_: Any) -> dict[tuple[str, str], str] | None:
-    """HPAs by the Deployment they scale, so each evaluation checks without an API call."""
-    ref = spec.get("scaleTargetRef") or {}
+async def hpas_by_target(namespace: str, name: str, body: kopf.Body,
+                         **_: Any) -> dict[tuple[str, str], str] | None:
+    """HPAs by the Deployment they scale, so each evaluation checks without an API call (a
+    coroutine, as the other index functions: see pods.py)."""
+    ref = (body.get("spec") or {}).get("scaleTargetRef") or {}
     if ref.get("kind") != "Deployment":
         return None
     return {(namespace, str(ref.get("name"))): name}

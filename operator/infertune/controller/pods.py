@@ -22,7 +22,7 @@ from infertune.api.spec import GROUP, PLURAL, VERSION, InferenceTuningSpec, Mode
 from infertune.api.status import TuningStatus
 from infertune.api.tuning import RetuneStrategy
 from infertune.controller.conditions import now_rfc3339
-from infertune.controller.loops import STOP_TIMEOUT_S, Work, every
+from infertune.controller.loops import STOP_TIMEOUT_S, Work, every, snapshot
 from infertune.controller.spec_cache import SPECS
 from infertune.kube.client import evict_pod, read_deployment
 from infertune.kube.webhooks import HANDLER_ID
@@ -79,12 +79,15 @@ def _deployment_of(namespace: str, meta: dict[str, Any],
 
 
 # kopf's handler protocols do not model index kwargs or narrowed types; checked at runtime.
+# The index functions are coroutines: kopf runs a sync one in a worker thread on every watch
+# event (one per tuning per interval, from the autoscaler's status write), and they only read
+# the body. They read it through `loops.snapshot`, not kopf's per-field views.
 @kopf.index(*RESOURCE)  # type: ignore[arg-type]
-def tunings_by_target(namespace: str, name: str, spec: kopf.Spec, status: kopf.Status,
-                      uid: str, meta: kopf.Meta,
-                      **_: Any) -> dict[tuple[str, str], dict[str, Any]]:
+async def tunings_by_target(namespace: str, name: str, uid: str, body: kopf.Body,
+                            **_: Any) -> dict[tuple[str, str], dict[str, Any]]:
+    spec, status, meta = snapshot(body)
     target = str((spec.get("targetRef") or {}).get("name") or "")
-    return {(namespace, target): {"name": name, "uid": uid, "spec": dict(spec),
+    return {(namespace, target): {"name": name, "uid": uid, "spec": spec,
                                   "generation": int(meta.get("generation") or 0),
                                   "mig": dict(status.get("mig") or {}),
                                   "batching": applied_batching(status)}}
@@ -97,19 +100,20 @@ def applied_batching(status: Mapping[str, Any]) -> int | None:
 
 
 @kopf.index("apps", "v1", "replicasets")  # type: ignore[arg-type]
-def replicaset_owners(namespace: str, name: str, meta: kopf.Meta,
-                      **_: Any) -> dict[tuple[str, str], str] | None:
-    for ref in meta.get("ownerReferences") or []:
+async def replicaset_owners(namespace: str, name: str, body: kopf.Body,
+                            **_: Any) -> dict[tuple[str, str], str] | None:
+    for ref in (body.get("metadata") or {}).get("ownerReferences") or []:
         if ref.get("kind") == "Deployment" and ref.get("controller"):
             return {(namespace, name): str(ref["name"])}
     return None
 
 
 @kopf.index("", "v1", "pods")  # type: ignore[arg-type]
-def pods_by_deployment(namespace: str, name: str, meta: kopf.Meta, status: kopf.Status,
-                       replicaset_owners: kopf.Index[tuple[str, str], str],
-                       **_: Any) -> dict[tuple[str, str], PodView] | None:
-    deployment = _deployment_of(namespace, dict(meta), replicaset_owners)
+async def pods_by_deployment(namespace: str, name: str, body: kopf.Body,
+                             replicaset_owners: kopf.Index[tuple[str, str], str],
+                             **_: Any) -> dict[tuple[str, str], PodView] | None:
+    _, status, meta = snapshot(body)
+    deployment = _deployment_of(namespace, meta, replicaset_owners)
     if deployment is None:
         return None
     ready = any(c.get("type") == "Ready" and c.get("status") == "True"
