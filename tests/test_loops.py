@@ -11,6 +11,7 @@ from typing import Any
 import kopf
 import pytest
 from kopf._cogs.aiokits.aioenums import AsyncFlagWaiter, FlagSetter
+from kopf._core.intents.handlers import DaemonHandler
 from kubernetes.client.exceptions import ApiException
 
 from infertune.controller import loops
@@ -90,13 +91,42 @@ def test_a_failed_pass_is_logged_and_tried_again_after_the_back_off(
 
 
 def test_a_stop_during_the_interval_ends_the_loop_at_once(writes: Writes) -> None:
+    """As kopf stops a daemon without cancellation_backoff: the flag, a few loop cycles to
+    return, then the task is cancelled. The pause must end there, and no pass follow."""
     setter: FlagSetter[Any] = FlagSetter()
+    passes = []
 
     def read(*_: Any) -> loops.Work | None:
-        asyncio.get_running_loop().call_later(0.05, setter.set)
+        passes.append(1)
         return None
 
-    _run(read, setter, interval_s=3600)  # would time out if it slept the interval
+    async def main() -> None:
+        daemon = asyncio.create_task(loops.every(
+            3600, read, what="re-tuning", stopped=AsyncFlagWaiter(setter), namespace="team-a",
+            name="qwen", body=kopf.Body({}), logger=LOGGER))  # type: ignore[arg-type]
+        await asyncio.sleep(0.05)  # the first pass, then the pause
+        setter.set()
+        for _ in range(10):
+            await asyncio.sleep(0)
+        daemon.cancel()
+        await asyncio.wait([daemon], timeout=1)
+        assert daemon.cancelled()
+
+    asyncio.run(main())
+    assert passes == [1]
+
+
+def test_the_daemons_are_cancelled_when_they_do_not_stop_at_once() -> None:
+    """`loops.pause` relies on kopf cancelling these daemons right after the stop flag: with a
+    cancellation_backoff it would wait that long first, holding deletions."""
+    from infertune.controller import autoscaling, mig, pods  # noqa: F401 - registers them
+
+    daemons = {h.id: h for h in kopf.get_default_registry()._spawning.get_all_handlers()
+               if isinstance(h, DaemonHandler)}
+    assert {"autoscale", "retune_pods", "partition_gpus"} <= set(daemons)
+    for handler in daemons.values():
+        assert handler.cancellation_backoff is None
+        assert handler.cancellation_timeout == loops.STOP_TIMEOUT_S
 
 
 def test_an_unchanged_block_is_not_written_and_a_changed_one_is_written_alone(

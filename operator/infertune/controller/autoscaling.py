@@ -42,7 +42,7 @@ from infertune.api.spec import GROUP, PLURAL, VERSION, InferenceTuning, Inferenc
 from infertune.api.status import ConditionStatus, ConditionType
 from infertune.controller.conditions import condition_dict, merge_condition_dicts
 from infertune.controller.fights import Fight, fight_message, next_fight
-from infertune.controller.loops import snapshot
+from infertune.controller.loops import pause, snapshot
 from infertune.controller.scaling_report import Blocked, plan_evaluation, status_over
 from infertune.controller.status_patch import Build, write_status
 from infertune.metrics.source import MetricsSource, MetricsTarget, target_for_tuning
@@ -281,7 +281,7 @@ async def autoscale(stopped: kopf.DaemonStopped, namespace: str, name: str, body
     evaluation. `body` is kopf's live view, so every pass reads the tuning as it is now
     (`loops.snapshot`). It ends when kopf says stop (the tuning is deleted or loses
     spec.autoscaling, or the operator exits): kopf waits for that before it removes its
-    finalizer, so a loop that only slept would hold every deletion forever."""
+    finalizer, and cancels the loop if it does not return at once (`loops.pause`)."""
     settings: AutoscalingSettings = memo.autoscaling
     key, loop = f"{namespace}/{name}", asyncio.get_running_loop()
     while not stopped:
@@ -295,12 +295,12 @@ async def autoscale(stopped: kopf.DaemonStopped, namespace: str, name: str, body
                                             status_now, _version(meta_now))
             # Invalid (the controller reports it), or nothing to evaluate with: look again
             # shortly, as a spec change may mend it.
-            await stopped.wait(IDLE_S)
+            await pause(IDLE_S)
             continue
         now = time.time()
         wait = settings.until_due(key, parsed, now)
         if wait > 0:
-            await stopped.wait(wait)
+            await pause(wait)
             continue
         tunings = settings.listing(tunings_by_target, parsed, now)
         hpa = next(iter(hpas_by_target.get((namespace, parsed.spec.target_ref.name), [])), None)
@@ -313,7 +313,7 @@ async def autoscale(stopped: kopf.DaemonStopped, namespace: str, name: str, body
             await loop.run_in_executor(settings.executor, run)
         except Exception:  # one failed pass must not end the loop
             logger.exception("autoscaling evaluation failed; the next slot tries again")
-            await stopped.wait(IDLE_S)
+            await pause(IDLE_S)
 
 
 def _version(meta: Mapping[str, Any]) -> str | None:

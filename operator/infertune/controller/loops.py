@@ -31,7 +31,9 @@ INITIAL_DELAY_S = 1.0
 FAILURE_DELAY_S = 60.0
 """After a pass that raised, as kopf retries a failed timer."""
 STOP_TIMEOUT_S = 10.0
-"""How long kopf waits for a running pass when it stops the daemon, before cancelling it."""
+"""How long kopf waits for a cancelled daemon to finish. The daemons set no
+cancellation_backoff, so kopf cancels them as soon as they do not return at the stop flag
+(`pause`)."""
 
 Work = Callable[[], dict[str, Any]]
 """One pass, in a worker thread (it may call the API): {status field: block} it owns."""
@@ -45,9 +47,10 @@ async def every(interval_s: float, read: Read, *, what: str, stopped: kopf.Daemo
                 namespace: str, name: str, body: kopf.Body, logger: kopf.Logger) -> None:
     """Run a pass every `interval_s` until kopf says stop, writing the blocks it returns."""
     loop = asyncio.get_running_loop()
-    await stopped.wait(INITIAL_DELAY_S)
+    await pause(INITIAL_DELAY_S)
     while not stopped:
         spec, stored, meta = snapshot(body)
+        delay = interval_s
         try:
             work = read(spec, stored, meta)
             if work is not None:
@@ -57,9 +60,19 @@ async def every(interval_s: float, read: Read, *, what: str, stopped: kopf.Daemo
                 await loop.run_in_executor(None, run)
         except Exception:
             logger.exception(f"{what} failed; trying again in {FAILURE_DELAY_S:g}s")
-            await stopped.wait(FAILURE_DELAY_S)
-            continue
-        await stopped.wait(interval_s)
+            delay = FAILURE_DELAY_S
+        if not stopped:  # told to stop during the pass: return now rather than be cancelled
+            await pause(delay)
+
+
+async def pause(seconds: float) -> None:
+    """Sleep between passes of a daemon's loop.
+
+    Not `stopped.wait(seconds)`: each call of that creates two tasks and a `wait_for`, ~8% of
+    the operator's GIL time at 1000 tunings (a call per pass). A plain sleep ends as promptly:
+    kopf stops a daemon by setting `stopped`, gives it a few loop cycles to return, and then,
+    with no cancellation_backoff, cancels its task, which ends the sleep."""
+    await asyncio.sleep(seconds)
 
 
 def snapshot(body: kopf.Body) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
