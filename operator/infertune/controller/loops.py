@@ -3,8 +3,9 @@
 Why not `@kopf.timer`: each timer run goes through kopf's handler machinery (it builds every
 handler argument, hands a sync handler to a worker thread, records the outcome and logs a
 line), and that machinery costs far more than a pass that finds nothing to do. At 1000 tunings
-the re-tuning timer alone (every 10 s) was about a fifth of the operator's CPU, its handler a
-tenth of that (bench/README.md). A loop pays only for the pass and one hop to a worker thread.
+the re-tuning timer alone (every 10 s) was about a fifth of the time the operator held the
+GIL, its handler a tenth of that (py-spy, bench/README.md). A loop pays only for the pass and
+one hop to a worker thread.
 
 What the timers did, the loop does too: it starts after `INITIAL_DELAY_S`, runs one pass at a
 time and sleeps `interval_s` after each, waits `FAILURE_DELAY_S` after a pass that raised
