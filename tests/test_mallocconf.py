@@ -59,12 +59,21 @@ class JemallocRun:
     complaints: list[str]
 
 
-def run_jemalloc(conf: str, cwd: Path) -> JemallocRun:
-    """/bin/true with jemalloc preloaded: what it printed about `conf`. exec, not a wrapper
-    such as timeout, because every preloaded process prints its own copy."""
+CPUS = len(os.sched_getaffinity(0))
+"""What jemalloc counts in a process started from here (malloc_ncpus: the affinity mask)."""
+NODE_CPUS = os.sysconf("SC_NPROCESSORS_CONF")
+
+
+def run_jemalloc(conf: str, cwd: Path, cpus: int | None = None) -> JemallocRun:
+    """/bin/true with jemalloc preloaded: what it printed about `conf`, on the first `cpus`
+    CPUs of ours when given. exec, not a wrapper such as timeout or taskset, because every
+    preloaded process prints its own copy."""
     env = {"PATH": "/usr/bin:/bin", "LD_PRELOAD": str(JEMALLOC), "MALLOC_CONF": conf}
+    mask = sorted(os.sched_getaffinity(0))[:cpus]
     done = subprocess.run(["/bin/true"], env=env, cwd=cwd, capture_output=True, text=True,
-                          timeout=30, check=False)
+                          timeout=30, check=False,
+                          preexec_fn=None if cpus is None else lambda: os.sched_setaffinity(
+                              0, mask))
     lines = [line for line in done.stderr.splitlines() if line.startswith("<jemalloc>:")]
     machine = [line for line in lines if line.startswith(ENVIRONMENT_LINES)]
     if machine:
@@ -281,5 +290,51 @@ CONFS = st.lists(PAIRS, min_size=1, max_size=3).map(",".join)
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(CONFS)
 def test_generated_confs_get_jemallocs_verdict(tmp_path: Path, conf: str) -> None:
-    problems = check_malloc_conf(conf)
+    problems = check_malloc_conf(conf, cpus=CPUS, pinned=CPUS != NODE_CPUS)
     assert (problems == []) is (run_jemalloc(conf, tmp_path).complaints == []), problems
+
+
+DEFAULT_ARENA_CONFS = [
+    "narenas_ratio:2048", "narenas_ratio:2047", "narenas_ratio:2047.5", "narenas_ratio:65535",
+    "narenas_ratio:0.0001", "narenas_ratio:2048,narenas:8", "narenas_ratio:2048,narenas:default",
+    "narenas:8,narenas:default,narenas_ratio:2048", "narenas_ratio:2048,percpu_arena:percpu",
+    "narenas_ratio:2048,percpu_arena:d", "narenas_ratio:2048,percpu_arena:percpu,narenas:4",
+    "percpu_arena:percpu", "percpu_arena:", "percpu_arena:phycpu",
+]
+
+
+@needs_jemalloc
+@pytest.mark.parametrize("cpus", [1, 2])
+@pytest.mark.parametrize("conf", DEFAULT_ARENA_CONFS)
+def test_the_default_arena_count_is_checked_on_the_cpus_jemalloc_sees(
+        tmp_path: Path, conf: str, cpus: int) -> None:
+    """With narenas left to jemalloc it makes cpus x narenas_ratio arenas (1 on one CPU), and
+    warns above the limit: the checker must know the CPU count to say so."""
+    if cpus > CPUS:
+        pytest.skip(f"this process may run on {CPUS} CPU(s)")
+    problems = check_malloc_conf(conf, cpus=cpus, pinned=cpus != NODE_CPUS)
+    run = run_jemalloc(conf, tmp_path, cpus)
+    assert (problems == []) is (run.complaints == []), (problems, run.complaints)
+
+
+def test_the_ratio_warning_names_the_arenas_and_what_to_set() -> None:
+    [problem] = check_malloc_conf("narenas_ratio:2048", cpus=2)
+    assert problem.key == "narenas_ratio"
+    assert "on 2 CPUs makes 4096 arenas" in problem.message and "set narenas" in problem.message
+    assert check_malloc_conf("narenas_ratio:2048") == []  # the CPUs are not known: unchecked
+    assert check_malloc_conf("", cpus=1023) == []  # 4 per CPU: 4092 arenas
+    assert [p.key for p in check_malloc_conf("", cpus=1024)] == ["narenas_ratio"]  # 4096
+
+
+def test_percpu_arenas_on_a_pinned_process_need_narenas() -> None:
+    [problem] = check_malloc_conf("percpu_arena:percpu", cpus=8, pinned=True)
+    assert problem.key == "percpu_arena" and "set narenas too" in problem.message
+    assert check_malloc_conf("percpu_arena:percpu,narenas:8", cpus=8, pinned=True) == []
+    assert check_malloc_conf("percpu_arena:percpu", cpus=8) == []
+
+
+def test_physical_cpu_arenas_want_an_even_cpu_count() -> None:
+    """(The real library's line for this is taken for a machine report by run_jemalloc.)"""
+    [problem] = check_malloc_conf("percpu_arena:phycpu,narenas:2", cpus=3)
+    assert problem.key == "percpu_arena" and "use percpu" in problem.message
+    assert check_malloc_conf("percpu_arena:phycpu,narenas:2", cpus=4) == []

@@ -53,3 +53,15 @@ def test_launcher_install_copies_an_executable(tmp_path: Path) -> None:
     installed = tmp_path / "bin" / "infertune-launch"
     assert installed.read_text().startswith("#!/bin/sh")
     assert installed.stat().st_mode & 0o111
+
+
+def test_allocator_check_takes_the_cpus_for_what_depends_on_them(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["allocator", "check", "narenas_ratio:2048"]) == 0
+    assert main(["allocator", "check", "narenas_ratio:2048", "--cpus", "2"]) == 1
+    assert "makes 4096 arenas" in capsys.readouterr().err
+    assert main(["allocator", "check", "percpu_arena:percpu", "--cpus", "8", "--pinned"]) == 1
+    assert main(["allocator", "check", "percpu_arena:percpu", "--pinned"]) == 2
+    with pytest.raises(SystemExit):
+        main(["allocator", "check", "narenas:4", "--cpus", "0"])
+    assert "1 or more" in capsys.readouterr().err

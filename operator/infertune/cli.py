@@ -78,12 +78,26 @@ def _plan(args: argparse.Namespace) -> int:
 def _allocator_check(args: argparse.Namespace) -> int:
     from infertune.tuning.mallocconf import check_malloc_conf
 
-    problems = check_malloc_conf(args.conf)
+    if args.pinned and args.cpus is None:
+        print("--pinned needs --cpus N", file=sys.stderr)
+        return 2
+    problems = check_malloc_conf(args.conf, cpus=args.cpus, pinned=args.pinned)
     for problem in problems:
         print(f"MALLOC_CONF: {problem.message}", file=sys.stderr)
     if not problems:
         print(f"MALLOC_CONF {args.conf!r}: valid for jemalloc 5.x")
     return 1 if problems else 0
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of CPUs, 1 or more; got "
+                                         f"{text!r}")
+    return value
 
 
 def _launcher_file() -> Path:
@@ -181,6 +195,12 @@ def build_parser() -> argparse.ArgumentParser:
     check = allocator_commands.add_parser(
         "check", help="check a jemalloc 5.x MALLOC_CONF string (exit 1 if invalid)")
     check.add_argument("conf", metavar="STRING")
+    check.add_argument("--cpus", type=_positive_int, metavar="N",
+                       help="the CPUs the process may run on (its affinity mask, not its CPU "
+                            "limit); checks what depends on them, such as narenas_ratio")
+    check.add_argument("--pinned", action="store_true",
+                       help="with --cpus: the process is pinned to some of the node's CPUs "
+                            "(numactl, the static CPU manager)")
     check.set_defaults(handler=_allocator_check)
 
     from infertune.autoscale_cli import add_autoscale_commands

@@ -399,17 +399,69 @@ def _unknown_key(key: str, value: str, options: dict[str, Check]) -> ConfProblem
 
 
 def _applied_narenas(pairs: list[tuple[str, str]]) -> int | None:
-    """opt_narenas after parsing (the last accepted setting wins), as the C unsigned."""
+    """opt_narenas after parsing (the last accepted setting wins), as the C unsigned; None
+    when it is left to the default ("default" sets it back to 0, which means that)."""
     applied = None
     for key, value in pairs:
-        if key == "narenas" and value != "default" and _narenas(key, value) is None:
-            applied = (_read_number(value, False) or 0) % 2**32
+        if key == "narenas" and _narenas(key, value) is None:
+            applied = None if value == "default" else (_read_number(value, False) or 0) % 2**32
     return applied
 
 
-def check_malloc_conf(text: str, *, build: JemallocBuild = DEBIAN_5_3_0) -> list[ConfProblem]:
+def _last_accepted(pairs: list[tuple[str, str]], key: str, check: Check) -> str | None:
+    values = [v for k, v in pairs if k == key and check(k, v) is None]
+    return values[-1] if values else None
+
+
+_PERCPU_MODES = ("percpu", "phycpu", "disabled")
+
+
+def _cpu_problems(pairs: list[tuple[str, str]], cpus: int, pinned: bool) -> list[ConfProblem]:
+    """The warnings that depend on the CPUs jemalloc sees (malloc_init_hard_a0_locked, then
+    malloc_init_narenas). percpu_arena is turned off when the CPU count is not deterministic
+    (the affinity mask leaves out some CPUs) and narenas is unset; phycpu wants an even count;
+    and with narenas unset and no per-CPU arenas, jemalloc makes cpus x narenas_ratio arenas
+    (malloc_narenas_default: 16.16 fixed point, fxp_mul keeps 32 bits, fxp_round_nearest
+    rounds; at least 1, and 1 on one CPU), cut to the limit with a warning."""
+    problems = []
+    chosen = _last_accepted(pairs, "percpu_arena", _words(*_PERCPU_MODES, prefix=True))
+    mode = next(m for m in _PERCPU_MODES if m.startswith(chosen)) if chosen is not None \
+        else "disabled"
+    narenas = _applied_narenas(pairs)
+    if mode != "disabled" and pinned and narenas is None:
+        problems.append(ConfProblem("percpu_arena", str(chosen), (
+            "percpu_arena on a process pinned to some of the node's CPUs (numactl, a static "
+            "CPU manager): jemalloc cannot tell the CPU count for sure and turns per-CPU arenas "
+            "off with a warning unless narenas is set; set narenas too, or drop percpu_arena")))
+        mode = "disabled"
+    if mode == "phycpu" and cpus % 2:
+        problems.append(ConfProblem("percpu_arena", str(chosen), (
+            f"percpu_arena:phycpu on {cpus} CPUs: jemalloc wants an even count (two hardware "
+            "threads per core) and warns; use percpu")))
+    if mode != "disabled" or narenas is not None:
+        return problems
+    ratio_text = _last_accepted(pairs, "narenas_ratio", _ratio()) or "4"
+    ratio = _fxp(ratio_text)
+    assert ratio is not None
+    goal = ((cpus << 16) * ratio >> 16) % 2**32
+    arenas = 1 if cpus <= 1 else max((goal >> 16) + (goal & 0xFFFF >= 1 << 15), 1)
+    if arenas > NARENAS_LIMIT:
+        problems.append(ConfProblem("narenas_ratio", ratio_text, (
+            f"narenas_ratio {ratio_text} on {cpus} CPUs makes {arenas} arenas, and jemalloc "
+            f"cuts them to {NARENAS_LIMIT} with a warning; set narenas (1..{NARENAS_LIMIT}) or "
+            "a smaller narenas_ratio")))
+    return problems
+
+
+def check_malloc_conf(text: str, *, build: JemallocBuild = DEBIAN_5_3_0,
+                      cpus: int | None = None, pinned: bool = False) -> list[ConfProblem]:
     """Everything jemalloc 5.3 would print a warning for when given `text` as MALLOC_CONF;
-    an empty list means the library takes it silently. Never raises."""
+    an empty list means the library takes it silently. Never raises.
+
+    `cpus` is the CPU count jemalloc will see (the process's affinity mask, not its cgroup
+    limit), and `pinned` says that mask leaves out some of the node's CPUs. A few warnings
+    depend on them (`_cpu_problems`); without `cpus` (the node is not known yet, as when a
+    spec is validated) those are not checked."""
     options = _options(build)
     pairs, syntax = _scan(text)
     problems: list[ConfProblem] = []
@@ -426,6 +478,8 @@ def check_malloc_conf(text: str, *, build: JemallocBuild = DEBIAN_5_3_0) -> list
         problems.append(ConfProblem("narenas", str(narenas), (
             f"narenas comes out as {narenas} (a negative or huge count wraps around) and "
             f"jemalloc cuts it to {NARENAS_LIMIT} with a warning; use 1..{NARENAS_LIMIT}")))
+    if cpus is not None:
+        problems += _cpu_problems(pairs, cpus, pinned)
     return problems
 
 
