@@ -168,3 +168,35 @@ def test_api_server_rejects_what_the_schema_forbids(
                                              numa={"policy": "everywhere"}))
     assert info.value.status == 422
     assert "spec.mode" in info.value.body and "spec.numa.policy" in info.value.body
+
+
+def test_a_deleted_tuning_ends_its_loops_without_warnings(
+    api_client: client.ApiClient, namespace: str, operator: OperatorProcess
+) -> None:
+    """The re-tuning and autoscaling loops sleep between passes; deleting the tuning ends
+    them there, and kopf must not log its warning for a daemon that ended cancelled."""
+    create(api_client, namespace, deployment("quiet"))
+    create(api_client, namespace, tuning("quiet", "quiet", autoscaling={"interval": "5s"}))
+    wait_observed(api_client, namespace, "quiet", operator)
+
+    def both_passed() -> bool:  # each loop has written its block, so both are asleep next
+        status = get_tuning(api_client, namespace, "quiet").get("status") or {}
+        return "tuning" in status and "evaluated" in (status.get("autoscaling") or {})
+
+    wait_for(both_passed, "a re-tuning pass and an evaluation", timeout_s=30)
+    client.CustomObjectsApi(api_client).delete_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL, "quiet")
+
+    def gone() -> bool:
+        try:
+            get_tuning(api_client, namespace, "quiet")
+        except ApiException as error:
+            return error.status == 404
+        return False
+
+    wait_for(gone, "the tuning deleted", timeout_s=30)
+    assert operator.log is not None
+    ours = [line for line in operator.log.read_text(errors="replace").splitlines()
+            if f"[{namespace}/quiet]" in line]
+    assert ours, "the operator logged nothing for the tuning"
+    assert not [line for line in ours if "cancelled" in line], "\n".join(ours[-20:])

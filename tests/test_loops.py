@@ -90,9 +90,13 @@ def test_a_failed_pass_is_logged_and_tried_again_after_the_back_off(
     assert caplog.records[0].exc_info is not None
 
 
-def test_a_stop_during_the_interval_ends_the_loop_at_once(writes: Writes) -> None:
+@pytest.mark.parametrize("told_to_stop", [True, False])
+def test_a_stop_during_the_interval_ends_the_loop_at_once(writes: Writes,
+                                                          told_to_stop: bool) -> None:
     """As kopf stops a daemon without cancellation_backoff: the flag, a few loop cycles to
-    return, then the task is cancelled. The pause must end there, and no pass follow."""
+    return, then the task is cancelled. The pause must end there, no pass follow, and the
+    daemon return rather than end cancelled (kopf warns about each cancelled daemon). A
+    cancellation that is not kopf's stop goes through."""
     setter: FlagSetter[Any] = FlagSetter()
     passes = []
 
@@ -105,12 +109,14 @@ def test_a_stop_during_the_interval_ends_the_loop_at_once(writes: Writes) -> Non
             3600, read, what="re-tuning", stopped=AsyncFlagWaiter(setter), namespace="team-a",
             name="qwen", body=kopf.Body({}), logger=LOGGER))  # type: ignore[arg-type]
         await asyncio.sleep(0.05)  # the first pass, then the pause
-        setter.set()
+        if told_to_stop:
+            setter.set()
         for _ in range(10):
             await asyncio.sleep(0)
         daemon.cancel()
         await asyncio.wait([daemon], timeout=1)
-        assert daemon.cancelled()
+        assert daemon.done()
+        assert daemon.cancelled() is not told_to_stop
 
     asyncio.run(main())
     assert passes == [1]

@@ -295,12 +295,12 @@ async def autoscale(stopped: kopf.DaemonStopped, namespace: str, name: str, body
                                             status_now, _version(meta_now))
             # Invalid (the controller reports it), or nothing to evaluate with: look again
             # shortly, as a spec change may mend it.
-            await pause(IDLE_S)
+            await pause(IDLE_S, stopped)
             continue
         now = time.time()
         wait = settings.until_due(key, parsed, now)
         if wait > 0:
-            await pause(wait)
+            await pause(wait, stopped)
             continue
         tunings = settings.listing(tunings_by_target, parsed, now)
         hpa = next(iter(hpas_by_target.get((namespace, parsed.spec.target_ref.name), [])), None)
@@ -313,7 +313,7 @@ async def autoscale(stopped: kopf.DaemonStopped, namespace: str, name: str, body
             await loop.run_in_executor(settings.executor, run)
         except Exception:  # one failed pass must not end the loop
             logger.exception("autoscaling evaluation failed; the next slot tries again")
-            await pause(IDLE_S)
+            await pause(IDLE_S, stopped)
 
 
 def _version(meta: Mapping[str, Any]) -> str | None:
