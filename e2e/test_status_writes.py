@@ -166,18 +166,3 @@ def test_the_controllers_lists_are_refused_over_an_older_version_and_merged_into
     assert by_type["Ready"]["reason"] == "TargetNotFound"
     reasons = [d["reason"] for d in status["decisions"]]
     assert "them" in reasons and reasons[-1].startswith("Deployment target not found")
-
-
-def test_status_writes_hand_their_connection_back(
-    api_client: client.ApiClient, namespace: str, tuning: dict[str, Any]
-) -> None:
-    """write_status drops the answer (the whole tuning) without decoding it; the connection
-    must still go back to the pool, or every write would open a new TLS connection."""
-    api = client.CustomObjectsApi(client.ApiClient(api_client.configuration))
-    for i in range(5):  # status.mig: no loop writes it for a tuning without spec.mig
-        write_status(namespace, "shared", {}, None, lambda _, i=i: {"mig": {"message": f"m{i}"}},
-                     api=api)
-    assert stored(api, namespace)["status"]["mig"] == {"message": "m4"}
-    pool = api.api_client.rest_client.pool_manager.connection_from_url(
-        api_client.configuration.host)
-    assert pool.num_connections == 1
