@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -53,31 +54,48 @@ class MigSettings:
     """node -> monotonic time it was labelled, for the mig-manager timeout."""
 
 
-def _gpu_requests(container: Any) -> bool:
-    resources = container.resources
-    wanted = {**((resources.limits or {}) if resources else {}),
-              **((resources.requests or {}) if resources else {})}
-    return any(k == "nvidia.com/gpu" or k.startswith("nvidia.com/mig-") for k in wanted)
+GPU_RESOURCE, MIG_RESOURCE_PREFIX = "nvidia.com/gpu", "nvidia.com/mig-"
+_ENDED = ("Succeeded", "Failed")
 
 
-def _observe_nodes() -> list[NodeView]:
-    core = client.CoreV1Api()
-    busy: dict[str, list[str]] = {}
-    pods = core.list_pod_for_all_namespaces(
-        field_selector="status.phase!=Succeeded,status.phase!=Failed")
-    for pod in pods.items:
-        spec, meta = pod.spec, pod.metadata
-        if spec is None or meta is None or not spec.node_name:
-            continue
-        if any(_gpu_requests(c) for c in spec.containers):
-            busy.setdefault(spec.node_name, []).append(f"{meta.namespace}/{meta.name}")
+def _requests_gpus(containers: list[dict[str, Any]]) -> bool:
+    for container in containers:
+        resources = container.get("resources") or {}
+        for wanted in (resources.get("limits") or {}, resources.get("requests") or {}):
+            if any(k == GPU_RESOURCE or k.startswith(MIG_RESOURCE_PREFIX) for k in wanted):
+                return True
+    return False
+
+
+@kopf.index("", "v1", "pods")  # type: ignore[arg-type]
+async def gpu_pods_by_node(namespace: str, name: str, body: kopf.Body,
+                           **_: Any) -> dict[str, str] | None:
+    """Pods that hold GPUs (whole or MIG slices), by the node they are bound to: the pods a
+    reconfiguration would disrupt. A coroutine, as the other index functions (pods.py).
+
+    kopf already watches every pod for pods_by_deployment, so this costs no API call; each
+    MIG pass used to list every pod in the cluster instead, every 3 s for every tuning with
+    spec.mig. A pod that has ended holds nothing; one being deleted still does until it is
+    gone."""
+    spec = body.get("spec") or {}
+    node = spec.get("nodeName")
+    if not node or (body.get("status") or {}).get("phase") in _ENDED:
+        return None
+    if not _requests_gpus(spec.get("containers") or []):
+        return None
+    return {str(node): f"{namespace}/{name}"}
+
+
+def _observe_nodes(gpu_pods: Mapping[str, tuple[str, ...]]) -> list[NodeView]:
+    """The MIG-capable nodes (the only ones a plan can select), with the GPU pods on each."""
+    listed = client.CoreV1Api().list_node(label_selector=f"{MIG_CAPABLE_LABEL}=true").items
     views: list[NodeView] = []
-    for node in core.list_node().items:
+    for node in listed:
         meta, node_spec = node.metadata, node.spec
         name = str(meta.name if meta else "")
         views.append(NodeView(name, dict((meta.labels if meta else None) or {}),
                               bool(node_spec.unschedulable if node_spec else False),
-                              tuple(busy.get(name, []))))
+                              gpu_pods.get(name, ())))
     return views
 
 
@@ -135,9 +153,10 @@ def _plans(spec: InferenceTuningSpec, nodes: list[NodeView]) -> tuple[
 
 
 def reconcile_mig(namespace: str, name: str, spec: InferenceTuningSpec, settings: MigSettings,
-                  body: kopf.Body) -> MigStatus:
+                  body: kopf.Body, gpu_pods: Mapping[str, tuple[str, ...]]) -> MigStatus:
+    """One MIG pass; `gpu_pods` are the GPU pods by node (`gpu_pods_by_node`, copied)."""
     assert spec.mig is not None
-    nodes = _observe_nodes()
+    nodes = _observe_nodes(gpu_pods)
     plans, errors, selected = _plans(spec, nodes)
     previous = ((body.get("status") or {}).get("mig") or {}).get("message")
     if errors or not plans:
@@ -181,7 +200,7 @@ def _product(nodes: list[NodeView], node: str) -> str:
              when=lambda spec, **_: bool(spec.get("mig")))
 async def partition_gpus(stopped: kopf.DaemonStopped, namespace: str, name: str, uid: str,
                          body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger,
-                         **_: Any) -> None:
+                         gpu_pods_by_node: kopf.Index[str, str], **_: Any) -> None:
     """Every MIG_INTERVAL: plan the layout, write the ConfigMap, label or drain one node, and
     report in status.mig (a loop, not a kopf timer: see loops.py)."""
 
@@ -189,9 +208,11 @@ async def partition_gpus(stopped: kopf.DaemonStopped, namespace: str, name: str,
         parsed = SPECS.get(uid, int(meta.get("generation") or 0), spec)
         if parsed is None:
             return None
+        # Copied here, on the event loop, where kopf changes the index (see loops.every).
+        gpu_pods = {node: tuple(sorted(pods)) for node, pods in gpu_pods_by_node.items()}
         # None values are sent, so a profile or ConfigMap from an earlier plan does not linger.
-        return lambda: {"mig": reconcile_mig(namespace, name, parsed, memo.mig,
-                                             body).model_dump(by_alias=True, mode="json")}
+        return lambda: {"mig": reconcile_mig(namespace, name, parsed, memo.mig, body,
+                                             gpu_pods).model_dump(by_alias=True, mode="json")}
 
     await every(MIG_INTERVAL, read, what="MIG partitioning", stopped=stopped,
                 namespace=namespace, name=name, body=body, logger=logger)
