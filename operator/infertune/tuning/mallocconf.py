@@ -1,21 +1,30 @@
-"""jemalloc 5.3 MALLOC_CONF: read it exactly as the library does, check it, and size narenas.
+"""jemalloc 5.3 MALLOC_CONF: check it exactly as the library reads it, and size narenas.
 
-Pure. Every rule mirrors jemalloc 5.3.0: src/jemalloc.c (malloc_conf_next, the option handlers
-in malloc_conf_init_helper, malloc_init_narenas), src/malloc_io.c (malloc_strtoumax) and
-src/fxp.c (fxp_parse). tests/test_mallocconf.py holds the real library to the same verdicts.
+Pure. Every rule mirrors jemalloc 5.3.0: src/jemalloc.c (the option handlers in
+malloc_conf_init_helper, malloc_init_narenas); the tokenizer and the number readers are in
+mallocconf_syntax.py. tests/test_mallocconf.py holds the real library to the same verdicts.
 """
 
 from __future__ import annotations
 
 import difflib
 import math
-import re
-import string
 from collections.abc import Callable
 from dataclasses import dataclass
 
-_U64 = 2**64
-_KEY_CHARS = frozenset(string.ascii_letters + string.digits + "_")
+from infertune.tuning.mallocconf_syntax import (
+    ConfProblem,
+    MallocConfSyntaxError,
+    parse_malloc_conf,
+    read_fxp,
+    read_number,
+    scan,
+    strtoumax,
+)
+
+__all__ = ["DEBIAN_5_3_0", "NARENAS_LIMIT", "ConfProblem", "JemallocBuild",
+           "MallocConfSyntaxError", "check_malloc_conf", "effective_malloc_conf", "has_option",
+           "narenas_for_cpus", "parse_malloc_conf"]
 # MALLOCX_ARENA_LIMIT - 1 (include/jemalloc/internal/jemalloc_internal_types.h): more arenas
 # are cut down with "Reducing narenas to limit (4094)".
 NARENAS_LIMIT = 4094
@@ -23,24 +32,6 @@ NARENAS_LIMIT = 4094
 _DECAY_MS_MAX = 18446744072 * 1000
 # SC_LARGE_MAXCLASS on 64-bit (7 * 2**60), the oversize_threshold ceiling; measured.
 _LARGE_MAXCLASS = 7 * 2**60
-_INT64_MAX = 2**63 - 1
-
-
-@dataclass(frozen=True)
-class ConfProblem:
-    """One thing jemalloc would complain about, and how to fix it."""
-
-    key: str | None
-    value: str | None
-    message: str
-
-
-class MallocConfSyntaxError(ValueError):
-    """The string does not tokenize the way jemalloc's malloc_conf_next() needs."""
-
-    def __init__(self, problem: ConfProblem) -> None:
-        super().__init__(problem.message)
-        self.problem = problem
 
 
 @dataclass(frozen=True)
@@ -61,130 +52,6 @@ class JemallocBuild:
 
 
 DEBIAN_5_3_0 = JemallocBuild()
-
-# ---- tokenizer: malloc_conf_next() ----------------------------------------------------------
-
-
-def _scan(text: str) -> tuple[list[tuple[str, str]], ConfProblem | None]:
-    """The pairs jemalloc applies, and the syntax problem that stopped it (or None).
-
-    jemalloc stops reading a source at its first syntax error; pairs before it still apply,
-    and so does the last pair before a trailing comma.
-    """
-    text = text.split("\0", 1)[0]  # a C string ends at NUL
-    pairs: list[tuple[str, str]] = []
-    i = 0
-    while i < len(text):
-        start = i
-        while i < len(text) and text[i] in _KEY_CHARS:
-            i += 1
-        if i == len(text):
-            return pairs, _ends_with_key(text[start:])
-        if text[i] != ":":
-            return pairs, _malformed(text, i)
-        key, comma = text[start:i], text.find(",", i + 1)
-        if comma == -1:
-            pairs.append((key, text[i + 1:]))
-            break
-        pairs.append((key, text[i + 1:comma]))
-        i = comma + 1
-        if i == len(text):
-            return pairs, ConfProblem(None, None, "the string ends with a comma (jemalloc: "
-                                      "'Conf string ends with comma'); remove the last comma")
-    return pairs, None
-
-
-def _ends_with_key(token: str) -> ConfProblem:
-    return ConfProblem(token, None, f"{token!r} has no ':' and value (jemalloc: 'Conf string "
-                       f"ends with key'); write key:value, for example narenas:4")
-
-
-_MALFORMED_HINTS = {
-    "=": "separate name and value with ':' (narenas:4), not '='",
-    ",": "remove the empty entry (a leading comma or two commas in a row)",
-    ".": "use the option name without the mallctl prefix (narenas, not opt.narenas)",
-    " ": "remove the space; jemalloc allows no spaces around names",
-}
-
-
-def _malformed(text: str, at: int) -> ConfProblem:
-    char = text[at]
-    hint = _MALFORMED_HINTS.get(char, "option names are letters, digits and '_' only")
-    rest = text[at:]
-    return ConfProblem(None, None, f"character {char!r} at offset {at} cannot be part of an "
-                       f"option name (jemalloc: 'Malformed conf string') and jemalloc ignores "
-                       f"everything from there ({rest!r}); {hint}")
-
-
-def parse_malloc_conf(text: str) -> list[tuple[str, str]]:
-    """The (key, value) pairs of `text` in order; MallocConfSyntaxError if jemalloc would
-    report a syntax error (including a trailing comma). The empty string has no pairs."""
-    pairs, problem = _scan(text)
-    if problem is not None:
-        raise MallocConfSyntaxError(problem)
-    return pairs
-
-
-# ---- values: malloc_strtoumax() and fxp_parse() ---------------------------------------------
-
-
-def _digit(char: str) -> int | None:
-    if "0" <= char <= "9":
-        return ord(char) - ord("0")
-    if "a" <= char.lower() <= "z" and char.isascii():
-        return ord(char.lower()) - ord("a") + 10
-    return None
-
-
-def _strtoumax(text: str) -> tuple[int, int] | None:
-    """malloc_strtoumax(text, &end, 0): (value mod 2**64, characters used), None when it sets
-    errno. Like the C code it skips leading whitespace, takes one sign, reads 0x as hex and a
-    leading 0 as octal, and misses some overflows (its check is `ret < previous`)."""
-    i = 0
-    while i < len(text) and text[i] in "\t\n\v\f\r ":
-        i += 1
-    negative = text[i:i + 1] == "-"
-    if text[i:i + 1] in ("-", "+"):
-        i += 1
-    digits_start, base = i, 10
-    if text[i:i + 1] == "0":
-        after = text[i + 1:i + 2]
-        if after != "" and after in "01234567":
-            base, i = 8, i + 1
-        elif after in ("x", "X") and text[i + 2:i + 3] != "" and text[i + 2] in string.hexdigits:
-            base, i = 16, i + 2
-        elif after not in ("x", "X"):
-            return 0, i + 1  # "0" followed by anything else: zero, the rest left unread
-    value = 0
-    while i < len(text) and (digit := _digit(text[i])) is not None and digit < base:
-        previous, value = value, (value * base + digit) % _U64
-        if value < previous:
-            return None
-        i += 1
-    if i == digits_start:
-        return None
-    return (-value % _U64 if negative else value), i
-
-
-def _read_number(value: str, signed: bool) -> int | None:
-    """CONF_VALUE_READ: the number as the C handler sees it, None if the value is not one."""
-    parsed = _strtoumax(value)
-    if parsed is None or parsed[1] != len(value):
-        return None
-    number = parsed[0]
-    return number - _U64 if signed and number > _INT64_MAX else number
-
-
-def _fxp(value: str) -> int | None:
-    """fxp_parse(): 16.16 fixed point from digits with an optional fraction ("2", ".5", "0.25";
-    not "1." or "1e3"); the integer part must stay below 65536."""
-    match = re.fullmatch(r"([0-9]*)(?:\.([0-9]+))?", value)
-    if match is None or value == "" or int(match[1] or "0") >= 2**16:
-        return None
-    # 14 fractional digits, FXP_FRACTIONAL_PART_DIGITS; later ones are read and ignored.
-    fraction = (match[2] or "").ljust(14, "0")[:14]
-    return (int(match[1] or "0") << 16) + (int(fraction) << 16) // 10**14
-
 
 # ---- option handlers: malloc_conf_init_helper() ---------------------------------------------
 
@@ -214,11 +81,11 @@ def _number(low: int | None = None, high: int | None = None, *, signed: bool = F
             hint: str = "") -> Check:
     """An integer handler. Options that jemalloc clips get no bounds here: they never fail."""
     def check(key: str, value: str) -> str | None:
-        number = _read_number(value, signed)
+        number = read_number(value, signed)
         if number is None:
             return f"{key} needs a whole number ({_NUMBER_FORMS}){hint}"
         if (low is not None and number < low) or (high is not None and number > high):
-            shown = "" if number == _read_number(value.strip(), False) else f" (read as {number})"
+            shown = "" if number == read_number(value.strip(), False) else f" (read as {number})"
             limits = f"{low}..{high if high is not None else 'max'}"
             return f"{key}:{value}{shown} is out of range; use {limits}{hint}"
         return None
@@ -229,7 +96,7 @@ def _ratio(*, at_most_one: bool = False, minus_one: bool = False) -> Check:
     def check(key: str, value: str) -> str | None:
         if minus_one and value == "-1":
             return None
-        ratio = _fxp(value)
+        ratio = read_fxp(value)
         if ratio is None:
             return f"{key} needs a plain decimal such as 0.5 or 4 (below 65536)"
         if at_most_one and ratio > 1 << 16:
@@ -261,7 +128,7 @@ def _size_range(text: str) -> tuple[int, int] | None:
     """One start-end:count entry: (count, characters used including a '|'), or None."""
     used = 0
     for separator in ("-", ":", ""):
-        parsed = _strtoumax(text[used:])
+        parsed = strtoumax(text[used:])
         if parsed is None or (separator and text[used + parsed[1]:][:1] != separator):
             return None
         used += parsed[1] + len(separator)
@@ -404,7 +271,7 @@ def _applied_narenas(pairs: list[tuple[str, str]]) -> int | None:
     applied = None
     for key, value in pairs:
         if key == "narenas" and _narenas(key, value) is None:
-            applied = None if value == "default" else (_read_number(value, False) or 0) % 2**32
+            applied = None if value == "default" else (read_number(value, False) or 0) % 2**32
     return applied
 
 
@@ -441,7 +308,7 @@ def _cpu_problems(pairs: list[tuple[str, str]], cpus: int, pinned: bool) -> list
     if mode != "disabled" or narenas is not None:
         return problems
     ratio_text = _last_accepted(pairs, "narenas_ratio", _ratio()) or "4"
-    ratio = _fxp(ratio_text)
+    ratio = read_fxp(ratio_text)
     assert ratio is not None
     goal = ((cpus << 16) * ratio >> 16) % 2**32
     arenas = 1 if cpus <= 1 else max((goal >> 16) + (goal & 0xFFFF >= 1 << 15), 1)
@@ -463,7 +330,7 @@ def check_malloc_conf(text: str, *, build: JemallocBuild = DEBIAN_5_3_0,
     depend on them (`_cpu_problems`); without `cpus` (the node is not known yet, as when a
     spec is validated) those are not checked."""
     options = _options(build)
-    pairs, syntax = _scan(text)
+    pairs, syntax = scan(text)
     problems: list[ConfProblem] = []
     for key, value in pairs:
         name = _resolve(key, options)
@@ -487,7 +354,7 @@ def has_option(text: str, key: str) -> bool:
     """Whether jemalloc reads a setting of `key` in `text` (valid or not); pairs after a syntax
     error are never read."""
     options = _options(DEBIAN_5_3_0)
-    return any(_resolve(k, options) == key for k, _ in _scan(text)[0])
+    return any(_resolve(k, options) == key for k, _ in scan(text)[0])
 
 
 def narenas_for_cpus(cpu_limit: float | None) -> int | None:
@@ -511,7 +378,7 @@ def effective_malloc_conf(user_conf: str | None, cpu_limit: float | None) -> str
     if narenas is None or has_option(conf, "narenas"):
         return conf
     body = conf.removesuffix(",")
-    if _scan(body)[1] is not None:
+    if scan(body)[1] is not None:
         # jemalloc stops reading at a syntax error, so an appended narenas would be ignored.
         return conf
     return f"{body},narenas:{narenas}" if body else f"narenas:{narenas}"
