@@ -142,6 +142,22 @@ def build_parser() -> argparse.ArgumentParser:
     crds.add_argument("--check", metavar="FILE", help="exit 1 if FILE differs from the models")
     crds.set_defaults(handler=_crds)
 
+    _add_run_command(commands)
+    _add_plan_command(commands)
+    _add_allocator_command(commands)
+
+    from infertune.autoscale_cli import add_autoscale_commands
+    from infertune.mig_cli import add_mig_commands
+
+    add_mig_commands(commands)
+    add_autoscale_commands(commands)
+
+    _add_launcher_command(commands)
+    return parser
+
+
+def _add_run_command(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    """`infertune run`: the operator itself."""
     run = commands.add_parser("run", help="run the operator against the current kubeconfig")
     run.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster, then "
                      "$KUBECONFIG, then ~/.kube/config)")
@@ -180,6 +196,8 @@ def build_parser() -> argparse.ArgumentParser:
                       "(default: the certificate itself)")
     run.set_defaults(handler=_run)
 
+
+def _add_plan_command(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     plan = commands.add_parser(
         "plan", help="show the patch the webhook would apply to a pod, and why",
         description="Run the pod-tuning planner the webhook runs on one pod.")
@@ -190,6 +208,8 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--launcher-image", default=DEFAULT_LAUNCHER_IMAGE)
     plan.set_defaults(handler=_plan)
 
+
+def _add_allocator_command(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     allocator = commands.add_parser("allocator", help="allocator tools")
     allocator_commands = allocator.add_subparsers(dest="allocator_command", required=True)
     check = allocator_commands.add_parser(
@@ -203,12 +223,8 @@ def build_parser() -> argparse.ArgumentParser:
                             "(numactl, the static CPU manager)")
     check.set_defaults(handler=_allocator_check)
 
-    from infertune.autoscale_cli import add_autoscale_commands
-    from infertune.mig_cli import add_mig_commands
 
-    add_mig_commands(commands)
-    add_autoscale_commands(commands)
-
+def _add_launcher_command(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     launcher = commands.add_parser("launcher", help="the in-container NUMA launcher")
     launcher_commands = launcher.add_subparsers(dest="launcher_command", required=True)
     install = launcher_commands.add_parser(
@@ -217,7 +233,6 @@ def build_parser() -> argparse.ArgumentParser:
     install.set_defaults(handler=_launcher_install)
     path = launcher_commands.add_parser("path", help="print where the launcher script is")
     path.set_defaults(handler=_launcher_path)
-    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:

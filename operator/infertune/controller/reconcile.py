@@ -138,76 +138,85 @@ def assess(body: dict[str, Any], target: TargetState | None, now: str) -> Assess
     """The status and Events for an InferenceTuning `body` whose target is `target`."""
     generation = int((body.get("metadata") or {}).get("generation") or 0)
     before = previous_status(body.get("status"))
-    conditions = list(before.conditions)
-    notices: list[Notice] = []
-    own: list[str] = []
-
-    def put(condition: Condition) -> list[Condition]:
-        own.append(condition.type)
-        return set_condition(conditions, condition)
-
     try:
         tuning = InferenceTuning.model_validate(
             {k: body[k] for k in ("apiVersion", "kind", "metadata", "spec") if k in body})
     except ValidationError as exc:
         problems = "; ".join(str(e) for e in field_errors(exc, InferenceTuning))
-        conditions = put(make_condition(
+        invalid = make_condition(
             ConditionType.READY, ConditionStatus.FALSE, "InvalidSpec",
-            f"nothing is applied until the spec is fixed: {problems}", generation, now))
-        notices.append(Notice("Warning", "InvalidSpec", problems))
-        return Assessment(_status(before, conditions, generation, None), notices,
-                          conditions=_owned(conditions, own))
+            f"nothing is applied until the spec is fixed: {problems}", generation, now)
+        conditions = set_condition(list(before.conditions), invalid)
+        return Assessment(_status(before, conditions, generation, None),
+                          [Notice("Warning", "InvalidSpec", problems)],
+                          conditions=_owned(conditions, [invalid.type]))
 
     spec = tuning.spec
+    own = (*_target_conditions(spec, target, generation, now),
+           _mode_condition(spec, generation, now))
+    conditions = list(before.conditions)
+    for condition in own:
+        conditions = set_condition(conditions, condition)
+    status = _status(before, conditions, generation, target if spec.autoscaling else None)
+    notices: list[Notice] = []
+    decision = _ready_news(before, status, generation, spec, now)
+    if decision is not None:
+        ready = find(status.conditions, ConditionType.READY)
+        assert ready is not None
+        notices.append(Notice("Normal" if ready.status is ConditionStatus.TRUE else "Warning",
+                              ready.reason, ready.message))
+        status = status.model_copy(update={"decisions": _with_decision(status, decision)})
+    return Assessment(status, notices, RETRY_TARGET_SECONDS if target is None else None,
+                      target.replicas if target is not None and spec.autoscaling else None,
+                      _owned(conditions, [c.type for c in own]), decision)
+
+
+def _target_conditions(spec: InferenceTuningSpec, target: TargetState | None, generation: int,
+                       now: str) -> tuple[Condition, Condition]:
+    """TargetFound and Ready, from whether the Deployment (and spec.container in it) exists."""
     if target is None:
         message = (f"Deployment {spec.target_ref.name} not found in this namespace; create it "
                    "or fix spec.targetRef.name. Looking again every "
                    f"{RETRY_TARGET_SECONDS:.0f}s")
-        conditions = put(make_condition(
-            ConditionType.TARGET_FOUND, ConditionStatus.FALSE, "DeploymentNotFound", message,
-            generation, now))
-        conditions = put(make_condition(
-            ConditionType.READY, ConditionStatus.FALSE, "TargetNotFound", message, generation,
-            now))
-    else:
-        conditions = put(make_condition(
-            ConditionType.TARGET_FOUND, ConditionStatus.TRUE, "DeploymentFound",
-            f"Deployment {target.name}: {target.ready_replicas}/{target.replicas} ready",
-            generation, now))
-        if spec.container is not None and spec.container not in target.containers:
-            conditions = put(make_condition(
-                ConditionType.READY, ConditionStatus.FALSE, "ContainerNotFound",
-                f"spec.container {spec.container!r} is not in Deployment {target.name}; its "
-                f"containers: {', '.join(target.containers)}", generation, now))
-        else:
-            conditions = put(make_condition(
-                ConditionType.READY, ConditionStatus.TRUE, "Accepted",
-                f"spec accepted for Deployment {target.name}: {_summary(spec)}",
-                generation, now))
+        return (make_condition(ConditionType.TARGET_FOUND, ConditionStatus.FALSE,
+                               "DeploymentNotFound", message, generation, now),
+                make_condition(ConditionType.READY, ConditionStatus.FALSE, "TargetNotFound",
+                               message, generation, now))
+    found = make_condition(
+        ConditionType.TARGET_FOUND, ConditionStatus.TRUE, "DeploymentFound",
+        f"Deployment {target.name}: {target.ready_replicas}/{target.replicas} ready",
+        generation, now)
+    if spec.container is not None and spec.container not in target.containers:
+        return found, make_condition(
+            ConditionType.READY, ConditionStatus.FALSE, "ContainerNotFound",
+            f"spec.container {spec.container!r} is not in Deployment {target.name}; its "
+            f"containers: {', '.join(target.containers)}", generation, now)
+    return found, make_condition(
+        ConditionType.READY, ConditionStatus.TRUE, "Accepted",
+        f"spec accepted for Deployment {target.name}: {_summary(spec)}", generation, now)
+
+
+def _mode_condition(spec: InferenceTuningSpec, generation: int, now: str) -> Condition:
     dry_run = spec.mode is Mode.DRY_RUN
-    conditions = put(make_condition(
+    return make_condition(
         ConditionType.DRY_RUN, ConditionStatus.TRUE if dry_run else ConditionStatus.FALSE,
         "DryRunMode" if dry_run else "Enforcing",
         "decisions are computed and reported; nothing is changed" if dry_run
-        else "decisions are applied", generation, now))
+        else "decisions are applied", generation, now)
 
-    status = _status(before, conditions, generation, target if spec.autoscaling else None)
+
+def _ready_news(before: InferenceTuningStatus, status: InferenceTuningStatus, generation: int,
+                spec: InferenceTuningSpec, now: str) -> Decision | None:
+    """The decision record for a new generation or a Ready that changed, else None."""
     ready = find(status.conditions, ConditionType.READY)
     assert ready is not None
     was = find(before.conditions, ConditionType.READY)
-    changed = (before.observed_generation != generation or was is None
-               or was.status != ready.status or was.reason != ready.reason)
-    decision = None
-    if changed:
-        notices.append(Notice("Normal" if ready.status is ConditionStatus.TRUE else "Warning",
-                              ready.reason, ready.message))
-        decision = Decision(time=now, feature="controller",
-                            action=f"generation {generation}: {ready.reason}",
-                            reason=ready.message, applied=not dry_run)
-        status = status.model_copy(update={"decisions": _with_decision(status, decision)})
-    return Assessment(status, notices, RETRY_TARGET_SECONDS if target is None else None,
-                      target.replicas if target is not None and spec.autoscaling else None,
-                      _owned(conditions, own), decision)
+    if (before.observed_generation == generation and was is not None
+            and was.status == ready.status and was.reason == ready.reason):
+        return None
+    return Decision(time=now, feature="controller",
+                    action=f"generation {generation}: {ready.reason}", reason=ready.message,
+                    applied=spec.mode is not Mode.DRY_RUN)
 
 
 def _owned(conditions: list[Condition], types: list[str]) -> tuple[Condition, ...]:

@@ -324,13 +324,11 @@ def plan_pod_patch(spec: InferenceTuningSpec, pod: dict[str, Any],
         return PodPlan(revision, reasons=[f"already tuned to revision {revision}"])
     pod_spec = pod.get("spec") or {}
     containers = pod_spec.get("containers") or []
-    wanted = spec.container
-    index = next((i for i, c in enumerate(containers)
-                  if wanted is None or c.get("name") == wanted), None)
+    index = _serving_index(spec, containers)
     if index is None:
         names = ", ".join(str(c.get("name")) for c in containers)
         return PodPlan(revision, refused=True, problems=[
-            f"spec.container {wanted!r} is not in the pod (containers: {names}); fix "
+            f"spec.container {spec.container!r} is not in the pod (containers: {names}); fix "
             "spec.container"])
     serving = containers[index]
     name = str(serving.get("name"))
@@ -357,26 +355,11 @@ def plan_pod_patch(spec: InferenceTuningSpec, pod: dict[str, Any],
             serving = {**serving, "command": op["value"]}
         else:
             ops.append(op)
-    if spec.numa.policy is not NumaPolicy.NONE:
-        if serving.get("command"):
-            env.set("INFERTUNE_NUMA_POLICY", _numa_env(spec))
-            env.set("INFERTUNE_NUMA_STRICT", "true" if spec.numa.strict else "false")
-            ops += _launcher_ops(pod_spec, index, serving, context)
-            reasons.append(f"numa: launcher wraps the command, policy {_numa_env(spec)}, "
-                           f"strict {str(spec.numa.strict).lower()}")
-            if context.static_cpu_manager:
-                problems += _qos_problems(pod_spec, serving)
-        else:
-            problems.append(f"container {name} has no command: the image entrypoint cannot be "
-                            "known at admission, so it is not wrapped and NUMA binding is "
-                            "skipped; set command in the Deployment's pod template")
+    ops += _numa_ops(spec, pod_spec, index, serving, context, env, reasons, problems)
     ops += env.build()
     ops += _mig_ops(spec, _pointer("spec", "containers", index), serving, context, reasons,
                     problems)
-
-    annotations: dict[str, str] = {}
-    if memory_high.value is not None:
-        annotations[keys.MEMORY_HIGH] = str(memory_high.value)
+    annotations = {} if memory_high.value is None else {keys.MEMORY_HIGH: str(memory_high.value)}
     if spec.mode is Mode.DRY_RUN:
         plan = {"revision": revision, "patch": ops + _meta_ops(pod, "annotations", annotations),
                 "reasons": reasons, "problems": problems}
@@ -387,3 +370,29 @@ def plan_pod_patch(spec: InferenceTuningSpec, pod: dict[str, Any],
     ops += _meta_ops(pod, "labels", {keys.TUNED_BY: context.tuning_name,
                                      keys.REVISION: revision})
     return PodPlan(revision, ops, reasons, problems)
+
+
+def _serving_index(spec: InferenceTuningSpec, containers: list[dict[str, Any]]) -> int | None:
+    """The serving container: spec.container, or the first one when it is not set."""
+    return next((i for i, c in enumerate(containers)
+                 if spec.container is None or c.get("name") == spec.container), None)
+
+
+def _numa_ops(spec: InferenceTuningSpec, pod_spec: dict[str, Any], index: int,
+              serving: dict[str, Any], context: PodContext, env: _EnvPlan, reasons: list[str],
+              problems: list[str]) -> list[Op]:
+    """The launcher that binds the serving command to its NUMA node, and its settings."""
+    if spec.numa.policy is NumaPolicy.NONE:
+        return []
+    if not serving.get("command"):
+        problems.append(f"container {serving.get('name')} has no command: the image entrypoint "
+                        "cannot be known at admission, so it is not wrapped and NUMA binding "
+                        "is skipped; set command in the Deployment's pod template")
+        return []
+    env.set("INFERTUNE_NUMA_POLICY", _numa_env(spec))
+    env.set("INFERTUNE_NUMA_STRICT", "true" if spec.numa.strict else "false")
+    reasons.append(f"numa: launcher wraps the command, policy {_numa_env(spec)}, "
+                   f"strict {str(spec.numa.strict).lower()}")
+    if context.static_cpu_manager:
+        problems += _qos_problems(pod_spec, serving)
+    return _launcher_ops(pod_spec, index, serving, context)
