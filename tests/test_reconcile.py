@@ -38,6 +38,17 @@ def test_accepted_spec_is_ready_with_observed_generation() -> None:
     assert result.retry_after is None
 
 
+def test_a_canary_section_is_accepted_but_said_to_be_not_enforced() -> None:
+    canary = {"steps": [{"weight": 10}, {"weight": 50}]}
+    ready = find(assess(_body(canary=canary), TARGET, "2026-12-03T10:00:00Z").status.conditions,
+                 ConditionType.READY)
+    assert ready is not None and ready.reason == "Accepted"
+    assert "canary in 2 steps (not enforced yet" in ready.message
+    off = find(assess(_body(canary={**canary, "enabled": False}), TARGET,
+                      "2026-12-03T10:00:00Z").status.conditions, ConditionType.READY)
+    assert off is not None and "canary" not in off.message
+
+
 def test_dry_run_is_reported_as_its_own_phase_and_condition() -> None:
     result = assess(_body(mode="DryRun"), TARGET, "2026-12-03T10:00:00Z")
     dry = find(result.status.conditions, ConditionType.DRY_RUN)

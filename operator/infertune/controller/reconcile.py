@@ -126,7 +126,9 @@ def _summary(spec: InferenceTuningSpec) -> str:
         parts.append(f"autoscaling {spec.autoscaling.min_replicas}.."
                      f"{spec.autoscaling.max_replicas}")
     if spec.canary is not None and spec.canary.enabled:
-        parts.append(f"canary in {len(spec.canary.steps)} steps")
+        # Accepted and checked, but nothing acts on it yet: say so where users look first.
+        parts.append(f"canary in {len(spec.canary.steps)} steps (not enforced yet: canary "
+                     "rollouts are planned, new revisions roll out as the Deployment says)")
     return ", ".join(parts)
 
 
