@@ -10,7 +10,7 @@ partitioning. Nothing else of the GPU Operator is imitated.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -21,6 +21,7 @@ from e2e.fixtures.operator import OPERATOR_NAMESPACE, OperatorProcess
 from e2e.fixtures.waiting import wait_for
 from e2e.test_operator import create, deployment, get_tuning, tuning
 from e2e.test_pod_tuning import create_tuning_first, wait_pods
+from infertune.controller.mig import gpu_pods_listed
 
 pytestmark = pytest.mark.e2e
 
@@ -126,6 +127,28 @@ def test_a_node_running_gpu_pods_is_left_alone(
     node = wait_for(reported_busy, "h200-pool-b reported busy")
     assert "allowDisruption" in node["message"]
     assert CONFIG_LABEL not in _node_labels(api_client, "h200-pool-b")
+
+
+def test_a_namespaced_operator_lists_every_namespaces_gpu_pods_on_a_node(
+    api_client: client.ApiClient, namespace_factory: Callable[[], str],
+    operator: OperatorProcess
+) -> None:
+    """What an operator run with --namespace reads instead of its pod index, which would miss
+    other namespaces: the GPU pods on the node, from the API server."""
+    mine, theirs = namespace_factory(), namespace_factory()
+    for ns, name, limits in ((mine, "gpu", {"nvidia.com/gpu": "1"}),
+                             (theirs, "gpu", {"nvidia.com/gpu": "1"}),
+                             (theirs, "cpu", {"cpu": "1", "memory": "1Gi"})):
+        body = deployment(name, resources={"limits": limits})
+        body["spec"]["template"]["spec"]["nodeName"] = "h200-pool-b"
+        create(api_client, ns, body)
+        wait_pods(api_client, ns, name, 1)
+    listed = gpu_pods_listed(client.CoreV1Api(api_client), "h200-pool-b")
+    ours = sorted(ref for ref in listed if ref.split("/")[0] in (mine, theirs))
+    assert [ref.split("/")[0] for ref in ours] == sorted([mine, theirs])
+    assert all(ref.split("/")[1].startswith("gpu-") for ref in ours)
+    assert not [ref for ref in gpu_pods_listed(client.CoreV1Api(api_client), "h200-pool-a")
+                if ref.split("/")[0] in (mine, theirs)]
 
 
 def test_mig_on_a_gpu_without_mig_labels_nothing(

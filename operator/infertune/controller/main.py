@@ -76,14 +76,14 @@ def run_operator(args: argparse.Namespace) -> int:
 
     own_namespace = args.operator_namespace or os.environ.get("INFERTUNE_NAMESPACE",
                                                               DEFAULT_NAMESPACE)
+    namespaces = args.namespaces or []
     memo = kopf.Memo(
         pod_tuning=pods.PodTuningSettings(launcher_image=args.launcher_image,
                                           static_cpu_manager=not args.no_static_cpu_manager),
         webhook_server=_webhook_server(args, own_namespace),
-        mig=mig.MigSettings(namespace=own_namespace),
+        mig=mig.MigSettings(namespace=own_namespace, pods_from_index=not namespaces),
         autoscaling=autoscaling.AutoscalingSettings(source=source),
     )
-    namespaces = args.namespaces or []
     freeze_startup_objects()
     kopf.run(
         standalone=args.standalone,

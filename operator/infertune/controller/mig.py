@@ -7,6 +7,7 @@ contract: the ConfigMap it reads, the `nvidia.com/mig.config` label it watches, 
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Mapping
@@ -52,6 +53,10 @@ class MigSettings:
     namespace: str
     labelled_at: dict[str, float] = field(default_factory=dict)
     """node -> monotonic time it was labelled, for the mig-manager timeout."""
+    pods_from_index: bool = True
+    """Whether kopf watches the pods of every namespace, so `gpu_pods_by_node` sees every GPU
+    pod. An operator run with --namespace sees only its own namespaces' pods, and a node
+    also runs other namespaces' pods: it lists the pods of each MIG-capable node instead."""
 
 
 GPU_RESOURCE, MIG_RESOURCE_PREFIX = "nvidia.com/gpu", "nvidia.com/mig-"
@@ -67,35 +72,54 @@ def _requests_gpus(containers: list[dict[str, Any]]) -> bool:
     return False
 
 
+def gpu_node(pod: Mapping[str, Any]) -> str | None:
+    """The node whose GPUs (whole or MIG slices) the pod holds, or None: not bound yet, ended
+    (Succeeded or Failed), or no GPU resource in its containers. A pod being deleted still
+    holds them until it is gone."""
+    spec = pod.get("spec") or {}
+    node = spec.get("nodeName")
+    if not node or (pod.get("status") or {}).get("phase") in _ENDED:
+        return None
+    return str(node) if _requests_gpus(spec.get("containers") or []) else None
+
+
 @kopf.index("", "v1", "pods")  # type: ignore[arg-type]
 async def gpu_pods_by_node(namespace: str, name: str, body: kopf.Body,
                            **_: Any) -> dict[str, str] | None:
-    """Pods that hold GPUs (whole or MIG slices), by the node they are bound to: the pods a
-    reconfiguration would disrupt. A coroutine, as the other index functions (pods.py).
+    """GPU pods by node (`gpu_node`): the pods a reconfiguration would disrupt. A coroutine,
+    as the other index functions (pods.py).
 
     kopf already watches every pod for pods_by_deployment, so this costs no API call; each
     MIG pass used to list every pod in the cluster instead, every 3 s for every tuning with
-    spec.mig. A pod that has ended holds nothing; one being deleted still does until it is
-    gone."""
-    spec = body.get("spec") or {}
-    node = spec.get("nodeName")
-    if not node or (body.get("status") or {}).get("phase") in _ENDED:
-        return None
-    if not _requests_gpus(spec.get("containers") or []):
-        return None
-    return {str(node): f"{namespace}/{name}"}
+    spec.mig."""
+    node = gpu_node(body)
+    return None if node is None else {node: f"{namespace}/{name}"}
 
 
-def _observe_nodes(gpu_pods: Mapping[str, tuple[str, ...]]) -> list[NodeView]:
-    """The MIG-capable nodes (the only ones a plan can select), with the GPU pods on each."""
-    listed = client.CoreV1Api().list_node(label_selector=f"{MIG_CAPABLE_LABEL}=true").items
+def gpu_pods_listed(core: client.CoreV1Api, node: str) -> tuple[str, ...]:
+    """The GPU pods on `node` in every namespace, from the API server (`pods_from_index`
+    false). Node names are DNS subdomains, so the field selector cannot be subverted."""
+    # Read as plain dicts, the form kopf gives the index (the client's models are not).
+    response: Any = core.list_pod_for_all_namespaces(
+        field_selector=f"spec.nodeName={node},status.phase!=Succeeded,status.phase!=Failed",
+        _preload_content=False)
+    pods = json.loads(response.data)["items"]
+    return tuple(sorted(f"{p['metadata']['namespace']}/{p['metadata']['name']}"
+                        for p in pods if gpu_node(p) == node))
+
+
+def _observe_nodes(gpu_pods: Mapping[str, tuple[str, ...]] | None) -> list[NodeView]:
+    """The MIG-capable nodes (the only ones a plan can select) with the GPU pods on each:
+    from `gpu_pods` (the index, copied), or listed per node when it is None."""
+    core = client.CoreV1Api()
     views: list[NodeView] = []
-    for node in listed:
+    for node in core.list_node(label_selector=f"{MIG_CAPABLE_LABEL}=true").items:
         meta, node_spec = node.metadata, node.spec
         name = str(meta.name if meta else "")
         views.append(NodeView(name, dict((meta.labels if meta else None) or {}),
                               bool(node_spec.unschedulable if node_spec else False),
-                              gpu_pods.get(name, ())))
+                              gpu_pods.get(name, ()) if gpu_pods is not None
+                              else gpu_pods_listed(core, name)))
     return views
 
 
@@ -153,8 +177,9 @@ def _plans(spec: InferenceTuningSpec, nodes: list[NodeView]) -> tuple[
 
 
 def reconcile_mig(namespace: str, name: str, spec: InferenceTuningSpec, settings: MigSettings,
-                  body: kopf.Body, gpu_pods: Mapping[str, tuple[str, ...]]) -> MigStatus:
-    """One MIG pass; `gpu_pods` are the GPU pods by node (`gpu_pods_by_node`, copied)."""
+                  body: kopf.Body, gpu_pods: Mapping[str, tuple[str, ...]] | None) -> MigStatus:
+    """One MIG pass; `gpu_pods` are the GPU pods by node (`gpu_pods_by_node`, copied), or None
+    to list them (`MigSettings.pods_from_index`)."""
     assert spec.mig is not None
     nodes = _observe_nodes(gpu_pods)
     plans, errors, selected = _plans(spec, nodes)
@@ -209,7 +234,8 @@ async def partition_gpus(stopped: kopf.DaemonStopped, namespace: str, name: str,
         if parsed is None:
             return None
         # Copied here, on the event loop, where kopf changes the index (see loops.every).
-        gpu_pods = {node: tuple(sorted(pods)) for node, pods in gpu_pods_by_node.items()}
+        gpu_pods = ({node: tuple(sorted(pods)) for node, pods in gpu_pods_by_node.items()}
+                    if memo.mig.pods_from_index else None)
         # None values are sent, so a profile or ConfigMap from an earlier plan does not linger.
         return lambda: {"mig": reconcile_mig(namespace, name, parsed, memo.mig, body,
                                              gpu_pods).model_dump(by_alias=True, mode="json")}
