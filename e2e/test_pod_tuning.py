@@ -27,6 +27,7 @@ from e2e.test_operator import (
     tuning,
     wait_observed,
 )
+from infertune.kube.webhooks import WebhookRegistration
 
 pytestmark = pytest.mark.e2e
 
@@ -201,6 +202,23 @@ def test_webhook_never_sees_system_namespaces(
     expression = hook.namespace_selector.match_expressions[0]
     assert expression.operator == "NotIn"
     assert {"kube-system", "infertune-system"} <= set(expression.values)
+
+
+def test_a_namespaced_operators_registration_is_valid_to_the_api_server(
+    api_client: client.ApiClient
+) -> None:
+    """`run --namespace team-a --namespace team-b` registers for those namespaces' pods only;
+    the API server validates the selector (dry run: the session operator's stays)."""
+    body = WebhookRegistration(excluded_namespaces=("kube-system", "infertune-system"),
+                               included_namespaces=("team-b", "team-a")).body(
+        {"url": "https://127.0.0.1:9443"})
+    body["metadata"]["name"] = "infertune-namespaced-dry-run"
+    created = client.AdmissionregistrationV1Api(api_client).create_mutating_webhook_configuration(
+        body, dry_run="All")
+    expressions = created.webhooks[0].namespace_selector.match_expressions
+    assert [(e.key, e.operator, e.values) for e in expressions] == [
+        ("kubernetes.io/metadata.name", "NotIn", ["infertune-system", "kube-system"]),
+        ("kubernetes.io/metadata.name", "In", ["team-a", "team-b"])]
 
 
 def test_a_pod_without_command_is_reported_in_status_and_events(

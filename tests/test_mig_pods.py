@@ -51,22 +51,3 @@ def test_a_pod_holds_its_gpus_until_it_has_ended(phase: str) -> None:
 def test_pods_that_hold_no_gpu_are_left_out(body: dict[str, Any], why: str) -> None:
     assert indexed(body) is None, why
 
-
-@pytest.mark.parametrize(("argv", "from_index"), [
-    (["run"], True), (["run", "--all-namespaces"], True), (["run", "-n", "team-a"], False)])
-def test_only_an_operator_watching_every_namespace_trusts_its_pod_index(
-        monkeypatch: pytest.MonkeyPatch, argv: list[str], from_index: bool) -> None:
-    """A namespaced operator's pod index misses other namespaces' GPU pods on the same node;
-    its MIG passes list each node's pods instead."""
-    from infertune.cli import build_parser
-    from infertune.controller import main
-
-    started: dict[str, Any] = {}
-    monkeypatch.setattr(main, "configure", lambda kubeconfig: None)
-    monkeypatch.setattr(main, "freeze_startup_objects", lambda: None)
-    monkeypatch.setattr(main.kopf, "configure", lambda **kwargs: None)  # the root logger
-    monkeypatch.setattr(main.kopf, "run", lambda **kwargs: started.update(kwargs))
-    args = build_parser().parse_args([*argv, "--webhook-cert", "c", "--webhook-key", "k"])
-    assert main.run_operator(args) == 0
-    assert started["clusterwide"] is from_index
-    assert started["memo"].mig.pods_from_index is from_index

@@ -41,6 +41,7 @@ def _webhook_server(args: argparse.Namespace, own_namespace: str) -> Registering
         cert, key = write_self_signed(Path(tempfile.mkdtemp(prefix="infertune-tls-")), hosts)
     return RegisteringWebhookServer(
         registration=WebhookRegistration(excluded_namespaces=("kube-system", own_namespace),
+                                         included_namespaces=tuple(args.namespaces or ()),
                                          service=service),
         addr=args.webhook_addr, port=args.webhook_port, host=host,
         certfile=cert, pkeyfile=key, cafile=args.webhook_ca or cert,

@@ -27,6 +27,9 @@ WEBHOOK_CONFIGURATION = "infertune-pod-tuning"
 HANDLER_ID = "tune-pods"
 OPT_OUT_LABEL = f"{keys.PREFIX}/tuning"
 """Pods labelled infertune.io/tuning=disabled are never sent to the webhook."""
+GLOB_CHARACTERS = "*?[]!,"
+"""What makes a --namespace value a kopf pattern (globs, negation, several globs joined by
+commas) rather than a name: namespace names never hold these."""
 
 
 @dataclass(frozen=True)
@@ -34,6 +37,11 @@ class WebhookRegistration:
     """Where and for whom the pod webhook is registered."""
 
     excluded_namespaces: tuple[str, ...]
+    included_namespaces: tuple[str, ...] = ()
+    """The namespaces a namespaced operator watches (--namespace): pods elsewhere are never
+    sent to it, as it has no tunings there. Empty: every namespace but the excluded ones; so
+    is a list with a kopf glob pattern (`team-*`, `!team-test`), which a namespaceSelector
+    cannot express (kopf reads `*`, `?`, `!` and commas in them)."""
     service: tuple[str, str, int] | None = None
     """(namespace, name, port) of a Service in front of the webhook, for in-cluster use; when
     None the URL kopf reports is used (local runs and the test cluster)."""
@@ -67,15 +75,23 @@ class WebhookRegistration:
                 "sideEffects": "None",
                 "matchPolicy": "Equivalent",
                 "reinvocationPolicy": "Never",
-                "namespaceSelector": {"matchExpressions": [{
-                    "key": "kubernetes.io/metadata.name", "operator": "NotIn",
-                    "values": sorted(set(self.excluded_namespaces))}]},
+                "namespaceSelector": {"matchExpressions": self._namespace_expressions()},
                 "objectSelector": {"matchExpressions": [{
                     "key": OPT_OUT_LABEL, "operator": "NotIn", "values": ["disabled"]}]},
                 "timeoutSeconds": self.timeout_seconds,
                 "admissionReviewVersions": ["v1"],
             }],
         }
+
+    def _namespace_expressions(self) -> list[dict[str, Any]]:
+        name = "kubernetes.io/metadata.name"  # set by the API server on every namespace
+        expressions: list[dict[str, Any]] = [
+            {"key": name, "operator": "NotIn", "values": sorted(set(self.excluded_namespaces))}]
+        if self.included_namespaces and not any(
+                set(ns) & set(GLOB_CHARACTERS) for ns in self.included_namespaces):
+            expressions.append({"key": name, "operator": "In",
+                                "values": sorted(set(self.included_namespaces))})
+        return expressions
 
     def apply(self, kopf_config: dict[str, Any]) -> None:
         api = client.AdmissionregistrationV1Api()
@@ -86,8 +102,10 @@ class WebhookRegistration:
             if exc.status != 409:
                 raise
             api.patch_mutating_webhook_configuration(WEBHOOK_CONFIGURATION, body)
-        logger.info("registered %s for pods, excluding namespaces %s", WEBHOOK_CONFIGURATION,
-                    ", ".join(sorted(set(self.excluded_namespaces))))
+        selected = {e["operator"]: ", ".join(e["values"]) for e in self._namespace_expressions()}
+        logger.info("registered %s for pods in %s, excluding namespaces %s",
+                    WEBHOOK_CONFIGURATION, selected.get("In", "every namespace"),
+                    selected["NotIn"])
 
     def remove(self) -> None:
         try:

@@ -1,0 +1,35 @@
+"""What `infertune run --namespace` changes: a namespaced operator sees only its namespaces'
+objects, so it must not trust its pod index for MIG, and the API server should send it only
+its namespaces' pods."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from infertune.cli import build_parser
+from infertune.controller import main
+
+
+@pytest.mark.parametrize(("argv", "namespaces"), [
+    (["run"], ()), (["run", "--all-namespaces"], ()), (["run", "-n", "team-a"], ("team-a",)),
+    (["run", "-n", "team-a", "-n", "team-b"], ("team-a", "team-b"))])
+def test_the_scope_reaches_kopf_the_mig_loop_and_the_webhook(
+        monkeypatch: pytest.MonkeyPatch, argv: list[str], namespaces: tuple[str, ...]) -> None:
+    started: dict[str, Any] = {}
+    monkeypatch.delenv("INFERTUNE_NAMESPACE", raising=False)
+    monkeypatch.setattr(main, "configure", lambda kubeconfig: None)
+    monkeypatch.setattr(main, "freeze_startup_objects", lambda: None)
+    monkeypatch.setattr(main.kopf, "configure", lambda **kwargs: None)  # the root logger
+    monkeypatch.setattr(main.kopf, "run", lambda **kwargs: started.update(kwargs))
+    args = build_parser().parse_args([*argv, "--webhook-cert", "c", "--webhook-key", "k"])
+    assert main.run_operator(args) == 0
+    cluster_wide = not namespaces
+    assert started["clusterwide"] is cluster_wide
+    assert tuple(started["namespaces"]) == namespaces
+    # A namespaced operator's pod index misses other namespaces' GPU pods on the same node.
+    assert started["memo"].mig.pods_from_index is cluster_wide
+    registration = started["memo"].webhook_server.registration
+    assert registration.included_namespaces == namespaces
+    assert set(registration.excluded_namespaces) == {"kube-system", "infertune-system"}
