@@ -8,12 +8,15 @@ from __future__ import annotations
 import json
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
+from kubernetes import client
 
 from e2e.cluster.helm import helm_binary
 from e2e.fixtures.access import ClusterInfo, Kubectl
+from infertune.cli import build_parser
 
 pytestmark = pytest.mark.e2e
 
@@ -96,3 +99,67 @@ def test_the_chart_installs_and_grants_what_the_autoscaler_acts_with(
         helm("uninstall", release, "--kubeconfig", kubeconfig, "--namespace", namespace)
     gone = kubectl("get", "clusterrole", "infertune-operator", check=False)
     assert gone.returncode != 0 and "NotFound" in gone.stderr
+
+
+ACCESS = ["--set", "prometheus.url=https://thanos-querier.monitoring:9091",
+          "--set", "prometheus.caConfigMap.name=service-ca",
+          "--set", "prometheus.credentialsSecret.name=prometheus-token",
+          "--set", "prometheus.credentialsSecret.key=token",
+          "--set-string", "prometheus.headers.X-Scope-OrgID=team-a"]
+
+
+def rendered_deployment(*values: str) -> dict[str, Any]:
+    for document in yaml.safe_load_all(helm("template", "t", str(CHART), *values).stdout):
+        if document and document.get("kind") == "Deployment":
+            return dict(document)
+    raise AssertionError("the chart renders no Deployment")
+
+
+def test_prometheus_access_values_become_options_and_mounted_files(
+        api_client: client.ApiClient, namespace: str) -> None:
+    deployment = rendered_deployment(*ACCESS)
+    pod = deployment["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["args"][-4:] == [
+        "--prometheus-ca-file=/etc/infertune/prometheus-ca/ca.crt",
+        "--prometheus-credentials-file=/etc/infertune/prometheus-credentials/credentials",
+        "--prometheus-auth-type=Bearer", "--prometheus-header=X-Scope-OrgID: team-a"]
+    # The operator's own parser takes the arguments as rendered.
+    args = build_parser().parse_args(container["args"])
+    assert args.prometheus_headers == ["X-Scope-OrgID: team-a"]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes["prometheus-ca"]["configMap"] == {
+        "name": "service-ca", "items": [{"key": "ca.crt", "path": "ca.crt"}]}
+    assert volumes["prometheus-credentials"]["secret"] == {
+        "secretName": "prometheus-token", "items": [{"key": "token", "path": "credentials"}]}
+    # No subPath: a mounted Secret follows its updates, and the operator reads the file again.
+    assert not any("subPath" in m for m in container["volumeMounts"])
+    deployment["metadata"]["namespace"] = namespace
+    client.AppsV1Api(api_client).create_namespaced_deployment(namespace, deployment,
+                                                              dry_run="All")
+
+
+def test_without_access_values_nothing_is_mounted_or_passed() -> None:
+    deployment = rendered_deployment("--set", f"prometheus.url={PROMETHEUS}")
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert [a for a in container["args"] if a.startswith("--prometheus")] == [
+        f"--prometheus-url={PROMETHEUS}"]
+    assert "volumes" not in deployment["spec"]["template"]["spec"]
+
+
+@pytest.mark.parametrize(("values", "says"), [
+    (["--set", "prometheus.caConfigMap.name=ca"], "need prometheus.url"),
+    (["--set", f"prometheus.url={PROMETHEUS}", "--set", "prometheus.credentialsFile=/t",
+      "--set", "prometheus.credentialsSecret.name=s"], "set one"),
+    (["--set", f"prometheus.url={PROMETHEUS}", "--set-string",
+      "prometheus.headers.X-Scope-OrgID=a\nX-Evil: 1"], "/prometheus/headers/X-Scope-OrgID"),
+    (["--set", f"prometheus.url={PROMETHEUS}", "--set-string", "prometheus.headers.X A=a"],
+     "does not match pattern"),
+    (["--set", f"prometheus.url={PROMETHEUS}", "--set-string",
+      'prometheus.credentialsFile=/t" --kubeconfig=/etc/evil'], "/prometheus/credentialsFile"),
+])
+def test_prometheus_access_values_that_cannot_work_are_refused(
+        values: list[str], says: str) -> None:
+    refused = helm("template", "t", str(CHART), *values, check=False)
+    assert refused.returncode != 0
+    assert says in refused.stderr

@@ -15,9 +15,12 @@ from pathlib import Path
 from typing import Any
 
 from infertune.api.spec import InferenceTuning
+from infertune.metrics.access import PrometheusAccess
 
 
 def add_autoscale_commands(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    from infertune.metrics.access import add_access_options
+
     autoscale = commands.add_parser("autoscale", help="preview autoscaling decisions")
     verbs = autoscale.add_subparsers(dest="autoscale_command", required=True)
     evaluate = verbs.add_parser(
@@ -25,6 +28,7 @@ def add_autoscale_commands(commands: argparse._SubParsersAction) -> None:  # typ
     evaluate.add_argument("tuning", metavar="TUNING.yaml", help="file with one InferenceTuning")
     evaluate.add_argument("--prometheus", required=True, metavar="URL",
                           help="Prometheus base URL, for example http://prometheus:9090")
+    add_access_options(evaluate)
     evaluate.add_argument("--replicas", type=int, metavar="N",
                           help="current replicas of the Deployment (default: minReplicas)")
     evaluate.add_argument("--output", choices=("text", "json"), default="text")
@@ -34,11 +38,13 @@ def add_autoscale_commands(commands: argparse._SubParsersAction) -> None:  # typ
 
 
 def evaluate_command(args: argparse.Namespace) -> int:
+    from infertune.metrics.access import access_from_args
     from infertune.planning import PlanInputError, load_tuning
 
     try:
         tuning = load_tuning(Path(args.tuning))
-        result = evaluate(tuning, args.prometheus, args.replicas, args.timeout, time.time())
+        result = evaluate(tuning, args.prometheus, args.replicas, args.timeout, time.time(),
+                          access_from_args(args))
     except (PlanInputError, ValueError) as exc:
         print(str(exc), file=sys.stderr)
         return 1
@@ -50,9 +56,10 @@ def evaluate_command(args: argparse.Namespace) -> int:
 
 
 def evaluate(tuning: InferenceTuning, prometheus: str, replicas: int | None,
-             timeout_s: float, now: float) -> dict[str, Any]:
+             timeout_s: float, now: float,
+             access: PrometheusAccess | None = None) -> dict[str, Any]:
     """One evaluation, as the JSON the command prints."""
-    from infertune.metrics.prometheus import PrometheusSource
+    from infertune.metrics.prometheus import NO_ACCESS_OPTIONS, PrometheusSource
     from infertune.metrics.source import target_for_tuning
     from infertune.scaling.batching import recommend_batching
     from infertune.scaling.engine import decide_scale
@@ -66,7 +73,8 @@ def evaluate(tuning: InferenceTuning, prometheus: str, replicas: int | None,
         raise ValueError(f"--replicas {replicas}: must be 0 or more")
     current = spec.min_replicas if replicas is None else replicas
     target = target_for_tuning(tuning)
-    signals = PrometheusSource(prometheus, timeout_s=timeout_s).fetch([target], now)[target.key]
+    source = PrometheusSource(prometheus, timeout_s=timeout_s, access=access or NO_ACCESS_OPTIONS)
+    signals = source.fetch([target], now)[target.key]
     decision = decide_scale(spec, current, signals, ScalingState(), now)
     batching = recommend_batching(tuning.spec.batching, tuning.spec.engine, spec,
                                   decision.signals, None)

@@ -158,6 +158,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _add_run_command(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     """`infertune run`: the operator itself."""
+    from infertune.metrics.access import add_access_options
+
     run = commands.add_parser("run", help="run the operator against the current kubeconfig")
     run.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster, then "
                      "$KUBECONFIG, then ~/.kube/config)")
@@ -179,9 +181,11 @@ def _add_run_command(commands: argparse._SubParsersAction) -> None:  # type: ign
                      help="kubelets do not run the static CPU manager: skip the QoS checks")
     run.add_argument("--retune-interval", type=float, metavar="SECONDS",
                      help="how often outdated pods are looked for (default 10)")
-    run.add_argument("--prometheus-url", metavar="URL", help="Prometheus the autoscaler queries "
-                     "(default: $INFERTUNE_PROMETHEUS_URL; without it autoscaling is reported "
-                     "as inactive)")
+    metrics = run.add_argument_group("Prometheus")
+    metrics.add_argument("--prometheus-url", metavar="URL", help="Prometheus the autoscaler "
+                         "queries (default: $INFERTUNE_PROMETHEUS_URL; without it autoscaling "
+                         "is reported as inactive)")
+    add_access_options(metrics)
     hook = run.add_argument_group("admission webhook")
     hook.add_argument("--webhook-addr", default="0.0.0.0", help="listen address")
     hook.add_argument("--webhook-port", type=int, default=9443, help="listen port")

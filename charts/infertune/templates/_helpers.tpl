@@ -7,3 +7,29 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- define "infertune.image" -}}
 {{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
 {{- end -}}
+
+{{/* The --prometheus-* access options from .Values.prometheus, one per line. */}}
+{{- define "infertune.prometheusAccessArgs" -}}
+{{- $p := .Values.prometheus -}}
+{{- $access := or $p.caConfigMap.name $p.credentialsSecret.name $p.credentialsFile $p.headers -}}
+{{- if and $access (not $p.url) -}}
+{{- fail "prometheus.caConfigMap, credentialsSecret, credentialsFile and headers need prometheus.url: without it nothing is queried" -}}
+{{- end -}}
+{{- if and $p.credentialsSecret.name $p.credentialsFile -}}
+{{- fail "prometheus.credentialsSecret and prometheus.credentialsFile both give the credentials; set one" -}}
+{{- end -}}
+{{- if $p.caConfigMap.name }}
+- --prometheus-ca-file=/etc/infertune/prometheus-ca/ca.crt
+{{- end }}
+{{- if $p.credentialsSecret.name }}
+- --prometheus-credentials-file=/etc/infertune/prometheus-credentials/credentials
+{{- else if $p.credentialsFile }}
+- {{ printf "--prometheus-credentials-file=%s" $p.credentialsFile | quote }}
+{{- end }}
+{{- if and (or $p.credentialsSecret.name $p.credentialsFile) $p.authType }}
+- {{ printf "--prometheus-auth-type=%s" $p.authType | quote }}
+{{- end }}
+{{- range $name, $value := $p.headers }}
+- {{ printf "--prometheus-header=%s: %s" $name $value | quote }}
+{{- end }}
+{{- end -}}

@@ -21,6 +21,14 @@ from urllib3.exceptions import NewConnectionError
 from urllib3.exceptions import TimeoutError as Urllib3Timeout
 from urllib3.util.retry import Retry
 
+from infertune.metrics.access import (
+    AUTH_TYPE_OPTION,
+    CA_OPTION,
+    CREDENTIALS_OPTION,
+    AccessError,
+    Credentials,
+    PrometheusAccess,
+)
 from infertune.metrics.plan import QueryPlan, Signal, plan_queries, unsupported
 from infertune.metrics.promql import STAT_LABEL, TARGET_LABEL
 from infertune.metrics.source import MetricsTarget
@@ -30,29 +38,39 @@ from infertune.scaling.state import format_time
 SeriesKey = tuple[str, str]
 """(namespace, Deployment) as the target label set puts them."""
 SignalData = Series | Window
+NO_ACCESS_OPTIONS = PrometheusAccess()
 
 
 class PrometheusSource:
     """Fetches signals from the Prometheus HTTP API at `url`."""
 
     def __init__(self, url: str, *, timeout_s: float = 5.0, resolution_s: float = 1.0,
-                 headers: Mapping[str, str] | None = None,
+                 access: PrometheusAccess = NO_ACCESS_OPTIONS,
                  session: requests.Session | None = None) -> None:
         if not url.startswith(("http://", "https://")):
             raise ValueError(f"Prometheus URL {url!r} must start with http:// or https://")
         if resolution_s <= 0 or timeout_s <= 0:
             raise ValueError("timeout_s and resolution_s must be above 0")
+        if access.ca_file is not None and not url.startswith("https://"):
+            raise AccessError(CA_OPTION, f"is for an https URL, and {url} is not one; use "
+                              "https:// or drop the option")
         self.url = url.rstrip("/")
         self.timeout_s = timeout_s
         self.resolution_s = resolution_s
+        if session is None:
+            session = requests.Session()
+            session.verify = access.session_verify
+        self._credentials = None if access.credentials_file is None else Credentials(access)
         # No retries inside a cycle: a failure is "no data" now and the next cycle asks again,
         # instead of one slow Prometheus holding every tuning's evaluation for several timeouts.
-        self._client = PrometheusConnect(url=self.url, headers=dict(headers or {}),
+        self._client = PrometheusConnect(url=self.url, headers=dict(access.headers),
                                          session=session, retry=Retry(total=False))
         self._planned: tuple[tuple[MetricsTarget, ...], list[tuple[QueryPlan, str | None]]] = (
             (), [])
 
     def fetch(self, targets: Sequence[MetricsTarget], now: float) -> dict[str, TargetSignals]:
+        if self._credentials is not None:  # once per cycle: the file may have been rotated
+            self._client.headers["Authorization"] = self._credentials.current()
         found: dict[Signal, dict[str, SignalData]] = {signal: {} for signal in Signal}
         for plan, query in self._plans(targets):
             answer = self._run(plan, query, now)
@@ -176,9 +194,19 @@ def _describe(exc: Exception, timeout_s: float) -> str:
     # Checked first: urllib3 2 makes NewConnectionError a subclass of its TimeoutError.
     if isinstance(exc, NewConnectionError | ConnectionRefusedError):
         return "cannot connect (refused or unreachable)"
+    if isinstance(exc, requests.exceptions.SSLError):  # before ConnectionError, its base
+        reason = str(exc).rsplit("(Caused by SSLError(", 1)[-1].rstrip(")")
+        return f"TLS failed ({reason[:200]}); check the URL and {CA_OPTION}"
     if isinstance(exc, requests.Timeout | Urllib3Timeout):
         return f"timed out after {timeout_s:g}s"
     if isinstance(exc, requests.ConnectionError | OSError):
         return "cannot connect (refused or unreachable)"
+    if isinstance(exc, PrometheusApiClientException) and str(exc).startswith(_REFUSED):
+        return (f"{str(exc)[:len('HTTP Status Code 401')]}: the credentials were refused; "
+                f"check {CREDENTIALS_OPTION} and {AUTH_TYPE_OPTION}")
     text = str(exc) or type(exc).__name__
     return text if len(text) <= 300 else text[:300] + "..."
+
+
+_REFUSED = ("HTTP Status Code 401", "HTTP Status Code 403")
+"""How prometheus-api-client words a refusal (PrometheusApiClientException)."""

@@ -1,0 +1,258 @@
+"""A Prometheus that wants more than a URL: HTTPS with its own CA, credentials from a file
+(rotated), extra headers. The options are checked up front; the adapter is held to a real
+Prometheus that serves HTTPS and asks for basic auth (its own --web.config.file)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+from e2e.fixtures.prometheus import PROMETHEUS_BINARY, MetricsEndpoint, PrometheusServer
+from e2e.fixtures.waiting import wait_for
+from prometheus_client import CollectorRegistry, Gauge, Histogram
+
+from infertune.api.spec import Engine
+from infertune.cli import build_parser
+from infertune.kube.webhook_tls import write_self_signed
+from infertune.metrics.access import AccessError, Credentials, PrometheusAccess
+from infertune.metrics.presets import PRESETS
+from infertune.metrics.prometheus import PrometheusSource
+from infertune.metrics.source import MetricsTarget
+from infertune.scaling.signals import TargetSignals
+
+# ---- the options ---------------------------------------------------------------------------
+
+
+def test_headers_are_parsed_and_kept_in_order() -> None:
+    access = PrometheusAccess.parse(headers=["X-Scope-OrgID: team-a", "X-Extra:  a: b "])
+    assert access.headers == (("X-Scope-OrgID", "team-a"), ("X-Extra", "a: b"))
+
+
+@pytest.mark.parametrize(("header", "says"), [
+    ("X-Scope-OrgID team-a", "is not NAME: VALUE"),
+    ("X Scope: team-a", "is not NAME: VALUE"),
+    (": team-a", "is not NAME: VALUE"),
+    ("X-Scope-OrgID: team-a\r\nX-Evil: 1", "control character"),
+    ("X-Scope-OrgID: team-a\nX-Evil: 1", "control character"),
+    ("X-Scope-OrgID: a\x00b", "control character"),
+])
+def test_a_header_that_could_not_be_sent_as_given_is_refused(header: str, says: str) -> None:
+    with pytest.raises(AccessError, match=says) as caught:
+        PrometheusAccess.parse(headers=[header])
+    assert caught.value.option == "--prometheus-header"
+
+
+def test_a_header_given_twice_is_refused() -> None:
+    with pytest.raises(AccessError, match="x-scope-orgid given more than once"):
+        PrometheusAccess.parse(headers=["X-Scope-OrgID: a", "x-scope-orgid: b"])
+
+
+def test_credentials_come_one_way_only(tmp_path: Path) -> None:
+    token = tmp_path / "token"
+    token.write_text("abc\n")
+    with pytest.raises(AccessError, match="one way only"):
+        PrometheusAccess.parse(credentials_file=str(token), headers=["Authorization: Bearer x"])
+    with pytest.raises(AccessError, match="needs --prometheus-credentials-file") as caught:
+        PrometheusAccess.parse(auth_type="Basic")
+    assert caught.value.option == "--prometheus-auth-type"
+    with pytest.raises(AccessError, match="not an HTTP auth scheme"):
+        PrometheusAccess.parse(credentials_file=str(token), auth_type="Bear er")
+
+
+@pytest.mark.parametrize(("content", "says"), [
+    (None, "cannot read"), ("", "is empty"), ("  \n", "is empty"),
+    ("line one\nline two\n", "more than one line"), ("tok\ten", "control character")])
+def test_a_credentials_file_is_read_before_anything_starts(
+        tmp_path: Path, content: str | None, says: str) -> None:
+    path = tmp_path / "token"
+    if content is not None:
+        path.write_text(content)
+    with pytest.raises(AccessError, match=says) as caught:
+        PrometheusAccess.parse(credentials_file=str(path))
+    assert caught.value.option == "--prometheus-credentials-file"
+
+
+def test_a_ca_file_must_hold_a_certificate(tmp_path: Path) -> None:
+    with pytest.raises(AccessError, match="does not exist"):
+        PrometheusAccess.parse(ca_file=str(tmp_path / "missing.pem"))
+    junk = tmp_path / "junk.pem"
+    junk.write_text("not a certificate\n")
+    with pytest.raises(AccessError, match="no usable PEM certificate"):
+        PrometheusAccess.parse(ca_file=str(junk))
+    cert, _ = write_self_signed(tmp_path / "tls", ["127.0.0.1"])
+    access = PrometheusAccess.parse(ca_file=str(cert))
+    assert access.session_verify == str(cert)
+    with pytest.raises(AccessError, match="is for an https URL"):
+        PrometheusSource("http://prometheus:9090", access=access)
+
+
+def test_rotated_credentials_are_read_again_and_a_vanished_file_keeps_the_last(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    path = tmp_path / "token"
+    path.write_text("first")
+    credentials = Credentials(PrometheusAccess.parse(credentials_file=str(path)))
+    assert credentials.current() == "Bearer first"
+    path.write_text("second-token")
+    assert credentials.current() == "Bearer second-token"
+    path.unlink()
+    with caplog.at_level(logging.WARNING):
+        assert credentials.current() == "Bearer second-token"
+    assert "keeping the last Prometheus credentials" in caplog.text
+
+
+@pytest.mark.parametrize("argv", [
+    ["run", "--prometheus-header", "X-Scope-OrgID: a\r\nX: 1"],
+    ["run", "--prometheus-ca-file", "/nonexistent.pem", "--prometheus-url", "https://p:9090"],
+    ["run", "--prometheus-header", "X-Scope-OrgID: a"],  # no URL: nothing would be queried
+])
+def test_the_operator_refuses_to_start_with_access_options_that_cannot_work(
+        monkeypatch: pytest.MonkeyPatch, argv: list[str]) -> None:
+    from infertune.controller import main
+
+    monkeypatch.setattr(main.kopf, "configure", lambda **kwargs: None)  # the root logger
+    monkeypatch.delenv("INFERTUNE_PROMETHEUS_URL", raising=False)
+    with pytest.raises(SystemExit, match="--prometheus-"):
+        main.run_operator(build_parser().parse_args(argv))
+
+
+# ---- against a real Prometheus with TLS and basic auth --------------------------------------
+
+needs_prometheus = pytest.mark.skipif(not PROMETHEUS_BINARY.exists(),
+                                      reason="needs /usr/bin/prometheus")
+
+
+@pytest.fixture(scope="module")
+def secured() -> Iterator[PrometheusServer]:
+    registry = CollectorRegistry()
+    labels = ["namespace", "pod", "model_name"]
+    Gauge(PRESETS[Engine.VLLM].queue_depth, "w", labels, registry=registry).labels(
+        "serving", "llm-5d4f8b9c7-abcde", "qwen").set(12)
+    latency = getattr(PRESETS[Engine.VLLM].latency, "name", None)
+    assert latency is not None
+    histogram = Histogram(latency, "e2e", labels, registry=registry).labels(
+        "serving", "llm-5d4f8b9c7-abcde", "qwen")
+    stop = threading.Event()
+    threading.Thread(target=lambda: [histogram.observe(0.1) for _ in iter(
+        lambda: stop.wait(0.05), True)], daemon=True).start()
+    server = PrometheusServer(secured=True).start()
+    try:
+        with MetricsEndpoint(registry) as endpoint:
+            server.add_scrape_job("vllm", [endpoint.target])
+            server.wait_for_targets_up("vllm")
+            yield server
+    finally:
+        stop.set()
+        server.stop()
+
+
+TARGET = MetricsTarget("serving/llm", "serving", "llm", PRESETS[Engine.VLLM], window="5s",
+                       queue_history_s=0.0, latency_step_s=2.0)
+
+
+class RecordingSession(requests.Session):
+    """A real session that also keeps the headers of each request it sends."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sent: list[dict[str, str]] = []
+
+    def request(self, *args: Any, **kwargs: Any) -> Any:
+        self.sent.append(dict(kwargs.get("headers") or {}))
+        return super().request(*args, **kwargs)
+
+
+def credentials(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "credentials"
+    path.write_text(text + "\n")
+    return path
+
+
+def fetched(source: PrometheusSource) -> TargetSignals:
+    return source.fetch([TARGET], time.time())[TARGET.key]
+
+
+@needs_prometheus
+def test_the_adapter_reads_a_prometheus_behind_tls_and_basic_auth(
+        secured: PrometheusServer, tmp_path: Path) -> None:
+    assert secured.ca_file is not None
+    access = PrometheusAccess.parse(
+        ca_file=str(secured.ca_file), auth_type="Basic",
+        credentials_file=str(credentials(tmp_path, secured.basic_credentials)),
+        headers=["X-Scope-OrgID: team-a"])
+    session = RecordingSession()
+    session.verify = access.session_verify
+    source = PrometheusSource(secured.url, access=access, session=session)
+    got = wait_for(lambda: (s := fetched(source)).queue.last is not None and s,
+                   "the queue through TLS and basic auth", timeout_s=20)
+    assert got.queue.last == 12.0
+    assert got.problems() == () or all("latency" in p or "requestRate" in p
+                                       for p in got.problems())
+    assert session.sent[-1]["X-Scope-OrgID"] == "team-a"
+    assert session.sent[-1]["Authorization"] == f"Basic {secured.basic_credentials}"
+
+
+@needs_prometheus
+def test_refused_credentials_are_no_data_that_says_why_until_the_file_is_fixed(
+        secured: PrometheusServer, tmp_path: Path) -> None:
+    assert secured.ca_file is not None
+    path = credentials(tmp_path, "aW5mZXJ0dW5lOndyb25n")  # infertune:wrong
+    source = PrometheusSource(secured.url, access=PrometheusAccess.parse(
+        ca_file=str(secured.ca_file), auth_type="Basic", credentials_file=str(path)))
+    refused = fetched(source)
+    assert refused.queue.last is None
+    assert "HTTP Status Code 401: the credentials were refused; check " \
+           "--prometheus-credentials-file" in (refused.queue.problem or "")
+    path.write_text(secured.basic_credentials + "\n")  # rotated: read again on the next cycle
+    assert wait_for(lambda: fetched(source).queue.last, "the queue after the fix") == 12.0
+
+
+@needs_prometheus
+def test_a_certificate_the_adapter_cannot_verify_is_reported_as_tls(
+        secured: PrometheusServer, tmp_path: Path) -> None:
+    other_ca, _ = write_self_signed(tmp_path / "other", ["127.0.0.1"])
+    for access in (PrometheusAccess(), PrometheusAccess.parse(ca_file=str(other_ca))):
+        got = fetched(PrometheusSource(secured.url, access=access, timeout_s=5))
+        assert got.queue.last is None
+        assert "TLS failed" in (got.queue.problem or "")
+        assert "--prometheus-ca-file" in (got.queue.problem or "")
+
+
+@needs_prometheus
+def test_autoscale_evaluate_takes_the_same_access_options(
+        secured: PrometheusServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert secured.ca_file is not None
+    tuning = tmp_path / "tuning.yaml"
+    tuning.write_text(TUNING)
+    secret = credentials(tmp_path, secured.basic_credentials)
+    argv = ["autoscale", "evaluate", str(tuning), "--prometheus", secured.url,
+            "--prometheus-ca-file", str(secured.ca_file), "--prometheus-auth-type", "Basic",
+            "--prometheus-credentials-file", str(secret), "--replicas", "1", "--output", "json"]
+    args = build_parser().parse_args(argv)
+    wait_for(lambda: fetched(PrometheusSource(secured.url, access=PrometheusAccess.parse(
+        ca_file=str(secured.ca_file), auth_type="Basic", credentials_file=str(secret))
+    )).queue.last, "the queue")
+    assert args.handler(args) == 0
+    assert json.loads(capsys.readouterr().out)["signals"]["queuePerReplica"] == 12.0
+    bad = build_parser().parse_args([*argv[:5], "--prometheus-header", "X: a\nY: b"])
+    assert bad.handler(bad) == 1
+    assert "--prometheus-header: the value of X holds a control character" in \
+        capsys.readouterr().err
+
+
+TUNING = """
+apiVersion: infertune.io/v1alpha1
+kind: InferenceTuning
+metadata: {name: llm, namespace: serving}
+spec:
+  targetRef: {name: llm}
+  engine: vllm
+  metrics: {window: 5s}
+  autoscaling: {interval: 2s, queue: {targetPerReplica: 32, sustain: 0s}}
+"""
