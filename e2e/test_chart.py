@@ -103,6 +103,7 @@ def test_the_chart_installs_and_grants_what_the_autoscaler_acts_with(
 
 ACCESS = ["--set", "prometheus.url=https://thanos-querier.monitoring:9091",
           "--set", "prometheus.caConfigMap.name=service-ca",
+          "--set", "prometheus.clientCertSecret=prometheus-client",
           "--set", "prometheus.credentialsSecret.name=prometheus-token",
           "--set", "prometheus.credentialsSecret.key=token",
           "--set-string", "prometheus.headers.X-Scope-OrgID=team-a"]
@@ -120,8 +121,10 @@ def test_prometheus_access_values_become_options_and_mounted_files(
     deployment = rendered_deployment(*ACCESS)
     pod = deployment["spec"]["template"]["spec"]
     (container,) = pod["containers"]
-    assert container["args"][-4:] == [
+    assert container["args"][-6:] == [
         "--prometheus-ca-file=/etc/infertune/prometheus-ca/ca.crt",
+        "--prometheus-cert-file=/etc/infertune/prometheus-client/tls.crt",
+        "--prometheus-key-file=/etc/infertune/prometheus-client/tls.key",
         "--prometheus-credentials-file=/etc/infertune/prometheus-credentials/credentials",
         "--prometheus-auth-type=Bearer", "--prometheus-header=X-Scope-OrgID: team-a"]
     # The operator's own parser takes the arguments as rendered.
@@ -132,6 +135,7 @@ def test_prometheus_access_values_become_options_and_mounted_files(
         "name": "service-ca", "items": [{"key": "ca.crt", "path": "ca.crt"}]}
     assert volumes["prometheus-credentials"]["secret"] == {
         "secretName": "prometheus-token", "items": [{"key": "token", "path": "credentials"}]}
+    assert volumes["prometheus-client"]["secret"]["secretName"] == "prometheus-client"
     # No subPath: a mounted Secret follows its updates, and the operator reads the file again.
     assert not any("subPath" in m for m in container["volumeMounts"])
     deployment["metadata"]["namespace"] = namespace

@@ -9,11 +9,13 @@ import logging
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
 import requests
+from cryptography.x509.oid import ExtendedKeyUsageOID
 from e2e.fixtures.prometheus import PROMETHEUS_BINARY, MetricsEndpoint, PrometheusServer
 from e2e.fixtures.waiting import wait_for
 from prometheus_client import CollectorRegistry, Gauge, Histogram
@@ -141,14 +143,23 @@ def secured() -> Iterator[PrometheusServer]:
     stop = threading.Event()
     threading.Thread(target=lambda: [histogram.observe(0.1) for _ in iter(
         lambda: stop.wait(0.05), True)], daemon=True).start()
-    server = PrometheusServer(secured=True).start()
+    try:
+        with scraped(registry, PrometheusServer(secured=True)) as server:
+            yield server
+    finally:
+        stop.set()
+
+
+@contextmanager
+def scraped(registry: CollectorRegistry, server: PrometheusServer) -> Iterator[PrometheusServer]:
+    """`server` started, scraping `registry` until the block ends."""
+    server.start()
     try:
         with MetricsEndpoint(registry) as endpoint:
             server.add_scrape_job("vllm", [endpoint.target])
             server.wait_for_targets_up("vllm")
             yield server
     finally:
-        stop.set()
         server.stop()
 
 
@@ -256,3 +267,48 @@ spec:
   metrics: {window: 5s}
   autoscaling: {interval: 2s, queue: {targetPerReplica: 32, sustain: 0s}}
 """
+
+
+def test_a_client_certificate_needs_its_key_and_both_must_load(tmp_path: Path) -> None:
+    client = ExtendedKeyUsageOID.CLIENT_AUTH
+    cert, key = write_self_signed(tmp_path / "a", ["infertune"], usage=client)
+    other_cert, _ = write_self_signed(tmp_path / "b", ["other"], usage=client)
+    with pytest.raises(AccessError, match="needs both") as caught:
+        PrometheusAccess.parse(cert_file=str(cert))
+    assert caught.value.option == "--prometheus-key-file"
+    with pytest.raises(AccessError, match="does not exist") as caught:
+        PrometheusAccess.parse(cert_file=str(tmp_path / "none.pem"), key_file=str(key))
+    assert caught.value.option == "--prometheus-cert-file"
+    with pytest.raises(AccessError, match="not a PEM certificate and its private key"):
+        PrometheusAccess.parse(cert_file=str(other_cert), key_file=str(key))
+    access = PrometheusAccess.parse(cert_file=str(cert), key_file=str(key))
+    assert access.client_cert == (cert, key)
+    with pytest.raises(AccessError, match="is for an https URL") as caught:
+        PrometheusSource("http://prometheus:9090", access=access)
+    assert caught.value.option == "--prometheus-cert-file"
+
+
+@pytest.fixture(scope="module")
+def mutual() -> Iterator[PrometheusServer]:
+    """HTTPS that lets in only clients with the certificate it trusts (mutual TLS)."""
+    registry = CollectorRegistry()
+    Gauge(PRESETS[Engine.VLLM].queue_depth, "w", ["namespace", "pod"], registry=registry).labels(
+        "serving", "llm-5d4f8b9c7-abcde").set(7)
+    with scraped(registry, PrometheusServer(secured=True, mutual=True)) as server:
+        yield server
+
+
+@needs_prometheus
+def test_the_adapter_presents_its_client_certificate_to_a_prometheus_that_asks(
+        mutual: PrometheusServer, tmp_path: Path) -> None:
+    assert mutual.ca_file is not None and mutual.client_cert is not None
+    secret = str(credentials(tmp_path, mutual.basic_credentials))
+    cert, key = map(str, mutual.client_cert)
+    with_cert = PrometheusSource(mutual.url, access=PrometheusAccess.parse(
+        ca_file=str(mutual.ca_file), cert_file=cert, key_file=key, auth_type="Basic",
+        credentials_file=secret))
+    assert wait_for(lambda: fetched(with_cert).queue.last, "the queue over mutual TLS") == 7.0
+    without = fetched(PrometheusSource(mutual.url, access=PrometheusAccess.parse(
+        ca_file=str(mutual.ca_file), auth_type="Basic", credentials_file=secret)))
+    assert without.queue.last is None
+    assert "TLS failed" in (without.queue.problem or ""), without.queue.problem

@@ -11,15 +11,19 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{/* The --prometheus-* access options from .Values.prometheus, one per line. */}}
 {{- define "infertune.prometheusAccessArgs" -}}
 {{- $p := .Values.prometheus -}}
-{{- $access := or $p.caConfigMap.name $p.credentialsSecret.name $p.credentialsFile $p.headers -}}
+{{- $access := or $p.caConfigMap.name $p.clientCertSecret $p.credentialsSecret.name $p.credentialsFile $p.headers -}}
 {{- if and $access (not $p.url) -}}
-{{- fail "prometheus.caConfigMap, credentialsSecret, credentialsFile and headers need prometheus.url: without it nothing is queried" -}}
+{{- fail "prometheus.caConfigMap, clientCertSecret, credentialsSecret, credentialsFile and headers need prometheus.url: without it nothing is queried" -}}
 {{- end -}}
 {{- if and $p.credentialsSecret.name $p.credentialsFile -}}
 {{- fail "prometheus.credentialsSecret and prometheus.credentialsFile both give the credentials; set one" -}}
 {{- end -}}
 {{- if $p.caConfigMap.name }}
 - --prometheus-ca-file=/etc/infertune/prometheus-ca/ca.crt
+{{- end }}
+{{- if $p.clientCertSecret }}
+- --prometheus-cert-file=/etc/infertune/prometheus-client/tls.crt
+- --prometheus-key-file=/etc/infertune/prometheus-client/tls.key
 {{- end }}
 {{- if $p.credentialsSecret.name }}
 - --prometheus-credentials-file=/etc/infertune/prometheus-credentials/credentials

@@ -24,8 +24,12 @@ def _san(name: str) -> x509.GeneralName:
         return x509.DNSName(name)
 
 
-def write_self_signed(directory: Path, hosts: list[str], days: int = 365) -> tuple[Path, Path]:
-    """Write cert.pem and key.pem for `hosts` into `directory`; the cert is its own CA."""
+def write_self_signed(directory: Path, hosts: list[str], days: int = 365, *,
+                      usage: x509.ObjectIdentifier = ExtendedKeyUsageOID.SERVER_AUTH,
+                      ) -> tuple[Path, Path]:
+    """Write cert.pem and key.pem for `hosts` into `directory`; the cert is its own CA. `usage`
+    is its extended key usage: a server's by default, CLIENT_AUTH for a client certificate
+    (Go's TLS servers, Prometheus among them, check it)."""
     key = ec.generate_private_key(ec.SECP256R1())
     subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, hosts[0][:64])])
     now = dt.datetime.now(dt.UTC)
@@ -39,7 +43,7 @@ def write_self_signed(directory: Path, hosts: list[str], days: int = 365) -> tup
         .not_valid_after(now + dt.timedelta(days=days))
         .add_extension(x509.SubjectAlternativeName([_san(h) for h in hosts]), critical=False)
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
         .sign(key, hashes.SHA256())
     )
     directory.mkdir(parents=True, exist_ok=True)

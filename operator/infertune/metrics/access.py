@@ -1,8 +1,10 @@
-"""How to reach a Prometheus that wants more than a URL: a CA bundle for its certificate,
-credentials from a file, and extra request headers (a Mimir or Cortex tenant, say).
+"""How to reach a Prometheus that wants more than a URL: a CA bundle for its certificate, a
+client certificate, credentials from a file, and extra request headers (a Mimir or Cortex
+tenant, say).
 
 The names follow Prometheus's own HTTP client configuration (`tls_config.ca_file`,
-`authorization.type` and `authorization.credentials_file`, `http_headers`), so a setup that
+`tls_config.cert_file` and `key_file`, `authorization.type` and
+`authorization.credentials_file`, `http_headers`), so a setup that
 works for a Prometheus scrape or remote-read works here. Everything is checked before the
 operator starts; a bad value is an error naming its option, never a first failing cycle.
 """
@@ -28,6 +30,8 @@ _UNSAFE = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 CREDENTIALS_OPTION = "--prometheus-credentials-file"
 AUTH_TYPE_OPTION = "--prometheus-auth-type"
 CA_OPTION = "--prometheus-ca-file"
+CERT_OPTION = "--prometheus-cert-file"
+KEY_OPTION = "--prometheus-key-file"
 HEADER_OPTION = "--prometheus-header"
 
 
@@ -48,10 +52,14 @@ class PrometheusAccess:
     read again whenever it changes, as projected ServiceAccount tokens rotate."""
     auth_type: str = "Bearer"
     headers: tuple[tuple[str, str], ...] = ()
+    client_cert: tuple[Path, Path] | None = None
+    """(certificate, key) PEM files the operator presents, for a Prometheus that verifies
+    its clients (mutual TLS)."""
 
     @classmethod
     def parse(cls, *, ca_file: str | None = None, credentials_file: str | None = None,
-              auth_type: str | None = None, headers: Sequence[str] = ()) -> PrometheusAccess:
+              auth_type: str | None = None, headers: Sequence[str] = (),
+              cert_file: str | None = None, key_file: str | None = None) -> PrometheusAccess:
         """The options as given on the command line; AccessError names the one that is
         wrong and what to do."""
         parsed = tuple(_header(text) for text in headers)
@@ -72,7 +80,7 @@ class PrometheusAccess:
             raise AccessError(AUTH_TYPE_OPTION, f"{scheme!r} is not an HTTP auth scheme; use "
                               "Bearer (the default) or Basic")
         access = cls(_ca(ca_file), None if credentials_file is None else Path(credentials_file),
-                     scheme, parsed)
+                     scheme, parsed, _client_cert(cert_file, key_file))
         if access.credentials_file is not None:
             read_credentials(access.credentials_file)  # fails now rather than in a cycle
         return access
@@ -107,6 +115,24 @@ def _ca(path: str | None) -> Path | None:
         raise AccessError(CA_OPTION, f"{path} holds no usable PEM certificate ({exc}); give "
                           "the CA bundle in PEM form") from None
     return Path(path)
+
+
+def _client_cert(cert: str | None, key: str | None) -> tuple[Path, Path] | None:
+    if cert is None and key is None:
+        return None
+    if cert is None or key is None:
+        given, missing = (KEY_OPTION, CERT_OPTION) if cert is None else (CERT_OPTION, KEY_OPTION)
+        raise AccessError(missing, f"{given} is given without it; a client certificate needs "
+                          "both the certificate and its key")
+    for option, path in ((CERT_OPTION, cert), (KEY_OPTION, key)):
+        if not Path(path).is_file():
+            raise AccessError(option, f"{path} does not exist or is not a file")
+    try:
+        ssl.create_default_context().load_cert_chain(cert, key)
+    except (OSError, ssl.SSLError) as exc:
+        raise AccessError(CERT_OPTION, f"{cert} and {key} are not a PEM certificate and its "
+                          f"private key ({exc}); give the pair Prometheus's CA signed") from None
+    return Path(cert), Path(key)
 
 
 def read_credentials(path: Path) -> str:
@@ -156,6 +182,9 @@ def add_access_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup
     """The access options, for every command that queries Prometheus."""
     parser.add_argument(CA_OPTION, metavar="PEM", help="CA bundle that signs Prometheus's "
                         "certificate, for an https URL (default: the system's CAs)")
+    parser.add_argument(CERT_OPTION, metavar="PEM", help="client certificate, for a Prometheus "
+                        "that verifies its clients (mutual TLS); with " + KEY_OPTION)
+    parser.add_argument(KEY_OPTION, metavar="PEM", help="private key of " + CERT_OPTION)
     parser.add_argument(CREDENTIALS_OPTION, metavar="FILE",
                         help="file with the credentials sent in the Authorization header, for "
                              "example a ServiceAccount token; read again when it changes")
@@ -170,6 +199,8 @@ def add_access_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup
 
 def access_from_args(args: argparse.Namespace) -> PrometheusAccess:
     return PrometheusAccess.parse(ca_file=args.prometheus_ca_file,
+                                  cert_file=args.prometheus_cert_file,
+                                  key_file=args.prometheus_key_file,
                                   credentials_file=args.prometheus_credentials_file,
                                   auth_type=args.prometheus_auth_type,
                                   headers=args.prometheus_headers)

@@ -24,6 +24,7 @@ from urllib3.util.retry import Retry
 from infertune.metrics.access import (
     AUTH_TYPE_OPTION,
     CA_OPTION,
+    CERT_OPTION,
     CREDENTIALS_OPTION,
     AccessError,
     Credentials,
@@ -51,15 +52,19 @@ class PrometheusSource:
             raise ValueError(f"Prometheus URL {url!r} must start with http:// or https://")
         if resolution_s <= 0 or timeout_s <= 0:
             raise ValueError("timeout_s and resolution_s must be above 0")
-        if access.ca_file is not None and not url.startswith("https://"):
-            raise AccessError(CA_OPTION, f"is for an https URL, and {url} is not one; use "
-                              "https:// or drop the option")
+        for option, given in ((CA_OPTION, access.ca_file), (CERT_OPTION, access.client_cert)):
+            if given is not None and not url.startswith("https://"):
+                raise AccessError(option, f"is for an https URL, and {url} is not one; use "
+                                  "https:// or drop the option")
         self.url = url.rstrip("/")
         self.timeout_s = timeout_s
         self.resolution_s = resolution_s
         if session is None:
             session = requests.Session()
             session.verify = access.session_verify
+            if access.client_cert is not None:
+                cert, key = access.client_cert
+                session.cert = (str(cert), str(key))
         self._credentials = None if access.credentials_file is None else Credentials(access)
         # No retries inside a cycle: a failure is "no data" now and the next cycle asks again,
         # instead of one slow Prometheus holding every tuning's evaluation for several timeouts.
