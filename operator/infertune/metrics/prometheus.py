@@ -43,7 +43,8 @@ NO_ACCESS_OPTIONS = PrometheusAccess()
 
 
 class PrometheusSource:
-    """Fetches signals from the Prometheus HTTP API at `url`."""
+    """Fetches signals from the Prometheus HTTP API at `url`, reached as `access` says. A
+    `session` passed in is used as it is: its TLS settings (verify, cert) are the caller's."""
 
     def __init__(self, url: str, *, timeout_s: float = 5.0, resolution_s: float = 1.0,
                  access: PrometheusAccess = NO_ACCESS_OPTIONS,
