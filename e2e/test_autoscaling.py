@@ -9,13 +9,17 @@ replicas hold with MetricsAvailable=False; a P99 spike with a low queue yields T
 
 from __future__ import annotations
 
+import json
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from prometheus_client import CollectorRegistry, Gauge, Histogram
@@ -26,6 +30,7 @@ from e2e.fixtures.waiting import wait_for
 from e2e.test_operator import condition, create, deployment, get_tuning, tuning
 from e2e.test_pod_tuning import pods_of
 from infertune.api.spec import GROUP, PLURAL, VERSION
+from infertune.cli import build_parser
 
 pytestmark = pytest.mark.e2e
 
@@ -329,3 +334,73 @@ def test_a_tuning_being_autoscaled_is_deleted_at_once(
     wait_for(gone, "the tuning deleted (its finalizer removed)", timeout_s=15)
     operator.check_running()
     assert replicas(api_client, namespace) == 1  # the Deployment is left as it was
+
+
+def test_autoscale_evaluate_live_decides_with_the_operators_stored_windows(
+    api_client: client.ApiClient, namespace: str, operator: OperatorProcess,
+    fake_vllm: FakeVllm, prometheus: PrometheusServer, kubeconfig: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`autoscale evaluate --live` reads the replicas and the stabilization window the operator
+    keeps in status: after a load spike, with the queue back to 0, it holds as the operator
+    does, where the same tuning from a file (empty windows) would scale in at once."""
+    spec = {**SPEC, "mode": "DryRun", "autoscaling": {
+        **SPEC["autoscaling"], "scaleDown": {**SPEC["autoscaling"]["scaleDown"],
+                                             "stabilization": "5m"}}}
+    create(api_client, namespace, deployment("qwen", replicas=3))
+    create(api_client, namespace, tuning("qwen", "qwen", **spec))
+    fake_vllm.queue_per_pod = 200  # sustained: the window records a high recommendation
+    wait_for(lambda: autoscaling_status(api_client, namespace).get("action") == "ScaleOut",
+             "a (dry-run) ScaleOut recommendation", timeout_s=30)
+    fake_vllm.queue_per_pod = 0
+    held = wait_for(lambda: (s := autoscaling_status(api_client, namespace)).get(
+        "queueDepth") == 0 and s.get("action") == "Hold" and s, "the queue back to 0, held")
+    assert "scale-down stabilized at 3" in held["reason"]
+
+    def evaluate(*where: str) -> dict[str, Any]:
+        args = build_parser().parse_args(["autoscale", "evaluate", *where, "--prometheus",
+                                          prometheus.url, "--output", "json"])
+        try:
+            assert args.handler(args) == 0, capsys.readouterr().err
+        finally:
+            client.ApiClient.set_default(None)  # type: ignore[no-untyped-call]
+        result: dict[str, Any] = json.loads(capsys.readouterr().out)
+        return result
+
+    live = evaluate("--live", f"{namespace}/qwen", "--kubeconfig", str(kubeconfig))
+    assert (live["currentReplicas"], live["currentReplicasAssumed"]) == (3, False)
+    assert (live["state"], live["action"], live["desiredReplicas"]) == (
+        "status.autoscaling.state", "Hold", 3)
+    assert "scale-down stabilized at 3" in live["reason"]
+    body = get_tuning(api_client, namespace, "qwen")
+    manifest = tmp_manifest(body)
+    from_file = evaluate(str(manifest), "--replicas", "3")
+    assert (from_file["state"], from_file["action"], from_file["desiredReplicas"]) == (
+        "empty", "ScaleIn", 1)
+    assert replicas(api_client, namespace) == 3  # DryRun: nothing was written
+
+
+def tmp_manifest(body: dict[str, Any]) -> Path:
+    path = Path(tempfile.mkdtemp(prefix="infertune-e2e-tuning-")) / "tuning.yaml"
+    path.write_text(yaml.safe_dump({k: body[k] for k in ("apiVersion", "kind", "spec")} | {
+        "metadata": {"name": body["metadata"]["name"],
+                     "namespace": body["metadata"]["namespace"]}}))
+    return path
+
+
+def test_autoscale_evaluate_live_names_what_is_missing(
+    api_client: client.ApiClient, namespace: str, kubeconfig: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    create(api_client, namespace, tuning("orphan", "nowhere", autoscaling={}))
+    for ref, says in ((f"{namespace}/missing", f"InferenceTuning {namespace}/missing not found"),
+                      (f"{namespace}/orphan", f"Deployment {namespace}/nowhere "
+                                              "(spec.targetRef) not found")):
+        args = build_parser().parse_args(["autoscale", "evaluate", "--live", ref,
+                                          "--kubeconfig", str(kubeconfig),
+                                          "--prometheus", "http://127.0.0.1:1"])
+        try:
+            assert args.handler(args) == 1
+        finally:
+            client.ApiClient.set_default(None)  # type: ignore[no-untyped-call]
+        assert says in capsys.readouterr().err

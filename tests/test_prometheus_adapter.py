@@ -365,3 +365,20 @@ def test_cli_reports_bad_input_without_a_traceback(
     assert run_cli(["autoscale", "evaluate", str(path), "--prometheus", "http://x:1"]) == 1
     err = capsys.readouterr().err
     assert "Traceback" not in err and str(path) in err
+
+
+@pytest.mark.parametrize(("where", "says"), [
+    ([], "give either TUNING.yaml or --live NAMESPACE/NAME"),
+    (["tuning.yaml", "--live", "serving/llm"], "give either TUNING.yaml or --live"),
+    (["tuning.yaml", "--kubeconfig", "k"], "--kubeconfig is only read with --live"),
+    (["--live", "llm"], "expected NAMESPACE/NAME"),
+    (["--live", "serving/llm/x"], "expected NAMESPACE/NAME"),
+    (["--live", "/llm"], "expected NAMESPACE/NAME"),
+])
+def test_cli_says_where_the_tuning_comes_from_before_reading_anything(
+        where: list[str], says: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "tuning.yaml").write_text(TUNING)
+    assert run_cli(["autoscale", "evaluate", *where, "--prometheus", "http://x:1"]) == 1
+    assert says in capsys.readouterr().err
