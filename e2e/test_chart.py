@@ -167,3 +167,22 @@ def test_prometheus_access_values_that_cannot_work_are_refused(
     refused = helm("template", "t", str(CHART), *values, check=False)
     assert refused.returncode != 0
     assert says in refused.stderr
+
+
+def test_watch_namespaces_scope_the_operator_and_default_to_all() -> None:
+    assert operator_args(helm("template", "t", str(CHART)).stdout)[:2] == [
+        "run", "--all-namespaces"]
+    scoped = operator_args(helm("template", "t", str(CHART), "--set",
+                                "watchNamespaces={team-a,team-b}").stdout)
+    assert scoped[:3] == ["run", "--namespace=team-a", "--namespace=team-b"]
+    assert "--all-namespaces" not in scoped
+    args = build_parser().parse_args(scoped)
+    assert args.namespaces == ["team-a", "team-b"]
+
+
+@pytest.mark.parametrize("value", ["team a", "Team-A", 'x" --kubeconfig=/etc/evil', ""])
+def test_a_watch_namespace_that_is_no_name_or_pattern_is_refused(value: str) -> None:
+    refused = helm("template", "t", str(CHART), "--set-string", f"watchNamespaces[0]={value}",
+                   check=False)
+    assert refused.returncode != 0
+    assert "/watchNamespaces/0" in refused.stderr
