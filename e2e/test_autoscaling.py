@@ -281,7 +281,8 @@ def test_a_writer_that_keeps_reverting_replicas_is_reported_not_fought(
 
 def test_an_hpa_on_the_same_deployment_stops_writes(
     api_client: client.ApiClient, namespace: str, operator: OperatorProcess,
-    fake_vllm: FakeVllm,
+    fake_vllm: FakeVllm, prometheus: PrometheusServer, kubeconfig: Path,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     create(api_client, namespace, deployment("qwen"))
     client.AutoscalingV2Api(api_client).create_namespaced_horizontal_pod_autoscaler(namespace, {
@@ -296,6 +297,11 @@ def test_an_hpa_on_the_same_deployment_stops_writes(
              "a decision to scale out (which must not be written)", timeout_s=30)
     time.sleep(3)  # an interval later: still no write
     assert replicas(api_client, namespace) == 1
+    # The CLI, reading what the operator reads, says the same and why.
+    live = evaluate_cli(capsys, "--live", f"{namespace}/qwen", "--kubeconfig", str(kubeconfig),
+                        "--prometheus", prometheus.url)
+    assert live["desiredReplicas"] > 1 and live["write"]["replicas"] is None
+    assert live["write"]["why"].startswith("not written (HorizontalPodAutoscalerPresent)")
 
 
 def test_dry_run_reports_the_decision_and_writes_nothing(
@@ -357,27 +363,32 @@ def test_autoscale_evaluate_live_decides_with_the_operators_stored_windows(
         "queueDepth") == 0 and s.get("action") == "Hold" and s, "the queue back to 0, held")
     assert "scale-down stabilized at 3" in held["reason"]
 
-    def evaluate(*where: str) -> dict[str, Any]:
-        args = build_parser().parse_args(["autoscale", "evaluate", *where, "--prometheus",
-                                          prometheus.url, "--output", "json"])
-        try:
-            assert args.handler(args) == 0, capsys.readouterr().err
-        finally:
-            client.ApiClient.set_default(None)  # type: ignore[no-untyped-call]
-        result: dict[str, Any] = json.loads(capsys.readouterr().out)
-        return result
-
-    live = evaluate("--live", f"{namespace}/qwen", "--kubeconfig", str(kubeconfig))
+    live = evaluate_cli(capsys, "--live", f"{namespace}/qwen", "--kubeconfig", str(kubeconfig),
+                        "--prometheus", prometheus.url)
     assert (live["currentReplicas"], live["currentReplicasAssumed"]) == (3, False)
     assert (live["state"], live["action"], live["desiredReplicas"]) == (
         "status.autoscaling.state", "Hold", 3)
     assert "scale-down stabilized at 3" in live["reason"]
+    assert live["write"] == {"replicas": None, "why": "nothing to write: the replicas stay",
+                             "notes": []}
     body = get_tuning(api_client, namespace, "qwen")
     manifest = tmp_manifest(body)
-    from_file = evaluate(str(manifest), "--replicas", "3")
+    from_file = evaluate_cli(capsys, str(manifest), "--replicas", "3", "--prometheus",
+                             prometheus.url)
     assert (from_file["state"], from_file["action"], from_file["desiredReplicas"]) == (
         "empty", "ScaleIn", 1)
     assert replicas(api_client, namespace) == 3  # DryRun: nothing was written
+
+
+def evaluate_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> dict[str, Any]:
+    """`infertune autoscale evaluate ... --output json`, in this process."""
+    args = build_parser().parse_args(["autoscale", "evaluate", *argv, "--output", "json"])
+    try:
+        assert args.handler(args) == 0, capsys.readouterr().err
+    finally:
+        client.ApiClient.set_default(None)  # type: ignore[no-untyped-call]
+    result: dict[str, Any] = json.loads(capsys.readouterr().out)
+    return result
 
 
 def tmp_manifest(body: dict[str, Any]) -> Path:

@@ -15,10 +15,13 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
-from infertune.api.spec import InferenceTuning
+from infertune.api.spec import InferenceTuning, Mode
+from infertune.autoscale_live import Live
+from infertune.controller.scaling_report import Blocked, plan_evaluation
 from infertune.metrics.access import PrometheusAccess
+from infertune.scaling.engine import ScaleDecision, decide_scale
 from infertune.scaling.state import ScalingState
 
 
@@ -48,6 +51,7 @@ def add_autoscale_commands(commands: argparse._SubParsersAction) -> None:  # typ
 
 
 def evaluate_command(args: argparse.Namespace) -> int:
+    from infertune.autoscale_live import read_live
     from infertune.metrics.access import access_from_args
     from infertune.planning import PlanInputError, load_tuning
 
@@ -57,12 +61,12 @@ def evaluate_command(args: argparse.Namespace) -> int:
         if args.live is None:
             if args.kubeconfig is not None:
                 raise ValueError("--kubeconfig is only read with --live")
-            tuning, replicas, state = load_tuning(Path(args.tuning)), args.replicas, None
+            tuning, live = load_tuning(Path(args.tuning)), None
         else:
-            tuning, live_replicas, state = read_live(args.live, args.kubeconfig)
-            replicas = live_replicas if args.replicas is None else args.replicas
-        result = evaluate(tuning, args.prometheus, replicas, args.timeout, time.time(),
-                          access_from_args(args), state)
+            live = read_live(args.live, args.kubeconfig)
+            tuning = live.tuning
+        result = evaluate(tuning, args.prometheus, args.replicas, args.timeout, time.time(),
+                          access_from_args(args), live)
     except (PlanInputError, ValueError) as exc:
         print(str(exc), file=sys.stderr)
         return 1
@@ -73,55 +77,15 @@ def evaluate_command(args: argparse.Namespace) -> int:
     return 0
 
 
-def read_live(ref: str, kubeconfig: str | None) -> tuple[InferenceTuning, int, ScalingState]:
-    """The tuning NAMESPACE/NAME from the cluster, its target's replicas (scale subresource)
-    and the autoscaling state stored in its status; ValueError says what is missing."""
-    from kubernetes import client
-    from kubernetes.client.exceptions import ApiException
-    from kubernetes.config import ConfigException
-    from pydantic import ValidationError
-
-    from infertune.api.errors import field_errors
-    from infertune.api.spec import GROUP, PLURAL, VERSION
-    from infertune.kube.client import configure
-
-    namespace, slash, name = ref.partition("/")
-    if not (slash and namespace and name) or "/" in name:
-        raise ValueError(f"--live {ref!r}: expected NAMESPACE/NAME, for example serving/qwen")
-    try:
-        configure(kubeconfig)
-    except (ConfigException, OSError) as exc:
-        raise ValueError(f"--live: no cluster credentials ({exc}); pass --kubeconfig") from None
-    what = f"InferenceTuning {namespace}/{name}"
-    try:
-        body = cast(dict[str, Any], client.CustomObjectsApi().get_namespaced_custom_object(
-            GROUP, VERSION, namespace, PLURAL, name))
-        what = f"the InferenceTuning's spec ({namespace}/{name})"
-        tuning = InferenceTuning.model_validate(
-            {k: body[k] for k in ("apiVersion", "kind", "metadata", "spec") if k in body})
-        target = tuning.spec.target_ref.name
-        what = f"Deployment {namespace}/{target} (spec.targetRef)"
-        scale = client.AppsV1Api().read_namespaced_deployment_scale(target, namespace)
-    except ApiException as exc:
-        found = "not found" if exc.status == 404 else f"not readable (HTTP {exc.status})"
-        raise ValueError(f"--live: {what} {found}") from None
-    except ValidationError as exc:
-        problems = "; ".join(str(e) for e in field_errors(exc, InferenceTuning))
-        raise ValueError(f"--live: {what} does not validate: {problems}") from None
-    stored = ((body.get("status") or {}).get("autoscaling") or {}).get("state")
-    return tuning, int(scale.spec.replicas or 0) if scale.spec else 0, \
-        ScalingState.from_json(stored)
-
-
 def evaluate(tuning: InferenceTuning, prometheus: str, replicas: int | None,
              timeout_s: float, now: float, access: PrometheusAccess | None = None,
-             state: ScalingState | None = None) -> dict[str, Any]:
-    """One evaluation, as the JSON the command prints. `state` is the stored autoscaling
-    state (--live); None starts from empty windows, as a new tuning would."""
+             live: Live | None = None) -> dict[str, Any]:
+    """One evaluation, as the JSON the command prints. With `live` (what --live read) it is
+    the operator's own: its stored windows, the Deployment's replicas, and whether it would
+    write them; without, the windows start empty, as for a new tuning."""
     from infertune.metrics.prometheus import NO_ACCESS_OPTIONS, PrometheusSource
     from infertune.metrics.source import target_for_tuning
     from infertune.scaling.batching import recommend_batching
-    from infertune.scaling.engine import decide_scale
 
     spec = tuning.spec.autoscaling
     if spec is None:
@@ -129,18 +93,30 @@ def evaluate(tuning: InferenceTuning, prometheus: str, replicas: int | None,
                          "scaled; add an autoscaling section to preview it")
     if replicas is not None and replicas < 0:
         raise ValueError(f"--replicas {replicas}: must be 0 or more")
-    current = spec.min_replicas if replicas is None else replicas
+    known = replicas if replicas is not None else None if live is None else live.replicas
+    current = spec.min_replicas if known is None else known
     target = target_for_tuning(tuning)
     source = PrometheusSource(prometheus, timeout_s=timeout_s, access=access or NO_ACCESS_OPTIONS)
     signals = source.fetch([target], now)[target.key]
-    decision = decide_scale(spec, current, signals, ScalingState() if state is None else state, now)
+    write: dict[str, Any] | None = None
+    if live is None:
+        decision = decide_scale(spec, current, signals, ScalingState(), now)
+    else:
+        blocked = live.blocked(now)
+        planned = plan_evaluation(tuning.spec, live.generation, live.status, signals, current,
+                                  blocked, now)
+        decision = planned.decision
+        write = {"replicas": planned.write,
+                 "why": why_written(tuning, decision, blocked, planned.write),
+                 "notes": list(live.notes)}
     batching = recommend_batching(tuning.spec.batching, tuning.spec.engine, spec,
                                   decision.signals, None)
     return {
         "tuning": target.key,
         "currentReplicas": current,
-        "currentReplicasAssumed": replicas is None,
-        "state": "status.autoscaling.state" if state is not None else "empty",
+        "currentReplicasAssumed": known is None,
+        "state": "empty" if live is None else "status.autoscaling.state",
+        "write": write,
         "desiredReplicas": decision.desired_replicas,
         "action": decision.action.value,
         "reason": decision.reason,
@@ -151,6 +127,18 @@ def evaluate(tuning: InferenceTuning, prometheus: str, replicas: int | None,
             "knob": batching.knob.value, "recommended": batching.recommended,
             "reason": batching.reason},
     }
+
+
+def why_written(tuning: InferenceTuning, decision: ScaleDecision, blocked: Blocked | None,
+                 written: int | None) -> str:
+    if written is not None:
+        return f"the operator writes {written} replicas through deployments/scale"
+    if decision.desired_replicas == decision.current_replicas:
+        return "nothing to write: the replicas stay"
+    if tuning.spec.mode is Mode.DRY_RUN:
+        return "not written: mode DryRun"
+    assert blocked is not None
+    return f"not written ({blocked.reason}): {blocked.message}"
 
 
 def _text(result: dict[str, Any]) -> str:
@@ -169,6 +157,9 @@ def _text(result: dict[str, Any]) -> str:
         f"{signals['requestRate']} req/s, {signals['latencyBreaches']} samples above target",
     ]
     lines += [f"problem: {p}" for p in signals["problems"]]
+    if result["write"] is not None:
+        lines.append(f"write: {result['write']['why']}")
+        lines += [f"note: {n}" for n in result["write"]["notes"]]
     if result["batching"] is not None:
         b = result["batching"]
         lines.append(f"batching: {b['knob']} -> {b['recommended']} ({b['reason']})")

@@ -41,9 +41,9 @@ from pydantic import ValidationError
 from infertune.api.spec import GROUP, PLURAL, VERSION, InferenceTuning, InferenceTuningSpec
 from infertune.api.status import ConditionStatus, ConditionType
 from infertune.controller.conditions import condition_dict, merge_condition_dicts
-from infertune.controller.fights import Fight, fight_message, next_fight
+from infertune.controller.fights import Fight, blocked_by, next_fight
 from infertune.controller.loops import pause, snapshot
-from infertune.controller.scaling_report import Blocked, plan_evaluation, status_over
+from infertune.controller.scaling_report import plan_evaluation, status_over
 from infertune.controller.status_patch import Build, write_status
 from infertune.metrics.source import MetricsSource, MetricsTarget, target_for_tuning
 from infertune.scaling.engine import ScaleDecision
@@ -231,16 +231,6 @@ def _reverted(settings: AutoscalingSettings, key: str, current: int) -> bool:
     return True
 
 
-def _blocked(deployment: str, hpa: str | None, fight: Fight | None,
-             now: float) -> Blocked | None:
-    if hpa is not None:
-        return Blocked("HorizontalPodAutoscalerPresent", f"HorizontalPodAutoscaler {hpa} also "
-                       f"scales {deployment}; remove it or disable spec.autoscaling")
-    if fight is not None and fight.blocks(now):
-        return Blocked("ReplicaFight", fight_message(fight, deployment))
-    return None
-
-
 def evaluate(namespace: str, name: str, generation: int, spec: InferenceTuningSpec,
              status: dict[str, Any], signals: TargetSignals, settings: AutoscalingSettings,
              hpa: str | None, body: kopf.Body, now: float,
@@ -255,7 +245,7 @@ def evaluate(namespace: str, name: str, generation: int, spec: InferenceTuningSp
     stored_fight = Fight.from_json((status.get("autoscaling") or {}).get("replicaFight"))
     fight = next_fight(stored_fight, generation, _reverted(settings, key, current), now)
     planned = plan_evaluation(spec, generation, status, signals, current,
-                              _blocked(deployment, hpa, fight, now), now,
+                              blocked_by(deployment, hpa, fight, now), now,
                               None if fight is None else fight.to_json())
     if planned.write is not None:
         # Written before the status: if this call fails, the status keeps the old state.

@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
+from infertune.controller.scaling_report import Blocked
 from infertune.scaling.state import format_time, parse_time
 
 FIGHT_LIMIT = 2
@@ -91,3 +92,15 @@ def fight_message(fight: Fight, deployment: str) -> str:
             "(GitOps without ignoreDifferences on /spec/replicas?); replicas are not written "
             f"until {format_time(fight.retry_at)}, then tried again (at once if the spec "
             "changes)")
+
+
+def blocked_by(deployment: str, hpa: str | None, fight: Fight | None,
+               now: float) -> Blocked | None:
+    """Why replicas are not written now although the spec says Enforce: an HPA on the same
+    Deployment, or a fight that is backing off; None when they may be."""
+    if hpa is not None:
+        return Blocked("HorizontalPodAutoscalerPresent", f"HorizontalPodAutoscaler {hpa} also "
+                       f"scales {deployment}; remove it or disable spec.autoscaling")
+    if fight is not None and fight.blocks(now):
+        return Blocked("ReplicaFight", fight_message(fight, deployment))
+    return None

@@ -1,0 +1,81 @@
+"""What `infertune autoscale evaluate --live` reads from the cluster: what the operator itself
+reads before it decides. That is the tuning (spec and status, where the windows and a replica
+fight are stored), the Deployment's replicas through its scale subresource, and whether an HPA
+also scales it. Nothing is written.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple, cast
+
+from infertune.api.spec import InferenceTuning
+from infertune.controller.fights import Fight, blocked_by
+from infertune.controller.scaling_report import Blocked
+
+
+class Live(NamedTuple):
+    tuning: InferenceTuning
+    replicas: int
+    """Of the target, from its scale subresource."""
+    status: dict[str, Any]
+    generation: int
+    hpa: str | None
+    """An HPA on the same Deployment, which stops the operator's writes."""
+    notes: tuple[str, ...] = ()
+    """What could not be read and is therefore not taken into account."""
+
+    def blocked(self, now: float) -> Blocked | None:
+        """Why the operator would not write replicas now, as it decides it."""
+        autoscaling = self.status.get("autoscaling") or {}
+        return blocked_by(self.tuning.spec.target_ref.name, self.hpa,
+                          Fight.from_json(autoscaling.get("replicaFight")), now)
+
+
+def read_live(ref: str, kubeconfig: str | None) -> Live:
+    """The tuning NAMESPACE/NAME and what its evaluation reads; ValueError says what is
+    missing."""
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+    from kubernetes.config import ConfigException
+    from pydantic import ValidationError
+
+    from infertune.api.errors import field_errors
+    from infertune.api.spec import GROUP, PLURAL, VERSION
+    from infertune.kube.client import configure
+
+    namespace, slash, name = ref.partition("/")
+    if not (slash and namespace and name) or "/" in name:
+        raise ValueError(f"--live {ref!r}: expected NAMESPACE/NAME, for example serving/qwen")
+    try:
+        configure(kubeconfig)
+    except (ConfigException, OSError) as exc:
+        raise ValueError(f"--live: no cluster credentials ({exc}); pass --kubeconfig") from None
+    what = f"InferenceTuning {namespace}/{name}"
+    try:
+        body = cast(dict[str, Any], client.CustomObjectsApi().get_namespaced_custom_object(
+            GROUP, VERSION, namespace, PLURAL, name))
+        what = f"the InferenceTuning's spec ({namespace}/{name})"
+        tuning = InferenceTuning.model_validate(
+            {k: body[k] for k in ("apiVersion", "kind", "metadata", "spec") if k in body})
+        target = tuning.spec.target_ref.name
+        what = f"Deployment {namespace}/{target} (spec.targetRef)"
+        scale = client.AppsV1Api().read_namespaced_deployment_scale(target, namespace)
+    except ApiException as exc:
+        found = "not found" if exc.status == 404 else f"not readable (HTTP {exc.status})"
+        raise ValueError(f"--live: {what} {found}") from None
+    except ValidationError as exc:
+        problems = "; ".join(str(e) for e in field_errors(exc, InferenceTuning))
+        raise ValueError(f"--live: {what} does not validate: {problems}") from None
+    hpa: str | None = None
+    notes: tuple[str, ...] = ()
+    try:
+        hpa = next((str(h.metadata.name) for h in client.AutoscalingV2Api()
+                    .list_namespaced_horizontal_pod_autoscaler(namespace).items
+                    if h.metadata and h.spec.scale_target_ref.kind == "Deployment"
+                    and h.spec.scale_target_ref.name == target), None)
+    except ApiException as exc:
+        notes = (f"HorizontalPodAutoscalers in {namespace} not readable (HTTP {exc.status}): "
+                 "one on the same Deployment would stop the operator's writes",)
+    return Live(tuning, int(scale.spec.replicas or 0) if scale.spec else 0,
+                dict(body.get("status") or {}),
+                int((body.get("metadata") or {}).get("generation") or 0), hpa, notes)

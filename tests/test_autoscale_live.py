@@ -1,0 +1,61 @@
+"""`autoscale evaluate --live`: whether the operator would write, from what it stores."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from infertune.api.spec import InferenceTuning
+from infertune.autoscale_cli import why_written
+from infertune.autoscale_live import Live
+from infertune.controller.fights import Fight
+from infertune.controller.scaling_report import Blocked
+from infertune.scaling.engine import ScaleAction, ScaleDecision
+from infertune.scaling.state import ScalingState
+
+NOW = 1_800_000_000.0
+
+
+def tuning(mode: str = "Enforce") -> InferenceTuning:
+    return InferenceTuning.model_validate({
+        "metadata": {"name": "qwen", "namespace": "serving"},
+        "spec": {"targetRef": {"name": "qwen"}, "engine": "vllm", "mode": mode,
+                 "autoscaling": {}}})
+
+
+def live(hpa: str | None = None, fight: Fight | None = None) -> Live:
+    status: dict[str, Any] = {"autoscaling": {} if fight is None else {
+        "replicaFight": fight.to_json()}}
+    return Live(tuning(), 3, status, 1, hpa)
+
+
+def test_an_hpa_on_the_deployment_blocks_writes() -> None:
+    blocked = live(hpa="qwen-hpa").blocked(NOW)
+    assert blocked is not None and blocked.reason == "HorizontalPodAutoscalerPresent"
+    assert "HorizontalPodAutoscaler qwen-hpa also scales qwen" in blocked.message
+
+
+@pytest.mark.parametrize(("retry_in", "blocks"), [(60.0, True), (-1.0, False)])
+def test_a_stored_fight_blocks_until_its_retry_time(retry_in: float, blocks: bool) -> None:
+    fight = Fight(2, NOW - 100, NOW - 10, 1, NOW + retry_in)
+    blocked = live(fight=fight).blocked(NOW)
+    assert (blocked is not None and blocked.reason == "ReplicaFight") is blocks
+
+
+def decision(current: int, desired: int) -> ScaleDecision:
+    action = ScaleAction.HOLD if current == desired else ScaleAction.SCALE_OUT
+    return ScaleDecision(current, desired, action, "why", None, ScalingState(),  # type: ignore[arg-type]
+                         ScalingState())
+
+
+@pytest.mark.parametrize(("mode", "desired", "blocked", "written", "says"), [
+    ("Enforce", 5, None, 5, "the operator writes 5 replicas"),
+    ("Enforce", 3, None, None, "nothing to write"),
+    ("DryRun", 5, None, None, "not written: mode DryRun"),
+    ("Enforce", 5, Blocked("ReplicaFight", "reverted twice"), None,
+     "not written (ReplicaFight): reverted twice"),
+])
+def test_the_write_is_explained(mode: str, desired: int, blocked: Blocked | None,
+                                written: int | None, says: str) -> None:
+    assert why_written(tuning(mode), decision(3, desired), blocked, written).startswith(says)
