@@ -51,6 +51,12 @@ def test_a_header_that_could_not_be_sent_as_given_is_refused(header: str, says: 
     assert caught.value.option == "--prometheus-header"
 
 
+def test_a_malformed_header_is_named_without_echoing_what_may_be_a_secret() -> None:
+    with pytest.raises(AccessError) as caught:
+        PrometheusAccess.parse(headers=["Authorization Bearer s3cr3t-token"])
+    assert "'Authorization'" in str(caught.value) and "s3cr3t" not in str(caught.value)
+
+
 def test_a_header_given_twice_is_refused() -> None:
     with pytest.raises(AccessError, match="x-scope-orgid given more than once"):
         PrometheusAccess.parse(headers=["X-Scope-OrgID: a", "x-scope-orgid: b"])

@@ -95,8 +95,9 @@ def _header(text: str) -> tuple[str, str]:
     name, colon, value = text.partition(":")
     name, value = name.strip(), value.strip()
     if not colon or not _TOKEN.fullmatch(name):
-        raise AccessError(HEADER_OPTION, f"{text!r} is not NAME: VALUE with an HTTP header name, "
-                          "for example 'X-Scope-OrgID: team-a'")
+        start = re.split(r"[\s:]", text.strip(), maxsplit=1)[0][:40]  # the rest may be secret
+        raise AccessError(HEADER_OPTION, f"the header starting {start!r} is not NAME: VALUE with "
+                          "an HTTP header name, for example 'X-Scope-OrgID: team-a'")
     if _UNSAFE.search(value):
         raise AccessError(HEADER_OPTION, f"the value of {name} holds a control character (a line "
                           "break would add a header of its own); remove it")
