@@ -37,9 +37,8 @@ def read_live(ref: str, kubeconfig: str | None) -> Live:
     from kubernetes import client
     from kubernetes.client.exceptions import ApiException
     from kubernetes.config import ConfigException
-    from pydantic import ValidationError
 
-    from infertune.api.errors import field_errors
+    from infertune.api.errors import validate_stored
     from infertune.api.spec import GROUP, PLURAL, VERSION
     from infertune.kube.client import configure
 
@@ -54,18 +53,16 @@ def read_live(ref: str, kubeconfig: str | None) -> Live:
     try:
         body = cast(dict[str, Any], client.CustomObjectsApi().get_namespaced_custom_object(
             GROUP, VERSION, namespace, PLURAL, name))
-        what = f"the InferenceTuning's spec ({namespace}/{name})"
-        tuning = InferenceTuning.model_validate(
-            {k: body[k] for k in ("apiVersion", "kind", "metadata", "spec") if k in body})
+        tuning, problems = validate_stored(body)
+        if tuning is None:
+            raise ValueError(f"--live: the InferenceTuning's spec ({namespace}/{name}) does not "
+                             f"validate: {problems}")
         target = tuning.spec.target_ref.name
         what = f"Deployment {namespace}/{target} (spec.targetRef)"
         scale = client.AppsV1Api().read_namespaced_deployment_scale(target, namespace)
     except ApiException as exc:
         found = "not found" if exc.status == 404 else f"not readable (HTTP {exc.status})"
         raise ValueError(f"--live: {what} {found}") from None
-    except ValidationError as exc:
-        problems = "; ".join(str(e) for e in field_errors(exc, InferenceTuning))
-        raise ValueError(f"--live: {what} does not validate: {problems}") from None
     hpa: str | None = None
     notes: tuple[str, ...] = ()
     try:

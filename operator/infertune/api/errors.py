@@ -3,13 +3,20 @@
 from __future__ import annotations
 
 import difflib
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
 from infertune.api.base import CROSS_FIELD_ERROR
-from infertune.api.spec import DNS_LABEL, DNS_SUBDOMAIN, METRIC_NAME, PROM_LABEL_NAME
+from infertune.api.spec import (
+    DNS_LABEL,
+    DNS_SUBDOMAIN,
+    METRIC_NAME,
+    PROM_LABEL_NAME,
+    InferenceTuning,
+)
 
 # What each naming pattern means, so an error says the rule instead of a regex.
 _PATTERN_HINTS = {
@@ -120,3 +127,14 @@ def field_errors(exc: ValidationError, model: type[BaseModel]) -> list[FieldErro
             continue
         out.append(FieldError(path, _message(error, model)))
     return out
+
+
+def validate_stored(body: Mapping[str, Any]) -> tuple[InferenceTuning | None, str]:
+    """The InferenceTuning in an object as the API server returns it (its status and anything
+    else the server adds are left out), or None and its problems in one line,
+    `field.path: message; ...`."""
+    try:
+        return InferenceTuning.model_validate(
+            {k: body[k] for k in ("apiVersion", "kind", "metadata", "spec") if k in body}), ""
+    except ValidationError as exc:
+        return None, "; ".join(str(e) for e in field_errors(exc, InferenceTuning))

@@ -11,8 +11,8 @@ from typing import Any, Literal
 
 from pydantic import ValidationError
 
-from infertune.api.errors import field_errors
-from infertune.api.spec import InferenceTuning, InferenceTuningSpec, Mode
+from infertune.api.errors import validate_stored
+from infertune.api.spec import InferenceTuningSpec, Mode
 from infertune.api.status import (
     MAX_DECISIONS,
     AutoscalingStatus,
@@ -140,11 +140,8 @@ def assess(body: dict[str, Any], target: TargetState | None, now: str) -> Assess
     """The status and Events for an InferenceTuning `body` whose target is `target`."""
     generation = int((body.get("metadata") or {}).get("generation") or 0)
     before = previous_status(body.get("status"))
-    try:
-        tuning = InferenceTuning.model_validate(
-            {k: body[k] for k in ("apiVersion", "kind", "metadata", "spec") if k in body})
-    except ValidationError as exc:
-        problems = "; ".join(str(e) for e in field_errors(exc, InferenceTuning))
+    tuning, problems = validate_stored(body)
+    if tuning is None:
         invalid = make_condition(
             ConditionType.READY, ConditionStatus.FALSE, "InvalidSpec",
             f"nothing is applied until the spec is fixed: {problems}", generation, now)
