@@ -157,13 +157,9 @@ def assess(body: dict[str, Any], target: TargetState | None, now: str) -> Assess
     for condition in own:
         conditions = set_condition(conditions, condition)
     status = _status(before, conditions, generation, target if spec.autoscaling else None)
-    notices: list[Notice] = []
-    decision = _ready_news(before, status, generation, spec, now)
+    news = _ready_news(before, status, generation, spec, now)
+    notices, decision = ([], None) if news is None else ([news[0]], news[1])
     if decision is not None:
-        ready = find(status.conditions, ConditionType.READY)
-        assert ready is not None
-        notices.append(Notice("Normal" if ready.status is ConditionStatus.TRUE else "Warning",
-                              ready.reason, ready.message))
         status = status.model_copy(update={"decisions": _with_decision(status, decision)})
     return Assessment(status, notices, RETRY_TARGET_SECONDS if target is None else None,
                       target.replicas if target is not None and spec.autoscaling else None,
@@ -205,17 +201,20 @@ def _mode_condition(spec: InferenceTuningSpec, generation: int, now: str) -> Con
 
 
 def _ready_news(before: InferenceTuningStatus, status: InferenceTuningStatus, generation: int,
-                spec: InferenceTuningSpec, now: str) -> Decision | None:
-    """The decision record for a new generation or a Ready that changed, else None."""
+                spec: InferenceTuningSpec, now: str) -> tuple[Notice, Decision] | None:
+    """The Event and the decision record for a new generation or a Ready that changed, else
+    None."""
     ready = find(status.conditions, ConditionType.READY)
     assert ready is not None
     was = find(before.conditions, ConditionType.READY)
     if (before.observed_generation == generation and was is not None
             and was.status == ready.status and was.reason == ready.reason):
         return None
-    return Decision(time=now, feature="controller",
-                    action=f"generation {generation}: {ready.reason}", reason=ready.message,
-                    applied=spec.mode is not Mode.DRY_RUN)
+    notice = Notice("Normal" if ready.status is ConditionStatus.TRUE else "Warning",
+                    ready.reason, ready.message)
+    return notice, Decision(time=now, feature="controller",
+                            action=f"generation {generation}: {ready.reason}",
+                            reason=ready.message, applied=spec.mode is not Mode.DRY_RUN)
 
 
 def _owned(conditions: list[Condition], types: list[str]) -> tuple[Condition, ...]:
