@@ -20,7 +20,7 @@ from typing import Any
 from infertune.api.spec import InferenceTuning, Mode
 from infertune.autoscale_live import Live
 from infertune.controller.scaling_report import Blocked, plan_evaluation
-from infertune.metrics.access import PrometheusAccess
+from infertune.metrics.access import NO_ACCESS_OPTIONS, PrometheusAccess
 from infertune.scaling.engine import ScaleDecision, decide_scale
 from infertune.scaling.state import ScalingState
 
@@ -78,12 +78,12 @@ def evaluate_command(args: argparse.Namespace) -> int:
 
 
 def evaluate(tuning: InferenceTuning, prometheus: str, replicas: int | None,
-             timeout_s: float, now: float, access: PrometheusAccess | None = None,
+             timeout_s: float, now: float, access: PrometheusAccess = NO_ACCESS_OPTIONS,
              live: Live | None = None) -> dict[str, Any]:
     """One evaluation, as the JSON the command prints. With `live` (what --live read) it is
     the operator's own: its stored windows, the Deployment's replicas, and whether it would
     write them; without, the windows start empty, as for a new tuning."""
-    from infertune.metrics.prometheus import NO_ACCESS_OPTIONS, PrometheusSource
+    from infertune.metrics.prometheus import PrometheusSource
     from infertune.metrics.source import target_for_tuning
     from infertune.scaling.batching import recommend_batching
 
@@ -93,10 +93,10 @@ def evaluate(tuning: InferenceTuning, prometheus: str, replicas: int | None,
                          "scaled; add an autoscaling section to preview it")
     if replicas is not None and replicas < 0:
         raise ValueError(f"--replicas {replicas}: must be 0 or more")
-    known = replicas if replicas is not None else None if live is None else live.replicas
+    known = replicas if replicas is not None or live is None else live.replicas
     current = spec.min_replicas if known is None else known
     target = target_for_tuning(tuning)
-    source = PrometheusSource(prometheus, timeout_s=timeout_s, access=access or NO_ACCESS_OPTIONS)
+    source = PrometheusSource(prometheus, timeout_s=timeout_s, access=access)
     signals = source.fetch([target], now)[target.key]
     write: dict[str, Any] | None = None
     if live is None:

@@ -91,6 +91,10 @@ class PrometheusAccess:
         return True if self.ca_file is None else str(self.ca_file)
 
 
+NO_ACCESS_OPTIONS = PrometheusAccess()
+"""A Prometheus that wants a URL only (the system's CAs, no credentials, no headers)."""
+
+
 def _header(text: str) -> tuple[str, str]:
     name, colon, value = text.partition(":")
     name, value = name.strip(), value.strip()

@@ -26,6 +26,7 @@ from infertune.metrics.access import (
     CA_OPTION,
     CERT_OPTION,
     CREDENTIALS_OPTION,
+    NO_ACCESS_OPTIONS,
     AccessError,
     Credentials,
     PrometheusAccess,
@@ -39,7 +40,6 @@ from infertune.scaling.state import format_time
 SeriesKey = tuple[str, str]
 """(namespace, Deployment) as the target label set puts them."""
 SignalData = Series | Window
-NO_ACCESS_OPTIONS = PrometheusAccess()
 
 
 class PrometheusSource:
