@@ -101,7 +101,8 @@ def gpu_pods_listed(core: client.CoreV1Api, node: str) -> tuple[str, ...]:
     false). Node names are DNS subdomains, so the field selector cannot be subverted."""
     # Read as plain dicts, the form kopf gives the index (the client's models are not).
     response: Any = core.list_pod_for_all_namespaces(
-        field_selector=f"spec.nodeName={node},status.phase!=Succeeded,status.phase!=Failed",
+        field_selector=",".join([f"spec.nodeName={node}",
+                                 *(f"status.phase!={phase}" for phase in _ENDED)]),
         _preload_content=False)
     pods = json.loads(response.data)["items"]
     return tuple(sorted(f"{p['metadata']['namespace']}/{p['metadata']['name']}"
