@@ -21,13 +21,19 @@ from typing import Any
 import pytest
 import yaml
 from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 from prometheus_client import CollectorRegistry, Gauge, Histogram
 
 from e2e.fixtures.operator import OperatorProcess
 from e2e.fixtures.prometheus import MetricsEndpoint, PrometheusServer
 from e2e.fixtures.waiting import wait_for
-from e2e.test_operator import condition, create, deployment, get_tuning, tuning
+from e2e.test_operator import (
+    condition,
+    create,
+    delete_tuning_and_wait,
+    deployment,
+    get_tuning,
+    tuning,
+)
 from e2e.test_pod_tuning import pods_of
 from infertune.api.spec import GROUP, PLURAL, VERSION
 from infertune.cli import build_parser
@@ -327,17 +333,8 @@ def test_a_tuning_being_autoscaled_is_deleted_at_once(
     create(api_client, namespace, tuning("qwen", "qwen", **SPEC))
     wait_for(lambda: autoscaling_status(api_client, namespace).get("evaluated"),
              "a first evaluation", timeout_s=30)
-    custom = client.CustomObjectsApi(api_client)
-    custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "qwen")
-
-    def gone() -> bool:
-        try:
-            get_tuning(api_client, namespace, "qwen")
-        except ApiException as exc:
-            return exc.status == 404
-        return False
-
-    wait_for(gone, "the tuning deleted (its finalizer removed)", timeout_s=15)
+    delete_tuning_and_wait(api_client, namespace, "qwen",
+                           "the tuning deleted (its finalizer removed)", timeout_s=15)
     operator.check_running()
     assert replicas(api_client, namespace) == 1  # the Deployment is left as it was
 

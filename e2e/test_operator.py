@@ -51,6 +51,23 @@ def get_tuning(api_client: client.ApiClient, namespace: str, name: str) -> dict[
     return body
 
 
+def delete_tuning_and_wait(api_client: client.ApiClient, namespace: str, name: str,
+                           what: str, timeout_s: float) -> None:
+    """Delete the tuning and wait until the API server no longer has it (the operator's
+    finalizer removed)."""
+    client.CustomObjectsApi(api_client).delete_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL, name)
+
+    def gone() -> bool:
+        try:
+            get_tuning(api_client, namespace, name)
+        except ApiException as error:
+            return error.status == 404
+        return False
+
+    wait_for(gone, what, timeout_s=timeout_s)
+
+
 def condition(body: dict[str, Any], kind: str) -> dict[str, Any] | None:
     return next((c for c in (body.get("status") or {}).get("conditions", [])
                  if c["type"] == kind), None)
@@ -184,17 +201,7 @@ def test_a_deleted_tuning_ends_its_loops_without_warnings(
         return "tuning" in status and "evaluated" in (status.get("autoscaling") or {})
 
     wait_for(both_passed, "a re-tuning pass and an evaluation", timeout_s=30)
-    client.CustomObjectsApi(api_client).delete_namespaced_custom_object(
-        GROUP, VERSION, namespace, PLURAL, "quiet")
-
-    def gone() -> bool:
-        try:
-            get_tuning(api_client, namespace, "quiet")
-        except ApiException as error:
-            return error.status == 404
-        return False
-
-    wait_for(gone, "the tuning deleted", timeout_s=30)
+    delete_tuning_and_wait(api_client, namespace, "quiet", "the tuning deleted", timeout_s=30)
     assert operator.log is not None
     ours = [line for line in operator.log.read_text(errors="replace").splitlines()
             if f"[{namespace}/quiet]" in line]
