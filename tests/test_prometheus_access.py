@@ -263,16 +263,7 @@ def test_autoscale_evaluate_takes_the_same_access_options(
         capsys.readouterr().err
 
 
-TUNING = """
-apiVersion: infertune.io/v1alpha1
-kind: InferenceTuning
-metadata: {name: llm, namespace: serving}
-spec:
-  targetRef: {name: llm}
-  engine: vllm
-  metrics: {window: 5s}
-  autoscaling: {interval: 2s, queue: {targetPerReplica: 32, sustain: 0s}}
-"""
+TUNING = (Path(__file__).parent / "fixtures" / "autoscale" / "tuning.yaml").read_text()
 
 
 def test_a_client_certificate_needs_its_key_and_both_must_load(tmp_path: Path) -> None:

@@ -318,19 +318,7 @@ def test_a_long_deployment_name_is_refused_with_a_reason(prometheus: PrometheusS
     assert "longer than 46 characters" in (got.queue.problem or "")
 
 
-TUNING = """
-apiVersion: infertune.io/v1alpha1
-kind: InferenceTuning
-metadata: {name: llm, namespace: serving}
-spec:
-  targetRef: {name: llm}
-  engine: vllm
-  metrics: {window: 5s}
-  autoscaling:
-    interval: 2s
-    queue: {targetPerReplica: 32, sustain: 3s}
-    latency: {target: 100ms}
-"""
+TUNING = (Path(__file__).parent / "fixtures" / "autoscale" / "tuning.yaml").read_text()
 
 
 def run_cli(argv: list[str]) -> int:
