@@ -15,14 +15,15 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from infertune.api.spec import InferenceTuning, Mode
-from infertune.autoscale_live import Live
-from infertune.controller.scaling_report import Blocked, plan_evaluation
 from infertune.metrics.access import NO_ACCESS_OPTIONS, PrometheusAccess
-from infertune.scaling.engine import ScaleDecision, decide_scale
-from infertune.scaling.state import ScalingState
+
+if TYPE_CHECKING:  # the engine and the controller are imported when a command runs
+    from infertune.autoscale_live import Live
+    from infertune.controller.scaling_report import Blocked
+    from infertune.scaling.engine import ScaleDecision
 
 
 def add_autoscale_commands(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -83,9 +84,12 @@ def evaluate(tuning: InferenceTuning, prometheus: str, replicas: int | None,
     """One evaluation, as the JSON the command prints. With `live` (what --live read) it is
     the operator's own: its stored windows, the Deployment's replicas, and whether it would
     write them; without, the windows start empty, as for a new tuning."""
+    from infertune.controller.scaling_report import plan_evaluation
     from infertune.metrics.prometheus import PrometheusSource
     from infertune.metrics.source import target_for_tuning
     from infertune.scaling.batching import recommend_batching
+    from infertune.scaling.engine import decide_scale
+    from infertune.scaling.state import ScalingState
 
     spec = tuning.spec.autoscaling
     if spec is None:

@@ -15,7 +15,6 @@ import argparse
 import logging
 import os
 import re
-import ssl
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -111,6 +110,7 @@ def _header(text: str) -> tuple[str, str]:
 def _ca(path: str | None) -> Path | None:
     if path is None:
         return None
+    import ssl  # here, not at the top: every command's parser imports this module
     try:
         ssl.create_default_context(cafile=path)
     except FileNotFoundError:
@@ -129,6 +129,8 @@ def _client_cert(cert: str | None, key: str | None) -> tuple[Path, Path] | None:
         given, missing = (KEY_OPTION, CERT_OPTION) if cert is None else (CERT_OPTION, KEY_OPTION)
         raise AccessError(missing, f"{given} is given without it; a client certificate needs "
                           "both the certificate and its key")
+    import ssl
+
     for option, path in ((CERT_OPTION, cert), (KEY_OPTION, key)):
         if not Path(path).is_file():
             raise AccessError(option, f"{path} does not exist or is not a file")
