@@ -219,4 +219,7 @@ def operator(cluster: ClusterInfo, api_client: client.ApiClient,
     running = start_operator(api_client, work, cluster.log_dir, prometheus_url=prometheus.url)
     yield running
     running.stop()
+    left = list((work / "tmp").iterdir())
     shutil.rmtree(work, ignore_errors=True)
+    # kopf stops on SIGTERM and returns, and `run` removes its self-signed key pair then.
+    assert not left, f"the stopped operator left {left} in its temporary directory"

@@ -4,6 +4,8 @@ its namespaces' pods."""
 
 from __future__ import annotations
 
+import tempfile
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -33,3 +35,34 @@ def test_the_scope_reaches_kopf_the_mig_loop_and_the_webhook(
     registration = started["memo"].webhook_server.registration
     assert registration.included_namespaces == namespaces
     assert set(registration.excluded_namespaces) == {"kube-system", "infertune-system"}
+
+
+@pytest.mark.parametrize("fails", [False, True])
+def test_a_self_signed_webhook_key_lives_only_as_long_as_the_operator(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path, fails: bool) -> None:
+    """Without --webhook-cert the operator makes its own key pair in the temporary directory;
+    each run used to leave its private key there."""
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr(tempfile, "tempdir", None)  # read TMPDIR again
+    monkeypatch.setattr(main, "configure", lambda kubeconfig: None)
+    monkeypatch.setattr(main, "freeze_startup_objects", lambda: None)
+    monkeypatch.setattr(main.kopf, "configure", lambda **kwargs: None)
+    seen: list[Path] = []
+
+    def kopf_run(memo: Any, **kwargs: Any) -> None:
+        key = Path(memo.webhook_server.pkeyfile)
+        assert key.read_bytes().startswith(b"-----BEGIN")  # kopf reads it while running
+        assert key.parent.parent == tmp_path and key.parent.stat().st_mode & 0o077 == 0
+        seen.append(key)
+        if fails:
+            raise RuntimeError("kopf stopped on an error")
+
+    monkeypatch.setattr(main.kopf, "run", kopf_run)
+    args = build_parser().parse_args(["run"])
+    if fails:
+        with pytest.raises(RuntimeError):
+            main.run_operator(args)
+    else:
+        assert main.run_operator(args) == 0
+    assert len(seen) == 1
+    assert list(tmp_path.iterdir()) == []

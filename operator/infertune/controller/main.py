@@ -7,6 +7,7 @@ import gc
 import logging
 import os
 import tempfile
+from contextlib import ExitStack
 from pathlib import Path
 
 import kopf
@@ -18,7 +19,11 @@ from infertune.kube.webhooks import RegisteringWebhookServer, WebhookRegistratio
 DEFAULT_NAMESPACE = "infertune-system"
 
 
-def _webhook_server(args: argparse.Namespace, own_namespace: str) -> RegisteringWebhookServer:
+def _webhook_server(args: argparse.Namespace, own_namespace: str,
+                    cleanup: ExitStack) -> RegisteringWebhookServer:
+    """The webhook server; a self-signed certificate made for it (no --webhook-cert) is written
+    to a private directory that `cleanup` removes when the operator stops, so no run leaves a
+    private key behind in the temporary directory."""
     service = None
     if args.webhook_service:
         # namespace/name:port, the Service in front of the operator (the chart creates it).
@@ -38,7 +43,8 @@ def _webhook_server(args: argparse.Namespace, own_namespace: str) -> Registering
         if service is not None:
             dns = f"{service[1]}.{service[0]}.svc"
             hosts += [dns, f"{dns}.cluster.local"]
-        cert, key = write_self_signed(Path(tempfile.mkdtemp(prefix="infertune-tls-")), hosts)
+        tls_dir = cleanup.enter_context(tempfile.TemporaryDirectory(prefix="infertune-tls-"))
+        cert, key = write_self_signed(Path(tls_dir), hosts)
     return RegisteringWebhookServer(
         registration=WebhookRegistration(excluded_namespaces=("kube-system", own_namespace),
                                          included_namespaces=tuple(args.namespaces or ()),
@@ -85,20 +91,21 @@ def run_operator(args: argparse.Namespace) -> int:
     own_namespace = args.operator_namespace or os.environ.get("INFERTUNE_NAMESPACE",
                                                               DEFAULT_NAMESPACE)
     namespaces = args.namespaces or []
-    memo = kopf.Memo(
-        pod_tuning=pods.PodTuningSettings(launcher_image=args.launcher_image,
-                                          static_cpu_manager=not args.no_static_cpu_manager),
-        webhook_server=_webhook_server(args, own_namespace),
-        mig=mig.MigSettings(namespace=own_namespace, pods_from_index=not namespaces),
-        autoscaling=autoscaling.AutoscalingSettings(source=source),
-    )
-    freeze_startup_objects()
-    kopf.run(
-        standalone=args.standalone,
-        clusterwide=not namespaces,
-        namespaces=namespaces,
-        liveness_endpoint=args.liveness,
-        memo=memo,
-    )
+    with ExitStack() as cleanup:
+        memo = kopf.Memo(
+            pod_tuning=pods.PodTuningSettings(launcher_image=args.launcher_image,
+                                              static_cpu_manager=not args.no_static_cpu_manager),
+            webhook_server=_webhook_server(args, own_namespace, cleanup),
+            mig=mig.MigSettings(namespace=own_namespace, pods_from_index=not namespaces),
+            autoscaling=autoscaling.AutoscalingSettings(source=source),
+        )
+        freeze_startup_objects()
+        kopf.run(
+            standalone=args.standalone,
+            clusterwide=not namespaces,
+            namespaces=namespaces,
+            liveness_endpoint=args.liveness,
+            memo=memo,
+        )
     del handlers
     return 0
