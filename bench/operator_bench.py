@@ -27,7 +27,6 @@ import json
 import platform
 import re
 import sys
-import tempfile
 import time
 import urllib.request
 from collections import Counter
@@ -43,6 +42,7 @@ from e2e.fixtures.operator import start_operator
 from e2e.fixtures.waiting import wait_for
 from kubernetes import client, config
 
+from bench import scratch
 from bench.autoscale_bench import MAX_TUNINGS, deployment, exporter_scraped
 from infertune.api.spec import GROUP, PLURAL, VERSION
 
@@ -87,8 +87,7 @@ def main(argv: list[str] | None = None) -> int:
         print("the control plane is not built: run `python -m e2e.cluster build` first",
               file=sys.stderr)
         return 2
-    work = Path(tempfile.mkdtemp(prefix="infertune-operator-bench-"))
-    with exporter_scraped() as prometheus, \
+    with scratch("infertune-operator-bench-") as work, exporter_scraped() as prometheus, \
             Cluster.start(bin_dir=bin_dir, log_dir=work / "logs") as cluster:
         api = config.new_client_from_config(config_file=str(cluster.kubeconfig))
         for namespace in NAMESPACES:

@@ -19,7 +19,6 @@ import platform
 import ssl
 import statistics
 import sys
-import tempfile
 import threading
 import time
 import uuid
@@ -34,6 +33,8 @@ from e2e.cluster.runtime import Cluster
 from e2e.fixtures.operator import WEBHOOK_CONFIGURATION, start_operator
 from e2e.fixtures.waiting import wait_for
 from kubernetes import client, config
+
+from bench import scratch
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 NAMESPACE = "bench"
@@ -142,8 +143,8 @@ def main(argv: list[str] | None = None) -> int:
     if missing_binaries(bin_dir):
         print("binaries not built; run: python -m e2e.cluster build", file=sys.stderr)
         return 1
-    work = Path(tempfile.mkdtemp(prefix="infertune-bench-webhook-"))
-    with Cluster.start(bin_dir=bin_dir, log_dir=work / "logs") as cluster:
+    with scratch("infertune-bench-webhook-") as work, \
+            Cluster.start(bin_dir=bin_dir, log_dir=work / "logs") as cluster:
         api = config.new_client_from_config(  # type: ignore[no-untyped-call]
             config_file=str(cluster.kubeconfig))
         operator = start_operator(api, work, cluster.log_dir, retune_interval=60, verbose=False)

@@ -10,7 +10,6 @@ replicas hold with MetricsAvailable=False; a P99 spike with a low queue yields T
 from __future__ import annotations
 
 import json
-import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -342,7 +341,7 @@ def test_a_tuning_being_autoscaled_is_deleted_at_once(
 def test_autoscale_evaluate_live_decides_with_the_operators_stored_windows(
     api_client: client.ApiClient, namespace: str, operator: OperatorProcess,
     fake_vllm: FakeVllm, prometheus: PrometheusServer, kubeconfig: Path,
-    capsys: pytest.CaptureFixture[str],
+    capsys: pytest.CaptureFixture[str], tmp_path: Path,
 ) -> None:
     """`autoscale evaluate --live` reads the replicas and the stabilization window the operator
     keeps in status: after a load spike, with the queue back to 0, it holds as the operator
@@ -369,7 +368,7 @@ def test_autoscale_evaluate_live_decides_with_the_operators_stored_windows(
     assert live["write"] == {"replicas": None, "why": "nothing to write: the replicas stay",
                              "notes": []}
     body = get_tuning(api_client, namespace, "qwen")
-    manifest = tmp_manifest(body)
+    manifest = write_manifest(body, tmp_path / "tuning.yaml")
     from_file = evaluate_cli(capsys, str(manifest), "--replicas", "3", "--prometheus",
                              prometheus.url)
     assert (from_file["state"], from_file["action"], from_file["desiredReplicas"]) == (
@@ -388,8 +387,8 @@ def evaluate_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> dict[str, An
     return result
 
 
-def tmp_manifest(body: dict[str, Any]) -> Path:
-    path = Path(tempfile.mkdtemp(prefix="infertune-e2e-tuning-")) / "tuning.yaml"
+def write_manifest(body: dict[str, Any], path: Path) -> Path:
+    """The tuning as a user would apply it: what `autoscale evaluate FILE` reads."""
     path.write_text(yaml.safe_dump({k: body[k] for k in ("apiVersion", "kind", "spec")} | {
         "metadata": {"name": body["metadata"]["name"],
                      "namespace": body["metadata"]["namespace"]}}))
