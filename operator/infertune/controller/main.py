@@ -17,6 +17,7 @@ from infertune.kube.webhook_tls import write_self_signed
 from infertune.kube.webhooks import RegisteringWebhookServer, WebhookRegistration
 
 DEFAULT_NAMESPACE = "infertune-system"
+logger = logging.getLogger(__name__)
 
 
 def _webhook_server(args: argparse.Namespace, own_namespace: str,
@@ -83,6 +84,10 @@ def run_operator(args: argparse.Namespace) -> int:
         raise SystemExit(str(exc)) from None
     except ValueError as exc:
         raise SystemExit(f"--prometheus-url (or $INFERTUNE_PROMETHEUS_URL): {exc}") from None
+    if source is None:
+        logger.warning("no --prometheus-url (or $INFERTUNE_PROMETHEUS_URL): spec.autoscaling is "
+                       "not evaluated, and tunings that have it report ScalingActive=False "
+                       "(NoPrometheus); the rest of tuning works")
     configure(args.kubeconfig)
     if args.retune_interval is not None:
         os.environ["INFERTUNE_RETUNE_INTERVAL"] = str(args.retune_interval)
