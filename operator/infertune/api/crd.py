@@ -70,13 +70,29 @@ def _to_structural(node: Any, defs: Schema, *, keep_defaults: bool) -> Any:
         return [_to_structural(item, defs, keep_defaults=keep_defaults) for item in node]
     if not isinstance(node, dict):
         return node
-    node = dict(node)
+    node, again = _resolved(dict(node), defs)
+    if again:
+        return _to_structural(node, defs, keep_defaults=keep_defaults)
+    out: Schema = {}
+    for key, value in node.items():
+        _translate(out, key, value, defs, keep_defaults)
+    if "enum" in out and "type" not in out:
+        out["type"] = "string"
+    if "description" in out:
+        out["description"] = " ".join(str(out["description"]).split())
+    # A stable, readable order: what the node is first, then its constraints.
+    first = [key for key in ("description", "type") if key in out]
+    return {key: out[key] for key in first + sorted(set(out) - set(first))}
+
+
+def _resolved(node: Schema, defs: Schema) -> tuple[Schema, bool]:
+    """`node` with its `$ref`, single `allOf` or optional `anyOf` folded in, and whether the
+    result still needs folding (a fold brought in another reference)."""
     if "$ref" in node:
         target = defs[node.pop("$ref").rsplit("/", 1)[-1]]
         node = {**target, **node}  # the field's own description and default win
     if "allOf" in node and len(node["allOf"]) == 1:
-        node = {**node.pop("allOf")[0], **node}
-        return _to_structural(node, defs, keep_defaults=keep_defaults)
+        return {**node.pop("allOf")[0], **node}, True
     any_of = node.get("anyOf")
     if any_of is not None and not node.get("x-kubernetes-int-or-string"):
         # Optional[X] is `anyOf: [X, null]`; in a CRD an optional field is simply not required.
@@ -85,42 +101,31 @@ def _to_structural(node: Any, defs: Schema, *, keep_defaults: bool) -> Any:
             raise ValueError(f"cannot express anyOf {any_of!r} in a structural schema")
         del node["anyOf"]
         node = {**options[0], **node}
-        if "$ref" in node:
-            return _to_structural(node, defs, keep_defaults=keep_defaults)
-    out: Schema = {}
-    for key, value in node.items():
-        if key in ("title", "$defs"):
-            continue
-        if key == "default" and (value is None or not keep_defaults):
-            continue
-        if key == "const":
-            out["enum"] = [value]
-            continue
-        if key == "exclusiveMinimum":
-            out["minimum"], out["exclusiveMinimum"] = value, True
-            continue
-        if key == "exclusiveMaximum":
-            out["maximum"], out["exclusiveMaximum"] = value, True
-            continue
-        if key == "additionalProperties" and value is False:
-            continue  # unknown fields are pruned by the API server and rejected by validate
-        if key == "properties":
-            out[key] = {
-                name: _to_structural(prop, defs, keep_defaults=keep_defaults)
-                for name, prop in value.items()
-            }
-            continue
-        if key in ("items", "additionalProperties", "anyOf"):
-            out[key] = _to_structural(value, defs, keep_defaults=keep_defaults)
-            continue
+        return node, "$ref" in node
+    return node, False
+
+
+def _translate(out: Schema, key: str, value: Any, defs: Schema, keep_defaults: bool) -> None:
+    """One JSON Schema keyword of pydantic's as a structural schema says it, into `out`."""
+    if key in ("title", "$defs"):
+        return
+    if key == "default" and (value is None or not keep_defaults):
+        return
+    if key == "const":
+        out["enum"] = [value]
+    elif key == "exclusiveMinimum":
+        out["minimum"], out["exclusiveMinimum"] = value, True
+    elif key == "exclusiveMaximum":
+        out["maximum"], out["exclusiveMaximum"] = value, True
+    elif key == "additionalProperties" and value is False:
+        return  # unknown fields are pruned by the API server and rejected by validate
+    elif key == "properties":
+        out[key] = {name: _to_structural(prop, defs, keep_defaults=keep_defaults)
+                    for name, prop in value.items()}
+    elif key in ("items", "additionalProperties", "anyOf"):
+        out[key] = _to_structural(value, defs, keep_defaults=keep_defaults)
+    else:
         out[key] = value
-    if "enum" in out and "type" not in out:
-        out["type"] = "string"
-    if "description" in out:
-        out["description"] = " ".join(str(out["description"]).split())
-    # A stable, readable order: what the node is first, then its constraints.
-    first = [key for key in ("description", "type") if key in out]
-    return {key: out[key] for key in first + sorted(set(out) - set(first))}
 
 
 def structural_schema(model: type[BaseModel], *, keep_defaults: bool = True) -> Schema:
