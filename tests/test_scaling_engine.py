@@ -71,6 +71,7 @@ class Case:
     spec: dict[str, Any] = field(default_factory=dict)
     state: ScalingState = field(default_factory=ScalingState)
     reason_has: tuple[str, ...] = ()
+    reason_lacks: tuple[str, ...] = ()
 
 
 CASES = [
@@ -97,7 +98,8 @@ CASES = [
          signals(steady(320)), 8, ScaleAction.SCALE_OUT, current=6,
          spec={"scaleUp": {"pods": 4, "percent": 0, "period": "60s", "stabilization": "0s"}},
          state=ScalingState(scale_events=(ScaleEvent(NOW - 30, 2),)),
-         reason_has=("scale-up limited to 8 by +4 pods per 60s",)),
+         reason_has=("scale-up limited to 8 by +4 pods per 60s (from 4 at the start of the "
+                     "period, now 6)",)),
     Case("scale_up_blocked_until_the_period_passes",
          signals(steady(320)), 4, ScaleAction.HOLD,
          spec={"scaleUp": {"pods": 2, "percent": 0, "period": "60s", "stabilization": "0s"}},
@@ -128,7 +130,29 @@ CASES = [
          reason_has=("1/2 samples above target",)),
     Case("latency_with_low_queue_tunes_batching_in_auto",
          signals(steady(5), latency_ms=(150, 150)), 4, ScaleAction.TUNE_BATCHING,
-         reason_has=("latency comes from batching",)),
+         reason_has=("queue 5.0/replica is not above target 32", "latency comes from batching")),
+    Case("latency_with_the_queue_just_above_target_scales_out_in_auto",
+         # Inside the queue's tolerance band, so the queue proposes no change; but the queue is
+         # above target, so the latency comes from load: Auto scales out (the batching
+         # recommender would not lower the batch either, so holding would leave the breach).
+         signals(steady(34), latency_ms=(150, 150)), 8, ScaleAction.SCALE_OUT,
+         reason_has=("within tolerance 0.1", "2/2 samples above target", "4 -> 8"),
+         reason_lacks=("batching",)),
+    Case("latency_tune_batching_says_the_spec_asked_for_it",
+         signals(steady(34), latency_ms=(150, 150)), 4, ScaleAction.TUNE_BATCHING,
+         spec={"latency": {"action": "TuneBatching"}},
+         reason_has=("action TuneBatching: tune batching",), reason_lacks=("queue is low",)),
+    Case("latency_on_a_bucket_bound_sizes_exactly",
+         # 3 x 100ms / 75ms is 4 (4.000000000000001 in floats), not 5.
+         signals(steady(40), latency_ms=(100, 100)), 4, ScaleAction.SCALE_OUT, current=3,
+         spec={"latency": {"action": "ScaleOut"}}),
+    Case("replicas_below_min_are_raised_to_min_without_metrics",
+         NO_SIGNALS, 3, ScaleAction.SCALE_OUT, current=1, spec={"minReplicas": 3},
+         reason_has=("1 replicas is outside minReplicas..maxReplicas (3..20)",)),
+    Case("replicas_above_max_are_lowered_to_max_without_metrics",
+         NO_SIGNALS, 20, ScaleAction.SCALE_IN, current=25,
+         spec={"metricsUnavailable": {"action": "Fallback", "fallbackReplicas": 6}},
+         state=ScalingState(metrics_missing_since=NOW - 600)),
     Case("latency_with_low_queue_scales_out_when_asked_to",
          signals(steady(5), latency_ms=(150, 150)), 8, ScaleAction.SCALE_OUT,
          spec={"latency": {"action": "ScaleOut"}}),
@@ -189,6 +213,8 @@ def test_decision(case: Case) -> None:
         decision.reason
     for text in case.reason_has:
         assert text in decision.reason
+    for text in case.reason_lacks:
+        assert text not in decision.reason
 
 
 def test_every_decision_has_a_reason_with_numbers() -> None:
@@ -318,3 +344,51 @@ def test_batching_without_current_starts_from_peak_running_requests() -> None:
     assert rec is not None
     assert (rec.knob.value, rec.recommended) == ("max-running-requests", 20)
     assert "peak running requests per replica" in rec.reason
+
+
+@pytest.mark.parametrize("queue_per_replica", [q / 10 for q in range(250, 420, 4)])
+def test_auto_tune_batching_is_what_the_batching_recommender_acts_on(
+        queue_per_replica: float) -> None:
+    """Around the queue target, Auto hands a latency breach to batching exactly when the
+    recommender lowers the batch: never a TuneBatching that nothing acts on."""
+    sig = signals(steady(queue_per_replica), latency_ms=(150, 150))
+    decision = decide(sig)
+    rec = recommend_batching(BatchingSpec(mode="Recommend"), Engine.VLLM, spec(),
+                             decision.signals, 128)
+    assert rec is not None
+    lowers = rec.recommended < 128
+    assert (decision.action is ScaleAction.TUNE_BATCHING) == lowers, (decision.reason,
+                                                                        rec.reason)
+    if not lowers:
+        assert decision.desired_replicas > 4, decision.reason
+
+
+def test_latency_sizing_is_exact_on_whole_ratios() -> None:
+    """ceil(current x latency / target) computed in floats must not round a whole number up
+    to the next one: latencies on histogram bucket bounds (0.1, 0.25) are common."""
+    from fractions import Fraction
+
+    rules = {"latency": {"action": "ScaleOut"}, "maxReplicas": 10000,
+             "scaleUp": {"pods": 10000, "percent": 0, "period": "15s", "stabilization": "0s"}}
+    checked = 0
+    for current in range(1, 21):
+        for tenths_ms in range(751, 3001, 7):  # 75.1ms .. 300ms
+            exact = Fraction(current) * Fraction(tenths_ms, 10) / 75
+            expected = max(current + 1, -(-exact.numerator // exact.denominator))
+            ms = tenths_ms / 10
+            got = decide(signals(steady(10), latency_ms=(ms, ms)), current=current, **rules)
+            assert got.desired_replicas == expected, (current, ms, got.reason)
+            checked += 1
+    assert checked > 6000
+
+
+def test_a_missing_latency_sample_breaks_the_run_of_breaches() -> None:
+    """Points 30s apart with a 15s step: the sample between them is missing (a NaN dropped),
+    so only the newest counts."""
+    latency = Series(((NOW - 30, 0.15), (NOW, 0.15)), 15.0)
+    rate = Series(((NOW - 30, 10.0), (NOW, 10.0)), 15.0)
+    reading = read_signals(spec(), TargetSignals(steady(5), latency, rate), NOW)
+    assert (reading.breaches, reading.latency_breached) == (1, False)
+    whole = Series(((NOW - 15, 0.15), (NOW, 0.15)), 15.0)
+    rate = Series(((NOW - 15, 10.0), (NOW, 10.0)), 15.0)
+    assert read_signals(spec(), TargetSignals(steady(5), whole, rate), NOW).breaches == 2

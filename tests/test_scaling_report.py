@@ -186,6 +186,21 @@ def test_batching_auto_applies_a_large_move_and_dry_run_leaves_applied_alone() -
     assert "batching" not in off.status
 
 
+def test_tune_batching_with_batching_off_says_that_nothing_acts_on_it() -> None:
+    """The default spec: latency action Auto, batching Off. A breach with a low queue is a
+    TuneBatching decision, and the reason, the status and the Event say what to change."""
+    breach = signals(queue=5.0, latency_s=0.15)
+    planned = plan_evaluation(spec(), 1, {}, breach, 4, None, NOW)
+    block = planned.status["autoscaling"]
+    assert (block["action"], planned.write) == ("TuneBatching", None)
+    assert block["reason"].endswith("or latency.action to ScaleOut to add replicas instead")
+    assert planned.event is not None and "spec.batching.mode is Off" in planned.event[1]
+    recommending = plan_evaluation(spec(batching={"mode": "Recommend"}), 1, {}, breach, 4, None,
+                                   NOW)
+    assert "spec.batching.mode" not in recommending.status["autoscaling"]["reason"]
+    assert "lower max-num-seqs" in recommending.status["batching"]["reason"]
+
+
 def test_built_again_over_a_newer_status_the_shared_lists_keep_the_other_writers_entries() -> None:
     # Planned over a status in which the controller had only Ready; a scale out is news, so
     # the plan appends a decision and adds its two conditions.

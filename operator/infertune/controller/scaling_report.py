@@ -30,6 +30,10 @@ from infertune.scaling.state import ScalingState, format_time
 APPLY_STEP = 0.25
 """Batching mode Auto follows the recommendation only when it moves by this fraction: every
 change re-creates the pods."""
+NOTHING_TUNES_BATCHING = (
+    "; spec.batching.mode is Off, so nothing acts on it: set it to Recommend (a batch size in "
+    "status.batching) or Auto (applied), or latency.action to ScaleOut to add replicas instead")
+"""Said after a TuneBatching decision that no batching mode acts on (the default spec)."""
 EVENT_REASONS = {ScaleAction.SCALE_OUT: "ScaledOut", ScaleAction.SCALE_IN: "ScaledIn",
                  ScaleAction.FALLBACK: "ScaledToFallback",
                  ScaleAction.TUNE_BATCHING: "TuneBatching"}
@@ -88,6 +92,8 @@ def plan_evaluation(spec: InferenceTuningSpec, generation: int, status: Mapping[
     previous: Mapping[str, Any] = status.get("autoscaling") or {}
     decision = decide_scale(spec.autoscaling, current, signals,
                             ScalingState.from_json(previous.get("state")), now)
+    if decision.action is ScaleAction.TUNE_BATCHING and spec.batching.mode is BatchingMode.OFF:
+        decision = decision._replace(reason=decision.reason + NOTHING_TUNES_BATCHING)
     stamp = format_time(now)
     changes = decision.desired_replicas != current
     applied = changes and spec.mode is Mode.ENFORCE and blocked is None

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from infertune.api.scaling import AutoscalingSpec, BatchingKnob, BatchingMode, BatchingSpec
 from infertune.api.spec import DEFAULT_BATCHING_KNOB, Engine
-from infertune.scaling.reading import Reading
+from infertune.scaling.reading import Reading, queue_is_low
 from infertune.scaling.signals import seconds
 
 # Knobs counted in requests, where the observed running requests show the batch in use.
@@ -49,9 +49,7 @@ def recommend_batching(batching: BatchingSpec, engine: Engine, autoscaling: Auto
     base, origin = _base(batching, knob, reading, current)
     target = seconds(autoscaling.latency.target)
     latency = reading.latency_s
-    queue_low = reading.queue_per_replica is not None and (
-        reading.queue_per_replica <= autoscaling.queue.target_per_replica)
-    if reading.latency_breached and latency is not None and queue_low:
+    if reading.latency_breached and latency is not None and queue_is_low(autoscaling, reading):
         factor = max(MAX_DECREASE, target / latency)
         proposed = min(math.floor(base * factor + EPSILON), base - 1)
         why = (f"{reading.latency_kind} {latency * 1000:.0f}ms above {target * 1000:.0f}ms for "

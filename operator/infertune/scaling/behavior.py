@@ -54,9 +54,10 @@ def _changes_in_period(events: tuple[ScaleEvent, ...], period_s: float,
 
 
 def scale_up_limit(current: int, events: tuple[ScaleEvent, ...], rules: ScalingRules,
-                   now: float) -> int:
+                   now: float) -> tuple[int, int]:
     """The most replicas allowed now: the larger of the pods and percent limits (selectPolicy
-    Max), counted from the replicas at the start of the period; 0 disables a limit."""
+    Max), counted from the replicas at the start of the period; 0 disables a limit. Returns
+    (limit, replicas at the start of the period)."""
     added, deleted = _changes_in_period(events, seconds(rules.period), now)
     start = current - added + deleted
     proposals = []
@@ -65,13 +66,14 @@ def scale_up_limit(current: int, events: tuple[ScaleEvent, ...], rules: ScalingR
     if rules.percent > 0:
         # Rounded up, or a small Deployment could never grow (horizontal.go).
         proposals.append(math.ceil(start * (1 + rules.percent / 100)))
-    return max(max(proposals), current)
+    return max(max(proposals), current), start
 
 
 def scale_down_limit(current: int, events: tuple[ScaleEvent, ...], rules: ScalingRules,
-                     now: float) -> int:
+                     now: float) -> tuple[int, int]:
     """The fewest replicas allowed now: the larger change of the two limits wins (the lower
-    count), counted from the start of the period; 0 disables a limit."""
+    count), counted from the start of the period; 0 disables a limit. Returns (limit, replicas
+    at the start of the period)."""
     added, deleted = _changes_in_period(events, seconds(rules.period), now)
     start = current - added + deleted
     proposals = []
@@ -79,7 +81,7 @@ def scale_down_limit(current: int, events: tuple[ScaleEvent, ...], rules: Scalin
         proposals.append(start - rules.pods)
     if rules.percent > 0:
         proposals.append(math.floor(start * (1 - rules.percent / 100)))
-    return min(min(proposals), current)
+    return min(min(proposals), current), start
 
 
 def limit_rate(current: int, desired: int, events: tuple[ScaleEvent, ...], up: ScalingRules,
@@ -87,20 +89,26 @@ def limit_rate(current: int, desired: int, events: tuple[ScaleEvent, ...], up: S
                now: float) -> tuple[int, str | None]:
     """`desired` within minReplicas..maxReplicas and the rate limits, and why if it moved."""
     if desired > current:
-        limit = scale_up_limit(current, events, up, now)
+        limit, start = scale_up_limit(current, events, up, now)
         if limit < max_replicas and desired > limit:
             return limit, (f"scale-up limited to {limit} by {_rule_text(up, '+')} "
-                           f"(from {current})")
+                           f"({_counted_from(start, current)})")
         if desired > max_replicas:
             return max_replicas, f"capped at maxReplicas {max_replicas}"
     elif desired < current:
-        limit = scale_down_limit(current, events, down, now)
+        limit, start = scale_down_limit(current, events, down, now)
         if limit > min_replicas and desired < limit:
             return limit, (f"scale-down limited to {limit} by {_rule_text(down, '-')} "
-                           f"(from {current})")
+                           f"({_counted_from(start, current)})")
         if desired < min_replicas:
             return min_replicas, f"floored at minReplicas {min_replicas}"
     return desired, None
+
+
+def _counted_from(start: int, current: int) -> str:
+    if start == current:
+        return f"from {current}"
+    return f"from {start} at the start of the period, now {current}"
 
 
 def _rule_text(rules: ScalingRules, sign: str) -> str:

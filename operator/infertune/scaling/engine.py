@@ -15,9 +15,12 @@ from typing import NamedTuple
 from infertune.api.scaling import AutoscalingSpec, LatencyAction, MetricsUnavailableAction
 from infertune.api.units import format_duration
 from infertune.scaling.behavior import limit_rate, stabilize
-from infertune.scaling.reading import Reading, read_signals
+from infertune.scaling.reading import Reading, queue_is_low, read_signals
 from infertune.scaling.signals import TargetSignals, seconds
 from infertune.scaling.state import Recommendation, ScaleEvent, ScalingState
+
+SIZING_EPSILON = 1e-9
+"""Below one replica by far, above the rounding error of the ratios sized from."""
 
 
 class ScaleAction(StrEnum):
@@ -59,14 +62,15 @@ def decide_scale(spec: AutoscalingSpec, current_replicas: int, signals: TargetSi
         # As HPA: a target scaled to zero by someone else is left alone.
         return _held(0, ScaleAction.HOLD, "the target has 0 replicas; scaling is paused until "
                      "it is scaled up", reading, state)
-    if reading.queue_missing and reading.latency_missing:
-        return _metrics_unavailable(spec, current_replicas, reading, state, now)
     if not spec.min_replicas <= current_replicas <= spec.max_replicas:
-        # As HPA: a count outside the bounds is brought inside them before any metric counts.
+        # As HPA: a count outside the bounds is brought inside them before any metric counts,
+        # with metrics or without (the bounds are the spec's, not a reading of the data).
         bound = min(max(current_replicas, spec.min_replicas), spec.max_replicas)
         return _applied(spec, current_replicas, bound, f"{current_replicas} replicas is outside "
                         f"minReplicas..maxReplicas ({spec.min_replicas}..{spec.max_replicas})",
                         reading, state, now, record=bound)
+    if reading.queue_missing and reading.latency_missing:
+        return _metrics_unavailable(spec, current_replicas, reading, state, now)
     return _decide_on_signals(spec, current_replicas, reading, state, now)
 
 
@@ -100,7 +104,7 @@ def _queue_proposal(spec: AutoscalingSpec, current: int, reading: Reading) -> _P
     said = f"queue {queue:.1f}/replica vs target {target:g} (ratio {ratio:.2f})"
     if abs(ratio - 1) <= spec.tolerance:
         return _Proposal(current, f"{said}, within tolerance {spec.tolerance:g}")
-    proposed = math.ceil(current * ratio)
+    proposed = _ceil(current * ratio)
     if ratio < 1:
         return _Proposal(proposed, f"{said} -> {proposed}")
     sustain = spec.queue.sustain
@@ -126,20 +130,21 @@ def _latency_proposal(spec: AutoscalingSpec, current: int, reading: Reading) -> 
     if not reading.latency_breached:
         # An elevated latency vetoes scaling in even before it counts as a breach.
         return _Proposal(current, said)
-    if _wants_batching(spec, reading):
-        return _Proposal(current, f"{said}, queue is low so the latency comes from batching: "
-                         "tune batching", tune_batching=True)
-    proposed = max(current + 1, math.ceil(current * reading.latency_s / seconds(target)))
+    if signal.action is LatencyAction.TUNE_BATCHING:
+        return _Proposal(current, f"{said}, action TuneBatching: tune batching",
+                         tune_batching=True)
+    if signal.action is LatencyAction.AUTO and queue_is_low(spec, reading):
+        return _Proposal(current, f"{said}, queue {reading.queue_per_replica:.1f}/replica is "
+                         f"not above target {spec.queue.target_per_replica:g} so the latency "
+                         "comes from batching: tune batching", tune_batching=True)
+    proposed = max(current + 1, _ceil(current * reading.latency_s / seconds(target)))
     return _Proposal(proposed, f"{said} -> {proposed}")
 
 
-def _wants_batching(spec: AutoscalingSpec, reading: Reading) -> bool:
-    action = spec.latency.action
-    if action is not LatencyAction.AUTO:
-        return action is LatencyAction.TUNE_BATCHING
-    # Auto with no queue data scales out: the SLO is the safe side.
-    queue = reading.queue_per_replica
-    return queue is not None and queue <= spec.queue.target_per_replica * (1 + spec.tolerance)
+def _ceil(replicas: float) -> int:
+    """Rounded up, less float noise: 3 x 100ms / 75ms is 4.000000000000001 in floats, and a
+    latency on a histogram bucket bound (0.1, 0.25) is common."""
+    return math.ceil(replicas - SIZING_EPSILON)
 
 
 def _metrics_unavailable(spec: AutoscalingSpec, current: int, reading: Reading,

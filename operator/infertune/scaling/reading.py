@@ -98,14 +98,26 @@ def _queue_sustain(spec: AutoscalingSpec, signals: TargetSignals, now: float,
 
 def _consecutive_breaches(spec: AutoscalingSpec, signals: TargetSignals) -> int:
     """Newest-first run of samples above target, each at an evaluation interval, each with at
-    least minRequestRate behind it (a quantile over a handful of requests is noise)."""
+    least minRequestRate behind it (a quantile over a handful of requests is noise). Samples
+    are `step` apart; a missing one (dropped as NaN) breaks the run, since it is not known to
+    be above target."""
     target, min_rate = seconds(spec.latency.target), spec.latency.min_request_rate
-    count = 0
-    for t, latency in reversed(signals.latency.points):
-        if latency <= target:
+    longest_gap = signals.latency.step * 1.5  # a sample missing (NaN, a failed rule) ends a run
+    points = signals.latency.points
+    count, newer = 0, points[-1][0] if points else 0.0
+    for t, latency in reversed(points):
+        if latency <= target or newer - t > longest_gap:
             break
         rate = signals.request_rate.value_at(t)
         if rate is None or rate < min_rate:
             break
-        count += 1
+        count, newer = count + 1, t
     return count
+
+
+def queue_is_low(spec: AutoscalingSpec, reading: Reading) -> bool:
+    """The queue is at or below its target per replica: a latency breach then comes from
+    batching, not from load (action Auto tunes batching, and the batching recommender lowers
+    the batch). No queue data is not low: Auto then scales out, the SLO is the safe side."""
+    queue = reading.queue_per_replica
+    return queue is not None and queue <= spec.queue.target_per_replica
