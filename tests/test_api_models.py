@@ -75,6 +75,28 @@ def test_values_round_trip_as_written() -> None:
          "allocator.libraryPath: 'lib/libjemalloc.so' does not match"),
         ({"batching": {"min": 64, "max": 8}}, "batching.min: 64 is above max 8"),
         ({"autoscaling": {"interval": "500ms"}}, "autoscaling.interval: 500ms is too short"),
+        ({"autoscaling": {"interval": "2h"}}, "autoscaling.interval: 2h is longer than 1h"),
+        # Bounds that keep one tenant's spec from breaking or slowing the shared batch fetch.
+        ({"autoscaling": {"queue": {"sustain": "11m"}}},
+         "autoscaling.queue.sustain: 11m is too long"),
+        ({"autoscaling": {"queue": {"sustain": "9" * 400 + "s"}}},
+         "autoscaling.queue.sustain: " + "9" * 400 + "s is longer than any field here takes"),
+        ({"autoscaling": {"latency": {"target": "0s"}}},
+         "autoscaling.latency.target: 0s would count every request as a breach"),
+        ({"autoscaling": {"scaleUp": {"pods": 4, "percent": 0, "period": "31m",
+                                      "stabilization": "0s"}}},
+         "autoscaling.scaleUp.period: 31m is outside 1ms..30m"),
+        ({"autoscaling": {"scaleDown": {"pods": 1, "percent": 0, "period": "15s",
+                                        "stabilization": "61m"}}},
+         "autoscaling.scaleDown.stabilization: 61m is longer than 1h"),
+        ({"metrics": {"window": "0s"}}, "metrics.window: '0s' does not match"),
+        ({"metrics": {"window": "2h"}}, "metrics.window: 2h is longer than 1h"),
+        ({"metrics": {"podLabel": "__name__"}},
+         "metrics.podLabel: '__name__' must be a Prometheus label name"),
+        ({"metrics": {"namespaceLabel": "Inf"}},
+         "metrics.namespaceLabel: 'Inf' is a PromQL keyword or number"),
+        ({"engine": "custom", "metrics": {"queueDepth": "on", "latencyHistogram": "lat"}},
+         "metrics.queueDepth: 'on' is a PromQL keyword or number"),
         ({"targetRef": {"name": "qwen", "kind": "StatefulSet"}},
          "targetRef.kind: 'StatefulSet' is not allowed"),
     ],
@@ -82,6 +104,12 @@ def test_values_round_trip_as_written() -> None:
 def test_cross_field_and_range_rules(sections: dict[str, Any], expected: str) -> None:
     errors = _errors(**sections)
     assert any(expected in e for e in errors), errors
+
+
+@pytest.mark.parametrize("label", ["_", "_pod", "pod_name", "k8s_namespace", "a"])
+def test_label_names_prometheus_lets_users_choose_are_accepted(label: str) -> None:
+    spec = InferenceTuningSpec.model_validate(_spec(metrics={"podLabel": label}))
+    assert spec.metrics.pod_label == label
 
 
 def test_every_problem_of_a_section_is_reported_at_once() -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import socket
 import threading
 import time
@@ -316,6 +317,21 @@ def test_a_long_deployment_name_is_refused_with_a_reason(prometheus: PrometheusS
     long = replace(target("serving", "x" * 50), key="serving/long")
     got = PrometheusSource(prometheus.url).fetch([long], time.time())["serving/long"]
     assert "longer than 46 characters" in (got.queue.problem or "")
+
+
+@pytest.mark.parametrize("bad", [{"pod_label": "__name__"}, {"namespace_label": "inf"},
+                                 {"queue_history_s": math.inf}])
+def test_a_target_whose_query_cannot_be_built_fails_alone(prometheus: PrometheusServer,
+                                                          bad: dict[str, Any]) -> None:
+    """The spec validation refuses these; were one to get through (an older CRD, a stored
+    object), only its own tuning goes without data, not every tuning of the batch."""
+    llm, broken = target("serving", "llm"), target("serving", "sgl", Engine.SGLANG, **bad)
+    source = PrometheusSource(prometheus.url)
+    got = fetch_when(source, [llm, broken], llm.key)
+    assert got[llm.key].queue.last == 30.0
+    problem = got[broken.key].queue.problem or got[broken.key].latency.problem or ""
+    assert any(why in problem for why in ("cannot be built", "beyond what a query can read")), \
+        got[broken.key]
 
 
 TUNING = (Path(__file__).parent / "fixtures" / "autoscale" / "tuning.yaml").read_text()

@@ -26,7 +26,8 @@ _PATTERN_HINTS = {
     "a letter or digit",
     METRIC_NAME: "must be a Prometheus metric name (letters, digits, '_' and ':'), not a "
     "PromQL expression",
-    PROM_LABEL_NAME: "must be a Prometheus label name (letters, digits and '_')",
+    PROM_LABEL_NAME: "must be a Prometheus label name (letters, digits and '_', not starting "
+                     "with '__', which Prometheus keeps for its own labels)",
 }
 
 

@@ -10,6 +10,11 @@ from pydantic import Field, model_validator
 from infertune.api.base import ApiModel, CrossFieldProblems
 from infertune.api.units import Duration
 
+MAX_SUSTAIN_S = 600
+MAX_PERIOD_S = 1800
+MAX_STABILIZATION_S = 3600
+MAX_INTERVAL_S = 3600
+
 
 class QueueSignal(ApiModel):
     """Scale out on request-queue depth (for example vllm:num_requests_waiting)."""
@@ -19,7 +24,18 @@ class QueueSignal(ApiModel):
     rule: queue depth above 32."""
 
     sustain: Duration = Duration("30s")
-    """How long the queue must stay above target before scaling out (the incident: 30s)."""
+    """How long the queue must stay above target before scaling out (the incident: 30s). At
+    most 10m: the window is read at the queue's resolution (1s) in every evaluation."""
+
+    @model_validator(mode="after")
+    def _sustain_bounded(self) -> QueueSignal:
+        if self.sustain.seconds > MAX_SUSTAIN_S:
+            problems = CrossFieldProblems()
+            problems.add("sustain", f"{self.sustain} is too long: Prometheus reads the queue "
+                         "at 1s steps over the whole window in every evaluation; use at most "
+                         "10m (for a slower scale-up, raise scaleUp.stabilization)")
+            problems.raise_if_any()
+        return self
 
 
 class LatencyAction(StrEnum):
@@ -50,6 +66,16 @@ class LatencySignal(ApiModel):
     min_request_rate: Annotated[float, Field(ge=0)] = 1.0
     """Requests per second across the target below which the quantile is treated as noise."""
 
+    @model_validator(mode="after")
+    def _target_above_zero(self) -> LatencySignal:
+        if self.target.seconds <= 0:
+            problems = CrossFieldProblems()
+            problems.add("target", f"{self.target} would count every request as a breach and "
+                         "sizes replicas by dividing by it; use a latency above 0, for example "
+                         "75ms")
+            problems.raise_if_any()
+        return self
+
 
 class ScalingRules(ApiModel):
     """Rate limits for one direction, in the style of HPA behavior policies."""
@@ -74,8 +100,12 @@ class ScalingRules(ApiModel):
         if self.pods == 0 and self.percent == 0:
             problems.add("pods", "pods and percent are both 0, so replicas could never change "
                          "in this direction; set at least one of them above 0")
-        if self.period.seconds <= 0:
-            problems.add("period", "must be longer than 0s, for example 15s")
+        if not 0 < self.period.seconds <= MAX_PERIOD_S:
+            problems.add("period", f"{self.period} is outside 1ms..30m (HPA allows up to "
+                         "1800s); for example 15s")
+        if self.stabilization.seconds > MAX_STABILIZATION_S:
+            problems.add("stabilization", f"{self.stabilization} is longer than 1h (HPA's "
+                         "limit too); every evaluation reads the recommendations of the window")
         problems.raise_if_any()
         return self
 
@@ -166,6 +196,9 @@ class AutoscalingSpec(ApiModel):
         if self.interval.seconds < 1:
             problems.add("interval", f"{self.interval} is too short; Prometheus scrapes every "
                          "few seconds, use 1s or more (15s is the default)")
+        elif self.interval.seconds > MAX_INTERVAL_S:
+            problems.add("interval", f"{self.interval} is longer than 1h; replicas would "
+                         "follow the load hours late (15s is the default)")
         fallback = self.metrics_unavailable.fallback_replicas
         if fallback is not None and not self.min_replicas <= fallback <= self.max_replicas:
             problems.add("metricsUnavailable.fallbackReplicas", f"{fallback} is outside "

@@ -6,12 +6,14 @@ from enum import StrEnum
 from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
+from pydantic.alias_generators import to_camel
 
 from infertune.api.base import ApiModel, CrossFieldProblems
 from infertune.api.canary import CanarySpec
 from infertune.api.scaling import AutoscalingSpec, BatchingKnob, BatchingMode, BatchingSpec
 from infertune.api.status import InferenceTuningStatus
 from infertune.api.tuning import AllocatorSpec, MemorySpec, MigSpec, NumaSpec, RetuneSpec
+from infertune.api.units import parse_duration
 
 GROUP = "infertune.io"
 VERSION = "v1alpha1"
@@ -29,7 +31,14 @@ LABEL_NAME = r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
 # Prometheus metric and label names. Only names are accepted from the spec, never PromQL, so a
 # spec can never inject an expression into the queries the operator runs.
 METRIC_NAME = r"^[a-zA-Z_:][a-zA-Z0-9_:]*$"
-PROM_LABEL_NAME = r"^[a-zA-Z_][a-zA-Z0-9_]*$"
+# Names starting with __ are Prometheus' own (__name__, __address__); the queries cannot
+# group or select by them.
+PROM_LABEL_NAME = r"^([a-zA-Z][a-zA-Z0-9_]*|_([a-zA-Z0-9][a-zA-Z0-9_]*)?)$"
+MAX_RATE_WINDOW_S = 3600
+PROMQL_RESERVED = frozenset({"on", "ignoring", "group_left", "group_right", "bool", "atan2",
+                             "inf", "nan"})
+"""Words PromQL reads as an operator modifier or a number wherever a bare metric or grouping
+label name goes (case-insensitively), so `on{...}` or `by (inf)` does not parse."""
 
 
 class Engine(StrEnum):
@@ -99,8 +108,25 @@ class MetricsSpec(ApiModel):
     namespace_label: Annotated[str, Field(pattern=PROM_LABEL_NAME, max_length=100)] = "namespace"
     """The Prometheus label that holds the namespace."""
 
-    window: Annotated[str, Field(pattern=r"^[0-9]+(ms|s|m|h)$")] = "1m"
-    """The rate() window for latency quantiles and request rates."""
+    window: Annotated[str, Field(pattern=r"^[1-9][0-9]*(ms|s|m|h)$")] = "1m"
+    """The rate() window for latency quantiles and request rates: at least two scrape
+    intervals, at most 1h."""
+
+    @model_validator(mode="after")
+    def _usable_in_promql(self) -> MetricsSpec:
+        problems = CrossFieldProblems()
+        for field in ("queue_depth", "running", "latency_histogram", "pod_label",
+                      "namespace_label"):
+            name = getattr(self, field)
+            if name is not None and name.lower() in PROMQL_RESERVED:
+                problems.add(to_camel(field), f"{name!r} is a PromQL keyword or number, which "
+                             "a query cannot use as a name here; rename the metric or the "
+                             "label in the exporter or with a relabeling rule")
+        if parse_duration(self.window) > MAX_RATE_WINDOW_S:
+            problems.add("window", f"{self.window} is longer than 1h; every evaluation computes "
+                         "rate() over it for each pod (1m is the default)")
+        problems.raise_if_any()
+        return self
 
 
 class InferenceTuningSpec(ApiModel):

@@ -43,6 +43,9 @@ _DURATION_UNITS = {
 }
 _DURATION_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ns|us|ms|s|m|h)")
 DURATION_PATTERN = r"^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$"
+LONGEST_DURATION_S = 7 * 24 * 3600
+"""No duration in the API is longer (fields that feed queries have tighter limits); without a
+bound, 400 digits of seconds would become an infinite float in the arithmetic after it."""
 
 
 def parse_quantity(text: str) -> Decimal:
@@ -159,9 +162,13 @@ class Duration(str):
             )
         text = str(raw)
         try:
-            parse_duration(text)
+            seconds = parse_duration(text)
         except ValueError as exc:
             raise PydanticCustomError("duration", str(exc)) from None
+        if seconds > LONGEST_DURATION_S:
+            raise PydanticCustomError(
+                "duration", "{text} is longer than any field here takes (at most 168h, 7 days)",
+                {"text": text})
         return cls(text)
 
     @classmethod

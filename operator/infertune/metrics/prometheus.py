@@ -11,7 +11,7 @@ import math
 import operator
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any, cast
+from typing import Any, NamedTuple, cast
 
 import requests
 from prometheus_api_client import PrometheusConnect
@@ -71,7 +71,7 @@ class PrometheusSource:
         # instead of one slow Prometheus holding every tuning's evaluation for several timeouts.
         self._client = PrometheusConnect(url=self.url, headers=dict(access.headers),
                                          session=session, retry=Retry(total=False))
-        self._planned: tuple[tuple[MetricsTarget, ...], list[tuple[QueryPlan, str | None]]] = (
+        self._planned: tuple[tuple[MetricsTarget, ...], list[tuple[QueryPlan, _Query]]] = (
             (), [])
 
     def fetch(self, targets: Sequence[MetricsTarget], now: float) -> dict[str, TargetSignals]:
@@ -94,7 +94,7 @@ class PrometheusSource:
                                      running.get(t.key, NOT_READ), t.latency_kind)
                 if t.key in queue else _unsupported(t) for t in targets}
 
-    def _plans(self, targets: Sequence[MetricsTarget]) -> list[tuple[QueryPlan, str | None]]:
+    def _plans(self, targets: Sequence[MetricsTarget]) -> list[tuple[QueryPlan, _Query]]:
         """The plans for `targets` and their query text, kept while the same target objects
         are asked for again (the operator caches them per tuning generation): planning and
         escaping a thousand names is a good part of a cycle otherwise. The kept tuple holds
@@ -102,13 +102,15 @@ class PrometheusSource:
         known, plans = self._planned
         if len(known) == len(targets) and all(map(operator.is_, known, targets)):
             return plans
-        plans = [(plan, plan.query()) for plan in plan_queries(targets, self.resolution_s)]
+        plans = [(plan, _built(plan)) for plan in plan_queries(targets, self.resolution_s)]
         self._planned = (tuple(targets), plans)
         return plans
 
-    def _run(self, plan: QueryPlan, query: str | None, now: float) -> _Answer:
+    def _run(self, plan: QueryPlan, query: _Query, now: float) -> _Answer:
         if query is None:
             return _Answer(plan, {}, "the engine exports no such metric")
+        if isinstance(query, _Unbuildable):
+            return _Answer(plan, {}, f"the query cannot be built: {query.problem}")
         end = math.floor(now)
         try:
             if plan.window:
@@ -122,7 +124,7 @@ class PrometheusSource:
                 timeout=self.timeout_s)
             return _Answer(plan, _series(result, plan, end), None)
         except (requests.RequestException, Urllib3Error, OSError, PrometheusApiClientException,
-                ValueError, KeyError, TypeError) as exc:
+                ValueError, KeyError, TypeError, ArithmeticError) as exc:
             return _Answer(plan, {}, f"Prometheus at {self.url} failed: "
                                      f"{_describe(exc, self.timeout_s)}")
 
@@ -139,7 +141,10 @@ class _Answer:
 
     def missing(self, target: MetricsTarget) -> SignalData:
         got = self.found.get((target.namespace, target.deployment))
-        query = self.plan.query_for(target)
+        try:
+            query = self.plan.query_for(target)
+        except (ValueError, ArithmeticError):  # said in the error already
+            query = ""
         missing = Window.missing if self.plan.window else Series.missing
         if self.error is not None:
             return missing(self.error, query)
@@ -147,6 +152,24 @@ class _Answer:
             return missing(got.problem or "", query)
         return missing(f"no series for Deployment {target.namespace}/{target.deployment}",
                        query)
+
+
+class _Unbuildable(NamedTuple):
+    problem: str
+
+
+_Query = str | None | _Unbuildable
+"""A plan's query text; None when the engine has no such metric; `_Unbuildable` when a
+member's spec cannot be put into PromQL (the spec validation should have refused it)."""
+
+
+def _built(plan: QueryPlan) -> _Query:
+    """The plan's query, or why it cannot be built: that fails the plan's members only, never
+    the other tunings of the batch."""
+    try:
+        return plan.query()
+    except (ValueError, ArithmeticError) as exc:
+        return _Unbuildable(str(exc)[:300])
 
 
 def _series(result: list[dict[str, Any]], plan: QueryPlan,

@@ -23,7 +23,7 @@ import math
 import re
 from dataclasses import dataclass
 
-from infertune.api.spec import METRIC_NAME, PROM_LABEL_NAME
+from infertune.api.spec import METRIC_NAME, PROM_LABEL_NAME, PROMQL_RESERVED
 from infertune.metrics.presets import EngineMetrics, HistogramLatency
 
 TARGET_LABEL = "infertune_target"
@@ -57,14 +57,14 @@ def regex_escape(value: str) -> str:
 
 
 def metric_name(name: str) -> str:
-    if not _METRIC.fullmatch(name):
-        raise ValueError(f"{name!r} is not a Prometheus metric name")
+    if not _METRIC.fullmatch(name) or name.lower() in PROMQL_RESERVED:
+        raise ValueError(f"{name!r} is not a Prometheus metric name a query can use")
     return name
 
 
 def label_name(name: str) -> str:
-    if not _LABEL.fullmatch(name) or name.startswith("__"):
-        raise ValueError(f"{name!r} is not a Prometheus label name")
+    if not _LABEL.fullmatch(name) or name.lower() in PROMQL_RESERVED:
+        raise ValueError(f"{name!r} is not a Prometheus label name a query can use")
     return name
 
 
