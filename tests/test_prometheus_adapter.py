@@ -292,6 +292,43 @@ def test_a_hanging_prometheus_times_out_as_no_data() -> None:
     assert "timed out after 0.3s" in (got["a/b"].queue.problem or "")
 
 
+def test_the_queries_of_a_batch_wait_for_a_hanging_prometheus_together() -> None:
+    """Every tuning's evaluation waits for the batch: its plans are in flight at once, so a
+    Prometheus that hangs costs one timeout, not one per plan."""
+    held: list[socket.socket] = []
+    accepted: list[float] = []
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(8)
+        listener.settimeout(0.1)
+        url = f"http://127.0.0.1:{listener.getsockname()[1]}"
+        done = threading.Event()
+
+        def accept() -> None:
+            while not done.is_set():
+                try:
+                    held.append(listener.accept()[0])  # read nothing, answer nothing
+                except TimeoutError:
+                    continue
+                accepted.append(time.monotonic())
+
+        acceptor = threading.Thread(target=accept)
+        acceptor.start()
+        try:
+            # Two engines: two query shapes, six plans.
+            targets = [target("a", "b"), target("a", "c", Engine.SGLANG)]
+            got = PrometheusSource(url, timeout_s=2).fetch(targets, time.time())
+        finally:
+            done.set()
+            acceptor.join()
+            for connection in held:
+                connection.close()
+    assert "timed out after 2s" in (got["a/c"].latency.problem or "")
+    # 6 plans, 4 at a time: four asked at once, the other two after the first timeouts.
+    at_once = max(sum(1 for t in accepted if start <= t < start + 1) for start in accepted)
+    assert (len(accepted), at_once) == (6, prometheus_adapter.PARALLEL_QUERIES), accepted
+
+
 def test_an_http_error_is_no_data() -> None:
     class Unavailable(BaseHTTPRequestHandler):
         def do_GET(self) -> None:

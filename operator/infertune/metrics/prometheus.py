@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import operator
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from typing import Any, NamedTuple, cast
 
@@ -37,6 +38,8 @@ from infertune.metrics.source import MetricsTarget
 from infertune.scaling.signals import NOT_READ, Series, TargetSignals, Window
 from infertune.scaling.state import format_time
 
+PARALLEL_QUERIES = 4
+"""Queries of one batch in flight at once (a batch has one per signal per query shape)."""
 SeriesKey = tuple[str, str]
 """(namespace, Deployment) as the target label set puts them."""
 SignalData = Series | Window
@@ -73,13 +76,22 @@ class PrometheusSource:
                                          session=session, retry=Retry(total=False))
         self._planned: tuple[tuple[MetricsTarget, ...], list[tuple[QueryPlan, _Query]]] = (
             (), [])
+        self._pool = ThreadPoolExecutor(max_workers=PARALLEL_QUERIES,
+                                        thread_name_prefix="prometheus-query")
 
     def fetch(self, targets: Sequence[MetricsTarget], now: float) -> dict[str, TargetSignals]:
         if self._credentials is not None:  # once per cycle: the file may have been rotated
             self._client.headers["Authorization"] = self._credentials.current()
         found: dict[Signal, dict[str, SignalData]] = {signal: {} for signal in Signal}
-        for plan, query in self._plans(targets):
-            answer = self._run(plan, query, now)
+        plans = self._plans(targets)
+        # At the same time: a Prometheus that hangs costs the batch one timeout, not one per
+        # plan (every tuning's evaluation waits for the batch).
+        def run(planned: tuple[QueryPlan, _Query]) -> _Answer:
+            return self._run(planned[0], planned[1], now)
+
+        answers = self._pool.map(run, plans) if len(plans) > 1 else map(run, plans)
+        for answer in answers:
+            plan = answer.plan
             table, hits = found[plan.signal], answer.hits
             for target in plan.members:
                 got = hits.get((target.namespace, target.deployment))
