@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from dataclasses import replace
 from typing import Any
 
 from infertune.api.status import ConditionType, Phase
@@ -96,6 +97,20 @@ def test_unknown_container_is_not_ready() -> None:
     result = assess(_body(container="server"), TARGET, "2026-12-03T10:00:00Z")
     ready = find(result.status.conditions, ConditionType.READY)
     assert ready is not None and ready.reason == "ContainerNotFound"
+
+
+def test_a_long_ready_message_is_shortened_in_the_event_and_the_decision() -> None:
+    """ContainerNotFound lists the Deployment's containers: 20 names of 60 characters made a
+    decision record longer than its 1024-character limit, and the handler failed on it."""
+    names = tuple(f"sidecar-{i:02d}-" + "x" * 50 for i in range(20))
+    result = assess(_body(container="server"), replace(TARGET, containers=names),
+                    "2026-12-03T10:00:00Z")
+    ready = find(result.status.conditions, ConditionType.READY)
+    assert ready is not None and ready.reason == "ContainerNotFound"
+    assert all(name in ready.message for name in names)  # the condition says it all
+    assert result.decision is not None and len(result.decision.reason) == 1024
+    assert result.decision.reason.endswith("...")
+    assert [len(n.message) for n in result.notices if n.reason == "ContainerNotFound"] == [1000]
 
 
 def test_replicas_column_is_filled_when_autoscaling_is_configured() -> None:

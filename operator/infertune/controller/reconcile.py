@@ -31,6 +31,10 @@ from infertune.controller.conditions import (
 )
 
 RETRY_TARGET_SECONDS = 15.0
+MAX_DECISION_REASON = 1024
+"""Decision.reason's limit (api/status.py)."""
+MAX_EVENT_MESSAGE = 1000
+"""As the autoscaler's Events (scaling_report.py)."""
 """How soon a missing target Deployment is looked for again."""
 
 
@@ -210,11 +214,18 @@ def _ready_news(before: InferenceTuningStatus, status: InferenceTuningStatus, ge
     if (before.observed_generation == generation and was is not None
             and was.status == ready.status and was.reason == ready.reason):
         return None
+    # The condition may say more (a Deployment with many containers lists them all); the
+    # Event and the decision record hold a shortened copy.
     notice = Notice("Normal" if ready.status is ConditionStatus.TRUE else "Warning",
-                    ready.reason, ready.message)
+                    ready.reason, _clipped(ready.message, MAX_EVENT_MESSAGE))
     return notice, Decision(time=now, feature="controller",
                             action=f"generation {generation}: {ready.reason}",
-                            reason=ready.message, applied=spec.mode is not Mode.DRY_RUN)
+                            reason=_clipped(ready.message, MAX_DECISION_REASON),
+                            applied=spec.mode is not Mode.DRY_RUN)
+
+
+def _clipped(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def _owned(conditions: list[Condition], types: list[str]) -> tuple[Condition, ...]:
