@@ -58,6 +58,8 @@ def test_values_round_trip_as_written() -> None:
          "autoscaling.minReplicas: 5 is above maxReplicas 2"),
         ({"memory": {"highRatio": 0}}, "memory.highRatio: 0: input should be greater than 0"),
         ({"memory": {"high": "0"}}, "memory.high: memory.high of 0 would throttle"),
+        ({"memory": {"high": "500m"}}, "memory.high: memory.high of 500m would throttle"),
+        ({"memory": {"high": "63Mi"}}, "memory.high: memory.high of 63Mi would throttle"),
         ({"canary": {"steps": [{"weight": 30}, {"weight": 30}]}},
          "canary.steps[1].weight: 30 does not rise above the previous step's 30"),
         ({"canary": {"routing": {"type": "GatewayAPI"}}},

@@ -23,6 +23,12 @@ GI = 2**30
         ({"highRatio": 0.5}, "8Gi", "32Gi", 16 * GI),
         # Burstable with no room between request and limit - headroom: leave it at max.
         ({}, "31.5Gi", "32Gi", None),
+        # A limit at or under minHeadroom: no memory.high fits below it (this wrote -512Mi and
+        # 0 for Guaranteed pods of 512Mi and 1Gi: throttled from the start).
+        ({}, "512Mi", "512Mi", None),
+        ({}, "1Gi", "1Gi", None),
+        ({}, None, "1Gi", None),
+        ({}, "1Mi", "1100Mi", 76 * 2**20),  # just above the 64Mi floor
     ],
 )
 def test_resolved_values(spec: dict[str, object], mem_request: str | None, limit: str | None,
@@ -38,6 +44,8 @@ def test_resolved_values(spec: dict[str, object], mem_request: str | None, limit
         ({"highRatio": 0.99}, "8Gi", "32Gi", "memory.highRatio", "minus minHeadroom 1Gi"),
         ({"highRatio": 0.9}, None, None, "memory.highRatio", "no memory limit"),
         ({"high": "4Gi"}, "8Gi", "32Gi", "memory.high", "below the container's memory request"),
+        ({"high": "256Mi"}, "512Mi", "512Mi", "memory.high",
+         "the memory limit 512Mi leaves no room"),
     ],
 )
 def test_refused_values_name_the_field(spec: dict[str, object], mem_request: str | None,

@@ -55,6 +55,11 @@ class NumaSpec(ApiModel):
         return self
 
 
+MIN_MEMORY_HIGH = 64 * 2**20
+"""No inference server runs in less: a lower memory.high throttles it from its first
+allocation (the incident's failure, made on purpose)."""
+
+
 class MemorySpec(ApiModel):
     """cgroup v2 memory.high for the serving container, written by the node agent."""
 
@@ -79,9 +84,10 @@ class MemorySpec(ApiModel):
         problems = CrossFieldProblems()
         if self.high is not None and self.high_ratio is not None:
             problems.add("highRatio", "set either high or highRatio, not both")
-        if self.high is not None and self.high.value == 0:
-            problems.add("high", "memory.high of 0 would throttle the container at once; "
-                         "use a quantity such as 28Gi or remove it")
+        if self.high is not None and int(self.high.value) < MIN_MEMORY_HIGH:
+            problems.add("high", f"memory.high of {self.high} would throttle the server from "
+                         "its first allocation (64Mi at least); use a quantity such as 28Gi "
+                         "or remove it")
         problems.raise_if_any()
         return self
 

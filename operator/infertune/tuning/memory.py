@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from decimal import Decimal
 
-from infertune.api.tuning import MemorySpec
+from infertune.api.tuning import MIN_MEMORY_HIGH, MemorySpec
 from infertune.api.units import parse_quantity
 
 
@@ -51,6 +51,14 @@ def resolve_memory_high(
     else:
         return _default_memory_high(spec, request_bytes, limit_bytes, limit)
     value = Decimal(int(value))
+    if value < MIN_MEMORY_HIGH:
+        raise MemoryHighError(field, f"{how} is below {_gib(MIN_MEMORY_HIGH)}, which would "
+                              "throttle the server from its first allocation; use a quantity "
+                              "such as 28Gi, or leave memory.high unset")
+    if limit_bytes is not None and limit_bytes - headroom < MIN_MEMORY_HIGH:
+        raise MemoryHighError(field, f"the memory limit {limit} leaves no room for memory.high "
+                              f"below it by minHeadroom {spec.min_headroom}; raise the limit, "
+                              "lower memory.minHeadroom, or leave memory.high unset")
     if limit_bytes is not None and value > limit_bytes - headroom:
         raise MemoryHighError(field, f"{how} is above the memory limit {limit} minus minHeadroom "
                               f"{spec.min_headroom}, so the OOM killer could act before "
@@ -75,6 +83,10 @@ def _default_memory_high(
     formula = request_bytes + factor * (limit_bytes - request_bytes)
     ceiling = limit_bytes - spec.min_headroom.value
     how = f"MemoryQoS formula with factor {spec.throttling_factor}"
+    if ceiling < MIN_MEMORY_HIGH or formula < MIN_MEMORY_HIGH:
+        # A small limit (512Mi with the default 1Gi headroom gave a negative memory.high).
+        return MemoryHigh(None, f"limit {limit} leaves no useful memory.high below it by "
+                          f"minHeadroom {spec.min_headroom}: memory.high stays at max")
     if formula <= ceiling:
         return MemoryHigh(int(formula), f"{how} = {_gib(formula)}")
     if request_bytes < limit_bytes and ceiling <= request_bytes:
