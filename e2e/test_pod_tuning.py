@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
+from e2e.fixtures.access import exists
 from e2e.fixtures.operator import OperatorProcess
 from e2e.fixtures.waiting import wait_for
 from e2e.test_operator import (
@@ -27,7 +28,7 @@ from e2e.test_operator import (
     tuning,
     wait_observed,
 )
-from infertune.kube.webhooks import WebhookRegistration
+from infertune.kube.webhooks import REGISTERED_BY, WebhookRegistration
 
 pytestmark = pytest.mark.e2e
 
@@ -219,6 +220,36 @@ def test_a_namespaced_operators_registration_is_valid_to_the_api_server(
     assert [(e.key, e.operator, e.values) for e in expressions] == [
         ("kubernetes.io/metadata.name", "NotIn", ["infertune-system", "kube-system"]),
         ("kubernetes.io/metadata.name", "In", ["team-a", "team-b"])]
+
+
+def test_a_stopping_operator_leaves_the_registration_its_successor_made(
+    api_client: client.ApiClient
+) -> None:
+    """A rolling upgrade: the new operator registers before the old one stops. The old one
+    used to delete the configuration on its way out, and every pod after that was admitted
+    untuned until the next restart. With cert-manager both register the same clientConfig,
+    so only the annotation tells them apart. (Under a name of its own: the session operator's
+    registration stays.)"""
+    kopf_config = {"url": "https://127.0.0.1:9443", "caBundle": "Q0E="}
+    old, new = (WebhookRegistration(excluded_namespaces=("kube-system",),
+                                    name="infertune-e2e-handover") for _ in range(2))
+    admission = client.AdmissionregistrationV1Api(api_client)
+    client.ApiClient.set_default(api_client)  # type: ignore[no-untyped-call]
+    try:
+        old.apply(kopf_config)
+        new.apply(kopf_config)
+        assert old.remove() is False
+        stored = admission.read_mutating_webhook_configuration("infertune-e2e-handover")
+        assert stored.metadata.annotations[REGISTERED_BY] == new.owner
+        assert new.remove() is True
+        assert not exists(lambda: admission.read_mutating_webhook_configuration(
+            "infertune-e2e-handover"))
+        assert new.remove() is False  # nothing left to remove
+    finally:
+        client.ApiClient.set_default(None)  # type: ignore[no-untyped-call]
+        if exists(lambda: admission.read_mutating_webhook_configuration(
+                "infertune-e2e-handover")):
+            admission.delete_mutating_webhook_configuration("infertune-e2e-handover")
 
 
 def test_a_pod_without_command_is_reported_in_status_and_events(

@@ -11,8 +11,11 @@ from __future__ import annotations
 import asyncio
 import copy
 import logging
+import os
+import socket
+import uuid
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import kopf
@@ -27,6 +30,9 @@ WEBHOOK_CONFIGURATION = "infertune-pod-tuning"
 HANDLER_ID = "tune-pods"
 OPT_OUT_LABEL = f"{keys.PREFIX}/tuning"
 """Pods labelled infertune.io/tuning=disabled are never sent to the webhook."""
+REGISTERED_BY = f"{keys.PREFIX}/registered-by"
+"""Annotation naming the operator process that registered the configuration last: the one
+that may remove it."""
 GLOB_CHARACTERS = "*?[]!,"
 """What makes a --namespace value a kopf pattern (globs, negation, several globs joined by
 commas) rather than a name: namespace names never hold these."""
@@ -46,6 +52,12 @@ class WebhookRegistration:
     """(namespace, name, port) of a Service in front of the webhook, for in-cluster use; when
     None the URL kopf reports is used (local runs and the test cluster)."""
     timeout_seconds: int = 5
+    name: str = WEBHOOK_CONFIGURATION
+    owner: str = field(default_factory=lambda: f"{socket.gethostname()}/{os.getpid()}/"
+                                               f"{uuid.uuid4().hex[:8]}")
+    """This process, as the annotation REGISTERED_BY says it: in a rolling upgrade the new
+    operator registers before the old one stops, and the old one must not remove the new
+    one's registration on its way out (its clientConfig may be the same, with cert-manager)."""
 
     def client_config(self, kopf_config: dict[str, Any]) -> dict[str, Any]:
         config: dict[str, Any] = {}
@@ -63,8 +75,9 @@ class WebhookRegistration:
         return {
             "apiVersion": "admissionregistration.k8s.io/v1",
             "kind": "MutatingWebhookConfiguration",
-            "metadata": {"name": WEBHOOK_CONFIGURATION,
-                         "labels": {keys.MANAGED_BY_LABEL: keys.MANAGED_BY}},
+            "metadata": {"name": self.name,
+                         "labels": {keys.MANAGED_BY_LABEL: keys.MANAGED_BY},
+                         "annotations": {REGISTERED_BY: self.owner}},
             "webhooks": [{
                 "name": f"pods.{keys.PREFIX}",
                 "clientConfig": self.client_config(kopf_config),
@@ -101,19 +114,30 @@ class WebhookRegistration:
         except ApiException as exc:
             if exc.status != 409:
                 raise
-            api.patch_mutating_webhook_configuration(WEBHOOK_CONFIGURATION, body)
+            api.patch_mutating_webhook_configuration(self.name, body)
         selected = {e["operator"]: ", ".join(e["values"]) for e in self._namespace_expressions()}
-        logger.info("registered %s for pods in %s, excluding namespaces %s",
-                    WEBHOOK_CONFIGURATION, selected.get("In", "every namespace"),
+        logger.info("registered %s for pods in %s, excluding namespaces %s", self.name,
+                    selected.get("In", "every namespace"),
                     selected["NotIn"])
 
-    def remove(self) -> None:
+    def remove(self) -> bool:
+        """Delete the configuration if this process registered it last; whether it did."""
+        api = client.AdmissionregistrationV1Api()
         try:
-            client.AdmissionregistrationV1Api().delete_mutating_webhook_configuration(
-                WEBHOOK_CONFIGURATION)
+            meta = api.read_mutating_webhook_configuration(self.name).metadata
+            owner = ((meta.annotations if meta else None) or {}).get(REGISTERED_BY)
+            if owner != self.owner:
+                logger.info("left %s in place: registered since by %s", self.name, owner)
+                return False
+            # Only that version: a registration made after the read is not ours to remove.
+            api.delete_mutating_webhook_configuration(self.name, body=client.V1DeleteOptions(
+                preconditions=client.V1Preconditions(
+                    resource_version=meta.resource_version if meta else None)))
         except ApiException as exc:
-            if exc.status != 404:
-                raise
+            if exc.status in (404, 409):  # gone already, or registered again meanwhile
+                return False
+            raise
+        return True
 
 
 class RegisteringWebhookServer(kopf.WebhookServer):
@@ -134,4 +158,4 @@ class RegisteringWebhookServer(kopf.WebhookServer):
             try:
                 await asyncio.to_thread(self.registration.remove)
             except Exception:  # pragma: no cover - best effort at shutdown
-                logger.warning("could not remove %s", WEBHOOK_CONFIGURATION, exc_info=True)
+                logger.warning("could not remove %s", self.registration.name, exc_info=True)
