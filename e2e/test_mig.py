@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -61,13 +62,21 @@ class FakeMigManager:
         self.applied.append((node, config))
 
 
+@contextmanager
+def running_mig_manager(api_client: client.ApiClient, pool: str) -> Iterator[FakeMigManager]:
+    manager = FakeMigManager(api_client, pool)
+    manager.thread.start()
+    try:
+        yield manager
+    finally:
+        manager.stop.set()
+        manager.thread.join()
+
+
 @pytest.fixture
 def mig_manager(api_client: client.ApiClient) -> Iterator[FakeMigManager]:
-    manager = FakeMigManager(api_client, "mig-a")
-    manager.thread.start()
-    yield manager
-    manager.stop.set()
-    manager.thread.join()
+    with running_mig_manager(api_client, "mig-a") as manager:
+        yield manager
 
 
 def _node_labels(api_client: client.ApiClient, name: str) -> dict[str, str]:
@@ -127,6 +136,40 @@ def test_a_node_running_gpu_pods_is_left_alone(
     node = wait_for(reported_busy, "h200-pool-b reported busy")
     assert "allowDisruption" in node["message"]
     assert CONFIG_LABEL not in _node_labels(api_client, "h200-pool-b")
+
+
+def test_a_node_drained_for_partitioning_is_uncordoned_once_partitioned(
+    api_client: client.ApiClient, namespace: str, operator: OperatorProcess
+) -> None:
+    """allowDisruption: the busy node is cordoned (and marked so), its GPU pod evicted,
+    labelled once empty, and uncordoned when mig-manager reports success; it used to stay
+    cordoned for good."""
+    core = client.CoreV1Api(api_client)
+    busy = deployment("busy", resources={"limits": {"nvidia.com/gpu": "1"}})
+    busy["spec"]["template"]["spec"]["nodeSelector"] = {POOL: "mig-c"}
+    create(api_client, namespace, busy)
+    first = wait_pods(api_client, namespace, "busy", 1)[0].metadata.name
+    with running_mig_manager(api_client, "mig-c") as manager:
+        create(api_client, namespace, tuning("qwen", "qwen", mig={
+            "profile": "3g.71gb", "allowDisruption": True, "nodeSelector": {POOL: "mig-c"}}))
+
+        def configured() -> dict[str, Any] | None:
+            nodes = _mig_status(api_client, namespace, "qwen").get("nodes") or []
+            return nodes[0] if nodes and nodes[0]["state"] == "configured" else None
+
+        wait_for(configured, "h200-pool-c configured", timeout_s=60)
+        assert [n for n, _ in manager.applied] == ["h200-pool-c"]
+
+        def uncordoned() -> Any:
+            node = core.read_node("h200-pool-c")
+            return node if not node.spec.unschedulable else None
+
+        node = wait_for(uncordoned, "h200-pool-c uncordoned", timeout_s=15)
+    assert "infertune.io/cordoned-for-mig" not in (node.metadata.annotations or {})
+    pods = core.list_namespaced_pod(namespace, label_selector="app=busy").items
+    assert first not in {p.metadata.name for p in pods}  # evicted; its replacement waits
+    reasons = {e.reason for e in core.list_namespaced_event(namespace).items}
+    assert {"MigNodeDraining", "MigNodeLabelled", "MigNodeUncordoned"} <= reasons
 
 
 def test_a_namespaced_operator_lists_every_namespaces_gpu_pods_on_a_node(

@@ -8,7 +8,10 @@ from typing import Any
 import kopf
 import pytest
 
+from infertune.api.spec import InferenceTuningSpec
+from infertune.controller import mig as mig_controller
 from infertune.controller.mig import gpu_pods_by_node
+from infertune.tuning.mig_nodes import MIG_CAPABLE_LABEL, PRODUCT_LABEL, NodeView
 
 
 def pod(node: str | None = "gpu-0", phase: str = "Running",
@@ -29,6 +32,8 @@ def indexed(body: dict[str, Any]) -> dict[str, str] | None:
     {"requests": {"nvidia.com/gpu": "1"}},
     {"limits": {"nvidia.com/mig-3g.71gb": "1", "cpu": "4"}},
     {"requests": {"cpu": "1"}, "limits": {"nvidia.com/mig-1g.18gb": "2"}},
+    # The GPU Operator's time-slicing with renameByDefault: the same GPUs, shared.
+    {"limits": {"nvidia.com/gpu.shared": "1"}},
 ])
 def test_a_bound_pod_holding_gpus_is_indexed_by_its_node(resources: dict[str, Any]) -> None:
     assert indexed(pod(**resources)) == {"gpu-0": "team-a/qwen-1"}
@@ -43,6 +48,7 @@ def test_a_pod_holds_its_gpus_until_it_has_ended(phase: str) -> None:
 @pytest.mark.parametrize(("body", "why"), [
     (pod(limits={"cpu": "2", "memory": "1Gi"}), "no GPU resource"),
     (pod(limits={"example.com/gpu": "1"}), "another vendor's resource"),
+    (pod(limits={"nvidia.com/gpus": "1"}), "not nvidia.com/gpu nor a renamed nvidia.com/gpu.*"),
     (pod(node=None, limits={"nvidia.com/gpu": "1"}), "not bound to a node yet"),
     (pod(phase="Succeeded", limits={"nvidia.com/gpu": "1"}), "ended"),
     (pod(phase="Failed", limits={"nvidia.com/gpu": "1"}), "ended"),
@@ -51,3 +57,33 @@ def test_a_pod_holds_its_gpus_until_it_has_ended(phase: str) -> None:
 def test_pods_that_hold_no_gpu_are_left_out(body: dict[str, Any], why: str) -> None:
     assert indexed(body) is None, why
 
+
+
+def node(name: str, product: str, **labels: str) -> NodeView:
+    return NodeView(name, {PRODUCT_LABEL: product, MIG_CAPABLE_LABEL: "true", **labels})
+
+
+def test_config_names_do_not_change_when_gpu_feature_discovery_renames_the_product() -> None:
+    """Strategy single: a partitioned A100's product label gains -MIG-1g.5gb. The config must
+    keep its name, or the node (already as asked) reads as not configured."""
+    spec = InferenceTuningSpec.model_validate({
+        "targetRef": {"name": "qwen"}, "engine": "vllm",
+        "mig": {"profile": "1g.5gb", "strategy": "single"}})
+    renamed = "NVIDIA-A100-SXM4-40GB-MIG-1g.5gb"
+    plans, errors, _ = mig_controller._plans(spec, [node("a", "NVIDIA-A100-SXM4-40GB"),
+                                                    node("b", renamed)])
+    assert errors == []
+    names = mig_controller.config_names(plans)
+    assert names[renamed] == names["NVIDIA-A100-SXM4-40GB"] == "infertune-a100-sxm4-40gb-7x1g.5gb"
+
+
+def test_nodes_of_products_whose_pods_need_different_profiles_are_refused() -> None:
+    """Pods ask for one profile (status.mig.profile): partitioning H200s for 1g.35gb while the
+    pods ask for the A100's 3g.40gb would take them out of service for nothing."""
+    spec = InferenceTuningSpec.model_validate({
+        "targetRef": {"name": "qwen"}, "engine": "vllm",
+        "mig": {"sizing": {"weights": "15Gi", "kvCache": "10Gi"}}})
+    _, errors, _ = mig_controller._plans(spec, [node("a", "NVIDIA-A100-SXM4-80GB"),
+                                                node("h", "NVIDIA-H200")])
+    assert len(errors) == 1 and "narrow spec.mig.nodeSelector to one product" in errors[0]
+    assert "NVIDIA-A100-SXM4-80GB: 3g.40gb" in errors[0]

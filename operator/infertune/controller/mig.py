@@ -26,11 +26,14 @@ from infertune.controller.spec_cache import SPECS
 from infertune.kube.client import evict_pod
 from infertune.tuning.mig import Infeasible, LayoutPlan, describe, plan_layout, request_from_spec
 from infertune.tuning.mig_nodes import (
+    CORDONED_ANNOTATION,
     MIG_CAPABLE_LABEL,
     MIG_CONFIG_LABEL,
     MIG_STATE_LABEL,
     MIG_STRATEGY_LABEL,
     PRODUCT_LABEL,
+    NodeReport,
+    NodeState,
     NodeView,
     StepKind,
     plan_mig_nodes,
@@ -60,6 +63,9 @@ class MigSettings:
 
 
 GPU_RESOURCE, MIG_RESOURCE_PREFIX = "nvidia.com/gpu", "nvidia.com/mig-"
+SHARED_GPU_PREFIX = "nvidia.com/gpu."
+"""Renamed whole-GPU resources, such as the GPU Operator's time-slicing `nvidia.com/gpu.shared`
+(renameByDefault): they hold the same GPUs."""
 _ENDED = ("Succeeded", "Failed")
 
 
@@ -67,7 +73,8 @@ def _requests_gpus(containers: list[dict[str, Any]]) -> bool:
     for container in containers:
         resources = container.get("resources") or {}
         for wanted in (resources.get("limits") or {}, resources.get("requests") or {}):
-            if any(k == GPU_RESOURCE or k.startswith(MIG_RESOURCE_PREFIX) for k in wanted):
+            if any(k == GPU_RESOURCE or k.startswith((MIG_RESOURCE_PREFIX, SHARED_GPU_PREFIX))
+                   for k in wanted):
                 return True
     return False
 
@@ -117,10 +124,12 @@ def _observe_nodes(gpu_pods: Mapping[str, tuple[str, ...]] | None) -> list[NodeV
     for node in core.list_node(label_selector=f"{MIG_CAPABLE_LABEL}=true").items:
         meta, node_spec = node.metadata, node.spec
         name = str(meta.name if meta else "")
+        annotations = (meta.annotations if meta else None) or {}
         views.append(NodeView(name, dict((meta.labels if meta else None) or {}),
                               bool(node_spec.unschedulable if node_spec else False),
                               gpu_pods.get(name, ()) if gpu_pods is not None
-                              else gpu_pods_listed(core, name)))
+                              else gpu_pods_listed(core, name),
+                              cordoned_by_us=CORDONED_ANNOTATION in annotations))
     return views
 
 
@@ -146,12 +155,21 @@ def _write_config_map(namespace: str, configs: dict[str, LayoutPlan]) -> None:
         core.patch_namespaced_config_map(CONFIG_MAP, namespace, body)
 
 
-def _drain(node: NodeView) -> None:
+def _drain(node: NodeView, config: str) -> None:
     core = client.CoreV1Api()
-    core.patch_node(node.name, {"spec": {"unschedulable": True}})
+    if not node.unschedulable:
+        # Marked, so that it is uncordoned once partitioned; a node already cordoned by
+        # someone else (maintenance) is not marked, and stays cordoned.
+        core.patch_node(node.name, {"spec": {"unschedulable": True}, "metadata": {
+            "annotations": {CORDONED_ANNOTATION: config}}})
     for ref in node.gpu_pods:
         namespace, name = ref.split("/", 1)
         evict_pod(namespace, name)  # a PDB that says not now is asked again next tick
+
+
+def _uncordon(node: str) -> None:
+    client.CoreV1Api().patch_node(node, {"spec": {"unschedulable": False}, "metadata": {
+        "annotations": {CORDONED_ANNOTATION: None}}})
 
 
 def _label(node: str, config: str) -> None:
@@ -174,7 +192,23 @@ def _plans(spec: InferenceTuningSpec, nodes: list[NodeView]) -> tuple[
             errors.append(result.reason)
         else:
             plans[product] = result
+    profiles = {plan.product: plan.pod_profile for plan in plans.values()}
+    if len(set(profiles.values())) > 1:
+        # Every pod asks for status.mig.profile: the other products' nodes would be
+        # partitioned for slices no pod requests.
+        errors.append("the selected nodes hold GPUs whose plans give pods different profiles ("
+                      + ", ".join(f"{p}: {profile}" for p, profile in sorted(profiles.items()))
+                      + "); narrow spec.mig.nodeSelector to one product, for example with "
+                      f"{PRODUCT_LABEL}")
     return plans, errors, select_nodes(nodes, products, spec.mig.node_selector)
+
+
+def config_names(plans: Mapping[str, LayoutPlan]) -> dict[str, str]:
+    """GPU product label -> mig-parted config name. Named by the catalog's product: with
+    strategy single, GPU Feature Discovery renames a partitioned GPU
+    (NVIDIA-A100-SXM4-40GB-MIG-1g.5gb), and the config must keep its name, or a node already
+    partitioned as asked would be taken for one that is not."""
+    return {product: config_name(plan.product, plan) for product, plan in plans.items()}
 
 
 def reconcile_mig(namespace: str, name: str, spec: InferenceTuningSpec, settings: MigSettings,
@@ -193,7 +227,7 @@ def reconcile_mig(namespace: str, name: str, spec: InferenceTuningSpec, settings
             kopf.event(body, type="Warning", reason="MigInfeasible" if errors else "MigNoNodes",
                        message=message)
         return MigStatus(message=message)
-    configs = {product: config_name(product, plan) for product, plan in plans.items()}
+    configs = config_names(plans)
     step = plan_mig_nodes(selected, configs, allow_disruption=spec.mig.allow_disruption,
                           labelled_at=settings.labelled_at, now=time.monotonic())
     first = next(iter(plans.values()))
@@ -208,14 +242,26 @@ def reconcile_mig(namespace: str, name: str, spec: InferenceTuningSpec, settings
     if spec.mode is Mode.DRY_RUN:
         return status.model_copy(update={"message": f"dry run: would {step.reason}"})
     _write_config_map(settings.namespace, {configs[p]: plan for p, plan in plans.items()})
+    for node in _partitioned_after_drain(selected, step.reports):
+        _uncordon(node)
+        kopf.event(body, type="Normal", reason="MigNodeUncordoned",
+                   message=f"{node} partitioned by mig-manager; uncordoned")
     if step.kind is StepKind.LABEL and step.node is not None:
         _label(step.node, configs[_product(selected, step.node)])
         settings.labelled_at[step.node] = time.monotonic()
         kopf.event(body, type="Normal", reason="MigNodeLabelled", message=step.reason)
     elif step.kind is StepKind.DRAIN and step.node is not None:
-        _drain(next(n for n in selected if n.name == step.node))
+        _drain(next(n for n in selected if n.name == step.node),
+               configs[_product(selected, step.node)])
         kopf.event(body, type="Normal", reason="MigNodeDraining", message=step.reason)
     return status
+
+
+def _partitioned_after_drain(nodes: list[NodeView],
+                             reports: tuple[NodeReport, ...]) -> list[str]:
+    """The nodes the operator cordoned to drain them that mig-manager has configured since."""
+    configured = {r.node for r in reports if r.state is NodeState.CONFIGURED}
+    return [n.name for n in nodes if n.cordoned_by_us and n.name in configured]
 
 
 def _product(nodes: list[NodeView], node: str) -> str:

@@ -19,6 +19,7 @@ MIG_CAPABLE_LABEL = "nvidia.com/mig.capable"
 MIG_CONFIG_LABEL = "nvidia.com/mig.config"
 MIG_STATE_LABEL = "nvidia.com/mig.config.state"
 MIG_STRATEGY_LABEL = "nvidia.com/mig.strategy"
+CORDONED_ANNOTATION = "infertune.io/cordoned-for-mig"
 STATE_TIMEOUT_SECONDS = 900.0
 """How long mig-manager may take (it may reboot the node) before the step is reported as
 timed out."""
@@ -31,6 +32,9 @@ class NodeView:
     unschedulable: bool = False
     gpu_pods: tuple[str, ...] = ()
     """Pods on the node that request nvidia.com/gpu or a MIG resource and have not finished."""
+    cordoned_by_us: bool = False
+    """The operator cordoned it to drain it (CORDONED_ANNOTATION): it uncordons it once
+    mig-manager reports success. A node someone else cordoned is left as they left it."""
 
 
 class NodeState(StrEnum):
@@ -87,8 +91,10 @@ def _state_of(node: NodeView, config: str, labelled_at: float | None,
     if state == "success":
         return NodeReport(node.name, NodeState.CONFIGURED, f"{config} applied by mig-manager")
     if state == "failed":
+        held = ("; it stays cordoned (infertune drained it): kubectl uncordon it once fixed"
+                if node.cordoned_by_us else "")
         return NodeReport(node.name, NodeState.FAILED, f"mig-manager reported failed for "
-                          f"{config}; see the nvidia-mig-manager logs on {node.name}")
+                          f"{config}; see the nvidia-mig-manager logs on {node.name}{held}")
     if labelled_at is not None and now - labelled_at > STATE_TIMEOUT_SECONDS:
         return NodeReport(node.name, NodeState.TIMED_OUT, f"no success from mig-manager "
                           f"{now - labelled_at:.0f}s after asking for {config} (state "
