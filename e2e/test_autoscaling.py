@@ -284,6 +284,31 @@ def test_a_writer_that_keeps_reverting_replicas_is_reported_not_fought(
              "status.autoscaling.replicaFight removed", timeout_s=10)
 
 
+def test_two_tunings_autoscaling_one_deployment_write_nothing(
+    api_client: client.ApiClient, namespace: str, operator: OperatorProcess,
+    fake_vllm: FakeVllm,
+) -> None:
+    """Each took the other's writes for reverts and they took turns (min 3 against max 2);
+    now both say why they stop, and the replicas stay as they are."""
+    create(api_client, namespace, deployment("qwen"))
+    spec = SPEC["autoscaling"]
+    create(api_client, namespace, tuning("qwen", "qwen", **{
+        **SPEC, "autoscaling": {**spec, "minReplicas": 3, "maxReplicas": 4}}))
+    create(api_client, namespace, tuning("qwen-small", "qwen", **{
+        **SPEC, "autoscaling": {**spec, "minReplicas": 1, "maxReplicas": 2}}))
+    found = wait_scaling_inactive(api_client, namespace, "SeveralTunings")
+    assert "InferenceTunings qwen-small also autoscale qwen" in found["message"]
+    other = condition(get_tuning(api_client, namespace, "qwen-small"), "ScalingActive")
+    assert other is not None and other["reason"] == "SeveralTunings"
+    time.sleep(5)  # two intervals more
+    assert replicas(api_client, namespace) == 1
+    delete_tuning_and_wait(api_client, namespace, "qwen-small", "qwen-small deleted",
+                           timeout_s=15)
+    # Alone again: minReplicas 3 is applied.
+    wait_for(lambda: replicas(api_client, namespace) == 3, "qwen scaling to its minimum",
+             timeout_s=30)
+
+
 def test_an_hpa_on_the_same_deployment_stops_writes(
     api_client: client.ApiClient, namespace: str, operator: OperatorProcess,
     fake_vllm: FakeVllm, prometheus: PrometheusServer, kubeconfig: Path,

@@ -12,6 +12,9 @@ from infertune.controller.fights import (
     MAX_BACKOFF_S,
     QUIET_S,
     Fight,
+    Writers,
+    autoscaling_rivals,
+    blocked_by,
     fight_message,
     next_fight,
 )
@@ -96,3 +99,20 @@ def test_the_message_says_until_when_and_how_to_resume() -> None:
     message = fight_message(fight, "qwen")
     assert "qwen 2 times" in message and "/spec/replicas" in message
     assert format_time(T0 + 30 + BACKOFF_S) in message and "spec changes" in message
+
+
+def test_other_tunings_autoscaling_the_same_deployment_block_every_one_of_them() -> None:
+    """Two tunings on one Deployment each took the other's write for a revert, and after two
+    of them blamed GitOps for a fight they were having with each other."""
+    entries = [{"name": "a", "spec": {"autoscaling": {"minReplicas": 5}}},
+               {"name": "b", "spec": {"autoscaling": {"maxReplicas": 2}}},
+               {"name": "c", "spec": {"autoscaling": {"enabled": False}}},
+               {"name": "d", "spec": {}},  # tunes pods only: writes no replicas
+               {"metadata": {"name": "e"}, "spec": {"autoscaling": {}}}]  # a stored object
+    assert autoscaling_rivals(entries, "a") == ("b", "e")
+    assert autoscaling_rivals(entries, "d") == ("a", "b", "e")
+    blocked = blocked_by("qwen", Writers(hpa="qwen-hpa", tunings=("b", "e")), None, T0)
+    assert blocked is not None and blocked.reason == "SeveralTunings"
+    assert blocked.message.startswith("InferenceTunings b, e also autoscale qwen")
+    alone = blocked_by("qwen", Writers(tunings=autoscaling_rivals(entries[:1], "a")), None, T0)
+    assert alone is None

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any, NamedTuple, cast
 
 from infertune.api.spec import InferenceTuning
-from infertune.controller.fights import Fight, blocked_by
+from infertune.controller.fights import Fight, Writers, autoscaling_rivals, blocked_by
 from infertune.controller.scaling_report import Blocked
 
 
@@ -23,11 +23,13 @@ class Live(NamedTuple):
     """An HPA on the same Deployment, which stops the operator's writes."""
     notes: tuple[str, ...] = ()
     """What could not be read and is therefore not taken into account."""
+    rivals: tuple[str, ...] = ()
+    """Other InferenceTunings that autoscale the same Deployment (they stop the writes)."""
 
     def blocked(self, now: float) -> Blocked | None:
         """Why the operator would not write replicas now, as it decides it."""
         autoscaling = self.status.get("autoscaling") or {}
-        return blocked_by(self.tuning.spec.target_ref.name, self.hpa,
+        return blocked_by(self.tuning.spec.target_ref.name, Writers(self.hpa, self.rivals),
                           Fight.from_json(autoscaling.get("replicaFight")), now)
 
 
@@ -73,6 +75,15 @@ def read_live(ref: str, kubeconfig: str | None) -> Live:
     except ApiException as exc:
         notes = (f"HorizontalPodAutoscalers in {namespace} not readable (HTTP {exc.status}): "
                  "one on the same Deployment would stop the operator's writes",)
+    try:
+        listed = cast(dict[str, Any], client.CustomObjectsApi().list_namespaced_custom_object(
+            GROUP, VERSION, namespace, PLURAL))["items"]
+        rivals = autoscaling_rivals((t for t in listed if ((t.get("spec") or {}).get(
+            "targetRef") or {}).get("name") == target), name)
+    except ApiException as exc:
+        rivals = ()
+        notes += (f"InferenceTunings in {namespace} not readable (HTTP {exc.status}): another "
+                  "one autoscaling the same Deployment would stop the operator's writes",)
     return Live(tuning, int(scale.spec.replicas or 0) if scale.spec else 0,
                 dict(body.get("status") or {}),
-                int((body.get("metadata") or {}).get("generation") or 0), hpa, notes)
+                int((body.get("metadata") or {}).get("generation") or 0), hpa, notes, rivals)

@@ -41,7 +41,7 @@ from pydantic import ValidationError
 from infertune.api.spec import GROUP, PLURAL, VERSION, InferenceTuning, InferenceTuningSpec
 from infertune.api.status import ConditionStatus, ConditionType
 from infertune.controller.conditions import condition_dict, merge_condition_dicts
-from infertune.controller.fights import Fight, blocked_by, next_fight
+from infertune.controller.fights import Fight, Writers, autoscaling_rivals, blocked_by, next_fight
 from infertune.controller.loops import pause, snapshot
 from infertune.controller.scaling_report import plan_evaluation, status_over
 from infertune.controller.status_patch import Build, write_status
@@ -233,7 +233,7 @@ def _reverted(settings: AutoscalingSettings, key: str, current: int) -> bool:
 
 def evaluate(namespace: str, name: str, generation: int, spec: InferenceTuningSpec,
              status: dict[str, Any], signals: TargetSignals, settings: AutoscalingSettings,
-             hpa: str | None, body: kopf.Body, now: float,
+             writers: Writers, body: kopf.Body, now: float,
              resource_version: str | None = None) -> ScaleDecision:
     """Decide, write replicas (unless DryRun, a fight or an HPA), and report. `status` is the
     tuning's at `resource_version`; the report is written only over that version, or built
@@ -245,7 +245,7 @@ def evaluate(namespace: str, name: str, generation: int, spec: InferenceTuningSp
     stored_fight = Fight.from_json((status.get("autoscaling") or {}).get("replicaFight"))
     fight = next_fight(stored_fight, generation, _reverted(settings, key, current), now)
     planned = plan_evaluation(spec, generation, status, signals, current,
-                              blocked_by(deployment, hpa, fight, now), now,
+                              blocked_by(deployment, writers, fight, now), now,
                               None if fight is None else fight.to_json())
     if planned.write is not None:
         # Written before the status: if this call fails, the status keeps the old state.
@@ -293,12 +293,14 @@ async def autoscale(stopped: kopf.DaemonStopped, namespace: str, name: str, body
             await pause(wait, stopped)
             continue
         tunings = settings.listing(tunings_by_target, parsed, now)
-        hpa = next(iter(hpas_by_target.get((namespace, parsed.spec.target_ref.name), [])), None)
+        target = (namespace, parsed.spec.target_ref.name)
+        writers = Writers(next(iter(hpas_by_target.get(target, [])), None),
+                          autoscaling_rivals(tunings_by_target.get(target, []), name))
         # The worker thread gets this context: kopf.event finds kopf's event queue through it.
         # Status and resourceVersion are read together here, on the loop, so they match.
         run = functools.partial(contextvars.copy_context().run, _evaluate_if_due, settings, key,
                                 parsed, tunings, namespace, name, generation, status_now,
-                                _version(meta_now), hpa, body)
+                                _version(meta_now), writers, body)
         try:
             await loop.run_in_executor(settings.executor, run)
         except Exception:  # one failed pass must not end the loop
@@ -338,7 +340,7 @@ def _write_if_present(namespace: str, name: str, status: dict[str, Any],
 
 def _evaluate_if_due(settings: AutoscalingSettings, key: str, parsed: Parsed, tunings: Listed,
                      namespace: str, name: str, generation: int, status: dict[str, Any],
-                     resource_version: str | None, hpa: str | None, body: kopf.Body) -> None:
+                     resource_version: str | None, writers: Writers, body: kopf.Body) -> None:
     """The blocking part of a due pass, in a worker thread. The time is read here: when the
     workers are busy, the pass may start a little after the loop queued it."""
     now = time.time()
@@ -346,7 +348,7 @@ def _evaluate_if_due(settings: AutoscalingSettings, key: str, parsed: Parsed, tu
     if signals is None:
         return
     try:
-        evaluate(namespace, name, generation, parsed.spec, status, signals, settings, hpa,
+        evaluate(namespace, name, generation, parsed.spec, status, signals, settings, writers,
                  body, now, resource_version)
     except ApiException as exc:
         if exc.status == 404:

@@ -14,7 +14,7 @@ A pure function of what was stored, whether a revert was seen now, and the time.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
 from infertune.controller.scaling_report import Blocked
@@ -94,10 +94,37 @@ def fight_message(fight: Fight, deployment: str) -> str:
             "changes)")
 
 
-def blocked_by(deployment: str, hpa: str | None, fight: Fight | None,
+class Writers(NamedTuple):
+    """The other writers of the Deployment's replicas that the operator knows of."""
+
+    hpa: str | None = None
+    """An HPA that scales it."""
+    tunings: tuple[str, ...] = ()
+    """Other InferenceTunings that autoscale it (each would count the others' writes as
+    reverts, and they would take turns)."""
+
+
+def autoscaling_rivals(entries: Iterable[Mapping[str, Any]], own: str) -> tuple[str, ...]:
+    """The names of the tunings among `entries` (index entries or stored objects of the same
+    Deployment) other than `own` that autoscale it."""
+    names = []
+    for entry in entries:
+        name = str((entry.get("metadata") or {}).get("name") or entry.get("name") or "")
+        scaling = (entry.get("spec") or {}).get("autoscaling")
+        if name != own and isinstance(scaling, dict) and scaling.get("enabled", True):
+            names.append(name)
+    return tuple(sorted(names))
+
+
+def blocked_by(deployment: str, writers: Writers, fight: Fight | None,
                now: float) -> Blocked | None:
-    """Why replicas are not written now although the spec says Enforce: an HPA on the same
-    Deployment, or a fight that is backing off; None when they may be."""
+    """Why replicas are not written now although the spec says Enforce: other tunings that
+    autoscale the same Deployment, an HPA on it, or a fight that is backing off; None when
+    they may be."""
+    if writers.tunings:
+        return Blocked("SeveralTunings", f"InferenceTunings {', '.join(writers.tunings)} also "
+                       f"autoscale {deployment}; replicas are not written until only one does")
+    hpa = writers.hpa
     if hpa is not None:
         return Blocked("HorizontalPodAutoscalerPresent", f"HorizontalPodAutoscaler {hpa} also "
                        f"scales {deployment}; remove it or disable spec.autoscaling")
