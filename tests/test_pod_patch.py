@@ -16,6 +16,7 @@ from infertune.tuning.pod_patch import (
     LAUNCHER_PATH,
     PodContext,
     plan_pod_patch,
+    planned_mig,
     tuning_revision,
 )
 
@@ -211,6 +212,16 @@ def test_mixed_strategy_requests_the_mig_slice_by_name() -> None:
         assert "nvidia.com/gpu" not in resources[section]
 
 
+def test_several_mig_slices_for_one_pod_are_reported() -> None:
+    context = PodContext("qwen", "img", mig_profile="2g.35gb", mig_strategy="mixed")
+    pod = _pod(resources={"limits": {"nvidia.com/gpu": "2"}})
+    plan = plan_pod_patch(_spec(mig={"profile": "2g.35gb"}), pod, context)
+    assert any("uses only one MIG device" in p for p in plan.problems), plan.problems
+    assert not plan.refused
+    single = plan_pod_patch(_spec(mig={"profile": "2g.35gb"}), _gpu_pod(), context)
+    assert not any("MIG device" in p for p in single.problems)
+
+
 def test_single_strategy_keeps_nvidia_gpu() -> None:
     context = PodContext("qwen", "img", mig_profile="2g.35gb", mig_strategy="single")
     plan = plan_pod_patch(_spec(mig={"profile": "2g.35gb"}), _gpu_pod(), context)
@@ -223,6 +234,22 @@ def test_unplanned_mig_layout_is_reported_and_the_gpu_request_kept() -> None:
     assert any("not planned yet" in p for p in plan.problems)
     tuned = jsonpatch.apply_patch(_gpu_pod(), plan.patch)
     assert tuned["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "1"
+
+
+def test_a_pod_admitted_before_the_layout_was_planned_is_outdated_once_it_is() -> None:
+    """It keeps its whole GPU; the revision it was labelled with must not match the one the
+    planned layout gives, or re-tuning never moves it onto its slice."""
+    spec = _spec(mig={"sizing": {"weights": "15Gi", "kvCache": "10Gi"}})
+    early = jsonpatch.apply_patch(_gpu_pod(), plan_pod_patch(spec, _gpu_pod(), CONTEXT).patch)
+    planned = PodContext("qwen", "img", mig_profile="2g.35gb", mig_strategy="mixed")
+    again = plan_pod_patch(spec, early, planned)
+    assert again.revision != early["metadata"]["labels"][keys.REVISION]
+    assert not any(r.startswith("already tuned") for r in again.reasons)
+    retuned = jsonpatch.apply_patch(_gpu_pod(), plan_pod_patch(spec, _gpu_pod(), planned).patch)
+    assert retuned["spec"]["containers"][0]["resources"]["limits"] == {
+        "cpu": "8", "memory": "32Gi", "nvidia.com/mig-2g.35gb": "1"}
+    # What re-tuning computes from status.mig is what the webhook labels pods with.
+    assert tuning_revision(spec, None, planned_mig({"profile": "2g.35gb"})) == again.revision
 
 
 def test_batching_auto_rewrites_the_knob_inside_the_wrapped_command() -> None:

@@ -29,6 +29,7 @@ from infertune.kube.webhooks import HANDLER_ID
 from infertune.tuning.pod_patch import (
     PodContext,
     plan_pod_patch,
+    planned_mig,
     pod_from_deployment,
     tuning_revision,
 )
@@ -170,11 +171,11 @@ def _tune_pod(body: kopf.Body, patch: kopf.Patch, warnings: list[str], memo: kop
     if spec is None:
         return  # the controller reports the invalid spec on the InferenceTuning itself
     settings: PodTuningSettings = memo.pod_tuning
-    mig = entry.get("mig") or {}
+    mig_profile, mig_strategy = planned_mig(entry.get("mig") or {})
     plan = plan_pod_patch(spec, dict(body), PodContext(
         tuning_name=entry["name"], launcher_image=settings.launcher_image,
-        static_cpu_manager=settings.static_cpu_manager, mig_profile=mig.get("profile"),
-        mig_strategy=mig.get("strategy") or "mixed", batching_value=entry.get("batching")))
+        static_cpu_manager=settings.static_cpu_manager, mig_profile=mig_profile,
+        mig_strategy=mig_strategy, batching_value=entry.get("batching")))
     for problem in plan.problems:
         warnings.append(f"infertune: {problem}")
     if plan.problems:
@@ -247,10 +248,11 @@ def _replace_outdated(namespace: str, spec: InferenceTuningSpec, step: RetuneSte
 
 
 def retune(namespace: str, name: str, uid: str, spec: InferenceTuningSpec,
-           pods: list[PodView], memo: kopf.Memo,
-           batching_value: int | None = None) -> TuningStatus:
-    """One re-tuning pass: report the counts and replace outdated pods as the spec says."""
-    revision = tuning_revision(spec, batching_value)
+           pods: list[PodView], memo: kopf.Memo, batching_value: int | None = None,
+           mig: tuple[str | None, str] = (None, "mixed")) -> TuningStatus:
+    """One re-tuning pass: report the counts and replace outdated pods as the spec says.
+    `mig` is the planned (profile, strategy) from status.mig (`planned_mig`)."""
+    revision = tuning_revision(spec, batching_value, mig)
     settings: PodTuningSettings = memo.pod_tuning
     evictions = settings.last_evictions
     key = f"{namespace}/{name}"
@@ -292,9 +294,9 @@ async def retune_pods(stopped: kopf.DaemonStopped, namespace: str, name: str, ui
         if parsed is None:
             return None  # the controller reports the invalid spec
         pods = list(pods_by_deployment.get((namespace, parsed.target_ref.name), []))
-        batching = applied_batching(status)
+        batching, mig = applied_batching(status), planned_mig(status.get("mig") or {})
         return lambda: {"tuning": retune(namespace, name, uid, parsed, pods, memo,
-                                         batching).model_dump(by_alias=True, mode="json")}
+                                         batching, mig).model_dump(by_alias=True, mode="json")}
 
     await every(RETUNE_INTERVAL, read, what="re-tuning", stopped=stopped, namespace=namespace,
                 name=name, body=body, logger=logger)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,6 +48,12 @@ class PodContext:
     """Batching mode Auto: the knob value to set (status.batching.applied)."""
 
 
+def planned_mig(status_mig: Mapping[str, Any]) -> tuple[str | None, str]:
+    """(profile, strategy) as status.mig gives them to the webhook (PodContext)."""
+    profile = status_mig.get("profile")
+    return (None if profile is None else str(profile), str(status_mig.get("strategy") or "mixed"))
+
+
 @dataclass(frozen=True)
 class PodPlan:
     """The patch for one pod, why each part is there, and what could not be done."""
@@ -69,9 +76,12 @@ def pod_from_deployment(deployment: dict[str, Any]) -> dict[str, Any]:
             "spec": template.get("spec") or {}}
 
 
-def tuning_revision(spec: InferenceTuningSpec, batching_value: int | None = None) -> str:
-    """A short hash of what shapes a pod (the spec's tuning, and in batching mode Auto the
-    applied knob value); it labels tuned pods, and a change makes them outdated."""
+def tuning_revision(spec: InferenceTuningSpec, batching_value: int | None = None,
+                    mig_planned: tuple[str | None, str] = (None, "mixed")) -> str:
+    """A short hash of what shapes a pod (the spec's tuning, in batching mode Auto the applied
+    knob value, and with spec.mig the planned profile and strategy: `mig_planned`, from
+    status.mig); it labels tuned pods, and a change makes them outdated. A pod admitted before
+    the layout was planned keeps its whole GPU, so it is outdated once the plan names a slice."""
     relevant = spec.model_dump(
         mode="json", by_alias=True,
         include={"mode", "container", "numa", "memory", "allocator"},
@@ -79,7 +89,8 @@ def tuning_revision(spec: InferenceTuningSpec, batching_value: int | None = None
     if spec.batching.mode is BatchingMode.AUTO and batching_value is not None:
         relevant["batching"] = {"knob": _knob(spec), "value": batching_value}
     if spec.mig is not None:
-        relevant["mig"] = {"profile": spec.mig.profile, "strategy": spec.mig.strategy.value}
+        relevant["mig"] = {"profile": spec.mig.profile, "strategy": spec.mig.strategy.value,
+                           "planned": list(mig_planned)}
     digest = hashlib.sha256(json.dumps(relevant, sort_keys=True).encode()).hexdigest()
     return digest[:10]
 
@@ -299,6 +310,13 @@ def _mig_ops(spec: InferenceTuningSpec, base: str, serving: dict[str, Any],
         problems.append(f"container {serving.get('name')} requests no {GPU_RESOURCE}; add "
                         f"{wanted} to its limits to run on a MIG slice")
         return []
+    counts = {str(op["value"]) for op in ops if op["op"] == "add"}
+    if counts - {"1"}:
+        # NVIDIA's MIG user guide: a CUDA process enumerates a single MIG device.
+        problems.append(f"container {serving.get('name')} asks for {max(counts)} GPUs, so it "
+                        f"gets {max(counts)} {context.mig_profile} slices, but a CUDA process "
+                        "uses only one MIG device: tensor parallelism across them fails; give "
+                        "each pod one slice, or leave this Deployment out of MIG")
     reasons.append(f"mig: {GPU_RESOURCE} replaced by {wanted} (mixed strategy)")
     return ops
 
@@ -318,7 +336,8 @@ def _meta_ops(pod: dict[str, Any], section: str, values: dict[str, str]) -> list
 def plan_pod_patch(spec: InferenceTuningSpec, pod: dict[str, Any],
                    context: PodContext) -> PodPlan:
     """The patch that tunes `pod` as `spec` says, or a refusal with its reason."""
-    revision = tuning_revision(spec, context.batching_value)
+    revision = tuning_revision(spec, context.batching_value,
+                               (context.mig_profile, context.mig_strategy))
     labels = (pod.get("metadata") or {}).get("labels") or {}
     if labels.get(keys.REVISION) == revision:
         return PodPlan(revision, reasons=[f"already tuned to revision {revision}"])
