@@ -236,6 +236,39 @@ def test_unplanned_mig_layout_is_reported_and_the_gpu_request_kept() -> None:
     assert tuned["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "1"
 
 
+AUTO_BATCHING = {"mode": "Auto", "knob": "max-num-seqs", "min": 8, "max": 128}
+
+
+def test_batching_auto_edits_a_command_that_is_wrapped_already() -> None:
+    """A pod created from a template that already holds the wrapped command (or mutated
+    twice): the new value must reach the command, not only the reasons."""
+    pod = _pod(command=[LAUNCHER_PATH, "--", "vllm", "serve", "m", "--max-num-seqs", "64"])
+    plan = plan_pod_patch(_spec(batching=AUTO_BATCHING), pod,
+                          PodContext("qwen", "img", batching_value=96))
+    tuned = jsonpatch.apply_patch(pod, plan.patch)
+    assert tuned["spec"]["containers"][0]["command"] == [
+        LAUNCHER_PATH, "--", "vllm", "serve", "m", "--max-num-seqs", "96"]
+
+
+@pytest.mark.parametrize("container", [
+    {"command": ["sh", "-c"], "args": ["exec vllm serve m --max-num-seqs 64"]},
+    {"command": ["/bin/bash", "-c", "vllm serve m"]},
+    {"command": None, "args": None},
+])
+def test_batching_auto_reports_what_it_cannot_edit_instead_of_appending(
+        container: dict[str, Any]) -> None:
+    """A flag after `sh -c SCRIPT` is the script's $0, and args on a container without any
+    replace the image's CMD: both were appended and reported as applied."""
+    pod = _pod(**container)
+    plan = plan_pod_patch(_spec(batching=AUTO_BATCHING, numa={"policy": "none"}), pod,
+                          PodContext("qwen", "img", batching_value=96))
+    assert not any(r.startswith("batching:") for r in plan.reasons), plan.reasons
+    assert any("max-num-seqs" in p for p in plan.problems), plan.problems
+    tuned = jsonpatch.apply_patch(pod, plan.patch)["spec"]["containers"][0]
+    assert (tuned.get("command"), tuned.get("args")) == (
+        pod["spec"]["containers"][0].get("command"), pod["spec"]["containers"][0].get("args"))
+
+
 def test_a_pod_admitted_before_the_layout_was_planned_is_outdated_once_it_is() -> None:
     """It keeps its whole GPU; the revision it was labelled with must not match the one the
     planned layout gives, or re-tuning never moves it onto its slice."""

@@ -238,9 +238,10 @@ def _launcher_ops(pod_spec: dict[str, Any], index: int, serving: dict[str, Any],
         ops.append({"op": "add", "path": f"{base}/volumeMounts/-", "value": mount} if mounts
                    else {"op": "add", "path": f"{base}/volumeMounts", "value": [mount]})
     command = list(serving["command"])
-    if command[:1] != [LAUNCHER_PATH]:
-        ops.append({"op": "replace", "path": f"{base}/command",
-                    "value": [LAUNCHER_PATH, "--", *command]})
+    wrapped = command if command[:1] == [LAUNCHER_PATH] else [LAUNCHER_PATH, "--", *command]
+    # Compared with the pod's own command: batching may have edited an already wrapped one.
+    if wrapped != list(pod_spec["containers"][index].get("command") or []):
+        ops.append({"op": "replace", "path": f"{base}/command", "value": wrapped})
     return ops
 
 
@@ -262,6 +263,11 @@ def _batching_ops(spec: InferenceTuningSpec, base: str, serving: dict[str, Any],
         return []
     value = min(spec.batching.max, max(spec.batching.min, context.batching_value))
     flag = f"--{knob}"
+    if _runs_shell_script(serving):
+        problems.append(f"container {serving.get('name')} runs a shell script (-c): batching "
+                        f"mode Auto cannot set {flag} inside it; put the engine's command line "
+                        "in command/args, or use mode Recommend")
+        return []
     for field_name in ("args", "command"):
         argv = list(serving.get(field_name) or [])
         for i, arg in enumerate(argv):
@@ -275,11 +281,28 @@ def _batching_ops(spec: InferenceTuningSpec, base: str, serving: dict[str, Any],
             continue
         reasons.append(f"batching: {flag} {value} (mode Auto)")
         return [{"op": "replace", "path": f"{base}/{field_name}", "value": argv}]
+    if not serving.get("command") and not serving.get("args"):
+        problems.append(f"container {serving.get('name')} sets neither command nor args: "
+                        f"adding {flag} as args would replace the image's CMD; set the "
+                        "engine's command line in the pod template, or use mode Recommend")
+        return []
     # Not on the command line yet: args come after command, so appending to args adds it.
     reasons.append(f"batching: {flag}={value} added (mode Auto)")
     if serving.get("args") is None:
         return [{"op": "add", "path": f"{base}/args", "value": [f"{flag}={value}"]}]
     return [{"op": "add", "path": f"{base}/args/-", "value": f"{flag}={value}"}]
+
+
+SHELLS = frozenset({"sh", "bash", "dash", "ash", "zsh", "ksh"})
+
+
+def _runs_shell_script(container: dict[str, Any]) -> bool:
+    """`sh -c "vllm serve ..."`: the command line is one string to a shell, where a flag
+    appended after it would only become the script's $0."""
+    argv = [*(container.get("command") or []), *(container.get("args") or [])]
+    if argv[:1] == [LAUNCHER_PATH]:
+        argv = argv[2:] if argv[1:2] == ["--"] else argv[1:]
+    return bool(argv) and str(argv[0]).rsplit("/", 1)[-1] in SHELLS and "-c" in argv[1:3]
 
 
 def _mig_ops(spec: InferenceTuningSpec, base: str, serving: dict[str, Any],
