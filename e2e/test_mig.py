@@ -165,7 +165,9 @@ def test_a_node_drained_for_partitioning_is_uncordoned_once_partitioned(
             return node if not node.spec.unschedulable else None
 
         node = wait_for(uncordoned, "h200-pool-c uncordoned", timeout_s=15)
-    assert "infertune.io/cordoned-for-mig" not in (node.metadata.annotations or {})
+    annotations = node.metadata.annotations or {}
+    assert "infertune.io/cordoned-for-mig" not in annotations
+    assert annotations["infertune.io/mig-config-for"] == f"{namespace}/qwen"  # its claim
     pods = core.list_namespaced_pod(namespace, label_selector="app=busy").items
     assert first not in {p.metadata.name for p in pods}  # evicted; its replacement waits
     reasons = {e.reason for e in core.list_namespaced_event(namespace).items}

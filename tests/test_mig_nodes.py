@@ -84,3 +84,42 @@ def test_busy_node_is_drained_first_with_opt_in() -> None:
 
 def test_nothing_selected_is_explained() -> None:
     assert "no node matches" in _plan([]).reason
+
+
+OTHER = "infertune-h200-7x1g.18gb"
+
+
+def _claimed(name: str, by: str, state: str = "success") -> NodeView:
+    node = _node(name, config=OTHER, state=state)
+    return NodeView(node.name, node.labels, claimed_by=by)
+
+
+def test_a_node_another_live_tuning_claimed_is_left_to_it() -> None:
+    """Two tunings selecting the same node with different layouts relabelled it back and
+    forth (draining each other's pods with allowDisruption); the first to label it keeps it."""
+    step = plan_mig_nodes([_claimed("a", "ml/big"), _node("b")], CONFIGS,
+                          allow_disruption=True, labelled_at={}, now=100.0, owner="ml/small",
+                          exists=lambda claimant: claimant == "ml/big")
+    assert (step.kind, step.node) == (StepKind.LABEL, "b")  # the free node goes on
+    claimed = step.reports[0]
+    assert (claimed.node, claimed.state) == ("a", NodeState.CLAIMED)
+    assert "InferenceTuning ml/big" in claimed.message
+    only = plan_mig_nodes([_claimed("a", "ml/big")], CONFIGS, allow_disruption=True,
+                          labelled_at={}, now=100.0, owner="ml/small", exists=lambda c: True)
+    assert only.kind is StepKind.NONE and "claimed by another tuning" in only.reason
+
+
+def test_a_claim_lapses_with_its_tuning_and_never_binds_its_owner() -> None:
+    gone = plan_mig_nodes([_claimed("a", "ml/big")], CONFIGS, allow_disruption=False,
+                          labelled_at={}, now=100.0, owner="ml/small", exists=lambda c: False)
+    assert (gone.kind, gone.node) == (StepKind.LABEL, "a")
+    mine = plan_mig_nodes([_claimed("a", "ml/small")], CONFIGS, allow_disruption=False,
+                          labelled_at={}, now=100.0, owner="ml/small", exists=lambda c: True)
+    assert (mine.kind, mine.node) == (StepKind.LABEL, "a")  # its own spec changed
+
+
+def test_a_node_mig_manager_is_reconfiguring_is_not_relabelled_meanwhile() -> None:
+    step = _plan([_node("a", config=OTHER, state="rebooting"), _node("b")])
+    assert step.kind is StepKind.NONE
+    assert step.reports[0].state is NodeState.WAITING
+    assert "mig-manager is applying" in step.reports[0].message

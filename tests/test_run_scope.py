@@ -32,6 +32,7 @@ def test_the_scope_reaches_kopf_the_mig_loop_and_the_webhook(
     assert tuple(started["namespaces"]) == namespaces
     # A namespaced operator's pod index misses other namespaces' GPU pods on the same node.
     assert started["memo"].mig.pods_from_index is cluster_wide
+    assert started["memo"].mig.knows_all is cluster_wide  # claims by unseen tunings hold
     registration = started["memo"].webhook_server.registration
     assert registration.included_namespaces == namespaces
     assert set(registration.excluded_namespaces) == {"kube-system", "infertune-system"}

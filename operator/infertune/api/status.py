@@ -116,8 +116,9 @@ class MigNodeStatus(ApiModel):
     """The nvidia.com/mig.config value asked for."""
 
     state: str = "pending"
-    """configured, pending, waiting, busy, draining, failed or timed-out, from
-    nvidia.com/mig.config.state as mig-manager reports it."""
+    """configured, pending, waiting, busy, draining, claimed (labelled for another tuning
+    that selects the node too), failed or timed-out, from nvidia.com/mig.config.state as
+    mig-manager reports it."""
 
     message: str = ""
 

@@ -26,6 +26,7 @@ from infertune.controller.spec_cache import SPECS
 from infertune.kube.client import evict_pod
 from infertune.tuning.mig import Infeasible, LayoutPlan, describe, plan_layout, request_from_spec
 from infertune.tuning.mig_nodes import (
+    CLAIM_ANNOTATION,
     CORDONED_ANNOTATION,
     MIG_CAPABLE_LABEL,
     MIG_CONFIG_LABEL,
@@ -57,6 +58,9 @@ class MigSettings:
     labelled_at: dict[str, float] = field(default_factory=dict)
     """node -> monotonic time it was labelled, for the mig-manager timeout."""
     pods_from_index: bool = True
+    knows_all: bool = True
+    """Whether the operator sees every namespace's InferenceTunings (not --namespace): only
+    then does a claim by a tuning it does not know lapse."""
     """Whether kopf watches the pods of every namespace, so `gpu_pods_by_node` sees every GPU
     pod. An operator run with --namespace sees only its own namespaces' pods, and a node
     also runs other namespaces' pods: it lists the pods of each MIG-capable node instead."""
@@ -129,6 +133,7 @@ def _observe_nodes(gpu_pods: Mapping[str, tuple[str, ...]] | None) -> list[NodeV
                               bool(node_spec.unschedulable if node_spec else False),
                               gpu_pods.get(name, ()) if gpu_pods is not None
                               else gpu_pods_listed(core, name),
+                              claimed_by=annotations.get(CLAIM_ANNOTATION),
                               cordoned_by_us=CORDONED_ANNOTATION in annotations))
     return views
 
@@ -172,10 +177,11 @@ def _uncordon(node: str) -> None:
         "annotations": {CORDONED_ANNOTATION: None}}})
 
 
-def _label(node: str, config: str) -> None:
+def _label(node: str, config: str, owner: str) -> None:
     # Clear the old state with the new config: a stale "success" belongs to the old layout.
-    client.CoreV1Api().patch_node(node, {"metadata": {"labels": {
-        MIG_CONFIG_LABEL: config, MIG_STATE_LABEL: None}}})
+    client.CoreV1Api().patch_node(node, {"metadata": {
+        "labels": {MIG_CONFIG_LABEL: config, MIG_STATE_LABEL: None},
+        "annotations": {CLAIM_ANNOTATION: owner}}})
 
 
 def _plans(spec: InferenceTuningSpec, nodes: list[NodeView]) -> tuple[
@@ -212,9 +218,11 @@ def config_names(plans: Mapping[str, LayoutPlan]) -> dict[str, str]:
 
 
 def reconcile_mig(namespace: str, name: str, spec: InferenceTuningSpec, settings: MigSettings,
-                  body: kopf.Body, gpu_pods: Mapping[str, tuple[str, ...]] | None) -> MigStatus:
+                  body: kopf.Body, gpu_pods: Mapping[str, tuple[str, ...]] | None,
+                  tunings: frozenset[str] = frozenset()) -> MigStatus:
     """One MIG pass; `gpu_pods` are the GPU pods by node (`gpu_pods_by_node`, copied), or None
-    to list them (`MigSettings.pods_from_index`)."""
+    to list them (`MigSettings.pods_from_index`); `tunings` the InferenceTunings that exist
+    (NAMESPACE/NAME), for the nodes another one claims."""
     assert spec.mig is not None
     nodes = _observe_nodes(gpu_pods)
     plans, errors, selected = _plans(spec, nodes)
@@ -228,8 +236,10 @@ def reconcile_mig(namespace: str, name: str, spec: InferenceTuningSpec, settings
                        message=message)
         return MigStatus(message=message)
     configs = config_names(plans)
+    owner = f"{namespace}/{name}"
     step = plan_mig_nodes(selected, configs, allow_disruption=spec.mig.allow_disruption,
-                          labelled_at=settings.labelled_at, now=time.monotonic())
+                          labelled_at=settings.labelled_at, now=time.monotonic(), owner=owner,
+                          exists=lambda claimant: claimant in tunings or not settings.knows_all)
     first = next(iter(plans.values()))
     strategies = {n.labels.get(MIG_STRATEGY_LABEL) for n in selected} - {None}
     status = MigStatus(
@@ -247,7 +257,7 @@ def reconcile_mig(namespace: str, name: str, spec: InferenceTuningSpec, settings
         kopf.event(body, type="Normal", reason="MigNodeUncordoned",
                    message=f"{node} partitioned by mig-manager; uncordoned")
     if step.kind is StepKind.LABEL and step.node is not None:
-        _label(step.node, configs[_product(selected, step.node)])
+        _label(step.node, configs[_product(selected, step.node)], owner)
         settings.labelled_at[step.node] = time.monotonic()
         kopf.event(body, type="Normal", reason="MigNodeLabelled", message=step.reason)
     elif step.kind is StepKind.DRAIN and step.node is not None:
@@ -272,7 +282,9 @@ def _product(nodes: list[NodeView], node: str) -> str:
              when=lambda spec, **_: bool(spec.get("mig")))
 async def partition_gpus(stopped: kopf.DaemonStopped, namespace: str, name: str, uid: str,
                          body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger,
-                         gpu_pods_by_node: kopf.Index[str, str], **_: Any) -> None:
+                         gpu_pods_by_node: kopf.Index[str, str],
+                         tunings_by_target: kopf.Index[tuple[str, str], dict[str, Any]],
+                         **_: Any) -> None:
     """Every MIG_INTERVAL: plan the layout, write the ConfigMap, label or drain one node, and
     report in status.mig (a loop, not a kopf timer: see loops.py)."""
 
@@ -283,9 +295,12 @@ async def partition_gpus(stopped: kopf.DaemonStopped, namespace: str, name: str,
         # Copied here, on the event loop, where kopf changes the index (see loops.every).
         gpu_pods = ({node: tuple(sorted(pods)) for node, pods in gpu_pods_by_node.items()}
                     if memo.mig.pods_from_index else None)
+        tunings = frozenset(f"{ns}/{entry['name']}" for (ns, _), entries in
+                            tunings_by_target.items() for entry in entries)
         # None values are sent, so a profile or ConfigMap from an earlier plan does not linger.
         return lambda: {"mig": reconcile_mig(namespace, name, parsed, memo.mig, body,
-                                             gpu_pods).model_dump(by_alias=True, mode="json")}
+                                             gpu_pods, tunings).model_dump(by_alias=True,
+                                                                          mode="json")}
 
     await every(MIG_INTERVAL, read, what="MIG partitioning", stopped=stopped,
                 namespace=namespace, name=name, body=body, logger=logger)

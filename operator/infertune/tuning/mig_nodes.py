@@ -10,7 +10,7 @@ in which case it is cordoned and drained first.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -20,6 +20,11 @@ MIG_CONFIG_LABEL = "nvidia.com/mig.config"
 MIG_STATE_LABEL = "nvidia.com/mig.config.state"
 MIG_STRATEGY_LABEL = "nvidia.com/mig.strategy"
 CORDONED_ANNOTATION = "infertune.io/cordoned-for-mig"
+CLAIM_ANNOTATION = "infertune.io/mig-config-for"
+"""NAMESPACE/NAME of the InferenceTuning whose config the node was labelled with: another
+tuning that selects the node leaves it alone while that one exists, so two tunings asking for
+different layouts do not relabel it back and forth."""
+IN_FLIGHT_STATES = frozenset({"pending", "rebooting"})
 STATE_TIMEOUT_SECONDS = 900.0
 """How long mig-manager may take (it may reboot the node) before the step is reported as
 timed out."""
@@ -32,6 +37,8 @@ class NodeView:
     unschedulable: bool = False
     gpu_pods: tuple[str, ...] = ()
     """Pods on the node that request nvidia.com/gpu or a MIG resource and have not finished."""
+    claimed_by: str | None = None
+    """CLAIM_ANNOTATION: the tuning whose config the node was labelled with."""
     cordoned_by_us: bool = False
     """The operator cordoned it to drain it (CORDONED_ANNOTATION): it uncordons it once
     mig-manager reports success. A node someone else cordoned is left as they left it."""
@@ -45,6 +52,7 @@ class NodeState(StrEnum):
     WAITING = "waiting"
     BUSY = "busy"
     DRAINING = "draining"
+    CLAIMED = "claimed"
 
 
 @dataclass(frozen=True)
@@ -103,20 +111,48 @@ def _state_of(node: NodeView, config: str, labelled_at: float | None,
                       f"{config} (state {state or 'unset'})")
 
 
+def _held_for_another(node: NodeView, config: str, owner: str,
+                      exists: Callable[[str], bool]) -> NodeReport | None:
+    """The report for a node partitioned, or being partitioned, for another config than ours
+    that is not ours to change; None when it may be."""
+    current = node.labels.get(MIG_CONFIG_LABEL)
+    if current is None or current == config:
+        return None
+    claimant = node.claimed_by
+    if claimant is not None and claimant != owner and exists(claimant):
+        return NodeReport(node.name, NodeState.CLAIMED, (
+            f"labelled {current} for InferenceTuning {claimant}, which selects it too; "
+            "tunings that select the same nodes must ask for the same layout, or select "
+            "different nodes (spec.mig.nodeSelector)"))
+    state = node.labels.get(MIG_STATE_LABEL, "")
+    if state in IN_FLIGHT_STATES:
+        return NodeReport(node.name, NodeState.WAITING, (
+            f"mig-manager is applying {current} (state {state}); not relabelled meanwhile"))
+    return None
+
+
 def plan_mig_nodes(nodes: Sequence[NodeView], configs: Mapping[str, str], *,
                    allow_disruption: bool, labelled_at: Mapping[str, float],
-                   now: float) -> MigNodeStep:
-    """The next step over the selected `nodes`; `configs` maps GPU product -> config name."""
+                   now: float, owner: str = "",
+                   exists: Callable[[str], bool] = lambda claimant: True) -> MigNodeStep:
+    """The next step over the selected `nodes`; `configs` maps GPU product -> config name.
+    `owner` is the tuning planning (NAMESPACE/NAME), and `exists` says whether the tuning a
+    node is claimed by is still there (a deleted one's claim lapses)."""
     reports: list[NodeReport] = []
     todo: list[tuple[NodeView, str]] = []
     for node in nodes:
         config = configs[node.labels[PRODUCT_LABEL]]
+        held = _held_for_another(node, config, owner, exists)
+        if held is not None:
+            reports.append(held)
+            continue
         report = _state_of(node, config, labelled_at.get(node.name), now)
         if report is None:
             todo.append((node, config))
         else:
             reports.append(report)
-    in_flight = [r for r in reports if r.state is not NodeState.CONFIGURED]
+    in_flight = [r for r in reports
+                 if r.state not in (NodeState.CONFIGURED, NodeState.CLAIMED)]
     if in_flight:
         # One node at a time; a failed or timed-out node stops the rollout until a person looks.
         for node, _config in todo:
@@ -144,7 +180,10 @@ def plan_mig_nodes(nodes: Sequence[NodeView], configs: Mapping[str, str], *,
                            f"{MIG_CONFIG_LABEL}={config}")
     if step is None:
         busy = [r.node for r in reports if r.state is NodeState.BUSY]
+        claimed = [r for r in reports if r.state is NodeState.CLAIMED]
         reason = (f"{len(busy)} nodes busy, left alone" if busy else
+                  f"{len(claimed)} nodes claimed by another tuning: {claimed[0].message}"
+                  if claimed else
                   f"all {len(reports)} nodes configured" if reports else
                   "no node matches the GPU product, nvidia.com/mig.capable=true and "
                   "spec.mig.nodeSelector")
