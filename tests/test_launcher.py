@@ -186,6 +186,39 @@ def test_dry_run_argv_and_log(shell: list[str], case: Case, tmp_path: Path) -> N
     assert case.reason in result.log["reason"]
 
 
+MIG_UUID = "MIG-c6d4f1ef-42e4-5de3-91c7-45d71c87eb3f"
+
+
+def nvidia_smi_listing(root: Path, listing: str) -> str:
+    """An `nvidia-smi -L` that prints `listing` (NVIDIA's documented format): the test machine
+    has no GPU, so the launcher is pointed at it through INFERTUNE_NVIDIA_SMI."""
+    script = root / "bin/nvidia-smi"
+    write(script, f"#!/bin/sh\n[ \"$1\" = -L ] || exit 2\ncat <<'EOF'\n{listing}EOF\n")
+    script.chmod(0o755)
+    return str(script)
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+def test_a_current_mig_uuid_is_placed_by_the_gpu_nvidia_smi_lists_it_under(
+        shell: list[str], tmp_path: Path) -> None:
+    """Drivers since R470 name MIG devices MIG-<uuid>, without their GPU's UUID: the launcher
+    ran such pods unbound (or failed them with strict)."""
+    Machine(gpus=(GPU0, GPU1)).build(tmp_path)
+    smi = nvidia_smi_listing(tmp_path, (
+        f"GPU 0: NVIDIA A100-SXM4-40GB (UUID: {GPU0.uuid})\n"
+        "  MIG 3g.20gb     Device  0: (UUID: MIG-11111111-2222-3333-4444-555555555555)\n"
+        f"GPU 1: NVIDIA A100-SXM4-40GB (UUID: {GPU1.uuid})\n"
+        f"  MIG 1g.5gb      Device  0: (UUID: {MIG_UUID})\n"))
+    result = launch(shell, tmp_path, {"NVIDIA_VISIBLE_DEVICES": MIG_UUID,
+                                      "INFERTUNE_NVIDIA_SMI": smi}, "--dry-run", "--", *COMMAND)
+    assert result.returncode == 0, result.stderr
+    assert result.argv == bound(tmp_path, "--cpunodebind=1", "--membind=1")
+    unknown = launch(shell, tmp_path, {"NVIDIA_VISIBLE_DEVICES": "MIG-not-listed",
+                                       "INFERTUNE_NVIDIA_SMI": smi}, "--dry-run", "--", *COMMAND)
+    assert unknown.argv == COMMAND and unknown.log["action"] == "unbound"
+    assert "MIG-not-listed: its GPU is unknown" in unknown.log["reason"]
+
+
 STRICT_FAILURES = {
     "gpu_without_numa_node": (Machine(nodes={0: "0-15"}, gpus=(GPU_NO_NODE,)),
                               {"NVIDIA_VISIBLE_DEVICES": GPU_NO_NODE.uuid}, "numa_node -1"),
