@@ -5,10 +5,13 @@ from __future__ import annotations
 import pytest
 
 from infertune.tuning.mig import (
+    LayoutPlan,
+    MemoryRequest,
     MigProduct,
     NonMigProduct,
     catalog_from_mapping,
     load_catalog,
+    plan_layout,
 )
 
 # MIG User Guide, "Supported MIG Profiles" (and the GPU Operator config for GB200).
@@ -72,7 +75,23 @@ def test_profile_names_match_their_sizes_and_bytes() -> None:
     for gpu in load_catalog().products:
         for p in gpu.profiles:
             assert p.name == f"{p.compute_slices}g.{p.memory_gb}gb" + ("+me" * p.media_extensions)
-            assert p.memory_bytes == p.memory_gb * 10**9
+            # Sizing never counts on more than the driver reports, where that is published.
+            limit = p.memory_gb * 10**9 if p.reported_gib is None else p.reported_gib * 2**30
+            assert p.memory_bytes <= limit
+
+
+@pytest.mark.parametrize(("product", "need_gib", "chosen"), [
+    # 16.00 GiB is what the driver gives 1g.18gb (mig-parted #120); a byte more needs 1g.35gb.
+    ("NVIDIA-H200", 16.0, "1g.18gb"),
+    ("NVIDIA-H200", 16.0 + 2**-30, "1g.35gb"),
+    ("NVIDIA-H100-NVL", 10.8, "1g.24gb"),  # 1g.12gb is 10.75 GiB (gpu-operator #900)
+    ("NVIDIA-A100-SXM4-80GB", 9.3, "1g.10gb"),  # no lgip published: the name's 10e9 bytes
+])
+def test_a_model_is_sized_on_what_the_driver_reports(product: str, need_gib: float,
+                                                     chosen: str) -> None:
+    plan = plan_layout(product, MemoryRequest(int(need_gib * 2**30)))
+    assert isinstance(plan, LayoutPlan), plan
+    assert plan.pod_profile == chosen
 
 
 @pytest.mark.parametrize(("label", "product"), [

@@ -69,7 +69,8 @@ def test_profiles_lists_the_catalog_entry(capsys: pytest.CaptureFixture[str]) ->
     assert _run(["mig", "profiles", "NVIDIA-H200-NVL"]) == 0
     out = capsys.readouterr().out
     assert out.startswith("NVIDIA-H200: 7 compute slices, 8 memory slices")
-    assert "3g.71gb            3      4   71   71000000000   2  0,4 (4)" in out
+    # The bytes sizing uses: what nvidia-smi mig -lgip reports on H200 (69.50 GiB).
+    assert "3g.71gb            3      4   71   74625056768   2  0,4 (4)" in out
 
 
 def test_profiles_marks_what_is_unverified(capsys: pytest.CaptureFixture[str]) -> None:

@@ -36,11 +36,23 @@ class MigProfile:
     max_instances: int
     placements: tuple[int, ...]
     media_extensions: bool
+    reported_gib: float | None = None
+    """What `nvidia-smi mig -lgip` reports, where that output is published (the catalog)."""
 
     @property
     def memory_bytes(self) -> int:
-        # The GB in NVIDIA's name, decimal: below what the driver reports, so a safe floor.
+        """The memory sizing counts on: the driver's figure where known. The name's GB is
+        above it on some boards (H200 1g.18gb is 16.00 GiB = 17.2e9 bytes), so it is used
+        only where no lgip output says otherwise."""
+        if self.reported_gib is not None:
+            return int(self.reported_gib * 2**30)
         return self.memory_gb * 10**9
+
+    @property
+    def memory_text(self) -> str:
+        if self.reported_gib is None:
+            return f"{self.memory_gb} GB"
+        return f"{self.reported_gib:g} GiB"
 
 
 @dataclass(frozen=True)
@@ -97,6 +109,7 @@ def _build_products(raw: Mapping[str, Any]) -> tuple[MigProduct, ...]:
     for name, entry in raw["products"].items():
         geometry = raw["geometries"][entry["geometry"]]
         profiles = []
+        reported = entry.get("reported_gib") or {}
         for shape, gb in entry["memory_gb"].items():
             spec = geometry["shapes"][shape]
             me = shape.endswith("+me")
@@ -105,6 +118,7 @@ def _build_products(raw: Mapping[str, Any]) -> tuple[MigProduct, ...]:
                 compute_slices=spec["compute"], memory_slices=spec["memory_slices"],
                 memory_gb=gb, max_instances=spec["max_instances"],
                 placements=tuple(spec["placements"]), media_extensions=me,
+                reported_gib=reported.get(shape),
             ))
         profiles.sort(key=lambda p: (p.memory_slices, p.compute_slices, p.media_extensions))
         products.append(MigProduct(
@@ -274,9 +288,9 @@ def _plan_for_memory(name: str, gpu: MigProduct, request: MemoryRequest) -> Layo
     if not holding:
         largest = max(plain, key=lambda p: p.memory_bytes)
         return Infeasible(name, f"model needs {need} but the largest profile on {name} is "
-                          f"{largest.name} ({largest.memory_gb} GB)")
+                          f"{largest.name} ({largest.memory_text})")
     chosen = min(holding, key=lambda p: (p.memory_bytes, p.compute_slices))
-    why = f"model needs {need}; {chosen.name} ({chosen.memory_gb} GB) is the smallest profile " \
+    why = f"model needs {need}; {chosen.name} ({chosen.memory_text}) is the smallest profile " \
           "that holds it"
     if not request.layout:
         return _plan_fill(name, gpu, chosen.name, why + "; ")
