@@ -58,12 +58,12 @@ class MigSettings:
     labelled_at: dict[str, float] = field(default_factory=dict)
     """node -> monotonic time it was labelled, for the mig-manager timeout."""
     pods_from_index: bool = True
-    knows_all: bool = True
-    """Whether the operator sees every namespace's InferenceTunings (not --namespace): only
-    then does a claim by a tuning it does not know lapse."""
     """Whether kopf watches the pods of every namespace, so `gpu_pods_by_node` sees every GPU
     pod. An operator run with --namespace sees only its own namespaces' pods, and a node
     also runs other namespaces' pods: it lists the pods of each MIG-capable node instead."""
+    knows_all: bool = True
+    """Whether the operator sees every namespace's InferenceTunings (not --namespace): only
+    then does a claim by a tuning it does not know lapse."""
 
 
 GPU_RESOURCE, MIG_RESOURCE_PREFIX = "nvidia.com/gpu", "nvidia.com/mig-"
