@@ -164,6 +164,26 @@ def test_missing_target_is_reported_then_found(
     wait_observed(api_client, namespace, "late", operator, timeout_s=45)
 
 
+def test_a_target_deleted_later_is_reported_and_its_return_too(
+    api_client: client.ApiClient, namespace: str, operator: OperatorProcess
+) -> None:
+    """The reconcile handler runs when the tuning changes; Ready used to stay True after the
+    Deployment was deleted. The operator watches target Deployments for that (and for their
+    return), without retries on a timer."""
+    create(api_client, namespace, deployment("qwen"))
+    create(api_client, namespace, tuning("qwen", "qwen"))
+    wait_observed(api_client, namespace, "qwen", operator)
+    client.AppsV1Api(api_client).delete_namespaced_deployment("qwen", namespace)
+    gone = wait_observed(api_client, namespace, "qwen", operator, status="False", timeout_s=15)
+    assert condition(gone, "Ready")["reason"] == "TargetNotFound"  # type: ignore[index]
+    assert gone["status"]["phase"] == "Pending"
+    create(api_client, namespace, deployment("qwen"))
+    back = wait_observed(api_client, namespace, "qwen", operator, timeout_s=10)  # not 15 s
+    assert condition(back, "Ready")["reason"] == "Accepted"  # type: ignore[index]
+    reasons = [d["action"] for d in back["status"]["decisions"]]
+    assert reasons[-2:] == ["generation 1: TargetNotFound", "generation 1: Accepted"], reasons
+
+
 def test_examples_pass_the_api_servers_own_validation(
     operator: OperatorProcess, kubectl: Kubectl, namespace: str
 ) -> None:

@@ -201,3 +201,18 @@ def test_an_invalid_spec_is_posted_as_a_warning() -> None:
                     "2026-12-03T10:00:00Z")
     assert [(n.type, n.reason) for n in result.notices] == [("Warning", "InvalidSpec")]
     assert [c.type for c in result.conditions] == ["Ready"]
+
+
+def test_only_a_target_deployments_deletion_or_return_reaches_the_handler() -> None:
+    """kopf runs and logs a handler for every event its filter lets through; the cluster's
+    other Deployments, and a target's routine changes, must not get that far."""
+    from infertune.controller.handlers import _target_news
+
+    index = {("ml", "qwen"): [{"name": "qwen", "ready": "Accepted"}],
+             ("ml", "late"): [{"name": "late", "ready": "TargetNotFound"}]}
+    news = [(kind, ns, name) for kind in (None, "ADDED", "MODIFIED", "DELETED")
+            for ns, name in (("ml", "qwen"), ("ml", "late"), ("ml", "other"), ("x", "qwen"))
+            if _target_news(type=kind, namespace=ns, name=name,
+                            tunings_by_target=index)]  # type: ignore[arg-type]
+    assert news == [(None, "ml", "late"), ("ADDED", "ml", "late"), ("MODIFIED", "ml", "late"),
+                    ("DELETED", "ml", "qwen"), ("DELETED", "ml", "late")]

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
+import copy
 import logging
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, cast
 
 import kopf
 from kubernetes import client
@@ -12,7 +15,8 @@ from infertune import keys
 from infertune.api.spec import GROUP, PLURAL, VERSION
 from infertune.controller.conditions import now_rfc3339
 from infertune.controller.diffbase import LeanAnnotationsDiffBaseStorage
-from infertune.controller.reconcile import TargetState, assess
+from infertune.controller.reconcile import SHARED, TargetState, assess
+from infertune.controller.status_patch import write_status
 from infertune.kube.client import connection_info, read_deployment
 
 RESOURCE = (GROUP, VERSION, PLURAL)
@@ -78,3 +82,57 @@ def reconcile(body: kopf.Body, namespace: str | None, patch: kopf.Patch, **_: An
         kopf.event(body, type=notice.type, reason=notice.reason, message=notice.message)
     if result.retry_after is not None:
         raise kopf.TemporaryError("target Deployment not found", delay=result.retry_after)
+
+
+TARGET_NOT_FOUND = "TargetNotFound"
+"""The Ready reason `assess` gives a tuning whose Deployment does not exist."""
+
+
+def _target_news(type: str | None, namespace: str, name: str,
+                 tunings_by_target: kopf.Index[tuple[str, str], dict[str, Any]],
+                 **_: Any) -> bool:
+    """A Deployment event the tunings that target it must hear of: it was deleted, or it is
+    back while one of them says TargetNotFound. Any other Deployment event is filtered out
+    before kopf runs (and logs) a handler."""
+    entries: list[dict[str, Any]] = list(tunings_by_target.get((namespace, name), []))
+    if type == "DELETED":
+        return bool(entries)
+    return any(entry.get("ready") == TARGET_NOT_FOUND for entry in entries)
+
+
+@kopf.on.event("apps", "v1", "deployments", when=_target_news)  # type: ignore[arg-type]
+async def target_changed(type: str | None, namespace: str, name: str,
+                         tunings_by_target: kopf.Index[tuple[str, str], dict[str, Any]],
+                         **_: Any) -> None:
+    """The reconcile handler runs when a tuning changes, not when its Deployment does: a
+    Deployment deleted later left Ready=True, and one re-created left TargetNotFound. A
+    watching handler: no finalizer and no annotation on anyone's Deployments."""
+    for entry in list(tunings_by_target.get((namespace, name), [])):
+        await asyncio.to_thread(reassess, namespace, str(entry["name"]), type == "DELETED")
+
+
+def reassess(namespace: str, name: str, gone: bool) -> None:
+    """Assess the tuning again, as `reconcile` does, and write what changed."""
+    api = client.CustomObjectsApi()
+    try:
+        body = cast(dict[str, Any], api.get_namespaced_custom_object(
+            GROUP, VERSION, namespace, PLURAL, name))
+    except client.exceptions.ApiException as exc:
+        if exc.status == 404:
+            return
+        raise
+    target_name = str(((body.get("spec") or {}).get("targetRef") or {}).get("name") or "")
+    target = None if gone else _target_state(read_deployment(namespace, target_name))
+    result = assess(body, target, now_rfc3339())
+
+    def build(stored: Mapping[str, Any]) -> dict[str, Any]:
+        holder = {"status": copy.deepcopy(dict(stored))}
+        result.merge_lists(holder)
+        return {**result.patch(), **{k: holder["status"][k] for k in SHARED
+                                     if k in holder["status"]}}
+
+    write_status(namespace, name, body.get("status") or {},
+                 body["metadata"]["resourceVersion"], build)
+    for notice in result.notices:
+        kopf.event(body, type=notice.type,  # type: ignore[arg-type]  # a plain object works
+                   reason=notice.reason, message=notice.message)

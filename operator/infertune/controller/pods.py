@@ -88,10 +88,12 @@ async def tunings_by_target(namespace: str, name: str, uid: str, body: kopf.Body
                             **_: Any) -> dict[tuple[str, str], dict[str, Any]]:
     spec, status, meta = snapshot(body)
     target = str((spec.get("targetRef") or {}).get("name") or "")
+    ready = next((c.get("reason") for c in status.get("conditions") or []
+                  if isinstance(c, dict) and c.get("type") == "Ready"), None)
     return {(namespace, target): {"name": name, "uid": uid, "spec": spec,
                                   "generation": int(meta.get("generation") or 0),
                                   "mig": dict(status.get("mig") or {}),
-                                  "batching": applied_batching(status)}}
+                                  "batching": applied_batching(status), "ready": ready}}
 
 
 def applied_batching(status: Mapping[str, Any]) -> int | None:
