@@ -95,6 +95,20 @@ def test_the_chart_installs_and_grants_what_the_autoscaler_acts_with(
         answer = kubectl("auth", "can-i", "update", "deployments.apps", "--as", account,
                          "--all-namespaces", check=False)
         assert answer.stdout.strip() == "no"
+        # Only what the code writes: its own ConfigMap in its own namespace (not, say,
+        # kube-system/aws-auth), its own webhook configuration, and no leases.
+        refused = [("patch", "configmaps/aws-auth", "-n", "kube-system"),
+                   ("patch", "configmaps/infertune-mig-parted-config", "-n", "kube-system"),
+                   ("delete", "mutatingwebhookconfigurations/istio-sidecar-injector"),
+                   ("update", "leases.coordination.k8s.io", "-n", "kube-system")]
+        allowed = [("patch", "configmaps/infertune-mig-parted-config", "-n", namespace),
+                   ("create", "configmaps", "-n", namespace),
+                   ("delete", "mutatingwebhookconfigurations/infertune-pod-tuning"),
+                   ("patch", "nodes")]
+        for expected, checks in (("no", refused), ("yes", allowed)):
+            for check in checks:
+                answer = kubectl("auth", "can-i", *check, "--as", account, check=False)
+                assert answer.stdout.strip() == expected, (check, answer.stderr)
     finally:
         helm("uninstall", release, "--kubeconfig", kubeconfig, "--namespace", namespace)
     gone = kubectl("get", "clusterrole", "infertune-operator", check=False)
@@ -167,6 +181,32 @@ def test_prometheus_access_values_that_cannot_work_are_refused(
     refused = helm("template", "t", str(CHART), *values, check=False)
     assert refused.returncode != 0
     assert says in refused.stderr
+
+
+@pytest.mark.parametrize(("values", "says"), [
+    # A second replica runs --standalone beside the first: no peering, every tuning handled
+    # twice, and two self-signed certificates behind one webhook Service.
+    (["--set", "replicas=2"], "/replicas"),
+    (["--set", "webhook.port=8080"], "/webhook/port"),  # the health endpoint's port
+    (["--set-string", "image.tag=1.0\n            - --kubeconfig=/etc/evil"], "/image/tag"),
+    (["--set", "image.repository=Registry/Infertune"], "/image/repository"),
+    (["--set", "webhook.certSecret=a b"], "/webhook/certSecret"),
+])
+def test_values_that_would_break_or_subvert_the_operator_are_refused(
+        values: list[str], says: str) -> None:
+    refused = helm("template", "t", str(CHART), *values, check=False)
+    assert refused.returncode != 0
+    assert says in refused.stderr
+
+
+def test_an_upgrade_keeps_an_operator_serving_the_webhook() -> None:
+    """The new pod registers the webhook and is ready before the old one stops, which then
+    leaves the registration to it (kube/webhooks.py): pods created meanwhile are tuned."""
+    deployment = rendered_deployment()
+    assert deployment["spec"]["strategy"] == {
+        "type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert container["readinessProbe"]["tcpSocket"] == {"port": "webhook"}
 
 
 def test_watch_namespaces_scope_the_operator_and_default_to_all() -> None:
