@@ -92,6 +92,8 @@ def test_values_round_trip_as_written() -> None:
                                         "stabilization": "61m"}}},
          "autoscaling.scaleDown.stabilization: 61m is longer than 1h"),
         ({"metrics": {"window": "0s"}}, "metrics.window: '0s' does not match"),
+        ({"autoscaling": {"queue": {"targetPerReplica": float("inf")}}},
+         "autoscaling.queue.targetPerReplica: Input should be a finite number"),
         ({"metrics": {"window": "2h"}}, "metrics.window: 2h is longer than 1h"),
         ({"metrics": {"podLabel": "__name__"}},
          "metrics.podLabel: '__name__' must be a Prometheus label name"),

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import tempfile
 from pathlib import Path
 
 import jsonpatch
@@ -53,6 +56,28 @@ def test_launcher_install_copies_an_executable(tmp_path: Path) -> None:
     installed = tmp_path / "bin" / "infertune-launch"
     assert installed.read_text().startswith("#!/bin/sh")
     assert installed.stat().st_mode & 0o111
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="switches to the init container's uid 65532")
+def test_launcher_install_runs_again_as_the_init_containers_user() -> None:
+    """After a pod sandbox restart the init container (uid 65532) runs again into the same
+    emptyDir, where its earlier copy is read-only: copying over it failed, and the pod kept
+    restarting its init container. (As root the old copy could be overwritten, so the test
+    takes the init container's uid.)"""
+    scratch = Path(tempfile.mkdtemp(prefix="infertune-launcher-"))
+    try:
+        scratch.chmod(0o777)
+        os.seteuid(65532)
+        try:
+            for _ in range(2):
+                assert main(["launcher", "install", str(scratch)]) == 0
+        finally:
+            os.seteuid(0)
+        installed = scratch / "infertune-launch"
+        assert installed.stat().st_uid == 65532 and installed.stat().st_mode & 0o777 == 0o555
+        assert [p.name for p in scratch.iterdir()] == ["infertune-launch"]  # nothing staged
+    finally:
+        shutil.rmtree(scratch)
 
 
 def test_allocator_check_takes_the_cpus_for_what_depends_on_them(

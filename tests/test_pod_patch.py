@@ -305,3 +305,18 @@ def test_a_new_applied_batch_size_is_a_new_revision() -> None:
     spec = _spec(batching={"mode": "Auto"})
     assert tuning_revision(spec, 64) != tuning_revision(spec, 96)
     assert tuning_revision(_spec(), 64) == tuning_revision(_spec())  # Off: ignored
+
+
+def test_a_long_tuning_name_becomes_a_valid_label_value() -> None:
+    """A tuning may be named with 253 characters, a label value holds 63: the API server would
+    refuse every pod the webhook labelled with the whole name."""
+    name = "a" * 100
+    plan = plan_pod_patch(_spec(), _pod(), PodContext(name, "img"))
+    tuned = jsonpatch.apply_patch(_pod(), plan.patch)
+    value = tuned["metadata"]["labels"][keys.TUNED_BY]
+    assert len(value) <= 63 and value.startswith("a" * 50) and value[-1].isalnum()
+    other = plan_pod_patch(_spec(), _pod(), PodContext("a" * 99 + "b", "img")).patch
+    other_value = jsonpatch.apply_patch(_pod(), other)["metadata"]["labels"][keys.TUNED_BY]
+    assert other_value != value  # a hash of the whole name, not only its prefix
+    short = jsonpatch.apply_patch(_pod(), plan_pod_patch(_spec(), _pod(), CONTEXT).patch)
+    assert short["metadata"]["labels"][keys.TUNED_BY] == "qwen"

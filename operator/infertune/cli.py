@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -109,8 +110,12 @@ def _launcher_install(args: argparse.Namespace) -> int:
 
     target = Path(args.directory) / "infertune-launch"
     target.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(_launcher_file(), target)
-    target.chmod(0o555)
+    # Copied beside it and renamed over it: the init container runs again after a sandbox
+    # restart, into the same emptyDir, where the copy it made is read-only (0555).
+    staged = target.with_name(f".{target.name}.{os.getpid()}")
+    shutil.copyfile(_launcher_file(), staged)
+    staged.chmod(0o555)
+    os.replace(staged, target)
     print(f"installed {target}")
     return 0
 

@@ -21,6 +21,7 @@ class ApiModel(BaseModel):
         frozen=True,
         use_attribute_docstrings=True,
         validate_default=True,
+        allow_inf_nan=False,  # .inf or .nan in YAML is no target, ratio or bound
     )
 
 

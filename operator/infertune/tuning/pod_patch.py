@@ -48,6 +48,19 @@ class PodContext:
     """Batching mode Auto: the knob value to set (status.batching.applied)."""
 
 
+LABEL_VALUE_MAX = 63
+
+
+def label_value(name: str) -> str:
+    """`name` as a label value: a tuning's name may have 253 characters and a label value 63,
+    and a pod with a longer one is refused by the API server (after the webhook patched it),
+    so a long name keeps a prefix and ends in a hash of the whole."""
+    if len(name) <= LABEL_VALUE_MAX:
+        return name
+    digest = hashlib.sha256(name.encode()).hexdigest()[:10]
+    return f"{name[:LABEL_VALUE_MAX - len(digest) - 1].rstrip('-.')}-{digest}"
+
+
 def planned_mig(status_mig: Mapping[str, Any]) -> tuple[str | None, str]:
     """(profile, strategy) as status.mig gives them to the webhook (PodContext)."""
     profile = status_mig.get("profile")
@@ -409,7 +422,7 @@ def plan_pod_patch(spec: InferenceTuningSpec, pod: dict[str, Any],
                                                                           sort_keys=True)})
         return PodPlan(revision, dry, ["dry run: nothing changed", *reasons], problems)
     ops += _meta_ops(pod, "annotations", annotations)
-    ops += _meta_ops(pod, "labels", {keys.TUNED_BY: context.tuning_name,
+    ops += _meta_ops(pod, "labels", {keys.TUNED_BY: label_value(context.tuning_name),
                                      keys.REVISION: revision})
     return PodPlan(revision, ops, reasons, problems)
 
