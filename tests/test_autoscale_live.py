@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
+from kubernetes import client
 
 from infertune.api.spec import InferenceTuning
 from infertune.autoscale_cli import why_written
 from infertune.autoscale_live import Live
+from infertune.cli import main
 from infertune.controller.fights import Fight
 from infertune.controller.scaling_report import Blocked
 from infertune.scaling.engine import ScaleAction, ScaleDecision
@@ -59,3 +62,24 @@ def decision(current: int, desired: int) -> ScaleDecision:
 def test_the_write_is_explained(mode: str, desired: int, blocked: Blocked | None,
                                 written: int | None, says: str) -> None:
     assert why_written(tuning(mode), decision(3, desired), blocked, written).startswith(says)
+
+
+@pytest.mark.parametrize(("kubeconfig", "says"), [
+    ("apiVersion: v1\nkind: Config\ncurrent-context: x\n"
+     "clusters: [{name: c, cluster: {server: 'https://127.0.0.1:1'}}]\n"
+     "users: [{name: u, user: {token: t}}]\n"
+     "contexts: [{name: x, context: {cluster: c, user: u}}]\n",
+     "--live: the cluster cannot be reached"),
+    ("a: [\n", "--live: the kubeconfig is not valid YAML"),
+])
+def test_a_cluster_that_cannot_be_read_is_a_message_not_a_traceback(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], kubeconfig: str, says: str) -> None:
+    path = tmp_path / "kubeconfig"
+    path.write_text(kubeconfig)
+    try:
+        code = main(["autoscale", "evaluate", "--live", "ml/qwen", "--kubeconfig", str(path),
+                     "--prometheus", "http://127.0.0.1:1"])
+    finally:
+        client.ApiClient.set_default(None)  # type: ignore[no-untyped-call]
+    assert code == 1
+    assert says in capsys.readouterr().err

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
 from pathlib import Path
@@ -24,6 +25,16 @@ if TYPE_CHECKING:  # the engine and the controller are imported when a command r
     from infertune.autoscale_live import Live
     from infertune.controller.scaling_report import Blocked
     from infertune.scaling.engine import ScaleDecision
+
+
+def _seconds(value: str) -> float:
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a number of seconds") from None
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise argparse.ArgumentTypeError(f"{value} must be a number of seconds above 0")
+    return seconds
 
 
 def add_autoscale_commands(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -44,9 +55,10 @@ def add_autoscale_commands(commands: argparse._SubParsersAction) -> None:  # typ
                           help="Prometheus base URL, for example http://prometheus:9090")
     add_access_options(evaluate)
     evaluate.add_argument("--replicas", type=int, metavar="N",
-                          help="current replicas of the Deployment (default: minReplicas)")
+                          help="current replicas of the Deployment (default: minReplicas; "
+                          "with --live, the Deployment's own)")
     evaluate.add_argument("--output", choices=("text", "json"), default="text")
-    evaluate.add_argument("--timeout", type=float, default=5.0, metavar="SECONDS",
+    evaluate.add_argument("--timeout", type=_seconds, default=5.0, metavar="SECONDS",
                           help="per-query timeout (default 5)")
     evaluate.set_defaults(handler=evaluate_command)
 

@@ -35,7 +35,22 @@ class Live(NamedTuple):
 
 def read_live(ref: str, kubeconfig: str | None) -> Live:
     """The tuning NAMESPACE/NAME and what its evaluation reads; ValueError says what is
-    missing."""
+    missing, or that the cluster cannot be reached."""
+    import yaml
+    from urllib3.exceptions import HTTPError
+
+    try:
+        return _read_live(ref, kubeconfig)
+    except yaml.YAMLError as exc:
+        raise ValueError(f"--live: the kubeconfig is not valid YAML "
+                         f"({str(exc).splitlines()[0]}); check --kubeconfig") from None
+    except HTTPError as exc:
+        reason = str(getattr(exc, "reason", "") or type(exc).__name__)[:200]
+        raise ValueError(f"--live: the cluster cannot be reached ({reason}); check --kubeconfig "
+                         "and that the API server is up") from None
+
+
+def _read_live(ref: str, kubeconfig: str | None) -> Live:
     from kubernetes import client
     from kubernetes.client.exceptions import ApiException
     from kubernetes.config import ConfigException

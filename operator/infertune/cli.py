@@ -44,15 +44,22 @@ def _crds(args: argparse.Namespace) -> int:
     from infertune.api.crd import render_crds
 
     text = render_crds()
-    if args.check is not None:
-        current = Path(args.check).read_text(encoding="utf-8") if Path(args.check).exists() else ""
-        if current != text:
-            print(f"{args.check} is out of date with the models; run `make crds`", file=sys.stderr)
-            return 1
-        return 0
-    if args.output is not None:
-        Path(args.output).write_text(text, encoding="utf-8")
-        return 0
+    try:
+        if args.check is not None:
+            check = Path(args.check)
+            current = check.read_text(encoding="utf-8") if check.exists() else ""
+            if current != text:
+                print(f"{args.check} is out of date with the models; run `make crds`",
+                      file=sys.stderr)
+                return 1
+            return 0
+        if args.output is not None:
+            Path(args.output).write_text(text, encoding="utf-8")
+            return 0
+    except (OSError, UnicodeDecodeError) as exc:
+        where = args.check if args.check is not None else args.output
+        print(f"{where}: {getattr(exc, 'strerror', None) or exc}", file=sys.stderr)
+        return 1
     sys.stdout.write(text)
     return 0
 

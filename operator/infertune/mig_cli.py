@@ -86,6 +86,19 @@ def _profile_table(gpu: MigProduct) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _config_name(value: str) -> str:
+    """--name: it becomes the nvidia.com/mig.config label value, and all-disabled is the
+    config every rendered file already holds."""
+    if not re.fullmatch(r"[a-z0-9]([-a-z0-9.]{0,61}[a-z0-9])?", value):
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is not a label value: lowercase letters, digits, '-' and '.', at most "
+            "63 characters, starting and ending with a letter or digit")
+    if value == "all-disabled":
+        raise argparse.ArgumentTypeError("all-disabled is the config that turns MIG off, and "
+                                         "is always in the file; choose another name")
+    return value
+
+
 def add_mig_commands(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     """Add `mig layout` and `mig profiles` to an `add_subparsers()` result."""
     mig = commands.add_parser("mig", help="plan MIG layouts and print mig-parted configs")
@@ -97,8 +110,9 @@ def add_mig_commands(commands: argparse._SubParsersAction) -> None:  # type: ign
     layout.add_argument("--product", required=True,
                         help="nvidia.com/gpu.product value, for example NVIDIA-H200")
     layout.add_argument("slices", nargs="+", type=parse_slice, metavar="PROFILE[xCOUNT]")
-    layout.add_argument("--name", help="the mig-parted config name (default: derived, "
-                        "label-safe, for the nvidia.com/mig.config node label)")
+    layout.add_argument("--name", type=_config_name, help="the mig-parted config name "
+                        "(default: derived, label-safe, for the nvidia.com/mig.config node "
+                        "label)")
     layout.set_defaults(handler=_layout)
     profiles = mig_commands.add_parser("profiles", help="list the MIG profiles of a GPU")
     profiles.add_argument("product", metavar="PRODUCT")

@@ -23,8 +23,12 @@ def _documents(path: Path) -> list[dict[str, Any]]:
         docs = [d for d in yaml.safe_load_all(path.read_text(encoding="utf-8")) if d]
     except OSError as exc:
         raise PlanInputError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise PlanInputError(f"{path}: not UTF-8 text") from None
     except yaml.YAMLError as exc:
         raise PlanInputError(f"{path}: not valid YAML: {exc}") from None
+    except RecursionError:
+        raise PlanInputError(f"{path}: nested too deeply to be a manifest") from None
     return [d for d in docs if isinstance(d, dict)]
 
 
@@ -39,14 +43,64 @@ def load_tuning(path: Path) -> InferenceTuning:
         raise PlanInputError("\n".join(lines)) from None
 
 
-def load_pod(path: Path) -> dict[str, Any]:
-    """A Pod, or the pod a Deployment's template would create."""
-    for doc in _documents(path):
-        if doc.get("kind") == "Pod":
-            return doc
-        if doc.get("kind") == "Deployment":
-            return pod_from_deployment(doc)
-    raise PlanInputError(f"{path}: no Pod or Deployment found")
+def load_pod(path: Path, target: str | None = None) -> dict[str, Any]:
+    """The pod to plan for: the one the Deployment named `target` (spec.targetRef) would
+    create, else a Pod, else the file's only Deployment's."""
+    docs = _documents(path)
+    deployments = [d for d in docs if d.get("kind") == "Deployment"]
+    named = [d for d in deployments if _name(d) == target]
+    pods = [d for d in docs if d.get("kind") == "Pod"]
+    if named:
+        chosen, pod = named[0], None
+    elif pods:
+        chosen, pod = pods[0], pods[0]
+    elif len(deployments) == 1:
+        chosen, pod = deployments[0], None
+    elif deployments:
+        raise PlanInputError(f"{path}: no Deployment named {target} (spec.targetRef.name) among "
+                             f"{', '.join(sorted(_name(d) for d in deployments))}")
+    else:
+        raise PlanInputError(f"{path}: no Pod or Deployment found")
+    if pod is None:
+        spec = chosen.get("spec")
+        template = spec.get("template") if isinstance(spec, dict) else None
+        problem = ("spec.template must be a mapping" if not isinstance(template, dict)
+                   else _shape_problem(template, "spec.template."))
+        if problem is None:
+            pod = pod_from_deployment(chosen)
+    else:
+        problem = _shape_problem(pod, "")
+    if problem is not None or pod is None:
+        raise PlanInputError(f"{path}: {chosen.get('kind')} {_name(chosen)}: {problem}")
+    return pod
+
+
+def _name(doc: dict[str, Any]) -> str:
+    meta = doc.get("metadata")
+    return str(meta.get("name")) if isinstance(meta, dict) else "(no name)"
+
+
+def _shape_problem(node: dict[str, Any], prefix: str) -> str | None:
+    """What the planner reads from a pod (or a pod template), checked for its type: a field of
+    the wrong kind is named instead of failing inside the planner."""
+    for key in ("metadata", "spec"):
+        if not isinstance(node.get(key) or {}, dict):
+            return f"{prefix}{key} must be a mapping"
+    meta, spec = node.get("metadata") or {}, node.get("spec") or {}
+    for key in ("labels", "annotations"):
+        if not isinstance(meta.get(key) or {}, dict):
+            return f"{prefix}metadata.{key} must be a mapping"
+    for key in ("containers", "initContainers", "volumes"):
+        items = spec.get(key) or []
+        if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
+            return f"{prefix}spec.{key} must be a list of mappings"
+    for i, container in enumerate(spec.get("containers") or []):
+        for key in ("resources", "env", "command", "args", "volumeMounts"):
+            value, wanted = container.get(key), dict if key == "resources" else list
+            if value is not None and not isinstance(value, wanted):
+                kind = "a mapping" if wanted is dict else "a list"
+                return f"{prefix}spec.containers[{i}].{key} must be {kind}"
+    return None
 
 
 def render(plan: PodPlan, *, as_json: bool) -> str:
@@ -65,6 +119,6 @@ def render(plan: PodPlan, *, as_json: bool) -> str:
 def plan_from_files(tuning_path: Path, pod_path: Path, launcher_image: str, *,
                     as_json: bool) -> str:
     tuning = load_tuning(tuning_path)
-    pod = load_pod(pod_path)
+    pod = load_pod(pod_path, tuning.spec.target_ref.name)
     context = PodContext(tuning_name=tuning.metadata.name, launcher_image=launcher_image)
     return render(plan_pod_patch(tuning.spec, pod, context), as_json=as_json)

@@ -55,8 +55,12 @@ def load_documents(path: Path) -> tuple[list[Document], list[str]]:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         return [], [f"{source}: cannot read: {exc.strerror or exc}"]
+    except UnicodeDecodeError:
+        return [], [f"{source}: not UTF-8 text"]
     try:
         bodies = list(yaml.safe_load_all(text))
+    except RecursionError:
+        return [], [f"{source}: nested too deeply to be a manifest"]
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1} column {mark.column + 1}" if mark is not None else ""
@@ -68,14 +72,21 @@ def load_documents(path: Path) -> tuple[list[Document], list[str]]:
 
 def _deployment_key(body: dict[str, Any]) -> tuple[str, str]:
     meta = body.get("metadata") or {}
+    if not isinstance(meta, dict):
+        return "default", ""  # no name: matches no tuning's targetRef
     return str(meta.get("namespace") or "default"), str(meta.get("name"))
 
 
 def _check_against_deployment(tuning: InferenceTuning, deployment: dict[str, Any]) -> list[
     FieldError
 ]:
-    template = (deployment.get("spec") or {}).get("template") or {}
-    containers = (template.get("spec") or {}).get("containers") or []
+    spec = deployment.get("spec") or {}
+    template = (spec.get("template") or {}) if isinstance(spec, dict) else None
+    pod_spec = (template.get("spec") or {}) if isinstance(template, dict) else None
+    containers = (pod_spec.get("containers") or []) if isinstance(pod_spec, dict) else None
+    if not isinstance(containers, list) or not all(isinstance(c, dict) for c in containers):
+        return [FieldError("spec.targetRef.name", "the Deployment's spec.template.spec."
+                           "containers is not a list of containers")]
     if not containers:
         return [FieldError("spec.targetRef.name", "the Deployment has no containers")]
     wanted = tuning.spec.container
@@ -88,6 +99,11 @@ def _check_against_deployment(tuning: InferenceTuning, deployment: dict[str, Any
             return [FieldError("spec.container", f"{wanted!r} is not a container of Deployment "
                                f"{tuning.spec.target_ref.name}; its containers: {names}")]
     resources = container.get("resources") or {}
+    if not isinstance(resources, dict) or not all(
+            isinstance(resources.get(k) or {}, dict) for k in ("limits", "requests")):
+        return [FieldError("spec.targetRef.name", f"container {container.get('name')} of the "
+                           "Deployment has resources that are not a mapping of limits and "
+                           "requests")]
     limit = (resources.get("limits") or {}).get("memory")
     request = (resources.get("requests") or {}).get("memory", limit)
     try:

@@ -176,13 +176,14 @@ class InferenceTuningSpec(ApiModel):
     def _engine_rules(self) -> InferenceTuningSpec:
         problems = CrossFieldProblems()
         if self.engine is Engine.CUSTOM:
-            for field, value in (
-                ("metrics.queueDepth", self.metrics.queue_depth),
-                ("metrics.latencyHistogram", self.metrics.latency_histogram),
+            for field, value, example in (
+                ("metrics.queueDepth", self.metrics.queue_depth, "my_engine_queue_size"),
+                ("metrics.latencyHistogram", self.metrics.latency_histogram,
+                 "my_engine_request_latency_seconds"),
             ):
                 if value is None:
                     problems.add(field, "engine custom has no metric preset; name the metric "
-                                 "(for example my_engine_queue_size)")
+                                 f"(for example {example})")
         knob = self.batching.knob
         if knob is not None and knob not in ENGINE_BATCHING_KNOBS[self.engine]:
             valid = ", ".join(k.value for k in ENGINE_BATCHING_KNOBS[self.engine])

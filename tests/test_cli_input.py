@@ -1,0 +1,110 @@
+"""Bad input to the CLI is a message naming the file and the field, and an exit status; never
+a traceback."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from infertune.cli import main
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLE = ROOT / "examples" / "vllm-qwen2-7b-h200-mig.yaml"
+DOCS = [d for d in yaml.safe_load_all(EXAMPLE.read_text()) if d]
+TUNING = next(d for d in DOCS if d["kind"] == "InferenceTuning")
+TARGET = next(d for d in DOCS if d["kind"] == "Deployment")
+
+
+def deployment(name: str, spec: Any) -> dict[str, Any]:
+    return {"apiVersion": "apps/v1", "kind": "Deployment",
+            "metadata": {"name": name, "namespace": TUNING["metadata"]["namespace"]},
+            "spec": spec}
+
+
+def written(tmp_path: Path, *docs: dict[str, Any]) -> str:
+    path = tmp_path / "manifest.yaml"
+    path.write_text(yaml.safe_dump_all(docs))
+    return str(path)
+
+
+def test_plan_takes_the_deployment_the_tuning_targets(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    other = deployment("other", {"template": {"spec": {"containers": [{"name": "x"}]}}})
+    path = written(tmp_path, other, TARGET, TUNING)
+    assert main(["plan", path, "--pod", path]) == 0  # took "other" before: container not found
+    assert "serving container: vllm" in capsys.readouterr().out
+    two = written(tmp_path, other, deployment("another", other["spec"]), TUNING)
+    assert main(["plan", two, "--pod", two]) == 1
+    assert "no Deployment named qwen2-7b (spec.targetRef.name) among another, other" in \
+        capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("spec", "says"), [
+    ([1], "spec.template must be a mapping"),
+    ({"template": 5}, "spec.template must be a mapping"),
+    ({"template": {"spec": {"containers": "abc"}}},
+     "spec.template.spec.containers must be a list of mappings"),
+    ({"template": {"metadata": {"annotations": [1]}, "spec": {"containers": []}}},
+     "spec.template.metadata.annotations must be a mapping"),
+    ({"template": {"spec": {"containers": [{"name": "vllm", "resources": [1]}]}}},
+     "spec.template.spec.containers[0].resources must be a mapping"),
+])
+def test_plan_names_a_malformed_pod_template(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                             spec: Any, says: str) -> None:
+    path = written(tmp_path, deployment("qwen2-7b", spec), TUNING)
+    assert main(["plan", str(EXAMPLE), "--pod", path]) == 1
+    assert says in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("spec", [[1], {"template": 5},
+                                  {"template": {"spec": {"containers": "abc"}}},
+                                  {"template": {"spec": {"containers": [
+                                      {"name": "vllm", "resources": [1]}]}}}])
+def test_validate_names_a_malformed_deployment(tmp_path: Path,
+                                               capsys: pytest.CaptureFixture[str],
+                                               spec: Any) -> None:
+    path = written(tmp_path, deployment("qwen2-7b", spec), TUNING)
+    assert main(["validate", path]) == 1
+    assert "spec.targetRef.name: " in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("content", "says"), [
+    (b"\xff\xfe", "not UTF-8 text"),
+    (b"[" * 5000, "nested too deeply"),
+])
+@pytest.mark.parametrize("command", ["validate", "plan"])
+def test_a_file_that_is_no_manifest_is_named(tmp_path: Path,
+                                             capsys: pytest.CaptureFixture[str],
+                                             content: bytes, says: str, command: str) -> None:
+    path = tmp_path / "odd.yaml"
+    path.write_bytes(content)
+    argv = [command, str(path)] + (["--pod", str(EXAMPLE)] if command == "plan" else [])
+    assert main(argv) == 1
+    out = capsys.readouterr()
+    assert f"{path}: {says}" in out.out + out.err
+
+
+def test_crds_into_a_directory_is_an_error_not_a_traceback(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["crds", "-o", str(tmp_path)]) == 1
+    assert main(["crds", "--check", str(tmp_path)]) == 1
+    assert "Is a directory" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("argv", "says"), [
+    (["mig", "layout", "--product", "NVIDIA-H200", "3g.71gb", "--name", "all-disabled"],
+     "all-disabled is the config that turns MIG off"),
+    (["mig", "layout", "--product", "NVIDIA-H200", "3g.71gb", "--name", "Big Layout"],
+     "is not a label value"),
+    (["autoscale", "evaluate", str(EXAMPLE), "--prometheus", "http://p:9090", "--timeout",
+      "nan"], "must be a number of seconds above 0"),
+])
+def test_options_that_cannot_work_are_usage_errors(capsys: pytest.CaptureFixture[str],
+                                                   argv: list[str], says: str) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    assert exited.value.code == 2
+    assert says in capsys.readouterr().err
