@@ -10,6 +10,7 @@ partitioning. Nothing else of the GPU Operator is imitated.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -168,6 +169,8 @@ def test_a_node_drained_for_partitioning_is_uncordoned_once_partitioned(
     annotations = node.metadata.annotations or {}
     assert "infertune.io/cordoned-for-mig" not in annotations
     assert annotations["infertune.io/mig-config-for"] == f"{namespace}/qwen"  # its claim
+    # When it was labelled, for the mig-manager timeout after an operator restart.
+    assert abs(time.time() - float(annotations["infertune.io/mig-labelled-at"])) < 120
     pods = core.list_namespaced_pod(namespace, label_selector="app=busy").items
     assert first not in {p.metadata.name for p in pods}  # evicted; its replacement waits
     reasons = {e.reason for e in core.list_namespaced_event(namespace).items}

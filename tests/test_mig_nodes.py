@@ -123,3 +123,16 @@ def test_a_node_mig_manager_is_reconfiguring_is_not_relabelled_meanwhile() -> No
     assert step.kind is StepKind.NONE
     assert step.reports[0].state is NodeState.WAITING
     assert "mig-manager is applying" in step.reports[0].message
+
+
+def test_the_mig_manager_timeout_survives_an_operator_restart() -> None:
+    """The time a node was labelled is kept on the node: a restarted operator (its memory
+    empty) still sees a node stuck in pending time out, instead of waiting on it for good."""
+    labelled = _node("a", config=CONFIGS["NVIDIA-H200"], state="pending")
+    stuck = NodeView(labelled.name, labelled.labels, labelled_at=100.0)
+    step = plan_mig_nodes([stuck], CONFIGS, allow_disruption=False, labelled_at={},
+                          now=100.0 + 901)
+    assert step.reports[0].state is NodeState.TIMED_OUT
+    fresh = plan_mig_nodes([stuck], CONFIGS, allow_disruption=False, labelled_at={},
+                           now=100.0 + 60)
+    assert fresh.reports[0].state is NodeState.PENDING

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -28,6 +29,7 @@ from infertune.tuning.mig import Infeasible, LayoutPlan, describe, plan_layout, 
 from infertune.tuning.mig_nodes import (
     CLAIM_ANNOTATION,
     CORDONED_ANNOTATION,
+    LABELLED_AT_ANNOTATION,
     MIG_CAPABLE_LABEL,
     MIG_CONFIG_LABEL,
     MIG_STATE_LABEL,
@@ -56,7 +58,8 @@ class MigSettings:
 
     namespace: str
     labelled_at: dict[str, float] = field(default_factory=dict)
-    """node -> monotonic time it was labelled, for the mig-manager timeout."""
+    """node -> unix time it was labelled, for the mig-manager timeout (also kept on the node,
+    LABELLED_AT_ANNOTATION, for a restarted operator)."""
     pods_from_index: bool = True
     """Whether kopf watches the pods of every namespace, so `gpu_pods_by_node` sees every GPU
     pod. An operator run with --namespace sees only its own namespaces' pods, and a node
@@ -134,8 +137,18 @@ def _observe_nodes(gpu_pods: Mapping[str, tuple[str, ...]] | None) -> list[NodeV
                               gpu_pods.get(name, ()) if gpu_pods is not None
                               else gpu_pods_listed(core, name),
                               claimed_by=annotations.get(CLAIM_ANNOTATION),
+                              labelled_at=_unix_time(annotations.get(LABELLED_AT_ANNOTATION)),
                               cordoned_by_us=CORDONED_ANNOTATION in annotations))
     return views
+
+
+def _unix_time(text: str | None) -> float | None:
+    """An annotation's unix time; None when absent or not a finite number (edited by hand)."""
+    try:
+        value = float(text) if text is not None else None
+    except ValueError:
+        return None
+    return value if value is not None and math.isfinite(value) else None
 
 
 def _write_config_map(namespace: str, configs: dict[str, LayoutPlan]) -> None:
@@ -181,7 +194,7 @@ def _label(node: str, config: str, owner: str) -> None:
     # Clear the old state with the new config: a stale "success" belongs to the old layout.
     client.CoreV1Api().patch_node(node, {"metadata": {
         "labels": {MIG_CONFIG_LABEL: config, MIG_STATE_LABEL: None},
-        "annotations": {CLAIM_ANNOTATION: owner}}})
+        "annotations": {CLAIM_ANNOTATION: owner, LABELLED_AT_ANNOTATION: f"{time.time():.0f}"}}})
 
 
 def _plans(spec: InferenceTuningSpec, nodes: list[NodeView]) -> tuple[
@@ -238,7 +251,7 @@ def reconcile_mig(namespace: str, name: str, spec: InferenceTuningSpec, settings
     configs = config_names(plans)
     owner = f"{namespace}/{name}"
     step = plan_mig_nodes(selected, configs, allow_disruption=spec.mig.allow_disruption,
-                          labelled_at=settings.labelled_at, now=time.monotonic(), owner=owner,
+                          labelled_at=settings.labelled_at, now=time.time(), owner=owner,
                           exists=lambda claimant: claimant in tunings or not settings.knows_all)
     first = next(iter(plans.values()))
     strategies = {n.labels.get(MIG_STRATEGY_LABEL) for n in selected} - {None}
@@ -258,7 +271,7 @@ def reconcile_mig(namespace: str, name: str, spec: InferenceTuningSpec, settings
                    message=f"{node} partitioned by mig-manager; uncordoned")
     if step.kind is StepKind.LABEL and step.node is not None:
         _label(step.node, configs[_product(selected, step.node)], owner)
-        settings.labelled_at[step.node] = time.monotonic()
+        settings.labelled_at[step.node] = time.time()
         kopf.event(body, type="Normal", reason="MigNodeLabelled", message=step.reason)
     elif step.kind is StepKind.DRAIN and step.node is not None:
         _drain(next(n for n in selected if n.name == step.node),

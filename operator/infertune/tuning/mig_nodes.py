@@ -25,6 +25,8 @@ CLAIM_ANNOTATION = "infertune.io/mig-config-for"
 tuning that selects the node leaves it alone while that one exists, so two tunings asking for
 different layouts do not relabel it back and forth."""
 IN_FLIGHT_STATES = frozenset({"pending", "rebooting"})
+LABELLED_AT_ANNOTATION = "infertune.io/mig-labelled-at"
+"""Unix time the node was labelled, so the mig-manager timeout survives an operator restart."""
 STATE_TIMEOUT_SECONDS = 900.0
 """How long mig-manager may take (it may reboot the node) before the step is reported as
 timed out."""
@@ -39,6 +41,8 @@ class NodeView:
     """Pods on the node that request nvidia.com/gpu or a MIG resource and have not finished."""
     claimed_by: str | None = None
     """CLAIM_ANNOTATION: the tuning whose config the node was labelled with."""
+    labelled_at: float | None = None
+    """LABELLED_AT_ANNOTATION: when (unix time) the operator labelled it."""
     cordoned_by_us: bool = False
     """The operator cordoned it to drain it (CORDONED_ANNOTATION): it uncordons it once
     mig-manager reports success. A node someone else cordoned is left as they left it."""
@@ -136,8 +140,9 @@ def plan_mig_nodes(nodes: Sequence[NodeView], configs: Mapping[str, str], *,
                    now: float, owner: str = "",
                    exists: Callable[[str], bool] = lambda claimant: True) -> MigNodeStep:
     """The next step over the selected `nodes`; `configs` maps GPU product -> config name.
-    `owner` is the tuning planning (NAMESPACE/NAME), and `exists` says whether the tuning a
-    node is claimed by is still there (a deleted one's claim lapses)."""
+    `labelled_at` and `now` are unix times (a node's own annotation stands in for a time this
+    process did not see). `owner` is the tuning planning (NAMESPACE/NAME), and `exists` says
+    whether the tuning a node is claimed by is still there (a deleted one's claim lapses)."""
     reports: list[NodeReport] = []
     todo: list[tuple[NodeView, str]] = []
     for node in nodes:
@@ -146,7 +151,7 @@ def plan_mig_nodes(nodes: Sequence[NodeView], configs: Mapping[str, str], *,
         if held is not None:
             reports.append(held)
             continue
-        report = _state_of(node, config, labelled_at.get(node.name), now)
+        report = _state_of(node, config, labelled_at.get(node.name, node.labelled_at), now)
         if report is None:
             todo.append((node, config))
         else:
