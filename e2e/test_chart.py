@@ -191,6 +191,10 @@ def test_prometheus_access_values_that_cannot_work_are_refused(
     (["--set-string", "image.tag=1.0\n            - --kubeconfig=/etc/evil"], "/image/tag"),
     (["--set", "image.repository=Registry/Infertune"], "/image/repository"),
     (["--set", "webhook.certSecret=a b"], "/webhook/certSecret"),
+    # A misspelt value was ignored: here the operator fell back to a self-signed certificate.
+    (["--set", "webhook.certsecret=cert-manager-tls"], "'certsecret' not allowed"),
+    (["--set", "imagePullSecret=regcred"], "'imagePullSecret' not allowed"),
+    (["--set", "nodeSelector=gpu"], "/nodeSelector"),
 ])
 def test_values_that_would_break_or_subvert_the_operator_are_refused(
         values: list[str], says: str) -> None:
