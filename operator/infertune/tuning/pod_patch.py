@@ -22,13 +22,14 @@ from infertune.api.tuning import AllocatorType, NumaPolicy
 from infertune.api.units import parse_quantity
 from infertune.tuning.mallocconf import effective_malloc_conf
 from infertune.tuning.memory import MemoryHighError, resolve_memory_high
+from infertune.tuning.pod_mig import Op, mig_ops
+from infertune.tuning.pod_mig import pointer as _pointer
 
 LAUNCHER_DIR = "/infertune"
 LAUNCHER_PATH = f"{LAUNCHER_DIR}/infertune-launch"
 LAUNCHER_VOLUME = "infertune-launcher"
 LAUNCHER_INIT = "infertune-launcher"
 
-Op = dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -106,11 +107,6 @@ def tuning_revision(spec: InferenceTuningSpec, batching_value: int | None = None
                            "planned": list(mig_planned)}
     digest = hashlib.sha256(json.dumps(relevant, sort_keys=True).encode()).hexdigest()
     return digest[:10]
-
-
-def _pointer(*parts: str | int) -> str:
-    """An RFC 6901 JSON pointer; '~' and '/' in keys (label names) are escaped."""
-    return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in parts)
 
 
 def _cpu_limit(container: dict[str, Any]) -> float | None:
@@ -258,7 +254,6 @@ def _launcher_ops(pod_spec: dict[str, Any], index: int, serving: dict[str, Any],
     return ops
 
 
-GPU_RESOURCE = "nvidia.com/gpu"
 def _knob(spec: InferenceTuningSpec) -> str | None:
     knob = spec.batching.knob or DEFAULT_BATCHING_KNOB.get(spec.engine)
     return knob.value if knob is not None else None
@@ -318,49 +313,6 @@ def _runs_shell_script(container: dict[str, Any]) -> bool:
     return bool(argv) and str(argv[0]).rsplit("/", 1)[-1] in SHELLS and "-c" in argv[1:3]
 
 
-def _mig_ops(spec: InferenceTuningSpec, base: str, serving: dict[str, Any],
-             context: PodContext, reasons: list[str], problems: list[str]) -> list[Op]:
-    """Under the mixed strategy the pod asks for its slice by name; under single, MIG devices
-    are still called nvidia.com/gpu (GPU Operator docs, "MIG strategies")."""
-    if spec.mig is None:
-        return []
-    if context.mig_profile is None:
-        problems.append("the MIG layout is not planned yet (see status.mig); the pod keeps "
-                        "its GPU request")
-        return []
-    if context.mig_strategy != "mixed":
-        reasons.append(f"mig: single strategy, {GPU_RESOURCE} is a {context.mig_profile} slice")
-        return []
-    wanted = f"nvidia.com/mig-{context.mig_profile}"
-    resources = serving.get("resources") or {}
-    ops: list[Op] = []
-    for section in ("limits", "requests"):
-        current = resources.get(section)
-        if current is None or (GPU_RESOURCE not in current and wanted not in current):
-            continue
-        count = str(current.get(GPU_RESOURCE, current.get(wanted, "1")))
-        if GPU_RESOURCE in current:
-            ops.append({"op": "remove", "path": _pointer_res(base, section, GPU_RESOURCE)})
-        ops.append({"op": "add", "path": _pointer_res(base, section, wanted), "value": count})
-    if not ops:
-        problems.append(f"container {serving.get('name')} requests no {GPU_RESOURCE}; add "
-                        f"{wanted} to its limits to run on a MIG slice")
-        return []
-    counts = {str(op["value"]) for op in ops if op["op"] == "add"}
-    if counts - {"1"}:
-        # NVIDIA's MIG user guide: a CUDA process enumerates a single MIG device.
-        problems.append(f"container {serving.get('name')} asks for {max(counts)} GPUs, so it "
-                        f"gets {max(counts)} {context.mig_profile} slices, but a CUDA process "
-                        "uses only one MIG device: tensor parallelism across them fails; give "
-                        "each pod one slice, or leave this Deployment out of MIG")
-    reasons.append(f"mig: {GPU_RESOURCE} replaced by {wanted} (mixed strategy)")
-    return ops
-
-
-def _pointer_res(base: str, section: str, name: str) -> str:
-    return f"{base}{_pointer('resources', section, name)}"
-
-
 def _meta_ops(pod: dict[str, Any], section: str, values: dict[str, str]) -> list[Op]:
     current = (pod.get("metadata") or {}).get(section)
     if current is None:
@@ -412,8 +364,8 @@ def plan_pod_patch(spec: InferenceTuningSpec, pod: dict[str, Any],
             ops.append(op)
     ops += _numa_ops(spec, pod_spec, index, serving, context, env, reasons, problems)
     ops += env.build()
-    ops += _mig_ops(spec, _pointer("spec", "containers", index), serving, context, reasons,
-                    problems)
+    ops += mig_ops(spec, _pointer("spec", "containers", index), serving,
+                   (context.mig_profile, context.mig_strategy), reasons, problems)
     annotations = {} if memory_high.value is None else {keys.MEMORY_HIGH: str(memory_high.value)}
     if spec.mode is Mode.DRY_RUN:
         plan = {"revision": revision, "patch": ops + _meta_ops(pod, "annotations", annotations),
