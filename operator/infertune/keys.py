@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+
 PREFIX = "infertune.io"
 
 # kopf's own bookkeeping (handler progress, last handled spec) lives in annotations under our
@@ -22,3 +24,15 @@ DRY_RUN_PLAN = f"{PREFIX}/dry-run-plan"
 # The operator's own objects.
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 MANAGED_BY = "infertune"
+
+LABEL_VALUE_MAX = 63
+"""Kubernetes label values: at most 63 characters."""
+
+
+def label_value(text: str) -> str:
+    """`text` (already of label-value characters) as a label value: a longer one keeps a
+    prefix and ends in a hash of the whole, so it stays stable and distinct."""
+    if len(text) <= LABEL_VALUE_MAX:
+        return text
+    digest = hashlib.sha256(text.encode()).hexdigest()[:10]
+    return f"{text[:LABEL_VALUE_MAX - len(digest) - 1].rstrip('-.')}-{digest}"

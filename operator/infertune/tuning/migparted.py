@@ -8,11 +8,11 @@ mig-manager applies the config named by the node label `nvidia.com/mig.config`.
 
 from __future__ import annotations
 
-import hashlib
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from infertune.keys import label_value
 from infertune.tuning.mig import LayoutPlan
 
 GpuLayout = Mapping[str, int] | LayoutPlan
@@ -21,7 +21,6 @@ GpuLayout = Mapping[str, int] | LayoutPlan
 ALL_DISABLED = "all-disabled"
 """The entry every GPU Operator config carries; labelling a node with it turns MIG off."""
 
-_LABEL_MAX = 63  # Kubernetes label values: at most 63 characters
 _UNSAFE = re.compile(r"[^a-z0-9.-]+")
 _PROFILE = re.compile(r"^([0-9]+)g\.([0-9]+)gb")
 
@@ -82,8 +81,5 @@ def config_name(product: str, layout: GpuLayout) -> str:
     """
     devices = mig_devices(layout)
     parts = [f"{count}x{profile.replace('+', '.')}" for profile, count in devices.items()]
-    name = _UNSAFE.sub("-", "-".join(["infertune", _short_product(product), *parts]).lower())
-    if len(name) <= _LABEL_MAX:
-        return name
-    digest = hashlib.sha256(name.encode()).hexdigest()[:10]
-    return f"{name[:_LABEL_MAX - len(digest) - 1].rstrip('-.')}-{digest}"
+    return label_value(
+        _UNSAFE.sub("-", "-".join(["infertune", _short_product(product), *parts]).lower()))

@@ -31,7 +31,6 @@ LAUNCHER_VOLUME = "infertune-launcher"
 LAUNCHER_INIT = "infertune-launcher"
 
 
-
 @dataclass(frozen=True)
 class PodContext:
     """What the planner needs to know beyond the spec and the pod."""
@@ -47,19 +46,6 @@ class PodContext:
     """The GPU Operator's MIG strategy, as the selected nodes' nvidia.com/mig.strategy says."""
     batching_value: int | None = None
     """Batching mode Auto: the knob value to set (status.batching.applied)."""
-
-
-LABEL_VALUE_MAX = 63
-
-
-def label_value(name: str) -> str:
-    """`name` as a label value: a tuning's name may have 253 characters and a label value 63,
-    and a pod with a longer one is refused by the API server (after the webhook patched it),
-    so a long name keeps a prefix and ends in a hash of the whole."""
-    if len(name) <= LABEL_VALUE_MAX:
-        return name
-    digest = hashlib.sha256(name.encode()).hexdigest()[:10]
-    return f"{name[:LABEL_VALUE_MAX - len(digest) - 1].rstrip('-.')}-{digest}"
 
 
 def planned_mig(status_mig: Mapping[str, Any]) -> tuple[str | None, str]:
@@ -374,7 +360,9 @@ def plan_pod_patch(spec: InferenceTuningSpec, pod: dict[str, Any],
                                                                           sort_keys=True)})
         return PodPlan(revision, dry, ["dry run: nothing changed", *reasons], problems)
     ops += _meta_ops(pod, "annotations", annotations)
-    ops += _meta_ops(pod, "labels", {keys.TUNED_BY: label_value(context.tuning_name),
+    # A tuning's name may have 253 characters, a label value 63: the API server would refuse
+    # the patched pod.
+    ops += _meta_ops(pod, "labels", {keys.TUNED_BY: keys.label_value(context.tuning_name),
                                      keys.REVISION: revision})
     return PodPlan(revision, ops, reasons, problems)
 
