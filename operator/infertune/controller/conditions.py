@@ -11,6 +11,8 @@ from infertune.api.status import Condition, ConditionStatus, ConditionType, Phas
 
 MAX_MESSAGE = 32000
 """Condition messages are capped below metav1.Condition's 32768 characters."""
+MAX_EVENT_MESSAGE = 1000
+"""Event messages are cut here (events.k8s.io allows a 1 KiB note); the condition says all."""
 
 
 def now_rfc3339() -> str:

@@ -15,7 +15,13 @@ from infertune import keys
 from infertune.api.spec import GROUP, PLURAL, VERSION
 from infertune.controller.conditions import now_rfc3339
 from infertune.controller.diffbase import LeanAnnotationsDiffBaseStorage
-from infertune.controller.reconcile import SHARED, TargetState, assess
+from infertune.controller.reconcile import (
+    SHARED,
+    TARGET_NOT_FOUND,
+    Assessment,
+    TargetState,
+    assess,
+)
 from infertune.controller.status_patch import write_status
 from infertune.kube.client import connection_info, read_deployment
 
@@ -57,6 +63,20 @@ def login(**_: Any) -> kopf.ConnectionInfo:
     return kopf.ConnectionInfo(**connection_info())
 
 
+def _assessed(body: Mapping[str, Any], namespace: str, gone: bool = False) -> Assessment:
+    """The tuning assessed against its target Deployment as it is now (`gone`: known to be
+    deleted, so not read)."""
+    name = str(((body.get("spec") or {}).get("targetRef") or {}).get("name") or "")
+    deployment = read_deployment(namespace, name) if name and not gone else None
+    return assess(dict(body), _target_state(deployment), now_rfc3339())
+
+
+def _post(body: Mapping[str, Any], result: Assessment) -> None:
+    for notice in result.notices:
+        kopf.event(body, type=notice.type,  # type: ignore[arg-type]  # a plain object works
+                   reason=notice.reason, message=notice.message)
+
+
 @kopf.on.resume(*RESOURCE)
 @kopf.on.create(*RESOURCE)
 @kopf.on.update(*RESOURCE, field="spec")
@@ -71,21 +91,12 @@ def reconcile(body: kopf.Body, namespace: str | None, patch: kopf.Patch, **_: An
     version without those annotations, and with a thousand tunings created at once kopf
     handled each creation about 3.5 times over (bench/operator_bench.py: 3749 "Creation is
     processed" for 1000 tunings, and three times the memory)."""
-    spec = body.get("spec") or {}
-    target_name = str((spec.get("targetRef") or {}).get("name") or "")
-    deployment = read_deployment(namespace or "default", target_name) if target_name else None
-    target = _target_state(deployment)
-    result = assess(dict(body), target, now_rfc3339())
+    result = _assessed(body, namespace or "default")
     patch.status.update(result.patch())
     patch.fns.append(result.merge_lists)  # type: ignore[arg-type]
-    for notice in result.notices:
-        kopf.event(body, type=notice.type, reason=notice.reason, message=notice.message)
+    _post(body, result)
     if result.retry_after is not None:
         raise kopf.TemporaryError("target Deployment not found", delay=result.retry_after)
-
-
-TARGET_NOT_FOUND = "TargetNotFound"
-"""The Ready reason `assess` gives a tuning whose Deployment does not exist."""
 
 
 def _target_news(type: str | None, namespace: str, name: str,
@@ -121,9 +132,7 @@ def reassess(namespace: str, name: str, gone: bool) -> None:
         if exc.status == 404:
             return
         raise
-    target_name = str(((body.get("spec") or {}).get("targetRef") or {}).get("name") or "")
-    target = None if gone else _target_state(read_deployment(namespace, target_name))
-    result = assess(body, target, now_rfc3339())
+    result = _assessed(body, namespace, gone)
 
     def build(stored: Mapping[str, Any]) -> dict[str, Any]:
         holder = {"status": copy.deepcopy(dict(stored))}
@@ -133,6 +142,4 @@ def reassess(namespace: str, name: str, gone: bool) -> None:
 
     write_status(namespace, name, body.get("status") or {},
                  body["metadata"]["resourceVersion"], build)
-    for notice in result.notices:
-        kopf.event(body, type=notice.type,  # type: ignore[arg-type]  # a plain object works
-                   reason=notice.reason, message=notice.message)
+    _post(body, result)

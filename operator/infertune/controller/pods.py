@@ -19,9 +19,9 @@ from kubernetes.client.exceptions import ApiException
 
 from infertune import keys
 from infertune.api.spec import GROUP, PLURAL, VERSION, InferenceTuningSpec, Mode
-from infertune.api.status import TuningStatus
+from infertune.api.status import ConditionType, TuningStatus
 from infertune.api.tuning import RetuneStrategy
-from infertune.controller.conditions import now_rfc3339
+from infertune.controller.conditions import MAX_EVENT_MESSAGE, now_rfc3339
 from infertune.controller.loops import STOP_TIMEOUT_S, Work, every, snapshot
 from infertune.controller.spec_cache import SPECS
 from infertune.kube.client import evict_pod, read_deployment
@@ -89,7 +89,7 @@ async def tunings_by_target(namespace: str, name: str, uid: str, body: kopf.Body
     spec, status, meta = snapshot(body)
     target = str((spec.get("targetRef") or {}).get("name") or "")
     ready = next((c.get("reason") for c in status.get("conditions") or []
-                  if isinstance(c, dict) and c.get("type") == "Ready"), None)
+                  if isinstance(c, dict) and c.get("type") == ConditionType.READY.value), None)
     return {(namespace, target): {"name": name, "uid": uid, "spec": spec,
                                   "generation": int(meta.get("generation") or 0),
                                   "mig": dict(status.get("mig") or {}),
@@ -202,7 +202,7 @@ def _report_once(memo: kopf.Memo, namespace: str, entry: dict[str, Any], problem
     seen[key] = tuple(problems)
     kopf.event(_owner_ref(namespace, entry), type="Warning",  # type: ignore[arg-type]
                reason="PodNotTuned" if refused else "PodPartlyTuned",
-               message="; ".join(problems)[:1000])
+               message="; ".join(problems)[:MAX_EVENT_MESSAGE])
 
 
 def _evict(namespace: str, pod: str) -> str | None:

@@ -23,6 +23,7 @@ from infertune.api.status import (
     InferenceTuningStatus,
 )
 from infertune.controller.conditions import (
+    MAX_EVENT_MESSAGE,
     find,
     make_condition,
     merge_condition_dicts,
@@ -31,11 +32,11 @@ from infertune.controller.conditions import (
 )
 
 RETRY_TARGET_SECONDS = 15.0
+"""How soon a missing target Deployment is looked for again."""
 MAX_DECISION_REASON = 1024
 """Decision.reason's limit (api/status.py)."""
-MAX_EVENT_MESSAGE = 1000
-"""As the autoscaler's Events (scaling_report.py)."""
-"""How soon a missing target Deployment is looked for again."""
+TARGET_NOT_FOUND = "TargetNotFound"
+"""The Ready reason of a tuning whose Deployment does not exist."""
 
 
 @dataclass(frozen=True)
@@ -179,7 +180,7 @@ def _target_conditions(spec: InferenceTuningSpec, target: TargetState | None, ge
                    f"{RETRY_TARGET_SECONDS:.0f}s")
         return (make_condition(ConditionType.TARGET_FOUND, ConditionStatus.FALSE,
                                "DeploymentNotFound", message, generation, now),
-                make_condition(ConditionType.READY, ConditionStatus.FALSE, "TargetNotFound",
+                make_condition(ConditionType.READY, ConditionStatus.FALSE, TARGET_NOT_FOUND,
                                message, generation, now))
     found = make_condition(
         ConditionType.TARGET_FOUND, ConditionStatus.TRUE, "DeploymentFound",

@@ -21,7 +21,11 @@ from infertune.api.scaling import BatchingMode
 from infertune.api.spec import InferenceTuningSpec, Mode
 from infertune.api.status import MAX_DECISIONS, ConditionStatus, ConditionType
 from infertune.api.units import format_duration
-from infertune.controller.conditions import condition_dict, merge_condition_dicts
+from infertune.controller.conditions import (
+    MAX_EVENT_MESSAGE,
+    condition_dict,
+    merge_condition_dicts,
+)
 from infertune.scaling.batching import recommend_batching
 from infertune.scaling.engine import ScaleAction, ScaleDecision, decide_scale
 from infertune.scaling.signals import TargetSignals
@@ -183,7 +187,7 @@ def _news(spec: InferenceTuningSpec, status: Mapping[str, Any], decision: ScaleD
                         f"{decision.desired_replicas}",
               "reason": decision.reason[:1000], "applied": applied}
     return record, (EVENT_REASONS.get(decision.action, "Scaled"),
-                    (prefix + decision.reason)[:1000])
+                    (prefix + decision.reason)[:MAX_EVENT_MESSAGE])
 
 
 def _batching_block(spec: InferenceTuningSpec, status: Mapping[str, Any],
