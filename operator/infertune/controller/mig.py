@@ -60,13 +60,11 @@ class MigSettings:
     labelled_at: dict[str, float] = field(default_factory=dict)
     """node -> unix time it was labelled, for the mig-manager timeout (also kept on the node,
     LABELLED_AT_ANNOTATION, for a restarted operator)."""
-    pods_from_index: bool = True
-    """Whether kopf watches the pods of every namespace, so `gpu_pods_by_node` sees every GPU
-    pod. An operator run with --namespace sees only its own namespaces' pods, and a node
-    also runs other namespaces' pods: it lists the pods of each MIG-capable node instead."""
-    knows_all: bool = True
-    """Whether the operator sees every namespace's InferenceTunings (not --namespace): only
-    then does a claim by a tuning it does not know lapse."""
+    cluster_wide: bool = True
+    """Whether the operator watches every namespace (not --namespace). Only then does the kopf
+    index `gpu_pods_by_node` see every GPU pod on a node, which also runs other namespaces'
+    pods (otherwise each MIG-capable node's pods are listed), and only then does a node's
+    claim by a tuning the operator does not know lapse."""
 
 
 GPU_RESOURCE, MIG_RESOURCE_PREFIX = "nvidia.com/gpu", "nvidia.com/mig-"
@@ -111,7 +109,7 @@ async def gpu_pods_by_node(namespace: str, name: str, body: kopf.Body,
 
 
 def gpu_pods_listed(core: client.CoreV1Api, node: str) -> tuple[str, ...]:
-    """The GPU pods on `node` in every namespace, from the API server (`pods_from_index`
+    """The GPU pods on `node` in every namespace, from the API server (`MigSettings.cluster_wide`
     false). Node names are DNS subdomains, so the field selector cannot be subverted."""
     # Read as plain dicts, the form kopf gives the index (the client's models are not).
     response: Any = core.list_pod_for_all_namespaces(
@@ -234,7 +232,7 @@ def reconcile_mig(namespace: str, name: str, spec: InferenceTuningSpec, settings
                   body: kopf.Body, gpu_pods: Mapping[str, tuple[str, ...]] | None,
                   tunings: frozenset[str] = frozenset()) -> MigStatus:
     """One MIG pass; `gpu_pods` are the GPU pods by node (`gpu_pods_by_node`, copied), or None
-    to list them (`MigSettings.pods_from_index`); `tunings` the InferenceTunings that exist
+    to list them (`MigSettings.cluster_wide` false); `tunings` the InferenceTunings that exist
     (NAMESPACE/NAME), for the nodes another one claims."""
     assert spec.mig is not None
     nodes = _observe_nodes(gpu_pods)
@@ -252,7 +250,7 @@ def reconcile_mig(namespace: str, name: str, spec: InferenceTuningSpec, settings
     owner = f"{namespace}/{name}"
     step = plan_mig_nodes(selected, configs, allow_disruption=spec.mig.allow_disruption,
                           labelled_at=settings.labelled_at, now=time.time(), owner=owner,
-                          exists=lambda claimant: claimant in tunings or not settings.knows_all)
+                          exists=lambda claimant: claimant in tunings or not settings.cluster_wide)
     first = next(iter(plans.values()))
     strategies = {n.labels.get(MIG_STRATEGY_LABEL) for n in selected} - {None}
     status = MigStatus(
@@ -307,7 +305,7 @@ async def partition_gpus(stopped: kopf.DaemonStopped, namespace: str, name: str,
             return None
         # Copied here, on the event loop, where kopf changes the index (see loops.every).
         gpu_pods = ({node: tuple(sorted(pods)) for node, pods in gpu_pods_by_node.items()}
-                    if memo.mig.pods_from_index else None)
+                    if memo.mig.cluster_wide else None)
         tunings = frozenset(f"{ns}/{entry['name']}" for (ns, _), entries in
                             tunings_by_target.items() for entry in entries)
         # None values are sent, so a profile or ConfigMap from an earlier plan does not linger.
