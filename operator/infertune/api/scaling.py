@@ -14,6 +14,7 @@ MAX_SUSTAIN_S = 600
 MAX_PERIOD_S = 1800
 MAX_STABILIZATION_S = 3600
 MAX_INTERVAL_S = 3600
+MAX_CONSECUTIVE_SAMPLES = 100
 
 
 class QueueSignal(ApiModel):
@@ -55,7 +56,7 @@ class LatencySignal(ApiModel):
     target: Duration = Duration("75ms")
     """Latency above which the signal counts a breach (the incident: P99 above 75ms)."""
 
-    consecutive_samples: Annotated[int, Field(ge=1, le=100)] = 2
+    consecutive_samples: Annotated[int, Field(ge=1, le=MAX_CONSECUTIVE_SAMPLES)] = 2
     """Breaches in a row, one per evaluation interval, before acting (the incident: 2)."""
 
     action: LatencyAction = LatencyAction.AUTO

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from functools import partial
 
+from infertune.api.scaling import MAX_CONSECUTIVE_SAMPLES
+from infertune.api.units import LONGEST_DURATION_S
 from infertune.metrics import promql
 from infertune.metrics.promql import Scope
 from infertune.metrics.source import MetricsTarget
@@ -66,17 +68,14 @@ class QueryPlan:
         return self.build(self.scope([target])) or ""
 
 
-MAX_HISTORY_S = 7 * 24 * 3600.0
-MAX_SAMPLES = 100
-
-
 def unsupported(target: MetricsTarget) -> str | None:
     if len(target.deployment) > promql.MAX_DEPLOYMENT_NAME:
         return (f"Deployment name {target.deployment!r} is longer than "
                 f"{promql.MAX_DEPLOYMENT_NAME} characters; Kubernetes truncates its pod names, "
                 "so they cannot be matched to it")
-    if not (0 <= target.queue_history_s <= MAX_HISTORY_S and 0 < target.latency_step_s
-            <= MAX_HISTORY_S and target.latency_samples <= MAX_SAMPLES):
+    if not (0 <= target.queue_history_s <= LONGEST_DURATION_S
+            and 0 < target.latency_step_s <= LONGEST_DURATION_S
+            and target.latency_samples <= MAX_CONSECUTIVE_SAMPLES):
         # The spec validation refuses these; a stored object from before it must not break
         # the batch the other tunings share.
         return (f"the queue sustain ({target.queue_history_s:g}s), the interval "

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from infertune.api.scaling import AutoscalingSpec, BatchingKnob, BatchingMode, BatchingSpec
 from infertune.api.spec import DEFAULT_BATCHING_KNOB, Engine
 from infertune.scaling.reading import Reading, queue_is_low
-from infertune.scaling.signals import seconds
+from infertune.scaling.signals import FLOAT_NOISE, seconds
 
 # Knobs counted in requests, where the observed running requests show the batch in use.
 REQUEST_KNOBS = frozenset({BatchingKnob.MAX_NUM_SEQS, BatchingKnob.MAX_RUNNING_REQUESTS,
@@ -22,8 +22,6 @@ REQUEST_KNOBS = frozenset({BatchingKnob.MAX_NUM_SEQS, BatchingKnob.MAX_RUNNING_R
 MAX_DECREASE = 0.5
 """At most halve per step, so one noisy sample cannot collapse throughput."""
 MAX_INCREASE = 1.25
-EPSILON = 1e-9
-"""So that 128 * (0.075 / 0.1) is 96, not 95 from binary rounding."""
 HEADROOM = 0.8
 """Grow only while latency is at most 80% of target, so a step up does not itself breach."""
 
@@ -51,13 +49,13 @@ def recommend_batching(batching: BatchingSpec, engine: Engine, autoscaling: Auto
     latency = reading.latency_s
     if reading.latency_breached and latency is not None and queue_is_low(autoscaling, reading):
         factor = max(MAX_DECREASE, target / latency)
-        proposed = min(math.floor(base * factor + EPSILON), base - 1)
+        proposed = min(math.floor(base * factor + FLOAT_NOISE), base - 1)
         why = (f"{reading.latency_kind} {latency * 1000:.0f}ms above {target * 1000:.0f}ms for "
                f"{reading.breaches} samples with the queue low: lower {knob.value} by "
                f"x{factor:.2f}")
     elif latency is not None and latency <= HEADROOM * target and reading.queue_sustained:
         factor = min(MAX_INCREASE, target / latency)
-        proposed = max(math.ceil(base * factor - EPSILON), base + 1)
+        proposed = max(math.ceil(base * factor - FLOAT_NOISE), base + 1)
         why = (f"{reading.latency_kind} {latency * 1000:.0f}ms has headroom under "
                f"{target * 1000:.0f}ms while the queue stays above target: raise {knob.value} "
                f"by x{factor:.2f}")

@@ -16,11 +16,8 @@ from infertune.api.scaling import AutoscalingSpec, LatencyAction, MetricsUnavail
 from infertune.api.units import format_duration
 from infertune.scaling.behavior import limit_rate, stabilize
 from infertune.scaling.reading import Reading, queue_is_low, read_signals
-from infertune.scaling.signals import TargetSignals, seconds
+from infertune.scaling.signals import FLOAT_NOISE, TargetSignals, seconds
 from infertune.scaling.state import Recommendation, ScaleEvent, ScalingState
-
-SIZING_EPSILON = 1e-9
-"""Below one replica by far, above the rounding error of the ratios sized from."""
 
 
 class ScaleAction(StrEnum):
@@ -144,7 +141,7 @@ def _latency_proposal(spec: AutoscalingSpec, current: int, reading: Reading) -> 
 def _ceil(replicas: float) -> int:
     """Rounded up, less float noise: 3 x 100ms / 75ms is 4.000000000000001 in floats, and a
     latency on a histogram bucket bound (0.1, 0.25) is common."""
-    return math.ceil(replicas - SIZING_EPSILON)
+    return math.ceil(replicas - FLOAT_NOISE)
 
 
 def _metrics_unavailable(spec: AutoscalingSpec, current: int, reading: Reading,

@@ -16,6 +16,11 @@ from typing import NamedTuple
 
 from infertune.api.units import parse_duration
 
+FLOAT_NOISE = 1e-9
+"""Far below one replica or one batch slot, above the rounding error of the ratios they are
+sized from: 3 x 100ms / 75ms is 4.000000000000001, and 128 x (0.075 / 0.1) is 95.99...: both
+are rounded after taking it off (or adding it)."""
+
 
 @lru_cache(maxsize=1024)
 def seconds(duration: str) -> float:
