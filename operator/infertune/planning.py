@@ -11,7 +11,8 @@ from pydantic import ValidationError
 
 from infertune.api.errors import field_errors
 from infertune.api.spec import KIND, InferenceTuning
-from infertune.tuning.pod_patch import PodContext, PodPlan, plan_pod_patch, pod_from_deployment
+from infertune.tuning.pod_patch import PodContext, PodPlan, plan_pod_patch
+from infertune.tuning.pod_shape import pod_from_deployment, pod_problem, template_problem
 
 
 class PlanInputError(ValueError):
@@ -62,14 +63,11 @@ def load_pod(path: Path, target: str | None = None) -> dict[str, Any]:
     else:
         raise PlanInputError(f"{path}: no Pod or Deployment found")
     if pod is None:
-        spec = chosen.get("spec")
-        template = spec.get("template") if isinstance(spec, dict) else None
-        problem = ("spec.template must be a mapping" if not isinstance(template, dict)
-                   else _shape_problem(template, "spec.template."))
+        problem = template_problem(chosen)
         if problem is None:
             pod = pod_from_deployment(chosen)
     else:
-        problem = _shape_problem(pod, "")
+        problem = pod_problem(pod)
     if problem is not None or pod is None:
         raise PlanInputError(f"{path}: {chosen.get('kind')} {_name(chosen)}: {problem}")
     return pod
@@ -78,29 +76,6 @@ def load_pod(path: Path, target: str | None = None) -> dict[str, Any]:
 def _name(doc: dict[str, Any]) -> str:
     meta = doc.get("metadata")
     return str(meta.get("name")) if isinstance(meta, dict) else "(no name)"
-
-
-def _shape_problem(node: dict[str, Any], prefix: str) -> str | None:
-    """What the planner reads from a pod (or a pod template), checked for its type: a field of
-    the wrong kind is named instead of failing inside the planner."""
-    for key in ("metadata", "spec"):
-        if not isinstance(node.get(key) or {}, dict):
-            return f"{prefix}{key} must be a mapping"
-    meta, spec = node.get("metadata") or {}, node.get("spec") or {}
-    for key in ("labels", "annotations"):
-        if not isinstance(meta.get(key) or {}, dict):
-            return f"{prefix}metadata.{key} must be a mapping"
-    for key in ("containers", "initContainers", "volumes"):
-        items = spec.get(key) or []
-        if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
-            return f"{prefix}spec.{key} must be a list of mappings"
-    for i, container in enumerate(spec.get("containers") or []):
-        for key in ("resources", "env", "command", "args", "volumeMounts"):
-            value, wanted = container.get(key), dict if key == "resources" else list
-            if value is not None and not isinstance(value, wanted):
-                kind = "a mapping" if wanted is dict else "a list"
-                return f"{prefix}spec.containers[{i}].{key} must be {kind}"
-    return None
 
 
 def render(plan: PodPlan, *, as_json: bool) -> str:

@@ -14,6 +14,7 @@ from pydantic import ValidationError
 from infertune.api.errors import FieldError, field_errors
 from infertune.api.spec import API_VERSION, GROUP, KIND, InferenceTuning
 from infertune.tuning.memory import MemoryHighError, resolve_memory_high
+from infertune.tuning.pod_shape import pod_from_deployment, template_problem
 
 
 @dataclass(frozen=True)
@@ -80,13 +81,10 @@ def _deployment_key(body: dict[str, Any]) -> tuple[str, str]:
 def _check_against_deployment(tuning: InferenceTuning, deployment: dict[str, Any]) -> list[
     FieldError
 ]:
-    spec = deployment.get("spec") or {}
-    template = (spec.get("template") or {}) if isinstance(spec, dict) else None
-    pod_spec = (template.get("spec") or {}) if isinstance(template, dict) else None
-    containers = (pod_spec.get("containers") or []) if isinstance(pod_spec, dict) else None
-    if not isinstance(containers, list) or not all(isinstance(c, dict) for c in containers):
-        return [FieldError("spec.targetRef.name", "the Deployment's spec.template.spec."
-                           "containers is not a list of containers")]
+    problem = template_problem(deployment)
+    if problem is not None:  # what the planner could not read, the webhook could not either
+        return [FieldError("spec.targetRef.name", f"the Deployment's {problem}")]
+    containers = pod_from_deployment(deployment)["spec"].get("containers") or []
     if not containers:
         return [FieldError("spec.targetRef.name", "the Deployment has no containers")]
     wanted = tuning.spec.container
@@ -99,11 +97,6 @@ def _check_against_deployment(tuning: InferenceTuning, deployment: dict[str, Any
             return [FieldError("spec.container", f"{wanted!r} is not a container of Deployment "
                                f"{tuning.spec.target_ref.name}; its containers: {names}")]
     resources = container.get("resources") or {}
-    if not isinstance(resources, dict) or not all(
-            isinstance(resources.get(k) or {}, dict) for k in ("limits", "requests")):
-        return [FieldError("spec.targetRef.name", f"container {container.get('name')} of the "
-                           "Deployment has resources that are not a mapping of limits and "
-                           "requests")]
     limit = (resources.get("limits") or {}).get("memory")
     request = (resources.get("requests") or {}).get("memory", limit)
     try:

@@ -30,9 +30,9 @@ from infertune.tuning.pod_patch import (
     PodContext,
     plan_pod_patch,
     planned_mig,
-    pod_from_deployment,
     tuning_revision,
 )
+from infertune.tuning.pod_shape import pod_from_deployment
 from infertune.tuning.retune import PodView, RetuneStep, plan_retune
 
 RESOURCE = (GROUP, VERSION, PLURAL)

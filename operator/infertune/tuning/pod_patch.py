@@ -67,15 +67,6 @@ class PodPlan:
     """True when the pod is admitted unchanged because the tuning cannot apply to it."""
 
 
-def pod_from_deployment(deployment: dict[str, Any]) -> dict[str, Any]:
-    """The pod a Deployment's template would create, as the webhook would see it."""
-    template = (deployment.get("spec") or {}).get("template") or {}
-    meta = dict(template.get("metadata") or {})
-    meta.setdefault("namespace", (deployment.get("metadata") or {}).get("namespace", "default"))
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta,
-            "spec": template.get("spec") or {}}
-
-
 def tuning_revision(spec: InferenceTuningSpec, batching_value: int | None = None,
                     mig_planned: tuple[str | None, str] = (None, "mixed")) -> str:
     """A short hash of what shapes a pod (the spec's tuning, in batching mode Auto the applied

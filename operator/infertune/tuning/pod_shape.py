@@ -1,0 +1,52 @@
+"""The pod the planner reads: built from a Deployment's template, and checked for the types of
+what the planner reads from it, so a malformed manifest is named instead of failing inside."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def pod_from_deployment(deployment: dict[str, Any]) -> dict[str, Any]:
+    """The pod a Deployment's template would create, as the webhook would see it."""
+    template = (deployment.get("spec") or {}).get("template") or {}
+    meta = dict(template.get("metadata") or {})
+    meta.setdefault("namespace", (deployment.get("metadata") or {}).get("namespace", "default"))
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta,
+            "spec": template.get("spec") or {}}
+
+
+def template_problem(deployment: dict[str, Any]) -> str | None:
+    """What in a Deployment's pod template has a type the planner cannot read (`pod_problem`),
+    checked before `pod_from_deployment`; None when it can be planned for."""
+    spec = deployment.get("spec") or {}
+    template = spec.get("template") if isinstance(spec, dict) else None
+    if not isinstance(template, dict):
+        return "spec.template must be a mapping"
+    return pod_problem(template, "spec.template.")
+
+
+def pod_problem(node: dict[str, Any], prefix: str = "") -> str | None:
+    """What the planner reads from a pod (or a pod template, with `prefix`), checked for its
+    type: a field of the wrong kind is named instead of failing inside the planner."""
+    for key in ("metadata", "spec"):
+        if not isinstance(node.get(key) or {}, dict):
+            return f"{prefix}{key} must be a mapping"
+    meta, spec = node.get("metadata") or {}, node.get("spec") or {}
+    for key in ("labels", "annotations"):
+        if not isinstance(meta.get(key) or {}, dict):
+            return f"{prefix}metadata.{key} must be a mapping"
+    for key in ("containers", "initContainers", "volumes"):
+        items = spec.get(key) or []
+        if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
+            return f"{prefix}spec.{key} must be a list of mappings"
+    for i, container in enumerate(spec.get("containers") or []):
+        where = f"{prefix}spec.containers[{i}]"
+        for key in ("resources", "env", "command", "args", "volumeMounts"):
+            value, wanted = container.get(key), dict if key == "resources" else list
+            if value is not None and not isinstance(value, wanted):
+                return f"{where}.{key} must be {'a mapping' if wanted is dict else 'a list'}"
+        resources = container.get("resources") or {}
+        for key in ("limits", "requests"):
+            if not isinstance(resources.get(key) or {}, dict):
+                return f"{where}.resources.{key} must be a mapping"
+    return None
