@@ -42,7 +42,7 @@ from infertune.api.spec import GROUP, PLURAL, VERSION, InferenceTuning, Inferenc
 from infertune.api.status import ConditionStatus, ConditionType
 from infertune.controller.conditions import condition_dict, merge_condition_dicts
 from infertune.controller.fights import Fight, Writers, autoscaling_rivals, blocked_by, next_fight
-from infertune.controller.loops import pause, snapshot
+from infertune.controller.loops import pause, snapshot, until_stopped
 from infertune.controller.scaling_report import plan_evaluation, status_over
 from infertune.controller.status_patch import Build, write_status
 from infertune.metrics.source import MetricsSource, MetricsTarget, target_for_tuning
@@ -281,8 +281,9 @@ async def autoscale(stopped: kopf.DaemonStopped, namespace: str, name: str, body
                                 spec_now)
         if parsed is None or settings.source is None:
             if parsed is not None:
-                await _report_no_prometheus(loop, settings, namespace, name, generation,
-                                            status_now, _version(meta_now))
+                await until_stopped(_report_no_prometheus(
+                    loop, settings, namespace, name, generation, status_now,
+                    _version(meta_now)), stopped)
             # Invalid (the controller reports it), or nothing to evaluate with: look again
             # shortly, as a spec change may mend it.
             await pause(IDLE_S, stopped)
@@ -302,7 +303,7 @@ async def autoscale(stopped: kopf.DaemonStopped, namespace: str, name: str, body
                                 parsed, tunings, namespace, name, generation, status_now,
                                 _version(meta_now), writers, body)
         try:
-            await loop.run_in_executor(settings.executor, run)
+            await until_stopped(loop.run_in_executor(settings.executor, run), stopped)
         except Exception:  # one failed pass must not end the loop
             logger.exception("autoscaling evaluation failed; the next slot tries again")
             await pause(IDLE_S, stopped)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import functools
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import kopf
@@ -58,7 +58,7 @@ async def every(interval_s: float, read: Read, *, what: str, stopped: kopf.Daemo
                 # The worker gets this context: kopf.event finds kopf's event queue in it.
                 run = functools.partial(contextvars.copy_context().run, _pass_and_write, work,
                                         namespace, name, stored)
-                await loop.run_in_executor(None, run)
+                await until_stopped(loop.run_in_executor(None, run), stopped)
         except Exception:
             logger.exception(f"{what} failed; trying again in {FAILURE_DELAY_S:g}s")
             delay = FAILURE_DELAY_S
@@ -72,11 +72,18 @@ async def pause(seconds: float, stopped: kopf.DaemonStopped) -> None:
     Not `stopped.wait(seconds)`: each call of that creates two tasks and a `wait_for`, ~8% of
     the operator's GIL time at 1000 tunings (a call per pass). A plain sleep ends as promptly:
     kopf stops a daemon by setting `stopped`, gives it a few loop cycles to return, and then,
-    with no cancellation_backoff, cancels its task, which ends the sleep. That cancellation
-    is taken as the stop it is, and the daemon returns: kopf would log a warning for each
-    daemon that ends cancelled, two per deleted tuning."""
+    with no cancellation_backoff, cancels its task, which ends the sleep (`until_stopped`)."""
+    await until_stopped(asyncio.sleep(seconds), stopped)
+
+
+async def until_stopped(awaitable: Awaitable[Any], stopped: kopf.DaemonStopped) -> None:
+    """Await `awaitable` (a sleep, or a pass in a worker thread) in a daemon's loop. When kopf
+    stops the daemon meanwhile, it cancels the task after a few loop cycles; that
+    cancellation is taken as the stop it is, and the loop goes on to see `stopped` and
+    return: kopf logs a warning for each daemon that ends cancelled, and a tuning deleted
+    during a pass would log two. A pass already in its thread finishes there, as it would."""
     try:
-        await asyncio.sleep(seconds)
+        await awaitable
     except asyncio.CancelledError:
         if not stopped:
             raise  # not kopf's stop: let it through
