@@ -21,14 +21,16 @@ from kubernetes import client
 
 from e2e.fixtures.operator import OPERATOR_NAMESPACE, OperatorProcess
 from e2e.fixtures.waiting import wait_for
-from e2e.test_operator import create, deployment, get_tuning, tuning
+from e2e.test_operator import create, delete_tuning_and_wait, deployment, get_tuning, tuning
 from e2e.test_pod_tuning import create_tuning_first, wait_pods
+from infertune.api.spec import GROUP, PLURAL, VERSION
 from infertune.controller.mig import gpu_pods_listed
 
 pytestmark = pytest.mark.e2e
 
 CONFIG_LABEL, STATE_LABEL = "nvidia.com/mig.config", "nvidia.com/mig.config.state"
 POOL = "e2e.infertune.io/pool"
+CORDONED = "infertune.io/cordoned-for-mig"
 
 
 class FakeMigManager:
@@ -175,6 +177,67 @@ def test_a_node_drained_for_partitioning_is_uncordoned_once_partitioned(
     assert first not in {p.metadata.name for p in pods}  # evicted; its replacement waits
     reasons = {e.reason for e in core.list_namespaced_event(namespace).items}
     assert {"MigNodeDraining", "MigNodeLabelled", "MigNodeUncordoned"} <= reasons
+
+
+def _drained_for_tuning(api_client: client.ApiClient, namespace: str, pool: str) -> str:
+    """A busy GPU pod on the pool's node, and a tuning with allowDisruption (no mig-manager
+    runs): returns the node once the operator has cordoned it for the tuning."""
+    busy = deployment("busy", resources={"limits": {"nvidia.com/gpu": "1"}})
+    busy["spec"]["template"]["spec"]["nodeSelector"] = {POOL: pool}
+    create(api_client, namespace, busy)
+    wait_pods(api_client, namespace, "busy", 1)
+    create(api_client, namespace, tuning("qwen", "qwen", mig={
+        "profile": "3g.71gb", "allowDisruption": True, "nodeSelector": {POOL: pool}}))
+    core = client.CoreV1Api(api_client)
+    node = core.list_node(label_selector=f"{POOL}={pool}").items[0].metadata.name
+
+    def cordoned() -> bool:
+        got = core.read_node(node)
+        return bool(got.spec.unschedulable) and (got.metadata.annotations or {}).get(
+            CORDONED) == f"{namespace}/qwen"
+
+    wait_for(cordoned, f"{node} cordoned for {namespace}/qwen", timeout_s=30)
+    return str(node)
+
+
+def _uncordoned(api_client: client.ApiClient, namespace: str, node: str) -> str:
+    """Waits until `node` is schedulable again and unmarked; the Event's message."""
+    core = client.CoreV1Api(api_client)
+
+    def released() -> bool:
+        got = core.read_node(node)
+        return not got.spec.unschedulable and CORDONED not in (got.metadata.annotations or {})
+
+    wait_for(released, f"{node} uncordoned", timeout_s=30)
+    events = [e.message for e in core.list_namespaced_event(namespace).items
+              if e.reason == "MigNodeUncordoned"]
+    assert len(events) == 1, events
+    return str(events[0])
+
+
+def test_a_node_drained_for_a_deleted_tuning_is_uncordoned(
+    api_client: client.ApiClient, namespace: str, operator: OperatorProcess
+) -> None:
+    """Deleted before mig-manager partitioned the node: it stayed cordoned for good."""
+    node = _drained_for_tuning(api_client, namespace, "mig-d")
+    delete_tuning_and_wait(api_client, namespace, "qwen", "the tuning gone", timeout_s=30)
+    message = _uncordoned(api_client, namespace, node)
+    assert message == (f"{node} uncordoned: drained for {namespace}/qwen, and the tuning was "
+                       "deleted")
+
+
+def test_a_node_drained_for_a_tuning_that_stops_selecting_it_is_uncordoned(
+    api_client: client.ApiClient, namespace: str, operator: OperatorProcess
+) -> None:
+    node = _drained_for_tuning(api_client, namespace, "mig-e")
+    client.CustomObjectsApi(api_client).patch_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL, "qwen",
+        {"spec": {"mig": {"nodeSelector": {POOL: "nowhere"}}}})
+    message = _uncordoned(api_client, namespace, node)
+    assert message == (f"{node} uncordoned: drained for {namespace}/qwen, and spec.mig no "
+                       "longer selects it")
+    # The pod evicted by the drain has its replacement running there again.
+    wait_pods(api_client, namespace, "busy", 1, check=lambda p: p.spec.node_name == node)
 
 
 def test_a_namespaced_operator_lists_every_namespaces_gpu_pods_on_a_node(

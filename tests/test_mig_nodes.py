@@ -9,6 +9,8 @@ from infertune.tuning.mig_nodes import (
     NodeState,
     NodeView,
     StepKind,
+    cordons_to_release,
+    partitioned_after_drain,
     plan_mig_nodes,
     select_nodes,
 )
@@ -136,3 +138,81 @@ def test_the_mig_manager_timeout_survives_an_operator_restart() -> None:
     fresh = plan_mig_nodes([stuck], CONFIGS, allow_disruption=False, labelled_at={},
                            now=100.0 + 60)
     assert fresh.reports[0].state is NodeState.PENDING
+
+
+def _drained(name: str, cordoned_for: str, *, config: str | None = None,
+             state: str | None = None, pods: tuple[str, ...] = ()) -> NodeView:
+    node = _node(name, config=config, state=state, pods=pods)
+    return NodeView(node.name, node.labels, unschedulable=True, gpu_pods=node.gpu_pods,
+                    cordoned_for=cordoned_for)
+
+
+def _released(nodes: list[NodeView], *, owner: str = "ml/qwen", allow: bool = True,
+              selected: list[str] | None = None, live: frozenset[str] = frozenset(),
+              ) -> dict[str, str]:
+    """What a pass of `owner` releases, with `selected` the nodes its spec selects (all of
+    them by default) and `live` the other tunings that exist."""
+    chosen = [n for n in nodes if selected is None or n.name in selected]
+    step = plan_mig_nodes(chosen, CONFIGS, allow_disruption=allow, labelled_at={}, now=100.0,
+                          owner=owner, exists=lambda c: c in live)
+    return dict(cordons_to_release(nodes, step.reports, owner=owner,
+                                   exists=lambda c: c in live))
+
+
+def test_a_node_drained_for_a_tuning_that_no_longer_selects_it_is_uncordoned() -> None:
+    """A drained node stayed cordoned for good once its tuning stopped selecting it (a new
+    nodeSelector) before mig-manager partitioned it: only success uncordoned it."""
+    released = _released([_drained("a", "ml/qwen", pods=("ml/busy-1",)), _node("b")],
+                         selected=["b"])
+    assert list(released) == ["a"]
+    assert "drained for ml/qwen" in released["a"] and "no longer selects" in released["a"]
+
+
+def test_a_node_still_being_partitioned_stays_cordoned() -> None:
+    config = CONFIGS["NVIDIA-H200"]
+    assert _released([_drained("a", "ml/qwen", pods=("ml/busy-1",))]) == {}  # draining
+    assert _released([_drained("a", "ml/qwen", config=config)]) == {}  # labelled, unanswered
+    assert _released([_drained("a", "ml/qwen", config=config, state="pending")]) == {}
+    # mig-manager is at work on a node the tuning no longer selects: asked again when done.
+    assert _released([_drained("a", "ml/qwen", config=OTHER, state="rebooting")],
+                     selected=[]) == {}
+    # Failed: the report tells a person to uncordon it once fixed.
+    assert _released([_drained("a", "ml/qwen", config=config, state="failed")]) == {}
+
+
+def test_success_uncordons_through_its_own_path_only() -> None:
+    config = CONFIGS["NVIDIA-H200"]
+    node = _drained("a", "ml/qwen", config=config, state="success")
+    step = plan_mig_nodes([node], CONFIGS, allow_disruption=True, labelled_at={}, now=100.0)
+    assert partitioned_after_drain([node], step.reports) == ["a"]
+    assert _released([node]) == {}  # not twice
+
+
+def test_a_drain_that_allow_disruption_no_longer_allows_is_undone() -> None:
+    released = _released([_drained("a", "ml/qwen", pods=("ml/busy-1",))], allow=False)
+    assert "allowDisruption is off" in released["a"]
+
+
+def test_a_drain_for_a_deleted_tuning_is_undone_by_another_tunings_pass() -> None:
+    nodes = [_drained("a", "ml/gone"), _drained("b", "ml/other", pods=("ml/busy-1",))]
+    released = _released(nodes, selected=[], live=frozenset({"ml/other"}))
+    assert list(released) == ["a"]  # b's tuning exists and finishes it
+    assert "InferenceTuning ml/gone, which drained it, no longer exists" in released["a"]
+
+
+def test_a_node_someone_else_cordoned_is_never_uncordoned() -> None:
+    """Maintenance cordons carry no annotation; a config name is what releases before the
+    tuning's name was kept wrote, and whose tuning that was is not known."""
+    maintenance = NodeView("a", _node("a").labels, unschedulable=True)
+    legacy = _drained("b", "infertune-h200-2x3g.71gb")
+    assert _released([maintenance, legacy], selected=[]) == {}
+
+
+def test_the_stop_of_a_tuning_releases_only_its_own_settled_nodes() -> None:
+    nodes = [_drained("a", "ml/qwen", pods=("ml/busy-1",)),
+             _drained("b", "ml/qwen", config=OTHER, state="pending"),
+             _drained("c", "ml/other")]
+    released = dict(cordons_to_release(nodes, (), owner="ml/qwen", exists=lambda _: True,
+                                       gone="the tuning was deleted"))
+    assert list(released) == ["a"]
+    assert released["a"] == "a uncordoned: drained for ml/qwen, and the tuning was deleted"

@@ -7,9 +7,13 @@ contract: the ConfigMap it reads, the `nvidia.com/mig.config` label it watches, 
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
+import functools
 import json
 import logging
 import math
+import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -22,23 +26,24 @@ from kubernetes.client.exceptions import ApiException
 
 from infertune.api.spec import GROUP, PLURAL, VERSION, InferenceTuningSpec, Mode
 from infertune.api.status import MigNodeStatus, MigStatus
-from infertune.controller.loops import STOP_TIMEOUT_S, Work, every
+from infertune.controller.loops import STOP_TIMEOUT_S, Work, every, until_stopped
 from infertune.controller.spec_cache import SPECS
 from infertune.kube.client import evict_pod
 from infertune.tuning.mig import Infeasible, LayoutPlan, describe, plan_layout, request_from_spec
 from infertune.tuning.mig_nodes import (
     CLAIM_ANNOTATION,
     CORDONED_ANNOTATION,
+    IN_FLIGHT_STATES,
     LABELLED_AT_ANNOTATION,
     MIG_CAPABLE_LABEL,
     MIG_CONFIG_LABEL,
     MIG_STATE_LABEL,
     MIG_STRATEGY_LABEL,
     PRODUCT_LABEL,
-    NodeReport,
-    NodeState,
     NodeView,
     StepKind,
+    cordons_to_release,
+    partitioned_after_drain,
     plan_mig_nodes,
     select_nodes,
 )
@@ -136,7 +141,7 @@ def _observe_nodes(gpu_pods: Mapping[str, tuple[str, ...]] | None) -> list[NodeV
                               else gpu_pods_listed(core, name),
                               claimed_by=annotations.get(CLAIM_ANNOTATION),
                               labelled_at=_unix_time(annotations.get(LABELLED_AT_ANNOTATION)),
-                              cordoned_by_us=CORDONED_ANNOTATION in annotations))
+                              cordoned_for=annotations.get(CORDONED_ANNOTATION)))
     return views
 
 
@@ -171,13 +176,14 @@ def _write_config_map(namespace: str, configs: dict[str, LayoutPlan]) -> None:
         core.patch_namespaced_config_map(CONFIG_MAP, namespace, body)
 
 
-def _drain(node: NodeView, config: str) -> None:
+def _drain(node: NodeView, owner: str) -> None:
     core = client.CoreV1Api()
     if not node.unschedulable:
-        # Marked, so that it is uncordoned once partitioned; a node already cordoned by
-        # someone else (maintenance) is not marked, and stays cordoned.
+        # Marked with the tuning, so that it is uncordoned once partitioned, or when that
+        # tuning no longer will; a node already cordoned by someone else (maintenance) is not
+        # marked, and stays cordoned.
         core.patch_node(node.name, {"spec": {"unschedulable": True}, "metadata": {
-            "annotations": {CORDONED_ANNOTATION: config}}})
+            "annotations": {CORDONED_ANNOTATION: owner}}})
     for ref in node.gpu_pods:
         namespace, name = ref.split("/", 1)
         evict_pod(namespace, name)  # a PDB that says not now is asked again next tick
@@ -238,6 +244,11 @@ def reconcile_mig(namespace: str, name: str, spec: InferenceTuningSpec, settings
     nodes = _observe_nodes(gpu_pods)
     plans, errors, selected = _plans(spec, nodes)
     previous = ((body.get("status") or {}).get("mig") or {}).get("message")
+    owner = f"{namespace}/{name}"
+
+    def exists(tuning: str) -> bool:
+        return tuning in tunings or not settings.cluster_wide
+
     if errors or not plans:
         reason = "; ".join(errors) or ("no node matches nvidia.com/mig.capable=true and "
                                        "spec.mig.nodeSelector")
@@ -245,12 +256,13 @@ def reconcile_mig(namespace: str, name: str, spec: InferenceTuningSpec, settings
         if message != previous:
             kopf.event(body, type="Warning", reason="MigInfeasible" if errors else "MigNoNodes",
                        message=message)
+        if spec.mode is not Mode.DRY_RUN:
+            _release(body, cordons_to_release(nodes, (), owner=owner, exists=exists))
         return MigStatus(message=message)
     configs = config_names(plans)
-    owner = f"{namespace}/{name}"
     step = plan_mig_nodes(selected, configs, allow_disruption=spec.mig.allow_disruption,
                           labelled_at=settings.labelled_at, now=time.time(), owner=owner,
-                          exists=lambda claimant: claimant in tunings or not settings.cluster_wide)
+                          exists=exists)
     first = next(iter(plans.values()))
     strategies = {n.labels.get(MIG_STRATEGY_LABEL) for n in selected} - {None}
     status = MigStatus(
@@ -263,26 +275,45 @@ def reconcile_mig(namespace: str, name: str, spec: InferenceTuningSpec, settings
     if spec.mode is Mode.DRY_RUN:
         return status.model_copy(update={"message": f"dry run: would {step.reason}"})
     _write_config_map(settings.namespace, {configs[p]: plan for p, plan in plans.items()})
-    for node in _partitioned_after_drain(selected, step.reports):
+    for node in partitioned_after_drain(selected, step.reports):
         _uncordon(node)
         kopf.event(body, type="Normal", reason="MigNodeUncordoned",
                    message=f"{node} partitioned by mig-manager; uncordoned")
+    _release(body, cordons_to_release(nodes, step.reports, owner=owner, exists=exists))
     if step.kind is StepKind.LABEL and step.node is not None:
         _label(step.node, configs[_product(selected, step.node)], owner)
         settings.labelled_at[step.node] = time.time()
         kopf.event(body, type="Normal", reason="MigNodeLabelled", message=step.reason)
     elif step.kind is StepKind.DRAIN and step.node is not None:
-        _drain(next(n for n in selected if n.name == step.node),
-               configs[_product(selected, step.node)])
+        _drain(next(n for n in selected if n.name == step.node), owner)
         kopf.event(body, type="Normal", reason="MigNodeDraining", message=step.reason)
     return status
 
 
-def _partitioned_after_drain(nodes: list[NodeView],
-                             reports: tuple[NodeReport, ...]) -> list[str]:
-    """The nodes the operator cordoned to drain them that mig-manager has configured since."""
-    configured = {r.node for r in reports if r.state is NodeState.CONFIGURED}
-    return [n.name for n in nodes if n.cordoned_by_us and n.name in configured]
+def _release(body: kopf.Body, releases: list[tuple[str, str]]) -> None:
+    """Uncordon the nodes `cordons_to_release` found, each with an Event on the tuning."""
+    for node, message in releases:
+        _uncordon(node)
+        logger.info(message)
+        kopf.event(body, type="Normal", reason="MigNodeUncordoned", message=message)
+
+
+def release_on_stop(namespace: str, name: str, body: kopf.Body, why: str) -> None:
+    """The tuning's MIG loop ends for good (`why`: deleted, or spec.mig removed): uncordon
+    the nodes it drained, as no pass of it will finish them. A node mig-manager is still
+    reconfiguring stays cordoned, and a warning names it (another tuning's pass releases it
+    once it is done, in an operator that watches every namespace)."""
+    owner = f"{namespace}/{name}"
+    nodes = _observe_nodes({})  # the GPU pods are not read
+    _release(body, cordons_to_release(nodes, (), owner=owner, exists=lambda _: True,
+                                      gone=why))
+    for node in nodes:
+        if node.cordoned_for == owner and node.labels.get(MIG_STATE_LABEL) in IN_FLIGHT_STATES:
+            message = (f"{node.name} stays cordoned: drained for {owner}, and mig-manager is "
+                       f"still applying {node.labels.get(MIG_CONFIG_LABEL)}; kubectl uncordon "
+                       "it once nvidia.com/mig.config.state is success")
+            logger.warning(message)
+            kopf.event(body, type="Warning", reason="MigNodeLeftCordoned", message=message)
 
 
 def _product(nodes: list[NodeView], node: str) -> str:
@@ -297,7 +328,11 @@ async def partition_gpus(stopped: kopf.DaemonStopped, namespace: str, name: str,
                          tunings_by_target: kopf.Index[tuple[str, str], dict[str, Any]],
                          **_: Any) -> None:
     """Every MIG_INTERVAL: plan the layout, write the ConfigMap, label or drain one node, and
-    report in status.mig (a loop, not a kopf timer: see loops.py)."""
+    report in status.mig (a loop, not a kopf timer: see loops.py). When the tuning is deleted
+    or drops spec.mig, the nodes it drained are uncordoned (`release_on_stop`)."""
+    passing = threading.Lock()
+    """Held by a pass: a pass the stop left running in its thread could cordon a node after
+    the release."""
 
     def read(spec: dict[str, Any], _: dict[str, Any], meta: dict[str, Any]) -> Work | None:
         parsed = SPECS.get(uid, int(meta.get("generation") or 0), spec)
@@ -308,10 +343,44 @@ async def partition_gpus(stopped: kopf.DaemonStopped, namespace: str, name: str,
                     if memo.mig.cluster_wide else None)
         tunings = frozenset(f"{ns}/{entry['name']}" for (ns, _), entries in
                             tunings_by_target.items() for entry in entries)
-        # None values are sent, so a profile or ConfigMap from an earlier plan does not linger.
-        return lambda: {"mig": reconcile_mig(namespace, name, parsed, memo.mig, body,
-                                             gpu_pods, tunings).model_dump(by_alias=True,
-                                                                          mode="json")}
+
+        def work() -> dict[str, Any]:
+            with passing:
+                status = reconcile_mig(namespace, name, parsed, memo.mig, body, gpu_pods,
+                                       tunings)
+            # None values are sent, so a profile or ConfigMap from an earlier plan does not
+            # linger.
+            return {"mig": status.model_dump(by_alias=True, mode="json")}
+
+        return work
 
     await every(MIG_INTERVAL, read, what="MIG partitioning", stopped=stopped,
                 namespace=namespace, name=name, body=body, logger=logger)
+    why = _ended_for_good(stopped.reason)
+    if why is not None:
+        def release() -> None:
+            with passing:
+                try:
+                    release_on_stop(namespace, name, body, why)
+                except ApiException as exc:
+                    logger.error(f"could not uncordon the nodes drained for {namespace}/{name} "
+                                 f"({exc.status} {exc.reason}); kubectl uncordon the nodes "
+                                 f"annotated {CORDONED_ANNOTATION}={namespace}/{name}")
+
+        run = functools.partial(contextvars.copy_context().run, release)
+        # Shielded: kopf cancels a stopping daemon after a few loop cycles, and the nodes
+        # must be uncordoned all the same (the thread finishes either way).
+        await until_stopped(asyncio.shield(asyncio.get_running_loop().run_in_executor(
+            None, run)), stopped)
+
+
+def _ended_for_good(reason: kopf.DaemonStoppingReason | None) -> str | None:
+    """Why no pass of this tuning will come again, or None: the operator is only stopping
+    (the next one goes on where it left off)."""
+    if reason is None:
+        return None
+    if reason & kopf.DaemonStoppingReason.RESOURCE_DELETED:
+        return "the tuning was deleted"
+    if reason & kopf.DaemonStoppingReason.FILTERS_MISMATCH:
+        return "spec.mig was removed"
+    return None

@@ -20,6 +20,8 @@ MIG_CONFIG_LABEL = "nvidia.com/mig.config"
 MIG_STATE_LABEL = "nvidia.com/mig.config.state"
 MIG_STRATEGY_LABEL = "nvidia.com/mig.strategy"
 CORDONED_ANNOTATION = "infertune.io/cordoned-for-mig"
+"""On a node the operator cordoned to drain it: NAMESPACE/NAME of the InferenceTuning it was
+drained for (releases before 2026-12 wrote the config name instead)."""
 CLAIM_ANNOTATION = "infertune.io/mig-config-for"
 """NAMESPACE/NAME of the InferenceTuning whose config the node was labelled with: another
 tuning that selects the node leaves it alone while that one exists, so two tunings asking for
@@ -43,9 +45,14 @@ class NodeView:
     """CLAIM_ANNOTATION: the tuning whose config the node was labelled with."""
     labelled_at: float | None = None
     """LABELLED_AT_ANNOTATION: when (unix time) the operator labelled it."""
-    cordoned_by_us: bool = False
-    """The operator cordoned it to drain it (CORDONED_ANNOTATION): it uncordons it once
-    mig-manager reports success. A node someone else cordoned is left as they left it."""
+    cordoned_for: str | None = None
+    """CORDONED_ANNOTATION: the operator cordoned it to drain it, for this tuning. It is
+    uncordoned once mig-manager reports success, or when nobody will partition it any more
+    (`cordons_to_release`). A node someone else cordoned is left as they left it."""
+
+    @property
+    def cordoned_by_us(self) -> bool:
+        return self.cordoned_for is not None
 
 
 class NodeState(StrEnum):
@@ -194,3 +201,49 @@ def plan_mig_nodes(nodes: Sequence[NodeView], configs: Mapping[str, str], *,
                   "spec.mig.nodeSelector")
         return MigNodeStep(StepKind.NONE, None, tuple(reports), reason)
     return MigNodeStep(step.kind, step.node, tuple(reports), step.reason)
+
+
+def cordons_to_release(nodes: Sequence[NodeView], reports: Sequence[NodeReport], *,
+                       owner: str, exists: Callable[[str], bool],
+                       gone: str = "spec.mig no longer selects it") -> list[tuple[str, str]]:
+    """(node, message) for each node a drain left cordoned that nobody is going to partition
+    now.
+
+    `nodes` are all the MIG-capable nodes, `reports` this pass's reports for the ones `owner`
+    selects (none when the tuning is going away; `gone` then says why). A node is released
+    when it was drained for `owner` or for a tuning that no longer exists (`exists`), and
+    `owner` is not partitioning it: not selected, or left alone (busy now that
+    allowDisruption is off, or claimed by another tuning). Not while mig-manager is applying
+    a config (asked again once it is done), and not after it failed or timed out: the failed
+    report tells a person to uncordon it once fixed. Success is `partitioned_after_drain`.
+    """
+    planned = {r.node: r.state for r in reports}
+    released: list[tuple[str, str]] = []
+    for node in nodes:
+        drained_for = node.cordoned_for
+        if drained_for is None or "/" not in drained_for:
+            continue  # not drained by us, or by a release that wrote no tuning name
+        if drained_for != owner and exists(drained_for):
+            continue  # its own tuning is still there to finish it
+        if node.labels.get(MIG_STATE_LABEL) in IN_FLIGHT_STATES:
+            continue
+        state = planned.get(node.name)
+        if state is None:
+            why = gone if drained_for == owner else (
+                f"InferenceTuning {drained_for}, which drained it, no longer exists")
+        elif state is NodeState.BUSY:
+            why = "spec.mig.allowDisruption is off now, so its GPU pods are not evicted"
+        elif state is NodeState.CLAIMED:
+            why = "another tuning holds it, so it is not partitioned for this one"
+        else:
+            continue  # being partitioned, or failed or timed out: a person looks first
+        released.append((node.name, f"{node.name} uncordoned: drained for {drained_for}, "
+                                    f"and {why}"))
+    return released
+
+
+def partitioned_after_drain(nodes: Sequence[NodeView],
+                            reports: Sequence[NodeReport]) -> list[str]:
+    """The nodes the operator cordoned to drain them that mig-manager has configured since."""
+    configured = {r.node for r in reports if r.state is NodeState.CONFIGURED}
+    return [n.name for n in nodes if n.cordoned_by_us and n.name in configured]
