@@ -3,6 +3,8 @@ a traceback."""
 
 from __future__ import annotations
 
+import io
+import json
 from pathlib import Path
 from typing import Any
 
@@ -108,3 +110,54 @@ def test_options_that_cannot_work_are_usage_errors(capsys: pytest.CaptureFixture
         main(argv)
     assert exited.value.code == 2
     assert says in capsys.readouterr().err
+
+
+@pytest.fixture
+def stdin(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """Feeds standard input; the CLI reads it once per process (cached), so each feed, and
+    the end of the test, empties that cache."""
+    from infertune.api import manifests
+
+    def feed(data: bytes) -> None:
+        manifests._stdin_text.cache_clear()
+        monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(data)))
+
+    manifests._stdin_text.cache_clear()
+    yield feed
+    manifests._stdin_text.cache_clear()
+
+
+def test_dash_reads_standard_input_once_for_every_argument(
+        stdin: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    """kubectl get ... -o yaml | infertune plan - --pod -: the tuning and its Deployment from
+    one stream, read once."""
+    stdin(yaml.safe_dump_all([TARGET, TUNING]).encode())
+    assert main(["plan", "-", "--pod", "-"]) == 0
+    assert "serving container: vllm" in capsys.readouterr().out
+    assert main(["validate", "-"]) == 0
+    assert "InferenceTuning" in capsys.readouterr().out
+
+
+def test_standard_input_is_named_in_errors(stdin: Any,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    stdin(b"\xff\xfe not text")
+    assert main(["validate", "-"]) == 1
+    assert "<stdin>: not UTF-8 text" in capsys.readouterr().err
+    stdin(b"kind: Deployment\n")
+    assert main(["plan", "-", "--pod", "-"]) == 1
+    assert "<stdin>: expected exactly one InferenceTuning, found 0" in capsys.readouterr().err
+
+
+def test_evaluate_exits_3_when_it_decided_without_metrics(
+        stdin: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    """Every query failed (nothing listens there): the decision is still printed, and the
+    exit status says that it was made without data, as MetricsAvailable would."""
+    stdin((ROOT / "tests" / "fixtures" / "autoscale" / "tuning.yaml").read_bytes())
+    code = main(["autoscale", "evaluate", "-", "--prometheus", "http://127.0.0.1:9",
+                 "--timeout", "2", "--output", "json"])
+    captured = capsys.readouterr()
+    assert code == 3
+    out = json.loads(captured.out)
+    assert out["action"] == "Hold" and out["tuning"] == "serving/llm"
+    assert all("cannot connect" in p for p in out["signals"]["problems"])
+    assert captured.err.startswith("metrics missing (exit 3): queue: Prometheus at ")

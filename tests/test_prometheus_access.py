@@ -21,6 +21,7 @@ from e2e.fixtures.waiting import wait_for
 from prometheus_client import CollectorRegistry, Gauge, Histogram
 
 from infertune.api.spec import Engine
+from infertune.autoscale_cli import METRICS_MISSING
 from infertune.cli import build_parser
 from infertune.kube.webhook_tls import write_self_signed
 from infertune.metrics.access import AccessError, Credentials, PrometheusAccess
@@ -255,8 +256,12 @@ def test_autoscale_evaluate_takes_the_same_access_options(
     wait_for(lambda: fetched(PrometheusSource(secured.url, access=PrometheusAccess.parse(
         ca_file=str(secured.ca_file), auth_type="Basic", credentials_file=str(secret))
     )).queue.last, "the queue")
-    assert args.handler(args) == 0
-    assert json.loads(capsys.readouterr().out)["signals"]["queuePerReplica"] == 12.0
+    # Read through TLS and Basic auth; the exporter serves the queue only, so the latency is
+    # missing and the exit status says so.
+    assert args.handler(args) == METRICS_MISSING
+    signals = json.loads(capsys.readouterr().out)["signals"]
+    assert signals["queuePerReplica"] == 12.0
+    assert [p.split(":")[0] for p in signals["problems"]] == ["latency", "requestRate"]
     bad = build_parser().parse_args([*argv[:5], "--prometheus-header", "X: a\nY: b"])
     assert bad.handler(bad) == 1
     assert "--prometheus-header: the value of X holds a control character" in \

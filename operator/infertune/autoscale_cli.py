@@ -27,6 +27,16 @@ if TYPE_CHECKING:  # the engine and the controller are imported when a command r
     from infertune.scaling.engine import ScaleDecision
 
 
+METRICS_MISSING = 3
+"""Exit status of an evaluation that ran without every signal (the operator's MetricsAvailable
+would be False): a preset or query that matches no series fails a script's check."""
+EXIT_STATUS = (
+    "exit status: 0 evaluated with every signal; 1 bad input, or the cluster cannot be read "
+    f"(--live); {METRICS_MISSING} evaluated, but a signal is missing (no series, stale, or "
+    "Prometheus failed): the decision holds where data is missing, and each problem names "
+    "its query")
+
+
 def _seconds(value: str) -> float:
     try:
         seconds = float(value)
@@ -43,9 +53,11 @@ def add_autoscale_commands(commands: argparse._SubParsersAction) -> None:  # typ
     autoscale = commands.add_parser("autoscale", help="preview autoscaling decisions")
     verbs = autoscale.add_subparsers(dest="autoscale_command", required=True)
     evaluate = verbs.add_parser(
-        "evaluate", help="read the signals of one InferenceTuning and print the decision")
+        "evaluate", help="read the signals of one InferenceTuning and print the decision",
+        epilog=EXIT_STATUS)
     evaluate.add_argument("tuning", metavar="TUNING.yaml", nargs="?",
-                          help="file with one InferenceTuning (or --live)")
+                          help="file with one InferenceTuning, - for standard input (or "
+                          "--live)")
     evaluate.add_argument("--live", metavar="NAMESPACE/NAME",
                           help="read the InferenceTuning, its stored autoscaling state and the "
                                "Deployment's replicas from the cluster instead of a file")
@@ -87,6 +99,10 @@ def evaluate_command(args: argparse.Namespace) -> int:
         print(json.dumps(result, indent=2, sort_keys=True))
     else:
         print(_text(result))
+    if result["signals"]["problems"]:
+        print(f"metrics missing (exit {METRICS_MISSING}): "
+              + "; ".join(result["signals"]["problems"]), file=sys.stderr)
+        return METRICS_MISSING
     return 0
 
 

@@ -145,7 +145,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Check InferenceTuning manifests, multi-document YAML included. Deployments "
         "in the same files are used to check containers and memory limits.",
     )
-    validate.add_argument("files", nargs="+", metavar="FILE")
+    validate.add_argument("files", nargs="+", metavar="FILE",
+                          help="YAML files; - reads standard input")
     validate.add_argument("-q", "--quiet", action="store_true", help="print errors only")
     validate.set_defaults(handler=_validate)
 
@@ -217,9 +218,10 @@ def _add_plan_command(commands: argparse._SubParsersAction) -> None:  # type: ig
     plan = commands.add_parser(
         "plan", help="show the patch the webhook would apply to a pod, and why",
         description="Run the pod-tuning planner the webhook runs on one pod.")
-    plan.add_argument("tuning", metavar="TUNING.yaml")
+    plan.add_argument("tuning", metavar="TUNING.yaml", help="- reads standard input")
     plan.add_argument("--pod", required=True, metavar="POD.yaml",
-                      help="a Pod, or a Deployment whose pod template is used")
+                      help="a Pod, or a Deployment whose pod template is used (- for "
+                      "standard input, which may also hold the tuning)")
     plan.add_argument("--output", choices=("text", "json"), default="text")
     plan.add_argument("--launcher-image", default=DEFAULT_LAUNCHER_IMAGE)
     plan.set_defaults(handler=_plan)

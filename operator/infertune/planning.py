@@ -6,10 +6,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import ValidationError
 
 from infertune.api.errors import field_errors
+from infertune.api.manifests import load_documents, source_name
 from infertune.api.spec import KIND, InferenceTuning
 from infertune.tuning.pod_patch import PodContext, PodPlan, plan_pod_patch
 from infertune.tuning.pod_shape import pod_from_deployment, pod_problem, template_problem
@@ -20,34 +20,29 @@ class PlanInputError(ValueError):
 
 
 def _documents(path: Path) -> list[dict[str, Any]]:
-    try:
-        docs = [d for d in yaml.safe_load_all(path.read_text(encoding="utf-8")) if d]
-    except OSError as exc:
-        raise PlanInputError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    except UnicodeDecodeError:
-        raise PlanInputError(f"{path}: not UTF-8 text") from None
-    except yaml.YAMLError as exc:
-        raise PlanInputError(f"{path}: not valid YAML: {exc}") from None
-    except RecursionError:
-        raise PlanInputError(f"{path}: nested too deeply to be a manifest") from None
-    return [d for d in docs if isinstance(d, dict)]
+    docs, problems = load_documents(path)
+    if problems:
+        raise PlanInputError("\n".join(problems))
+    return [d.body for d in docs if isinstance(d.body, dict)]
 
 
 def load_tuning(path: Path) -> InferenceTuning:
+    source = source_name(path)
     found = [d for d in _documents(path) if d.get("kind") == KIND]
     if len(found) != 1:
-        raise PlanInputError(f"{path}: expected exactly one InferenceTuning, found {len(found)}")
+        raise PlanInputError(f"{source}: expected exactly one InferenceTuning, found "
+                             f"{len(found)}")
     try:
         return InferenceTuning.model_validate(found[0])
     except ValidationError as exc:
-        lines = [f"{path}: {e}" for e in field_errors(exc, InferenceTuning)]
+        lines = [f"{source}: {e}" for e in field_errors(exc, InferenceTuning)]
         raise PlanInputError("\n".join(lines)) from None
 
 
 def load_pod(path: Path, target: str | None = None) -> dict[str, Any]:
     """The pod to plan for: the one the Deployment named `target` (spec.targetRef) would
     create, else a Pod, else the file's only Deployment's."""
-    docs = _documents(path)
+    docs, source = _documents(path), source_name(path)
     deployments = [d for d in docs if d.get("kind") == "Deployment"]
     named = [d for d in deployments if _name(d) == target]
     pods = [d for d in docs if d.get("kind") == "Pod"]
@@ -58,10 +53,10 @@ def load_pod(path: Path, target: str | None = None) -> dict[str, Any]:
     elif len(deployments) == 1:
         chosen, pod = deployments[0], None
     elif deployments:
-        raise PlanInputError(f"{path}: no Deployment named {target} (spec.targetRef.name) among "
+        raise PlanInputError(f"{source}: no Deployment named {target} (spec.targetRef.name) among "
                              f"{', '.join(sorted(_name(d) for d in deployments))}")
     else:
-        raise PlanInputError(f"{path}: no Pod or Deployment found")
+        raise PlanInputError(f"{source}: no Pod or Deployment found")
     if pod is None:
         problem = template_problem(chosen)
         if problem is None:
@@ -69,7 +64,7 @@ def load_pod(path: Path, target: str | None = None) -> dict[str, Any]:
     else:
         problem = pod_problem(pod)
     if problem is not None or pod is None:
-        raise PlanInputError(f"{path}: {chosen.get('kind')} {_name(chosen)}: {problem}")
+        raise PlanInputError(f"{source}: {chosen.get('kind')} {_name(chosen)}: {problem}")
     return pod
 
 

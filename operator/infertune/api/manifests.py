@@ -3,8 +3,10 @@ then against the Deployment it targets when that Deployment is in the same set o
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -49,11 +51,32 @@ class Report:
         return [f"{prefix}: {error}" for error in self.errors]
 
 
+STDIN = "-"
+"""A file argument that stands for standard input, as with kubectl apply -f -."""
+
+
+@cache
+def _stdin_text() -> str:
+    """Standard input, read once: `plan - --pod -` reads the same text twice."""
+    return sys.stdin.buffer.read().decode("utf-8")
+
+
+def read_manifest_text(path: Path) -> str:
+    """The UTF-8 text of `path`, or of standard input for STDIN (OSError or
+    UnicodeDecodeError when it cannot be read)."""
+    return _stdin_text() if str(path) == STDIN else path.read_text(encoding="utf-8")
+
+
+def source_name(path: Path) -> str:
+    return "<stdin>" if str(path) == STDIN else str(path)
+
+
 def load_documents(path: Path) -> tuple[list[Document], list[str]]:
-    """The documents of a (multi-document) YAML file, or the reason it cannot be read."""
-    source = str(path)
+    """The documents of a (multi-document) YAML file, or of standard input for STDIN, or the
+    reason it cannot be read."""
+    source = source_name(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_manifest_text(path)
     except OSError as exc:
         return [], [f"{source}: cannot read: {exc.strerror or exc}"]
     except UnicodeDecodeError:
