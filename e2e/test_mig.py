@@ -22,7 +22,7 @@ from kubernetes import client
 from e2e.fixtures.operator import OPERATOR_NAMESPACE, OperatorProcess
 from e2e.fixtures.waiting import wait_for
 from e2e.test_operator import create, delete_tuning_and_wait, deployment, get_tuning, tuning
-from e2e.test_pod_tuning import create_tuning_first, wait_pods
+from e2e.test_pod_tuning import create_tuning_first, pods_of, wait_pods
 from infertune.api.spec import GROUP, PLURAL, VERSION
 from infertune.controller.mig import gpu_pods_listed
 
@@ -179,25 +179,35 @@ def test_a_node_drained_for_partitioning_is_uncordoned_once_partitioned(
     assert {"MigNodeDraining", "MigNodeLabelled", "MigNodeUncordoned"} <= reasons
 
 
-def _drained_for_tuning(api_client: client.ApiClient, namespace: str, pool: str) -> str:
-    """A busy GPU pod on the pool's node, and a tuning with allowDisruption (no mig-manager
-    runs): returns the node once the operator has cordoned it for the tuning."""
-    busy = deployment("busy", resources={"limits": {"nvidia.com/gpu": "1"}})
-    busy["spec"]["template"]["spec"]["nodeSelector"] = {POOL: pool}
-    create(api_client, namespace, busy)
-    wait_pods(api_client, namespace, "busy", 1)
-    create(api_client, namespace, tuning("qwen", "qwen", mig={
+def _draining(api_client: client.ApiClient, namespace: str, pool: str,
+              tuning_name: str = "qwen") -> str:
+    """A GPU pod on the pool's node that a PodDisruptionBudget keeps there, and a tuning
+    with allowDisruption: returns the node once the operator has cordoned it for the tuning.
+    The eviction is refused, so the drain goes on until the test changes something."""
+    if not pods_of(api_client, namespace, "busy"):
+        busy = deployment("busy", resources={"limits": {"nvidia.com/gpu": "1"}})
+        busy["spec"]["template"]["spec"]["nodeSelector"] = {POOL: pool}
+        create(api_client, namespace, busy)
+        wait_pods(api_client, namespace, "busy", 1)
+        client.PolicyV1Api(api_client).create_namespaced_pod_disruption_budget(namespace, {
+            "metadata": {"name": "busy"},
+            "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "busy"}}}})
+    create(api_client, namespace, tuning(tuning_name, "qwen", mig={
         "profile": "3g.71gb", "allowDisruption": True, "nodeSelector": {POOL: pool}}))
     core = client.CoreV1Api(api_client)
-    node = core.list_node(label_selector=f"{POOL}={pool}").items[0].metadata.name
+    node = str(core.list_node(label_selector=f"{POOL}={pool}").items[0].metadata.name)
+    wait_for(lambda: _cordoned_for(api_client, node) == f"{namespace}/{tuning_name}",
+             f"{node} cordoned for {namespace}/{tuning_name}", timeout_s=30)
+    return node
 
-    def cordoned() -> bool:
-        got = core.read_node(node)
-        return bool(got.spec.unschedulable) and (got.metadata.annotations or {}).get(
-            CORDONED) == f"{namespace}/qwen"
 
-    wait_for(cordoned, f"{node} cordoned for {namespace}/qwen", timeout_s=30)
-    return str(node)
+def _cordoned_for(api_client: client.ApiClient, node: str) -> str | None:
+    """The tuning the node was cordoned for; None when it is schedulable (and "" when
+    someone else cordoned it)."""
+    got = client.CoreV1Api(api_client).read_node(node)
+    if not got.spec.unschedulable:
+        return None
+    return str((got.metadata.annotations or {}).get(CORDONED, ""))
 
 
 def _uncordoned(api_client: client.ApiClient, namespace: str, node: str) -> str:
@@ -212,6 +222,7 @@ def _uncordoned(api_client: client.ApiClient, namespace: str, node: str) -> str:
     events = [e.message for e in core.list_namespaced_event(namespace).items
               if e.reason == "MigNodeUncordoned"]
     assert len(events) == 1, events
+    assert CONFIG_LABEL not in _node_labels(api_client, node)  # never labelled: still busy
     return str(events[0])
 
 
@@ -219,25 +230,53 @@ def test_a_node_drained_for_a_deleted_tuning_is_uncordoned(
     api_client: client.ApiClient, namespace: str, operator: OperatorProcess
 ) -> None:
     """Deleted before mig-manager partitioned the node: it stayed cordoned for good."""
-    node = _drained_for_tuning(api_client, namespace, "mig-d")
+    node = _draining(api_client, namespace, "mig-d")
     delete_tuning_and_wait(api_client, namespace, "qwen", "the tuning gone", timeout_s=30)
     message = _uncordoned(api_client, namespace, node)
     assert message == (f"{node} uncordoned: drained for {namespace}/qwen, and the tuning was "
                        "deleted")
 
 
+def test_a_node_drained_for_a_tuning_that_drops_mig_is_uncordoned(
+    api_client: client.ApiClient, namespace: str, operator: OperatorProcess
+) -> None:
+    node = _draining(api_client, namespace, "mig-e")
+    _patch_spec(api_client, namespace, "qwen", {"mig": None})
+    message = _uncordoned(api_client, namespace, node)
+    assert message == (f"{node} uncordoned: drained for {namespace}/qwen, and spec.mig was "
+                       "removed")
+
+
 def test_a_node_drained_for_a_tuning_that_stops_selecting_it_is_uncordoned(
     api_client: client.ApiClient, namespace: str, operator: OperatorProcess
 ) -> None:
-    node = _drained_for_tuning(api_client, namespace, "mig-e")
-    client.CustomObjectsApi(api_client).patch_namespaced_custom_object(
-        GROUP, VERSION, namespace, PLURAL, "qwen",
-        {"spec": {"mig": {"nodeSelector": {POOL: "nowhere"}}}})
+    node = _draining(api_client, namespace, "mig-f")
+    _patch_spec(api_client, namespace, "qwen", {"mig": {"nodeSelector": {POOL: "nowhere"}}})
     message = _uncordoned(api_client, namespace, node)
     assert message == (f"{node} uncordoned: drained for {namespace}/qwen, and spec.mig no "
                        "longer selects it")
-    # The pod evicted by the drain has its replacement running there again.
-    wait_pods(api_client, namespace, "busy", 1, check=lambda p: p.spec.node_name == node)
+
+
+def test_a_node_two_tunings_drain_stays_cordoned_until_both_are_gone(
+    api_client: client.ApiClient, namespace: str, operator: OperatorProcess
+) -> None:
+    """Two tunings with the same layout drain the same node: the second takes the mark, so
+    the first one's deletion does not uncordon a node the second is still draining."""
+    node = _draining(api_client, namespace, "mig-g", "first")
+    _draining(api_client, namespace, "mig-g", "second")
+    delete_tuning_and_wait(api_client, namespace, "first", "the first tuning gone",
+                           timeout_s=30)
+    time.sleep(4)  # more than a MIG pass of the second
+    assert _cordoned_for(api_client, node) == f"{namespace}/second"
+    delete_tuning_and_wait(api_client, namespace, "second", "the second tuning gone",
+                           timeout_s=30)
+    assert "the tuning was deleted" in _uncordoned(api_client, namespace, node)
+
+
+def _patch_spec(api_client: client.ApiClient, namespace: str, name: str,
+                spec: dict[str, Any]) -> None:
+    client.CustomObjectsApi(api_client).patch_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL, name, {"spec": spec})
 
 
 def test_a_namespaced_operator_lists_every_namespaces_gpu_pods_on_a_node(

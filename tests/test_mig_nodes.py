@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from infertune.tuning.mig_nodes import (
     MIG_CONFIG_LABEL,
     MIG_STATE_LABEL,
@@ -13,6 +15,7 @@ from infertune.tuning.mig_nodes import (
     partitioned_after_drain,
     plan_mig_nodes,
     select_nodes,
+    unsettled_cordons,
 )
 
 H200 = {"nvidia.com/gpu.product": "NVIDIA-H200", "nvidia.com/mig.capable": "true"}
@@ -141,10 +144,11 @@ def test_the_mig_manager_timeout_survives_an_operator_restart() -> None:
 
 
 def _drained(name: str, cordoned_for: str, *, config: str | None = None,
-             state: str | None = None, pods: tuple[str, ...] = ()) -> NodeView:
+             state: str | None = None, pods: tuple[str, ...] = (),
+             claimed_by: str | None = None) -> NodeView:
     node = _node(name, config=config, state=state, pods=pods)
     return NodeView(node.name, node.labels, unschedulable=True, gpu_pods=node.gpu_pods,
-                    cordoned_for=cordoned_for)
+                    claimed_by=claimed_by, cordoned_for=cordoned_for)
 
 
 def _released(nodes: list[NodeView], *, owner: str = "ml/qwen", allow: bool = True,
@@ -165,19 +169,32 @@ def test_a_node_drained_for_a_tuning_that_no_longer_selects_it_is_uncordoned() -
     released = _released([_drained("a", "ml/qwen", pods=("ml/busy-1",)), _node("b")],
                          selected=["b"])
     assert list(released) == ["a"]
-    assert "drained for ml/qwen" in released["a"] and "no longer selects" in released["a"]
+    assert released["a"] == ("a uncordoned: drained for ml/qwen, and spec.mig no longer "
+                             "selects it")
+    # Partitioned for someone else since (success), and not selected: released too.
+    assert list(_released([_drained("a", "ml/qwen", config=OTHER, state="success")],
+                          selected=[])) == ["a"]
 
 
-def test_a_node_still_being_partitioned_stays_cordoned() -> None:
-    config = CONFIGS["NVIDIA-H200"]
-    assert _released([_drained("a", "ml/qwen", pods=("ml/busy-1",))]) == {}  # draining
-    assert _released([_drained("a", "ml/qwen", config=config)]) == {}  # labelled, unanswered
-    assert _released([_drained("a", "ml/qwen", config=config, state="pending")]) == {}
-    # mig-manager is at work on a node the tuning no longer selects: asked again when done.
-    assert _released([_drained("a", "ml/qwen", config=OTHER, state="rebooting")],
-                     selected=[]) == {}
-    # Failed: the report tells a person to uncordon it once fixed.
-    assert _released([_drained("a", "ml/qwen", config=config, state="failed")]) == {}
+@pytest.mark.parametrize("state", [None, "pending", "rebooting", "failed"])
+def test_a_node_mig_manager_has_not_settled_stays_cordoned(state: str | None) -> None:
+    """Labelled and not answered yet (mig-manager may start any moment), at work, or failed
+    (the report asks a person to look): whether the tuning still selects it or not."""
+    for selected in (None, []):
+        labelled = _drained("a", "ml/qwen", config=CONFIGS["NVIDIA-H200"], state=state)
+        assert _released([labelled], selected=selected) == {}
+        other = _drained("a", "ml/qwen", config=OTHER, state=state)
+        assert _released([other], selected=selected) == {}
+    gone = _drained("a", "ml/gone", config=OTHER, state=state)
+    assert _released([gone], selected=[]) == {}  # nor a deleted tuning's, by another pass
+    assert unsettled_cordons([labelled, _drained("b", "ml/qwen")], "ml/qwen") == [
+        ("a", f"a stays cordoned: drained for ml/qwen, and mig-manager has not reported "
+              f"success for {CONFIGS['NVIDIA-H200']} (state {state or 'unset'}); kubectl "
+              "uncordon it once nvidia.com/mig.config.state is success, or once fixed")]
+
+
+def test_a_node_being_drained_for_its_tuning_stays_cordoned() -> None:
+    assert _released([_drained("a", "ml/qwen", pods=("ml/busy-1",))]) == {}
 
 
 def test_success_uncordons_through_its_own_path_only() -> None:
@@ -190,7 +207,9 @@ def test_success_uncordons_through_its_own_path_only() -> None:
 
 def test_a_drain_that_allow_disruption_no_longer_allows_is_undone() -> None:
     released = _released([_drained("a", "ml/qwen", pods=("ml/busy-1",))], allow=False)
-    assert "allowDisruption is off" in released["a"]
+    assert released["a"] == ("a uncordoned: drained for ml/qwen, and "
+                             "spec.mig.allowDisruption is off now, so its GPU pods are not "
+                             "evicted")
 
 
 def test_a_drain_for_a_deleted_tuning_is_undone_by_another_tunings_pass() -> None:
@@ -198,6 +217,17 @@ def test_a_drain_for_a_deleted_tuning_is_undone_by_another_tunings_pass() -> Non
     released = _released(nodes, selected=[], live=frozenset({"ml/other"}))
     assert list(released) == ["a"]  # b's tuning exists and finishes it
     assert "InferenceTuning ml/gone, which drained it, no longer exists" in released["a"]
+
+
+def test_a_node_labelled_for_another_live_tuning_is_left_to_it() -> None:
+    """Partitioned for ml/big, which selects it too: ml/big's own pass uncordons it on
+    success; another pass must not, whoever drained it."""
+    for drained_for in ("ml/qwen", "ml/gone"):
+        node = _drained("a", drained_for, config=OTHER, state="success", claimed_by="ml/big")
+        assert _released([node], selected=[], live=frozenset({"ml/big"})) == {}
+        assert _released([node], live=frozenset({"ml/big"})) == {}  # reported claimed
+        # Once ml/big is gone too, the node is nobody's: released.
+        assert list(_released([node], selected=[])) == ["a"]
 
 
 def test_a_node_someone_else_cordoned_is_never_uncordoned() -> None:
@@ -208,11 +238,10 @@ def test_a_node_someone_else_cordoned_is_never_uncordoned() -> None:
     assert _released([maintenance, legacy], selected=[]) == {}
 
 
-def test_the_stop_of_a_tuning_releases_only_its_own_settled_nodes() -> None:
+def test_the_end_of_a_tuning_releases_only_its_own_settled_nodes() -> None:
     nodes = [_drained("a", "ml/qwen", pods=("ml/busy-1",)),
              _drained("b", "ml/qwen", config=OTHER, state="pending"),
              _drained("c", "ml/other")]
     released = dict(cordons_to_release(nodes, (), owner="ml/qwen", exists=lambda _: True,
                                        gone="the tuning was deleted"))
-    assert list(released) == ["a"]
-    assert released["a"] == "a uncordoned: drained for ml/qwen, and the tuning was deleted"
+    assert released == {"a": "a uncordoned: drained for ml/qwen, and the tuning was deleted"}

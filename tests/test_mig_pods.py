@@ -87,3 +87,15 @@ def test_nodes_of_products_whose_pods_need_different_profiles_are_refused() -> N
                                                 node("h", "NVIDIA-H200")])
     assert len(errors) == 1 and "narrow spec.mig.nodeSelector to one product" in errors[0]
     assert "NVIDIA-A100-SXM4-80GB: 3g.40gb" in errors[0]
+
+
+def test_an_operator_knows_which_tunings_it_would_see() -> None:
+    """A node's claim, or its drain, lapses when the tuning is not in the index, but only for
+    tunings the index would hold: with --namespace, those of the namespaces it names."""
+    everywhere = mig_controller.MigSettings.watching("infertune-system", [])
+    assert everywhere.cluster_wide and everywhere.sees("any/thing")
+    some = mig_controller.MigSettings.watching("infertune-system", ["ml", "team-*", "!x"])
+    assert not some.cluster_wide
+    assert some.sees("ml/qwen")
+    assert not some.sees("team-a/qwen")  # a pattern: not known here
+    assert not some.sees("other/qwen") and not some.sees("x/qwen")

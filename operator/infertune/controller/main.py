@@ -101,7 +101,7 @@ def run_operator(args: argparse.Namespace) -> int:
             pod_tuning=pods.PodTuningSettings(launcher_image=args.launcher_image,
                                               static_cpu_manager=not args.no_static_cpu_manager),
             webhook_server=_webhook_server(args, own_namespace, cleanup),
-            mig=mig.MigSettings(namespace=own_namespace, cluster_wide=not namespaces),
+            mig=mig.MigSettings.watching(own_namespace, namespaces),
             autoscaling=autoscaling.AutoscalingSettings(source=source),
         )
         freeze_startup_objects()

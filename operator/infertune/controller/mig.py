@@ -15,7 +15,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,7 +33,6 @@ from infertune.tuning.mig import Infeasible, LayoutPlan, describe, plan_layout, 
 from infertune.tuning.mig_nodes import (
     CLAIM_ANNOTATION,
     CORDONED_ANNOTATION,
-    IN_FLIGHT_STATES,
     LABELLED_AT_ANNOTATION,
     MIG_CAPABLE_LABEL,
     MIG_CONFIG_LABEL,
@@ -46,6 +45,7 @@ from infertune.tuning.mig_nodes import (
     partitioned_after_drain,
     plan_mig_nodes,
     select_nodes,
+    unsettled_cordons,
 )
 from infertune.tuning.migparted import config_name, render_mig_parted_config
 
@@ -54,6 +54,11 @@ CONFIG_MAP = "infertune-mig-parted-config"
 CONFIG_KEY = "config.yaml"
 MIG_INTERVAL = 3.0
 logger = logging.getLogger(__name__)
+
+
+NAMESPACE_PATTERN = "*?[]!,"
+"""Characters that make a --namespace value one of kopf's patterns rather than a name (a
+namespace name is a DNS label: none of these)."""
 
 
 @dataclass
@@ -68,8 +73,22 @@ class MigSettings:
     cluster_wide: bool = True
     """Whether the operator watches every namespace (not --namespace). Only then does the kopf
     index `gpu_pods_by_node` see every GPU pod on a node, which also runs other namespaces'
-    pods (otherwise each MIG-capable node's pods are listed), and only then does a node's
-    claim by a tuning the operator does not know lapse."""
+    pods (otherwise each MIG-capable node's pods are listed)."""
+    watched: frozenset[str] = frozenset()
+    """With --namespace: the namespaces it names exactly (kopf also takes patterns, which are
+    left out here)."""
+
+    @classmethod
+    def watching(cls, namespace: str, namespaces: Sequence[str]) -> MigSettings:
+        """The settings of an operator in `namespace` watching `namespaces` (--namespace;
+        none is every namespace)."""
+        return cls(namespace, cluster_wide=not namespaces, watched=frozenset(
+            n for n in namespaces if not set(n) & set(NAMESPACE_PATTERN)))
+
+    def sees(self, tuning: str) -> bool:
+        """Whether the tuning NAMESPACE/NAME would be in the operator's index if it existed:
+        only then does a node's claim by it, or its drain, lapse when it is not there."""
+        return self.cluster_wide or tuning.split("/", 1)[0] in self.watched
 
 
 GPU_RESOURCE, MIG_RESOURCE_PREFIX = "nvidia.com/gpu", "nvidia.com/mig-"
@@ -178,10 +197,11 @@ def _write_config_map(namespace: str, configs: dict[str, LayoutPlan]) -> None:
 
 def _drain(node: NodeView, owner: str) -> None:
     core = client.CoreV1Api()
-    if not node.unschedulable:
+    if not node.unschedulable or node.cordoned_for not in (None, owner):
         # Marked with the tuning, so that it is uncordoned once partitioned, or when that
         # tuning no longer will; a node already cordoned by someone else (maintenance) is not
-        # marked, and stays cordoned.
+        # marked, and stays cordoned. One drained for another tuning is this one's now: the
+        # other's end must not uncordon it while this one drains it.
         core.patch_node(node.name, {"spec": {"unschedulable": True}, "metadata": {
             "annotations": {CORDONED_ANNOTATION: owner}}})
     for ref in node.gpu_pods:
@@ -247,7 +267,7 @@ def reconcile_mig(namespace: str, name: str, spec: InferenceTuningSpec, settings
     owner = f"{namespace}/{name}"
 
     def exists(tuning: str) -> bool:
-        return tuning in tunings or not settings.cluster_wide
+        return tuning in tunings or not settings.sees(tuning)
 
     if errors or not plans:
         reason = "; ".join(errors) or ("no node matches nvidia.com/mig.capable=true and "
@@ -257,7 +277,9 @@ def reconcile_mig(namespace: str, name: str, spec: InferenceTuningSpec, settings
             kopf.event(body, type="Warning", reason="MigInfeasible" if errors else "MigNoNodes",
                        message=message)
         if spec.mode is not Mode.DRY_RUN:
-            _release(body, cordons_to_release(nodes, (), owner=owner, exists=exists))
+            gone = ("spec.mig cannot be planned (status.mig.message says why)" if errors else
+                    "spec.mig no longer selects it")
+            _release(body, cordons_to_release(nodes, (), owner=owner, exists=exists, gone=gone))
         return MigStatus(message=message)
     configs = config_names(plans)
     step = plan_mig_nodes(selected, configs, allow_disruption=spec.mig.allow_disruption,
@@ -298,22 +320,53 @@ def _release(body: kopf.Body, releases: list[tuple[str, str]]) -> None:
         kopf.event(body, type="Normal", reason="MigNodeUncordoned", message=message)
 
 
-def release_on_stop(namespace: str, name: str, body: kopf.Body, why: str) -> None:
-    """The tuning's MIG loop ends for good (`why`: deleted, or spec.mig removed): uncordon
-    the nodes it drained, as no pass of it will finish them. A node mig-manager is still
-    reconfiguring stays cordoned, and a warning names it (another tuning's pass releases it
-    once it is done, in an operator that watches every namespace)."""
+def release_for_good(namespace: str, name: str, uid: str, body: kopf.Body, why: str) -> None:
+    """The tuning no longer partitions anything (`why`: deleted, or spec.mig removed):
+    uncordon the nodes it drained that mig-manager is not at work on. The others stay
+    cordoned, and a Warning names each (`unsettled_cordons`). Never raises: a failure is
+    logged and posted, and must not hold the tuning's deletion."""
     owner = f"{namespace}/{name}"
-    nodes = _observe_nodes({})  # the GPU pods are not read
-    _release(body, cordons_to_release(nodes, (), owner=owner, exists=lambda _: True,
-                                      gone=why))
-    for node in nodes:
-        if node.cordoned_for == owner and node.labels.get(MIG_STATE_LABEL) in IN_FLIGHT_STATES:
-            message = (f"{node.name} stays cordoned: drained for {owner}, and mig-manager is "
-                       f"still applying {node.labels.get(MIG_CONFIG_LABEL)}; kubectl uncordon "
-                       "it once nvidia.com/mig.config.state is success")
-            logger.warning(message)
+    with _pass_lock(uid):  # a pass still in its thread could cordon a node after this
+        try:
+            nodes = _observe_nodes({})  # the GPU pods are not read
+            _release(body, cordons_to_release(nodes, (), owner=owner, exists=lambda _: True,
+                                              gone=why))
+        except ApiException as exc:
+            message = (f"could not uncordon the nodes drained for {owner} ({exc.status} "
+                       f"{exc.reason}); kubectl uncordon the nodes annotated "
+                       f"{CORDONED_ANNOTATION}={owner}")
+            logger.error(message)
             kopf.event(body, type="Warning", reason="MigNodeLeftCordoned", message=message)
+            return
+    for _, message in unsettled_cordons(nodes, owner):
+        logger.warning(message)
+        kopf.event(body, type="Warning", reason="MigNodeLeftCordoned", message=message)
+
+
+_PASS_LOCKS: dict[str, threading.Lock] = {}
+
+
+def _pass_lock(uid: str) -> threading.Lock:
+    """Held by each MIG pass of the tuning `uid` and by its release: kopf stops the loop and
+    runs the deletion handler at the same time, and a pass already in its thread finishes."""
+    return _PASS_LOCKS.setdefault(uid, threading.Lock())
+
+
+@kopf.on.delete(*RESOURCE, when=lambda spec, **_: bool(spec.get("mig")))  # type: ignore[arg-type]
+def release_deleted(namespace: str, name: str, uid: str, body: kopf.Body, **_: Any) -> None:
+    """A handler, not the end of the loop: the finalizer makes it run also for a tuning
+    deleted while the operator was down."""
+    release_for_good(namespace, name, uid, body, "the tuning was deleted")
+    _PASS_LOCKS.pop(uid, None)
+
+
+@kopf.on.update(*RESOURCE, field="spec.mig")  # type: ignore[arg-type]
+def release_unpartitioned(namespace: str, name: str, uid: str, body: kopf.Body, new: Any,
+                          **_: Any) -> None:
+    """spec.mig removed while the operator was down (kopf compares with the spec it last
+    handled); while it runs, the MIG loop's end does it too (see `partition_gpus`)."""
+    if new is None:
+        release_for_good(namespace, name, uid, body, "spec.mig was removed")
 
 
 def _product(nodes: list[NodeView], node: str) -> str:
@@ -329,10 +382,7 @@ async def partition_gpus(stopped: kopf.DaemonStopped, namespace: str, name: str,
                          **_: Any) -> None:
     """Every MIG_INTERVAL: plan the layout, write the ConfigMap, label or drain one node, and
     report in status.mig (a loop, not a kopf timer: see loops.py). When the tuning is deleted
-    or drops spec.mig, the nodes it drained are uncordoned (`release_on_stop`)."""
-    passing = threading.Lock()
-    """Held by a pass: a pass the stop left running in its thread could cordon a node after
-    the release."""
+    or drops spec.mig, the nodes it drained are uncordoned (`release_for_good`)."""
 
     def read(spec: dict[str, Any], _: dict[str, Any], meta: dict[str, Any]) -> Work | None:
         parsed = SPECS.get(uid, int(meta.get("generation") or 0), spec)
@@ -345,7 +395,7 @@ async def partition_gpus(stopped: kopf.DaemonStopped, namespace: str, name: str,
                             tunings_by_target.items() for entry in entries)
 
         def work() -> dict[str, Any]:
-            with passing:
+            with _pass_lock(uid):
                 status = reconcile_mig(namespace, name, parsed, memo.mig, body, gpu_pods,
                                        tunings)
             # None values are sent, so a profile or ConfigMap from an earlier plan does not
@@ -356,31 +406,15 @@ async def partition_gpus(stopped: kopf.DaemonStopped, namespace: str, name: str,
 
     await every(MIG_INTERVAL, read, what="MIG partitioning", stopped=stopped,
                 namespace=namespace, name=name, body=body, logger=logger)
-    why = _ended_for_good(stopped.reason)
-    if why is not None:
-        def release() -> None:
-            with passing:
-                try:
-                    release_on_stop(namespace, name, body, why)
-                except ApiException as exc:
-                    logger.error(f"could not uncordon the nodes drained for {namespace}/{name} "
-                                 f"({exc.status} {exc.reason}); kubectl uncordon the nodes "
-                                 f"annotated {CORDONED_ANNOTATION}={namespace}/{name}")
-
-        run = functools.partial(contextvars.copy_context().run, release)
-        # Shielded: kopf cancels a stopping daemon after a few loop cycles, and the nodes
-        # must be uncordoned all the same (the thread finishes either way).
+    reason = stopped.reason or kopf.DaemonStoppingReason(0)
+    if (reason & kopf.DaemonStoppingReason.FILTERS_MISMATCH
+            and not reason & kopf.DaemonStoppingReason.RESOURCE_DELETED):
+        # spec.mig removed. Also `release_unpartitioned`'s, which runs only once kopf has
+        # handled the creation (not while a tuning waits for its Deployment), and this one
+        # only while the operator runs: whichever comes second finds nothing left to do.
+        run = functools.partial(contextvars.copy_context().run, release_for_good, namespace,
+                                name, uid, body, "spec.mig was removed")
+        # Shielded: kopf cancels a stopping daemon after a few loop cycles; the release
+        # finishes in its thread all the same.
         await until_stopped(asyncio.shield(asyncio.get_running_loop().run_in_executor(
             None, run)), stopped)
-
-
-def _ended_for_good(reason: kopf.DaemonStoppingReason | None) -> str | None:
-    """Why no pass of this tuning will come again, or None: the operator is only stopping
-    (the next one goes on where it left off)."""
-    if reason is None:
-        return None
-    if reason & kopf.DaemonStoppingReason.RESOURCE_DELETED:
-        return "the tuning was deleted"
-    if reason & kopf.DaemonStoppingReason.FILTERS_MISMATCH:
-        return "spec.mig was removed"
-    return None

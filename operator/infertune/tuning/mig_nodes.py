@@ -212,10 +212,11 @@ def cordons_to_release(nodes: Sequence[NodeView], reports: Sequence[NodeReport],
     `nodes` are all the MIG-capable nodes, `reports` this pass's reports for the ones `owner`
     selects (none when the tuning is going away; `gone` then says why). A node is released
     when it was drained for `owner` or for a tuning that no longer exists (`exists`), and
-    `owner` is not partitioning it: not selected, or left alone (busy now that
-    allowDisruption is off, or claimed by another tuning). Not while mig-manager is applying
-    a config (asked again once it is done), and not after it failed or timed out: the failed
-    report tells a person to uncordon it once fixed. Success is `partitioned_after_drain`.
+    `owner` is not partitioning it: it is not selected, or busy now that allowDisruption is
+    off. Never while mig-manager has a config to apply that it has not reported success for
+    (asked, pending, rebooting, failed, timed out: `_settled`), and never when the node is
+    labelled for another live tuning, whose pass uncordons it on success
+    (`partitioned_after_drain`).
     """
     planned = {r.node: r.state for r in reports}
     released: list[tuple[str, str]] = []
@@ -225,7 +226,9 @@ def cordons_to_release(nodes: Sequence[NodeView], reports: Sequence[NodeReport],
             continue  # not drained by us, or by a release that wrote no tuning name
         if drained_for != owner and exists(drained_for):
             continue  # its own tuning is still there to finish it
-        if node.labels.get(MIG_STATE_LABEL) in IN_FLIGHT_STATES:
+        claimant = node.claimed_by
+        if not _settled(node) or (claimant not in (None, owner, drained_for)
+                                  and exists(claimant)):
             continue
         state = planned.get(node.name)
         if state is None:
@@ -233,13 +236,30 @@ def cordons_to_release(nodes: Sequence[NodeView], reports: Sequence[NodeReport],
                 f"InferenceTuning {drained_for}, which drained it, no longer exists")
         elif state is NodeState.BUSY:
             why = "spec.mig.allowDisruption is off now, so its GPU pods are not evicted"
-        elif state is NodeState.CLAIMED:
-            why = "another tuning holds it, so it is not partitioned for this one"
         else:
-            continue  # being partitioned, or failed or timed out: a person looks first
+            continue  # being drained or partitioned for `owner`
         released.append((node.name, f"{node.name} uncordoned: drained for {drained_for}, "
                                     f"and {why}"))
     return released
+
+
+def _settled(node: NodeView) -> bool:
+    """mig-manager has nothing to do on the node: no config asked of it, or success reported
+    for the one asked. A node labelled and not answered yet may be reconfigured any moment,
+    and one that failed or timed out waits for a person (the report says so)."""
+    return (MIG_CONFIG_LABEL not in node.labels
+            or node.labels.get(MIG_STATE_LABEL) == "success")
+
+
+def unsettled_cordons(nodes: Sequence[NodeView], owner: str) -> list[tuple[str, str]]:
+    """(node, message) for the nodes drained for `owner` that stay cordoned when it goes
+    away, because mig-manager has not reported success for the config they are labelled
+    with."""
+    return [(n.name, f"{n.name} stays cordoned: drained for {owner}, and mig-manager has not "
+                     f"reported success for {n.labels.get(MIG_CONFIG_LABEL)} (state "
+                     f"{n.labels.get(MIG_STATE_LABEL) or 'unset'}); kubectl uncordon it once "
+                     "nvidia.com/mig.config.state is success, or once fixed")
+            for n in nodes if n.cordoned_for == owner and not _settled(n)]
 
 
 def partitioned_after_drain(nodes: Sequence[NodeView],
