@@ -1,10 +1,18 @@
-"""`infertune run` refuses a bad Prometheus URL before it touches the cluster."""
+"""`infertune run`: a bad Prometheus URL is refused before it touches the cluster, and the
+webhook is registered at an address the API server can call."""
 
 from __future__ import annotations
 
-import pytest
+import argparse
+import socket
+from collections.abc import Callable
 
-from infertune.cli import main
+import pytest
+from kubernetes import client
+
+from infertune.cli import build_parser, main
+from infertune.controller.main import _webhook_host
+from infertune.kube.client import route_source, unspecified
 
 
 @pytest.mark.parametrize("url", ["prometheus:9090", "ftp://prometheus:9090"])
@@ -24,3 +32,57 @@ def test_the_environment_variable_is_checked_too(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setenv("INFERTUNE_PROMETHEUS_URL", "prometheus:9090")
     with pytest.raises(SystemExit, match=r"INFERTUNE_PROMETHEUS_URL.*prometheus:9090"):
         main(["run"])
+
+
+def _run_args(*argv: str) -> argparse.Namespace:
+    return build_parser().parse_args(["run", *argv])
+
+
+@pytest.fixture
+def api_server(monkeypatch: pytest.MonkeyPatch) -> Callable[[str], None]:
+    """Points the configured client at an API server URL (nothing is called there)."""
+    def at(url: str) -> None:
+        configuration = client.Configuration()
+        configuration.host = url
+        monkeypatch.setattr(client.Configuration, "get_default_copy",
+                            staticmethod(lambda: configuration))
+    return at
+
+
+def test_the_webhook_is_never_registered_at_a_wildcard_address(
+        api_server: Callable[[str], None]) -> None:
+    """The default listen address 0.0.0.0 was also the URL the API server was told to call;
+    a remote API server cannot call it. It is now this machine's address on the way to the
+    API server."""
+    api_server("https://127.0.0.1:6443")
+    assert _webhook_host(_run_args(), through_service=False) == "127.0.0.1"
+    remote = "https://198.51.100.7:6443"  # elsewhere (TEST-NET-2; nothing is sent)
+    if route_source(remote) is not None:  # a machine with a route off itself
+        api_server(remote)
+        elsewhere = _webhook_host(_run_args(), through_service=False)
+        assert not unspecified(elsewhere) and not elsewhere.startswith("127.")
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as own:
+            own.bind((elsewhere, 0))  # an address of this machine's own
+    api_server("https://no-such-host.invalid:6443")
+    assert _webhook_host(_run_args(), through_service=False) == "127.0.0.1"
+
+
+def test_a_given_webhook_host_or_listen_address_is_kept(
+        api_server: Callable[[str], None]) -> None:
+    api_server("https://127.0.0.1:6443")
+    assert _webhook_host(_run_args("--webhook-host", "op.example.com"), False) == \
+        "op.example.com"
+    assert _webhook_host(_run_args("--webhook-addr", "10.1.2.3"), False) == "10.1.2.3"
+    assert _webhook_host(_run_args("--webhook-addr", "::"), True) == "::"  # the Service's
+    assert unspecified("::") and unspecified("0.0.0.0") and not unspecified("10.0.0.1")
+    assert not unspecified("operator.local")
+
+
+def test_route_source_sends_nothing_and_says_none_when_unroutable() -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.settimeout(0.2)
+        assert route_source(f"https://127.0.0.1:{listener.getsockname()[1]}") == "127.0.0.1"
+        with pytest.raises(TimeoutError):
+            listener.recv(1)  # connecting a UDP socket sent no datagram
+    assert route_source("not a url") is None

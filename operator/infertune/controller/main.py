@@ -12,7 +12,7 @@ from pathlib import Path
 
 import kopf
 
-from infertune.kube.client import configure
+from infertune.kube.client import api_server_url, configure, route_source, unspecified
 from infertune.kube.webhook_tls import write_self_signed
 from infertune.kube.webhooks import RegisteringWebhookServer, WebhookRegistration
 
@@ -34,7 +34,7 @@ def _webhook_server(args: argparse.Namespace, own_namespace: str,
             raise SystemExit("--webhook-service: expected NAMESPACE/NAME:PORT, for example "
                              "infertune-system/infertune-webhook:443")
         service = (ns, name, int(port))
-    host = args.webhook_host or args.webhook_addr
+    host = _webhook_host(args, service is not None)
     if args.webhook_cert and args.webhook_key:
         cert, key = Path(args.webhook_cert), Path(args.webhook_key)  # cert-manager's files
     elif args.webhook_cert or args.webhook_key:
@@ -53,6 +53,26 @@ def _webhook_server(args: argparse.Namespace, own_namespace: str,
         addr=args.webhook_addr, port=args.webhook_port, host=host,
         certfile=cert, pkeyfile=key, cafile=args.webhook_ca or cert,
     )
+
+
+def _webhook_host(args: argparse.Namespace, through_service: bool) -> str:
+    """The host the API server is told to call the webhook at (in its URL, and in the
+    self-signed certificate): --webhook-host; else the listen address, unless it is a
+    wildcard such as the default 0.0.0.0, which cannot be called; then this machine's address
+    on its route to the API server. Logged, since a wrong one leaves pods untuned (the
+    webhook fails open)."""
+    if args.webhook_host:
+        return str(args.webhook_host)
+    addr = str(args.webhook_addr)
+    if through_service or not unspecified(addr):
+        return addr
+    server = api_server_url()
+    host = route_source(server) or "127.0.0.1"
+    logger.info(f"the webhook is registered at https://{host}:{args.webhook_port}, this "
+                f"machine's address towards the API server ({server}); if the API server "
+                "reaches it at another address (a cluster in containers or VMs, NAT), set "
+                "--webhook-host")
+    return host
 
 
 def freeze_startup_objects() -> None:

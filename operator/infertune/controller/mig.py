@@ -29,6 +29,7 @@ from infertune.api.status import MigNodeStatus, MigStatus
 from infertune.controller.loops import STOP_TIMEOUT_S, Work, every, until_stopped
 from infertune.controller.spec_cache import SPECS
 from infertune.kube.client import evict_pod
+from infertune.kube.webhooks import GLOB_CHARACTERS
 from infertune.tuning.mig import Infeasible, LayoutPlan, describe, plan_layout, request_from_spec
 from infertune.tuning.mig_nodes import (
     CLAIM_ANNOTATION,
@@ -56,11 +57,6 @@ MIG_INTERVAL = 3.0
 logger = logging.getLogger(__name__)
 
 
-NAMESPACE_PATTERN = "*?[]!,"
-"""Characters that make a --namespace value one of kopf's patterns rather than a name (a
-namespace name is a DNS label: none of these)."""
-
-
 @dataclass
 class MigSettings:
     """Operator-wide MIG settings and state shared between the tunings' loops (kopf copies
@@ -83,7 +79,7 @@ class MigSettings:
         """The settings of an operator in `namespace` watching `namespaces` (--namespace;
         none is every namespace)."""
         return cls(namespace, cluster_wide=not namespaces, watched=frozenset(
-            n for n in namespaces if not set(n) & set(NAMESPACE_PATTERN)))
+            n for n in namespaces if not set(n) & set(GLOB_CHARACTERS)))
 
     def sees(self, tuning: str) -> bool:
         """Whether the tuning NAMESPACE/NAME would be in the operator's index if it existed:

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import ipaddress
+import socket
 from typing import Any
+from urllib.parse import urlsplit
 
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
@@ -30,6 +33,37 @@ def configure(kubeconfig: str | None) -> None:
     # workers and kopf's executor): a full pool drops connections and reconnects over TLS.
     shared.connection_pool_maxsize = POOL_SIZE
     client.ApiClient.set_default(client.ApiClient(shared))  # type: ignore[no-untyped-call]
+
+
+def api_server_url() -> str:
+    """The API server the loaded configuration talks to."""
+    return str(client.Configuration.get_default_copy().host)
+
+
+def route_source(url: str) -> str | None:
+    """This machine's own address on the route to the host of `url`: the address that host
+    most likely reaches this machine at. Nothing is sent (a UDP socket is only connected);
+    None when the host cannot be resolved or routed to."""
+    parts = urlsplit(url)
+    if not parts.hostname:
+        return None
+    try:
+        port = parts.port or 443
+        family, kind, proto, _, address = socket.getaddrinfo(
+            parts.hostname, port, type=socket.SOCK_DGRAM)[0]
+        with socket.socket(family, kind, proto) as probe:
+            probe.connect(address)
+            return str(probe.getsockname()[0])
+    except (OSError, ValueError):
+        return None
+
+
+def unspecified(address: str) -> bool:
+    """A wildcard listen address (0.0.0.0, ::): it accepts calls, but cannot be called."""
+    try:
+        return ipaddress.ip_address(address).is_unspecified
+    except ValueError:
+        return False  # a host name
 
 
 def read_deployment(namespace: str, name: str) -> client.V1Deployment | None:
