@@ -1,5 +1,5 @@
-# The operator image: `infertune run` (operator and webhook), `infertune agent`, and the
-# launcher that the init container copies into serving pods.
+# The operator image: `infertune run` (operator and webhook), and the launcher that the init
+# container copies into serving pods.
 FROM python:3.11-slim
 RUN useradd --uid 65532 --no-create-home --shell /usr/sbin/nologin infertune
 WORKDIR /src

@@ -175,6 +175,16 @@ def test_without_access_values_nothing_is_mounted_or_passed() -> None:
      "does not match pattern"),
     (["--set", f"prometheus.url={PROMETHEUS}", "--set-string",
       'prometheus.credentialsFile=/t" --kubeconfig=/etc/evil'], "/prometheus/credentialsFile"),
+    # What `infertune run` refuses at start, refused at render instead of a crash loop:
+    (["--set", f"prometheus.url={PROMETHEUS}", "--set", "prometheus.caConfigMap.name=ca"],
+     "are for an https:// prometheus.url"),
+    (["--set", f"prometheus.url={PROMETHEUS}", "--set", "prometheus.clientCertSecret=c"],
+     "are for an https:// prometheus.url"),
+    (["--set", f"prometheus.url={PROMETHEUS}", "--set-string", "prometheus.headers.X-A=1",
+      "--set-string", "prometheus.headers.x-a=2"], "is given twice"),
+    (["--set", f"prometheus.url={PROMETHEUS}", "--set", "prometheus.credentialsFile=/t",
+      "--set-string", "prometheus.headers.authorization=Bearer x"],
+     "both give the Authorization header"),
 ])
 def test_prometheus_access_values_that_cannot_work_are_refused(
         values: list[str], says: str) -> None:

@@ -90,3 +90,21 @@ def test_allocator_check_takes_the_cpus_for_what_depends_on_them(
     with pytest.raises(SystemExit):
         main(["allocator", "check", "narenas:4", "--cpus", "0"])
     assert "1 or more" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("example", sorted((ROOT / "examples").glob("*.yaml")),
+                         ids=lambda p: p.name)
+def test_every_example_holds_the_deployment_it_tunes(
+        example: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """README applies the examples to a cluster and says they come with their Deployments;
+    three of them had none, so the tuning waited with TargetNotFound and `plan` could not
+    run on them."""
+    docs = [d for d in yaml.safe_load_all(example.read_text()) if d]
+    tuning = next(d for d in docs if d["kind"] == "InferenceTuning")
+    targets = [d for d in docs if d["kind"] == "Deployment"
+               and d["metadata"]["name"] == tuning["spec"]["targetRef"]["name"]
+               and d["metadata"]["namespace"] == tuning["metadata"]["namespace"]]
+    assert len(targets) == 1
+    assert main(["plan", str(example), "--pod", str(example), "--output", "json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert not result["refused"] and result["patch"], result

@@ -173,7 +173,8 @@ def _add_run_command(commands: argparse._SubParsersAction) -> None:  # type: ign
     """`infertune run`: the operator itself."""
     from infertune.metrics.access import add_access_options
 
-    run = commands.add_parser("run", help="run the operator against the current kubeconfig")
+    run = commands.add_parser("run", help="run the operator (credentials: --kubeconfig, else "
+                              "in-cluster, else $KUBECONFIG or ~/.kube/config)")
     run.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster, then "
                      "$KUBECONFIG, then ~/.kube/config)")
     scope = run.add_mutually_exclusive_group()
@@ -203,7 +204,8 @@ def _add_run_command(commands: argparse._SubParsersAction) -> None:  # type: ign
     hook.add_argument("--webhook-addr", default="0.0.0.0", help="listen address")
     hook.add_argument("--webhook-port", type=int, default=9443, help="listen port")
     hook.add_argument("--webhook-host", help="host name or IP the API server connects to "
-                      "(default: the listen address)")
+                      "(default: the listen address; for 0.0.0.0 or ::, this machine's "
+                      "address on its route to the API server)")
     hook.add_argument("--webhook-service", metavar="NS/NAME:PORT",
                       help="register the webhook through this Service (in-cluster)")
     hook.add_argument("--webhook-cert", help="serving certificate (for example from "

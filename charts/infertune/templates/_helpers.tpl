@@ -18,6 +18,20 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- if and $p.credentialsSecret.name $p.credentialsFile -}}
 {{- fail "prometheus.credentialsSecret and prometheus.credentialsFile both give the credentials; set one" -}}
 {{- end -}}
+{{- if and (or $p.caConfigMap.name $p.clientCertSecret) (not (hasPrefix "https://" $p.url)) -}}
+{{- fail "prometheus.caConfigMap and prometheus.clientCertSecret are for an https:// prometheus.url; use https:// or drop them" -}}
+{{- end -}}
+{{- $seen := dict -}}
+{{- range $name, $value := $p.headers -}}
+{{- $key := lower $name -}}
+{{- if hasKey $seen $key -}}
+{{- fail (printf "prometheus.headers: %s is given twice (header names are case-insensitive); keep one" $name) -}}
+{{- end -}}
+{{- $_ := set $seen $key true -}}
+{{- if and (eq $key "authorization") (or $p.credentialsSecret.name $p.credentialsFile) -}}
+{{- fail (printf "prometheus.headers: %s and prometheus.credentialsSecret or credentialsFile both give the Authorization header; set one" $name) -}}
+{{- end -}}
+{{- end -}}
 {{- if $p.caConfigMap.name }}
 - --prometheus-ca-file=/etc/infertune/prometheus-ca/ca.crt
 {{- end }}

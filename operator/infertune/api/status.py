@@ -76,7 +76,8 @@ class Decision(ApiModel):
     """When it was made (RFC 3339)."""
 
     feature: Annotated[str, Field(max_length=63)]
-    """tuning, memory, mig, autoscaling, batching or canary."""
+    """Which part of the operator decided: controller (the spec and its target) or
+    autoscaling."""
 
     action: Annotated[str, Field(max_length=253)]
     """What was done, for example "scale 3 -> 5"."""
