@@ -392,3 +392,46 @@ def test_a_missing_latency_sample_breaks_the_run_of_breaches() -> None:
     whole = Series(((NOW - 15, 0.15), (NOW, 0.15)), 15.0)
     rate = Series(((NOW - 15, 10.0), (NOW, 10.0)), 15.0)
     assert read_signals(spec(), TargetSignals(steady(5), whole, rate), NOW).breaches == 2
+
+
+def test_percent_rate_limits_are_exact() -> None:
+    """HPA's ceil(start x (1 + p/100)) and floor(start x (1 - p/100)) in floats are a pod off
+    where the product is whole: 50 at +10% gave 56, and 10 at -80% gave 1. Checked against
+    exact fractions for every start and percent up to 100."""
+    from fractions import Fraction
+
+    from infertune.api.scaling import ScalingRules
+    from infertune.scaling.behavior import scale_down_limit, scale_up_limit
+
+    for start in range(1, 101):
+        for percent in range(1, 101):
+            rules = ScalingRules.model_validate(
+                {"pods": 0, "percent": percent, "period": "15s", "stabilization": "0s"})
+            up = Fraction(start) * (100 + percent) / 100
+            assert scale_up_limit(start, (), rules, NOW)[0] == -(-up.numerator //
+                                                                 up.denominator)
+            down = Fraction(start) * (100 - percent) / 100
+            assert scale_down_limit(start, (), rules, NOW)[0] == down.numerator // \
+                down.denominator
+
+
+def test_a_queue_exactly_at_the_tolerance_edge_holds_either_way() -> None:
+    """Inside means at most target x (1 +- tolerance): 1.1 - 1 is 0.10000000000000009 in
+    floats, so 35.2 against 32 scaled out while 28.8 held."""
+    for value in (35.2, 28.8):
+        decision = decide(signals(steady(value)), current=10)
+        assert decision.desired_replicas == 10, decision.reason
+        assert "within tolerance" in decision.reason
+
+
+def test_the_latency_reason_says_the_numbers_that_drove_it() -> None:
+    """75.2ms read "75ms vs target 75ms" in a breach; a missing request rate read "at 0.0
+    req/s, 0/2 samples above target" although both samples were above target."""
+    breach = decide(signals(steady(40), latency_ms=(75.2, 75.2)), latency={"action": "ScaleOut"})
+    assert "p99 75.2ms vs target 75ms" in breach.reason and "2/2 samples" in breach.reason
+    unknown = TargetSignals(steady(10), per_interval(0.2, 0.2), MISSING)
+    held = decide(unknown)
+    assert "p99 200ms vs target 75ms at an unknown request rate, 0/2 samples above target " \
+           "(a sample counts with minRequestRate behind it, and the rate is unknown)" \
+        in held.reason, held.reason
+    assert "0.0 req/s" not in held.reason

@@ -8,8 +8,6 @@ recommendations and events passed in instead of kept in the controller.
 
 from __future__ import annotations
 
-import math
-
 from infertune.api.scaling import ScalingRules
 from infertune.scaling.signals import seconds
 from infertune.scaling.state import Recommendation, ScaleEvent
@@ -64,8 +62,9 @@ def scale_up_limit(current: int, events: tuple[ScaleEvent, ...], rules: ScalingR
     if rules.pods > 0:
         proposals.append(start + rules.pods)
     if rules.percent > 0:
-        # Rounded up, or a small Deployment could never grow (horizontal.go).
-        proposals.append(math.ceil(start * (1 + rules.percent / 100)))
+        # Rounded up, or a small Deployment could never grow (horizontal.go). In integers:
+        # 50 x (1 + 10/100) is 55.00000000000001 in floats, which rounded up to 56.
+        proposals.append(-(-start * (100 + rules.percent) // 100))
     return max(max(proposals), current), start
 
 
@@ -80,7 +79,8 @@ def scale_down_limit(current: int, events: tuple[ScaleEvent, ...], rules: Scalin
     if rules.pods > 0:
         proposals.append(start - rules.pods)
     if rules.percent > 0:
-        proposals.append(math.floor(start * (1 - rules.percent / 100)))
+        # In integers: 10 x (1 - 80/100) is 1.9999999999999996 in floats, which floored to 1.
+        proposals.append(start * (100 - rules.percent) // 100)
     return min(min(proposals), current), start
 
 

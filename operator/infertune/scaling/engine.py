@@ -99,7 +99,7 @@ def _queue_proposal(spec: AutoscalingSpec, current: int, reading: Reading) -> _P
         return _Proposal(None, "queue: no data")
     ratio = queue / target
     said = f"queue {queue:.1f}/replica vs target {target:g} (ratio {ratio:.2f})"
-    if abs(ratio - 1) <= spec.tolerance:
+    if abs(ratio - 1) <= spec.tolerance + FLOAT_NOISE:  # 1.1 - 1 is 0.10000000000000009
         return _Proposal(current, f"{said}, within tolerance {spec.tolerance:g}")
     proposed = _ceil(current * ratio)
     if ratio < 1:
@@ -119,11 +119,14 @@ def _latency_proposal(spec: AutoscalingSpec, current: int, reading: Reading) -> 
                          f"minRequestRate {signal.min_request_rate:g}, quantile ignored")
     if reading.latency_s is None:
         return _Proposal(None, f"{kind}: no data")
-    said = (f"{kind} {format_duration(reading.latency_s)} vs target {target} "
-            f"at {reading.request_rate or 0:.1f} req/s")
+    rate = reading.request_rate
+    said = (f"{kind} {latency_text(reading.latency_s)} vs target {target} at "
+            + ("an unknown request rate" if rate is None else f"{rate:.1f} req/s"))
     if reading.latency_s <= seconds(target):
         return _Proposal(None, said)
     said = f"{said}, {reading.breaches}/{signal.consecutive_samples} samples above target"
+    if rate is None:
+        said += " (a sample counts with minRequestRate behind it, and the rate is unknown)"
     if not reading.latency_breached:
         # An elevated latency vetoes scaling in even before it counts as a breach.
         return _Proposal(current, said)
@@ -136,6 +139,12 @@ def _latency_proposal(spec: AutoscalingSpec, current: int, reading: Reading) -> 
                          "comes from batching: tune batching", tune_batching=True)
     proposed = max(current + 1, _ceil(current * reading.latency_s / seconds(target)))
     return _Proposal(proposed, f"{said} -> {proposed}")
+
+
+def latency_text(latency_s: float) -> str:
+    """A latency in milliseconds to a tenth: whole milliseconds made 75.2ms read "75ms vs
+    target 75ms" in a breach."""
+    return f"{round(latency_s * 1000, 1):g}ms"
 
 
 def _ceil(replicas: float) -> int:
