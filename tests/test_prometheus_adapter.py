@@ -388,14 +388,15 @@ def test_cli_evaluate_prints_signals_decision_and_reason(
     path.write_text(TUNING)
     fetch_when(PrometheusSource(prometheus.url), [target("serving", "llm")], "serving/llm")
     argv = ["autoscale", "evaluate", str(path), "--prometheus", prometheus.url,
-            "--replicas", "3", "--output", "json"]
+            "--replicas", "2", "--output", "json"]
     assert run_cli(argv) == 0
     out = json.loads(capsys.readouterr().out)
     assert {"signals", "desiredReplicas", "action", "reason"} <= set(out)
     assert out["signals"]["queuePerReplica"] == 30.0
+    assert out["signals"]["queuePods"] == 2  # llm's two pods, not llmx's
     assert out["signals"]["latencyBreaches"] == 2  # p99 0.199s against a 100ms target
     # Latency breached with the queue at target (Auto): the batch is the cause, not the load.
-    assert (out["action"], out["desiredReplicas"]) == ("TuneBatching", 3)
+    assert (out["action"], out["desiredReplicas"]) == ("TuneBatching", 2)
     assert "queue 30.0/replica vs target 32" in out["reason"]
 
 

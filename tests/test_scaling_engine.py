@@ -435,3 +435,57 @@ def test_the_latency_reason_says_the_numbers_that_drove_it() -> None:
            "(a sample counts with minRequestRate behind it, and the rate is unknown)" \
         in held.reason, held.reason
     assert "0.0 req/s" not in held.reason
+
+
+def _loading(total_waiting: float, reporting: int, now: float) -> Window:
+    """The queue while new pods load their model: every waiting request sits at the
+    `reporting` pods, whose mean is what the adapter reads, for the last 31 s."""
+    return steady(total_waiting / reporting, now=now)._replace(pods=reporting)
+
+
+def test_a_scale_out_waits_for_the_pods_it_started_instead_of_compounding() -> None:
+    """256 requests waiting at 4 pods, target 32: 8 replicas take them. The new pods report
+    nothing for two minutes (loading a model); sized on the mean of the 4 that report times
+    every replica, each interval doubled the count: 4, 8, 16, 32, 64, held there 5 minutes."""
+    replicas, state, history = 4, ScalingState(), []
+    started: dict[float, int] = {}  # when each scale-out's pods come up
+    for i in range(12):
+        now = NOW + 15 * i
+        reporting = min(replicas, 4 + sum(n for t, n in started.items() if now - t >= 120))
+        decision = decide(signals(_loading(256, reporting, now), now=now), replicas, state,
+                          now, maxReplicas=64)
+        if decision.desired_replicas > replicas:
+            started[now] = decision.desired_replicas - replicas
+        state, replicas = decision.state, decision.desired_replicas
+        history.append(replicas)
+    assert history == [8] * 12, history
+
+
+def test_pods_that_do_not_report_yet_count_as_idle_out_and_on_target_in() -> None:
+    """HPA's rule for pods without metrics: a scale-out counts them as idle, a scale-in as
+    exactly on target, and a count they would turn the other way holds."""
+    out = decide(signals(steady(96)._replace(pods=4)), current=8)  # 384 waiting, 4 of 8
+    assert out.desired_replicas == 12, out.reason  # ceil(384 / 32), not ceil(8 x 3)
+    assert "queue 96.0/pod over the 4 of 8 pods reporting, 48.0/replica with the 4 starting " \
+           "ones counted as idle (ratio 1.50)" in out.reason
+    turned = decide(signals(steady(40)._replace(pods=4)), current=8)  # 160 waiting: 5 would do
+    assert turned.desired_replicas == 8 and "no change until they report" in turned.reason
+    down = decide(signals(steady(8)._replace(pods=4)), current=8,
+                  scaleDown={"pods": 0, "percent": 100, "period": "15s",
+                             "stabilization": "0s"})  # (32 + 4 x 32) / 8 = 20 per replica
+    assert down.desired_replicas == 5, down.reason  # ceil(8 x 20/32), not ceil(8 x 8/32) = 2
+    # Pods of a rolling update that outnumber the replicas change nothing.
+    surge = decide(signals(steady(48)._replace(pods=6)), current=4)
+    assert surge.desired_replicas == 6 and "reporting" not in surge.reason
+
+
+def test_a_latency_breach_counts_the_pods_still_starting() -> None:
+    slow = {"latency": {"action": "ScaleOut"}}
+    wait = decide(signals(steady(10)._replace(pods=4), latency_ms=(150, 150)), current=8,
+                  **slow)
+    assert wait.desired_replicas == 8, wait.reason  # 4 reporting x 2 = 8: the others cover it
+    assert "4 of 8 pods reporting, sized on them -> 8: waiting for the 4 starting ones" in \
+        wait.reason
+    more = decide(signals(steady(10)._replace(pods=4), latency_ms=(300, 300)), current=8,
+                  **slow)
+    assert more.desired_replicas == 16, more.reason  # 4 x 4: more than are coming

@@ -219,8 +219,10 @@ def _windows(result: list[dict[str, Any]], plan: QueryPlan,
         if not math.isfinite(last):
             out[key] = Window.missing("only NaN or infinite values")
             continue
+        pods = got.get("pods")
         out[key] = Window(last, end, plan.lookback_s, plan.step_s, plan.threshold,
-                          got.get("dip"), int(got.get("samples", 0)), got.get("peak"))
+                          got.get("dip"), int(got.get("samples", 0)), got.get("peak"),
+                          pods=None if pods is None else int(pods))
     return out
 
 

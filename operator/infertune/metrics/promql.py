@@ -14,7 +14,8 @@ Deployment, so it can be pasted as it is.
 
 The queue and running gauges are read as a window (`window_query`): one instant query whose
 series carry a `infertune_stat` label, `last` (the value now), `dip` (the newest step at or
-below a threshold), `samples` (steps with finite data) and `peak` (the highest step).
+below a threshold), `samples` (steps with finite data), `peak` (the highest step) and, for the
+queue, `pods` (how many pods report it now).
 """
 
 from __future__ import annotations
@@ -148,12 +149,15 @@ def _stat(expr: str, stat: str) -> str:
 
 
 def window_query(expr: str, span_s: float, step_s: float, threshold: float | None = None,
-                 peak: bool = False) -> str:
+                 peak: bool = False, pods: str | None = None) -> str:
     """`expr` (one series per target) summed up over the trailing `span_s`, as `Window` reads
     it. `dip` and `samples` are only returned while the value is above `threshold`: the
-    sustain rule needs them then, and most targets are below target most of the time."""
+    sustain rule needs them then, and most targets are below target most of the time.
+    `pods` (one series per target) is returned now, as the `pods` stat."""
     finite = f"({expr}) < Inf > -Inf"  # NaN fails every comparison, so it is not a sample
     parts = [_stat(expr, "last")]  # as it is: a NaN now is reported as such, not as absent
+    if pods is not None:
+        parts.append(_stat(pods, "pods"))
     window = f"[{duration(span_s)}:{duration(step_s)}]"
     if threshold is not None:
         limit = number(threshold)
@@ -172,10 +176,18 @@ def gauge_query(scope: Scope, name: str) -> str:
     return f"avg by ({scope.by()}) ({_per_target(scope, _gauge(scope, name))})"
 
 
+def pods_query(scope: Scope, name: str) -> str:
+    """How many of each target's pods export gauge `name` now, one series per target."""
+    return f"count by ({scope.by()}) ({_per_target(scope, _gauge(scope, name))})"
+
+
 def queue_query(scope: Scope, metrics: EngineMetrics, span_s: float, step_s: float,
                 threshold: float | None) -> str:
+    """The queue per pod over the window, and how many pods report it: the engine counts
+    pods that do not report yet (starting) as HPA counts pods without metrics."""
     gauge = gauge_query(scope, metrics.queue_depth)
-    return window_query(gauge, span_s, step_s, threshold=threshold)
+    return window_query(gauge, span_s, step_s, threshold=threshold,
+                        pods=pods_query(scope, metrics.queue_depth))
 
 
 def running_query(scope: Scope, metrics: EngineMetrics, span_s: float,

@@ -32,6 +32,9 @@ class Reading(NamedTuple):
     running_per_replica: float | None
     running_peak: float | None
     problems: tuple[str, ...]
+    queue_pods: int | None = None
+    """How many pods report the queue now (`queue_per_replica` is their mean); None when not
+    known."""
 
     @property
     def queue_missing(self) -> bool:
@@ -53,6 +56,7 @@ class Reading(NamedTuple):
             "latencyBreached": self.latency_breached,
             "latencyQuiet": self.latency_quiet,
             "runningPerReplica": self.running_per_replica,
+            "queuePods": self.queue_pods,
             "problems": list(self.problems),
         }
 
@@ -68,7 +72,7 @@ def read_signals(spec: AutoscalingSpec, signals: TargetSignals, now: float) -> R
         queue_now, above_for, sustained, None if quiet else latency_now, signals.latency_kind,
         rate_now, breaches, breaches >= spec.latency.consecutive_samples, quiet,
         signals.running.latest(now), signals.running.peak if signals.running.available else None,
-        signals.problems())
+        signals.problems(), signals.queue.pods if queue_now is not None else None)
 
 
 def _queue_sustain(spec: AutoscalingSpec, signals: TargetSignals, now: float,

@@ -94,6 +94,9 @@ class Window(NamedTuple):
     peak: float | None = None
     query: str = ""
     problem: str | None = None
+    pods: int | None = None
+    """For the queue: how many pods report it now (`last` is their mean); None when not
+    read."""
 
     @classmethod
     def missing(cls, problem: str, query: str = "") -> Window:
@@ -101,7 +104,8 @@ class Window(NamedTuple):
 
     @classmethod
     def of_points(cls, points: Sequence[tuple[float, float]], end: float, span: float,
-                  step: float, threshold: float | None = None, query: str = "") -> Window:
+                  step: float, threshold: float | None = None, query: str = "",
+                  pods: int | None = None) -> Window:
         """The window Prometheus computes from raw points at `step` (the queries in promql.py
         mean exactly this): steps in [end - span, end], NaN and infinities left out."""
         inside = [(t, v) for t, v in points if end - span <= t <= end and math.isfinite(v)]
@@ -111,7 +115,7 @@ class Window(NamedTuple):
         dips = [t for t, v in inside if threshold is not None and v <= threshold]
         return cls(last=last, end=end, span=span, step=step, threshold=threshold,
                    dip=max(dips, default=None), samples=len(inside),
-                   peak=max(v for _, v in inside), query=query)
+                   peak=max(v for _, v in inside), query=query, pods=pods)
 
     @property
     def available(self) -> bool:
