@@ -5,12 +5,16 @@ the Prometheus side of a fetch is tested against the real server in test_prometh
 
 from __future__ import annotations
 
+import types
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+import pytest
 
 from infertune.controller.autoscaling import AutoscalingSettings, signals_for, signals_if_due
 from infertune.metrics.source import MetricsTarget
 from infertune.scaling.signals import NOT_FETCHED, NOT_FETCHED_WINDOW, TargetSignals
+from infertune.scaling.state import format_time
 
 T0 = 1_700_000_010.0  # a multiple of 15 s plus 0 s: the start of a 15 s slot
 
@@ -149,3 +153,56 @@ def test_a_loop_sleeps_until_its_next_slot_once_it_has_evaluated() -> None:
     assert 11 < wait < 11.1  # the next 15 s slot starts at T0 + 15
     assert not settings.due("ns/t0", parsed, T0 + 4 + wait - 0.01)
     assert settings.due("ns/t0", parsed, T0 + 4 + wait)
+
+
+def test_an_evaluation_is_made_as_of_the_start_of_its_slot(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pass that ran late in its slot (workers busy, or an operator restarted mid-slot)
+    read Prometheus and stamped its state at that moment, so rate-limit periods and sustain
+    windows fell differently than for a pass on time: the same load could scale 4 -> 6 after
+    a restart where the operator that kept running held."""
+    from infertune.controller import autoscaling
+
+    class Timed(RecordingSource):
+        at: list[float] = []
+
+        def fetch(self, targets: Sequence[MetricsTarget],
+                  now: float) -> Mapping[str, TargetSignals]:
+            self.at.append(now)
+            return super().fetch(targets, now)
+
+    decided: list[float] = []
+    monkeypatch.setattr(autoscaling, "evaluate", lambda *args, **_: decided.append(args[9]))
+    source = Timed()
+    settings = AutoscalingSettings(source=source)
+    idx = index(entry(0))
+    parsed = settings.parse("ns", "t0", "uid-0", 1, entry(0)["spec"])
+    assert parsed is not None
+    for late in (5.3, 14.9):
+        slot = T0 + (15 if late > 10 else 0)
+        clock = types.SimpleNamespace(time=lambda at=slot + late: at)
+        monkeypatch.setattr(autoscaling, "time", clock)  # this module's clock only
+        listed = settings.listing(idx, parsed, slot + late)  # type: ignore[arg-type]
+        autoscaling._evaluate_if_due(settings, "ns/t0", parsed, listed, "ns", "t0", 1, {},
+                                     None, None, None)  # type: ignore[arg-type]
+    assert source.at == decided == [T0, T0 + 15]
+
+
+def test_a_slot_the_status_says_was_evaluated_is_not_evaluated_again() -> None:
+    settings = AutoscalingSettings(source=RecordingSource())
+    parsed = settings.parse("ns", "t0", "uid-0", 1, entry(0)["spec"])
+    assert parsed is not None
+
+    def status(stamp: object) -> dict[str, Any]:
+        return {"autoscaling": {"evaluated": stamp}}
+
+    now = T0 + 7
+    assert not settings.stored_in_slot("ns/t0", parsed, now, {})
+    assert not settings.stored_in_slot("ns/t0", parsed, now, status(format_time(T0 - 15)))
+    assert not settings.stored_in_slot("ns/t0", parsed, now, status(format_time(T0 + 15)))
+    assert not settings.stored_in_slot("ns/t0", parsed, now, status("yesterday"))
+    assert not settings.stored_in_slot("ns/t0", parsed, now, status(5))
+    assert settings.due("ns/t0", parsed, now)
+    assert settings.stored_in_slot("ns/t0", parsed, now, status(format_time(T0)))
+    assert not settings.due("ns/t0", parsed, now)  # the loop sleeps until T0 + 15
+    assert settings.due("ns/t0", parsed, T0 + 15)

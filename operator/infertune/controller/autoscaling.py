@@ -48,7 +48,7 @@ from infertune.controller.status_patch import Build, write_status
 from infertune.metrics.source import MetricsSource, MetricsTarget, target_for_tuning
 from infertune.scaling.engine import ScaleDecision
 from infertune.scaling.signals import TargetSignals
-from infertune.scaling.state import format_time
+from infertune.scaling.state import format_time, parse_time
 
 RESOURCE = (GROUP, VERSION, PLURAL)
 WORKERS = 16
@@ -121,6 +121,25 @@ class AutoscalingSettings:
 
     def due(self, key: str, parsed: Parsed, now: float) -> bool:
         return self.last_slot.get(key) != math.floor(now / parsed.interval_s)
+
+    def stored_in_slot(self, key: str, parsed: Parsed, now: float,
+                       status: Mapping[str, Any]) -> bool:
+        """Whether the status already holds an evaluation of the current slot (made before a
+        restart, or by the operator this one replaces); the slot then counts as evaluated.
+        A second evaluation in one slot would decide from the state the first one left, which
+        an operator that kept running never does. A stamp after the slot (a clock ahead, an
+        edit) is not believed: it would hold autoscaling until then."""
+        stamp = (status.get("autoscaling") or {}).get("evaluated")
+        try:
+            evaluated = parse_time(stamp) if isinstance(stamp, str) else None
+        except ValueError:
+            return False
+        slot = math.floor(now / parsed.interval_s)
+        start = slot * parsed.interval_s  # what an evaluation of this slot stamps
+        if evaluated is None or not start - 1e-3 <= evaluated < start + parsed.interval_s:
+            return False
+        self.last_slot[key] = slot
+        return True
 
     def until_due(self, key: str, parsed: Parsed, now: float) -> float:
         """0 when `key` is due now, else the seconds until its next slot starts."""
@@ -290,8 +309,8 @@ async def autoscale(stopped: kopf.DaemonStopped, namespace: str, name: str, body
             continue
         now = time.time()
         wait = settings.until_due(key, parsed, now)
-        if wait > 0:
-            await pause(wait, stopped)
+        if wait > 0 or settings.stored_in_slot(key, parsed, now, status_now):
+            await pause(wait or settings.until_due(key, parsed, now), stopped)
             continue
         tunings = settings.listing(tunings_by_target, parsed, now)
         target = (namespace, parsed.spec.target_ref.name)
@@ -342,9 +361,12 @@ def _write_if_present(namespace: str, name: str, status: dict[str, Any],
 def _evaluate_if_due(settings: AutoscalingSettings, key: str, parsed: Parsed, tunings: Listed,
                      namespace: str, name: str, generation: int, status: dict[str, Any],
                      resource_version: str | None, writers: Writers, body: kopf.Body) -> None:
-    """The blocking part of a due pass, in a worker thread. The time is read here: when the
-    workers are busy, the pass may start a little after the loop queued it."""
-    now = time.time()
+    """The blocking part of a due pass, in a worker thread. It evaluates as of the start of
+    the slot (Prometheus read at that time, the state stamped with it), so the decision does
+    not depend on when in the slot the pass ran: an operator restarted mid-slot, or a pass
+    that waited for a worker, decides as one that ran on time."""
+    interval = parsed.interval_s
+    now = math.floor(time.time() / interval) * interval
     signals = signals_if_due(settings, key, parsed, tunings, now)
     if signals is None:
         return
