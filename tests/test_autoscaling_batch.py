@@ -95,7 +95,7 @@ def test_deleted_tunings_are_forgotten() -> None:
     settings = AutoscalingSettings(source=RecordingSource())
     tick(settings, index(entry(0), entry(1)), "t0", T0)
     assert set(settings.batch) == {"ns/t0", "ns/t1"}
-    settings.written["ns/t1"] = (2, 3)
+    settings.written["ns/t1"] = 3
     tick(settings, index(entry(0)), "t0", T0 + 15)
     assert set(settings.batch) == {"ns/t0"}
     assert "ns/t1" not in settings.parsed and "ns/t1" not in settings.last_slot
@@ -206,3 +206,21 @@ def test_a_slot_the_status_says_was_evaluated_is_not_evaluated_again() -> None:
     assert settings.stored_in_slot("ns/t0", parsed, now, status(format_time(T0)))
     assert not settings.due("ns/t0", parsed, now)  # the loop sleeps until T0 + 15
     assert settings.due("ns/t0", parsed, T0 + 15)
+
+
+def test_a_revert_while_the_operator_restarted_is_still_a_revert() -> None:
+    """The replicas the operator wrote were kept in memory only: written, reverted by GitOps
+    while the operator restarted, and the new process saw no revert, wrote again, and a
+    crash-looping operator never stopped fighting."""
+    from infertune.controller.autoscaling import _reverted
+
+    stored = {"autoscaling": {"writtenReplicas": 6}}
+    fresh = AutoscalingSettings(source=RecordingSource())
+    assert _reverted(fresh, "ns/t0", 4, stored)  # 4 put back while it was down
+    assert not _reverted(fresh, "ns/t0", 4, stored)  # seen once, the stale status aside
+    standing = AutoscalingSettings(source=RecordingSource())
+    assert not _reverted(standing, "ns/t0", 6, stored)
+    assert not _reverted(standing, "ns/t0", 6, {})  # memory first
+    for junk in (True, "6", None):
+        assert not _reverted(AutoscalingSettings(source=RecordingSource()), "ns/t0", 4,
+                             {"autoscaling": {"writtenReplicas": junk}})

@@ -247,3 +247,14 @@ def test_a_replica_fight_is_stored_in_the_status_block_and_removed_when_over() -
     over = plan_evaluation(spec(), 1, merged({}, planned.status), signals(), 4, None, NOW + 900)
     assert over.status["autoscaling"]["replicaFight"] is None
     assert "replicaFight" not in merged(merged({}, planned.status), over.status)["autoscaling"]
+
+
+def test_the_replicas_written_are_kept_in_status_while_they_stand() -> None:
+    """So that a revert while the operator restarted is still seen as one (fights.py)."""
+    out = plan_evaluation(spec(), 1, {}, signals(48.0), 4, None, NOW)
+    assert out.write == 6 and out.status["autoscaling"]["writtenReplicas"] == 6
+    AutoscalingStatus.model_validate(out.status["autoscaling"])
+    held = plan_evaluation(spec(), 1, {}, signals(32.0), 6, None, NOW, written=6)
+    assert held.write is None and held.status["autoscaling"]["writtenReplicas"] == 6
+    gone = plan_evaluation(spec(), 1, {}, signals(32.0), 6, None, NOW)  # changed: cleared
+    assert gone.status["autoscaling"]["writtenReplicas"] is None

@@ -222,6 +222,11 @@ class AutoscalingStatus(ApiModel):
     replica_fight: ReplicaFight | None = None
     """Set while another writer fights the operator over replicas."""
 
+    written_replicas: Annotated[int, Field(ge=0)] | None = None
+    """Replicas the operator wrote last, while they stand: a change from them by another
+    writer is a revert (a replica fight), also for an operator restarted in between. Unset
+    once changed."""
+
 
 class BatchingStatus(ApiModel):
     """Batching recommendation, and in mode Auto the value pods are tuned with."""

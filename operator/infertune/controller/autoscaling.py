@@ -88,9 +88,11 @@ class AutoscalingSettings:
     """key -> the interval slot (floor(time / interval)) last evaluated."""
     parsed: dict[str, tuple[tuple[str, int], Parsed | None]] = field(default_factory=dict)
     """key -> ((uid, generation), the parsed spec or None when it does not validate)."""
-    written: dict[str, tuple[int, int]] = field(default_factory=dict)
-    """key -> (replicas before our write, replicas we wrote), until another writer changes
-    them (a revert; the fight itself is kept in status: fights.py)."""
+    written: dict[str, int | None] = field(default_factory=dict)
+    """key -> the replicas we wrote, while they stand (None: changed since, or none written).
+    Kept in status.autoscaling.writtenReplicas too, which a key not here is read from: a
+    revert while the operator restarted is still a revert (the fight is in status too:
+    fights.py)."""
     fetches: int = 0
     """Batches fetched since start (for the benchmark and the logs)."""
     listings: dict[float, tuple[int, Listed]] = field(default_factory=dict)
@@ -241,12 +243,18 @@ async def hpas_by_target(namespace: str, name: str, body: kopf.Body,
     return {(namespace, str(ref.get("name"))): name}
 
 
-def _reverted(settings: AutoscalingSettings, key: str, current: int) -> bool:
+def _reverted(settings: AutoscalingSettings, key: str, current: int,
+              status: Mapping[str, Any]) -> bool:
     """Whether another writer changed the replicas the operator last wrote (seen once)."""
-    written = settings.written.get(key)
-    if written is None or current == written[1]:
+    if key in settings.written:
+        written = settings.written[key]
+    else:  # a process that has not written yet: what the last one stored
+        stored = (status.get("autoscaling") or {}).get("writtenReplicas")
+        written = stored if isinstance(stored, int) and not isinstance(stored, bool) else None
+    if written is None or current == written:
+        settings.written[key] = written
         return False
-    settings.written.pop(key)
+    settings.written[key] = None
     return True
 
 
@@ -262,15 +270,16 @@ def evaluate(namespace: str, name: str, generation: int, spec: InferenceTuningSp
     scale = apps.read_namespaced_deployment_scale(deployment, namespace)
     current = int(scale.spec.replicas or 0) if scale.spec else 0
     stored_fight = Fight.from_json((status.get("autoscaling") or {}).get("replicaFight"))
-    fight = next_fight(stored_fight, generation, _reverted(settings, key, current), now)
+    fight = next_fight(stored_fight, generation, _reverted(settings, key, current, status), now)
     planned = plan_evaluation(spec, generation, status, signals, current,
                               blocked_by(deployment, writers, fight, now), now,
-                              None if fight is None else fight.to_json())
+                              None if fight is None else fight.to_json(),
+                              settings.written.get(key))
     if planned.write is not None:
         # Written before the status: if this call fails, the status keeps the old state.
         apps.patch_namespaced_deployment_scale(deployment, namespace,
                                                {"spec": {"replicas": planned.write}})
-        settings.written[key] = (current, planned.write)
+        settings.written[key] = planned.write
     write_status(namespace, name, status, resource_version,
                  lambda stored: planned.status if stored is status
                  else status_over(planned, stored))

@@ -89,9 +89,11 @@ def _shared_lists(stored: Mapping[str, Any], conditions: tuple[dict[str, Any], .
 
 def plan_evaluation(spec: InferenceTuningSpec, generation: int, status: Mapping[str, Any],
                     signals: TargetSignals, current: int, blocked: Blocked | None,
-                    now: float, fight: Mapping[str, Any] | None = None) -> Evaluation:
+                    now: float, fight: Mapping[str, Any] | None = None,
+                    written: int | None = None) -> Evaluation:
     """Decide from the state stored in `status`, and say what to write and report. `fight` is
-    the replica fight to store (fights.Fight.to_json), None when there is none."""
+    the replica fight to store (fights.Fight.to_json), None when there is none; `written`
+    the replicas the operator wrote before that still stand."""
     assert spec.autoscaling is not None
     previous: Mapping[str, Any] = status.get("autoscaling") or {}
     decision = decide_scale(spec.autoscaling, current, signals,
@@ -106,6 +108,7 @@ def plan_evaluation(spec: InferenceTuningSpec, generation: int, status: Mapping[
             decision, decision.state if applied else decision.held_state, stamp,
             stamp if applied else previous.get("lastScaleTime"), fight),
     }
+    patch["autoscaling"]["writtenReplicas"] = decision.desired_replicas if applied else written
     own = _conditions(spec, generation, decision, blocked, stamp)
     news = _news(spec, status, decision, changes, applied, stamp)
     record, event = news if news is not None else (None, None)
