@@ -191,6 +191,13 @@ CASES = [
          NO_SIGNALS, 6, ScaleAction.FALLBACK,
          spec={"metricsUnavailable": {"action": "Fallback", "fallbackReplicas": 6}},
          state=ScalingState(metrics_missing_since=NOW - 120)),
+    Case("fallback_goes_at_the_scale_up_rate_limit",  # as KEDA's, through HPA's behavior
+         NO_SIGNALS, 2, ScaleAction.FALLBACK, current=1,
+         spec={"metricsUnavailable": {"action": "Fallback", "fallbackReplicas": 10},
+               "scaleUp": {"pods": 1, "percent": 0, "period": "60s", "stabilization": "0s"}},
+         state=ScalingState(metrics_missing_since=NOW - 120),
+         reason_has=("fallback to 10 replicas, keeping 2", "scale-up limited to 2 by +1 pods "
+                     "per 60s")),
     Case("fallback_never_lowers_replicas",
          NO_SIGNALS, 9, ScaleAction.HOLD, current=9,
          spec={"metricsUnavailable": {"action": "Fallback", "fallbackReplicas": 6}},

@@ -196,8 +196,13 @@ def _metrics_unavailable(spec: AutoscalingSpec, current: int, reading: Reading,
     if rule.action is MetricsUnavailableAction.FALLBACK and fallback is not None and (
         missing_for >= seconds(rule.after)
     ):
-        desired = max(current, fallback)  # Fallback raises replicas, never lowers them
-        reason = f"{said} (>= {rule.after}): fallback to {fallback} replicas, keeping {desired}"
+        wanted = max(current, fallback)  # Fallback raises replicas, never lowers them
+        # At the scale-up rate limits, as KEDA's fallback goes through the HPA's behavior.
+        desired, limited = limit_rate(current, wanted, state.scale_events, spec.scale_up,
+                                      spec.scale_down, spec.min_replicas, spec.max_replicas,
+                                      now)
+        reason = (f"{said} (>= {rule.after}): fallback to {fallback} replicas, keeping "
+                  f"{desired}" + (f"; {limited}" if limited else ""))
         decision = _applied(spec, current, desired, reason, reading, state, now, record=current)
         if desired == current:
             return decision
