@@ -75,3 +75,24 @@ def test_stabilization_reads_the_same_from_the_kept_state_as_from_the_whole_hist
         state = record(state, now, replicas, keep_s=keep)
         history.append(Recommendation(now, replicas))
     assert len(state.recommendations) <= len(history)
+
+
+def test_the_most_a_state_can_hold_fits_in_the_status_schema() -> None:
+    """Every second a recommendation that no later one matches (rising by one) and a scale
+    event, for longer than the longest stabilization window and rate-limit period the spec
+    allows: the status the API server would store still validates. With 500 items allowed, a
+    1s interval scaling every second for a 30m period outgrew it, and every status patch was
+    refused after the replicas were written."""
+    from infertune.api.scaling import MAX_PERIOD_S, MAX_STABILIZATION_S
+    from infertune.api.status import MAX_RECOMMENDATIONS, MAX_SCALE_EVENTS, AutoscalingState
+
+    state = ScalingState()
+    for second in range(MAX_STABILIZATION_S + 120):
+        now = NOW + second
+        state = ScalingState(state.recommendations,
+                             (*state.scale_events, ScaleEvent(now, 1)))
+        state = state.recorded(now, Recommendation(now, second), MAX_STABILIZATION_S,
+                               MAX_PERIOD_S)
+    assert len(state.recommendations) == MAX_RECOMMENDATIONS - 1
+    assert len(state.scale_events) == MAX_SCALE_EVENTS - 1
+    AutoscalingState.model_validate(state.to_json())

@@ -14,6 +14,7 @@ MAX_SUSTAIN_S = 600
 MAX_PERIOD_S = 1800
 MAX_STABILIZATION_S = 3600
 MAX_INTERVAL_S = 3600
+MIN_INTERVAL_S = 1
 MAX_CONSECUTIVE_SAMPLES = 100
 
 
@@ -194,7 +195,7 @@ class AutoscalingSpec(ApiModel):
         if self.min_replicas > self.max_replicas:
             problems.add("minReplicas", f"{self.min_replicas} is above maxReplicas "
                          f"{self.max_replicas}; lower minReplicas or raise maxReplicas")
-        if self.interval.seconds < 1:
+        if self.interval.seconds < MIN_INTERVAL_S:
             problems.add("interval", f"{self.interval} is too short; Prometheus scrapes every "
                          "few seconds, use 1s or more (15s is the default)")
         elif self.interval.seconds > MAX_INTERVAL_S:

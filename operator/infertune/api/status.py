@@ -12,6 +12,7 @@ from typing import Annotated
 from pydantic import Field
 
 from infertune.api.base import ApiModel
+from infertune.api.scaling import MAX_PERIOD_S, MAX_STABILIZATION_S, MIN_INTERVAL_S
 
 MAX_DECISIONS = 10
 """Decisions kept in status; older ones are in the Events."""
@@ -156,14 +157,25 @@ class ScaleEventRecord(ApiModel):
     change: int
 
 
+MAX_RECOMMENDATIONS = MAX_STABILIZATION_S // MIN_INTERVAL_S + 1
+"""One recommendation per evaluation, kept for the longest stabilization window: the most a
+state can hold (pruning keeps far fewer unless the load keeps changing)."""
+MAX_SCALE_EVENTS = MAX_PERIOD_S // MIN_INTERVAL_S + 1
+"""At most one replica change per evaluation, kept for the longest rate-limit period. With
+500 before, a 1s interval scaling every second for a 30m period passed it, and the API server
+refused every status patch after the replicas were written."""
+
+
 class AutoscalingState(ApiModel):
     """What the decision engine remembers, so a restarted operator decides the same way."""
 
-    recommendations: list[RecommendationRecord] = Field(default_factory=list, max_length=500)
+    recommendations: list[RecommendationRecord] = Field(default_factory=list,
+                                                        max_length=MAX_RECOMMENDATIONS)
     """Recommendations that can still decide a stabilization window (the highest for scaling
     down, the lowest for scaling up); one that a later recommendation matches both ways is
     dropped, so a steady load keeps one."""
-    scale_events: list[ScaleEventRecord] = Field(default_factory=list, max_length=500)
+    scale_events: list[ScaleEventRecord] = Field(default_factory=list,
+                                                 max_length=MAX_SCALE_EVENTS)
     """Recent replica changes, for the scale-up and scale-down rate limits."""
     metrics_missing_since: str | None = None
 
