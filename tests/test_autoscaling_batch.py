@@ -224,3 +224,21 @@ def test_a_revert_while_the_operator_restarted_is_still_a_revert() -> None:
     for junk in (True, "6", None):
         assert not _reverted(AutoscalingSettings(source=RecordingSource()), "ns/t0", 4,
                              {"autoscaling": {"writtenReplicas": junk}})
+
+
+def test_signals_read_for_an_older_spec_are_not_handed_to_the_new_one() -> None:
+    """The spec changed (another queue target) after its slot's batch was fetched: the
+    engine got a window read against the old target, raised, and the evaluation was lost
+    with a traceback. It now waits for the next slot's batch, read for the new spec."""
+    source = RecordingSource()
+    settings = AutoscalingSettings(source=source)
+    assert tick(settings, index(entry(0), entry(1)), "t1", T0)
+    changed = entry(0, generation=2)
+    changed["spec"]["autoscaling"]["queue"] = {"targetPerReplica": 8}
+    idx = index(changed, entry(1))
+    assert not tick(settings, idx, "t0", T0 + 5)  # due, but no signals for this spec yet
+    assert source.asked == [["ns/t1", "ns/t0"]]
+    assert tick(settings, idx, "t0", T0 + 15)
+    assert source.asked[-1][0] == "ns/t0"
+    parsed = settings.parse("ns", "t0", "uid-0", 2, changed["spec"])
+    assert parsed is not None and settings.fetched_for["ns/t0"] is parsed.target

@@ -83,6 +83,9 @@ class AutoscalingSettings:
     batch: dict[str, TargetSignals] = field(default_factory=dict)
     fetched_at: dict[str, float] = field(default_factory=dict)
     """key -> when its signals in `batch` were fetched."""
+    fetched_for: dict[str, MetricsTarget] = field(default_factory=dict)
+    """key -> the metrics target (of one spec generation) its signals in `batch` were read
+    for: after a spec change they are not its signals any more."""
     lock: threading.Lock = field(default_factory=threading.Lock)
     last_slot: dict[str, int] = field(default_factory=dict)
     """key -> the interval slot (floor(time / interval)) last evaluated."""
@@ -207,7 +210,9 @@ def signals_for(settings: AutoscalingSettings, key: str, own: Parsed,
     with settings.lock:
         if (settings.fetched_at.get(key, -math.inf) >= slot * own.interval_s
                 and key in settings.batch):
-            return settings.batch[key]
+            # Read for an older generation of the spec (another queue target or window)
+            # when it changed since this slot's fetch: the next slot reads it anew.
+            return settings.batch[key] if settings.fetched_for.get(key) is own.target else None
         if settings.batched.get(own.interval_s) == slot:
             return None
         known: set[str] = {key}
@@ -223,9 +228,11 @@ def signals_for(settings: AutoscalingSettings, key: str, own: Parsed,
         settings.fetches += 1
         settings.batched[own.interval_s] = slot
         for gone in [k for k in settings.batch if k not in known]:
-            for table in (settings.batch, settings.fetched_at, settings.last_slot,
-                          settings.parsed, settings.written):
+            for table in (settings.batch, settings.fetched_at, settings.fetched_for,
+                          settings.last_slot, settings.parsed, settings.written):
                 table.pop(gone, None)
+        for target in targets:
+            settings.fetched_for[target.key] = target
         for other, signals in fetched.items():
             settings.batch[other] = signals
             settings.fetched_at[other] = now
