@@ -183,7 +183,8 @@ def test_an_evaluation_is_made_as_of_the_start_of_its_slot(
         clock = types.SimpleNamespace(time=lambda at=slot + late: at)
         monkeypatch.setattr(autoscaling, "time", clock)  # this module's clock only
         listed = settings.listing(idx, parsed, slot + late)  # type: ignore[arg-type]
-        autoscaling._evaluate_if_due(settings, "ns/t0", parsed, listed, "ns", "t0", 1, {},
+        written = {"autoscaling": {"evaluated": format_time(slot - 15)}}  # the last slot's
+        autoscaling._evaluate_if_due(settings, "ns/t0", parsed, listed, "ns", "t0", 1, written,
                                      None, None, None)  # type: ignore[arg-type]
     assert source.at == decided == [T0, T0 + 15]
 
@@ -242,3 +243,41 @@ def test_signals_read_for_an_older_spec_are_not_handed_to_the_new_one() -> None:
     assert source.asked[-1][0] == "ns/t0"
     parsed = settings.parse("ns", "t0", "uid-0", 2, changed["spec"])
     assert parsed is not None and settings.fetched_for["ns/t0"] is parsed.target
+
+
+def test_a_status_older_than_the_last_evaluation_is_read_again(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """kopf's copy of the tuning lags the operator's own last status write: decided from it,
+    the state written back dropped that evaluation's scale event (the rate limits then
+    counted one change too few). It is read again from the API server first."""
+    from infertune.controller import autoscaling
+
+    fresh = {"metadata": {"resourceVersion": "42"},
+             "status": {"autoscaling": {"evaluated": format_time(T0)}}}
+    reads: list[str] = []
+
+    class Api:
+        def get_namespaced_custom_object_status(self, *args: Any) -> dict[str, Any]:
+            reads.append(args[-1])
+            return fresh
+
+    decided: list[tuple[dict[str, Any], str | None]] = []
+    monkeypatch.setattr(autoscaling.client, "CustomObjectsApi", Api)
+    monkeypatch.setattr(autoscaling, "evaluate",
+                        lambda *args, **_: decided.append((args[4], args[10])))
+    settings = AutoscalingSettings(source=RecordingSource())
+    idx = index(entry(0))
+    parsed = settings.parse("ns", "t0", "uid-0", 1, entry(0)["spec"])
+    assert parsed is not None
+    stale = {"autoscaling": {"evaluated": format_time(T0 - 15)}}
+    current = {"autoscaling": {"evaluated": format_time(T0 + 15)}}
+    for slot, status in ((T0, stale), (T0 + 15, stale), (T0 + 30, current)):
+        clock = types.SimpleNamespace(time=lambda at=slot + 1: at)
+        monkeypatch.setattr(autoscaling, "time", clock)
+        listed = settings.listing(idx, parsed, slot + 1)  # type: ignore[arg-type]
+        autoscaling._evaluate_if_due(settings, "ns/t0", parsed, listed, "ns", "t0", 1, status,
+                                     "7", None, None)  # type: ignore[arg-type]
+    # The first evaluation of a process has nothing to compare with; the second's copy
+    # predates the first's write; the third's is current.
+    assert reads == ["t0"]
+    assert decided == [(stale, "7"), (fresh["status"], "42"), (current, "7")]

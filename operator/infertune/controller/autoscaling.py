@@ -89,6 +89,8 @@ class AutoscalingSettings:
     lock: threading.Lock = field(default_factory=threading.Lock)
     last_slot: dict[str, int] = field(default_factory=dict)
     """key -> the interval slot (floor(time / interval)) last evaluated."""
+    evaluated_at: dict[str, float] = field(default_factory=dict)
+    """key -> the time of this process's last evaluation that was written."""
     parsed: dict[str, tuple[tuple[str, int], Parsed | None]] = field(default_factory=dict)
     """key -> ((uid, generation), the parsed spec or None when it does not validate)."""
     written: dict[str, int | None] = field(default_factory=dict)
@@ -229,7 +231,8 @@ def signals_for(settings: AutoscalingSettings, key: str, own: Parsed,
         settings.batched[own.interval_s] = slot
         for gone in [k for k in settings.batch if k not in known]:
             for table in (settings.batch, settings.fetched_at, settings.fetched_for,
-                          settings.last_slot, settings.parsed, settings.written):
+                          settings.last_slot, settings.evaluated_at, settings.parsed,
+                          settings.written):
                 table.pop(gone, None)
         for target in targets:
             settings.fetched_for[target.key] = target
@@ -387,9 +390,30 @@ def _evaluate_if_due(settings: AutoscalingSettings, key: str, parsed: Parsed, tu
     if signals is None:
         return
     try:
+        if _older_than_own_write(settings, key, status):
+            # kopf's copy predates this process's last evaluation (the watch lags): decided
+            # from it, the state written back would lack that evaluation's scale event.
+            api = client.CustomObjectsApi()
+            fresh: dict[str, Any] = api.get_namespaced_custom_object_status(  # type: ignore[assignment]
+                GROUP, VERSION, namespace, PLURAL, name)
+            status = fresh.get("status") or {}
+            resource_version = str(fresh["metadata"]["resourceVersion"])
         evaluate(namespace, name, generation, parsed.spec, status, signals, settings, writers,
                  body, now, resource_version)
+        settings.evaluated_at[key] = now
     except ApiException as exc:
         if exc.status == 404:
             return  # the target (or the tuning) is missing; the controller reports it
         raise
+
+
+def _older_than_own_write(settings: AutoscalingSettings, key: str,
+                          status: Mapping[str, Any]) -> bool:
+    last = settings.evaluated_at.get(key)
+    if last is None:
+        return False
+    stamp = (status.get("autoscaling") or {}).get("evaluated")
+    try:
+        return not isinstance(stamp, str) or parse_time(stamp) < last - 1e-3
+    except ValueError:
+        return True
