@@ -424,3 +424,23 @@ def test_cli_says_where_the_tuning_comes_from_before_reading_anything(
     (tmp_path / "tuning.yaml").write_text(TUNING)
     assert run_cli(["autoscale", "evaluate", *where, "--prometheus", "http://x:1"]) == 1
     assert says in capsys.readouterr().err
+
+
+def test_the_queue_is_summed_per_pod_and_pods_are_counted_not_series(
+        prometheus: PrometheusServer, exporters: tuple[Exporter, Exporter]) -> None:
+    """An engine that exports its queue once per model (Triton) or per data-parallel rank has
+    several series per pod: counted as series, 4 of them made one pod look like 4 replicas
+    reporting, and the queue was their mean instead of the pod's total."""
+    text, _ = exporters
+    for model, waiting in (("a", 30), ("b", 10), ("c", 2), ("d", 6)):
+        text.waiting.labels("serving", "multi-5d4f8b9c7-abcde", model).set(waiting)
+    text.waiting.labels("serving", "multi-5d4f8b9c7-fghij", "a").set(12)
+    multi = target("serving", "multi")
+    source = PrometheusSource(prometheus.url)
+
+    def both_pods() -> Window | None:
+        got = source.fetch([multi], time.time())[multi.key].queue
+        return got if got.pods == 2 else None
+
+    window = wait_for(both_pods, "the multi pods scraped", timeout_s=10)
+    assert window.last == (48 + 12) / 2  # the mean of the pods' totals

@@ -468,31 +468,32 @@ def test_a_scale_out_waits_for_the_pods_it_started_instead_of_compounding() -> N
     assert history == [8] * 12, history
 
 
-def test_pods_that_do_not_report_yet_count_as_idle_out_and_on_target_in() -> None:
-    """HPA's rule for pods without metrics: a scale-out counts them as idle, a scale-in as
-    exactly on target, and a count they would turn the other way holds."""
+def test_the_queue_is_sized_on_the_pods_that_report_it() -> None:
+    """As HPA sizes on the pods it has metrics for: the requests waiting over the target."""
     out = decide(signals(steady(96)._replace(pods=4)), current=8)  # 384 waiting, 4 of 8
     assert out.desired_replicas == 12, out.reason  # ceil(384 / 32), not ceil(8 x 3)
-    assert "queue 96.0/pod over the 4 of 8 pods reporting, 48.0/replica with the 4 starting " \
-           "ones counted as idle (ratio 1.50)" in out.reason
-    turned = decide(signals(steady(40)._replace(pods=4)), current=8)  # 160 waiting: 5 would do
-    assert turned.desired_replicas == 8 and "no change until they report" in turned.reason
-    down = decide(signals(steady(8)._replace(pods=4)), current=8,
-                  scaleDown={"pods": 0, "percent": 100, "period": "15s",
-                             "stabilization": "0s"})  # (32 + 4 x 32) / 8 = 20 per replica
-    assert down.desired_replicas == 5, down.reason  # ceil(8 x 20/32), not ceil(8 x 8/32) = 2
-    # Pods of a rolling update that outnumber the replicas change nothing.
-    surge = decide(signals(steady(48)._replace(pods=6)), current=4)
-    assert surge.desired_replicas == 6 and "reporting" not in surge.reason
+    assert "queue 96.0/pod over the 4 pods reporting (384 waiting, 8 replicas) vs target 32 " \
+           "(ratio 3.00)" in out.reason
+    covered = decide(signals(steady(40)._replace(pods=4)), current=8)  # 160: 5 would do
+    assert covered.desired_replicas == 8 and "cover it once they all serve" in covered.reason
+    # A rolling update's surge pods report too: 288 waiting take 9, not ceil(4 x 1.5) = 6.
+    fast = {"scaleUp": {"pods": 10, "percent": 100, "period": "15s", "stabilization": "0s"}}
+    assert decide(signals(steady(48)._replace(pods=6)), current=4, **fast).desired_replicas == 9
 
 
-def test_a_latency_breach_counts_the_pods_still_starting() -> None:
-    slow = {"latency": {"action": "ScaleOut"}}
-    wait = decide(signals(steady(10)._replace(pods=4), latency_ms=(150, 150)), current=8,
-                  **slow)
-    assert wait.desired_replicas == 8, wait.reason  # 4 reporting x 2 = 8: the others cover it
-    assert "4 of 8 pods reporting, sized on them -> 8: waiting for the 4 starting ones" in \
-        wait.reason
-    more = decide(signals(steady(10)._replace(pods=4), latency_ms=(300, 300)), current=8,
-                  **slow)
-    assert more.desired_replicas == 16, more.reason  # 4 x 4: more than are coming
+def test_pods_that_never_report_do_not_hold_a_scale_in() -> None:
+    """18 of 20 replicas Pending (no GPU for them), the load gone: counted as on target,
+    they held 20 replicas for good, asking the cluster autoscaler for GPUs all along."""
+    now_down = {"scaleDown": {"pods": 0, "percent": 100, "period": "15s", "stabilization": "0s"}}
+    idle = decide(signals(steady(0)._replace(pods=2)), current=20, **now_down)
+    assert idle.desired_replicas == 1, idle.reason  # minReplicas
+    light = decide(signals(steady(8)._replace(pods=4)), current=8, **now_down)
+    assert light.desired_replicas == 1, light.reason  # 32 waiting: one replica's worth
+
+
+def test_a_latency_breach_scales_out_whatever_the_queue_pods_say() -> None:
+    """A queue gauge that only one pod exports (a router of a custom engine) must not mute
+    the latency: the breach still adds replicas."""
+    slow = decide(signals(steady(10)._replace(pods=1), latency_ms=(150, 150)), current=4,
+                  latency={"action": "ScaleOut"})
+    assert slow.desired_replicas == 8, slow.reason

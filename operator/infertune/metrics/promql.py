@@ -171,14 +171,23 @@ def window_query(expr: str, span_s: float, step_s: float, threshold: float | Non
     return " or ".join(parts)
 
 
+def _per_pod(scope: Scope, name: str) -> str:
+    """Gauge `name` summed per pod: an engine that exports it once per model (Triton) or per
+    data-parallel rank has several series per pod."""
+    return (f"sum by ({scope.by(label_name(scope.pod_label))}) "
+            f"({_per_target(scope, _gauge(scope, name))})")
+
+
 def gauge_query(scope: Scope, name: str) -> str:
-    """The mean of gauge `name` over each target's pods, one series per target."""
-    return f"avg by ({scope.by()}) ({_per_target(scope, _gauge(scope, name))})"
+    """The mean over each target's pods of gauge `name` (summed per pod), one series per
+    target."""
+    return f"avg by ({scope.by()}) ({_per_pod(scope, name)})"
 
 
 def pods_query(scope: Scope, name: str) -> str:
-    """How many of each target's pods export gauge `name` now, one series per target."""
-    return f"count by ({scope.by()}) ({_per_target(scope, _gauge(scope, name))})"
+    """How many of each target's pods export gauge `name` now (pods, not series), one series
+    per target."""
+    return f"count by ({scope.by()}) ({_per_pod(scope, name)})"
 
 
 def queue_query(scope: Scope, metrics: EngineMetrics, span_s: float, step_s: float,

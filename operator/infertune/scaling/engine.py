@@ -93,42 +93,37 @@ def _decide_on_signals(spec: AutoscalingSpec, current: int, reading: Reading,
                     tune_batching=tune)
 
 
-def _starting(current: int, reading: Reading) -> int:
-    """Replicas whose pods do not report metrics yet (starting, loading a model): the signals
-    describe the others only."""
-    pods = reading.queue_pods
-    return 0 if pods is None else max(current - pods, 0)
-
-
 def _queue_proposal(spec: AutoscalingSpec, current: int, reading: Reading) -> _Proposal:
     queue, target = reading.queue_per_replica, spec.queue.target_per_replica
     if queue is None:
         return _Proposal(None, "queue: no data")
     ratio = queue / target
-    said = f"queue {queue:.1f}/replica vs target {target:g} (ratio {ratio:.2f})"
-    starting = _starting(current, reading)
-    if starting:
-        # As HPA counts pods without metrics: idle for a scale-out, on target for a scale-in.
-        # Sized on the queue per reporting pod times every replica, a scale-out kept doubling
-        # while the new pods loaded their model, the queue waiting at the old ones.
-        reporting, idle = current - starting, ratio > 1
-        spread = (queue * reporting + (0.0 if idle else target) * starting) / current
-        said = (f"queue {queue:.1f}/pod over the {reporting} of {current} pods reporting, "
-                f"{spread:.1f}/replica with the {starting} starting ones counted as "
-                f"{'idle' if idle else 'on target'} (ratio {spread / target:.2f}) vs target "
-                f"{target:g}")
-        if (spread / target > 1) != idle:
-            return _Proposal(current, f"{said}: no change until they report")
-        ratio = spread / target
+    pods = reading.queue_pods
+    if pods is None or pods == current:
+        base, said = current, f"queue {queue:.1f}/replica vs target {target:g} (ratio {ratio:.2f})"
+    else:
+        # Sized on the pods that report, as HPA sizes on the pods it has metrics for: the
+        # waiting requests over the target. Sized on their mean times every replica, a
+        # scale-out doubled the count each interval while the new pods loaded their model
+        # (4, 8, 16, 32, 64 for 256 requests that 8 take); pods that never report (Pending,
+        # no GPU) do not hold a scale-in either, and the Deployment removes those first.
+        base = pods
+        said = (f"queue {queue:.1f}/pod over the {pods} pods reporting ({queue * pods:.0f} "
+                f"waiting, {current} replicas) vs target {target:g} (ratio {ratio:.2f})")
     if abs(ratio - 1) <= spec.tolerance + FLOAT_NOISE:  # 1.1 - 1 is 0.10000000000000009
         return _Proposal(current, f"{said}, within tolerance {spec.tolerance:g}")
-    proposed = _ceil(current * ratio)
+    proposed = _ceil(base * ratio)
     if ratio < 1:
+        if proposed >= current:
+            return _Proposal(current, f"{said} -> {proposed}: not fewer than now")
         return _Proposal(proposed, f"{said} -> {proposed}")
     sustain = spec.queue.sustain
     if not reading.queue_sustained:
         return _Proposal(current, f"{said}, above target for "
                          f"{format_duration(reading.queue_above_for_s)} of {sustain}")
+    if proposed <= current:
+        return _Proposal(current, f"{said}, above target for {sustain} -> {proposed}: the "
+                         f"{current} replicas cover it once they all serve")
     return _Proposal(proposed, f"{said}, above target for {sustain} -> {proposed}")
 
 
@@ -158,19 +153,7 @@ def _latency_proposal(spec: AutoscalingSpec, current: int, reading: Reading) -> 
         return _Proposal(current, f"{said}, queue {reading.queue_per_replica:.1f}/replica is "
                          f"not above target {spec.queue.target_per_replica:g} so the latency "
                          "comes from batching: tune batching", tune_batching=True)
-    ratio = reading.latency_s / seconds(target)
-    starting = _starting(current, reading)
-    if starting:
-        # The latency is that of the reporting pods: sized on them, the replicas still
-        # starting count towards it instead of compounding each interval until they report.
-        reporting = current - starting
-        proposed = _ceil(reporting * ratio)
-        said = (f"{said}, {reporting} of {current} pods reporting, sized on them -> "
-                f"{proposed}")
-        if proposed <= current:
-            return _Proposal(current, f"{said}: waiting for the {starting} starting ones")
-        return _Proposal(proposed, said)
-    proposed = max(current + 1, _ceil(current * ratio))
+    proposed = max(current + 1, _ceil(current * reading.latency_s / seconds(target)))
     return _Proposal(proposed, f"{said} -> {proposed}")
 
 
