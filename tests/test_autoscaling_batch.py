@@ -155,38 +155,64 @@ def test_a_loop_sleeps_until_its_next_slot_once_it_has_evaluated() -> None:
     assert settings.due("ns/t0", parsed, T0 + 4 + wait)
 
 
-def test_an_evaluation_is_made_as_of_the_start_of_its_slot(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    """A pass that ran late in its slot (workers busy, or an operator restarted mid-slot)
-    read Prometheus and stamped its state at that moment, so rate-limit periods and sustain
-    windows fell differently than for a pass on time: the same load could scale 4 -> 6 after
-    a restart where the operator that kept running held."""
+class StatusApi:
+    """Stands in for CustomObjectsApi's status read (a plain call): what the API server holds."""
+
+    def __init__(self, status: dict[str, Any], version: str = "42") -> None:
+        self.stored = {"metadata": {"resourceVersion": version}, "status": status}
+        self.reads = 0
+
+    def __call__(self) -> StatusApi:
+        return self
+
+    def get_namespaced_custom_object_status(self, *args: Any) -> dict[str, Any]:
+        self.reads += 1
+        return self.stored
+
+
+def _passes(monkeypatch: pytest.MonkeyPatch, api: StatusApi,
+            passes: list[tuple[float, dict[str, Any]]]) -> list[tuple[float, dict[str, Any],
+                                                                       str | None]]:
+    """Runs `_evaluate_if_due` for tuning t0 at each (clock, kopf's copy of the status) and
+    returns what `evaluate` was called with: (time, status, resourceVersion)."""
     from infertune.controller import autoscaling
 
-    class Timed(RecordingSource):
-        at: list[float] = []
-
-        def fetch(self, targets: Sequence[MetricsTarget],
-                  now: float) -> Mapping[str, TargetSignals]:
-            self.at.append(now)
-            return super().fetch(targets, now)
-
-    decided: list[float] = []
-    monkeypatch.setattr(autoscaling, "evaluate", lambda *args, **_: decided.append(args[9]))
-    source = Timed()
-    settings = AutoscalingSettings(source=source)
+    decided: list[tuple[float, dict[str, Any], str | None]] = []
+    monkeypatch.setattr(autoscaling.client, "CustomObjectsApi", api)
+    monkeypatch.setattr(autoscaling, "evaluate",
+                        lambda *args, **_: decided.append((args[9], args[4], args[10])))
+    settings = AutoscalingSettings(source=RecordingSource())
     idx = index(entry(0))
     parsed = settings.parse("ns", "t0", "uid-0", 1, entry(0)["spec"])
     assert parsed is not None
-    for late in (5.3, 14.9):
-        slot = T0 + (15 if late > 10 else 0)
-        clock = types.SimpleNamespace(time=lambda at=slot + late: at)
-        monkeypatch.setattr(autoscaling, "time", clock)  # this module's clock only
-        listed = settings.listing(idx, parsed, slot + late)  # type: ignore[arg-type]
-        written = {"autoscaling": {"evaluated": format_time(slot - 15)}}  # the last slot's
-        autoscaling._evaluate_if_due(settings, "ns/t0", parsed, listed, "ns", "t0", 1, written,
-                                     None, None, None)  # type: ignore[arg-type]
-    assert source.at == decided == [T0, T0 + 15]
+    for clock, status in passes:
+        monkeypatch.setattr(autoscaling, "time", types.SimpleNamespace(time=lambda at=clock: at))
+        listed = settings.listing(idx, parsed, clock)  # type: ignore[arg-type]
+        autoscaling._evaluate_if_due(settings, "ns/t0", parsed, listed, "ns", "t0", 1, status,
+                                     "7", None, None)  # type: ignore[arg-type]
+    return decided
+
+
+def _evaluated(at: float) -> dict[str, Any]:
+    return {"autoscaling": {"evaluated": format_time(at)}}
+
+
+def test_a_pass_close_to_its_slot_start_evaluates_as_of_the_start(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pass that waited for a worker read Prometheus and stamped its state when it ran, so
+    rate-limit periods fell differently than for a pass on time (with period = interval, a
+    scale event stamped 10 ms later could double the next step or not)."""
+    api = StatusApi(_evaluated(T0 - 15))
+    decided = _passes(monkeypatch, api, [(T0 + 0.4, _evaluated(T0 - 15)),
+                                          (T0 + 15 + 4.9, _evaluated(T0))])
+    assert [at for at, _, _ in decided] == [T0, T0 + 15]
+
+
+def test_a_late_pass_evaluates_as_of_now(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An operator down at the slot's start, or a tuning created in the middle of a 30m
+    slot, would otherwise decide on data up to an interval old (before its pods existed)."""
+    decided = _passes(monkeypatch, StatusApi({}), [(T0 + 9.5, {})])
+    assert [at for at, _, _ in decided] == [T0 + 9.5]
 
 
 def test_a_slot_the_status_says_was_evaluated_is_not_evaluated_again() -> None:
@@ -245,39 +271,24 @@ def test_signals_read_for_an_older_spec_are_not_handed_to_the_new_one() -> None:
     assert parsed is not None and settings.fetched_for["ns/t0"] is parsed.target
 
 
-def test_a_status_older_than_the_last_evaluation_is_read_again(
+def test_the_status_is_read_again_when_kopfs_copy_may_be_behind(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """kopf's copy of the tuning lags the operator's own last status write: decided from it,
-    the state written back dropped that evaluation's scale event (the rate limits then
-    counted one change too few). It is read again from the API server first."""
-    from infertune.controller import autoscaling
+    """On a process's first evaluation of a tuning (in a rolling upgrade the operator it
+    replaces may have just written: its copy took that write for a revert), and when kopf's
+    copy predates this process's own last write (decided from it, the state written back
+    dropped that evaluation's scale event)."""
+    api = StatusApi(_evaluated(T0 - 15))
+    stale, current = _evaluated(T0 - 30), _evaluated(T0 + 15)
+    decided = _passes(monkeypatch, api, [(T0 + 1, stale), (T0 + 16, stale), (T0 + 31, current)])
+    assert api.reads == 2  # the first pass, and the second (its copy older than the first)
+    assert [(status, version) for _, status, version in decided] == [
+        (api.stored["status"], "42"), (api.stored["status"], "42"), (current, "7")]
 
-    fresh = {"metadata": {"resourceVersion": "42"},
-             "status": {"autoscaling": {"evaluated": format_time(T0)}}}
-    reads: list[str] = []
 
-    class Api:
-        def get_namespaced_custom_object_status(self, *args: Any) -> dict[str, Any]:
-            reads.append(args[-1])
-            return fresh
-
-    decided: list[tuple[dict[str, Any], str | None]] = []
-    monkeypatch.setattr(autoscaling.client, "CustomObjectsApi", Api)
-    monkeypatch.setattr(autoscaling, "evaluate",
-                        lambda *args, **_: decided.append((args[4], args[10])))
-    settings = AutoscalingSettings(source=RecordingSource())
-    idx = index(entry(0))
-    parsed = settings.parse("ns", "t0", "uid-0", 1, entry(0)["spec"])
-    assert parsed is not None
-    stale = {"autoscaling": {"evaluated": format_time(T0 - 15)}}
-    current = {"autoscaling": {"evaluated": format_time(T0 + 15)}}
-    for slot, status in ((T0, stale), (T0 + 15, stale), (T0 + 30, current)):
-        clock = types.SimpleNamespace(time=lambda at=slot + 1: at)
-        monkeypatch.setattr(autoscaling, "time", clock)
-        listed = settings.listing(idx, parsed, slot + 1)  # type: ignore[arg-type]
-        autoscaling._evaluate_if_due(settings, "ns/t0", parsed, listed, "ns", "t0", 1, status,
-                                     "7", None, None)  # type: ignore[arg-type]
-    # The first evaluation of a process has nothing to compare with; the second's copy
-    # predates the first's write; the third's is current.
-    assert reads == ["t0"]
-    assert decided == [(stale, "7"), (fresh["status"], "42"), (current, "7")]
+def test_a_slot_the_replaced_operator_evaluated_is_left_to_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both operators of a rolling upgrade wake at the slot start; the new one's copy of the
+    status does not show the old one's evaluation yet, the API server's does."""
+    api = StatusApi(_evaluated(T0))
+    assert _passes(monkeypatch, api, [(T0 + 0.2, _evaluated(T0 - 15))]) == []
+    assert api.reads == 1

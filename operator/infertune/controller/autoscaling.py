@@ -63,6 +63,8 @@ on an API call, say) and waits this long for it to go; without it, kopf would on
 ever, holding the tuning's deletion."""
 SLOT_MARGIN_S = 0.005
 """Woken this much after a slot starts, so the clock reads the new slot."""
+SLOT_LATENESS_S = 5.0
+"""A pass at most this late evaluates as of the start of its slot (`_evaluate_if_due`)."""
 logger = logging.getLogger(__name__)
 
 
@@ -380,24 +382,27 @@ def _write_if_present(namespace: str, name: str, status: dict[str, Any],
 def _evaluate_if_due(settings: AutoscalingSettings, key: str, parsed: Parsed, tunings: Listed,
                      namespace: str, name: str, generation: int, status: dict[str, Any],
                      resource_version: str | None, writers: Writers, body: kopf.Body) -> None:
-    """The blocking part of a due pass, in a worker thread. It evaluates as of the start of
-    the slot (Prometheus read at that time, the state stamped with it), so the decision does
-    not depend on when in the slot the pass ran: an operator restarted mid-slot, or a pass
-    that waited for a worker, decides as one that ran on time."""
-    interval = parsed.interval_s
-    now = math.floor(time.time() / interval) * interval
+    """The blocking part of a due pass, in a worker thread. A pass that runs close to the
+    start of its slot evaluates as of that start (Prometheus read at that time, the state
+    stamped with it), so a pass that waited for a worker decides as one that ran on time,
+    and rate-limit periods do not hang on milliseconds. A later one (the operator was down
+    at the start, or the tuning is new) evaluates as of now: its data would otherwise be up
+    to an interval old."""
+    clock = time.time()
+    start = math.floor(clock / parsed.interval_s) * parsed.interval_s
+    now = start if clock - start <= SLOT_LATENESS_S else clock
     signals = signals_if_due(settings, key, parsed, tunings, now)
     if signals is None:
         return
     try:
-        if _older_than_own_write(settings, key, status):
-            # kopf's copy predates this process's last evaluation (the watch lags): decided
-            # from it, the state written back would lack that evaluation's scale event.
+        if _read_again(settings, key, status):
             api = client.CustomObjectsApi()
             fresh: dict[str, Any] = api.get_namespaced_custom_object_status(  # type: ignore[assignment]
                 GROUP, VERSION, namespace, PLURAL, name)
             status = fresh.get("status") or {}
             resource_version = str(fresh["metadata"]["resourceVersion"])
+            if settings.stored_in_slot(key, parsed, now, status):
+                return  # evaluated in this slot by the operator this one replaces
         evaluate(namespace, name, generation, parsed.spec, status, signals, settings, writers,
                  body, now, resource_version)
         settings.evaluated_at[key] = now
@@ -407,11 +412,15 @@ def _evaluate_if_due(settings: AutoscalingSettings, key: str, parsed: Parsed, tu
         raise
 
 
-def _older_than_own_write(settings: AutoscalingSettings, key: str,
-                          status: Mapping[str, Any]) -> bool:
+def _read_again(settings: AutoscalingSettings, key: str, status: Mapping[str, Any]) -> bool:
+    """Whether to read the tuning's status from the API server rather than decide from kopf's
+    copy: on this process's first evaluation of it (during a rolling upgrade the operator it
+    replaces may have just evaluated and written, and a stale copy would take that write for
+    a revert), and when the copy predates this process's own last write (the watch lags:
+    the state written back would lack that evaluation's scale event)."""
     last = settings.evaluated_at.get(key)
     if last is None:
-        return False
+        return True
     stamp = (status.get("autoscaling") or {}).get("evaluated")
     try:
         return not isinstance(stamp, str) or parse_time(stamp) < last - 1e-3
