@@ -34,7 +34,7 @@ def live(hpa: str | None = None, fight: Fight | None = None) -> Live:
 
 
 def test_an_hpa_on_the_deployment_blocks_writes() -> None:
-    blocked = live(hpa="qwen-hpa").blocked(NOW)
+    blocked = live(hpa="qwen-hpa").blocked(3, NOW)
     assert blocked is not None and blocked.reason == "HorizontalPodAutoscalerPresent"
     assert "HorizontalPodAutoscaler qwen-hpa also scales qwen" in blocked.message
 
@@ -42,8 +42,24 @@ def test_an_hpa_on_the_deployment_blocks_writes() -> None:
 @pytest.mark.parametrize(("retry_in", "blocks"), [(60.0, True), (-1.0, False)])
 def test_a_stored_fight_blocks_until_its_retry_time(retry_in: float, blocks: bool) -> None:
     fight = Fight(2, NOW - 100, NOW - 10, 1, NOW + retry_in)
-    blocked = live(fight=fight).blocked(NOW)
+    blocked = live(fight=fight).blocked(3, NOW)
     assert (blocked is not None and blocked.reason == "ReplicaFight") is blocks
+
+
+def test_the_preview_counts_a_revert_as_the_operator_would() -> None:
+    """One revert stored, and the replicas the operator wrote (8) put back to 4 since: the
+    operator's next evaluation counts the second revert and stops writing; the preview said
+    it would write. After a spec change the stored fight is over, and the preview still said
+    ReplicaFight."""
+    once = Fight(1, NOW - 100, NOW - 100, 1, None).to_json()
+    status = {"autoscaling": {"replicaFight": once, "writtenReplicas": 8}}
+    reverted = Live(tuning(), 4, status, 1, None)
+    blocked = reverted.blocked(4, NOW)
+    assert blocked is not None and blocked.reason == "ReplicaFight"
+    assert reverted.blocked(8, NOW) is None  # still what it wrote: no revert
+    backing_off = Fight(2, NOW - 100, NOW - 10, 1, NOW + 60).to_json()
+    changed = Live(tuning(), 4, {"autoscaling": {"replicaFight": backing_off}}, 2, None)
+    assert changed.blocked(4, NOW) is None  # generation 2: the fight ended with the spec
 
 
 def decision(current: int, desired: int) -> ScaleDecision:

@@ -112,6 +112,7 @@ def evaluate(tuning: InferenceTuning, prometheus: str, replicas: int | None,
     """One evaluation, as the JSON the command prints. With `live` (what --live read) it is
     the operator's own: its stored windows, the Deployment's replicas, and whether it would
     write them; without, the windows start empty, as for a new tuning."""
+    from infertune.controller.fights import written_replicas
     from infertune.controller.scaling_report import plan_evaluation
     from infertune.metrics.prometheus import PrometheusSource
     from infertune.metrics.source import target_for_tuning
@@ -134,9 +135,11 @@ def evaluate(tuning: InferenceTuning, prometheus: str, replicas: int | None,
     if live is None:
         decision = decide_scale(spec, current, signals, ScalingState(), now)
     else:
-        blocked = live.blocked(now)
+        blocked, fight = live.blocked(current, now), live.fight(current, now)
+        written = written_replicas(live.status)
         planned = plan_evaluation(tuning.spec, live.generation, live.status, signals, current,
-                                  blocked, now)
+                                  blocked, now, None if fight is None else fight.to_json(),
+                                  written if written == current else None)
         decision = planned.decision
         write = {"replicas": planned.write,
                  "why": why_written(tuning, decision, blocked, planned.write),

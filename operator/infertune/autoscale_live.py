@@ -9,7 +9,14 @@ from __future__ import annotations
 from typing import Any, NamedTuple, cast
 
 from infertune.api.spec import InferenceTuning
-from infertune.controller.fights import Fight, Writers, autoscaling_rivals, blocked_by
+from infertune.controller.fights import (
+    Fight,
+    Writers,
+    autoscaling_rivals,
+    blocked_by,
+    next_fight,
+    written_replicas,
+)
 from infertune.controller.scaling_report import Blocked
 
 
@@ -26,11 +33,19 @@ class Live(NamedTuple):
     rivals: tuple[str, ...] = ()
     """Other InferenceTunings that autoscale the same Deployment (they stop the writes)."""
 
-    def blocked(self, now: float) -> Blocked | None:
-        """Why the operator would not write replicas now, as it decides it."""
+    def fight(self, current: int, now: float) -> Fight | None:
+        """The replica fight as the operator's evaluation now would see it: the stored one,
+        counting a revert when the replicas are not the ones it wrote last, and ended by a
+        spec change or a quiet time (fights.next_fight)."""
         autoscaling = self.status.get("autoscaling") or {}
+        written = written_replicas(self.status)
+        return next_fight(Fight.from_json(autoscaling.get("replicaFight")), self.generation,
+                          written is not None and current != written, now)
+
+    def blocked(self, current: int, now: float) -> Blocked | None:
+        """Why the operator would not write replicas now, as it decides it."""
         return blocked_by(self.tuning.spec.target_ref.name, Writers(self.hpa, self.rivals),
-                          Fight.from_json(autoscaling.get("replicaFight")), now)
+                          self.fight(current, now), now)
 
 
 def read_live(ref: str, kubeconfig: str | None) -> Live:

@@ -41,7 +41,14 @@ from pydantic import ValidationError
 from infertune.api.spec import GROUP, PLURAL, VERSION, InferenceTuning, InferenceTuningSpec
 from infertune.api.status import ConditionStatus, ConditionType
 from infertune.controller.conditions import condition_dict, merge_condition_dicts
-from infertune.controller.fights import Fight, Writers, autoscaling_rivals, blocked_by, next_fight
+from infertune.controller.fights import (
+    Fight,
+    Writers,
+    autoscaling_rivals,
+    blocked_by,
+    next_fight,
+    written_replicas,
+)
 from infertune.controller.loops import pause, snapshot, until_stopped
 from infertune.controller.scaling_report import plan_evaluation, status_over
 from infertune.controller.status_patch import Build, write_status
@@ -258,11 +265,8 @@ async def hpas_by_target(namespace: str, name: str, body: kopf.Body,
 def _reverted(settings: AutoscalingSettings, key: str, current: int,
               status: Mapping[str, Any]) -> bool:
     """Whether another writer changed the replicas the operator last wrote (seen once)."""
-    if key in settings.written:
-        written = settings.written[key]
-    else:  # a process that has not written yet: what the last one stored
-        stored = (status.get("autoscaling") or {}).get("writtenReplicas")
-        written = stored if isinstance(stored, int) and not isinstance(stored, bool) else None
+    # A process that has not written yet takes what the last one stored.
+    written = settings.written[key] if key in settings.written else written_replicas(status)
     if written is None or current == written:
         settings.written[key] = written
         return False

@@ -68,6 +68,13 @@ def backoff(reverts: int) -> float:
     return min(BACKOFF_S * 2.0 ** max(reverts - FIGHT_LIMIT, 0), MAX_BACKOFF_S)
 
 
+def written_replicas(status: Mapping[str, Any]) -> int | None:
+    """status.autoscaling.writtenReplicas: the replicas the operator wrote that still stood
+    at its last evaluation; None when unset or not a count."""
+    stored = (status.get("autoscaling") or {}).get("writtenReplicas")
+    return stored if isinstance(stored, int) and not isinstance(stored, bool) else None
+
+
 def next_fight(stored: Fight | None, generation: int, reverted: bool, now: float) -> Fight | None:
     """The fight after this evaluation: `reverted` says whether another writer changed the
     replicas the operator last wrote."""
