@@ -260,17 +260,38 @@ def test_a_node_drained_for_a_tuning_that_stops_selecting_it_is_uncordoned(
 def test_a_node_two_tunings_drain_stays_cordoned_until_both_are_gone(
     api_client: client.ApiClient, namespace: str, operator: OperatorProcess
 ) -> None:
-    """Two tunings with the same layout drain the same node: the second takes the mark, so
-    the first one's deletion does not uncordon a node the second is still draining."""
+    """Two tunings with the same layout drain the same node. It keeps the first one's mark
+    (they took it from each other on every pass before), and the first one's deletion hands
+    the node to the second, which still drains it, instead of uncordoning it."""
     node = _draining(api_client, namespace, "mig-g", "first")
-    _draining(api_client, namespace, "mig-g", "second")
+    create(api_client, namespace, tuning("second", "qwen", mig={
+        "profile": "3g.71gb", "allowDisruption": True, "nodeSelector": {POOL: "mig-g"}}))
+    wait_for(lambda: "draining" in str(_mig_status(api_client, namespace, "second")),
+             "the second tuning draining the node too", timeout_s=30)
+    time.sleep(4)  # more than a MIG pass of each
+    assert _cordoned_for(api_client, node) == f"{namespace}/first"
     delete_tuning_and_wait(api_client, namespace, "first", "the first tuning gone",
                            timeout_s=30)
-    time.sleep(4)  # more than a MIG pass of the second
-    assert _cordoned_for(api_client, node) == f"{namespace}/second"
+    wait_for(lambda: _cordoned_for(api_client, node) == f"{namespace}/second",
+             f"{node} handed to the second tuning", timeout_s=30)
+    handed = [e.message for e in client.CoreV1Api(api_client).list_namespaced_event(
+        namespace).items if e.reason == "MigNodeHandedOver"]
+    assert handed == [f"{node} stays cordoned for {namespace}/second, which selects it too: "
+                      f"drained for {namespace}/first, and the tuning was deleted"]
     delete_tuning_and_wait(api_client, namespace, "second", "the second tuning gone",
                            timeout_s=30)
     assert "the tuning was deleted" in _uncordoned(api_client, namespace, node)
+
+
+def test_a_drain_is_undone_when_the_tuning_turns_to_dry_run(
+    api_client: client.ApiClient, namespace: str, operator: OperatorProcess
+) -> None:
+    """DryRun writes nothing new, but it would not finish the drain either: the operator's
+    own cordon is undone rather than left behind."""
+    node = _draining(api_client, namespace, "mig-h")
+    _patch_spec(api_client, namespace, "qwen", {"mode": "DryRun", "mig": {
+        "allowDisruption": False}})
+    assert "allowDisruption is off now" in _uncordoned(api_client, namespace, node)
 
 
 def _patch_spec(api_client: client.ApiClient, namespace: str, name: str,

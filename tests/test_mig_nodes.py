@@ -10,6 +10,7 @@ from infertune.tuning.mig_nodes import (
     MigNodeStep,
     NodeState,
     NodeView,
+    Release,
     StepKind,
     cordons_to_release,
     partitioned_after_drain,
@@ -159,8 +160,8 @@ def _released(nodes: list[NodeView], *, owner: str = "ml/qwen", allow: bool = Tr
     chosen = [n for n in nodes if selected is None or n.name in selected]
     step = plan_mig_nodes(chosen, CONFIGS, allow_disruption=allow, labelled_at={}, now=100.0,
                           owner=owner, exists=lambda c: c in live)
-    return dict(cordons_to_release(nodes, step.reports, owner=owner,
-                                   exists=lambda c: c in live))
+    return {r.node: r.message for r in cordons_to_release(nodes, step.reports, owner=owner,
+                                                          exists=lambda c: c in live)}
 
 
 def test_a_node_drained_for_a_tuning_that_no_longer_selects_it_is_uncordoned() -> None:
@@ -242,6 +243,24 @@ def test_the_end_of_a_tuning_releases_only_its_own_settled_nodes() -> None:
     nodes = [_drained("a", "ml/qwen", pods=("ml/busy-1",)),
              _drained("b", "ml/qwen", config=OTHER, state="pending"),
              _drained("c", "ml/other")]
-    released = dict(cordons_to_release(nodes, (), owner="ml/qwen", exists=lambda _: True,
-                                       gone="the tuning was deleted"))
-    assert released == {"a": "a uncordoned: drained for ml/qwen, and the tuning was deleted"}
+    released = cordons_to_release(nodes, (), owner="ml/qwen", exists=lambda _: True,
+                                  gone="the tuning was deleted")
+    assert released == [Release("a", "a uncordoned: drained for ml/qwen, and the tuning was "
+                                     "deleted")]
+
+
+def test_a_node_another_tuning_selects_is_handed_to_it_not_uncordoned() -> None:
+    """Two tunings with the same layout drain the same node; the one that goes away must not
+    uncordon it while the other drains it: the other takes the mark and decides."""
+    def heir(node: NodeView, drained_for: str) -> str | None:
+        return "ml/other" if node.labels.get("pool") == "x" else None
+
+    nodes = [_drained("a", "ml/qwen", pods=("ml/busy-1",)), _drained("b", "ml/qwen")]
+    nodes[0] = NodeView("a", {**nodes[0].labels, "pool": "x"}, True, nodes[0].gpu_pods,
+                        cordoned_for="ml/qwen")
+    released = cordons_to_release(nodes, (), owner="ml/qwen", exists=lambda _: True,
+                                  gone="the tuning was deleted", successor=heir)
+    assert released == [
+        Release("a", "a stays cordoned for ml/other, which selects it too: drained for "
+                     "ml/qwen, and the tuning was deleted", "ml/other"),
+        Release("b", "b uncordoned: drained for ml/qwen, and the tuning was deleted")]

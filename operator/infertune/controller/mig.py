@@ -15,7 +15,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,6 +41,7 @@ from infertune.tuning.mig_nodes import (
     MIG_STRATEGY_LABEL,
     PRODUCT_LABEL,
     NodeView,
+    Release,
     StepKind,
     cordons_to_release,
     partitioned_after_drain,
@@ -191,13 +192,15 @@ def _write_config_map(namespace: str, configs: dict[str, LayoutPlan]) -> None:
         core.patch_namespaced_config_map(CONFIG_MAP, namespace, body)
 
 
-def _drain(node: NodeView, owner: str) -> None:
+def _drain(node: NodeView, owner: str, exists: Callable[[str], bool]) -> None:
     core = client.CoreV1Api()
-    if not node.unschedulable or node.cordoned_for not in (None, owner):
+    marked = node.cordoned_for
+    if not node.unschedulable or (marked not in (None, owner)
+                                  and ("/" not in marked or not exists(marked))):
         # Marked with the tuning, so that it is uncordoned once partitioned, or when that
         # tuning no longer will; a node already cordoned by someone else (maintenance) is not
-        # marked, and stays cordoned. One drained for another tuning is this one's now: the
-        # other's end must not uncordon it while this one drains it.
+        # marked, and stays cordoned. A mark of a tuning that is gone (or of an older
+        # release) is taken over; a live one's stays (it hands the node over when it goes).
         core.patch_node(node.name, {"spec": {"unschedulable": True}, "metadata": {
             "annotations": {CORDONED_ANNOTATION: owner}}})
     for ref in node.gpu_pods:
@@ -252,7 +255,8 @@ def config_names(plans: Mapping[str, LayoutPlan]) -> dict[str, str]:
 
 def reconcile_mig(namespace: str, name: str, spec: InferenceTuningSpec, settings: MigSettings,
                   body: kopf.Body, gpu_pods: Mapping[str, tuple[str, ...]] | None,
-                  tunings: frozenset[str] = frozenset()) -> MigStatus:
+                  tunings: frozenset[str] = frozenset(),
+                  selectors: MigSelectors = ()) -> MigStatus:
     """One MIG pass; `gpu_pods` are the GPU pods by node (`gpu_pods_by_node`, copied), or None
     to list them (`MigSettings.cluster_wide` false); `tunings` the InferenceTunings that exist
     (NAMESPACE/NAME), for the nodes another one claims."""
@@ -272,10 +276,10 @@ def reconcile_mig(namespace: str, name: str, spec: InferenceTuningSpec, settings
         if message != previous:
             kopf.event(body, type="Warning", reason="MigInfeasible" if errors else "MigNoNodes",
                        message=message)
-        if spec.mode is not Mode.DRY_RUN:
-            gone = ("spec.mig cannot be planned (status.mig.message says why)" if errors else
-                    "spec.mig no longer selects it")
-            _release(body, cordons_to_release(nodes, (), owner=owner, exists=exists, gone=gone))
+        gone = ("spec.mig cannot be planned (status.mig.message says why)" if errors else
+                "spec.mig no longer selects it")
+        _release(body, cordons_to_release(nodes, (), owner=owner, exists=exists, gone=gone,
+                                          successor=_successor(selectors, owner)))
         return MigStatus(message=message)
     configs = config_names(plans)
     step = plan_mig_nodes(selected, configs, allow_disruption=spec.mig.allow_disruption,
@@ -290,33 +294,81 @@ def reconcile_mig(namespace: str, name: str, spec: InferenceTuningSpec, settings
         nodes=[MigNodeStatus(node=r.node, config=configs[_product(selected, r.node)],
                              state=r.state.value, message=r.message) for r in step.reports],
         message=step.reason)
-    if spec.mode is Mode.DRY_RUN:
-        return status.model_copy(update={"message": f"dry run: would {step.reason}"})
-    _write_config_map(settings.namespace, {configs[p]: plan for p, plan in plans.items()})
+    # In DryRun too: uncordoning undoes the operator's own drain (made in Enforce).
     for node in partitioned_after_drain(selected, step.reports):
         _uncordon(node)
         kopf.event(body, type="Normal", reason="MigNodeUncordoned",
                    message=f"{node} partitioned by mig-manager; uncordoned")
-    _release(body, cordons_to_release(nodes, step.reports, owner=owner, exists=exists))
+    _release(body, cordons_to_release(nodes, step.reports, owner=owner, exists=exists,
+                                      successor=_successor(selectors, owner)))
+    if spec.mode is Mode.DRY_RUN:
+        return status.model_copy(update={"message": f"dry run: would {step.reason}"})
+    _write_config_map(settings.namespace, {configs[p]: plan for p, plan in plans.items()})
     if step.kind is StepKind.LABEL and step.node is not None:
         _label(step.node, configs[_product(selected, step.node)], owner)
         settings.labelled_at[step.node] = time.time()
         kopf.event(body, type="Normal", reason="MigNodeLabelled", message=step.reason)
     elif step.kind is StepKind.DRAIN and step.node is not None:
-        _drain(next(n for n in selected if n.name == step.node), owner)
+        _drain(next(n for n in selected if n.name == step.node), owner, exists)
         kopf.event(body, type="Normal", reason="MigNodeDraining", message=step.reason)
     return status
 
 
-def _release(body: kopf.Body, releases: list[tuple[str, str]]) -> None:
-    """Uncordon the nodes `cordons_to_release` found, each with an Event on the tuning."""
-    for node, message in releases:
-        _uncordon(node)
+def _release(body: kopf.Body, releases: list[Release]) -> None:
+    """Uncordon the nodes `cordons_to_release` found, or hand them to the tuning that selects
+    them too, each with an Event on the tuning; one node that cannot be changed does not
+    stop the others."""
+    core = client.CoreV1Api()
+    for node, message, successor in releases:
+        try:
+            if successor is None:
+                _uncordon(node)
+            else:
+                core.patch_node(node, {"metadata": {"annotations": {
+                    CORDONED_ANNOTATION: successor}}})
+        except ApiException as exc:
+            if exc.status == 404:
+                continue  # the node is gone
+            failed = (f"could not change {node} ({exc.status} {exc.reason}): {message}; "
+                      f"kubectl uncordon {node} if nothing partitions it")
+            logger.error(failed)
+            kopf.event(body, type="Warning", reason="MigNodeLeftCordoned", message=failed)
+            continue
         logger.info(message)
-        kopf.event(body, type="Normal", reason="MigNodeUncordoned", message=message)
+        kopf.event(body, type="Normal", reason="MigNodeUncordoned" if successor is None
+                   else "MigNodeHandedOver", message=message)
 
 
-def release_for_good(namespace: str, name: str, uid: str, body: kopf.Body, why: str) -> None:
+MigSelectors = tuple[tuple[str, tuple[tuple[str, str], ...]], ...]
+"""(NAMESPACE/NAME, spec.mig.nodeSelector items) of every tuning with spec.mig."""
+
+
+def mig_selectors(index: kopf.Index[tuple[str, str], dict[str, Any]]) -> MigSelectors:
+    """Read on the event loop, where kopf changes the index (see loops.every)."""
+    found = []
+    for (namespace, _), entries in index.items():
+        for entry in entries:
+            mig = (entry.get("spec") or {}).get("mig")
+            if isinstance(mig, dict):
+                selector = mig.get("nodeSelector") or {}
+                found.append((f"{namespace}/{entry['name']}",
+                              tuple(sorted((str(k), str(v)) for k, v in selector.items()))))
+    return tuple(sorted(found))
+
+
+def _successor(selectors: MigSelectors,
+               leaving: str) -> Callable[[NodeView, str], str | None]:
+    """Another tuning (not `leaving`, nor the one the node was drained for) whose
+    spec.mig.nodeSelector selects the node: it takes over a node the leaving one drained."""
+    def find(node: NodeView, drained_for: str) -> str | None:
+        return next((name for name, selector in selectors
+                     if name not in (leaving, drained_for)
+                     and all(node.labels.get(k) == v for k, v in selector)), None)
+    return find
+
+
+def release_for_good(namespace: str, name: str, uid: str, body: kopf.Body, why: str,
+                     selectors: MigSelectors = ()) -> None:
     """The tuning no longer partitions anything (`why`: deleted, or spec.mig removed):
     uncordon the nodes it drained that mig-manager is not at work on. The others stay
     cordoned, and a Warning names each (`unsettled_cordons`). Never raises: a failure is
@@ -326,7 +378,7 @@ def release_for_good(namespace: str, name: str, uid: str, body: kopf.Body, why: 
         try:
             nodes = _observe_nodes({})  # the GPU pods are not read
             _release(body, cordons_to_release(nodes, (), owner=owner, exists=lambda _: True,
-                                              gone=why))
+                                              gone=why, successor=_successor(selectors, owner)))
         except ApiException as exc:
             message = (f"could not uncordon the nodes drained for {owner} ({exc.status} "
                        f"{exc.reason}); kubectl uncordon the nodes annotated "
@@ -348,21 +400,33 @@ def _pass_lock(uid: str) -> threading.Lock:
     return _PASS_LOCKS.setdefault(uid, threading.Lock())
 
 
+async def _in_thread(fn: Callable[..., None], *args: Any) -> None:
+    """`fn(*args)` in a worker thread with this context (kopf.event finds kopf's queue in it):
+    it calls the API, which blocks."""
+    run = functools.partial(contextvars.copy_context().run, fn, *args)
+    await asyncio.get_running_loop().run_in_executor(None, run)
+
+
 @kopf.on.delete(*RESOURCE, when=lambda spec, **_: bool(spec.get("mig")))  # type: ignore[arg-type]
-def release_deleted(namespace: str, name: str, uid: str, body: kopf.Body, **_: Any) -> None:
+async def release_deleted(namespace: str, name: str, uid: str, body: kopf.Body,
+                          tunings_by_target: kopf.Index[tuple[str, str], dict[str, Any]],
+                          **_: Any) -> None:
     """A handler, not the end of the loop: the finalizer makes it run also for a tuning
     deleted while the operator was down."""
-    release_for_good(namespace, name, uid, body, "the tuning was deleted")
+    await _in_thread(release_for_good, namespace, name, uid, body, "the tuning was deleted",
+                     mig_selectors(tunings_by_target))
     _PASS_LOCKS.pop(uid, None)
 
 
 @kopf.on.update(*RESOURCE, field="spec.mig")  # type: ignore[arg-type]
-def release_unpartitioned(namespace: str, name: str, uid: str, body: kopf.Body, new: Any,
-                          **_: Any) -> None:
+async def release_unpartitioned(namespace: str, name: str, uid: str, body: kopf.Body, new: Any,
+                                tunings_by_target: kopf.Index[tuple[str, str], dict[str, Any]],
+                                **_: Any) -> None:
     """spec.mig removed while the operator was down (kopf compares with the spec it last
     handled); while it runs, the MIG loop's end does it too (see `partition_gpus`)."""
     if new is None:
-        release_for_good(namespace, name, uid, body, "spec.mig was removed")
+        await _in_thread(release_for_good, namespace, name, uid, body, "spec.mig was removed",
+                         mig_selectors(tunings_by_target))
 
 
 def _product(nodes: list[NodeView], node: str) -> str:
@@ -389,11 +453,12 @@ async def partition_gpus(stopped: kopf.DaemonStopped, namespace: str, name: str,
                     if memo.mig.cluster_wide else None)
         tunings = frozenset(f"{ns}/{entry['name']}" for (ns, _), entries in
                             tunings_by_target.items() for entry in entries)
+        selectors = mig_selectors(tunings_by_target)
 
         def work() -> dict[str, Any]:
             with _pass_lock(uid):
                 status = reconcile_mig(namespace, name, parsed, memo.mig, body, gpu_pods,
-                                       tunings)
+                                       tunings, selectors)
             # None values are sent, so a profile or ConfigMap from an earlier plan does not
             # linger.
             return {"mig": status.model_dump(by_alias=True, mode="json")}
@@ -409,7 +474,8 @@ async def partition_gpus(stopped: kopf.DaemonStopped, namespace: str, name: str,
         # handled the creation (not while a tuning waits for its Deployment), and this one
         # only while the operator runs: whichever comes second finds nothing left to do.
         run = functools.partial(contextvars.copy_context().run, release_for_good, namespace,
-                                name, uid, body, "spec.mig was removed")
+                                name, uid, body, "spec.mig was removed",
+                                mig_selectors(tunings_by_target))
         # Shielded: kopf cancels a stopping daemon after a few loop cycles; the release
         # finishes in its thread all the same.
         await until_stopped(asyncio.shield(asyncio.get_running_loop().run_in_executor(

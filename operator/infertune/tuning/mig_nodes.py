@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import NamedTuple
 
 PRODUCT_LABEL = "nvidia.com/gpu.product"
 MIG_CAPABLE_LABEL = "nvidia.com/mig.capable"
@@ -203,11 +204,21 @@ def plan_mig_nodes(nodes: Sequence[NodeView], configs: Mapping[str, str], *,
     return MigNodeStep(step.kind, step.node, tuple(reports), step.reason)
 
 
+class Release(NamedTuple):
+    """A node a drain left cordoned that its tuning will not partition: uncordoned, or handed
+    to `successor`, another tuning whose spec.mig selects it, to finish or release."""
+
+    node: str
+    message: str
+    successor: str | None = None
+
+
 def cordons_to_release(nodes: Sequence[NodeView], reports: Sequence[NodeReport], *,
                        owner: str, exists: Callable[[str], bool],
-                       gone: str = "spec.mig no longer selects it") -> list[tuple[str, str]]:
-    """(node, message) for each node a drain left cordoned that nobody is going to partition
-    now.
+                       gone: str = "spec.mig no longer selects it",
+                       successor: Callable[[NodeView, str], str | None] = lambda n, t: None,
+                       ) -> list[Release]:
+    """The nodes a drain left cordoned that nobody is going to partition now.
 
     `nodes` are all the MIG-capable nodes, `reports` this pass's reports for the ones `owner`
     selects (none when the tuning is going away; `gone` then says why). A node is released
@@ -216,10 +227,11 @@ def cordons_to_release(nodes: Sequence[NodeView], reports: Sequence[NodeReport],
     off. Never while mig-manager has a config to apply that it has not reported success for
     (asked, pending, rebooting, failed, timed out: `_settled`), and never when the node is
     labelled for another live tuning, whose pass uncordons it on success
-    (`partitioned_after_drain`).
+    (`partitioned_after_drain`). `successor(node, drained_for)` names another live tuning
+    that selects the node: it is handed the node instead, as it may be draining it too.
     """
     planned = {r.node: r.state for r in reports}
-    released: list[tuple[str, str]] = []
+    released: list[Release] = []
     for node in nodes:
         drained_for = node.cordoned_for
         if drained_for is None or "/" not in drained_for:
@@ -238,8 +250,14 @@ def cordons_to_release(nodes: Sequence[NodeView], reports: Sequence[NodeReport],
             why = "spec.mig.allowDisruption is off now, so its GPU pods are not evicted"
         else:
             continue  # being drained or partitioned for `owner`
-        released.append((node.name, f"{node.name} uncordoned: drained for {drained_for}, "
-                                    f"and {why}"))
+        heir = successor(node, drained_for) if state is None else None
+        if heir is not None:
+            released.append(Release(node.name, f"{node.name} stays cordoned for {heir}, "
+                                    f"which selects it too: drained for {drained_for}, and "
+                                    f"{why}", heir))
+        else:
+            released.append(Release(node.name, f"{node.name} uncordoned: drained for "
+                                    f"{drained_for}, and {why}"))
     return released
 
 
