@@ -5,6 +5,7 @@ the Prometheus side of a fetch is tested against the real server in test_prometh
 
 from __future__ import annotations
 
+import math
 import types
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -292,3 +293,20 @@ def test_a_slot_the_replaced_operator_evaluated_is_left_to_it(
     api = StatusApi(_evaluated(T0))
     assert _passes(monkeypatch, api, [(T0 + 0.2, _evaluated(T0 - 15))]) == []
     assert api.reads == 1
+
+
+def test_a_slot_start_lies_in_its_own_slot_for_any_interval() -> None:
+    """floor(k x 1.679 / 1.679) is k - 1 for some k in floats: the pass then took its slot
+    for evaluated and its loop spun until the next slot, which was not evaluated either."""
+    from infertune.controller.autoscaling import slot_start
+
+    checked = 0
+    for interval in (1.679, 1.1, 2.3, 7.7, 13.3, 45.7, 15.0):
+        for k in range(1_060_154_854 // 100, 1_060_154_854 // 100 + 3000):
+            clock = k * interval + 0.005
+            slot = math.floor(clock / interval)
+            start = slot_start(clock, interval)
+            assert math.floor(start / interval) == slot and start <= clock
+            assert start - slot * interval < 1e-6
+            checked += 1
+    assert checked == 21000

@@ -161,3 +161,13 @@ def test_evaluate_exits_3_when_it_decided_without_metrics(
     assert out["action"] == "Hold" and out["tuning"] == "serving/llm"
     assert all("cannot connect" in p for p in out["signals"]["problems"])
     assert captured.err.startswith("metrics missing (exit 3): queue: Prometheus at ")
+
+
+def test_a_closed_standard_input_is_a_message(monkeypatch: pytest.MonkeyPatch,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    from infertune.api import manifests
+
+    manifests._stdin_text.cache_clear()
+    monkeypatch.setattr("sys.stdin", None)  # `infertune validate - <&-`
+    assert main(["validate", "-"]) == 1
+    assert "<stdin>: cannot read: standard input is closed" in capsys.readouterr().err

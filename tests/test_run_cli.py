@@ -86,3 +86,14 @@ def test_route_source_sends_nothing_and_says_none_when_unroutable() -> None:
         with pytest.raises(TimeoutError):
             listener.recv(1)  # connecting a UDP socket sent no datagram
     assert route_source("not a url") is None
+
+
+def test_the_webhook_host_is_in_the_family_the_webhook_listens_in(
+        api_server: Callable[[str], None]) -> None:
+    """asyncio binds 0.0.0.0 to IPv4 and :: to IPv6 only: an API server reached over IPv6
+    from a 0.0.0.0 listener got an IPv6 URL where nothing answers."""
+    api_server("https://[::1]:6443")
+    assert _webhook_host(_run_args(), through_service=False) == "127.0.0.1"
+    assert _webhook_host(_run_args("--webhook-addr", "::"), through_service=False) == "::1"
+    api_server("https://127.0.0.1:6443")
+    assert _webhook_host(_run_args("--webhook-addr", "::"), through_service=False) == "::1"

@@ -450,17 +450,19 @@ def _loading(total_waiting: float, reporting: int, now: float) -> Window:
     return steady(total_waiting / reporting, now=now)._replace(pods=reporting)
 
 
-def test_a_scale_out_waits_for_the_pods_it_started_instead_of_compounding() -> None:
+@pytest.mark.parametrize("p99_ms", [50, 300])
+def test_a_scale_out_waits_for_the_pods_it_started_instead_of_compounding(p99_ms: int) -> None:
     """256 requests waiting at 4 pods, target 32: 8 replicas take them. The new pods report
     nothing for two minutes (loading a model); sized on the mean of the 4 that report times
-    every replica, each interval doubled the count: 4, 8, 16, 32, 64, held there 5 minutes."""
+    every replica, each interval doubled the count: 4, 8, 16, 32, 64, held there 5 minutes.
+    The latency breaches with such a queue, and sized on every replica it did the same."""
     replicas, state, history = 4, ScalingState(), []
     started: dict[float, int] = {}  # when each scale-out's pods come up
     for i in range(12):
         now = NOW + 15 * i
         reporting = min(replicas, 4 + sum(n for t, n in started.items() if now - t >= 120))
-        decision = decide(signals(_loading(256, reporting, now), now=now), replicas, state,
-                          now, maxReplicas=64)
+        decision = decide(signals(_loading(256, reporting, now), latency_ms=(p99_ms, p99_ms),
+                                  now=now), replicas, state, now, maxReplicas=64)
         if decision.desired_replicas > replicas:
             started[now] = decision.desired_replicas - replicas
         state, replicas = decision.state, decision.desired_replicas
@@ -497,3 +499,16 @@ def test_a_latency_breach_scales_out_whatever_the_queue_pods_say() -> None:
     slow = decide(signals(steady(10)._replace(pods=1), latency_ms=(150, 150)), current=4,
                   latency={"action": "ScaleOut"})
     assert slow.desired_replicas == 8, slow.reason
+
+
+def test_an_idle_deployment_is_quiet_not_missing_metrics() -> None:
+    """No requests: the quantile over zero rates is NaN. That read as "latency: only NaN or
+    infinite values", so an idle service had MetricsAvailable=False and `autoscale evaluate`
+    exited 3, though its series were all there."""
+    nan_latency = Series.of([(NOW - 15, float("nan")), (NOW, float("nan"))], 15.0, "q")
+    idle = decide(TargetSignals(steady(0), nan_latency, per_interval(0.0, 0.0)))
+    assert idle.signals.problems == () and idle.signals.latency_quiet
+    assert "below minRequestRate" in idle.reason
+    # Without the request rate nothing says the service is idle: still a problem.
+    unknown = decide(TargetSignals(steady(0), nan_latency, MISSING))
+    assert [p.split(":")[0] for p in unknown.signals.problems] == ["latency", "requestRate"]

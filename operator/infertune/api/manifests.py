@@ -58,6 +58,8 @@ STDIN = "-"
 @cache
 def _stdin_text() -> str:
     """Standard input, read once: `plan - --pod -` reads the same text twice."""
+    if sys.stdin is None:
+        raise OSError("standard input is closed")
     return sys.stdin.buffer.read().decode("utf-8")
 
 

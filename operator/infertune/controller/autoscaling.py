@@ -393,8 +393,9 @@ def _evaluate_if_due(settings: AutoscalingSettings, key: str, parsed: Parsed, tu
     at the start, or the tuning is new) evaluates as of now: its data would otherwise be up
     to an interval old."""
     clock = time.time()
-    start = math.floor(clock / parsed.interval_s) * parsed.interval_s
-    now = start if clock - start <= SLOT_LATENESS_S else clock
+    now = clock
+    if clock - slot_start(clock, parsed.interval_s) <= SLOT_LATENESS_S:
+        now = slot_start(clock, parsed.interval_s)
     signals = signals_if_due(settings, key, parsed, tunings, now)
     if signals is None:
         return
@@ -414,6 +415,17 @@ def _evaluate_if_due(settings: AutoscalingSettings, key: str, parsed: Parsed, tu
         if exc.status == 404:
             return  # the target (or the tuning) is missing; the controller reports it
         raise
+
+
+def slot_start(clock: float, interval_s: float) -> float:
+    """The start of the slot `clock` is in, as a time whose own slot is that slot: k x 1.679
+    in floats can be a hair below k x 1.679, whose floor(t / interval) is then k - 1, and
+    the pass then found its slot evaluated and the loop spun until the next one."""
+    slot = math.floor(clock / interval_s)
+    start = slot * interval_s
+    while math.floor(start / interval_s) < slot:
+        start = math.nextafter(start, math.inf)
+    return start
 
 
 def _read_again(settings: AutoscalingSettings, key: str, status: Mapping[str, Any]) -> bool:

@@ -6,13 +6,20 @@ import argparse
 import gc
 import logging
 import os
+import socket
 import tempfile
 from contextlib import ExitStack
 from pathlib import Path
 
 import kopf
 
-from infertune.kube.client import api_server_url, configure, route_source, unspecified
+from infertune.kube.client import (
+    api_server_url,
+    configure,
+    listen_family,
+    route_source,
+    unspecified,
+)
 from infertune.kube.webhook_tls import write_self_signed
 from infertune.kube.webhooks import RegisteringWebhookServer, WebhookRegistration
 
@@ -67,7 +74,10 @@ def _webhook_host(args: argparse.Namespace, through_service: bool) -> str:
     if through_service or not unspecified(addr):
         return addr
     server = api_server_url()
-    host = route_source(server) or "127.0.0.1"
+    # In the family the webhook listens in: an IPv6 route for a 0.0.0.0 listener would be
+    # registered where nothing answers.
+    family = listen_family(addr)
+    host = route_source(server, family) or ("::1" if family == socket.AF_INET6 else "127.0.0.1")
     logger.info(f"the webhook is registered at https://{host}:{args.webhook_port}, this "
                 f"machine's address towards the API server ({server}); if the API server "
                 "reaches it at another address (a cluster in containers or VMs, NAT), set "

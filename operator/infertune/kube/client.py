@@ -40,22 +40,30 @@ def api_server_url() -> str:
     return str(client.Configuration.get_default_copy().host)
 
 
-def route_source(url: str) -> str | None:
-    """This machine's own address on the route to the host of `url`: the address that host
-    most likely reaches this machine at. Nothing is sent (a UDP socket is only connected);
-    None when the host cannot be resolved or routed to."""
+def route_source(url: str, family: int = socket.AF_UNSPEC) -> str | None:
+    """This machine's own address on the route to the host of `url` (in address `family`):
+    the address that host most likely reaches this machine at. Nothing is sent (a UDP socket
+    is only connected); None when the host cannot be resolved or routed to in that family."""
     parts = urlsplit(url)
     if not parts.hostname:
         return None
     try:
         port = parts.port or 443
         family, kind, proto, _, address = socket.getaddrinfo(
-            parts.hostname, port, type=socket.SOCK_DGRAM)[0]
+            parts.hostname, port, family=family, type=socket.SOCK_DGRAM)[0]
         with socket.socket(family, kind, proto) as probe:
             probe.connect(address)
             return str(probe.getsockname()[0])
     except (OSError, ValueError):
         return None
+
+
+def listen_family(address: str) -> int:
+    """The address family a listen address binds (asyncio binds :: as IPv6 only)."""
+    try:
+        return socket.AF_INET6 if ipaddress.ip_address(address).version == 6 else socket.AF_INET
+    except ValueError:
+        return socket.AF_UNSPEC
 
 
 def unspecified(address: str) -> bool:

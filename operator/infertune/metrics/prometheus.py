@@ -35,7 +35,7 @@ from infertune.metrics.access import (
 from infertune.metrics.plan import QueryPlan, Signal, plan_queries, unsupported
 from infertune.metrics.promql import STAT_LABEL, TARGET_LABEL
 from infertune.metrics.source import MetricsTarget
-from infertune.scaling.signals import NOT_READ, Series, TargetSignals, Window
+from infertune.scaling.signals import NOT_READ, ONLY_NAN, Series, TargetSignals, Window
 from infertune.scaling.state import format_time
 
 PARALLEL_QUERIES = 4
@@ -217,7 +217,7 @@ def _windows(result: list[dict[str, Any]], plan: QueryPlan,
             out[key] = Window.missing("stale: no sample now, only earlier in the window")
             continue
         if not math.isfinite(last):
-            out[key] = Window.missing("only NaN or infinite values")
+            out[key] = Window.missing(ONLY_NAN)
             continue
         pods = got.get("pods")
         out[key] = Window(last, end, plan.lookback_s, plan.step_s, plan.threshold,

@@ -75,6 +75,17 @@ def _decide_on_signals(spec: AutoscalingSpec, current: int, reading: Reading,
                        state: ScalingState, now: float) -> ScaleDecision:
     queue = _queue_proposal(spec, current, reading)
     latency = _latency_proposal(spec, current, reading)
+    pods = reading.queue_pods
+    if (pods is not None and pods < current and queue.replicas is not None
+            and latency.replicas is not None and latency.replicas > max(queue.replicas, current)
+            and not queue_is_low(spec, reading)):
+        # Requests queue at the pods that serve while the others load their model, and the
+        # latency breaches with them: sized by the queue, which counts the replicas that are
+        # coming. Sized on every replica, the breach doubled the count each interval (4, 8,
+        # 16, 32, 64) until the new pods served.
+        capped = max(queue.replicas, current)
+        latency = latency._replace(replicas=capped, why=f"{latency.why}; the queue sizes it "
+                                   f"({pods} of {current} pods report): {capped}")
     opinions = [p.replicas for p in (queue, latency) if p.replicas is not None]
     raw = max(opinions, default=current)
     notes = [queue.why, latency.why]
@@ -115,7 +126,10 @@ def _queue_proposal(spec: AutoscalingSpec, current: int, reading: Reading) -> _P
     proposed = _ceil(base * ratio)
     if ratio < 1:
         if proposed >= current:
-            return _Proposal(current, f"{said} -> {proposed}: not fewer than now")
+            # More pods report than there are replicas (a rollout's surge, pods still
+            # terminating): which of them serve is not known, so nothing is taken away.
+            return _Proposal(current, f"{said} -> {proposed}: not fewer than the {current} "
+                             "replicas now")
         return _Proposal(proposed, f"{said} -> {proposed}")
     sustain = spec.queue.sustain
     if not reading.queue_sustained:
@@ -160,7 +174,7 @@ def _latency_proposal(spec: AutoscalingSpec, current: int, reading: Reading) -> 
 def latency_text(latency_s: float) -> str:
     """A latency in milliseconds to a tenth: whole milliseconds made 75.2ms read "75ms vs
     target 75ms" in a breach."""
-    return f"{round(latency_s * 1000, 1):g}ms"
+    return f"{latency_s * 1000:.1f}".removesuffix(".0") + "ms"
 
 
 def _ceil(replicas: float) -> int:

@@ -10,7 +10,7 @@ import math
 from typing import Any, NamedTuple
 
 from infertune.api.scaling import AutoscalingSpec
-from infertune.scaling.signals import TargetSignals, seconds
+from infertune.scaling.signals import ONLY_NAN, TargetSignals, seconds
 
 
 class Reading(NamedTuple):
@@ -68,11 +68,16 @@ def read_signals(spec: AutoscalingSpec, signals: TargetSignals, now: float) -> R
     rate_now = signals.request_rate.latest(now)
     breaches = _consecutive_breaches(spec, signals)
     quiet = rate_now is not None and rate_now < spec.latency.min_request_rate
+    problems = signals.problems()
+    if quiet and signals.latency.problem == ONLY_NAN:
+        # Without requests the quantile is NaN (0/0): quiet traffic, not a missing signal;
+        # the request rate, from the same histogram, shows the series are there.
+        problems = tuple(p for p in problems if not p.startswith("latency: "))
     return Reading(  # positional: one per tuning per cycle, and keywords cost more
         queue_now, above_for, sustained, None if quiet else latency_now, signals.latency_kind,
         rate_now, breaches, breaches >= spec.latency.consecutive_samples, quiet,
         signals.running.latest(now), signals.running.peak if signals.running.available else None,
-        signals.problems(), signals.queue.pods if queue_now is not None else None)
+        problems, signals.queue.pods if queue_now is not None else None)
 
 
 def _queue_sustain(spec: AutoscalingSpec, signals: TargetSignals, now: float,

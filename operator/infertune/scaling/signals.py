@@ -16,6 +16,8 @@ from typing import NamedTuple
 
 from infertune.api.units import parse_duration
 
+ONLY_NAN = "only NaN or infinite values"
+"""The problem of a signal whose every point was NaN or infinite (no data, not zero)."""
 FLOAT_NOISE = 1e-9
 """Far below one replica or one batch slot, above the rounding error of the ratios they are
 sized from: 3 x 100ms / 75ms is 4.000000000000001, and 128 x (0.075 / 0.1) is 95.99...: both
@@ -52,7 +54,7 @@ class Series(NamedTuple):
         isfinite = math.isfinite
         finite = tuple([p for p in points if isfinite(p[1])])
         if not finite:
-            return cls.missing("only NaN or infinite values", query)
+            return cls.missing(ONLY_NAN, query)
         return cls(finite, step, query)
 
     @property
@@ -110,7 +112,7 @@ class Window(NamedTuple):
         mean exactly this): steps in [end - span, end], NaN and infinities left out."""
         inside = [(t, v) for t, v in points if end - span <= t <= end and math.isfinite(v)]
         if not inside or inside[-1][0] != end:
-            return cls.missing("only NaN or infinite values" if points else "no data", query)
+            return cls.missing(ONLY_NAN if points else "no data", query)
         last = inside[-1][1]
         dips = [t for t, v in inside if threshold is not None and v <= threshold]
         return cls(last=last, end=end, span=span, step=step, threshold=threshold,
