@@ -444,3 +444,26 @@ def test_the_queue_is_summed_per_pod_and_pods_are_counted_not_series(
 
     window = wait_for(both_pods, "the multi pods scraped", timeout_s=10)
     assert window.last == (48 + 12) / 2  # the mean of the pods' totals
+
+
+def test_data_parallel_ranks_sum_their_queue_and_average_their_batch(
+        prometheus: PrometheusServer, exporters: tuple[Exporter, Exporter]) -> None:
+    """A vLLM pod running two data-parallel ranks exports each gauge once per rank: the pod's
+    queue is what waits at both, while the batch (max-num-seqs is per engine process) is
+    each rank's: summed per pod, the running peak seeded a batch size twice too high."""
+    text, _ = exporters
+    running = Gauge("vllm:num_requests_running", "running", ["namespace", "pod", "model_name"],
+                    registry=text.registry)
+    for rank, (waiting, serving) in (("r0", (4, 10)), ("r1", (6, 30))):
+        text.waiting.labels("serving", "dp-5d4f8b9c7-abcde", rank).set(waiting)
+        running.labels("serving", "dp-5d4f8b9c7-abcde", rank).set(serving)
+    dp = target("serving", "dp", want_running=True)
+    source = PrometheusSource(prometheus.url)
+
+    def read() -> TargetSignals | None:
+        got = source.fetch([dp], time.time())[dp.key]
+        return got if got.queue.pods == 1 and got.running.last is not None else None
+
+    got = wait_for(read, "the dp pod scraped", timeout_s=10)
+    assert got.queue.last == 10  # 4 + 6 waiting at the one pod
+    assert got.running.last == 20  # each rank serves 20 on average

@@ -188,7 +188,11 @@ def validate_paths(paths: Iterable[Path]) -> tuple[list[Report], list[str]]:
     """Reports for every document in `paths`, and the files that could not be read."""
     documents: list[Document] = []
     unreadable: list[str] = []
+    seen: set[str] = set()
     for path in paths:
+        if str(path) == STDIN and STDIN in seen:
+            continue  # one stream: its documents once
+        seen.add(str(path))
         docs, problems = load_documents(path)
         documents.extend(docs)
         unreadable.extend(problems)

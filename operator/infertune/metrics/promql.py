@@ -201,9 +201,13 @@ def queue_query(scope: Scope, metrics: EngineMetrics, span_s: float, step_s: flo
 
 def running_query(scope: Scope, metrics: EngineMetrics, span_s: float,
                   step_s: float) -> str | None:
+    """Requests being served, as the mean over each target's series rather than summed per
+    pod: the batch knobs (max-num-seqs) are per engine process, and a pod that runs several
+    data-parallel ranks exports one series for each."""
     if metrics.running is None:
         return None
-    return window_query(gauge_query(scope, metrics.running), span_s, step_s, peak=True)
+    series = f"avg by ({scope.by()}) ({_per_target(scope, _gauge(scope, metrics.running))})"
+    return window_query(series, span_s, step_s, peak=True)
 
 
 def latency_query(scope: Scope, metrics: EngineMetrics, quantile: float, window: str) -> str:
