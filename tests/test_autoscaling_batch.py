@@ -203,8 +203,8 @@ def test_a_pass_close_to_its_slot_start_evaluates_as_of_the_start(
     """A pass that waited for a worker read Prometheus and stamped its state when it ran, so
     rate-limit periods fell differently than for a pass on time (with period = interval, a
     scale event stamped 10 ms later could double the next step or not)."""
-    api = StatusApi(_evaluated(T0 - 15))
-    decided = _passes(monkeypatch, api, [(T0 + 0.4, _evaluated(T0 - 15)),
+    api = StatusApi(_evaluated(T0 - 30))
+    decided = _passes(monkeypatch, api, [(T0 + 0.4, _evaluated(T0 - 30)),
                                           (T0 + 15 + 4.9, _evaluated(T0))])
     assert [at for at, _, _ in decided] == [T0, T0 + 15]
 
@@ -278,8 +278,8 @@ def test_the_status_is_read_again_when_kopfs_copy_may_be_behind(
     replaces may have just written: its copy took that write for a revert), and when kopf's
     copy predates this process's own last write (decided from it, the state written back
     dropped that evaluation's scale event)."""
-    api = StatusApi(_evaluated(T0 - 15))
-    stale, current = _evaluated(T0 - 30), _evaluated(T0 + 15)
+    api = StatusApi(_evaluated(T0 - 30))
+    stale, current = _evaluated(T0 - 45), _evaluated(T0 + 15)
     decided = _passes(monkeypatch, api, [(T0 + 1, stale), (T0 + 16, stale), (T0 + 31, current)])
     assert api.reads == 2  # the first pass, and the second (its copy older than the first)
     assert [(status, version) for _, status, version in decided] == [
@@ -310,3 +310,43 @@ def test_a_slot_start_lies_in_its_own_slot_for_any_interval() -> None:
             assert start - slot * interval < 1e-6
             checked += 1
     assert checked == 21000
+
+
+class ChangingStatusApi(StatusApi):
+    """The API server's status as another operator changes it: one per read, in order."""
+
+    def __init__(self, *statuses: dict[str, Any]) -> None:
+        super().__init__(statuses[0])
+        self.statuses = list(statuses)
+
+    def get_namespaced_custom_object_status(self, *args: Any) -> dict[str, Any]:
+        self.stored["status"] = self.statuses[min(self.reads, len(self.statuses) - 1)]
+        return super().get_namespaced_custom_object_status(*args)
+
+
+def test_a_new_process_takes_over_only_once_no_other_operator_evaluates(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The old and the new operator of a rolling upgrade run side by side for a few seconds:
+    the new one waits while the status shows the previous slot evaluated, and takes over
+    after a slot without a new evaluation."""
+    # What the new one reads at T0 + 1, T0 + 16, T0 + 31: the old one evaluated T0 - 15 and
+    # T0, then stopped.
+    api = ChangingStatusApi(_evaluated(T0 - 15), _evaluated(T0), _evaluated(T0))
+    decided = _passes(monkeypatch, api, [(T0 + 1, {}), (T0 + 16, {}), (T0 + 31, {})])
+    assert api.reads == 3
+    assert [at for at, _, _ in decided] == [T0 + 30]
+
+
+def test_the_takeover_wait(monkeypatch: pytest.MonkeyPatch) -> None:
+    from infertune.controller.autoscaling import _another_evaluates
+
+    settings = AutoscalingSettings(source=RecordingSource())
+    parsed = settings.parse("ns", "t0", "uid-0", 1, entry(0)["spec"])
+    slow = settings.parse("ns", "t1", "uid-1", 1, entry(1, interval="5m")["spec"])
+    assert parsed is not None and slow is not None
+    now = T0 + 2
+    assert _another_evaluates(parsed, now, _evaluated(T0 - 15))  # the previous slot
+    assert not _another_evaluates(parsed, now, _evaluated(T0 - 30))  # a slot passed: over
+    assert not _another_evaluates(parsed, now, {})  # never evaluated
+    assert not _another_evaluates(parsed, now, {"autoscaling": {"evaluated": "soon"}})
+    assert not _another_evaluates(slow, now, _evaluated(T0 - 300))  # long intervals: no wait

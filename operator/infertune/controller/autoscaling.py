@@ -408,6 +408,8 @@ def _evaluate_if_due(settings: AutoscalingSettings, key: str, parsed: Parsed, tu
             resource_version = str(fresh["metadata"]["resourceVersion"])
             if settings.stored_in_slot(key, parsed, now, status):
                 return  # evaluated in this slot by the operator this one replaces
+            if key not in settings.evaluated_at and _another_evaluates(parsed, now, status):
+                return  # looked at again next slot: taken over once it stops
         evaluate(namespace, name, generation, parsed.spec, status, signals, settings, writers,
                  body, now, resource_version)
         settings.evaluated_at[key] = now
@@ -415,6 +417,30 @@ def _evaluate_if_due(settings: AutoscalingSettings, key: str, parsed: Parsed, tu
         if exc.status == 404:
             return  # the target (or the tuning) is missing; the controller reports it
         raise
+
+
+TAKEOVER_MAX_INTERVAL_S = 60.0
+"""Up to this interval, a process's first evaluation of a tuning waits while another operator
+evaluates it (`_another_evaluates`); longer intervals would hold autoscaling too long after a
+restart, and two operators rarely meet at one of their slot starts."""
+
+
+def _another_evaluates(parsed: Parsed, now: float, status: Mapping[str, Any]) -> bool:
+    """Whether the status shows an evaluation of the previous slot: another operator may be
+    evaluating this tuning (the old one of a rolling upgrade, which runs for a few seconds
+    beside the new one). Then this process waits a slot; when one passes without a new
+    evaluation, it takes over. Two operators evaluating one slot would each take the other's
+    write for a revert, and decide from a state without the other's scale event. After a
+    restart (the last evaluation was this operator's own) it costs one to two intervals."""
+    if parsed.interval_s > TAKEOVER_MAX_INTERVAL_S:
+        return False
+    stamp = (status.get("autoscaling") or {}).get("evaluated")
+    try:
+        evaluated = parse_time(stamp) if isinstance(stamp, str) else None
+    except ValueError:
+        return False
+    start = slot_start(now, parsed.interval_s)
+    return evaluated is not None and start - parsed.interval_s - 1e-3 <= evaluated < start
 
 
 def slot_start(clock: float, interval_s: float) -> float:
