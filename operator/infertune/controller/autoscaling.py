@@ -145,13 +145,9 @@ class AutoscalingSettings:
         A second evaluation in one slot would decide from the state the first one left, which
         an operator that kept running never does. A stamp after the slot (a clock ahead, an
         edit) is not believed: it would hold autoscaling until then."""
-        stamp = (status.get("autoscaling") or {}).get("evaluated")
-        try:
-            evaluated = parse_time(stamp) if isinstance(stamp, str) else None
-        except ValueError:
-            return False
+        evaluated = stored_evaluation(status)
         slot = math.floor(now / parsed.interval_s)
-        start = slot * parsed.interval_s  # what an evaluation of this slot stamps
+        start = slot_start(now, parsed.interval_s)  # what an evaluation of this slot stamps
         if evaluated is None or not start - 1e-3 <= evaluated < start + parsed.interval_s:
             return False
         self.last_slot[key] = slot
@@ -434,11 +430,7 @@ def _another_evaluates(parsed: Parsed, now: float, status: Mapping[str, Any]) ->
     restart (the last evaluation was this operator's own) it costs one to two intervals."""
     if parsed.interval_s > TAKEOVER_MAX_INTERVAL_S:
         return False
-    stamp = (status.get("autoscaling") or {}).get("evaluated")
-    try:
-        evaluated = parse_time(stamp) if isinstance(stamp, str) else None
-    except ValueError:
-        return False
+    evaluated = stored_evaluation(status)
     start = slot_start(now, parsed.interval_s)
     return evaluated is not None and start - parsed.interval_s - 1e-3 <= evaluated < start
 
@@ -463,8 +455,17 @@ def _read_again(settings: AutoscalingSettings, key: str, status: Mapping[str, An
     last = settings.evaluated_at.get(key)
     if last is None:
         return True
+    evaluated = stored_evaluation(status)
+    return evaluated is None or evaluated < last - 1e-3
+
+
+def stored_evaluation(status: Mapping[str, Any]) -> float | None:
+    """When the evaluation stored in status.autoscaling.evaluated was made (unix time); None
+    when there is none, or it is not a time (edited by hand)."""
     stamp = (status.get("autoscaling") or {}).get("evaluated")
+    if not isinstance(stamp, str):
+        return None
     try:
-        return not isinstance(stamp, str) or parse_time(stamp) < last - 1e-3
+        return parse_time(stamp)
     except ValueError:
-        return True
+        return None
