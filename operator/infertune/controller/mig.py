@@ -29,7 +29,7 @@ from infertune.api.status import MigNodeStatus, MigStatus
 from infertune.controller.loops import STOP_TIMEOUT_S, Work, every, until_stopped
 from infertune.controller.spec_cache import SPECS
 from infertune.kube.client import evict_pod
-from infertune.kube.webhooks import GLOB_CHARACTERS
+from infertune.kube.webhooks import is_pattern
 from infertune.tuning.mig import Infeasible, LayoutPlan, describe, plan_layout, request_from_spec
 from infertune.tuning.mig_nodes import (
     CLAIM_ANNOTATION,
@@ -80,7 +80,7 @@ class MigSettings:
         """The settings of an operator in `namespace` watching `namespaces` (--namespace;
         none is every namespace)."""
         return cls(namespace, cluster_wide=not namespaces, watched=frozenset(
-            n for n in namespaces if not set(n) & set(GLOB_CHARACTERS)))
+            n for n in namespaces if not is_pattern(n)))
 
     def sees(self, tuning: str) -> bool:
         """Whether the tuning NAMESPACE/NAME would be in the operator's index if it existed:

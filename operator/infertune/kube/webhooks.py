@@ -38,6 +38,11 @@ GLOB_CHARACTERS = "*?[]!,"
 commas) rather than a name: namespace names never hold these."""
 
 
+def is_pattern(namespace: str) -> bool:
+    """Whether a --namespace value is one of kopf's patterns rather than a namespace name."""
+    return bool(set(namespace) & set(GLOB_CHARACTERS))
+
+
 @dataclass(frozen=True)
 class WebhookRegistration:
     """Where and for whom the pod webhook is registered."""
@@ -100,8 +105,7 @@ class WebhookRegistration:
         name = "kubernetes.io/metadata.name"  # set by the API server on every namespace
         expressions: list[dict[str, Any]] = [
             {"key": name, "operator": "NotIn", "values": sorted(set(self.excluded_namespaces))}]
-        if self.included_namespaces and not any(
-                set(ns) & set(GLOB_CHARACTERS) for ns in self.included_namespaces):
+        if self.included_namespaces and not any(map(is_pattern, self.included_namespaces)):
             expressions.append({"key": name, "operator": "In",
                                 "values": sorted(set(self.included_namespaces))})
         return expressions
