@@ -226,35 +226,24 @@ def _uncordoned(api_client: client.ApiClient, namespace: str, node: str) -> str:
     return str(events[0])
 
 
-def test_a_node_drained_for_a_deleted_tuning_is_uncordoned(
-    api_client: client.ApiClient, namespace: str, operator: OperatorProcess
+@pytest.mark.parametrize(("pool", "change", "why"), [
+    ("mig-d", None, "the tuning was deleted"),
+    ("mig-e", {"mig": None}, "spec.mig was removed"),
+    ("mig-f", {"mig": {"nodeSelector": {POOL: "nowhere"}}}, "spec.mig no longer selects it"),
+], ids=["deleted", "mig-removed", "no-longer-selected"])
+def test_a_node_drained_for_a_tuning_that_will_not_partition_it_is_uncordoned(
+    api_client: client.ApiClient, namespace: str, operator: OperatorProcess, pool: str,
+    change: dict[str, Any] | None, why: str,
 ) -> None:
-    """Deleted before mig-manager partitioned the node: it stayed cordoned for good."""
-    node = _draining(api_client, namespace, "mig-d")
-    delete_tuning_and_wait(api_client, namespace, "qwen", "the tuning gone", timeout_s=30)
+    """The tuning goes away, or stops asking for the node, before mig-manager partitioned it
+    (`change` None deletes it, else is patched into its spec): it stayed cordoned for good."""
+    node = _draining(api_client, namespace, pool)
+    if change is None:
+        delete_tuning_and_wait(api_client, namespace, "qwen", "the tuning gone", timeout_s=30)
+    else:
+        _patch_spec(api_client, namespace, "qwen", change)
     message = _uncordoned(api_client, namespace, node)
-    assert message == (f"{node} uncordoned: drained for {namespace}/qwen, and the tuning was "
-                       "deleted")
-
-
-def test_a_node_drained_for_a_tuning_that_drops_mig_is_uncordoned(
-    api_client: client.ApiClient, namespace: str, operator: OperatorProcess
-) -> None:
-    node = _draining(api_client, namespace, "mig-e")
-    _patch_spec(api_client, namespace, "qwen", {"mig": None})
-    message = _uncordoned(api_client, namespace, node)
-    assert message == (f"{node} uncordoned: drained for {namespace}/qwen, and spec.mig was "
-                       "removed")
-
-
-def test_a_node_drained_for_a_tuning_that_stops_selecting_it_is_uncordoned(
-    api_client: client.ApiClient, namespace: str, operator: OperatorProcess
-) -> None:
-    node = _draining(api_client, namespace, "mig-f")
-    _patch_spec(api_client, namespace, "qwen", {"mig": {"nodeSelector": {POOL: "nowhere"}}})
-    message = _uncordoned(api_client, namespace, node)
-    assert message == (f"{node} uncordoned: drained for {namespace}/qwen, and spec.mig no "
-                       "longer selects it")
+    assert message == f"{node} uncordoned: drained for {namespace}/qwen, and {why}"
 
 
 def test_a_node_two_tunings_drain_stays_cordoned_until_both_are_gone(
