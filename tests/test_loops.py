@@ -91,6 +91,13 @@ def test_a_failed_pass_is_logged_and_tried_again_after_the_back_off(
     assert caplog.records[0].exc_info is not None
 
 
+def _hourly_loop(read: loops.Read, setter: FlagSetter[Any]) -> asyncio.Task[None]:
+    """The re-tuning loop of team-a/qwen, a pass an hour, told to stop through `setter`."""
+    return asyncio.create_task(loops.every(
+        3600, read, what="re-tuning", stopped=AsyncFlagWaiter(setter), namespace="team-a",
+        name="qwen", body=kopf.Body({}), logger=LOGGER))  # type: ignore[arg-type]
+
+
 @pytest.mark.parametrize("told_to_stop", [True, False])
 def test_a_stop_during_the_interval_ends_the_loop_at_once(writes: Writes,
                                                           told_to_stop: bool) -> None:
@@ -106,9 +113,7 @@ def test_a_stop_during_the_interval_ends_the_loop_at_once(writes: Writes,
         return None
 
     async def main() -> None:
-        daemon = asyncio.create_task(loops.every(
-            3600, read, what="re-tuning", stopped=AsyncFlagWaiter(setter), namespace="team-a",
-            name="qwen", body=kopf.Body({}), logger=LOGGER))  # type: ignore[arg-type]
+        daemon = _hourly_loop(read, setter)
         await asyncio.sleep(0.05)  # the first pass, then the pause
         if told_to_stop:
             setter.set()
@@ -142,9 +147,7 @@ def test_a_stop_during_a_pass_ends_the_loop_without_a_cancelled_daemon(
         return work
 
     async def main() -> None:
-        daemon = asyncio.create_task(loops.every(
-            3600, read, what="re-tuning", stopped=AsyncFlagWaiter(setter), namespace="team-a",
-            name="qwen", body=kopf.Body({}), logger=LOGGER))  # type: ignore[arg-type]
+        daemon = _hourly_loop(read, setter)
         while not running.is_set():
             await asyncio.sleep(0.01)
         if told_to_stop:
