@@ -389,9 +389,8 @@ def _evaluate_if_due(settings: AutoscalingSettings, key: str, parsed: Parsed, tu
     at the start, or the tuning is new) evaluates as of now: its data would otherwise be up
     to an interval old."""
     clock = time.time()
-    now = clock
-    if clock - slot_start(clock, parsed.interval_s) <= SLOT_LATENESS_S:
-        now = slot_start(clock, parsed.interval_s)
+    start = slot_start(clock, parsed.interval_s)
+    now = start if clock - start <= SLOT_LATENESS_S else clock
     signals = signals_if_due(settings, key, parsed, tunings, now)
     if signals is None:
         return
