@@ -192,8 +192,8 @@ def pods_query(scope: Scope, name: str) -> str:
 
 def queue_query(scope: Scope, metrics: EngineMetrics, span_s: float, step_s: float,
                 threshold: float | None) -> str:
-    """The queue per pod over the window, and how many pods report it: the engine counts
-    pods that do not report yet (starting) as HPA counts pods without metrics."""
+    """The queue per pod over the window, and how many pods report it: the engine sizes the
+    queue on those pods (the requests waiting over the target)."""
     gauge = gauge_query(scope, metrics.queue_depth)
     return window_query(gauge, span_s, step_s, threshold=threshold,
                         pods=pods_query(scope, metrics.queue_depth))
