@@ -99,3 +99,16 @@ def test_an_operator_knows_which_tunings_it_would_see() -> None:
     assert some.sees("ml/qwen")
     assert not some.sees("team-a/qwen")  # a pattern: not known here
     assert not some.sees("other/qwen") and not some.sees("x/qwen")
+
+
+def test_a_pass_lock_is_shared_while_held_and_forgotten_once_nobody_holds_it() -> None:
+    """A tuning whose spec.mig was removed before it was deleted never reaches the deletion
+    handler that used to drop its lock: locks must not outlive their users."""
+    held = mig_controller._pass_lock("uid-1")
+    with held:
+        assert mig_controller._pass_lock("uid-1") is held  # the release waits for the pass
+        assert not mig_controller._pass_lock("uid-1").acquire(blocking=False)
+    assert mig_controller._pass_lock("uid-2") is not held
+    del held
+    assert "uid-1" not in mig_controller._PASS_LOCKS
+    assert "uid-2" not in mig_controller._PASS_LOCKS

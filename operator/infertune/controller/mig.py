@@ -15,6 +15,7 @@ import logging
 import math
 import threading
 import time
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -391,13 +392,20 @@ def release_for_good(namespace: str, name: str, uid: str, body: kopf.Body, why: 
         kopf.event(body, type="Warning", reason="MigNodeLeftCordoned", message=message)
 
 
-_PASS_LOCKS: dict[str, threading.Lock] = {}
+_PASS_LOCKS: weakref.WeakValueDictionary[str, threading.Lock] = weakref.WeakValueDictionary()
+"""Kept while someone holds or waits for them: a tuning whose spec.mig was removed before it
+was deleted never reaches the deletion handler, so nothing else would forget its lock."""
+_PASS_LOCKS_GUARD = threading.Lock()
 
 
 def _pass_lock(uid: str) -> threading.Lock:
     """Held by each MIG pass of the tuning `uid` and by its release: kopf stops the loop and
     runs the deletion handler at the same time, and a pass already in its thread finishes."""
-    return _PASS_LOCKS.setdefault(uid, threading.Lock())
+    with _PASS_LOCKS_GUARD:  # two threads must not each make one
+        lock = _PASS_LOCKS.get(uid)
+        if lock is None:
+            lock = _PASS_LOCKS[uid] = threading.Lock()
+        return lock
 
 
 async def _in_thread(fn: Callable[..., None], *args: Any) -> None:
@@ -415,7 +423,6 @@ async def release_deleted(namespace: str, name: str, uid: str, body: kopf.Body,
     deleted while the operator was down."""
     await _in_thread(release_for_good, namespace, name, uid, body, "the tuning was deleted",
                      mig_selectors(tunings_by_target))
-    _PASS_LOCKS.pop(uid, None)
 
 
 @kopf.on.update(*RESOURCE, field="spec.mig")  # type: ignore[arg-type]
