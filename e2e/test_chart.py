@@ -17,6 +17,7 @@ from kubernetes import client
 from e2e.cluster.helm import helm_binary
 from e2e.fixtures.access import ClusterInfo, Kubectl
 from infertune.cli import build_parser
+from infertune.kube.lease import DEFAULT_LEASE_NAME
 
 pytestmark = pytest.mark.e2e
 
@@ -96,15 +97,21 @@ def test_the_chart_installs_and_grants_what_the_autoscaler_acts_with(
                          "--all-namespaces", check=False)
         assert answer.stdout.strip() == "no"
         # Only what the code writes: its own ConfigMap in its own namespace (not, say,
-        # kube-system/aws-auth), its own webhook configuration, and no leases.
+        # kube-system/aws-auth), its own webhook configuration, and its own Lease (not the
+        # control plane's).
+        lease = f"leases.coordination.k8s.io/{DEFAULT_LEASE_NAME}"
         refused = [("patch", "configmaps/aws-auth", "-n", "kube-system"),
                    ("patch", "configmaps/infertune-mig-parted-config", "-n", "kube-system"),
                    ("delete", "mutatingwebhookconfigurations/istio-sidecar-injector"),
-                   ("update", "leases.coordination.k8s.io", "-n", "kube-system")]
+                   ("update", "leases.coordination.k8s.io", "-n", "kube-system"),
+                   ("update", "leases.coordination.k8s.io/kube-scheduler", "-n", namespace),
+                   ("update", lease, "-n", "kube-system")]
         allowed = [("patch", "configmaps/infertune-mig-parted-config", "-n", namespace),
                    ("create", "configmaps", "-n", namespace),
                    ("delete", "mutatingwebhookconfigurations/infertune-pod-tuning"),
-                   ("patch", "nodes")]
+                   ("patch", "nodes"),
+                   ("get", lease, "-n", namespace), ("update", lease, "-n", namespace),
+                   ("create", "leases.coordination.k8s.io", "-n", namespace)]
         for expected, checks in (("no", refused), ("yes", allowed)):
             for check in checks:
                 answer = kubectl("auth", "can-i", *check, "--as", account, check=False)
@@ -211,6 +218,13 @@ def test_values_that_would_break_or_subvert_the_operator_are_refused(
     refused = helm("template", "t", str(CHART), *values, check=False)
     assert refused.returncode != 0
     assert says in refused.stderr
+
+
+def test_only_one_operator_of_an_upgrade_runs_the_loops_that_write() -> None:
+    """The old and the new pod of a rolling upgrade run side by side for a few seconds; the
+    Lease (kube/lease.py) lets one of them autoscale, re-tune and drain at a time."""
+    args = build_parser().parse_args(operator_args(helm("template", "t", str(CHART)).stdout))
+    assert args.leader_elect and args.leader_elect_lease is None  # DEFAULT_LEASE_NAME
 
 
 def test_an_upgrade_keeps_an_operator_serving_the_webhook() -> None:

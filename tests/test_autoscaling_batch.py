@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from infertune.controller.autoscaling import AutoscalingSettings, signals_for, signals_if_due
+from infertune.kube.lease import ALWAYS, Leader
 from infertune.metrics.source import MetricsTarget
 from infertune.scaling.signals import NOT_FETCHED, NOT_FETCHED_WINDOW, TargetSignals
 from infertune.scaling.state import format_time
@@ -172,8 +173,8 @@ class StatusApi:
 
 
 def _passes(monkeypatch: pytest.MonkeyPatch, api: StatusApi,
-            passes: list[tuple[float, dict[str, Any]]]) -> list[tuple[float, dict[str, Any],
-                                                                       str | None]]:
+            passes: list[tuple[float, dict[str, Any]]],
+            leader: Leader = ALWAYS) -> list[tuple[float, dict[str, Any], str | None]]:
     """Runs `_evaluate_if_due` for tuning t0 at each (clock, kopf's copy of the status) and
     returns what `evaluate` was called with: (time, status, resourceVersion)."""
     from infertune.controller import autoscaling
@@ -182,7 +183,7 @@ def _passes(monkeypatch: pytest.MonkeyPatch, api: StatusApi,
     monkeypatch.setattr(autoscaling.client, "CustomObjectsApi", api)
     monkeypatch.setattr(autoscaling, "evaluate",
                         lambda *args, **_: decided.append((args[9], args[4], args[10])))
-    settings = AutoscalingSettings(source=RecordingSource())
+    settings = AutoscalingSettings(source=RecordingSource(), leader=leader)
     idx = index(entry(0))
     parsed = settings.parse("ns", "t0", "uid-0", 1, entry(0)["spec"])
     assert parsed is not None
@@ -335,6 +336,32 @@ def test_a_new_process_takes_over_only_once_no_other_operator_evaluates(
     decided = _passes(monkeypatch, api, [(T0 + 1, {}), (T0 + 16, {}), (T0 + 31, {})])
     assert api.reads == 3
     assert [at for at, _, _ in decided] == [T0 + 30]
+
+
+class Elected:
+    """A process that holds the leader-election Lease (kube/lease.py)."""
+
+    exclusive = True
+
+    def leads(self) -> bool:
+        return True
+
+
+def test_with_an_election_the_new_process_takes_over_without_waiting(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Lease passes to the new operator only once the old one has stopped its loops and
+    released it: nobody else evaluates, so no slot is lost to the takeover wait. The slot the
+    old one evaluated last is still not evaluated again."""
+    # What the new one reads at T0 + 1, T0 + 16, T0 + 31: the old one evaluated T0, then
+    # handed over; then its own evaluation of T0 + 15.
+    statuses = (_evaluated(T0), _evaluated(T0), _evaluated(T0 + 15))
+    passes: list[tuple[float, dict[str, Any]]] = [(T0 + 1, {}), (T0 + 16, {}), (T0 + 31, {})]
+    elected = _passes(monkeypatch, ChangingStatusApi(*statuses), passes, leader=Elected())
+    assert [at for at, _, _ in elected] == [T0 + 15, T0 + 30]
+    # Without an election, the status alone cannot tell the old operator's evaluations from
+    # a restart's, so it waits.
+    alone = _passes(monkeypatch, ChangingStatusApi(*statuses), passes)
+    assert [at for at, _, _ in alone] == []
 
 
 def test_the_takeover_wait(monkeypatch: pytest.MonkeyPatch) -> None:

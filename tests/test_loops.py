@@ -16,6 +16,7 @@ from kopf._core.intents.handlers import DaemonHandler
 from kubernetes.client.exceptions import ApiException
 
 from infertune.controller import loops
+from infertune.kube.lease import ALWAYS, Leader
 
 LOGGER = logging.getLogger("test-loops")
 Writes = list[tuple[str, str, Any, dict[str, Any] | None]]
@@ -38,15 +39,16 @@ def writes(monkeypatch: pytest.MonkeyPatch) -> Writes:
 
 
 def _run(read: loops.Read, setter: FlagSetter[Any], *, interval_s: float = 0.001,
-         status: dict[str, Any] | None = None, spec: dict[str, Any] | None = None) -> None:
+         status: dict[str, Any] | None = None, spec: dict[str, Any] | None = None,
+         leader: Leader = ALWAYS) -> None:
     body = kopf.Body({"metadata": {"generation": 1}, "spec": spec or {"a": 1},  # type: ignore[typeddict-unknown-key]
                       "status": status or {}})
 
     async def main() -> None:
         await asyncio.wait_for(loops.every(
             interval_s, read, what="re-tuning", stopped=AsyncFlagWaiter(setter),
-            namespace="team-a", name="qwen", body=body, logger=LOGGER),  # type: ignore[arg-type]
-            timeout=10)
+            namespace="team-a", name="qwen", body=body, logger=LOGGER,  # type: ignore[arg-type]
+            leader=leader), timeout=10)
 
     asyncio.run(main())
 
@@ -224,3 +226,39 @@ def test_a_snapshot_is_the_body_as_it_was_and_the_next_one_sees_the_next_event()
     body._replace_with({"metadata": {"generation": 2}, "spec": {"a": 2}})  # the next event
     assert (spec, status, meta) == ({"a": 1}, {"tuning": {"tunedPods": 1}}, {"generation": 1})
     assert loops.snapshot(body) == ({"a": 2}, {}, {"generation": 2})
+
+
+class Turns:
+    """Leads from its `since`-th question on (another operator held the Lease before)."""
+
+    exclusive = True
+
+    def __init__(self, since: int) -> None:
+        self.asked, self.since = 0, since
+
+    def leads(self) -> bool:
+        self.asked += 1
+        return self.asked >= self.since
+
+
+def test_no_pass_runs_while_another_operator_leads(writes: Writes) -> None:
+    setter: FlagSetter[Any] = FlagSetter()
+    leader = Turns(since=4)
+    passes: list[int] = []
+
+    def read(spec: dict[str, Any], status: dict[str, Any],
+             meta: dict[str, Any]) -> loops.Work | None:
+        passes.append(leader.asked)
+        if len(passes) == 2:
+            setter.set()
+        return lambda: {"tuning": {"tunedPods": 1}}
+
+    _run(read, setter, leader=leader)
+    assert passes == [4, 5]  # the three rounds before it led did not even read
+    assert [w[3] for w in writes] == [{"tuning": {"tunedPods": 1}}] * 2
+
+
+def test_a_memo_without_an_election_always_leads() -> None:
+    assert loops.leader_of(kopf.Memo()) is ALWAYS
+    election = Turns(1)
+    assert loops.leader_of(kopf.Memo(leader=election)) is election

@@ -185,7 +185,14 @@ def _add_run_command(commands: argparse._SubParsersAction) -> None:  # type: ign
     run.add_argument("--liveness", default=None, metavar="URL",
                      help="serve kopf's liveness probe, for example http://0.0.0.0:8080/healthz")
     run.add_argument("--standalone", action="store_true",
-                     help="do not take part in peering (one operator instance only)")
+                     help="do not take part in kopf's peering (the chart runs the operator so)")
+    run.add_argument("--leader-elect", action="store_true",
+                     help="run the autoscaling, re-tuning and MIG loops only while holding a "
+                     "Lease in the operator's namespace, so that the old and the new operator "
+                     "of a rolling upgrade never both run them (the chart sets it)")
+    run.add_argument("--leader-elect-lease", default=None, metavar="NAME",
+                     help="the Lease's name (default infertune-operator); operators that share "
+                     "a namespace but not their tunings need one each")
     run.add_argument("--verbose", action="store_true")
     run.add_argument("--operator-namespace", help="the operator's own namespace, never tuned "
                      "(default: $INFERTUNE_NAMESPACE or infertune-system)")

@@ -52,6 +52,7 @@ from infertune.controller.fights import (
 from infertune.controller.loops import pause, snapshot, until_stopped
 from infertune.controller.scaling_report import plan_evaluation, status_over
 from infertune.controller.status_patch import Build, write_status
+from infertune.kube.lease import ALWAYS, Leader
 from infertune.metrics.source import MetricsSource, MetricsTarget, target_for_tuning
 from infertune.scaling.engine import ScaleDecision
 from infertune.scaling.signals import TargetSignals
@@ -115,6 +116,8 @@ class AutoscalingSettings:
     """interval -> the last slot whose batch was fetched."""
     executor: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(
         WORKERS, thread_name_prefix="autoscale"))
+    leader: Leader = ALWAYS
+    """The operator's leader election: only the process that leads evaluates."""
 
     def parse(self, namespace: str, name: str, uid: str, generation: int,
               spec: dict[str, Any]) -> Parsed | None:
@@ -157,8 +160,7 @@ class AutoscalingSettings:
         """0 when `key` is due now, else the seconds until its next slot starts."""
         if self.due(key, parsed, now):
             return 0.0
-        next_slot = (math.floor(now / parsed.interval_s) + 1) * parsed.interval_s
-        return next_slot - now + SLOT_MARGIN_S
+        return until_next_slot(parsed.interval_s, now)
 
     def listing(self, index: kopf.Index[tuple[str, str], dict[str, Any]], parsed: Parsed,
                 now: float) -> Listed:
@@ -320,7 +322,7 @@ async def autoscale(stopped: kopf.DaemonStopped, namespace: str, name: str, body
         parsed = settings.parse(namespace, name, str(meta_now.get("uid") or ""), generation,
                                 spec_now)
         if parsed is None or settings.source is None:
-            if parsed is not None:
+            if parsed is not None and settings.leader.leads():
                 await until_stopped(_report_no_prometheus(
                     loop, settings, namespace, name, generation, status_now,
                     _version(meta_now)), stopped)
@@ -329,6 +331,12 @@ async def autoscale(stopped: kopf.DaemonStopped, namespace: str, name: str, body
             await pause(IDLE_S, stopped)
             continue
         now = time.time()
+        if not settings.leader.leads():
+            # Another operator process evaluates (`infertune run --leader-elect`). Looked at
+            # again next slot: the first pass after this one leads reads the status afresh,
+            # so a slot the other one evaluated is not evaluated again.
+            await pause(until_next_slot(parsed.interval_s, now), stopped)
+            continue
         wait = settings.until_due(key, parsed, now)
         if wait > 0 or settings.stored_in_slot(key, parsed, now, status_now):
             await pause(wait or settings.until_due(key, parsed, now), stopped)
@@ -403,7 +411,8 @@ def _evaluate_if_due(settings: AutoscalingSettings, key: str, parsed: Parsed, tu
             resource_version = str(fresh["metadata"]["resourceVersion"])
             if settings.stored_in_slot(key, parsed, now, status):
                 return  # evaluated in this slot by the operator this one replaces
-            if key not in settings.evaluated_at and _another_evaluates(parsed, now, status):
+            if (key not in settings.evaluated_at and not settings.leader.exclusive
+                    and _another_evaluates(parsed, now, status)):
                 return  # looked at again next slot: taken over once it stops
         evaluate(namespace, name, generation, parsed.spec, status, signals, settings, writers,
                  body, now, resource_version)
@@ -432,6 +441,12 @@ def _another_evaluates(parsed: Parsed, now: float, status: Mapping[str, Any]) ->
     evaluated = stored_evaluation(status)
     start = slot_start(now, parsed.interval_s)
     return evaluated is not None and start - parsed.interval_s - 1e-3 <= evaluated < start
+
+
+def until_next_slot(interval_s: float, now: float) -> float:
+    """Seconds from `now` until just after the next slot of `interval_s` starts."""
+    next_slot = (math.floor(now / interval_s) + 1) * interval_s
+    return next_slot - now + SLOT_MARGIN_S
 
 
 def slot_start(clock: float, interval_s: float) -> float:

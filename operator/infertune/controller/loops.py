@@ -27,6 +27,7 @@ import kopf
 from kubernetes.client.exceptions import ApiException
 
 from infertune.controller.status_patch import as_stored, write_status
+from infertune.kube.lease import ALWAYS, Leader
 
 INITIAL_DELAY_S = 1.0
 FAILURE_DELAY_S = 60.0
@@ -45,15 +46,17 @@ read from a worker thread, an index can change size while it is iterated."""
 
 
 async def every(interval_s: float, read: Read, *, what: str, stopped: kopf.DaemonStopped,
-                namespace: str, name: str, body: kopf.Body, logger: kopf.Logger) -> None:
-    """Run a pass every `interval_s` until kopf says stop, writing the blocks it returns."""
+                namespace: str, name: str, body: kopf.Body, logger: kopf.Logger,
+                leader: Leader = ALWAYS) -> None:
+    """Run a pass every `interval_s` until kopf says stop, writing the blocks it returns.
+    While `leader` says another operator process leads, passes are skipped."""
     loop = asyncio.get_running_loop()
     await pause(INITIAL_DELAY_S, stopped)
     while not stopped:
         spec, stored, meta = snapshot(body)
         delay = interval_s
         try:
-            work = read(spec, stored, meta)
+            work = read(spec, stored, meta) if leader.leads() else None
             if work is not None:
                 # The worker gets this context: kopf.event finds kopf's event queue in it.
                 run = functools.partial(contextvars.copy_context().run, _pass_and_write, work,
@@ -64,6 +67,12 @@ async def every(interval_s: float, read: Read, *, what: str, stopped: kopf.Daemo
             delay = FAILURE_DELAY_S
         if not stopped:  # told to stop during the pass: return now rather than be cancelled
             await pause(delay, stopped)
+
+
+def leader_of(memo: kopf.Memo) -> Leader:
+    """The operator's leader election (`infertune run --leader-elect`), or ALWAYS without."""
+    leader: Leader = memo.get("leader", ALWAYS)
+    return leader
 
 
 async def pause(seconds: float, stopped: kopf.DaemonStopped) -> None:

@@ -12,6 +12,7 @@ from contextlib import ExitStack
 from pathlib import Path
 
 import kopf
+from kubernetes.client.exceptions import ApiException
 
 from infertune.kube.client import (
     api_server_url,
@@ -19,6 +20,13 @@ from infertune.kube.client import (
     listen_family,
     route_source,
     unspecified,
+)
+from infertune.kube.lease import (
+    ALWAYS,
+    DEFAULT_LEASE_NAME,
+    Leader,
+    LeaseElection,
+    describe_failure,
 )
 from infertune.kube.webhook_tls import write_self_signed
 from infertune.kube.webhooks import RegisteringWebhookServer, WebhookRegistration
@@ -85,6 +93,21 @@ def _webhook_host(args: argparse.Namespace, through_service: bool) -> str:
     return host
 
 
+def _elect(args: argparse.Namespace, own_namespace: str) -> LeaseElection:
+    """The Lease election, with one round before kopf starts: a lone operator leads from its
+    first autoscaling slot. Its failure is logged and retried by the election's thread (the
+    webhook must start all the same)."""
+    election = LeaseElection(own_namespace, args.leader_elect_lease or DEFAULT_LEASE_NAME)
+    try:
+        election.try_once()
+    except ApiException as exc:
+        logger.error(f"{election.where}: {describe_failure(exc, election)}")
+    except Exception as exc:  # the API server unreachable: kopf will say so too
+        logger.error(f"{election.where}: {exc}")
+    election.start()  # says whether it leads, and who does if not
+    return election
+
+
 def freeze_startup_objects() -> None:
     """Move what is loaded by now (modules, API models and their schemas, the Kubernetes
     client) out of the garbage collector's reach: it lives as long as the process, and a full
@@ -126,13 +149,23 @@ def run_operator(args: argparse.Namespace) -> int:
     own_namespace = args.operator_namespace or os.environ.get("INFERTUNE_NAMESPACE",
                                                               DEFAULT_NAMESPACE)
     namespaces = args.namespaces or []
+    if args.leader_elect_lease is not None and not args.leader_elect:
+        raise SystemExit("--leader-elect-lease names the Lease of --leader-elect; add it")
     with ExitStack() as cleanup:
+        leader: Leader = _elect(args, own_namespace) if args.leader_elect else ALWAYS
+        scaling = autoscaling.AutoscalingSettings(source=source, leader=leader)
+        if isinstance(leader, LeaseElection):
+            # Unwound after kopf has stopped the loops: their evaluations in flight finish,
+            # and only then is the Lease handed to the next operator.
+            cleanup.callback(leader.stop)
+            cleanup.callback(scaling.executor.shutdown, wait=True)
         memo = kopf.Memo(
             pod_tuning=pods.PodTuningSettings(launcher_image=args.launcher_image,
                                               static_cpu_manager=not args.no_static_cpu_manager),
             webhook_server=_webhook_server(args, own_namespace, cleanup),
             mig=mig.MigSettings.watching(own_namespace, namespaces),
-            autoscaling=autoscaling.AutoscalingSettings(source=source),
+            autoscaling=scaling,
+            leader=leader,
         )
         freeze_startup_objects()
         kopf.run(

@@ -27,7 +27,7 @@ from kubernetes.client.exceptions import ApiException
 
 from infertune.api.spec import GROUP, PLURAL, VERSION, InferenceTuningSpec, Mode
 from infertune.api.status import MigNodeStatus, MigStatus
-from infertune.controller.loops import STOP_TIMEOUT_S, Work, every, until_stopped
+from infertune.controller.loops import STOP_TIMEOUT_S, Work, every, leader_of, until_stopped
 from infertune.controller.spec_cache import SPECS
 from infertune.kube.client import evict_pod
 from infertune.kube.webhooks import is_pattern
@@ -473,7 +473,8 @@ async def partition_gpus(stopped: kopf.DaemonStopped, namespace: str, name: str,
         return work
 
     await every(MIG_INTERVAL, read, what="MIG partitioning", stopped=stopped,
-                namespace=namespace, name=name, body=body, logger=logger)
+                namespace=namespace, name=name, body=body, logger=logger,
+                leader=leader_of(memo))
     reason = stopped.reason or kopf.DaemonStoppingReason(0)
     if (reason & kopf.DaemonStoppingReason.FILTERS_MISMATCH
             and not reason & kopf.DaemonStoppingReason.RESOURCE_DELETED):

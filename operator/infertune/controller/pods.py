@@ -22,7 +22,7 @@ from infertune.api.spec import GROUP, PLURAL, VERSION, InferenceTuningSpec, Mode
 from infertune.api.status import ConditionType, TuningStatus
 from infertune.api.tuning import RetuneStrategy
 from infertune.controller.conditions import MAX_EVENT_MESSAGE, now_rfc3339
-from infertune.controller.loops import STOP_TIMEOUT_S, Work, every, snapshot
+from infertune.controller.loops import STOP_TIMEOUT_S, Work, every, leader_of, snapshot
 from infertune.controller.spec_cache import SPECS
 from infertune.kube.client import evict_pod, read_deployment
 from infertune.kube.webhooks import HANDLER_ID
@@ -301,4 +301,4 @@ async def retune_pods(stopped: kopf.DaemonStopped, namespace: str, name: str, ui
                                          batching, mig).model_dump(by_alias=True, mode="json")}
 
     await every(RETUNE_INTERVAL, read, what="re-tuning", stopped=stopped, namespace=namespace,
-                name=name, body=body, logger=logger)
+                name=name, body=body, logger=logger, leader=leader_of(memo))

@@ -1,0 +1,228 @@
+"""Leader election (kube/lease.py) against the real API server: who leads, renewal, expiry on
+the candidate's own clock, release, and two candidates writing at once. The clocks are the
+candidates' own, injected, so expiry is tested without waiting for it."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client, config
+
+from e2e.cluster.runtime import Cluster
+from e2e.conftest import POD_READY_DELAY_S, new_namespace
+from e2e.fixtures.access import ClusterInfo
+from e2e.fixtures.operator import OPERATOR_NAMESPACE, start_operator
+from e2e.fixtures.prometheus import PrometheusServer
+from e2e.fixtures.waiting import wait_for
+from e2e.test_operator import create, deployment, get_tuning, tuning, wait_observed
+from infertune.kube.lease import DEFAULT_LEASE_NAME, LeaseElection
+
+pytestmark = pytest.mark.e2e
+DURATION, DEADLINE, RETRY = 15, 10.0, 2.0
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def candidate(api_client: client.ApiClient, namespace: str, identity: str,
+              clock: Clock, api: client.CoordinationV1Api | None = None) -> LeaseElection:
+    return LeaseElection(namespace, "infertune-e2e", identity, duration_s=DURATION,
+                         renew_deadline_s=DEADLINE, retry_s=RETRY, clock=clock,
+                         api=api or client.CoordinationV1Api(api_client))
+
+
+def stored(api_client: client.ApiClient, namespace: str,
+           name: str = "infertune-e2e") -> client.V1LeaseSpec:
+    spec: client.V1LeaseSpec = client.CoordinationV1Api(api_client).read_namespaced_lease(
+        name, namespace).spec
+    return spec
+
+
+def test_the_first_candidate_leads_and_the_next_waits_while_it_renews(
+        api_client: client.ApiClient, namespace: str) -> None:
+    clock_a, clock_b = Clock(), Clock()
+    a = candidate(api_client, namespace, "operator-a", clock_a)
+    b = candidate(api_client, namespace, "operator-b", clock_b)
+    assert a.try_once() and a.leads()
+    spec = stored(api_client, namespace)
+    assert (spec.holder_identity, spec.lease_duration_seconds, spec.lease_transitions) == (
+        "operator-a", DURATION, 0)
+    assert not b.try_once() and not b.leads() and b.holder == "operator-a"
+    for _ in range(10):  # 20 s in all, longer than the lease: it is renewed meanwhile
+        clock_a.now += RETRY
+        clock_b.now += RETRY
+        assert a.try_once()
+        assert not b.try_once()
+    assert stored(api_client, namespace).holder_identity == "operator-a"
+
+
+def test_a_leader_that_cannot_renew_stops_leading_before_anyone_takes_over(
+        api_client: client.ApiClient, namespace: str) -> None:
+    clock_a, clock_b = Clock(), Clock()
+    a = candidate(api_client, namespace, "operator-a", clock_a)
+    b = candidate(api_client, namespace, "operator-b", clock_b)
+    assert a.try_once()
+    assert not b.try_once()  # b sees the record here, on its own clock
+    clock_a.now += DEADLINE  # no renewal got through (the API server was unreachable, say)
+    assert not a.leads()
+    clock_b.now += DURATION - 0.5
+    assert not b.try_once()  # not expired yet as b measures it
+    clock_b.now += 1
+    assert b.try_once() and b.leads()
+    spec = stored(api_client, namespace)
+    assert (spec.holder_identity, spec.lease_transitions) == ("operator-b", 1)
+    clock_a.now += RETRY
+    assert not a.try_once() and a.holder == "operator-b"  # and it does not take it back
+    assert stored(api_client, namespace).holder_identity == "operator-b"
+
+
+def test_expiry_is_measured_from_when_the_record_last_changed_not_from_its_timestamps(
+        api_client: client.ApiClient, namespace: str) -> None:
+    """The holder's clock may be far off (its renewTime a day ahead or behind): only whether
+    the record keeps changing counts."""
+    clock_a, clock_b = Clock(), Clock()
+    a = candidate(api_client, namespace, "operator-a", clock_a)
+    a._wall_clock = clock_a  # its renewTime in 1970
+    b = candidate(api_client, namespace, "operator-b", clock_b)
+    assert a.try_once()
+    assert not b.try_once()
+    clock_b.now += DURATION - 1
+    clock_a.now += DURATION - 1
+    assert a.try_once()  # renewed, with a renewTime 56 years old: a new resourceVersion
+    clock_b.now += 2
+    assert not b.try_once()  # 16 s since b first saw it, 1 s since it changed
+
+
+def test_a_released_lease_is_taken_over_at_the_next_round(
+        api_client: client.ApiClient, namespace: str) -> None:
+    clock = Clock()
+    a = candidate(api_client, namespace, "operator-a", clock)
+    b = candidate(api_client, namespace, "operator-b", clock)
+    assert a.try_once()
+    assert not b.try_once()
+    assert a.release() and not a.leads()
+    spec = stored(api_client, namespace)
+    assert (spec.holder_identity, spec.lease_duration_seconds) == (None, 1)
+    assert b.try_once()  # at once: no wait for the duration
+    assert stored(api_client, namespace).holder_identity == "operator-b"
+    assert not a.release()  # not its own any more: left alone
+    assert stored(api_client, namespace).holder_identity == "operator-b"
+
+
+class Racing(client.CoordinationV1Api):
+    """The real API, with another candidate's round run just before this one writes: the
+    two race for one Lease."""
+
+    def __init__(self, api_client: client.ApiClient, other: LeaseElection) -> None:
+        super().__init__(api_client)
+        self.other = other
+
+    def create_namespaced_lease(self, *args: Any, **kwargs: Any) -> Any:
+        assert self.other.try_once()
+        return super().create_namespaced_lease(*args, **kwargs)
+
+    def replace_namespaced_lease(self, *args: Any, **kwargs: Any) -> Any:
+        assert self.other.try_once()
+        return super().replace_namespaced_lease(*args, **kwargs)
+
+
+@pytest.mark.parametrize("free", ["absent", "released"])
+def test_of_two_candidates_writing_at_once_one_leads(
+        api_client: client.ApiClient, namespace: str, free: str) -> None:
+    """Absent: both find no Lease, b creates it first and a's create is refused (409).
+    Released: both read the released Lease, b takes it first and a's update, made over the
+    resourceVersion it read, is refused."""
+    clock = Clock()
+    if free == "released":
+        first = candidate(api_client, namespace, "operator-0", clock)
+        assert first.try_once() and first.release()
+    b = candidate(api_client, namespace, "operator-b", clock)
+    a = candidate(api_client, namespace, "operator-a", clock, Racing(api_client, b))
+    assert not a.try_once() and not a.leads()
+    assert b.leads()
+    assert stored(api_client, namespace).holder_identity == "operator-b"
+    a._api = client.CoordinationV1Api(api_client)  # no more racing
+    assert not a.try_once()  # the next round reads b's record: it waits for it to expire
+
+
+@pytest.fixture(scope="module")
+def own_plane(cluster: ClusterInfo, tmp_path_factory: pytest.TempPathFactory
+              ) -> Iterator[tuple[client.ApiClient, Path]]:
+    """A control plane of its own: the session's operator runs without --leader-elect and
+    handles every namespace, so it would act where this test needs the loops to wait."""
+    if cluster.external or cluster.bin_dir is None:
+        pytest.skip("needs a control plane of its own: an external cluster runs the chart's "
+                    "operator")
+    work = tmp_path_factory.mktemp("leader-election")
+    with Cluster.start(bin_dir=cluster.bin_dir, log_dir=work / "logs",
+                       pod_ready_delay=POD_READY_DELAY_S) as plane:
+        api: client.ApiClient = config.new_client_from_config(  # type: ignore[no-untyped-call]
+            config_file=str(plane.kubeconfig))
+        try:
+            yield api, work
+        finally:
+            api.close()  # type: ignore[no-untyped-call]
+
+
+def test_an_operator_runs_its_loops_only_while_it_holds_the_lease_and_hands_it_back(
+        own_plane: tuple[client.ApiClient, Path]) -> None:
+    """The rolling upgrade, with the test as the old operator: while it holds the Lease, the
+    new operator answers events (Ready) but writes nothing from its loops (re-tuning's
+    status.tuning, autoscaling's evaluation); once it is released, the new one takes over at
+    its next round, at once rather than after the takeover wait, and hands the Lease back
+    when it stops."""
+    api, work = own_plane
+    client.CoreV1Api(api).create_namespace(  # for the Lease, before the operator starts
+        client.V1Namespace(metadata=client.V1ObjectMeta(name=OPERATOR_NAMESPACE)))
+    old = LeaseElection(OPERATOR_NAMESPACE, DEFAULT_LEASE_NAME, "old-operator",
+                        api=client.CoordinationV1Api(api))
+    assert old.try_once()
+    with ExitStack() as stack:
+        old.start()  # renews every 2 s, as a running operator does
+        stack.callback(old.stop)
+        prometheus = PrometheusServer().start()  # scrapes nothing: every signal is missing
+        stack.callback(prometheus.stop)
+        new = start_operator(api, work, work / "logs", prometheus_url=prometheus.url,
+                             extra_args=("--leader-elect",))
+        stack.callback(new.stop)
+        namespace = new_namespace(api, "leader-election")
+        create(api, namespace, deployment("qwen"))
+        create(api, namespace, tuning("qwen", "qwen", autoscaling={"interval": "1s"}))
+        wait_observed(api, namespace, "qwen", new)  # its handlers run
+        time.sleep(5)  # the re-tuning loop's interval is 1 s here, autoscaling's 1 s
+        status = get_tuning(api, namespace, "qwen")["status"]
+        assert "tuning" not in status, status
+        assert "evaluated" not in status.get("autoscaling", {}), status
+        assert "is held by old-operator" in new.tail(400)
+
+        assert old.release()
+        released = time.monotonic()
+        old.stop()
+
+        def evaluated() -> dict[str, Any] | None:
+            new.check_running()
+            status = get_tuning(api, namespace, "qwen").get("status") or {}
+            done = "tuning" in status and "evaluated" in status.get("autoscaling", {})
+            return status if done else None
+
+        status = wait_for(evaluated, "the loops of the operator that took over", timeout_s=15)
+        # The next round (2 s) and the next slot (1 s), not the takeover wait of a second
+        # process without an election; MetricsUnavailable, as Prometheus has no series.
+        assert time.monotonic() - released < 8
+        assert status["autoscaling"]["action"] == "Hold"
+        assert stored(api, OPERATOR_NAMESPACE, DEFAULT_LEASE_NAME).holder_identity not in (
+            None, "old-operator")
+        assert "leading: Lease" in new.tail(400)
+    spec = stored(api, OPERATOR_NAMESPACE, DEFAULT_LEASE_NAME)
+    assert spec.holder_identity is None, "the stopped operator did not hand the Lease back"
+    assert "released Lease" in new.tail(100)
