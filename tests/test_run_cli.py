@@ -27,6 +27,21 @@ def test_a_prometheus_url_without_http_is_refused_naming_the_option(
     assert message.startswith("--prometheus-url") and url in message and "http://" in message
 
 
+@pytest.mark.parametrize(("options", "says"), [
+    (["--leader-elect-lease", "infertune-a"], "add --leader-elect"),
+    (["--leader-elect", "--leader-elect-lease", "Infertune_A"], "'Infertune_A' is not a"),
+    (["--leader-elect", "--leader-elect-lease", "a" * 254], "at most 253"),
+    (["--leader-elect", "--leader-elect-lease", "x/../../secrets"], "not a Kubernetes object"),
+])
+def test_a_lease_name_that_cannot_work_is_refused_before_anything_starts(
+        options: list[str], says: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KUBECONFIG", "/nonexistent/kubeconfig")
+    monkeypatch.delenv("INFERTUNE_PROMETHEUS_URL", raising=False)
+    with pytest.raises(SystemExit) as refused:
+        main(["run", *options])
+    assert str(refused.value).startswith("--leader-elect-lease") and says in str(refused.value)
+
+
 def test_the_environment_variable_is_checked_too(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("KUBECONFIG", "/nonexistent/kubeconfig")
     monkeypatch.setenv("INFERTUNE_PROMETHEUS_URL", "prometheus:9090")

@@ -6,6 +6,7 @@ import argparse
 import gc
 import logging
 import os
+import re
 import socket
 import tempfile
 from contextlib import ExitStack
@@ -32,6 +33,7 @@ from infertune.kube.webhook_tls import write_self_signed
 from infertune.kube.webhooks import RegisteringWebhookServer, WebhookRegistration
 
 DEFAULT_NAMESPACE = "infertune-system"
+DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 logger = logging.getLogger(__name__)
 
 
@@ -93,6 +95,19 @@ def _webhook_host(args: argparse.Namespace, through_service: bool) -> str:
     return host
 
 
+def _check_lease_name(args: argparse.Namespace) -> None:
+    lease = args.leader_elect_lease
+    if lease is None:
+        return
+    if not args.leader_elect:
+        raise SystemExit("--leader-elect-lease names the Lease of --leader-elect; add "
+                         "--leader-elect, or drop --leader-elect-lease")
+    if len(lease) > 253 or not DNS_SUBDOMAIN.fullmatch(lease):
+        raise SystemExit(f"--leader-elect-lease: {lease!r} is not a Kubernetes object name "
+                         "(lower-case letters, digits, '-' and '.', starting and ending with "
+                         "a letter or digit, at most 253 characters)")
+
+
 def _elect(args: argparse.Namespace, own_namespace: str) -> LeaseElection:
     """The Lease election, with one round before kopf starts: a lone operator leads from its
     first autoscaling slot. Its failure is logged and retried by the election's thread (the
@@ -137,6 +152,7 @@ def run_operator(args: argparse.Namespace) -> int:
         raise SystemExit(str(exc)) from None
     except ValueError as exc:
         raise SystemExit(f"--prometheus-url (or $INFERTUNE_PROMETHEUS_URL): {exc}") from None
+    _check_lease_name(args)
     if source is None:
         logger.warning("no --prometheus-url (or $INFERTUNE_PROMETHEUS_URL): spec.autoscaling is "
                        "not evaluated, and tunings that have it report ScalingActive=False "
@@ -149,8 +165,6 @@ def run_operator(args: argparse.Namespace) -> int:
     own_namespace = args.operator_namespace or os.environ.get("INFERTUNE_NAMESPACE",
                                                               DEFAULT_NAMESPACE)
     namespaces = args.namespaces or []
-    if args.leader_elect_lease is not None and not args.leader_elect:
-        raise SystemExit("--leader-elect-lease names the Lease of --leader-elect; add it")
     with ExitStack() as cleanup:
         leader: Leader = _elect(args, own_namespace) if args.leader_elect else ALWAYS
         scaling = autoscaling.AutoscalingSettings(source=source, leader=leader)
