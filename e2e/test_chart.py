@@ -15,9 +15,11 @@ import yaml
 from kubernetes import client
 
 from e2e.cluster.helm import helm_binary
-from e2e.fixtures.access import ClusterInfo, Kubectl
+from e2e.fixtures.access import ClusterInfo, Kubectl, exists
+from e2e.fixtures.waiting import wait_for
 from infertune.cli import build_parser
 from infertune.kube.lease import DEFAULT_LEASE_NAME
+from infertune.kube.webhooks import WebhookRegistration
 
 pytestmark = pytest.mark.e2e
 
@@ -105,13 +107,15 @@ def test_the_chart_installs_and_grants_what_the_autoscaler_acts_with(
                    ("delete", "mutatingwebhookconfigurations/istio-sidecar-injector"),
                    ("update", "leases.coordination.k8s.io", "-n", "kube-system"),
                    ("update", "leases.coordination.k8s.io/kube-scheduler", "-n", namespace),
-                   ("update", lease, "-n", "kube-system")]
+                   ("update", lease, "-n", "kube-system"),
+                   ("get", "clusterroles.rbac.authorization.k8s.io/cluster-admin")]
         allowed = [("patch", "configmaps/infertune-mig-parted-config", "-n", namespace),
                    ("create", "configmaps", "-n", namespace),
                    ("delete", "mutatingwebhookconfigurations/infertune-pod-tuning"),
                    ("patch", "nodes"),
                    ("get", lease, "-n", namespace), ("update", lease, "-n", namespace),
-                   ("create", "leases.coordination.k8s.io", "-n", namespace)]
+                   ("create", "leases.coordination.k8s.io", "-n", namespace),
+                   ("get", "clusterroles.rbac.authorization.k8s.io/infertune-operator")]
         for expected, checks in (("no", refused), ("yes", allowed)):
             for check in checks:
                 answer = kubectl("auth", "can-i", *check, "--as", account, check=False)
@@ -120,6 +124,48 @@ def test_the_chart_installs_and_grants_what_the_autoscaler_acts_with(
         helm("uninstall", release, "--kubeconfig", kubeconfig, "--namespace", namespace)
     gone = kubectl("get", "clusterrole", "infertune-operator", check=False)
     assert gone.returncode != 0 and "NotFound" in gone.stderr
+
+
+def test_helm_uninstall_takes_the_webhook_configuration_with_it(
+        api_client: client.ApiClient, cluster: ClusterInfo, namespace: str,
+        caplog: pytest.LogCaptureFixture) -> None:
+    """The operator removes its registration when it stops, but `helm uninstall` deletes its
+    permissions at the same time as its pod, so that removal could be refused and leave a
+    configuration behind that every pod creation in the cluster then calls in vain. Owned by
+    the chart's ClusterRole (--webhook-owner, which the chart sets), it goes with it: the
+    garbage collector of the real kube-controller-manager deletes it."""
+    release, kubeconfig = "infertune-e2e-owner", str(cluster.kubeconfig)
+    admission = client.AdmissionregistrationV1Api(api_client)
+    kopf_config = {"url": "https://127.0.0.1:9443", "caBundle": "Q0E="}
+    args = build_parser().parse_args(operator_args(helm("template", "t", str(CHART)).stdout))
+    assert args.webhook_owner == "infertune-operator"
+    owned = WebhookRegistration(excluded_namespaces=("kube-system",),
+                                name="infertune-e2e-owned", owned_by=args.webhook_owner)
+    orphan = WebhookRegistration(excluded_namespaces=("kube-system",),
+                                 name="infertune-e2e-orphan", owned_by="no-such-role")
+    client.ApiClient.set_default(api_client)  # type: ignore[no-untyped-call]
+    helm("install", release, str(CHART), "--kubeconfig", kubeconfig, "--namespace", namespace,
+         "--set", "image.pullPolicy=Never")
+    try:
+        role = client.RbacAuthorizationV1Api(api_client).read_cluster_role(args.webhook_owner)
+        owned.apply(kopf_config)
+        (reference,) = admission.read_mutating_webhook_configuration(
+            owned.name).metadata.owner_references
+        assert (reference.kind, reference.name, reference.uid) == (
+            "ClusterRole", args.webhook_owner, role.metadata.uid)
+        # Without its ClusterRole it is registered all the same, and the log says why it
+        # will outlive an uninstall.
+        orphan.apply(kopf_config)
+        assert admission.read_mutating_webhook_configuration(
+            orphan.name).metadata.owner_references is None
+        assert "no-such-role: it does not exist" in caplog.text
+    finally:
+        client.ApiClient.set_default(None)  # type: ignore[no-untyped-call]
+        helm("uninstall", release, "--kubeconfig", kubeconfig, "--namespace", namespace)
+        if exists(lambda: admission.read_mutating_webhook_configuration(orphan.name)):
+            admission.delete_mutating_webhook_configuration(orphan.name)
+    wait_for(lambda: not exists(lambda: admission.read_mutating_webhook_configuration(
+        owned.name)), "the garbage collector deleting the owned configuration", timeout_s=60)
 
 
 ACCESS = ["--set", "prometheus.url=https://thanos-querier.monitoring:9091",

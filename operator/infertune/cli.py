@@ -215,6 +215,9 @@ def _add_run_command(commands: argparse._SubParsersAction) -> None:  # type: ign
                       "address on its route to the API server)")
     hook.add_argument("--webhook-service", metavar="NS/NAME:PORT",
                       help="register the webhook through this Service (in-cluster)")
+    hook.add_argument("--webhook-owner", metavar="CLUSTERROLE",
+                      help="a ClusterRole that owns the webhook configuration: deleting it "
+                      "(helm uninstall) deletes the configuration too (the chart sets its own)")
     hook.add_argument("--webhook-cert", help="serving certificate (for example from "
                       "cert-manager); default: a generated self-signed one")
     hook.add_argument("--webhook-key", help="private key of --webhook-cert")

@@ -66,7 +66,7 @@ def _webhook_server(args: argparse.Namespace, own_namespace: str,
     return RegisteringWebhookServer(
         registration=WebhookRegistration(excluded_namespaces=("kube-system", own_namespace),
                                          included_namespaces=tuple(args.namespaces or ()),
-                                         service=service),
+                                         service=service, owned_by=args.webhook_owner),
         addr=args.webhook_addr, port=args.webhook_port, host=host,
         certfile=cert, pkeyfile=key, cafile=args.webhook_ca or cert,
     )

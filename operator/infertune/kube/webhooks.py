@@ -63,6 +63,11 @@ class WebhookRegistration:
     """This process, as the annotation REGISTERED_BY says it: in a rolling upgrade the new
     operator registers before the old one stops, and the old one must not remove the new
     one's registration on its way out (its clientConfig may be the same, with cert-manager)."""
+    owned_by: str | None = None
+    """A ClusterRole whose deletion deletes the configuration (Kubernetes' garbage collector
+    follows its ownerReference): the chart's own, so that `helm uninstall` takes the
+    configuration with it even when the operator's permissions are deleted before the
+    operator has stopped and removed it itself."""
 
     def client_config(self, kopf_config: dict[str, Any]) -> dict[str, Any]:
         config: dict[str, Any] = {}
@@ -76,13 +81,19 @@ class WebhookRegistration:
             config["url"] = f"{str(kopf_config['url']).rstrip('/')}/{HANDLER_ID}"
         return config
 
-    def body(self, kopf_config: dict[str, Any]) -> dict[str, Any]:
+    def body(self, kopf_config: dict[str, Any],
+             owner_uid: str | None = None) -> dict[str, Any]:
+        metadata: dict[str, Any] = {"name": self.name,
+                                    "labels": {keys.MANAGED_BY_LABEL: keys.MANAGED_BY},
+                                    "annotations": {REGISTERED_BY: self.owner}}
+        if self.owned_by is not None and owner_uid is not None:
+            metadata["ownerReferences"] = [{
+                "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+                "name": self.owned_by, "uid": owner_uid}]
         return {
             "apiVersion": "admissionregistration.k8s.io/v1",
             "kind": "MutatingWebhookConfiguration",
-            "metadata": {"name": self.name,
-                         "labels": {keys.MANAGED_BY_LABEL: keys.MANAGED_BY},
-                         "annotations": {REGISTERED_BY: self.owner}},
+            "metadata": metadata,
             "webhooks": [{
                 "name": f"pods.{keys.PREFIX}",
                 "clientConfig": self.client_config(kopf_config),
@@ -112,7 +123,7 @@ class WebhookRegistration:
 
     def apply(self, kopf_config: dict[str, Any]) -> None:
         api = client.AdmissionregistrationV1Api()
-        body = self.body(kopf_config)
+        body = self.body(kopf_config, self._owner_uid())
         try:
             api.create_mutating_webhook_configuration(body)  # type: ignore[arg-type]
         except ApiException as exc:
@@ -123,6 +134,22 @@ class WebhookRegistration:
         logger.info("registered %s for pods in %s, excluding namespaces %s", self.name,
                     selected.get("In", "every namespace"),
                     selected["NotIn"])
+
+    def _owner_uid(self) -> str | None:
+        """The uid of the `owned_by` ClusterRole; None (and a warning: the configuration is
+        then registered without an owner, and outlives the chart) when it cannot be read."""
+        if self.owned_by is None:
+            return None
+        try:
+            role = client.RbacAuthorizationV1Api().read_cluster_role(self.owned_by)
+        except ApiException as exc:
+            why = ("it does not exist" if exc.status == 404 else
+                   "the operator may not get it (rbac-rules.yaml grants get on its own)"
+                   if exc.status == 403 else f"{exc.status} {exc.reason}")
+            logger.warning(f"{self.name} is registered without an owner, so it outlives an "
+                           f"uninstall: --webhook-owner ClusterRole {self.owned_by}: {why}")
+            return None
+        return str(role.metadata.uid) if role.metadata and role.metadata.uid else None
 
     def remove(self) -> bool:
         """Delete the configuration if this process registered it last; whether it did."""
