@@ -4,6 +4,9 @@ candidates' own, injected, so expiry is tested without waiting for it."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack
@@ -16,7 +19,7 @@ from kubernetes import client, config
 from e2e.cluster.runtime import Cluster
 from e2e.conftest import POD_READY_DELAY_S, new_namespace
 from e2e.fixtures.access import ClusterInfo
-from e2e.fixtures.operator import OPERATOR_NAMESPACE, start_operator
+from e2e.fixtures.operator import OPERATOR_NAMESPACE, OperatorProcess, start_operator
 from e2e.fixtures.prometheus import PrometheusServer
 from e2e.fixtures.waiting import wait_for
 from e2e.test_operator import create, deployment, get_tuning, tuning, wait_observed
@@ -119,6 +122,76 @@ def test_a_released_lease_is_taken_over_at_the_next_round(
     assert stored(api_client, namespace).holder_identity == "operator-b"
 
 
+class SlowRead(client.CoordinationV1Api):
+    """The real API, whose reads take `seconds` on the candidate's clock (an API server
+    under load)."""
+
+    def __init__(self, api_client: client.ApiClient, clock: Clock, seconds: float) -> None:
+        super().__init__(api_client)
+        self.clock, self.seconds = clock, seconds
+
+    def read_namespaced_lease(self, *args: Any, **kwargs: Any) -> Any:
+        read = super().read_namespaced_lease(*args, **kwargs)
+        self.clock.now += self.seconds
+        return read
+
+
+def test_a_record_seen_after_a_slow_read_is_dated_when_it_was_seen(
+        api_client: client.ApiClient, namespace: str) -> None:
+    """Dated from before the read, a record seen 7 s later expired 7 s early: the follower
+    took over while the holder, which had renewed just before, still led."""
+    clock_a, clock_b = Clock(), Clock()
+    a = candidate(api_client, namespace, "operator-a", clock_a)
+    b = candidate(api_client, namespace, "operator-b", clock_b,
+                  SlowRead(api_client, clock_b, 7.0))
+    assert a.try_once()
+    assert not b.try_once()  # read from 1000 to 1007
+    b._api = client.CoordinationV1Api(api_client)
+    clock_b.now = 1000 + 7 + DURATION - 0.5
+    assert not b.try_once()
+    clock_b.now += 1
+    assert b.try_once()
+
+
+def test_terms_and_whether_a_term_began_by_taking_over(
+        api_client: client.ApiClient, namespace: str) -> None:
+    """A process that created the Lease may be replacing an operator of a version without an
+    election, which still evaluates: not exclusive. One that took it over from a released
+    or expired holder is."""
+    clock = Clock()
+    a = candidate(api_client, namespace, "operator-a", clock)
+    b = candidate(api_client, namespace, "operator-b", clock)
+    assert a.try_once() and (a.term, a.exclusive) == (1, False)
+    clock.now += RETRY
+    assert a.try_once() and (a.term, a.exclusive) == (1, False)  # a renewal: the same term
+    assert a.release()
+    assert b.try_once() and (b.term, b.exclusive) == (1, True)
+    assert b.release()
+    assert a.try_once() and (a.term, a.exclusive) == (2, True)
+
+
+class DeletesFirst(client.CoordinationV1Api):
+    """The real API, with the Lease deleted between this candidate's read and its write."""
+
+    def replace_namespaced_lease(self, name: str, namespace: str, *args: Any,
+                                 **kwargs: Any) -> Any:
+        self.delete_namespaced_lease(name, namespace)
+        return super().replace_namespaced_lease(name, namespace, *args, **kwargs)
+
+
+def test_a_lease_deleted_between_read_and_renewal_is_made_again_by_it(
+        api_client: client.ApiClient, namespace: str) -> None:
+    """Leases are created by an update when they do not exist (the API server's Lease
+    strategy allows it), so the holder goes on leading."""
+    clock = Clock()
+    a = candidate(api_client, namespace, "operator-a", clock)
+    assert a.try_once()
+    a._api = DeletesFirst(api_client)
+    clock.now += RETRY
+    assert a.try_once() and a.leads() and a.term == 1
+    assert stored(api_client, namespace).holder_identity == "operator-a"
+
+
 class Racing(client.CoordinationV1Api):
     """The real API, with another candidate's round run just before this one writes: the
     two race for one Lease."""
@@ -205,9 +278,10 @@ def test_an_operator_runs_its_loops_only_while_it_holds_the_lease_and_hands_it_b
         assert "evaluated" not in status.get("autoscaling", {}), status
         assert "is held by old-operator" in new.tail(400)
 
-        assert old.release()
+        old.stop()  # its rounds end, then it releases the Lease, as an operator does
         released = time.monotonic()
-        old.stop()
+        assert stored(api, OPERATOR_NAMESPACE, DEFAULT_LEASE_NAME).holder_identity != (
+            "old-operator")
 
         def evaluated() -> dict[str, Any] | None:
             new.check_running()
@@ -216,9 +290,10 @@ def test_an_operator_runs_its_loops_only_while_it_holds_the_lease_and_hands_it_b
             return status if done else None
 
         status = wait_for(evaluated, "the loops of the operator that took over", timeout_s=15)
-        # The next round (2 s) and the next slot (1 s), not the takeover wait of a second
-        # process without an election; MetricsUnavailable, as Prometheus has no series.
-        assert time.monotonic() - released < 8
+        # The next round (2 s) and the next slot (1 s), not the takeover wait of a process
+        # without an election (it took the Lease over: `exclusive`); Hold, as Prometheus
+        # has no series.
+        assert time.monotonic() - released < 10
         assert status["autoscaling"]["action"] == "Hold"
         assert stored(api, OPERATOR_NAMESPACE, DEFAULT_LEASE_NAME).holder_identity not in (
             None, "old-operator")
@@ -226,3 +301,19 @@ def test_an_operator_runs_its_loops_only_while_it_holds_the_lease_and_hands_it_b
     spec = stored(api, OPERATOR_NAMESPACE, DEFAULT_LEASE_NAME)
     assert spec.holder_identity is None, "the stopped operator did not hand the Lease back"
     assert "released Lease" in new.tail(100)
+
+
+def test_an_operator_that_may_not_hold_its_lease_stops_at_start_saying_so(
+        operator: OperatorProcess, tmp_path: Path) -> None:
+    """Its loops would never run while it served the webhook and looked healthy. The chart's
+    Role names one Lease; another name is refused (403)."""
+    assert operator.kubeconfig is not None  # the chart's RBAC, as the session operator has
+    done = subprocess.run(
+        [sys.executable, "-m", "infertune", "run", "--kubeconfig", str(operator.kubeconfig),
+         "--standalone", "--leader-elect", "--leader-elect-lease", "someone-elses",
+         "--operator-namespace", OPERATOR_NAMESPACE, "--webhook-addr", "127.0.0.1",
+         "--webhook-port", "0"], capture_output=True, text=True, timeout=60, cwd=tmp_path,
+        env={k: v for k, v in os.environ.items() if k != "KUBECONFIG"})
+    assert done.returncode != 0
+    assert f"Lease {OPERATOR_NAMESPACE}/someone-elses: forbidden" in done.stderr, done.stderr
+    assert "resourceNames: [someone-elses]" in done.stderr

@@ -339,12 +339,42 @@ def test_a_new_process_takes_over_only_once_no_other_operator_evaluates(
 
 
 class Elected:
-    """A process that holds the leader-election Lease (kube/lease.py)."""
+    """A process that holds the leader-election Lease (kube/lease.py), taken over from
+    another; `until` questions later it has lost it."""
 
     exclusive = True
 
+    def __init__(self, until: int = 10**9, term: int = 1) -> None:
+        self.asked, self.until, self.term = 0, until, term
+
     def leads(self) -> bool:
-        return True
+        self.asked += 1
+        return self.asked <= self.until
+
+
+def test_an_evaluation_whose_process_lost_the_lease_meanwhile_writes_nothing(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its Prometheus read or status read outlasted the renew deadline: another process may
+    lead by now."""
+    decided = _passes(monkeypatch, StatusApi({}), [(T0 + 1, {})], leader=Elected(until=0))
+    assert decided == []
+    decided = _passes(monkeypatch, StatusApi({}), [(T0 + 1, {})], leader=Elected())
+    assert [at for at, _, _ in decided] == [T0]
+
+
+def test_leading_again_forgets_what_the_last_term_wrote() -> None:
+    """Another leader wrote in between: the replicas this process wrote before are no
+    measure of a revert, and its last evaluation no longer tells whether its status copy is
+    stale."""
+    leader = Elected()
+    settings = AutoscalingSettings(source=RecordingSource(), leader=leader)
+    settings.begin_term()
+    settings.written["ns/t0"], settings.evaluated_at["ns/t0"] = 4, T0
+    settings.begin_term()  # the same term: kept
+    assert settings.written == {"ns/t0": 4} and settings.evaluated_at == {"ns/t0": T0}
+    leader.term = 2
+    settings.begin_term()
+    assert settings.written == {} and settings.evaluated_at == {}
 
 
 def test_with_an_election_the_new_process_takes_over_without_waiting(

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import socket
+import threading
+from collections.abc import Iterator
+
 import pytest
+from kubernetes import client
 
 from infertune.kube.lease import LeaseElection, default_identity, micro_time
 
@@ -31,3 +36,60 @@ def test_a_candidate_that_never_held_the_lease_does_not_lead_or_release() -> Non
     election = LeaseElection("infertune-system")
     assert not election.leads()
     assert not election.release()  # no API call: it has nothing to hand back
+
+
+@pytest.fixture
+def silent_server() -> Iterator[str]:
+    """A server that accepts connections and never answers (a half-open connection through
+    a load balancer that failed over)."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    accepted: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        listener.settimeout(0.1)
+        while not stop.is_set():
+            try:
+                accepted.append(listener.accept()[0])
+            except TimeoutError:
+                continue
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+    stop.set()
+    thread.join()
+    for connection in accepted:
+        connection.close()
+    listener.close()
+
+
+def test_a_round_against_a_server_that_never_answers_ends_and_stop_returns(
+        silent_server: str) -> None:
+    """Without a timeout the round never ended: leadership lapsed without a word, the thread
+    never tried again, and the operator hung at exit instead of releasing the Lease."""
+    configuration = client.Configuration()
+    configuration.host = silent_server
+    configuration.retries = False
+    api = client.CoordinationV1Api(client.ApiClient(configuration))
+    election = LeaseElection("infertune-system", duration_s=3, renew_deadline_s=1.0,
+                             retry_s=0.2, api=api)
+    assert election.request_timeout_s == 0.5
+    outcome: list[BaseException | bool] = []
+
+    def round_() -> None:
+        try:
+            outcome.append(election.try_once())
+        except Exception as exc:
+            outcome.append(exc)
+
+    thread = threading.Thread(target=round_, daemon=True)
+    thread.start()
+    thread.join(timeout=30)
+    assert not thread.is_alive(), "the round hung"
+    assert isinstance(outcome[0], Exception) and not election.leads()
+    election.start()
+    stopper = threading.Thread(target=election.stop, daemon=True)
+    stopper.start()
+    stopper.join(timeout=30)
+    assert not stopper.is_alive(), "stop() hung"

@@ -52,7 +52,7 @@ from infertune.controller.fights import (
 from infertune.controller.loops import pause, snapshot, until_stopped
 from infertune.controller.scaling_report import plan_evaluation, status_over
 from infertune.controller.status_patch import Build, write_status
-from infertune.kube.lease import ALWAYS, Leader
+from infertune.kube.lease import ALWAYS, RETRY_PERIOD_S, Leader
 from infertune.metrics.source import MetricsSource, MetricsTarget, target_for_tuning
 from infertune.scaling.engine import ScaleDecision
 from infertune.scaling.signals import TargetSignals
@@ -118,6 +118,8 @@ class AutoscalingSettings:
         WORKERS, thread_name_prefix="autoscale"))
     leader: Leader = ALWAYS
     """The operator's leader election: only the process that leads evaluates."""
+    term: int = 0
+    """The leader's term `written` and `evaluated_at` belong to (`begin_term`)."""
 
     def parse(self, namespace: str, name: str, uid: str, generation: int,
               spec: dict[str, Any]) -> Parsed | None:
@@ -137,6 +139,15 @@ class AutoscalingSettings:
                 tuning.spec, target_for_tuning(tuning), scaling.interval.seconds)
         self.parsed[key] = (version, parsed)
         return parsed
+
+    def begin_term(self) -> None:
+        """What this process remembers of its writes, forgotten when it leads again after
+        another process did: the replicas it wrote may since have been changed by that
+        leader, which is no revert, and its statuses are older than that leader's."""
+        if self.term != self.leader.term:
+            self.term = self.leader.term
+            self.written.clear()
+            self.evaluated_at.clear()
 
     def due(self, key: str, parsed: Parsed, now: float) -> bool:
         return self.last_slot.get(key) != math.floor(now / parsed.interval_s)
@@ -333,10 +344,12 @@ async def autoscale(stopped: kopf.DaemonStopped, namespace: str, name: str, body
         now = time.time()
         if not settings.leader.leads():
             # Another operator process evaluates (`infertune run --leader-elect`). Looked at
-            # again next slot: the first pass after this one leads reads the status afresh,
-            # so a slot the other one evaluated is not evaluated again.
-            await pause(until_next_slot(parsed.interval_s, now), stopped)
+            # again at each election round, so that a slot the other one left is evaluated
+            # once this one leads: its first pass reads the status afresh, and a slot the
+            # other one evaluated is not evaluated again.
+            await pause(min(until_next_slot(parsed.interval_s, now), RETRY_PERIOD_S), stopped)
             continue
+        settings.begin_term()
         wait = settings.until_due(key, parsed, now)
         if wait > 0 or settings.stored_in_slot(key, parsed, now, status_now):
             await pause(wait or settings.until_due(key, parsed, now), stopped)
@@ -414,6 +427,8 @@ def _evaluate_if_due(settings: AutoscalingSettings, key: str, parsed: Parsed, tu
             if (key not in settings.evaluated_at and not settings.leader.exclusive
                     and _another_evaluates(parsed, now, status)):
                 return  # looked at again next slot: taken over once it stops
+        if not settings.leader.leads():
+            return  # lost meanwhile (the API server slow): the new leader evaluates
         evaluate(namespace, name, generation, parsed.spec, status, signals, settings, writers,
                  body, now, resource_version)
         settings.evaluated_at[key] = now

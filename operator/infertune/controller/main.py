@@ -109,16 +109,19 @@ def _check_lease_name(args: argparse.Namespace) -> None:
 
 
 def _elect(args: argparse.Namespace, own_namespace: str) -> LeaseElection:
-    """The Lease election, with one round before kopf starts: a lone operator leads from its
-    first autoscaling slot. Its failure is logged and retried by the election's thread (the
-    webhook must start all the same)."""
+    """The Lease election, with one round before kopf starts, so that a lone operator leads
+    from its first autoscaling slot. Refused permissions stop the operator here: it would
+    run, and serve the webhook, but never autoscale, re-tune or partition. Other failures
+    (the API server not reachable yet) are retried, and logged, by the election's thread."""
     election = LeaseElection(own_namespace, args.leader_elect_lease or DEFAULT_LEASE_NAME)
     try:
         election.try_once()
     except ApiException as exc:
-        logger.error(f"{election.where}: {describe_failure(exc, election)}")
-    except Exception as exc:  # the API server unreachable: kopf will say so too
-        logger.error(f"{election.where}: {exc}")
+        if exc.status == 403:
+            raise SystemExit(f"--leader-elect: {election.where}: "
+                             f"{describe_failure(exc, election)}") from None
+    except Exception:
+        pass  # the thread's first round, right away, logs it
     election.start()  # says whether it leads, and who does if not
     return election
 

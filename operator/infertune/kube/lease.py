@@ -40,15 +40,24 @@ from kubernetes.client.exceptions import ApiException
 LEASE_DURATION_S = 15
 RENEW_DEADLINE_S = 10.0
 RETRY_PERIOD_S = 2.0
+REQUEST_TIMEOUT_S = 5.0
 DEFAULT_LEASE_NAME = "infertune-operator"
 logger = logging.getLogger(__name__)
 
 
 class Leader(Protocol):
-    exclusive: bool
-    """Whether leading means that no other operator process runs the loops (an election);
-    without one, the autoscaler waits a slot before it takes over a tuning that another
-    process evaluated just before (autoscaling.py)."""
+    @property
+    def exclusive(self) -> bool:
+        """Whether leading now means that no other operator process runs the loops: this
+        one took the Lease over from another that released it or let it expire. Not when
+        there is no election, nor when this process created the Lease (the operator it
+        replaces may be a version without an election); the autoscaler then waits a slot
+        before it takes over a tuning that another process evaluated just before."""
+
+    @property
+    def term(self) -> int:
+        """Counts the times this process started leading: what it remembers of its own
+        writes from an earlier term may have been overwritten by another leader since."""
 
     def leads(self) -> bool:
         """Whether this process may run the loops that write now."""
@@ -58,6 +67,7 @@ class Always:
     """No election (a single operator, `infertune run` without --leader-elect)."""
 
     exclusive = False
+    term = 0
 
     def leads(self) -> bool:
         return True
@@ -90,8 +100,6 @@ class LeaseElection:
     renew or take over); `start` runs rounds in a thread every `retry_s` until `stop`, which
     releases the Lease."""
 
-    exclusive = True
-
     def __init__(self, namespace: str, name: str = DEFAULT_LEASE_NAME,
                  identity: str | None = None, *, duration_s: int = LEASE_DURATION_S,
                  renew_deadline_s: float = RENEW_DEADLINE_S, retry_s: float = RETRY_PERIOD_S,
@@ -106,11 +114,16 @@ class LeaseElection:
         self.duration_s, self.renew_deadline_s, self.retry_s = (duration_s, renew_deadline_s,
                                                                 retry_s)
         self._clock, self._wall_clock, self._api = clock, wall_clock, api
+        self.request_timeout_s = min(REQUEST_TIMEOUT_S, renew_deadline_s / 2)
+        """Per API call: a connection that hangs (a load balancer failing over) would
+        otherwise hold the rounds for good, and with them the leadership."""
         self._valid_until = -float("inf")
         self._observed: tuple[str | None, float] = (None, 0.0)
         """(resourceVersion last seen, when it was first seen on `clock`)."""
         self.holder: str | None = None
         """The holder as last read (None: nobody, or not read yet)."""
+        self.term = 0
+        self._took_over = False
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -121,37 +134,47 @@ class LeaseElection:
     def leads(self) -> bool:
         return self._clock() < self._valid_until
 
+    @property
+    def exclusive(self) -> bool:
+        return self._took_over
+
     def try_once(self) -> bool:
         """One round; whether this process leads after it. API errors other than a lost race
         (409) are raised: the caller logs them, and leadership lapses at the renew deadline."""
         started = self._clock()
         api = self._api or client.CoordinationV1Api()
+        timeout = self.request_timeout_s
         try:
-            lease = api.read_namespaced_lease(self.name, self.namespace)
+            lease = api.read_namespaced_lease(self.name, self.namespace,
+                                              _request_timeout=timeout)
         except ApiException as exc:
             if exc.status != 404:
                 raise
             return self._write(started, lambda body: api.create_namespaced_lease(
-                self.namespace, body), self._record(started, 0, None))  # type: ignore[arg-type]
+                self.namespace, body, _request_timeout=timeout),  # type: ignore[arg-type]
+                self._record(0, None), took_over=False)
         version = _version(lease)
         if version != self._observed[0]:
-            self._observed = (version, started)
+            # When it was seen, which is after the read: dated from before a slow read, the
+            # record would expire early, while its holder still leads.
+            self._observed = (version, self._clock())
         spec = lease.spec or client.V1LeaseSpec()
         self.holder = spec.holder_identity or None
         transitions = int(spec.lease_transitions or 0)
         if self.holder == self.identity:
-            record = self._record(started, transitions, spec.acquire_time)
+            record, took_over = self._record(transitions, spec.acquire_time), self._took_over
         else:
             duration = int(spec.lease_duration_seconds or self.duration_s)
             if self.holder is not None and started < self._observed[1] + duration:
                 self._valid_until = -float("inf")  # taken over while we were away
                 return False
-            record = self._record(started, transitions + 1, None)
+            record, took_over = self._record(transitions + 1, None), True
         record["metadata"]["resourceVersion"] = version
         return self._write(started, lambda body: api.replace_namespaced_lease(
-            self.name, self.namespace, body), record)  # type: ignore[arg-type]
+            self.name, self.namespace, body, _request_timeout=timeout),  # type: ignore[arg-type]
+            record, took_over)
 
-    def _record(self, started: float, transitions: int, acquired: Any) -> dict[str, Any]:
+    def _record(self, transitions: int, acquired: Any) -> dict[str, Any]:
         now = micro_time(self._wall_clock())
         acquire = micro_time(acquired.timestamp()) if isinstance(acquired, datetime) else now
         return {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
@@ -161,7 +184,7 @@ class LeaseElection:
                          "renewTime": now, "leaseTransitions": transitions}}
 
     def _write(self, started: float, send: Callable[[dict[str, Any]], Any],
-               record: dict[str, Any]) -> bool:
+               record: dict[str, Any], took_over: bool) -> bool:
         try:
             written = send(record)
         except ApiException as exc:
@@ -173,6 +196,9 @@ class LeaseElection:
             raise
         self._observed = (_version(written), started)
         self.holder = self.identity
+        if not self.leads():
+            self.term += 1
+            self._took_over = took_over
         self._valid_until = started + self.renew_deadline_s
         return True
 
@@ -184,7 +210,8 @@ class LeaseElection:
             return False
         api = self._api or client.CoordinationV1Api()
         try:
-            lease = api.read_namespaced_lease(self.name, self.namespace)
+            lease = api.read_namespaced_lease(self.name, self.namespace,
+                                              _request_timeout=self.request_timeout_s)
             spec = lease.spec or client.V1LeaseSpec()
             if spec.holder_identity != self.identity:
                 return False
@@ -195,11 +222,12 @@ class LeaseElection:
                              "resourceVersion": _version(lease)},
                 "spec": {"holderIdentity": None, "leaseDurationSeconds": 1,
                          "acquireTime": now, "renewTime": now,
-                         "leaseTransitions": int(spec.lease_transitions or 0)}})
-        except ApiException as exc:
-            logger.warning(f"could not release {self.where} ({exc.status} {exc.reason}); "
-                           f"the next operator takes over once it expires "
-                           f"({self.duration_s}s)")
+                         "leaseTransitions": int(spec.lease_transitions or 0)}},
+                _request_timeout=self.request_timeout_s)
+        except Exception as exc:  # an API error, a timeout: it expires instead
+            why = f"{exc.status} {exc.reason}" if isinstance(exc, ApiException) else str(exc)
+            logger.warning(f"could not release {self.where} ({why}); the next operator takes "
+                           f"over once it expires ({self.duration_s}s)")
             return False
         return True
 
@@ -210,8 +238,8 @@ class LeaseElection:
     def stop(self) -> None:
         """End the rounds, then release the Lease (call it once the loops have stopped)."""
         self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
+        if self._thread is not None:  # a round lasts two calls at most
+            self._thread.join(timeout=2 * self.request_timeout_s + 1)
         if self.release():
             logger.info(f"released {self.where}")
 
@@ -253,9 +281,11 @@ def _version(lease: client.V1Lease) -> str | None:
 
 def describe_failure(exc: ApiException, election: LeaseElection) -> str:
     if exc.status == 403:
-        return ("forbidden: the operator needs get, create and update on leases "
-                "(coordination.k8s.io) in its namespace, as the chart's Role gives "
-                "(charts/infertune/files/rbac-namespace-rules.yaml)")
+        return (f"forbidden: the operator needs create on leases (coordination.k8s.io) in "
+                f"namespace {election.namespace}, and get and update on the Lease "
+                f"{election.name} (a Role rule with resourceNames: [{election.name}]; the "
+                "chart's Role, charts/infertune/files/rbac-namespace-rules.yaml, names "
+                f"{DEFAULT_LEASE_NAME} only)")
     if exc.status == 404:
         return (f"namespace {election.namespace} does not exist: create it, or set "
                 "--operator-namespace (or $INFERTUNE_NAMESPACE) to the operator's namespace")
