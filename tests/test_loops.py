@@ -254,8 +254,25 @@ def test_no_pass_runs_while_another_operator_leads(writes: Writes) -> None:
         return lambda: {"tuning": {"tunedPods": 1}}
 
     _run(read, setter, leader=leader)
-    assert passes == [4, 5]  # the three rounds before it led did not even read
+    # The three rounds before it led did not even read; each pass asks again in its thread.
+    assert passes == [4, 6]
     assert [w[3] for w in writes] == [{"tuning": {"tunedPods": 1}}] * 2
+
+
+def test_a_pass_that_lost_the_lease_while_it_waited_for_a_thread_does_nothing(
+        writes: Writes) -> None:
+    setter: FlagSetter[Any] = FlagSetter()
+    leader = Turns(since=1)
+    worked: list[int] = []
+
+    def read(spec: dict[str, Any], status: dict[str, Any],
+             meta: dict[str, Any]) -> loops.Work | None:
+        leader.since = 10**9  # lost right after the pass was read
+        setter.set()
+        return lambda: worked.append(1) or {"tuning": {}}  # type: ignore[func-returns-value]
+
+    _run(read, setter, leader=leader)
+    assert worked == [] and writes == []
 
 
 def test_a_memo_without_an_election_always_leads() -> None:

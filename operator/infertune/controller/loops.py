@@ -60,7 +60,7 @@ async def every(interval_s: float, read: Read, *, what: str, stopped: kopf.Daemo
             if work is not None:
                 # The worker gets this context: kopf.event finds kopf's event queue in it.
                 run = functools.partial(contextvars.copy_context().run, _pass_and_write, work,
-                                        namespace, name, stored)
+                                        namespace, name, stored, leader)
                 await until_stopped(loop.run_in_executor(None, run), stopped)
         except Exception:
             logger.exception(f"{what} failed; trying again in {FAILURE_DELAY_S:g}s")
@@ -114,7 +114,10 @@ def changed_blocks(blocks: Mapping[str, Any], status: Mapping[str, Any]) -> dict
             if as_stored(status.get(field)) != as_stored(block)}
 
 
-def _pass_and_write(work: Work, namespace: str, name: str, status: dict[str, Any]) -> None:
+def _pass_and_write(work: Work, namespace: str, name: str, status: dict[str, Any],
+                    leader: Leader = ALWAYS) -> None:
+    if not leader.leads():
+        return  # lost while the pass waited for a worker thread: another process leads
     blocks = work()
     changed = changed_blocks(blocks, status)
     if not changed:
