@@ -283,6 +283,46 @@ def test_a_drain_is_undone_when_the_tuning_turns_to_dry_run(
     assert "allowDisruption is off now" in _uncordoned(api_client, namespace, node)
 
 
+@pytest.mark.parametrize(("pool", "change"), [("mig-i", None), ("mig-j", {"mig": None})],
+                         ids=["deleted", "mig-removed"])
+def test_a_node_left_cordoned_while_mig_manager_worked_is_uncordoned_when_it_is_done(
+    api_client: client.ApiClient, namespace: str, operator: OperatorProcess, pool: str,
+    change: dict[str, Any] | None,
+) -> None:
+    """The tuning went away (deleted, or spec.mig removed) while mig-manager was applying a
+    config to the node it drained: the node stays cordoned then, but it used to stay so for
+    good once no tuning with spec.mig was left, since only their loops looked at nodes. The
+    operator's watch on nodes uncordons it when mig-manager reports success."""
+    node = _draining(api_client, namespace, pool)
+    core = client.CoreV1Api(api_client)
+    # mig-manager at work on a config (asked of it by a person, or an earlier plan).
+    core.patch_node(node, {"metadata": {"labels": {CONFIG_LABEL: "all-disabled",
+                                                   STATE_LABEL: "pending"}}})
+    if change is None:
+        delete_tuning_and_wait(api_client, namespace, "qwen", "the tuning gone", timeout_s=30)
+    else:
+        _patch_spec(api_client, namespace, "qwen", change)
+
+    def left() -> list[str]:
+        return [e.message for e in core.list_namespaced_event(namespace).items
+                if e.reason == "MigNodeLeftCordoned"]
+
+    (warning,) = wait_for(left, "a MigNodeLeftCordoned Warning", timeout_s=30)
+    assert f"{node} stays cordoned: drained for {namespace}/qwen" in warning
+    time.sleep(3)  # more than a pass of every loop: it stays cordoned meanwhile
+    assert _cordoned_for(api_client, node) == f"{namespace}/qwen"
+    core.patch_node(node, {"metadata": {"labels": {STATE_LABEL: "success"}}})
+    wait_for(lambda: _cordoned_for(api_client, node) is None, f"{node} uncordoned",
+             timeout_s=30)
+    assert CORDONED not in (core.read_node(node).metadata.annotations or {})
+    on_node = [e.message for e in core.list_namespaced_event(
+        "default", field_selector=f"involvedObject.kind=Node,involvedObject.name={node}").items
+        if e.reason == "MigNodeUncordoned"]
+    gone = "no longer exists or no longer has spec.mig"
+    assert on_node == [f"{node} uncordoned: drained for {namespace}/qwen, and InferenceTuning "
+                       f"{namespace}/qwen, which drained it, {gone}"]
+
+
 def _patch_spec(api_client: client.ApiClient, namespace: str, name: str,
                 spec: dict[str, Any]) -> None:
     client.CustomObjectsApi(api_client).patch_namespaced_custom_object(

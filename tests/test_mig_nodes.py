@@ -190,8 +190,10 @@ def test_a_node_mig_manager_has_not_settled_stays_cordoned(state: str | None) ->
     assert _released([gone], selected=[]) == {}  # nor a deleted tuning's, by another pass
     assert unsettled_cordons([labelled, _drained("b", "ml/qwen")], "ml/qwen") == [
         ("a", f"a stays cordoned: drained for ml/qwen, and mig-manager has not reported "
-              f"success for {CONFIGS['NVIDIA-H200']} (state {state or 'unset'}); kubectl "
-              "uncordon it once nvidia.com/mig.config.state is success, or once fixed")]
+              f"success for {CONFIGS['NVIDIA-H200']} (state {state or 'unset'}); the "
+              "operator uncordons it when nvidia.com/mig.config.state turns to success, or "
+              "when the config label is removed (kubectl uncordon it if mig-manager failed "
+              "for good)")]
 
 
 def test_a_node_being_drained_for_its_tuning_stays_cordoned() -> None:
@@ -217,7 +219,8 @@ def test_a_drain_for_a_deleted_tuning_is_undone_by_another_tunings_pass() -> Non
     nodes = [_drained("a", "ml/gone"), _drained("b", "ml/other", pods=("ml/busy-1",))]
     released = _released(nodes, selected=[], live=frozenset({"ml/other"}))
     assert list(released) == ["a"]  # b's tuning exists and finishes it
-    assert "InferenceTuning ml/gone, which drained it, no longer exists" in released["a"]
+    assert ("InferenceTuning ml/gone, which drained it, no longer exists or no longer has "
+            "spec.mig") in released["a"]
 
 
 def test_a_node_labelled_for_another_live_tuning_is_left_to_it() -> None:

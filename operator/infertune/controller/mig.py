@@ -259,8 +259,9 @@ def reconcile_mig(namespace: str, name: str, spec: InferenceTuningSpec, settings
                   tunings: frozenset[str] = frozenset(),
                   selectors: MigSelectors = ()) -> MigStatus:
     """One MIG pass; `gpu_pods` are the GPU pods by node (`gpu_pods_by_node`, copied), or None
-    to list them (`MigSettings.cluster_wide` false); `tunings` the InferenceTunings that exist
-    (NAMESPACE/NAME), for the nodes another one claims."""
+    to list them (`MigSettings.cluster_wide` false); `tunings` the InferenceTunings with
+    spec.mig (NAMESPACE/NAME), for the nodes another one claimed or drained: one that was
+    deleted or dropped spec.mig partitions nothing any more."""
     assert spec.mig is not None
     nodes = _observe_nodes(gpu_pods)
     plans, errors, selected = _plans(spec, nodes)
@@ -436,6 +437,40 @@ async def release_unpartitioned(namespace: str, name: str, uid: str, body: kopf.
                          mig_selectors(tunings_by_target))
 
 
+def node_view(body: Mapping[str, Any]) -> NodeView:
+    """A Node as kopf gives it (a plain body); its GPU pods are not read."""
+    meta = body.get("metadata") or {}
+    annotations = meta.get("annotations") or {}
+    return NodeView(str(meta.get("name") or ""), dict(meta.get("labels") or {}),
+                    bool((body.get("spec") or {}).get("unschedulable")),
+                    claimed_by=annotations.get(CLAIM_ANNOTATION),
+                    labelled_at=_unix_time(annotations.get(LABELLED_AT_ANNOTATION)),
+                    cordoned_for=annotations.get(CORDONED_ANNOTATION))
+
+
+@kopf.on.event("", "v1", "nodes",  # type: ignore[arg-type]
+               when=lambda meta, **_: CORDONED_ANNOTATION in (meta.get("annotations") or {}))
+async def release_settled_cordon(body: kopf.Body, memo: kopf.Memo,
+                                 tunings_by_target: kopf.Index[tuple[str, str], dict[str, Any]],
+                                 **_: Any) -> None:
+    """A node drained for a tuning that was deleted, or dropped spec.mig, while mig-manager
+    was applying a config stays cordoned until mig-manager settles (`release_for_good`).
+    The tuning's loop is gone by then, and with no other tuning with spec.mig, no loop would
+    look at the node again: its own change (mig-manager's success label) releases it here,
+    with an Event on the node. Only the leading operator acts (`--leader-elect`)."""
+    if not leader_of(memo).leads():
+        return
+    node = node_view(body)
+    settings: MigSettings = memo.mig
+    selectors = mig_selectors(tunings_by_target)  # on the event loop, as the index changes
+    live = frozenset(tuning for tuning, _ in selectors)
+    releases = cordons_to_release(
+        [node], (), owner="", exists=lambda t: t in live or not settings.sees(t),
+        successor=_successor(selectors, ""))
+    if releases:
+        await _in_thread(_release, body, releases)
+
+
 def _product(nodes: list[NodeView], node: str) -> str:
     return next(n.labels[PRODUCT_LABEL] for n in nodes if n.name == node)
 
@@ -458,9 +493,8 @@ async def partition_gpus(stopped: kopf.DaemonStopped, namespace: str, name: str,
         # Copied here, on the event loop, where kopf changes the index (see loops.every).
         gpu_pods = ({node: tuple(sorted(pods)) for node, pods in gpu_pods_by_node.items()}
                     if memo.mig.cluster_wide else None)
-        tunings = frozenset(f"{ns}/{entry['name']}" for (ns, _), entries in
-                            tunings_by_target.items() for entry in entries)
         selectors = mig_selectors(tunings_by_target)
+        tunings = frozenset(tuning for tuning, _ in selectors)
 
         def work() -> dict[str, Any]:
             with _pass_lock(uid):

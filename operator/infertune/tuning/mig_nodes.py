@@ -222,7 +222,8 @@ def cordons_to_release(nodes: Sequence[NodeView], reports: Sequence[NodeReport],
 
     `nodes` are all the MIG-capable nodes, `reports` this pass's reports for the ones `owner`
     selects (none when the tuning is going away; `gone` then says why). A node is released
-    when it was drained for `owner` or for a tuning that no longer exists (`exists`), and
+    when it was drained for `owner` or for a tuning that no longer partitions anything
+    (`exists` false: deleted, or without spec.mig), and
     `owner` is not partitioning it: it is not selected, or busy now that allowDisruption is
     off. Never while mig-manager has a config to apply that it has not reported success for
     (asked, pending, rebooting, failed, timed out: `_settled`), and never when the node is
@@ -245,7 +246,8 @@ def cordons_to_release(nodes: Sequence[NodeView], reports: Sequence[NodeReport],
         state = planned.get(node.name)
         if state is None:
             why = gone if drained_for == owner else (
-                f"InferenceTuning {drained_for}, which drained it, no longer exists")
+                f"InferenceTuning {drained_for}, which drained it, no longer exists or no "
+                "longer has spec.mig")
         elif state is NodeState.BUSY:
             why = "spec.mig.allowDisruption is off now, so its GPU pods are not evicted"
         else:
@@ -275,8 +277,10 @@ def unsettled_cordons(nodes: Sequence[NodeView], owner: str) -> list[tuple[str, 
     with."""
     return [(n.name, f"{n.name} stays cordoned: drained for {owner}, and mig-manager has not "
                      f"reported success for {n.labels.get(MIG_CONFIG_LABEL)} (state "
-                     f"{n.labels.get(MIG_STATE_LABEL) or 'unset'}); kubectl uncordon it once "
-                     "nvidia.com/mig.config.state is success, or once fixed")
+                     f"{n.labels.get(MIG_STATE_LABEL) or 'unset'}); the operator uncordons "
+                     "it when nvidia.com/mig.config.state turns to success, or when the "
+                     "config label is removed (kubectl uncordon it if mig-manager failed "
+                     "for good)")
             for n in nodes if n.cordoned_for == owner and not _settled(n)]
 
 
