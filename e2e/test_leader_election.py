@@ -27,6 +27,8 @@ from infertune.kube.lease import DEFAULT_LEASE_NAME, LeaseElection
 
 pytestmark = pytest.mark.e2e
 DURATION, DEADLINE, RETRY = 15, 10.0, 2.0
+DRAINED_NODE = "h200-pool-a"
+CORDONED = "infertune.io/cordoned-for-mig"
 
 
 class Clock:
@@ -164,6 +166,9 @@ def test_terms_and_whether_a_term_began_by_taking_over(
     assert a.try_once() and (a.term, a.exclusive) == (1, False)
     clock.now += RETRY
     assert a.try_once() and (a.term, a.exclusive) == (1, False)  # a renewal: the same term
+    clock.now += DEADLINE + 1  # no renewal got through for a while; nobody else took it
+    assert not a.leads()
+    assert a.try_once() and a.term == 1  # what it wrote still stands: the same term
     assert a.release()
     assert b.try_once() and (b.term, b.exclusive) == (1, True)
     assert b.release()
@@ -269,6 +274,11 @@ def test_an_operator_runs_its_loops_only_while_it_holds_the_lease_and_hands_it_b
                              extra_args=("--leader-elect",))
         stack.callback(new.stop)
         namespace = new_namespace(api, "leader-election")
+        # A node the old operator drained for a tuning since deleted, whose mig-manager has
+        # settled: released by whoever leads. Its changes came before the new one led.
+        core = client.CoreV1Api(api)
+        core.patch_node(DRAINED_NODE, {"spec": {"unschedulable": True}, "metadata": {
+            "annotations": {CORDONED: f"{namespace}/deleted"}}})
         create(api, namespace, deployment("qwen"))
         create(api, namespace, tuning("qwen", "qwen", autoscaling={"interval": "1s"}))
         wait_observed(api, namespace, "qwen", new)  # its handlers run
@@ -277,6 +287,7 @@ def test_an_operator_runs_its_loops_only_while_it_holds_the_lease_and_hands_it_b
         assert "tuning" not in status, status
         assert "evaluated" not in status.get("autoscaling", {}), status
         assert "is held by old-operator" in new.tail(400)
+        assert core.read_node(DRAINED_NODE).spec.unschedulable
 
         old.stop()  # its rounds end, then it releases the Lease, as an operator does
         released = time.monotonic()
@@ -295,6 +306,13 @@ def test_an_operator_runs_its_loops_only_while_it_holds_the_lease_and_hands_it_b
         # has no series.
         assert time.monotonic() - released < 10
         assert status["autoscaling"]["action"] == "Hold"
+        # No change of the node since: the new leader looked at it again by itself.
+        wait_for(lambda: not core.read_node(DRAINED_NODE).spec.unschedulable,
+                 f"{DRAINED_NODE} uncordoned by the new leader", timeout_s=15)
+        wait_for(lambda: [e for e in core.list_namespaced_event(
+            "default", field_selector=f"involvedObject.name={DRAINED_NODE}").items
+            if e.reason == "MigNodeUncordoned"], "the Event on the node saying why",
+            timeout_s=15)
         assert stored(api, OPERATOR_NAMESPACE, DEFAULT_LEASE_NAME).holder_identity not in (
             None, "old-operator")
         assert "leading: Lease" in new.tail(400)

@@ -307,9 +307,12 @@ def test_a_node_left_cordoned_while_mig_manager_worked_is_uncordoned_when_it_is_
         return [e.message for e in core.list_namespaced_event(namespace).items
                 if e.reason == "MigNodeLeftCordoned"]
 
-    (warning,) = wait_for(left, "a MigNodeLeftCordoned Warning", timeout_s=30)
-    assert f"{node} stays cordoned: drained for {namespace}/qwen" in warning
-    time.sleep(3)  # more than a pass of every loop: it stays cordoned meanwhile
+    warnings = wait_for(left, "a MigNodeLeftCordoned Warning", timeout_s=30)
+    assert any(f"{node} stays cordoned: drained for {namespace}/qwen" in w for w in warnings)
+    # A change of the node while mig-manager is still at work: the watch sees it, and
+    # leaves the node cordoned.
+    core.patch_node(node, {"metadata": {"labels": {"e2e.infertune.io/touched": "1"}}})
+    time.sleep(3)  # more than a pass of every loop
     assert _cordoned_for(api_client, node) == f"{namespace}/qwen"
     core.patch_node(node, {"metadata": {"labels": {STATE_LABEL: "success"}}})
     wait_for(lambda: _cordoned_for(api_client, node) is None, f"{node} uncordoned",
@@ -321,6 +324,29 @@ def test_a_node_left_cordoned_while_mig_manager_worked_is_uncordoned_when_it_is_
     gone = "no longer exists or no longer has spec.mig"
     assert on_node == [f"{node} uncordoned: drained for {namespace}/qwen, and InferenceTuning "
                        f"{namespace}/qwen, which drained it, {gone}"]
+
+
+def test_a_cordon_made_after_someone_uncordoned_a_drained_node_is_left_alone(
+    api_client: client.ApiClient, namespace: str, operator: OperatorProcess
+) -> None:
+    """`kubectl uncordon` keeps the operator's drain mark; a cordon for maintenance made
+    later carried it, and mig-manager's success then undid that cordon. The mark goes as
+    soon as the operator sees the node uncordoned by someone else."""
+    core = client.CoreV1Api(api_client)
+    node = _draining(api_client, namespace, "mig-k")
+    core.patch_node(node, {"metadata": {"labels": {CONFIG_LABEL: "all-disabled",
+                                                   STATE_LABEL: "pending"}}})
+    delete_tuning_and_wait(api_client, namespace, "qwen", "the tuning gone", timeout_s=30)
+    core.patch_node(node, {"spec": {"unschedulable": False}})  # kubectl uncordon
+    wait_for(lambda: CORDONED not in (core.read_node(node).metadata.annotations or {}),
+             f"the drain mark removed from {node}", timeout_s=30)
+    core.patch_node(node, {"spec": {"unschedulable": True}})  # kubectl cordon: maintenance
+    core.patch_node(node, {"metadata": {"labels": {STATE_LABEL: "success"}}})
+    time.sleep(3)  # more than a pass of every loop
+    assert core.read_node(node).spec.unschedulable
+    reasons = [e.reason for e in core.list_namespaced_event(
+        "default", field_selector=f"involvedObject.kind=Node,involvedObject.name={node}").items]
+    assert "MigNodeMarkRemoved" in reasons and "MigNodeUncordoned" not in reasons
 
 
 def _patch_spec(api_client: client.ApiClient, namespace: str, name: str,

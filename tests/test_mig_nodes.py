@@ -267,3 +267,35 @@ def test_a_node_another_tuning_selects_is_handed_to_it_not_uncordoned() -> None:
         Release("a", "a stays cordoned for ml/other, which selects it too: drained for "
                      "ml/qwen, and the tuning was deleted", "ml/other"),
         Release("b", "b uncordoned: drained for ml/qwen, and the tuning was deleted")]
+
+
+def test_a_node_someone_uncordoned_loses_only_the_mark_so_a_later_cordon_is_theirs() -> None:
+    """`kubectl uncordon` leaves the drain mark: a cordon made later for maintenance carried
+    it, and was taken for the operator's and undone when mig-manager reported success."""
+    for state in (None, "pending", "success"):  # whether mig-manager is done or not
+        uncordoned = NodeView("a", _node("a", config=OTHER, state=state).labels,
+                              unschedulable=False, cordoned_for="ml/live", version="7")
+        (release,) = cordons_to_release([uncordoned], (), owner="", exists=lambda _: True)
+        assert release.mark_only and release.successor is None and release.version == "7"
+        assert release.message == ("a was uncordoned, not by the operator: its mark of the "
+                                   "drain for ml/live is removed")
+    drained = NodeView("b", _node("b").labels, unschedulable=True, cordoned_for="ml/gone",
+                       version="9")
+    (release,) = cordons_to_release([drained], (), owner="", exists=lambda _: False)
+    assert not release.mark_only and release.version == "9"  # only the node as seen
+
+
+def test_a_drain_lapses_without_spec_mig_but_a_claim_holds_while_its_tuning_exists() -> None:
+    """A tuning that dropped spec.mig will not finish its drain, so its node is released; a
+    node it claimed stays its own while it exists, so that spec.mig lost for a moment (a
+    mistaken apply) does not hand its nodes to another tuning for good."""
+    drained = _drained("a", "ml/edited")
+    claimed = _drained("b", "ml/gone", config=OTHER, state="success", claimed_by="ml/edited")
+
+    def released(partitions: bool) -> list[str]:
+        return [r.node for r in cordons_to_release(
+            [drained, claimed], (), owner="ml/qwen", exists=lambda t: t == "ml/edited",
+            partitions=lambda t: partitions and t == "ml/edited")]
+
+    assert released(partitions=True) == []
+    assert released(partitions=False) == ["a"]  # b: claimed by a tuning that exists

@@ -428,7 +428,10 @@ def _evaluate_if_due(settings: AutoscalingSettings, key: str, parsed: Parsed, tu
                     and _another_evaluates(parsed, now, status)):
                 return  # looked at again next slot: taken over once it stops
         if not settings.leader.leads():
-            return  # lost meanwhile (the API server slow): the new leader evaluates
+            # Lost meanwhile (the API server slow): the new leader evaluates; the slot is not
+            # counted, so that this process evaluates it if it leads again within it.
+            settings.last_slot.pop(key, None)
+            return
         evaluate(namespace, name, generation, parsed.spec, status, signals, settings, writers,
                  body, now, resource_version)
         settings.evaluated_at[key] = now

@@ -75,6 +75,12 @@ class MigSettings:
     watched: frozenset[str] = frozenset()
     """With --namespace: the namespaces it names exactly (kopf also takes patterns, which are
     left out here)."""
+    unseen_changes: set[str] = field(default_factory=set)
+    """Drained nodes whose changes came while this process did not lead: looked at once it
+    does (`sweep_unseen_changes`)."""
+    handler_context: contextvars.Context | None = None
+    """The context of a kopf handler, in which kopf.event finds kopf's event queue (not set
+    for the task a startup handler starts)."""
 
     @classmethod
     def watching(cls, namespace: str, namespaces: Sequence[str]) -> MigSettings:
@@ -158,7 +164,8 @@ def _observe_nodes(gpu_pods: Mapping[str, tuple[str, ...]] | None) -> list[NodeV
                               else gpu_pods_listed(core, name),
                               claimed_by=annotations.get(CLAIM_ANNOTATION),
                               labelled_at=_unix_time(annotations.get(LABELLED_AT_ANNOTATION)),
-                              cordoned_for=annotations.get(CORDONED_ANNOTATION)))
+                              cordoned_for=annotations.get(CORDONED_ANNOTATION),
+                              version=(meta.resource_version if meta else None)))
     return views
 
 
@@ -209,9 +216,16 @@ def _drain(node: NodeView, owner: str, exists: Callable[[str], bool]) -> None:
         evict_pod(namespace, name)  # a PDB that says not now is asked again next tick
 
 
-def _uncordon(node: str) -> None:
-    client.CoreV1Api().patch_node(node, {"spec": {"unschedulable": False}, "metadata": {
-        "annotations": {CORDONED_ANNOTATION: None}}})
+def _uncordon(node: str, version: str | None = None, mark_only: bool = False) -> None:
+    """Uncordon the node and remove the drain mark (only the mark with `mark_only`); with
+    `version`, only if it is still as seen (409 otherwise)."""
+    meta: dict[str, Any] = {"annotations": {CORDONED_ANNOTATION: None}}
+    if version is not None:
+        meta["resourceVersion"] = version
+    body: dict[str, Any] = {"metadata": meta}
+    if not mark_only:
+        body["spec"] = {"unschedulable": False}
+    client.CoreV1Api().patch_node(node, body)
 
 
 def _label(node: str, config: str, owner: str) -> None:
@@ -259,9 +273,12 @@ def reconcile_mig(namespace: str, name: str, spec: InferenceTuningSpec, settings
                   tunings: frozenset[str] = frozenset(),
                   selectors: MigSelectors = ()) -> MigStatus:
     """One MIG pass; `gpu_pods` are the GPU pods by node (`gpu_pods_by_node`, copied), or None
-    to list them (`MigSettings.cluster_wide` false); `tunings` the InferenceTunings with
-    spec.mig (NAMESPACE/NAME), for the nodes another one claimed or drained: one that was
-    deleted or dropped spec.mig partitions nothing any more."""
+    to list them (`MigSettings.cluster_wide` false); `tunings` the InferenceTunings that exist
+    (NAMESPACE/NAME), for the nodes another one claimed: a claim holds while its tuning
+    exists (a spec.mig dropped by a mistaken apply for a moment does not hand its nodes to
+    another tuning). `selectors` are the tunings that partition (`mig_selectors`), for the
+    nodes another one drained: one that was deleted or dropped spec.mig will not finish its
+    drain."""
     assert spec.mig is not None
     nodes = _observe_nodes(gpu_pods)
     plans, errors, selected = _plans(spec, nodes)
@@ -270,6 +287,11 @@ def reconcile_mig(namespace: str, name: str, spec: InferenceTuningSpec, settings
 
     def exists(tuning: str) -> bool:
         return tuning in tunings or not settings.sees(tuning)
+
+    partitioning = frozenset(tuning for tuning, _ in selectors)
+
+    def partitions(tuning: str) -> bool:
+        return tuning in partitioning or not settings.sees(tuning)
 
     if errors or not plans:
         reason = "; ".join(errors) or ("no node matches nvidia.com/mig.capable=true and "
@@ -281,7 +303,8 @@ def reconcile_mig(namespace: str, name: str, spec: InferenceTuningSpec, settings
         gone = ("spec.mig cannot be planned (status.mig.message says why)" if errors else
                 "spec.mig no longer selects it")
         _release(body, cordons_to_release(nodes, (), owner=owner, exists=exists, gone=gone,
-                                          successor=_successor(selectors, owner)))
+                                          successor=_successor(selectors, owner),
+                                          partitions=partitions))
         return MigStatus(message=message)
     configs = config_names(plans)
     step = plan_mig_nodes(selected, configs, allow_disruption=spec.mig.allow_disruption,
@@ -302,7 +325,8 @@ def reconcile_mig(namespace: str, name: str, spec: InferenceTuningSpec, settings
         kopf.event(body, type="Normal", reason="MigNodeUncordoned",
                    message=f"{node} partitioned by mig-manager; uncordoned")
     _release(body, cordons_to_release(nodes, step.reports, owner=owner, exists=exists,
-                                      successor=_successor(selectors, owner)))
+                                      successor=_successor(selectors, owner),
+                                      partitions=partitions))
     if spec.mode is Mode.DRY_RUN:
         return status.model_copy(update={"message": f"dry run: would {step.reason}"})
     _write_config_map(settings.namespace, {configs[p]: plan for p, plan in plans.items()})
@@ -311,7 +335,7 @@ def reconcile_mig(namespace: str, name: str, spec: InferenceTuningSpec, settings
         settings.labelled_at[step.node] = time.time()
         kopf.event(body, type="Normal", reason="MigNodeLabelled", message=step.reason)
     elif step.kind is StepKind.DRAIN and step.node is not None:
-        _drain(next(n for n in selected if n.name == step.node), owner, exists)
+        _drain(next(n for n in selected if n.name == step.node), owner, partitions)
         kopf.event(body, type="Normal", reason="MigNodeDraining", message=step.reason)
     return status
 
@@ -321,24 +345,32 @@ def _release(body: kopf.Body, releases: list[Release]) -> None:
     them too, each with an Event on the tuning; one node that cannot be changed does not
     stop the others."""
     core = client.CoreV1Api()
-    for node, message, successor in releases:
+    for node, message, successor, version, mark_only in releases:
         try:
             if successor is None:
-                _uncordon(node)
+                _uncordon(node, version, mark_only)
             else:
-                core.patch_node(node, {"metadata": {"annotations": {
-                    CORDONED_ANNOTATION: successor}}})
+                meta: dict[str, Any] = {"annotations": {CORDONED_ANNOTATION: successor}}
+                if version is not None:
+                    meta["resourceVersion"] = version
+                core.patch_node(node, {"metadata": meta})
         except ApiException as exc:
             if exc.status == 404:
                 continue  # the node is gone
+            if exc.status == 409:
+                # Changed since it was read (cordoned again, say): its change is looked at
+                # on its own, by the next pass and the watch on nodes.
+                logger.info(f"{node} changed since it was read; left as it is for now")
+                continue
             failed = (f"could not change {node} ({exc.status} {exc.reason}): {message}; "
                       f"kubectl uncordon {node} if nothing partitions it")
             logger.error(failed)
             kopf.event(body, type="Warning", reason="MigNodeLeftCordoned", message=failed)
             continue
         logger.info(message)
-        kopf.event(body, type="Normal", reason="MigNodeUncordoned" if successor is None
-                   else "MigNodeHandedOver", message=message)
+        kopf.event(body, type="Normal", reason="MigNodeHandedOver" if successor is not None
+                   else "MigNodeMarkRemoved" if mark_only else "MigNodeUncordoned",
+                   message=message)
 
 
 MigSelectors = tuple[tuple[str, tuple[tuple[str, str], ...]], ...]
@@ -346,12 +378,16 @@ MigSelectors = tuple[tuple[str, tuple[tuple[str, str], ...]], ...]
 
 
 def mig_selectors(index: kopf.Index[tuple[str, str], dict[str, Any]]) -> MigSelectors:
-    """Read on the event loop, where kopf changes the index (see loops.every)."""
+    """The tunings that partition: with a spec.mig, in a spec that validates (an invalid one's
+    loop never runs a pass, so a node handed to it would stay cordoned). Read on the event
+    loop, where kopf changes the index (see loops.every)."""
     found = []
     for (namespace, _), entries in index.items():
         for entry in entries:
             mig = (entry.get("spec") or {}).get("mig")
-            if isinstance(mig, dict):
+            if isinstance(mig, dict) and SPECS.get(str(entry.get("uid") or ""),
+                                                   int(entry.get("generation") or 0),
+                                                   entry.get("spec") or {}) is not None:
                 selector = mig.get("nodeSelector") or {}
                 found.append((f"{namespace}/{entry['name']}",
                               tuple(sorted((str(k), str(v)) for k, v in selector.items()))))
@@ -438,18 +474,20 @@ async def release_unpartitioned(namespace: str, name: str, uid: str, body: kopf.
 
 
 def node_view(body: Mapping[str, Any]) -> NodeView:
-    """A Node as kopf gives it (a plain body); its GPU pods are not read."""
+    """A Node as kopf gives it, or as read as JSON (a plain body); its GPU pods are not
+    read."""
     meta = body.get("metadata") or {}
     annotations = meta.get("annotations") or {}
     return NodeView(str(meta.get("name") or ""), dict(meta.get("labels") or {}),
                     bool((body.get("spec") or {}).get("unschedulable")),
                     claimed_by=annotations.get(CLAIM_ANNOTATION),
                     labelled_at=_unix_time(annotations.get(LABELLED_AT_ANNOTATION)),
-                    cordoned_for=annotations.get(CORDONED_ANNOTATION))
+                    cordoned_for=annotations.get(CORDONED_ANNOTATION),
+                    version=meta.get("resourceVersion"))
 
 
 @kopf.on.event("", "v1", "nodes",  # type: ignore[arg-type]
-               when=lambda meta, **_: CORDONED_ANNOTATION in (meta.get("annotations") or {}))
+               annotations={CORDONED_ANNOTATION: kopf.PRESENT})
 async def release_settled_cordon(body: kopf.Body, memo: kopf.Memo,
                                  tunings_by_target: kopf.Index[tuple[str, str], dict[str, Any]],
                                  **_: Any) -> None:
@@ -457,18 +495,109 @@ async def release_settled_cordon(body: kopf.Body, memo: kopf.Memo,
     was applying a config stays cordoned until mig-manager settles (`release_for_good`).
     The tuning's loop is gone by then, and with no other tuning with spec.mig, no loop would
     look at the node again: its own change (mig-manager's success label) releases it here,
-    with an Event on the node. Only the leading operator acts (`--leader-elect`)."""
-    if not leader_of(memo).leads():
-        return
-    node = node_view(body)
+    with an Event on the node. Only the leading operator acts (`--leader-elect`); a change
+    that comes while another leads is looked at once this one does
+    (`sweep_unseen_changes`). kopf stores nothing on nodes for an event handler."""
     settings: MigSettings = memo.mig
-    selectors = mig_selectors(tunings_by_target)  # on the event loop, as the index changes
-    live = frozenset(tuning for tuning, _ in selectors)
-    releases = cordons_to_release(
-        [node], (), owner="", exists=lambda t: t in live or not settings.sees(t),
-        successor=_successor(selectors, ""))
-    if releases:
-        await _in_thread(_release, body, releases)
+    name = str((body.get("metadata") or {}).get("name") or "")
+    if not leader_of(memo).leads():
+        if settings.handler_context is None:
+            settings.handler_context = contextvars.copy_context()
+        settings.unseen_changes.add(name)
+        return
+    settings.unseen_changes.discard(name)
+    await _release_if_settled(node_view(body), settings, tunings_by_target, body)
+
+
+async def _release_if_settled(node: NodeView, settings: MigSettings,
+                              index: kopf.Index[tuple[str, str], dict[str, Any]],
+                              body: Mapping[str, Any]) -> None:
+    """Release `node` if it was drained for a tuning that no longer partitions it and
+    mig-manager has settled (`cordons_to_release`); `body` gets the Event."""
+    selectors = mig_selectors(index)  # on the event loop, where kopf changes the index
+    partitioning = frozenset(tuning for tuning, _ in selectors)
+    existing = frozenset(f"{ns}/{entry['name']}" for (ns, _), entries in index.items()
+                         for entry in entries)
+
+    def exists(tuning: str) -> bool:
+        return tuning in existing or (not settings.sees(tuning) and _read_mig(tuning)
+                                      is not None)
+
+    def partitions(tuning: str) -> bool:
+        return tuning in partitioning or (not settings.sees(tuning) and bool(_read_mig(tuning)))
+
+    def release() -> None:
+        _release(body, cordons_to_release([node], (), owner="", exists=exists,  # type: ignore[arg-type]
+                                          successor=_successor(selectors, ""),
+                                          partitions=partitions))
+
+    await _in_thread(release)
+
+
+def _read_mig(tuning: str) -> dict[str, Any] | None:
+    """spec.mig of the tuning NAMESPACE/NAME read from the API server ({} when it has none),
+    for a tuning outside the kopf index (a namespace this operator matches by a pattern);
+    None when it does not exist. Unreadable counts as partitioning: nothing is released."""
+    namespace, _, name = tuning.partition("/")
+    try:
+        found: dict[str, Any] = client.CustomObjectsApi().get_namespaced_custom_object(  # type: ignore[assignment]
+            GROUP, VERSION, namespace, PLURAL, name)
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        return {"unreadable": True}
+    mig = (found.get("spec") or {}).get("mig")
+    return dict(mig) if isinstance(mig, dict) else {}
+
+
+SWEEP_INTERVAL_S = 2.0
+
+
+@kopf.on.startup()  # type: ignore[arg-type]
+async def start_sweeping(memo: kopf.Memo,
+                         tunings_by_target: kopf.Index[tuple[str, str], dict[str, Any]],
+                         **_: Any) -> None:
+    """The task that looks at the drained nodes whose changes came while another operator
+    led (kopf hands the index to startup handlers too; it is filled before any node change is
+    handled)."""
+    memo.mig_sweeper = asyncio.get_running_loop().create_task(
+        sweep_unseen_changes(memo, tunings_by_target))
+
+
+async def sweep_unseen_changes(memo: kopf.Memo,
+                               index: kopf.Index[tuple[str, str], dict[str, Any]]) -> None:
+    """Once this process leads, each node in `unseen_changes` is read again and released if
+    it should be: without this, a node that changed while another operator led (the first
+    listing of a new operator of a rolling upgrade, mig-manager's success meanwhile) would
+    wait for its next change, which on an idle node may never come."""
+    settings: MigSettings = memo.mig
+    while True:
+        await asyncio.sleep(SWEEP_INTERVAL_S)
+        if not settings.unseen_changes or not leader_of(memo).leads():
+            continue
+        for name in sorted(settings.unseen_changes):
+            settings.unseen_changes.discard(name)
+            try:
+                raw = await asyncio.to_thread(_read_node, name)
+                if raw is not None and CORDONED_ANNOTATION in (
+                        (raw.get("metadata") or {}).get("annotations") or {}):
+                    # In a handler's context, where its Event can be posted.
+                    context = (settings.handler_context or contextvars.copy_context()).copy()
+                    await asyncio.get_running_loop().create_task(_release_if_settled(
+                        node_view(raw), settings, index, raw), context=context)
+            except Exception:  # one node must not stop the others, nor the task
+                logger.exception(f"looking at node {name} again failed; its next change will")
+
+
+def _read_node(name: str) -> dict[str, Any] | None:
+    try:
+        response = client.CoreV1Api().read_node(name, _preload_content=False)
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+    node: dict[str, Any] = json.loads(response.data)  # type: ignore[attr-defined]
+    return node
 
 
 def _product(nodes: list[NodeView], node: str) -> str:
@@ -493,8 +622,9 @@ async def partition_gpus(stopped: kopf.DaemonStopped, namespace: str, name: str,
         # Copied here, on the event loop, where kopf changes the index (see loops.every).
         gpu_pods = ({node: tuple(sorted(pods)) for node, pods in gpu_pods_by_node.items()}
                     if memo.mig.cluster_wide else None)
+        tunings = frozenset(f"{ns}/{entry['name']}" for (ns, _), entries in
+                            tunings_by_target.items() for entry in entries)
         selectors = mig_selectors(tunings_by_target)
-        tunings = frozenset(tuning for tuning, _ in selectors)
 
         def work() -> dict[str, Any]:
             with _pass_lock(uid):

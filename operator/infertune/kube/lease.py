@@ -25,6 +25,7 @@ upgrade, and the handlers' writes are idempotent.
 
 from __future__ import annotations
 
+import json
 import logging
 import socket
 import threading
@@ -124,6 +125,8 @@ class LeaseElection:
         """The holder as last read (None: nobody, or not read yet)."""
         self.term = 0
         self._took_over = False
+        self._transitions_held: int | None = None
+        """leaseTransitions of the record this process last wrote as holder."""
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -194,11 +197,15 @@ class LeaseElection:
                 self._valid_until = -float("inf")
                 return False
             raise
+        renewed = record["spec"]["leaseTransitions"] == self._transitions_held
         self._observed = (_version(written), started)
         self.holder = self.identity
-        if not self.leads():
+        if not (self.leads() or renewed):
+            # A new term: created, or taken over. A renewal after a lapse is not one (nobody
+            # held the Lease meanwhile, or it would name them).
             self.term += 1
             self._took_over = took_over
+        self._transitions_held = record["spec"]["leaseTransitions"]
         self._valid_until = started + self.renew_deadline_s
         return True
 
@@ -274,6 +281,15 @@ class LeaseElection:
             self._stop.wait(self.retry_s)
 
 
+def _server_message(exc: ApiException) -> str:
+    """The API server's own words for a refusal (a Status message), else its reason."""
+    try:
+        message = json.loads(exc.body or "").get("message")
+    except (ValueError, AttributeError):
+        message = None
+    return str(message or exc.reason or exc.status)
+
+
 def _version(lease: client.V1Lease) -> str | None:
     meta = lease.metadata
     return None if meta is None else (str(meta.resource_version or "") or None)
@@ -281,10 +297,11 @@ def _version(lease: client.V1Lease) -> str | None:
 
 def describe_failure(exc: ApiException, election: LeaseElection) -> str:
     if exc.status == 403:
-        return (f"forbidden: the operator needs create on leases (coordination.k8s.io) in "
-                f"namespace {election.namespace}, and get and update on the Lease "
-                f"{election.name} (a Role rule with resourceNames: [{election.name}]; the "
-                "chart's Role, charts/infertune/files/rbac-namespace-rules.yaml, names "
+        return (f"forbidden ({_server_message(exc)}): the operator needs create on leases "
+                f"(coordination.k8s.io) in namespace {election.namespace}, and get and update "
+                f"on the Lease {election.name} (a Role rule with resourceNames: "
+                f"[{election.name}]; the chart's Role, "
+                "charts/infertune/files/rbac-namespace-rules.yaml, names "
                 f"{DEFAULT_LEASE_NAME} only)")
     if exc.status == 404:
         return (f"namespace {election.namespace} does not exist: create it, or set "

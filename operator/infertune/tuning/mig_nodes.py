@@ -50,6 +50,9 @@ class NodeView:
     """CORDONED_ANNOTATION: the operator cordoned it to drain it, for this tuning. It is
     uncordoned once mig-manager reports success, or when nobody will partition it any more
     (`cordons_to_release`). A node someone else cordoned is left as they left it."""
+    version: str | None = None
+    """The resourceVersion it was seen at: a release changes only the node as seen (a node
+    cordoned again meanwhile is left as it is)."""
 
     @property
     def cordoned_by_us(self) -> bool:
@@ -206,24 +209,30 @@ def plan_mig_nodes(nodes: Sequence[NodeView], configs: Mapping[str, str], *,
 
 class Release(NamedTuple):
     """A node a drain left cordoned that its tuning will not partition: uncordoned, or handed
-    to `successor`, another tuning whose spec.mig selects it, to finish or release."""
+    to `successor`, another tuning whose spec.mig selects it, to finish or release; only its
+    mark removed (`mark_only`) when someone uncordoned it already, so that a cordon they make
+    later (maintenance) is not taken for the operator's."""
 
     node: str
     message: str
     successor: str | None = None
+    version: str | None = None
+    """The resourceVersion the node was seen at (NodeView.version)."""
+    mark_only: bool = False
 
 
 def cordons_to_release(nodes: Sequence[NodeView], reports: Sequence[NodeReport], *,
                        owner: str, exists: Callable[[str], bool],
                        gone: str = "spec.mig no longer selects it",
                        successor: Callable[[NodeView, str], str | None] = lambda n, t: None,
+                       partitions: Callable[[str], bool] | None = None,
                        ) -> list[Release]:
     """The nodes a drain left cordoned that nobody is going to partition now.
 
     `nodes` are all the MIG-capable nodes, `reports` this pass's reports for the ones `owner`
     selects (none when the tuning is going away; `gone` then says why). A node is released
     when it was drained for `owner` or for a tuning that no longer partitions anything
-    (`exists` false: deleted, or without spec.mig), and
+    (`partitions` false: deleted, or without a valid spec.mig; `exists` when not given), and
     `owner` is not partitioning it: it is not selected, or busy now that allowDisruption is
     off. Never while mig-manager has a config to apply that it has not reported success for
     (asked, pending, rebooting, failed, timed out: `_settled`), and never when the node is
@@ -232,12 +241,20 @@ def cordons_to_release(nodes: Sequence[NodeView], reports: Sequence[NodeReport],
     that selects the node: it is handed the node instead, as it may be draining it too.
     """
     planned = {r.node: r.state for r in reports}
+    still_partitions = exists if partitions is None else partitions
     released: list[Release] = []
     for node in nodes:
         drained_for = node.cordoned_for
         if drained_for is None or "/" not in drained_for:
             continue  # not drained by us, or by a release that wrote no tuning name
-        if drained_for != owner and exists(drained_for):
+        if not node.unschedulable:
+            # `kubectl uncordon` keeps the mark, and a cordon made later (maintenance) would
+            # carry it and be undone as the operator's. A drain still wanted marks it again.
+            released.append(Release(node.name, f"{node.name} was uncordoned, not by the "
+                                    f"operator: its mark of the drain for {drained_for} is "
+                                    "removed", None, node.version, True))
+            continue
+        if drained_for != owner and still_partitions(drained_for):
             continue  # its own tuning is still there to finish it
         claimant = node.claimed_by
         if not _settled(node) or (claimant not in (None, owner, drained_for)
@@ -256,10 +273,10 @@ def cordons_to_release(nodes: Sequence[NodeView], reports: Sequence[NodeReport],
         if heir is not None:
             released.append(Release(node.name, f"{node.name} stays cordoned for {heir}, "
                                     f"which selects it too: drained for {drained_for}, and "
-                                    f"{why}", heir))
+                                    f"{why}", heir, node.version))
         else:
             released.append(Release(node.name, f"{node.name} uncordoned: drained for "
-                                    f"{drained_for}, and {why}"))
+                                    f"{drained_for}, and {why}", None, node.version))
     return released
 
 
