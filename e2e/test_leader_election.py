@@ -175,6 +175,45 @@ def test_terms_and_whether_a_term_began_by_taking_over(
     assert a.try_once() and (a.term, a.exclusive) == (2, True)
 
 
+def test_a_lease_deleted_and_led_by_another_meanwhile_starts_a_new_term(
+        api_client: client.ApiClient, namespace: str) -> None:
+    """Counted by leaseTransitions, a takeover after a deletion looked like a renewal: the
+    autoscaler kept what it remembered of its writes from before another process led."""
+    clock = Clock()
+    first = candidate(api_client, namespace, "operator-0", clock)
+    a = candidate(api_client, namespace, "operator-a", clock)
+    b = candidate(api_client, namespace, "operator-b", clock)
+    assert first.try_once() and first.release()
+    assert a.try_once() and a.term == 1  # took over: leaseTransitions 1
+    a._valid_until = -float("inf")  # its renewals stop getting through
+    client.CoordinationV1Api(api_client).delete_namespaced_lease("infertune-e2e", namespace)
+    assert b.try_once() and b.release()  # made again (leaseTransitions 0), led, released
+    assert a.try_once() and (a.term, a.exclusive) == (2, True)  # leaseTransitions 1 again
+
+
+class AnswerLost(client.CoordinationV1Api):
+    """The real API, whose answer to an update is lost on the way back."""
+
+    def replace_namespaced_lease(self, *args: Any, **kwargs: Any) -> Any:
+        super().replace_namespaced_lease(*args, **kwargs)
+        raise TimeoutError("read timed out")
+
+
+def test_a_record_of_its_own_it_did_not_see_written_starts_a_term_not_claimed_exclusive(
+        api_client: client.ApiClient, namespace: str) -> None:
+    clock = Clock()
+    first = candidate(api_client, namespace, "operator-0", clock)
+    assert first.try_once() and first.release()
+    a = candidate(api_client, namespace, "operator-a", clock, AnswerLost(api_client))
+    with pytest.raises(TimeoutError):
+        a.try_once()  # the takeover went through; a does not know
+    assert not a.leads()
+    a._api = client.CoordinationV1Api(api_client)
+    assert a.try_once() and (a.term, a.exclusive) == (1, False)
+    clock.now += RETRY
+    assert a.try_once() and (a.term, a.exclusive) == (1, False)  # then renewals
+
+
 class DeletesFirst(client.CoordinationV1Api):
     """The real API, with the Lease deleted between this candidate's read and its write."""
 

@@ -204,7 +204,10 @@ def test_success_uncordons_through_its_own_path_only() -> None:
     config = CONFIGS["NVIDIA-H200"]
     node = _drained("a", "ml/qwen", config=config, state="success")
     step = plan_mig_nodes([node], CONFIGS, allow_disruption=True, labelled_at={}, now=100.0)
-    assert partitioned_after_drain([node], step.reports) == ["a"]
+    assert partitioned_after_drain([node], step.reports) == [node]
+    # One someone uncordoned meanwhile only loses its mark (`cordons_to_release`).
+    uncordoned = NodeView(node.name, node.labels, False, cordoned_for="ml/qwen")
+    assert partitioned_after_drain([uncordoned], step.reports) == []
     assert _released([node]) == {}  # not twice
 
 
@@ -298,4 +301,9 @@ def test_a_drain_lapses_without_spec_mig_but_a_claim_holds_while_its_tuning_exis
             partitions=lambda t: partitions and t == "ml/edited")]
 
     assert released(partitions=True) == []
-    assert released(partitions=False) == ["a"]  # b: claimed by a tuning that exists
+    # b is claimed by a tuning that exists: the claim keeps other tunings from relabelling
+    # it (plan_mig_nodes), but that tuning will not uncordon it on success any more.
+    assert released(partitions=False) == ["a", "b"]
+    assert [r.node for r in cordons_to_release(
+        [claimed], (), owner="ml/qwen", exists=lambda t: True,
+        partitions=lambda t: t == "ml/edited")] == []  # a claimant that partitions: its own

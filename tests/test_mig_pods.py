@@ -112,3 +112,19 @@ def test_a_pass_lock_is_shared_while_held_and_forgotten_once_nobody_holds_it() -
     del held
     assert "uid-1" not in mig_controller._PASS_LOCKS
     assert "uid-2" not in mig_controller._PASS_LOCKS
+
+
+def test_the_node_sweep_ends_with_the_operator() -> None:
+    """Left running, kopf waited 5 s for it at every stop, and the Lease of
+    `--leader-elect` went to the next operator that much later."""
+
+    async def main() -> bool:
+        memo = kopf.Memo(mig=mig_controller.MigSettings("infertune-system"))
+        await mig_controller.start_sweeping(memo=memo, tunings_by_target={})
+        sweeper = memo.mig_sweeper
+        await asyncio.sleep(0)
+        assert not sweeper.done()
+        await mig_controller.stop_sweeping(memo=memo)
+        return bool(sweeper.cancelled())
+
+    assert asyncio.run(main())

@@ -8,6 +8,7 @@ contract: the ConfigMap it reads, the `nvidia.com/mig.config` label it watches, 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import functools
 import json
@@ -209,8 +210,15 @@ def _drain(node: NodeView, owner: str, exists: Callable[[str], bool]) -> None:
         # tuning no longer will; a node already cordoned by someone else (maintenance) is not
         # marked, and stays cordoned. A mark of a tuning that is gone (or of an older
         # release) is taken over; a live one's stays (it hands the node over when it goes).
-        core.patch_node(node.name, {"spec": {"unschedulable": True}, "metadata": {
-            "annotations": {CORDONED_ANNOTATION: owner}}})
+        meta: dict[str, Any] = {"annotations": {CORDONED_ANNOTATION: owner}}
+        if node.version is not None:
+            meta["resourceVersion"] = node.version  # not over a cordon made meanwhile
+        try:
+            core.patch_node(node.name, {"spec": {"unschedulable": True}, "metadata": meta})
+        except ApiException as exc:
+            if exc.status == 409:
+                return  # changed since this pass read it: the next pass decides again
+            raise
     for ref in node.gpu_pods:
         namespace, name = ref.split("/", 1)
         evict_pod(namespace, name)  # a PDB that says not now is asked again next tick
@@ -321,9 +329,14 @@ def reconcile_mig(namespace: str, name: str, spec: InferenceTuningSpec, settings
         message=step.reason)
     # In DryRun too: uncordoning undoes the operator's own drain (made in Enforce).
     for node in partitioned_after_drain(selected, step.reports):
-        _uncordon(node)
+        try:
+            _uncordon(node.name, node.version)
+        except ApiException as exc:
+            if exc.status in (404, 409):  # gone, or changed since read: the next pass sees
+                continue
+            raise
         kopf.event(body, type="Normal", reason="MigNodeUncordoned",
-                   message=f"{node} partitioned by mig-manager; uncordoned")
+                   message=f"{node.name} partitioned by mig-manager; uncordoned")
     _release(body, cordons_to_release(nodes, step.reports, owner=owner, exists=exists,
                                       successor=_successor(selectors, owner),
                                       partitions=partitions))
@@ -545,9 +558,15 @@ def _read_mig(tuning: str) -> dict[str, Any] | None:
     except ApiException as exc:
         if exc.status == 404:
             return None
+        logger.warning(f"could not read InferenceTuning {tuning} ({exc.status} {exc.reason}): "
+                       "the nodes drained for it stay as they are")
         return {"unreadable": True}
-    mig = (found.get("spec") or {}).get("mig")
-    return dict(mig) if isinstance(mig, dict) else {}
+    meta, spec = found.get("metadata") or {}, found.get("spec") or {}
+    mig = spec.get("mig")
+    if not isinstance(mig, dict) or SPECS.get(str(meta.get("uid") or ""),
+                                              int(meta.get("generation") or 0), spec) is None:
+        return {}  # no valid spec.mig: it partitions nothing (its loop runs no pass)
+    return dict(mig)
 
 
 SWEEP_INTERVAL_S = 2.0
@@ -562,6 +581,17 @@ async def start_sweeping(memo: kopf.Memo,
     handled)."""
     memo.mig_sweeper = asyncio.get_running_loop().create_task(
         sweep_unseen_changes(memo, tunings_by_target))
+
+
+@kopf.on.cleanup()
+async def stop_sweeping(memo: kopf.Memo, **_: Any) -> None:
+    """Ended with the operator: left running, kopf would wait 5 s for it at every stop, and
+    the Lease would be handed over that much later."""
+    sweeper: asyncio.Task[None] | None = memo.get("mig_sweeper")
+    if sweeper is not None:
+        sweeper.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await sweeper
 
 
 async def sweep_unseen_changes(memo: kopf.Memo,

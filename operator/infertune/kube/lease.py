@@ -125,8 +125,8 @@ class LeaseElection:
         """The holder as last read (None: nobody, or not read yet)."""
         self.term = 0
         self._took_over = False
-        self._transitions_held: int | None = None
-        """leaseTransitions of the record this process last wrote as holder."""
+        self._written: str | None = None
+        """The resourceVersion of this process's last write that it knows went through."""
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -155,7 +155,7 @@ class LeaseElection:
                 raise
             return self._write(started, lambda body: api.create_namespaced_lease(
                 self.namespace, body, _request_timeout=timeout),  # type: ignore[arg-type]
-                self._record(0, None), took_over=False)
+                self._record(0, None), took_over=False, renewal=False)
         version = _version(lease)
         if version != self._observed[0]:
             # When it was seen, which is after the read: dated from before a slow read, the
@@ -165,17 +165,22 @@ class LeaseElection:
         self.holder = spec.holder_identity or None
         transitions = int(spec.lease_transitions or 0)
         if self.holder == self.identity:
-            record, took_over = self._record(transitions, spec.acquire_time), self._took_over
+            record = self._record(transitions, spec.acquire_time)
+            # A renewal only of the record it last wrote: one it finds otherwise (the Lease
+            # deleted and made again by another, which led meanwhile; a takeover whose answer
+            # was lost) starts a term, whose exclusivity is not known, so not claimed.
+            renewal = version is not None and version == self._written
+            took_over = self._took_over if renewal else False
         else:
             duration = int(spec.lease_duration_seconds or self.duration_s)
             if self.holder is not None and started < self._observed[1] + duration:
                 self._valid_until = -float("inf")  # taken over while we were away
                 return False
-            record, took_over = self._record(transitions + 1, None), True
+            record, took_over, renewal = self._record(transitions + 1, None), True, False
         record["metadata"]["resourceVersion"] = version
         return self._write(started, lambda body: api.replace_namespaced_lease(
             self.name, self.namespace, body, _request_timeout=timeout),  # type: ignore[arg-type]
-            record, took_over)
+            record, took_over, renewal)
 
     def _record(self, transitions: int, acquired: Any) -> dict[str, Any]:
         now = micro_time(self._wall_clock())
@@ -187,7 +192,7 @@ class LeaseElection:
                          "renewTime": now, "leaseTransitions": transitions}}
 
     def _write(self, started: float, send: Callable[[dict[str, Any]], Any],
-               record: dict[str, Any], took_over: bool) -> bool:
+               record: dict[str, Any], took_over: bool, renewal: bool) -> bool:
         try:
             written = send(record)
         except ApiException as exc:
@@ -197,15 +202,14 @@ class LeaseElection:
                 self._valid_until = -float("inf")
                 return False
             raise
-        renewed = record["spec"]["leaseTransitions"] == self._transitions_held
         self._observed = (_version(written), started)
+        self._written = _version(written)
         self.holder = self.identity
-        if not (self.leads() or renewed):
-            # A new term: created, or taken over. A renewal after a lapse is not one (nobody
-            # held the Lease meanwhile, or it would name them).
+        if not renewal:
+            # A new term: created, taken over, or a record it did not write. A renewal after
+            # a lapse is not one: its own record still stood, so nobody led meanwhile.
             self.term += 1
             self._took_over = took_over
-        self._transitions_held = record["spec"]["leaseTransitions"]
         self._valid_until = started + self.renew_deadline_s
         return True
 

@@ -257,8 +257,10 @@ def cordons_to_release(nodes: Sequence[NodeView], reports: Sequence[NodeReport],
         if drained_for != owner and still_partitions(drained_for):
             continue  # its own tuning is still there to finish it
         claimant = node.claimed_by
+        # A claimant that partitions uncordons it on success; one that does not (deleted, or
+        # without spec.mig) never will, whatever its claim keeps from other tunings' labels.
         if not _settled(node) or (claimant not in (None, owner, drained_for)
-                                  and exists(claimant)):
+                                  and still_partitions(claimant)):
             continue
         state = planned.get(node.name)
         if state is None:
@@ -298,11 +300,13 @@ def unsettled_cordons(nodes: Sequence[NodeView], owner: str) -> list[tuple[str, 
                      "it when nvidia.com/mig.config.state turns to success, or when the "
                      "config label is removed (kubectl uncordon it if mig-manager failed "
                      "for good)")
-            for n in nodes if n.cordoned_for == owner and not _settled(n)]
+            for n in nodes if n.cordoned_for == owner and n.unschedulable and not _settled(n)]
 
 
 def partitioned_after_drain(nodes: Sequence[NodeView],
-                            reports: Sequence[NodeReport]) -> list[str]:
-    """The nodes the operator cordoned to drain them that mig-manager has configured since."""
+                            reports: Sequence[NodeReport]) -> list[NodeView]:
+    """The nodes the operator cordoned to drain them that mig-manager has configured since
+    (and that are still cordoned: a mark on one someone uncordoned goes by itself,
+    `cordons_to_release`)."""
     configured = {r.node for r in reports if r.state is NodeState.CONFIGURED}
-    return [n.name for n in nodes if n.cordoned_by_us and n.name in configured]
+    return [n for n in nodes if n.cordoned_by_us and n.unschedulable and n.name in configured]
