@@ -15,6 +15,7 @@ from pathlib import Path
 import kopf
 from kubernetes.client.exceptions import ApiException
 
+from infertune.api.spec import DNS_SUBDOMAIN
 from infertune.kube.client import (
     api_server_url,
     configure,
@@ -33,7 +34,6 @@ from infertune.kube.webhook_tls import write_self_signed
 from infertune.kube.webhooks import RegisteringWebhookServer, WebhookRegistration
 
 DEFAULT_NAMESPACE = "infertune-system"
-DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 logger = logging.getLogger(__name__)
 
 
@@ -102,7 +102,7 @@ def _check_lease_name(args: argparse.Namespace) -> None:
     if not args.leader_elect:
         raise SystemExit("--leader-elect-lease names the Lease of --leader-elect; add "
                          "--leader-elect, or drop --leader-elect-lease")
-    if len(lease) > 253 or not DNS_SUBDOMAIN.fullmatch(lease):
+    if len(lease) > 253 or not re.fullmatch(DNS_SUBDOMAIN, lease):
         raise SystemExit(f"--leader-elect-lease: {lease!r} is not a Kubernetes object name "
                          "(lower-case letters, digits, '-' and '.', starting and ending with "
                          "a letter or digit, at most 253 characters)")
