@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+import dataclasses
 import functools
 import json
 import logging
@@ -154,20 +155,13 @@ def _observe_nodes(gpu_pods: Mapping[str, tuple[str, ...]] | None) -> list[NodeV
     """The MIG-capable nodes (the only ones a plan can select) with the GPU pods on each:
     from `gpu_pods` (the index, copied), or listed per node when it is None."""
     core = client.CoreV1Api()
-    views: list[NodeView] = []
-    for node in core.list_node(label_selector=f"{MIG_CAPABLE_LABEL}=true").items:
-        meta, node_spec = node.metadata, node.spec
-        name = str(meta.name if meta else "")
-        annotations = (meta.annotations if meta else None) or {}
-        views.append(NodeView(name, dict((meta.labels if meta else None) or {}),
-                              bool(node_spec.unschedulable if node_spec else False),
-                              gpu_pods.get(name, ()) if gpu_pods is not None
-                              else gpu_pods_listed(core, name),
-                              claimed_by=annotations.get(CLAIM_ANNOTATION),
-                              labelled_at=_unix_time(annotations.get(LABELLED_AT_ANNOTATION)),
-                              cordoned_for=annotations.get(CORDONED_ANNOTATION),
-                              version=(meta.resource_version if meta else None)))
-    return views
+    # Read as plain dicts, the form kopf gives the watch on nodes (`node_view`).
+    response: Any = core.list_node(label_selector=f"{MIG_CAPABLE_LABEL}=true",
+                                   _preload_content=False)
+    views = [node_view(raw) for raw in json.loads(response.data)["items"]]
+    return [dataclasses.replace(view, gpu_pods=gpu_pods.get(view.name, ()) if gpu_pods
+                                is not None else gpu_pods_listed(core, view.name))
+            for view in views]
 
 
 def _unix_time(text: str | None) -> float | None:
@@ -202,38 +196,43 @@ def _write_config_map(namespace: str, configs: dict[str, LayoutPlan]) -> None:
 
 
 def _drain(node: NodeView, owner: str, exists: Callable[[str], bool]) -> None:
-    core = client.CoreV1Api()
     marked = node.cordoned_for
-    if not node.unschedulable or (marked not in (None, owner)
-                                  and ("/" not in marked or not exists(marked))):
-        # Marked with the tuning, so that it is uncordoned once partitioned, or when that
-        # tuning no longer will; a node already cordoned by someone else (maintenance) is not
-        # marked, and stays cordoned. A mark of a tuning that is gone (or of an older
-        # release) is taken over; a live one's stays (it hands the node over when it goes).
-        meta: dict[str, Any] = {"annotations": {CORDONED_ANNOTATION: owner}}
-        if node.version is not None:
-            meta["resourceVersion"] = node.version  # not over a cordon made meanwhile
-        try:
-            core.patch_node(node.name, {"spec": {"unschedulable": True}, "metadata": meta})
-        except ApiException as exc:
-            if exc.status == 409:
-                return  # changed since this pass read it: the next pass decides again
-            raise
+    # Marked with the tuning, so that it is uncordoned once partitioned, or when that tuning
+    # no longer will; a node already cordoned by someone else (maintenance) is not marked,
+    # and stays cordoned. A mark of a tuning that is gone (or of an older release) is taken
+    # over; a live one's stays (it hands the node over when it goes).
+    mark = not node.unschedulable or (marked not in (None, owner)
+                                      and ("/" not in marked or not exists(marked)))
+    if mark and not _patch_as_seen(node.name, node.version, {
+            "spec": {"unschedulable": True},
+            "metadata": {"annotations": {CORDONED_ANNOTATION: owner}}}):
+        return  # changed since this pass read it (a cordon made meanwhile): decided again
     for ref in node.gpu_pods:
         namespace, name = ref.split("/", 1)
         evict_pod(namespace, name)  # a PDB that says not now is asked again next tick
 
 
-def _uncordon(node: str, version: str | None = None, mark_only: bool = False) -> None:
-    """Uncordon the node and remove the drain mark (only the mark with `mark_only`); with
-    `version`, only if it is still as seen (409 otherwise)."""
-    meta: dict[str, Any] = {"annotations": {CORDONED_ANNOTATION: None}}
+def _patch_as_seen(node: str, version: str | None, patch: dict[str, Any]) -> bool:
+    """Patch the node only if it is still at `version`, the resourceVersion the decision was
+    made on (any version when None); False when it has changed since (409)."""
     if version is not None:
-        meta["resourceVersion"] = version
-    body: dict[str, Any] = {"metadata": meta}
+        patch = {**patch, "metadata": {**patch.get("metadata", {}), "resourceVersion": version}}
+    try:
+        client.CoreV1Api().patch_node(node, patch)
+    except ApiException as exc:
+        if exc.status == 409:
+            return False
+        raise
+    return True
+
+
+def _uncordon(node: str, version: str | None = None, mark_only: bool = False) -> bool:
+    """Uncordon the node and remove the drain mark (only the mark with `mark_only`), if it is
+    still at `version` (`_patch_as_seen`)."""
+    patch: dict[str, Any] = {"metadata": {"annotations": {CORDONED_ANNOTATION: None}}}
     if not mark_only:
-        body["spec"] = {"unschedulable": False}
-    client.CoreV1Api().patch_node(node, body)
+        patch["spec"] = {"unschedulable": False}
+    return _patch_as_seen(node, version, patch)
 
 
 def _label(node: str, config: str, owner: str) -> None:
@@ -330,9 +329,10 @@ def reconcile_mig(namespace: str, name: str, spec: InferenceTuningSpec, settings
     # In DryRun too: uncordoning undoes the operator's own drain (made in Enforce).
     for node in partitioned_after_drain(selected, step.reports):
         try:
-            _uncordon(node.name, node.version)
+            if not _uncordon(node.name, node.version):
+                continue  # changed since read: the next pass sees it as it is now
         except ApiException as exc:
-            if exc.status in (404, 409):  # gone, or changed since read: the next pass sees
+            if exc.status == 404:  # gone
                 continue
             raise
         kopf.event(body, type="Normal", reason="MigNodeUncordoned",
@@ -357,28 +357,23 @@ def _release(body: kopf.Body, releases: list[Release]) -> None:
     """Uncordon the nodes `cordons_to_release` found, or hand them to the tuning that selects
     them too, each with an Event on the tuning; one node that cannot be changed does not
     stop the others."""
-    core = client.CoreV1Api()
     for node, message, successor, version, mark_only in releases:
         try:
-            if successor is None:
-                _uncordon(node, version, mark_only)
-            else:
-                meta: dict[str, Any] = {"annotations": {CORDONED_ANNOTATION: successor}}
-                if version is not None:
-                    meta["resourceVersion"] = version
-                core.patch_node(node, {"metadata": meta})
+            changed = (_uncordon(node, version, mark_only) if successor is None else
+                       _patch_as_seen(node, version, {"metadata": {"annotations": {
+                           CORDONED_ANNOTATION: successor}}}))
         except ApiException as exc:
             if exc.status == 404:
                 continue  # the node is gone
-            if exc.status == 409:
-                # Changed since it was read (cordoned again, say): its change is looked at
-                # on its own, by the next pass and the watch on nodes.
-                logger.info(f"{node} changed since it was read; left as it is for now")
-                continue
             failed = (f"could not change {node} ({exc.status} {exc.reason}): {message}; "
                       f"kubectl uncordon {node} if nothing partitions it")
             logger.error(failed)
             kopf.event(body, type="Warning", reason="MigNodeLeftCordoned", message=failed)
+            continue
+        if not changed:
+            # Changed since it was read (cordoned again, say): its change is looked at on its
+            # own, by the next pass and the watch on nodes.
+            logger.info(f"{node} changed since it was read; left as it is for now")
             continue
         logger.info(message)
         kopf.event(body, type="Normal", reason="MigNodeHandedOver" if successor is not None
@@ -388,6 +383,13 @@ def _release(body: kopf.Body, releases: list[Release]) -> None:
 
 MigSelectors = tuple[tuple[str, tuple[tuple[str, str], ...]], ...]
 """(NAMESPACE/NAME, spec.mig.nodeSelector items) of every tuning with spec.mig."""
+
+
+def tuning_names(index: kopf.Index[tuple[str, str], dict[str, Any]]) -> frozenset[str]:
+    """NAMESPACE/NAME of every tuning in the index (read on the event loop, as
+    `mig_selectors`)."""
+    return frozenset(f"{namespace}/{entry['name']}" for (namespace, _), entries in
+                     index.items() for entry in entries)
 
 
 def mig_selectors(index: kopf.Index[tuple[str, str], dict[str, Any]]) -> MigSelectors:
@@ -529,8 +531,7 @@ async def _release_if_settled(node: NodeView, settings: MigSettings,
     mig-manager has settled (`cordons_to_release`); `body` gets the Event."""
     selectors = mig_selectors(index)  # on the event loop, where kopf changes the index
     partitioning = frozenset(tuning for tuning, _ in selectors)
-    existing = frozenset(f"{ns}/{entry['name']}" for (ns, _), entries in index.items()
-                         for entry in entries)
+    existing = tuning_names(index)
 
     def exists(tuning: str) -> bool:
         return tuning in existing or (not settings.sees(tuning) and _read_mig(tuning)
@@ -652,8 +653,7 @@ async def partition_gpus(stopped: kopf.DaemonStopped, namespace: str, name: str,
         # Copied here, on the event loop, where kopf changes the index (see loops.every).
         gpu_pods = ({node: tuple(sorted(pods)) for node, pods in gpu_pods_by_node.items()}
                     if memo.mig.cluster_wide else None)
-        tunings = frozenset(f"{ns}/{entry['name']}" for (ns, _), entries in
-                            tunings_by_target.items() for entry in entries)
+        tunings = tuning_names(tunings_by_target)
         selectors = mig_selectors(tunings_by_target)
 
         def work() -> dict[str, Any]:
