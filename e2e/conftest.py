@@ -15,6 +15,7 @@ import sys
 import tempfile
 import uuid
 from collections.abc import Callable, Generator, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -143,6 +144,24 @@ def prometheus() -> Iterator[PrometheusServer]:
     server = PrometheusServer().start()
     yield server
     server.stop()
+
+
+@contextmanager
+def own_control_plane(cluster: ClusterInfo, work: Path,
+                      why_not_external: str) -> Iterator[client.ApiClient]:
+    """A second control plane, for a module whose operator the session's would get in the way
+    of (it handles every namespace); skipped, saying `why_not_external`, on an external
+    cluster."""
+    if cluster.external or cluster.bin_dir is None:
+        pytest.skip(why_not_external)
+    with Cluster.start(bin_dir=cluster.bin_dir, log_dir=work / "logs",
+                       pod_ready_delay=POD_READY_DELAY_S) as plane:
+        api: client.ApiClient = config.new_client_from_config(  # type: ignore[no-untyped-call]
+            config_file=str(plane.kubeconfig))
+        try:
+            yield api
+        finally:
+            api.close()  # type: ignore[no-untyped-call]
 
 
 def new_namespace(api_client: client.ApiClient, test_name: str) -> str:

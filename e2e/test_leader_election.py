@@ -14,10 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kubernetes import client, config
+from kubernetes import client
 
-from e2e.cluster.runtime import Cluster
-from e2e.conftest import POD_READY_DELAY_S, new_namespace
+from e2e.conftest import new_namespace, own_control_plane
 from e2e.fixtures.access import ClusterInfo
 from e2e.fixtures.operator import OPERATOR_NAMESPACE, OperatorProcess, start_operator
 from e2e.fixtures.prometheus import PrometheusServer
@@ -277,18 +276,10 @@ def own_plane(cluster: ClusterInfo, tmp_path_factory: pytest.TempPathFactory
               ) -> Iterator[tuple[client.ApiClient, Path]]:
     """A control plane of its own: the session's operator runs without --leader-elect and
     handles every namespace, so it would act where this test needs the loops to wait."""
-    if cluster.external or cluster.bin_dir is None:
-        pytest.skip("needs a control plane of its own: an external cluster runs the chart's "
-                    "operator")
     work = tmp_path_factory.mktemp("leader-election")
-    with Cluster.start(bin_dir=cluster.bin_dir, log_dir=work / "logs",
-                       pod_ready_delay=POD_READY_DELAY_S) as plane:
-        api: client.ApiClient = config.new_client_from_config(  # type: ignore[no-untyped-call]
-            config_file=str(plane.kubeconfig))
-        try:
-            yield api, work
-        finally:
-            api.close()  # type: ignore[no-untyped-call]
+    with own_control_plane(cluster, work, "needs a control plane of its own: an external "
+                           "cluster runs the chart's operator") as api:
+        yield api, work
 
 
 def test_an_operator_runs_its_loops_only_while_it_holds_the_lease_and_hands_it_back(

@@ -9,10 +9,9 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from kubernetes import client, config
+from kubernetes import client
 
-from e2e.cluster.runtime import Cluster
-from e2e.conftest import POD_READY_DELAY_S, new_namespace
+from e2e.conftest import new_namespace, own_control_plane
 from e2e.fixtures.access import ClusterInfo
 from e2e.fixtures.operator import OperatorProcess, start_operator
 from e2e.test_operator import condition, create, deployment, get_tuning, tuning, wait_observed
@@ -25,20 +24,15 @@ def bare(cluster: ClusterInfo,
          tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[client.ApiClient,
                                                                      OperatorProcess]]:
     """A second control plane and an operator on it without --prometheus-url."""
-    if cluster.external or cluster.bin_dir is None:
-        pytest.skip("needs a second control plane of its own: an external cluster runs the "
-                    "chart's operator, with the Prometheus the chart was given")
     work = tmp_path_factory.mktemp("no-prometheus")
-    with Cluster.start(bin_dir=cluster.bin_dir, log_dir=work / "logs",
-                       pod_ready_delay=POD_READY_DELAY_S) as second:
-        api: client.ApiClient = config.new_client_from_config(  # type: ignore[no-untyped-call]
-            config_file=str(second.kubeconfig))
+    with own_control_plane(cluster, work, "needs a second control plane of its own: an "
+                           "external cluster runs the chart's operator, with the Prometheus "
+                           "the chart was given") as api:
         operator = start_operator(api, work, work / "logs")
         try:
             yield api, operator
         finally:
             operator.stop()
-            api.close()  # type: ignore[no-untyped-call]
 
 
 def test_an_operator_without_prometheus_says_so_and_leaves_replicas_alone(
