@@ -226,15 +226,11 @@ class LeaseElection:
             spec = lease.spec or client.V1LeaseSpec()
             if spec.holder_identity != self.identity:
                 return False
-            now = micro_time(self._wall_clock())
-            api.replace_namespaced_lease(self.name, self.namespace, {  # type: ignore[arg-type]
-                "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-                "metadata": {"name": self.name, "namespace": self.namespace,
-                             "resourceVersion": _version(lease)},
-                "spec": {"holderIdentity": None, "leaseDurationSeconds": 1,
-                         "acquireTime": now, "renewTime": now,
-                         "leaseTransitions": int(spec.lease_transitions or 0)}},
-                _request_timeout=self.request_timeout_s)
+            record = self._record(int(spec.lease_transitions or 0), None)
+            record["metadata"]["resourceVersion"] = _version(lease)
+            record["spec"].update(holderIdentity=None, leaseDurationSeconds=1)
+            api.replace_namespaced_lease(self.name, self.namespace, record,  # type: ignore[arg-type]
+                                         _request_timeout=self.request_timeout_s)
         except Exception as exc:  # an API error, a timeout: it expires instead
             why = f"{exc.status} {exc.reason}" if isinstance(exc, ApiException) else str(exc)
             logger.warning(f"could not release {self.where} ({why}); the next operator takes "
