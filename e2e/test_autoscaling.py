@@ -36,6 +36,7 @@ from e2e.test_operator import (
 from e2e.test_pod_tuning import pods_of
 from infertune.api.spec import GROUP, PLURAL, VERSION
 from infertune.cli import build_parser
+from infertune.scaling.state import parse_time
 
 pytestmark = pytest.mark.e2e
 
@@ -218,15 +219,23 @@ def test_latency_spike_with_a_low_queue_tunes_batching(
 
 def test_batching_auto_re_tunes_pods_with_the_applied_batch_size(
     api_client: client.ApiClient, namespace: str, operator: OperatorProcess,
-    fake_vllm: FakeVllm,
+    fake_vllm: FakeVllm, prometheus: PrometheusServer, kubeconfig: Path,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
+    """The applied value reaches the pods, and the next step waits until every pod runs it and
+    the latency was measured on them (10s window + 2 samples of 2s after re-tuning counts
+    them), where it used to step every interval while the pods were being re-created."""
     create(api_client, namespace, deployment("qwen"))
     create(api_client, namespace, tuning("qwen", "qwen", batching={
         "mode": "Auto", "knob": "max-num-seqs", "min": 4, "max": 64}, **SPEC))
     fake_vllm.queue_per_pod = 1.0
     fake_vllm.latency_s = 0.4
-    applied = wait_for(lambda: (get_tuning(api_client, namespace, "qwen").get("status") or {})
-                       .get("batching", {}).get("applied"), "status.batching.applied",
+
+    def batching() -> dict[str, Any]:
+        status = get_tuning(api_client, namespace, "qwen").get("status") or {}
+        return dict(status.get("batching") or {})
+
+    applied = wait_for(lambda: batching().get("applied"), "status.batching.applied",
                        timeout_s=45)
     assert 4 <= applied <= 64
 
@@ -239,9 +248,27 @@ def test_batching_auto_re_tunes_pods_with_the_applied_batch_size(
     pods = wait_for(carries_flag, "pods re-created with --max-num-seqs", timeout_s=60)
     values = {int(a.split("=", 1)[1]) for p in pods for a in p.spec.containers[0].args
               if a.startswith("--max-num-seqs=")}
-    assert values and all(4 <= v <= 64 for v in values)  # spec.batching bounds hold
-    latest = get_tuning(api_client, namespace, "qwen")["status"]["batching"]["applied"]
-    assert latest in values or applied in values
+    assert values == {applied}  # spec.batching bounds hold, and no step while they rolled
+    assert batching()["applied"] == applied
+    since = wait_for(lambda: batching().get("servingSince"), "status.batching.servingSince",
+                     timeout_s=30)
+    wait_for(lambda: autoscaling_status(api_client, namespace).get("breaches", 0) >= 2,
+             "the new pods' latency above target again", timeout_s=10)
+    live = evaluate_cli(capsys, "--live", f"{namespace}/qwen", "--kubeconfig", str(kubeconfig),
+                        "--prometheus", prometheus.url)  # what the operator does: it waits
+    assert f"max-num-seqs stays at {applied} until its effect is measured" in \
+        live["batching"]["reason"]
+
+    def next_step() -> dict[str, Any] | None:
+        status = get_tuning(api_client, namespace, "qwen").get("status") or {}
+        return status if status["batching"].get("applied") != applied else None
+
+    stepped = wait_for(next_step, "the next step, once the latency was measured on the pods",
+                       timeout_s=45)
+    assert 4 <= stepped["batching"]["applied"] < applied  # the latency stayed at 0.4s
+    # Written with the evaluation that stepped: at least the settle time after `since`.
+    elapsed = parse_time(stepped["autoscaling"]["evaluated"]) - parse_time(since)
+    assert elapsed >= 10 + 2 * 2, (since, stepped["autoscaling"]["evaluated"])
 
 
 def wait_scaling_inactive(api_client: client.ApiClient, namespace: str,

@@ -25,6 +25,7 @@ from infertune.controller.fights import Fight, fight_message
 from infertune.controller.scaling_report import Blocked, plan_evaluation, status_over
 from infertune.scaling.signals import Series, TargetSignals, Window
 from infertune.scaling.state import format_time
+from infertune.tuning.pod_patch import tuning_revision
 
 NOW = 1_700_000_000.0
 STAMP = format_time(NOW)
@@ -171,19 +172,94 @@ def test_decision_records_are_capped() -> None:
     assert planned.status["decisions"][-1]["feature"] == "autoscaling"
 
 
+def pods_at(tuning: InferenceTuningSpec, value: int, outdated: int = 0,
+            tuned: int = 4) -> dict[str, Any]:
+    """status.tuning as re-tuning writes it when `tuned` pods run the applied `value` and
+    `outdated` pods do not yet."""
+    return {"revision": tuning_revision(tuning, value), "tunedPods": tuned,
+            "outdatedPods": outdated}
+
+
 def test_batching_auto_applies_a_large_move_and_dry_run_leaves_applied_alone() -> None:
     auto = {"batching": {"mode": "Auto"}}
-    stored = {"batching": {"knob": "max-num-seqs", "recommended": 128, "applied": 128}}
+    long_ago = format_time(NOW - 3600)
+    stored = {"batching": {"knob": "max-num-seqs", "recommended": 128, "applied": 128,
+                           "servingSince": long_ago},
+              "tuning": pods_at(spec(**auto), 128)}
     breach = signals(queue=5.0, latency_s=0.15)
     planned = plan_evaluation(spec(**auto), 1, stored, breach, 4, None, NOW)
     block = planned.status["batching"]
     assert BatchingStatus.model_validate(block).applied == 64
     assert block["recommended"] == 64 and planned.status["autoscaling"]["action"] == \
         "TuneBatching"
+    assert "servingSince" in block and block["servingSince"] is None  # new pods to come
     dry = plan_evaluation(spec(mode="DryRun", **auto), 1, stored, breach, 4, None, NOW)
     assert "applied" not in dry.status["batching"]  # the stored 128 stays
     off = plan_evaluation(spec(), 1, stored, breach, 4, None, NOW)
     assert "batching" not in off.status
+
+
+def test_a_recommendation_nothing_applies_stays_put_while_the_latency_does() -> None:
+    """Mode Recommend: the latency cannot move while nobody applies the recommendation, so a
+    steady breach gives the same recommendation in every interval, not one step lower each
+    time (it used to start from the last recommendation: 256, 192, 144, ... down to min)."""
+    tuning = spec(batching={"mode": "Recommend", "min": 8, "max": 256})
+    status: dict[str, Any] = {"batching": {"knob": "max-num-seqs", "current": 200,
+                                           "recommended": 200}}  # an older operator's
+    seen = []
+    for i in range(6):
+        now = NOW + 15 * i
+        planned = plan_evaluation(tuning, 1, status, signals(5.0, 0.1, now), 4, None, now)
+        status = merged(status, planned.status)
+        seen.append(status["batching"]["recommended"])
+        assert "current" not in status["batching"]  # the setting in use is not known
+    assert seen == [192] * 6, seen
+    assert "p99 100ms above 75ms" in status["batching"]["reason"]
+
+
+def test_batching_auto_steps_again_only_once_every_pod_runs_the_value_for_a_window() -> None:
+    """Mode Auto: after a step, the next waits until re-tuning reports every pod at the new
+    value, and then until the metrics window and the latency samples lie after that; the
+    latency until then was measured (partly) on pods with the old value."""
+    tuning = spec(batching={"mode": "Auto", "min": 8, "max": 256})
+    breach = signals(5.0, 0.15)  # p99 at twice the target, queue low: halve
+    status: dict[str, Any] = {}
+    first = plan_evaluation(tuning, 1, status, breach, 4, None, NOW)
+    status = merged(status, first.status)
+    assert status["batching"]["applied"] == 128  # from max, nothing applied before
+
+    def step(now: float, tuned: dict[str, Any]) -> dict[str, Any]:
+        nonlocal status
+        status["tuning"] = tuned
+        planned = plan_evaluation(tuning, 1, status, signals(5.0, 0.15, now), 4, None, now)
+        status = merged(status, planned.status)
+        return dict(status["batching"])
+
+    rolling = step(NOW + 15, pods_at(tuning, 128, outdated=3, tuned=1))
+    assert (rolling["applied"], rolling["recommended"]) == (128, 128)
+    assert "3 of 4 pods still run another tuning" in rolling["reason"]
+    assert "lower max-num-seqs by x0.50; from 128 (applied) to 64" in rolling["reason"]
+    assert "servingSince" not in rolling
+    settled_at = NOW + 30
+    settled = step(settled_at, pods_at(tuning, 128))
+    assert settled["applied"] == 128 and settled["servingSince"] == format_time(settled_at)
+    settle = 60 + 15 * 2  # the 1m window and two 15s samples
+    waiting = step(settled_at + settle - 15, pods_at(tuning, 128))
+    assert waiting["applied"] == 128
+    assert f"reflects it from {format_time(settled_at + settle)}" in waiting["reason"]
+    stepped = step(settled_at + settle, pods_at(tuning, 128))
+    assert stepped["applied"] == 64 and "servingSince" not in stepped
+
+
+def test_batching_auto_steps_from_the_applied_value_inside_bounds_that_changed() -> None:
+    """spec.batching.max lowered under the applied value: the pods run the bound (the webhook
+    clamps), and status says so rather than the old value."""
+    tuning = spec(batching={"mode": "Auto", "min": 8, "max": 180})
+    status = {"batching": {"knob": "max-num-seqs", "recommended": 200, "applied": 200},
+              "tuning": pods_at(tuning, 180)}
+    quiet = signals(5.0, 0.05)  # no breach, no sustained queue: nothing to change
+    block = plan_evaluation(tuning, 1, status, quiet, 4, None, NOW).status["batching"]
+    assert (block["applied"], block["current"], block["recommended"]) == (180, 180, 180)
 
 
 def test_tune_batching_with_batching_off_says_that_nothing_acts_on_it() -> None:

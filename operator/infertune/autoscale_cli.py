@@ -146,6 +146,14 @@ def evaluate(tuning: InferenceTuning, prometheus: str, replicas: int | None,
                  "notes": list(live.notes)}
     batching = recommend_batching(tuning.spec.batching, tuning.spec.engine, spec,
                                   decision.signals, None)
+    shown = None if batching is None else {
+        "knob": batching.knob.value, "recommended": batching.recommended,
+        "reason": batching.reason}
+    if live is not None and "batching" in planned.status:
+        # The operator's own step: from the value it applied, waiting for the pods to run it.
+        block = planned.status["batching"]
+        shown = {"knob": block["knob"], "recommended": block["recommended"],
+                 "reason": block["reason"]}
     return {
         "tuning": target.key,
         "currentReplicas": current,
@@ -158,9 +166,7 @@ def evaluate(tuning: InferenceTuning, prometheus: str, replicas: int | None,
         "signals": decision.signals.to_json(),
         "queries": {"queue": signals.queue.query, "latency": signals.latency.query,
                     "requestRate": signals.request_rate.query},
-        "batching": None if batching is None else {
-            "knob": batching.knob.value, "recommended": batching.recommended,
-            "reason": batching.reason},
+        "batching": shown,
     }
 
 

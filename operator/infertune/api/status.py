@@ -246,11 +246,15 @@ class BatchingStatus(ApiModel):
     knob: str | None = None
     """The engine flag, for example max-num-seqs."""
     current: int | None = None
+    """The value the pods run with, when the operator knows it (mode Auto: the value applied)."""
     recommended: int | None = None
     """What the latency and queue history suggest now."""
     applied: int | None = None
     """Mode Auto: the value the webhook sets on new pods (re-tuning replaces the others). It
     follows the recommendation only when that moves by 25% or more, so pods are not churned."""
+    serving_since: str | None = None
+    """Mode Auto: since when every pod runs the applied value. The next step waits until the
+    metrics window and the latency samples lie after this time."""
     reason: str = ""
 
 

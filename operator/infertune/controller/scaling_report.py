@@ -28,8 +28,9 @@ from infertune.controller.conditions import (
 )
 from infertune.scaling.batching import recommend_batching
 from infertune.scaling.engine import ScaleAction, ScaleDecision, decide_scale
-from infertune.scaling.signals import TargetSignals
-from infertune.scaling.state import ScalingState, format_time
+from infertune.scaling.signals import TargetSignals, seconds
+from infertune.scaling.state import ScalingState, format_time, parse_time
+from infertune.tuning.pod_patch import planned_mig, tuning_revision
 
 APPLY_STEP = 0.25
 """Batching mode Auto follows the recommendation only when it moves by this fraction: every
@@ -113,7 +114,7 @@ def plan_evaluation(spec: InferenceTuningSpec, generation: int, status: Mapping[
     news = _news(spec, status, decision, changes, applied, stamp)
     record, event = news if news is not None else (None, None)
     patch.update(_shared_lists(status, own, record))
-    batching = _batching_block(spec, status, decision)
+    batching = _batching_block(spec, status, decision, now)
     if batching is not None:
         patch["batching"] = batching
     return Evaluation(decision, decision.desired_replicas if applied else None, patch, event,
@@ -194,22 +195,83 @@ def _news(spec: InferenceTuningSpec, status: Mapping[str, Any], decision: ScaleD
 
 
 def _batching_block(spec: InferenceTuningSpec, status: Mapping[str, Any],
-                    decision: ScaleDecision) -> dict[str, Any] | None:
-    """`status.batching` (api.status.BatchingStatus), or None when batching is Off."""
+                    decision: ScaleDecision, now: float) -> dict[str, Any] | None:
+    """`status.batching` (api.status.BatchingStatus), or None when batching is Off.
+
+    In mode Auto each step starts from the value applied, and the next step waits until the
+    pods run that value and the latency has been measured on them (`_serving`): a step every
+    interval while pods are still being re-created would take the knob to its bound on the
+    strength of latency the last step could not have changed yet."""
     assert spec.autoscaling is not None
     if spec.batching.mode is BatchingMode.OFF:
         return None
     stored: Mapping[str, Any] = status.get("batching") or {}
+    auto = spec.batching.mode is BatchingMode.AUTO and spec.mode is not Mode.DRY_RUN
+    in_effect = _within(spec, stored.get("applied")) if auto else None
     rec = recommend_batching(spec.batching, spec.engine, spec.autoscaling, decision.signals,
-                             stored.get("recommended"))
+                             in_effect)
     if rec is None:
         return None
-    block = {"knob": rec.knob.value, "current": rec.current, "recommended": rec.recommended,
-             "applied": _applied_knob(spec, stored.get("applied"), rec.recommended),
-             "reason": rec.reason}
-    # Unknown values are left out, not removed: an applied value outside mode Auto (or in
-    # DryRun) stays as it was, and the webhook reads it only in mode Auto.
-    return {k: v for k, v in block.items() if v is not None}
+    recommended, reason, since = rec.recommended, rec.reason, None
+    if in_effect is not None:
+        since, waiting = _serving(spec, status, in_effect, now)
+        if waiting is not None and rec.changed:
+            recommended = in_effect
+            reason = (f"{rec.knob.value} stays at {in_effect} until its effect is measured: "
+                      f"{waiting}. The latency and queue now say: {rec.reason}")
+    applied = _applied_knob(spec, in_effect, recommended)
+    if applied != in_effect:
+        since = None  # new pods: their latency is measured from when they all run it
+    block = {"knob": rec.knob.value, "current": rec.current, "recommended": recommended,
+             "applied": applied, "servingSince": since, "reason": reason}
+    # `applied` unknown is left out, not removed: an applied value outside mode Auto (or in
+    # DryRun) stays as it was, and the webhook reads it only in mode Auto. The others are sent
+    # as they are (None removes a stale one).
+    if applied is None:
+        del block["applied"]
+    return block
+
+
+def _within(spec: InferenceTuningSpec, value: Any) -> int | None:
+    """The stored applied value inside the spec's bounds, as the webhook sets it on pods
+    (the bounds may have changed since it was applied)."""
+    if value is None:
+        return None
+    return min(max(int(value), spec.batching.min), spec.batching.max)
+
+
+def _serving(spec: InferenceTuningSpec, status: Mapping[str, Any], value: int,
+             now: float) -> tuple[str | None, str | None]:
+    """(servingSince, why the next step waits, or None): since when every pod has run the
+    applied `value` (status.tuning, as re-tuning counts them), and whether the latency
+    samples the rule reads have all been measured since, over the metrics window."""
+    assert spec.autoscaling is not None
+    tuning: Mapping[str, Any] = status.get("tuning") or {}
+    revision = tuning_revision(spec, value, planned_mig(status.get("mig") or {}))
+    outdated, tuned = int(tuning.get("outdatedPods") or 0), int(tuning.get("tunedPods") or 0)
+    if tuning.get("revision") != revision or outdated or not tuned:
+        counted = (f"{outdated} of {outdated + tuned} pods still run another tuning"
+                   if tuning.get("revision") == revision else "re-tuning has not counted the "
+                   "pods at this value yet")
+        return None, f"waiting for the pods to run it ({counted}; see status.tuning)"
+    since = _stored_time((status.get("batching") or {}).get("servingSince"))
+    if since is None or since > now:  # a clock that stepped back starts the wait again
+        since = now
+    settle = (seconds(spec.metrics.window)
+              + spec.autoscaling.interval.seconds * spec.autoscaling.latency.consecutive_samples)
+    if now - since < settle:
+        return format_time(since), (
+            f"every pod runs it since {format_time(since)}; the latency reflects it from "
+            f"{format_time(since + settle)} (the {spec.metrics.window} metrics window and "
+            f"{spec.autoscaling.latency.consecutive_samples} samples)")
+    return format_time(since), None
+
+
+def _stored_time(text: Any) -> float | None:
+    try:
+        return parse_time(text) if isinstance(text, str) else None
+    except ValueError:
+        return None
 
 
 def _applied_knob(spec: InferenceTuningSpec, previous: int | None,
@@ -218,4 +280,4 @@ def _applied_knob(spec: InferenceTuningSpec, previous: int | None,
         return None
     if previous is None or abs(recommended - previous) >= APPLY_STEP * previous:
         return recommended
-    return int(previous)
+    return previous

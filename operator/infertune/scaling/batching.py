@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from infertune.api.scaling import AutoscalingSpec, BatchingKnob, BatchingMode, BatchingSpec
 from infertune.api.spec import DEFAULT_BATCHING_KNOB, Engine
 from infertune.scaling.reading import Reading, queue_is_low
-from infertune.scaling.signals import FLOAT_NOISE, seconds
+from infertune.scaling.signals import FLOAT_NOISE, latency_text, seconds
 
 # Knobs counted in requests, where the observed running requests show the batch in use.
 REQUEST_KNOBS = frozenset({BatchingKnob.MAX_NUM_SEQS, BatchingKnob.MAX_RUNNING_REQUESTS,
@@ -40,7 +40,12 @@ class BatchingRecommendation:
 
 def recommend_batching(batching: BatchingSpec, engine: Engine, autoscaling: AutoscalingSpec,
                        reading: Reading, current: int | None) -> BatchingRecommendation | None:
-    """None when mode is Off or no knob applies (engine custom without spec.batching.knob)."""
+    """None when mode is Off or no knob applies (engine custom without spec.batching.knob).
+
+    `current` is the value the pods run with when the operator knows it (mode Auto: the value
+    it applied), None otherwise. Never the last recommendation: one that nothing applied has
+    not changed the latency, and stepping from it again would walk the knob down to `min`
+    while the latency stays where it was."""
     knob = batching.knob or DEFAULT_BATCHING_KNOB.get(engine)
     if batching.mode is BatchingMode.OFF or knob is None:
         return None
@@ -50,14 +55,14 @@ def recommend_batching(batching: BatchingSpec, engine: Engine, autoscaling: Auto
     if reading.latency_breached and latency is not None and queue_is_low(autoscaling, reading):
         factor = max(MAX_DECREASE, target / latency)
         proposed = min(math.floor(base * factor + FLOAT_NOISE), base - 1)
-        why = (f"{reading.latency_kind} {latency * 1000:.0f}ms above {target * 1000:.0f}ms for "
+        why = (f"{reading.latency_kind} {latency_text(latency)} above {latency_text(target)} for "
                f"{reading.breaches} samples with the queue low: lower {knob.value} by "
                f"x{factor:.2f}")
     elif latency is not None and latency <= HEADROOM * target and reading.queue_sustained:
         factor = min(MAX_INCREASE, target / latency)
         proposed = max(math.ceil(base * factor - FLOAT_NOISE), base + 1)
-        why = (f"{reading.latency_kind} {latency * 1000:.0f}ms has headroom under "
-               f"{target * 1000:.0f}ms while the queue stays above target: raise {knob.value} "
+        why = (f"{reading.latency_kind} {latency_text(latency)} has headroom under "
+               f"{latency_text(target)} while the queue stays above target: raise {knob.value} "
                f"by x{factor:.2f}")
     else:
         proposed = base
@@ -72,7 +77,7 @@ def recommend_batching(batching: BatchingSpec, engine: Engine, autoscaling: Auto
 def _base(batching: BatchingSpec, knob: BatchingKnob, reading: Reading,
           current: int | None) -> tuple[int, str]:
     if current is not None:
-        return current, "current setting"
+        return current, "applied"
     if knob in REQUEST_KNOBS and reading.running_peak is not None:
         return max(1, math.ceil(reading.running_peak)), "peak running requests per replica"
     return batching.max, "current setting unknown, starting from max"

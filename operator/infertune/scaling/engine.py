@@ -16,7 +16,7 @@ from infertune.api.scaling import AutoscalingSpec, LatencyAction, MetricsUnavail
 from infertune.api.units import format_duration
 from infertune.scaling.behavior import limit_rate, stabilize
 from infertune.scaling.reading import Reading, queue_is_low, read_signals
-from infertune.scaling.signals import FLOAT_NOISE, TargetSignals, seconds
+from infertune.scaling.signals import FLOAT_NOISE, TargetSignals, latency_text, seconds
 from infertune.scaling.state import Recommendation, ScaleEvent, ScalingState
 
 
@@ -169,12 +169,6 @@ def _latency_proposal(spec: AutoscalingSpec, current: int, reading: Reading) -> 
                          "comes from batching: tune batching", tune_batching=True)
     proposed = max(current + 1, _ceil(current * reading.latency_s / seconds(target)))
     return _Proposal(proposed, f"{said} -> {proposed}")
-
-
-def latency_text(latency_s: float) -> str:
-    """A latency in milliseconds to a tenth: whole milliseconds made 75.2ms read "75ms vs
-    target 75ms" in a breach."""
-    return f"{latency_s * 1000:.1f}".removesuffix(".0") + "ms"
 
 
 def _ceil(replicas: float) -> int:
