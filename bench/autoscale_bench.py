@@ -64,7 +64,7 @@ HISTORY_S = 35
 
 def deployment(i: int) -> tuple[str, str, str]:
     """(namespace, Deployment, pod) of synthetic tuning i."""
-    return f"team-{i % 10}", f"qwen-{i}", f"qwen-{i}-5d4f8b9c7-abcde"
+    return f"team-{i % 10}", f"qwen-{i}", f"qwen-{i}-5d4f8b9c7-bcdfg"
 
 
 def serve_exporter(tunings: int, port_file: Path) -> None:

@@ -142,11 +142,11 @@ def secured() -> Iterator[PrometheusServer]:
     registry = CollectorRegistry()
     labels = ["namespace", "pod", "model_name"]
     Gauge(PRESETS[Engine.VLLM].queue_depth, "w", labels, registry=registry).labels(
-        "serving", "llm-5d4f8b9c7-abcde", "qwen").set(12)
+        "serving", "llm-5d4f8b9c7-bcdfg", "qwen").set(12)
     latency = getattr(PRESETS[Engine.VLLM].latency, "name", None)
     assert latency is not None
     histogram = Histogram(latency, "e2e", labels, registry=registry).labels(
-        "serving", "llm-5d4f8b9c7-abcde", "qwen")
+        "serving", "llm-5d4f8b9c7-bcdfg", "qwen")
     stop = threading.Event()
     threading.Thread(target=lambda: [histogram.observe(0.1) for _ in iter(
         lambda: stop.wait(0.05), True)], daemon=True).start()
@@ -295,7 +295,7 @@ def mutual() -> Iterator[PrometheusServer]:
     """HTTPS that lets in only clients with the certificate it trusts (mutual TLS)."""
     registry = CollectorRegistry()
     Gauge(PRESETS[Engine.VLLM].queue_depth, "w", ["namespace", "pod"], registry=registry).labels(
-        "serving", "llm-5d4f8b9c7-abcde").set(7)
+        "serving", "llm-5d4f8b9c7-bcdfg").set(7)
     with scraped(registry, PrometheusServer(secured=True, mutual=True)) as server:
         yield server
 

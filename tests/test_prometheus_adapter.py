@@ -83,14 +83,16 @@ class Exporter:
 @pytest.fixture(scope="module")
 def exporters() -> Iterator[tuple[Exporter, Exporter]]:
     text = Exporter("vllm", [
-        Pod("serving", "llm-5d4f8b9c7-abcde", 40),
-        Pod("serving", "llm-5d4f8b9c7-fghij", 20),
-        Pod("serving", "llmx-5d4f8b9c7-abcde", 900),  # not llm's: must not be counted
+        Pod("serving", "llm-5d4f8b9c7-bcdfg", 40),
+        Pod("serving", "llm-5d4f8b9c7-fghjk", 20),
+        Pod("serving", "llmx-5d4f8b9c7-bcdfg", 900),  # not llm's: must not be counted
+        Pod("serving", "llm-node-x7k2p", 500),  # DaemonSet llm-node: not llm's either
+        Pod("serving", "llm-warmup-q8z4w", 700),  # Job llm-warmup: nor this one
         Pod("idle", "quiet-6c7d8-kkkkk", 3, observe=False),
         Pod("serving", "nan-6c7d8-kkkkk", float("nan")),
         Pod(HOSTILE_NS, "llm-5d4f8b9c7-zzzzz", 7),
     ])
-    openmetrics = Exporter("sglang", [Pod("serving", "sgl-7f9d5-xyz12", 12)])
+    openmetrics = Exporter("sglang", [Pod("serving", "sgl-7f9d5-xz2k4", 12)])
     stop = threading.Event()
 
     def observe() -> None:
@@ -197,7 +199,8 @@ def test_a_batch_of_targets_costs_one_query_per_signal(prometheus: PrometheusSer
     assert {h: after[h] - before[h] for h in after} == {"/api/v1/query": 2,
                                                          "/api/v1/query_range": 4}
     assert got["serving/llm"].queue.available
-    assert got["serving/llm"].queue.last == 30.0  # llmx's 900 in the same answer is not llm's
+    # Neither llmx's 900 in the same answer, nor llm-node's or llm-warmup's pods.
+    assert got["serving/llm"].queue.last == 30.0
     assert not got["serving/ghost"].queue.available
 
 
@@ -247,7 +250,7 @@ def test_the_window_is_what_the_raw_history_says(prometheus: PrometheusServer,
     """Prometheus's summary (last, dip, samples) of a queue that drops below target and comes
     back equals `Window.of_points` over the same per-second history, read as a range query."""
     text, _ = exporters
-    wave = text.waiting.labels("serving", "wave-5d4f8b9c7-abcde", "qwen")
+    wave = text.waiting.labels("serving", "wave-5d4f8b9c7-bcdfg", "qwen")
     wave.set(40)
     time.sleep(2.5)
     wave.set(2)  # below the target of 5
@@ -433,8 +436,8 @@ def test_the_queue_is_summed_per_pod_and_pods_are_counted_not_series(
     reporting, and the queue was their mean instead of the pod's total."""
     text, _ = exporters
     for model, waiting in (("a", 30), ("b", 10), ("c", 2), ("d", 6)):
-        text.waiting.labels("serving", "multi-5d4f8b9c7-abcde", model).set(waiting)
-    text.waiting.labels("serving", "multi-5d4f8b9c7-fghij", "a").set(12)
+        text.waiting.labels("serving", "multi-5d4f8b9c7-bcdfg", model).set(waiting)
+    text.waiting.labels("serving", "multi-5d4f8b9c7-fghjk", "a").set(12)
     multi = target("serving", "multi")
     source = PrometheusSource(prometheus.url)
 
@@ -455,8 +458,8 @@ def test_data_parallel_ranks_sum_their_queue_and_average_their_batch(
     running = Gauge("vllm:num_requests_running", "running", ["namespace", "pod", "model_name"],
                     registry=text.registry)
     for rank, (waiting, serving) in (("r0", (4, 10)), ("r1", (6, 30))):
-        text.waiting.labels("serving", "dp-5d4f8b9c7-abcde", rank).set(waiting)
-        running.labels("serving", "dp-5d4f8b9c7-abcde", rank).set(serving)
+        text.waiting.labels("serving", "dp-5d4f8b9c7-bcdfg", rank).set(waiting)
+        running.labels("serving", "dp-5d4f8b9c7-bcdfg", rank).set(serving)
     dp = target("serving", "dp", want_running=True)
     source = PrometheusSource(prometheus.url)
 

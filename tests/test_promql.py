@@ -107,11 +107,17 @@ def test_pod_pattern_matches_only_the_deployments_pods() -> None:
     pods = re.search(r'pod=~"([^"]*)"', scope.matchers())
     assert pods is not None
     pattern = pods.group(1).replace("\\\\", "\\")
-    assert re.fullmatch(pattern, "llm-5d4f8b9c7-abcde")
-    assert re.fullmatch(pattern, "llm-b-5d4f8b9c7-abcde")
-    assert not re.fullmatch(pattern, "llmx-5d4f8b9c7-abcde")
-    assert not re.fullmatch(pattern, "other-llm-5d4f8b9c7-abcde")
-    assert not re.fullmatch(pattern, "llm-c-5d4f8b9c7-abcde")
+    assert re.fullmatch(pattern, "llm-5d4f8b9c7-bcdfg")
+    assert re.fullmatch(pattern, "llm-b-5d4f8b9c7-bcdfg")
+    assert not re.fullmatch(pattern, "llmx-5d4f8b9c7-bcdfg")
+    assert not re.fullmatch(pattern, "other-llm-5d4f8b9c7-bcdfg")
+    assert not re.fullmatch(pattern, "llm-c-5d4f8b9c7-bcdfg")
+    # Other workloads named after the Deployment: Kubernetes never generates a vowel, 0, 1 or
+    # 3, so a word (DaemonSet llm-node, Job llm-warmup) or a CronJob's minute stamp is no
+    # pod-template-hash.
+    for other in ("llm-node-x7k2p", "llm-warmup-q8z4w", "llm-28501234-q8z4w",
+                  "llm-5d4f8b9c7-bcdfa"):
+        assert not re.fullmatch(pattern, other), other
 
 
 def _target(i: int, engine: Engine = Engine.VLLM, **fields: object) -> MetricsTarget:
@@ -157,7 +163,7 @@ def test_too_many_namespaces_select_every_namespace() -> None:
     targets = [MetricsTarget(f"team-{i}/t", f"team-{i}", "llm", PRESETS[Engine.VLLM])
                for i in range(400)]
     query = plan_queries(targets, 1.0)[0].query() or ""
-    assert "namespace=~" not in query and 'pod=~"(?:llm)-[a-z0-9]{1,10}-[a-z0-9]{5}"' in query
+    assert "namespace=~" not in query and f'pod=~"(?:llm){promql.POD_SUFFIX}"' in query
     alone = plan_queries(targets, 1.0)[0].query_for(targets[7])
     assert 'namespace=~"team-7"' in alone and 'pod=~"(?:llm)-' in alone
 

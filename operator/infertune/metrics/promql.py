@@ -30,8 +30,12 @@ from infertune.metrics.presets import EngineMetrics, HistogramLatency
 TARGET_LABEL = "infertune_target"
 STAT_LABEL = "infertune_stat"
 # Pods of a Deployment are named <deployment>-<pod-template-hash>-<5 random> (the hash is at
-# most 10 characters, names.SimpleNameGenerator adds 5); neither part contains a dash.
-POD_SUFFIX = "-[a-z0-9]{1,10}-[a-z0-9]{5}"
+# most 10 characters, names.SimpleNameGenerator adds 5). Both parts are drawn from the
+# alphabet of k8s.io/apimachinery/pkg/util/rand, which has no vowels and no 0, 1 or 3: so the
+# pods of a DaemonSet or Job named <deployment>-node or <deployment>-warmup (one word and a
+# suffix) are not taken for the Deployment's.
+GENERATED = "[bcdfghjklmnpqrstvwxz2456789]"
+POD_SUFFIX = f"-{GENERATED}{{1,10}}-{GENERATED}{{5}}"
 # Kubernetes truncates generated names to 58 characters before the random suffix, so longer
 # Deployment names leave pod names the suffix pattern cannot split.
 MAX_DEPLOYMENT_NAME = 58 - len("-0123456789-")
