@@ -245,6 +245,22 @@ def test_missing_since_is_remembered_and_cleared() -> None:
     assert back.state.metrics_missing_since is None
 
 
+def test_a_fallback_count_is_held_by_the_scale_down_window_when_data_returns() -> None:
+    """Fallback records the count it raises to, as HPA records the recommendation KEDA's
+    fallback makes: data back after the outage does not take it away at once (it recorded
+    the count before the raise, so Prometheus answering every other interval flapped)."""
+    rules = {"metricsUnavailable": {"action": "Fallback", "fallbackReplicas": 6,
+                                    "after": "1m"}}
+    state, t = ScalingState(), NOW
+    for _ in range(6):
+        d = decide(NO_SIGNALS, current=2, state=state, now=t, **rules)
+        state, t = d.state, t + 15
+    assert (d.action, d.desired_replicas) == (ScaleAction.FALLBACK, 6), d.reason
+    back = decide(signals(steady(20, now=t), now=t), current=6, state=state, now=t, **rules)
+    assert back.desired_replicas == 6, back.reason  # the default 5m scale-down window
+    assert "scale-down stabilized at 6" in back.reason
+
+
 def test_applied_state_records_the_scale_event_and_held_state_does_not() -> None:
     decision = decide(signals(steady(48)))
     assert decision.state.scale_events == (ScaleEvent(NOW, 2),)

@@ -194,7 +194,10 @@ def _metrics_unavailable(spec: AutoscalingSpec, current: int, reading: Reading,
                                       now)
         reason = (f"{said} (>= {rule.after}): fallback to {fallback} replicas, keeping "
                   f"{desired}" + (f"; {limited}" if limited else ""))
-        decision = _applied(spec, current, desired, reason, reading, state, now, record=current)
+        # The count it raises to is recorded, as HPA records the recommendation KEDA's
+        # fallback makes: data that comes back does not take it away before the scale-down
+        # stabilization window has passed.
+        decision = _applied(spec, current, desired, reason, reading, state, now, record=wanted)
         if desired == current:
             return decision
         return decision._replace(action=ScaleAction.FALLBACK)
