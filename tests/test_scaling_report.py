@@ -172,6 +172,32 @@ def test_decision_records_are_capped() -> None:
     assert planned.status["decisions"][-1]["feature"] == "autoscaling"
 
 
+@pytest.mark.parametrize("mode, blocked", [
+    ("DryRun", None),
+    ("Enforce", Blocked("HorizontalPodAutoscalerPresent", "HPA llm scales it")),
+])
+def test_a_would_be_change_is_recorded_once_not_every_interval(
+        mode: str, blocked: Blocked | None) -> None:
+    """A scale out that is not written (DryRun, or blocked) is the same decision in every
+    interval: one record and one Event, not one each time, which pushed the rollout's and the
+    controller's entries out of the ten of status.decisions."""
+    status: dict[str, Any] = {"decisions": [
+        {"time": STAMP, "feature": "rollout", "action": "Promote", "reason": "canary healthy",
+         "applied": True}]}
+    events = []
+    for i in range(12):
+        now = NOW + 15 * i
+        planned = plan_evaluation(spec(mode=mode), 1, status, signals(now=now), 4, blocked, now)
+        status = merged(status, planned.status)
+        events.append(planned.event)
+    assert [e is not None for e in events] == [True] + [False] * 11
+    assert [d["feature"] for d in status["decisions"]] == ["rollout", "autoscaling"]
+    assert status["decisions"][-1]["action"] == "ScaleOut 4 -> 6"
+    # A different would-be change is news again.
+    bigger = plan_evaluation(spec(mode=mode), 1, status, signals(96.0, now=now), 4, blocked, now)
+    assert bigger.event is not None and bigger.record is not None
+
+
 def pods_at(tuning: InferenceTuningSpec, value: int, outdated: int = 0,
             tuned: int = 4) -> dict[str, Any]:
     """status.tuning as re-tuning writes it when `tuned` pods run the applied `value` and

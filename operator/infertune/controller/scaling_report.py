@@ -179,10 +179,17 @@ def _news(spec: InferenceTuningSpec, status: Mapping[str, Any], decision: ScaleD
           stamp: str) -> tuple[dict[str, Any], tuple[str, str]] | None:
     """The decision record and the Event ((reason, message)) for a scale action (or would-be
     action), if any."""
-    previous_action = (status.get("autoscaling") or {}).get("action")
+    previous: Mapping[str, Any] = status.get("autoscaling") or {}
+    previous_action = previous.get("action")
     batching_news = (decision.action is ScaleAction.TUNE_BATCHING
                      and previous_action != ScaleAction.TUNE_BATCHING.value)
     if not changes and not batching_news:
+        return None
+    if changes and not applied and (previous_action, previous.get("currentReplicas"),
+                                    previous.get("desiredReplicas")) == (
+            decision.action.value, decision.current_replicas, decision.desired_replicas):
+        # The same would-be change as the last evaluation (DryRun, or blocked): said once,
+        # not every interval, where it pushed the other features out of status.decisions.
         return None
     prefix = "" if applied or not changes else (
         "dry run, not applied: " if spec.mode is Mode.DRY_RUN else "not applied: ")
