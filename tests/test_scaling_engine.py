@@ -528,3 +528,16 @@ def test_an_idle_deployment_is_quiet_not_missing_metrics() -> None:
     # Without the request rate nothing says the service is idle: still a problem.
     unknown = decide(TargetSignals(steady(0), nan_latency, MISSING))
     assert [p.split(":")[0] for p in unknown.signals.problems] == ["latency", "requestRate"]
+
+
+def test_a_stabilized_reason_names_the_windows_extreme_and_the_count_that_stays() -> None:
+    """A window that held 7 with 5 replicas now keeps the 5 (no scale-down to 7): the reason
+    says 7 is the window's highest and that the current 5 stays, not that 5 was."""
+    state = ScalingState((Recommendation(NOW - 60, 7),))
+    held = decide(signals(steady(10)), current=5, state=state)
+    assert held.desired_replicas == 5
+    assert "scale-down stabilized at 5: the highest recommendation in the last 300s is 7, so " \
+           "the current 5 stays" in held.reason
+    lower = decide(signals(steady(10)), current=8, state=state)
+    assert "scale-down stabilized at 7: the highest recommendation in the last 300s is 7;" \
+        in lower.reason

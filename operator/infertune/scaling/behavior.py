@@ -31,11 +31,15 @@ def stabilize(current: int, desired: int, recommendations: tuple[Recommendation,
     result = min(max(current, up_rec), down_rec)
     if result == desired:
         return result, None
+    # The window's extreme, and the current count when that is beyond it (no scale-down to
+    # a count above the current one, no scale-up to one below it).
     if result > desired:
+        held = "" if result == down_rec else f", so the current {current} stays"
         return result, (f"scale-down stabilized at {result}: the highest recommendation in the "
-                        f"last {down.stabilization}")
+                        f"last {down.stabilization} is {down_rec}{held}")
+    held = "" if result == up_rec else f", so the current {current} stays"
     return result, (f"scale-up stabilized at {result}: the lowest recommendation in the last "
-                    f"{up.stabilization}")
+                    f"{up.stabilization} is {up_rec}{held}")
 
 
 def _changes_in_period(events: tuple[ScaleEvent, ...], period_s: float,
