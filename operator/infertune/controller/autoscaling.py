@@ -50,8 +50,9 @@ from infertune.controller.fights import (
     written_replicas,
 )
 from infertune.controller.loops import pause, snapshot, until_stopped
-from infertune.controller.scaling_report import plan_evaluation, status_over
+from infertune.controller.scaling_report import Blocked, plan_evaluation, status_over
 from infertune.controller.status_patch import Build, write_status
+from infertune.kube.client import server_message
 from infertune.kube.lease import ALWAYS, RETRY_PERIOD_S, Leader
 from infertune.metrics.source import MetricsSource, MetricsTarget, target_for_tuning
 from infertune.scaling.engine import ScaleDecision
@@ -73,6 +74,10 @@ SLOT_MARGIN_S = 0.005
 """Woken this much after a slot starts, so the clock reads the new slot."""
 SLOT_LATENESS_S = 5.0
 """A pass at most this late evaluates as of the start of its slot (`_evaluate_if_due`)."""
+SCALE_WRITE_ATTEMPTS = 2
+"""Decisions per slot when another writer changes the scale between the read and the write."""
+SCALE_WRITE_REFUSED = "ScaleWriteRefused"
+"""ScalingActive reason and Warning Event when the API server refuses the replicas write."""
 logger = logging.getLogger(__name__)
 
 
@@ -289,26 +294,57 @@ def evaluate(namespace: str, name: str, generation: int, spec: InferenceTuningSp
              resource_version: str | None = None) -> ScaleDecision:
     """Decide, write replicas (unless DryRun, a fight or an HPA), and report. `status` is the
     tuning's at `resource_version`; the report is written only over that version, or built
-    again over a newer one."""
+    again over a newer one.
+
+    The write is a JSON patch that first tests that the replicas are still those read: a
+    count another writer set after the read is not overwritten unseen (a resourceVersion
+    precondition, as HPA's update has, would also fail on the Deployment controller's status
+    writes, which follow every change of replicas). When the test fails, the scale is read
+    again and the decision made again once (the other writer's count then counts as a revert
+    of ours, if it is one); a second failure leaves the slot.
+    A write the API server refuses (an admission policy, RBAC) is reported as not applied,
+    with its message, in ScalingActive and a Warning Event."""
     key, deployment = f"{namespace}/{name}", spec.target_ref.name
     apps = client.AppsV1Api()
-    scale = apps.read_namespaced_deployment_scale(deployment, namespace)
-    current = int(scale.spec.replicas or 0) if scale.spec else 0
-    stored_fight = Fight.from_json((status.get("autoscaling") or {}).get("replicaFight"))
-    fight = next_fight(stored_fight, generation, _reverted(settings, key, current, status), now)
-    planned = plan_evaluation(spec, generation, status, signals, current,
-                              blocked_by(deployment, writers, fight, now), now,
-                              None if fight is None else fight.to_json(),
-                              settings.written.get(key))
-    if planned.write is not None:
-        # Written before the status: if this call fails, the status keeps the old state.
-        apps.patch_namespaced_deployment_scale(deployment, namespace,
-                                               {"spec": {"replicas": planned.write}})
-        settings.written[key] = planned.write
+    for attempt in range(SCALE_WRITE_ATTEMPTS):
+        scale = apps.read_namespaced_deployment_scale(deployment, namespace)
+        current = int(scale.spec.replicas or 0) if scale.spec else 0
+        stored_fight = Fight.from_json((status.get("autoscaling") or {}).get("replicaFight"))
+        fight = next_fight(stored_fight, generation, _reverted(settings, key, current, status),
+                           now)
+        plan = functools.partial(plan_evaluation, spec, generation, status, signals, current,
+                                 now=now, fight=None if fight is None else fight.to_json(),
+                                 written=settings.written.get(key))
+        planned = plan(blocked_by(deployment, writers, fight, now))
+        refused: str | None = None
+        if planned.write is not None:
+            # Written before the status: if this call fails, the status keeps the old state.
+            try:
+                apps.patch_namespaced_deployment_scale(deployment, namespace, [
+                    {"op": "test", "path": "/spec/replicas", "value": current},
+                    {"op": "replace", "path": "/spec/replicas", "value": planned.write}])
+            except ApiException as exc:
+                if exc.status not in (409, 422) or _scale_replicas(apps, deployment,
+                                                                   namespace) == current:
+                    refused = (f"writing {planned.write} replicas to deployments/scale of "
+                               f"{deployment} was refused ({exc.status}): "
+                               f"{server_message(exc)}")
+                    planned = plan(Blocked(SCALE_WRITE_REFUSED, refused))
+                elif attempt + 1 < SCALE_WRITE_ATTEMPTS:
+                    continue
+                else:
+                    logger.info("%s: the replicas of %s changed while deciding, twice; the "
+                                "next slot decides again", key, deployment)
+                    return planned.decision
+            else:
+                settings.written[key] = planned.write
+        break
     write_status(namespace, name, status, resource_version,
                  lambda stored: planned.status if stored is status
                  else status_over(planned, stored))
-    if planned.event is not None:
+    if refused is not None:
+        kopf.event(body, type="Warning", reason=SCALE_WRITE_REFUSED, message=refused[:1000])
+    elif planned.event is not None:
         kopf.event(body, type="Normal", reason=planned.event[0], message=planned.event[1])
     return planned.decision
 
@@ -368,6 +404,11 @@ async def autoscale(stopped: kopf.DaemonStopped, namespace: str, name: str, body
         except Exception:  # one failed pass must not end the loop
             logger.exception("autoscaling evaluation failed; the next slot tries again")
             await pause(IDLE_S, stopped)
+
+
+def _scale_replicas(apps: client.AppsV1Api, deployment: str, namespace: str) -> int | None:
+    scale = apps.read_namespaced_deployment_scale(deployment, namespace)
+    return int(scale.spec.replicas or 0) if scale.spec else None
 
 
 def _version(meta: Mapping[str, Any]) -> str | None:

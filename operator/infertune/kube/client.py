@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import json
 import socket
 from typing import Any
 from urllib.parse import urlsplit
@@ -72,6 +73,15 @@ def unspecified(address: str) -> bool:
         return ipaddress.ip_address(address).is_unspecified
     except ValueError:
         return False  # a host name
+
+
+def server_message(exc: ApiException) -> str:
+    """The API server's own words for a refusal (a Status message), else its reason."""
+    try:
+        message = json.loads(exc.body or "").get("message")
+    except (ValueError, AttributeError):
+        message = None
+    return str(message or exc.reason or exc.status)
 
 
 def read_deployment(namespace: str, name: str) -> client.V1Deployment | None:

@@ -25,7 +25,6 @@ upgrade, and the handlers' writes are idempotent.
 
 from __future__ import annotations
 
-import json
 import logging
 import socket
 import threading
@@ -37,6 +36,8 @@ from typing import Any, Protocol
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+
+from infertune.kube.client import server_message
 
 LEASE_DURATION_S = 15
 RENEW_DEADLINE_S = 10.0
@@ -281,15 +282,6 @@ class LeaseElection:
             self._stop.wait(self.retry_s)
 
 
-def _server_message(exc: ApiException) -> str:
-    """The API server's own words for a refusal (a Status message), else its reason."""
-    try:
-        message = json.loads(exc.body or "").get("message")
-    except (ValueError, AttributeError):
-        message = None
-    return str(message or exc.reason or exc.status)
-
-
 def _version(lease: client.V1Lease) -> str | None:
     meta = lease.metadata
     return None if meta is None else (str(meta.resource_version or "") or None)
@@ -297,7 +289,7 @@ def _version(lease: client.V1Lease) -> str | None:
 
 def describe_failure(exc: ApiException, election: LeaseElection) -> str:
     if exc.status == 403:
-        return (f"forbidden ({_server_message(exc)}): the operator needs create on leases "
+        return (f"forbidden ({server_message(exc)}): the operator needs create on leases "
                 f"(coordination.k8s.io) in namespace {election.namespace}, and get and update "
                 f"on the Lease {election.name} (a Role rule with resourceNames: "
                 f"[{election.name}]; the chart's Role, "

@@ -1,0 +1,184 @@
+"""The autoscaler's replicas write, against the real API server: `autoscaling.evaluate` called
+in this process, with the signals given, so the test decides what happens between the scale
+read and the scale write.
+
+The InferenceTuning objects here have no spec.autoscaling (the spec with it is handed to
+`evaluate` directly), so an operator that the session may be running does not evaluate them
+as well; it only reconciles them, and `write_status` builds its patch again over its writes.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import kopf
+import pytest
+from kubernetes import client
+
+from e2e.fixtures.operator import OperatorProcess
+from e2e.fixtures.waiting import wait_for
+from e2e.test_operator import create, deployment
+from e2e.test_operator import tuning as tuning_body
+from infertune.api.spec import GROUP, PLURAL, VERSION, InferenceTuningSpec
+from infertune.controller import autoscaling
+from infertune.controller.fights import Writers
+from infertune.scaling.engine import ScaleDecision
+from infertune.scaling.signals import Series, TargetSignals, Window
+
+pytestmark = pytest.mark.e2e
+
+def new_settings() -> autoscaling.AutoscalingSettings:
+    """What the operator keeps between evaluations, new (no Prometheus: signals are given)."""
+    return autoscaling.AutoscalingSettings(source=None)
+
+
+SPEC = InferenceTuningSpec.model_validate({
+    "targetRef": {"name": "llm"}, "engine": "vllm",
+    "autoscaling": {"minReplicas": 1, "maxReplicas": 8}})
+
+
+@pytest.fixture
+def events(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str, str]]:
+    """kopf.event as `evaluate` calls it, recorded (kopf's event queue runs in the operator)."""
+    posted: list[tuple[str, str, str]] = []
+
+    def post(_body: Any, *, type: str, reason: str, message: str) -> None:
+        posted.append((type, reason, message))
+
+    monkeypatch.setattr(kopf, "event", post)
+    return posted
+
+
+@pytest.fixture
+def default_client(api_client: client.ApiClient) -> Iterator[None]:
+    """`evaluate` uses the default ApiClient, as in the operator."""
+    client.ApiClient.set_default(api_client)  # type: ignore[no-untyped-call]
+    try:
+        yield
+    finally:
+        client.ApiClient.set_default(None)  # type: ignore[no-untyped-call]
+
+
+def signals(queue: float, now: float) -> TargetSignals:
+    """A queue of `queue` per replica sustained for 30 s, and a healthy latency."""
+    window = Window.of_points([(now - 30 + i, queue) for i in range(31)], now, 30.0, 1.0, 32.0)
+    return TargetSignals(window, Series(((now - 15, 0.05), (now, 0.05)), 15.0),
+                         Series(((now - 15, 10.0), (now, 10.0)), 15.0))
+
+
+def evaluate_once(api_client: client.ApiClient, namespace: str, queue: float,
+                  settings: autoscaling.AutoscalingSettings) -> ScaleDecision:
+    api = client.CustomObjectsApi(api_client)
+    body = api.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "llm")
+    meta = body["metadata"]
+    now = time.time()
+    return autoscaling.evaluate(namespace, "llm", int(meta["generation"]), SPEC,
+                                body.get("status") or {}, signals(queue, now), settings,
+                                Writers(), body, now, meta["resourceVersion"])
+
+
+def scale_of(api_client: client.ApiClient, namespace: str) -> int:
+    scale = client.AppsV1Api(api_client).read_namespaced_deployment_scale("llm", namespace)
+    return int(scale.spec.replicas)
+
+
+def autoscaling_status(api_client: client.ApiClient, namespace: str) -> dict[str, Any]:
+    body = client.CustomObjectsApi(api_client).get_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL, "llm")
+    return dict(body.get("status") or {})
+
+
+@pytest.fixture
+def target(api_client: client.ApiClient, namespace: str, operator: OperatorProcess) -> str:
+    """A Deployment at 2 replicas and its tuning (the operator fixture installs the CRD)."""
+    create(api_client, namespace, deployment("llm", replicas=2))
+    create(api_client, namespace, tuning_body("llm", "llm"))
+    return namespace
+
+
+def test_a_count_written_between_the_read_and_the_write_is_not_overwritten_unseen(
+    api_client: client.ApiClient, target: str, default_client: None,
+    events: list[tuple[str, str, str]], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Another writer sets 6 replicas right after the operator read 2. The write over the
+    scale's resourceVersion is refused (409), and the decision is made again from the 6: the
+    operator's 3 (decided for 2 replicas) used to replace the 6 without anything noticing."""
+    apps = client.AppsV1Api(api_client)
+    real_read = client.AppsV1Api.read_namespaced_deployment_scale
+    reads: list[int] = []
+
+    def read_then_someone_writes(self: client.AppsV1Api, name: str, namespace: str,
+                                 **kwargs: Any) -> Any:
+        scale = real_read(self, name, namespace, **kwargs)
+        reads.append(int(scale.spec.replicas))
+        if len(reads) == 1:
+            apps.patch_namespaced_deployment_scale(name, namespace, {"spec": {"replicas": 6}})
+        return scale
+
+    monkeypatch.setattr(client.AppsV1Api, "read_namespaced_deployment_scale",
+                        read_then_someone_writes)
+    decision = evaluate_once(api_client, target, 48.0, new_settings())
+    assert (reads[0], reads[-1]) == (2, 6)  # decided for 2, then again for the 6
+    # 48 waiting per replica against 32: x1.5 from the 6 there are, within maxReplicas 8.
+    assert (decision.current_replicas, decision.desired_replicas) == (6, 8), decision.reason
+    assert scale_of(api_client, target) == 8
+    stored = autoscaling_status(api_client, target)["autoscaling"]
+    assert (stored["currentReplicas"], stored["writtenReplicas"]) == (6, 8)
+    assert [e[1] for e in events] == ["ScaledOut"]
+
+
+def test_a_write_the_api_server_refuses_is_reported_not_applied(
+    api_client: client.ApiClient, target: str, default_client: None,
+    events: list[tuple[str, str, str]],
+) -> None:
+    """An admission policy that refuses the scale write: the status says the decision was not
+    applied and why, in the API server's words, and a Warning Event says it too. The
+    evaluation used to fail before its status write, leaving nothing but a log line."""
+    admission = client.AdmissionregistrationV1Api(api_client)
+    name = f"deny-scale-{target}"[:63]
+    admission.create_validating_admission_policy({
+        "metadata": {"name": name},
+        "spec": {
+            "failurePolicy": "Fail",
+            "matchConstraints": {"resourceRules": [{
+                "apiGroups": ["apps"], "apiVersions": ["v1"], "operations": ["UPDATE"],
+                "resources": ["deployments/scale"]}]},
+            "validations": [{"expression": "object.spec.replicas <= 2",
+                             "message": "platform policy: at most 2 replicas here"}]}})
+    admission.create_validating_admission_policy_binding({
+        "metadata": {"name": name},
+        "spec": {"policyName": name, "validationActions": ["Deny"],
+                 "matchResources": {"namespaceSelector": {"matchLabels": {
+                     "kubernetes.io/metadata.name": target}}}}})
+    try:
+        apps = client.AppsV1Api(api_client)
+
+        def denied() -> bool:
+            try:
+                apps.patch_namespaced_deployment_scale("llm", target,
+                                                       {"spec": {"replicas": 3}})
+            except client.ApiException as exc:
+                return exc.status == 422
+            apps.patch_namespaced_deployment_scale("llm", target, {"spec": {"replicas": 2}})
+            return False
+
+        wait_for(denied, "the admission policy in force", timeout_s=30)
+        decision = evaluate_once(api_client, target, 48.0, new_settings())
+        assert (decision.current_replicas, decision.desired_replicas) == (2, 3)
+        assert scale_of(api_client, target) == 2
+        status = autoscaling_status(api_client, target)
+        active = next(c for c in status["conditions"] if c["type"] == "ScalingActive")
+        assert (active["status"], active["reason"]) == ("False", "ScaleWriteRefused")
+        assert "platform policy: at most 2 replicas here" in active["message"]
+        assert "writing 3 replicas to deployments/scale of llm was refused (422)" in \
+            active["message"]
+        assert status["autoscaling"].get("writtenReplicas") is None
+        assert status["autoscaling"]["state"]["scaleEvents"] == []  # nothing was applied
+        assert status["decisions"][-1]["applied"] is False
+        assert [(e[0], e[1]) for e in events] == [("Warning", "ScaleWriteRefused")]
+        assert "platform policy" in events[0][2]
+    finally:
+        admission.delete_validating_admission_policy_binding(name)
+        admission.delete_validating_admission_policy(name)
