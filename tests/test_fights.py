@@ -108,9 +108,12 @@ def test_other_tunings_autoscaling_the_same_deployment_block_every_one_of_them()
                {"name": "b", "spec": {"autoscaling": {"maxReplicas": 2}}},
                {"name": "c", "spec": {"autoscaling": {"enabled": False}}},
                {"name": "d", "spec": {}},  # tunes pods only: writes no replicas
-               {"metadata": {"name": "e"}, "spec": {"autoscaling": {}}}]  # a stored object
+               {"metadata": {"name": "e"}, "spec": {"autoscaling": {}}},  # a stored object
+               # A dry-run trial writes no replicas: no rival of the one that scales.
+               {"name": "f", "spec": {"mode": "DryRun", "autoscaling": {}}}]
     assert autoscaling_rivals(entries, "a") == ("b", "e")
     assert autoscaling_rivals(entries, "d") == ("a", "b", "e")
+    assert autoscaling_rivals(entries, "f") == ("a", "b", "e")
     blocked = blocked_by("qwen", Writers(hpa="qwen-hpa", tunings=("b", "e")), None, T0)
     assert blocked is not None and blocked.reason == "SeveralTunings"
     assert blocked.message.startswith("InferenceTunings b, e also autoscale qwen")

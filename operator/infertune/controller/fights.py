@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
+from infertune.api.spec import Mode
 from infertune.controller.scaling_report import Blocked
 from infertune.scaling.state import format_time, parse_time
 
@@ -113,12 +114,16 @@ class Writers(NamedTuple):
 
 def autoscaling_rivals(entries: Iterable[Mapping[str, Any]], own: str) -> tuple[str, ...]:
     """The names of the tunings among `entries` (index entries or stored objects of the same
-    Deployment) other than `own` that autoscale it."""
+    Deployment) other than `own` that autoscale it. A tuning in mode DryRun writes no
+    replicas, so it is no rival: a dry-run trial next to the tuning that scales the Deployment
+    must not stop it."""
     names = []
     for entry in entries:
         name = str((entry.get("metadata") or {}).get("name") or entry.get("name") or "")
-        scaling = (entry.get("spec") or {}).get("autoscaling")
-        if name != own and isinstance(scaling, dict) and scaling.get("enabled", True):
+        spec = entry.get("spec") or {}
+        scaling = spec.get("autoscaling")
+        if (name != own and isinstance(scaling, dict) and scaling.get("enabled", True)
+                and spec.get("mode") != Mode.DRY_RUN.value):
             names.append(name)
     return tuple(sorted(names))
 
