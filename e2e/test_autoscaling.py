@@ -374,6 +374,36 @@ def test_dry_run_reports_the_decision_and_writes_nothing(
     assert replicas(api_client, namespace) == 1
 
 
+def test_removing_autoscaling_removes_what_the_autoscaler_reported(
+    api_client: client.ApiClient, namespace: str, operator: OperatorProcess,
+    fake_vllm: FakeVllm,
+) -> None:
+    """ScalingActive, MetricsAvailable and status.autoscaling used to stay as last written
+    once spec.autoscaling was removed: stale for good, and the written replicas were taken
+    for a revert of someone's scaling once autoscaling came back."""
+    create(api_client, namespace, deployment("qwen"))
+    create(api_client, namespace, tuning("qwen", "qwen", **SPEC))
+    wait_for(lambda: autoscaling_status(api_client, namespace).get("evaluated"),
+             "an evaluation", timeout_s=30)
+    client.CustomObjectsApi(api_client).patch_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL, "qwen", {"spec": {"autoscaling": None}})
+
+    def cleared() -> dict[str, Any] | None:
+        body = get_tuning(api_client, namespace, "qwen")
+        status = body.get("status") or {}
+        if (condition(body, "ScalingActive") is None
+                and condition(body, "MetricsAvailable") is None
+                and "autoscaling" not in status and condition(body, "Ready") is not None):
+            return body
+        return None
+
+    body = wait_for(cleared, "the autoscaler's conditions and block removed", timeout_s=30)
+    ready = condition(body, "Ready")
+    assert ready is not None and ready["status"] == "True"
+    time.sleep(4)  # two intervals: nothing writes them back
+    assert cleared() is not None
+
+
 def test_a_tuning_being_autoscaled_is_deleted_at_once(
     api_client: client.ApiClient, namespace: str, operator: OperatorProcess,
     fake_vllm: FakeVllm,

@@ -243,16 +243,43 @@ def test_a_revert_while_the_operator_restarted_is_still_a_revert() -> None:
     crash-looping operator never stopped fighting."""
     from infertune.controller.autoscaling import _reverted
 
-    stored = {"autoscaling": {"writtenReplicas": 6}}
+    stored = {"autoscaling": {"writtenReplicas": 6, "writtenTarget": "llm"}}
     fresh = AutoscalingSettings(source=RecordingSource())
-    assert _reverted(fresh, "ns/t0", 4, stored)  # 4 put back while it was down
-    assert not _reverted(fresh, "ns/t0", 4, stored)  # seen once, the stale status aside
+    assert _reverted(fresh, "ns/t0", 4, stored, "llm")  # 4 put back while it was down
+    assert not _reverted(fresh, "ns/t0", 4, stored, "llm")  # seen once, stale status aside
     standing = AutoscalingSettings(source=RecordingSource())
-    assert not _reverted(standing, "ns/t0", 6, stored)
-    assert not _reverted(standing, "ns/t0", 6, {})  # memory first
+    assert not _reverted(standing, "ns/t0", 6, stored, "llm")
+    assert not _reverted(standing, "ns/t0", 6, {}, "llm")  # memory first
     for junk in (True, "6", None):
         assert not _reverted(AutoscalingSettings(source=RecordingSource()), "ns/t0", 4,
-                             {"autoscaling": {"writtenReplicas": junk}})
+                             {"autoscaling": {"writtenReplicas": junk}}, "llm")
+    # Stored before writtenTarget existed: taken as the same target.
+    assert _reverted(AutoscalingSettings(source=RecordingSource()), "ns/t0", 4,
+                     {"autoscaling": {"writtenReplicas": 6}}, "llm")
+
+
+def test_the_count_of_a_new_target_is_no_revert_of_what_the_old_one_was_given() -> None:
+    """spec.targetRef moved from llm (6 written) to llm-v2 at 3 replicas: the 3 was taken
+    for a revert of the 6, and one real revert later the tuning stopped with ReplicaFight."""
+    from infertune.controller.autoscaling import _reverted
+
+    stored = {"autoscaling": {"writtenReplicas": 6, "writtenTarget": "llm"}}
+    fresh = AutoscalingSettings(source=RecordingSource())
+    assert not _reverted(fresh, "ns/t0", 3, stored, "llm-v2")
+    running = AutoscalingSettings(source=RecordingSource())
+    assert not _reverted(running, "ns/t0", 6, stored, "llm")  # in memory: 6 for llm
+    assert not _reverted(running, "ns/t0", 3, stored, "llm-v2")
+
+
+def test_with_autoscaling_disabled_the_replicas_are_the_users() -> None:
+    """enabled: false writes nothing, so a person scaling the Deployment is no revert, and
+    nothing is held against them once autoscaling is enabled again."""
+    from infertune.controller.autoscaling import _reverted
+
+    stored = {"autoscaling": {"writtenReplicas": 6, "writtenTarget": "llm"}}
+    settings = AutoscalingSettings(source=RecordingSource())
+    assert not _reverted(settings, "ns/t0", 9, stored, "llm", enabled=False)
+    assert not _reverted(settings, "ns/t0", 5, stored, "llm")  # enabled again: nothing held
 
 
 def test_signals_read_for_an_older_spec_are_not_handed_to_the_new_one() -> None:

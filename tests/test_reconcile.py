@@ -160,15 +160,39 @@ AUTOSCALER_DECISION = {"time": "2026-12-03T10:00:05Z", "feature": "autoscaling",
 def test_the_lists_are_merged_into_the_stored_ones_keeping_the_autoscalers_entries() -> None:
     """The handled event predates an autoscaler write: its condition and decision must survive
     the controller's write (kopf applies merge_lists to the newest body)."""
-    result = assess(_body(), TARGET, "2026-12-03T10:00:00Z")
+    scaling = {"maxReplicas": 8}
+    result = assess(_body(autoscaling=scaling), TARGET, "2026-12-03T10:00:00Z")
     newest = _body(status={"conditions": [AUTOSCALER_CONDITION],
-                           "decisions": [AUTOSCALER_DECISION]})
+                           "decisions": [AUTOSCALER_DECISION]}, autoscaling=scaling)
     result.merge_lists(newest)
     conditions = newest["status"]["conditions"]
     assert conditions[0] == AUTOSCALER_CONDITION
     assert [c["type"] for c in conditions[1:]] == ["TargetFound", "Ready", "DryRun"]
     assert newest["status"]["decisions"][0] == AUTOSCALER_DECISION
     assert newest["status"]["decisions"][1]["action"] == "generation 1: Accepted"
+
+
+def test_what_the_autoscaler_wrote_goes_with_spec_autoscaling() -> None:
+    """spec.autoscaling removed: ScalingActive and MetricsAvailable stayed as last written
+    (an older observedGeneration, forever), and status.autoscaling with its writtenReplicas,
+    which took the replicas someone set meanwhile for a revert once autoscaling was back."""
+    stored = {"conditions": [AUTOSCALER_CONDITION, {**AUTOSCALER_CONDITION,
+                                                    "type": "ScalingActive"}],
+              "decisions": [AUTOSCALER_DECISION],
+              "autoscaling": {"writtenReplicas": 6, "currentReplicas": 6}}
+    result = assess(_body(generation=2, status=stored), TARGET, "2026-12-03T10:00:00Z")
+    newest = _body(generation=2, status=copy.deepcopy(stored))
+    result.merge_lists(newest)
+    assert [c["type"] for c in newest["status"]["conditions"]] == [
+        "TargetFound", "Ready", "DryRun"]
+    assert "autoscaling" not in newest["status"]
+    assert newest["status"]["decisions"][0] == AUTOSCALER_DECISION  # history stays
+    # Handled from an older event, while the newest body has spec.autoscaling again: kept.
+    back = _body(generation=3, status=copy.deepcopy(stored), autoscaling={"maxReplicas": 8})
+    result.merge_lists(back)
+    assert {"MetricsAvailable", "ScalingActive"} <= {
+        c["type"] for c in back["status"]["conditions"]}
+    assert back["status"]["autoscaling"] == stored["autoscaling"]
 
 
 def _written(result: Any, body: dict[str, Any]) -> None:

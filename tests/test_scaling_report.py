@@ -198,6 +198,26 @@ def test_a_would_be_change_is_recorded_once_not_every_interval(
     assert bigger.event is not None and bigger.record is not None
 
 
+def test_disabled_autoscaling_says_so_in_scaling_active() -> None:
+    """enabled: false reported ScalingActive=True "scaling Deployment llm"."""
+    disabled = spec(autoscaling={"minReplicas": 1, "maxReplicas": 20, "enabled": False})
+    planned = plan_evaluation(disabled, 2, {}, signals(), 4, None, NOW)
+    active = next(c for c in planned.status["conditions"] if c["type"] == "ScalingActive")
+    assert (active["status"], active["reason"]) == ("False", "Disabled")
+    assert planned.write is None and planned.status["autoscaling"]["action"] == "Disabled"
+    assert planned.status["autoscaling"]["writtenReplicas"] is None
+
+
+def test_the_written_count_is_stored_with_the_deployment_it_went_to() -> None:
+    planned = plan_evaluation(spec(), 1, {}, signals(), 4, None, NOW)
+    assert planned.write == 6
+    block = planned.status["autoscaling"]
+    assert (block["writtenReplicas"], block["writtenTarget"]) == (6, "llm")
+    AutoscalingStatus.model_validate(block)
+    held = plan_evaluation(spec(), 1, {}, signals(32.0), 6, None, NOW, written=None)
+    assert held.status["autoscaling"]["writtenTarget"] is None  # removed with the count
+
+
 def pods_at(tuning: InferenceTuningSpec, value: int, outdated: int = 0,
             tuned: int = 4) -> dict[str, Any]:
     """status.tuning as re-tuning writes it when `tuned` pods run the applied `value` and

@@ -136,7 +136,7 @@ def evaluate(tuning: InferenceTuning, prometheus: str, replicas: int | None,
         decision = decide_scale(spec, current, signals, ScalingState(), now)
     else:
         blocked, fight = live.blocked(current, now), live.fight(current, now)
-        written = written_replicas(live.status)
+        written = written_replicas(live.status, tuning.spec.target_ref.name)
         planned = plan_evaluation(tuning.spec, live.generation, live.status, signals, current,
                                   blocked, now, None if fight is None else fight.to_json(),
                                   written if written == current else None)

@@ -38,9 +38,10 @@ class Live(NamedTuple):
         counting a revert when the replicas are not the ones it wrote last, and ended by a
         spec change or a quiet time (fights.next_fight)."""
         autoscaling = self.status.get("autoscaling") or {}
-        written = written_replicas(self.status)
+        written = written_replicas(self.status, self.tuning.spec.target_ref.name)
+        enabled = self.tuning.spec.autoscaling is None or self.tuning.spec.autoscaling.enabled
         return next_fight(Fight.from_json(autoscaling.get("replicaFight")), self.generation,
-                          written is not None and current != written, now)
+                          enabled and written is not None and current != written, now)
 
     def blocked(self, current: int, now: float) -> Blocked | None:
         """Why the operator would not write replicas now, as it decides it."""

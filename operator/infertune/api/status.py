@@ -239,6 +239,10 @@ class AutoscalingStatus(ApiModel):
     writer is a revert (a replica fight), also for an operator restarted in between. Unset
     once changed."""
 
+    written_target: str | None = None
+    """The Deployment writtenReplicas were written to: after spec.targetRef changes, the new
+    target's count is not taken for a revert."""
+
 
 class BatchingStatus(ApiModel):
     """Batching recommendation, and in mode Auto the value pods are tuned with."""

@@ -113,6 +113,9 @@ class AutoscalingSettings:
     Kept in status.autoscaling.writtenReplicas too, which a key not here is read from: a
     revert while the operator restarted is still a revert (the fight is in status too:
     fights.py)."""
+    written_to: dict[str, str] = field(default_factory=dict)
+    """key -> the Deployment `written` holds the replicas of: a count written to the target
+    before spec.targetRef changed says nothing about the new one."""
     fetches: int = 0
     """Batches fetched since start (for the benchmark and the logs)."""
     listings: dict[float, tuple[int, Listed]] = field(default_factory=dict)
@@ -152,6 +155,7 @@ class AutoscalingSettings:
         if self.term != self.leader.term:
             self.term = self.leader.term
             self.written.clear()
+            self.written_to.clear()
             self.evaluated_at.clear()
 
     def due(self, key: str, parsed: Parsed, now: float) -> bool:
@@ -255,7 +259,7 @@ def signals_for(settings: AutoscalingSettings, key: str, own: Parsed,
         for gone in [k for k in settings.batch if k not in known]:
             for table in (settings.batch, settings.fetched_at, settings.fetched_for,
                           settings.last_slot, settings.evaluated_at, settings.parsed,
-                          settings.written):
+                          settings.written, settings.written_to):
                 table.pop(gone, None)
         for target in targets:
             settings.fetched_for[target.key] = target
@@ -277,10 +281,19 @@ async def hpas_by_target(namespace: str, name: str, body: kopf.Body,
 
 
 def _reverted(settings: AutoscalingSettings, key: str, current: int,
-              status: Mapping[str, Any]) -> bool:
-    """Whether another writer changed the replicas the operator last wrote (seen once)."""
+              status: Mapping[str, Any], deployment: str, enabled: bool = True) -> bool:
+    """Whether another writer changed the replicas the operator last wrote to `deployment`
+    (seen once). With autoscaling.enabled false nothing is written and nothing is a revert:
+    the replicas are the user's."""
     # A process that has not written yet takes what the last one stored.
-    written = settings.written[key] if key in settings.written else written_replicas(status)
+    if key in settings.written and settings.written_to.get(key) == deployment:
+        written = settings.written[key]
+    else:
+        written = written_replicas(status, deployment)
+    settings.written_to[key] = deployment
+    if not enabled:
+        settings.written[key] = None
+        return False
     if written is None or current == written:
         settings.written[key] = written
         return False
@@ -310,8 +323,9 @@ def evaluate(namespace: str, name: str, generation: int, spec: InferenceTuningSp
         scale = apps.read_namespaced_deployment_scale(deployment, namespace)
         current = int(scale.spec.replicas or 0) if scale.spec else 0
         stored_fight = Fight.from_json((status.get("autoscaling") or {}).get("replicaFight"))
-        fight = next_fight(stored_fight, generation, _reverted(settings, key, current, status),
-                           now)
+        reverted = _reverted(settings, key, current, status, deployment,
+                             spec.autoscaling is not None and spec.autoscaling.enabled)
+        fight = next_fight(stored_fight, generation, reverted, now)
         plan = functools.partial(plan_evaluation, spec, generation, status, signals, current,
                                  now=now, fight=None if fight is None else fight.to_json(),
                                  written=settings.written.get(key))

@@ -69,10 +69,14 @@ def backoff(reverts: int) -> float:
     return min(BACKOFF_S * 2.0 ** max(reverts - FIGHT_LIMIT, 0), MAX_BACKOFF_S)
 
 
-def written_replicas(status: Mapping[str, Any]) -> int | None:
-    """status.autoscaling.writtenReplicas: the replicas the operator wrote that still stood
-    at its last evaluation; None when unset or not a count."""
-    stored = (status.get("autoscaling") or {}).get("writtenReplicas")
+def written_replicas(status: Mapping[str, Any], deployment: str) -> int | None:
+    """status.autoscaling.writtenReplicas: the replicas the operator wrote to `deployment`
+    that still stood at its last evaluation; None when unset, not a count, or written to
+    another Deployment (spec.targetRef changed since: the new target's count is no revert)."""
+    block = status.get("autoscaling") or {}
+    stored = block.get("writtenReplicas")
+    if block.get("writtenTarget", deployment) != deployment:
+        return None
     return stored if isinstance(stored, int) and not isinstance(stored, bool) else None
 
 

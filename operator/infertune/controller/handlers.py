@@ -135,10 +135,12 @@ def reassess(namespace: str, name: str, gone: bool) -> None:
     result = _assessed(body, namespace, gone)
 
     def build(stored: Mapping[str, Any]) -> dict[str, Any]:
-        holder = {"status": copy.deepcopy(dict(stored))}
+        holder = {"spec": body.get("spec") or {}, "status": copy.deepcopy(dict(stored))}
         result.merge_lists(holder)
-        return {**result.patch(), **{k: holder["status"][k] for k in SHARED
-                                     if k in holder["status"]}}
+        removed = {"autoscaling": None} if "autoscaling" in stored and \
+            "autoscaling" not in holder["status"] else {}
+        return {**result.patch(), **removed, **{k: holder["status"][k] for k in SHARED
+                                                if k in holder["status"]}}
 
     write_status(namespace, name, body.get("status") or {},
                  body["metadata"]["resourceVersion"], build)

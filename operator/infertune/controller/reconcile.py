@@ -63,6 +63,9 @@ OWNED = ("observedGeneration", "phase", "conditions", "decisions")
 (tuning, mig, autoscaling, batching) are theirs: a copy of one written back from the event the
 controller handled could undo a newer write (an autoscaler's scale event, say)."""
 SHARED = ("conditions", "decisions")
+AUTOSCALER_CONDITIONS = (ConditionType.SCALING_ACTIVE.value,
+                         ConditionType.METRICS_AVAILABLE.value)
+"""The conditions only the autoscaler sets."""
 """Owned fields the autoscaler writes too, so they are merged into the stored lists
 (`Assessment.merge_lists`) instead of being sent whole from the handled event's copy."""
 
@@ -82,6 +85,11 @@ class Assessment:
     """The conditions the controller sets (the others in the list are the autoscaler's)."""
     decision: Decision | None = None
     """The decision record to append, when the assessment is news."""
+    autoscaling_gone: bool = False
+    """The assessed spec has no spec.autoscaling: `merge_lists` removes what the autoscaler
+    wrote (its conditions, status.autoscaling) if the newest body has none either. Nothing
+    else would ever update them, and a block left from then would take the replicas someone
+    set meanwhile for a revert once autoscaling is back."""
 
     def patch(self) -> dict[str, Any]:
         """The status merge patch of the owned fields no one else writes, and the target's
@@ -107,9 +115,16 @@ class Assessment:
         status = body.setdefault("status", {})
         own = [c.model_dump(by_alias=True, mode="json", exclude_none=True)
                for c in self.conditions]
-        merged = merge_condition_dicts(status.get("conditions") or [], *own)
-        if merged is not None:
-            status["conditions"] = merged
+        stored = status.get("conditions") or []
+        kept = stored
+        if self.autoscaling_gone and not (body.get("spec") or {}).get("autoscaling"):
+            # Checked on the newest body: one that has spec.autoscaling again keeps them.
+            kept = [c for c in stored
+                    if not isinstance(c, dict) or c.get("type") not in AUTOSCALER_CONDITIONS]
+            status.pop("autoscaling", None)
+        merged = merge_condition_dicts(kept, *own)
+        if merged is not None or len(kept) != len(stored):
+            status["conditions"] = kept if merged is None else merged
         if self.decision is not None:
             record = self.decision.model_dump(by_alias=True, mode="json", exclude_none=True)
             status["decisions"] = [*(status.get("decisions") or []), record][-MAX_DECISIONS:]
@@ -168,7 +183,8 @@ def assess(body: dict[str, Any], target: TargetState | None, now: str) -> Assess
         status = status.model_copy(update={"decisions": _with_decision(status, decision)})
     return Assessment(status, notices, RETRY_TARGET_SECONDS if target is None else None,
                       target.replicas if target is not None and spec.autoscaling else None,
-                      _owned(conditions, [c.type for c in own]), decision)
+                      _owned(conditions, [c.type for c in own]), decision,
+                      spec.autoscaling is None)
 
 
 def _target_conditions(spec: InferenceTuningSpec, target: TargetState | None, generation: int,

@@ -109,7 +109,9 @@ def plan_evaluation(spec: InferenceTuningSpec, generation: int, status: Mapping[
             decision, decision.state if applied else decision.held_state, stamp,
             stamp if applied else previous.get("lastScaleTime"), fight),
     }
-    patch["autoscaling"]["writtenReplicas"] = decision.desired_replicas if applied else written
+    kept = decision.desired_replicas if applied else written
+    patch["autoscaling"]["writtenReplicas"] = kept
+    patch["autoscaling"]["writtenTarget"] = None if kept is None else spec.target_ref.name
     own = _conditions(spec, generation, decision, blocked, stamp)
     news = _news(spec, status, decision, changes, applied, stamp)
     record, event = news if news is not None else (None, None)
@@ -135,7 +137,12 @@ def _conditions(spec: InferenceTuningSpec, generation: int, decision: ScaleDecis
                              ConditionStatus.FALSE if problems else ConditionStatus.TRUE,
                              "MetricsMissing" if problems else "Found",
                              problems or "queue and latency series found", generation, stamp)
-    if blocked is not None:
+    if spec.autoscaling is not None and not spec.autoscaling.enabled:
+        scaling = condition_dict(ConditionType.SCALING_ACTIVE, ConditionStatus.FALSE,
+                                 "Disabled", "spec.autoscaling.enabled is false: the signals are "
+                                 "read and reported, replicas are neither decided nor "
+                                 "written; set it to true to resume", generation, stamp)
+    elif blocked is not None:
         scaling = condition_dict(ConditionType.SCALING_ACTIVE, ConditionStatus.FALSE,
                                  blocked.reason, blocked.message, generation, stamp)
     elif spec.mode is Mode.DRY_RUN:
