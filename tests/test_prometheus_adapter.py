@@ -353,6 +353,43 @@ def test_an_http_error_is_no_data() -> None:
     assert "503" in (got.latency.problem or "")
 
 
+@pytest.mark.parametrize("answer, says", [
+    (b"<html><body>Sign in</body></html>", "answered with something other than JSON"),
+    (b'{"status":"success","data":null}', "is not a Prometheus query result"),
+    (b"[1,2]", "is not a Prometheus query result"),
+    (b'{"status":"success","data":{"resultType":"vector","result":[{"metric":{},'
+     b'"value":[1]}]}}', "is not a Prometheus query result"),
+    (b'{"status":"success","data":{"resultType":"vector","result":[{"metric":{},'
+     b'"value":[1,"x"]}]}}', "is not a Prometheus query result"),
+])
+def test_an_answer_that_is_not_prometheus_is_no_data_that_says_so(answer: bytes,
+                                                                   says: str) -> None:
+    """A URL that reaches a login page or another service answers 200: that was reported as
+    "cannot connect (refused or unreachable)", or as a bare Python error."""
+    class NotPrometheus(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(answer)
+
+        do_POST = do_GET
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), NotPrometheus)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        got = PrometheusSource(url).fetch([target("a", "b")], time.time())["a/b"]
+    finally:
+        server.shutdown()
+        server.server_close()
+    for problem in (got.queue.problem, got.latency.problem):
+        assert problem is not None and says in problem and "check the URL" in problem, problem
+
+
 def test_a_long_deployment_name_is_refused_with_a_reason(prometheus: PrometheusServer) -> None:
     long = replace(target("serving", "x" * 50), key="serving/long")
     got = PrometheusSource(prometheus.url).fetch([long], time.time())["serving/long"]

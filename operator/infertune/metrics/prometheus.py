@@ -128,17 +128,21 @@ class PrometheusSource:
             if plan.window:
                 result = self._client.custom_query(query, params={"time": end},
                                                    timeout=self.timeout_s)
-                return _Answer(plan, _windows(result, plan, end), None)
-            start = end - plan.lookback_s
-            result = self._client.custom_query_range(
-                query, start_time=datetime.fromtimestamp(start, tz=UTC),
-                end_time=datetime.fromtimestamp(end, tz=UTC), step=f"{plan.step_s:g}",
-                timeout=self.timeout_s)
-            return _Answer(plan, _series(result, plan, end), None)
+            else:
+                start = end - plan.lookback_s
+                result = self._client.custom_query_range(
+                    query, start_time=datetime.fromtimestamp(start, tz=UTC),
+                    end_time=datetime.fromtimestamp(end, tz=UTC), step=f"{plan.step_s:g}",
+                    timeout=self.timeout_s)
         except (requests.RequestException, Urllib3Error, OSError, PrometheusApiClientException,
-                ValueError, KeyError, TypeError, ArithmeticError) as exc:
+                ValueError, LookupError, TypeError, ArithmeticError) as exc:
             return _Answer(plan, {}, f"Prometheus at {self.url} failed: "
                                      f"{_describe(exc, self.timeout_s)}")
+        try:
+            found = _windows(result, plan, end) if plan.window else _series(result, plan, end)
+        except (ValueError, LookupError, TypeError, ArithmeticError, AttributeError) as exc:
+            return _Answer(plan, {}, f"Prometheus at {self.url} failed: {_not_a_result(exc)}")
+        return _Answer(plan, found, None)
 
 
 class _Answer:
@@ -242,6 +246,11 @@ def _describe(exc: Exception, timeout_s: float) -> str:
         return f"TLS failed ({reason[:200]}); check the URL and {CA_OPTION}"
     if isinstance(exc, requests.Timeout | Urllib3Timeout):
         return f"timed out after {timeout_s:g}s"
+    if isinstance(exc, requests.exceptions.JSONDecodeError):  # before OSError, one of its bases
+        return ("answered with something other than JSON (a login page, or another service at "
+                "that address?); check the URL")
+    if isinstance(exc, LookupError | TypeError):  # the client's ["data"]["result"]
+        return _not_a_result(exc)
     if isinstance(exc, requests.ConnectionError | OSError):
         return "cannot connect (refused or unreachable)"
     if isinstance(exc, PrometheusApiClientException) and str(exc).startswith(_REFUSED):
@@ -249,6 +258,11 @@ def _describe(exc: Exception, timeout_s: float) -> str:
                 f"check {CREDENTIALS_OPTION} and {AUTH_TYPE_OPTION}")
     text = str(exc) or type(exc).__name__
     return text if len(text) <= 300 else text[:300] + "..."
+
+
+def _not_a_result(exc: Exception) -> str:
+    return (f"answered with JSON that is not a Prometheus query result "
+            f"({type(exc).__name__}: {str(exc)[:200]}); check the URL")
 
 
 _REFUSED = ("HTTP Status Code 401", "HTTP Status Code 403")
