@@ -87,11 +87,16 @@ def test_the_write_is_explained(mode: str, desired: int, blocked: Blocked | None
      "contexts: [{name: x, context: {cluster: c, user: u}}]\n",
      "--live: the cluster cannot be reached"),
     ("a: [\n", "--live: the kubeconfig is not valid YAML"),
+    (b"\xff\xfe\x00k", "--live: the kubeconfig is not UTF-8 text; check --kubeconfig"),
 ])
 def test_a_cluster_that_cannot_be_read_is_a_message_not_a_traceback(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str], kubeconfig: str, says: str) -> None:
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], kubeconfig: str | bytes,
+        says: str) -> None:
     path = tmp_path / "kubeconfig"
-    path.write_text(kubeconfig)
+    if isinstance(kubeconfig, bytes):
+        path.write_bytes(kubeconfig)
+    else:
+        path.write_text(kubeconfig)
     try:
         code = main(["autoscale", "evaluate", "--live", "ml/qwen", "--kubeconfig", str(path),
                      "--prometheus", "http://127.0.0.1:1"])

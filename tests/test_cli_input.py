@@ -146,7 +146,8 @@ def test_standard_input_is_named_in_errors(stdin: Any,
     assert "<stdin>: not UTF-8 text" in capsys.readouterr().err
     stdin(b"kind: Deployment\n")
     assert main(["plan", "-", "--pod", "-"]) == 1
-    assert "<stdin>: expected exactly one InferenceTuning, found 0" in capsys.readouterr().err
+    assert "<stdin>: expected exactly one InferenceTuning, found 0 (the file holds " \
+        "Deployment)" in capsys.readouterr().err
 
 
 def test_evaluate_exits_3_when_it_decided_without_metrics(

@@ -60,6 +60,9 @@ def read_live(ref: str, kubeconfig: str | None) -> Live:
     except yaml.YAMLError as exc:
         raise ValueError(f"--live: the kubeconfig is not valid YAML "
                          f"({str(exc).splitlines()[0]}); check --kubeconfig") from None
+    except UnicodeDecodeError:
+        raise ValueError("--live: the kubeconfig is not UTF-8 text; check --kubeconfig "
+                         "(a kubeconfig is a YAML file)") from None
     except HTTPError as exc:
         reason = str(getattr(exc, "reason", "") or type(exc).__name__)[:200]
         raise ValueError(f"--live: the cluster cannot be reached ({reason}); check --kubeconfig "

@@ -28,10 +28,13 @@ def _documents(path: Path) -> list[dict[str, Any]]:
 
 def load_tuning(path: Path) -> InferenceTuning:
     source = source_name(path)
-    found = [d for d in _documents(path) if d.get("kind") == KIND]
+    documents = _documents(path)
+    found = [d for d in documents if d.get("kind") == KIND]
     if len(found) != 1:
+        others = sorted({str(d.get("kind")) for d in documents if d.get("kind") != KIND})
+        seen = f" (the file holds {', '.join(others)})" if others and not found else ""
         raise PlanInputError(f"{source}: expected exactly one InferenceTuning, found "
-                             f"{len(found)}")
+                             f"{len(found)}{seen}")
     try:
         return InferenceTuning.model_validate(found[0])
     except ValidationError as exc:
