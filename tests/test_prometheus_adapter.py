@@ -332,6 +332,20 @@ def test_the_queries_of_a_batch_wait_for_a_hanging_prometheus_together() -> None
     assert (len(accepted), at_once) == (6, prometheus_adapter.PARALLEL_QUERIES), accepted
 
 
+def test_an_interval_of_a_fraction_of_a_second_reads_latency_at_every_second(
+        prometheus: PrometheusServer) -> None:
+    """interval 1.5s: the client rounded the range's start to a whole second, so on every
+    other second the points missed the end and the latency read as stale."""
+    llm = target("serving", "llm", latency_step_s=1.5)
+    source = PrometheusSource(prometheus.url)
+    fetch_when(source, [llm], llm.key)
+    now = math.floor(time.time())
+    for second in (now, now + 1):
+        got = source.fetch([llm], second)[llm.key]
+        assert got.latency.problem is None, (second, got.latency.problem)
+        assert [t for t, _ in got.latency.points] == [second - 1.5, second]
+
+
 def test_an_http_error_is_no_data() -> None:
     class Unavailable(BaseHTTPRequestHandler):
         def do_GET(self) -> None:

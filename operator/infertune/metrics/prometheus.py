@@ -130,10 +130,13 @@ class PrometheusSource:
                                                    timeout=self.timeout_s)
             else:
                 start = end - plan.lookback_s
+                # The client rounds start and end to whole seconds; an interval such as 1.5s
+                # puts start between two, and the points then missed `end` every other cycle
+                # (the newest one read as stale). Sent exactly, they override its values.
                 result = self._client.custom_query_range(
                     query, start_time=datetime.fromtimestamp(start, tz=UTC),
                     end_time=datetime.fromtimestamp(end, tz=UTC), step=f"{plan.step_s:g}",
-                    timeout=self.timeout_s)
+                    params={"start": f"{start:.3f}", "end": str(end)}, timeout=self.timeout_s)
         except (requests.RequestException, Urllib3Error, OSError, PrometheusApiClientException,
                 ValueError, LookupError, TypeError, ArithmeticError) as exc:
             return _Answer(plan, {}, f"Prometheus at {self.url} failed: "
