@@ -103,6 +103,30 @@ def test_values_round_trip_as_written() -> None:
          "metrics.queueDepth: 'on' is a PromQL keyword or number"),
         ({"targetRef": {"name": "qwen", "kind": "StatefulSet"}},
          "targetRef.kind: 'StatefulSet' is not allowed"),
+        # PromQL templates (spec.metrics.queries): the field and what to change.
+        ({"engine": "custom", "metrics": {"queries": {"queueDepth": "q{$selector}"}}},
+         "metrics.latencyHistogram: engine custom has no metric preset; name the metric "
+         "(for example my_engine_request_latency_seconds), or give a PromQL template in "
+         "metrics.queries.latencyBuckets"),
+        ({"metrics": {"queries": {"queueDepth": "my_queue"}}},
+         "metrics.queries.queueDepth: does not use $selector"),
+        ({"metrics": {"queries": {"queueDepth": "q{$namespace}"}}},
+         "metrics.queries.queueDepth: $namespace at character 3 is not a placeholder"),
+        ({"metrics": {"queries": {"queueDepth": "q{pod=~\"x\"} or $selector"}}},
+         "metrics.queries.queueDepth: $selector at character 16 must stand inside a "
+         "selector's braces"),
+        ({"metrics": {"queries": {"running": "rate(r{$selector}[1m]) > $window"}}},
+         "metrics.queries.running: $window at character 26 must stand inside a range's"),
+        ({"metrics": {"queries": {"queueDepth": "sum(q{$selector}"}}},
+         "metrics.queries.queueDepth: '(' at character 4 is not closed"),
+        ({"metrics": {"queries": {"queueDepth": "q{$selector, job=\"x}"}}},
+         "metrics.queries.queueDepth: the string starting at character 18 is not closed"),
+        ({"metrics": {"queries": {"queueDepth": "q{$selector}" + " " * 2000}}},
+         "string should have at most 2000 characters"),
+        ({"metrics": {"queries": {"latencyBuckets": "rate(b{$selector}[$window])"}}},
+         "metrics.queries.requestRate: is needed with latencyBuckets"),
+        ({"metrics": {"queueDepth": "q", "queries": {"queueDepth": "q{$selector}"}}},
+         "metrics.queueDepth: give the metric name or queries.queueDepth, not both"),
     ],
 )
 def test_cross_field_and_range_rules(sections: dict[str, Any], expected: str) -> None:
@@ -139,3 +163,23 @@ def test_full_object_needs_a_name() -> None:
         InferenceTuning.model_validate({"metadata": {}, "spec": _spec()})
     assert [str(e) for e in field_errors(info.value, InferenceTuning)] == [
         "metadata.name: is required; add it"]
+
+
+def test_the_spec_examples_in_the_docs_validate() -> None:
+    """Every YAML example of a spec in docs/ (those with an engine) is one the operator
+    accepts: a user copies them."""
+    import re
+    from pathlib import Path
+
+    import yaml
+
+    checked = 0
+    for doc in sorted((Path(__file__).parents[1] / "docs").glob("*.md")):
+        for block in re.findall(r"```yaml\n(.*?)```", doc.read_text(), re.S):
+            for body in yaml.safe_load_all(block):
+                spec = body.get("spec") if isinstance(body, dict) else None
+                if not isinstance(spec, dict) or "engine" not in spec:
+                    continue
+                InferenceTuningSpec.model_validate({"targetRef": {"name": "x"}, **spec})
+                checked += 1
+    assert checked >= 2

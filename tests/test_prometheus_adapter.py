@@ -8,6 +8,7 @@ One exporter speaks the text format (colon names stored as written), one speaks 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import socket
@@ -27,14 +28,14 @@ from e2e.fixtures.waiting import wait_for
 from prometheus_client import CollectorRegistry, Gauge, Histogram, start_http_server
 from prometheus_client.parser import text_string_to_metric_families
 
-from infertune.api.spec import Engine
+from infertune.api.spec import Engine, InferenceTuning
 from infertune.autoscale_cli import add_autoscale_commands
 from infertune.metrics import prometheus as prometheus_adapter
 from infertune.metrics import promql
-from infertune.metrics.presets import PRESETS
+from infertune.metrics.presets import PRESETS, EngineMetrics, Template
 from infertune.metrics.prometheus import PrometheusSource
 from infertune.metrics.promql import Scope
-from infertune.metrics.source import MetricsTarget
+from infertune.metrics.source import MetricsTarget, target_for_tuning
 from infertune.scaling.signals import TargetSignals, Window
 
 pytestmark = [
@@ -330,6 +331,42 @@ def test_the_queries_of_a_batch_wait_for_a_hanging_prometheus_together() -> None
     # 6 plans, 4 at a time: four asked at once, the other two after the first timeouts.
     at_once = max(sum(1 for t in accepted if start <= t < start + 1) for start in accepted)
     assert (len(accepted), at_once) == (6, prometheus_adapter.PARALLEL_QUERIES), accepted
+
+
+def test_custom_templates_read_what_the_preset_reads(prometheus: PrometheusServer) -> None:
+    """engine custom with PromQL templates over the same vLLM series: the same queue, pods,
+    p99 and request rate as the preset, through the real Prometheus. A template Prometheus
+    refuses fails its own tunings only, with Prometheus's words and the query."""
+    tuning = InferenceTuning.model_validate({
+        "metadata": {"name": "custom", "namespace": "serving"},
+        "spec": {"targetRef": {"name": "llm"}, "engine": "custom", "metrics": {
+            "window": "5s", "queries": {
+                "queueDepth": "sum by (namespace, pod) "
+                              "(vllm:num_requests_waiting{model_name=~'.+', $selector})",
+                "latencyBuckets": "rate(vllm:e2e_request_latency_seconds_bucket{$selector}"
+                                  "[$window])",
+                "requestRate": "rate(vllm:e2e_request_latency_seconds_count{$selector}"
+                               "[$window])"}}}})
+    custom = dataclasses.replace(target_for_tuning(tuning), queue_history_s=3.0,
+                                 latency_step_s=2.0, queue_target=5.0)
+    broken = MetricsTarget("serving/broken", "serving", "llm", EngineMetrics(
+        Template("vllm:num_requests_waiting{$selector} +"), None, custom.metrics.latency),
+        window="5s", queue_history_s=3.0, latency_step_s=2.0, queue_target=5.0)
+    preset = target("serving", "llm")
+    source = PrometheusSource(prometheus.url)
+    fetch_when(source, [preset, custom, broken], custom.key)
+    got = source.fetch([preset, custom, broken], math.floor(time.time()))
+    mine, theirs = got[custom.key], got[preset.key]
+    assert (mine.queue.last, mine.queue.pods) == (theirs.queue.last, theirs.queue.pods) \
+        == (30.0, 2)
+    assert mine.latency_kind == "p99"
+    assert mine.latency.points[-1][1] == pytest.approx(P99)
+    assert mine.request_rate.points[-1][1] == pytest.approx(
+        theirs.request_rate.points[-1][1])
+    refused = got[broken.key].queue
+    assert refused.problem is not None and "bad_data" in refused.problem, refused.problem
+    assert "vllm:num_requests_waiting{namespace=~" in (refused.query or "")
+    assert got[broken.key].latency.problem is None  # only the refused query fails
 
 
 def test_an_interval_of_a_fraction_of_a_second_reads_latency_at_every_second(

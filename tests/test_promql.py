@@ -9,7 +9,7 @@ import pytest
 from infertune.api.spec import Engine
 from infertune.metrics import promql
 from infertune.metrics.plan import Signal, plan_queries
-from infertune.metrics.presets import PRESETS
+from infertune.metrics.presets import PRESETS, EngineMetrics, Template, TemplateLatency
 from infertune.metrics.promql import Scope
 from infertune.metrics.source import MetricsTarget
 
@@ -195,3 +195,56 @@ def test_the_single_target_query_names_only_that_target() -> None:
     plan = plan_queries([_target(1), _target(2)], 1.0)[0]
     alone = plan.query_for(_target(2))
     assert "llm-2" in alone and "llm-1" not in alone
+
+
+CUSTOM = EngineMetrics(
+    Template('sum by (namespace, pod) (label_replace(router_queue{job="r", $selector}, '
+             '"pod", "$1", "instance", "(.*)"))'),
+    None,
+    TemplateLatency(Template("rate(lat_seconds_bucket{$selector}[$window])"),
+                    Template("rate(lat_seconds_count{$selector}[$window])")))
+
+
+def test_a_template_gets_the_escaped_matchers_and_keeps_its_own_strings() -> None:
+    """$selector becomes the same escaped matchers a preset's query has, inside the user's
+    braces; the "$1" of the user's label_replace is a string and stays as written."""
+    namespace = '"} or 1==1 or {x="\n'
+    scope = Scope("namespace", "pod", (namespace,), ("llm",))
+    query = promql.queue_query(scope, CUSTOM, 30.0, 1.0, 32.0)
+    assert f'router_queue{{job="r", {scope.matchers()}}}' in query
+    assert '"pod", "$1", "instance", "(.*)"' in query
+    assert "$selector" not in query and "\n" not in query
+    first = query.index('namespace=~"') + len("namespace=~")
+    regex, _ = unquote(query[first:])
+    assert re.fullmatch(regex, namespace)
+    latency = promql.latency_query(scope, CUSTOM, 0.95, "2m")
+    assert latency.startswith("histogram_quantile(0.95, sum by (namespace, infertune_target, le)")
+    assert f"(rate(lat_seconds_bucket{{{scope.matchers()}}}[2m]))" in latency
+    rate = promql.request_rate_query(scope, CUSTOM, "2m")
+    assert f"(rate(lat_seconds_count{{{scope.matchers()}}}[2m]))" in rate
+
+
+def test_templates_are_planned_by_their_text() -> None:
+    """Tunings with one template share its queries; another template is another plan (its
+    errors are its own), and a $window in a gauge template splits the queue by window."""
+    other = EngineMetrics(Template("q2{$selector}"), None, CUSTOM.latency)
+    windowed = EngineMetrics(Template("avg_over_time(q{$selector}[$window])"), None,
+                             CUSTOM.latency)
+    targets = [MetricsTarget(f"ns/t{i}", "ns", f"llm-{i}", CUSTOM) for i in range(3)]
+    targets += [MetricsTarget("ns/o", "ns", "other", other)]
+    targets += [MetricsTarget(f"ns/w{w}", "ns", f"w-{w}", windowed, window=w)
+                for w in ("1m", "2m")]
+    plans = plan_queries(targets, 1.0)
+    queue = [p for p in plans if p.signal is Signal.QUEUE]
+    assert sorted(len(p.members) for p in queue) == [1, 1, 1, 3]
+    assert {p.query().count("[2m]") > 0 for p in queue  # type: ignore[union-attr]
+            if p.members[0].metrics is windowed} == {False, True}
+    assert [t.latency_kind for t in targets[:1]] == ["p99"]
+
+
+def test_fill_replaces_placeholders_outside_strings_and_comments_only() -> None:
+    from infertune.api.templates import fill
+
+    text = 'label_replace(q{$selector}, "t", "$selector", "a", "b") # $window in a comment\n'
+    assert fill(text, {"selector": 'pod="x"', "window": "1m"}) == (
+        'label_replace(q{pod="x"}, "t", "$selector", "a", "b") # $window in a comment\n')

@@ -6,12 +6,13 @@ from enum import StrEnum
 from typing import Annotated, Any, Literal
 
 from pydantic import Field, model_validator
-from pydantic.alias_generators import to_camel
+from pydantic.alias_generators import to_camel, to_snake
 
 from infertune.api.base import ApiModel, CrossFieldProblems
 from infertune.api.canary import CanarySpec
 from infertune.api.scaling import AutoscalingSpec, BatchingKnob, BatchingMode, BatchingSpec
 from infertune.api.status import InferenceTuningStatus
+from infertune.api.templates import MAX_TEMPLATE_LENGTH, template_problem
 from infertune.api.tuning import AllocatorSpec, MemorySpec, MigSpec, NumaSpec, RetuneSpec
 from infertune.api.units import parse_duration
 
@@ -28,8 +29,9 @@ CATEGORIES = ("infertune", "all")
 DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 LABEL_NAME = r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
-# Prometheus metric and label names. Only names are accepted from the spec, never PromQL, so a
-# spec can never inject an expression into the queries the operator runs.
+# Prometheus metric and label names. Outside spec.metrics.queries (the user's own PromQL,
+# api/templates.py) only names are accepted from the spec, so a name can never inject an
+# expression into the queries the operator runs.
 METRIC_NAME = r"^[a-zA-Z_:][a-zA-Z0-9_:]*$"
 # Names starting with __ are Prometheus' own (__name__, __address__); the queries cannot
 # group or select by them.
@@ -88,9 +90,52 @@ class TargetRef(ApiModel):
     """Name of the Deployment, in the namespace of this InferenceTuning."""
 
 
+class MetricQueries(ApiModel):
+    """PromQL templates, one per signal, for metrics that are not a plain gauge or histogram
+    per pod (engine custom, or a preset's signal computed differently). Each is evaluated per
+    pod: its result must keep the namespace and pod labels (spec.metrics.namespaceLabel and
+    podLabel). `$selector` (inside a selector's braces) is replaced by the label matchers of
+    the target's pods, `$window` (inside a range's brackets) by spec.metrics.window; every
+    other `$` outside a string is refused. A template runs with the operator's access to
+    Prometheus."""
+
+    queue_depth: Annotated[str, Field(max_length=MAX_TEMPLATE_LENGTH)] | None = None
+    """Requests waiting, per pod. For example
+    sum by (namespace, pod) (my_router_queue{$selector})."""
+
+    running: Annotated[str, Field(max_length=MAX_TEMPLATE_LENGTH)] | None = None
+    """Requests being served, per pod (batching reads it)."""
+
+    latency_buckets: Annotated[str, Field(max_length=MAX_TEMPLATE_LENGTH)] | None = None
+    """The rate of a latency histogram's buckets in seconds, per pod and `le`: the operator
+    takes the quantile over the target's pods. For example
+    rate(my_latency_seconds_bucket{$selector}[$window]). Needs requestRate."""
+
+    request_rate: Annotated[str, Field(max_length=MAX_TEMPLATE_LENGTH)] | None = None
+    """Requests per second, per pod, for latency.minRequestRate. For example
+    rate(my_latency_seconds_count{$selector}[$window])."""
+
+    @model_validator(mode="after")
+    def _templates(self) -> MetricQueries:
+        problems = CrossFieldProblems()
+        for field in ("queue_depth", "running", "latency_buckets", "request_rate"):
+            text = getattr(self, field)
+            problem = None if text is None else template_problem(text)
+            if problem is not None:
+                problems.add(to_camel(field), problem)
+        if (self.latency_buckets is None) != (self.request_rate is None):
+            given, missing = (("latencyBuckets", "requestRate") if self.request_rate is None
+                              else ("requestRate", "latencyBuckets"))
+            problems.add(missing, f"is needed with {given}: the latency and its request rate "
+                         "come from the same histogram, so give both templates or neither")
+        problems.raise_if_any()
+        return self
+
+
 class MetricsSpec(ApiModel):
     """Where the engine's metrics are found. Every name overrides the engine preset; with
-    engine custom, queueDepth and latencyHistogram are required."""
+    engine custom, queueDepth and latencyHistogram are required (a name, or a template in
+    queries)."""
 
     queue_depth: Annotated[str, Field(pattern=METRIC_NAME, max_length=200)] | None = None
     """Gauge of requests waiting per pod, for example vllm:num_requests_waiting."""
@@ -112,6 +157,10 @@ class MetricsSpec(ApiModel):
     """The rate() window for latency quantiles and request rates: at least two scrape
     intervals, at most 1h."""
 
+    queries: MetricQueries | None = None
+    """PromQL templates for signals a metric name cannot express; each replaces the name (or
+    the preset) of its signal."""
+
     @model_validator(mode="after")
     def _usable_in_promql(self) -> MetricsSpec:
         problems = CrossFieldProblems()
@@ -125,6 +174,15 @@ class MetricsSpec(ApiModel):
         if parse_duration(self.window) > MAX_RATE_WINDOW_S:
             problems.add("window", f"{self.window} is longer than 1h; every evaluation computes "
                          "rate() over it for each pod (1m is the default)")
+        queries = self.queries
+        if queries is not None:
+            for name_field, template_field in (("queue_depth", "queue_depth"),
+                                               ("running", "running"),
+                                               ("latency_histogram", "latency_buckets")):
+                if getattr(self, name_field) is not None and \
+                        getattr(queries, template_field) is not None:
+                    problems.add(to_camel(name_field), "give the metric name or "
+                                 f"queries.{to_camel(template_field)}, not both")
         problems.raise_if_any()
         return self
 
@@ -176,14 +234,17 @@ class InferenceTuningSpec(ApiModel):
     def _engine_rules(self) -> InferenceTuningSpec:
         problems = CrossFieldProblems()
         if self.engine is Engine.CUSTOM:
-            for field, value, example in (
-                ("metrics.queueDepth", self.metrics.queue_depth, "my_engine_queue_size"),
-                ("metrics.latencyHistogram", self.metrics.latency_histogram,
+            queries = self.metrics.queries or MetricQueries()
+            for field, value, template, example in (
+                ("metrics.queueDepth", self.metrics.queue_depth, "queueDepth",
+                 "my_engine_queue_size"),
+                ("metrics.latencyHistogram", self.metrics.latency_histogram, "latencyBuckets",
                  "my_engine_request_latency_seconds"),
             ):
-                if value is None:
+                if value is None and getattr(queries, to_snake(template)) is None:
                     problems.add(field, "engine custom has no metric preset; name the metric "
-                                 f"(for example {example})")
+                                 f"(for example {example}), or give a PromQL template in "
+                                 f"metrics.queries.{template}")
         knob = self.batching.knob
         if knob is not None and knob not in ENGINE_BATCHING_KNOBS[self.engine]:
             valid = ", ".join(k.value for k in ENGINE_BATCHING_KNOBS[self.engine])

@@ -94,9 +94,11 @@ def plan_queries(targets: Sequence[MetricsTarget], resolution_s: float) -> list[
             continue
         labels = (t.metrics, t.namespace_label, t.pod_label)
         span = _aligned(t.queue_history_s, resolution_s)
-        queue[(*labels, span, t.queue_target if span > 0 else None)].append(t)
+        # A template's $window makes the gauges' query depend on the window too.
+        gauges = (*labels, t.window if t.metrics.gauges_use_window else None)
+        queue[(*gauges, span, t.queue_target if span > 0 else None)].append(t)
         if t.want_running and t.metrics.running is not None:
-            running[(*labels, max(span, resolution_s))].append(t)
+            running[(*gauges, max(span, resolution_s))].append(t)
         latency[(*labels, t.window, t.quantile, t.latency_step_s)].append(t)
     plans = []
     for members in queue.values():
@@ -104,14 +106,15 @@ def plan_queries(targets: Sequence[MetricsTarget], resolution_s: float) -> list[
         threshold = members[0].queue_target if span > 0 else None
         queue_build: Callable[[Scope], str | None] = partial(
             promql.queue_query, metrics=metrics, span_s=max(span, resolution_s),
-            step_s=resolution_s, threshold=threshold)
+            step_s=resolution_s, threshold=threshold, window=members[0].window)
         plans.append(QueryPlan(Signal.QUEUE, tuple(members), resolution_s, span, queue_build,
                                window=True, threshold=threshold))
     for members in running.values():
         metrics = members[0].metrics
         span = max(_aligned(members[0].queue_history_s, resolution_s), resolution_s)
         running_build: Callable[[Scope], str | None] = partial(
-            promql.running_query, metrics=metrics, span_s=span, step_s=resolution_s)
+            promql.running_query, metrics=metrics, span_s=span, step_s=resolution_s,
+            window=members[0].window)
         plans.append(QueryPlan(Signal.RUNNING, tuple(members), resolution_s, span,
                                running_build, window=True))
     for members in latency.values():

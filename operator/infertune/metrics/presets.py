@@ -11,7 +11,8 @@
   unless histograms are enabled, so the preset reads a mean, not a quantile).
 
 Names with a colon are also looked up with the colon written as an underscore (promql.py):
-that is how recent prometheus_client releases expose them over OpenMetrics.
+that is how recent prometheus_client releases expose them over OpenMetrics. Templates
+(spec.metrics.queries) are the user's PromQL and are read as written.
 """
 
 from __future__ import annotations
@@ -38,10 +39,40 @@ class MeanLatency:
 
 
 @dataclass(frozen=True)
+class Template:
+    """The user's PromQL for a signal, per pod (spec.metrics.queries, api/templates.py):
+    `$selector` and `$window` are filled in by promql.py."""
+
+    text: str
+
+    @property
+    def uses_window(self) -> bool:
+        return "$window" in self.text
+
+
+@dataclass(frozen=True)
+class TemplateLatency:
+    """Latency from templates: bucket rates per pod and `le`, and requests per second per
+    pod."""
+
+    buckets: Template
+    requests: Template
+
+
+Latency = HistogramLatency | MeanLatency | TemplateLatency
+
+
+@dataclass(frozen=True)
 class EngineMetrics:
-    queue_depth: str
-    running: str | None
-    latency: HistogramLatency | MeanLatency
+    queue_depth: str | Template
+    running: str | Template | None
+    latency: Latency
+
+    @property
+    def gauges_use_window(self) -> bool:
+        """Whether the queue or running query depends on spec.metrics.window."""
+        return any(isinstance(g, Template) and g.uses_window
+                   for g in (self.queue_depth, self.running))
 
 
 PRESETS: dict[Engine, EngineMetrics] = {
@@ -63,13 +94,23 @@ def engine_metrics(spec: InferenceTuningSpec) -> EngineMetrics:
     Engine custom has no preset; its validation requires queueDepth and latencyHistogram.
     """
     names = spec.metrics
+    queries = names.queries
     preset = PRESETS.get(spec.engine)
-    queue = names.queue_depth or (preset.queue_depth if preset else None)
-    running = names.running or (preset.running if preset else None)
-    latency: HistogramLatency | MeanLatency | None = (
+
+    def template(field: str) -> Template | None:
+        text = None if queries is None else getattr(queries, field)
+        return None if text is None else Template(text)
+
+    queue = (template("queue_depth") or names.queue_depth
+             or (preset.queue_depth if preset else None))
+    running = template("running") or names.running or (preset.running if preset else None)
+    latency: Latency | None = (
         HistogramLatency(names.latency_histogram) if names.latency_histogram
         else (preset.latency if preset else None))
+    if queries is not None and queries.latency_buckets and queries.request_rate:
+        latency = TemplateLatency(Template(queries.latency_buckets),
+                                  Template(queries.request_rate))
     if queue is None or latency is None:
         raise ValueError(f"spec.metrics: engine {spec.engine.value} needs queueDepth and "
-                         "latencyHistogram")
+                         "latencyHistogram (or their templates in queries)")
     return EngineMetrics(queue, running, latency)

@@ -5,6 +5,9 @@ backslash, double quote and line breaks are escaped; inside regex matchers they 
 regex-escaped with Go's regexp.QuoteMeta set. Metric and label names come validated from the
 spec and are checked again here, because a name is spliced into the query unquoted.
 
+A PromQL template (spec.metrics.queries) stands where a metric selector would: the user's
+expression, per pod, with the same escaped matchers for its `$selector` (api/templates.py).
+
 Series are mapped to targets in Prometheus itself: `label_replace` derives the Deployment from
 the pod name, so each signal returns one series per Deployment, whatever the number of pods.
 A batch query names its targets' namespaces and Deployments while the lists are short; for a
@@ -25,7 +28,8 @@ import re
 from dataclasses import dataclass
 
 from infertune.api.spec import METRIC_NAME, PROM_LABEL_NAME, PROMQL_RESERVED
-from infertune.metrics.presets import EngineMetrics, HistogramLatency
+from infertune.api.templates import fill
+from infertune.metrics.presets import EngineMetrics, HistogramLatency, Template, TemplateLatency
 
 TARGET_LABEL = "infertune_target"
 STAT_LABEL = "infertune_stat"
@@ -136,13 +140,24 @@ def _per_target(scope: Scope, expr: str) -> str:
     return f'label_replace({expr}, "{TARGET_LABEL}", "$1", "{scope.pod_label}", {pattern})'
 
 
-def _gauge(scope: Scope, name: str) -> str:
+def filled(scope: Scope, template: Template, window: str) -> str:
+    """A template (spec.metrics.queries) with the scope's matchers for `$selector` and the
+    window for `$window`, in parentheses: it is the user's whole expression."""
+    return "(" + fill(template.text, {"selector": scope.matchers(),
+                                      "window": window_text(window)}) + ")"
+
+
+def _gauge(scope: Scope, name: str | Template, window: str) -> str:
+    if isinstance(name, Template):
+        return filled(scope, name, window)
     # `or` matches label sets without the metric name, so a pod exported under both spellings
     # counts once (the colon spelling wins).
     return " or ".join(f"{n}{{{scope.matchers()}}}" for n in spellings(name))
 
 
-def _rate(scope: Scope, name: str, window: str) -> str:
+def _rate(scope: Scope, name: str | Template, window: str) -> str:
+    if isinstance(name, Template):
+        return filled(scope, name, window)
     # rate() drops the name; joining with `or` keeps two spellings from colliding.
     return " or ".join(f"rate({n}{{{scope.matchers()}}}[{window_text(window)}])"
                        for n in spellings(name))
@@ -175,49 +190,51 @@ def window_query(expr: str, span_s: float, step_s: float, threshold: float | Non
     return " or ".join(parts)
 
 
-def _per_pod(scope: Scope, name: str) -> str:
+def _per_pod(scope: Scope, name: str | Template, window: str) -> str:
     """Gauge `name` summed per pod: an engine that exports it once per model (Triton) or per
     data-parallel rank has several series per pod."""
     return (f"sum by ({scope.by(label_name(scope.pod_label))}) "
-            f"({_per_target(scope, _gauge(scope, name))})")
+            f"({_per_target(scope, _gauge(scope, name, window))})")
 
 
-def gauge_query(scope: Scope, name: str) -> str:
+def gauge_query(scope: Scope, name: str | Template, window: str = "1m") -> str:
     """The mean over each target's pods of gauge `name` (summed per pod), one series per
-    target."""
-    return f"avg by ({scope.by()}) ({_per_pod(scope, name)})"
+    target. `window` fills a template's `$window`."""
+    return f"avg by ({scope.by()}) ({_per_pod(scope, name, window)})"
 
 
-def pods_query(scope: Scope, name: str) -> str:
+def pods_query(scope: Scope, name: str | Template, window: str = "1m") -> str:
     """How many of each target's pods export gauge `name` now (pods, not series), one series
     per target."""
-    return f"count by ({scope.by()}) ({_per_pod(scope, name)})"
+    return f"count by ({scope.by()}) ({_per_pod(scope, name, window)})"
 
 
 def queue_query(scope: Scope, metrics: EngineMetrics, span_s: float, step_s: float,
-                threshold: float | None) -> str:
+                threshold: float | None, window: str = "1m") -> str:
     """The queue per pod over the window, and how many pods report it: the engine sizes the
     queue on those pods (the requests waiting over the target)."""
-    gauge = gauge_query(scope, metrics.queue_depth)
+    gauge = gauge_query(scope, metrics.queue_depth, window)
     return window_query(gauge, span_s, step_s, threshold=threshold,
-                        pods=pods_query(scope, metrics.queue_depth))
+                        pods=pods_query(scope, metrics.queue_depth, window))
 
 
 def running_query(scope: Scope, metrics: EngineMetrics, span_s: float,
-                  step_s: float) -> str | None:
+                  step_s: float, window: str = "1m") -> str | None:
     """Requests being served, as the mean over each target's series rather than summed per
     pod: the batch knobs (max-num-seqs) are per engine process, and a pod that runs several
     data-parallel ranks exports one series for each."""
     if metrics.running is None:
         return None
-    series = f"avg by ({scope.by()}) ({_per_target(scope, _gauge(scope, metrics.running))})"
+    series = (f"avg by ({scope.by()}) "
+              f"({_per_target(scope, _gauge(scope, metrics.running, window))})")
     return window_query(series, span_s, step_s, peak=True)
 
 
 def latency_query(scope: Scope, metrics: EngineMetrics, quantile: float, window: str) -> str:
     latency = metrics.latency
-    if isinstance(latency, HistogramLatency):
-        buckets = _rate(scope, f"{latency.name}_bucket", window)
+    if isinstance(latency, HistogramLatency | TemplateLatency):
+        buckets = (_rate(scope, latency.buckets, window) if isinstance(latency, TemplateLatency)
+                   else _rate(scope, f"{latency.name}_bucket", window))
         summed = f"sum by ({scope.by('le')}) ({_per_target(scope, buckets)})"
         return f"histogram_quantile({quantile!r}, {summed})"
     total = _rate(scope, latency.total, window)
@@ -228,6 +245,6 @@ def latency_query(scope: Scope, metrics: EngineMetrics, quantile: float, window:
 
 def request_rate_query(scope: Scope, metrics: EngineMetrics, window: str) -> str:
     latency = metrics.latency
-    counter = (f"{latency.name}_count" if isinstance(latency, HistogramLatency)
-               else latency.requests)
+    counter: str | Template = (
+        f"{latency.name}_count" if isinstance(latency, HistogramLatency) else latency.requests)
     return f"sum by ({scope.by()}) ({_per_target(scope, _rate(scope, counter, window))})"

@@ -13,7 +13,12 @@ from typing import Protocol
 
 from infertune.api.scaling import AutoscalingSpec, BatchingMode
 from infertune.api.spec import InferenceTuning
-from infertune.metrics.presets import EngineMetrics, HistogramLatency, engine_metrics
+from infertune.metrics.presets import (
+    EngineMetrics,
+    HistogramLatency,
+    TemplateLatency,
+    engine_metrics,
+)
 from infertune.scaling.signals import TargetSignals
 
 
@@ -42,7 +47,7 @@ class MetricsTarget:
 
     @cached_property
     def latency_kind(self) -> str:
-        if isinstance(self.metrics.latency, HistogramLatency):
+        if isinstance(self.metrics.latency, HistogramLatency | TemplateLatency):
             return f"p{self.quantile * 100:g}"
         return "mean"
 
