@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import requests
 from e2e.cluster.processes import free_port
 from e2e.fixtures.prometheus import PROMETHEUS_BINARY, MetricsEndpoint, PrometheusServer
 from e2e.fixtures.waiting import wait_for
@@ -381,6 +382,22 @@ def test_an_interval_of_a_fraction_of_a_second_reads_latency_at_every_second(
         got = source.fetch([llm], second)[llm.key]
         assert got.latency.problem is None, (second, got.latency.problem)
         assert [t for t, _ in got.latency.points] == [second - 1.5, second]
+
+
+def test_every_query_carries_the_timeout_to_prometheus(prometheus: PrometheusServer) -> None:
+    """The client gives up after timeout_s; Prometheus, told nothing, went on for its default
+    2 minutes with every cycle's abandoned query."""
+    sent: list[dict[str, Any]] = []
+
+    class Recording(requests.Session):
+        def request(self, method: str | bytes, url: str | bytes,  # type: ignore[override]
+                    *args: Any, **kwargs: Any) -> requests.Response:
+            sent.append(dict(kwargs.get("params") or {}))
+            return super().request(method, url, *args, **kwargs)
+
+    PrometheusSource(prometheus.url, timeout_s=2.5, session=Recording()).fetch(
+        [target("serving", "llm")], time.time())
+    assert len(sent) == 3 and all(p.get("timeout") == "2.5s" for p in sent), sent
 
 
 def test_an_http_error_is_no_data() -> None:

@@ -248,3 +248,19 @@ def test_fill_replaces_placeholders_outside_strings_and_comments_only() -> None:
     text = 'label_replace(q{$selector}, "t", "$selector", "a", "b") # $window in a comment\n'
     assert fill(text, {"selector": 'pod="x"', "window": "1m"}) == (
         'label_replace(q{pod="x"}, "t", "$selector", "a", "b") # $window in a comment\n')
+
+
+def test_latency_and_rate_queries_are_shared_beyond_the_queue_and_the_quantile() -> None:
+    """The request rate used to be planned per quantile, and both per whole metric set: two
+    quantiles cost two rate queries, and another queue gauge two more range queries."""
+    vllm = PRESETS[Engine.VLLM]
+    own_queue = EngineMetrics("my_queue", vllm.running, vllm.latency)
+    targets = [MetricsTarget("a/p99", "a", "x", vllm),
+               MetricsTarget("a/p90", "a", "y", vllm, quantile=0.9),
+               MetricsTarget("a/q", "a", "z", own_queue)]
+    plans = plan_queries(targets, 1.0)
+    count = {s: sum(1 for p in plans if p.signal is s) for s in Signal}
+    assert count == {Signal.QUEUE: 2, Signal.RUNNING: 0, Signal.LATENCY: 2,
+                     Signal.REQUEST_RATE: 1}
+    (rate,) = [p for p in plans if p.signal is Signal.REQUEST_RATE]
+    assert len(rate.members) == 3

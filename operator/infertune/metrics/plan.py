@@ -89,6 +89,7 @@ def plan_queries(targets: Sequence[MetricsTarget], resolution_s: float) -> list[
     queue: dict[tuple[object, ...], list[MetricsTarget]] = defaultdict(list)
     running: dict[tuple[object, ...], list[MetricsTarget]] = defaultdict(list)
     latency: dict[tuple[object, ...], list[MetricsTarget]] = defaultdict(list)
+    rate: dict[tuple[object, ...], list[MetricsTarget]] = defaultdict(list)
     for t in targets:
         if unsupported(t) is not None:
             continue
@@ -99,7 +100,11 @@ def plan_queries(targets: Sequence[MetricsTarget], resolution_s: float) -> list[
         queue[(*gauges, span, t.queue_target if span > 0 else None)].append(t)
         if t.want_running and t.metrics.running is not None:
             running[(*gauges, max(span, resolution_s))].append(t)
-        latency[(*labels, t.window, t.quantile, t.latency_step_s)].append(t)
+        # Latency and request rate read only the latency metrics, and the rate no quantile:
+        # tunings that differ in anything else share these queries.
+        read = (t.metrics.latency, t.namespace_label, t.pod_label, t.window, t.latency_step_s)
+        latency[(*read, t.quantile)].append(t)
+        rate[read].append(t)
     plans = []
     for members in queue.values():
         metrics, span = members[0].metrics, _aligned(members[0].queue_history_s, resolution_s)
@@ -119,16 +124,21 @@ def plan_queries(targets: Sequence[MetricsTarget], resolution_s: float) -> list[
                                running_build, window=True))
     for members in latency.values():
         first = members[0]
-        step = first.latency_step_s
-        lookback = step * (max(m.latency_samples for m in members) - 1)
         plans.append(QueryPlan(
-            Signal.LATENCY, tuple(members), step, lookback,
+            Signal.LATENCY, tuple(members), first.latency_step_s, _lookback(members),
             partial(promql.latency_query, metrics=first.metrics, quantile=first.quantile,
                     window=first.window)))
+    for members in rate.values():
+        first = members[0]
         plans.append(QueryPlan(
-            Signal.REQUEST_RATE, tuple(members), step, lookback,
+            Signal.REQUEST_RATE, tuple(members), first.latency_step_s, _lookback(members),
             partial(promql.request_rate_query, metrics=first.metrics, window=first.window)))
     return plans
+
+
+def _lookback(members: Sequence[MetricsTarget]) -> float:
+    """How far back a range plan reads: its members' longest run of latency samples."""
+    return members[0].latency_step_s * (max(m.latency_samples for m in members) - 1)
 
 
 def _aligned(seconds: float, step: float) -> float:

@@ -124,9 +124,12 @@ class PrometheusSource:
         if isinstance(query, _Unbuildable):
             return _Answer(plan, {}, f"the query cannot be built: {query.problem}")
         end = math.floor(now)
+        # Prometheus's own limit, so a query this side gave up on stops there too (its
+        # default is 2 minutes, every cycle).
+        server_side = {"timeout": f"{self.timeout_s:g}s"}
         try:
             if plan.window:
-                result = self._client.custom_query(query, params={"time": end},
+                result = self._client.custom_query(query, params={"time": end, **server_side},
                                                    timeout=self.timeout_s)
             else:
                 start = end - plan.lookback_s
@@ -136,7 +139,8 @@ class PrometheusSource:
                 result = self._client.custom_query_range(
                     query, start_time=datetime.fromtimestamp(start, tz=UTC),
                     end_time=datetime.fromtimestamp(end, tz=UTC), step=f"{plan.step_s:g}",
-                    params={"start": f"{start:.3f}", "end": str(end)}, timeout=self.timeout_s)
+                    params={"start": f"{start:.3f}", "end": str(end), **server_side},
+                    timeout=self.timeout_s)
         except (requests.RequestException, Urllib3Error, OSError, PrometheusApiClientException,
                 ValueError, LookupError, TypeError, ArithmeticError) as exc:
             return _Answer(plan, {}, f"Prometheus at {self.url} failed: "
