@@ -541,3 +541,29 @@ def test_a_stabilized_reason_names_the_windows_extreme_and_the_count_that_stays(
     lower = decide(signals(steady(10)), current=8, state=state)
     assert "scale-down stabilized at 7: the highest recommendation in the last 300s is 7;" \
         in lower.reason
+
+
+def test_times_stored_in_the_future_count_as_now() -> None:
+    """The clock stepped back 10 minutes after a scale-up 4 -> 8 (NTP, or the Lease moved to
+    an operator on a node whose clock is behind): the future entries held every scale-up for
+    those 10 minutes ("stabilized at 8: the lowest recommendation in the last 0s"). Taken as
+    made now, the next period may scale up again."""
+    ahead = NOW + 600
+    state = ScalingState((Recommendation(ahead, 8),), (ScaleEvent(ahead, 4),), ahead)
+    first = decide(signals(steady(96)), current=8, state=state)
+    assert first.desired_replicas == 8, first.reason  # the +4 counts as just made
+    assert "no usable metrics for -" not in first.reason
+    later = decide(signals(steady(96, now=NOW + 15), now=NOW + 15), current=8,
+                   state=first.held_state, now=NOW + 15)
+    assert later.desired_replicas == 16, later.reason
+    assert all(r.time <= NOW for r in first.held_state.recommendations)
+
+
+def test_a_stored_state_out_of_order_is_read_in_time_order() -> None:
+    stored = {"recommendations": [{"time": "2023-11-14T22:20:00Z", "replicas": 3},
+                                  {"time": "2023-11-14T22:10:00Z", "replicas": 9}],
+              "scaleEvents": [{"time": "2023-11-14T22:20:00Z", "change": 1},
+                              {"time": "2023-11-14T22:10:00Z", "change": 2}]}
+    state = ScalingState.from_json(stored)
+    assert [r.replicas for r in state.recommendations] == [9, 3]
+    assert [e.change for e in state.scale_events] == [2, 1]

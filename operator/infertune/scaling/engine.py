@@ -51,7 +51,7 @@ class _Proposal(NamedTuple):
 def decide_scale(spec: AutoscalingSpec, current_replicas: int, signals: TargetSignals,
                  state: ScalingState, now: float) -> ScaleDecision:
     reading = read_signals(spec, signals, now)
-    state = _track_missing(state, reading, now)
+    state = _track_missing(state.as_of(now), reading, now)
     if not spec.enabled:
         return _held(current_replicas, ScaleAction.DISABLED, "autoscaling.enabled is false; "
                      f"keeping {current_replicas} replicas", reading, state)

@@ -85,6 +85,22 @@ class ScalingState(NamedTuple):
         return ScalingState(tuple(kept), self.scale_events[first_event:],
                             self.metrics_missing_since)
 
+    def as_of(self, now: float) -> ScalingState:
+        """This state with no time after `now`. A stored time in the future means the clock
+        stepped back (NTP), or the operator that stored it ran on a node whose clock is ahead:
+        such an entry is taken as made now, so a window holds it as long as one made now,
+        not for as long as the clocks were apart (a future scale-up held every later one).
+        Both tuples are in time order (`from_json` sorts them), so only the last entries
+        can be in the future."""
+        recs, events, missing = self.recommendations, self.scale_events, self.metrics_missing_since
+        if ((not recs or recs[-1].time <= now) and (not events or events[-1].time <= now)
+                and (missing is None or missing <= now)):
+            return self
+        return ScalingState(
+            tuple(r if r.time <= now else Recommendation(now, r.replicas) for r in recs),
+            tuple(e if e.time <= now else ScaleEvent(now, e.change) for e in events),
+            None if missing is None else min(missing, now))
+
     def to_json(self) -> dict[str, Any]:
         """The shape stored in status (camelCase, RFC 3339 times)."""
         return {
@@ -102,10 +118,12 @@ class ScalingState(NamedTuple):
         if not data:
             return cls()
         missing = data.get("metricsMissingSince")
+        # Sorted: a state stored across a clock step, or edited by hand, may be out of order,
+        # and `recorded` drops old entries as a prefix.
         return cls(
-            tuple([Recommendation(parse_time(r["time"]), int(r["replicas"]))
-                   for r in data.get("recommendations") or ()]),
-            tuple([ScaleEvent(parse_time(e["time"]), int(e["change"]))
-                   for e in data.get("scaleEvents") or ()]),
+            tuple(sorted([Recommendation(parse_time(r["time"]), int(r["replicas"]))
+                          for r in data.get("recommendations") or ()], key=_time)),
+            tuple(sorted([ScaleEvent(parse_time(e["time"]), int(e["change"]))
+                          for e in data.get("scaleEvents") or ()], key=_time)),
             None if missing is None else parse_time(missing),
         )
