@@ -264,3 +264,21 @@ def test_latency_and_rate_queries_are_shared_beyond_the_queue_and_the_quantile()
                      Signal.REQUEST_RATE: 1}
     (rate,) = [p for p in plans if p.signal is Signal.REQUEST_RATE]
     assert len(rate.members) == 3
+
+
+def test_a_batch_query_stays_under_the_url_a_proxy_accepts() -> None:
+    """The matchers are repeated in every selector of a query: at 53 tunings with long names
+    the queue query's URL was 17 KB, and behind ingress-nginx (8 KiB) every tuning read as no
+    data. Past the limit the Deployments, then the namespaces, are no longer named."""
+    from infertune.metrics.plan import MAX_QUERY_URL, url_length
+
+    def targets(n: int) -> list[MetricsTarget]:
+        return [MetricsTarget(f"inference-team-{i:03d}/t{i}", f"inference-team-{i:03d}",
+                              f"qwen2-7b-instruct-{i:03d}", PRESETS[Engine.VLLM],
+                              want_running=True) for i in range(n)]
+
+    for n in range(1, 120, 4):
+        for plan in plan_queries(targets(n), 1.0):
+            assert url_length(plan.query() or "") <= MAX_QUERY_URL, (n, plan.signal)
+    few = next(p for p in plan_queries(targets(2), 1.0) if p.signal is Signal.QUEUE)
+    assert "(?:qwen2-7b-instruct-000|qwen2-7b-instruct-001)" in (few.query() or "")

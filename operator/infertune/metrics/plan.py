@@ -12,15 +12,25 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from functools import partial
+from urllib.parse import quote_plus
 
 from infertune.api.scaling import MAX_CONSECUTIVE_SAMPLES
 from infertune.api.units import LONGEST_DURATION_S
 from infertune.metrics import promql
 from infertune.metrics.promql import Scope
 from infertune.metrics.source import MetricsTarget
+
+MAX_QUERY_URL = 6000
+"""Characters of the URL-encoded query text a batch query is kept under (the URL adds the
+host, the path and the time parameters)."""
+
+
+def url_length(query: str) -> int:
+    """The length of `query` as it goes into the URL's query string."""
+    return len(quote_plus(query, safe=""))
 
 
 class Signal(StrEnum):
@@ -61,7 +71,20 @@ class QueryPlan:
         return Scope(first.namespace_label, first.pod_label, namespaces, deployments)
 
     def query(self) -> str | None:
-        return self.build(self.scope())
+        """The query for every member. A matcher is repeated in each selector of a query, so
+        when the URL would grow past MAX_QUERY_URL the Deployments, then the namespaces, are
+        no longer named (the adapter keeps its own targets from the wider answer): a proxy in
+        front of Prometheus refuses longer URLs (ingress-nginx allows 8 KiB), and every
+        tuning of the batch would read as no data."""
+        scope = self.scope()
+        text = self.build(scope)
+        for wider in (replace(scope, deployments=()),
+                      replace(scope, deployments=(), namespaces=())):
+            if text is None or url_length(text) <= MAX_QUERY_URL:
+                break
+            if wider != scope:
+                scope, text = wider, self.build(wider)
+        return text
 
     def query_for(self, target: MetricsTarget) -> str:
         """The same query for one target alone, for a person to paste into Prometheus."""
