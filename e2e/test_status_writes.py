@@ -32,12 +32,13 @@ from infertune.controller.status_patch import write_status
 pytestmark = pytest.mark.e2e
 
 STAMP = "2026-12-04T08:00:00Z"
-# Types no controller writes for a tuning without spec.autoscaling, so an operator that the
-# session may be running leaves them alone.
-THEIRS = condition_dict(ConditionType.METRICS_AVAILABLE, ConditionStatus.TRUE, "Found", "theirs",
-                        1, STAMP)
-OURS = condition_dict(ConditionType.SCALING_ACTIVE, ConditionStatus.TRUE, "Scaling", "ours", 1,
-                      STAMP)
+# Types no controller writes, so an operator that the session may be running leaves them
+# alone (it removes the autoscaler's own, MetricsAvailable and ScalingActive, from a tuning
+# without spec.autoscaling).
+THEIRS = {**condition_dict(ConditionType.METRICS_AVAILABLE, ConditionStatus.TRUE, "Found",
+                           "theirs", 1, STAMP), "type": "E2eTheirs"}
+OURS = {**condition_dict(ConditionType.SCALING_ACTIVE, ConditionStatus.TRUE, "Scaling", "ours",
+                         1, STAMP), "type": "E2eOurs"}
 
 
 def record(who: str) -> dict[str, Any]:
@@ -115,7 +116,7 @@ def test_write_status_builds_again_over_what_another_writer_stored(
     status = stored(api, namespace)["status"]
     assert landed is not None
     types = {c["type"] for c in status["conditions"]}
-    assert {"MetricsAvailable", "ScalingActive"} <= types
+    assert {"E2eTheirs", "E2eOurs"} <= types
     assert [d["reason"] for d in status["decisions"] if d["feature"] == "autoscaling"] == [
         "them", "us"]
 
@@ -129,7 +130,7 @@ def test_without_the_resource_version_the_other_writers_entries_are_lost(
     other_writer(api, namespace)
     write_status(namespace, "shared", planned_over, None, lambda s: add(s, OURS, "us"), api=api)
     status = stored(api, namespace)["status"]
-    assert "MetricsAvailable" not in {c["type"] for c in status["conditions"]}
+    assert "E2eTheirs" not in {c["type"] for c in status["conditions"]}
     assert "them" not in [d["reason"] for d in status["decisions"]]
 
 
@@ -161,7 +162,7 @@ def test_the_controllers_lists_are_refused_over_an_older_version_and_merged_into
         _content_type="application/json-patch+json")
     status = stored(api, namespace)["status"]
     by_type = {c["type"]: c for c in status["conditions"]}
-    assert by_type["MetricsAvailable"]["message"] == "theirs"
+    assert by_type["E2eTheirs"]["message"] == "theirs"
     assert by_type["TargetFound"]["status"] == "False"
     assert by_type["Ready"]["reason"] == "TargetNotFound"
     reasons = [d["reason"] for d in status["decisions"]]
