@@ -370,6 +370,35 @@ def test_custom_templates_read_what_the_preset_reads(prometheus: PrometheusServe
     assert got[broken.key].latency.problem is None  # only the refused query fails
 
 
+def test_the_example_templates_parse_in_prometheus(prometheus: PrometheusServer) -> None:
+    """The templates users copy (examples/, docs/autoscaling.md) are PromQL the real server
+    parses once filled: their queries find no series here, and say so, rather than fail."""
+    import re
+    from pathlib import Path
+
+    import yaml
+
+    root = Path(__file__).parents[1]
+    texts = [(root / "examples" / "custom-engine-promql.yaml").read_text()]
+    texts += re.findall(r"```yaml\n(.*?)```", (root / "docs" / "autoscaling.md").read_text(),
+                        re.S)
+    tunings = []
+    for text in texts:
+        for body in yaml.safe_load_all(text):
+            spec = (body or {}).get("spec") or {}
+            if isinstance(spec, dict) and (spec.get("metrics") or {}).get("queries"):
+                tunings.append(InferenceTuning.model_validate({
+                    "metadata": {"name": f"t{len(tunings)}", "namespace": "examples"},
+                    "spec": {"targetRef": {"name": "x"}, **spec}}))
+    assert len(tunings) == 2
+    targets = [target_for_tuning(t) for t in tunings]
+    got = PrometheusSource(prometheus.url).fetch(targets, time.time())
+    for t in targets:
+        for series in (got[t.key].queue, got[t.key].latency, got[t.key].request_rate):
+            assert (series.problem or "").startswith("no series for Deployment examples/"), \
+                series.problem
+
+
 def test_an_interval_of_a_fraction_of_a_second_reads_latency_at_every_second(
         prometheus: PrometheusServer) -> None:
     """interval 1.5s: the client rounded the range's start to a whole second, so on every
