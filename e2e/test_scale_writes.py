@@ -129,6 +129,36 @@ def test_a_count_written_between_the_read_and_the_write_is_not_overwritten_unsee
     assert [e[1] for e in events] == ["ScaledOut"]
 
 
+def test_a_revert_seen_before_a_conflicting_write_is_still_counted(
+    api_client: client.ApiClient, target: str, default_client: None,
+    events: list[tuple[str, str, str]], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The operator had written 4; someone put 2 back (a revert), and someone else wrote 6
+    between the read and the write. The second decision used to start from the stored fight
+    with no revert, and the revert was lost exactly when writers raced."""
+    api = client.CustomObjectsApi(api_client)
+    api.patch_namespaced_custom_object_status(GROUP, VERSION, target, PLURAL, "llm", {
+        "status": {"autoscaling": {"writtenReplicas": 4, "writtenTarget": "llm"}}})
+    apps = client.AppsV1Api(api_client)
+    real_read = client.AppsV1Api.read_namespaced_deployment_scale
+    reads: list[int] = []
+
+    def read_then_someone_writes(self: client.AppsV1Api, name: str, namespace: str,
+                                 **kwargs: Any) -> Any:
+        scale = real_read(self, name, namespace, **kwargs)
+        reads.append(int(scale.spec.replicas))
+        if len(reads) == 1:
+            apps.patch_namespaced_deployment_scale(name, namespace, {"spec": {"replicas": 6}})
+        return scale
+
+    monkeypatch.setattr(client.AppsV1Api, "read_namespaced_deployment_scale",
+                        read_then_someone_writes)
+    evaluate_once(api_client, target, 48.0, new_settings())
+    assert reads[0] == 2 and reads[-1] == 6
+    fight = autoscaling_status(api_client, target)["autoscaling"]["replicaFight"]
+    assert fight["reverts"] == 1
+
+
 def test_a_write_the_api_server_refuses_is_reported_not_applied(
     api_client: client.ApiClient, target: str, default_client: None,
     events: list[tuple[str, str, str]],

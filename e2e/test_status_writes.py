@@ -167,3 +167,24 @@ def test_the_controllers_lists_are_refused_over_an_older_version_and_merged_into
     assert by_type["Ready"]["reason"] == "TargetNotFound"
     reasons = [d["reason"] for d in status["decisions"]]
     assert "them" in reasons and reasons[-1].startswith("Deployment target not found")
+
+
+def test_a_write_planned_for_a_spec_that_changed_meanwhile_is_dropped(
+    api_client: client.ApiClient, namespace: str, tuning: dict[str, Any]
+) -> None:
+    """An autoscaler evaluation planned before spec.autoscaling was removed met the conflict,
+    read the status again and built its blocks over it: it put back what the controller had
+    just removed with the spec. With `still` the write is dropped when the spec it was
+    planned for is gone."""
+    api = client.CustomObjectsApi(api_client)
+    planned_over = tuning.get("status") or {}
+    version = tuning["metadata"]["resourceVersion"]
+    api.patch_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "shared",
+                                       {"spec": {"mode": "DryRun"}})
+    landed = write_status(namespace, "shared", planned_over, version,
+                          lambda s: add(s, OURS, "us"), api=api,
+                          still=lambda obj: obj["spec"].get("mode") != "DryRun")
+    assert landed is None
+    status = stored(api, namespace).get("status") or {}
+    assert "E2eOurs" not in {c["type"] for c in status.get("conditions") or []}
+    assert "us" not in [d["reason"] for d in status.get("decisions") or []]

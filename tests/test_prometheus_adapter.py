@@ -426,7 +426,11 @@ def test_every_query_carries_the_timeout_to_prometheus(prometheus: PrometheusSer
 
     PrometheusSource(prometheus.url, timeout_s=2.5, session=Recording()).fetch(
         [target("serving", "llm")], time.time())
-    assert len(sent) == 3 and all(p.get("timeout") == "2.5s" for p in sent), sent
+    assert len(sent) == 3 and all(p.get("timeout") == "2.5" for p in sent), sent
+    # Prometheus takes it: "2.5s" was refused as a duration, and every query with it.
+    got = PrometheusSource(prometheus.url, timeout_s=2.5).fetch([target("serving", "nobody")],
+                                                                 time.time())["serving/nobody"]
+    assert got.queue.problem == "no series for Deployment serving/nobody", got.queue.problem
 
 
 def test_an_http_error_is_no_data() -> None:

@@ -198,6 +198,19 @@ def test_a_would_be_change_is_recorded_once_not_every_interval(
     assert bigger.event is not None and bigger.record is not None
 
 
+def test_a_change_not_written_after_the_same_one_written_is_news() -> None:
+    """4 -> 6 written, put back to 4, and then blocked (an HPA appeared): the same numbers as
+    the last evaluation, but that one was applied, so "not applied" is news."""
+    written = plan_evaluation(spec(), 1, {}, signals(), 4, None, NOW)
+    assert written.write == 6
+    status = merged({}, written.status)
+    later = NOW + 15
+    blocked = plan_evaluation(spec(), 1, status, signals(now=later), 4,
+                              Blocked("HorizontalPodAutoscalerPresent", "HPA llm"), later)
+    assert blocked.write is None and blocked.record is not None
+    assert blocked.record["applied"] is False and blocked.event is not None
+
+
 def test_disabled_autoscaling_says_so_in_scaling_active() -> None:
     """enabled: false reported ScalingActive=True "scaling Deployment llm"."""
     disabled = spec(autoscaling={"minReplicas": 1, "maxReplicas": 20, "enabled": False})

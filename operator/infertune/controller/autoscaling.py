@@ -319,12 +319,15 @@ def evaluate(namespace: str, name: str, generation: int, spec: InferenceTuningSp
     with its message, in ScalingActive and a Warning Event."""
     key, deployment = f"{namespace}/{name}", spec.target_ref.name
     apps = client.AppsV1Api()
+    stored_fight = Fight.from_json((status.get("autoscaling") or {}).get("replicaFight"))
+    reverted = False
     for attempt in range(SCALE_WRITE_ATTEMPTS):
         scale = apps.read_namespaced_deployment_scale(deployment, namespace)
         current = int(scale.spec.replicas or 0) if scale.spec else 0
-        stored_fight = Fight.from_json((status.get("autoscaling") or {}).get("replicaFight"))
+        # A revert seen by the first attempt stays one when the second decides again.
         reverted = _reverted(settings, key, current, status, deployment,
-                             spec.autoscaling is not None and spec.autoscaling.enabled)
+                             spec.autoscaling is not None and spec.autoscaling.enabled
+                             ) or reverted
         fight = next_fight(stored_fight, generation, reverted, now)
         plan = functools.partial(plan_evaluation, spec, generation, status, signals, current,
                                  now=now, fight=None if fight is None else fight.to_json(),
@@ -355,12 +358,21 @@ def evaluate(namespace: str, name: str, generation: int, spec: InferenceTuningSp
         break
     write_status(namespace, name, status, resource_version,
                  lambda stored: planned.status if stored is status
-                 else status_over(planned, stored))
+                 else status_over(planned, stored), still=_still_autoscaled)
     if refused is not None:
-        kopf.event(body, type="Warning", reason=SCALE_WRITE_REFUSED, message=refused[:1000])
+        if planned.record is not None:  # news, as a decision record is: not every interval
+            kopf.event(body, type="Warning", reason=SCALE_WRITE_REFUSED,
+                       message=refused[:1000])
     elif planned.event is not None:
         kopf.event(body, type="Normal", reason=planned.event[0], message=planned.event[1])
     return planned.decision
+
+
+def _still_autoscaled(stored: Mapping[str, Any]) -> bool:
+    """Whether the tuning read again still has spec.autoscaling: an evaluation that met a
+    conflict with its removal would otherwise put back the conditions and status.autoscaling
+    the controller removed with it."""
+    return bool((stored.get("spec") or {}).get("autoscaling"))
 
 
 @kopf.daemon(*RESOURCE, initial_delay=1.0,  # type: ignore[arg-type]

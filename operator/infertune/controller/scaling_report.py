@@ -192,11 +192,14 @@ def _news(spec: InferenceTuningSpec, status: Mapping[str, Any], decision: ScaleD
                      and previous_action != ScaleAction.TUNE_BATCHING.value)
     if not changes and not batching_news:
         return None
-    if changes and not applied and (previous_action, previous.get("currentReplicas"),
-                                    previous.get("desiredReplicas")) == (
+    previous_applied = previous.get("lastScaleTime") == previous.get("evaluated")
+    if changes and not applied and not previous_applied and (
+            previous_action, previous.get("currentReplicas"),
+            previous.get("desiredReplicas")) == (
             decision.action.value, decision.current_replicas, decision.desired_replicas):
-        # The same would-be change as the last evaluation (DryRun, or blocked): said once,
-        # not every interval, where it pushed the other features out of status.decisions.
+        # The same would-be change as the last evaluation, which was not written either
+        # (DryRun, or blocked): said once, not every interval, where it pushed the other
+        # features out of status.decisions.
         return None
     prefix = "" if applied or not changes else (
         "dry run, not applied: " if spec.mode is Mode.DRY_RUN else "not applied: ")

@@ -38,7 +38,9 @@ def as_stored(value: Any) -> Any:
 
 def write_status(namespace: str, name: str, status: Mapping[str, Any],
                  resource_version: str | None, build: Build,
-                 api: client.CustomObjectsApi | None = None) -> dict[str, Any] | None:
+                 api: client.CustomObjectsApi | None = None,
+                 still: Callable[[Mapping[str, Any]], bool] | None = None,
+                 ) -> dict[str, Any] | None:
     """Write `build(status)` to the tuning's status, as a JSON merge patch that holds only while
     the tuning is still at `resource_version`; the patch that landed is returned.
 
@@ -47,6 +49,9 @@ def write_status(namespace: str, name: str, status: Mapping[str, Any],
     older copy would silently drop what another wrote in between (a Ready condition, a decision
     record). With the resourceVersion in the patch the API server refuses such a write (409
     Conflict); the status is then read again and the patch built again from what is stored.
+    `still`, given the object read again, says whether the write is still wanted: one planned
+    for a spec that has changed since (autoscaling removed) must not be built over the new
+    status, where it would put back what the new spec's handling took away.
     """
     api = api or client.CustomObjectsApi()
     for attempt in range(1, CONFLICT_ATTEMPTS + 1):
@@ -65,6 +70,8 @@ def write_status(namespace: str, name: str, status: Mapping[str, Any],
                 raise
         stored: dict[str, Any] = api.get_namespaced_custom_object_status(  # type: ignore[assignment]
             GROUP, VERSION, namespace, PLURAL, name)
+        if still is not None and not still(stored):
+            return None
         status = stored.get("status") or {}
         resource_version = stored["metadata"]["resourceVersion"]
     raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises

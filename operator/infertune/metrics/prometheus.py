@@ -126,7 +126,7 @@ class PrometheusSource:
         end = math.floor(now)
         # Prometheus's own limit, so a query this side gave up on stops there too (its
         # default is 2 minutes, every cycle).
-        server_side = {"timeout": f"{self.timeout_s:g}s"}
+        server_side = {"timeout": f"{self.timeout_s:g}"}  # seconds; "2.5s" is refused
         try:
             if plan.window:
                 result = self._client.custom_query(query, params={"time": end, **server_side},
