@@ -125,6 +125,8 @@ def test_values_round_trip_as_written() -> None:
          "string should have at most 2000 characters"),
         ({"metrics": {"queries": {"latencyBuckets": "rate(b{$selector}[$window])"}}},
          "metrics.queries.requestRate: is needed with latencyBuckets"),
+        ({"metrics": {"queries": {"queueDepth": "q{$selector} #\r), \"t\", \"x\", \"\", \"\")"}}},
+         "metrics.queries.queueDepth: a control character (U+000D) at character 15"),
         ({"metrics": {"queueDepth": "q", "queries": {"queueDepth": "q{$selector}"}}},
          "metrics.queueDepth: give the metric name or queries.queueDepth, not both"),
     ],

@@ -343,7 +343,8 @@ def test_custom_templates_read_what_the_preset_reads(prometheus: PrometheusServe
         "spec": {"targetRef": {"name": "llm"}, "engine": "custom", "metrics": {
             "window": "5s", "queries": {
                 "queueDepth": "sum by (namespace, pod) "
-                              "(vllm:num_requests_waiting{model_name=~'.+', $selector})",
+                              "(vllm:num_requests_waiting{model_name=~'.+', $selector})"
+                              " # a comment at the end",
                 "latencyBuckets": "rate(vllm:e2e_request_latency_seconds_bucket{$selector}"
                                   "[$window])",
                 "requestRate": "rate(vllm:e2e_request_latency_seconds_count{$selector}"

@@ -213,15 +213,16 @@ def test_a_template_gets_the_escaped_matchers_and_keeps_its_own_strings() -> Non
     query = promql.queue_query(scope, CUSTOM, 30.0, 1.0, 32.0)
     assert f'router_queue{{job="r", {scope.matchers()}}}' in query
     assert '"pod", "$1", "instance", "(.*)"' in query
-    assert "$selector" not in query and "\n" not in query
+    assert "$selector" not in query
+    assert query.count("\n") == query.count("\n)")  # only before the closing parentheses
     first = query.index('namespace=~"') + len("namespace=~")
     regex, _ = unquote(query[first:])
     assert re.fullmatch(regex, namespace)
     latency = promql.latency_query(scope, CUSTOM, 0.95, "2m")
     assert latency.startswith("histogram_quantile(0.95, sum by (namespace, infertune_target, le)")
-    assert f"(rate(lat_seconds_bucket{{{scope.matchers()}}}[2m]))" in latency
+    assert f"(rate(lat_seconds_bucket{{{scope.matchers()}}}[2m])\n)" in latency
     rate = promql.request_rate_query(scope, CUSTOM, "2m")
-    assert f"(rate(lat_seconds_count{{{scope.matchers()}}}[2m]))" in rate
+    assert f"(rate(lat_seconds_count{{{scope.matchers()}}}[2m])\n)" in rate
 
 
 def test_templates_are_planned_by_their_text() -> None:
@@ -282,3 +283,14 @@ def test_a_batch_query_stays_under_the_url_a_proxy_accepts() -> None:
             assert url_length(plan.query() or "") <= MAX_QUERY_URL, (n, plan.signal)
     few = next(p for p in plan_queries(targets(2), 1.0) if p.signal is Signal.QUEUE)
     assert "(?:qwen2-7b-instruct-000|qwen2-7b-instruct-001)" in (few.query() or "")
+
+
+def test_a_comment_ending_a_template_cannot_hide_what_follows_it() -> None:
+    """`... # per pod` passed the check, and the operator's closing text after it on the same
+    line was commented out: every query of the template failed to parse."""
+    commented = EngineMetrics(Template("sum by (namespace, pod) (q{$selector}) # per pod"),
+                              None, CUSTOM.latency)
+    scope = Scope("namespace", "pod", ("a",), ("llm",))
+    query = promql.gauge_query(scope, commented.queue_depth)
+    line = next(line for line in query.splitlines() if "# per pod" in line)
+    assert line.endswith("# per pod")  # nothing of the operator's after it

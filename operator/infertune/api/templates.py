@@ -36,6 +36,12 @@ def placeholders(text: str) -> tuple[tuple[Placeholder, ...], str | None]:
     found: list[Placeholder] = []
     stack: list[tuple[str, int]] = []
     i, n = 0, len(text)
+    control = next((j for j, c in enumerate(text) if ord(c) < 32 and c not in "\t\n"), None)
+    if control is not None:
+        # Prometheus ends a comment at a carriage return too: one here could close the
+        # operator's own text after the template (escape it in a string: "\r").
+        return (), (f"a control character (U+{ord(text[control]):04X}) at character "
+                    f"{control + 1}; write the query on lines ended by newlines only")
     while i < n:
         c = text[i]
         if c in "\"'`":

@@ -142,9 +142,10 @@ def _per_target(scope: Scope, expr: str) -> str:
 
 def filled(scope: Scope, template: Template, window: str) -> str:
     """A template (spec.metrics.queries) with the scope's matchers for `$selector` and the
-    window for `$window`, in parentheses: it is the user's whole expression."""
+    window for `$window`, in parentheses: it is the user's whole expression. The closing one
+    goes on a line of its own, so that a comment ending the template cannot hide it."""
     return "(" + fill(template.text, {"selector": scope.matchers(),
-                                      "window": window_text(window)}) + ")"
+                                      "window": window_text(window)}) + "\n)"
 
 
 def _gauge(scope: Scope, name: str | Template, window: str) -> str:
