@@ -310,6 +310,24 @@ def test_batching_auto_steps_again_only_once_every_pod_runs_the_value_for_a_wind
     assert stepped["applied"] == 64 and "servingSince" not in stepped
 
 
+@pytest.mark.parametrize("latency_s, bounds, applied, expected", [
+    (0.09, (1, 256), 128, 96),  # 90ms vs 75ms: x0.83 is under a 25% step; a step is 25%
+    (0.09, (16, 256), 20, 16),  # a step to the bound is applied, however small
+])
+def test_batching_auto_acts_on_a_breach_of_any_size(latency_s: float, bounds: tuple[int, int],
+                                                   applied: int, expected: int) -> None:
+    """p99 90ms against 75ms recommended 106 from 128: under the 25% that mode Auto applies,
+    and recomputed from the same 128 every interval, so nothing ever acted on the breach."""
+    low, high = bounds
+    tuning = spec(batching={"mode": "Auto", "min": low, "max": high})
+    status = {"batching": {"knob": "max-num-seqs", "applied": applied,
+                           "servingSince": format_time(NOW - 3600)},
+              "tuning": pods_at(tuning, applied)}
+    block = plan_evaluation(tuning, 1, status, signals(5.0, latency_s), 4, None,
+                            NOW).status["batching"]
+    assert (block["recommended"], block["applied"]) == (expected, expected), block["reason"]
+
+
 def test_batching_auto_steps_from_the_applied_value_inside_bounds_that_changed() -> None:
     """spec.batching.max lowered under the applied value: the pods run the bound (the webhook
     clamps), and status says so rather than the old value."""

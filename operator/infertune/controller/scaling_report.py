@@ -26,15 +26,15 @@ from infertune.controller.conditions import (
     condition_dict,
     merge_condition_dicts,
 )
-from infertune.scaling.batching import recommend_batching
+from infertune.scaling.batching import MIN_STEP, recommend_batching
 from infertune.scaling.engine import ScaleAction, ScaleDecision, decide_scale
 from infertune.scaling.signals import TargetSignals, seconds
 from infertune.scaling.state import ScalingState, format_time, parse_time
 from infertune.tuning.pod_patch import planned_mig, tuning_revision
 
-APPLY_STEP = 0.25
-"""Batching mode Auto follows the recommendation only when it moves by this fraction: every
-change re-creates the pods."""
+APPLY_STEP = MIN_STEP
+"""Batching mode Auto follows the recommendation only when it moves by this fraction (or
+reaches a bound): every change re-creates the pods."""
 NOTHING_TUNES_BATCHING = (
     "; spec.batching.mode is Off, so nothing acts on it: set it to Recommend (a batch size in "
     "status.batching) or Auto (applied), or latency.action to ScaleOut to add replicas instead")
@@ -295,6 +295,8 @@ def _applied_knob(spec: InferenceTuningSpec, previous: int | None,
                   recommended: int) -> int | None:
     if spec.batching.mode is not BatchingMode.AUTO or spec.mode is Mode.DRY_RUN:
         return None
-    if previous is None or abs(recommended - previous) >= APPLY_STEP * previous:
+    bounds = (spec.batching.min, spec.batching.max)
+    if (previous is None or abs(recommended - previous) >= APPLY_STEP * previous
+            or (recommended in bounds and recommended != previous)):
         return recommended
     return previous

@@ -21,6 +21,10 @@ REQUEST_KNOBS = frozenset({BatchingKnob.MAX_NUM_SEQS, BatchingKnob.MAX_RUNNING_R
                            BatchingKnob.MAX_CONCURRENT_REQUESTS})
 MAX_DECREASE = 0.5
 """At most halve per step, so one noisy sample cannot collapse throughput."""
+MIN_STEP = 0.25
+"""A step moves the knob by at least this fraction: mode Auto applies only such moves (each
+re-creates the pods), and a smaller one, computed again from the same applied value, would
+never be applied while the latency stays above target."""
 MAX_INCREASE = 1.25
 HEADROOM = 0.8
 """Grow only while latency is at most 80% of target, so a step up does not itself breach."""
@@ -53,7 +57,7 @@ def recommend_batching(batching: BatchingSpec, engine: Engine, autoscaling: Auto
     target = seconds(autoscaling.latency.target)
     latency = reading.latency_s
     if reading.latency_breached and latency is not None and queue_is_low(autoscaling, reading):
-        factor = max(MAX_DECREASE, target / latency)
+        factor = max(MAX_DECREASE, min(1 - MIN_STEP, target / latency))
         proposed = min(math.floor(base * factor + FLOAT_NOISE), base - 1)
         why = (f"{reading.latency_kind} {latency_text(latency)} above {latency_text(target)} for "
                f"{reading.breaches} samples with the queue low: lower {knob.value} by "
