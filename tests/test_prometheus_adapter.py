@@ -14,6 +14,7 @@ import math
 import socket
 import threading
 import time
+import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
@@ -332,6 +333,51 @@ def test_the_queries_of_a_batch_wait_for_a_hanging_prometheus_together() -> None
     # 6 plans, 4 at a time: four asked at once, the other two after the first timeouts.
     at_once = max(sum(1 for t in accepted if start <= t < start + 1) for start in accepted)
     assert (len(accepted), at_once) == (6, prometheus_adapter.PARALLEL_QUERIES), accepted
+
+
+def test_slow_templates_hold_neither_the_presets_nor_the_batch_past_its_budget() -> None:
+    """Six tunings with slow templates, next to one on the preset: the presets' queries have
+    their own pool and are answered; the templates' queries queue in theirs, and those not
+    answered within 1.5 timeouts are no data for their own tunings only. Before, every
+    tuning's evaluation waited a timeout per four slow templates."""
+    class SlowForTemplates(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            query = urllib.parse.parse_qs(urllib.parse.urlsplit(self.path).query)["query"][0]
+            if "slow_metric" in query:
+                time.sleep(3)
+            kind = "matrix" if "query_range" in self.path else "vector"
+            body = json.dumps({"status": "success",
+                               "data": {"resultType": kind, "result": []}}).encode()
+            try:
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.end_headers()
+                self.wfile.write(body)
+            except OSError:
+                pass  # the client gave up
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), SlowForTemplates)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    vllm = PRESETS[Engine.VLLM]
+    slow = [MetricsTarget(f"t/s{i}", "t", f"s{i}", EngineMetrics(
+        Template(f"slow_metric_{i}{{$selector}}"), None, vllm.latency)) for i in range(6)]
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        got = PrometheusSource(url, timeout_s=1).fetch([target("t", "p"), *slow], time.time())
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert got["t/p"].queue.problem == "no series for Deployment t/p"  # answered
+    problems = [got[t.key].queue.problem or "" for t in slow]
+    assert sum("timed out after 1s" in p for p in problems) == \
+        prometheus_adapter.PARALLEL_TEMPLATE_QUERIES, problems
+    assert sum("not answered within 1.5s, this cycle's budget" in p for p in problems) == \
+        6 - prometheus_adapter.PARALLEL_TEMPLATE_QUERIES, problems
+    assert all(got[t.key].latency.problem == f"no series for Deployment {t.namespace}/"
+               f"{t.deployment}" for t in slow)  # the preset's latency query answered them
 
 
 def test_custom_templates_read_what_the_preset_reads(prometheus: PrometheusServer) -> None:

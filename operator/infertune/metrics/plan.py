@@ -20,6 +20,7 @@ from urllib.parse import quote_plus
 from infertune.api.scaling import MAX_CONSECUTIVE_SAMPLES
 from infertune.api.units import LONGEST_DURATION_S
 from infertune.metrics import promql
+from infertune.metrics.presets import Template, TemplateLatency
 from infertune.metrics.promql import Scope
 from infertune.metrics.source import MetricsTarget
 
@@ -53,6 +54,8 @@ class QueryPlan:
     """An instant window query, read into a `Window`, rather than a range query."""
     threshold: float | None = None
     """The queue target the window's `dip` is measured against."""
+    templated: bool = False
+    """The query is a PromQL template's (spec.metrics.queries), not a preset's."""
 
     def scope(self, members: Sequence[MetricsTarget] | None = None) -> Scope:
         """The namespaces and Deployments of all members (each list dropped when it is too long
@@ -136,7 +139,8 @@ def plan_queries(targets: Sequence[MetricsTarget], resolution_s: float) -> list[
             promql.queue_query, metrics=metrics, span_s=max(span, resolution_s),
             step_s=resolution_s, threshold=threshold, window=members[0].window)
         plans.append(QueryPlan(Signal.QUEUE, tuple(members), resolution_s, span, queue_build,
-                               window=True, threshold=threshold))
+                               window=True, threshold=threshold,
+                               templated=isinstance(metrics.queue_depth, Template)))
     for members in running.values():
         metrics = members[0].metrics
         span = max(_aligned(members[0].queue_history_s, resolution_s), resolution_s)
@@ -144,18 +148,21 @@ def plan_queries(targets: Sequence[MetricsTarget], resolution_s: float) -> list[
             promql.running_query, metrics=metrics, span_s=span, step_s=resolution_s,
             window=members[0].window)
         plans.append(QueryPlan(Signal.RUNNING, tuple(members), resolution_s, span,
-                               running_build, window=True))
+                               running_build, window=True,
+                               templated=isinstance(metrics.running, Template)))
     for members in latency.values():
         first = members[0]
         plans.append(QueryPlan(
             Signal.LATENCY, tuple(members), first.latency_step_s, _lookback(members),
             partial(promql.latency_query, metrics=first.metrics, quantile=first.quantile,
-                    window=first.window)))
+                    window=first.window),
+            templated=isinstance(first.metrics.latency, TemplateLatency)))
     for members in rate.values():
         first = members[0]
         plans.append(QueryPlan(
             Signal.REQUEST_RATE, tuple(members), first.latency_step_s, _lookback(members),
-            partial(promql.request_rate_query, metrics=first.metrics, window=first.window)))
+            partial(promql.request_rate_query, metrics=first.metrics, window=first.window),
+            templated=isinstance(first.metrics.latency, TemplateLatency)))
     return plans
 
 

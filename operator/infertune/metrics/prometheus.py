@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import math
 import operator
-from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor, wait
 from datetime import UTC, datetime
 from typing import Any, NamedTuple, cast
 
@@ -40,6 +40,12 @@ from infertune.scaling.state import format_time
 
 PARALLEL_QUERIES = 4
 """Queries of one batch in flight at once (a batch has one per signal per query shape)."""
+PARALLEL_TEMPLATE_QUERIES = 2
+"""Queries of PromQL templates in flight at once, in a pool of their own: a tenant's slow
+template must not hold the presets' queries, which every other tuning waits for."""
+BUDGET_TIMEOUTS = 1.5
+"""A batch waits this many query timeouts at most; a query not answered by then (queued behind
+slow ones) is no data for its tunings, and the others go on."""
 SeriesKey = tuple[str, str]
 """(namespace, Deployment) as the target label set puts them."""
 SignalData = Series | Window
@@ -78,6 +84,8 @@ class PrometheusSource:
             (), [])
         self._pool = ThreadPoolExecutor(max_workers=PARALLEL_QUERIES,
                                         thread_name_prefix="prometheus-query")
+        self._template_pool = ThreadPoolExecutor(max_workers=PARALLEL_TEMPLATE_QUERIES,
+                                                 thread_name_prefix="prometheus-template")
 
     def fetch(self, targets: Sequence[MetricsTarget], now: float) -> dict[str, TargetSignals]:
         if self._credentials is not None:  # once per cycle: the file may have been rotated
@@ -89,8 +97,7 @@ class PrometheusSource:
         def run(planned: tuple[QueryPlan, _Query]) -> _Answer:
             return self._run(planned[0], planned[1], now)
 
-        answers = self._pool.map(run, plans) if len(plans) > 1 else map(run, plans)
-        for answer in answers:
+        for answer in self._answers(run, plans):
             plan = answer.plan
             table, hits = found[plan.signal], answer.hits
             for target in plan.members:
@@ -105,6 +112,25 @@ class PrometheusSource:
         return {t.key: TargetSignals(queue[t.key], latency[t.key], rate[t.key],
                                      running.get(t.key, NOT_READ), t.latency_kind)
                 if t.key in queue else _unsupported(t) for t in targets}
+
+    def _answers(self, run: Callable[[tuple[QueryPlan, _Query]], _Answer],
+                 plans: list[tuple[QueryPlan, _Query]]) -> list[_Answer]:
+        """Every plan's answer within the batch's budget: the presets' plans in one pool, the
+        templates' in another, and a plan still unanswered at the end of the budget is no
+        data (it was queued behind slow queries; the one running stops at its timeout)."""
+        if len(plans) == 1:
+            return [run(plans[0])]
+        futures = {(self._template_pool if planned[0].templated else self._pool)
+                   .submit(run, planned): planned[0] for planned in plans}
+        done, late = wait(futures, timeout=self.timeout_s * BUDGET_TIMEOUTS)
+        answers = [future.result() for future in done]
+        for future in late:
+            future.cancel()
+            answers.append(_Answer(futures[future], {}, (
+                f"Prometheus at {self.url} failed: not answered within "
+                f"{self.timeout_s * BUDGET_TIMEOUTS:g}s, this cycle's budget, behind slower "
+                "queries")))
+        return answers
 
     def _plans(self, targets: Sequence[MetricsTarget]) -> list[tuple[QueryPlan, _Query]]:
         """The plans for `targets` and their query text, kept while the same target objects
