@@ -60,6 +60,17 @@ def test_prometheus_url_turns_autoscaling_on_and_is_left_out_when_empty() -> Non
     assert not any(arg.startswith("--prometheus-url") for arg in off)
 
 
+def test_promql_templates_can_be_turned_off() -> None:
+    on = operator_args(helm("template", "t", str(CHART)).stdout)
+    assert "--no-promql-templates" not in on
+    off = operator_args(helm("template", "t", str(CHART), "--set",
+                             "prometheus.templates=false").stdout)
+    assert "--no-promql-templates" in off
+    refused = helm("template", "t", str(CHART), "--set-string", "prometheus.templates=no",
+                   check=False)
+    assert refused.returncode != 0 and "/prometheus/templates" in refused.stderr
+
+
 @pytest.mark.parametrize("value", ["prometheus:9090", "ftp://prometheus:9090",
                                    'http://x" --kubeconfig=/etc/evil'])
 def test_a_bad_prometheus_url_is_refused_naming_the_value(value: str) -> None:

@@ -380,6 +380,29 @@ def test_slow_templates_hold_neither_the_presets_nor_the_batch_past_its_budget()
                f"{t.deployment}" for t in slow)  # the preset's latency query answered them
 
 
+def test_templates_turned_off_are_not_run_and_say_why() -> None:
+    """infertune run --no-promql-templates: a template runs with the operator's access to
+    Prometheus, so an administrator may refuse them; those tunings are told, the others are
+    read as usual."""
+    asked: list[str] = []
+
+    class Recording(requests.Session):
+        def request(self, method: str | bytes, url: str | bytes,  # type: ignore[override]
+                    *args: Any, **kwargs: Any) -> requests.Response:
+            asked.append(str((kwargs.get("params") or {}).get("query")))
+            raise requests.ConnectionError("not asked in this test")
+
+    vllm = PRESETS[Engine.VLLM]
+    templated = MetricsTarget("t/x", "t", "x", EngineMetrics(Template("q{$selector}"), None,
+                                                             vllm.latency))
+    got = PrometheusSource("http://127.0.0.1:1", session=Recording(), templates=False).fetch(
+        [templated, target("t", "p")], time.time())
+    assert got["t/x"].queue.problem == prometheus_adapter.TEMPLATES_OFF
+    assert "--no-promql-templates" in prometheus_adapter.TEMPLATES_OFF
+    assert got["t/p"].queue.problem is not None and "cannot connect" in got["t/p"].queue.problem
+    assert asked and not any("q{" in query for query in asked)
+
+
 def test_custom_templates_read_what_the_preset_reads(prometheus: PrometheusServer) -> None:
     """engine custom with PromQL templates over the same vLLM series: the same queue, pods,
     p99 and request rate as the preset, through the real Prometheus. A template Prometheus

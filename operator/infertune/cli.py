@@ -207,6 +207,11 @@ def _add_run_command(commands: argparse._SubParsersAction) -> None:  # type: ign
                          "queries (default: $INFERTUNE_PROMETHEUS_URL; without it autoscaling "
                          "is reported as inactive)")
     add_access_options(metrics)
+    metrics.add_argument("--no-promql-templates", action="store_true",
+                         help="do not run the PromQL templates of spec.metrics.queries: they "
+                         "run with the operator's access to Prometheus, and whoever may "
+                         "create InferenceTunings may read any series through one; tunings "
+                         "with templates report MetricsAvailable=False")
     hook = run.add_argument_group("admission webhook")
     hook.add_argument("--webhook-addr", default="0.0.0.0", help="listen address")
     hook.add_argument("--webhook-port", type=int, default=9443, help="listen port")

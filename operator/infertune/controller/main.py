@@ -150,7 +150,8 @@ def run_operator(args: argparse.Namespace) -> int:
         if prometheus is None and access != NO_ACCESS_OPTIONS:
             raise SystemExit("the --prometheus-* access options need --prometheus-url (or "
                              "$INFERTUNE_PROMETHEUS_URL): without it nothing is queried")
-        source = PrometheusSource(prometheus, access=access) if prometheus else None
+        source = PrometheusSource(prometheus, access=access,
+                                  templates=not args.no_promql_templates) if prometheus else None
     except AccessError as exc:
         raise SystemExit(str(exc)) from None
     except ValueError as exc:

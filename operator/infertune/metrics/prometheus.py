@@ -43,6 +43,9 @@ PARALLEL_QUERIES = 4
 PARALLEL_TEMPLATE_QUERIES = 2
 """Queries of PromQL templates in flight at once, in a pool of their own: a tenant's slow
 template must not hold the presets' queries, which every other tuning waits for."""
+TEMPLATES_OFF = ("PromQL templates (spec.metrics.queries) are turned off in this operator "
+                 "(infertune run --no-promql-templates); give metric names in spec.metrics "
+                 "instead")
 BUDGET_TIMEOUTS = 1.5
 """A batch waits this many query timeouts at most; a query not answered by then (queued behind
 slow ones) is no data for its tunings, and the others go on."""
@@ -57,7 +60,7 @@ class PrometheusSource:
 
     def __init__(self, url: str, *, timeout_s: float = 5.0, resolution_s: float = 1.0,
                  access: PrometheusAccess = NO_ACCESS_OPTIONS,
-                 session: requests.Session | None = None) -> None:
+                 session: requests.Session | None = None, templates: bool = True) -> None:
         if not url.startswith(("http://", "https://")):
             raise ValueError(f"Prometheus URL {url!r} must start with http:// or https://")
         if resolution_s <= 0 or timeout_s <= 0:
@@ -68,6 +71,9 @@ class PrometheusSource:
                                   "https:// or drop the option")
         self.url = url.rstrip("/")
         self.timeout_s = timeout_s
+        self.templates = templates
+        """False: tunings with PromQL templates are not read (infertune run
+        --no-promql-templates): a template runs with the operator's access to Prometheus."""
         self.resolution_s = resolution_s
         if session is None:
             session = requests.Session()
@@ -91,7 +97,8 @@ class PrometheusSource:
         if self._credentials is not None:  # once per cycle: the file may have been rotated
             self._client.headers["Authorization"] = self._credentials.current()
         found: dict[Signal, dict[str, SignalData]] = {signal: {} for signal in Signal}
-        plans = self._plans(targets)
+        plans = self._plans(targets if self.templates else
+                            [t for t in targets if not t.metrics.uses_templates])
         # At the same time: a Prometheus that hangs costs the batch one timeout, not one per
         # plan (every tuning's evaluation waits for the batch).
         def run(planned: tuple[QueryPlan, _Query]) -> _Answer:
@@ -111,7 +118,15 @@ class PrometheusSource:
         # Every supported target is in a queue and a latency plan; the others say why not.
         return {t.key: TargetSignals(queue[t.key], latency[t.key], rate[t.key],
                                      running.get(t.key, NOT_READ), t.latency_kind)
-                if t.key in queue else _unsupported(t) for t in targets}
+                if t.key in queue else self._unsupported(t) for t in targets}
+
+    def _unsupported(self, target: MetricsTarget) -> TargetSignals:
+        if not self.templates and target.metrics.uses_templates:
+            problem = TEMPLATES_OFF
+        else:
+            problem = unsupported(target) or "not planned"
+        return TargetSignals(Window.missing(problem), Series.missing(problem),
+                             Series.missing(problem), latency_kind=target.latency_kind)
 
     def _answers(self, run: Callable[[tuple[QueryPlan, _Query]], _Answer],
                  plans: list[tuple[QueryPlan, _Query]]) -> list[_Answer]:
@@ -261,12 +276,6 @@ def _windows(result: list[dict[str, Any]], plan: QueryPlan,
                           got.get("dip"), int(got.get("samples", 0)), got.get("peak"),
                           pods=None if pods is None else int(pods))
     return out
-
-
-def _unsupported(target: MetricsTarget) -> TargetSignals:
-    problem = unsupported(target) or "not planned"
-    return TargetSignals(Window.missing(problem), Series.missing(problem),
-                         Series.missing(problem), latency_kind=target.latency_kind)
 
 
 def _describe(exc: Exception, timeout_s: float) -> str:
