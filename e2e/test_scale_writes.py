@@ -91,8 +91,12 @@ def autoscaling_status(api_client: client.ApiClient, namespace: str) -> dict[str
 
 
 @pytest.fixture
-def target(api_client: client.ApiClient, namespace: str, operator: OperatorProcess) -> str:
-    """A Deployment at 2 replicas and its tuning (the operator fixture installs the CRD)."""
+def target(api_client: client.ApiClient, namespace: str, operator: OperatorProcess,
+           monkeypatch: pytest.MonkeyPatch) -> str:
+    """A Deployment at 2 replicas and its tuning (the operator fixture installs the CRD).
+    The stored tuning has no spec.autoscaling (see the module's docstring), so the check
+    that drops a status write for a tuning that lost it is told it still has it."""
+    monkeypatch.setattr(autoscaling, "_still_autoscaled", lambda stored: True)
     create(api_client, namespace, deployment("llm", replicas=2))
     create(api_client, namespace, tuning_body("llm", "llm"))
     return namespace
@@ -212,3 +216,48 @@ def test_a_write_the_api_server_refuses_is_reported_not_applied(
     finally:
         admission.delete_validating_admission_policy_binding(name)
         admission.delete_validating_admission_policy(name)
+
+
+def test_a_pass_planned_before_autoscaling_was_removed_writes_nothing(
+    api_client: client.ApiClient, namespace: str, operator: OperatorProcess,
+    default_client: None, events: list[tuple[str, str, str]],
+) -> None:
+    """A pass decides with kopf's copy of the spec; its status is read afresh (the first
+    evaluation, or a lagging watch) and so met no conflict. spec.autoscaling removed during
+    its fetch: it wrote replicas, and put back status.autoscaling and ScalingActive after the
+    controller had removed them, for good."""
+    api = client.CustomObjectsApi(api_client)
+    create(api_client, namespace, deployment("llm", replicas=2))
+    create(api_client, namespace, tuning_body(
+        "llm", "llm", autoscaling={"minReplicas": 1, "maxReplicas": 8}))
+    stale = wait_for(lambda: (b := api.get_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL, "llm")).get("status") and b, "the tuning reported")
+    key = f"{namespace}/llm"
+
+    class RemovedDuringTheFetch:
+        def fetch(self, targets: Any, now: float) -> Any:
+            api.patch_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "llm",
+                                               {"spec": {"autoscaling": None}})
+            return {t.key: signals(48.0, now) for t in targets}
+
+    settings = autoscaling.AutoscalingSettings(
+        source=RemovedDuringTheFetch())  # type: ignore[arg-type]
+    meta = stale["metadata"]
+    parsed = settings.parse(namespace, "llm", meta["uid"], int(meta["generation"]),
+                            stale["spec"])
+    assert parsed is not None
+    autoscaling._evaluate_if_due(settings, key, parsed, [(key, parsed)], namespace, "llm",
+                                 int(meta["generation"]), stale.get("status") or {},
+                                 meta["resourceVersion"], Writers(), stale)
+    assert scale_of(api_client, namespace) == 2  # 48 waiting per replica would have made 3
+    assert events == []
+    assert key not in settings.last_slot  # the new spec is evaluated in this slot
+
+    def cleaned() -> bool:
+        status = api.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL,
+                                                  "llm").get("status") or {}
+        return "autoscaling" not in status and not any(
+            c["type"] in ("ScalingActive", "MetricsAvailable")
+            for c in status.get("conditions") or [])
+
+    wait_for(cleaned, "no autoscaler status for a tuning without spec.autoscaling")

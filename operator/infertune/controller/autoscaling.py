@@ -489,6 +489,13 @@ def _evaluate_if_due(settings: AutoscalingSettings, key: str, parsed: Parsed, tu
                 GROUP, VERSION, namespace, PLURAL, name)
             status = fresh.get("status") or {}
             resource_version = str(fresh["metadata"]["resourceVersion"])
+            if (not _still_autoscaled(fresh)
+                    or int(fresh["metadata"].get("generation") or 0) != generation):
+                # The spec changed since kopf's copy this pass decided with (spec.autoscaling
+                # removed, DryRun set): nothing is written for the old one. The slot is not
+                # counted, so the loop evaluates the new spec in it.
+                settings.last_slot.pop(key, None)
+                return
             if settings.stored_in_slot(key, parsed, now, status):
                 return  # evaluated in this slot by the operator this one replaces
             if (key not in settings.evaluated_at and not settings.leader.exclusive
