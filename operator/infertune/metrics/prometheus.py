@@ -40,15 +40,16 @@ from infertune.scaling.state import format_time
 
 PARALLEL_QUERIES = 4
 """Queries of one batch in flight at once (a batch has one per signal per query shape)."""
-PARALLEL_TEMPLATE_QUERIES = 2
+PARALLEL_TEMPLATE_QUERIES = 4
 """Queries of PromQL templates in flight at once, in a pool of their own: a tenant's slow
 template must not hold the presets' queries, which every other tuning waits for."""
 TEMPLATES_OFF = ("PromQL templates (spec.metrics.queries) are turned off in this operator "
                  "(infertune run --no-promql-templates); give metric names in spec.metrics "
                  "instead")
 BUDGET_TIMEOUTS = 1.5
-"""A batch waits this many query timeouts at most; a query not answered by then (queued behind
-slow ones) is no data for its tunings, and the others go on."""
+"""Template queries not started within this many query timeouts are no data for their tunings
+this cycle (the others go on); so a batch with templates takes at most this plus one timeout
+for them."""
 SeriesKey = tuple[str, str]
 """(namespace, Deployment) as the target label set puts them."""
 SignalData = Series | Window
@@ -92,6 +93,7 @@ class PrometheusSource:
                                         thread_name_prefix="prometheus-query")
         self._template_pool = ThreadPoolExecutor(max_workers=PARALLEL_TEMPLATE_QUERIES,
                                                  thread_name_prefix="prometheus-template")
+        self._turn = 0
 
     def fetch(self, targets: Sequence[MetricsTarget], now: float) -> dict[str, TargetSignals]:
         if self._credentials is not None:  # once per cycle: the file may have been rotated
@@ -130,21 +132,32 @@ class PrometheusSource:
 
     def _answers(self, run: Callable[[tuple[QueryPlan, _Query]], _Answer],
                  plans: list[tuple[QueryPlan, _Query]]) -> list[_Answer]:
-        """Every plan's answer within the batch's budget: the presets' plans in one pool, the
-        templates' in another, and a plan still unanswered at the end of the budget is no
-        data (it was queued behind slow queries; the one running stops at its timeout)."""
+        """Every plan's answer. The presets' plans and the templates' run in pools of their
+        own, so a tenant's slow templates never hold the queries every other tuning waits
+        for. A template's plan not started within the budget is no data for its tunings (it
+        queued behind slow ones); one that started runs to its timeout. The templates start
+        in a different order each cycle, so none is the one left out every time."""
         if len(plans) == 1:
             return [run(plans[0])]
-        futures = {(self._template_pool if planned[0].templated else self._pool)
-                   .submit(run, planned): planned[0] for planned in plans}
-        done, late = wait(futures, timeout=self.timeout_s * BUDGET_TIMEOUTS)
-        answers = [future.result() for future in done]
-        for future in late:
-            future.cancel()
-            answers.append(_Answer(futures[future], {}, (
-                f"Prometheus at {self.url} failed: not answered within "
-                f"{self.timeout_s * BUDGET_TIMEOUTS:g}s, this cycle's budget, behind slower "
-                "queries")))
+        templates = [planned for planned in plans if planned[0].templated]
+        if templates:
+            self._turn = (self._turn + 1) % len(templates)
+            templates = templates[self._turn:] + templates[:self._turn]
+        futures = {self._pool.submit(run, planned): planned[0] for planned in plans
+                   if not planned[0].templated}
+        answers = []
+        if templates:
+            budget = self.timeout_s * BUDGET_TIMEOUTS
+            started = {self._template_pool.submit(run, planned): planned[0]
+                       for planned in templates}
+            _, waiting = wait(started, timeout=budget)
+            for future in waiting:
+                if future.cancel():
+                    answers.append(_Answer(started.pop(future), {}, (
+                        f"Prometheus at {self.url} failed: not started within {budget:g}s, "
+                        "this cycle's budget, behind slower template queries")))
+            futures.update(started)
+        answers += [future.result() for future in futures]
         return answers
 
     def _plans(self, targets: Sequence[MetricsTarget]) -> list[tuple[QueryPlan, _Query]]:
