@@ -161,7 +161,9 @@ class StatusApi:
     """Stands in for CustomObjectsApi's status read (a plain call): what the API server holds."""
 
     def __init__(self, status: dict[str, Any], version: str = "42") -> None:
-        self.stored = {"metadata": {"resourceVersion": version}, "status": status}
+        # The tuning as _passes evaluates it: generation 1, with spec.autoscaling.
+        self.stored = {"metadata": {"resourceVersion": version, "generation": 1},
+                       "spec": entry(0)["spec"], "status": status}
         self.reads = 0
 
     def __call__(self) -> StatusApi:
