@@ -198,6 +198,20 @@ def test_a_would_be_change_is_recorded_once_not_every_interval(
     assert bigger.event is not None and bigger.record is not None
 
 
+def test_the_same_would_be_change_for_another_reason_is_news() -> None:
+    """DryRun said "ScaleOut 4 -> 6, not applied"; set to Enforce, the write is refused by an
+    admission policy with the same numbers. That is news (and its Warning), not a repeat."""
+    dry = plan_evaluation(spec(mode="DryRun"), 1, {}, signals(), 4, None, NOW)
+    status = merged({}, dry.status)
+    later = NOW + 15
+    refused = plan_evaluation(spec(), 2, status, signals(now=later), 4,
+                              Blocked("ScaleWriteRefused", "denied by policy"), later)
+    assert refused.record is not None and refused.event is not None
+    again = plan_evaluation(spec(), 2, merged(status, refused.status), signals(now=later + 15),
+                            4, Blocked("ScaleWriteRefused", "denied by policy"), later + 15)
+    assert again.record is None  # the same situation once more
+
+
 def test_a_change_not_written_after_the_same_one_written_is_news() -> None:
     """4 -> 6 written, put back to 4, and then blocked (an HPA appeared): the same numbers as
     the last evaluation, but that one was applied, so "not applied" is news."""

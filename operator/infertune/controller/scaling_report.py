@@ -113,7 +113,8 @@ def plan_evaluation(spec: InferenceTuningSpec, generation: int, status: Mapping[
     patch["autoscaling"]["writtenReplicas"] = kept
     patch["autoscaling"]["writtenTarget"] = None if kept is None else spec.target_ref.name
     own = _conditions(spec, generation, decision, blocked, stamp)
-    news = _news(spec, status, decision, changes, applied, stamp)
+    news = _news(spec, status, decision, changes, applied, stamp,
+                 _reason_of(status, ConditionType.SCALING_ACTIVE) == own[1]["reason"])
     record, event = news if news is not None else (None, None)
     patch.update(_shared_lists(status, own, record))
     batching = _batching_block(spec, status, decision, now)
@@ -181,11 +182,19 @@ def _autoscaling_block(decision: ScaleDecision, state: ScalingState, stamp: str,
     }
 
 
+def _reason_of(status: Mapping[str, Any], kind: ConditionType) -> str | None:
+    for condition in status.get("conditions") or ():
+        if isinstance(condition, dict) and condition.get("type") == kind.value:
+            return str(condition.get("reason"))
+    return None
+
+
 def _news(spec: InferenceTuningSpec, status: Mapping[str, Any], decision: ScaleDecision,
-          changes: bool, applied: bool,
-          stamp: str) -> tuple[dict[str, Any], tuple[str, str]] | None:
+          changes: bool, applied: bool, stamp: str,
+          same_situation: bool = True) -> tuple[dict[str, Any], tuple[str, str]] | None:
     """The decision record and the Event ((reason, message)) for a scale action (or would-be
-    action), if any."""
+    action), if any. `same_situation`: ScalingActive gives the reason it gave before (why
+    replicas are not written: DryRun, an HPA, a refused write)."""
     previous: Mapping[str, Any] = status.get("autoscaling") or {}
     previous_action = previous.get("action")
     batching_news = (decision.action is ScaleAction.TUNE_BATCHING
@@ -193,7 +202,7 @@ def _news(spec: InferenceTuningSpec, status: Mapping[str, Any], decision: ScaleD
     if not changes and not batching_news:
         return None
     previous_applied = previous.get("lastScaleTime") == previous.get("evaluated")
-    if changes and not applied and not previous_applied and (
+    if changes and not applied and not previous_applied and same_situation and (
             previous_action, previous.get("currentReplicas"),
             previous.get("desiredReplicas")) == (
             decision.action.value, decision.current_replicas, decision.desired_replicas):
