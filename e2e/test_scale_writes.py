@@ -261,3 +261,30 @@ def test_a_pass_planned_before_autoscaling_was_removed_writes_nothing(
             for c in status.get("conditions") or [])
 
     wait_for(cleaned, "no autoscaler status for a tuning without spec.autoscaling")
+
+
+def test_a_report_dropped_for_a_spec_that_changed_announces_nothing(
+    api_client: client.ApiClient, target: str, default_client: None,
+    events: list[tuple[str, str, str]], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The status write met a conflict, and the tuning read again no longer wants it
+    (spec.autoscaling gone): the report is dropped, and so is its Event, which used to be
+    posted for a decision that status never showed."""
+    api = client.CustomObjectsApi(api_client)
+    monkeypatch.setattr(autoscaling, "_still_autoscaled", lambda stored: False)
+    real_read = client.AppsV1Api.read_namespaced_deployment_scale
+
+    def read_while_status_changes(self: client.AppsV1Api, name: str, namespace: str,
+                                  **kwargs: Any) -> Any:
+        api.patch_namespaced_custom_object_status(GROUP, VERSION, namespace, PLURAL, "llm", {
+            "status": {"decisions": [{"time": "2026-12-04T08:00:00Z", "feature": "rollout",
+                                      "action": "x", "reason": "another writer",
+                                      "applied": True}]}})
+        return real_read(self, name, namespace, **kwargs)
+
+    monkeypatch.setattr(client.AppsV1Api, "read_namespaced_deployment_scale",
+                        read_while_status_changes)
+    evaluate_once(api_client, target, 48.0, new_settings())
+    assert scale_of(api_client, target) == 3  # written before the status, as designed
+    assert "autoscaling" not in autoscaling_status(api_client, target)
+    assert events == []

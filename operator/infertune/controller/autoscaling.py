@@ -356,9 +356,11 @@ def evaluate(namespace: str, name: str, generation: int, spec: InferenceTuningSp
             else:
                 settings.written[key] = planned.write
         break
-    write_status(namespace, name, status, resource_version,
-                 lambda stored: planned.status if stored is status
-                 else status_over(planned, stored), still=_still_autoscaled)
+    landed = write_status(namespace, name, status, resource_version,
+                          lambda stored: planned.status if stored is status
+                          else status_over(planned, stored), still=_still_autoscaled)
+    if landed is None:
+        return planned.decision  # spec.autoscaling went meanwhile: nothing to announce
     if refused is not None:
         if planned.record is not None:  # news, as a decision record is: not every interval
             kopf.event(body, type="Warning", reason=SCALE_WRITE_REFUSED,

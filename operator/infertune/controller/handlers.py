@@ -142,8 +142,10 @@ def reassess(namespace: str, name: str, gone: bool) -> None:
         return {**result.patch(), **removed, **{k: holder["status"][k] for k in SHARED
                                                 if k in holder["status"]}}
 
-    # Assessed for this spec: if it has changed since, the handler of the new one writes.
-    write_status(namespace, name, body.get("status") or {},
-                 body["metadata"]["resourceVersion"], build,
-                 still=lambda stored: stored.get("spec") == body.get("spec"))
-    _post(body, result)
+    # Assessed for this spec: if it has changed since, the handler of the new one writes (and
+    # posts its own Events).
+    landed = write_status(namespace, name, body.get("status") or {},
+                          body["metadata"]["resourceVersion"], build,
+                          still=lambda stored: stored.get("spec") == body.get("spec"))
+    if landed is not None:
+        _post(body, result)
