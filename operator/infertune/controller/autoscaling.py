@@ -494,9 +494,9 @@ def _evaluate_if_due(settings: AutoscalingSettings, key: str, parsed: Parsed, tu
             if (not _still_autoscaled(fresh)
                     or int(fresh["metadata"].get("generation") or 0) != generation):
                 # The spec changed since kopf's copy this pass decided with (spec.autoscaling
-                # removed, DryRun set): nothing is written for the old one. The slot is not
-                # counted, so the loop evaluates the new spec in it.
-                settings.last_slot.pop(key, None)
+                # removed, DryRun set): nothing is written for the old one. The slot counts as
+                # done, and the next one decides with the new spec: evaluated again at once,
+                # the loop would spin, reading the tuning, until kopf's copy caught up.
                 return
             if settings.stored_in_slot(key, parsed, now, status):
                 return  # evaluated in this slot by the operator this one replaces
