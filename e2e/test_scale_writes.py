@@ -262,13 +262,13 @@ def test_a_pass_planned_before_autoscaling_was_removed_writes_nothing(
     wait_for(cleaned, "no autoscaler status for a tuning without spec.autoscaling")
 
 
-def test_a_report_dropped_for_a_spec_that_changed_announces_nothing(
+def test_a_count_written_before_the_report_was_dropped_is_still_announced(
     api_client: client.ApiClient, target: str, default_client: None,
     events: list[tuple[str, str, str]], monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The status write met a conflict, and the tuning read again no longer wants it
-    (spec.autoscaling gone): the report is dropped, and so is its Event, which used to be
-    posted for a decision that status never showed."""
+    (spec.autoscaling gone): the report is dropped. The replicas were written before it,
+    though, and a change of replicas always says why in an Event."""
     api = client.CustomObjectsApi(api_client)
     monkeypatch.setattr(autoscaling, "_still_autoscaled", lambda stored: False)
     real_read = client.AppsV1Api.read_namespaced_deployment_scale
@@ -285,5 +285,9 @@ def test_a_report_dropped_for_a_spec_that_changed_announces_nothing(
                         read_while_status_changes)
     evaluate_once(api_client, target, 48.0, new_settings())
     assert scale_of(api_client, target) == 3  # written before the status, as designed
-    assert "autoscaling" not in autoscaling_status(api_client, target)
+    assert "autoscaling" not in autoscaling_status(api_client, target)  # the report dropped
+    assert [e[1] for e in events] == ["ScaledOut"]
+    # Nothing to write (the queue at target): a dropped report announces nothing.
+    events.clear()
+    evaluate_once(api_client, target, 32.0, new_settings())
     assert events == []

@@ -386,6 +386,48 @@ def test_slow_templates_hold_neither_the_presets_nor_the_batch_past_its_budget()
     assert left_out[0] != left_out[1]  # not the same tunings every cycle
 
 
+def test_a_slow_prometheus_costs_a_batch_of_many_presets_the_budget_not_a_timeout_each(
+) -> None:
+    """Twelve preset plans (four engines) against a Prometheus that answers after 3 s, with
+    a 1 s timeout: four start at once, four more when those time out, and the last four,
+    not started within 1.5 timeouts, are no data at once. Before, the batch (and every
+    tuning's evaluation) waited a timeout per four plans."""
+    class Slow(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            time.sleep(3)
+            try:
+                self.send_response(503)
+                self.end_headers()
+            except OSError:
+                pass
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Slow)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    targets = [target("a", engine.value, engine)
+               for engine in (Engine.VLLM, Engine.SGLANG, Engine.TGI, Engine.TRITON)]
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        got = PrometheusSource(url, timeout_s=1).fetch(targets, time.time())
+    finally:
+        server.shutdown()
+        server.server_close()
+    problems = [s.problem or "" for t in targets
+                for s in (got[t.key].queue, got[t.key].latency, got[t.key].request_rate)]
+    assert len(problems) == 12
+    assert sum("timed out after 1s" in p for p in problems) == 8, problems
+    assert sum("not started within 1.5s, this cycle's budget" in p for p in problems) == 4
+
+
+def test_a_running_template_counts_only_when_running_requests_are_read() -> None:
+    vllm = PRESETS[Engine.VLLM]
+    metrics = EngineMetrics(vllm.queue_depth, Template("r{$selector}"), vllm.latency)
+    assert not MetricsTarget("a/b", "a", "b", metrics).uses_templates  # batching off
+    assert MetricsTarget("a/b", "a", "b", metrics, want_running=True).uses_templates
+
+
 def test_templates_turned_off_are_not_run_and_say_why() -> None:
     """infertune run --no-promql-templates: a template runs with the operator's access to
     Prometheus, so an administrator may refuse them; those tunings are told, the others are

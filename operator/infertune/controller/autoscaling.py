@@ -359,8 +359,10 @@ def evaluate(namespace: str, name: str, generation: int, spec: InferenceTuningSp
     landed = write_status(namespace, name, status, resource_version,
                           lambda stored: planned.status if stored is status
                           else status_over(planned, stored), still=_still_autoscaled)
-    if landed is None:
-        return planned.decision  # spec.autoscaling went meanwhile: nothing to announce
+    if landed is None and (planned.write is None or refused is not None):
+        # spec.autoscaling went meanwhile, and nothing was written: nothing to announce. A
+        # count that was written is announced all the same (DESIGN #8: every scale says why).
+        return planned.decision
     if refused is not None:
         if planned.record is not None:  # news, as a decision record is: not every interval
             kopf.event(body, type="Warning", reason=SCALE_WRITE_REFUSED,

@@ -69,12 +69,6 @@ class EngineMetrics:
     latency: Latency
 
     @property
-    def uses_templates(self) -> bool:
-        """Whether a signal is read with a PromQL template (spec.metrics.queries)."""
-        return (isinstance(self.latency, TemplateLatency)
-                or any(isinstance(g, Template) for g in (self.queue_depth, self.running)))
-
-    @property
     def gauges_use_window(self) -> bool:
         """Whether the queue or running query depends on spec.metrics.window."""
         return any(isinstance(g, Template) and g.uses_window

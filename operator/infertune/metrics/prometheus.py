@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import math
 import operator
+import time
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor, wait
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from datetime import UTC, datetime
 from typing import Any, NamedTuple, cast
 
@@ -47,9 +48,8 @@ TEMPLATES_OFF = ("PromQL templates (spec.metrics.queries) are turned off in this
                  "(infertune run --no-promql-templates); give metric names in spec.metrics "
                  "instead")
 BUDGET_TIMEOUTS = 1.5
-"""Template queries not started within this many query timeouts are no data for their tunings
-this cycle (the others go on); so a batch with templates takes at most this plus one timeout
-for them."""
+"""Queries not started within this many query timeouts are no data for their tunings this
+cycle (the others go on); so a batch takes at most this plus one timeout."""
 SeriesKey = tuple[str, str]
 """(namespace, Deployment) as the target label set puts them."""
 SignalData = Series | Window
@@ -93,16 +93,17 @@ class PrometheusSource:
                                         thread_name_prefix="prometheus-query")
         self._template_pool = ThreadPoolExecutor(max_workers=PARALLEL_TEMPLATE_QUERIES,
                                                  thread_name_prefix="prometheus-template")
-        self._turn = 0
+        self._turns = {False: 0, True: 0}
+        """Per pool (templated or not): where the next cycle starts its plans."""
 
     def fetch(self, targets: Sequence[MetricsTarget], now: float) -> dict[str, TargetSignals]:
         if self._credentials is not None:  # once per cycle: the file may have been rotated
             self._client.headers["Authorization"] = self._credentials.current()
         found: dict[Signal, dict[str, SignalData]] = {signal: {} for signal in Signal}
         plans = self._plans(targets if self.templates else
-                            [t for t in targets if not t.metrics.uses_templates])
-        # At the same time: a Prometheus that hangs costs the batch one timeout, not one per
-        # plan (every tuning's evaluation waits for the batch).
+                            [t for t in targets if not t.uses_templates])
+        # At the same time: a Prometheus that hangs costs the batch at most the budget and a
+        # timeout, not one per plan (every tuning's evaluation waits for the batch).
         def run(planned: tuple[QueryPlan, _Query]) -> _Answer:
             return self._run(planned[0], planned[1], now)
 
@@ -123,7 +124,7 @@ class PrometheusSource:
                 if t.key in queue else self._unsupported(t) for t in targets}
 
     def _unsupported(self, target: MetricsTarget) -> TargetSignals:
-        if not self.templates and target.metrics.uses_templates:
+        if not self.templates and target.uses_templates:
             problem = TEMPLATES_OFF
         else:
             problem = unsupported(target) or "not planned"
@@ -134,30 +135,37 @@ class PrometheusSource:
                  plans: list[tuple[QueryPlan, _Query]]) -> list[_Answer]:
         """Every plan's answer. The presets' plans and the templates' run in pools of their
         own, so a tenant's slow templates never hold the queries every other tuning waits
-        for. A template's plan not started within the budget is no data for its tunings (it
-        queued behind slow ones); one that started runs to its timeout. The templates start
-        in a different order each cycle, so none is the one left out every time."""
+        for. In each pool a plan not started within the budget is no data for its tunings
+        (it queued behind slow queries: a Prometheus that hangs costs the batch at most the
+        budget and one timeout, however many plans); one that started runs to its timeout.
+        Each pool starts its plans where the last cycle's started ones ended, so no tuning is
+        the one left out every time."""
         if len(plans) == 1:
             return [run(plans[0])]
-        templates = [planned for planned in plans if planned[0].templated]
-        if templates:
-            self._turn = (self._turn + 1) % len(templates)
-            templates = templates[self._turn:] + templates[:self._turn]
-        futures = {self._pool.submit(run, planned): planned[0] for planned in plans
-                   if not planned[0].templated}
+        budget = self.timeout_s * BUDGET_TIMEOUTS
+        deadline = time.monotonic() + budget
+        submitted: dict[Future[_Answer], QueryPlan] = {}
+        order: dict[bool, list[tuple[QueryPlan, _Query]]] = {False: [], True: []}
+        for planned in plans:
+            order[planned[0].templated].append(planned)
+        for templated, group in order.items():
+            turn = self._turns[templated] % len(group) if group else 0
+            pool = self._template_pool if templated else self._pool
+            for planned in group[turn:] + group[:turn]:
+                submitted[pool.submit(run, planned)] = planned[0]
+        _, waiting = wait(submitted, timeout=max(0.0, deadline - time.monotonic()))
         answers = []
-        if templates:
-            budget = self.timeout_s * BUDGET_TIMEOUTS
-            started = {self._template_pool.submit(run, planned): planned[0]
-                       for planned in templates}
-            _, waiting = wait(started, timeout=budget)
-            for future in waiting:
-                if future.cancel():
-                    answers.append(_Answer(started.pop(future), {}, (
-                        f"Prometheus at {self.url} failed: not started within {budget:g}s, "
-                        "this cycle's budget, behind slower template queries")))
-            futures.update(started)
-        answers += [future.result() for future in futures]
+        left_out = {False: 0, True: 0}
+        for future in waiting:
+            if future.cancel():
+                plan = submitted.pop(future)
+                left_out[plan.templated] += 1
+                answers.append(_Answer(plan, {}, (
+                    f"Prometheus at {self.url} failed: not started within {budget:g}s, this "
+                    "cycle's budget, behind slower queries")))
+        for templated, group in order.items():
+            self._turns[templated] += len(group) - left_out[templated]
+        answers += [future.result() for future in submitted]
         return answers
 
     def _plans(self, targets: Sequence[MetricsTarget]) -> list[tuple[QueryPlan, _Query]]:

@@ -16,6 +16,7 @@ from infertune.api.spec import InferenceTuning
 from infertune.metrics.presets import (
     EngineMetrics,
     HistogramLatency,
+    Template,
     TemplateLatency,
     engine_metrics,
 )
@@ -44,6 +45,15 @@ class MetricsTarget:
     latency_samples: int = 2
     """Consecutive samples the latency rule needs."""
     want_running: bool = False
+
+    @cached_property
+    def uses_templates(self) -> bool:
+        """Whether a query read for this target is a PromQL template's (running requests only
+        count when they are read: batching on)."""
+        metrics = self.metrics
+        return (isinstance(metrics.queue_depth, Template)
+                or isinstance(metrics.latency, TemplateLatency)
+                or (self.want_running and isinstance(metrics.running, Template)))
 
     @cached_property
     def latency_kind(self) -> str:
