@@ -24,6 +24,7 @@ from typing import Any
 
 import pytest
 import requests
+import yaml
 from e2e.cluster.processes import free_port
 from e2e.fixtures.prometheus import PROMETHEUS_BINARY, MetricsEndpoint, PrometheusServer
 from e2e.fixtures.waiting import wait_for
@@ -726,3 +727,22 @@ def test_data_parallel_ranks_sum_their_queue_and_average_their_batch(
     got = wait_for(read, "the dp pod scraped", timeout_s=10)
     assert got.queue.last == 10  # 4 + 6 waiting at the one pod
     assert got.running.last == 20  # each rank serves 20 on average
+
+
+def test_cli_evaluate_refuses_templates_as_an_operator_that_does(
+        prometheus: PrometheusServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The preview of a tuning with a template, as an operator run with --no-promql-templates
+    sees it: no data, saying why (and exit 3), rather than data the operator does not read."""
+    body = yaml.safe_load(TUNING)
+    body["spec"]["metrics"] = {"queries": {
+        "queueDepth": "sum by (namespace, pod) (vllm:num_requests_waiting{$selector})"}}
+    path = tmp_path / "tuning.yaml"
+    path.write_text(yaml.safe_dump(body))
+    argv = ["autoscale", "evaluate", str(path), "--prometheus", prometheus.url,
+            "--replicas", "2", "--output", "json"]
+    assert run_cli([*argv, "--no-promql-templates"]) == 3
+    out = json.loads(capsys.readouterr().out)
+    assert any("--no-promql-templates" in p for p in out["signals"]["problems"])
+    fetch_when(PrometheusSource(prometheus.url), [target("serving", "llm")], "serving/llm")
+    assert run_cli(argv) == 0  # the template reads what the preset reads
+    assert json.loads(capsys.readouterr().out)["signals"]["queuePerReplica"] == 30.0

@@ -48,7 +48,7 @@ def _seconds(value: str) -> float:
 
 
 def add_autoscale_commands(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    from infertune.metrics.access import add_access_options
+    from infertune.metrics.access import add_access_options, add_templates_option
 
     autoscale = commands.add_parser("autoscale", help="preview autoscaling decisions")
     verbs = autoscale.add_subparsers(dest="autoscale_command", required=True)
@@ -66,6 +66,7 @@ def add_autoscale_commands(commands: argparse._SubParsersAction) -> None:  # typ
     evaluate.add_argument("--prometheus", required=True, metavar="URL",
                           help="Prometheus base URL, for example http://prometheus:9090")
     add_access_options(evaluate)
+    add_templates_option(evaluate)
     evaluate.add_argument("--replicas", type=int, metavar="N",
                           help="current replicas of the Deployment (default: minReplicas; "
                           "with --live, the Deployment's own)")
@@ -91,7 +92,8 @@ def evaluate_command(args: argparse.Namespace) -> int:
             live = read_live(args.live, args.kubeconfig)
             tuning = live.tuning
         result = evaluate(tuning, args.prometheus, args.replicas, args.timeout, time.time(),
-                          access_from_args(args), live)
+                          access_from_args(args), live,
+                          templates=not args.no_promql_templates)
     except (PlanInputError, ValueError) as exc:
         print(str(exc), file=sys.stderr)
         return 1
@@ -108,7 +110,7 @@ def evaluate_command(args: argparse.Namespace) -> int:
 
 def evaluate(tuning: InferenceTuning, prometheus: str, replicas: int | None,
              timeout_s: float, now: float, access: PrometheusAccess = NO_ACCESS_OPTIONS,
-             live: Live | None = None) -> dict[str, Any]:
+             live: Live | None = None, templates: bool = True) -> dict[str, Any]:
     """One evaluation, as the JSON the command prints. With `live` (what --live read) it is
     the operator's own: its stored windows, the Deployment's replicas, and whether it would
     write them; without, the windows start empty, as for a new tuning."""
@@ -129,7 +131,8 @@ def evaluate(tuning: InferenceTuning, prometheus: str, replicas: int | None,
     known = replicas if replicas is not None or live is None else live.replicas
     current = spec.min_replicas if known is None else known
     target = target_for_tuning(tuning)
-    source = PrometheusSource(prometheus, timeout_s=timeout_s, access=access)
+    source = PrometheusSource(prometheus, timeout_s=timeout_s, access=access,
+                              templates=templates)
     signals = source.fetch([target], now)[target.key]
     write: dict[str, Any] | None = None
     if live is None:

@@ -171,7 +171,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _add_run_command(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     """`infertune run`: the operator itself."""
-    from infertune.metrics.access import add_access_options
+    from infertune.metrics.access import add_access_options, add_templates_option
 
     run = commands.add_parser("run", help="run the operator (credentials: --kubeconfig, else "
                               "in-cluster, else $KUBECONFIG or ~/.kube/config)")
@@ -207,11 +207,7 @@ def _add_run_command(commands: argparse._SubParsersAction) -> None:  # type: ign
                          "queries (default: $INFERTUNE_PROMETHEUS_URL; without it autoscaling "
                          "is reported as inactive)")
     add_access_options(metrics)
-    metrics.add_argument("--no-promql-templates", action="store_true",
-                         help="do not run the PromQL templates of spec.metrics.queries: they "
-                         "run with the operator's access to Prometheus, and whoever may "
-                         "create InferenceTunings may read any series through one; tunings "
-                         "with templates report MetricsAvailable=False")
+    add_templates_option(metrics)
     hook = run.add_argument_group("admission webhook")
     hook.add_argument("--webhook-addr", default="0.0.0.0", help="listen address")
     hook.add_argument("--webhook-port", type=int, default=9443, help="listen port")

@@ -185,6 +185,15 @@ class Credentials:
             return self._value
 
 
+def add_templates_option(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    """--no-promql-templates, for the operator and for the preview of its evaluation."""
+    parser.add_argument("--no-promql-templates", action="store_true",
+                        help="do not run the PromQL templates of spec.metrics.queries: they "
+                        "run with the operator's access to Prometheus, and whoever may "
+                        "create InferenceTunings may read any series through one; tunings "
+                        "with templates report MetricsAvailable=False")
+
+
 def add_access_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
     """The access options, for every command that queries Prometheus."""
     parser.add_argument(CA_OPTION, metavar="PEM", help="CA bundle that signs Prometheus's "
