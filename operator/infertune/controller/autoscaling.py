@@ -57,7 +57,7 @@ from infertune.kube.lease import ALWAYS, RETRY_PERIOD_S, Leader
 from infertune.metrics.source import MetricsSource, MetricsTarget, target_for_tuning
 from infertune.scaling.engine import ScaleDecision
 from infertune.scaling.signals import TargetSignals
-from infertune.scaling.state import format_time, parse_time
+from infertune.scaling.state import format_time, stored_time
 
 RESOURCE = (GROUP, VERSION, PLURAL)
 WORKERS = 16
@@ -322,8 +322,7 @@ def evaluate(namespace: str, name: str, generation: int, spec: InferenceTuningSp
     stored_fight = Fight.from_json((status.get("autoscaling") or {}).get("replicaFight"))
     reverted = False
     for attempt in range(SCALE_WRITE_ATTEMPTS):
-        scale = apps.read_namespaced_deployment_scale(deployment, namespace)
-        current = int(scale.spec.replicas or 0) if scale.spec else 0
+        current = _scale_replicas(apps, deployment, namespace)
         # A revert seen by the first attempt stays one when the second decides again.
         reverted = _reverted(settings, key, current, status, deployment,
                              spec.autoscaling is not None and spec.autoscaling.enabled
@@ -436,9 +435,9 @@ async def autoscale(stopped: kopf.DaemonStopped, namespace: str, name: str, body
             await pause(IDLE_S, stopped)
 
 
-def _scale_replicas(apps: client.AppsV1Api, deployment: str, namespace: str) -> int | None:
+def _scale_replicas(apps: client.AppsV1Api, deployment: str, namespace: str) -> int:
     scale = apps.read_namespaced_deployment_scale(deployment, namespace)
-    return int(scale.spec.replicas or 0) if scale.spec else None
+    return int(scale.spec.replicas or 0) if scale.spec else 0
 
 
 def _version(meta: Mapping[str, Any]) -> str | None:
@@ -572,10 +571,4 @@ def _read_again(settings: AutoscalingSettings, key: str, status: Mapping[str, An
 def stored_evaluation(status: Mapping[str, Any]) -> float | None:
     """When the evaluation stored in status.autoscaling.evaluated was made (unix time); None
     when there is none, or it is not a time (edited by hand)."""
-    stamp = (status.get("autoscaling") or {}).get("evaluated")
-    if not isinstance(stamp, str):
-        return None
-    try:
-        return parse_time(stamp)
-    except ValueError:
-        return None
+    return stored_time((status.get("autoscaling") or {}).get("evaluated"))

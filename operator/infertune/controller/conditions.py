@@ -3,7 +3,7 @@ the status really changes, observedGeneration on each."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -86,6 +86,13 @@ def _stored_as_is(stored: list[Any], condition: dict[str, Any]) -> bool:
 
 def find(conditions: Iterable[Condition], kind: ConditionType) -> Condition | None:
     return next((c for c in conditions if c.type == kind.value), None)
+
+
+def stored_reason(status: Mapping[str, Any], kind: ConditionType) -> str | None:
+    """The reason of the condition `kind` as stored in status (plain dicts), if any."""
+    reason = next((c.get("reason") for c in status.get("conditions") or ()
+                   if isinstance(c, dict) and c.get("type") == kind.value), None)
+    return reason if isinstance(reason, str) else None
 
 
 def phase_of(conditions: Iterable[Condition]) -> Phase:

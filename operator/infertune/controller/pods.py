@@ -21,7 +21,7 @@ from infertune import keys
 from infertune.api.spec import GROUP, PLURAL, VERSION, InferenceTuningSpec, Mode
 from infertune.api.status import ConditionType, TuningStatus
 from infertune.api.tuning import RetuneStrategy
-from infertune.controller.conditions import MAX_EVENT_MESSAGE, now_rfc3339
+from infertune.controller.conditions import MAX_EVENT_MESSAGE, now_rfc3339, stored_reason
 from infertune.controller.loops import STOP_TIMEOUT_S, Work, every, leader_of, snapshot
 from infertune.controller.spec_cache import SPECS
 from infertune.kube.client import evict_pod, read_deployment
@@ -88,8 +88,7 @@ async def tunings_by_target(namespace: str, name: str, uid: str, body: kopf.Body
                             **_: Any) -> dict[tuple[str, str], dict[str, Any]]:
     spec, status, meta = snapshot(body)
     target = str((spec.get("targetRef") or {}).get("name") or "")
-    ready = next((c.get("reason") for c in status.get("conditions") or []
-                  if isinstance(c, dict) and c.get("type") == ConditionType.READY.value), None)
+    ready = stored_reason(status, ConditionType.READY)
     return {(namespace, target): {"name": name, "uid": uid, "spec": spec,
                                   "generation": int(meta.get("generation") or 0),
                                   "mig": dict(status.get("mig") or {}),

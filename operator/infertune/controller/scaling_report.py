@@ -25,11 +25,12 @@ from infertune.controller.conditions import (
     MAX_EVENT_MESSAGE,
     condition_dict,
     merge_condition_dicts,
+    stored_reason,
 )
 from infertune.scaling.batching import MIN_STEP, recommend_batching
 from infertune.scaling.engine import ScaleAction, ScaleDecision, decide_scale
 from infertune.scaling.signals import TargetSignals, seconds
-from infertune.scaling.state import ScalingState, format_time, parse_time
+from infertune.scaling.state import ScalingState, format_time, stored_time
 from infertune.tuning.pod_patch import planned_mig, tuning_revision
 
 APPLY_STEP = MIN_STEP
@@ -114,7 +115,7 @@ def plan_evaluation(spec: InferenceTuningSpec, generation: int, status: Mapping[
     patch["autoscaling"]["writtenTarget"] = None if kept is None else spec.target_ref.name
     own = _conditions(spec, generation, decision, blocked, stamp)
     news = _news(spec, status, decision, changes, applied, stamp,
-                 _reason_of(status, ConditionType.SCALING_ACTIVE) == own[1]["reason"])
+                 stored_reason(status, ConditionType.SCALING_ACTIVE) == own[1]["reason"])
     record, event = news if news is not None else (None, None)
     patch.update(_shared_lists(status, own, record))
     batching = _batching_block(spec, status, decision, now)
@@ -180,13 +181,6 @@ def _autoscaling_block(decision: ScaleDecision, state: ScalingState, stamp: str,
         "state": stored,
         "replicaFight": fight,
     }
-
-
-def _reason_of(status: Mapping[str, Any], kind: ConditionType) -> str | None:
-    for condition in status.get("conditions") or ():
-        if isinstance(condition, dict) and condition.get("type") == kind.value:
-            return str(condition.get("reason"))
-    return None
 
 
 def _news(spec: InferenceTuningSpec, status: Mapping[str, Any], decision: ScaleDecision,
@@ -280,7 +274,7 @@ def _serving(spec: InferenceTuningSpec, status: Mapping[str, Any], value: int,
                    if tuning.get("revision") == revision else "re-tuning has not counted the "
                    "pods at this value yet")
         return None, f"waiting for the pods to run it ({counted}; see status.tuning)"
-    since = _stored_time((status.get("batching") or {}).get("servingSince"))
+    since = stored_time((status.get("batching") or {}).get("servingSince"))
     if since is None or since > now:  # a clock that stepped back starts the wait again
         since = now
     settle = (seconds(spec.metrics.window)
@@ -291,13 +285,6 @@ def _serving(spec: InferenceTuningSpec, status: Mapping[str, Any], value: int,
             f"{format_time(since + settle)} (the {spec.metrics.window} metrics window and "
             f"{spec.autoscaling.latency.consecutive_samples} samples)")
     return format_time(since), None
-
-
-def _stored_time(text: Any) -> float | None:
-    try:
-        return parse_time(text) if isinstance(text, str) else None
-    except ValueError:
-        return None
 
 
 def _applied_knob(spec: InferenceTuningSpec, previous: int | None,

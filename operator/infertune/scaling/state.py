@@ -30,6 +30,17 @@ def parse_time(text: str) -> float:
     return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
 
 
+def stored_time(value: Any) -> float | None:
+    """A time a status field holds, or None when it holds none, or something that is not
+    one (edited by hand)."""
+    if not isinstance(value, str):
+        return None
+    try:
+        return parse_time(value)
+    except ValueError:
+        return None
+
+
 class Recommendation(NamedTuple):
     """One unstabilized recommendation (HPA's timestampedRecommendation)."""
 
