@@ -102,13 +102,10 @@ def target(api_client: client.ApiClient, namespace: str, operator: OperatorProce
     return namespace
 
 
-def test_a_count_written_between_the_read_and_the_write_is_not_overwritten_unseen(
-    api_client: client.ApiClient, target: str, default_client: None,
-    events: list[tuple[str, str, str]], monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """Another writer sets 6 replicas right after the operator read 2. The write over the
-    scale's resourceVersion is refused (409), and the decision is made again from the 6: the
-    operator's 3 (decided for 2 replicas) used to replace the 6 without anything noticing."""
+def someone_writes_6_after_the_first_read(api_client: client.ApiClient,
+                                          monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Another writer sets 6 replicas right after the operator's first scale read; the list
+    holds the replicas each read returned."""
     apps = client.AppsV1Api(api_client)
     real_read = client.AppsV1Api.read_namespaced_deployment_scale
     reads: list[int] = []
@@ -123,6 +120,17 @@ def test_a_count_written_between_the_read_and_the_write_is_not_overwritten_unsee
 
     monkeypatch.setattr(client.AppsV1Api, "read_namespaced_deployment_scale",
                         read_then_someone_writes)
+    return reads
+
+
+def test_a_count_written_between_the_read_and_the_write_is_not_overwritten_unseen(
+    api_client: client.ApiClient, target: str, default_client: None,
+    events: list[tuple[str, str, str]], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Another writer sets 6 replicas right after the operator read 2. The write over the
+    scale's resourceVersion is refused (409), and the decision is made again from the 6: the
+    operator's 3 (decided for 2 replicas) used to replace the 6 without anything noticing."""
+    reads = someone_writes_6_after_the_first_read(api_client, monkeypatch)
     decision = evaluate_once(api_client, target, 48.0, new_settings())
     assert (reads[0], reads[-1]) == (2, 6)  # decided for 2, then again for the 6
     # 48 waiting per replica against 32: x1.5 from the 6 there are, within maxReplicas 8.
@@ -143,20 +151,7 @@ def test_a_revert_seen_before_a_conflicting_write_is_still_counted(
     api = client.CustomObjectsApi(api_client)
     api.patch_namespaced_custom_object_status(GROUP, VERSION, target, PLURAL, "llm", {
         "status": {"autoscaling": {"writtenReplicas": 4, "writtenTarget": "llm"}}})
-    apps = client.AppsV1Api(api_client)
-    real_read = client.AppsV1Api.read_namespaced_deployment_scale
-    reads: list[int] = []
-
-    def read_then_someone_writes(self: client.AppsV1Api, name: str, namespace: str,
-                                 **kwargs: Any) -> Any:
-        scale = real_read(self, name, namespace, **kwargs)
-        reads.append(int(scale.spec.replicas))
-        if len(reads) == 1:
-            apps.patch_namespaced_deployment_scale(name, namespace, {"spec": {"replicas": 6}})
-        return scale
-
-    monkeypatch.setattr(client.AppsV1Api, "read_namespaced_deployment_scale",
-                        read_then_someone_writes)
+    reads = someone_writes_6_after_the_first_read(api_client, monkeypatch)
     evaluate_once(api_client, target, 48.0, new_settings())
     assert reads[0] == 2 and reads[-1] == 6
     fight = autoscaling_status(api_client, target)["autoscaling"]["replicaFight"]

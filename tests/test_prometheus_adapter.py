@@ -17,6 +17,7 @@ import time
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -134,6 +135,25 @@ def target(namespace: str, deployment: str, engine: Engine = Engine.VLLM,
                             "queue_target": 5.0}
     return MetricsTarget(f"{namespace}/{deployment}", namespace, deployment, PRESETS[engine],
                          **(base | fields))
+
+
+class QuietHandler(BaseHTTPRequestHandler):
+    """A fake Prometheus's request handler, without a log line per request."""
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+@contextmanager
+def served(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
+    """`handler` served on a free local port, as the URL of a (fake) Prometheus."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
 
 
 def fetch_when(source: PrometheusSource, targets: list[MetricsTarget],
@@ -342,7 +362,7 @@ def test_slow_templates_hold_neither_the_presets_nor_the_batch_past_its_budget()
     those started within 1.5 timeouts run to their timeout, the others are no data for their
     own tunings, and a different four each cycle. Before, every tuning's evaluation waited a
     timeout per four slow templates."""
-    class SlowForTemplates(BaseHTTPRequestHandler):
+    class SlowForTemplates(QuietHandler):
         def do_GET(self) -> None:
             query = urllib.parse.parse_qs(urllib.parse.urlsplit(self.path).query)["query"][0]
             if "slow_metric" in query:
@@ -358,17 +378,11 @@ def test_slow_templates_hold_neither_the_presets_nor_the_batch_past_its_budget()
             except OSError:
                 pass  # the client gave up
 
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), SlowForTemplates)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
     vllm = PRESETS[Engine.VLLM]
     slow = [MetricsTarget(f"t/s{i}", "t", f"s{i}", EngineMetrics(
         Template(f"slow_metric_{i}{{$selector}}"), None, vllm.latency)) for i in range(12)]
     left_out = []
-    try:
-        url = f"http://127.0.0.1:{server.server_address[1]}"
+    with served(SlowForTemplates) as url:
         source = PrometheusSource(url, timeout_s=1)
         for _ in range(2):
             got = source.fetch([target("t", "p"), *slow], time.time())
@@ -381,9 +395,6 @@ def test_slow_templates_hold_neither_the_presets_nor_the_batch_past_its_budget()
             assert all(got[t.key].latency.problem == f"no series for Deployment "
                        f"{t.namespace}/{t.deployment}" for t in slow)  # the preset's query
             left_out.append(set(not_started))
-    finally:
-        server.shutdown()
-        server.server_close()
     assert left_out[0] != left_out[1]  # not the same tunings every cycle
 
 
@@ -393,7 +404,7 @@ def test_a_slow_prometheus_costs_a_batch_of_many_presets_the_budget_not_a_timeou
     a 1 s timeout: four start at once, four more when those time out, and the last four,
     not started within 1.5 timeouts, are no data at once. Before, the batch (and every
     tuning's evaluation) waited a timeout per four plans."""
-    class Slow(BaseHTTPRequestHandler):
+    class Slow(QuietHandler):
         def do_GET(self) -> None:
             time.sleep(3)
             try:
@@ -402,19 +413,10 @@ def test_a_slow_prometheus_costs_a_batch_of_many_presets_the_budget_not_a_timeou
             except OSError:
                 pass
 
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Slow)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
     targets = [target("a", engine.value, engine)
                for engine in (Engine.VLLM, Engine.SGLANG, Engine.TGI, Engine.TRITON)]
-    try:
-        url = f"http://127.0.0.1:{server.server_address[1]}"
+    with served(Slow) as url:
         got = PrometheusSource(url, timeout_s=1).fetch(targets, time.time())
-    finally:
-        server.shutdown()
-        server.server_close()
     problems = [s.problem or "" for t in targets
                 for s in (got[t.key].queue, got[t.key].latency, got[t.key].request_rate)]
     assert len(problems) == 12
@@ -553,23 +555,14 @@ def test_every_query_carries_the_timeout_to_prometheus(prometheus: PrometheusSer
 
 
 def test_an_http_error_is_no_data() -> None:
-    class Unavailable(BaseHTTPRequestHandler):
+    class Unavailable(QuietHandler):
         def do_GET(self) -> None:
             self.send_response(503)
             self.end_headers()
             self.wfile.write(b"overloaded")
 
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Unavailable)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        url = f"http://127.0.0.1:{server.server_address[1]}"
+    with served(Unavailable) as url:
         got = PrometheusSource(url).fetch([target("a", "b")], time.time())["a/b"]
-    finally:
-        server.shutdown()
-        server.server_close()
     assert "503" in (got.latency.problem or "")
 
 
@@ -586,7 +579,7 @@ def test_an_answer_that_is_not_prometheus_is_no_data_that_says_so(answer: bytes,
                                                                    says: str) -> None:
     """A URL that reaches a login page or another service answers 200: that was reported as
     "cannot connect (refused or unreachable)", or as a bare Python error."""
-    class NotPrometheus(BaseHTTPRequestHandler):
+    class NotPrometheus(QuietHandler):
         def do_GET(self) -> None:
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
@@ -595,17 +588,8 @@ def test_an_answer_that_is_not_prometheus_is_no_data_that_says_so(answer: bytes,
 
         do_POST = do_GET
 
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), NotPrometheus)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        url = f"http://127.0.0.1:{server.server_address[1]}"
+    with served(NotPrometheus) as url:
         got = PrometheusSource(url).fetch([target("a", "b")], time.time())["a/b"]
-    finally:
-        server.shutdown()
-        server.server_close()
     for problem in (got.queue.problem, got.latency.problem):
         assert problem is not None and says in problem and "check the URL" in problem, problem
 
