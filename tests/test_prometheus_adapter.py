@@ -19,7 +19,7 @@ import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,7 @@ import pytest
 import requests
 import yaml
 from e2e.cluster.processes import free_port
+from e2e.fixtures.loopback import LoopbackServer
 from e2e.fixtures.prometheus import PROMETHEUS_BINARY, MetricsEndpoint, PrometheusServer
 from e2e.fixtures.waiting import wait_for
 from prometheus_client import CollectorRegistry, Gauge, Histogram, start_http_server
@@ -147,7 +148,7 @@ class QuietHandler(BaseHTTPRequestHandler):
 @contextmanager
 def served(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
     """`handler` served on a free local port, as the URL of a (fake) Prometheus."""
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    server = LoopbackServer(handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}"
@@ -392,8 +393,9 @@ def test_slow_templates_hold_neither_the_presets_nor_the_batch_past_its_budget()
             not_started = [k for k, p in problems.items()
                            if "not started within 1.5s, this cycle's budget" in p]
             assert (len(timed_out), len(not_started)) == (8, 4), problems
-            assert all(got[t.key].latency.problem == f"no series for Deployment "
-                       f"{t.namespace}/{t.deployment}" for t in slow)  # the preset's query
+            latency = {t.key: got[t.key].latency.problem for t in slow}
+            assert latency == {t.key: f"no series for Deployment {t.namespace}/{t.deployment}"
+                               for t in slow}, latency  # the preset's query
             left_out.append(set(not_started))
     assert left_out[0] != left_out[1]  # not the same tunings every cycle
 
