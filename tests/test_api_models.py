@@ -91,6 +91,15 @@ def test_values_round_trip_as_written() -> None:
         ({"autoscaling": {"scaleDown": {"pods": 1, "percent": 0, "period": "15s",
                                         "stabilization": "61m"}}},
          "autoscaling.scaleDown.stabilization: 61m is longer than 1h"),
+        ({"autoscaling": {"scaleDown": {"pods": 0, "percent": 0, "period": "15s",
+                                        "stabilization": "0s"}}},
+         "autoscaling.scaleDown.pods: pods and percent are both 0, so replicas could never "
+         "change in this direction; set at least one of them above 0, or selectPolicy: "
+         "Disabled to say so"),
+        ({"autoscaling": {"scaleDown": {"pods": 1, "percent": 0, "period": "15s",
+                                        "stabilization": "0s", "selectPolicy": "Never"}}},
+         "autoscaling.scaleDown.selectPolicy: 'Never' is not allowed; input should be 'Max', "
+         "'Min' or 'Disabled'"),
         ({"metrics": {"window": "0s"}}, "metrics.window: '0s' does not match"),
         ({"autoscaling": {"queue": {"targetPerReplica": float("inf")}}},
          "autoscaling.queue.targetPerReplica: Input should be a finite number"),

@@ -202,6 +202,61 @@ CASES = [
          NO_SIGNALS, 9, ScaleAction.HOLD, current=9,
          spec={"metricsUnavailable": {"action": "Fallback", "fallbackReplicas": 6}},
          state=ScalingState(metrics_missing_since=NOW - 600)),
+    # selectPolicy, as HPA's behavior: Min takes the limit that allows the smaller change,
+    # Disabled stops scaling in that direction but not the bounds.
+    Case("select_policy_min_scales_up_by_the_smaller_limit",
+         signals(steady(320)), 14, ScaleAction.SCALE_OUT, current=10,
+         spec={"scaleUp": {"pods": 4, "percent": 100, "period": "15s", "stabilization": "0s",
+                           "selectPolicy": "Min"}},
+         reason_has=("scale-up limited to 14 by min(+4 pods, +100%) per 15s",)),
+    Case("select_policy_max_scales_up_by_the_larger_limit",
+         signals(steady(320)), 20, ScaleAction.SCALE_OUT, current=10,
+         spec={"scaleUp": {"pods": 4, "percent": 100, "period": "15s", "stabilization": "0s",
+                           "selectPolicy": "Max"}},
+         reason_has=("capped at maxReplicas 20",)),
+    Case("select_policy_min_scales_down_by_the_smaller_change",
+         signals(steady(0)), 8, ScaleAction.SCALE_IN, current=10,
+         spec={"scaleDown": {"pods": 2, "percent": 50, "period": "15s", "stabilization": "0s",
+                             "selectPolicy": "Min"}},
+         reason_has=("scale-down limited to 8 by min(-2 pods, -50%) per 15s",)),
+    Case("select_policy_max_scales_down_by_the_larger_change",
+         signals(steady(0)), 5, ScaleAction.SCALE_IN, current=10,
+         spec={"scaleDown": {"pods": 2, "percent": 50, "period": "15s", "stabilization": "0s"}},
+         reason_has=("scale-down limited to 5 by max(-2 pods, -50%) per 15s",)),
+    Case("scale_down_disabled_keeps_the_replicas",
+         signals(steady(0)), 10, ScaleAction.HOLD, current=10,
+         spec={"minReplicas": 2, "scaleDown": {"pods": 0, "percent": 0, "period": "15s",
+                                               "stabilization": "0s",
+                                               "selectPolicy": "Disabled"}},
+         reason_has=("scale-down to 2 disabled by scaleDown.selectPolicy Disabled",
+                     "10 -> 10")),
+    Case("scale_down_disabled_still_scales_up",
+         signals(steady(48)), 6, ScaleAction.SCALE_OUT,
+         spec={"scaleDown": {"pods": 1, "percent": 0, "period": "15s", "stabilization": "0s",
+                             "selectPolicy": "Disabled"}}),
+    Case("scale_up_disabled_holds_a_latency_breach",
+         signals(steady(40), latency_ms=(150, 150)), 4, ScaleAction.HOLD,
+         spec={"scaleUp": {"pods": 4, "percent": 100, "period": "15s", "stabilization": "0s",
+                           "selectPolicy": "Disabled"}},
+         reason_has=("2/2 samples above target -> 8",
+                     "scale-up to 8 disabled by scaleUp.selectPolicy Disabled")),
+    Case("scale_up_disabled_holds_the_fallback",
+         NO_SIGNALS, 4, ScaleAction.HOLD,
+         spec={"metricsUnavailable": {"action": "Fallback", "fallbackReplicas": 6},
+               "scaleUp": {"pods": 4, "percent": 100, "period": "15s", "stabilization": "0s",
+                           "selectPolicy": "Disabled"}},
+         state=ScalingState(metrics_missing_since=NOW - 120),
+         reason_has=("fallback to 6 replicas, keeping 4",
+                     "scale-up to 6 disabled by scaleUp.selectPolicy Disabled")),
+    Case("scale_down_disabled_still_brings_replicas_within_max",  # as HPA
+         signals(steady(100)), 20, ScaleAction.SCALE_IN, current=25,
+         spec={"scaleDown": {"pods": 1, "percent": 0, "period": "15s", "stabilization": "0s",
+                             "selectPolicy": "Disabled"}}),
+    Case("scale_up_disabled_still_brings_replicas_within_min",  # as HPA
+         signals(steady(0)), 3, ScaleAction.SCALE_OUT, current=1,
+         spec={"minReplicas": 3, "scaleUp": {"pods": 4, "percent": 100, "period": "15s",
+                                             "stabilization": "0s",
+                                             "selectPolicy": "Disabled"}}),
     Case("scale_down_waits_for_the_stabilization_window",
          signals(steady(8)), 4, ScaleAction.HOLD,
          state=ScalingState(recommendations=(Recommendation(NOW - 200, 4),)),
@@ -436,6 +491,17 @@ def test_percent_rate_limits_are_exact() -> None:
             down = Fraction(start) * (100 - percent) / 100
             assert scale_down_limit(start, (), rules, NOW)[0] == down.numerator // \
                 down.denominator
+
+
+def test_a_disabled_direction_allows_no_change_whatever_the_events() -> None:
+    from infertune.api.scaling import ScalingRules
+    from infertune.scaling.behavior import scale_down_limit, scale_up_limit
+
+    rules = ScalingRules.model_validate({"pods": 0, "percent": 0, "period": "60s",
+                                         "stabilization": "0s", "selectPolicy": "Disabled"})
+    events = (ScaleEvent(NOW - 30, 2), ScaleEvent(NOW - 10, -1))
+    assert scale_up_limit(6, events, rules, NOW) == (6, 5)
+    assert scale_down_limit(6, events, rules, NOW) == (6, 5)
 
 
 def test_a_queue_exactly_at_the_tolerance_edge_holds_either_way() -> None:

@@ -79,6 +79,17 @@ class LatencySignal(ApiModel):
         return self
 
 
+class SelectPolicy(StrEnum):
+    """Which of the two rate limits applies, as HPA's behavior `selectPolicy`."""
+
+    MAX = "Max"
+    """The limit that allows the larger change (HPA's default)."""
+    MIN = "Min"
+    """The limit that allows the smaller change."""
+    DISABLED = "Disabled"
+    """No scaling in this direction at all (the bounds are still enforced)."""
+
+
 class ScalingRules(ApiModel):
     """Rate limits for one direction, in the style of HPA behavior policies."""
 
@@ -86,8 +97,13 @@ class ScalingRules(ApiModel):
     """At most this many pods added or removed per period (0 disables this limit)."""
 
     percent: Annotated[int, Field(ge=0, le=1000)]
-    """At most this percentage of the current replicas per period (0 disables this limit).
-    When both limits are set the larger change is allowed, as HPA's default selectPolicy Max."""
+    """At most this percentage of the current replicas per period (0 disables this limit)."""
+
+    select_policy: SelectPolicy = SelectPolicy.MAX
+    """Max: when both limits are set, the larger change is allowed (HPA's default); Min: the
+    smaller one; Disabled: replicas never change in this direction on the metrics, as with
+    HPA (`scaleDown.selectPolicy: Disabled` keeps every replica that was added). A count
+    outside minReplicas..maxReplicas is still brought inside."""
 
     period: Duration
     """The period the limits apply to."""
@@ -99,9 +115,11 @@ class ScalingRules(ApiModel):
     @model_validator(mode="after")
     def _some_limit(self) -> ScalingRules:
         problems = CrossFieldProblems()
-        if self.pods == 0 and self.percent == 0:
+        limited = self.select_policy is not SelectPolicy.DISABLED
+        if self.pods == 0 and self.percent == 0 and limited:
             problems.add("pods", "pods and percent are both 0, so replicas could never change "
-                         "in this direction; set at least one of them above 0")
+                         "in this direction; set at least one of them above 0, or "
+                         "selectPolicy: Disabled to say so")
         if not 0 < self.period.seconds <= MAX_PERIOD_S:
             problems.add("period", f"{self.period} is outside 1ms..30m (HPA allows up to "
                          "1800s); for example 15s")

@@ -8,7 +8,7 @@ recommendations and events passed in instead of kept in the controller.
 
 from __future__ import annotations
 
-from infertune.api.scaling import ScalingRules
+from infertune.api.scaling import ScalingRules, SelectPolicy
 from infertune.scaling.signals import seconds
 from infertune.scaling.state import Recommendation, ScaleEvent
 
@@ -57,11 +57,14 @@ def _changes_in_period(events: tuple[ScaleEvent, ...], period_s: float,
 
 def scale_up_limit(current: int, events: tuple[ScaleEvent, ...], rules: ScalingRules,
                    now: float) -> tuple[int, int]:
-    """The most replicas allowed now: the larger of the pods and percent limits (selectPolicy
-    Max), counted from the replicas at the start of the period; 0 disables a limit. Returns
-    (limit, replicas at the start of the period)."""
+    """The most replicas allowed now, counted from the replicas at the start of the period:
+    the larger of the pods and percent limits (selectPolicy Max) or the smaller (Min); 0
+    disables a limit; Disabled allows none. Never below `current`. Returns (limit, replicas
+    at the start of the period)."""
     added, deleted = _changes_in_period(events, seconds(rules.period), now)
     start = current - added + deleted
+    if rules.select_policy is SelectPolicy.DISABLED:
+        return current, start
     proposals = []
     if rules.pods > 0:
         proposals.append(start + rules.pods)
@@ -69,23 +72,28 @@ def scale_up_limit(current: int, events: tuple[ScaleEvent, ...], rules: ScalingR
         # Rounded up, or a small Deployment could never grow (horizontal.go). In integers:
         # 50 x (1 + 10/100) is 55.00000000000001 in floats, which rounded up to 56.
         proposals.append(-(-start * (100 + rules.percent) // 100))
-    return max(max(proposals), current), start
+    chosen = min(proposals) if rules.select_policy is SelectPolicy.MIN else max(proposals)
+    return max(chosen, current), start
 
 
 def scale_down_limit(current: int, events: tuple[ScaleEvent, ...], rules: ScalingRules,
                      now: float) -> tuple[int, int]:
-    """The fewest replicas allowed now: the larger change of the two limits wins (the lower
-    count), counted from the start of the period; 0 disables a limit. Returns (limit, replicas
+    """The fewest replicas allowed now, counted from the start of the period: the larger
+    change of the two limits (the lower count, selectPolicy Max) or the smaller (Min); 0
+    disables a limit; Disabled allows none. Never above `current`. Returns (limit, replicas
     at the start of the period)."""
     added, deleted = _changes_in_period(events, seconds(rules.period), now)
     start = current - added + deleted
+    if rules.select_policy is SelectPolicy.DISABLED:
+        return current, start
     proposals = []
     if rules.pods > 0:
         proposals.append(start - rules.pods)
     if rules.percent > 0:
         # In integers: 10 x (1 - 80/100) is 1.9999999999999996 in floats, which floored to 1.
         proposals.append(start * (100 - rules.percent) // 100)
-    return min(min(proposals), current), start
+    chosen = max(proposals) if rules.select_policy is SelectPolicy.MIN else min(proposals)
+    return min(chosen, current), start
 
 
 def limit_rate(current: int, desired: int, events: tuple[ScaleEvent, ...], up: ScalingRules,
@@ -93,6 +101,9 @@ def limit_rate(current: int, desired: int, events: tuple[ScaleEvent, ...], up: S
                now: float) -> tuple[int, str | None]:
     """`desired` within minReplicas..maxReplicas and the rate limits, and why if it moved."""
     if desired > current:
+        if up.select_policy is SelectPolicy.DISABLED and current < max_replicas:
+            return current, (f"scale-up to {min(desired, max_replicas)} disabled by "
+                             "scaleUp.selectPolicy Disabled")
         limit, start = scale_up_limit(current, events, up, now)
         if limit < max_replicas and desired > limit:
             return limit, (f"scale-up limited to {limit} by {_rule_text(up, '+')} "
@@ -100,6 +111,9 @@ def limit_rate(current: int, desired: int, events: tuple[ScaleEvent, ...], up: S
         if desired > max_replicas:
             return max_replicas, f"capped at maxReplicas {max_replicas}"
     elif desired < current:
+        if down.select_policy is SelectPolicy.DISABLED and current > min_replicas:
+            return current, (f"scale-down to {max(desired, min_replicas)} disabled by "
+                             "scaleDown.selectPolicy Disabled")
         limit, start = scale_down_limit(current, events, down, now)
         if limit > min_replicas and desired < limit:
             return limit, (f"scale-down limited to {limit} by {_rule_text(down, '-')} "
@@ -118,5 +132,6 @@ def _counted_from(start: int, current: int) -> str:
 def _rule_text(rules: ScalingRules, sign: str) -> str:
     parts = [f"{sign}{rules.pods} pods"] if rules.pods else []
     parts += [f"{sign}{rules.percent}%"] if rules.percent else []
-    both = f"max({', '.join(parts)})" if len(parts) == 2 else parts[0]
+    pick = "min" if rules.select_policy is SelectPolicy.MIN else "max"
+    both = f"{pick}({', '.join(parts)})" if len(parts) == 2 else parts[0]
     return f"{both} per {rules.period}"
