@@ -40,6 +40,14 @@ def test_generated_crd_files_match_the_models(path: Path) -> None:
         f"{path} drifted from operator/infertune/api; run `make crds` and commit the result")
 
 
+def test_the_crd_text_spells_out_every_node_without_yaml_aliases() -> None:
+    """scaleUp and scaleDown share their `required` and `selectPolicy` enum lists, which
+    PyYAML wrote as an anchor and aliases (`&id001`, `*id001`)."""
+    events = list(yaml.parse(render_crds()))
+    assert not [e for e in events if isinstance(e, yaml.AliasEvent)
+                or getattr(e, "anchor", None) is not None]
+
+
 def test_crd_passes_the_official_apiextensions_schema() -> None:
     # strict: unknown fields anywhere in the CRD object are errors, as kubectl --validate=strict.
     kubernetes_validate.validate(yaml.safe_load(CRD_FILE.read_text()), "1.37", strict=True)

@@ -190,7 +190,17 @@ HEADER = (
 )
 
 
+class _PlainDumper(yaml.SafeDumper):
+    """Writes a list or mapping the schema holds twice (scaleUp and scaleDown share one) in
+    full each time: PyYAML would write an anchor and an alias (`&id001`, `*id001`), which
+    not every tool that reads a CRD resolves, and no reader expects in one."""
+
+    def ignore_aliases(self, data: object) -> bool:
+        return True
+
+
 def render_crds() -> str:
     """The YAML text `infertune crds` prints and `crds/` holds."""
-    body = yaml.safe_dump(custom_resource_definition(), sort_keys=False, width=100)
+    body = yaml.dump(custom_resource_definition(), Dumper=_PlainDumper, sort_keys=False,
+                     width=100)
     return HEADER + "---\n" + body
