@@ -18,6 +18,7 @@ from e2e.fixtures.access import Kubectl
 from e2e.fixtures.operator import OperatorProcess
 from e2e.fixtures.rbac import REPO_ROOT
 from e2e.fixtures.waiting import wait_for
+from infertune.api.spec import InferenceTuning
 
 pytestmark = pytest.mark.e2e
 
@@ -205,6 +206,35 @@ def test_api_server_rejects_what_the_schema_forbids(
                                              numa={"policy": "everywhere"}))
     assert info.value.status == 422
     assert "spec.mode" in info.value.body and "spec.numa.policy" in info.value.body
+
+
+def test_a_partial_scaling_block_keeps_hpas_defaults_for_what_it_leaves_out(
+    api_client: client.ApiClient, namespace: str, operator: OperatorProcess
+) -> None:
+    """As HPA's behavior: the API server fills the period, selectPolicy and stabilization
+    left out, never pods or percent, so the model can tell the limits given (which replace
+    the direction's defaults) from none given (HPA's defaults)."""
+    create(api_client, namespace, tuning("partial", "qwen", autoscaling={
+        "scaleUp": {"pods": 2}, "scaleDown": {"stabilization": "10m"}}))
+    create(api_client, namespace, tuning("none", "qwen", autoscaling={"maxReplicas": 4}))
+    partial = get_tuning(api_client, namespace, "partial")["spec"]["autoscaling"]
+    assert partial["scaleUp"] == {"pods": 2, "selectPolicy": "Max", "period": "15s",
+                                  "stabilization": "0s"}
+    assert partial["scaleDown"] == {"selectPolicy": "Max", "period": "15s",
+                                    "stabilization": "10m"}
+    none = get_tuning(api_client, namespace, "none")["spec"]["autoscaling"]
+    assert "pods" not in none["scaleUp"] and "percent" not in none["scaleDown"]
+
+    def limits(body: dict[str, Any]) -> list[tuple[int, int, str]]:
+        spec = InferenceTuning.model_validate(body).spec.autoscaling
+        assert spec is not None
+        return [(rules.pods, rules.percent, str(rules.stabilization))
+                for rules in (spec.scale_up, spec.scale_down)]
+
+    assert limits(get_tuning(api_client, namespace, "partial")) == [(2, 0, "0s"),
+                                                                    (0, 100, "10m")]
+    assert limits(get_tuning(api_client, namespace, "none")) == [(4, 100, "0s"),
+                                                                 (0, 100, "300s")]
 
 
 def test_a_deleted_tuning_ends_its_loops_without_warnings(

@@ -44,6 +44,31 @@ def test_hpa_like_rate_limit_defaults() -> None:
     assert scaling.scale_down.stabilization.seconds == 300
 
 
+@pytest.mark.parametrize(("direction", "given", "expected"), [
+    # Every field left out keeps HPA's default for the direction.
+    ("scaleDown", {"stabilization": "10m"}, (0, 100, "Max", "15s", "10m")),
+    ("scaleUp", {"period": "1m"}, (4, 100, "Max", "1m", "0s")),
+    ("scaleUp", {"selectPolicy": "Min"}, (4, 100, "Min", "15s", "0s")),
+    # The limits given replace the direction's: +2 pods means no percent limit, as an HPA
+    # policy list replaces the default one (max(+2, +100%) would make the 2 moot).
+    ("scaleUp", {"pods": 2}, (2, 0, "Max", "15s", "0s")),
+    ("scaleDown", {"percent": 10}, (0, 10, "Max", "15s", "300s")),
+    ("scaleDown", {"pods": 1, "percent": 50}, (1, 50, "Max", "15s", "300s")),
+])
+def test_a_partial_scaling_block_keeps_the_defaults_it_leaves_out(
+        direction: str, given: dict[str, Any], expected: tuple[Any, ...]) -> None:
+    scaling = InferenceTuningSpec.model_validate(
+        _spec(autoscaling={direction: given})).autoscaling
+    assert scaling is not None
+    rules = scaling.scale_up if direction == "scaleUp" else scaling.scale_down
+    got = (rules.pods, rules.percent, rules.select_policy.value, str(rules.period),
+           str(rules.stabilization))
+    assert got == expected
+    # The other direction keeps all of its defaults.
+    other = scaling.scale_down if direction == "scaleUp" else scaling.scale_up
+    assert (other.pods, other.percent) == ((0, 100) if direction == "scaleUp" else (4, 100))
+
+
 def test_values_round_trip_as_written() -> None:
     raw = _spec(memory={"high": "28Gi"}, autoscaling={"interval": "30s"})
     dumped = InferenceTuningSpec.model_validate(raw).model_dump(by_alias=True, exclude_unset=True)

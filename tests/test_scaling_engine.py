@@ -257,6 +257,10 @@ CASES = [
          spec={"minReplicas": 3, "scaleUp": {"pods": 4, "percent": 100, "period": "15s",
                                              "stabilization": "0s",
                                              "selectPolicy": "Disabled"}}),
+    Case("a_scale_up_limit_given_alone_replaces_both_defaults",  # as an HPA policy list
+         signals(steady(320)), 6, ScaleAction.SCALE_OUT,
+         spec={"scaleUp": {"pods": 2}},
+         reason_has=("scale-up limited to 6 by +2 pods per 15s",)),
     Case("scale_down_waits_for_the_stabilization_window",
          signals(steady(8)), 4, ScaleAction.HOLD,
          state=ScalingState(recommendations=(Recommendation(NOW - 200, 4),)),

@@ -59,7 +59,7 @@ class _DefaultsFromFactories(GenerateJsonSchema):
             try:
                 type(value).model_validate({})
             except ValidationError:
-                # Required fields (ScalingRules): the API server needs the whole default.
+                # Required fields: the API server needs the whole default.
                 return value.model_dump(by_alias=True, mode="json", exclude_none=True)
             return {}
         return to_jsonable_python(value, by_alias=True)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Annotated
+from typing import Annotated, Any, ClassVar
 
 from pydantic import Field, model_validator
 
@@ -90,14 +90,27 @@ class SelectPolicy(StrEnum):
     """No scaling in this direction at all (the bounds are still enforced)."""
 
 
+def _no_schema_default(schema: dict[str, Any]) -> None:
+    """The field's default stays out of the CRD, so the API server does not fill it in: the
+    model tells an omitted field from a given one (`ScalingRules._limits`)."""
+    schema.pop("default", None)
+
+
 class ScalingRules(ApiModel):
-    """Rate limits for one direction, in the style of HPA behavior policies."""
+    """Rate limits for one direction, in the style of HPA behavior policies. As there, the
+    limits given replace the direction's defaults (`scaleUp: {pods: 2}` means +2 pods and no
+    percent limit), and every other field left out keeps its default."""
 
-    pods: Annotated[int, Field(ge=0, le=10000)]
-    """At most this many pods added or removed per period (0 disables this limit)."""
+    DEFAULT_LIMITS: ClassVar[tuple[int, int]] = (0, 0)
+    """(pods, percent) when both are left out."""
 
-    percent: Annotated[int, Field(ge=0, le=1000)]
-    """At most this percentage of the current replicas per period (0 disables this limit)."""
+    pods: Annotated[int, Field(ge=0, le=10000, json_schema_extra=_no_schema_default)] = 0
+    """At most this many pods added or removed per period (0 disables this limit). Left out
+    with percent: HPA's default for the direction (scaleUp 4, scaleDown 0); left out alone: 0."""
+
+    percent: Annotated[int, Field(ge=0, le=1000, json_schema_extra=_no_schema_default)] = 0
+    """At most this percentage of the current replicas per period (0 disables this limit).
+    Left out with pods: HPA's default for the direction (100); left out alone: 0."""
 
     select_policy: SelectPolicy = SelectPolicy.MAX
     """Max: when both limits are set, the larger change is allowed (HPA's default); Min: the
@@ -105,12 +118,20 @@ class ScalingRules(ApiModel):
     HPA (`scaleDown.selectPolicy: Disabled` keeps every replica that was added). A count
     outside minReplicas..maxReplicas is still brought inside."""
 
-    period: Duration
+    period: Duration = Duration("15s")
     """The period the limits apply to."""
 
-    stabilization: Duration
+    stabilization: Duration = Duration("0s")
     """The window over which the highest (scale-down) or lowest (scale-up) recommendation wins,
     so a brief dip or spike does not move replicas."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _limits(cls, data: Any) -> Any:
+        if isinstance(data, dict) and not {"pods", "percent"} & data.keys():
+            pods, percent = cls.DEFAULT_LIMITS
+            return {**data, "pods": pods, "percent": percent}
+        return data
 
     @model_validator(mode="after")
     def _some_limit(self) -> ScalingRules:
@@ -130,15 +151,26 @@ class ScalingRules(ApiModel):
         return self
 
 
-def _scale_up_default() -> ScalingRules:
-    # HPA's default scale-up: max(+100%, +4 pods) per 15s, no stabilization (kubernetes.io).
-    return ScalingRules(pods=4, percent=100, period=Duration("15s"), stabilization=Duration("0s"))
+class ScaleUpRules(ScalingRules):
+    """Scale-up rate limits and stabilization; HPA's defaults: max(+4 pods, +100%) per 15s, no
+    stabilization (kubernetes.io)."""
+
+    DEFAULT_LIMITS: ClassVar[tuple[int, int]] = (4, 100)
+
+    stabilization: Duration = Duration("0s")
+    """The window over which the lowest recommendation wins, so a brief spike does not add
+    replicas (default 0s: scale-up at once)."""
 
 
-def _scale_down_default() -> ScalingRules:
-    # HPA's default scale-down: 100% per 15s after a 300s stabilization window.
-    return ScalingRules(pods=0, percent=100, period=Duration("15s"),
-                        stabilization=Duration("300s"))
+class ScaleDownRules(ScalingRules):
+    """Scale-down rate limits and stabilization; HPA's defaults: 100% per 15s after a 300s
+    stabilization window."""
+
+    DEFAULT_LIMITS: ClassVar[tuple[int, int]] = (0, 100)
+
+    stabilization: Duration = Duration("300s")
+    """The window over which the highest recommendation wins, so a brief dip does not remove
+    replicas (default 300s)."""
 
 
 class MetricsUnavailableAction(StrEnum):
@@ -198,11 +230,11 @@ class AutoscalingSpec(ApiModel):
     latency: LatencySignal = Field(default_factory=LatencySignal)
     """The latency-quantile signal."""
 
-    scale_up: ScalingRules = Field(default_factory=_scale_up_default)
-    """Scale-up rate limits and stabilization."""
+    scale_up: ScaleUpRules = Field(default_factory=ScaleUpRules)
+    """Scale-up rate limits and stabilization (fields left out keep HPA's defaults)."""
 
-    scale_down: ScalingRules = Field(default_factory=_scale_down_default)
-    """Scale-down rate limits and stabilization."""
+    scale_down: ScaleDownRules = Field(default_factory=ScaleDownRules)
+    """Scale-down rate limits and stabilization (fields left out keep HPA's defaults)."""
 
     metrics_unavailable: MetricsUnavailable = Field(default_factory=MetricsUnavailable)
     """Behaviour when metrics are missing."""
