@@ -211,30 +211,25 @@ def test_api_server_rejects_what_the_schema_forbids(
 def test_a_partial_scaling_block_keeps_hpas_defaults_for_what_it_leaves_out(
     api_client: client.ApiClient, namespace: str, operator: OperatorProcess
 ) -> None:
-    """As HPA's behavior: the API server fills the period, selectPolicy and stabilization
-    left out, never pods or percent, so the model can tell the limits given (which replace
-    the direction's defaults) from none given (HPA's defaults)."""
+    """The API server fills each field of scaleUp/scaleDown left out with HPA's default for
+    the direction, except selectPolicy: stored, an operator rolled back to a version without
+    it (the CRD stays) would refuse every autoscaled tuning as holding an unknown field."""
     create(api_client, namespace, tuning("partial", "qwen", autoscaling={
         "scaleUp": {"pods": 2}, "scaleDown": {"stabilization": "10m"}}))
     create(api_client, namespace, tuning("none", "qwen", autoscaling={"maxReplicas": 4}))
     partial = get_tuning(api_client, namespace, "partial")["spec"]["autoscaling"]
-    assert partial["scaleUp"] == {"pods": 2, "selectPolicy": "Max", "period": "15s",
+    assert partial["scaleUp"] == {"pods": 2, "percent": 100, "period": "15s",
                                   "stabilization": "0s"}
-    assert partial["scaleDown"] == {"selectPolicy": "Max", "period": "15s",
+    assert partial["scaleDown"] == {"pods": 0, "percent": 100, "period": "15s",
                                     "stabilization": "10m"}
     none = get_tuning(api_client, namespace, "none")["spec"]["autoscaling"]
-    assert "pods" not in none["scaleUp"] and "percent" not in none["scaleDown"]
-
-    def limits(body: dict[str, Any]) -> list[tuple[int, int, str]]:
-        spec = InferenceTuning.model_validate(body).spec.autoscaling
-        assert spec is not None
-        return [(rules.pods, rules.percent, str(rules.stabilization))
-                for rules in (spec.scale_up, spec.scale_down)]
-
-    assert limits(get_tuning(api_client, namespace, "partial")) == [(2, 0, "0s"),
-                                                                    (0, 100, "10m")]
-    assert limits(get_tuning(api_client, namespace, "none")) == [(4, 100, "0s"),
-                                                                 (0, 100, "300s")]
+    assert none["scaleUp"] == {"pods": 4, "percent": 100, "period": "15s",
+                               "stabilization": "0s"}
+    assert none["scaleDown"] == {"pods": 0, "percent": 100, "period": "15s",
+                                 "stabilization": "300s"}
+    spec = InferenceTuning.model_validate(get_tuning(api_client, namespace, "partial"))
+    assert spec.spec.autoscaling is not None
+    assert spec.spec.autoscaling.scale_down.stabilization.seconds == 600
 
 
 def test_a_deleted_tuning_ends_its_loops_without_warnings(

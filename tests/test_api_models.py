@@ -45,15 +45,16 @@ def test_hpa_like_rate_limit_defaults() -> None:
 
 
 @pytest.mark.parametrize(("direction", "given", "expected"), [
-    # Every field left out keeps HPA's default for the direction.
+    # Every field left out keeps HPA's default for the direction, the limits included (a
+    # limit left out cannot mean something else: an object stored before, or merged by
+    # kubectl apply, holds the default the API server wrote).
     ("scaleDown", {"stabilization": "10m"}, (0, 100, "Max", "15s", "10m")),
     ("scaleUp", {"period": "1m"}, (4, 100, "Max", "1m", "0s")),
     ("scaleUp", {"selectPolicy": "Min"}, (4, 100, "Min", "15s", "0s")),
-    # The limits given replace the direction's: +2 pods means no percent limit, as an HPA
-    # policy list replaces the default one (max(+2, +100%) would make the 2 moot).
-    ("scaleUp", {"pods": 2}, (2, 0, "Max", "15s", "0s")),
+    ("scaleUp", {"pods": 2}, (2, 100, "Max", "15s", "0s")),
+    ("scaleDown", {"pods": 0}, (0, 100, "Max", "15s", "300s")),
     ("scaleDown", {"percent": 10}, (0, 10, "Max", "15s", "300s")),
-    ("scaleDown", {"pods": 1, "percent": 50}, (1, 50, "Max", "15s", "300s")),
+    ("scaleDown", {"selectPolicy": "Disabled"}, (0, 100, "Disabled", "15s", "300s")),
 ])
 def test_a_partial_scaling_block_keeps_the_defaults_it_leaves_out(
         direction: str, given: dict[str, Any], expected: tuple[Any, ...]) -> None:

@@ -48,6 +48,17 @@ def test_the_crd_text_spells_out_every_node_without_yaml_aliases() -> None:
                 or getattr(e, "anchor", None) is not None]
 
 
+def test_select_policy_has_no_server_side_default() -> None:
+    """A default the API server writes into every stored object: an operator rolled back to a
+    version without the field (Helm never downgrades the CRD) refuses each of them as holding
+    an unknown field. The model's default (Max) applies when it is left out."""
+    nodes = dict(_walk(_schema()))
+    for direction in ("scaleUp", "scaleDown"):
+        rules = nodes[f".spec.autoscaling.{direction}"]
+        assert "default" not in rules["properties"]["selectPolicy"]
+        assert rules["properties"]["pods"]["default"] == (4 if direction == "scaleUp" else 0)
+
+
 def test_crd_passes_the_official_apiextensions_schema() -> None:
     # strict: unknown fields anywhere in the CRD object are errors, as kubectl --validate=strict.
     kubernetes_validate.validate(yaml.safe_load(CRD_FILE.read_text()), "1.37", strict=True)

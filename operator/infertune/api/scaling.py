@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Annotated, Any, ClassVar
+from typing import Annotated, Any
 
 from pydantic import Field, model_validator
 
@@ -91,47 +91,37 @@ class SelectPolicy(StrEnum):
 
 
 def _no_schema_default(schema: dict[str, Any]) -> None:
-    """The field's default stays out of the CRD, so the API server does not fill it in: the
-    model tells an omitted field from a given one (`ScalingRules._limits`)."""
+    """The field's default stays out of the CRD, so the API server does not write it into
+    stored objects: an operator rolled back to a version without the field (the CRD stays,
+    Helm never downgrades it) would refuse every object holding it as an unknown field."""
     schema.pop("default", None)
 
 
 class ScalingRules(ApiModel):
-    """Rate limits for one direction, in the style of HPA behavior policies. As there, the
-    limits given replace the direction's defaults (`scaleUp: {pods: 2}` means +2 pods and no
-    percent limit), and every other field left out keeps its default."""
+    """Rate limits for one direction, in the style of HPA behavior policies. Every field left
+    out keeps its default, `pods` and `percent` included: with selectPolicy Max the larger of
+    the two changes is allowed, so `{pods: 2}` alone still allows +100%; say `percent: 0`
+    (or selectPolicy Min) to allow only the 2."""
 
-    DEFAULT_LIMITS: ClassVar[tuple[int, int]] = (0, 0)
-    """(pods, percent) when both are left out."""
+    pods: Annotated[int, Field(ge=0, le=10000)]
+    """At most this many pods added or removed per period (0 disables this limit)."""
 
-    pods: Annotated[int, Field(ge=0, le=10000, json_schema_extra=_no_schema_default)] = 0
-    """At most this many pods added or removed per period (0 disables this limit). Left out
-    with percent: HPA's default for the direction (scaleUp 4, scaleDown 0); left out alone: 0."""
+    percent: Annotated[int, Field(ge=0, le=1000)]
+    """At most this percentage of the current replicas per period (0 disables this limit)."""
 
-    percent: Annotated[int, Field(ge=0, le=1000, json_schema_extra=_no_schema_default)] = 0
-    """At most this percentage of the current replicas per period (0 disables this limit).
-    Left out with pods: HPA's default for the direction (100); left out alone: 0."""
-
-    select_policy: SelectPolicy = SelectPolicy.MAX
-    """Max: when both limits are set, the larger change is allowed (HPA's default); Min: the
-    smaller one; Disabled: replicas never change in this direction on the metrics, as with
-    HPA (`scaleDown.selectPolicy: Disabled` keeps every replica that was added). A count
-    outside minReplicas..maxReplicas is still brought inside."""
+    select_policy: Annotated[SelectPolicy, Field(
+        json_schema_extra=_no_schema_default)] = SelectPolicy.MAX
+    """Max (default): when both limits are set, the larger change is allowed, as HPA's
+    default; Min: the smaller one; Disabled: replicas never change in this direction on the
+    metrics, as with HPA (`scaleDown.selectPolicy: Disabled` keeps every replica that was
+    added). A count outside minReplicas..maxReplicas is still brought inside."""
 
     period: Duration = Duration("15s")
     """The period the limits apply to."""
 
-    stabilization: Duration = Duration("0s")
+    stabilization: Duration
     """The window over which the highest (scale-down) or lowest (scale-up) recommendation wins,
     so a brief dip or spike does not move replicas."""
-
-    @model_validator(mode="before")
-    @classmethod
-    def _limits(cls, data: Any) -> Any:
-        if isinstance(data, dict) and not {"pods", "percent"} & data.keys():
-            pods, percent = cls.DEFAULT_LIMITS
-            return {**data, "pods": pods, "percent": percent}
-        return data
 
     @model_validator(mode="after")
     def _some_limit(self) -> ScalingRules:
@@ -155,18 +145,28 @@ class ScaleUpRules(ScalingRules):
     """Scale-up rate limits and stabilization; HPA's defaults: max(+4 pods, +100%) per 15s, no
     stabilization (kubernetes.io)."""
 
-    DEFAULT_LIMITS: ClassVar[tuple[int, int]] = (4, 100)
+    pods: Annotated[int, Field(ge=0, le=10000)] = 4
+    """At most this many pods added per period (0 disables this limit)."""
+
+    percent: Annotated[int, Field(ge=0, le=1000)] = 100
+    """At most this percentage of the current replicas added per period (0 disables this
+    limit)."""
 
     stabilization: Duration = Duration("0s")
     """The window over which the lowest recommendation wins, so a brief spike does not add
-    replicas (default 0s: scale-up at once)."""
+    replicas (default 0s: scale up at once)."""
 
 
 class ScaleDownRules(ScalingRules):
     """Scale-down rate limits and stabilization; HPA's defaults: 100% per 15s after a 300s
     stabilization window."""
 
-    DEFAULT_LIMITS: ClassVar[tuple[int, int]] = (0, 100)
+    pods: Annotated[int, Field(ge=0, le=10000)] = 0
+    """At most this many pods removed per period (0, the default, disables this limit)."""
+
+    percent: Annotated[int, Field(ge=0, le=1000)] = 100
+    """At most this percentage of the current replicas removed per period (0 disables this
+    limit)."""
 
     stabilization: Duration = Duration("300s")
     """The window over which the highest recommendation wins, so a brief dip does not remove
