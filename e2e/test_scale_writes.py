@@ -104,22 +104,21 @@ def target(api_client: client.ApiClient, namespace: str, operator: OperatorProce
 
 def someone_writes_6_after_the_first_read(api_client: client.ApiClient,
                                           monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """Another writer sets 6 replicas right after the operator's first scale read; the list
-    holds the replicas each read returned."""
+    """Another writer sets 6 replicas right after the operator's first read of the
+    Deployment; the list holds the replicas each read returned."""
     apps = client.AppsV1Api(api_client)
-    real_read = client.AppsV1Api.read_namespaced_deployment_scale
+    real_read = autoscaling._target_replicas
     reads: list[int] = []
 
-    def read_then_someone_writes(self: client.AppsV1Api, name: str, namespace: str,
-                                 **kwargs: Any) -> Any:
-        scale = real_read(self, name, namespace, **kwargs)
-        reads.append(int(scale.spec.replicas))
+    def read_then_someone_writes(api: client.AppsV1Api, name: str,
+                                 namespace: str) -> tuple[int, int]:
+        replicas, ready = real_read(api, name, namespace)
+        reads.append(replicas)
         if len(reads) == 1:
             apps.patch_namespaced_deployment_scale(name, namespace, {"spec": {"replicas": 6}})
-        return scale
+        return replicas, ready
 
-    monkeypatch.setattr(client.AppsV1Api, "read_namespaced_deployment_scale",
-                        read_then_someone_writes)
+    monkeypatch.setattr(autoscaling, "_target_replicas", read_then_someone_writes)
     return reads
 
 
@@ -266,18 +265,17 @@ def test_a_count_written_before_the_report_was_dropped_is_still_announced(
     though, and a change of replicas always says why in an Event."""
     api = client.CustomObjectsApi(api_client)
     monkeypatch.setattr(autoscaling, "_still_autoscaled", lambda stored: False)
-    real_read = client.AppsV1Api.read_namespaced_deployment_scale
+    real_read = autoscaling._target_replicas
 
-    def read_while_status_changes(self: client.AppsV1Api, name: str, namespace: str,
-                                  **kwargs: Any) -> Any:
+    def read_while_status_changes(apps: client.AppsV1Api, name: str,
+                                  namespace: str) -> tuple[int, int]:
         api.patch_namespaced_custom_object_status(GROUP, VERSION, namespace, PLURAL, "llm", {
             "status": {"decisions": [{"time": "2026-12-04T08:00:00Z", "feature": "rollout",
                                       "action": "x", "reason": "another writer",
                                       "applied": True}]}})
-        return real_read(self, name, namespace, **kwargs)
+        return real_read(apps, name, namespace)
 
-    monkeypatch.setattr(client.AppsV1Api, "read_namespaced_deployment_scale",
-                        read_while_status_changes)
+    monkeypatch.setattr(autoscaling, "_target_replicas", read_while_status_changes)
     evaluate_once(api_client, target, 48.0, new_settings())
     assert scale_of(api_client, target) == 3  # written before the status, as designed
     assert "autoscaling" not in autoscaling_status(api_client, target)  # the report dropped
@@ -286,3 +284,44 @@ def test_a_count_written_before_the_report_was_dropped_is_still_announced(
     events.clear()
     evaluate_once(api_client, target, 32.0, new_settings())
     assert events == []
+
+
+def test_a_latency_breach_is_sized_on_the_ready_replicas_until_those_added_are_ready(
+    api_client: client.ApiClient, target: str, default_client: None,
+    events: list[tuple[str, str, str]],
+) -> None:
+    """P99 twice the target with a low queue and action ScaleOut: 2 Ready replicas take it
+    as 4. The 2 added do not get Ready (a quota keeps their pods from being created, as a
+    model still loading would keep them unready); the next evaluation holds 4 where, sized
+    on every replica, it asked for 8. The ready count is the Deployment's, as the operator
+    reads it."""
+    apps = client.AppsV1Api(api_client)
+    wait_for(lambda: (apps.read_namespaced_deployment("llm", target).status.ready_replicas
+                      or 0) == 2, "the 2 pods Ready", timeout_s=60)
+    client.CoreV1Api(api_client).create_namespaced_resource_quota(target, {
+        "metadata": {"name": "two-pods"}, "spec": {"hard": {"pods": "2"}}})
+    spec = InferenceTuningSpec.model_validate({
+        "targetRef": {"name": "llm"}, "engine": "vllm",
+        "autoscaling": {"minReplicas": 1, "maxReplicas": 8, "latency": {"action": "ScaleOut"}}})
+    custom = client.CustomObjectsApi(api_client)
+
+    def evaluate_breach() -> ScaleDecision:
+        body = custom.get_namespaced_custom_object(GROUP, VERSION, target, PLURAL, "llm")
+        now = time.time()
+        window = Window.of_points([(now - 30 + i, 5.0) for i in range(31)], now, 30.0, 1.0,
+                                  32.0)
+        breach = TargetSignals(window, Series(((now - 15, 0.15), (now, 0.15)), 15.0),
+                               Series(((now - 15, 10.0), (now, 10.0)), 15.0))
+        return autoscaling.evaluate(target, "llm", int(body["metadata"]["generation"]), spec,
+                                    body.get("status") or {}, breach, new_settings(),
+                                    Writers(), body, now, body["metadata"]["resourceVersion"])
+
+    first = evaluate_breach()
+    assert (first.signals.ready_replicas, first.desired_replicas) == (2, 4), first.reason
+    assert scale_of(api_client, target) == 4
+    second = evaluate_breach()
+    assert (second.signals.ready_replicas, second.desired_replicas) == (2, 4), second.reason
+    assert "sized on the 2 replicas serving (2 added in the last 10m not Ready yet) -> 4: " \
+           "the 4 replicas cover it once they are Ready" in second.reason
+    assert scale_of(api_client, target) == 4
+    assert [e[1] for e in events] == ["ScaledOut"]

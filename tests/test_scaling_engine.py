@@ -57,8 +57,8 @@ NO_SIGNALS = TargetSignals(NO_QUEUE, MISSING, MISSING)
 
 
 def decide(sig: TargetSignals, current: int = 4, state: ScalingState | None = None,
-           now: float = NOW, **fields: Any) -> ScaleDecision:
-    return decide_scale(spec(**fields), current, sig, state or ScalingState(), now)
+           now: float = NOW, ready: int | None = None, **fields: Any) -> ScaleDecision:
+    return decide_scale(spec(**fields), current, sig, state or ScalingState(), now, ready)
 
 
 @dataclass
@@ -641,3 +641,55 @@ def test_a_stored_state_out_of_order_is_read_in_time_order() -> None:
     state = ScalingState.from_json(stored)
     assert [r.replicas for r in state.recommendations] == [9, 3]
     assert [e.change for e in state.scale_events] == [2, 1]
+
+
+@pytest.mark.parametrize("queue_kind", ["low", "missing"])
+def test_a_latency_scale_out_waits_for_its_replicas_to_be_ready(queue_kind: str) -> None:
+    """P99 twice the target with a low queue and action ScaleOut (or no queue data in Auto):
+    4 replicas take it as 8. The new pods load their model for two minutes, not Ready, while
+    the P99 stays where it was; sized on every replica, each interval compounded: 8, 16,
+    32 (maxReplicas). Sized on those serving, 8 hold until the new ones are Ready, and the
+    P99 then falls to target."""
+    replicas, state, history = 4, ScalingState(), []
+    started: dict[float, int] = {}
+    action = "ScaleOut" if queue_kind == "low" else "Auto"
+    for i in range(16):
+        now = NOW + 15 * i
+        ready = min(replicas, 4 + sum(n for t, n in started.items() if now - t >= 120))
+        p99 = 150 * 4 / ready  # the load over the pods that serve
+        q = steady(5, now=now)._replace(pods=ready) if queue_kind == "low" else NO_QUEUE
+        decision = decide_scale(spec(maxReplicas=32, latency={"action": action}), replicas,
+                                signals(q, latency_ms=(p99, p99), now=now), state, now,
+                                ready=ready)
+        if decision.desired_replicas > replicas:
+            started[now] = decision.desired_replicas - replicas
+        state, replicas = decision.state, decision.desired_replicas
+        history.append(replicas)
+        if i == 1:
+            assert "sized on the 4 replicas serving (4 added in the last 10m not Ready yet) " \
+                   "-> 8: the 8 replicas cover it once they are Ready" in decision.reason
+    assert history == [8] * 16, history
+
+
+def test_a_latency_breach_on_fewer_ready_replicas_still_scales_past_those_coming() -> None:
+    """4 serve and 4 added are loading; the P99 is 3x the target: 12 take it, not 8."""
+    state = ScalingState(scale_events=(ScaleEvent(NOW - 30, 4),))
+    out = decide(signals(steady(5)._replace(pods=4), latency_ms=(225, 225)), current=8,
+                 state=state, latency={"action": "ScaleOut"}, ready=4)
+    assert out.desired_replicas == 12, out.reason
+    assert "sized on the 4 replicas serving" in out.reason
+
+
+@pytest.mark.parametrize(("events", "ready", "desired"), [
+    ((), 2, 8),  # none added: Ready pods that stopped being so (overload) still count
+    (None, None, 8),  # readiness not known: every replica counts
+    ((ScaleEvent(NOW - 601, 2),), 2, 8),  # added longer ago than STARTING_S
+    ((ScaleEvent(NOW - 60, 2),), 2, 4),  # 2 added and loading: sized on 2 -> 4, covered
+    ((ScaleEvent(NOW - 60, 3), ScaleEvent(NOW - 30, -2)), 2, 6),  # net +1: sized on 3 -> 6
+])
+def test_only_replicas_added_lately_and_not_ready_are_left_out(
+        events: tuple[ScaleEvent, ...] | None, ready: int | None, desired: int) -> None:
+    state = ScalingState(scale_events=events or ())
+    out = decide(signals(steady(5)._replace(pods=ready), latency_ms=(150, 150)), current=4,
+                 state=state, latency={"action": "ScaleOut"}, ready=ready)
+    assert out.desired_replicas == desired, out.reason

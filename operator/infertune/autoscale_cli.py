@@ -140,9 +140,11 @@ def evaluate(tuning: InferenceTuning, prometheus: str, replicas: int | None,
     else:
         blocked, fight = live.blocked(current, now), live.fight(current, now)
         written = written_replicas(live.status, tuning.spec.target_ref.name)
+        # The ready count is the Deployment's, so it says nothing about --replicas.
         planned = plan_evaluation(tuning.spec, live.generation, live.status, signals, current,
                                   blocked, now, None if fight is None else fight.to_json(),
-                                  written if written == current else None)
+                                  written if written == current else None,
+                                  live.ready if replicas is None else None)
         decision = planned.decision
         write = {"replicas": planned.write,
                  "why": why_written(tuning, decision, blocked, planned.write),

@@ -23,7 +23,7 @@ from infertune.controller.scaling_report import Blocked
 class Live(NamedTuple):
     tuning: InferenceTuning
     replicas: int
-    """Of the target, from its scale subresource."""
+    """Of the target, its spec.replicas."""
     status: dict[str, Any]
     generation: int
     hpa: str | None
@@ -32,6 +32,9 @@ class Live(NamedTuple):
     """What could not be read and is therefore not taken into account."""
     rivals: tuple[str, ...] = ()
     """Other InferenceTunings that autoscale the same Deployment (they stop the writes)."""
+    ready: int | None = None
+    """Of the target, its status.readyReplicas (a latency breach is sized without replicas
+    the operator added that are not Ready yet)."""
 
     def fight(self, current: int, now: float) -> Fight | None:
         """The replica fight as the operator's evaluation now would see it: the stored one,
@@ -95,7 +98,7 @@ def _read_live(ref: str, kubeconfig: str | None) -> Live:
                              f"validate: {problems}")
         target = tuning.spec.target_ref.name
         what = f"Deployment {namespace}/{target} (spec.targetRef)"
-        scale = client.AppsV1Api().read_namespaced_deployment_scale(target, namespace)
+        target_body = client.AppsV1Api().read_namespaced_deployment(target, namespace)
     except ApiException as exc:
         found = "not found" if exc.status == 404 else f"not readable (HTTP {exc.status})"
         raise ValueError(f"--live: {what} {found}") from None
@@ -118,6 +121,8 @@ def _read_live(ref: str, kubeconfig: str | None) -> Live:
         rivals = ()
         notes += (f"InferenceTunings in {namespace} not readable (HTTP {exc.status}): another "
                   "one autoscaling the same Deployment would stop the operator's writes",)
-    return Live(tuning, int(scale.spec.replicas or 0) if scale.spec else 0,
+    target_status = target_body.status
+    return Live(tuning, int(target_body.spec.replicas or 0) if target_body.spec else 0,
                 dict(body.get("status") or {}),
-                int((body.get("metadata") or {}).get("generation") or 0), hpa, notes, rivals)
+                int((body.get("metadata") or {}).get("generation") or 0), hpa, notes, rivals,
+                int(target_status.ready_replicas or 0) if target_status else 0)

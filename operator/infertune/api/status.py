@@ -12,7 +12,7 @@ from typing import Annotated
 from pydantic import Field
 
 from infertune.api.base import ApiModel
-from infertune.api.scaling import MAX_PERIOD_S, MAX_STABILIZATION_S, MIN_INTERVAL_S
+from infertune.api.scaling import MAX_PERIOD_S, MAX_STABILIZATION_S, MIN_INTERVAL_S, STARTING_S
 
 MAX_DECISIONS = 10
 """Decisions kept in status; older ones are in the Events."""
@@ -160,8 +160,9 @@ class ScaleEventRecord(ApiModel):
 MAX_RECOMMENDATIONS = MAX_STABILIZATION_S // MIN_INTERVAL_S + 1
 """One recommendation per evaluation, kept for the longest stabilization window: the most a
 state can hold (pruning keeps far fewer unless the load keeps changing)."""
-MAX_SCALE_EVENTS = MAX_PERIOD_S // MIN_INTERVAL_S + 1
-"""At most one replica change per evaluation, kept for the longest rate-limit period. With
+MAX_SCALE_EVENTS = max(MAX_PERIOD_S, STARTING_S) // MIN_INTERVAL_S + 1
+"""At most one replica change per evaluation, kept for the longest rate-limit period (or
+STARTING_S, for sizing a latency breach, if that is longer). With
 500 before, a 1s interval scaling every second for a 30m period passed it, and the API server
 refused every status patch after the replicas were written."""
 
@@ -176,7 +177,8 @@ class AutoscalingState(ApiModel):
     dropped, so a steady load keeps one."""
     scale_events: list[ScaleEventRecord] = Field(default_factory=list,
                                                  max_length=MAX_SCALE_EVENTS)
-    """Recent replica changes, for the scale-up and scale-down rate limits."""
+    """Recent replica changes, for the scale-up and scale-down rate limits, and for sizing a
+    latency breach without replicas added in the last 10 minutes that are not Ready yet."""
     metrics_missing_since: str | None = None
 
 

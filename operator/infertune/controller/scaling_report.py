@@ -92,14 +92,15 @@ def _shared_lists(stored: Mapping[str, Any], conditions: tuple[dict[str, Any], .
 def plan_evaluation(spec: InferenceTuningSpec, generation: int, status: Mapping[str, Any],
                     signals: TargetSignals, current: int, blocked: Blocked | None,
                     now: float, fight: Mapping[str, Any] | None = None,
-                    written: int | None = None) -> Evaluation:
+                    written: int | None = None, ready: int | None = None) -> Evaluation:
     """Decide from the state stored in `status`, and say what to write and report. `fight` is
     the replica fight to store (fights.Fight.to_json), None when there is none; `written`
-    the replicas the operator wrote before that still stand."""
+    the replicas the operator wrote before that still stand; `ready` the Deployment's
+    status.readyReplicas, None when not known."""
     assert spec.autoscaling is not None
     previous: Mapping[str, Any] = status.get("autoscaling") or {}
     decision = decide_scale(spec.autoscaling, current, signals,
-                            ScalingState.from_json(previous.get("state")), now)
+                            ScalingState.from_json(previous.get("state")), now, ready)
     if decision.action is ScaleAction.TUNE_BATCHING and spec.batching.mode is BatchingMode.OFF:
         decision = decision._replace(reason=decision.reason + NOTHING_TUNES_BATCHING)
     stamp = format_time(now)

@@ -12,7 +12,12 @@ import math
 from enum import StrEnum
 from typing import NamedTuple
 
-from infertune.api.scaling import AutoscalingSpec, LatencyAction, MetricsUnavailableAction
+from infertune.api.scaling import (
+    STARTING_S,
+    AutoscalingSpec,
+    LatencyAction,
+    MetricsUnavailableAction,
+)
 from infertune.api.units import format_duration
 from infertune.scaling.behavior import limit_rate, stabilize
 from infertune.scaling.reading import Reading, queue_is_low, read_signals
@@ -49,8 +54,9 @@ class _Proposal(NamedTuple):
 
 
 def decide_scale(spec: AutoscalingSpec, current_replicas: int, signals: TargetSignals,
-                 state: ScalingState, now: float) -> ScaleDecision:
-    reading = read_signals(spec, signals, now)
+                 state: ScalingState, now: float, ready: int | None = None) -> ScaleDecision:
+    """`ready` is the Deployment's status.readyReplicas, None when not known."""
+    reading = read_signals(spec, signals, now, ready)
     state = _track_missing(state.as_of(now), reading, now)
     if not spec.enabled:
         return _held(current_replicas, ScaleAction.DISABLED, "autoscaling.enabled is false; "
@@ -74,7 +80,7 @@ def decide_scale(spec: AutoscalingSpec, current_replicas: int, signals: TargetSi
 def _decide_on_signals(spec: AutoscalingSpec, current: int, reading: Reading,
                        state: ScalingState, now: float) -> ScaleDecision:
     queue = _queue_proposal(spec, current, reading)
-    latency = _latency_proposal(spec, current, reading)
+    latency = _latency_proposal(spec, current, reading, _serving(current, reading, state, now))
     pods = reading.queue_pods
     if (pods is not None and pods < current and queue.replicas is not None
             and latency.replicas is not None and latency.replicas > max(queue.replicas, current)
@@ -141,7 +147,27 @@ def _queue_proposal(spec: AutoscalingSpec, current: int, reading: Reading) -> _P
     return _Proposal(proposed, f"{said}, above target for {sustain} -> {proposed}")
 
 
-def _latency_proposal(spec: AutoscalingSpec, current: int, reading: Reading) -> _Proposal:
+def _serving(current: int, reading: Reading, state: ScalingState, now: float) -> int:
+    """The replicas a latency breach is sized on: the current count less the replicas the
+    autoscaler added in the last STARTING_S that are not Ready yet. Sized on every replica,
+    a breach with a low queue (action ScaleOut, or no queue data) compounded while the new
+    pods loaded their model: 4, 8, 16, 32 in three intervals for a P99 twice the target.
+    No more are left out than were added, so without a recent scale-out a replica that
+    stopped being Ready (a readiness probe failing under load) still counts; every replica
+    counts when readiness is not known."""
+    ready = reading.ready_replicas
+    if ready is None or ready >= current:
+        return current
+    since = now - STARTING_S
+    added = 0
+    for event in state.scale_events:
+        if event.time > since:
+            added += event.change
+    return current - min(current - ready, max(added, 0))
+
+
+def _latency_proposal(spec: AutoscalingSpec, current: int, reading: Reading,
+                      serving: int) -> _Proposal:
     signal = spec.latency
     kind, target = reading.latency_kind, signal.target
     if reading.latency_quiet:
@@ -167,8 +193,17 @@ def _latency_proposal(spec: AutoscalingSpec, current: int, reading: Reading) -> 
         return _Proposal(current, f"{said}, queue {reading.queue_per_replica:.1f}/replica is "
                          f"not above target {spec.queue.target_per_replica:g} so the latency "
                          "comes from batching: tune batching", tune_batching=True)
-    proposed = max(current + 1, _ceil(current * reading.latency_s / seconds(target)))
-    return _Proposal(proposed, f"{said} -> {proposed}")
+    ratio = reading.latency_s / seconds(target)
+    if serving == current:
+        proposed = max(current + 1, _ceil(current * ratio))
+        return _Proposal(proposed, f"{said} -> {proposed}")
+    proposed = max(serving + 1, _ceil(serving * ratio))
+    said = (f"{said}, sized on the {serving} replicas serving ({current - serving} added in "
+            f"the last {format_duration(STARTING_S)} not Ready yet) -> {proposed}")
+    if proposed <= current:
+        return _Proposal(current, f"{said}: the {current} replicas cover it once they are "
+                         "Ready")
+    return _Proposal(proposed, said)
 
 
 def _ceil(replicas: float) -> int:
@@ -221,7 +256,8 @@ def _applied(spec: AutoscalingSpec, current: int, desired: int, reason: str, rea
              state: ScalingState, now: float, record: int,
              tune_batching: bool = False) -> ScaleDecision:
     keep_recs = max(seconds(spec.scale_up.stabilization), seconds(spec.scale_down.stabilization))
-    keep_events = max(seconds(spec.scale_up.period), seconds(spec.scale_down.period))
+    keep_events = max(seconds(spec.scale_up.period), seconds(spec.scale_down.period),
+                      STARTING_S)
     held = state.recorded(now, Recommendation(now, record), keep_recs, keep_events)
     applied = held
     if desired != current:

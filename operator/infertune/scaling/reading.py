@@ -35,6 +35,9 @@ class Reading(NamedTuple):
     queue_pods: int | None = None
     """How many pods report the queue now (`queue_per_replica` is their mean); None when not
     known."""
+    ready_replicas: int | None = None
+    """The Deployment's status.readyReplicas at the scale read; None when not known (a
+    preview without a cluster)."""
 
     @property
     def queue_missing(self) -> bool:
@@ -57,11 +60,13 @@ class Reading(NamedTuple):
             "latencyQuiet": self.latency_quiet,
             "runningPerReplica": self.running_per_replica,
             "queuePods": self.queue_pods,
+            "readyReplicas": self.ready_replicas,
             "problems": list(self.problems),
         }
 
 
-def read_signals(spec: AutoscalingSpec, signals: TargetSignals, now: float) -> Reading:
+def read_signals(spec: AutoscalingSpec, signals: TargetSignals, now: float,
+                 ready: int | None = None) -> Reading:
     queue_now = signals.queue.latest(now)
     above_for, sustained = _queue_sustain(spec, signals, now, queue_now)
     latency_now = signals.latency.latest(now)
@@ -77,7 +82,7 @@ def read_signals(spec: AutoscalingSpec, signals: TargetSignals, now: float) -> R
         queue_now, above_for, sustained, None if quiet else latency_now, signals.latency_kind,
         rate_now, breaches, breaches >= spec.latency.consecutive_samples, quiet,
         signals.running.latest(now), signals.running.peak if signals.running.available else None,
-        problems, signals.queue.pods if queue_now is not None else None)
+        problems, signals.queue.pods if queue_now is not None else None, ready)
 
 
 def _queue_sustain(spec: AutoscalingSpec, signals: TargetSignals, now: float,
