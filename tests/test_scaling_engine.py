@@ -57,8 +57,8 @@ NO_SIGNALS = TargetSignals(NO_QUEUE, MISSING, MISSING)
 
 
 def decide(sig: TargetSignals, current: int = 4, state: ScalingState | None = None,
-           now: float = NOW, ready: int | None = None, **fields: Any) -> ScaleDecision:
-    return decide_scale(spec(**fields), current, sig, state or ScalingState(), now, ready)
+           now: float = NOW, unready: int | None = None, **fields: Any) -> ScaleDecision:
+    return decide_scale(spec(**fields), current, sig, state or ScalingState(), now, unready)
 
 
 @dataclass
@@ -660,36 +660,58 @@ def test_a_latency_scale_out_waits_for_its_replicas_to_be_ready(queue_kind: str)
         q = steady(5, now=now)._replace(pods=ready) if queue_kind == "low" else NO_QUEUE
         decision = decide_scale(spec(maxReplicas=32, latency={"action": action}), replicas,
                                 signals(q, latency_ms=(p99, p99), now=now), state, now,
-                                ready=ready)
+                                unready=replicas - ready)
         if decision.desired_replicas > replicas:
             started[now] = decision.desired_replicas - replicas
         state, replicas = decision.state, decision.desired_replicas
         history.append(replicas)
         if i == 1:
-            assert "sized on the 4 replicas serving (4 added in the last 10m not Ready yet) " \
-                   "-> 8: the 8 replicas cover it once they are Ready" in decision.reason
+            assert "sized on the 4 replicas serving (4 added lately not Ready yet) -> 8: the " \
+                   "8 replicas cover it once they are Ready" in decision.reason
     assert history == [8] * 16, history
+    assert state.all_ready_at == NOW + 15 * 15  # every pod Ready at the end
 
 
 def test_a_latency_breach_on_fewer_ready_replicas_still_scales_past_those_coming() -> None:
     """4 serve and 4 added are loading; the P99 is 3x the target: 12 take it, not 8."""
     state = ScalingState(scale_events=(ScaleEvent(NOW - 30, 4),))
     out = decide(signals(steady(5)._replace(pods=4), latency_ms=(225, 225)), current=8,
-                 state=state, latency={"action": "ScaleOut"}, ready=4)
+                 state=state, latency={"action": "ScaleOut"}, unready=4)
     assert out.desired_replicas == 12, out.reason
     assert "sized on the 4 replicas serving" in out.reason
 
 
-@pytest.mark.parametrize(("events", "ready", "desired"), [
-    ((), 2, 8),  # none added: Ready pods that stopped being so (overload) still count
-    (None, None, 8),  # readiness not known: every replica counts
-    ((ScaleEvent(NOW - 601, 2),), 2, 8),  # added longer ago than STARTING_S
-    ((ScaleEvent(NOW - 60, 2),), 2, 4),  # 2 added and loading: sized on 2 -> 4, covered
-    ((ScaleEvent(NOW - 60, 3), ScaleEvent(NOW - 30, -2)), 2, 6),  # net +1: sized on 3 -> 6
+@pytest.mark.parametrize(("state", "unready", "desired"), [
+    # None added: pods that were Ready and stopped being so (overload) still count.
+    (ScalingState(), 2, 8),
+    # Readiness not known: every replica counts.
+    (ScalingState(scale_events=(ScaleEvent(NOW - 60, 2),)), None, 8),
+    # Added longer ago than STARTING_S.
+    (ScalingState(scale_events=(ScaleEvent(NOW - 601, 2),)), 2, 8),
+    # 2 added and loading: sized on 2 -> 4, covered.
+    (ScalingState(scale_events=(ScaleEvent(NOW - 60, 2),)), 2, 4),
+    # Added, then every pod was Ready: they served, and the 2 unready now are overloaded.
+    (ScalingState(scale_events=(ScaleEvent(NOW - 300, 2),), all_ready_at=NOW - 120), 2, 8),
+    # Ready, then added in the same evaluation as the mark (the event comes after it).
+    (ScalingState(scale_events=(ScaleEvent(NOW - 60, 2),), all_ready_at=NOW - 60), 2, 4),
+    # A scale-in before a scale-out does not cancel it: 8 -> 6 then 6 -> 4 is no net
+    # addition, but the 2 added last are loading.
+    (ScalingState(scale_events=(ScaleEvent(NOW - 200, -4), ScaleEvent(NOW - 60, 2))), 2, 4),
+    # More pods unready than were added (a rollout's surge): only the added are left out.
+    (ScalingState(scale_events=(ScaleEvent(NOW - 60, 1),)), 3, 6),
 ])
-def test_only_replicas_added_lately_and_not_ready_are_left_out(
-        events: tuple[ScaleEvent, ...] | None, ready: int | None, desired: int) -> None:
-    state = ScalingState(scale_events=events or ())
-    out = decide(signals(steady(5)._replace(pods=ready), latency_ms=(150, 150)), current=4,
-                 state=state, latency={"action": "ScaleOut"}, ready=ready)
+def test_only_replicas_added_lately_and_never_ready_since_are_left_out(
+        state: ScalingState, unready: int | None, desired: int) -> None:
+    out = decide(signals(steady(5), latency_ms=(150, 150)), current=4, state=state,
+                 latency={"action": "ScaleOut"}, unready=unready)
     assert out.desired_replicas == desired, out.reason
+
+
+def test_every_pod_ready_is_marked_and_stored() -> None:
+    out = decide(signals(steady(32)), unready=0)
+    assert out.state.all_ready_at == NOW
+    stored = ScalingState.from_json(out.state.to_json())
+    assert stored.all_ready_at == NOW
+    # Not Ready, or not known: the mark stays as it was.
+    assert decide(signals(steady(32)), unready=1, state=stored).state.all_ready_at == NOW
+    assert decide(signals(steady(32)), state=ScalingState()).state.all_ready_at is None

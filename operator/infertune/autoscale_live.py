@@ -1,11 +1,12 @@
 """What `infertune autoscale evaluate --live` reads from the cluster: what the operator itself
 reads before it decides. That is the tuning (spec and status, where the windows and a replica
-fight are stored), the Deployment's replicas through its scale subresource, and whether an HPA
-also scales it. Nothing is written.
+fight are stored), the Deployment's replicas and its pods that are not Ready, and whether an
+HPA also scales it. Nothing is written.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any, NamedTuple, cast
 
 from infertune.api.spec import InferenceTuning
@@ -17,7 +18,7 @@ from infertune.controller.fights import (
     next_fight,
     written_replicas,
 )
-from infertune.controller.scaling_report import Blocked
+from infertune.controller.scaling_report import Blocked, unready_pods
 
 
 class Live(NamedTuple):
@@ -32,9 +33,9 @@ class Live(NamedTuple):
     """What could not be read and is therefore not taken into account."""
     rivals: tuple[str, ...] = ()
     """Other InferenceTunings that autoscale the same Deployment (they stop the writes)."""
-    ready: int | None = None
-    """Of the target, its status.readyReplicas (a latency breach is sized without replicas
-    the operator added that are not Ready yet)."""
+    unready: int | None = None
+    """Of the target, its pods that are not Ready (a latency breach is sized without
+    replicas the operator added that are not Ready yet)."""
 
     def fight(self, current: int, now: float) -> Fight | None:
         """The replica fight as the operator's evaluation now would see it: the stored one,
@@ -98,7 +99,9 @@ def _read_live(ref: str, kubeconfig: str | None) -> Live:
                              f"validate: {problems}")
         target = tuning.spec.target_ref.name
         what = f"Deployment {namespace}/{target} (spec.targetRef)"
-        target_body = client.AppsV1Api().read_namespaced_deployment(target, namespace)
+        response: Any = client.AppsV1Api().read_namespaced_deployment(
+            target, namespace, _preload_content=False)
+        target_body = json.loads(response.data)
     except ApiException as exc:
         found = "not found" if exc.status == 404 else f"not readable (HTTP {exc.status})"
         raise ValueError(f"--live: {what} {found}") from None
@@ -121,8 +124,7 @@ def _read_live(ref: str, kubeconfig: str | None) -> Live:
         rivals = ()
         notes += (f"InferenceTunings in {namespace} not readable (HTTP {exc.status}): another "
                   "one autoscaling the same Deployment would stop the operator's writes",)
-    target_status = target_body.status
-    return Live(tuning, int(target_body.spec.replicas or 0) if target_body.spec else 0,
-                dict(body.get("status") or {}),
+    spec, status = target_body.get("spec") or {}, target_body.get("status") or {}
+    return Live(tuning, int(spec.get("replicas") or 0), dict(body.get("status") or {}),
                 int((body.get("metadata") or {}).get("generation") or 0), hpa, notes, rivals,
-                int(target_status.ready_replicas or 0) if target_status else 0)
+                unready_pods(spec, status))

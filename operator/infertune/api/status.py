@@ -180,6 +180,9 @@ class AutoscalingState(ApiModel):
     """Recent replica changes, for the scale-up and scale-down rate limits, and for sizing a
     latency breach without replicas added in the last 10 minutes that are not Ready yet."""
     metrics_missing_since: str | None = None
+    all_ready_at: str | None = None
+    """The last evaluation that found every pod of the Deployment Ready (replicas added
+    before it no longer count as starting)."""
 
 
 class ReplicaFight(ApiModel):

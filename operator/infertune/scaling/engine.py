@@ -54,10 +54,13 @@ class _Proposal(NamedTuple):
 
 
 def decide_scale(spec: AutoscalingSpec, current_replicas: int, signals: TargetSignals,
-                 state: ScalingState, now: float, ready: int | None = None) -> ScaleDecision:
-    """`ready` is the Deployment's status.readyReplicas, None when not known."""
-    reading = read_signals(spec, signals, now, ready)
+                 state: ScalingState, now: float, unready: int | None = None) -> ScaleDecision:
+    """`unready` counts the Deployment's pods that are not Ready (Reading.unready), None
+    when not known."""
+    reading = read_signals(spec, signals, now, unready)
     state = _track_missing(state.as_of(now), reading, now)
+    if unready == 0:
+        state = state._replace(all_ready_at=now)
     if not spec.enabled:
         return _held(current_replicas, ScaleAction.DISABLED, "autoscaling.enabled is false; "
                      f"keeping {current_replicas} replicas", reading, state)
@@ -148,22 +151,25 @@ def _queue_proposal(spec: AutoscalingSpec, current: int, reading: Reading) -> _P
 
 
 def _serving(current: int, reading: Reading, state: ScalingState, now: float) -> int:
-    """The replicas a latency breach is sized on: the current count less the replicas the
-    autoscaler added in the last STARTING_S that are not Ready yet. Sized on every replica,
-    a breach with a low queue (action ScaleOut, or no queue data) compounded while the new
-    pods loaded their model: 4, 8, 16, 32 in three intervals for a P99 twice the target.
-    No more are left out than were added, so without a recent scale-out a replica that
-    stopped being Ready (a readiness probe failing under load) still counts; every replica
-    counts when readiness is not known."""
-    ready = reading.ready_replicas
-    if ready is None or ready >= current:
+    """The replicas a latency breach is sized on: the current count less the pods that are
+    not Ready, as far as the autoscaler added them in the last STARTING_S and since every pod
+    was last Ready. Sized on every replica, a breach with a low queue (action ScaleOut, or
+    no queue data) compounded while the new pods loaded their model: 4, 8, 16, 32 in three
+    intervals for a P99 twice the target. Replicas added before every pod was Ready have
+    served, so a pod that stopped being Ready (a readiness probe failing under load) still
+    counts; only additions count (a scale-in between does not cancel the scale-out after
+    it); every replica counts when readiness is not known."""
+    unready = reading.unready
+    if not unready:
         return current
-    since = now - STARTING_S
+    ready_at = state.all_ready_at
     added = 0
     for event in state.scale_events:
-        if event.time > since:
+        # Made in the same evaluation as the ready mark, an event comes after it.
+        if event.change > 0 and event.time > now - STARTING_S and (
+                ready_at is None or event.time >= ready_at):
             added += event.change
-    return current - min(current - ready, max(added, 0))
+    return max(current - min(unready, added), 0)
 
 
 def _latency_proposal(spec: AutoscalingSpec, current: int, reading: Reading,
@@ -198,8 +204,8 @@ def _latency_proposal(spec: AutoscalingSpec, current: int, reading: Reading,
         proposed = max(current + 1, _ceil(current * ratio))
         return _Proposal(proposed, f"{said} -> {proposed}")
     proposed = max(serving + 1, _ceil(serving * ratio))
-    said = (f"{said}, sized on the {serving} replicas serving ({current - serving} added in "
-            f"the last {format_duration(STARTING_S)} not Ready yet) -> {proposed}")
+    said = (f"{said}, sized on the {serving} replicas serving ({current - serving} added "
+            f"lately not Ready yet) -> {proposed}")
     if proposed <= current:
         return _Proposal(current, f"{said}: the {current} replicas cover it once they are "
                          "Ready")
@@ -261,9 +267,8 @@ def _applied(spec: AutoscalingSpec, current: int, desired: int, reason: str, rea
     held = state.recorded(now, Recommendation(now, record), keep_recs, keep_events)
     applied = held
     if desired != current:
-        applied = ScalingState(held.recommendations,
-                               (*held.scale_events, ScaleEvent(now, desired - current)),
-                               held.metrics_missing_since)
+        applied = held._replace(
+            scale_events=(*held.scale_events, ScaleEvent(now, desired - current)))
     if desired > current:
         action = ScaleAction.SCALE_OUT
     elif desired < current:

@@ -35,8 +35,9 @@ class Reading(NamedTuple):
     queue_pods: int | None = None
     """How many pods report the queue now (`queue_per_replica` is their mean); None when not
     known."""
-    ready_replicas: int | None = None
-    """The Deployment's status.readyReplicas at the scale read; None when not known (a
+    unready: int | None = None
+    """Pods of the Deployment not Ready: the larger of spec.replicas and status.replicas
+    (surge pods of a rollout included) less status.readyReplicas; None when not known (a
     preview without a cluster)."""
 
     @property
@@ -60,13 +61,13 @@ class Reading(NamedTuple):
             "latencyQuiet": self.latency_quiet,
             "runningPerReplica": self.running_per_replica,
             "queuePods": self.queue_pods,
-            "readyReplicas": self.ready_replicas,
+            "unreadyPods": self.unready,
             "problems": list(self.problems),
         }
 
 
 def read_signals(spec: AutoscalingSpec, signals: TargetSignals, now: float,
-                 ready: int | None = None) -> Reading:
+                 unready: int | None = None) -> Reading:
     queue_now = signals.queue.latest(now)
     above_for, sustained = _queue_sustain(spec, signals, now, queue_now)
     latency_now = signals.latency.latest(now)
@@ -82,7 +83,7 @@ def read_signals(spec: AutoscalingSpec, signals: TargetSignals, now: float,
         queue_now, above_for, sustained, None if quiet else latency_now, signals.latency_kind,
         rate_now, breaches, breaches >= spec.latency.consecutive_samples, quiet,
         signals.running.latest(now), signals.running.peak if signals.running.available else None,
-        problems, signals.queue.pods if queue_now is not None else None, ready)
+        problems, signals.queue.pods if queue_now is not None else None, unready)
 
 
 def _queue_sustain(spec: AutoscalingSpec, signals: TargetSignals, now: float,
