@@ -178,7 +178,10 @@ def _measure(api: client.ApiClient, pid: int, prometheus_url: str, count: int,
     per_s = (cpu1 - cpu0) / elapsed
     requests = {k: round((api1[k] - api0.get(k, 0)) / elapsed, 2) for k in api1
                 if api1[k] > api0.get(k, 0)}
-    scale_reads = (api1["GET deployments/scale"] - api0.get("GET deployments/scale", 0))
+    # One read of the target per evaluation: its scale subresource before 2026-12-05, the
+    # Deployment itself (replicas and pods not Ready) since.
+    reads = ("GET deployments", "GET deployments/scale")
+    scale_reads = sum(api1[k] - api0.get(k, 0) for k in reads)
     return {"tunings": count, "window_s": round(elapsed, 1),
             "evaluated_per_interval": round(scale_reads / elapsed * INTERVAL_S / count, 2)
             if count else None,
@@ -206,8 +209,8 @@ _SAMPLE = re.compile(r'^apiserver_request_total\{(?P<labels>[^}]*)\} (?P<value>\
 
 def _api_requests(api: client.ApiClient) -> Counter[str]:
     """apiserver_request_total by "VERB resource[/subresource]" for what only the operator
-    asks for (InferenceTunings and the scale subresource; the control plane's own
-    controllers make the other requests)."""
+    asks for (InferenceTunings, GETs of a Deployment and its scale subresource; the control
+    plane's own controllers make the other requests, from their watch caches)."""
     response = api.call_api("GET", f"{api.configuration.host}/metrics")
     response.read()
     text = response.data.decode()
@@ -222,8 +225,10 @@ def _api_requests(api: client.ApiClient) -> Counter[str]:
         resource = labels.get("resource", "")
         if labels.get("subresource"):
             resource += "/" + labels["subresource"]
-        if resource.startswith("inferencetunings") or resource == "deployments/scale":
-            out[f"{labels.get('verb')} {resource}"] += int(float(match["value"]))
+        verb = labels.get("verb")
+        if (resource.startswith("inferencetunings") or resource == "deployments/scale"
+                or (resource == "deployments" and verb == "GET")):
+            out[f"{verb} {resource}"] += int(float(match["value"]))
     return out
 
 
