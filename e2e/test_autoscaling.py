@@ -447,7 +447,7 @@ def test_autoscale_evaluate_live_decides_with_the_operators_stored_windows(
     live = evaluate_cli(capsys, "--live", f"{namespace}/qwen", "--kubeconfig", str(kubeconfig),
                         "--prometheus", prometheus.url)
     assert (live["currentReplicas"], live["currentReplicasAssumed"]) == (3, False)
-    assert live["signals"]["unreadyPods"] == 0  # the Deployment's, as the operator reads it
+    assert live["signals"]["readyReplicas"] == 3  # the Deployment's, as the operator reads it
     assert (live["state"], live["action"], live["desiredReplicas"]) == (
         "status.autoscaling.state", "Hold", 3)
     assert "scale-down stabilized at 3" in live["reason"]
@@ -459,7 +459,7 @@ def test_autoscale_evaluate_live_decides_with_the_operators_stored_windows(
                              prometheus.url)
     assert (from_file["state"], from_file["action"], from_file["desiredReplicas"]) == (
         "empty", "ScaleIn", 1)
-    assert from_file["signals"]["unreadyPods"] is None  # no cluster read: not known
+    assert from_file["signals"]["readyReplicas"] is None  # no cluster read: not known
     assert replicas(api_client, namespace) == 3  # DryRun: nothing was written
 
 

@@ -293,8 +293,8 @@ def test_a_latency_breach_is_sized_on_the_ready_replicas_until_those_added_are_r
     """P99 twice the target with a low queue and action ScaleOut: 2 Ready replicas take it
     as 4. The 2 added do not get Ready (a quota keeps their pods from being created, as a
     model still loading would keep them unready); the next evaluation holds 4 where, sized
-    on every replica, it asked for 8. The pods not Ready are counted from the Deployment, as
-    the operator reads it."""
+    on every replica, it asked for 8. The ready count is the Deployment's, as the operator
+    reads it."""
     apps = client.AppsV1Api(api_client)
     wait_for(lambda: (apps.read_namespaced_deployment("llm", target).status.ready_replicas
                       or 0) == 2, "the 2 pods Ready", timeout_s=60)
@@ -317,11 +317,11 @@ def test_a_latency_breach_is_sized_on_the_ready_replicas_until_those_added_are_r
                                     Writers(), body, now, body["metadata"]["resourceVersion"])
 
     first = evaluate_breach()
-    assert (first.signals.unready, first.desired_replicas) == (0, 4), first.reason
+    assert (first.signals.ready_replicas, first.desired_replicas) == (2, 4), first.reason
     assert scale_of(api_client, target) == 4
     second = evaluate_breach()
-    assert (second.signals.unready, second.desired_replicas) == (2, 4), second.reason
-    assert "sized on the 2 replicas serving (2 added lately not Ready yet) -> 4: the 4 " \
+    assert (second.signals.ready_replicas, second.desired_replicas) == (2, 4), second.reason
+    assert "sized on the 2 replicas serving (2 not Ready since they were added) -> 4: the 4 " \
            "replicas cover it once they are Ready" in second.reason
     assert scale_of(api_client, target) == 4
     assert [e[1] for e in events] == ["ScaledOut"]

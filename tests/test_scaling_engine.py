@@ -57,8 +57,8 @@ NO_SIGNALS = TargetSignals(NO_QUEUE, MISSING, MISSING)
 
 
 def decide(sig: TargetSignals, current: int = 4, state: ScalingState | None = None,
-           now: float = NOW, unready: int | None = None, **fields: Any) -> ScaleDecision:
-    return decide_scale(spec(**fields), current, sig, state or ScalingState(), now, unready)
+           now: float = NOW, ready: int | None = None, **fields: Any) -> ScaleDecision:
+    return decide_scale(spec(**fields), current, sig, state or ScalingState(), now, ready)
 
 
 @dataclass
@@ -660,58 +660,63 @@ def test_a_latency_scale_out_waits_for_its_replicas_to_be_ready(queue_kind: str)
         q = steady(5, now=now)._replace(pods=ready) if queue_kind == "low" else NO_QUEUE
         decision = decide_scale(spec(maxReplicas=32, latency={"action": action}), replicas,
                                 signals(q, latency_ms=(p99, p99), now=now), state, now,
-                                unready=replicas - ready)
+                                ready=ready)
         if decision.desired_replicas > replicas:
             started[now] = decision.desired_replicas - replicas
         state, replicas = decision.state, decision.desired_replicas
         history.append(replicas)
         if i == 1:
-            assert "sized on the 4 replicas serving (4 added lately not Ready yet) -> 8: the " \
-                   "8 replicas cover it once they are Ready" in decision.reason
+            assert "sized on the 4 replicas serving (4 not Ready since they were added) -> 8: " \
+                   "the 8 replicas cover it once they are Ready" in decision.reason
     assert history == [8] * 16, history
-    assert state.all_ready_at == NOW + 15 * 15  # every pod Ready at the end
+    assert state.serving == 8  # every pod Ready at the end
 
 
 def test_a_latency_breach_on_fewer_ready_replicas_still_scales_past_those_coming() -> None:
     """4 serve and 4 added are loading; the P99 is 3x the target: 12 take it, not 8."""
-    state = ScalingState(scale_events=(ScaleEvent(NOW - 30, 4),))
     out = decide(signals(steady(5)._replace(pods=4), latency_ms=(225, 225)), current=8,
-                 state=state, latency={"action": "ScaleOut"}, unready=4)
+                 state=ScalingState(serving=4), latency={"action": "ScaleOut"}, ready=4)
     assert out.desired_replicas == 12, out.reason
     assert "sized on the 4 replicas serving" in out.reason
 
 
-@pytest.mark.parametrize(("state", "unready", "desired"), [
-    # None added: pods that were Ready and stopped being so (overload) still count.
-    (ScalingState(), 2, 8),
-    # Readiness not known: every replica counts.
-    (ScalingState(scale_events=(ScaleEvent(NOW - 60, 2),)), None, 8),
-    # Added longer ago than STARTING_S.
-    (ScalingState(scale_events=(ScaleEvent(NOW - 601, 2),)), 2, 8),
-    # 2 added and loading: sized on 2 -> 4, covered.
-    (ScalingState(scale_events=(ScaleEvent(NOW - 60, 2),)), 2, 4),
-    # Added, then every pod was Ready: they served, and the 2 unready now are overloaded.
-    (ScalingState(scale_events=(ScaleEvent(NOW - 300, 2),), all_ready_at=NOW - 120), 2, 8),
-    # Ready, then added in the same evaluation as the mark (the event comes after it).
-    (ScalingState(scale_events=(ScaleEvent(NOW - 60, 2),), all_ready_at=NOW - 60), 2, 4),
-    # A scale-in before a scale-out does not cancel it: 8 -> 6 then 6 -> 4 is no net
-    # addition, but the 2 added last are loading.
-    (ScalingState(scale_events=(ScaleEvent(NOW - 200, -4), ScaleEvent(NOW - 60, 2))), 2, 4),
-    # More pods unready than were added (a rollout's surge): only the added are left out.
-    (ScalingState(scale_events=(ScaleEvent(NOW - 60, 1),)), 3, 6),
+@pytest.mark.parametrize(("serving", "current", "ready", "known", "desired"), [
+    # Readiness read for the first time: every replica is taken to serve, as before.
+    (None, 4, 2, 4, 8),
+    # Not read this time (`autoscale evaluate --live --replicas N`): the stored count stands.
+    (2, 4, None, 2, 4),
+    # Nothing stored and nothing read (a preview from a file): every replica counts.
+    (None, 4, None, None, 8),
+    # Pods that served and then failed their readiness probe (overload) still count.
+    (4, 4, 2, 4, 8),
+    # 2 added by anyone (the autoscaler, kubectl scale) and loading: sized on 2 -> 4.
+    (2, 4, 2, 2, 4),
+    # Added pods join once Ready.
+    (2, 4, 3, 3, 6),
+    # A scale-in removes the pods not Ready first: never more serve than there are.
+    (8, 6, 4, 6, 12),
+    # A rollout's surge pods: Ready ones above the replicas count as the replicas.
+    (3, 4, 5, 4, 8),
 ])
-def test_only_replicas_added_lately_and_never_ready_since_are_left_out(
-        state: ScalingState, unready: int | None, desired: int) -> None:
-    out = decide(signals(steady(5), latency_ms=(150, 150)), current=4, state=state,
-                 latency={"action": "ScaleOut"}, unready=unready)
+def test_a_latency_breach_is_sized_on_the_replicas_known_to_serve(
+        serving: int | None, current: int, ready: int | None, known: int | None,
+        desired: int) -> None:
+    out = decide(signals(steady(5), latency_ms=(150, 150)), current=current,
+                 state=ScalingState(serving=serving), latency={"action": "ScaleOut"},
+                 ready=ready, maxReplicas=20,
+                 scaleUp={"pods": 20, "percent": 0, "stabilization": "0s"})
     assert out.desired_replicas == desired, out.reason
+    assert out.state.serving == known
+    assert ScalingState.from_json(out.state.to_json()).serving == known
 
 
-def test_every_pod_ready_is_marked_and_stored() -> None:
-    out = decide(signals(steady(32)), unready=0)
-    assert out.state.all_ready_at == NOW
-    stored = ScalingState.from_json(out.state.to_json())
-    assert stored.all_ready_at == NOW
-    # Not Ready, or not known: the mark stays as it was.
-    assert decide(signals(steady(32)), unready=1, state=stored).state.all_ready_at == NOW
-    assert decide(signals(steady(32)), state=ScalingState()).state.all_ready_at is None
+def test_a_scale_in_and_out_again_leaves_out_only_the_pods_still_loading() -> None:
+    """4 serve; out to 8, in to 6 (the Deployment removes 2 loading pods), out to 8 again:
+    2 + 2 pods are loading, and the 4 that serve are the breach's base."""
+    state, current = ScalingState(serving=4), 4
+    for replicas, ready in ((8, 4), (6, 4), (8, 4)):
+        state = decide(signals(steady(32)), current=replicas, state=state, ready=ready).state
+        current = replicas
+    out = decide(signals(steady(5), latency_ms=(150, 150)), current=current, state=state,
+                 latency={"action": "ScaleOut"}, ready=4)
+    assert (state.serving, out.desired_replicas) == (4, 8), out.reason

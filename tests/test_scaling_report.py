@@ -22,7 +22,7 @@ from infertune.api.status import (
 )
 from infertune.controller.conditions import condition_dict, make_condition, merge_condition_dicts
 from infertune.controller.fights import Fight, fight_message
-from infertune.controller.scaling_report import Blocked, plan_evaluation, status_over, unready_pods
+from infertune.controller.scaling_report import Blocked, plan_evaluation, status_over
 from infertune.scaling.signals import Series, TargetSignals, Window
 from infertune.scaling.state import format_time
 from infertune.tuning.pod_patch import tuning_revision
@@ -426,15 +426,3 @@ def test_the_replicas_written_are_kept_in_status_while_they_stand() -> None:
     gone = plan_evaluation(spec(), 1, {}, signals(32.0), 6, None, NOW)  # changed: cleared
     assert gone.status["autoscaling"]["writtenReplicas"] is None
 
-
-@pytest.mark.parametrize(("spec_replicas", "status", "unready"), [
-    (4, {"replicas": 4, "readyReplicas": 4}, 0),
-    (8, {"replicas": 4, "readyReplicas": 4}, 4),  # a scale-up the status does not show yet
-    (8, {"replicas": 10, "readyReplicas": 9}, 1),  # a rollout's surge pods
-    (4, {"replicas": 4}, 4),  # none Ready: readyReplicas left out
-    (4, {}, 4),  # no status yet
-    (2, {"replicas": 3, "readyReplicas": 5}, 0),  # never below 0
-])
-def test_the_pods_not_ready_are_counted_from_the_larger_of_spec_and_status(
-        spec_replicas: int, status: dict[str, int], unready: int) -> None:
-    assert unready_pods({"replicas": spec_replicas}, status) == unready

@@ -1,7 +1,7 @@
 """What `infertune autoscale evaluate --live` reads from the cluster: what the operator itself
 reads before it decides. That is the tuning (spec and status, where the windows and a replica
-fight are stored), the Deployment's replicas and its pods that are not Ready, and whether an
-HPA also scales it. Nothing is written.
+fight are stored), the Deployment's replicas and ready count, and whether an HPA also scales
+it. Nothing is written.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from infertune.controller.fights import (
     next_fight,
     written_replicas,
 )
-from infertune.controller.scaling_report import Blocked, unready_pods
+from infertune.controller.scaling_report import Blocked
 
 
 class Live(NamedTuple):
@@ -33,9 +33,9 @@ class Live(NamedTuple):
     """What could not be read and is therefore not taken into account."""
     rivals: tuple[str, ...] = ()
     """Other InferenceTunings that autoscale the same Deployment (they stop the writes)."""
-    unready: int | None = None
-    """Of the target, its pods that are not Ready (a latency breach is sized without
-    replicas the operator added that are not Ready yet)."""
+    ready: int | None = None
+    """Of the target, its status.readyReplicas (a latency breach is sized on the replicas
+    known to serve)."""
 
     def fight(self, current: int, now: float) -> Fight | None:
         """The replica fight as the operator's evaluation now would see it: the stored one,
@@ -127,4 +127,4 @@ def _read_live(ref: str, kubeconfig: str | None) -> Live:
     spec, status = target_body.get("spec") or {}, target_body.get("status") or {}
     return Live(tuning, int(spec.get("replicas") or 0), dict(body.get("status") or {}),
                 int((body.get("metadata") or {}).get("generation") or 0), hpa, notes, rivals,
-                unready_pods(spec, status))
+                int(status.get("readyReplicas") or 0))

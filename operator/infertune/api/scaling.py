@@ -12,10 +12,6 @@ from infertune.api.units import Duration
 
 MAX_SUSTAIN_S = 600
 MAX_PERIOD_S = 1800
-STARTING_S = 600
-"""How long replicas the autoscaler added count as starting while they are not Ready: a
-latency breach is sized without them (a model of tens of GB takes minutes to load), so the
-scale events are kept in status at least this long."""
 MAX_STABILIZATION_S = 3600
 MAX_INTERVAL_S = 3600
 MIN_INTERVAL_S = 1

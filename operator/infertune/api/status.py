@@ -12,7 +12,7 @@ from typing import Annotated
 from pydantic import Field
 
 from infertune.api.base import ApiModel
-from infertune.api.scaling import MAX_PERIOD_S, MAX_STABILIZATION_S, MIN_INTERVAL_S, STARTING_S
+from infertune.api.scaling import MAX_PERIOD_S, MAX_STABILIZATION_S, MIN_INTERVAL_S
 
 MAX_DECISIONS = 10
 """Decisions kept in status; older ones are in the Events."""
@@ -160,9 +160,8 @@ class ScaleEventRecord(ApiModel):
 MAX_RECOMMENDATIONS = MAX_STABILIZATION_S // MIN_INTERVAL_S + 1
 """One recommendation per evaluation, kept for the longest stabilization window: the most a
 state can hold (pruning keeps far fewer unless the load keeps changing)."""
-MAX_SCALE_EVENTS = max(MAX_PERIOD_S, STARTING_S) // MIN_INTERVAL_S + 1
-"""At most one replica change per evaluation, kept for the longest rate-limit period (or
-STARTING_S, for sizing a latency breach, if that is longer). With
+MAX_SCALE_EVENTS = MAX_PERIOD_S // MIN_INTERVAL_S + 1
+"""At most one replica change per evaluation, kept for the longest rate-limit period. With
 500 before, a 1s interval scaling every second for a 30m period passed it, and the API server
 refused every status patch after the replicas were written."""
 
@@ -177,12 +176,11 @@ class AutoscalingState(ApiModel):
     dropped, so a steady load keeps one."""
     scale_events: list[ScaleEventRecord] = Field(default_factory=list,
                                                  max_length=MAX_SCALE_EVENTS)
-    """Recent replica changes, for the scale-up and scale-down rate limits, and for sizing a
-    latency breach without replicas added in the last 10 minutes that are not Ready yet."""
+    """Recent replica changes, for the scale-up and scale-down rate limits."""
     metrics_missing_since: str | None = None
-    all_ready_at: str | None = None
-    """The last evaluation that found every pod of the Deployment Ready (replicas added
-    before it no longer count as starting)."""
+    serving_replicas: Annotated[int, Field(ge=0)] | None = None
+    """Replicas known to serve: the most that were Ready at once since, never more than the
+    replicas since. A latency breach is sized on them (pods added later join once Ready)."""
 
 
 class ReplicaFight(ApiModel):

@@ -51,12 +51,7 @@ from infertune.controller.fights import (
     written_replicas,
 )
 from infertune.controller.loops import pause, snapshot, until_stopped
-from infertune.controller.scaling_report import (
-    Blocked,
-    plan_evaluation,
-    status_over,
-    unready_pods,
-)
+from infertune.controller.scaling_report import Blocked, plan_evaluation, status_over
 from infertune.controller.status_patch import Build, write_status
 from infertune.kube.client import server_message
 from infertune.kube.lease import ALWAYS, RETRY_PERIOD_S, Leader
@@ -328,7 +323,7 @@ def evaluate(namespace: str, name: str, generation: int, spec: InferenceTuningSp
     stored_fight = Fight.from_json((status.get("autoscaling") or {}).get("replicaFight"))
     reverted = False
     for attempt in range(SCALE_WRITE_ATTEMPTS):
-        current, unready = _target_replicas(apps, deployment, namespace)
+        current, ready = _target_replicas(apps, deployment, namespace)
         # A revert seen by the first attempt stays one when the second decides again.
         reverted = _reverted(settings, key, current, status, deployment,
                              spec.autoscaling is not None and spec.autoscaling.enabled
@@ -336,7 +331,7 @@ def evaluate(namespace: str, name: str, generation: int, spec: InferenceTuningSp
         fight = next_fight(stored_fight, generation, reverted, now)
         plan = functools.partial(plan_evaluation, spec, generation, status, signals, current,
                                  now=now, fight=None if fight is None else fight.to_json(),
-                                 written=settings.written.get(key), unready=unready)
+                                 written=settings.written.get(key), ready=ready)
         planned = plan(blocked_by(deployment, writers, fight, now))
         refused: str | None = None
         if planned.write is not None:
@@ -443,14 +438,14 @@ async def autoscale(stopped: kopf.DaemonStopped, namespace: str, name: str, body
 
 def _target_replicas(apps: client.AppsV1Api, deployment: str,
                      namespace: str) -> tuple[int, int]:
-    """(spec.replicas, pods not Ready) of the target Deployment, from one read (the scale
-    subresource has no ready count). Read as JSON: the client's models cost about a
+    """(spec.replicas, status.readyReplicas) of the target Deployment, from one read (the
+    scale subresource has no ready count). Read as JSON: the client's models cost about a
     millisecond to build for a whole Deployment, every evaluation."""
     response: Any = apps.read_namespaced_deployment(deployment, namespace,
                                                     _preload_content=False)
     body = json.loads(response.data)
     spec, status = body.get("spec") or {}, body.get("status") or {}
-    return int(spec.get("replicas") or 0), unready_pods(spec, status)
+    return int(spec.get("replicas") or 0), int(status.get("readyReplicas") or 0)
 
 
 

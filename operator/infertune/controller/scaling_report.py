@@ -89,27 +89,18 @@ def _shared_lists(stored: Mapping[str, Any], conditions: tuple[dict[str, Any], .
     return lists
 
 
-def unready_pods(spec: Mapping[str, Any], status: Mapping[str, Any]) -> int:
-    """The pods of a Deployment (its spec and status as JSON) that are not Ready. Counted
-    from the larger of spec.replicas and status.replicas: the status may not show a scale-up
-    just written yet, and in a rollout it counts the surge pods, whose Ready ones
-    readyReplicas counts too."""
-    pods = max(int(spec.get("replicas") or 0), int(status.get("replicas") or 0))
-    return max(pods - int(status.get("readyReplicas") or 0), 0)
-
-
 def plan_evaluation(spec: InferenceTuningSpec, generation: int, status: Mapping[str, Any],
                     signals: TargetSignals, current: int, blocked: Blocked | None,
                     now: float, fight: Mapping[str, Any] | None = None,
-                    written: int | None = None, unready: int | None = None) -> Evaluation:
+                    written: int | None = None, ready: int | None = None) -> Evaluation:
     """Decide from the state stored in `status`, and say what to write and report. `fight` is
     the replica fight to store (fights.Fight.to_json), None when there is none; `written`
-    the replicas the operator wrote before that still stand; `unready` the Deployment's
-    pods that are not Ready (Reading.unready), None when not known."""
+    the replicas the operator wrote before that still stand; `ready` the Deployment's
+    status.readyReplicas, None when not known."""
     assert spec.autoscaling is not None
     previous: Mapping[str, Any] = status.get("autoscaling") or {}
     decision = decide_scale(spec.autoscaling, current, signals,
-                            ScalingState.from_json(previous.get("state")), now, unready)
+                            ScalingState.from_json(previous.get("state")), now, ready)
     if decision.action is ScaleAction.TUNE_BATCHING and spec.batching.mode is BatchingMode.OFF:
         decision = decision._replace(reason=decision.reason + NOTHING_TUNES_BATCHING)
     stamp = format_time(now)

@@ -12,12 +12,7 @@ import math
 from enum import StrEnum
 from typing import NamedTuple
 
-from infertune.api.scaling import (
-    STARTING_S,
-    AutoscalingSpec,
-    LatencyAction,
-    MetricsUnavailableAction,
-)
+from infertune.api.scaling import AutoscalingSpec, LatencyAction, MetricsUnavailableAction
 from infertune.api.units import format_duration
 from infertune.scaling.behavior import limit_rate, stabilize
 from infertune.scaling.reading import Reading, queue_is_low, read_signals
@@ -54,13 +49,17 @@ class _Proposal(NamedTuple):
 
 
 def decide_scale(spec: AutoscalingSpec, current_replicas: int, signals: TargetSignals,
-                 state: ScalingState, now: float, unready: int | None = None) -> ScaleDecision:
-    """`unready` counts the Deployment's pods that are not Ready (Reading.unready), None
-    when not known."""
-    reading = read_signals(spec, signals, now, unready)
+                 state: ScalingState, now: float, ready: int | None = None) -> ScaleDecision:
+    """`ready` is the Deployment's status.readyReplicas, None when not known."""
+    reading = read_signals(spec, signals, now, ready)
     state = _track_missing(state.as_of(now), reading, now)
-    if unready == 0:
-        state = state._replace(all_ready_at=now)
+    if ready is not None:
+        # Ready pods serve; those that served stay counted; a scale-in removes the pods not
+        # Ready first. The first reading assumes every replica serves, as before it.
+        known = current_replicas if state.serving is None else state.serving
+        serving = min(current_replicas, max(known, ready))
+        if serving != state.serving:
+            state = state._replace(serving=serving)
     if not spec.enabled:
         return _held(current_replicas, ScaleAction.DISABLED, "autoscaling.enabled is false; "
                      f"keeping {current_replicas} replicas", reading, state)
@@ -83,7 +82,7 @@ def decide_scale(spec: AutoscalingSpec, current_replicas: int, signals: TargetSi
 def _decide_on_signals(spec: AutoscalingSpec, current: int, reading: Reading,
                        state: ScalingState, now: float) -> ScaleDecision:
     queue = _queue_proposal(spec, current, reading)
-    latency = _latency_proposal(spec, current, reading, _serving(current, reading, state, now))
+    latency = _latency_proposal(spec, current, reading, _serving(current, state))
     pods = reading.queue_pods
     if (pods is not None and pods < current and queue.replicas is not None
             and latency.replicas is not None and latency.replicas > max(queue.replicas, current)
@@ -150,26 +149,12 @@ def _queue_proposal(spec: AutoscalingSpec, current: int, reading: Reading) -> _P
     return _Proposal(proposed, f"{said}, above target for {sustain} -> {proposed}")
 
 
-def _serving(current: int, reading: Reading, state: ScalingState, now: float) -> int:
-    """The replicas a latency breach is sized on: the current count less the pods that are
-    not Ready, as far as the autoscaler added them in the last STARTING_S and since every pod
-    was last Ready. Sized on every replica, a breach with a low queue (action ScaleOut, or
-    no queue data) compounded while the new pods loaded their model: 4, 8, 16, 32 in three
-    intervals for a P99 twice the target. Replicas added before every pod was Ready have
-    served, so a pod that stopped being Ready (a readiness probe failing under load) still
-    counts; only additions count (a scale-in between does not cancel the scale-out after
-    it); every replica counts when readiness is not known."""
-    unready = reading.unready
-    if not unready:
-        return current
-    ready_at = state.all_ready_at
-    added = 0
-    for event in state.scale_events:
-        # Made in the same evaluation as the ready mark, an event comes after it.
-        if event.change > 0 and event.time > now - STARTING_S and (
-                ready_at is None or event.time >= ready_at):
-            added += event.change
-    return max(current - min(unready, added), 0)
+def _serving(current: int, state: ScalingState) -> int:
+    """The replicas a latency breach is sized on: those known to serve (ScalingState.serving).
+    Sized on every replica, a breach with a low queue (action ScaleOut, or no queue data)
+    compounded while the new pods loaded their model: 4, 8, 16, 32 in three intervals for a
+    P99 twice the target. Every replica counts until the Deployment's readiness is read."""
+    return current if state.serving is None else min(current, state.serving)
 
 
 def _latency_proposal(spec: AutoscalingSpec, current: int, reading: Reading,
@@ -204,8 +189,8 @@ def _latency_proposal(spec: AutoscalingSpec, current: int, reading: Reading,
         proposed = max(current + 1, _ceil(current * ratio))
         return _Proposal(proposed, f"{said} -> {proposed}")
     proposed = max(serving + 1, _ceil(serving * ratio))
-    said = (f"{said}, sized on the {serving} replicas serving ({current - serving} added "
-            f"lately not Ready yet) -> {proposed}")
+    said = (f"{said}, sized on the {serving} replicas serving ({current - serving} not Ready "
+            f"since they were added) -> {proposed}")
     if proposed <= current:
         return _Proposal(current, f"{said}: the {current} replicas cover it once they are "
                          "Ready")
@@ -262,8 +247,7 @@ def _applied(spec: AutoscalingSpec, current: int, desired: int, reason: str, rea
              state: ScalingState, now: float, record: int,
              tune_batching: bool = False) -> ScaleDecision:
     keep_recs = max(seconds(spec.scale_up.stabilization), seconds(spec.scale_down.stabilization))
-    keep_events = max(seconds(spec.scale_up.period), seconds(spec.scale_down.period),
-                      STARTING_S)
+    keep_events = max(seconds(spec.scale_up.period), seconds(spec.scale_down.period))
     held = state.recorded(now, Recommendation(now, record), keep_recs, keep_events)
     applied = held
     if desired != current:

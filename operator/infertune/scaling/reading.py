@@ -35,9 +35,8 @@ class Reading(NamedTuple):
     queue_pods: int | None = None
     """How many pods report the queue now (`queue_per_replica` is their mean); None when not
     known."""
-    unready: int | None = None
-    """Pods of the Deployment not Ready: the larger of spec.replicas and status.replicas
-    (surge pods of a rollout included) less status.readyReplicas; None when not known (a
+    ready_replicas: int | None = None
+    """The Deployment's status.readyReplicas, read with its replicas; None when not known (a
     preview without a cluster)."""
 
     @property
@@ -61,13 +60,13 @@ class Reading(NamedTuple):
             "latencyQuiet": self.latency_quiet,
             "runningPerReplica": self.running_per_replica,
             "queuePods": self.queue_pods,
-            "unreadyPods": self.unready,
+            "readyReplicas": self.ready_replicas,
             "problems": list(self.problems),
         }
 
 
 def read_signals(spec: AutoscalingSpec, signals: TargetSignals, now: float,
-                 unready: int | None = None) -> Reading:
+                 ready: int | None = None) -> Reading:
     queue_now = signals.queue.latest(now)
     above_for, sustained = _queue_sustain(spec, signals, now, queue_now)
     latency_now = signals.latency.latest(now)
@@ -83,7 +82,7 @@ def read_signals(spec: AutoscalingSpec, signals: TargetSignals, now: float,
         queue_now, above_for, sustained, None if quiet else latency_now, signals.latency_kind,
         rate_now, breaches, breaches >= spec.latency.consecutive_samples, quiet,
         signals.running.latest(now), signals.running.peak if signals.running.available else None,
-        problems, signals.queue.pods if queue_now is not None else None, unready)
+        problems, signals.queue.pods if queue_now is not None else None, ready)
 
 
 def _queue_sustain(spec: AutoscalingSpec, signals: TargetSignals, now: float,

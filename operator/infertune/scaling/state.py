@@ -67,9 +67,11 @@ class ScalingState(NamedTuple):
     scale_events: tuple[ScaleEvent, ...] = ()
     metrics_missing_since: float | None = None
     """When every signal went missing; None while at least one signal has data."""
-    all_ready_at: float | None = None
-    """The last evaluation that found every pod of the Deployment Ready: replicas added
-    before it have served, so they no longer count as starting (engine._serving)."""
+    serving: int | None = None
+    """Replicas known to serve (engine._serving): the most that were Ready at once since,
+    never more than the replicas since (a scale-in removes the pods not Ready first). Pods
+    added later, by anyone, join only once Ready; a pod that served and then failed its
+    readiness probe stays. None until an evaluation reads the Deployment's readiness."""
 
     def recorded(self, now: float, recommendation: Recommendation, keep_recommendations_s: float,
                  keep_events_s: float) -> ScalingState:
@@ -97,7 +99,7 @@ class ScalingState(NamedTuple):
         kept.reverse()
         first_event = bisect_right(self.scale_events, now - keep_events_s, key=_time)
         return ScalingState(tuple(kept), self.scale_events[first_event:],
-                            self.metrics_missing_since, self.all_ready_at)
+                            self.metrics_missing_since, self.serving)
 
     def as_of(self, now: float) -> ScalingState:
         """This state with no time after `now`. A stored time in the future means the clock
@@ -107,15 +109,13 @@ class ScalingState(NamedTuple):
         Both tuples are in time order (`from_json` sorts them), so only the last entries
         can be in the future."""
         recs, events, missing = self.recommendations, self.scale_events, self.metrics_missing_since
-        ready = self.all_ready_at
         if ((not recs or recs[-1].time <= now) and (not events or events[-1].time <= now)
-                and (missing is None or missing <= now) and (ready is None or ready <= now)):
+                and (missing is None or missing <= now)):
             return self
         return ScalingState(
             tuple(r if r.time <= now else Recommendation(now, r.replicas) for r in recs),
             tuple(e if e.time <= now else ScaleEvent(now, e.change) for e in events),
-            None if missing is None else min(missing, now),
-            None if ready is None else min(ready, now))
+            None if missing is None else min(missing, now), self.serving)
 
     def to_json(self) -> dict[str, Any]:
         """The shape stored in status (camelCase, RFC 3339 times)."""
@@ -126,7 +126,7 @@ class ScalingState(NamedTuple):
                             for e in self.scale_events],
             "metricsMissingSince": (None if self.metrics_missing_since is None
                                     else format_time(self.metrics_missing_since)),
-            "allReadyAt": None if self.all_ready_at is None else format_time(self.all_ready_at),
+            "servingReplicas": self.serving,
         }
 
     @classmethod
@@ -134,7 +134,7 @@ class ScalingState(NamedTuple):
         """Read what `to_json` wrote; a missing or partial block gives an empty state."""
         if not data:
             return cls()
-        missing, ready = data.get("metricsMissingSince"), data.get("allReadyAt")
+        missing, serving = data.get("metricsMissingSince"), data.get("servingReplicas")
         # Sorted: a state stored across a clock step, or edited by hand, may be out of order,
         # and `recorded` drops old entries as a prefix.
         return cls(
@@ -143,5 +143,5 @@ class ScalingState(NamedTuple):
             tuple(sorted([ScaleEvent(parse_time(e["time"]), int(e["change"]))
                           for e in data.get("scaleEvents") or ()], key=_time)),
             None if missing is None else parse_time(missing),
-            None if ready is None else parse_time(ready),
+            None if serving is None else int(serving),
         )
