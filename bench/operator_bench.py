@@ -179,7 +179,7 @@ def _measure(api: client.ApiClient, pid: int, prometheus_url: str, count: int,
     requests = {k: round((api1[k] - api0.get(k, 0)) / elapsed, 2) for k in api1
                 if api1[k] > api0.get(k, 0)}
     # One read of the target per evaluation: its scale subresource before 2026-12-05, the
-    # Deployment itself (replicas and pods not Ready) since.
+    # Deployment itself (replicas and ready count) since.
     reads = ("GET deployments", "GET deployments/scale")
     scale_reads = sum(api1[k] - api0.get(k, 0) for k in reads)
     return {"tunings": count, "window_s": round(elapsed, 1),

@@ -19,7 +19,7 @@ from infertune.scaling.batching import recommend_batching
 from infertune.scaling.engine import ScaleAction, ScaleDecision, decide_scale
 from infertune.scaling.reading import read_signals
 from infertune.scaling.signals import Series, TargetSignals, Window
-from infertune.scaling.state import Recommendation, ScaleEvent, ScalingState
+from infertune.scaling.state import Recommendation, ScaleEvent, ScalingState, Serving
 
 NOW = 1_700_000_000.0
 
@@ -669,13 +669,14 @@ def test_a_latency_scale_out_waits_for_its_replicas_to_be_ready(queue_kind: str)
             assert "sized on the 4 replicas serving (4 not Ready since they were added) -> 8: " \
                    "the 8 replicas cover it once they are Ready" in decision.reason
     assert history == [8] * 16, history
-    assert state.serving == 8  # every pod Ready at the end
+    assert state.serving is not None and state.serving.replicas == 8  # all Ready at the end
 
 
 def test_a_latency_breach_on_fewer_ready_replicas_still_scales_past_those_coming() -> None:
     """4 serve and 4 added are loading; the P99 is 3x the target: 12 take it, not 8."""
     out = decide(signals(steady(5)._replace(pods=4), latency_ms=(225, 225)), current=8,
-                 state=ScalingState(serving=4), latency={"action": "ScaleOut"}, ready=4)
+                 state=ScalingState(serving=Serving(4, 8, NOW - 30)),
+                 latency={"action": "ScaleOut"}, ready=4)
     assert out.desired_replicas == 12, out.reason
     assert "sized on the 4 replicas serving" in out.reason
 
@@ -701,22 +702,56 @@ def test_a_latency_breach_on_fewer_ready_replicas_still_scales_past_those_coming
 def test_a_latency_breach_is_sized_on_the_replicas_known_to_serve(
         serving: int | None, current: int, ready: int | None, known: int | None,
         desired: int) -> None:
+    stored = None if serving is None else Serving(serving, 4, NOW - 60)
     out = decide(signals(steady(5), latency_ms=(150, 150)), current=current,
-                 state=ScalingState(serving=serving), latency={"action": "ScaleOut"},
+                 state=ScalingState(serving=stored), latency={"action": "ScaleOut"},
                  ready=ready, maxReplicas=20,
                  scaleUp={"pods": 20, "percent": 0, "stabilization": "0s"})
     assert out.desired_replicas == desired, out.reason
-    assert out.state.serving == known
-    assert ScalingState.from_json(out.state.to_json()).serving == known
+    got = out.state.serving
+    assert (None if got is None else got.replicas) == known
+    assert ScalingState.from_json(out.state.to_json()) == out.state
 
 
 def test_a_scale_in_and_out_again_leaves_out_only_the_pods_still_loading() -> None:
     """4 serve; out to 8, in to 6 (the Deployment removes 2 loading pods), out to 8 again:
     2 + 2 pods are loading, and the 4 that serve are the breach's base."""
-    state, current = ScalingState(serving=4), 4
-    for replicas, ready in ((8, 4), (6, 4), (8, 4)):
-        state = decide(signals(steady(32)), current=replicas, state=state, ready=ready).state
-        current = replicas
-    out = decide(signals(steady(5), latency_ms=(150, 150)), current=current, state=state,
+    state = ScalingState(serving=Serving(4, 4, NOW - 60))
+    for replicas in (8, 6, 8):
+        state = decide(signals(steady(32)), current=replicas, state=state, ready=4).state
+    out = decide(signals(steady(5), latency_ms=(150, 150)), current=8, state=state,
                  latency={"action": "ScaleOut"}, ready=4)
-    assert (state.serving, out.desired_replicas) == (4, 8), out.reason
+    assert out.desired_replicas == 8, out.reason
+
+
+def test_a_scale_in_lowers_the_replicas_known_to_serve_at_once() -> None:
+    """The autoscaler takes 8 to 4 (the Deployment removes the pods not Ready first), and
+    someone applies 8 again before the next reading: 4 serve, not 8."""
+    down = {"scaleDown": {"pods": 0, "percent": 100, "stabilization": "0s"}}
+    scaled_in = decide(signals(steady(0)), current=8,
+                       state=ScalingState(serving=Serving(8, 8, NOW - 600)), ready=6, **down)
+    assert scaled_in.desired_replicas == 1 and scaled_in.state.serving == Serving(1, 1, NOW)
+    # The count not written (DryRun, blocked): the pods are all still there.
+    assert scaled_in.held_state.serving == Serving(8, 8, NOW - 600)
+    again = decide(signals(steady(5), latency_ms=(150, 150)), current=8,
+                   state=scaled_in.state, latency={"action": "ScaleOut"}, ready=1,
+                   now=NOW + 15)
+    assert again.desired_replicas == 8, again.reason  # sized on 1 (-> 2): covered
+
+
+def test_replicas_short_and_unchanged_for_starting_s_all_count_again() -> None:
+    """A pod that never gets Ready (Pending for a GPU that does not come, a crash loop) or
+    readiness that flaps under overload must not hold a latency breach for ever: 9 of 10
+    known to serve and a P99 9% above target held 10 ("once they are Ready") indefinitely."""
+    stuck = ScalingState(serving=Serving(9, 10, NOW - 590))
+    held = decide(signals(steady(5), latency_ms=(82, 82)), current=10, state=stuck,
+                  latency={"action": "ScaleOut"}, ready=9, maxReplicas=20)
+    assert held.desired_replicas == 10 and "once they are Ready" in held.reason
+    assert held.state.serving == stuck.serving  # unchanged: the time runs on
+    later = decide(signals(steady(5, now=NOW + 10), latency_ms=(82, 82), now=NOW + 10),
+                   current=10, state=held.state, latency={"action": "ScaleOut"}, ready=9,
+                   maxReplicas=20, now=NOW + 10)
+    assert later.desired_replicas == 11, later.reason
+    # A change (progress, or a new scale-out) starts the time again.
+    moved = decide(signals(steady(32)), current=12, state=stuck, ready=9)
+    assert moved.state.serving == Serving(9, 12, NOW)

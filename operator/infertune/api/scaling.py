@@ -12,6 +12,11 @@ from infertune.api.units import Duration
 
 MAX_SUSTAIN_S = 600
 MAX_PERIOD_S = 1800
+STARTING_S = 600
+"""How long the replicas known to serve may stay short of the Deployment's replicas without
+changing before every replica counts again (engine._track_serving): a pod Pending for a GPU
+that does not come, a crash loop, or readiness that flaps under overload must not hold a
+latency breach for ever."""
 MAX_STABILIZATION_S = 3600
 MAX_INTERVAL_S = 3600
 MIN_INTERVAL_S = 1

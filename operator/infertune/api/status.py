@@ -166,6 +166,16 @@ MAX_SCALE_EVENTS = MAX_PERIOD_S // MIN_INTERVAL_S + 1
 refused every status patch after the replicas were written."""
 
 
+class ServingRecord(ApiModel):
+    replicas: Annotated[int, Field(ge=0)]
+    """The most that were Ready at once since, never more than the replicas since."""
+    of: Annotated[int, Field(ge=0)]
+    """The Deployment's replicas when they were counted."""
+    since: str
+    """Since when both have been as they are; after 10 minutes short of the replicas
+    without a change, every replica counts."""
+
+
 class AutoscalingState(ApiModel):
     """What the decision engine remembers, so a restarted operator decides the same way."""
 
@@ -178,9 +188,9 @@ class AutoscalingState(ApiModel):
                                                  max_length=MAX_SCALE_EVENTS)
     """Recent replica changes, for the scale-up and scale-down rate limits."""
     metrics_missing_since: str | None = None
-    serving_replicas: Annotated[int, Field(ge=0)] | None = None
-    """Replicas known to serve: the most that were Ready at once since, never more than the
-    replicas since. A latency breach is sized on them (pods added later join once Ready)."""
+    serving: ServingRecord | None = None
+    """The replicas known to serve, on which a latency breach is sized (pods added later
+    join once Ready)."""
 
 
 class ReplicaFight(ApiModel):

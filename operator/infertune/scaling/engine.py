@@ -12,12 +12,17 @@ import math
 from enum import StrEnum
 from typing import NamedTuple
 
-from infertune.api.scaling import AutoscalingSpec, LatencyAction, MetricsUnavailableAction
+from infertune.api.scaling import (
+    STARTING_S,
+    AutoscalingSpec,
+    LatencyAction,
+    MetricsUnavailableAction,
+)
 from infertune.api.units import format_duration
 from infertune.scaling.behavior import limit_rate, stabilize
 from infertune.scaling.reading import Reading, queue_is_low, read_signals
 from infertune.scaling.signals import FLOAT_NOISE, TargetSignals, latency_text, seconds
-from infertune.scaling.state import Recommendation, ScaleEvent, ScalingState
+from infertune.scaling.state import Recommendation, ScaleEvent, ScalingState, Serving
 
 
 class ScaleAction(StrEnum):
@@ -54,12 +59,7 @@ def decide_scale(spec: AutoscalingSpec, current_replicas: int, signals: TargetSi
     reading = read_signals(spec, signals, now, ready)
     state = _track_missing(state.as_of(now), reading, now)
     if ready is not None:
-        # Ready pods serve; those that served stay counted; a scale-in removes the pods not
-        # Ready first. The first reading assumes every replica serves, as before it.
-        known = current_replicas if state.serving is None else state.serving
-        serving = min(current_replicas, max(known, ready))
-        if serving != state.serving:
-            state = state._replace(serving=serving)
+        state = _track_serving(state, current_replicas, ready, now)
     if not spec.enabled:
         return _held(current_replicas, ScaleAction.DISABLED, "autoscaling.enabled is false; "
                      f"keeping {current_replicas} replicas", reading, state)
@@ -149,12 +149,27 @@ def _queue_proposal(spec: AutoscalingSpec, current: int, reading: Reading) -> _P
     return _Proposal(proposed, f"{said}, above target for {sustain} -> {proposed}")
 
 
+def _track_serving(state: ScalingState, current: int, ready: int, now: float) -> ScalingState:
+    """The replicas known to serve, with this reading of the Deployment's ready count. Ready
+    pods serve; those that served stay counted; a scale-in removes the pods not Ready first.
+    The first reading takes every replica to serve, as before it. Short of the replicas and
+    unchanged for STARTING_S, every replica counts again."""
+    before = state.serving
+    known = current if before is None else before.replicas
+    count = min(current, max(known, ready))
+    if before is not None and count == before.replicas and current == before.of:
+        if count < current and now - before.since >= STARTING_S:
+            return state._replace(serving=Serving(current, current, now))
+        return state
+    return state._replace(serving=Serving(count, current, now))
+
+
 def _serving(current: int, state: ScalingState) -> int:
     """The replicas a latency breach is sized on: those known to serve (ScalingState.serving).
     Sized on every replica, a breach with a low queue (action ScaleOut, or no queue data)
     compounded while the new pods loaded their model: 4, 8, 16, 32 in three intervals for a
     P99 twice the target. Every replica counts until the Deployment's readiness is read."""
-    return current if state.serving is None else min(current, state.serving)
+    return current if state.serving is None else min(current, state.serving.replicas)
 
 
 def _latency_proposal(spec: AutoscalingSpec, current: int, reading: Reading,
@@ -253,6 +268,11 @@ def _applied(spec: AutoscalingSpec, current: int, desired: int, reason: str, rea
     if desired != current:
         applied = held._replace(
             scale_events=(*held.scale_events, ScaleEvent(now, desired - current)))
+        serving = held.serving
+        if serving is not None and serving.replicas > desired:
+            # The scale-in removes the pods not Ready first: no more serve than remain, even
+            # if someone scales out again before the next reading.
+            applied = applied._replace(serving=Serving(desired, desired, now))
     if desired > current:
         action = ScaleAction.SCALE_OUT
     elif desired < current:

@@ -55,6 +55,19 @@ class ScaleEvent(NamedTuple):
     change: int
 
 
+class Serving(NamedTuple):
+    """The replicas known to serve (engine._serving), and what they were counted against."""
+
+    replicas: int
+    """The most that were Ready at once since, never more than the replicas since (a
+    scale-in removes the pods not Ready first). Pods added later, by anyone, join only once
+    Ready; a pod that served and then failed its readiness probe stays."""
+    of: int
+    """The Deployment's replicas when `replicas` was counted."""
+    since: float
+    """Since when both have been as they are."""
+
+
 def _time(item: Recommendation | ScaleEvent) -> float:
     return item.time
 
@@ -67,11 +80,8 @@ class ScalingState(NamedTuple):
     scale_events: tuple[ScaleEvent, ...] = ()
     metrics_missing_since: float | None = None
     """When every signal went missing; None while at least one signal has data."""
-    serving: int | None = None
-    """Replicas known to serve (engine._serving): the most that were Ready at once since,
-    never more than the replicas since (a scale-in removes the pods not Ready first). Pods
-    added later, by anyone, join only once Ready; a pod that served and then failed its
-    readiness probe stays. None until an evaluation reads the Deployment's readiness."""
+    serving: Serving | None = None
+    """None until an evaluation reads the Deployment's readiness."""
 
     def recorded(self, now: float, recommendation: Recommendation, keep_recommendations_s: float,
                  keep_events_s: float) -> ScalingState:
@@ -110,12 +120,15 @@ class ScalingState(NamedTuple):
         can be in the future."""
         recs, events, missing = self.recommendations, self.scale_events, self.metrics_missing_since
         if ((not recs or recs[-1].time <= now) and (not events or events[-1].time <= now)
-                and (missing is None or missing <= now)):
+                and (missing is None or missing <= now)
+                and (self.serving is None or self.serving.since <= now)):
             return self
         return ScalingState(
             tuple(r if r.time <= now else Recommendation(now, r.replicas) for r in recs),
             tuple(e if e.time <= now else ScaleEvent(now, e.change) for e in events),
-            None if missing is None else min(missing, now), self.serving)
+            None if missing is None else min(missing, now),
+            serving if (serving := self.serving) is None or serving.since <= now
+            else serving._replace(since=now))
 
     def to_json(self) -> dict[str, Any]:
         """The shape stored in status (camelCase, RFC 3339 times)."""
@@ -126,7 +139,9 @@ class ScalingState(NamedTuple):
                             for e in self.scale_events],
             "metricsMissingSince": (None if self.metrics_missing_since is None
                                     else format_time(self.metrics_missing_since)),
-            "servingReplicas": self.serving,
+            "serving": None if (serving := self.serving) is None else {
+                "replicas": serving.replicas, "of": serving.of,
+                "since": format_time(serving.since)},
         }
 
     @classmethod
@@ -134,7 +149,7 @@ class ScalingState(NamedTuple):
         """Read what `to_json` wrote; a missing or partial block gives an empty state."""
         if not data:
             return cls()
-        missing, serving = data.get("metricsMissingSince"), data.get("servingReplicas")
+        missing, serving = data.get("metricsMissingSince"), data.get("serving")
         # Sorted: a state stored across a clock step, or edited by hand, may be out of order,
         # and `recorded` drops old entries as a prefix.
         return cls(
@@ -143,5 +158,6 @@ class ScalingState(NamedTuple):
             tuple(sorted([ScaleEvent(parse_time(e["time"]), int(e["change"]))
                           for e in data.get("scaleEvents") or ()], key=_time)),
             None if missing is None else parse_time(missing),
-            None if serving is None else int(serving),
+            None if not serving else Serving(int(serving["replicas"]), int(serving["of"]),
+                                             parse_time(serving["since"])),
         )
