@@ -199,11 +199,9 @@ def _latency_proposal(spec: AutoscalingSpec, current: int, reading: Reading,
         return _Proposal(current, f"{said}, queue {reading.queue_per_replica:.1f}/replica is "
                          f"not above target {spec.queue.target_per_replica:g} so the latency "
                          "comes from batching: tune batching", tune_batching=True)
-    ratio = reading.latency_s / seconds(target)
+    proposed = max(serving + 1, _ceil(serving * reading.latency_s / seconds(target)))
     if serving == current:
-        proposed = max(current + 1, _ceil(current * ratio))
         return _Proposal(proposed, f"{said} -> {proposed}")
-    proposed = max(serving + 1, _ceil(serving * ratio))
     said = (f"{said}, sized on the {serving} replicas serving ({current - serving} not Ready "
             f"since they were added) -> {proposed}")
     if proposed <= current:
