@@ -101,21 +101,21 @@ def limit_rate(current: int, desired: int, events: tuple[ScaleEvent, ...], up: S
                now: float) -> tuple[int, str | None]:
     """`desired` within minReplicas..maxReplicas and the rate limits, and why if it moved."""
     if desired > current:
-        if up.select_policy is SelectPolicy.DISABLED and current < max_replicas:
-            return current, (f"scale-up to {min(desired, max_replicas)} disabled by "
-                             "scaleUp.selectPolicy Disabled")
         limit, start = scale_up_limit(current, events, up, now)
         if limit < max_replicas and desired > limit:
+            if up.select_policy is SelectPolicy.DISABLED:  # the limit is the current count
+                return limit, (f"scale-up to {min(desired, max_replicas)} disabled by "
+                               "scaleUp.selectPolicy Disabled")
             return limit, (f"scale-up limited to {limit} by {_rule_text(up, '+')} "
                            f"({_counted_from(start, current)})")
         if desired > max_replicas:
             return max_replicas, f"capped at maxReplicas {max_replicas}"
     elif desired < current:
-        if down.select_policy is SelectPolicy.DISABLED and current > min_replicas:
-            return current, (f"scale-down to {max(desired, min_replicas)} disabled by "
-                             "scaleDown.selectPolicy Disabled")
         limit, start = scale_down_limit(current, events, down, now)
         if limit > min_replicas and desired < limit:
+            if down.select_policy is SelectPolicy.DISABLED:  # the limit is the current count
+                return limit, (f"scale-down to {max(desired, min_replicas)} disabled by "
+                               "scaleDown.selectPolicy Disabled")
             return limit, (f"scale-down limited to {limit} by {_rule_text(down, '-')} "
                            f"({_counted_from(start, current)})")
         if desired < min_replicas:
