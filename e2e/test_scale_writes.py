@@ -107,18 +107,17 @@ def someone_writes_6_after_the_first_read(api_client: client.ApiClient,
     """Another writer sets 6 replicas right after the operator's first read of the
     Deployment; the list holds the replicas each read returned."""
     apps = client.AppsV1Api(api_client)
-    real_read = autoscaling._target_replicas
+    real_read = autoscaling.deployment_replicas
     reads: list[int] = []
 
-    def read_then_someone_writes(api: client.AppsV1Api, name: str,
-                                 namespace: str) -> tuple[int, int]:
-        replicas, ready = real_read(api, name, namespace)
+    def read_then_someone_writes(namespace: str, name: str) -> tuple[int, int]:
+        replicas, ready = real_read(namespace, name)
         reads.append(replicas)
         if len(reads) == 1:
             apps.patch_namespaced_deployment_scale(name, namespace, {"spec": {"replicas": 6}})
         return replicas, ready
 
-    monkeypatch.setattr(autoscaling, "_target_replicas", read_then_someone_writes)
+    monkeypatch.setattr(autoscaling, "deployment_replicas", read_then_someone_writes)
     return reads
 
 
@@ -265,17 +264,16 @@ def test_a_count_written_before_the_report_was_dropped_is_still_announced(
     though, and a change of replicas always says why in an Event."""
     api = client.CustomObjectsApi(api_client)
     monkeypatch.setattr(autoscaling, "_still_autoscaled", lambda stored: False)
-    real_read = autoscaling._target_replicas
+    real_read = autoscaling.deployment_replicas
 
-    def read_while_status_changes(apps: client.AppsV1Api, name: str,
-                                  namespace: str) -> tuple[int, int]:
+    def read_while_status_changes(namespace: str, name: str) -> tuple[int, int]:
         api.patch_namespaced_custom_object_status(GROUP, VERSION, namespace, PLURAL, "llm", {
             "status": {"decisions": [{"time": "2026-12-04T08:00:00Z", "feature": "rollout",
                                       "action": "x", "reason": "another writer",
                                       "applied": True}]}})
-        return real_read(apps, name, namespace)
+        return real_read(namespace, name)
 
-    monkeypatch.setattr(autoscaling, "_target_replicas", read_while_status_changes)
+    monkeypatch.setattr(autoscaling, "deployment_replicas", read_while_status_changes)
     evaluate_once(api_client, target, 48.0, new_settings())
     assert scale_of(api_client, target) == 3  # written before the status, as designed
     assert "autoscaling" not in autoscaling_status(api_client, target)  # the report dropped

@@ -6,7 +6,6 @@ it. Nothing is written.
 
 from __future__ import annotations
 
-import json
 from typing import Any, NamedTuple, cast
 
 from infertune.api.spec import InferenceTuning
@@ -80,7 +79,7 @@ def _read_live(ref: str, kubeconfig: str | None) -> Live:
 
     from infertune.api.errors import validate_stored
     from infertune.api.spec import GROUP, PLURAL, VERSION
-    from infertune.kube.client import configure
+    from infertune.kube.client import configure, deployment_replicas
 
     namespace, slash, name = ref.partition("/")
     if not (slash and namespace and name) or "/" in name:
@@ -99,9 +98,7 @@ def _read_live(ref: str, kubeconfig: str | None) -> Live:
                              f"validate: {problems}")
         target = tuning.spec.target_ref.name
         what = f"Deployment {namespace}/{target} (spec.targetRef)"
-        response: Any = client.AppsV1Api().read_namespaced_deployment(
-            target, namespace, _preload_content=False)
-        target_body = json.loads(response.data)
+        replicas, ready = deployment_replicas(namespace, target)
     except ApiException as exc:
         found = "not found" if exc.status == 404 else f"not readable (HTTP {exc.status})"
         raise ValueError(f"--live: {what} {found}") from None
@@ -124,7 +121,6 @@ def _read_live(ref: str, kubeconfig: str | None) -> Live:
         rivals = ()
         notes += (f"InferenceTunings in {namespace} not readable (HTTP {exc.status}): another "
                   "one autoscaling the same Deployment would stop the operator's writes",)
-    spec, status = target_body.get("spec") or {}, target_body.get("status") or {}
-    return Live(tuning, int(spec.get("replicas") or 0), dict(body.get("status") or {}),
+    return Live(tuning, replicas, dict(body.get("status") or {}),
                 int((body.get("metadata") or {}).get("generation") or 0), hpa, notes, rivals,
-                int(status.get("readyReplicas") or 0))
+                ready)

@@ -24,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import functools
-import json
 import logging
 import math
 import threading
@@ -53,7 +52,7 @@ from infertune.controller.fights import (
 from infertune.controller.loops import pause, snapshot, until_stopped
 from infertune.controller.scaling_report import Blocked, plan_evaluation, status_over
 from infertune.controller.status_patch import Build, write_status
-from infertune.kube.client import server_message
+from infertune.kube.client import deployment_replicas, server_message
 from infertune.kube.lease import ALWAYS, RETRY_PERIOD_S, Leader
 from infertune.metrics.source import MetricsSource, MetricsTarget, target_for_tuning
 from infertune.scaling.engine import ScaleDecision
@@ -323,7 +322,7 @@ def evaluate(namespace: str, name: str, generation: int, spec: InferenceTuningSp
     stored_fight = Fight.from_json((status.get("autoscaling") or {}).get("replicaFight"))
     reverted = False
     for attempt in range(SCALE_WRITE_ATTEMPTS):
-        current, ready = _target_replicas(apps, deployment, namespace)
+        current, ready = deployment_replicas(namespace, deployment)
         # A revert seen by the first attempt stays one when the second decides again.
         reverted = _reverted(settings, key, current, status, deployment,
                              spec.autoscaling is not None and spec.autoscaling.enabled
@@ -341,8 +340,8 @@ def evaluate(namespace: str, name: str, generation: int, spec: InferenceTuningSp
                     {"op": "test", "path": "/spec/replicas", "value": current},
                     {"op": "replace", "path": "/spec/replicas", "value": planned.write}])
             except ApiException as exc:
-                if exc.status not in (409, 422) or _target_replicas(
-                        apps, deployment, namespace)[0] == current:
+                if exc.status not in (409, 422) or deployment_replicas(
+                        namespace, deployment)[0] == current:
                     refused = (f"writing {planned.write} replicas to deployments/scale of "
                                f"{deployment} was refused ({exc.status}): "
                                f"{server_message(exc)}")
@@ -434,18 +433,6 @@ async def autoscale(stopped: kopf.DaemonStopped, namespace: str, name: str, body
         except Exception:  # one failed pass must not end the loop
             logger.exception("autoscaling evaluation failed; the next slot tries again")
             await pause(IDLE_S, stopped)
-
-
-def _target_replicas(apps: client.AppsV1Api, deployment: str,
-                     namespace: str) -> tuple[int, int]:
-    """(spec.replicas, status.readyReplicas) of the target Deployment, from one read (the
-    scale subresource has no ready count). Read as JSON: the client's models cost about a
-    millisecond to build for a whole Deployment, every evaluation."""
-    response: Any = apps.read_namespaced_deployment(deployment, namespace,
-                                                    _preload_content=False)
-    body = json.loads(response.data)
-    spec, status = body.get("spec") or {}, body.get("status") or {}
-    return int(spec.get("replicas") or 0), int(status.get("readyReplicas") or 0)
 
 
 

@@ -94,6 +94,18 @@ def read_deployment(namespace: str, name: str) -> client.V1Deployment | None:
         raise
 
 
+def deployment_replicas(namespace: str, name: str) -> tuple[int, int]:
+    """(spec.replicas, status.readyReplicas) of a Deployment, from one read (its scale
+    subresource has no ready count). Read as JSON: the client's models cost about a
+    millisecond to build for a whole Deployment, and the autoscaler reads one per
+    evaluation."""
+    response: Any = client.AppsV1Api().read_namespaced_deployment(
+        name, namespace, _preload_content=False)
+    body = json.loads(response.data)
+    spec, status = body.get("spec") or {}, body.get("status") or {}
+    return int(spec.get("replicas") or 0), int(status.get("readyReplicas") or 0)
+
+
 def connection_info() -> dict[str, Any]:
     """The loaded credentials in the shape of kopf.ConnectionInfo, so kopf and this client
     always talk to the same server as the same user."""
