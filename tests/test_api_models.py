@@ -102,6 +102,18 @@ def test_values_round_trip_as_written() -> None:
         ({"allocator": {"libraryPath": "lib/libjemalloc.so"}},
          "allocator.libraryPath: 'lib/libjemalloc.so' does not match"),
         ({"batching": {"min": 64, "max": 8}}, "batching.min: 64 is above max 8"),
+        # Knobs mode Auto must not drive: each change re-creates the pods.
+        ({"engine": "triton", "batching": {"mode": "Auto"}},
+         "batching.mode: Auto cannot set max-queue-delay-microseconds: Triton reads it from "
+         "the model config"),
+        ({"engine": "tgi", "batching": {"mode": "Auto", "knob": "max-concurrent-requests"}},
+         "batching.knob: mode Auto cannot drive max-concurrent-requests: TGI refuses the "
+         "requests above it"),
+        ({"engine": "tgi", "batching": {"mode": "Auto"}},
+         "batching.min: 1 is a request count, but max-batch-total-tokens counts tokens"),
+        ({"batching": {"mode": "Auto", "knob": "max-num-batched-tokens", "min": 512,
+                       "max": 8192}},
+         "batching.min: 512 is a request count, but max-num-batched-tokens counts tokens"),
         ({"autoscaling": {"interval": "500ms"}}, "autoscaling.interval: 500ms is too short"),
         ({"autoscaling": {"interval": "2h"}}, "autoscaling.interval: 2h is longer than 1h"),
         # Bounds that keep one tenant's spec from breaking or slowing the shared batch fetch.
@@ -169,6 +181,18 @@ def test_values_round_trip_as_written() -> None:
 def test_cross_field_and_range_rules(sections: dict[str, Any], expected: str) -> None:
     errors = _errors(**sections)
     assert any(expected in e for e in errors), errors
+
+
+@pytest.mark.parametrize("engine,batching", [
+    ("tgi", {"mode": "Auto", "min": 2048, "max": 32000}),
+    ("vllm", {"mode": "Auto", "knob": "max-num-batched-tokens", "min": 1024, "max": 16384}),
+    ("vllm", {"mode": "Auto"}),  # max-num-seqs counts requests: 1..256 fits it
+    # Recommend only reports: the knobs Auto must not drive may still be recommended.
+    ("triton", {"mode": "Recommend"}),
+    ("tgi", {"mode": "Recommend", "knob": "max-concurrent-requests"}),
+])
+def test_batching_knobs_auto_may_drive_validate(engine: str, batching: dict[str, Any]) -> None:
+    InferenceTuningSpec.model_validate(_spec(engine=engine, batching=batching))
 
 
 @pytest.mark.parametrize("label", ["_", "_pod", "pod_name", "k8s_namespace", "a"])
