@@ -224,8 +224,9 @@ def test_batching_auto_re_tunes_pods_with_the_applied_batch_size(
 ) -> None:
     """The applied value reaches the pods, and the next step waits until every pod runs it and
     the latency was measured on them (10s window + 2 samples of 2s after re-tuning counts
-    them), where it used to step every interval while the pods were being re-created."""
-    create(api_client, namespace, deployment("qwen"))
+    them), where it used to step every interval while the pods were being re-created. The
+    first step starts from the value on the pod template's command line."""
+    create(api_client, namespace, deployment("qwen", args=["--max-num-seqs", "48"]))
     create(api_client, namespace, tuning("qwen", "qwen", batching={
         "mode": "Auto", "knob": "max-num-seqs", "min": 4, "max": 64}, **SPEC))
     fake_vllm.queue_per_pod = 1.0
@@ -237,17 +238,27 @@ def test_batching_auto_re_tunes_pods_with_the_applied_batch_size(
 
     applied = wait_for(lambda: batching().get("applied"), "status.batching.applied",
                        timeout_s=45)
-    assert 4 <= applied <= 64
+    assert applied == 24  # the template's 48, halved for a p99 at over twice the target
+    assert "from 48 (on the pod template) to 24" in batching()["reason"]
+
+    def announced() -> list[Any]:
+        return [e for e in client.CoreV1Api(api_client).list_namespaced_event(namespace).items
+                if e.reason == "BatchingApplied" and e.involved_object.name == "qwen"]
+
+    # Each change re-creates the pods, so it says why, as a scale does.
+    event = wait_for(announced, "a BatchingApplied Event", timeout_s=15)[0]
+    assert event.message.startswith("max-num-seqs unset -> 24, the pods are re-created")
+
+    def flag(pod: Any) -> int:
+        args = list(pod.spec.containers[0].args)
+        return int(args[args.index("--max-num-seqs") + 1])
 
     def carries_flag() -> list[Any] | None:
         pods = pods_of(api_client, namespace, "qwen")
-        flags = [a for p in pods for a in (p.spec.containers[0].args or [])
-                 if a.startswith("--max-num-seqs=")]
-        return pods if pods and len(flags) == len(pods) else None
+        return pods if pods and all(flag(p) != 48 for p in pods) else None
 
     pods = wait_for(carries_flag, "pods re-created with --max-num-seqs", timeout_s=60)
-    values = {int(a.split("=", 1)[1]) for p in pods for a in p.spec.containers[0].args
-              if a.startswith("--max-num-seqs=")}
+    values = {flag(p) for p in pods}
     assert values == {applied}  # spec.batching bounds hold, and no step while they rolled
     assert batching()["applied"] == applied
     since = wait_for(lambda: batching().get("servingSince"), "status.batching.servingSince",

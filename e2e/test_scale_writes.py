@@ -24,6 +24,7 @@ from e2e.test_operator import tuning as tuning_body
 from infertune.api.spec import GROUP, PLURAL, VERSION, InferenceTuningSpec
 from infertune.controller import autoscaling
 from infertune.controller.fights import Writers
+from infertune.kube.client import DeploymentReplicas
 from infertune.scaling.engine import ScaleDecision
 from infertune.scaling.signals import Series, TargetSignals, Window
 
@@ -110,12 +111,12 @@ def someone_writes_6_after_the_first_read(api_client: client.ApiClient,
     real_read = autoscaling.deployment_replicas
     reads: list[int] = []
 
-    def read_then_someone_writes(namespace: str, name: str) -> tuple[int, int]:
-        replicas, ready = real_read(namespace, name)
-        reads.append(replicas)
+    def read_then_someone_writes(namespace: str, name: str) -> DeploymentReplicas:
+        read = real_read(namespace, name)
+        reads.append(read.replicas)
         if len(reads) == 1:
             apps.patch_namespaced_deployment_scale(name, namespace, {"spec": {"replicas": 6}})
-        return replicas, ready
+        return read
 
     monkeypatch.setattr(autoscaling, "deployment_replicas", read_then_someone_writes)
     return reads
@@ -266,7 +267,7 @@ def test_a_count_written_before_the_report_was_dropped_is_still_announced(
     monkeypatch.setattr(autoscaling, "_still_autoscaled", lambda stored: False)
     real_read = autoscaling.deployment_replicas
 
-    def read_while_status_changes(namespace: str, name: str) -> tuple[int, int]:
+    def read_while_status_changes(namespace: str, name: str) -> DeploymentReplicas:
         api.patch_namespaced_custom_object_status(GROUP, VERSION, namespace, PLURAL, "llm", {
             "status": {"decisions": [{"time": "2026-12-04T08:00:00Z", "feature": "rollout",
                                       "action": "x", "reason": "another writer",

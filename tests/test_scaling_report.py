@@ -25,7 +25,7 @@ from infertune.controller.fights import Fight, fight_message
 from infertune.controller.scaling_report import Blocked, plan_evaluation, status_over
 from infertune.scaling.signals import Series, TargetSignals, Window
 from infertune.scaling.state import format_time
-from infertune.tuning.pod_patch import tuning_revision
+from infertune.tuning.pod_patch import TemplateBatching, template_batching, tuning_revision
 
 NOW = 1_700_000_000.0
 STAMP = format_time(NOW)
@@ -319,7 +319,7 @@ def test_batching_auto_steps_again_only_once_every_pod_runs_the_value_for_a_wind
     settle = 60 + 15 * 2  # the 1m window and two 15s samples
     waiting = step(settled_at + settle - 15, pods_at(tuning, 128))
     assert waiting["applied"] == 128
-    assert f"reflects it from {format_time(settled_at + settle)}" in waiting["reason"]
+    assert f"reflect it from {format_time(settled_at + settle)}" in waiting["reason"]
     stepped = step(settled_at + settle, pods_at(tuning, 128))
     assert stepped["applied"] == 64 and "servingSince" not in stepped
 
@@ -426,3 +426,150 @@ def test_the_replicas_written_are_kept_in_status_while_they_stand() -> None:
     gone = plan_evaluation(spec(), 1, {}, signals(32.0), 6, None, NOW)  # changed: cleared
     assert gone.status["autoscaling"]["writtenReplicas"] is None
 
+
+
+def test_template_batching_reads_the_knob_the_pods_run_and_what_auto_cannot_set() -> None:
+    tuning = spec(batching={"mode": "Auto"})
+    vllm = ["vllm", "serve", "qwen"]
+    cases = {
+        "args": ({"containers": [{"name": "vllm", "command": vllm,
+                                  "args": ["--max-num-seqs", "64"]}]}, 64, None),
+        "equals": ({"containers": [{"name": "vllm", "command": [*vllm, "--max-num-seqs=32"]}]},
+                   32, None),
+        "absent": ({"containers": [{"name": "vllm", "command": vllm}]}, None, None),
+        "shell": ({"containers": [{"name": "vllm", "command": [
+            "sh", "-c", "vllm serve qwen --max-num-seqs 256"]}]}, None, "shell script (-c)"),
+        "image CMD": ({"containers": [{"name": "vllm"}]}, None, "neither command nor args"),
+    }
+    for name, (pod_spec, value, problem) in cases.items():
+        got = template_batching(tuning, pod_spec)
+        assert got.value == value, name
+        assert (got.problem is None) if problem is None else (problem in str(got.problem)), name
+    other = spec(container="engine", batching={"mode": "Auto"})
+    missing = template_batching(other, cases["args"][0])
+    assert "spec.container 'engine' is not in the pod template" in str(missing.problem)
+
+
+def test_batching_auto_applies_nothing_the_pod_template_cannot_carry() -> None:
+    """The webhook cannot set the flag inside `sh -c`: every step re-created the pods, which
+    still ran the old value, so the knob walked down to min one rollout at a time."""
+    tuning = spec(batching={"mode": "Auto", "min": 8, "max": 256})
+    shell = template_batching(tuning, {"containers": [{"name": "vllm", "command": [
+        "sh", "-c", "vllm serve qwen --max-num-seqs 256"]}]})
+    stored = {"batching": {"knob": "max-num-seqs", "recommended": 128, "applied": 128,
+                           "servingSince": format_time(NOW - 3600)},
+              "tuning": pods_at(tuning, 128)}
+    for status in ({}, stored):
+        planned = plan_evaluation(tuning, 1, status, signals(5.0, 0.15), 4, None, NOW,
+                                  template=shell)
+        block = planned.status["batching"]
+        assert "applied" not in block, block  # left as stored: nothing changes on the pods
+        assert block["recommended"] < 256
+        assert block["reason"].startswith("mode Auto cannot apply it, so it is only "
+                                          "recommended: container vllm runs a shell script")
+        assert planned.batching_news is None
+
+
+def test_switching_to_batching_auto_changes_nothing_until_the_signals_call_for_it() -> None:
+    """The first value used to be applied at once, from the peak of running requests or from
+    max: switching to Auto re-created every pod with a value nothing called for."""
+    tuning = spec(batching={"mode": "Auto", "min": 8, "max": 256})
+    on_pods = TemplateBatching(64, None)
+    quiet = plan_evaluation(tuning, 1, {}, signals(5.0, 0.05), 4, None, NOW, template=on_pods)
+    block = quiet.status["batching"]
+    assert "applied" not in block and quiet.batching_news is None
+    assert "do not call for a change; from 64 (on the pod template) to 64" in block["reason"]
+    breach = plan_evaluation(tuning, 1, {}, signals(5.0, 0.15), 4, None, NOW,
+                             template=on_pods)
+    assert breach.status["batching"]["applied"] == 32  # halved from what the pods run
+    # A call that lands on the value the pods already run applies nothing either.
+    at_min = plan_evaluation(tuning, 1, {}, signals(5.0, 0.15), 4, None, NOW,
+                             template=TemplateBatching(8, None))
+    assert "applied" not in at_min.status["batching"]
+
+
+def test_a_value_applied_for_another_knob_is_not_stepped_from() -> None:
+    tuning = spec(batching={"mode": "Auto", "min": 8, "max": 256})
+    stored = {"batching": {"knob": "max-num-batched-tokens", "recommended": 4096,
+                           "applied": 4096, "servingSince": format_time(NOW - 3600)},
+              "tuning": pods_at(tuning, 4096)}
+    planned = plan_evaluation(tuning, 1, stored, signals(5.0, 0.15), 4, None, NOW,
+                              template=TemplateBatching(64, None))
+    block = planned.status["batching"]
+    assert block["applied"] == 32  # from the 64 on the pods, not from 4096 tokens
+    assert "from 64 (on the pod template)" in block["reason"]
+    assert planned.batching_news is not None
+    assert planned.batching_news[0]["action"] == "max-num-seqs unset -> 32"
+
+
+def test_with_latency_action_scale_out_a_breach_scales_out_and_leaves_the_batch() -> None:
+    tuning = spec(autoscaling={"minReplicas": 1, "maxReplicas": 20,
+                               "latency": {"action": "ScaleOut"}},
+                  batching={"mode": "Auto", "min": 8, "max": 256})
+    stored = {"batching": {"knob": "max-num-seqs", "recommended": 128, "applied": 128,
+                           "servingSince": format_time(NOW - 3600)},
+              "tuning": pods_at(tuning, 128)}
+    planned = plan_evaluation(tuning, 1, stored, signals(5.0, 0.15), 4, None, NOW)
+    assert planned.status["autoscaling"]["action"] == "ScaleOut"
+    block = planned.status["batching"]
+    assert block["applied"] == 128 and block["recommended"] == 128
+    assert "the latency breach is scaled out (latency.action ScaleOut)" in block["reason"]
+    assert planned.batching_news is None
+
+
+def test_batching_auto_does_not_raise_the_knob_while_replicas_are_added() -> None:
+    tuning = spec(batching={"mode": "Auto", "min": 8, "max": 256})
+    stored = {"batching": {"knob": "max-num-seqs", "recommended": 128, "applied": 128,
+                           "servingSince": format_time(NOW - 3600)},
+              "tuning": pods_at(tuning, 128)}
+    # The queue sustained above target with latency headroom: raise the batch, and scale out.
+    planned = plan_evaluation(tuning, 1, stored, signals(48.0, 0.05), 4, None, NOW)
+    assert planned.status["autoscaling"]["action"] == "ScaleOut"
+    block = planned.status["batching"]
+    assert block["applied"] == 128 and block["recommended"] == 128
+    assert "not raised while replicas are added" in block["reason"]
+    # Above target but inside the tolerance: no replicas added, so the batch is raised.
+    held = plan_evaluation(tuning, 1, stored, signals(34.0, 0.05), 4, None, NOW)
+    assert held.status["autoscaling"]["action"] == "Hold"
+    assert held.status["batching"]["applied"] == 160
+
+
+def test_the_next_batching_step_waits_for_ready_pods_and_the_queue_sustain() -> None:
+    tuning = spec(batching={"mode": "Auto", "min": 8, "max": 256})
+    stored = {"batching": {"knob": "max-num-seqs", "recommended": 128, "applied": 128,
+                           "servingSince": format_time(NOW - 3600)},
+              "tuning": pods_at(tuning, 128)}
+    loading = plan_evaluation(tuning, 1, stored, signals(5.0, 0.15), 4, None, NOW, ready=3)
+    block = loading.status["batching"]
+    assert block["applied"] == 128 and "1 of 4 not Ready yet" in block["reason"]
+    slow = spec(autoscaling={"minReplicas": 1, "maxReplicas": 20,
+                             "queue": {"sustain": "5m"}},
+                batching={"mode": "Auto", "min": 8, "max": 256})
+    recent = {**stored, "batching": {**stored["batching"],
+                                     "servingSince": format_time(NOW - 100)}}
+    # 100 s covers the 1m window and two 15 s samples, not the queue's 5m sustain.
+    waiting = plan_evaluation(slow, 1, recent, signals(5.0, 0.15), 4, None, NOW, ready=4)
+    assert waiting.status["batching"]["applied"] == 128
+    assert "the queue's 5m sustain" in waiting.status["batching"]["reason"]
+    stepped = plan_evaluation(tuning, 1, recent, signals(5.0, 0.15), 4, None, NOW, ready=4)
+    assert stepped.status["batching"]["applied"] == 64
+
+
+def test_a_change_of_the_applied_batching_value_is_recorded_and_announced() -> None:
+    """Each change re-creates the pods: it gets a status.decisions entry and an Event, as a
+    scale does (status.batching.reason is overwritten at the next evaluation)."""
+    tuning = spec(batching={"mode": "Auto", "min": 8, "max": 256})
+    stored = {"batching": {"knob": "max-num-seqs", "recommended": 128, "applied": 128,
+                           "servingSince": format_time(NOW - 3600)},
+              "tuning": pods_at(tuning, 128)}
+    planned = plan_evaluation(tuning, 1, stored, signals(5.0, 0.15), 4, None, NOW)
+    assert planned.batching_news is not None
+    record, (reason, message) = planned.batching_news
+    assert record["feature"] == "batching" and record["action"] == "max-num-seqs 128 -> 64"
+    assert record in planned.status["decisions"]
+    assert reason == "BatchingApplied"
+    assert message.startswith("max-num-seqs 128 -> 64, the pods are re-created with it: ")
+    again = plan_evaluation(tuning, 1, merged(stored, planned.status), signals(5.0, 0.15), 4,
+                            None, NOW + 15)
+    assert again.batching_news is None  # waiting for the pods: no change, no news
+    assert again.status["batching"]["applied"] == 64

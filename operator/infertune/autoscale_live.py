@@ -18,6 +18,7 @@ from infertune.controller.fights import (
     written_replicas,
 )
 from infertune.controller.scaling_report import Blocked
+from infertune.tuning.pod_patch import TemplateBatching, template_batching
 
 
 class Live(NamedTuple):
@@ -35,6 +36,8 @@ class Live(NamedTuple):
     ready: int | None = None
     """Of the target, its status.readyReplicas (a latency breach is sized on the replicas
     known to serve)."""
+    template: TemplateBatching | None = None
+    """The batching knob on the target's pod template (batching starts from it)."""
 
     def fight(self, current: int, now: float) -> Fight | None:
         """The replica fight as the operator's evaluation now would see it: the stored one,
@@ -98,7 +101,7 @@ def _read_live(ref: str, kubeconfig: str | None) -> Live:
                              f"validate: {problems}")
         target = tuning.spec.target_ref.name
         what = f"Deployment {namespace}/{target} (spec.targetRef)"
-        replicas, ready = deployment_replicas(namespace, target)
+        read = deployment_replicas(namespace, target)
     except ApiException as exc:
         found = "not found" if exc.status == 404 else f"not readable (HTTP {exc.status})"
         raise ValueError(f"--live: {what} {found}") from None
@@ -121,6 +124,6 @@ def _read_live(ref: str, kubeconfig: str | None) -> Live:
         rivals = ()
         notes += (f"InferenceTunings in {namespace} not readable (HTTP {exc.status}): another "
                   "one autoscaling the same Deployment would stop the operator's writes",)
-    return Live(tuning, replicas, dict(body.get("status") or {}),
+    return Live(tuning, read.replicas, dict(body.get("status") or {}),
                 int((body.get("metadata") or {}).get("generation") or 0), hpa, notes, rivals,
-                ready)
+                read.ready, template_batching(tuning.spec, read.pod_spec))

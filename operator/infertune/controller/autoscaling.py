@@ -38,6 +38,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
 
+from infertune.api.scaling import BatchingMode
 from infertune.api.spec import GROUP, PLURAL, VERSION, InferenceTuning, InferenceTuningSpec
 from infertune.api.status import ConditionStatus, ConditionType
 from infertune.controller.conditions import condition_dict, merge_condition_dicts
@@ -58,6 +59,7 @@ from infertune.metrics.source import MetricsSource, MetricsTarget, target_for_tu
 from infertune.scaling.engine import ScaleDecision
 from infertune.scaling.signals import TargetSignals
 from infertune.scaling.state import format_time, stored_time
+from infertune.tuning.pod_patch import TemplateBatching, template_batching
 
 RESOURCE = (GROUP, VERSION, PLURAL)
 WORKERS = 16
@@ -322,7 +324,8 @@ def evaluate(namespace: str, name: str, generation: int, spec: InferenceTuningSp
     stored_fight = Fight.from_json((status.get("autoscaling") or {}).get("replicaFight"))
     reverted = False
     for attempt in range(SCALE_WRITE_ATTEMPTS):
-        current, ready = deployment_replicas(namespace, deployment)
+        read = deployment_replicas(namespace, deployment)
+        current, ready = read.replicas, read.ready
         # A revert seen by the first attempt stays one when the second decides again.
         reverted = _reverted(settings, key, current, status, deployment,
                              spec.autoscaling is not None and spec.autoscaling.enabled
@@ -330,7 +333,8 @@ def evaluate(namespace: str, name: str, generation: int, spec: InferenceTuningSp
         fight = next_fight(stored_fight, generation, reverted, now)
         plan = functools.partial(plan_evaluation, spec, generation, status, signals, current,
                                  now=now, fight=None if fight is None else fight.to_json(),
-                                 written=settings.written.get(key), ready=ready)
+                                 written=settings.written.get(key), ready=ready,
+                                 template=_template_batching(spec, read.pod_spec))
         planned = plan(blocked_by(deployment, writers, fight, now))
         refused: str | None = None
         if planned.write is not None:
@@ -368,7 +372,19 @@ def evaluate(namespace: str, name: str, generation: int, spec: InferenceTuningSp
                        message=refused[:1000])
     elif planned.event is not None:
         kopf.event(body, type="Normal", reason=planned.event[0], message=planned.event[1])
+    if landed is not None and planned.batching_news is not None:
+        # The applied value the webhook sets: it re-creates the pods, so it says why.
+        reason, message = planned.batching_news[1]
+        kopf.event(body, type="Normal", reason=reason, message=message)
     return planned.decision
+
+
+def _template_batching(spec: InferenceTuningSpec,
+                       pod_spec: Mapping[str, Any]) -> TemplateBatching | None:
+    """The batching knob on the target's pod template, read only when batching is on."""
+    if spec.batching.mode is BatchingMode.OFF:
+        return None
+    return template_batching(spec, pod_spec)
 
 
 def _still_autoscaled(stored: Mapping[str, Any]) -> bool:

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 from infertune.api.scaling import BatchingMode
-from infertune.api.spec import InferenceTuningSpec, Mode
+from infertune.api.spec import DEFAULT_BATCHING_KNOB, InferenceTuningSpec, Mode
 from infertune.api.status import MAX_DECISIONS, ConditionStatus, ConditionType
 from infertune.api.units import format_duration
 from infertune.controller.conditions import (
@@ -31,7 +31,7 @@ from infertune.scaling.batching import MIN_STEP, recommend_batching
 from infertune.scaling.engine import ScaleAction, ScaleDecision, decide_scale
 from infertune.scaling.signals import TargetSignals, seconds
 from infertune.scaling.state import ScalingState, format_time, stored_time
-from infertune.tuning.pod_patch import planned_mig, tuning_revision
+from infertune.tuning.pod_patch import TemplateBatching, planned_mig, tuning_revision
 
 APPLY_STEP = MIN_STEP
 """Batching mode Auto follows the recommendation only when it moves by this fraction (or
@@ -66,6 +66,9 @@ class Evaluation(NamedTuple):
     """MetricsAvailable and ScalingActive as they are now."""
     record: dict[str, Any] | None = None
     """The decision record to append to status.decisions, if the evaluation is news."""
+    batching_news: tuple[dict[str, Any], tuple[str, str]] | None = None
+    """(decision record, (reason, message) of the Event) when mode Auto changes the applied
+    batching value: each change re-creates the pods, so it is recorded as a scale is."""
 
 
 def status_over(evaluation: Evaluation, stored: Mapping[str, Any]) -> dict[str, Any]:
@@ -73,30 +76,34 @@ def status_over(evaluation: Evaluation, stored: Mapping[str, Any]) -> dict[str, 
     lists (conditions, decisions) built from what `stored` holds, so that a status another
     writer changed after the plan keeps their entries."""
     own = {k: v for k, v in evaluation.status.items() if k not in ("conditions", "decisions")}
-    return {**own, **_shared_lists(stored, evaluation.conditions, evaluation.record)}
+    batching = None if evaluation.batching_news is None else evaluation.batching_news[0]
+    return {**own, **_shared_lists(stored, evaluation.conditions, evaluation.record, batching)}
 
 
 def _shared_lists(stored: Mapping[str, Any], conditions: tuple[dict[str, Any], ...],
-                  record: dict[str, Any] | None) -> dict[str, Any]:
-    """`conditions` merged into the stored list and `record` appended to the stored decisions,
-    each only when it changes the list."""
+                  *records: dict[str, Any] | None) -> dict[str, Any]:
+    """`conditions` merged into the stored list and `records` appended to the stored
+    decisions, each only when it changes the list."""
     lists: dict[str, Any] = {}
     merged = merge_condition_dicts(stored.get("conditions") or [], *conditions)
     if merged is not None:
         lists["conditions"] = merged
-    if record is not None:
-        lists["decisions"] = [*(stored.get("decisions") or []), record][-MAX_DECISIONS:]
+    new = [r for r in records if r is not None]
+    if new:
+        lists["decisions"] = [*(stored.get("decisions") or []), *new][-MAX_DECISIONS:]
     return lists
 
 
 def plan_evaluation(spec: InferenceTuningSpec, generation: int, status: Mapping[str, Any],
                     signals: TargetSignals, current: int, blocked: Blocked | None,
                     now: float, fight: Mapping[str, Any] | None = None,
-                    written: int | None = None, ready: int | None = None) -> Evaluation:
+                    written: int | None = None, ready: int | None = None,
+                    template: TemplateBatching | None = None) -> Evaluation:
     """Decide from the state stored in `status`, and say what to write and report. `fight` is
     the replica fight to store (fights.Fight.to_json), None when there is none; `written`
     the replicas the operator wrote before that still stand; `ready` the Deployment's
-    status.readyReplicas, None when not known."""
+    status.readyReplicas, None when not known; `template` the batching knob as the
+    Deployment's pod template has it (pod_patch.template_batching), None when not read."""
     assert spec.autoscaling is not None
     previous: Mapping[str, Any] = status.get("autoscaling") or {}
     decision = decide_scale(spec.autoscaling, current, signals,
@@ -118,12 +125,15 @@ def plan_evaluation(spec: InferenceTuningSpec, generation: int, status: Mapping[
     news = _news(spec, status, decision, changes, applied, stamp,
                  stored_reason(status, ConditionType.SCALING_ACTIVE) == own[1]["reason"])
     record, event = news if news is not None else (None, None)
-    patch.update(_shared_lists(status, own, record))
-    batching = _batching_block(spec, status, decision, now)
+    batching = _batching_block(spec, status, decision, now, ready, template)
+    batching_news = None
     if batching is not None:
         patch["batching"] = batching
+        batching_news = _batching_news(status, batching, stamp)
+    patch.update(_shared_lists(status, own, record,
+                               None if batching_news is None else batching_news[0]))
     return Evaluation(decision, decision.desired_replicas if applied else None, patch, event,
-                      own, record)
+                      own, record, batching_news)
 
 
 def _conditions(spec: InferenceTuningSpec, generation: int, decision: ScaleDecision,
@@ -216,31 +226,60 @@ def _news(spec: InferenceTuningSpec, status: Mapping[str, Any], decision: ScaleD
 
 
 def _batching_block(spec: InferenceTuningSpec, status: Mapping[str, Any],
-                    decision: ScaleDecision, now: float) -> dict[str, Any] | None:
+                    decision: ScaleDecision, now: float, ready: int | None = None,
+                    template: TemplateBatching | None = None) -> dict[str, Any] | None:
     """`status.batching` (api.status.BatchingStatus), or None when batching is Off.
+
+    Each step starts from the value in use: in mode Auto the value applied (for this knob),
+    else the value on the pod template's command line when it is there. Mode Auto applies a
+    first value only when the latency and queue call for a change, and never one the pods
+    already run: each change re-creates the pods. It applies nothing while the pod template
+    cannot carry the flag (a shell script, no command line), and it does not raise the knob
+    while replicas are being added.
 
     In mode Auto each step starts from the value applied, and the next step waits until the
     pods run that value and the latency has been measured on them (`_serving`): a step every
     interval while pods are still being re-created would take the knob to its bound on the
     strength of latency the last step could not have changed yet."""
     assert spec.autoscaling is not None
-    if spec.batching.mode is BatchingMode.OFF:
+    knob = spec.batching.knob or DEFAULT_BATCHING_KNOB.get(spec.engine)
+    if spec.batching.mode is BatchingMode.OFF or knob is None:
         return None
     stored: Mapping[str, Any] = status.get("batching") or {}
     auto = spec.batching.mode is BatchingMode.AUTO and spec.mode is not Mode.DRY_RUN
-    in_effect = _within(spec, stored.get("applied")) if auto else None
+    # A value applied for another knob (the knob or the engine changed) says nothing of this
+    # one: 64 requests are not 64 tokens.
+    in_effect = (_within(spec, stored.get("applied"))
+                 if auto and stored.get("knob") == knob.value else None)
+    on_pods = None if template is None else template.value
+    start, origin = ((in_effect, "applied") if in_effect is not None else
+                     (on_pods, "on the pod template") if on_pods is not None else (None, ""))
     rec = recommend_batching(spec.batching, spec.engine, spec.autoscaling, decision.signals,
-                             in_effect)
+                             start, origin)
     if rec is None:
         return None
     recommended, reason, since = rec.recommended, rec.reason, None
+    if auto and template is not None and template.problem is not None:
+        # As mode Recommend: a value the webhook cannot set would re-create the pods at every
+        # step, and they would still run the old one.
+        block = {"knob": rec.knob.value, "current": rec.current, "recommended": recommended,
+                 "servingSince": None,
+                 "reason": f"mode Auto cannot apply it, so it is only recommended: "
+                           f"{template.problem}. {reason}"}
+        return block
     if in_effect is not None:
-        since, waiting = _serving(spec, status, in_effect, now)
+        since, waiting = _serving(spec, status, in_effect, now, decision.current_replicas,
+                                  ready)
         if waiting is not None and rec.changed:
             recommended = in_effect
             reason = (f"{rec.knob.value} stays at {in_effect} until its effect is measured: "
                       f"{waiting}. The latency and queue now say: {rec.reason}")
-    applied = _applied_knob(spec, in_effect, recommended)
+    if (auto and decision.action is ScaleAction.SCALE_OUT and start is not None
+            and recommended > start):
+        recommended = in_effect if in_effect is not None else start
+        reason = (f"{rec.knob.value} is not raised while replicas are added (re-creating the "
+                  f"pods now would take capacity away when it is needed): {rec.reason}")
+    applied = _applied_knob(spec, in_effect, recommended, rec.called, on_pods)
     if applied != in_effect:
         since = None  # new pods: their latency is measured from when they all run it
     block = {"knob": rec.knob.value, "current": rec.current, "recommended": recommended,
@@ -253,6 +292,24 @@ def _batching_block(spec: InferenceTuningSpec, status: Mapping[str, Any],
     return block
 
 
+def _batching_news(status: Mapping[str, Any], block: Mapping[str, Any],
+                   stamp: str) -> tuple[dict[str, Any], tuple[str, str]] | None:
+    """The decision record and Event when the block changes the applied value: the pods are
+    re-created with it, and the reason in status.batching is overwritten at the next
+    evaluation."""
+    applied = block.get("applied")
+    stored: Mapping[str, Any] = status.get("batching") or {}
+    before = stored.get("applied") if stored.get("knob") == block["knob"] else None
+    if applied is None or applied == before:
+        return None
+    change = f"{block['knob']} {'unset' if before is None else before} -> {applied}"
+    reason = str(block["reason"])
+    record = {"time": stamp, "feature": "batching", "action": change,
+              "reason": reason[:1000], "applied": True}
+    return record, ("BatchingApplied",
+                    f"{change}, the pods are re-created with it: {reason}"[:MAX_EVENT_MESSAGE])
+
+
 def _within(spec: InferenceTuningSpec, value: Any) -> int | None:
     """The stored applied value inside the spec's bounds, as the webhook sets it on pods
     (the bounds may have changed since it was applied)."""
@@ -262,10 +319,13 @@ def _within(spec: InferenceTuningSpec, value: Any) -> int | None:
 
 
 def _serving(spec: InferenceTuningSpec, status: Mapping[str, Any], value: int,
-             now: float) -> tuple[str | None, str | None]:
+             now: float, replicas: int | None = None,
+             ready: int | None = None) -> tuple[str | None, str | None]:
     """(servingSince, why the next step waits, or None): since when every pod has run the
-    applied `value` (status.tuning, as re-tuning counts them), and whether the latency
-    samples the rule reads have all been measured since, over the metrics window."""
+    applied `value` (status.tuning, as re-tuning counts them) and been Ready (`ready` of the
+    `replicas`, when known), and whether the samples the rules read have all been measured
+    since: the latency over the metrics window and its samples, the queue over its sustain
+    window."""
     assert spec.autoscaling is not None
     tuning: Mapping[str, Any] = status.get("tuning") or {}
     revision = tuning_revision(spec, value, planned_mig(status.get("mig") or {}))
@@ -275,25 +335,37 @@ def _serving(spec: InferenceTuningSpec, status: Mapping[str, Any], value: int,
                    if tuning.get("revision") == revision else "re-tuning has not counted the "
                    "pods at this value yet")
         return None, f"waiting for the pods to run it ({counted}; see status.tuning)"
+    if replicas is not None and ready is not None and ready < replicas:
+        # Counted by re-tuning as they are created: the last ones may still load the model.
+        return None, (f"waiting for the pods to run it ({replicas - ready} of {replicas} "
+                      "not Ready yet)")
     since = stored_time((status.get("batching") or {}).get("servingSince"))
     if since is None or since > now:  # a clock that stepped back starts the wait again
         since = now
-    settle = (seconds(spec.metrics.window)
-              + spec.autoscaling.interval.seconds * spec.autoscaling.latency.consecutive_samples)
+    latency_settle = (seconds(spec.metrics.window) + spec.autoscaling.interval.seconds
+                      * spec.autoscaling.latency.consecutive_samples)
+    settle = max(latency_settle, seconds(spec.autoscaling.queue.sustain))
     if now - since < settle:
         return format_time(since), (
-            f"every pod runs it since {format_time(since)}; the latency reflects it from "
-            f"{format_time(since + settle)} (the {spec.metrics.window} metrics window and "
-            f"{spec.autoscaling.latency.consecutive_samples} samples)")
+            f"every pod runs it since {format_time(since)}; the latency and queue reflect it "
+            f"from {format_time(since + settle)} (the {spec.metrics.window} metrics window "
+            f"and {spec.autoscaling.latency.consecutive_samples} samples, the queue's "
+            f"{spec.autoscaling.queue.sustain} sustain)")
     return format_time(since), None
 
 
-def _applied_knob(spec: InferenceTuningSpec, previous: int | None,
-                  recommended: int) -> int | None:
+def _applied_knob(spec: InferenceTuningSpec, previous: int | None, recommended: int,
+                  called: bool = True, on_pods: int | None = None) -> int | None:
+    """The value mode Auto applies. A first value (nothing applied for this knob yet) only
+    when the latency and queue `called` for a change and the pods do not run it already
+    (`on_pods`): switching to mode Auto re-created every pod with a value derived from the
+    peak of running requests, calling for no change at all."""
     if spec.batching.mode is not BatchingMode.AUTO or spec.mode is Mode.DRY_RUN:
         return None
+    if previous is None:
+        return recommended if called and recommended != on_pods else None
     bounds = (spec.batching.min, spec.batching.max)
-    if (previous is None or abs(recommended - previous) >= APPLY_STEP * previous
+    if (abs(recommended - previous) >= APPLY_STEP * previous
             or (recommended in bounds and recommended != previous)):
         return recommended
     return previous

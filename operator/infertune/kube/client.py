@@ -5,7 +5,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import socket
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import urlsplit
 
 from kubernetes import client, config
@@ -94,8 +94,19 @@ def read_deployment(namespace: str, name: str) -> client.V1Deployment | None:
         raise
 
 
-def deployment_replicas(namespace: str, name: str) -> tuple[int, int]:
-    """(spec.replicas, status.readyReplicas) of a Deployment, from one read (its scale
+class DeploymentReplicas(NamedTuple):
+    """What the autoscaler reads of its target Deployment (`deployment_replicas`)."""
+
+    replicas: int
+    """spec.replicas."""
+    ready: int
+    """status.readyReplicas."""
+    pod_spec: dict[str, Any]
+    """spec.template.spec: what the pods run (batching mode Auto reads the knob there)."""
+
+
+def deployment_replicas(namespace: str, name: str) -> DeploymentReplicas:
+    """The replicas, ready count and pod template of a Deployment, from one read (its scale
     subresource has no ready count). Read as JSON: the client's models cost about a
     millisecond to build for a whole Deployment, and the autoscaler reads one per
     evaluation."""
@@ -103,7 +114,9 @@ def deployment_replicas(namespace: str, name: str) -> tuple[int, int]:
         name, namespace, _preload_content=False)
     body = json.loads(response.data)
     spec, status = body.get("spec") or {}, body.get("status") or {}
-    return int(spec.get("replicas") or 0), int(status.get("readyReplicas") or 0)
+    return DeploymentReplicas(int(spec.get("replicas") or 0),
+                              int(status.get("readyReplicas") or 0),
+                              dict((spec.get("template") or {}).get("spec") or {}))
 
 
 def connection_info() -> dict[str, Any]:

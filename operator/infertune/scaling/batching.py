@@ -11,7 +11,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from infertune.api.scaling import AutoscalingSpec, BatchingKnob, BatchingMode, BatchingSpec
+from infertune.api.scaling import (
+    AutoscalingSpec,
+    BatchingKnob,
+    BatchingMode,
+    BatchingSpec,
+    LatencyAction,
+)
 from infertune.api.spec import DEFAULT_BATCHING_KNOB, Engine
 from infertune.scaling.reading import Reading, queue_is_low
 from infertune.scaling.signals import FLOAT_NOISE, latency_text, seconds
@@ -36,6 +42,9 @@ class BatchingRecommendation:
     current: int | None
     recommended: int
     reason: str
+    called: bool = True
+    """The latency and queue call for a change (the knob is lowered or raised, before the
+    bounds); False when they do not."""
 
     @property
     def changed(self) -> bool:
@@ -43,20 +52,28 @@ class BatchingRecommendation:
 
 
 def recommend_batching(batching: BatchingSpec, engine: Engine, autoscaling: AutoscalingSpec,
-                       reading: Reading, current: int | None) -> BatchingRecommendation | None:
+                       reading: Reading, current: int | None,
+                       origin: str = "applied") -> BatchingRecommendation | None:
     """None when mode is Off or no knob applies (engine custom without spec.batching.knob).
 
     `current` is the value the pods run with when the operator knows it (mode Auto: the value
-    it applied), None otherwise. Never the last recommendation: one that nothing applied has
-    not changed the latency, and stepping from it again would walk the knob down to `min`
-    while the latency stays where it was."""
+    it applied; else the value on the pod template's command line), None otherwise, and
+    `origin` says which. Never the last recommendation: one that nothing applied has not
+    changed the latency, and stepping from it again would walk the knob down to `min` while
+    the latency stays where it was.
+
+    With latency.action ScaleOut a breach is the autoscaler's to act on (it adds replicas):
+    the knob is not lowered for it as well, which would re-create the pods while replicas are
+    added and over-correct."""
     knob = batching.knob or DEFAULT_BATCHING_KNOB.get(engine)
     if batching.mode is BatchingMode.OFF or knob is None:
         return None
-    base, origin = _base(batching, knob, reading, current)
+    base, origin = _base(batching, knob, reading, current, origin)
     target = seconds(autoscaling.latency.target)
     latency = reading.latency_s
-    if reading.latency_breached and latency is not None and queue_is_low(autoscaling, reading):
+    called = True
+    if (reading.latency_breached and latency is not None and queue_is_low(autoscaling, reading)
+            and autoscaling.latency.action is not LatencyAction.SCALE_OUT):
         factor = max(MAX_DECREASE, min(1 - MIN_STEP, target / latency))
         proposed = min(math.floor(base * factor + FLOAT_NOISE), base - 1)
         why = (f"{reading.latency_kind} {latency_text(latency)} above {latency_text(target)} for "
@@ -69,19 +86,22 @@ def recommend_batching(batching: BatchingSpec, engine: Engine, autoscaling: Auto
                f"{latency_text(target)} while the queue stays above target: raise {knob.value} "
                f"by x{factor:.2f}")
     else:
-        proposed = base
+        proposed, called = base, False
         why = "latency and queue do not call for a change"
+        if (reading.latency_breached and queue_is_low(autoscaling, reading)
+                and autoscaling.latency.action is LatencyAction.SCALE_OUT):
+            why = "the latency breach is scaled out (latency.action ScaleOut), not batched"
     recommended = min(max(proposed, batching.min), batching.max)
     if recommended != proposed:
         why += f" (kept within {batching.min}..{batching.max})"
     return BatchingRecommendation(knob, current, recommended,
-                                  f"{why}; from {base} ({origin}) to {recommended}")
+                                  f"{why}; from {base} ({origin}) to {recommended}", called)
 
 
 def _base(batching: BatchingSpec, knob: BatchingKnob, reading: Reading,
-          current: int | None) -> tuple[int, str]:
+          current: int | None, origin: str) -> tuple[int, str]:
     if current is not None:
-        return current, "applied"
+        return current, origin
     if knob in REQUEST_KNOBS and reading.running_peak is not None:
         return max(1, math.ceil(reading.running_peak)), "peak running requests per replica"
     return batching.max, "current setting unknown, starting from max"

@@ -13,7 +13,7 @@ import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from infertune import keys
 from infertune.api.scaling import BatchingMode
@@ -236,41 +236,89 @@ def _knob(spec: InferenceTuningSpec) -> str | None:
     return knob.value if knob is not None else None
 
 
+def _flag_problem(knob: str | None, serving: Mapping[str, Any]) -> str | None:
+    """Why batching mode Auto cannot set `--<knob>` on the serving container's command line,
+    None when it can."""
+    if knob is None or knob == "max-queue-delay-microseconds":
+        return (f"batching mode Auto cannot set {knob or 'a knob'} on the command line "
+                "(Triton reads it from the model config); use mode Recommend")
+    flag = f"--{knob}"
+    if _runs_shell_script(serving):
+        return (f"container {serving.get('name')} runs a shell script (-c): batching mode Auto "
+                f"cannot set {flag} inside it; put the engine's command line in command/args, "
+                "or use mode Recommend")
+    if not serving.get("command") and not serving.get("args"):
+        return (f"container {serving.get('name')} sets neither command nor args: adding {flag} "
+                "as args would replace the image's CMD; set the engine's command line in the "
+                "pod template, or use mode Recommend")
+    return None
+
+
+def _flag_at(argv: list[Any], flag: str) -> int | None:
+    """Where `flag` is in `argv` (as `--flag N` or `--flag=N`), None when it is not."""
+    for i, arg in enumerate(argv):
+        if (arg == flag and i + 1 < len(argv)) or str(arg).startswith(flag + "="):
+            return i
+    return None
+
+
+class TemplateBatching(NamedTuple):
+    """What a Deployment's pod template says about the batching knob (`template_batching`)."""
+
+    value: int | None
+    """The knob's value on the serving container's command line; None when it is not there
+    (the engine's default applies) or is not a number."""
+    problem: str | None
+    """Why mode Auto cannot set the knob on these pods; None when it can."""
+
+
+def template_batching(spec: InferenceTuningSpec,
+                      pod_spec: Mapping[str, Any]) -> TemplateBatching:
+    """The batching knob as the pods of `pod_spec` (a Deployment's spec.template.spec) run it,
+    and whether mode Auto can change it there. Without this, a knob the webhook cannot set was
+    stepped all the same: every step re-created the pods, which still ran the old value."""
+    containers = list(pod_spec.get("containers") or [])
+    index = _serving_index(spec, containers)
+    if index is None:
+        return TemplateBatching(None, f"spec.container {spec.container!r} is not in the pod "
+                                "template; fix spec.container")
+    serving, knob = containers[index], _knob(spec)
+    value = None
+    if knob is not None:
+        flag = f"--{knob}"
+        for field_name in ("args", "command"):
+            argv = list(serving.get(field_name) or [])
+            at = _flag_at(argv, flag)
+            if at is not None:
+                text = str(argv[at]).partition("=")[2] if argv[at] != flag else str(argv[at + 1])
+                value = int(text) if text.isdigit() else None
+                break
+    return TemplateBatching(value, _flag_problem(knob, serving))
+
+
 def _batching_ops(spec: InferenceTuningSpec, base: str, serving: dict[str, Any],
                   context: PodContext, reasons: list[str], problems: list[str]) -> list[Op]:
     """Batching mode Auto: set `--<knob> <value>` on the serving command line."""
     if spec.batching.mode is not BatchingMode.AUTO or context.batching_value is None:
         return []
     knob = _knob(spec)
-    if knob is None or knob == "max-queue-delay-microseconds":
-        problems.append(f"batching mode Auto cannot set {knob or 'a knob'} on the command line "
-                        "(Triton reads it from the model config); use mode Recommend")
+    problem = _flag_problem(knob, serving)
+    if problem is not None:
+        problems.append(problem)
         return []
     value = min(spec.batching.max, max(spec.batching.min, context.batching_value))
     flag = f"--{knob}"
-    if _runs_shell_script(serving):
-        problems.append(f"container {serving.get('name')} runs a shell script (-c): batching "
-                        f"mode Auto cannot set {flag} inside it; put the engine's command line "
-                        "in command/args, or use mode Recommend")
-        return []
     for field_name in ("args", "command"):
         argv = list(serving.get(field_name) or [])
-        for i, arg in enumerate(argv):
-            if arg == flag and i + 1 < len(argv):
-                argv[i + 1] = str(value)
-                break
-            if arg.startswith(flag + "="):
-                argv[i] = f"{flag}={value}"
-                break
-        else:
+        at = _flag_at(argv, flag)
+        if at is None:
             continue
+        if argv[at] == flag:
+            argv[at + 1] = str(value)
+        else:
+            argv[at] = f"{flag}={value}"
         reasons.append(f"batching: {flag} {value} (mode Auto)")
         return [{"op": "replace", "path": f"{base}/{field_name}", "value": argv}]
-    if not serving.get("command") and not serving.get("args"):
-        problems.append(f"container {serving.get('name')} sets neither command nor args: "
-                        f"adding {flag} as args would replace the image's CMD; set the "
-                        "engine's command line in the pod template, or use mode Recommend")
-        return []
     # Not on the command line yet: args come after command, so appending to args adds it.
     reasons.append(f"batching: {flag}={value} added (mode Auto)")
     if serving.get("args") is None:
@@ -281,7 +329,7 @@ def _batching_ops(spec: InferenceTuningSpec, base: str, serving: dict[str, Any],
 SHELLS = frozenset({"sh", "bash", "dash", "ash", "zsh", "ksh"})
 
 
-def _runs_shell_script(container: dict[str, Any]) -> bool:
+def _runs_shell_script(container: Mapping[str, Any]) -> bool:
     """`sh -c "vllm serve ..."`: the command line is one string to a shell, where a flag
     appended after it would only become the script's $0."""
     argv = [*(container.get("command") or []), *(container.get("args") or [])]
