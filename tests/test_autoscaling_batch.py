@@ -284,6 +284,23 @@ def test_with_autoscaling_disabled_the_replicas_are_the_users() -> None:
     assert not _reverted(settings, "ns/t0", 5, stored, "llm")  # enabled again: nothing held
 
 
+def test_a_disabled_tuning_is_in_the_batch_and_evaluated_every_slot() -> None:
+    """enabled: false still reads and reports the signals (and hands the replicas to the
+    user). It was left out of the listing, so when another tuning fetched first in the slot it
+    got no signals at all: never evaluated, its status stale, and a user's scale while it was
+    disabled counted as a revert once enabled again."""
+    source = RecordingSource()
+    settings = AutoscalingSettings(source=source)
+    disabled = entry(1)
+    disabled["spec"]["autoscaling"]["enabled"] = False
+    idx = index(entry(0), disabled)
+    for slot in range(3):
+        now = T0 + 15 * slot
+        assert tick(settings, idx, "t0", now)  # the enabled one fetches first
+        assert tick(settings, idx, "t1", now), slot
+    assert source.asked == [["ns/t0", "ns/t1"]] * 3
+
+
 def test_signals_read_for_an_older_spec_are_not_handed_to_the_new_one() -> None:
     """The spec changed (another queue target) after its slot's batch was fetched: the
     engine got a window read against the old target, raised, and the evaluation was lost

@@ -203,11 +203,12 @@ class AutoscalingSettings:
 
 def autoscaled(settings: AutoscalingSettings,
                index: kopf.Index[tuple[str, str], dict[str, Any]]) -> Iterator[tuple[str, Parsed]]:
-    """(key, parsed) of every tuning with autoscaling enabled, from the kopf index."""
+    """(key, parsed) of every tuning with spec.autoscaling, from the kopf index. Those with
+    enabled: false too: their signals are read and reported, and their evaluation hands the
+    replicas to the user."""
     for (namespace, _target), entries in index.items():
         for entry in entries:
-            scaling = entry["spec"].get("autoscaling")
-            if not scaling or scaling.get("enabled") is False:
+            if not entry["spec"].get("autoscaling"):
                 continue
             parsed = settings.parse(namespace, entry["name"], entry.get("uid", ""),
                                     int(entry.get("generation") or 0), entry["spec"])
