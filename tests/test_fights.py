@@ -104,13 +104,18 @@ def test_the_message_says_until_when_and_how_to_resume() -> None:
 def test_other_tunings_autoscaling_the_same_deployment_block_every_one_of_them() -> None:
     """Two tunings on one Deployment each took the other's write for a revert, and after two
     of them blamed GitOps for a fight they were having with each other."""
-    entries = [{"name": "a", "spec": {"autoscaling": {"minReplicas": 5}}},
-               {"name": "b", "spec": {"autoscaling": {"maxReplicas": 2}}},
-               {"name": "c", "spec": {"autoscaling": {"enabled": False}}},
-               {"name": "d", "spec": {}},  # tunes pods only: writes no replicas
-               {"metadata": {"name": "e"}, "spec": {"autoscaling": {}}},  # a stored object
+    ref = {"targetRef": {"name": "qwen"}, "engine": "vllm"}
+    entries = [{"name": "a", "spec": {**ref, "autoscaling": {"minReplicas": 5}}},
+               {"name": "b", "spec": {**ref, "autoscaling": {"maxReplicas": 2}}},
+               {"name": "c", "spec": {**ref, "autoscaling": {"enabled": False}}},
+               {"name": "d", "spec": ref},  # tunes pods only: writes no replicas
+               {"metadata": {"name": "e"}, "spec": {**ref, "autoscaling": {}}},  # stored
                # A dry-run trial writes no replicas: no rival of the one that scales.
-               {"name": "f", "spec": {"mode": "DryRun", "autoscaling": {}}}]
+               {"name": "f", "spec": {**ref, "mode": "DryRun", "autoscaling": {}}},
+               # A spec that does not validate is never evaluated, so it never writes: it
+               # held the valid tuning's writes until someone fixed or deleted it.
+               {"name": "g", "spec": {**ref, "autoscaling": {"minReplicas": 5,
+                                                             "maxReplicas": 2}}}]
     assert autoscaling_rivals(entries, "a") == ("b", "e")
     assert autoscaling_rivals(entries, "d") == ("a", "b", "e")
     assert autoscaling_rivals(entries, "f") == ("a", "b", "e")

@@ -17,7 +17,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
-from infertune.api.spec import Mode
+from pydantic import ValidationError
+
+from infertune.api.spec import InferenceTuningSpec, Mode
 from infertune.controller.scaling_report import Blocked
 from infertune.scaling.state import format_time, parse_time
 
@@ -120,16 +122,26 @@ def autoscaling_rivals(entries: Iterable[Mapping[str, Any]], own: str) -> tuple[
     """The names of the tunings among `entries` (index entries or stored objects of the same
     Deployment) other than `own` that autoscale it. A tuning in mode DryRun writes no
     replicas, so it is no rival: a dry-run trial next to the tuning that scales the Deployment
-    must not stop it."""
+    must not stop it. Nor is one whose spec does not validate (its status says why): it is
+    never evaluated, and it held the valid tuning's writes until someone fixed or deleted
+    it. Once it validates, both stop writing."""
     names = []
     for entry in entries:
         name = str((entry.get("metadata") or {}).get("name") or entry.get("name") or "")
         spec = entry.get("spec") or {}
         scaling = spec.get("autoscaling")
         if (name != own and isinstance(scaling, dict) and scaling.get("enabled", True)
-                and spec.get("mode") != Mode.DRY_RUN.value):
+                and spec.get("mode") != Mode.DRY_RUN.value and _validates(spec)):
             names.append(name)
     return tuple(sorted(names))
+
+
+def _validates(spec: Mapping[str, Any]) -> bool:
+    try:
+        InferenceTuningSpec.model_validate(spec)
+    except ValidationError:
+        return False
+    return True
 
 
 def blocked_by(deployment: str, writers: Writers, fight: Fight | None,
