@@ -599,6 +599,12 @@ def test_an_idle_deployment_is_quiet_not_missing_metrics() -> None:
     idle = decide(TargetSignals(steady(0), nan_latency, per_interval(0.0, 0.0)))
     assert idle.signals.problems == () and idle.signals.latency_quiet
     assert "below minRequestRate" in idle.reason
+    # Traffic just stopped: the newest quantile is NaN and dropped, the one before is older
+    # than a step, so the adapter reads the latency as stale. Quiet all the same: the
+    # condition flapped to MetricsAvailable=False for an interval every time traffic stopped.
+    stopped = Series.missing("stale: the newest sample is from 2023-11-14T22:13:05Z", "q")
+    after = decide(TargetSignals(steady(0), stopped, per_interval(3.0, 0.0)))
+    assert after.signals.problems == () and after.signals.latency_quiet
     # Without the request rate nothing says the service is idle: still a problem.
     unknown = decide(TargetSignals(steady(0), nan_latency, MISSING))
     assert [p.split(":")[0] for p in unknown.signals.problems] == ["latency", "requestRate"]

@@ -36,7 +36,7 @@ from infertune.metrics.access import (
 from infertune.metrics.plan import QueryPlan, Signal, plan_queries, unsupported
 from infertune.metrics.promql import STAT_LABEL, TARGET_LABEL
 from infertune.metrics.source import MetricsTarget
-from infertune.scaling.signals import NOT_READ, ONLY_NAN, Series, TargetSignals, Window
+from infertune.scaling.signals import NOT_READ, ONLY_NAN, STALE, Series, TargetSignals, Window
 from infertune.scaling.state import format_time
 
 PARALLEL_QUERIES = 4
@@ -268,7 +268,7 @@ def _series(result: list[dict[str, Any]], plan: QueryPlan,
         series = Series.of([(float(t), float(v)) for t, v in item["values"]], step)
         if series.available and series.points[-1][0] < fresh:
             newest = format_time(series.points[-1][0])
-            series = Series.missing(f"stale: the newest sample is from {newest}")
+            series = Series.missing(f"{STALE}the newest sample is from {newest}")
         out[key] = series
     return out
 
@@ -287,7 +287,7 @@ def _windows(result: list[dict[str, Any]], plan: QueryPlan,
         last = got.get("last")
         if last is None:
             # Only `peak` is left over from earlier in the window: the series is gone now.
-            out[key] = Window.missing("stale: no sample now, only earlier in the window")
+            out[key] = Window.missing(f"{STALE}no sample now, only earlier in the window")
             continue
         if not math.isfinite(last):
             out[key] = Window.missing(ONLY_NAN)

@@ -10,7 +10,7 @@ import math
 from typing import Any, NamedTuple
 
 from infertune.api.scaling import AutoscalingSpec
-from infertune.scaling.signals import ONLY_NAN, TargetSignals, seconds
+from infertune.scaling.signals import ONLY_NAN, STALE, TargetSignals, seconds
 
 
 class Reading(NamedTuple):
@@ -74,9 +74,12 @@ def read_signals(spec: AutoscalingSpec, signals: TargetSignals, now: float,
     breaches = _consecutive_breaches(spec, signals)
     quiet = rate_now is not None and rate_now < spec.latency.min_request_rate
     problems = signals.problems()
-    if quiet and signals.latency.problem == ONLY_NAN:
+    if quiet and (signals.latency.problem == ONLY_NAN
+                  or str(signals.latency.problem).startswith(STALE)):
         # Without requests the quantile is NaN (0/0): quiet traffic, not a missing signal;
-        # the request rate, from the same histogram, shows the series are there.
+        # the request rate, from the same histogram, shows the series are there. Just after
+        # traffic stops, the NaN newest point is dropped and the finite one before it reads
+        # as stale.
         problems = tuple(p for p in problems if not p.startswith("latency: "))
     return Reading(  # positional: one per tuning per cycle, and keywords cost more
         queue_now, above_for, sustained, None if quiet else latency_now, signals.latency_kind,

@@ -18,6 +18,8 @@ from infertune.api.units import parse_duration
 
 ONLY_NAN = "only NaN or infinite values"
 """The problem of a signal whose every point was NaN or infinite (no data, not zero)."""
+STALE = "stale: "
+"""How the problem of a series whose newest sample is too old starts."""
 FLOAT_NOISE = 1e-9
 """Far below one replica or one batch slot, above the rounding error of the ratios they are
 sized from: 3 x 100ms / 75ms is 4.000000000000001, and 128 x (0.075 / 0.1) is 95.99...: both
