@@ -217,12 +217,19 @@ def test_a_batch_of_targets_costs_one_query_per_signal(prometheus: PrometheusSer
     source = PrometheusSource(prometheus.url)
     fetch_when(source, targets[:1], "serving/llm")  # the history exists (run alone, too)
     before = queries(prometheus)
+    source.fetch(targets, time.time())
+    first = queries(prometheus)
     got = source.fetch(targets, time.time())
     after = queries(prometheus)
     # Two query shapes (vLLM, SGLang): the queue window is an instant query, latency and
-    # request rate are range queries.
-    assert {h: after[h] - before[h] for h in after} == {"/api/v1/query": 2,
+    # request rate are range queries. The histograms' bucket bounds are read once per
+    # FLOOR_REFRESH_S per histogram: vLLM's with the first fetch above, SGLang's now.
+    assert {h: first[h] - before[h] for h in after} == {"/api/v1/query": 3,
                                                          "/api/v1/query_range": 4}
+    assert {h: after[h] - first[h] for h in after} == {"/api/v1/query": 2,
+                                                        "/api/v1/query_range": 4}
+    assert got["serving/llm"].latency_floor_s == BUCKETS[0]
+    assert got["serving/sgl"].latency_floor_s == BUCKETS[0]
     assert got["serving/llm"].queue.available
     # Neither llmx's 900 in the same answer, nor llm-node's or llm-warmup's pods.
     assert got["serving/llm"].queue.last == 30.0
@@ -547,9 +554,12 @@ def test_every_query_carries_the_timeout_to_prometheus(prometheus: PrometheusSer
             sent.append(dict(kwargs.get("params") or {}))
             return super().request(method, url, *args, **kwargs)
 
+    llm = target("serving", "llm")
+    fetch_when(PrometheusSource(prometheus.url), [llm], llm.key)  # latency data to read
     PrometheusSource(prometheus.url, timeout_s=2.5, session=Recording()).fetch(
-        [target("serving", "llm")], time.time())
-    assert len(sent) == 3 and all(p.get("timeout") == "2.5" for p in sent), sent
+        [llm], time.time())
+    # The queue, latency and rate queries, and the latency histogram's bucket bounds.
+    assert len(sent) == 4 and all(p.get("timeout") == "2.5" for p in sent), sent
     # Prometheus takes it: "2.5s" was refused as a duration, and every query with it.
     got = PrometheusSource(prometheus.url, timeout_s=2.5).fetch([target("serving", "nobody")],
                                                                  time.time())["serving/nobody"]

@@ -761,3 +761,27 @@ def test_replicas_short_and_unchanged_for_starting_s_all_count_again() -> None:
     # A change (progress, or a new scale-out) starts the time again.
     moved = decide(signals(steady(32)), current=12, state=stuck, ready=9)
     assert moved.state.serving == Serving(9, 12, NOW)
+
+
+def test_a_latency_under_the_histograms_lowest_bucket_is_not_compared_with_a_lower_target(
+) -> None:
+    """vLLM's end-to-end histogram starts at 0.3 s: every request under it makes the P99
+    0.297 s. With the default 75 ms target that was a breach for ever: scale-out to
+    maxReplicas with action ScaleOut, or TuneBatching and no scale-in with Auto."""
+    fast = signals(steady(10), latency_ms=(297, 297))._replace(latency_floor_s=0.3)
+    for action in ("ScaleOut", "Auto"):
+        held = decide(fast, latency={"action": action})
+        assert (held.desired_replicas, held.action) == (2, ScaleAction.SCALE_IN), held.reason
+        assert held.signals.breaches == 0 and not held.signals.latency_breached
+        assert "p99 at most 300ms (under the histogram's lowest bucket): cannot be compared " \
+            "with target 75ms" in held.reason
+        assert held.signals.latency_floor_s == 0.3
+        assert any("set latency.target to 300ms or more" in p for p in held.signals.problems)
+    # Above the lowest bucket the quantile is measured: a breach as before.
+    slow = signals(steady(10), latency_ms=(450, 450))._replace(latency_floor_s=0.3)
+    breached = decide(slow, latency={"action": "ScaleOut"})
+    assert breached.signals.latency_breached and breached.desired_replicas == 8
+    assert breached.signals.problems == ()
+    # Finer buckets, under the target: the same 297 ms is measured, and a breach.
+    judged = decide(fast._replace(latency_floor_s=0.05), latency={"action": "ScaleOut"})
+    assert judged.signals.latency_breached and judged.signals.latency_floor_s is None

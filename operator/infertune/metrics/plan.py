@@ -56,6 +56,8 @@ class QueryPlan:
     """The queue target the window's `dip` is measured against."""
     templated: bool = False
     """The query is a PromQL template's (spec.metrics.queries), not a preset's."""
+    floor: Callable[[Scope], str | None] | None = None
+    """Latency plans: the query of the histogram's bucket bounds (promql.latency_floor_query)."""
 
     def scope(self, members: Sequence[MetricsTarget] | None = None) -> Scope:
         """The namespaces and Deployments of all members (each list dropped when it is too long
@@ -79,14 +81,21 @@ class QueryPlan:
         no longer named (the adapter keeps its own targets from the wider answer): a proxy in
         front of Prometheus refuses longer URLs (ingress-nginx allows 8 KiB), and every
         tuning of the batch would read as no data."""
+        return self._widened(self.build)
+
+    def floor_query(self) -> str | None:
+        """The query of the latency histogram's bucket bounds over every member's pods."""
+        return None if self.floor is None else self._widened(self.floor)
+
+    def _widened(self, build: Callable[[Scope], str | None]) -> str | None:
         scope = self.scope()
-        text = self.build(scope)
+        text = build(scope)
         for wider in (replace(scope, deployments=()),
                       replace(scope, deployments=(), namespaces=())):
             if text is None or url_length(text) <= MAX_QUERY_URL:
                 break
             if wider != scope:
-                scope, text = wider, self.build(wider)
+                scope, text = wider, build(wider)
         return text
 
     def query_for(self, target: MetricsTarget) -> str:
@@ -156,7 +165,9 @@ def plan_queries(targets: Sequence[MetricsTarget], resolution_s: float) -> list[
             Signal.LATENCY, tuple(members), first.latency_step_s, _lookback(members),
             partial(promql.latency_query, metrics=first.metrics, quantile=first.quantile,
                     window=first.window),
-            templated=isinstance(first.metrics.latency, TemplateLatency)))
+            templated=isinstance(first.metrics.latency, TemplateLatency),
+            floor=partial(promql.latency_floor_query, metrics=first.metrics,
+                          window=first.window)))
     for members in rate.values():
         first = members[0]
         plans.append(QueryPlan(

@@ -50,6 +50,9 @@ TEMPLATES_OFF = ("PromQL templates (spec.metrics.queries) are turned off in this
 BUDGET_TIMEOUTS = 1.5
 """Queries not started within this many query timeouts are no data for their tunings this
 cycle (the others go on); so a batch takes at most this plus one timeout."""
+FLOOR_REFRESH_S = 600.0
+"""How long a latency histogram's lowest bucket bound is kept before it is read again (one
+small instant query per histogram, not one per cycle)."""
 SeriesKey = tuple[str, str]
 """(namespace, Deployment) as the target label set puts them."""
 SignalData = Series | Window
@@ -95,6 +98,8 @@ class PrometheusSource:
                                                  thread_name_prefix="prometheus-template")
         self._turns = {False: 0, True: 0}
         """Per pool (templated or not): where the next cycle starts its plans."""
+        self._floors: dict[tuple[object, ...], tuple[float, float | None]] = {}
+        """Per latency histogram: (when read, monotonic; its lowest finite bucket bound)."""
 
     def fetch(self, targets: Sequence[MetricsTarget], now: float) -> dict[str, TargetSignals]:
         if self._credentials is not None:  # once per cycle: the file may have been rotated
@@ -107,12 +112,16 @@ class PrometheusSource:
         def run(planned: tuple[QueryPlan, _Query]) -> _Answer:
             return self._run(planned[0], planned[1], now)
 
+        floors: dict[str, float] = {}
         for answer in self._answers(run, plans):
             plan = answer.plan
             table, hits = found[plan.signal], answer.hits
             for target in plan.members:
                 got = hits.get((target.namespace, target.deployment))
                 table[target.key] = got if got is not None else answer.missing(target)
+            floor = self._floor(plan, now) if plan.floor is not None and hits else None
+            if floor is not None:
+                floors.update(dict.fromkeys((t.key for t in plan.members), floor))
         # Window plans fill the queue and running tables, range plans the other two.
         queue = cast(dict[str, Window], found[Signal.QUEUE])
         running = cast(dict[str, Window], found[Signal.RUNNING])
@@ -120,8 +129,34 @@ class PrometheusSource:
         rate = cast(dict[str, Series], found[Signal.REQUEST_RATE])
         # Every supported target is in a queue and a latency plan; the others say why not.
         return {t.key: TargetSignals(queue[t.key], latency[t.key], rate[t.key],
-                                     running.get(t.key, NOT_READ), t.latency_kind)
+                                     running.get(t.key, NOT_READ), t.latency_kind,
+                                     floors.get(t.key))
                 if t.key in queue else self._unsupported(t) for t in targets}
+
+    def _floor(self, plan: QueryPlan, now: float) -> float | None:
+        """The lowest finite bucket bound of the plan's latency histogram (the union over its
+        pods), read again every FLOOR_REFRESH_S; None when it is not known. A failed read
+        keeps the last one and is tried again the next cycle."""
+        first = plan.members[0]
+        key = (first.metrics.latency, first.namespace_label, first.pod_label, first.window)
+        known = self._floors.get(key)
+        clock = time.monotonic()
+        if known is not None and clock - known[0] < FLOOR_REFRESH_S:
+            return known[1]
+        try:
+            text = plan.floor_query()
+            result = [] if text is None else self._client.custom_query(
+                text, params={"time": math.floor(now), "timeout": f"{self.timeout_s:g}"},
+                timeout=self.timeout_s)
+            bounds = [float(item["metric"]["le"]) for item in result
+                      if "le" in (item.get("metric") or {})]
+        except (requests.RequestException, Urllib3Error, OSError, PrometheusApiClientException,
+                ValueError, LookupError, TypeError, ArithmeticError, AttributeError):
+            return None if known is None else known[1]
+        finite = [b for b in bounds if math.isfinite(b) and b > 0]
+        floor = min(finite) if finite else None
+        self._floors[key] = (clock, floor)
+        return floor
 
     def _unsupported(self, target: MetricsTarget) -> TargetSignals:
         if not self.templates and target.uses_templates:

@@ -244,6 +244,21 @@ def latency_query(scope: Scope, metrics: EngineMetrics, quantile: float, window:
             f"sum by ({scope.by()}) ({_per_target(scope, count)}) * {latency.to_seconds!r}")
 
 
+def latency_floor_query(scope: Scope, metrics: EngineMetrics, window: str) -> str | None:
+    """The bucket bounds of the latency histogram, one series per `le` (none for a mean
+    latency): the lowest finite one is the finest latency the quantile tells apart, since
+    `histogram_quantile` puts every request under it at a fraction of it. vLLM's end-to-end
+    histogram starts at 0.3 s, so a P99 of 50 ms reads as 297 ms there."""
+    latency = metrics.latency
+    if isinstance(latency, HistogramLatency):
+        buckets = _gauge(scope, f"{latency.name}_bucket", window)
+    elif isinstance(latency, TemplateLatency):
+        buckets = _rate(scope, latency.buckets, window)
+    else:
+        return None
+    return f"count by (le) ({buckets})"
+
+
 def request_rate_query(scope: Scope, metrics: EngineMetrics, window: str) -> str:
     latency = metrics.latency
     counter: str | Template = (

@@ -181,6 +181,10 @@ def _latency_proposal(spec: AutoscalingSpec, current: int, reading: Reading,
                          f"minRequestRate {signal.min_request_rate:g}, quantile ignored")
     if reading.latency_s is None:
         return _Proposal(None, f"{kind}: no data")
+    if reading.latency_floor_s is not None:
+        return _Proposal(None, f"{kind} at most {latency_text(reading.latency_floor_s)} (under "
+                         "the histogram's lowest bucket): cannot be compared with target "
+                         f"{target}")
     rate = reading.request_rate
     said = (f"{kind} {latency_text(reading.latency_s)} vs target {target} at "
             + ("an unknown request rate" if rate is None else f"{rate:.1f} req/s"))

@@ -10,7 +10,14 @@ import math
 from typing import Any, NamedTuple
 
 from infertune.api.scaling import AutoscalingSpec
-from infertune.scaling.signals import ONLY_NAN, STALE, TargetSignals, seconds
+from infertune.scaling.signals import (
+    FLOAT_NOISE,
+    ONLY_NAN,
+    STALE,
+    TargetSignals,
+    latency_text,
+    seconds,
+)
 
 
 class Reading(NamedTuple):
@@ -38,6 +45,10 @@ class Reading(NamedTuple):
     ready_replicas: int | None = None
     """The Deployment's status.readyReplicas, read with its replicas; None when not known (a
     preview without a cluster)."""
+    latency_floor_s: float | None = None
+    """Set when the latency lies under the histogram's lowest bucket bound and the target is
+    below that bound: the latency is then only known to be at most this, and cannot be
+    compared with the target (no breach, no opinion)."""
 
     @property
     def queue_missing(self) -> bool:
@@ -61,6 +72,7 @@ class Reading(NamedTuple):
             "runningPerReplica": self.running_per_replica,
             "queuePods": self.queue_pods,
             "readyReplicas": self.ready_replicas,
+            "latencyFloorSeconds": self.latency_floor_s,
             "problems": list(self.problems),
         }
 
@@ -71,9 +83,19 @@ def read_signals(spec: AutoscalingSpec, signals: TargetSignals, now: float,
     above_for, sustained = _queue_sustain(spec, signals, now, queue_now)
     latency_now = signals.latency.latest(now)
     rate_now = signals.request_rate.latest(now)
-    breaches = _consecutive_breaches(spec, signals)
+    floor = _floor_above_target(spec, signals)
+    breaches = _consecutive_breaches(spec, signals, floor)
     quiet = rate_now is not None and rate_now < spec.latency.min_request_rate
     problems = signals.problems()
+    unjudged = None
+    if floor is not None and latency_now is not None and not quiet and (
+            latency_now <= floor + FLOAT_NOISE):
+        unjudged = floor
+        problems = (*problems, (
+            f"latency: the {signals.latency_kind} is under {latency_text(floor)}, the lowest "
+            f"bucket of the latency histogram, so it cannot be compared with the target "
+            f"{spec.latency.target}; set latency.target to {latency_text(floor)} or more, or "
+            "export the histogram with finer buckets (spec.metrics)"))
     if quiet and (signals.latency.problem == ONLY_NAN
                   or str(signals.latency.problem).startswith(STALE)):
         # Without requests the quantile is NaN (0/0): quiet traffic, not a missing signal;
@@ -85,7 +107,16 @@ def read_signals(spec: AutoscalingSpec, signals: TargetSignals, now: float,
         queue_now, above_for, sustained, None if quiet else latency_now, signals.latency_kind,
         rate_now, breaches, breaches >= spec.latency.consecutive_samples, quiet,
         signals.running.latest(now), signals.running.peak if signals.running.available else None,
-        problems, signals.queue.pods if queue_now is not None else None, ready)
+        problems, signals.queue.pods if queue_now is not None else None, ready, unjudged)
+
+
+def _floor_above_target(spec: AutoscalingSpec, signals: TargetSignals) -> float | None:
+    """The histogram's lowest bucket bound when the target lies under it, else None: a
+    quantile at or under that bound says only that the latency is at most the bound."""
+    floor = signals.latency_floor_s
+    if floor is None or seconds(spec.latency.target) >= floor - FLOAT_NOISE:
+        return None
+    return floor
 
 
 def _queue_sustain(spec: AutoscalingSpec, signals: TargetSignals, now: float,
@@ -113,17 +144,19 @@ def _queue_sustain(spec: AutoscalingSpec, signals: TargetSignals, now: float,
     return min(max(above_for, 0.0), sustain), False
 
 
-def _consecutive_breaches(spec: AutoscalingSpec, signals: TargetSignals) -> int:
+def _consecutive_breaches(spec: AutoscalingSpec, signals: TargetSignals,
+                          floor: float | None = None) -> int:
     """Newest-first run of samples above target, each at an evaluation interval, each with at
     least minRequestRate behind it (a quantile over a handful of requests is noise). Samples
     are `step` apart; a missing one (dropped as NaN) breaks the run, since it is not known to
-    be above target."""
+    be above target, and so does one at or under `floor` (`_floor_above_target`)."""
     target, min_rate = seconds(spec.latency.target), spec.latency.min_request_rate
     longest_gap = signals.latency.step * 1.5  # a sample missing (NaN, a failed rule) ends a run
     points = signals.latency.points
     count, newer = 0, points[-1][0] if points else 0.0
     for t, latency in reversed(points):
-        if latency <= target or newer - t > longest_gap:
+        if (latency <= target or newer - t > longest_gap
+                or (floor is not None and latency <= floor + FLOAT_NOISE)):
             break
         rate = signals.request_rate.value_at(t)
         if rate is None or rate < min_rate:

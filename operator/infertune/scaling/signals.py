@@ -169,6 +169,10 @@ class TargetSignals(NamedTuple):
     latency_kind: str = "p99"
     """What `latency` is: a quantile such as p99, or "mean" where the engine has no histogram."""
 
+    latency_floor_s: float | None = None
+    """The lowest finite bucket bound of the latency histogram, None when not known: a
+    quantile at or under it only says the latency is at most that."""
+
     def problems(self) -> tuple[str, ...]:
         if (self.queue.problem is None and self.latency.problem is None
                 and self.request_rate.problem is None):
