@@ -285,6 +285,27 @@ def test_a_count_written_before_the_report_was_dropped_is_still_announced(
     assert events == []
 
 
+def test_a_spec_changed_while_deciding_gets_no_write_of_the_old_spec(
+    api_client: client.ApiClient, target: str, default_client: None,
+    events: list[tuple[str, str, str]], monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The pass decides with kopf's copy of the spec, taken before the Prometheus fetch and
+    the worker queue: DryRun set in that window still got a replicas write."""
+    api = client.CustomObjectsApi(api_client)
+    real_read = autoscaling.deployment_replicas
+
+    def read_while_someone_sets_dry_run(namespace: str, name: str) -> DeploymentReplicas:
+        api.patch_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "llm",
+                                           {"spec": {"mode": "DryRun"}})
+        return real_read(namespace, name)
+
+    monkeypatch.setattr(autoscaling, "deployment_replicas", read_while_someone_sets_dry_run)
+    decision = evaluate_once(api_client, target, 48.0, new_settings())
+    assert decision.desired_replicas == 3  # what the old spec decided...
+    assert scale_of(api_client, target) == 2  # ...is not written
+    assert "autoscaling" not in autoscaling_status(api_client, target) and events == []
+
+
 def test_a_latency_breach_is_sized_on_the_ready_replicas_until_those_added_are_ready(
     api_client: client.ApiClient, target: str, default_client: None,
     events: list[tuple[str, str, str]],

@@ -338,6 +338,13 @@ def evaluate(namespace: str, name: str, generation: int, spec: InferenceTuningSp
                                  template=_template_batching(spec, read.pod_spec))
         planned = plan(blocked_by(deployment, writers, fight, now))
         refused: str | None = None
+        if planned.write is not None and _spec_changed(namespace, name, generation):
+            # Decided with kopf's copy from before the fetch: a spec changed since (DryRun
+            # set, enabled false, another targetRef, autoscaling removed) must not get the
+            # old spec's write. The next slot decides with the new one.
+            logger.info("%s: the spec changed while deciding; the next slot decides with it",
+                        key)
+            return planned.decision
         if planned.write is not None:
             # Written before the status: if this call fails, the status keeps the old state.
             try:
@@ -386,6 +393,20 @@ def _template_batching(spec: InferenceTuningSpec,
     if spec.batching.mode is BatchingMode.OFF:
         return None
     return template_batching(spec, pod_spec)
+
+
+def _spec_changed(namespace: str, name: str, generation: int) -> bool:
+    """Whether the tuning's spec is no longer the one of `generation` (or it is gone): read
+    just before a scale write, one GET per write, not per evaluation."""
+    try:
+        fresh: Any = client.CustomObjectsApi().get_namespaced_custom_object(
+            GROUP, VERSION, namespace, PLURAL, name)
+    except ApiException as exc:
+        if exc.status == 404:
+            return True
+        raise
+    # Any change of the spec (autoscaling removed too) moves the generation.
+    return int((fresh.get("metadata") or {}).get("generation") or 0) != generation
 
 
 def _still_autoscaled(stored: Mapping[str, Any]) -> bool:
