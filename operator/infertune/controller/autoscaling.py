@@ -37,6 +37,7 @@ import kopf
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from pydantic import ValidationError
+from urllib3.exceptions import HTTPError as Urllib3Error
 
 from infertune.api.scaling import BatchingMode
 from infertune.api.spec import GROUP, PLURAL, VERSION, InferenceTuning, InferenceTuningSpec
@@ -118,6 +119,10 @@ class AutoscalingSettings:
     written_to: dict[str, str] = field(default_factory=dict)
     """key -> the Deployment `written` holds the replicas of: a count written to the target
     before spec.targetRef changed says nothing about the new one."""
+    unwritten: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """key -> the status patch of an evaluation whose replicas were written but whose status
+    write failed: the next evaluation decides over it (its scale event counts in the rate
+    limits, its decision record is kept) until the stored status is as new."""
     fetches: int = 0
     """Batches fetched since start (for the benchmark and the logs)."""
     listings: dict[float, tuple[int, Listed]] = field(default_factory=dict)
@@ -158,6 +163,7 @@ class AutoscalingSettings:
             self.term = self.leader.term
             self.written.clear()
             self.written_to.clear()
+            self.unwritten.clear()
             self.evaluated_at.clear()
 
     def due(self, key: str, parsed: Parsed, now: float) -> bool:
@@ -262,7 +268,7 @@ def signals_for(settings: AutoscalingSettings, key: str, own: Parsed,
         for gone in [k for k in settings.batch if k not in known]:
             for table in (settings.batch, settings.fetched_at, settings.fetched_for,
                           settings.last_slot, settings.evaluated_at, settings.parsed,
-                          settings.written, settings.written_to):
+                          settings.written, settings.written_to, settings.unwritten):
                 table.pop(gone, None)
         for target in targets:
             settings.fetched_for[target.key] = target
@@ -322,6 +328,11 @@ def evaluate(namespace: str, name: str, generation: int, spec: InferenceTuningSp
     with its message, in ScalingActive and a Warning Event."""
     key, deployment = f"{namespace}/{name}", spec.target_ref.name
     apps = client.AppsV1Api()
+    unwritten = settings.unwritten.pop(key, None)
+    if unwritten is not None and _newer(unwritten, status):
+        status = merge_patch(status, unwritten)
+    else:
+        unwritten = None
     stored_fight = Fight.from_json((status.get("autoscaling") or {}).get("replicaFight"))
     reverted = False
     for attempt in range(SCALE_WRITE_ATTEMPTS):
@@ -351,6 +362,13 @@ def evaluate(namespace: str, name: str, generation: int, spec: InferenceTuningSp
                 apps.patch_namespaced_deployment_scale(deployment, namespace, [
                     {"op": "test", "path": "/spec/replicas", "value": current},
                     {"op": "replace", "path": "/spec/replicas", "value": planned.write}])
+            except Urllib3Error:
+                # The answer was lost (a timeout, a dropped connection): the write may have
+                # landed. If it did, it is ours: taken for someone else's, it counted as a
+                # revert and its scale event was missing from the rate limits.
+                if deployment_replicas(namespace, deployment).replicas != planned.write:
+                    raise
+                settings.written[key] = planned.write
             except ApiException as exc:
                 if exc.status not in (409, 422) or deployment_replicas(
                         namespace, deployment)[0] == current:
@@ -367,9 +385,22 @@ def evaluate(namespace: str, name: str, generation: int, spec: InferenceTuningSp
             else:
                 settings.written[key] = planned.write
         break
-    landed = write_status(namespace, name, status, resource_version,
-                          lambda stored: planned.status if stored is status
-                          else status_over(planned, stored), still=_still_autoscaled)
+    # Over an evaluation whose status was not written, its blocks this one does not write
+    # again (its decision record) go with this one.
+    patch = planned.status if unwritten is None else {**unwritten, **planned.status}
+    try:
+        landed = write_status(namespace, name, status, resource_version,
+                              lambda stored: patch if stored is status
+                              else status_over(planned, stored), still=_still_autoscaled)
+    except Exception:
+        if planned.write is not None and refused is None:
+            # The replicas changed, the status does not say so: the next evaluation decides
+            # over this patch, and the change is announced all the same.
+            settings.unwritten[key] = patch
+            if planned.event is not None:
+                kopf.event(body, type="Normal", reason=planned.event[0],
+                           message=planned.event[1])
+        raise
     if landed is None and (planned.write is None or refused is not None):
         # spec.autoscaling went meanwhile, and nothing was written: nothing to announce. A
         # count that was written is announced all the same (DESIGN #8: every scale says why).
@@ -393,6 +424,28 @@ def _template_batching(spec: InferenceTuningSpec,
     if spec.batching.mode is BatchingMode.OFF:
         return None
     return template_batching(spec, pod_spec)
+
+
+def _newer(patch: Mapping[str, Any], status: Mapping[str, Any]) -> bool:
+    """Whether `patch` holds a later evaluation than the one `status` stores."""
+    made = stored_evaluation(patch)
+    stored = stored_evaluation(status)
+    return made is not None and (stored is None or made > stored)
+
+
+def merge_patch(stored: Mapping[str, Any], patch: Mapping[str, Any]) -> dict[str, Any]:
+    """`patch` applied to `stored` as the API server applies a JSON merge patch (RFC 7386):
+    None removes a field, objects merge, anything else replaces."""
+    out = dict(stored)
+    for field_name, value in patch.items():
+        if value is None:
+            out.pop(field_name, None)
+        elif isinstance(value, Mapping):
+            before = out.get(field_name)
+            out[field_name] = merge_patch(before if isinstance(before, Mapping) else {}, value)
+        else:
+            out[field_name] = value
+    return out
 
 
 def _spec_changed(namespace: str, name: str, generation: int) -> bool:

@@ -1,0 +1,116 @@
+"""The replicas write and the status write of one evaluation are two calls: when the second
+fails, or the answer to the first is lost, the next evaluation must still know the first
+happened (its scale event in the rate limits, its count not taken for someone else's)."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import kopf
+import pytest
+from kubernetes.client.exceptions import ApiException
+from urllib3.exceptions import ReadTimeoutError
+
+from infertune.api.spec import InferenceTuningSpec
+from infertune.controller import autoscaling
+from infertune.controller.fights import Writers
+from infertune.kube.client import DeploymentReplicas
+from infertune.scaling.signals import Series, TargetSignals, Window
+
+T0 = 1_700_000_010.0
+SPEC = InferenceTuningSpec.model_validate({
+    "targetRef": {"name": "llm"}, "engine": "vllm",
+    "autoscaling": {"minReplicas": 1, "maxReplicas": 50,
+                    "scaleUp": {"pods": 1, "percent": 0, "period": "60s"}}})
+
+
+def busy(now: float) -> TargetSignals:
+    """A queue twice the target, sustained: scale out, one pod per minute."""
+    window = Window.of_points([(now - 30 + i, 64.0) for i in range(31)], now, 30.0, 1.0, 32.0)
+    return TargetSignals(window, Series(((now - 15, 0.05), (now, 0.05)), 15.0),
+                         Series(((now - 15, 10.0), (now, 10.0)), 15.0))
+
+
+class Cluster:
+    """The Deployment, the tuning's stored status and the Events, as the API calls see them."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, replicas: int) -> None:
+        self.replicas = replicas
+        self.status: dict[str, Any] = {}
+        self.events: list[str] = []
+        self.status_fails = False
+        self.scale_answer_lost = False
+        cluster = self
+
+        class Apps:
+            def patch_namespaced_deployment_scale(self, name: str, namespace: str,
+                                                  ops: list[dict[str, Any]]) -> None:
+                assert ops[0]["value"] == cluster.replicas  # the test op holds
+                cluster.replicas = ops[1]["value"]
+                if cluster.scale_answer_lost:
+                    cluster.scale_answer_lost = False
+                    raise ReadTimeoutError(None, "/apis/apps/v1/...", "read timed out")
+
+        class Tunings:
+            def get_namespaced_custom_object(self, *args: Any) -> dict[str, Any]:
+                return {"metadata": {"generation": 1}, "status": cluster.status}
+
+        def write_status(namespace: str, name: str, status: Any, version: Any, build: Any,
+                         still: Any = None) -> dict[str, Any]:
+            patch = build(status)
+            if cluster.status_fails:
+                cluster.status_fails = False
+                raise ApiException(status=500, reason="etcdserver: request timed out")
+            cluster.status = autoscaling.merge_patch(cluster.status, copy.deepcopy(patch))
+            return dict(patch)
+
+        def event(_body: Any, *, type: str, reason: str, message: str) -> None:
+            cluster.events.append(reason)
+
+        monkeypatch.setattr(autoscaling.client, "AppsV1Api", Apps)
+        monkeypatch.setattr(autoscaling.client, "CustomObjectsApi", Tunings)
+        monkeypatch.setattr(autoscaling, "deployment_replicas", lambda namespace, name:
+                            DeploymentReplicas(cluster.replicas, cluster.replicas, {}))
+        monkeypatch.setattr(autoscaling, "write_status", write_status)
+        monkeypatch.setattr(kopf, "event", event)
+
+    def evaluate(self, settings: autoscaling.AutoscalingSettings, now: float) -> int:
+        decision = autoscaling.evaluate("ns", "t", 1, SPEC, copy.deepcopy(self.status),
+                                        busy(now), settings, Writers(), {}, now, "1")
+        return decision.desired_replicas
+
+
+def test_a_failed_status_write_after_the_replicas_write_keeps_its_scale_event(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Before: no Event for the scale, and the next evaluation, deciding from a state without
+    its scale event, added another pod 15 s later under "+1 pod per 60s"."""
+    cluster = Cluster(monkeypatch, replicas=2)
+    settings = autoscaling.AutoscalingSettings(source=None)
+    cluster.status_fails = True
+    with pytest.raises(ApiException):
+        cluster.evaluate(settings, T0)
+    assert cluster.replicas == 3 and cluster.events == ["ScaledOut"]
+    assert cluster.status == {}  # the status write failed
+    assert cluster.evaluate(settings, T0 + 15) == 3  # the period's +1 is spent
+    assert cluster.replicas == 3
+    stored = cluster.status["autoscaling"]
+    assert [e["change"] for e in stored["state"]["scaleEvents"]] == [1]
+    assert stored["writtenReplicas"] == 3 and stored.get("replicaFight") is None
+    assert [d["action"] for d in cluster.status["decisions"]] == ["ScaleOut 2 -> 3"]
+    assert cluster.evaluate(settings, T0 + 75) == 4  # the next period allows the next pod
+
+
+def test_a_replicas_write_whose_answer_was_lost_is_still_ours(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The PATCH landed but its answer timed out: the write was not remembered, so the next
+    evaluation took the new count for someone else's revert, and its scale event was not
+    in the rate limits."""
+    cluster = Cluster(monkeypatch, replicas=2)
+    settings = autoscaling.AutoscalingSettings(source=None)
+    cluster.scale_answer_lost = True
+    assert cluster.evaluate(settings, T0) == 3
+    assert cluster.replicas == 3 and cluster.events == ["ScaledOut"]
+    assert cluster.status["autoscaling"]["writtenReplicas"] == 3
+    assert cluster.evaluate(settings, T0 + 15) == 3
+    assert cluster.status["autoscaling"].get("replicaFight") is None
