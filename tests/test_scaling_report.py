@@ -573,3 +573,22 @@ def test_a_change_of_the_applied_batching_value_is_recorded_and_announced() -> N
                             None, NOW + 15)
     assert again.batching_news is None  # waiting for the pods: no change, no news
     assert again.status["batching"]["applied"] == 64
+
+
+def test_a_new_target_starts_with_an_empty_state() -> None:
+    """After spec.targetRef changed, the old Deployment's scale events held the new one's
+    scale-up for a period ("scale-up limited to 2 ... (from -2 at the start of the period)"),
+    and its recommendations its scale-down."""
+    old = spec(targetRef={"name": "llm"})
+    scaled_in = plan_evaluation(old, 1, {}, signals(queue=8.0), 4, None, NOW)
+    assert scaled_in.write == 1
+    stored = merged({}, scaled_in.status)
+    assert stored["autoscaling"]["target"] == "llm"
+    new = spec(targetRef={"name": "llm-v2"})
+    busy = plan_evaluation(new, 2, stored, signals(queue=96.0, now=NOW + 5), 2, None, NOW + 5)
+    assert busy.write == 6, busy.decision.reason  # 2 x 96/32, not held by llm's scale-in
+    assert [e["change"] for e in busy.status["autoscaling"]["state"]["scaleEvents"]] == [4]
+    # A status from before `target` was stored is the same target's: its state holds.
+    legacy = merged(stored, {"autoscaling": {"target": None}})
+    same = plan_evaluation(old, 1, legacy, signals(queue=96.0, now=NOW + 5), 1, None, NOW + 5)
+    assert len(same.status["autoscaling"]["state"]["scaleEvents"]) == 2

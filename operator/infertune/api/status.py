@@ -244,6 +244,10 @@ class AutoscalingStatus(ApiModel):
     """When the last evaluation ran (RFC 3339)."""
 
     state: AutoscalingState | None = None
+    target: str | None = None
+    """The Deployment `state` was recorded for: after spec.targetRef changes, the new target
+    starts with an empty state (the old one's scale events and recommendations do not hold
+    its rate limits or stabilization)."""
     replica_fight: ReplicaFight | None = None
     """Set while another writer fights the operator over replicas."""
 

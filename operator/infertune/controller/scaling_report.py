@@ -106,8 +106,12 @@ def plan_evaluation(spec: InferenceTuningSpec, generation: int, status: Mapping[
     Deployment's pod template has it (pod_patch.template_batching), None when not read."""
     assert spec.autoscaling is not None
     previous: Mapping[str, Any] = status.get("autoscaling") or {}
+    # The state of another Deployment (spec.targetRef changed) is not this one's; a status
+    # from before `target` was stored is taken as this one's.
+    own_state = previous.get("target") in (None, spec.target_ref.name)
     decision = decide_scale(spec.autoscaling, current, signals,
-                            ScalingState.from_json(previous.get("state")), now, ready)
+                            ScalingState.from_json(previous.get("state") if own_state else None),
+                            now, ready)
     if decision.action is ScaleAction.TUNE_BATCHING and spec.batching.mode is BatchingMode.OFF:
         decision = decision._replace(reason=decision.reason + NOTHING_TUNES_BATCHING)
     stamp = format_time(now)
@@ -119,6 +123,7 @@ def plan_evaluation(spec: InferenceTuningSpec, generation: int, status: Mapping[
             stamp if applied else previous.get("lastScaleTime"), fight),
     }
     kept = decision.desired_replicas if applied else written
+    patch["autoscaling"]["target"] = spec.target_ref.name
     patch["autoscaling"]["writtenReplicas"] = kept
     patch["autoscaling"]["writtenTarget"] = None if kept is None else spec.target_ref.name
     own = _conditions(spec, generation, decision, blocked, stamp)
