@@ -8,7 +8,13 @@ import pytest
 from pydantic import ValidationError
 
 from infertune.api.errors import field_errors
-from infertune.api.spec import InferenceTuning, InferenceTuningSpec, Mode
+from infertune.api.spec import (
+    DEFAULT_BATCHING_KNOB,
+    InferenceTuning,
+    InferenceTuningSpec,
+    Mode,
+    auto_batching_problem,
+)
 from infertune.api.status import InferenceTuningStatus
 
 
@@ -102,18 +108,6 @@ def test_values_round_trip_as_written() -> None:
         ({"allocator": {"libraryPath": "lib/libjemalloc.so"}},
          "allocator.libraryPath: 'lib/libjemalloc.so' does not match"),
         ({"batching": {"min": 64, "max": 8}}, "batching.min: 64 is above max 8"),
-        # Knobs mode Auto must not drive: each change re-creates the pods.
-        ({"engine": "triton", "batching": {"mode": "Auto"}},
-         "batching.mode: Auto cannot set max-queue-delay-microseconds: Triton reads it from "
-         "the model config"),
-        ({"engine": "tgi", "batching": {"mode": "Auto", "knob": "max-concurrent-requests"}},
-         "batching.knob: mode Auto cannot drive max-concurrent-requests: TGI refuses the "
-         "requests above it"),
-        ({"engine": "tgi", "batching": {"mode": "Auto"}},
-         "batching.min: 1 is a request count, but max-batch-total-tokens counts tokens"),
-        ({"batching": {"mode": "Auto", "knob": "max-num-batched-tokens", "min": 512,
-                       "max": 8192}},
-         "batching.min: 512 is a request count, but max-num-batched-tokens counts tokens"),
         ({"autoscaling": {"interval": "500ms"}}, "autoscaling.interval: 500ms is too short"),
         ({"autoscaling": {"interval": "2h"}}, "autoscaling.interval: 2h is longer than 1h"),
         # Bounds that keep one tenant's spec from breaking or slowing the shared batch fetch.
@@ -183,16 +177,28 @@ def test_cross_field_and_range_rules(sections: dict[str, Any], expected: str) ->
     assert any(expected in e for e in errors), errors
 
 
-@pytest.mark.parametrize("engine,batching", [
-    ("tgi", {"mode": "Auto", "min": 2048, "max": 32000}),
-    ("vllm", {"mode": "Auto", "knob": "max-num-batched-tokens", "min": 1024, "max": 16384}),
-    ("vllm", {"mode": "Auto"}),  # max-num-seqs counts requests: 1..256 fits it
-    # Recommend only reports: the knobs Auto must not drive may still be recommended.
-    ("triton", {"mode": "Recommend"}),
-    ("tgi", {"mode": "Recommend", "knob": "max-concurrent-requests"}),
+@pytest.mark.parametrize("engine,batching,problem", [
+    ("tgi", {"mode": "Auto", "min": 2048, "max": 32000}, None),
+    ("vllm", {"mode": "Auto", "knob": "max-num-batched-tokens", "min": 1024, "max": 16384},
+     None),
+    ("vllm", {"mode": "Auto"}, None),  # max-num-seqs counts requests: 1..256 fits it
+    ("triton", {"mode": "Auto"}, "Triton reads max-queue-delay-microseconds from the model "
+     "config"),
+    ("tgi", {"mode": "Auto", "knob": "max-concurrent-requests"},
+     "TGI refuses the requests above max-concurrent-requests"),
+    ("tgi", {"mode": "Auto"}, "spec.batching.min 1 is a request count, but "
+     "max-batch-total-tokens counts tokens"),
+    ("vllm", {"mode": "Auto", "knob": "max-num-batched-tokens", "min": 512, "max": 8192},
+     "spec.batching.min 512 is a request count"),
 ])
-def test_batching_knobs_auto_may_drive_validate(engine: str, batching: dict[str, Any]) -> None:
-    InferenceTuningSpec.model_validate(_spec(engine=engine, batching=batching))
+def test_knobs_auto_must_not_drive_validate_and_are_refused_when_applied(
+        engine: str, batching: dict[str, Any], problem: str | None) -> None:
+    """Not a validation error: a stored tuning that validated before must keep its pod
+    tuning after an upgrade. Auto then only recommends, and says why."""
+    spec = InferenceTuningSpec.model_validate(_spec(engine=engine, batching=batching))
+    knob = spec.batching.knob or DEFAULT_BATCHING_KNOB[spec.engine]
+    found = auto_batching_problem(spec.batching, knob)
+    assert (found is None) if problem is None else (problem in str(found)), found
 
 
 @pytest.mark.parametrize("label", ["_", "_pod", "pod_name", "k8s_namespace", "a"])

@@ -440,6 +440,21 @@ def test_template_batching_reads_the_knob_the_pods_run_and_what_auto_cannot_set(
         "shell": ({"containers": [{"name": "vllm", "command": [
             "sh", "-c", "vllm serve qwen --max-num-seqs 256"]}]}, None, "shell script (-c)"),
         "image CMD": ({"containers": [{"name": "vllm"}]}, None, "neither command nor args"),
+        "bash -lc": ({"containers": [{"name": "vllm", "command": [
+            "bash", "-lc", "vllm serve qwen"]}]}, None, "shell script (-c)"),
+        "bash -ec": ({"containers": [{"name": "vllm", "command": ["/bin/bash", "-ec"],
+                                      "args": ["vllm serve qwen"]}]}, None, "shell script"),
+        "tini": ({"containers": [{"name": "vllm", "command": [
+            "tini", "--", "sh", "-c", "vllm serve qwen"]}]}, None, "shell script (-c)"),
+        "pipefail": ({"containers": [{"name": "vllm", "command": [
+            "bash", "-o", "pipefail", "-c", "vllm serve qwen"]}]}, None, "shell script"),
+        # argparse takes the last of a flag given twice (a chart's extra args appended).
+        "twice": ({"containers": [{"name": "vllm", "command": vllm, "args": [
+            "--max-num-seqs", "256", "--max-num-seqs=64"]}]}, 64, None),
+        "underscores": ({"containers": [{"name": "vllm", "command": [
+            *vllm, "--max_num_seqs", "48"]}]}, 48, None),
+        "not a number": ({"containers": [{"name": "vllm", "command": [
+            *vllm, "--max-num-seqs", "\u00b2"]}]}, None, None),
     }
     for name, (pod_spec, value, problem) in cases.items():
         got = template_batching(tuning, pod_spec)
@@ -527,7 +542,7 @@ def test_batching_auto_does_not_raise_the_knob_while_replicas_are_added() -> Non
     assert planned.status["autoscaling"]["action"] == "ScaleOut"
     block = planned.status["batching"]
     assert block["applied"] == 128 and block["recommended"] == 128
-    assert "not raised while replicas are added" in block["reason"]
+    assert "not changed while replicas are added" in block["reason"]
     # Above target but inside the tolerance: no replicas added, so the batch is raised.
     held = plan_evaluation(tuning, 1, stored, signals(34.0, 0.05), 4, None, NOW)
     assert held.status["autoscaling"]["action"] == "Hold"
@@ -539,9 +554,17 @@ def test_the_next_batching_step_waits_for_ready_pods_and_the_queue_sustain() -> 
     stored = {"batching": {"knob": "max-num-seqs", "recommended": 128, "applied": 128,
                            "servingSince": format_time(NOW - 3600)},
               "tuning": pods_at(tuning, 128)}
-    loading = plan_evaluation(tuning, 1, stored, signals(5.0, 0.15), 4, None, NOW, ready=3)
+    counted = {**stored, "batching": {**stored["batching"],
+                                      "servingSince": format_time(NOW - 100)}}
+    loading = plan_evaluation(tuning, 1, counted, signals(5.0, 0.15), 4, None, NOW, ready=3)
     block = loading.status["batching"]
     assert block["applied"] == 128 and "1 of 4 not Ready yet" in block["reason"]
+    # Not for ever: a pod Pending for a GPU that never comes held the knob while the
+    # latency breached, and the autoscaler had handed that breach to batching.
+    later = NOW + 600
+    pending = plan_evaluation(tuning, 1, counted, signals(5.0, 0.15, later), 4, None, later,
+                              ready=3)
+    assert pending.status["batching"]["applied"] == 64
     slow = spec(autoscaling={"minReplicas": 1, "maxReplicas": 20,
                              "queue": {"sustain": "5m"}},
                 batching={"mode": "Auto", "min": 8, "max": 256})
@@ -592,3 +615,35 @@ def test_a_new_target_starts_with_an_empty_state() -> None:
     legacy = merged(stored, {"autoscaling": {"target": None}})
     same = plan_evaluation(old, 1, legacy, signals(queue=96.0, now=NOW + 5), 1, None, NOW + 5)
     assert len(same.status["autoscaling"]["state"]["scaleEvents"]) == 2
+
+
+
+def test_batching_auto_changes_nothing_that_goes_against_the_call_or_adds_to_a_scale_out(
+) -> None:
+    """A first value only on the side the signals call for, never while replicas are added,
+    never with autoscaling.enabled false: each change re-creates the pods."""
+    tuning = spec(batching={"mode": "Auto", "min": 8, "max": 256})
+
+    def first(signal: TargetSignals, template: TemplateBatching | None = None,
+              of: InferenceTuningSpec = tuning) -> dict[str, Any]:
+        planned = plan_evaluation(of, 1, {}, signal, 4, None, NOW, template=template)
+        assert planned.batching_news is None
+        return dict(planned.status["batching"])
+
+    # A sustained queue with headroom scales out: the batch waits for the new replicas.
+    assert "applied" not in first(signals(48.0, 0.05))
+    # A raise from a setting not known (the engine's default may be higher) applies nothing.
+    assert "applied" not in first(signals(34.0, 0.05))
+    # Against the call: the template's 512 brought to max 256 is no raise, and its 4 brought
+    # to min 8 is no lower.
+    assert "applied" not in first(signals(34.0, 0.05), TemplateBatching(512, None))
+    assert "applied" not in first(signals(5.0, 0.15), TemplateBatching(4, None))
+    paused = spec(autoscaling={"minReplicas": 1, "maxReplicas": 20, "enabled": False},
+                  batching={"mode": "Auto", "min": 8, "max": 256})
+    assert "applied" not in first(signals(5.0, 0.15), TemplateBatching(64, None), paused)
+    # A knob Auto must not drive with these bounds: recommended only, and why.
+    tgi = spec(engine="tgi", batching={"mode": "Auto"})
+    block = first(signals(5.0, 0.15), None, tgi)
+    assert "applied" not in block
+    assert block["reason"].startswith("mode Auto cannot apply it, so it is only recommended: "
+                                      "spec.batching.min 1 is a request count")

@@ -255,38 +255,38 @@ class InferenceTuningSpec(ApiModel):
         ):
             problems.add("batching.knob", "engine custom has no default knob; name one for "
                          "mode Auto")
-        if self.batching.mode is BatchingMode.AUTO and (
-                knob is None or knob in ENGINE_BATCHING_KNOBS[self.engine]):
-            _auto_batching_problems(self.batching, knob or DEFAULT_BATCHING_KNOB.get(self.engine),
-                                    problems)
         problems.raise_if_any()
         return self
 
 
 MIN_TOKEN_BUDGET = 1024
-"""The lowest `batching.min` for a knob counted in tokens in mode Auto. The bounds default to
-request counts (1..256); a token budget that low cannot hold one request: TGI refuses to start
-when max-batch-total-tokens is below its max-total-tokens (2048 by default), and vLLM when
-max-num-batched-tokens is below max-model-len without chunked prefill."""
+"""The lowest `batching.min` mode Auto drives a knob counted in tokens with. The bounds default
+to request counts (1..256); a token budget that low cannot hold one request: TGI refuses to
+start when max-batch-total-tokens is below its max-total-tokens (2048 by default), and vLLM
+when max-num-batched-tokens is below max-model-len without chunked prefill."""
 TOKEN_KNOBS = frozenset({BatchingKnob.MAX_NUM_BATCHED_TOKENS, BatchingKnob.MAX_BATCH_TOTAL_TOKENS})
 
 
-def _auto_batching_problems(batching: BatchingSpec, knob: BatchingKnob | None,
-                            problems: CrossFieldProblems) -> None:
-    """Knobs that mode Auto must not drive: each change it applies re-creates the pods."""
+def auto_batching_problem(batching: BatchingSpec, knob: BatchingKnob | None) -> str | None:
+    """Why batching mode Auto must not drive `knob` with these bounds (each change it applies
+    re-creates the pods), None when it may. Checked when Auto would apply a value, not by the
+    spec validation: a stored tuning that validated before must keep its pod tuning (NUMA,
+    allocator) after an upgrade; Auto then only recommends, and its reason says why."""
+    if knob is None:
+        return "engine custom has no default knob; name one in spec.batching.knob"
     if knob is BatchingKnob.MAX_QUEUE_DELAY_MICROSECONDS:
-        problems.add("batching.mode", "Auto cannot set max-queue-delay-microseconds: Triton "
-                     "reads it from the model config, not the command line; use mode Recommend "
-                     "and set dynamic_batching.max_queue_delay_microseconds yourself")
-    elif knob is BatchingKnob.MAX_CONCURRENT_REQUESTS:
-        problems.add("batching.knob", "mode Auto cannot drive max-concurrent-requests: TGI "
-                     "refuses the requests above it instead of queueing them, so lowering it "
-                     "turns latency into errors; use max-batch-total-tokens")
-    elif knob in TOKEN_KNOBS and batching.min < MIN_TOKEN_BUDGET:
-        problems.add("batching.min", f"{batching.min} is a request count, but {knob.value} "
-                     f"counts tokens and must hold the longest request (TGI's "
-                     "--max-total-tokens, vLLM's --max-model-len without chunked prefill): set "
-                     f"min to at least that and at least {MIN_TOKEN_BUDGET}, and max above it")
+        return ("Triton reads max-queue-delay-microseconds from the model config, not the "
+                "command line; set dynamic_batching.max_queue_delay_microseconds yourself, or "
+                "use mode Recommend")
+    if knob is BatchingKnob.MAX_CONCURRENT_REQUESTS:
+        return ("TGI refuses the requests above max-concurrent-requests instead of queueing "
+                "them, so lowering it turns latency into errors; use max-batch-total-tokens")
+    if knob in TOKEN_KNOBS and batching.min < MIN_TOKEN_BUDGET:
+        return (f"spec.batching.min {batching.min} is a request count, but {knob.value} counts "
+                "tokens and must hold the longest request (TGI's --max-total-tokens, vLLM's "
+                f"--max-model-len without chunked prefill): set min to at least that and at "
+                f"least {MIN_TOKEN_BUDGET}, and max above it")
+    return None
 
 
 class ObjectMeta(ApiModel):

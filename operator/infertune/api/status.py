@@ -267,7 +267,8 @@ class BatchingStatus(ApiModel):
     knob: str | None = None
     """The engine flag, for example max-num-seqs."""
     current: int | None = None
-    """The value the pods run with, when the operator knows it (mode Auto: the value applied)."""
+    """The value the step starts from, when the operator knows it: in mode Auto the value
+    applied, else the value on the Deployment's pod template."""
     recommended: int | None = None
     """What the latency and queue history suggest now."""
     applied: int | None = None

@@ -17,8 +17,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
-from infertune.api.scaling import BatchingMode
-from infertune.api.spec import DEFAULT_BATCHING_KNOB, InferenceTuningSpec, Mode
+from infertune.api.scaling import STARTING_S, BatchingMode
+from infertune.api.spec import (
+    DEFAULT_BATCHING_KNOB,
+    InferenceTuningSpec,
+    Mode,
+    auto_batching_problem,
+)
 from infertune.api.status import MAX_DECISIONS, ConditionStatus, ConditionType
 from infertune.api.units import format_duration
 from infertune.controller.conditions import (
@@ -236,42 +241,50 @@ def _batching_block(spec: InferenceTuningSpec, status: Mapping[str, Any],
     """`status.batching` (api.status.BatchingStatus), or None when batching is Off.
 
     Each step starts from the value in use: in mode Auto the value applied (for this knob),
-    else the value on the pod template's command line when it is there. Mode Auto applies a
-    first value only when the latency and queue call for a change, and never one the pods
-    already run: each change re-creates the pods. It applies nothing while the pod template
-    cannot carry the flag (a shell script, no command line), and it does not raise the knob
-    while replicas are being added.
+    else the value on the pod template's command line (within min..max) when it is there.
+    Mode Auto changes the value only when the latency and queue call for it, and never so
+    that the pods get a value they already run or one on the other side of what was called
+    for; each change re-creates the pods. It changes nothing while: the knob or the template
+    cannot carry it (`auto_batching_problem`, a shell script, no command line); replicas are
+    being added (re-creating pods then takes capacity away when it is needed);
+    autoscaling.enabled is false.
 
-    In mode Auto each step starts from the value applied, and the next step waits until the
-    pods run that value and the latency has been measured on them (`_serving`): a step every
-    interval while pods are still being re-created would take the knob to its bound on the
-    strength of latency the last step could not have changed yet."""
+    After a change, the next step waits until the pods run that value and the latency has
+    been measured on them (`_serving`): a step every interval while pods are still being
+    re-created would take the knob to its bound on the strength of latency the last step
+    could not have changed yet."""
     assert spec.autoscaling is not None
     knob = spec.batching.knob or DEFAULT_BATCHING_KNOB.get(spec.engine)
     if spec.batching.mode is BatchingMode.OFF or knob is None:
         return None
     stored: Mapping[str, Any] = status.get("batching") or {}
-    auto = spec.batching.mode is BatchingMode.AUTO and spec.mode is not Mode.DRY_RUN
+    auto = (spec.batching.mode is BatchingMode.AUTO and spec.mode is not Mode.DRY_RUN
+            and spec.autoscaling.enabled)
     # A value applied for another knob (the knob or the engine changed) says nothing of this
     # one: 64 requests are not 64 tokens.
     in_effect = (_within(spec, stored.get("applied"))
                  if auto and stored.get("knob") == knob.value else None)
     on_pods = None if template is None else template.value
     start, origin = ((in_effect, "applied") if in_effect is not None else
-                     (on_pods, "on the pod template") if on_pods is not None else (None, ""))
+                     (_within(spec, on_pods), "on the pod template" if on_pods in (
+                         _within(spec, on_pods), None) else
+                      f"{on_pods} on the pod template, within {spec.batching.min}.."
+                      f"{spec.batching.max}"))
     rec = recommend_batching(spec.batching, spec.engine, spec.autoscaling, decision.signals,
                              start, origin)
     if rec is None:
         return None
     recommended, reason, since = rec.recommended, rec.reason, None
-    if auto and template is not None and template.problem is not None:
-        # As mode Recommend: a value the webhook cannot set would re-create the pods at every
-        # step, and they would still run the old one.
-        block = {"knob": rec.knob.value, "current": rec.current, "recommended": recommended,
-                 "servingSince": None,
-                 "reason": f"mode Auto cannot apply it, so it is only recommended: "
-                           f"{template.problem}. {reason}"}
-        return block
+    problem = auto_batching_problem(spec.batching, knob)
+    if problem is None and template is not None:
+        problem = template.problem
+    if auto and problem is not None:
+        # As mode Recommend: a value the webhook cannot set (or must not) would re-create the
+        # pods at every step, and they would still run the old one.
+        return {"knob": rec.knob.value, "current": rec.current, "recommended": recommended,
+                "servingSince": None,
+                "reason": f"mode Auto cannot apply it, so it is only recommended: {problem}. "
+                          f"{reason}"}
     if in_effect is not None:
         since, waiting = _serving(spec, status, in_effect, now, decision.current_replicas,
                                   ready)
@@ -279,12 +292,15 @@ def _batching_block(spec: InferenceTuningSpec, status: Mapping[str, Any],
             recommended = in_effect
             reason = (f"{rec.knob.value} stays at {in_effect} until its effect is measured: "
                       f"{waiting}. The latency and queue now say: {rec.reason}")
-    if (auto and decision.action is ScaleAction.SCALE_OUT and start is not None
-            and recommended > start):
-        recommended = in_effect if in_effect is not None else start
-        reason = (f"{rec.knob.value} is not raised while replicas are added (re-creating the "
-                  f"pods now would take capacity away when it is needed): {rec.reason}")
-    applied = _applied_knob(spec, in_effect, recommended, rec.called, on_pods)
+    if auto and decision.action is ScaleAction.SCALE_OUT and rec.direction != 0:
+        recommended = in_effect if in_effect is not None else recommended
+        reason = (f"{rec.knob.value} is not changed while replicas are added (re-creating "
+                  f"the pods now would take capacity away when it is needed): {rec.reason}")
+        applied = in_effect
+    elif auto:
+        applied = _applied_knob(spec, in_effect, recommended, rec.direction, on_pods)
+    else:
+        applied = None
     if applied != in_effect:
         since = None  # new pods: their latency is measured from when they all run it
     block = {"knob": rec.knob.value, "current": rec.current, "recommended": recommended,
@@ -340,13 +356,17 @@ def _serving(spec: InferenceTuningSpec, status: Mapping[str, Any], value: int,
                    if tuning.get("revision") == revision else "re-tuning has not counted the "
                    "pods at this value yet")
         return None, f"waiting for the pods to run it ({counted}; see status.tuning)"
-    if replicas is not None and ready is not None and ready < replicas:
-        # Counted by re-tuning as they are created: the last ones may still load the model.
-        return None, (f"waiting for the pods to run it ({replicas - ready} of {replicas} "
-                      "not Ready yet)")
     since = stored_time((status.get("batching") or {}).get("servingSince"))
     if since is None or since > now:  # a clock that stepped back starts the wait again
         since = now
+    if (replicas is not None and ready is not None and ready < replicas
+            and now - since < STARTING_S):
+        # Counted by re-tuning as they are created: the last ones may still load the model.
+        # Not for ever: a pod Pending for a GPU that does not come must not hold the knob
+        # while the latency breaches (the autoscaler hands such a breach to batching).
+        return format_time(since), (
+            f"waiting for the pods to run it ({replicas - ready} of {replicas} not Ready "
+            f"yet; at most until {format_time(since + STARTING_S)})")
     latency_settle = (seconds(spec.metrics.window) + spec.autoscaling.interval.seconds
                       * spec.autoscaling.latency.consecutive_samples)
     settle = max(latency_settle, seconds(spec.autoscaling.queue.sustain))
@@ -360,15 +380,22 @@ def _serving(spec: InferenceTuningSpec, status: Mapping[str, Any], value: int,
 
 
 def _applied_knob(spec: InferenceTuningSpec, previous: int | None, recommended: int,
-                  called: bool = True, on_pods: int | None = None) -> int | None:
+                  direction: int = 0, on_pods: int | None = None) -> int | None:
     """The value mode Auto applies. A first value (nothing applied for this knob yet) only
-    when the latency and queue `called` for a change and the pods do not run it already
-    (`on_pods`): switching to mode Auto re-created every pod with a value derived from the
-    peak of running requests, calling for no change at all."""
+    when the latency and queue call for a change (`direction`), and only one on that side of
+    the value the pods run (`on_pods`): switching to mode Auto re-created every pod with a
+    value derived from the peak of running requests, calling for no change at all; a raise
+    from an unknown setting (the engine's default) may lower it; and a value on the template
+    outside min..max turned a raise into a lower. Then a move of APPLY_STEP or more, or to a
+    bound."""
     if spec.batching.mode is not BatchingMode.AUTO or spec.mode is Mode.DRY_RUN:
         return None
     if previous is None:
-        return recommended if called and recommended != on_pods else None
+        if on_pods is None:
+            return recommended if direction < 0 else None
+        if direction * (recommended - on_pods) > 0:
+            return recommended
+        return None
     bounds = (spec.batching.min, spec.batching.max)
     if (abs(recommended - previous) >= APPLY_STEP * previous
             or (recommended in bounds and recommended != previous)):

@@ -42,9 +42,9 @@ class BatchingRecommendation:
     current: int | None
     recommended: int
     reason: str
-    called: bool = True
-    """The latency and queue call for a change (the knob is lowered or raised, before the
-    bounds); False when they do not."""
+    direction: int = 0
+    """What the latency and queue call for, before the bounds: -1 lower the knob, 1 raise it,
+    0 no change."""
 
     @property
     def changed(self) -> bool:
@@ -71,7 +71,7 @@ def recommend_batching(batching: BatchingSpec, engine: Engine, autoscaling: Auto
     base, origin = _base(batching, knob, reading, current, origin)
     target = seconds(autoscaling.latency.target)
     latency = reading.latency_s
-    called = True
+    direction = -1
     if (reading.latency_breached and latency is not None and queue_is_low(autoscaling, reading)
             and autoscaling.latency.action is not LatencyAction.SCALE_OUT):
         factor = max(MAX_DECREASE, min(1 - MIN_STEP, target / latency))
@@ -80,13 +80,14 @@ def recommend_batching(batching: BatchingSpec, engine: Engine, autoscaling: Auto
                f"{reading.breaches} samples with the queue low: lower {knob.value} by "
                f"x{factor:.2f}")
     elif latency is not None and latency <= HEADROOM * target and reading.queue_sustained:
+        direction = 1
         factor = min(MAX_INCREASE, target / latency)
         proposed = max(math.ceil(base * factor - FLOAT_NOISE), base + 1)
         why = (f"{reading.latency_kind} {latency_text(latency)} has headroom under "
                f"{latency_text(target)} while the queue stays above target: raise {knob.value} "
                f"by x{factor:.2f}")
     else:
-        proposed, called = base, False
+        proposed, direction = base, 0
         why = "latency and queue do not call for a change"
         if (reading.latency_breached and queue_is_low(autoscaling, reading)
                 and autoscaling.latency.action is LatencyAction.SCALE_OUT):
@@ -95,7 +96,7 @@ def recommend_batching(batching: BatchingSpec, engine: Engine, autoscaling: Auto
     if recommended != proposed:
         why += f" (kept within {batching.min}..{batching.max})"
     return BatchingRecommendation(knob, current, recommended,
-                                  f"{why}; from {base} ({origin}) to {recommended}", called)
+                                  f"{why}; from {base} ({origin}) to {recommended}", direction)
 
 
 def _base(batching: BatchingSpec, knob: BatchingKnob, reading: Reading,

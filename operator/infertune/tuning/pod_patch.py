@@ -16,8 +16,13 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from infertune import keys
-from infertune.api.scaling import BatchingMode
-from infertune.api.spec import DEFAULT_BATCHING_KNOB, InferenceTuningSpec, Mode
+from infertune.api.scaling import BatchingKnob, BatchingMode
+from infertune.api.spec import (
+    DEFAULT_BATCHING_KNOB,
+    InferenceTuningSpec,
+    Mode,
+    auto_batching_problem,
+)
 from infertune.api.tuning import AllocatorType, NumaPolicy
 from infertune.api.units import parse_quantity
 from infertune.tuning.mallocconf import effective_malloc_conf
@@ -236,12 +241,13 @@ def _knob(spec: InferenceTuningSpec) -> str | None:
     return knob.value if knob is not None else None
 
 
-def _flag_problem(knob: str | None, serving: Mapping[str, Any]) -> str | None:
+def _flag_problem(spec: InferenceTuningSpec, serving: Mapping[str, Any]) -> str | None:
     """Why batching mode Auto cannot set `--<knob>` on the serving container's command line,
     None when it can."""
-    if knob is None or knob == "max-queue-delay-microseconds":
-        return (f"batching mode Auto cannot set {knob or 'a knob'} on the command line "
-                "(Triton reads it from the model config); use mode Recommend")
+    knob = _knob(spec)
+    problem = auto_batching_problem(spec.batching, None if knob is None else BatchingKnob(knob))
+    if problem is not None or knob is None:
+        return f"batching mode Auto cannot drive {knob or 'a knob'}: {problem}"
     flag = f"--{knob}"
     if _runs_shell_script(serving):
         return (f"container {serving.get('name')} runs a shell script (-c): batching mode Auto "
@@ -255,11 +261,17 @@ def _flag_problem(knob: str | None, serving: Mapping[str, Any]) -> str | None:
 
 
 def _flag_at(argv: list[Any], flag: str) -> int | None:
-    """Where `flag` is in `argv` (as `--flag N` or `--flag=N`), None when it is not."""
+    """Where `flag` is in `argv` (as `--flag N` or `--flag=N`, or with underscores as vLLM's
+    parser also takes it), None when it is not. The last one: argparse takes the last value
+    of a flag given twice (a chart's extra args appended to its own)."""
+    spellings = (flag, "--" + flag[2:].replace("-", "_"))
+    found = None
     for i, arg in enumerate(argv):
-        if (arg == flag and i + 1 < len(argv)) or str(arg).startswith(flag + "="):
-            return i
-    return None
+        text = str(arg)
+        if (text in spellings and i + 1 < len(argv)) or (text.partition("=")[0] in spellings \
+                and "=" in text):
+            found = i
+    return found
 
 
 class TemplateBatching(NamedTuple):
@@ -290,10 +302,11 @@ def template_batching(spec: InferenceTuningSpec,
             argv = list(serving.get(field_name) or [])
             at = _flag_at(argv, flag)
             if at is not None:
-                text = str(argv[at]).partition("=")[2] if argv[at] != flag else str(argv[at + 1])
-                value = int(text) if text.isdigit() else None
+                _, equals, text = str(argv[at]).partition("=")
+                text = text if equals else str(argv[at + 1])
+                value = int(text) if text.isascii() and text.isdigit() else None
                 break
-    return TemplateBatching(value, _flag_problem(knob, serving))
+    return TemplateBatching(value, _flag_problem(spec, serving))
 
 
 def _batching_ops(spec: InferenceTuningSpec, base: str, serving: dict[str, Any],
@@ -302,7 +315,7 @@ def _batching_ops(spec: InferenceTuningSpec, base: str, serving: dict[str, Any],
     if spec.batching.mode is not BatchingMode.AUTO or context.batching_value is None:
         return []
     knob = _knob(spec)
-    problem = _flag_problem(knob, serving)
+    problem = _flag_problem(spec, serving)
     if problem is not None:
         problems.append(problem)
         return []
@@ -313,10 +326,11 @@ def _batching_ops(spec: InferenceTuningSpec, base: str, serving: dict[str, Any],
         at = _flag_at(argv, flag)
         if at is None:
             continue
-        if argv[at] == flag:
-            argv[at + 1] = str(value)
+        name, equals, _ = str(argv[at]).partition("=")
+        if equals:
+            argv[at] = f"{name}={value}"
         else:
-            argv[at] = f"{flag}={value}"
+            argv[at + 1] = str(value)
         reasons.append(f"batching: {flag} {value} (mode Auto)")
         return [{"op": "replace", "path": f"{base}/{field_name}", "value": argv}]
     # Not on the command line yet: args come after command, so appending to args adds it.
@@ -327,15 +341,23 @@ def _batching_ops(spec: InferenceTuningSpec, base: str, serving: dict[str, Any],
 
 
 SHELLS = frozenset({"sh", "bash", "dash", "ash", "zsh", "ksh"})
+INIT_WRAPPERS = frozenset({"tini", "tini-static", "dumb-init", "catatonit"})
+"""Init processes that run the command after them (after their options and `--`)."""
 
 
 def _runs_shell_script(container: Mapping[str, Any]) -> bool:
-    """`sh -c "vllm serve ..."`: the command line is one string to a shell, where a flag
-    appended after it would only become the script's $0."""
-    argv = [*(container.get("command") or []), *(container.get("args") or [])]
+    """`sh -c "vllm serve ..."` (or `bash -lc`, `bash -o pipefail -c`, behind tini or our
+    launcher): the command line is one string to a shell, where a flag appended after it
+    would only become the script's $0."""
+    argv = [str(a) for a in (*(container.get("command") or []), *(container.get("args") or []))]
     if argv[:1] == [LAUNCHER_PATH]:
         argv = argv[2:] if argv[1:2] == ["--"] else argv[1:]
-    return bool(argv) and str(argv[0]).rsplit("/", 1)[-1] in SHELLS and "-c" in argv[1:3]
+    while argv and argv[0].rsplit("/", 1)[-1] in INIT_WRAPPERS:
+        argv = argv[argv.index("--") + 1:] if "--" in argv else argv[1:]
+    if not argv or argv[0].rsplit("/", 1)[-1] not in SHELLS:
+        return False
+    return any(a.startswith("-") and not a.startswith("--") and "c" in a[1:]
+               for a in argv[1:])
 
 
 def _meta_ops(pod: dict[str, Any], section: str, values: dict[str, str]) -> list[Op]:
