@@ -114,3 +114,20 @@ def test_a_replicas_write_whose_answer_was_lost_is_still_ours(
     assert cluster.status["autoscaling"]["writtenReplicas"] == 3
     assert cluster.evaluate(settings, T0 + 15) == 3
     assert cluster.status["autoscaling"].get("replicaFight") is None
+
+
+def test_the_unwritten_status_is_kept_until_a_status_write_lands(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The evaluation after a failed one holds (nothing to write) and its status write fails
+    too: the first one's scale event and decision were dropped, and the next evaluation
+    added a pod within the period (+2 in 30 s under "+1 pod per 60s")."""
+    cluster = Cluster(monkeypatch, replicas=2)
+    settings = autoscaling.AutoscalingSettings(source=None)
+    for at in (T0, T0 + 15):
+        cluster.status_fails = True
+        with pytest.raises(ApiException):
+            cluster.evaluate(settings, at)
+    assert cluster.evaluate(settings, T0 + 30) == 3 and cluster.replicas == 3
+    assert [d["action"] for d in cluster.status["decisions"]] == ["ScaleOut 2 -> 3"]
+    assert cluster.events == ["ScaledOut"]  # once, though three evaluations saw it
+    assert "ns/t" not in settings.unwritten  # stored now: the status holds it

@@ -328,11 +328,12 @@ def evaluate(namespace: str, name: str, generation: int, spec: InferenceTuningSp
     with its message, in ScalingActive and a Warning Event."""
     key, deployment = f"{namespace}/{name}", spec.target_ref.name
     apps = client.AppsV1Api()
-    unwritten = settings.unwritten.pop(key, None)
-    if unwritten is not None and _newer(unwritten, status):
-        status = merge_patch(status, unwritten)
-    else:
+    unwritten = settings.unwritten.get(key)
+    if unwritten is not None and not _newer(unwritten, status):
+        settings.unwritten.pop(key, None)  # the stored status is as new: it holds it
         unwritten = None
+    if unwritten is not None:
+        status = merge_patch(status, unwritten)
     stored_fight = Fight.from_json((status.get("autoscaling") or {}).get("replicaFight"))
     reverted = False
     for attempt in range(SCALE_WRITE_ATTEMPTS):
@@ -393,14 +394,20 @@ def evaluate(namespace: str, name: str, generation: int, spec: InferenceTuningSp
                               lambda stored: patch if stored is status
                               else status_over(planned, stored), still=_still_autoscaled)
     except Exception:
-        if planned.write is not None and refused is None:
-            # The replicas changed, the status does not say so: the next evaluation decides
-            # over this patch, and the change is announced all the same.
+        wrote = planned.write is not None and refused is None
+        if wrote or unwritten is not None or planned.batching_news is not None:
+            # Replicas (or the applied batching value) changed and the status does not say
+            # so: the next evaluations decide over this patch until one is stored, and the
+            # change is announced all the same, once.
             settings.unwritten[key] = patch
-            if planned.event is not None:
+            if wrote and planned.event is not None:
                 kopf.event(body, type="Normal", reason=planned.event[0],
                            message=planned.event[1])
+            if planned.batching_news is not None:
+                reason, message = planned.batching_news[1]
+                kopf.event(body, type="Normal", reason=reason, message=message)
         raise
+    settings.unwritten.pop(key, None)
     if landed is None and (planned.write is None or refused is not None):
         # spec.autoscaling went meanwhile, and nothing was written: nothing to announce. A
         # count that was written is announced all the same (DESIGN #8: every scale says why).
