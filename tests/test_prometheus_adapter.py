@@ -222,9 +222,9 @@ def test_a_batch_of_targets_costs_one_query_per_signal(prometheus: PrometheusSer
     got = source.fetch(targets, time.time())
     after = queries(prometheus)
     # Two query shapes (vLLM, SGLang): the queue window is an instant query, latency and
-    # request rate are range queries. The histograms' bucket bounds are read once per
-    # FLOOR_REFRESH_S per histogram: vLLM's with the first fetch above, SGLang's now.
-    assert {h: first[h] - before[h] for h in after} == {"/api/v1/query": 3,
+    # request rate are range queries. The histograms' bucket bounds of each latency plan are
+    # read once per FLOOR_REFRESH_S: with the first fetch of these plans, not the second.
+    assert {h: first[h] - before[h] for h in after} == {"/api/v1/query": 4,
                                                          "/api/v1/query_range": 4}
     assert {h: after[h] - first[h] for h in after} == {"/api/v1/query": 2,
                                                         "/api/v1/query_range": 4}
@@ -742,3 +742,52 @@ def test_cli_evaluate_refuses_templates_as_an_operator_that_does(
     fetch_when(PrometheusSource(prometheus.url), [target("serving", "llm")], "serving/llm")
     assert run_cli(argv) == 0  # the template reads what the preset reads
     assert json.loads(capsys.readouterr().out)["signals"]["queuePerReplica"] == 30.0
+
+
+VLLM_E2E_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0,
+                    50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0)
+"""vllm:e2e_request_latency_seconds as vLLM V1 exports it (vllm/v1/metrics/loggers.py)."""
+
+
+def test_each_deployment_gets_its_own_histograms_lowest_bucket(
+        prometheus: PrometheusServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With vLLM's own buckets a P99 of 50 ms reads as 297 ms. The bound is each target's:
+    read once for the whole plan, a Deployment with finer buckets hid another's coarse ones
+    (its 297 ms then counted as a breach), and the other way round a real breach of the
+    fine one was taken for the coarse one's resolution."""
+    registry = CollectorRegistry()
+    labels = ["namespace", "pod", "model_name"]
+    latency = Histogram("vllm:e2e_request_latency_seconds", "e2e", labels,
+                        buckets=VLLM_E2E_BUCKETS, registry=registry)
+    Gauge("vllm:num_requests_waiting", "waiting", labels, registry=registry).labels(
+        "serving", "coarse-5d4f8b9c7-bcdfg", "qwen").set(1)
+    pod = latency.labels("serving", "coarse-5d4f8b9c7-bcdfg", "qwen")
+    stop = threading.Event()
+
+    def observe() -> None:
+        while not stop.wait(OBSERVE_EVERY_S):
+            pod.observe(0.05)
+
+    threading.Thread(target=observe, daemon=True).start()
+    coarse, fine = target("serving", "coarse"), target("serving", "llm")
+    source = PrometheusSource(prometheus.url)
+    fetch_when(source, [coarse, fine], fine.key)  # the bounds read: none for coarse yet
+    try:
+        with MetricsEndpoint(registry) as endpoint:
+            prometheus.add_scrape_job("coarse", [endpoint.target])
+            prometheus.wait_for_targets_up("coarse")
+
+            def latency_of_both() -> dict[str, TargetSignals] | None:
+                got = source.fetch([coarse, fine], time.time())
+                return got if all(len(got[t.key].latency.points) >= 2
+                                  for t in (coarse, fine)) else None
+
+            waited = wait_for(latency_of_both, "latency of both", timeout_s=30)
+            assert waited[coarse.key].latency_floor_s is None  # read again after 60 s
+            monkeypatch.setattr(prometheus_adapter, "FLOOR_RETRY_S", 0.0)
+            got = source.fetch([coarse, fine], time.time())
+    finally:
+        stop.set()
+    assert got[coarse.key].latency.points[-1][1] == pytest.approx(0.99 * 0.3)
+    assert got[coarse.key].latency_floor_s == 0.3
+    assert got[fine.key].latency_floor_s == BUCKETS[0]

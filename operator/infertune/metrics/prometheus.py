@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import operator
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from datetime import UTC, datetime
 from typing import Any, NamedTuple, cast
@@ -51,8 +51,11 @@ BUDGET_TIMEOUTS = 1.5
 """Queries not started within this many query timeouts are no data for their tunings this
 cycle (the others go on); so a batch takes at most this plus one timeout."""
 FLOOR_REFRESH_S = 600.0
-"""How long a latency histogram's lowest bucket bound is kept before it is read again (one
-small instant query per histogram, not one per cycle)."""
+"""How long the latency histograms' lowest bucket bounds are kept before they are read again
+(one instant query per latency plan every 10 minutes, not one per cycle)."""
+FLOOR_RETRY_S = 60.0
+"""After a failed read of the bounds, or when a target with latency data has none, how long
+until they are read again."""
 SeriesKey = tuple[str, str]
 """(namespace, Deployment) as the target label set puts them."""
 SignalData = Series | Window
@@ -98,8 +101,11 @@ class PrometheusSource:
                                                  thread_name_prefix="prometheus-template")
         self._turns = {False: 0, True: 0}
         """Per pool (templated or not): where the next cycle starts its plans."""
-        self._floors: dict[tuple[object, ...], tuple[float, float | None]] = {}
-        """Per latency histogram: (when read, monotonic; its lowest finite bucket bound)."""
+        self._floor_texts: dict[int, str | None] = {}
+        """id of each planned latency plan -> its floor query (kept with the plans)."""
+        self._floors: dict[str, _Floors] = {}
+        """Per floor query (promql.latency_floor_query): the lowest finite bucket bound of
+        each target's histogram."""
 
     def fetch(self, targets: Sequence[MetricsTarget], now: float) -> dict[str, TargetSignals]:
         if self._credentials is not None:  # once per cycle: the file may have been rotated
@@ -113,15 +119,30 @@ class PrometheusSource:
             return self._run(planned[0], planned[1], now)
 
         floors: dict[str, float] = {}
+        # The batch's longest wait: queries not started within the budget, one timeout each.
+        deadline = time.monotonic() + self.timeout_s * (BUDGET_TIMEOUTS + 1)
+        with_latency: list[tuple[QueryPlan, Iterable[SeriesKey]]] = []
         for answer in self._answers(run, plans):
             plan = answer.plan
             table, hits = found[plan.signal], answer.hits
             for target in plan.members:
                 got = hits.get((target.namespace, target.deployment))
                 table[target.key] = got if got is not None else answer.missing(target)
-            floor = self._floor(plan, now) if plan.floor is not None and hits else None
-            if floor is not None:
-                floors.update(dict.fromkeys((t.key for t in plan.members), floor))
+            if hits and plan.floor is not None:
+                with_latency.append((plan, hits.keys()))
+        # The bounds of the histograms that answered, read at once and within the batch's
+        # longest wait (a Prometheus that did not answer the latency is not asked them).
+        reading = {text: self._pool.submit(self._read_floors, text, label, now)
+                   for text, label in self._floors_due(with_latency)}
+        self._floors_read(reading, deadline)
+        for plan, _ in plans:
+            text = self._floor_texts.get(id(plan))
+            known = None if text is None else self._floors.get(text)
+            if known is not None:
+                for target in plan.members:
+                    floor = known.bounds.get((target.namespace, target.deployment))
+                    if floor is not None:
+                        floors[target.key] = floor
         # Window plans fill the queue and running tables, range plans the other two.
         queue = cast(dict[str, Window], found[Signal.QUEUE])
         running = cast(dict[str, Window], found[Signal.RUNNING])
@@ -133,30 +154,56 @@ class PrometheusSource:
                                      floors.get(t.key))
                 if t.key in queue else self._unsupported(t) for t in targets}
 
-    def _floor(self, plan: QueryPlan, now: float) -> float | None:
-        """The lowest finite bucket bound of the plan's latency histogram (the union over its
-        pods), read again every FLOOR_REFRESH_S; None when it is not known. A failed read
-        keeps the last one and is tried again the next cycle."""
-        first = plan.members[0]
-        key = (first.metrics.latency, first.namespace_label, first.pod_label, first.window)
-        known = self._floors.get(key)
+    def _floors_due(self, plans: list[tuple[QueryPlan, Iterable[SeriesKey]]]
+                    ) -> list[tuple[str, str]]:
+        """(floor query, namespace label) of the latency plans (with the targets that have
+        latency data) whose bounds are due to be read: every FLOOR_REFRESH_S, and after
+        FLOOR_RETRY_S when a target with data has none (its pods are new)."""
         clock = time.monotonic()
-        if known is not None and clock - known[0] < FLOOR_REFRESH_S:
-            return known[1]
-        try:
-            text = plan.floor_query()
-            result = [] if text is None else self._client.custom_query(
-                text, params={"time": math.floor(now), "timeout": f"{self.timeout_s:g}"},
-                timeout=self.timeout_s)
-            bounds = [float(item["metric"]["le"]) for item in result
-                      if "le" in (item.get("metric") or {})]
-        except (requests.RequestException, Urllib3Error, OSError, PrometheusApiClientException,
-                ValueError, LookupError, TypeError, ArithmeticError, AttributeError):
-            return None if known is None else known[1]
-        finite = [b for b in bounds if math.isfinite(b) and b > 0]
-        floor = min(finite) if finite else None
-        self._floors[key] = (clock, floor)
-        return floor
+        due = []
+        for plan, with_data in plans:
+            text = self._floor_texts.get(id(plan))
+            if text is None:
+                continue
+            known = self._floors.get(text)
+            if (known is None or clock >= known.due_at or (
+                    clock >= known.read_at + FLOOR_RETRY_S
+                    and any(key not in known.bounds for key in with_data))):
+                due.append((text, plan.members[0].namespace_label))
+        return due
+
+    def _read_floors(self, text: str, namespace_label: str,
+                     now: float) -> dict[SeriesKey, float]:
+        """The lowest finite bucket bound of each target's histogram, from one instant
+        query (in the query pool, within the batch's budget)."""
+        result = self._client.custom_query(
+            text, params={"time": math.floor(now), "timeout": f"{self.timeout_s:g}"},
+            timeout=self.timeout_s)
+        floors: dict[SeriesKey, float] = {}
+        for item in result:
+            labels = item["metric"]
+            bound = float(labels.get("le", "nan"))
+            if math.isfinite(bound) and bound > 0:
+                key = (labels.get(namespace_label, ""), labels.get(TARGET_LABEL, ""))
+                floors[key] = min(bound, floors.get(key, math.inf))
+        return floors
+
+    def _floors_read(self, reading: dict[str, Future[dict[SeriesKey, float]]],
+                     deadline: float) -> None:
+        """Store the bounds read this cycle. A read that failed, or did not finish within the
+        batch's budget, keeps the bounds read before and is tried again after FLOOR_RETRY_S:
+        the bounds change only with the engine's version, and no decision waits for them."""
+        clock = time.monotonic()
+        for text, future in reading.items():
+            known = self._floors.get(text)
+            try:
+                floors = future.result(timeout=max(0.0, deadline - time.monotonic()))
+            except Exception:  # any failure: keep the last bounds, and try again later
+                future.cancel()
+                self._floors[text] = _Floors(clock, clock + FLOOR_RETRY_S,
+                                             {} if known is None else known.bounds)
+                continue
+            self._floors[text] = _Floors(clock, clock + FLOOR_REFRESH_S, floors)
 
     def _unsupported(self, target: MetricsTarget) -> TargetSignals:
         if not self.templates and target.uses_templates:
@@ -213,6 +260,7 @@ class PrometheusSource:
             return plans
         plans = [(plan, _built(plan)) for plan in plan_queries(targets, self.resolution_s)]
         self._planned = (tuple(targets), plans)
+        self._floor_texts = {id(plan): _floor_text(plan) for plan, _ in plans}
         return plans
 
     def _run(self, plan: QueryPlan, query: _Query, now: float) -> _Answer:
@@ -274,6 +322,15 @@ class _Answer:
                        query)
 
 
+class _Floors(NamedTuple):
+    read_at: float
+    """When last read (monotonic)."""
+    due_at: float
+    """When to read again (monotonic)."""
+    bounds: dict[SeriesKey, float]
+    """The lowest finite bucket bound of each target's latency histogram."""
+
+
 class _Unbuildable(NamedTuple):
     problem: str
 
@@ -290,6 +347,15 @@ def _built(plan: QueryPlan) -> _Query:
         return plan.query()
     except (ValueError, ArithmeticError) as exc:
         return _Unbuildable(str(exc)[:300])
+
+
+def _floor_text(plan: QueryPlan) -> str | None:
+    """The plan's floor query (promql.latency_floor_query), None when it has none or it
+    cannot be built (its own query says why)."""
+    try:
+        return plan.floor_query()
+    except (ValueError, ArithmeticError):
+        return None
 
 
 def _series(result: list[dict[str, Any]], plan: QueryPlan,

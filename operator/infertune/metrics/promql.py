@@ -245,18 +245,16 @@ def latency_query(scope: Scope, metrics: EngineMetrics, quantile: float, window:
 
 
 def latency_floor_query(scope: Scope, metrics: EngineMetrics, window: str) -> str | None:
-    """The bucket bounds of the latency histogram, one series per `le` (none for a mean
-    latency): the lowest finite one is the finest latency the quantile tells apart, since
-    `histogram_quantile` puts every request under it at a fraction of it. vLLM's end-to-end
-    histogram starts at 0.3 s, so a P99 of 50 ms reads as 297 ms there."""
+    """The bucket bounds of each target's latency histogram, one series per target and `le`
+    (a preset's histogram only: a template's buckets are the user's). The lowest finite one
+    is the finest latency the quantile tells apart, since `histogram_quantile` puts every
+    request under it at a fraction of it: vLLM's end-to-end histogram starts at 0.3 s, so a
+    P99 of 50 ms reads as 297 ms there."""
     latency = metrics.latency
-    if isinstance(latency, HistogramLatency):
-        buckets = _gauge(scope, f"{latency.name}_bucket", window)
-    elif isinstance(latency, TemplateLatency):
-        buckets = _rate(scope, latency.buckets, window)
-    else:
+    if not isinstance(latency, HistogramLatency):
         return None
-    return f"count by (le) ({buckets})"
+    buckets = _per_target(scope, _gauge(scope, f"{latency.name}_bucket", window))
+    return f"count by ({scope.by('le')}) ({buckets})"
 
 
 def request_rate_query(scope: Scope, metrics: EngineMetrics, window: str) -> str:
