@@ -175,8 +175,10 @@ def test_a_node_drained_for_partitioning_is_uncordoned_once_partitioned(
     assert abs(time.time() - float(annotations["infertune.io/mig-labelled-at"])) < 120
     pods = core.list_namespaced_pod(namespace, label_selector="app=busy").items
     assert first not in {p.metadata.name for p in pods}  # evicted; its replacement waits
-    reasons = {e.reason for e in core.list_namespaced_event(namespace).items}
-    assert {"MigNodeDraining", "MigNodeLabelled", "MigNodeUncordoned"} <= reasons
+    # kopf posts Events from a queue of its own: they may come just after the node changes.
+    wanted = {"MigNodeDraining", "MigNodeLabelled", "MigNodeUncordoned"}
+    wait_for(lambda: wanted <= {e.reason for e in core.list_namespaced_event(namespace).items},
+             f"Events {sorted(wanted)}", timeout_s=10)
 
 
 def _draining(api_client: client.ApiClient, namespace: str, pool: str,
@@ -219,8 +221,15 @@ def _uncordoned(api_client: client.ApiClient, namespace: str, node: str) -> str:
         return not got.spec.unschedulable and CORDONED not in (got.metadata.annotations or {})
 
     wait_for(released, f"{node} uncordoned", timeout_s=30)
-    events = [e.message for e in core.list_namespaced_event(namespace).items
-              if e.reason == "MigNodeUncordoned"]
+
+    def announced() -> list[str]:
+        return [e.message for e in core.list_namespaced_event(namespace).items
+                if e.reason == "MigNodeUncordoned"]
+
+    # kopf posts Events from a queue of its own: the Event may come just after the node.
+    events = wait_for(announced, "the MigNodeUncordoned Event", timeout_s=10)
+    time.sleep(0.5)  # a second one, if the operator posted two, has had time to come too
+    events = announced()
     assert len(events) == 1, events
     assert CONFIG_LABEL not in _node_labels(api_client, node)  # never labelled: still busy
     return str(events[0])
@@ -263,8 +272,9 @@ def test_a_node_two_tunings_drain_stays_cordoned_until_both_are_gone(
                            timeout_s=30)
     wait_for(lambda: _cordoned_for(api_client, node) == f"{namespace}/second",
              f"{node} handed to the second tuning", timeout_s=30)
-    handed = [e.message for e in client.CoreV1Api(api_client).list_namespaced_event(
-        namespace).items if e.reason == "MigNodeHandedOver"]
+    handed = wait_for(lambda: [e.message for e in client.CoreV1Api(
+        api_client).list_namespaced_event(namespace).items
+        if e.reason == "MigNodeHandedOver"], "the MigNodeHandedOver Event", timeout_s=10)
     assert handed == [f"{node} stays cordoned for {namespace}/second, which selects it too: "
                       f"drained for {namespace}/first, and the tuning was deleted"]
     delete_tuning_and_wait(api_client, namespace, "second", "the second tuning gone",
@@ -318,9 +328,9 @@ def test_a_node_left_cordoned_while_mig_manager_worked_is_uncordoned_when_it_is_
     wait_for(lambda: _cordoned_for(api_client, node) is None, f"{node} uncordoned",
              timeout_s=30)
     assert CORDONED not in (core.read_node(node).metadata.annotations or {})
-    on_node = [e.message for e in core.list_namespaced_event(
+    on_node = wait_for(lambda: [e.message for e in core.list_namespaced_event(
         "default", field_selector=f"involvedObject.kind=Node,involvedObject.name={node}").items
-        if e.reason == "MigNodeUncordoned"]
+        if e.reason == "MigNodeUncordoned"], "the MigNodeUncordoned Event", timeout_s=10)
     gone = "no longer exists or no longer has spec.mig"
     assert on_node == [f"{node} uncordoned: drained for {namespace}/qwen, and InferenceTuning "
                        f"{namespace}/qwen, which drained it, {gone}"]
