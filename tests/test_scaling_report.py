@@ -647,3 +647,23 @@ def test_batching_auto_changes_nothing_that_goes_against_the_call_or_adds_to_a_s
     assert "applied" not in block
     assert block["reason"].startswith("mode Auto cannot apply it, so it is only recommended: "
                                       "spec.batching.min 1 is a request count")
+
+
+def test_a_value_applied_for_another_knob_is_neither_set_on_pods_nor_kept() -> None:
+    """After spec.batching.knob changed, the webhook put the old knob's 64 on the new flag
+    (clamped to its bounds: every pod re-created with a token budget at min), and the
+    stored value came back as the new knob's after one evaluation."""
+    from infertune.controller.pods import applied_batching
+
+    stored = {"batching": {"knob": "max-num-seqs", "applied": 64}}
+    assert applied_batching(stored, {"engine": "vllm"}) == 64
+    assert applied_batching(stored, {"engine": "vllm", "batching": {
+        "knob": "max-num-batched-tokens"}}) is None
+    assert applied_batching(stored, {"engine": "tgi"}) is None
+    assert applied_batching(stored, {"engine": "not-an-engine"}) is None
+    tokens = spec(batching={"mode": "Auto", "knob": "max-num-batched-tokens", "min": 2048,
+                            "max": 65536})
+    quiet = plan_evaluation(tokens, 2, stored, signals(5.0, 0.05), 4, None, NOW)
+    assert "applied" in quiet.status["batching"]
+    assert quiet.status["batching"]["applied"] is None  # removed, not left for the webhook
+    assert merged(stored, quiet.status)["batching"].get("applied") is None

@@ -18,7 +18,15 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from infertune import keys
-from infertune.api.spec import GROUP, PLURAL, VERSION, InferenceTuningSpec, Mode
+from infertune.api.spec import (
+    DEFAULT_BATCHING_KNOB,
+    GROUP,
+    PLURAL,
+    VERSION,
+    Engine,
+    InferenceTuningSpec,
+    Mode,
+)
 from infertune.api.status import ConditionType, TuningStatus
 from infertune.api.tuning import RetuneStrategy
 from infertune.controller.conditions import MAX_EVENT_MESSAGE, now_rfc3339, stored_reason
@@ -92,13 +100,30 @@ async def tunings_by_target(namespace: str, name: str, uid: str, body: kopf.Body
     return {(namespace, target): {"name": name, "uid": uid, "spec": spec,
                                   "generation": int(meta.get("generation") or 0),
                                   "mig": dict(status.get("mig") or {}),
-                                  "batching": applied_batching(status), "ready": ready}}
+                                  "batching": applied_batching(status, spec), "ready": ready}}
 
 
-def applied_batching(status: Mapping[str, Any]) -> int | None:
-    """The knob value batching mode Auto applies, as the autoscaler wrote it in status."""
-    value = (status.get("batching") or {}).get("applied")
-    return int(value) if value is not None else None
+def applied_batching(status: Mapping[str, Any], spec: Mapping[str, Any]) -> int | None:
+    """The knob value batching mode Auto applies, as the autoscaler wrote it in status, for
+    the knob the spec names now: a value applied for another knob (spec.batching.knob or the
+    engine changed) is not this one's (64 requests are not 64 tokens)."""
+    stored = status.get("batching") or {}
+    value = stored.get("applied")
+    if value is None or stored.get("knob") != _knob_of(spec):
+        return None
+    return int(value)
+
+
+def _knob_of(spec: Mapping[str, Any]) -> str | None:
+    """The batching knob a spec (as stored) names, or its engine's default."""
+    knob = (spec.get("batching") or {}).get("knob")
+    if knob:
+        return str(knob)
+    try:
+        default = DEFAULT_BATCHING_KNOB.get(Engine(str(spec.get("engine"))))
+    except ValueError:
+        return None
+    return None if default is None else default.value
 
 
 @kopf.index("apps", "v1", "replicasets")  # type: ignore[arg-type]
@@ -295,7 +320,8 @@ async def retune_pods(stopped: kopf.DaemonStopped, namespace: str, name: str, ui
         if parsed is None:
             return None  # the controller reports the invalid spec
         pods = list(pods_by_deployment.get((namespace, parsed.target_ref.name), []))
-        batching, mig = applied_batching(status), planned_mig(status.get("mig") or {})
+        batching = applied_batching(status, spec)
+        mig = planned_mig(status.get("mig") or {})
         return lambda: {"tuning": retune(namespace, name, uid, parsed, pods, memo,
                                          batching, mig).model_dump(by_alias=True, mode="json")}
 

@@ -281,10 +281,13 @@ def _batching_block(spec: InferenceTuningSpec, status: Mapping[str, Any],
     if auto and problem is not None:
         # As mode Recommend: a value the webhook cannot set (or must not) would re-create the
         # pods at every step, and they would still run the old one.
-        return {"knob": rec.knob.value, "current": rec.current, "recommended": recommended,
-                "servingSince": None,
-                "reason": f"mode Auto cannot apply it, so it is only recommended: {problem}. "
-                          f"{reason}"}
+        block = {"knob": rec.knob.value, "current": rec.current, "recommended": recommended,
+                 "servingSince": None,
+                 "reason": f"mode Auto cannot apply it, so it is only recommended: {problem}. "
+                           f"{reason}"}
+        if stored.get("knob") not in (None, knob.value):
+            block["applied"] = None  # another knob's: it would come back as this one's
+        return block
     if in_effect is not None:
         since, waiting = _serving(spec, status, in_effect, now, decision.current_replicas,
                                   ready)
@@ -306,9 +309,10 @@ def _batching_block(spec: InferenceTuningSpec, status: Mapping[str, Any],
     block = {"knob": rec.knob.value, "current": rec.current, "recommended": recommended,
              "applied": applied, "servingSince": since, "reason": reason}
     # `applied` unknown is left out, not removed: an applied value outside mode Auto (or in
-    # DryRun) stays as it was, and the webhook reads it only in mode Auto. The others are sent
-    # as they are (None removes a stale one).
-    if applied is None:
+    # DryRun) stays as it was, and the webhook reads it only in mode Auto. One applied for
+    # another knob is removed: it would come back as this knob's. The others are sent as
+    # they are (None removes a stale one).
+    if applied is None and stored.get("knob") in (None, knob.value):
         del block["applied"]
     return block
 
