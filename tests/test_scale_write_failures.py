@@ -131,3 +131,22 @@ def test_the_unwritten_status_is_kept_until_a_status_write_lands(
     assert [d["action"] for d in cluster.status["decisions"]] == ["ScaleOut 2 -> 3"]
     assert cluster.events == ["ScaledOut"]  # once, though three evaluations saw it
     assert "ns/t" not in settings.unwritten  # stored now: the status holds it
+
+
+def test_the_unwritten_records_join_the_stored_list_and_leave_other_writers_entries(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The unwritten patch carried the lists of the older status it was built over: sent
+    again, it erased a Ready condition and a decision another writer stored meanwhile."""
+    cluster = Cluster(monkeypatch, replicas=2)
+    settings = autoscaling.AutoscalingSettings(source=None)
+    cluster.status_fails = True
+    with pytest.raises(ApiException):
+        cluster.evaluate(settings, T0)
+    ready = {"type": "Ready", "status": "True", "reason": "Tuned", "message": "m",
+             "lastTransitionTime": "2023-11-14T22:13:00Z", "observedGeneration": 1}
+    rollout = {"time": "2023-11-14T22:13:00Z", "feature": "rollout", "action": "x",
+               "reason": "another writer", "applied": True}
+    cluster.status = {"conditions": [ready], "decisions": [rollout]}
+    assert cluster.evaluate(settings, T0 + 15) == 3
+    assert ready in cluster.status["conditions"]
+    assert [d["action"] for d in cluster.status["decisions"]] == ["x", "ScaleOut 2 -> 3"]

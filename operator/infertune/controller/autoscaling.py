@@ -31,7 +31,7 @@ import time
 from collections.abc import Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import kopf
 from kubernetes import client
@@ -41,7 +41,7 @@ from urllib3.exceptions import HTTPError as Urllib3Error
 
 from infertune.api.scaling import BatchingMode
 from infertune.api.spec import GROUP, PLURAL, VERSION, InferenceTuning, InferenceTuningSpec
-from infertune.api.status import ConditionStatus, ConditionType
+from infertune.api.status import MAX_DECISIONS, ConditionStatus, ConditionType
 from infertune.controller.conditions import condition_dict, merge_condition_dicts
 from infertune.controller.fights import (
     Fight,
@@ -52,7 +52,12 @@ from infertune.controller.fights import (
     written_replicas,
 )
 from infertune.controller.loops import pause, snapshot, until_stopped
-from infertune.controller.scaling_report import Blocked, plan_evaluation, status_over
+from infertune.controller.scaling_report import (
+    Blocked,
+    Evaluation,
+    plan_evaluation,
+    status_over,
+)
 from infertune.controller.status_patch import Build, write_status
 from infertune.kube.client import deployment_replicas, server_message
 from infertune.kube.lease import ALWAYS, RETRY_PERIOD_S, Leader
@@ -119,10 +124,10 @@ class AutoscalingSettings:
     written_to: dict[str, str] = field(default_factory=dict)
     """key -> the Deployment `written` holds the replicas of: a count written to the target
     before spec.targetRef changed says nothing about the new one."""
-    unwritten: dict[str, dict[str, Any]] = field(default_factory=dict)
-    """key -> the status patch of an evaluation whose replicas were written but whose status
-    write failed: the next evaluation decides over it (its scale event counts in the rate
-    limits, its decision record is kept) until the stored status is as new."""
+    unwritten: dict[str, Unwritten] = field(default_factory=dict)
+    """key -> what an evaluation whose replicas were written could not write into the
+    status: the next evaluation decides over it (its scale event counts in the rate limits,
+    its decision record is kept) until the stored status is as new."""
     fetches: int = 0
     """Batches fetched since start (for the benchmark and the logs)."""
     listings: dict[float, tuple[int, Listed]] = field(default_factory=dict)
@@ -328,12 +333,13 @@ def evaluate(namespace: str, name: str, generation: int, spec: InferenceTuningSp
     with its message, in ScalingActive and a Warning Event."""
     key, deployment = f"{namespace}/{name}", spec.target_ref.name
     apps = client.AppsV1Api()
+    stored_status = status
     unwritten = settings.unwritten.get(key)
-    if unwritten is not None and not _newer(unwritten, status):
+    if unwritten is not None and not _newer(unwritten.blocks, status):
         settings.unwritten.pop(key, None)  # the stored status is as new: it holds it
         unwritten = None
     if unwritten is not None:
-        status = merge_patch(status, unwritten)
+        status = unwritten.over(status)  # decided over; written over the stored one
     stored_fight = Fight.from_json((status.get("autoscaling") or {}).get("replicaFight"))
     reverted = False
     for attempt in range(SCALE_WRITE_ATTEMPTS):
@@ -387,19 +393,24 @@ def evaluate(namespace: str, name: str, generation: int, spec: InferenceTuningSp
                 settings.written[key] = planned.write
         break
     # Over an evaluation whose status was not written, its blocks this one does not write
-    # again (its decision record) go with this one.
-    patch = planned.status if unwritten is None else {**unwritten, **planned.status}
+    # again, and its decision records, go with this one: the records onto the stored list
+    # (another writer's entries and conditions written meanwhile stay).
+    def build(stored: Mapping[str, Any]) -> dict[str, Any]:
+        if unwritten is None:
+            return planned.status if stored is status else status_over(planned, stored)
+        patch = planned.status if stored is stored_status else status_over(planned, stored)
+        return unwritten.under(patch, stored, planned)
+
     try:
-        landed = write_status(namespace, name, status, resource_version,
-                              lambda stored: patch if stored is status
-                              else status_over(planned, stored), still=_still_autoscaled)
+        landed = write_status(namespace, name, stored_status, resource_version, build,
+                              still=_still_autoscaled)
     except Exception:
         wrote = planned.write is not None and refused is None
         if wrote or unwritten is not None or planned.batching_news is not None:
             # Replicas (or the applied batching value) changed and the status does not say
             # so: the next evaluations decide over this patch until one is stored, and the
             # change is announced all the same, once.
-            settings.unwritten[key] = patch
+            settings.unwritten[key] = Unwritten.of(planned, unwritten)
             if wrote and planned.event is not None:
                 kopf.event(body, type="Normal", reason=planned.event[0],
                            message=planned.event[1])
@@ -431,6 +442,44 @@ def _template_batching(spec: InferenceTuningSpec,
     if spec.batching.mode is BatchingMode.OFF:
         return None
     return template_batching(spec, pod_spec)
+
+
+class Unwritten(NamedTuple):
+    """What evaluations that changed replicas (or the applied batching value) could not
+    write into the status."""
+
+    blocks: dict[str, Any]
+    """Their own status blocks (status.autoscaling, status.batching), the newest."""
+    records: tuple[dict[str, Any], ...]
+    """Their decision records, oldest first."""
+
+    @classmethod
+    def of(cls, planned: Evaluation, before: Unwritten | None) -> Unwritten:
+        own = {k: v for k, v in planned.status.items() if k not in ("conditions", "decisions")}
+        new = [r for r in (planned.record, None if planned.batching_news is None
+                           else planned.batching_news[0]) if r is not None]
+        if before is None:
+            return cls(own, tuple(new))
+        return cls({**before.blocks, **own}, (*before.records, *new))
+
+    def over(self, status: Mapping[str, Any]) -> dict[str, Any]:
+        """`status` as it would be had they been written."""
+        out = merge_patch(status, self.blocks)
+        out["decisions"] = self._decisions(status)
+        return out
+
+    def under(self, patch: Mapping[str, Any], stored: Mapping[str, Any],
+              planned: Evaluation) -> dict[str, Any]:
+        """`patch`, the status patch of `planned` over `stored` (or over `over(stored)`), with
+        them: their blocks it does not write again, and their records and its own on the
+        stored list (another writer's entries and conditions written meanwhile stay)."""
+        out = {**self.blocks, **patch}
+        own = Unwritten.of(planned, None).records
+        out["decisions"] = [*self._decisions(stored), *own][-MAX_DECISIONS:]
+        return out
+
+    def _decisions(self, status: Mapping[str, Any]) -> list[dict[str, Any]]:
+        return [*(status.get("decisions") or []), *self.records][-MAX_DECISIONS:]
 
 
 def _newer(patch: Mapping[str, Any], status: Mapping[str, Any]) -> bool:
