@@ -667,3 +667,23 @@ def test_a_value_applied_for_another_knob_is_neither_set_on_pods_nor_kept() -> N
     assert "applied" in quiet.status["batching"]
     assert quiet.status["batching"]["applied"] is None  # removed, not left for the webhook
     assert merged(stored, quiet.status)["batching"].get("applied") is None
+
+
+def test_batching_auto_waits_while_replicas_added_before_are_not_serving_or_held() -> None:
+    """The evaluation after a scale-out holds (the rate limit) while the new replica loads:
+    the batch was raised then, re-creating every pod while the queue was above target."""
+    tuning = spec(autoscaling={"minReplicas": 1, "maxReplicas": 20,
+                               "scaleUp": {"pods": 1, "percent": 0, "period": "60s"}},
+                  batching={"mode": "Auto", "min": 8, "max": 256})
+    stored = {"batching": {"knob": "max-num-seqs", "recommended": 128, "applied": 128,
+                           "servingSince": format_time(NOW - 3600)},
+              "tuning": pods_at(tuning, 128)}
+    first = plan_evaluation(tuning, 1, stored, signals(48.0, 0.05), 4, None, NOW, ready=4)
+    assert first.write == 5 and first.status["batching"]["applied"] == 128
+    later = NOW + 15
+    held = plan_evaluation(tuning, 1, merged(stored, first.status), signals(48.0, 0.05, later),
+                           5, None, later, ready=4)
+    assert held.write is None, held.decision.reason  # the rate limit holds 5
+    block = held.status["batching"]
+    assert block["applied"] == 128 and "not changed while replicas are added" in block["reason"]
+    assert held.batching_news is None

@@ -295,7 +295,7 @@ def _batching_block(spec: InferenceTuningSpec, status: Mapping[str, Any],
             recommended = in_effect
             reason = (f"{rec.knob.value} stays at {in_effect} until its effect is measured: "
                       f"{waiting}. The latency and queue now say: {rec.reason}")
-    if auto and decision.action is ScaleAction.SCALE_OUT and rec.direction != 0:
+    if auto and rec.direction != 0 and _adding_replicas(decision):
         recommended = in_effect if in_effect is not None else recommended
         reason = (f"{rec.knob.value} is not changed while replicas are added (re-creating "
                   f"the pods now would take capacity away when it is needed): {rec.reason}")
@@ -315,6 +315,19 @@ def _batching_block(spec: InferenceTuningSpec, status: Mapping[str, Any],
     if applied is None and stored.get("knob") in (None, knob.value):
         del block["applied"]
     return block
+
+
+def _adding_replicas(decision: ScaleDecision) -> bool:
+    """Whether replicas are being added: this decision adds some, the signals want more than
+    the rate limits allow now, or replicas added before are not known to serve yet
+    (ScalingState.serving)."""
+    if decision.action is ScaleAction.SCALE_OUT:
+        return True
+    state = decision.held_state
+    wanted = state.recommendations[-1].replicas if state.recommendations else 0
+    serving = state.serving
+    return (wanted > decision.current_replicas
+            or (serving is not None and serving.replicas < decision.current_replicas))
 
 
 def _batching_news(status: Mapping[str, Any], block: Mapping[str, Any],
