@@ -297,9 +297,15 @@ def test_batching_auto_steps_again_only_once_every_pod_runs_the_value_for_a_wind
     tuning = spec(batching={"mode": "Auto", "min": 8, "max": 256})
     breach = signals(5.0, 0.15)  # p99 at twice the target, queue low: halve
     status: dict[str, Any] = {}
-    first = plan_evaluation(tuning, 1, status, breach, 4, None, NOW)
+    # Nothing known of the setting in use: a "lower" from max may raise it, so nothing.
+    unknown = plan_evaluation(tuning, 1, status, breach, 4, None, NOW)
+    assert "applied" not in unknown.status["batching"]
+    assert "not applied: the value the pods run is not known, set --max-num-seqs on the " \
+        "pod template" in unknown.status["batching"]["reason"]
+    first = plan_evaluation(tuning, 1, status, breach, 4, None, NOW,
+                            template=TemplateBatching(256, None))
     status = merged(status, first.status)
-    assert status["batching"]["applied"] == 128  # from max, nothing applied before
+    assert status["batching"]["applied"] == 128  # from the template's 256
 
     def step(now: float, tuned: dict[str, Any]) -> dict[str, Any]:
         nonlocal status

@@ -300,6 +300,13 @@ def _batching_block(spec: InferenceTuningSpec, status: Mapping[str, Any],
         reason = (f"{rec.knob.value} is not changed while replicas are added (re-creating "
                   f"the pods now would take capacity away when it is needed): {rec.reason}")
         applied = in_effect
+    elif auto and in_effect is None and on_pods is None and rec.from_max:
+        # Nothing known of the setting in use (no flag on the template, no running gauge):
+        # a "lower" from max may raise the engine's default (a token budget of a few
+        # thousand would become 32768), so nothing is applied; the reason says what to set.
+        applied = None
+        reason = (f"{reason}; not applied: the value the pods run is not known, set "
+                  f"--{rec.knob.value} on the pod template to start from it")
     elif auto:
         applied = _applied_knob(spec, in_effect, recommended, rec.direction, on_pods)
     else:

@@ -45,6 +45,9 @@ class BatchingRecommendation:
     direction: int = 0
     """What the latency and queue call for, before the bounds: -1 lower the knob, 1 raise it,
     0 no change."""
+    from_max: bool = False
+    """The step started from `max` because the setting in use is not known: the engine's
+    default may be anywhere, so a "lower" from there may raise it."""
 
     @property
     def changed(self) -> bool:
@@ -96,7 +99,8 @@ def recommend_batching(batching: BatchingSpec, engine: Engine, autoscaling: Auto
     if recommended != proposed:
         why += f" (kept within {batching.min}..{batching.max})"
     return BatchingRecommendation(knob, current, recommended,
-                                  f"{why}; from {base} ({origin}) to {recommended}", direction)
+                                  f"{why}; from {base} ({origin}) to {recommended}", direction,
+                                  current is None and origin == FROM_MAX)
 
 
 def _base(batching: BatchingSpec, knob: BatchingKnob, reading: Reading,
@@ -105,4 +109,7 @@ def _base(batching: BatchingSpec, knob: BatchingKnob, reading: Reading,
         return current, origin
     if knob in REQUEST_KNOBS and reading.running_peak is not None:
         return max(1, math.ceil(reading.running_peak)), "peak running requests per replica"
-    return batching.max, "current setting unknown, starting from max"
+    return batching.max, FROM_MAX
+
+
+FROM_MAX = "current setting unknown, starting from max"
