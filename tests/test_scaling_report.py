@@ -454,6 +454,17 @@ def test_template_batching_reads_the_knob_the_pods_run_and_what_auto_cannot_set(
             "tini", "--", "sh", "-c", "vllm serve qwen"]}]}, None, "shell script (-c)"),
         "pipefail": ({"containers": [{"name": "vllm", "command": [
             "bash", "-o", "pipefail", "-c", "vllm serve qwen"]}]}, None, "shell script"),
+        "tini -g": ({"containers": [{"name": "vllm", "command": [
+            "tini", "-g", "sh", "-c", "vllm serve qwen"]}]}, None, "shell script"),
+        "dumb-init": ({"containers": [{"name": "vllm", "command": [
+            "dumb-init", "--single-child", "sh", "-c", "vllm serve qwen"]}]}, None,
+            "shell script"),
+        "env": ({"containers": [{"name": "vllm", "command": [
+            "/usr/bin/env", "HF_HOME=/data", "bash", "-c", "vllm serve qwen"]}]}, None,
+            "shell script"),
+        # The script's own -c is no shell -c: the flag can be appended to the script's args.
+        "script": ({"containers": [{"name": "vllm", "command": [
+            "sh", "/entrypoint.sh", "-c", "/etc/vllm.yaml"]}]}, None, None),
         # argparse takes the last of a flag given twice (a chart's extra args appended).
         "twice": ({"containers": [{"name": "vllm", "command": vllm, "args": [
             "--max-num-seqs", "256", "--max-num-seqs=64"]}]}, 64, None),

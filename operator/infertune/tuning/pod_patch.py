@@ -341,23 +341,42 @@ def _batching_ops(spec: InferenceTuningSpec, base: str, serving: dict[str, Any],
 
 
 SHELLS = frozenset({"sh", "bash", "dash", "ash", "zsh", "ksh"})
-INIT_WRAPPERS = frozenset({"tini", "tini-static", "dumb-init", "catatonit"})
-"""Init processes that run the command after them (after their options and `--`)."""
+INIT_WRAPPERS = frozenset({"tini", "tini-static", "dumb-init", "catatonit", "env"})
+"""Programs that run the command after them (after their options, `--`, or, for env,
+VAR=value assignments)."""
 
 
 def _runs_shell_script(container: Mapping[str, Any]) -> bool:
-    """`sh -c "vllm serve ..."` (or `bash -lc`, `bash -o pipefail -c`, behind tini or our
-    launcher): the command line is one string to a shell, where a flag appended after it
-    would only become the script's $0."""
+    """`sh -c "vllm serve ..."` (or `bash -lc`, `bash -o pipefail -c`, behind tini, env or
+    our launcher): the command line is one string to a shell, where a flag appended after it
+    would only become the script's $0. Only the shell's own options count: in
+    `sh entrypoint.sh -c x` the -c is the script's."""
     argv = [str(a) for a in (*(container.get("command") or []), *(container.get("args") or []))]
     if argv[:1] == [LAUNCHER_PATH]:
         argv = argv[2:] if argv[1:2] == ["--"] else argv[1:]
-    while argv and argv[0].rsplit("/", 1)[-1] in INIT_WRAPPERS:
-        argv = argv[argv.index("--") + 1:] if "--" in argv else argv[1:]
-    if not argv or argv[0].rsplit("/", 1)[-1] not in SHELLS:
+    while argv and _program(argv[0]) in INIT_WRAPPERS:
+        env = _program(argv[0]) == "env"
+        argv = argv[1:]
+        while argv and (argv[0].startswith("-") or (env and "=" in argv[0])):
+            if argv[0] == "--":
+                argv = argv[1:]
+                break
+            argv = argv[1:]
+    if not argv or _program(argv[0]) not in SHELLS:
         return False
-    return any(a.startswith("-") and not a.startswith("--") and "c" in a[1:]
-               for a in argv[1:])
+    options = iter(argv[1:])
+    for word in options:
+        if word in ("-o", "+o", "-O", "+O"):  # set an option by name: the next word is it
+            next(options, None)
+        elif not word.startswith(("-", "+")) or word in ("-", "--"):
+            return False  # the script file, or the end of the shell's options
+        elif not word.startswith("--") and "c" in word[1:]:
+            return True
+    return False
+
+
+def _program(word: str) -> str:
+    return word.rsplit("/", 1)[-1]
 
 
 def _meta_ops(pod: dict[str, Any], section: str, values: dict[str, str]) -> list[Op]:
