@@ -791,3 +791,18 @@ def test_each_deployment_gets_its_own_histograms_lowest_bucket(
     assert got[coarse.key].latency.points[-1][1] == pytest.approx(0.99 * 0.3)
     assert got[coarse.key].latency_floor_s == 0.3
     assert got[fine.key].latency_floor_s == BUCKETS[0]
+
+
+def test_bounds_no_batch_uses_any_more_are_forgotten(prometheus: PrometheusServer,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """The bounds are kept per floor query, which names the batch's Deployments: with
+    tunings coming and going, the ones nobody asks for any more were kept for ever."""
+    source = PrometheusSource(prometheus.url)
+    llm, sgl = target("serving", "llm"), target("serving", "sgl", Engine.SGLANG)
+    fetch_when(source, [llm], llm.key)
+    assert len(source._floors) == 1
+    later = time.monotonic() + prometheus_adapter.FLOOR_FORGET_S + 1
+    monkeypatch.setattr(prometheus_adapter.time, "monotonic", lambda: later)
+    got = source.fetch([sgl], time.time())
+    assert got[sgl.key].latency_floor_s == BUCKETS[0]
+    assert len(source._floors) == 1 and "sglang" in next(iter(source._floors))

@@ -53,6 +53,8 @@ cycle (the others go on); so a batch takes at most this plus one timeout."""
 FLOOR_REFRESH_S = 600.0
 """How long the latency histograms' lowest bucket bounds are kept before they are read again
 (one instant query per latency plan every 10 minutes, not one per cycle)."""
+FLOOR_FORGET_S = 2 * FLOOR_REFRESH_S
+"""Bounds no batch used for this long are forgotten."""
 FLOOR_RETRY_S = 60.0
 """After a failed read of the bounds, or when a target with latency data has none, how long
 until they are read again."""
@@ -103,6 +105,8 @@ class PrometheusSource:
         """Per pool (templated or not): where the next cycle starts its plans."""
         self._floor_texts: dict[int, str | None] = {}
         """id of each planned latency plan -> its floor query (kept with the plans)."""
+        self._floor_used: dict[str, float] = {}
+        """Floor query -> when a batch last used its bounds (monotonic)."""
         self._floors: dict[str, _Floors] = {}
         """Per floor query (promql.latency_floor_query): the lowest finite bucket bound of
         each target's histogram."""
@@ -135,14 +139,22 @@ class PrometheusSource:
         reading = {text: self._pool.submit(self._read_floors, text, label, now)
                    for text, label in self._floors_due(with_latency)}
         self._floors_read(reading, deadline)
+        clock = time.monotonic()
         for plan, _ in plans:
             text = self._floor_texts.get(id(plan))
             known = None if text is None else self._floors.get(text)
-            if known is not None:
+            if text is not None and known is not None:
+                self._floor_used[text] = clock
                 for target in plan.members:
                     floor = known.bounds.get((target.namespace, target.deployment))
                     if floor is not None:
                         floors[target.key] = floor
+        for text in [t for t, used in self._floor_used.items()
+                     if clock - used > FLOOR_FORGET_S]:
+            # The bounds of a set of targets no batch asks for any more (tunings come and
+            # go, and the query names their Deployments).
+            self._floors.pop(text, None)
+            del self._floor_used[text]
         # Window plans fill the queue and running tables, range plans the other two.
         queue = cast(dict[str, Window], found[Signal.QUEUE])
         running = cast(dict[str, Window], found[Signal.RUNNING])
