@@ -704,3 +704,33 @@ def test_batching_auto_waits_while_replicas_added_before_are_not_serving_or_held
     block = held.status["batching"]
     assert block["applied"] == 128 and "not changed while replicas are added" in block["reason"]
     assert held.batching_news is None
+
+
+def test_a_value_that_breached_caps_the_raises_for_an_hour() -> None:
+    """Between a value that breaches and one that leaves the queue waiting, the knob went
+    back and forth (20, 16, 20, 16), each move re-creating every pod."""
+    tuning = spec(batching={"mode": "Auto", "min": 8, "max": 256})
+    long_ago = format_time(NOW - 3600)
+    stored = {"batching": {"knob": "max-num-seqs", "recommended": 20, "applied": 20,
+                           "servingSince": long_ago}, "tuning": pods_at(tuning, 20)}
+    lowered = plan_evaluation(tuning, 1, stored, signals(5.0, 0.1), 4, None, NOW)
+    block = lowered.status["batching"]
+    assert block["applied"] == 15
+    assert (block["breached"], block["breachedUntil"]) == (20, format_time(NOW + 3600))
+    # At 16 the queue waits with latency to spare: x1.25 would be 20 again; kept under it,
+    # 19 is no step worth a rollout from 16, so nothing moves.
+    settled = merged(stored, lowered.status)
+    settled["batching"].update(applied=16, servingSince=long_ago)
+    settled["tuning"] = pods_at(tuning, 16)
+    later = NOW + 600
+    raised = plan_evaluation(tuning, 1, settled, signals(34.0, 0.05, later), 4, None, later)
+    block = raised.status["batching"]
+    assert block["applied"] == 16 and block["breached"] == 20
+    assert "kept under 20, which breached the latency target, until" in block["reason"]
+    assert raised.batching_news is None
+    # An hour on, the memory is gone and the raise goes through to 20.
+    expired = NOW + 3601
+    free = plan_evaluation(tuning, 1, settled, signals(34.0, 0.05, expired), 4, None, expired)
+    block = free.status["batching"]
+    assert block["applied"] == 20 and block["breached"] is None
+    assert BatchingStatus.model_validate(merged(settled, free.status)["batching"])

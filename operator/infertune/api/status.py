@@ -277,6 +277,11 @@ class BatchingStatus(ApiModel):
     serving_since: str | None = None
     """Mode Auto: since when every pod runs the applied value. The next step waits until the
     metrics window and the latency samples lie after this time."""
+    breached: int | None = None
+    """Mode Auto: the lowest value the latency breached at, which it lowered the knob from;
+    raises stay under it until breachedUntil."""
+    breached_until: str | None = None
+    """Until when `breached` caps the raises (an hour after the breach)."""
     reason: str = ""
 
 

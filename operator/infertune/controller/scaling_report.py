@@ -308,6 +308,13 @@ def _batching_block(spec: InferenceTuningSpec, status: Mapping[str, Any],
         reason = (f"{reason}; not applied: the value the pods run is not known, set "
                   f"--{rec.knob.value} on the pod template to start from it")
     elif auto:
+        breached = _breached(stored, knob.value, now)
+        if rec.direction > 0 and breached is not None and recommended >= breached[0]:
+            # Back up to a value that breached the latency: the knob went back and forth
+            # (20, 16, 20, 16), each move a rollout.
+            recommended = max(breached[0] - 1, in_effect or 0, spec.batching.min)
+            reason = (f"{reason}; kept under {breached[0]}, which breached the latency "
+                      f"target, until {format_time(breached[1])}")
         applied = _applied_knob(spec, in_effect, recommended, rec.direction, on_pods)
     else:
         applied = None
@@ -315,6 +322,10 @@ def _batching_block(spec: InferenceTuningSpec, status: Mapping[str, Any],
         since = None  # new pods: their latency is measured from when they all run it
     block = {"knob": rec.knob.value, "current": rec.current, "recommended": recommended,
              "applied": applied, "servingSince": since, "reason": reason}
+    if auto:
+        block.update(_breach_memory(stored, knob.value,
+                                    in_effect if in_effect is not None else on_pods, applied,
+                                    rec.direction, now))
     # `applied` unknown is left out, not removed: an applied value outside mode Auto (or in
     # DryRun) stays as it was, and the webhook reads it only in mode Auto. One applied for
     # another knob is removed: it would come back as this knob's. The others are sent as
@@ -322,6 +333,33 @@ def _batching_block(spec: InferenceTuningSpec, status: Mapping[str, Any],
     if applied is None and stored.get("knob") in (None, knob.value):
         del block["applied"]
     return block
+
+
+BREACH_MEMORY_S = 3600.0
+"""How long a value that breached the latency caps the raises after it (status.batching.
+breached): a knob going back and forth between two values re-creates the pods each time."""
+
+
+def _breached(stored: Mapping[str, Any], knob: str, now: float) -> tuple[int, float] | None:
+    """(the lowest value the latency breached at, until when it caps raises), while it
+    does, for `knob`."""
+    value, until = stored.get("breached"), stored_time(stored.get("breachedUntil"))
+    if value is None or until is None or until <= now or stored.get("knob") != knob:
+        return None
+    return int(value), until
+
+
+def _breach_memory(stored: Mapping[str, Any], knob: str, before: int | None,
+                   applied: int | None, direction: int, now: float) -> dict[str, Any]:
+    """status.batching.breached and breachedUntil: set when mode Auto lowers the knob for a
+    breach (from `before`, the value the pods ran), kept while they hold, removed after."""
+    held = _breached(stored, knob, now)
+    if direction < 0 and before is not None and applied is not None and applied < before:
+        value = before if held is None else min(held[0], before)
+        return {"breached": value, "breachedUntil": format_time(now + BREACH_MEMORY_S)}
+    if held is not None:
+        return {"breached": held[0], "breachedUntil": format_time(held[1])}
+    return {"breached": None, "breachedUntil": None}
 
 
 def _adding_replicas(decision: ScaleDecision) -> bool:
