@@ -15,6 +15,7 @@ from urllib3.exceptions import ReadTimeoutError
 from infertune.api.spec import InferenceTuningSpec
 from infertune.controller import autoscaling
 from infertune.controller.fights import Writers
+from infertune.controller.status_patch import merge_patch
 from infertune.kube.client import DeploymentReplicas
 from infertune.scaling.signals import Series, TargetSignals, Window
 
@@ -62,7 +63,7 @@ class Cluster:
             if cluster.status_fails:
                 cluster.status_fails = False
                 raise ApiException(status=500, reason="etcdserver: request timed out")
-            cluster.status = autoscaling.merge_patch(cluster.status, copy.deepcopy(patch))
+            cluster.status = merge_patch(cluster.status, copy.deepcopy(patch))
             return dict(patch)
 
         def event(_body: Any, *, type: str, reason: str, message: str) -> None:

@@ -23,6 +23,7 @@ from infertune.api.status import (
 from infertune.controller.conditions import condition_dict, make_condition, merge_condition_dicts
 from infertune.controller.fights import Fight, fight_message
 from infertune.controller.scaling_report import Blocked, plan_evaluation, status_over
+from infertune.controller.status_patch import merge_patch
 from infertune.scaling.signals import Series, TargetSignals, Window
 from infertune.scaling.state import format_time
 from infertune.tuning.pod_patch import TemplateBatching, template_batching, tuning_revision
@@ -49,25 +50,11 @@ def signals(queue: float | None = 48.0, latency_s: float = 0.05,
     return TargetSignals(window, Series(points, 15.0), Series(rates, 15.0))
 
 
-def merged(stored: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
-    """RFC 7386 JSON merge patch, as the API server applies kopf's status patch."""
-    out = dict(stored)
-    for key, value in patch.items():
-        if value is None:
-            out.pop(key, None)
-        elif isinstance(value, dict):
-            previous = out.get(key)
-            out[key] = merged(previous if isinstance(previous, dict) else {}, value)
-        else:
-            out[key] = value
-    return out
-
-
 def test_scale_out_writes_replicas_and_reports_in_the_shape_of_the_status_models() -> None:
     planned = plan_evaluation(spec(), 3, {}, signals(), 4, None, NOW)
     assert planned.write == 6
     block = planned.status["autoscaling"]
-    assert merged({}, block) == AutoscalingStatus.model_validate(block).model_dump(
+    assert merge_patch({}, block) == AutoscalingStatus.model_validate(block).model_dump(
         by_alias=True, mode="json", exclude_none=True)
     assert block["lastScaleTime"] == STAMP and block["state"]["scaleEvents"] == [
         {"time": STAMP, "change": 2}]
@@ -97,7 +84,7 @@ def test_dry_run_and_blocked_writes_report_the_decision_without_writing(
     assert planned.event is not None and planned.event[1].startswith(prefix)
     assert planned.status["decisions"][0]["applied"] is False
     assert planned.status["autoscaling"]["state"]["scaleEvents"] == []  # nothing happened
-    assert "lastScaleTime" not in merged({}, planned.status["autoscaling"])
+    assert "lastScaleTime" not in merge_patch({}, planned.status["autoscaling"])
     scaling = next(c for c in planned.status["conditions"] if c["type"] == "ScalingActive")
     assert scaling["reason"] == reason
 
@@ -105,12 +92,12 @@ def test_dry_run_and_blocked_writes_report_the_decision_without_writing(
 def test_values_that_went_missing_are_removed_not_left_stale() -> None:
     before = plan_evaluation(spec(), 1, {}, signals(queue=30.0), 4, None, NOW - 15).status
     outage = plan_evaluation(spec(), 1, before, signals(queue=None), 4, None, NOW)
-    stored = merged(before, outage.status)
+    stored = merge_patch(before, outage.status)
     assert "p99Ms" not in stored["autoscaling"] and "queueDepth" not in stored["autoscaling"]
     assert stored["autoscaling"]["state"]["metricsMissingSince"] == STAMP
     back = plan_evaluation(spec(), 1, stored, signals(queue=30.0, now=NOW + 15), 4, None,
                            NOW + 15)
-    restored = merged(stored, back.status)
+    restored = merge_patch(stored, back.status)
     assert "metricsMissingSince" not in restored["autoscaling"]["state"]
     assert restored["autoscaling"]["p99Ms"] == 50.0
 
@@ -126,7 +113,7 @@ def test_conditions_keep_their_transition_time_and_the_others_untouched() -> Non
     again = plan_evaluation(spec(), 1, first, signals(queue=31.0), 4, None, NOW).status
     assert "conditions" not in again
     assert "31.0/replica" in again["autoscaling"]["reason"]
-    stored = merged(first, again)
+    stored = merge_patch(first, again)
     lost = plan_evaluation(spec(), 1, stored, signals(queue=None), 4, None, NOW + 15).status
     by_type = {c["type"]: c for c in lost["conditions"]}
     assert by_type["Ready"] == ready
@@ -135,7 +122,7 @@ def test_conditions_keep_their_transition_time_and_the_others_untouched() -> Non
     assert "no series for Deployment ns/llm" in metrics["message"]
     assert by_type["ScalingActive"]["lastTransitionTime"] == format_time(NOW - 15)
     # A new generation is a change even when nothing else is.
-    newer = plan_evaluation(spec(), 2, merged(stored, lost), signals(queue=None), 4, None,
+    newer = plan_evaluation(spec(), 2, merge_patch(stored, lost), signals(queue=None), 4, None,
                             NOW + 30).status
     assert {c["observedGeneration"] for c in newer["conditions"] if c["type"] != "Ready"} == {2}
 
@@ -188,7 +175,7 @@ def test_a_would_be_change_is_recorded_once_not_every_interval(
     for i in range(12):
         now = NOW + 15 * i
         planned = plan_evaluation(spec(mode=mode), 1, status, signals(now=now), 4, blocked, now)
-        status = merged(status, planned.status)
+        status = merge_patch(status, planned.status)
         events.append(planned.event)
     assert [e is not None for e in events] == [True] + [False] * 11
     assert [d["feature"] for d in status["decisions"]] == ["rollout", "autoscaling"]
@@ -202,12 +189,12 @@ def test_the_same_would_be_change_for_another_reason_is_news() -> None:
     """DryRun said "ScaleOut 4 -> 6, not applied"; set to Enforce, the write is refused by an
     admission policy with the same numbers. That is news (and its Warning), not a repeat."""
     dry = plan_evaluation(spec(mode="DryRun"), 1, {}, signals(), 4, None, NOW)
-    status = merged({}, dry.status)
+    status = merge_patch({}, dry.status)
     later = NOW + 15
     refused = plan_evaluation(spec(), 2, status, signals(now=later), 4,
                               Blocked("ScaleWriteRefused", "denied by policy"), later)
     assert refused.record is not None and refused.event is not None
-    again = plan_evaluation(spec(), 2, merged(status, refused.status), signals(now=later + 15),
+    again = plan_evaluation(spec(), 2, merge_patch(status, refused.status), signals(now=later + 15),
                             4, Blocked("ScaleWriteRefused", "denied by policy"), later + 15)
     assert again.record is None  # the same situation once more
 
@@ -217,7 +204,7 @@ def test_a_change_not_written_after_the_same_one_written_is_news() -> None:
     the last evaluation, but that one was applied, so "not applied" is news."""
     written = plan_evaluation(spec(), 1, {}, signals(), 4, None, NOW)
     assert written.write == 6
-    status = merged({}, written.status)
+    status = merge_patch({}, written.status)
     later = NOW + 15
     blocked = plan_evaluation(spec(), 1, status, signals(now=later), 4,
                               Blocked("HorizontalPodAutoscalerPresent", "HPA llm"), later)
@@ -283,7 +270,7 @@ def test_a_recommendation_nothing_applies_stays_put_while_the_latency_does() -> 
     for i in range(6):
         now = NOW + 15 * i
         planned = plan_evaluation(tuning, 1, status, signals(5.0, 0.1, now), 4, None, now)
-        status = merged(status, planned.status)
+        status = merge_patch(status, planned.status)
         seen.append(status["batching"]["recommended"])
         assert "current" not in status["batching"]  # the setting in use is not known
     assert seen == [192] * 6, seen
@@ -304,14 +291,14 @@ def test_batching_auto_steps_again_only_once_every_pod_runs_the_value_for_a_wind
         "pod template" in unknown.status["batching"]["reason"]
     first = plan_evaluation(tuning, 1, status, breach, 4, None, NOW,
                             template=TemplateBatching(256, None))
-    status = merged(status, first.status)
+    status = merge_patch(status, first.status)
     assert status["batching"]["applied"] == 128  # from the template's 256
 
     def step(now: float, tuned: dict[str, Any]) -> dict[str, Any]:
         nonlocal status
         status["tuning"] = tuned
         planned = plan_evaluation(tuning, 1, status, signals(5.0, 0.15, now), 4, None, now)
-        status = merged(status, planned.status)
+        status = merge_patch(status, planned.status)
         return dict(status["batching"])
 
     rolling = step(NOW + 15, pods_at(tuning, 128, outdated=3, tuned=1))
@@ -400,7 +387,7 @@ def test_built_again_over_a_newer_status_the_shared_lists_keep_the_other_writers
 
 def test_built_again_over_a_status_that_already_says_so_the_conditions_are_left_out() -> None:
     first = plan_evaluation(spec(), 1, {}, signals(queue=30.0), 4, None, NOW - 15)
-    stored = merged({}, first.status)
+    stored = merge_patch({}, first.status)
     again = plan_evaluation(spec(), 1, {}, signals(queue=31.0), 4, None, NOW)
     assert "conditions" in again.status  # planned over an empty status
     assert "conditions" not in status_over(again, stored)
@@ -417,9 +404,10 @@ def test_a_replica_fight_is_stored_in_the_status_block_and_removed_when_over() -
     assert stored is not None and stored.reverts == 2 and stored.retry_at == format_time(NOW + 270)
     assert Fight.from_json(block["replicaFight"]) == fight
     # Over: sent as None, which the merge patch turns into a removal.
-    over = plan_evaluation(spec(), 1, merged({}, planned.status), signals(), 4, None, NOW + 900)
+    stored_fight = merge_patch({}, planned.status)
+    over = plan_evaluation(spec(), 1, stored_fight, signals(), 4, None, NOW + 900)
     assert over.status["autoscaling"]["replicaFight"] is None
-    assert "replicaFight" not in merged(merged({}, planned.status), over.status)["autoscaling"]
+    assert "replicaFight" not in merge_patch(stored_fight, over.status)["autoscaling"]
 
 
 def test_the_replicas_written_are_kept_in_status_while_they_stand() -> None:
@@ -609,7 +597,7 @@ def test_a_change_of_the_applied_batching_value_is_recorded_and_announced() -> N
     assert record in planned.status["decisions"]
     assert reason == "BatchingApplied"
     assert message.startswith("max-num-seqs 128 -> 64, the pods are re-created with it: ")
-    again = plan_evaluation(tuning, 1, merged(stored, planned.status), signals(5.0, 0.15), 4,
+    again = plan_evaluation(tuning, 1, merge_patch(stored, planned.status), signals(5.0, 0.15), 4,
                             None, NOW + 15)
     assert again.batching_news is None  # waiting for the pods: no change, no news
     assert again.status["batching"]["applied"] == 64
@@ -622,14 +610,14 @@ def test_a_new_target_starts_with_an_empty_state() -> None:
     old = spec(targetRef={"name": "llm"})
     scaled_in = plan_evaluation(old, 1, {}, signals(queue=8.0), 4, None, NOW)
     assert scaled_in.write == 1
-    stored = merged({}, scaled_in.status)
+    stored = merge_patch({}, scaled_in.status)
     assert stored["autoscaling"]["target"] == "llm"
     new = spec(targetRef={"name": "llm-v2"})
     busy = plan_evaluation(new, 2, stored, signals(queue=96.0, now=NOW + 5), 2, None, NOW + 5)
     assert busy.write == 6, busy.decision.reason  # 2 x 96/32, not held by llm's scale-in
     assert [e["change"] for e in busy.status["autoscaling"]["state"]["scaleEvents"]] == [4]
     # A status from before `target` was stored is the same target's: its state holds.
-    legacy = merged(stored, {"autoscaling": {"target": None}})
+    legacy = merge_patch(stored, {"autoscaling": {"target": None}})
     same = plan_evaluation(old, 1, legacy, signals(queue=96.0, now=NOW + 5), 1, None, NOW + 5)
     assert len(same.status["autoscaling"]["state"]["scaleEvents"]) == 2
 
@@ -683,7 +671,7 @@ def test_a_value_applied_for_another_knob_is_neither_set_on_pods_nor_kept() -> N
     quiet = plan_evaluation(tokens, 2, stored, signals(5.0, 0.05), 4, None, NOW)
     assert "applied" in quiet.status["batching"]
     assert quiet.status["batching"]["applied"] is None  # removed, not left for the webhook
-    assert merged(stored, quiet.status)["batching"].get("applied") is None
+    assert merge_patch(stored, quiet.status)["batching"].get("applied") is None
 
 
 def test_batching_auto_waits_while_replicas_added_before_are_not_serving_or_held() -> None:
@@ -698,7 +686,7 @@ def test_batching_auto_waits_while_replicas_added_before_are_not_serving_or_held
     first = plan_evaluation(tuning, 1, stored, signals(48.0, 0.05), 4, None, NOW, ready=4)
     assert first.write == 5 and first.status["batching"]["applied"] == 128
     later = NOW + 15
-    held = plan_evaluation(tuning, 1, merged(stored, first.status), signals(48.0, 0.05, later),
+    held = plan_evaluation(tuning, 1, merge_patch(stored, first.status), signals(48.0, 0.05, later),
                            5, None, later, ready=4)
     assert held.write is None, held.decision.reason  # the rate limit holds 5
     block = held.status["batching"]
@@ -719,7 +707,7 @@ def test_a_value_that_breached_caps_the_raises_for_an_hour() -> None:
     assert (block["breached"], block["breachedUntil"]) == (20, format_time(NOW + 3600))
     # At 16 the queue waits with latency to spare: x1.25 would be 20 again; kept under it,
     # 19 is no step worth a rollout from 16, so nothing moves.
-    settled = merged(stored, lowered.status)
+    settled = merge_patch(stored, lowered.status)
     settled["batching"].update(applied=16, servingSince=long_ago)
     settled["tuning"] = pods_at(tuning, 16)
     later = NOW + 600
@@ -733,4 +721,4 @@ def test_a_value_that_breached_caps_the_raises_for_an_hour() -> None:
     free = plan_evaluation(tuning, 1, settled, signals(34.0, 0.05, expired), 4, None, expired)
     block = free.status["batching"]
     assert block["applied"] == 20 and block["breached"] is None
-    assert BatchingStatus.model_validate(merged(settled, free.status)["batching"])
+    assert BatchingStatus.model_validate(merge_patch(settled, free.status)["batching"])

@@ -58,7 +58,7 @@ from infertune.controller.scaling_report import (
     plan_evaluation,
     status_over,
 )
-from infertune.controller.status_patch import Build, write_status
+from infertune.controller.status_patch import Build, merge_patch, write_status
 from infertune.kube.client import deployment_replicas, server_message
 from infertune.kube.lease import ALWAYS, RETRY_PERIOD_S, Leader
 from infertune.metrics.source import MetricsSource, MetricsTarget, target_for_tuning
@@ -487,21 +487,6 @@ def _newer(patch: Mapping[str, Any], status: Mapping[str, Any]) -> bool:
     made = stored_evaluation(patch)
     stored = stored_evaluation(status)
     return made is not None and (stored is None or made > stored)
-
-
-def merge_patch(stored: Mapping[str, Any], patch: Mapping[str, Any]) -> dict[str, Any]:
-    """`patch` applied to `stored` as the API server applies a JSON merge patch (RFC 7386):
-    None removes a field, objects merge, anything else replaces."""
-    out = dict(stored)
-    for field_name, value in patch.items():
-        if value is None:
-            out.pop(field_name, None)
-        elif isinstance(value, Mapping):
-            before = out.get(field_name)
-            out[field_name] = merge_patch(before if isinstance(before, Mapping) else {}, value)
-        else:
-            out[field_name] = value
-    return out
 
 
 def _spec_changed(namespace: str, name: str, generation: int) -> bool:

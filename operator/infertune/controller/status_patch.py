@@ -36,6 +36,21 @@ def as_stored(value: Any) -> Any:
     return value
 
 
+def merge_patch(stored: Mapping[str, Any], patch: Mapping[str, Any]) -> dict[str, Any]:
+    """`patch` applied to `stored` as the API server applies a JSON merge patch (RFC 7386):
+    None removes a field, objects merge, anything else replaces."""
+    out = dict(stored)
+    for field_name, value in patch.items():
+        if value is None:
+            out.pop(field_name, None)
+        elif isinstance(value, Mapping):
+            before = out.get(field_name)
+            out[field_name] = merge_patch(before if isinstance(before, Mapping) else {}, value)
+        else:
+            out[field_name] = value
+    return out
+
+
 def write_status(namespace: str, name: str, status: Mapping[str, Any],
                  resource_version: str | None, build: Build,
                  api: client.CustomObjectsApi | None = None,
