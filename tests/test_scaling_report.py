@@ -240,12 +240,17 @@ def pods_at(tuning: InferenceTuningSpec, value: int, outdated: int = 0,
             "outdatedPods": outdated}
 
 
+def applied_long_ago(tuning: InferenceTuningSpec, value: int) -> dict[str, Any]:
+    """The status of a tuning in batching mode Auto that applied `value` an hour ago, which
+    every pod runs since."""
+    return {"batching": {"knob": "max-num-seqs", "recommended": value, "applied": value,
+                         "servingSince": format_time(NOW - 3600)},
+            "tuning": pods_at(tuning, value)}
+
+
 def test_batching_auto_applies_a_large_move_and_dry_run_leaves_applied_alone() -> None:
     auto = {"batching": {"mode": "Auto"}}
-    long_ago = format_time(NOW - 3600)
-    stored = {"batching": {"knob": "max-num-seqs", "recommended": 128, "applied": 128,
-                           "servingSince": long_ago},
-              "tuning": pods_at(spec(**auto), 128)}
+    stored = applied_long_ago(spec(**auto), 128)
     breach = signals(queue=5.0, latency_s=0.15)
     planned = plan_evaluation(spec(**auto), 1, stored, breach, 4, None, NOW)
     block = planned.status["batching"]
@@ -476,9 +481,7 @@ def test_batching_auto_applies_nothing_the_pod_template_cannot_carry() -> None:
     tuning = spec(batching={"mode": "Auto", "min": 8, "max": 256})
     shell = template_batching(tuning, {"containers": [{"name": "vllm", "command": [
         "sh", "-c", "vllm serve qwen --max-num-seqs 256"]}]})
-    stored = {"batching": {"knob": "max-num-seqs", "recommended": 128, "applied": 128,
-                           "servingSince": format_time(NOW - 3600)},
-              "tuning": pods_at(tuning, 128)}
+    stored = applied_long_ago(tuning, 128)
     for status in ({}, stored):
         planned = plan_evaluation(tuning, 1, status, signals(5.0, 0.15), 4, None, NOW,
                                   template=shell)
@@ -526,9 +529,7 @@ def test_with_latency_action_scale_out_a_breach_scales_out_and_leaves_the_batch(
     tuning = spec(autoscaling={"minReplicas": 1, "maxReplicas": 20,
                                "latency": {"action": "ScaleOut"}},
                   batching={"mode": "Auto", "min": 8, "max": 256})
-    stored = {"batching": {"knob": "max-num-seqs", "recommended": 128, "applied": 128,
-                           "servingSince": format_time(NOW - 3600)},
-              "tuning": pods_at(tuning, 128)}
+    stored = applied_long_ago(tuning, 128)
     planned = plan_evaluation(tuning, 1, stored, signals(5.0, 0.15), 4, None, NOW)
     assert planned.status["autoscaling"]["action"] == "ScaleOut"
     block = planned.status["batching"]
@@ -539,9 +540,7 @@ def test_with_latency_action_scale_out_a_breach_scales_out_and_leaves_the_batch(
 
 def test_batching_auto_does_not_raise_the_knob_while_replicas_are_added() -> None:
     tuning = spec(batching={"mode": "Auto", "min": 8, "max": 256})
-    stored = {"batching": {"knob": "max-num-seqs", "recommended": 128, "applied": 128,
-                           "servingSince": format_time(NOW - 3600)},
-              "tuning": pods_at(tuning, 128)}
+    stored = applied_long_ago(tuning, 128)
     # The queue sustained above target with latency headroom: raise the batch, and scale out.
     planned = plan_evaluation(tuning, 1, stored, signals(48.0, 0.05), 4, None, NOW)
     assert planned.status["autoscaling"]["action"] == "ScaleOut"
@@ -556,9 +555,7 @@ def test_batching_auto_does_not_raise_the_knob_while_replicas_are_added() -> Non
 
 def test_the_next_batching_step_waits_for_ready_pods_and_the_queue_sustain() -> None:
     tuning = spec(batching={"mode": "Auto", "min": 8, "max": 256})
-    stored = {"batching": {"knob": "max-num-seqs", "recommended": 128, "applied": 128,
-                           "servingSince": format_time(NOW - 3600)},
-              "tuning": pods_at(tuning, 128)}
+    stored = applied_long_ago(tuning, 128)
     counted = {**stored, "batching": {**stored["batching"],
                                       "servingSince": format_time(NOW - 100)}}
     loading = plan_evaluation(tuning, 1, counted, signals(5.0, 0.15), 4, None, NOW, ready=3)
@@ -587,9 +584,7 @@ def test_a_change_of_the_applied_batching_value_is_recorded_and_announced() -> N
     """Each change re-creates the pods: it gets a status.decisions entry and an Event, as a
     scale does (status.batching.reason is overwritten at the next evaluation)."""
     tuning = spec(batching={"mode": "Auto", "min": 8, "max": 256})
-    stored = {"batching": {"knob": "max-num-seqs", "recommended": 128, "applied": 128,
-                           "servingSince": format_time(NOW - 3600)},
-              "tuning": pods_at(tuning, 128)}
+    stored = applied_long_ago(tuning, 128)
     planned = plan_evaluation(tuning, 1, stored, signals(5.0, 0.15), 4, None, NOW)
     assert planned.batching_news is not None
     record, (reason, message) = planned.batching_news
@@ -680,9 +675,7 @@ def test_batching_auto_waits_while_replicas_added_before_are_not_serving_or_held
     tuning = spec(autoscaling={"minReplicas": 1, "maxReplicas": 20,
                                "scaleUp": {"pods": 1, "percent": 0, "period": "60s"}},
                   batching={"mode": "Auto", "min": 8, "max": 256})
-    stored = {"batching": {"knob": "max-num-seqs", "recommended": 128, "applied": 128,
-                           "servingSince": format_time(NOW - 3600)},
-              "tuning": pods_at(tuning, 128)}
+    stored = applied_long_ago(tuning, 128)
     first = plan_evaluation(tuning, 1, stored, signals(48.0, 0.05), 4, None, NOW, ready=4)
     assert first.write == 5 and first.status["batching"]["applied"] == 128
     later = NOW + 15
@@ -699,8 +692,7 @@ def test_a_value_that_breached_caps_the_raises_for_an_hour() -> None:
     back and forth (20, 16, 20, 16), each move re-creating every pod."""
     tuning = spec(batching={"mode": "Auto", "min": 8, "max": 256})
     long_ago = format_time(NOW - 3600)
-    stored = {"batching": {"knob": "max-num-seqs", "recommended": 20, "applied": 20,
-                           "servingSince": long_ago}, "tuning": pods_at(tuning, 20)}
+    stored = applied_long_ago(tuning, 20)
     lowered = plan_evaluation(tuning, 1, stored, signals(5.0, 0.1), 4, None, NOW)
     block = lowered.status["batching"]
     assert block["applied"] == 15
