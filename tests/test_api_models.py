@@ -9,11 +9,11 @@ from pydantic import ValidationError
 
 from infertune.api.errors import field_errors
 from infertune.api.spec import (
-    DEFAULT_BATCHING_KNOB,
     InferenceTuning,
     InferenceTuningSpec,
     Mode,
     auto_batching_problem,
+    batching_knob,
 )
 from infertune.api.status import InferenceTuningStatus
 
@@ -196,8 +196,7 @@ def test_knobs_auto_must_not_drive_validate_and_are_refused_when_applied(
     """Not a validation error: a stored tuning that validated before must keep its pod
     tuning after an upgrade. Auto then only recommends, and says why."""
     spec = InferenceTuningSpec.model_validate(_spec(engine=engine, batching=batching))
-    knob = spec.batching.knob or DEFAULT_BATCHING_KNOB[spec.engine]
-    found = auto_batching_problem(spec.batching, knob)
+    found = auto_batching_problem(spec.batching, batching_knob(spec.batching, spec.engine))
     assert (found is None) if problem is None else (problem in str(found)), found
 
 

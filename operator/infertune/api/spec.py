@@ -77,6 +77,12 @@ DEFAULT_BATCHING_KNOB: dict[Engine, BatchingKnob] = {
 }
 
 
+def batching_knob(batching: BatchingSpec, engine: Engine) -> BatchingKnob | None:
+    """The knob batching drives: spec.batching.knob, else the engine's usual one (None for
+    engine custom without one)."""
+    return batching.knob or DEFAULT_BATCHING_KNOB.get(engine)
+
+
 class TargetRef(ApiModel):
     """The workload to tune. Only its pods and its scale subresource are touched."""
 

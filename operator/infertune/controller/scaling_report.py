@@ -19,10 +19,10 @@ from typing import Any, NamedTuple
 
 from infertune.api.scaling import STARTING_S, BatchingMode
 from infertune.api.spec import (
-    DEFAULT_BATCHING_KNOB,
     InferenceTuningSpec,
     Mode,
     auto_batching_problem,
+    batching_knob,
 )
 from infertune.api.status import MAX_DECISIONS, ConditionStatus, ConditionType
 from infertune.api.units import format_duration
@@ -254,7 +254,7 @@ def _batching_block(spec: InferenceTuningSpec, status: Mapping[str, Any],
     re-created would take the knob to its bound on the strength of latency the last step
     could not have changed yet."""
     assert spec.autoscaling is not None
-    knob = spec.batching.knob or DEFAULT_BATCHING_KNOB.get(spec.engine)
+    knob = batching_knob(spec.batching, spec.engine)
     if spec.batching.mode is BatchingMode.OFF or knob is None:
         return None
     stored: Mapping[str, Any] = status.get("batching") or {}

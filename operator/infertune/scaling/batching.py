@@ -18,7 +18,7 @@ from infertune.api.scaling import (
     BatchingSpec,
     LatencyAction,
 )
-from infertune.api.spec import DEFAULT_BATCHING_KNOB, Engine
+from infertune.api.spec import Engine, batching_knob
 from infertune.scaling.reading import Reading, queue_is_low
 from infertune.scaling.signals import FLOAT_NOISE, latency_text, seconds
 
@@ -68,7 +68,7 @@ def recommend_batching(batching: BatchingSpec, engine: Engine, autoscaling: Auto
     With latency.action ScaleOut a breach is the autoscaler's to act on (it adds replicas):
     the knob is not lowered for it as well, which would re-create the pods while replicas are
     added and over-correct."""
-    knob = batching.knob or DEFAULT_BATCHING_KNOB.get(engine)
+    knob = batching_knob(batching, engine)
     if batching.mode is BatchingMode.OFF or knob is None:
         return None
     base, origin = _base(batching, knob, reading, current, origin)

@@ -16,12 +16,12 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from infertune import keys
-from infertune.api.scaling import BatchingKnob, BatchingMode
+from infertune.api.scaling import BatchingMode
 from infertune.api.spec import (
-    DEFAULT_BATCHING_KNOB,
     InferenceTuningSpec,
     Mode,
     auto_batching_problem,
+    batching_knob,
 )
 from infertune.api.tuning import AllocatorType, NumaPolicy
 from infertune.api.units import parse_quantity
@@ -237,7 +237,7 @@ def _launcher_ops(pod_spec: dict[str, Any], index: int, serving: dict[str, Any],
 
 
 def _knob(spec: InferenceTuningSpec) -> str | None:
-    knob = spec.batching.knob or DEFAULT_BATCHING_KNOB.get(spec.engine)
+    knob = batching_knob(spec.batching, spec.engine)
     return knob.value if knob is not None else None
 
 
@@ -245,7 +245,7 @@ def _flag_problem(spec: InferenceTuningSpec, serving: Mapping[str, Any]) -> str 
     """Why batching mode Auto cannot set `--<knob>` on the serving container's command line,
     None when it can."""
     knob = _knob(spec)
-    problem = auto_batching_problem(spec.batching, None if knob is None else BatchingKnob(knob))
+    problem = auto_batching_problem(spec.batching, batching_knob(spec.batching, spec.engine))
     if problem is not None or knob is None:
         return f"batching mode Auto cannot drive {knob or 'a knob'}: {problem}"
     flag = f"--{knob}"
