@@ -265,11 +265,13 @@ def _batching_block(spec: InferenceTuningSpec, status: Mapping[str, Any],
     in_effect = (_within(spec, stored.get("applied"))
                  if auto and stored.get("knob") == knob.value else None)
     on_pods = None if template is None else template.value
-    start, origin = ((in_effect, "applied") if in_effect is not None else
-                     (_within(spec, on_pods), "on the pod template" if on_pods in (
-                         _within(spec, on_pods), None) else
-                      f"{on_pods} on the pod template, within {spec.batching.min}.."
-                      f"{spec.batching.max}"))
+    start: int | None = in_effect
+    if in_effect is not None:
+        origin = "applied"
+    else:
+        start = _within(spec, on_pods)
+        origin = ("on the pod template" if start == on_pods else f"{on_pods} on the pod "
+                  f"template, within {spec.batching.min}..{spec.batching.max}")
     rec = recommend_batching(spec.batching, spec.engine, spec.autoscaling, decision.signals,
                              start, origin)
     if rec is None:
@@ -449,9 +451,7 @@ def _applied_knob(spec: InferenceTuningSpec, previous: int | None, recommended: 
     value derived from the peak of running requests, calling for no change at all; a raise
     from an unknown setting (the engine's default) may lower it; and a value on the template
     outside min..max turned a raise into a lower. Then a move of APPLY_STEP or more, or to a
-    bound."""
-    if spec.batching.mode is not BatchingMode.AUTO or spec.mode is Mode.DRY_RUN:
-        return None
+    bound. Called in mode Auto only (not in DryRun, nor with autoscaling disabled)."""
     if previous is None:
         if on_pods is None:
             return recommended if direction < 0 else None
