@@ -122,7 +122,6 @@ class PrometheusSource:
         def run(planned: tuple[QueryPlan, _Query]) -> _Answer:
             return self._run(planned[0], planned[1], now)
 
-        floors: dict[str, float] = {}
         # The batch's longest wait: queries not started within the budget, one timeout each.
         deadline = time.monotonic() + self.timeout_s * (BUDGET_TIMEOUTS + 1)
         with_latency: list[tuple[QueryPlan, Iterable[SeriesKey]]] = []
@@ -134,12 +133,30 @@ class PrometheusSource:
                 table[target.key] = got if got is not None else answer.missing(target)
             if hits and plan.floor is not None:
                 with_latency.append((plan, hits.keys()))
-        # The bounds of the histograms that answered, read at once and within the batch's
-        # longest wait (a Prometheus that did not answer the latency is not asked them).
+        floors = self._latency_floors(plans, with_latency, now, deadline)
+        # Window plans fill the queue and running tables, range plans the other two.
+        queue = cast(dict[str, Window], found[Signal.QUEUE])
+        running = cast(dict[str, Window], found[Signal.RUNNING])
+        latency = cast(dict[str, Series], found[Signal.LATENCY])
+        rate = cast(dict[str, Series], found[Signal.REQUEST_RATE])
+        # Every supported target is in a queue and a latency plan; the others say why not.
+        return {t.key: TargetSignals(queue[t.key], latency[t.key], rate[t.key],
+                                     running.get(t.key, NOT_READ), t.latency_kind,
+                                     floors.get(t.key))
+                if t.key in queue else self._unsupported(t) for t in targets}
+
+    def _latency_floors(self, plans: list[tuple[QueryPlan, _Query]],
+                        with_latency: list[tuple[QueryPlan, Iterable[SeriesKey]]],
+                        now: float, deadline: float) -> dict[str, float]:
+        """target key -> the lowest finite bucket bound of its latency histogram, where known.
+        The bounds of the histograms that answered are read when due, at once and within
+        the batch's longest wait (a Prometheus that did not answer the latency is not asked
+        them)."""
         reading = {text: self._pool.submit(self._read_floors, text, label, now)
                    for text, label in self._floors_due(with_latency)}
         self._floors_read(reading, deadline)
         clock = time.monotonic()
+        floors: dict[str, float] = {}
         for plan, _ in plans:
             text = self._floor_texts.get(id(plan))
             known = None if text is None else self._floors.get(text)
@@ -155,16 +172,7 @@ class PrometheusSource:
             # go, and the query names their Deployments).
             self._floors.pop(text, None)
             del self._floor_used[text]
-        # Window plans fill the queue and running tables, range plans the other two.
-        queue = cast(dict[str, Window], found[Signal.QUEUE])
-        running = cast(dict[str, Window], found[Signal.RUNNING])
-        latency = cast(dict[str, Series], found[Signal.LATENCY])
-        rate = cast(dict[str, Series], found[Signal.REQUEST_RATE])
-        # Every supported target is in a queue and a latency plan; the others say why not.
-        return {t.key: TargetSignals(queue[t.key], latency[t.key], rate[t.key],
-                                     running.get(t.key, NOT_READ), t.latency_kind,
-                                     floors.get(t.key))
-                if t.key in queue else self._unsupported(t) for t in targets}
+        return floors
 
     def _floors_due(self, plans: list[tuple[QueryPlan, Iterable[SeriesKey]]]
                     ) -> list[tuple[str, str]]:
