@@ -41,7 +41,7 @@ from urllib3.exceptions import HTTPError as Urllib3Error
 
 from infertune.api.scaling import BatchingMode
 from infertune.api.spec import GROUP, PLURAL, VERSION, InferenceTuning, InferenceTuningSpec
-from infertune.api.status import MAX_DECISIONS, ConditionStatus, ConditionType
+from infertune.api.status import ConditionStatus, ConditionType
 from infertune.controller.conditions import condition_dict, merge_condition_dicts
 from infertune.controller.fights import (
     Fight,
@@ -55,6 +55,7 @@ from infertune.controller.loops import pause, snapshot, until_stopped
 from infertune.controller.scaling_report import (
     Blocked,
     Evaluation,
+    appended_decisions,
     plan_evaluation,
     status_over,
 )
@@ -456,16 +457,14 @@ class Unwritten(NamedTuple):
     @classmethod
     def of(cls, planned: Evaluation, before: Unwritten | None) -> Unwritten:
         own = {k: v for k, v in planned.status.items() if k not in ("conditions", "decisions")}
-        new = [r for r in (planned.record, None if planned.batching_news is None
-                           else planned.batching_news[0]) if r is not None]
         if before is None:
-            return cls(own, tuple(new))
-        return cls({**before.blocks, **own}, (*before.records, *new))
+            return cls(own, _records(planned))
+        return cls({**before.blocks, **own}, (*before.records, *_records(planned)))
 
     def over(self, status: Mapping[str, Any]) -> dict[str, Any]:
         """`status` as it would be had they been written."""
         out = merge_patch(status, self.blocks)
-        out["decisions"] = self._decisions(status)
+        out["decisions"] = appended_decisions(status, *self.records)
         return out
 
     def under(self, patch: Mapping[str, Any], stored: Mapping[str, Any],
@@ -473,13 +472,14 @@ class Unwritten(NamedTuple):
         """`patch`, the status patch of `planned` over `stored` (or over `over(stored)`), with
         them: their blocks it does not write again, and their records and its own on the
         stored list (another writer's entries and conditions written meanwhile stay)."""
-        out = {**self.blocks, **patch}
-        own = Unwritten.of(planned, None).records
-        out["decisions"] = [*self._decisions(stored), *own][-MAX_DECISIONS:]
-        return out
+        return {**self.blocks, **patch,
+                "decisions": appended_decisions(stored, *self.records, *_records(planned))}
 
-    def _decisions(self, status: Mapping[str, Any]) -> list[dict[str, Any]]:
-        return [*(status.get("decisions") or []), *self.records][-MAX_DECISIONS:]
+
+def _records(planned: Evaluation) -> tuple[dict[str, Any], ...]:
+    """The decision records of an evaluation: its scale decision's, its batching change's."""
+    batching = None if planned.batching_news is None else planned.batching_news[0]
+    return tuple(r for r in (planned.record, batching) if r is not None)
 
 
 def _newer(patch: Mapping[str, Any], status: Mapping[str, Any]) -> bool:

@@ -95,8 +95,13 @@ def _shared_lists(stored: Mapping[str, Any], conditions: tuple[dict[str, Any], .
         lists["conditions"] = merged
     new = [r for r in records if r is not None]
     if new:
-        lists["decisions"] = [*(stored.get("decisions") or []), *new][-MAX_DECISIONS:]
+        lists["decisions"] = appended_decisions(stored, *new)
     return lists
+
+
+def appended_decisions(stored: Mapping[str, Any], *records: dict[str, Any]) -> list[Any]:
+    """status.decisions as stored with `records` appended, the newest MAX_DECISIONS kept."""
+    return [*(stored.get("decisions") or []), *records][-MAX_DECISIONS:]
 
 
 def plan_evaluation(spec: InferenceTuningSpec, generation: int, status: Mapping[str, Any],
