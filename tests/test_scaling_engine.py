@@ -573,6 +573,34 @@ def test_the_queue_is_sized_on_the_pods_that_report_it() -> None:
     assert decide(signals(steady(48)._replace(pods=6)), current=4, **fast).desired_replicas == 9
 
 
+def test_a_breach_is_not_held_by_a_pod_that_serves_without_reporting_the_queue() -> None:
+    """4 replicas, all Ready, one whose scrape fails (or times out under load): 3 report a
+    queue within tolerance, and the P99 is 4x the target. The queue sized the breach as if
+    the fourth pod were still loading its model: held at 4 for as long as the scrape failed."""
+    out = decide(signals(steady(34)._replace(pods=3), latency_ms=(300, 300)), current=4,
+                 ready=4)
+    assert out.desired_replicas == 8, out.reason
+    assert "the queue sizes it" not in out.reason
+
+
+def test_a_breach_is_held_by_a_pod_not_ready_for_starting_s_at_most() -> None:
+    """One of 4 replicas Pending (no GPU for it) and so never reporting: the queue sizes the
+    breach while it may still be loading its model, not for ever."""
+    state, held = ScalingState(serving=Serving(3, 4, NOW)), []  # the fourth was added
+    for i in range(50):  # 15 s apart: 12.5 minutes
+        now = NOW + 15 * i
+        out = decide(signals(steady(34, now=now)._replace(pods=3), latency_ms=(300, 300),
+                             now=now), current=4, state=state, now=now, ready=3)
+        if out.desired_replicas > 4:
+            break
+        held.append(now - NOW)
+        state = out.held_state
+    else:
+        pytest.fail(f"the breach was held for 12.5 minutes: {out.reason}")
+    assert max(held) < 600 <= max(held) + 15, held  # STARTING_S
+    assert out.desired_replicas == 8, out.reason
+
+
 def test_pods_that_never_report_do_not_hold_a_scale_in() -> None:
     """18 of 20 replicas Pending (no GPU for them), the load gone: counted as on target,
     they held 20 replicas for good, asking the cluster autoscaler for GPUs all along."""

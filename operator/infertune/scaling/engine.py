@@ -82,15 +82,20 @@ def decide_scale(spec: AutoscalingSpec, current_replicas: int, signals: TargetSi
 def _decide_on_signals(spec: AutoscalingSpec, current: int, reading: Reading,
                        state: ScalingState, now: float) -> ScaleDecision:
     queue = _queue_proposal(spec, current, reading)
-    latency = _latency_proposal(spec, current, reading, _serving(current, state))
+    serving = _serving(current, state)
+    latency = _latency_proposal(spec, current, reading, serving)
     pods = reading.queue_pods
     if (pods is not None and pods < current and queue.replicas is not None
             and latency.replicas is not None and latency.replicas > max(queue.replicas, current)
-            and not queue_is_low(spec, reading)):
+            and not queue_is_low(spec, reading)
+            and (state.serving is None or serving < current)):
         # Requests queue at the pods that serve while the others load their model, and the
         # latency breaches with them: sized by the queue, which counts the replicas that are
         # coming. Sized on every replica, the breach doubled the count each interval (4, 8,
-        # 16, 32, 64) until the new pods served.
+        # 16, 32, 64) until the new pods served. Only while replicas may still be starting
+        # (not known to serve, for STARTING_S at most; always when readiness was never
+        # read): a pod that serves but whose scrape fails, or one Pending for good, held
+        # every breach for as long as it lasted.
         capped = max(queue.replicas, current)
         latency = latency._replace(replicas=capped, why=f"{latency.why}; the queue sizes it "
                                    f"({pods} of {current} pods report): {capped}")
