@@ -42,6 +42,8 @@ class Cluster:
         self.events: list[str] = []
         self.status_fails = False
         self.scale_answer_lost = False
+        self.scale_answer_error: ApiException | None = None
+        """Raised after the replicas write lands (an API server that timed out on etcd)."""
         cluster = self
 
         class Apps:
@@ -52,6 +54,9 @@ class Cluster:
                 if cluster.scale_answer_lost:
                     cluster.scale_answer_lost = False
                     raise ReadTimeoutError(None, "/apis/apps/v1/...", "read timed out")
+                if cluster.scale_answer_error is not None:
+                    error, cluster.scale_answer_error = cluster.scale_answer_error, None
+                    raise error
 
         class Tunings:
             def get_namespaced_custom_object(self, *args: Any) -> dict[str, Any]:
@@ -115,6 +120,46 @@ def test_a_replicas_write_whose_answer_was_lost_is_still_ours(
     assert cluster.status["autoscaling"]["writtenReplicas"] == 3
     assert cluster.evaluate(settings, T0 + 15) == 3
     assert cluster.status["autoscaling"].get("replicaFight") is None
+
+
+@pytest.mark.parametrize(("status", "reason"), [
+    (504, "Timeout: request did not complete within the allowed duration"),
+    (500, "etcdserver: request timed out"),
+])
+def test_a_replicas_write_answered_with_a_server_error_that_landed_is_still_ours(
+        monkeypatch: pytest.MonkeyPatch, status: int, reason: str) -> None:
+    """The API server committed the write and then answered 504 (or 500 from an etcd
+    timeout), which says nothing of whether it landed: reported as refused, with a Warning
+    Event and no scale event, the next evaluation took the new count for a revert."""
+    cluster = Cluster(monkeypatch, replicas=2)
+    settings = autoscaling.AutoscalingSettings(source=None)
+    cluster.scale_answer_error = ApiException(status=status, reason=reason)
+    assert cluster.evaluate(settings, T0) == 3
+    assert cluster.replicas == 3 and cluster.events == ["ScaledOut"]
+    stored = cluster.status["autoscaling"]
+    assert stored["writtenReplicas"] == 3
+    assert [e["change"] for e in stored["state"]["scaleEvents"]] == [1]
+    assert cluster.evaluate(settings, T0 + 15) == 3  # the period's +1 is spent
+    assert cluster.status["autoscaling"].get("replicaFight") is None
+
+
+def test_a_replicas_write_answered_with_a_server_error_that_did_not_land_is_not_applied(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 503 before the write reached etcd: the replicas are as they were, so the decision
+    is reported as not applied, with the server's message."""
+    cluster = Cluster(monkeypatch, replicas=2)
+    settings = autoscaling.AutoscalingSettings(source=None)
+    apps = autoscaling.client.AppsV1Api
+
+    class Unavailable(apps):  # type: ignore[misc, valid-type]
+        def patch_namespaced_deployment_scale(self, *args: Any) -> None:
+            raise ApiException(status=503, reason="Service Unavailable")
+
+    monkeypatch.setattr(autoscaling.client, "AppsV1Api", Unavailable)
+    assert cluster.evaluate(settings, T0) == 3
+    assert cluster.replicas == 2 and cluster.events == ["ScaleWriteRefused"]
+    assert cluster.status["autoscaling"].get("writtenReplicas") is None
+    assert cluster.status["decisions"][-1]["applied"] is False
 
 
 def test_the_unwritten_status_is_kept_until_a_status_write_lands(

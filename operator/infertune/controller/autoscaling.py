@@ -331,7 +331,8 @@ def evaluate(namespace: str, name: str, generation: int, spec: InferenceTuningSp
     again and the decision made again once (the other writer's count then counts as a revert
     of ours, if it is one); a second failure leaves the slot.
     A write the API server refuses (an admission policy, RBAC) is reported as not applied,
-    with its message, in ScalingActive and a Warning Event."""
+    with its message, in ScalingActive and a Warning Event; one whose answer is lost or a
+    server error is read back first, as it may have landed."""
     key, deployment = f"{namespace}/{name}", spec.target_ref.name
     apps = client.AppsV1Api()
     stored_status = status
@@ -378,7 +379,10 @@ def evaluate(namespace: str, name: str, generation: int, spec: InferenceTuningSp
                     raise
                 settings.written[key] = planned.write
             except ApiException as exc:
-                if exc.status not in (409, 422) or deployment_replicas(
+                if (_may_have_landed(exc) and deployment_replicas(
+                        namespace, deployment).replicas == planned.write):
+                    settings.written[key] = planned.write  # as with a lost answer
+                elif exc.status not in (409, 422) or deployment_replicas(
                         namespace, deployment)[0] == current:
                     refused = (f"writing {planned.write} replicas to deployments/scale of "
                                f"{deployment} was refused ({exc.status}): "
@@ -435,6 +439,13 @@ def evaluate(namespace: str, name: str, generation: int, spec: InferenceTuningSp
         reason, message = planned.batching_news[1]
         kopf.event(body, type="Normal", reason=reason, message=message)
     return planned.decision
+
+
+def _may_have_landed(exc: ApiException) -> bool:
+    """Whether a write answered with `exc` may have been stored all the same: a 5xx (a 504
+    "may still be processing", a 500 from an etcd timeout) says nothing of it. A 429 from
+    API Priority and Fairness, or a 4xx refusal, was not processed."""
+    return isinstance(exc.status, int) and exc.status >= 500
 
 
 def _template_batching(spec: InferenceTuningSpec,
