@@ -553,6 +553,28 @@ def test_batching_auto_does_not_raise_the_knob_while_replicas_are_added() -> Non
     assert held.status["batching"]["applied"] == 160
 
 
+@pytest.mark.parametrize("stabilization", ["300s", "0s"])
+def test_batching_auto_does_not_raise_the_knob_while_the_rate_limit_holds_replicas_back(
+        stabilization: str) -> None:
+    """The queue wants 6 replicas and "+1 pod per 60s" holds 5 (all Ready). With both
+    stabilization windows 0s no recommendation was kept, so nothing said replicas were
+    wanted, and every pod was re-created with a raised batch under that load."""
+    tuning = spec(autoscaling={"minReplicas": 1, "maxReplicas": 20,
+                               "scaleUp": {"pods": 1, "percent": 0, "period": "60s"},
+                               "scaleDown": {"stabilization": stabilization}},
+                  batching={"mode": "Auto", "min": 8, "max": 256})
+    stored = applied_long_ago(tuning, 128)
+    first = plan_evaluation(tuning, 1, stored, signals(48.0, 0.05), 4, None, NOW, ready=4)
+    assert first.write == 5
+    later = NOW + 15
+    held = plan_evaluation(tuning, 1, merge_patch(stored, first.status),
+                           signals(48.0, 0.05, later), 5, None, later, ready=5)
+    assert held.write is None and "scale-up limited" in held.decision.reason
+    block = held.status["batching"]
+    assert block["applied"] == 128 and held.batching_news is None, block
+    assert "not changed while replicas are added" in block["reason"]
+
+
 def test_the_next_batching_step_waits_for_ready_pods_and_the_queue_sustain() -> None:
     tuning = spec(batching={"mode": "Auto", "min": 8, "max": 256})
     stored = applied_long_ago(tuning, 128)

@@ -375,9 +375,8 @@ def _adding_replicas(decision: ScaleDecision) -> bool:
     (ScalingState.serving)."""
     if decision.action is ScaleAction.SCALE_OUT:
         return True
-    state = decision.held_state
-    wanted = state.recommendations[-1].replicas if state.recommendations else 0
-    serving = state.serving
+    wanted = decision.wanted or 0
+    serving = decision.held_state.serving
     return (wanted > decision.current_replicas
             or (serving is not None and serving.replicas < decision.current_replicas))
 
