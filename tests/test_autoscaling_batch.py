@@ -63,6 +63,22 @@ def test_tunings_sharing_an_interval_cost_one_fetch_per_slot() -> None:
     assert all(len(keys) == 200 for keys in source.asked)
 
 
+def test_after_the_clock_steps_back_each_slot_fetches_anew() -> None:
+    """The clock stepped back 2 minutes (an NTP step, a resumed VM): the batch fetched at T0
+    was "fetched in this slot" for every slot until T0 came again, and 8 evaluations decided
+    on signals 2 minutes old, a breach or a spike since then unseen."""
+    source = RecordingSource()
+    settings = AutoscalingSettings(source=source)
+    idx = index(entry(0), entry(1))
+    assert tick(settings, idx, "t0", T0) and tick(settings, idx, "t1", T0 + 0.1)
+    assert len(source.asked) == 1
+    for k in range(1, 9):
+        now = T0 - 120 + 15 * k
+        assert tick(settings, idx, "t0", now) and tick(settings, idx, "t1", now + 0.1)
+        assert len(source.asked) == 1 + k, k  # one fetch per slot, for both
+        assert source.asked[-1] == ["ns/t0", "ns/t1"]
+
+
 def test_a_tuning_evaluates_once_per_slot_of_its_own_interval() -> None:
     settings = AutoscalingSettings(source=RecordingSource())
     idx = index(entry(0, "15s"), entry(1, "5s"))

@@ -252,7 +252,7 @@ def signals_for(settings: AutoscalingSettings, key: str, own: Parsed,
     assert settings.source is not None
     slot = math.floor(now / own.interval_s)
     with settings.lock:
-        if (settings.fetched_at.get(key, -math.inf) >= slot * own.interval_s
+        if (_fetched_in_slot(settings, key, own.interval_s, now)
                 and key in settings.batch):
             # Read for an older generation of the spec (another queue target or window)
             # when it changed since this slot's fetch: the next slot reads it anew.
@@ -265,8 +265,7 @@ def signals_for(settings: AutoscalingSettings, key: str, own: Parsed,
             if other == key:
                 continue
             known.add(other)
-            their_slot = math.floor(now / parsed.interval_s) * parsed.interval_s
-            if settings.fetched_at.get(other, -math.inf) < their_slot:
+            if not _fetched_in_slot(settings, other, parsed.interval_s, now):
                 targets.append(parsed.target)
         fetched = settings.source.fetch(targets, now)
         settings.fetches += 1
@@ -282,6 +281,16 @@ def signals_for(settings: AutoscalingSettings, key: str, own: Parsed,
             settings.batch[other] = signals
             settings.fetched_at[other] = now
         return settings.batch.get(key)
+
+
+def _fetched_in_slot(settings: AutoscalingSettings, key: str, interval_s: float,
+                     now: float) -> bool:
+    """Whether `key`'s signals were fetched in the slot `now` is in. One fetched in a later
+    slot is not: after the clock stepped back, it stood for every slot until its time came
+    again, and the evaluations decided on signals that old. (Later in the same slot is: a
+    pass evaluated as of its slot's start uses a batch fetched a moment after it.)"""
+    start = math.floor(now / interval_s) * interval_s
+    return start <= settings.fetched_at.get(key, -math.inf) < start + interval_s
 
 
 @kopf.index("autoscaling", "v2", "horizontalpodautoscalers")  # type: ignore[arg-type]
