@@ -47,7 +47,7 @@ def test_at_the_limit_writes_stop_for_the_backoff_then_are_tried_again() -> None
 
 @pytest.mark.parametrize(("reverts", "backoff_s"), [
     (2, BACKOFF_S), (3, 2 * BACKOFF_S), (4, 4 * BACKOFF_S), (5, 8 * BACKOFF_S), (6, MAX_BACKOFF_S),
-    (12, MAX_BACKOFF_S),
+    (12, MAX_BACKOFF_S), (1100, MAX_BACKOFF_S),  # 2.0 ** 1024 overflowed, every revert
 ])
 def test_each_revert_after_a_retry_doubles_the_backoff_up_to_a_cap(reverts: int,
                                                                    backoff_s: float) -> None:
@@ -55,6 +55,22 @@ def test_each_revert_after_a_retry_doubles_the_backoff_up_to_a_cap(reverts: int,
     fight = reverted_at(*times)
     assert fight is not None and fight.reverts == reverts
     assert fight.retry_at == times[-1] + backoff_s
+
+
+def test_times_stored_by_a_clock_ahead_count_as_now() -> None:
+    """A fight stored by an operator whose clock was a day ahead (or before the clock
+    stepped back): its retryAt blocked writes for a day, not for the backoff, and its
+    lastRevert kept it from ever being quiet until then."""
+    ahead = T0 + 86400
+    stored = Fight(2, ahead - 30, ahead, 1, ahead + BACKOFF_S)
+    fight = next_fight(stored, 1, False, T0)
+    assert fight is not None and fight.retry_at == T0 + BACKOFF_S
+    assert fight.since == fight.last_revert == T0
+    assert not fight.blocks(T0 + BACKOFF_S)
+    assert next_fight(fight, 1, False, T0 + BACKOFF_S + QUIET_S) is None
+    counted = next_fight(stored, 1, True, T0)  # one more revert, seen now
+    assert counted is not None and counted.reverts == 3
+    assert counted.retry_at == T0 + 2 * BACKOFF_S and counted.since == T0
 
 
 def test_a_fight_survives_a_restart_through_status() -> None:

@@ -14,6 +14,7 @@ A pure function of what was stored, whether a revert was seen now, and the time.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
@@ -28,6 +29,8 @@ FIGHT_LIMIT = 2
 BACKOFF_S = 300.0
 """How long writes stop at FIGHT_LIMIT reverts; doubled for each revert after it."""
 MAX_BACKOFF_S = 3600.0
+MAX_DOUBLINGS = math.ceil(math.log2(MAX_BACKOFF_S / BACKOFF_S))
+"""Doublings of the backoff that reach MAX_BACKOFF_S; more would not change it."""
 QUIET_S = 600.0
 """A fight with no revert for this long (and no longer blocking) is over. Longer than Argo CD's
 default refresh (3 min), so a revert on its next sync still counts."""
@@ -45,6 +48,20 @@ class Fight(NamedTuple):
 
     def blocks(self, now: float) -> bool:
         return self.retry_at is not None and now < self.retry_at
+
+    def as_of(self, now: float) -> Fight:
+        """This fight with no time after `now` (and no retry later than its backoff from
+        now). A time in the future was stored by a clock ahead, or before the clock stepped
+        back: taken as now, as ScalingState.as_of takes it, so it blocks for the backoff
+        and not for as long as the clocks were apart."""
+        latest = now + backoff(self.reverts)
+        if (self.since <= now and self.last_revert <= now
+                and (self.retry_at is None or self.retry_at <= latest)):
+            return self
+        return self._replace(since=min(self.since, now),
+                             last_revert=min(self.last_revert, now),
+                             retry_at=None if self.retry_at is None
+                             else min(self.retry_at, latest))
 
     def to_json(self) -> dict[str, Any]:
         """As api.status.ReplicaFight."""
@@ -68,7 +85,9 @@ class Fight(NamedTuple):
 
 
 def backoff(reverts: int) -> float:
-    return min(BACKOFF_S * 2.0 ** max(reverts - FIGHT_LIMIT, 0), MAX_BACKOFF_S)
+    # The exponent is capped first: 2.0 ** 1024 overflows (a fight of a thousand reverts).
+    doublings = min(max(reverts - FIGHT_LIMIT, 0), MAX_DOUBLINGS)
+    return min(BACKOFF_S * 2.0 ** doublings, MAX_BACKOFF_S)
 
 
 def written_replicas(status: Mapping[str, Any], deployment: str) -> int | None:
@@ -85,7 +104,8 @@ def written_replicas(status: Mapping[str, Any], deployment: str) -> int | None:
 def next_fight(stored: Fight | None, generation: int, reverted: bool, now: float) -> Fight | None:
     """The fight after this evaluation: `reverted` says whether another writer changed the
     replicas the operator last wrote."""
-    fight = stored if stored is not None and stored.generation == generation else None
+    fight = (stored.as_of(now) if stored is not None and stored.generation == generation
+             else None)
     if reverted:
         reverts = (fight.reverts if fight is not None else 0) + 1
         retry_at = now + backoff(reverts) if reverts >= FIGHT_LIMIT else None
