@@ -638,6 +638,21 @@ def test_an_idle_deployment_is_quiet_not_missing_metrics() -> None:
     assert [p.split(":")[0] for p in unknown.signals.problems] == ["latency", "requestRate"]
 
 
+def test_a_rate_limit_reason_never_names_a_negative_count() -> None:
+    """The operator scaled 2 -> 6 and someone set 2 again within the period: the +4 is spent
+    (as HPA counts it), and the reason said "from -2 at the start of the period"."""
+    state = ScalingState(scale_events=(ScaleEvent(NOW - 10, 4),))
+    out = decide(signals(steady(320)), current=2, state=state)
+    assert out.desired_replicas == 2, out.reason
+    assert "scale-up limited to 2 by max(+4 pods, +100%) per 15s (+4 already in the period, " \
+           "now 2)" \
+        in out.reason, out.reason
+    assert "-2" not in out.reason
+    grown = ScalingState(scale_events=(ScaleEvent(NOW - 10, 2),))
+    assert "(from 4 at the start of the period, now 6)" in decide(
+        signals(steady(320)), current=6, state=grown).reason
+
+
 def test_a_stabilized_reason_names_the_windows_extreme_and_the_count_that_stays() -> None:
     """A window that held 7 with 5 replicas now keeps the 5 (no scale-down to 7): the reason
     says 7 is the window's highest and that the current 5 stays, not that 5 was."""
