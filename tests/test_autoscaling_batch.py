@@ -235,6 +235,33 @@ def test_a_late_pass_evaluates_as_of_now(monkeypatch: pytest.MonkeyPatch) -> Non
     assert [at for at, _, _ in decided] == [T0 + 9.5]
 
 
+def test_a_late_pass_on_a_batch_fetched_earlier_evaluates_as_of_the_batch(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """t0 fetched the slot's batch at its start; t1's pass ran 6 s later (a slow fetch held
+    the workers). Evaluated as of its own clock, t1 found the queue window, which ends at
+    the slot start, older than a queue step, and read its queue as no data, with nothing
+    in MetricsAvailable to say so."""
+    from infertune.controller import autoscaling
+
+    decided: list[tuple[str, float]] = []
+    monkeypatch.setattr(autoscaling.client, "CustomObjectsApi", StatusApi({}))
+    monkeypatch.setattr(autoscaling, "evaluate",
+                        lambda *args, **_: decided.append((args[1], args[9])))
+    source = RecordingSource()
+    settings = AutoscalingSettings(source=source)
+    idx = index(entry(0), entry(1))
+    for name, clock in (("t0", T0 + 0.4), ("t1", T0 + 6.0)):
+        e = entry(int(name[1]))
+        parsed = settings.parse("ns", name, e["uid"], 1, e["spec"])
+        assert parsed is not None
+        monkeypatch.setattr(autoscaling, "time", types.SimpleNamespace(time=lambda at=clock: at))
+        listed = settings.listing(idx, parsed, clock)  # type: ignore[arg-type]
+        autoscaling._evaluate_if_due(settings, f"ns/{name}", parsed, listed, "ns", name, 1, {},
+                                     "7", None, None)  # type: ignore[arg-type]
+    assert len(source.asked) == 1
+    assert decided == [("t0", T0), ("t1", T0)]
+
+
 def test_a_slot_the_status_says_was_evaluated_is_not_evaluated_again() -> None:
     settings = AutoscalingSettings(source=RecordingSource())
     parsed = settings.parse("ns", "t0", "uid-0", 1, entry(0)["spec"])

@@ -653,6 +653,22 @@ def test_a_rate_limit_reason_never_names_a_negative_count() -> None:
         signals(steady(320)), current=6, state=grown).reason
 
 
+def test_signals_older_than_now_are_a_problem_not_silently_no_data() -> None:
+    """Read 20 s after they were fetched, the queue window (1 s steps) and the latency
+    points (15 s) are too old to be now's: each is no data, and MetricsAvailable says why
+    instead of staying True over a reason of "queue: no data"."""
+    fetched = NOW - 20
+    old = decide(signals(steady(200, now=fetched), latency_ms=(300, 300), now=fetched))
+    assert old.signals.queue_per_replica is None and old.signals.latency_s is None
+    problems = old.signals.problems
+    assert [p.split(":")[0] for p in problems] == ["queue", "latency", "requestRate"], problems
+    assert problems[0] == ("queue: stale: the newest sample is from 2023-11-14T22:13:00Z, "
+                           "more than a step (1s) before this evaluation")
+    assert old.desired_replicas == 4 and old.action is ScaleAction.HOLD
+    fresh = decide(signals(steady(200), latency_ms=(300, 300)))
+    assert fresh.signals.problems == ()
+
+
 def test_a_stabilized_reason_names_the_windows_extreme_and_the_count_that_stays() -> None:
     """A window that held 7 with 5 replicas now keeps the 5 (no scale-down to 7): the reason
     says 7 is the window's highest and that the current 5 stays, not that 5 was."""

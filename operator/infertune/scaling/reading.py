@@ -14,10 +14,13 @@ from infertune.scaling.signals import (
     FLOAT_NOISE,
     ONLY_NAN,
     STALE,
+    Series,
     TargetSignals,
+    Window,
     latency_text,
     seconds,
 )
+from infertune.scaling.state import format_time
 
 
 class Reading(NamedTuple):
@@ -87,6 +90,8 @@ def read_signals(spec: AutoscalingSpec, signals: TargetSignals, now: float,
     breaches = _consecutive_breaches(spec, signals, floor)
     quiet = rate_now is not None and rate_now < spec.latency.min_request_rate
     problems = signals.problems()
+    if queue_now is None or latency_now is None or rate_now is None:
+        problems = (*problems, *_too_old(signals, queue_now, latency_now, rate_now))
     unjudged = None
     if floor is not None and latency_now is not None and not quiet and (
             latency_now <= floor + FLOAT_NOISE):
@@ -108,6 +113,23 @@ def read_signals(spec: AutoscalingSpec, signals: TargetSignals, now: float,
         rate_now, breaches, breaches >= spec.latency.consecutive_samples, quiet,
         signals.running.latest(now), signals.running.peak if signals.running.available else None,
         problems, signals.queue.pods if queue_now is not None else None, ready, unjudged)
+
+
+def _too_old(signals: TargetSignals, queue: float | None, latency: float | None,
+             rate: float | None) -> tuple[str, ...]:
+    """The problems of signals that have data but none recent enough for this evaluation
+    (read later than they were fetched for): no data, and said so, rather than a reason of
+    "no data" under MetricsAvailable=True."""
+    out = []
+    named: tuple[tuple[str, Window | Series, float | None], ...] = (
+        ("queue", signals.queue, queue), ("latency", signals.latency, latency),
+        ("requestRate", signals.request_rate, rate))
+    for name, signal, value in named:
+        if value is None and signal.available and signal.problem is None:
+            newest = signal.end if isinstance(signal, Window) else signal.points[-1][0]
+            out.append(f"{name}: {STALE}the newest sample is from {format_time(newest)}, "
+                       f"more than a step ({signal.step:g}s) before this evaluation")
+    return tuple(out)
 
 
 def _floor_above_target(spec: AutoscalingSpec, signals: TargetSignals) -> float | None:
