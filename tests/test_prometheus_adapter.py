@@ -782,15 +782,39 @@ def test_each_deployment_gets_its_own_histograms_lowest_bucket(
                 return got if all(len(got[t.key].latency.points) >= 2
                                   for t in (coarse, fine)) else None
 
-            waited = wait_for(latency_of_both, "latency of both", timeout_s=30)
-            assert waited[coarse.key].latency_floor_s is None  # read again after 60 s
-            monkeypatch.setattr(prometheus_adapter, "FLOOR_RETRY_S", 0.0)
-            got = source.fetch([coarse, fine], time.time())
+            got = wait_for(latency_of_both, "latency of both", timeout_s=30)
     finally:
         stop.set()
     assert got[coarse.key].latency.points[-1][1] == pytest.approx(0.99 * 0.3)
-    assert got[coarse.key].latency_floor_s == 0.3
+    # Read with the new Deployment's first latency data, not FLOOR_RETRY_S after the last
+    # read: for a minute its 297 ms counted as a breach of 75 ms.
+    assert got[coarse.key].latency_floor_s == 0.3 and not got[coarse.key].latency_floor_unknown
     assert got[fine.key].latency_floor_s == BUCKETS[0]
+
+
+def test_a_latency_whose_bounds_could_not_be_read_is_marked_unknown(
+        prometheus: PrometheusServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The bounds read failed (a 503, or it did not answer within the batch's budget): the
+    quantile was compared with the target as if it were exact, and vLLM's 297 ms for a
+    50 ms P99 breached the default 75 ms. Bounds read before are kept through a failure."""
+    source = PrometheusSource(prometheus.url)
+    llm = target("serving", "llm")
+    monkeypatch.setattr(source, "_read_floors", lambda *_: (_ for _ in ()).throw(
+        requests.ConnectionError("refused")))
+    got = fetch_when(source, [llm], llm.key)
+    assert got[llm.key].latency.available
+    assert got[llm.key].latency_floor_s is None and got[llm.key].latency_floor_unknown
+    monkeypatch.undo()
+    later = time.monotonic() + prometheus_adapter.FLOOR_RETRY_S
+    monkeypatch.setattr(prometheus_adapter.time, "monotonic", lambda: later)
+    read = source.fetch([llm], time.time())[llm.key]
+    assert read.latency_floor_s == BUCKETS[0] and not read.latency_floor_unknown
+    monkeypatch.setattr(source, "_read_floors", lambda *_: (_ for _ in ()).throw(
+        requests.ConnectionError("refused")))
+    even_later = later + prometheus_adapter.FLOOR_REFRESH_S
+    monkeypatch.setattr(prometheus_adapter.time, "monotonic", lambda: even_later)
+    kept = source.fetch([llm], time.time())[llm.key]
+    assert kept.latency_floor_s == BUCKETS[0] and not kept.latency_floor_unknown
 
 
 def test_bounds_no_batch_uses_any_more_are_forgotten(prometheus: PrometheusServer,

@@ -844,3 +844,25 @@ def test_a_latency_under_the_histograms_lowest_bucket_is_not_compared_with_a_low
     # Finer buckets, under the target: the same 297 ms is measured, and a breach.
     judged = decide(fast._replace(latency_floor_s=0.05), latency={"action": "ScaleOut"})
     assert judged.signals.latency_breached and judged.signals.latency_floor_s is None
+
+
+def test_a_latency_whose_histogram_bounds_are_not_known_is_not_compared() -> None:
+    """The bounds read failed: the 297 ms of vLLM's lowest bucket was taken as measured,
+    and breached the 75 ms target (a scale-out with action ScaleOut, TuneBatching with
+    Auto, no scale-in either way). Not compared until the bounds are read, and said so."""
+    unknown = signals(steady(10), latency_ms=(297, 297))._replace(latency_floor_unknown=True)
+    for action in ("ScaleOut", "Auto"):
+        held = decide(unknown, latency={"action": action})
+        assert (held.desired_replicas, held.action) == (2, ScaleAction.SCALE_IN), held.reason
+        assert held.signals.breaches == 0 and not held.signals.latency_breached
+        assert held.signals.latency_s == pytest.approx(0.297)
+        assert "p99 297ms not compared with target 75ms: the bucket bounds of the latency " \
+            "histogram are not known" in held.reason
+        assert held.signals.problems == (
+            "latency: the bucket bounds of the latency histogram could not be read, so the "
+            "p99 may be an artefact of its lowest bucket; it is compared with the target "
+            "once they are (read again every minute)",)
+    # Quiet traffic: nothing to compare anyway, and nothing to report.
+    quiet = decide(signals(steady(10), latency_ms=(297, 297), rate=0.01)._replace(
+        latency_floor_unknown=True))
+    assert quiet.signals.problems == ()

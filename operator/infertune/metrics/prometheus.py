@@ -133,7 +133,7 @@ class PrometheusSource:
                 table[target.key] = got if got is not None else answer.missing(target)
             if hits and plan.floor is not None:
                 with_latency.append((plan, hits.keys()))
-        floors = self._latency_floors(plans, with_latency, now, deadline)
+        floors, unknown = self._latency_floors(plans, with_latency, now, deadline)
         # Window plans fill the queue and running tables, range plans the other two.
         queue = cast(dict[str, Window], found[Signal.QUEUE])
         running = cast(dict[str, Window], found[Signal.RUNNING])
@@ -142,43 +142,53 @@ class PrometheusSource:
         # Every supported target is in a queue and a latency plan; the others say why not.
         return {t.key: TargetSignals(queue[t.key], latency[t.key], rate[t.key],
                                      running.get(t.key, NOT_READ), t.latency_kind,
-                                     floors.get(t.key))
+                                     floors.get(t.key), t.key in unknown)
                 if t.key in queue else self._unsupported(t) for t in targets}
 
     def _latency_floors(self, plans: list[tuple[QueryPlan, _Query]],
                         with_latency: list[tuple[QueryPlan, Iterable[SeriesKey]]],
-                        now: float, deadline: float) -> dict[str, float]:
-        """target key -> the lowest finite bucket bound of its latency histogram, where known.
-        The bounds of the histograms that answered are read when due, at once and within
-        the batch's longest wait (a Prometheus that did not answer the latency is not asked
-        them)."""
-        reading = {text: self._pool.submit(self._read_floors, text, label, now)
-                   for text, label in self._floors_due(with_latency)}
+                        now: float, deadline: float) -> tuple[dict[str, float], set[str]]:
+        """(target key -> the lowest finite bucket bound of its latency histogram, where
+        known; the keys with latency data whose bounds are not known). The bounds of the
+        histograms that answered are read when due, at once and within the batch's longest
+        wait (a Prometheus that did not answer the latency is not asked them)."""
+        reading = {text: (self._pool.submit(self._read_floors, text, label, now), asked)
+                   for text, label, asked in self._floors_due(with_latency)}
         self._floors_read(reading, deadline)
         clock = time.monotonic()
         floors: dict[str, float] = {}
+        unknown: set[str] = set()
+        with_data = {id(plan): keys for plan, keys in with_latency}
         for plan, _ in plans:
             text = self._floor_texts.get(id(plan))
-            known = None if text is None else self._floors.get(text)
-            if text is not None and known is not None:
+            if text is None:
+                continue
+            known = self._floors.get(text)
+            bounds = {} if known is None else known.bounds
+            if known is not None:
                 self._floor_used[text] = clock
-                for target in plan.members:
-                    floor = known.bounds.get((target.namespace, target.deployment))
-                    if floor is not None:
-                        floors[target.key] = floor
+            answered = with_data.get(id(plan), ())
+            for target in plan.members:
+                key = (target.namespace, target.deployment)
+                floor = bounds.get(key)
+                if floor is not None:
+                    floors[target.key] = floor
+                elif key in answered:
+                    unknown.add(target.key)
         for text in [t for t, used in self._floor_used.items()
                      if clock - used > FLOOR_FORGET_S]:
             # The bounds of a set of targets no batch asks for any more (tunings come and
             # go, and the query names their Deployments).
             self._floors.pop(text, None)
             del self._floor_used[text]
-        return floors
+        return floors, unknown
 
     def _floors_due(self, plans: list[tuple[QueryPlan, Iterable[SeriesKey]]]
-                    ) -> list[tuple[str, str]]:
-        """(floor query, namespace label) of the latency plans (with the targets that have
-        latency data) whose bounds are due to be read: every FLOOR_REFRESH_S, and after
-        FLOOR_RETRY_S when a target with data has none (its pods are new)."""
+                    ) -> list[tuple[str, str, frozenset[SeriesKey]]]:
+        """(floor query, namespace label, the targets with latency data) of the latency plans
+        whose bounds are due to be read: every FLOOR_REFRESH_S; at once when a target with
+        data has none and was not asked for at the last read (its pods are new); after
+        FLOOR_RETRY_S when it was (the read failed, or did not find it)."""
         clock = time.monotonic()
         due = []
         for plan, with_data in plans:
@@ -186,10 +196,11 @@ class PrometheusSource:
             if text is None:
                 continue
             known = self._floors.get(text)
-            if (known is None or clock >= known.due_at or (
-                    clock >= known.read_at + FLOOR_RETRY_S
-                    and any(key not in known.bounds for key in with_data))):
-                due.append((text, plan.members[0].namespace_label))
+            if (known is None or clock >= known.due_at or any(
+                    key not in known.bounds
+                    and (key not in known.asked or clock >= known.read_at + FLOOR_RETRY_S)
+                    for key in with_data)):
+                due.append((text, plan.members[0].namespace_label, frozenset(with_data)))
         return due
 
     def _read_floors(self, text: str, namespace_label: str,
@@ -208,22 +219,24 @@ class PrometheusSource:
                 floors[key] = min(bound, floors.get(key, math.inf))
         return floors
 
-    def _floors_read(self, reading: dict[str, Future[dict[SeriesKey, float]]],
+    def _floors_read(self, reading: dict[str, tuple[Future[dict[SeriesKey, float]],
+                                                    frozenset[SeriesKey]]],
                      deadline: float) -> None:
         """Store the bounds read this cycle. A read that failed, or did not finish within the
         batch's budget, keeps the bounds read before and is tried again after FLOOR_RETRY_S:
-        the bounds change only with the engine's version, and no decision waits for them."""
+        the bounds change only with the engine's version. The latency of a target whose
+        bounds are not known meanwhile is not compared with the target."""
         clock = time.monotonic()
-        for text, future in reading.items():
+        for text, (future, asked) in reading.items():
             known = self._floors.get(text)
             try:
                 floors = future.result(timeout=max(0.0, deadline - time.monotonic()))
             except Exception:  # any failure: keep the last bounds, and try again later
                 future.cancel()
                 self._floors[text] = _Floors(clock, clock + FLOOR_RETRY_S,
-                                             {} if known is None else known.bounds)
+                                             {} if known is None else known.bounds, asked)
                 continue
-            self._floors[text] = _Floors(clock, clock + FLOOR_REFRESH_S, floors)
+            self._floors[text] = _Floors(clock, clock + FLOOR_REFRESH_S, floors, asked)
 
     def _unsupported(self, target: MetricsTarget) -> TargetSignals:
         if not self.templates and target.uses_templates:
@@ -349,6 +362,9 @@ class _Floors(NamedTuple):
     """When to read again (monotonic)."""
     bounds: dict[SeriesKey, float]
     """The lowest finite bucket bound of each target's latency histogram."""
+    asked: frozenset[SeriesKey] = frozenset()
+    """The targets that had latency data when they were read: one that has data now and
+    was not among them is read at once."""
 
 
 class _Unbuildable(NamedTuple):

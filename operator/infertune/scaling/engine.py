@@ -190,6 +190,10 @@ def _latency_proposal(spec: AutoscalingSpec, current: int, reading: Reading,
                          f"minRequestRate {signal.min_request_rate:g}, quantile ignored")
     if reading.latency_s is None:
         return _Proposal(None, f"{kind}: no data")
+    if reading.latency_bounds_unknown:
+        return _Proposal(None, f"{kind} {latency_text(reading.latency_s)} not compared with "
+                         f"target {target}: the bucket bounds of the latency histogram are "
+                         "not known (see MetricsAvailable)")
     if reading.latency_floor_s is not None:
         return _Proposal(None, f"{kind} at most {latency_text(reading.latency_floor_s)} (under "
                          "the histogram's lowest bucket): cannot be compared with target "

@@ -52,6 +52,9 @@ class Reading(NamedTuple):
     """Set when the latency lies under the histogram's lowest bucket bound and the target is
     below that bound: the latency is then only known to be at most this, and cannot be
     compared with the target (no breach, no opinion)."""
+    latency_bounds_unknown: bool = False
+    """The histogram's bucket bounds could not be read (TargetSignals.latency_floor_unknown):
+    the latency is not compared with the target either."""
 
     @property
     def queue_missing(self) -> bool:
@@ -76,6 +79,7 @@ class Reading(NamedTuple):
             "queuePods": self.queue_pods,
             "readyReplicas": self.ready_replicas,
             "latencyFloorSeconds": self.latency_floor_s,
+            "latencyBoundsUnknown": self.latency_bounds_unknown,
             "problems": list(self.problems),
         }
 
@@ -87,9 +91,15 @@ def read_signals(spec: AutoscalingSpec, signals: TargetSignals, now: float,
     latency_now = signals.latency.latest(now)
     rate_now = signals.request_rate.latest(now)
     floor = _floor_above_target(spec, signals)
-    breaches = _consecutive_breaches(spec, signals, floor)
     quiet = rate_now is not None and rate_now < spec.latency.min_request_rate
+    unknown = signals.latency_floor_unknown and latency_now is not None and not quiet
+    breaches = 0 if unknown else _consecutive_breaches(spec, signals, floor)
     problems = signals.problems()
+    if unknown:
+        problems = (*problems, (
+            "latency: the bucket bounds of the latency histogram could not be read, so the "
+            f"{signals.latency_kind} may be an artefact of its lowest bucket; it is compared "
+            "with the target once they are (read again every minute)"))
     if queue_now is None or latency_now is None or rate_now is None:
         problems = (*problems, *_too_old(signals, queue_now, latency_now, rate_now))
     unjudged = None
@@ -112,7 +122,8 @@ def read_signals(spec: AutoscalingSpec, signals: TargetSignals, now: float,
         queue_now, above_for, sustained, None if quiet else latency_now, signals.latency_kind,
         rate_now, breaches, breaches >= spec.latency.consecutive_samples, quiet,
         signals.running.latest(now), signals.running.peak if signals.running.available else None,
-        problems, signals.queue.pods if queue_now is not None else None, ready, unjudged)
+        problems, signals.queue.pods if queue_now is not None else None, ready, unjudged,
+        unknown)
 
 
 def _too_old(signals: TargetSignals, queue: float | None, latency: float | None,

@@ -173,6 +173,11 @@ class TargetSignals(NamedTuple):
     """The lowest finite bucket bound of the latency histogram, None when not known: a
     quantile at or under it only says the latency is at most that."""
 
+    latency_floor_unknown: bool = False
+    """The latency is a preset's histogram whose bounds could not be read (the read failed,
+    or did not answer in time): a quantile under the lowest bound cannot be told from a real
+    one, so the latency is not compared with the target until they are."""
+
     def problems(self) -> tuple[str, ...]:
         if (self.queue.problem is None and self.latency.problem is None
                 and self.request_rate.problem is None):
