@@ -295,8 +295,10 @@ def test_every_decision_has_a_reason_with_numbers() -> None:
 
 def test_missing_data_names_the_query_for_the_condition() -> None:
     decision = decide(NO_SIGNALS)
-    assert "queue: no series for Deployment ns/llm" in decision.signals.problems
-    assert NO_SIGNALS.queue.query == "avg by (...) (...)"
+    assert decision.signals.problems == (
+        "queue: no series for Deployment ns/llm (query: avg by (...) (...))",
+        "latency: no series for Deployment ns/llm (query: sum by (...) (...))",
+        "requestRate: no series for Deployment ns/llm (query: sum by (...) (...))")
 
 
 def test_missing_since_is_remembered_and_cleared() -> None:

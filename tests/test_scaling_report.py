@@ -119,7 +119,11 @@ def test_conditions_keep_their_transition_time_and_the_others_untouched() -> Non
     assert by_type["Ready"] == ready
     metrics = by_type["MetricsAvailable"]
     assert (metrics["status"], metrics["lastTransitionTime"]) == ("False", format_time(NOW + 15))
-    assert "no series for Deployment ns/llm" in metrics["message"]
+    # Each missing signal with the query that found nothing for this Deployment (the
+    # issue: "say so in a condition that names the query").
+    assert metrics["message"] == ("queue: no series for Deployment ns/llm (query: q); "
+                                  "latency: no series for Deployment ns/llm (query: l); "
+                                  "requestRate: no series for Deployment ns/llm (query: l)")
     assert by_type["ScalingActive"]["lastTransitionTime"] == format_time(NOW - 15)
     # A new generation is a change even when nothing else is.
     newer = plan_evaluation(spec(), 2, merge_patch(stored, lost), signals(queue=None), 4, None,

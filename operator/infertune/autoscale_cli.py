@@ -33,8 +33,9 @@ would be False): a preset or query that matches no series fails a script's check
 EXIT_STATUS = (
     "exit status: 0 evaluated with every signal; 1 bad input, or the cluster cannot be read "
     f"(--live); {METRICS_MISSING} evaluated, but a signal is missing (no series, stale, or "
-    "Prometheus failed): the decision holds where data is missing, and each problem names "
-    "its query")
+    "Prometheus failed) or the latency cannot be compared with the target (the histogram's "
+    "buckets): the decision holds where data is missing, and each problem from a query "
+    "names it")
 
 
 def _seconds(value: str) -> float:

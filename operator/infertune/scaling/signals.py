@@ -184,4 +184,7 @@ class TargetSignals(NamedTuple):
             return ()  # the usual case, without building the list below
         named: tuple[tuple[str, Series | Window], ...] = (
             ("queue", self.queue), ("latency", self.latency), ("requestRate", self.request_rate))
-        return tuple(f"{name}: {s.problem}" for name, s in named if s.problem is not None)
+        # With the query that found nothing for this target, ready to paste into Prometheus
+        # (it is stable, so the condition still changes only with the situation).
+        return tuple(f"{name}: {s.problem}" + (f" (query: {s.query})" if s.query else "")
+                     for name, s in named if s.problem is not None)
