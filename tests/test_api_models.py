@@ -140,6 +140,8 @@ def test_values_round_trip_as_written() -> None:
          "metrics.podLabel: '__name__' must be a Prometheus label name"),
         ({"metrics": {"namespaceLabel": "Inf"}},
          "metrics.namespaceLabel: 'Inf' is a PromQL keyword or number"),
+        ({"metrics": {"podLabel": "without"}},
+         "metrics.podLabel: 'without' is a PromQL keyword or number"),
         ({"engine": "custom", "metrics": {"queueDepth": "on", "latencyHistogram": "lat"}},
          "metrics.queueDepth: 'on' is a PromQL keyword or number"),
         ({"targetRef": {"name": "qwen", "kind": "StatefulSet"}},

@@ -3,13 +3,22 @@
 from __future__ import annotations
 
 import re
+import subprocess
+from pathlib import Path
 
 import pytest
+import yaml
 
-from infertune.api.spec import Engine
+from infertune.api.spec import PROMQL_RESERVED, Engine
 from infertune.metrics import promql
 from infertune.metrics.plan import Signal, plan_queries
-from infertune.metrics.presets import PRESETS, EngineMetrics, Template, TemplateLatency
+from infertune.metrics.presets import (
+    PRESETS,
+    EngineMetrics,
+    HistogramLatency,
+    Template,
+    TemplateLatency,
+)
 from infertune.metrics.promql import Scope
 from infertune.metrics.source import MetricsTarget
 
@@ -294,3 +303,45 @@ def test_a_comment_ending_a_template_cannot_hide_what_follows_it() -> None:
     query = promql.gauge_query(scope, commented.queue_depth)
     line = next(line for line in query.splitlines() if "# per pod" in line)
     assert line.endswith("# per pod")  # nothing of the operator's after it
+
+
+PROMTOOL = Path("/usr/bin/promtool")  # Debian package `prometheus`, as the server
+PROMQL_WORDS = (
+    # The PromQL lexer's keywords and aggregators, and its number words.
+    "and", "or", "unless", "atan2", "by", "without", "on", "ignoring", "group_left",
+    "group_right", "bool", "offset", "start", "end", "sum", "avg", "count", "min", "max",
+    "group", "stddev", "stdvar", "topk", "bottomk", "count_values", "quantile", "limitk",
+    "limit_ratio", "inf", "nan", "Inf", "NaN")
+
+
+@pytest.mark.prometheus
+@pytest.mark.skipif(not PROMTOOL.exists(), reason="needs promtool (Debian package prometheus)")
+def test_every_word_that_breaks_a_query_as_a_name_is_refused_by_the_spec(
+        tmp_path: Path) -> None:
+    """Each word used as the pod label, the namespace label and every metric name: the
+    queries the operator builds are parsed by the real Prometheus parser (promtool), and a
+    word that breaks any of them must be one the spec validation refuses (the builder
+    refuses the same words). `without` was missing: `podLabel: without` validated, and its
+    tuning's queue query was refused at every evaluation ("unexpected <without> in grouping
+    opts")."""
+    files = []
+    for word in PROMQL_WORDS:
+        metrics = EngineMetrics(word, word, HistogramLatency(word))
+        target = MetricsTarget("ns/llm", "ns", "llm", metrics, namespace_label=word,
+                               pod_label=word, want_running=True)
+        try:
+            queries = [q for plan in plan_queries([target], 1.0)
+                       for q in (plan.query(), plan.floor_query()) if q is not None]
+        except ValueError:
+            assert word.lower() in PROMQL_RESERVED, word  # refused when building, too
+            continue
+        rules = [{"record": f"r{i}", "expr": q} for i, q in enumerate(queries)]
+        path = tmp_path / f"{word}.yaml"
+        path.write_text(yaml.safe_dump({"groups": [{"name": "g", "rules": rules}]}))
+        files.append(path)
+    checked = subprocess.run([str(PROMTOOL), "check", "rules", *map(str, files)],
+                             capture_output=True, text=True, timeout=60)
+    broken = set(re.findall(r"^(?:.*/)?([A-Za-z_0-9]+)\.yaml: ", checked.stderr, re.M))
+    assert checked.returncode == (1 if broken else 0), checked.stderr
+    assert checked.stdout.count("SUCCESS") == len(files) - len(broken), checked.stdout
+    assert broken <= PROMQL_RESERVED, sorted(broken)

@@ -38,9 +38,10 @@ METRIC_NAME = r"^[a-zA-Z_:][a-zA-Z0-9_:]*$"
 PROM_LABEL_NAME = r"^([a-zA-Z][a-zA-Z0-9_]*|_([a-zA-Z0-9][a-zA-Z0-9_]*)?)$"
 MAX_RATE_WINDOW_S = 3600
 PROMQL_RESERVED = frozenset({"on", "ignoring", "group_left", "group_right", "bool", "atan2",
-                             "inf", "nan"})
+                             "inf", "nan", "without"})
 """Words PromQL reads as an operator modifier or a number wherever a bare metric or grouping
-label name goes (case-insensitively), so `on{...}` or `by (inf)` does not parse."""
+label name goes (case-insensitively), so `on{...}`, `by (inf)` or `by (without)` does not
+parse (tests/test_promql.py checks the queries with each keyword against promtool)."""
 
 
 class Engine(StrEnum):
