@@ -235,19 +235,24 @@ def test_a_late_pass_evaluates_as_of_now(monkeypatch: pytest.MonkeyPatch) -> Non
     assert [at for at, _, _ in decided] == [T0 + 9.5]
 
 
-def test_a_late_pass_on_a_batch_fetched_earlier_evaluates_as_of_the_batch(
+def test_a_late_pass_decides_now_on_the_batch_read_at_the_slot_start(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """t0 fetched the slot's batch at its start; t1's pass ran 6 s later (a slow fetch held
-    the workers). Evaluated as of its own clock, t1 found the queue window, which ends at
-    the slot start, older than a queue step, and read its queue as no data, with nothing
-    in MetricsAvailable to say so."""
+    the workers). t1 decides as of its own clock (its scale event then counts in the rate
+    limits from when it is written), on signals that say when they were read, so the queue
+    window ending at the slot start is not taken for a stale one."""
     from infertune.controller import autoscaling
 
-    decided: list[tuple[str, float]] = []
+    class StampingSource(RecordingSource):
+        def fetch(self, targets: Sequence[MetricsTarget],
+                  now: float) -> Mapping[str, TargetSignals]:
+            return {k: v._replace(read_at=now) for k, v in super().fetch(targets, now).items()}
+
+    decided: list[tuple[str, float, float | None]] = []
     monkeypatch.setattr(autoscaling.client, "CustomObjectsApi", StatusApi({}))
-    monkeypatch.setattr(autoscaling, "evaluate",
-                        lambda *args, **_: decided.append((args[1], args[9])))
-    source = RecordingSource()
+    monkeypatch.setattr(autoscaling, "evaluate", lambda *args, **_: decided.append(
+        (args[1], args[9], args[5].read_at)))
+    source = StampingSource()
     settings = AutoscalingSettings(source=source)
     idx = index(entry(0), entry(1))
     for name, clock in (("t0", T0 + 0.4), ("t1", T0 + 6.0)):
@@ -259,7 +264,7 @@ def test_a_late_pass_on_a_batch_fetched_earlier_evaluates_as_of_the_batch(
         autoscaling._evaluate_if_due(settings, f"ns/{name}", parsed, listed, "ns", name, 1, {},
                                      "7", None, None)  # type: ignore[arg-type]
     assert len(source.asked) == 1
-    assert decided == [("t0", T0), ("t1", T0)]
+    assert decided == [("t0", T0, T0), ("t1", T0 + 6.0, T0)]
 
 
 def test_a_slot_the_status_says_was_evaluated_is_not_evaluated_again() -> None:

@@ -179,6 +179,9 @@ def test_adapter_reads_queue_latency_and_rate_of_the_deployments_pods(
     assert got.latency_kind == "p99"
     two_pods = 2 / OBSERVE_EVERY_S
     assert got.request_rate.points[-1][1] == pytest.approx(two_pods, rel=0.5)
+    # The time the batch was read for goes with it: a pass later in the slot judges the
+    # freshness of the queue window (ending at that time) against it.
+    assert got.read_at is not None and got.queue.end == math.floor(got.read_at)
 
 
 def test_colon_trap_both_spellings_are_found(prometheus: PrometheusServer) -> None:

@@ -655,20 +655,25 @@ def test_a_rate_limit_reason_never_names_a_negative_count() -> None:
         signals(steady(320)), current=6, state=grown).reason
 
 
-def test_signals_older_than_now_are_a_problem_not_silently_no_data() -> None:
-    """Read 20 s after they were fetched, the queue window (1 s steps) and the latency
-    points (15 s) are too old to be now's: each is no data, and MetricsAvailable says why
-    instead of staying True over a reason of "queue: no data"."""
-    fetched = NOW - 20
-    old = decide(signals(steady(200, now=fetched), latency_ms=(300, 300), now=fetched))
+def test_signals_are_fresh_as_of_the_time_they_were_read_for() -> None:
+    """A pass 6 s into the slot reads the batch fetched at its start: the queue window (1 s
+    steps) ends then. Judged against the pass's own time it read as no data, and nothing
+    said so (MetricsAvailable stayed True over "queue: no data")."""
+    late = NOW + 6
+    read = signals(steady(200), latency_ms=(300, 300))._replace(read_at=NOW)
+    out = decide(read, now=late)
+    assert out.signals.queue_per_replica == 200 and out.signals.latency_s == 0.3
+    assert out.desired_replicas == 8 and out.signals.problems == ()
+    assert out.state.scale_events[-1].time == late  # the write's time, for the rate limits
+    # Without the time they were read for, data a step older than the evaluation is no
+    # data, and said so, in words that stay the same while it lasts.
+    old = decide(signals(steady(200, now=NOW - 20), latency_ms=(300, 300), now=NOW - 20))
     assert old.signals.queue_per_replica is None and old.signals.latency_s is None
     problems = old.signals.problems
     assert [p.split(":")[0] for p in problems] == ["queue", "latency", "requestRate"], problems
-    assert problems[0] == ("queue: stale: the newest sample is from 2023-11-14T22:13:00Z, "
-                           "more than a step (1s) before this evaluation")
+    assert problems[0] == ("queue: stale: the newest sample is more than a step (1s) older "
+                           "than the time it was read for")
     assert old.desired_replicas == 4 and old.action is ScaleAction.HOLD
-    fresh = decide(signals(steady(200), latency_ms=(300, 300)))
-    assert fresh.signals.problems == ()
 
 
 def test_a_stabilized_reason_names_the_windows_extreme_and_the_count_that_stays() -> None:

@@ -626,17 +626,14 @@ def _evaluate_if_due(settings: AutoscalingSettings, key: str, parsed: Parsed, tu
     stamped with it), so a pass that waited for a worker decides as one that ran on time,
     and rate-limit periods do not hang on milliseconds. A later one (the operator was down
     at the start, or the tuning is new) evaluates as of now: its data would otherwise be up
-    to an interval old; as of the batch it reads, when another tuning fetched it earlier in
-    the slot."""
+    to an interval old (the batch it reads may have been fetched earlier in the slot: its
+    signals say when, TargetSignals.read_at)."""
     clock = time.time()
     start = slot_start(clock, parsed.interval_s)
     now = start if clock - start <= SLOT_LATENESS_S else clock
     signals = signals_if_due(settings, key, parsed, tunings, now)
     if signals is None:
         return
-    # A late pass on the batch another tuning fetched earlier in the slot decides as of that
-    # fetch: its windows end then, and as of now the queue's (1 s steps) read as no data.
-    now = min(now, settings.fetched_at.get(key, now))
     try:
         if _read_again(settings, key, status):
             api = client.CustomObjectsApi()

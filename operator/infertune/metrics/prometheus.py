@@ -142,7 +142,7 @@ class PrometheusSource:
         # Every supported target is in a queue and a latency plan; the others say why not.
         return {t.key: TargetSignals(queue[t.key], latency[t.key], rate[t.key],
                                      running.get(t.key, NOT_READ), t.latency_kind,
-                                     floors.get(t.key), t.key in unknown)
+                                     floors.get(t.key), t.key in unknown, now)
                 if t.key in queue else self._unsupported(t) for t in targets}
 
     def _latency_floors(self, plans: list[tuple[QueryPlan, _Query]],

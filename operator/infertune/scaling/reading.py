@@ -20,7 +20,6 @@ from infertune.scaling.signals import (
     latency_text,
     seconds,
 )
-from infertune.scaling.state import format_time
 
 
 class Reading(NamedTuple):
@@ -86,10 +85,12 @@ class Reading(NamedTuple):
 
 def read_signals(spec: AutoscalingSpec, signals: TargetSignals, now: float,
                  ready: int | None = None) -> Reading:
-    queue_now = signals.queue.latest(now)
-    above_for, sustained = _queue_sustain(spec, signals, now, queue_now)
-    latency_now = signals.latency.latest(now)
-    rate_now = signals.request_rate.latest(now)
+    # Fresh as of the fetch they come from: a pass later in the slot reads the slot's batch.
+    read_at = now if signals.read_at is None or signals.read_at > now else signals.read_at
+    queue_now = signals.queue.latest(read_at)
+    above_for, sustained = _queue_sustain(spec, signals, read_at, queue_now)
+    latency_now = signals.latency.latest(read_at)
+    rate_now = signals.request_rate.latest(read_at)
     floor = _floor_above_target(spec, signals)
     quiet = rate_now is not None and rate_now < spec.latency.min_request_rate
     unknown = signals.latency_floor_unknown and latency_now is not None and not quiet
@@ -121,25 +122,26 @@ def read_signals(spec: AutoscalingSpec, signals: TargetSignals, now: float,
     return Reading(  # positional: one per tuning per cycle, and keywords cost more
         queue_now, above_for, sustained, None if quiet else latency_now, signals.latency_kind,
         rate_now, breaches, breaches >= spec.latency.consecutive_samples, quiet,
-        signals.running.latest(now), signals.running.peak if signals.running.available else None,
+        signals.running.latest(read_at),
+        signals.running.peak if signals.running.available else None,
         problems, signals.queue.pods if queue_now is not None else None, ready, unjudged,
         unknown)
 
 
 def _too_old(signals: TargetSignals, queue: float | None, latency: float | None,
              rate: float | None) -> tuple[str, ...]:
-    """The problems of signals that have data but none recent enough for this evaluation
-    (read later than they were fetched for): no data, and said so, rather than a reason of
-    "no data" under MetricsAvailable=True."""
+    """The problems of signals that have data but none recent enough for the time they were
+    read for: no data, and said so, rather than a reason of "no data" under
+    MetricsAvailable=True. Worded without the time, so that the condition does not change at
+    every evaluation while it lasts."""
     out = []
     named: tuple[tuple[str, Window | Series, float | None], ...] = (
         ("queue", signals.queue, queue), ("latency", signals.latency, latency),
         ("requestRate", signals.request_rate, rate))
     for name, signal, value in named:
         if value is None and signal.available and signal.problem is None:
-            newest = signal.end if isinstance(signal, Window) else signal.points[-1][0]
-            out.append(f"{name}: {STALE}the newest sample is from {format_time(newest)}, "
-                       f"more than a step ({signal.step:g}s) before this evaluation")
+            out.append(f"{name}: {STALE}the newest sample is more than a step "
+                       f"({signal.step:g}s) older than the time it was read for")
     return tuple(out)
 
 

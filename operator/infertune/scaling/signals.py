@@ -178,6 +178,11 @@ class TargetSignals(NamedTuple):
     or did not answer in time): a quantile under the lowest bound cannot be told from a real
     one, so the latency is not compared with the target until they are."""
 
+    read_at: float | None = None
+    """The time the signals were read for (the batch's fetch); None: the evaluation's own.
+    A tuning whose pass ran later in the slot reads the batch fetched at its start: its
+    signals are as fresh as that fetch, not stale by the time the pass waited."""
+
     def problems(self) -> tuple[str, ...]:
         if (self.queue.problem is None and self.latency.problem is None
                 and self.request_rate.problem is None):
