@@ -579,6 +579,19 @@ def test_batching_auto_does_not_raise_the_knob_while_the_rate_limit_holds_replic
     assert "not changed while replicas are added" in block["reason"]
 
 
+def test_batching_auto_raises_the_knob_at_max_replicas() -> None:
+    """At maxReplicas with the queue above target, no replica can be added: a bigger batch
+    is the one lever left. The replicas the queue wanted (6) read as "replicas are being
+    added" for as long as the load lasted."""
+    tuning = spec(autoscaling={"minReplicas": 1, "maxReplicas": 4},
+                  batching={"mode": "Auto", "min": 8, "max": 256})
+    planned = plan_evaluation(tuning, 1, applied_long_ago(tuning, 128), signals(48.0, 0.02),
+                              4, None, NOW, ready=4)
+    assert planned.write is None and "capped at maxReplicas 4" in planned.decision.reason
+    block = planned.status["batching"]
+    assert block["applied"] == 160 and planned.batching_news is not None, block
+
+
 def test_the_next_batching_step_waits_for_ready_pods_and_the_queue_sustain() -> None:
     tuning = spec(batching={"mode": "Auto", "min": 8, "max": 256})
     stored = applied_long_ago(tuning, 128)

@@ -46,8 +46,9 @@ class ScaleDecision(NamedTuple):
     """The state to store when it is not applied (DryRun, or the scale call failed)."""
     wanted: int | None = None
     """The replicas the signals call for, before the stabilization window and the rate
-    limits (the recommendation recorded in the state, which a window of 0s does not keep);
-    None when nothing was decided from them (disabled, 0 replicas, metrics missing)."""
+    limits (the recommendation recorded in the state, which a window of 0s does not keep),
+    at most maxReplicas; None when nothing was decided from them (disabled, 0 replicas,
+    metrics missing)."""
 
 
 class _Proposal(NamedTuple):
@@ -295,7 +296,7 @@ def _applied(spec: AutoscalingSpec, current: int, desired: int, reason: str, rea
     else:
         action = ScaleAction.TUNE_BATCHING if tune_batching else ScaleAction.HOLD
     return ScaleDecision(current, desired, action, f"{reason}; {current} -> {desired}",
-                         reading, applied, held, record)
+                         reading, applied, held, min(record, spec.max_replicas))
 
 
 def _held(current: int, action: ScaleAction, reason: str, reading: Reading,
