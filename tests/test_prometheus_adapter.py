@@ -820,6 +820,20 @@ def test_a_latency_whose_bounds_could_not_be_read_is_marked_unknown(
     assert kept.latency_floor_s == BUCKETS[0] and not kept.latency_floor_unknown
 
 
+def test_bounds_read_before_survive_a_new_batch_whose_read_fails(
+        prometheus: PrometheusServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A tuning joining the batch changes the bounds query (it names the Deployments); its
+    first read failed, and every Deployment of the batch lost the bounds read a moment
+    before: their latency was not compared, and MetricsAvailable flapped for a minute."""
+    source = PrometheusSource(prometheus.url)
+    llm, other = target("serving", "llm"), target("serving", "llmx")
+    assert fetch_when(source, [llm], llm.key)[llm.key].latency_floor_s == BUCKETS[0]
+    monkeypatch.setattr(source, "_read_floors", lambda *_: (_ for _ in ()).throw(
+        requests.ConnectionError("refused")))
+    got = source.fetch([llm, other], time.time())[llm.key]
+    assert got.latency_floor_s == BUCKETS[0] and not got.latency_floor_unknown
+
+
 def test_bounds_no_batch_uses_any_more_are_forgotten(prometheus: PrometheusServer,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     """The bounds are kept per floor query, which names the batch's Deployments: with

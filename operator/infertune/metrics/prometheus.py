@@ -171,6 +171,10 @@ class PrometheusSource:
             for target in plan.members:
                 key = (target.namespace, target.deployment)
                 floor = bounds.get(key)
+                if floor is None and key in answered:
+                    # Read under another query (the batch had other members then): a bound
+                    # changes with the engine's version, not with the batch.
+                    floor = self._bound_elsewhere(key)
                 if floor is not None:
                     floors[target.key] = floor
                 elif key in answered:
@@ -182,6 +186,11 @@ class PrometheusSource:
             self._floors.pop(text, None)
             del self._floor_used[text]
         return floors, unknown
+
+    def _bound_elsewhere(self, key: SeriesKey) -> float | None:
+        """The newest lowest bound read for `key` under any floor query."""
+        reads = [f for f in self._floors.values() if key in f.bounds]
+        return max(reads, key=operator.attrgetter("read_at")).bounds[key] if reads else None
 
     def _floors_due(self, plans: list[tuple[QueryPlan, Iterable[SeriesKey]]]
                     ) -> list[tuple[str, str, frozenset[SeriesKey]]]:
