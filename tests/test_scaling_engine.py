@@ -646,10 +646,12 @@ def test_a_rate_limit_reason_never_names_a_negative_count() -> None:
     state = ScalingState(scale_events=(ScaleEvent(NOW - 10, 4),))
     out = decide(signals(steady(320)), current=2, state=state)
     assert out.desired_replicas == 2, out.reason
-    assert "scale-up limited to 2 by max(+4 pods, +100%) per 15s (+4 already in the period, " \
-           "now 2)" \
-        in out.reason, out.reason
+    assert "scale-up limited to 2 by max(+4 pods, +100%) per 15s (the period's scale events " \
+           "add up to +4, now 2)" in out.reason, out.reason
     assert "-2" not in out.reason
+    set_to_4 = decide(signals(steady(320)), current=4, state=state)  # start 0: as fictional
+    assert "(the period's scale events add up to +4, now 4)" in set_to_4.reason, \
+        set_to_4.reason
     grown = ScalingState(scale_events=(ScaleEvent(NOW - 10, 2),))
     assert "(from 4 at the start of the period, now 6)" in decide(
         signals(steady(320)), current=6, state=grown).reason

@@ -126,10 +126,11 @@ def limit_rate(current: int, desired: int, events: tuple[ScaleEvent, ...], up: S
 def _counted_from(start: int, current: int) -> str:
     if start == current:
         return f"from {current}"
-    if start < 0:
+    if start <= 0:
         # Scaled out in the period and then set lower by someone else: the change made is
-        # spent all the same (as HPA counts it), and a count of -2 says nothing to a person.
-        return f"{current - start:+d} already in the period, now {current}"
+        # spent all the same (as HPA counts it), and a start of -2 or 0 replicas (which the
+        # operator never scales from) says nothing to a person.
+        return f"the period's scale events add up to {current - start:+d}, now {current}"
     return f"from {start} at the start of the period, now {current}"
 
 
