@@ -37,7 +37,7 @@ from infertune.api.spec import Engine, InferenceTuning
 from infertune.autoscale_cli import add_autoscale_commands
 from infertune.metrics import prometheus as prometheus_adapter
 from infertune.metrics import promql
-from infertune.metrics.presets import PRESETS, EngineMetrics, Template
+from infertune.metrics.presets import PRESETS, EngineMetrics, HistogramLatency, Template
 from infertune.metrics.prometheus import PrometheusSource
 from infertune.metrics.promql import Scope
 from infertune.metrics.source import MetricsTarget, target_for_tuning
@@ -832,6 +832,42 @@ def test_bounds_read_before_survive_a_new_batch_whose_read_fails(
         requests.ConnectionError("refused")))
     got = source.fetch([llm, other], time.time())[llm.key]
     assert got.latency_floor_s == BUCKETS[0] and not got.latency_floor_unknown
+
+
+def test_bounds_of_another_histogram_are_not_borrowed(
+        prometheus: PrometheusServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tuning switched its latency histogram (spec.metrics) and the first read of the
+    new one's bounds failed: the old histogram's lowest bucket (0.05 s) stood for the new
+    one's (0.3 s), and its 297 ms artefact breached 75 ms."""
+    registry = CollectorRegistry()
+    coarse = Histogram("other_latency_seconds", "coarse", ["namespace", "pod"],
+                       buckets=(0.3, 1.0, 5.0), registry=registry)
+    pod = coarse.labels("serving", "llm-5d4f8b9c7-bcdfg")
+    stop = threading.Event()
+
+    def observe() -> None:
+        while not stop.wait(OBSERVE_EVERY_S):
+            pod.observe(0.05)
+
+    threading.Thread(target=observe, daemon=True).start()
+    source = PrometheusSource(prometheus.url)
+    llm = target("serving", "llm")
+    assert fetch_when(source, [llm], llm.key)[llm.key].latency_floor_s == BUCKETS[0]
+    other = replace(llm, metrics=replace(
+        llm.metrics, latency=HistogramLatency("other_latency_seconds")))
+    monkeypatch.setattr(source, "_read_floors", lambda *_: (_ for _ in ()).throw(
+        requests.ConnectionError("refused")))
+    try:
+        with MetricsEndpoint(registry) as endpoint:
+            prometheus.add_scrape_job("other", [endpoint.target])
+            prometheus.wait_for_targets_up("other")
+            got = wait_for(lambda: (lambda s: s if len(s.latency.points) >= 2 else None)(
+                source.fetch([other], time.time())[other.key]), "the other histogram",
+                timeout_s=30)
+    finally:
+        stop.set()
+    assert got.latency.points[-1][1] == pytest.approx(0.99 * 0.3)
+    assert got.latency_floor_s is None and got.latency_floor_unknown
 
 
 def test_bounds_no_batch_uses_any_more_are_forgotten(prometheus: PrometheusServer,

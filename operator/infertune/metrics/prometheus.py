@@ -12,6 +12,7 @@ import operator
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any, NamedTuple, cast
 
@@ -107,6 +108,9 @@ class PrometheusSource:
         """id of each planned latency plan -> its floor query (kept with the plans)."""
         self._floor_used: dict[str, float] = {}
         """Floor query -> when a batch last used its bounds (monotonic)."""
+        self._floor_family: dict[str, str | None] = {}
+        """Floor query -> the same query over no namespace or Deployment in particular: the
+        histogram (and labels) it reads, which bounds may be borrowed within."""
         self._floors: dict[str, _Floors] = {}
         """Per floor query (promql.latency_floor_query): the lowest finite bucket bound of
         each target's histogram."""
@@ -172,9 +176,10 @@ class PrometheusSource:
                 key = (target.namespace, target.deployment)
                 floor = bounds.get(key)
                 if floor is None and key in answered:
-                    # Read under another query (the batch had other members then): a bound
-                    # changes with the engine's version, not with the batch.
-                    floor = self._bound_elsewhere(key)
+                    # Read under another query of the same histogram (the batch had other
+                    # members then): a bound changes with the engine's version, not with
+                    # the batch.
+                    floor = self._bound_elsewhere(key, self._floor_family.get(text))
                 if floor is not None:
                     floors[target.key] = floor
                 elif key in answered:
@@ -184,12 +189,17 @@ class PrometheusSource:
             # The bounds of a set of targets no batch asks for any more (tunings come and
             # go, and the query names their Deployments).
             self._floors.pop(text, None)
+            self._floor_family.pop(text, None)
             del self._floor_used[text]
         return floors, unknown
 
-    def _bound_elsewhere(self, key: SeriesKey) -> float | None:
-        """The newest lowest bound read for `key` under any floor query."""
-        reads = [f for f in self._floors.values() if key in f.bounds]
+    def _bound_elsewhere(self, key: SeriesKey, family: str | None) -> float | None:
+        """The newest lowest bound read for `key` under another floor query of `family` (the
+        same histogram and labels: another histogram has other buckets)."""
+        if family is None:
+            return None
+        reads = [f for text, f in self._floors.items()
+                 if key in f.bounds and self._floor_family.get(text) == family]
         return max(reads, key=operator.attrgetter("read_at")).bounds[key] if reads else None
 
     def _floors_due(self, plans: list[tuple[QueryPlan, Iterable[SeriesKey]]]
@@ -303,6 +313,13 @@ class PrometheusSource:
         plans = [(plan, _built(plan)) for plan in plan_queries(targets, self.resolution_s)]
         self._planned = (tuple(targets), plans)
         self._floor_texts = {id(plan): _floor_text(plan) for plan, _ in plans}
+        # Kept for the bounds still stored (they may be borrowed) and the plans of now.
+        self._floor_family = {text: family for text, family in self._floor_family.items()
+                              if text in self._floors}
+        for plan, _ in plans:
+            text = self._floor_texts[id(plan)]
+            if text is not None:
+                self._floor_family[text] = _floor_text(plan, anywhere=True)
         return plans
 
     def _run(self, plan: QueryPlan, query: _Query, now: float) -> _Answer:
@@ -394,10 +411,14 @@ def _built(plan: QueryPlan) -> _Query:
         return _Unbuildable(str(exc)[:300])
 
 
-def _floor_text(plan: QueryPlan) -> str | None:
+def _floor_text(plan: QueryPlan, anywhere: bool = False) -> str | None:
     """The plan's floor query (promql.latency_floor_query), None when it has none or it
-    cannot be built (its own query says why)."""
+    cannot be built (its own query says why). `anywhere`: over every namespace and
+    Deployment, which names the histogram and labels it reads and nothing else."""
     try:
+        if anywhere:
+            scope = replace(plan.scope(), namespaces=(), deployments=())
+            return None if plan.floor is None else plan.floor(scope)
         return plan.floor_query()
     except (ValueError, ArithmeticError):
         return None
