@@ -617,6 +617,15 @@ def test_the_next_batching_step_waits_for_ready_pods_and_the_queue_sustain() -> 
     assert "the queue's 5m sustain" in waiting.status["batching"]["reason"]
     stepped = plan_evaluation(tuning, 1, recent, signals(5.0, 0.15), 4, None, NOW, ready=4)
     assert stepped.status["batching"]["applied"] == 64
+    # A pass 6 s into the slot reads the batch fetched at its start: its queue window starts
+    # 2 s before the pods all ran the value, so the step still waits.
+    almost = {**stored, "batching": {**stored["batching"],
+                                     "servingSince": format_time(NOW - 298)}}
+    batch = signals(5.0, 0.15)._replace(read_at=NOW)
+    late = plan_evaluation(slow, 1, almost, batch, 4, None, NOW + 6, ready=4)
+    assert late.status["batching"]["applied"] == 128, late.status["batching"]["reason"]
+    assert plan_evaluation(slow, 1, almost, signals(5.0, 0.15, NOW + 6), 4, None, NOW + 6,
+                           ready=4).status["batching"]["applied"] == 64  # read at NOW + 6
 
 
 def test_a_change_of_the_applied_batching_value_is_recorded_and_announced() -> None:

@@ -140,7 +140,8 @@ def plan_evaluation(spec: InferenceTuningSpec, generation: int, status: Mapping[
     news = _news(spec, status, decision, changes, applied, stamp,
                  stored_reason(status, ConditionType.SCALING_ACTIVE) == own[1]["reason"])
     record, event = news if news is not None else (None, None)
-    batching = _batching_block(spec, status, decision, now, ready, template)
+    batching = _batching_block(spec, status, decision, now, ready, template,
+                               now if signals.read_at is None else min(now, signals.read_at))
     batching_news = None
     if batching is not None:
         patch["batching"] = batching
@@ -242,7 +243,8 @@ def _news(spec: InferenceTuningSpec, status: Mapping[str, Any], decision: ScaleD
 
 def _batching_block(spec: InferenceTuningSpec, status: Mapping[str, Any],
                     decision: ScaleDecision, now: float, ready: int | None = None,
-                    template: TemplateBatching | None = None) -> dict[str, Any] | None:
+                    template: TemplateBatching | None = None,
+                    read_at: float | None = None) -> dict[str, Any] | None:
     """`status.batching` (api.status.BatchingStatus), or None when batching is Off.
 
     Each step starts from the value in use: in mode Auto the value applied (for this knob),
@@ -297,7 +299,7 @@ def _batching_block(spec: InferenceTuningSpec, status: Mapping[str, Any],
         return block
     if in_effect is not None:
         since, waiting = _serving(spec, status, in_effect, now, decision.current_replicas,
-                                  ready)
+                                  ready, now if read_at is None else read_at)
         if waiting is not None and rec.changed:
             recommended = in_effect
             reason = (f"{rec.knob.value} stays at {in_effect} until its effect is measured: "
@@ -408,13 +410,13 @@ def _within(spec: InferenceTuningSpec, value: Any) -> int | None:
 
 
 def _serving(spec: InferenceTuningSpec, status: Mapping[str, Any], value: int,
-             now: float, replicas: int | None = None,
-             ready: int | None = None) -> tuple[str | None, str | None]:
+             now: float, replicas: int | None = None, ready: int | None = None,
+             read_at: float | None = None) -> tuple[str | None, str | None]:
     """(servingSince, why the next step waits, or None): since when every pod has run the
     applied `value` (status.tuning, as re-tuning counts them) and been Ready (`ready` of the
     `replicas`, when known), and whether the samples the rules read have all been measured
     since: the latency over the metrics window and its samples, the queue over its sustain
-    window."""
+    window, all ending at `read_at` (when the signals were read; `now` if not given)."""
     assert spec.autoscaling is not None
     tuning: Mapping[str, Any] = status.get("tuning") or {}
     revision = tuning_revision(spec, value, planned_mig(status.get("mig") or {}))
@@ -438,7 +440,7 @@ def _serving(spec: InferenceTuningSpec, status: Mapping[str, Any], value: int,
     latency_settle = (seconds(spec.metrics.window) + spec.autoscaling.interval.seconds
                       * spec.autoscaling.latency.consecutive_samples)
     settle = max(latency_settle, seconds(spec.autoscaling.queue.sustain))
-    if now - since < settle:
+    if (now if read_at is None else read_at) - since < settle:
         return format_time(since), (
             f"every pod runs it since {format_time(since)}; the latency and queue reflect it "
             f"from {format_time(since + settle)} (the {spec.metrics.window} metrics window "

@@ -46,8 +46,8 @@ class ScaleDecision(NamedTuple):
     """The state to store when it is not applied (DryRun, or the scale call failed)."""
     wanted: int | None = None
     """The replicas the signals call for, before the stabilization window and the rate
-    limits (the recommendation recorded in the state, which a window of 0s does not keep),
-    at most maxReplicas; None when nothing was decided from them (disabled, 0 replicas,
+    limits, at most maxReplicas (the state records the recommendation uncapped, and a window
+    of 0s does not keep it); None when nothing was decided from them (disabled, 0 replicas,
     metrics missing)."""
 
 
