@@ -248,7 +248,8 @@ def applied_long_ago(tuning: InferenceTuningSpec, value: int) -> dict[str, Any]:
     """The status of a tuning in batching mode Auto that applied `value` an hour ago, which
     every pod runs since."""
     return {"batching": {"knob": "max-num-seqs", "recommended": value, "applied": value,
-                         "servingSince": format_time(NOW - 3600)},
+                         "servingSince": format_time(NOW - 3600),
+                         "readySince": format_time(NOW - 3600)},
             "tuning": pods_at(tuning, value)}
 
 
@@ -595,7 +596,7 @@ def test_batching_auto_raises_the_knob_at_max_replicas() -> None:
 def test_the_next_batching_step_waits_for_ready_pods_and_the_queue_sustain() -> None:
     tuning = spec(batching={"mode": "Auto", "min": 8, "max": 256})
     stored = applied_long_ago(tuning, 128)
-    counted = {**stored, "batching": {**stored["batching"],
+    counted = {**stored, "batching": {**stored["batching"], "readySince": None,
                                       "servingSince": format_time(NOW - 100)}}
     loading = plan_evaluation(tuning, 1, counted, signals(5.0, 0.15), 4, None, NOW, ready=3)
     block = loading.status["batching"]
@@ -609,8 +610,9 @@ def test_the_next_batching_step_waits_for_ready_pods_and_the_queue_sustain() -> 
     slow = spec(autoscaling={"minReplicas": 1, "maxReplicas": 20,
                              "queue": {"sustain": "5m"}},
                 batching={"mode": "Auto", "min": 8, "max": 256})
-    recent = {**stored, "batching": {**stored["batching"],
-                                     "servingSince": format_time(NOW - 100)}}
+    recent = {**stored, "batching": {**stored["batching"],  # every pod Ready since then
+                                     "servingSince": format_time(NOW - 100),
+                                     "readySince": format_time(NOW - 100)}}
     # 100 s covers the 1m window and two 15 s samples, not the queue's 5m sustain.
     waiting = plan_evaluation(slow, 1, recent, signals(5.0, 0.15), 4, None, NOW, ready=4)
     assert waiting.status["batching"]["applied"] == 128
@@ -620,12 +622,40 @@ def test_the_next_batching_step_waits_for_ready_pods_and_the_queue_sustain() -> 
     # A pass 6 s into the slot reads the batch fetched at its start: its queue window starts
     # 2 s before the pods all ran the value, so the step still waits.
     almost = {**stored, "batching": {**stored["batching"],
-                                     "servingSince": format_time(NOW - 298)}}
+                                     "servingSince": format_time(NOW - 298),
+                                     "readySince": format_time(NOW - 298)}}
     batch = signals(5.0, 0.15)._replace(read_at=NOW)
     late = plan_evaluation(slow, 1, almost, batch, 4, None, NOW + 6, ready=4)
     assert late.status["batching"]["applied"] == 128, late.status["batching"]["reason"]
     assert plan_evaluation(slow, 1, almost, signals(5.0, 0.15, NOW + 6), 4, None, NOW + 6,
                            ready=4).status["batching"]["applied"] == 64  # read at NOW + 6
+
+
+def test_the_next_batching_step_counts_the_settle_from_when_every_pod_is_ready() -> None:
+    """Re-tuning counted every pod at the value 100 s ago, the last one became Ready at
+    NOW - 15: the step was taken at once on a 1m window during which that pod did not serve
+    (the settle was counted from when re-tuning counted the pods)."""
+    tuning = spec(batching={"mode": "Auto", "min": 8, "max": 256})
+    stored = applied_long_ago(tuning, 128)
+    status = {**stored, "batching": {**stored["batching"], "readySince": None,
+                                     "servingSince": format_time(NOW - 100)}}
+    loading = plan_evaluation(tuning, 1, status, signals(5.0, 0.15, NOW - 15), 4, None,
+                              NOW - 15, ready=3)
+    assert loading.status["batching"]["applied"] == 128
+    assert loading.status["batching"].get("readySince") is None
+    status = merge_patch(status, loading.status)
+    ready = plan_evaluation(tuning, 1, status, signals(5.0, 0.15), 4, None, NOW, ready=4)
+    block = ready.status["batching"]
+    assert block["applied"] == 128, block["reason"]
+    assert block["readySince"] == format_time(NOW)
+    assert f"every pod is Ready since {format_time(NOW)}" in block["reason"], block["reason"]
+    assert block["servingSince"] == format_time(NOW - 100)  # the STARTING_S bound's start
+    status = merge_patch(status, ready.status)
+    settled = NOW + 90  # the 1m window and two 15 s samples after every pod was Ready
+    assert plan_evaluation(tuning, 1, status, signals(5.0, 0.15, settled - 1), 4, None,
+                           settled - 1, ready=4).status["batching"]["applied"] == 128
+    assert plan_evaluation(tuning, 1, status, signals(5.0, 0.15, settled), 4, None, settled,
+                           ready=4).status["batching"]["applied"] == 64
 
 
 def test_a_change_of_the_applied_batching_value_is_recorded_and_announced() -> None:

@@ -275,8 +275,11 @@ class BatchingStatus(ApiModel):
     """Mode Auto: the value the webhook sets on new pods (re-tuning replaces the others). It
     follows the recommendation only when that moves by 25% or more, so pods are not churned."""
     serving_since: str | None = None
-    """Mode Auto: since when every pod runs the applied value. The next step waits until the
-    metrics window and the latency samples lie after this time."""
+    """Mode Auto: since when re-tuning counts every pod at the applied value."""
+    ready_since: str | None = None
+    """Mode Auto: since when every replica has also been Ready with it. The next step waits
+    until the metrics window, the latency samples and the queue's sustain window lie after
+    this time."""
     breached: int | None = None
     """Mode Auto: the lowest value the latency breached at, which it lowered the knob from;
     raises stay under it until breachedUntil."""

@@ -283,7 +283,7 @@ def _batching_block(spec: InferenceTuningSpec, status: Mapping[str, Any],
                              start, origin)
     if rec is None:
         return None
-    recommended, reason, since = rec.recommended, rec.reason, None
+    recommended, reason, since, ready_since = rec.recommended, rec.reason, None, None
     problem = auto_batching_problem(spec.batching, knob)
     if problem is None and template is not None:
         problem = template.problem
@@ -291,15 +291,16 @@ def _batching_block(spec: InferenceTuningSpec, status: Mapping[str, Any],
         # As mode Recommend: a value the webhook cannot set (or must not) would re-create the
         # pods at every step, and they would still run the old one.
         block = {"knob": rec.knob.value, "current": rec.current, "recommended": recommended,
-                 "servingSince": None,
+                 "servingSince": None, "readySince": None,
                  "reason": f"mode Auto cannot apply it, so it is only recommended: {problem}. "
                            f"{reason}"}
         if stored.get("knob") not in (None, knob.value):
             block["applied"] = None  # another knob's: it would come back as this one's
         return block
     if in_effect is not None:
-        since, waiting = _serving(spec, status, in_effect, now, decision.current_replicas,
-                                  ready, now if read_at is None else read_at)
+        since, ready_since, waiting = _serving(spec, status, in_effect, now,
+                                               decision.current_replicas, ready,
+                                               now if read_at is None else read_at)
         if waiting is not None and rec.changed:
             recommended = in_effect
             reason = (f"{rec.knob.value} stays at {in_effect} until its effect is measured: "
@@ -328,9 +329,10 @@ def _batching_block(spec: InferenceTuningSpec, status: Mapping[str, Any],
     else:
         applied = None
     if applied != in_effect:
-        since = None  # new pods: their latency is measured from when they all run it
+        since = ready_since = None  # new pods: measured from when they all run it
     block = {"knob": rec.knob.value, "current": rec.current, "recommended": recommended,
-             "applied": applied, "servingSince": since, "reason": reason}
+             "applied": applied, "servingSince": since, "readySince": ready_since,
+             "reason": reason}
     if auto:
         block.update(_breach_memory(stored, knob.value,
                                     in_effect if in_effect is not None else on_pods, applied,
@@ -411,12 +413,14 @@ def _within(spec: InferenceTuningSpec, value: Any) -> int | None:
 
 def _serving(spec: InferenceTuningSpec, status: Mapping[str, Any], value: int,
              now: float, replicas: int | None = None, ready: int | None = None,
-             read_at: float | None = None) -> tuple[str | None, str | None]:
-    """(servingSince, why the next step waits, or None): since when every pod has run the
-    applied `value` (status.tuning, as re-tuning counts them) and been Ready (`ready` of the
-    `replicas`, when known), and whether the samples the rules read have all been measured
-    since: the latency over the metrics window and its samples, the queue over its sustain
-    window, all ending at `read_at` (when the signals were read; `now` if not given)."""
+             read_at: float | None = None) -> tuple[str | None, str | None, str | None]:
+    """(servingSince, readySince, why the next step waits, or None). servingSince: since
+    when re-tuning counts every pod at the applied `value` (status.tuning). readySince:
+    since when every one of the `replicas` has also been Ready (`ready`, when known), which
+    the pods counted first may not be yet (loading the model). The step waits until the
+    samples the rules read were all measured after that: the latency over the metrics window
+    and its samples, the queue over its sustain window, all ending at `read_at` (when the
+    signals were read; `now` if not given)."""
     assert spec.autoscaling is not None
     tuning: Mapping[str, Any] = status.get("tuning") or {}
     revision = tuning_revision(spec, value, planned_mig(status.get("mig") or {}))
@@ -425,28 +429,42 @@ def _serving(spec: InferenceTuningSpec, status: Mapping[str, Any], value: int,
         counted = (f"{outdated} of {outdated + tuned} pods still run another tuning"
                    if tuning.get("revision") == revision else "re-tuning has not counted the "
                    "pods at this value yet")
-        return None, f"waiting for the pods to run it ({counted}; see status.tuning)"
-    since = stored_time((status.get("batching") or {}).get("servingSince"))
+        return None, None, f"waiting for the pods to run it ({counted}; see status.tuning)"
+    stored: Mapping[str, Any] = status.get("batching") or {}
+    since = stored_time(stored.get("servingSince"))
     if since is None or since > now:  # a clock that stepped back starts the wait again
         since = now
-    if (replicas is not None and ready is not None and ready < replicas
-            and now - since < STARTING_S):
-        # Counted by re-tuning as they are created: the last ones may still load the model.
-        # Not for ever: a pod Pending for a GPU that does not come must not hold the knob
-        # while the latency breaches (the autoscaler hands such a breach to batching).
-        return format_time(since), (
-            f"waiting for the pods to run it ({replicas - ready} of {replicas} not Ready "
-            f"yet; at most until {format_time(since + STARTING_S)})")
+    ready_since = stored_time(stored.get("readySince"))
+    if ready_since is not None and not since <= ready_since <= now:
+        ready_since = None  # from another serving period, or a clock that stepped back
+    if replicas is not None and ready is not None and ready < replicas and ready_since is None:
+        if now - since < STARTING_S:
+            # Counted by re-tuning as they are created: the last ones may still load the
+            # model. Not for ever: a pod Pending for a GPU that does not come must not hold
+            # the knob while the latency breaches (the autoscaler hands such a breach to
+            # batching); the settle then counts from when they were counted.
+            return format_time(since), None, (
+                f"waiting for the pods to run it ({replicas - ready} of {replicas} not Ready "
+                f"yet; at most until {format_time(since + STARTING_S)})")
+        base = since
+    elif replicas is None or ready is None:
+        base = since if ready_since is None else ready_since  # readiness not read
+    else:
+        # Every replica Ready now: once seen, a pod that restarts later does not start the
+        # wait again, as a replica that served stays counted.
+        ready_since = now if ready_since is None else ready_since
+        base = ready_since
     latency_settle = (seconds(spec.metrics.window) + spec.autoscaling.interval.seconds
                       * spec.autoscaling.latency.consecutive_samples)
     settle = max(latency_settle, seconds(spec.autoscaling.queue.sustain))
-    if (now if read_at is None else read_at) - since < settle:
-        return format_time(since), (
-            f"every pod runs it since {format_time(since)}; the latency and queue reflect it "
-            f"from {format_time(since + settle)} (the {spec.metrics.window} metrics window "
-            f"and {spec.autoscaling.latency.consecutive_samples} samples, the queue's "
-            f"{spec.autoscaling.queue.sustain} sustain)")
-    return format_time(since), None
+    stamps = format_time(since), None if ready_since is None else format_time(ready_since)
+    if (now if read_at is None else read_at) - base < settle:
+        return (*stamps,
+                f"every pod is Ready since {format_time(base)} with it; the latency and queue "
+                f"reflect it from {format_time(base + settle)} (the {spec.metrics.window} "
+                f"metrics window and {spec.autoscaling.latency.consecutive_samples} samples, "
+                f"the queue's {spec.autoscaling.queue.sustain} sustain)")
+    return (*stamps, None)
 
 
 def _applied_knob(spec: InferenceTuningSpec, previous: int | None, recommended: int,
