@@ -289,7 +289,7 @@ def _fetched_in_slot(settings: AutoscalingSettings, key: str, interval_s: float,
     slot is not: after the clock stepped back, it stood for every slot until its time came
     again, and the evaluations decided on signals that old. (Later in the same slot is: a
     pass evaluated as of its slot's start uses a batch fetched a moment after it.)"""
-    start = math.floor(now / interval_s) * interval_s
+    start = slot_start(now, interval_s)
     return start <= settings.fetched_at.get(key, -math.inf) < start + interval_s
 
 
