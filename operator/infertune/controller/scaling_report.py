@@ -141,7 +141,7 @@ def plan_evaluation(spec: InferenceTuningSpec, generation: int, status: Mapping[
                  stored_reason(status, ConditionType.SCALING_ACTIVE) == own[1]["reason"])
     record, event = news if news is not None else (None, None)
     batching = _batching_block(spec, status, decision, now, ready, template,
-                               now if signals.read_at is None else min(now, signals.read_at))
+                               signals.fresh_at(now))
     batching_news = None
     if batching is not None:
         patch["batching"] = batching
@@ -299,8 +299,8 @@ def _batching_block(spec: InferenceTuningSpec, status: Mapping[str, Any],
         return block
     if in_effect is not None:
         since, ready_since, waiting = _serving(spec, status, in_effect, now,
-                                               decision.current_replicas, ready,
-                                               now if read_at is None else read_at)
+                                               now if read_at is None else read_at,
+                                               decision.current_replicas, ready)
         if waiting is not None and rec.changed:
             recommended = in_effect
             reason = (f"{rec.knob.value} stays at {in_effect} until its effect is measured: "
@@ -412,15 +412,15 @@ def _within(spec: InferenceTuningSpec, value: Any) -> int | None:
 
 
 def _serving(spec: InferenceTuningSpec, status: Mapping[str, Any], value: int,
-             now: float, replicas: int | None = None, ready: int | None = None,
-             read_at: float | None = None) -> tuple[str | None, str | None, str | None]:
+             now: float, read_at: float, replicas: int | None = None,
+             ready: int | None = None) -> tuple[str | None, str | None, str | None]:
     """(servingSince, readySince, why the next step waits, or None). servingSince: since
     when re-tuning counts every pod at the applied `value` (status.tuning). readySince:
     since when every one of the `replicas` has also been Ready (`ready`, when known), which
     the pods counted first may not be yet (loading the model). The step waits until the
     samples the rules read were all measured after that: the latency over the metrics window
     and its samples, the queue over its sustain window, all ending at `read_at` (when the
-    signals were read; `now` if not given)."""
+    signals were read, TargetSignals.fresh_at)."""
     assert spec.autoscaling is not None
     tuning: Mapping[str, Any] = status.get("tuning") or {}
     revision = tuning_revision(spec, value, planned_mig(status.get("mig") or {}))
@@ -458,7 +458,7 @@ def _serving(spec: InferenceTuningSpec, status: Mapping[str, Any], value: int,
                       * spec.autoscaling.latency.consecutive_samples)
     settle = max(latency_settle, seconds(spec.autoscaling.queue.sustain))
     stamps = format_time(since), None if ready_since is None else format_time(ready_since)
-    if (now if read_at is None else read_at) - base < settle:
+    if read_at - base < settle:
         return (*stamps,
                 f"every pod is Ready since {format_time(base)} with it; the latency and queue "
                 f"reflect it from {format_time(base + settle)} (the {spec.metrics.window} "

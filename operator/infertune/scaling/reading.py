@@ -86,7 +86,7 @@ class Reading(NamedTuple):
 def read_signals(spec: AutoscalingSpec, signals: TargetSignals, now: float,
                  ready: int | None = None) -> Reading:
     # Fresh as of the fetch they come from: a pass later in the slot reads the slot's batch.
-    read_at = now if signals.read_at is None or signals.read_at > now else signals.read_at
+    read_at = signals.fresh_at(now)
     queue_now = signals.queue.latest(read_at)
     above_for, sustained = _queue_sustain(spec, signals, read_at, queue_now)
     latency_now = signals.latency.latest(read_at)

@@ -183,6 +183,11 @@ class TargetSignals(NamedTuple):
     A tuning whose pass ran later in the slot reads the batch fetched at its start: its
     signals are as fresh as that fetch, not stale by the time the pass waited."""
 
+    def fresh_at(self, now: float) -> float:
+        """The time the signals are judged fresh at, for an evaluation at `now`: when they
+        were read, or `now` (not given, or a clock that stepped back since)."""
+        return now if self.read_at is None or self.read_at > now else self.read_at
+
     def problems(self) -> tuple[str, ...]:
         if (self.queue.problem is None and self.latency.problem is None
                 and self.request_rate.problem is None):
