@@ -244,8 +244,9 @@ def _knob(spec: InferenceTuningSpec) -> str | None:
 def _flag_problem(spec: InferenceTuningSpec, serving: Mapping[str, Any]) -> str | None:
     """Why batching mode Auto cannot set `--<knob>` on the serving container's command line,
     None when it can."""
-    knob = _knob(spec)
-    problem = auto_batching_problem(spec.batching, batching_knob(spec.batching, spec.engine))
+    driven = batching_knob(spec.batching, spec.engine)
+    knob = None if driven is None else driven.value
+    problem = auto_batching_problem(spec.batching, driven)
     if problem is not None or knob is None:
         return f"batching mode Auto cannot drive {knob or 'a knob'}: {problem}"
     flag = f"--{knob}"
