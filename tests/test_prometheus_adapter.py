@@ -747,6 +747,15 @@ def test_cli_evaluate_refuses_templates_as_an_operator_that_does(
     assert json.loads(capsys.readouterr().out)["signals"]["queuePerReplica"] == 30.0
 
 
+def refuse_bounds_reads(monkeypatch: pytest.MonkeyPatch, source: PrometheusSource) -> None:
+    """Every read of the histograms' bucket bounds fails, as with a Prometheus that refuses
+    or times out on that one query."""
+    def refused(*_: Any) -> dict[Any, float]:
+        raise requests.ConnectionError("refused")
+
+    monkeypatch.setattr(source, "_read_floors", refused)
+
+
 VLLM_E2E_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0,
                     50.0, 60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0)
 """vllm:e2e_request_latency_seconds as vLLM V1 exports it (vllm/v1/metrics/loggers.py)."""
@@ -802,8 +811,7 @@ def test_a_latency_whose_bounds_could_not_be_read_is_marked_unknown(
     50 ms P99 breached the default 75 ms. Bounds read before are kept through a failure."""
     source = PrometheusSource(prometheus.url)
     llm = target("serving", "llm")
-    monkeypatch.setattr(source, "_read_floors", lambda *_: (_ for _ in ()).throw(
-        requests.ConnectionError("refused")))
+    refuse_bounds_reads(monkeypatch, source)
     got = fetch_when(source, [llm], llm.key)
     assert got[llm.key].latency.available
     assert got[llm.key].latency_floor_s is None and got[llm.key].latency_floor_unknown
@@ -812,8 +820,7 @@ def test_a_latency_whose_bounds_could_not_be_read_is_marked_unknown(
     monkeypatch.setattr(prometheus_adapter.time, "monotonic", lambda: later)
     read = source.fetch([llm], time.time())[llm.key]
     assert read.latency_floor_s == BUCKETS[0] and not read.latency_floor_unknown
-    monkeypatch.setattr(source, "_read_floors", lambda *_: (_ for _ in ()).throw(
-        requests.ConnectionError("refused")))
+    refuse_bounds_reads(monkeypatch, source)
     even_later = later + prometheus_adapter.FLOOR_REFRESH_S
     monkeypatch.setattr(prometheus_adapter.time, "monotonic", lambda: even_later)
     kept = source.fetch([llm], time.time())[llm.key]
@@ -828,8 +835,7 @@ def test_bounds_read_before_survive_a_new_batch_whose_read_fails(
     source = PrometheusSource(prometheus.url)
     llm, other = target("serving", "llm"), target("serving", "llmx")
     assert fetch_when(source, [llm], llm.key)[llm.key].latency_floor_s == BUCKETS[0]
-    monkeypatch.setattr(source, "_read_floors", lambda *_: (_ for _ in ()).throw(
-        requests.ConnectionError("refused")))
+    refuse_bounds_reads(monkeypatch, source)
     got = source.fetch([llm, other], time.time())[llm.key]
     assert got.latency_floor_s == BUCKETS[0] and not got.latency_floor_unknown
 
@@ -855,8 +861,7 @@ def test_bounds_of_another_histogram_are_not_borrowed(
     assert fetch_when(source, [llm], llm.key)[llm.key].latency_floor_s == BUCKETS[0]
     other = replace(llm, metrics=replace(
         llm.metrics, latency=HistogramLatency("other_latency_seconds")))
-    monkeypatch.setattr(source, "_read_floors", lambda *_: (_ for _ in ()).throw(
-        requests.ConnectionError("refused")))
+    refuse_bounds_reads(monkeypatch, source)
     try:
         with MetricsEndpoint(registry) as endpoint:
             prometheus.add_scrape_job("other", [endpoint.target])
