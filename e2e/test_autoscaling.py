@@ -451,6 +451,10 @@ def test_autoscale_evaluate_live_decides_with_the_operators_stored_windows(
     held = wait_for(lambda: (s := autoscaling_status(api_client, namespace)).get(
         "queueDepth") == 0 and s.get("action") == "Hold" and s, "the queue back to 0, held")
     assert "scale-down stabilized at 3" in held["reason"]
+    # The pods have no readiness probe: the operator says how it counts them instead.
+    scaling = condition(get_tuning(api_client, namespace, "qwen"), "ScalingActive")
+    assert scaling is not None and "container vllm has no readinessProbe or startupProbe" in \
+        scaling["message"]
 
     apps = client.AppsV1Api(api_client)
     wait_for(lambda: apps.read_namespaced_deployment("qwen", namespace).status.ready_replicas
@@ -458,7 +462,9 @@ def test_autoscale_evaluate_live_decides_with_the_operators_stored_windows(
     live = evaluate_cli(capsys, "--live", f"{namespace}/qwen", "--kubeconfig", str(kubeconfig),
                         "--prometheus", prometheus.url)
     assert (live["currentReplicas"], live["currentReplicasAssumed"]) == (3, False)
-    assert live["signals"]["readyReplicas"] == 3  # the Deployment's, as the operator reads it
+    # The Deployment's Ready pods that report the queue (no readiness probe), as the operator
+    # reads them.
+    assert live["signals"]["readyReplicas"] == 3
     assert (live["state"], live["action"], live["desiredReplicas"]) == (
         "status.autoscaling.state", "Hold", 3)
     assert "scale-down stabilized at 3" in live["reason"]

@@ -18,6 +18,7 @@ from infertune.tuning.pod_patch import (
     plan_pod_patch,
     planned_mig,
     tuning_revision,
+    unprobed_container,
 )
 
 CONTEXT = PodContext(tuning_name="qwen", launcher_image="infertune:test")
@@ -320,3 +321,25 @@ def test_a_long_tuning_name_becomes_a_valid_label_value() -> None:
     assert other_value != value  # a hash of the whole name, not only its prefix
     short = jsonpatch.apply_patch(_pod(), plan_pod_patch(_spec(), _pod(), CONTEXT).patch)
     assert short["metadata"]["labels"][keys.TUNED_BY] == "qwen"
+
+
+@pytest.mark.parametrize(("containers", "container", "unprobed"), [
+    ([{"name": "vllm"}], None, "vllm"),
+    ([{"name": "vllm", "readinessProbe": {"httpGet": {"path": "/health", "port": 8000}}}],
+     None, None),
+    ([{"name": "vllm", "startupProbe": {"httpGet": {"path": "/health", "port": 8000}}}],
+     None, None),  # the kubelet reports no container Ready before its startup probe passes
+    # The serving container's probes count, not a sidecar's.
+    ([{"name": "proxy", "readinessProbe": {"tcpSocket": {"port": 80}}}, {"name": "vllm"}],
+     "vllm", "vllm"),
+    ([{"name": "proxy"}, {"name": "vllm", "readinessProbe": {"exec": {"command": ["true"]}}}],
+     "vllm", None),
+    ([{"name": "proxy"}], "vllm", None),  # not in the template: template_batching says so
+])
+def test_unprobed_container_is_the_serving_one_without_readiness_or_startup_probe(
+        containers: list[dict[str, Any]], container: str | None, unprobed: str | None) -> None:
+    fields: dict[str, Any] = {"targetRef": {"name": "llm"}, "engine": "vllm"}
+    if container is not None:
+        fields["container"] = container
+    spec = InferenceTuningSpec.model_validate(fields)
+    assert unprobed_container(spec, {"containers": containers}) == unprobed

@@ -792,3 +792,58 @@ def test_a_value_that_breached_caps_the_raises_for_an_hour() -> None:
     block = free.status["batching"]
     assert block["applied"] == 20 and block["breached"] is None
     assert BatchingStatus.model_validate(merge_patch(settled, free.status)["batching"])
+
+
+def breach_with_pods_loading(pods: int) -> TargetSignals:
+    """A P99 twice the 75ms target on a low queue, reported by `pods` pods."""
+    window = Window.of_points([(NOW - 30 + i, 5.0) for i in range(31)], NOW, 30.0, 1.0, 32.0,
+                              pods=pods)
+    return TargetSignals(window, Series(((NOW - 15, 0.15), (NOW, 0.15)), 15.0),
+                         Series(((NOW - 15, 10.0), (NOW, 10.0)), 15.0))
+
+
+def just_scaled_to_8() -> dict[str, Any]:
+    """The status an evaluation left after taking 4 serving replicas to 8."""
+    return {"autoscaling": {"state": {
+        "recommendations": [{"time": format_time(NOW - 15), "replicas": 8}],
+        "scaleEvents": [{"time": format_time(NOW - 15), "change": 4}],
+        "serving": {"replicas": 4, "of": 4, "since": format_time(NOW - 600)}}}}
+
+
+def test_without_a_readiness_probe_the_pods_reporting_metrics_count_as_ready() -> None:
+    """Pods whose serving container has no readiness or startup probe are Ready as soon as
+    they start, while the engine still loads its model: counted Ready, the 4 new replicas
+    were taken to serve and the breach went 8 -> 16. The pods that report the queue stand in
+    for Ready then, and ScalingActive says why."""
+    scale_out = spec(autoscaling={"minReplicas": 1, "maxReplicas": 32,
+                                  "latency": {"action": "ScaleOut"}})
+    loading = breach_with_pods_loading(pods=4)
+    probed = plan_evaluation(scale_out, 1, just_scaled_to_8(), loading, 8, None, NOW, ready=8)
+    assert probed.write == 16  # what Ready alone says: every replica serves
+    unprobed = plan_evaluation(scale_out, 1, just_scaled_to_8(), loading, 8, None, NOW,
+                               ready=8, unprobed="vllm")
+    assert unprobed.write is None and unprobed.decision.desired_replicas == 8
+    assert "sized on the 4 replicas serving (4 not Ready since they were added) -> 8" in \
+        unprobed.decision.reason
+    assert unprobed.decision.signals.ready_replicas == 4
+    scaling = next(c for c in unprobed.status["conditions"] if c["type"] == "ScalingActive")
+    assert "container vllm has no readinessProbe or startupProbe" in scaling["message"]
+    assert "readinessProbe" not in next(
+        c for c in probed.status["conditions"] if c["type"] == "ScalingActive")["message"]
+    # Once the 8 report, all 8 serve.
+    served = plan_evaluation(scale_out, 1, just_scaled_to_8(), breach_with_pods_loading(8), 8,
+                             None, NOW, ready=8, unprobed="vllm")
+    assert served.decision.signals.ready_replicas == 8 and served.write == 16
+
+
+def test_without_a_readiness_probe_and_no_queue_data_readiness_is_not_known() -> None:
+    """No queue, no count of pods that serve: the ready count is not known (the serving
+    replicas stored stay as they are), rather than every started pod taken to serve."""
+    no_queue = signals(queue=None)
+    planned = plan_evaluation(spec(), 1, just_scaled_to_8(), no_queue, 8, None, NOW, ready=8,
+                              unprobed="vllm")
+    assert planned.decision.signals.ready_replicas is None
+    assert planned.status["autoscaling"]["state"]["serving"] == {
+        "replicas": 4, "of": 4, "since": format_time(NOW - 600)}
+    counted = plan_evaluation(spec(), 1, just_scaled_to_8(), no_queue, 8, None, NOW, ready=8)
+    assert counted.status["autoscaling"]["state"]["serving"]["replicas"] == 8

@@ -145,7 +145,8 @@ def evaluate(tuning: InferenceTuning, prometheus: str, replicas: int | None,
         planned = plan_evaluation(tuning.spec, live.generation, live.status, signals, current,
                                   blocked, now, None if fight is None else fight.to_json(),
                                   written if written == current else None,
-                                  live.ready if replicas is None else None, live.template)
+                                  live.ready if replicas is None else None, live.template,
+                                  live.unprobed)
         decision = planned.decision
         write = {"replicas": planned.write,
                  "why": why_written(tuning, decision, blocked, planned.write),

@@ -18,7 +18,11 @@ from infertune.controller.fights import (
     written_replicas,
 )
 from infertune.controller.scaling_report import Blocked
-from infertune.tuning.pod_patch import TemplateBatching, template_batching
+from infertune.tuning.pod_patch import (
+    TemplateBatching,
+    template_batching,
+    unprobed_container,
+)
 
 
 class Live(NamedTuple):
@@ -38,6 +42,9 @@ class Live(NamedTuple):
     known to serve)."""
     template: TemplateBatching | None = None
     """The batching knob on the target's pod template (batching starts from it)."""
+    unprobed: str | None = None
+    """The serving container when it has no readiness or startup probe (its pods' Ready
+    then says only that they started: pod_patch.unprobed_container)."""
 
     def fight(self, current: int, now: float) -> Fight | None:
         """The replica fight as the operator's evaluation now would see it: the stored one,
@@ -126,4 +133,5 @@ def _read_live(ref: str, kubeconfig: str | None) -> Live:
                   "one autoscaling the same Deployment would stop the operator's writes",)
     return Live(tuning, read.replicas, dict(body.get("status") or {}),
                 int((body.get("metadata") or {}).get("generation") or 0), hpa, notes, rivals,
-                read.ready, template_batching(tuning.spec, read.pod_spec))
+                read.ready, template_batching(tuning.spec, read.pod_spec),
+                unprobed_container(tuning.spec, read.pod_spec))

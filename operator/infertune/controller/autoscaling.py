@@ -66,7 +66,11 @@ from infertune.metrics.source import MetricsSource, MetricsTarget, target_for_tu
 from infertune.scaling.engine import ScaleDecision
 from infertune.scaling.signals import TargetSignals
 from infertune.scaling.state import format_time, stored_time
-from infertune.tuning.pod_patch import TemplateBatching, template_batching
+from infertune.tuning.pod_patch import (
+    TemplateBatching,
+    template_batching,
+    unprobed_container,
+)
 
 RESOURCE = (GROUP, VERSION, PLURAL)
 WORKERS = 16
@@ -364,7 +368,8 @@ def evaluate(namespace: str, name: str, generation: int, spec: InferenceTuningSp
         plan = functools.partial(plan_evaluation, spec, generation, status, signals, current,
                                  now=now, fight=None if fight is None else fight.to_json(),
                                  written=settings.written.get(key), ready=ready,
-                                 template=_template_batching(spec, read.pod_spec))
+                                 template=_template_batching(spec, read.pod_spec),
+                                 unprobed=unprobed_container(spec, read.pod_spec))
         planned = plan(blocked_by(deployment, writers, fight, now))
         refused: str | None = None
         if planned.write is not None and _spec_changed(namespace, name, generation):

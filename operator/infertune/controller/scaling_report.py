@@ -108,13 +108,18 @@ def plan_evaluation(spec: InferenceTuningSpec, generation: int, status: Mapping[
                     signals: TargetSignals, current: int, blocked: Blocked | None,
                     now: float, fight: Mapping[str, Any] | None = None,
                     written: int | None = None, ready: int | None = None,
-                    template: TemplateBatching | None = None) -> Evaluation:
+                    template: TemplateBatching | None = None,
+                    unprobed: str | None = None) -> Evaluation:
     """Decide from the state stored in `status`, and say what to write and report. `fight` is
     the replica fight to store (fights.Fight.to_json), None when there is none; `written`
     the replicas the operator wrote before that still stand; `ready` the Deployment's
     status.readyReplicas, None when not known; `template` the batching knob as the
-    Deployment's pod template has it (pod_patch.template_batching), None when not read."""
+    Deployment's pod template has it (pod_patch.template_batching), None when not read;
+    `unprobed` the serving container when it has no readiness or startup probe
+    (pod_patch.unprobed_container): its pods' Ready then says only that they started."""
     assert spec.autoscaling is not None
+    if unprobed is not None and ready is not None:
+        ready = reporting_ready(ready, signals, now)
     previous: Mapping[str, Any] = status.get("autoscaling") or {}
     # The state of another Deployment (spec.targetRef changed) is not this one's; a status
     # from before `target` was stored is taken as this one's.
@@ -136,7 +141,7 @@ def plan_evaluation(spec: InferenceTuningSpec, generation: int, status: Mapping[
     patch["autoscaling"]["target"] = spec.target_ref.name
     patch["autoscaling"]["writtenReplicas"] = kept
     patch["autoscaling"]["writtenTarget"] = None if kept is None else spec.target_ref.name
-    own = _conditions(spec, generation, decision, blocked, stamp)
+    own = _conditions(spec, generation, decision, blocked, stamp, unprobed)
     news = _news(spec, status, decision, changes, applied, stamp,
                  stored_reason(status, ConditionType.SCALING_ACTIVE) == own[1]["reason"])
     record, event = news if news is not None else (None, None)
@@ -152,8 +157,20 @@ def plan_evaluation(spec: InferenceTuningSpec, generation: int, status: Mapping[
                       own, record, batching_news)
 
 
+def reporting_ready(ready: int, signals: TargetSignals, now: float) -> int | None:
+    """The ready count of pods whose serving container has no readiness or startup probe:
+    Ready says only that they started (an engine loads its model for minutes after that), so
+    the pods that report the queue now stand in for it, at most `ready` of them. None (not
+    known) without queue data."""
+    queue = signals.queue
+    if queue.latest(signals.fresh_at(now)) is None or queue.pods is None:
+        return None
+    return min(ready, queue.pods)
+
+
 def _conditions(spec: InferenceTuningSpec, generation: int, decision: ScaleDecision,
-                blocked: Blocked | None, stamp: str) -> tuple[dict[str, Any], dict[str, Any]]:
+                blocked: Blocked | None, stamp: str,
+                unprobed: str | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
     """MetricsAvailable and ScalingActive as they are now; merged into the stored list, they
     leave it out of the patch when both already say so.
 
@@ -177,13 +194,22 @@ def _conditions(spec: InferenceTuningSpec, generation: int, decision: ScaleDecis
     elif spec.mode is Mode.DRY_RUN:
         scaling = condition_dict(ConditionType.SCALING_ACTIVE, ConditionStatus.TRUE, "DryRun",
                                  "mode DryRun: decisions are computed and reported in "
-                                 "status.autoscaling, replicas are not written", generation,
-                                 stamp)
+                                 "status.autoscaling, replicas are not written"
+                                 + _unprobed_note(unprobed), generation, stamp)
     else:
         scaling = condition_dict(ConditionType.SCALING_ACTIVE, ConditionStatus.TRUE, "Scaling",
                                  f"scaling Deployment {spec.target_ref.name}; the last decision "
-                                 "and its reason are in status.autoscaling", generation, stamp)
+                                 "and its reason are in status.autoscaling"
+                                 + _unprobed_note(unprobed), generation, stamp)
     return metrics, scaling
+
+
+def _unprobed_note(container: str | None) -> str:
+    if container is None:
+        return ""
+    return (f"; container {container} has no readinessProbe or startupProbe, so its pods are "
+            "Ready as soon as they start: a replica counts as serving once it reports the "
+            "queue metric instead; add a readinessProbe on the engine's health endpoint")
 
 
 def _autoscaling_block(decision: ScaleDecision, state: ScalingState, stamp: str,

@@ -275,6 +275,21 @@ def _flag_at(argv: list[Any], flag: str) -> int | None:
     return found
 
 
+def unprobed_container(spec: InferenceTuningSpec, pod_spec: Mapping[str, Any]) -> str | None:
+    """The serving container's name when it has neither a readinessProbe nor a startupProbe,
+    else None (also when it is not in the template: `template_batching` says so). Without
+    either, the kubelet reports the container Ready as soon as it starts, minutes before an
+    inference engine has loaded its model and serves."""
+    containers = list(pod_spec.get("containers") or [])
+    index = _serving_index(spec, containers)
+    if index is None or not isinstance(containers[index], Mapping):
+        return None
+    serving = containers[index]
+    if serving.get("readinessProbe") or serving.get("startupProbe"):
+        return None
+    return str(serving.get("name") or f"containers[{index}]")
+
+
 class TemplateBatching(NamedTuple):
     """What a Deployment's pod template says about the batching knob (`template_batching`)."""
 
