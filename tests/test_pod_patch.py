@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from typing import Any
 
 import jsonpatch
@@ -211,6 +212,19 @@ def test_mixed_strategy_requests_the_mig_slice_by_name() -> None:
     for section in ("limits", "requests"):
         assert resources[section]["nvidia.com/mig-2g.35gb"] == "1"
         assert "nvidia.com/gpu" not in resources[section]
+
+
+def test_a_media_extensions_slice_is_requested_as_the_device_plugin_names_it() -> None:
+    """`+` is not allowed in a resource name (the API server refused every pod): the device
+    plugin advertises 1g.18gb+me as nvidia.com/mig-1g.18gb.me."""
+    context = PodContext("qwen", "img", mig_profile="1g.18gb+me", mig_strategy="mixed")
+    plan = plan_pod_patch(_spec(mig={"profile": "1g.18gb+me"}), _gpu_pod(), context)
+    limits = jsonpatch.apply_patch(_gpu_pod(), plan.patch)["spec"]["containers"][0][
+        "resources"]["limits"]
+    (name,) = (k for k in limits if k.startswith("nvidia.com/mig-"))
+    assert name == "nvidia.com/mig-1g.18gb.me"
+    # apimachinery's qualified name: the part after the prefix
+    assert re.fullmatch(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]", name.split("/", 1)[1])
 
 
 def test_several_mig_slices_for_one_pod_are_reported() -> None:

@@ -16,6 +16,14 @@ def pointer(*parts: str | int) -> str:
     return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in parts)
 
 
+def mig_resource(profile: str) -> str:
+    """The extended resource the device plugin advertises a profile's slices as (mixed
+    strategy). A `+` is not allowed in a resource name, so the plugin spells the media
+    extensions `.me`: 1g.10gb+me is nvidia.com/mig-1g.10gb.me (k8s-device-plugin,
+    internal/rm/rm.go)."""
+    return "nvidia.com/mig-" + profile.replace("+", ".")
+
+
 def mig_ops(spec: InferenceTuningSpec, base: str, serving: dict[str, Any],
             planned: tuple[str | None, str], reasons: list[str], problems: list[str]) -> list[Op]:
     """The serving container's GPU request as the planned (profile, strategy) wants it: under
@@ -31,7 +39,7 @@ def mig_ops(spec: InferenceTuningSpec, base: str, serving: dict[str, Any],
     if strategy != "mixed":
         reasons.append(f"mig: single strategy, {GPU_RESOURCE} is a {profile} slice")
         return []
-    wanted = f"nvidia.com/mig-{profile}"
+    wanted = mig_resource(profile)
     resources = serving.get("resources") or {}
     ops: list[Op] = []
     for section in ("limits", "requests"):
