@@ -56,7 +56,7 @@ class FakeMigManager:
         data = self.core.read_namespaced_config_map("infertune-mig-parted-config",
                                                     OPERATOR_NAMESPACE).data["config.yaml"]
         groups = yaml.safe_load(data)["mig-configs"][config]
-        devices = {f"nvidia.com/mig-{p}": str(n * 8) for g in groups
+        devices = {f"nvidia.com/mig-{p.replace('+', '.')}": str(n * 8) for g in groups
                    for p, n in (g.get("mig-devices") or {}).items()}
         self.core.patch_node_status(node, {"status": {
             "capacity": {**devices, "nvidia.com/gpu": "0"},
@@ -121,6 +121,32 @@ def test_mig_layout_is_planned_labelled_and_awaited(
                                               "mig-devices": {"3g.71gb": 1, "2g.35gb": 2}}]
     assert document["mig-configs"]["all-disabled"] == [{"devices": "all", "mig-enabled": False}]
 
+
+
+def test_a_plan_that_breaks_keeps_the_profile_pods_are_admitted_with(
+    api_client: client.ApiClient, namespace: str, operator: OperatorProcess,
+    mig_manager: FakeMigManager,
+) -> None:
+    """An A100 node that comes to match the nodeSelector makes 2g.35gb infeasible: nothing is
+    labelled, and status.mig keeps the last plan's profile. Dropped, it changed the tuning
+    revision, and every running pod was replaced by one asking for a whole GPU."""
+    create(api_client, namespace, tuning("qwen", "qwen", mig={
+        "profile": "2g.35gb", "nodeSelector": {POOL: "mig-a"}}))
+    wait_for(lambda: _mig_status(api_client, namespace, "qwen").get("profile") == "2g.35gb",
+             "the first plan", timeout_s=30)
+    core = client.CoreV1Api(api_client)
+    pool = _node_labels(api_client, "a100-0").get(POOL)
+    core.patch_node("a100-0", {"metadata": {"labels": {POOL: "mig-a"}}})
+    try:
+        status = wait_for(lambda: (s := _mig_status(api_client, namespace, "qwen")).get(
+            "message", "").startswith("nothing is labelled") and s, "the plan refused",
+            timeout_s=30)
+        assert "2g.35gb does not exist on NVIDIA-A100-SXM4-80GB" in status["message"]
+        assert "pods keep being admitted with 2g.35gb" in status["message"]
+        assert (status["profile"], status["strategy"]) == ("2g.35gb", "mixed")
+        assert CONFIG_LABEL not in _node_labels(api_client, "a100-0")
+    finally:
+        core.patch_node("a100-0", {"metadata": {"labels": {POOL: pool}}})
 
 def test_a_node_running_gpu_pods_is_left_alone(
     api_client: client.ApiClient, namespace: str, operator: OperatorProcess

@@ -42,7 +42,8 @@ def test_only_the_changed_blocks_are_sent() -> None:
 
 
 def test_a_value_that_is_gone_is_sent_as_none_so_the_merge_patch_removes_it() -> None:
-    """MIG status after its nodes went away: the earlier profile and ConfigMap must not stay."""
+    """A MIG status whose plan has no profile or ConfigMap any more: the earlier ones must not
+    stay."""
     earlier = MigStatus(profile="2g.35gb", layout=["3g.71gb + 2x 2g.35gb"], strategy="mixed",
                         config_map="infertune-system/infertune-mig-parted",
                         nodes=[MigNodeStatus(node="gpu-1", config="c", state="configured")],

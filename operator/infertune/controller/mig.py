@@ -26,6 +26,7 @@ import kopf
 import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+from pydantic import ValidationError
 
 from infertune.api.spec import GROUP, PLURAL, VERSION, InferenceTuningSpec, Mode
 from infertune.api.status import MigNodeStatus, MigStatus
@@ -303,16 +304,16 @@ def reconcile_mig(namespace: str, name: str, spec: InferenceTuningSpec, settings
     if errors or not plans:
         reason = "; ".join(errors) or ("no node matches nvidia.com/mig.capable=true and "
                                        "spec.mig.nodeSelector")
-        message = f"nothing is labelled: {reason}"
-        if message != previous:
+        kept = _last_plan(body, f"nothing is labelled: {reason}")
+        if kept.message != previous:
             kopf.event(body, type="Warning", reason="MigInfeasible" if errors else "MigNoNodes",
-                       message=message)
+                       message=kept.message)
         gone = ("spec.mig cannot be planned (status.mig.message says why)" if errors else
                 "spec.mig no longer selects it")
         _release(body, cordons_to_release(nodes, (), owner=owner, exists=exists, gone=gone,
                                           successor=_successor(selectors, owner),
                                           partitions=partitions))
-        return MigStatus(message=message)
+        return kept
     configs = config_names(plans)
     step = plan_mig_nodes(selected, configs, allow_disruption=spec.mig.allow_disruption,
                           labelled_at=settings.labelled_at, now=time.time(), owner=owner,
@@ -351,6 +352,27 @@ def reconcile_mig(namespace: str, name: str, spec: InferenceTuningSpec, settings
         _drain(next(n for n in selected if n.name == step.node), owner, partitions)
         kopf.event(body, type="Normal", reason="MigNodeDraining", message=step.reason)
     return status
+
+
+def _last_plan(body: kopf.Body, message: str) -> MigStatus:
+    """status.mig when spec.mig cannot be planned now: the last plan's profile, strategy,
+    layout and ConfigMap, with `message`. The pods are admitted with that profile and the
+    tuning revision holds it: dropped, every running pod was outdated and replaced by one
+    asking for a whole GPU (which partitioned nodes no longer have), because one node of
+    another product came to match the nodeSelector, or its labels were gone for a moment.
+    Nothing was relabelled for the new spec, so the nodes still hold the last plan's
+    slices."""
+    stored = (body.get("status") or {}).get("mig") or {}
+    try:
+        last = MigStatus.model_validate(stored)
+    except ValidationError:  # edited by hand: nothing to keep
+        return MigStatus(message=message)
+    if last.profile is None:
+        return MigStatus(message=message)
+    return MigStatus(profile=last.profile, layout=last.layout, strategy=last.strategy,
+                     config_map=last.config_map,
+                     message=f"{message}; pods keep being admitted with {last.profile}, the "
+                             "last plan's profile")
 
 
 def _release(body: kopf.Body, releases: list[Release]) -> None:
