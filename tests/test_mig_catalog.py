@@ -103,6 +103,7 @@ def test_a_model_is_sized_on_what_the_driver_reports(product: str, need_gib: flo
     ("nvidia-h100-80gb-hbm3", "NVIDIA-H100-80GB-HBM3"),
     ("NVIDIA-A100-SXM4-40GB-MIG-1g.5gb", "NVIDIA-A100-SXM4-40GB"),  # GFD under strategy single
     ("NVIDIA-H100-80GB-HBM3-SHARED", "NVIDIA-H100-80GB-HBM3"),  # GFD with time-slicing
+    ("NVIDIA-A100-SXM4-40GB-MIG-1g.5gb-SHARED", "NVIDIA-A100-SXM4-40GB"),  # both
     (" NVIDIA-A30 ", "NVIDIA-A30"),
 ])
 def test_gfd_product_strings_and_aliases_resolve(label: str, product: str) -> None:

@@ -21,7 +21,7 @@ import yaml
 
 from infertune.api.tuning import MigSpec, MigStrategy
 
-_SUFFIXES = re.compile(r"(-SHARED|-MIG-[0-9a-z.+]+)$", re.IGNORECASE)
+_SUFFIXES = re.compile(r"(-MIG-[0-9a-z.+]+)?(-SHARED)?$", re.IGNORECASE)
 _GIB = 2**30
 
 
@@ -100,7 +100,8 @@ class MigCatalog:
 
 
 def _normalise(product: str) -> str:
-    # GFD appends -SHARED (time-slicing, MPS) and -MIG-<profile> (strategy single).
+    # GFD appends -MIG-<profile> (strategy single), then -SHARED (time-slicing, MPS): both
+    # with time-slicing under strategy single (k8s-device-plugin, internal/lm/resource.go).
     return _SUFFIXES.sub("", product.strip()).lower()
 
 
