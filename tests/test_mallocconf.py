@@ -111,6 +111,7 @@ def test_jemalloc_verdict_matches_the_corpus(valid: bool, conf: str, tmp_path: P
     ("lg_chunk:21,abort_conf:true", True),  # abort comes after all parsing
     ("abort_conf:true,experimental_foo:1", False),  # reported, tolerated
     ("abort_conf:true,narenas:4", False),
+    ("abort_conf:true,prof_leak_error:true", True),  # the check across options
 ])
 def test_abort_conf_turns_a_reported_problem_into_abort(conf: str, aborts: bool,
                                                         tmp_path: Path) -> None:
@@ -134,6 +135,7 @@ def test_abort_conf_turns_a_reported_problem_into_abort(conf: str, aborts: bool,
     ("dirty_decay_ms:1e3", "dirty_decay_ms", "no units, exponent"),
     ("narenss:4", "narenss", "did you mean narenas?"),
     ("utrace:true", "utrace", "needs --enable-utrace"),
+    ("prof_leak_error:true", "prof_leak_error", "add prof_final:true"),
 ])
 def test_problem_names_the_key_and_the_fix(conf: str, key: str, says: str) -> None:
     [problem] = check_malloc_conf(conf)

@@ -345,6 +345,13 @@ def check_malloc_conf(text: str, *, build: JemallocBuild = DEBIAN_5_3_0,
         problems.append(ConfProblem("narenas", str(narenas), (
             f"narenas comes out as {narenas} (a negative or huge count wraps around) and "
             f"jemalloc cuts it to {NARENAS_LIMIT} with a warning; use 1..{NARENAS_LIMIT}")))
+    if (build.prof and _last_accepted(pairs, "prof_leak_error", _bool) == "true"
+            and _last_accepted(pairs, "prof_final", _bool) != "true"):
+        # malloc_conf_init_check_deps, once every option is read: a warning, and an abort
+        # with abort_conf:true.
+        problems.append(ConfProblem("prof_leak_error", "true", (
+            "prof_leak_error reports leaks found by the final profile dump, and jemalloc warns "
+            "that it is set without prof_final; add prof_final:true, or drop prof_leak_error")))
     if cpus is not None:
         problems += _cpu_problems(pairs, cpus, pinned)
     return problems
