@@ -9,6 +9,7 @@ partitioning. Nothing else of the GPU Operator is imitated.
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -19,12 +20,15 @@ import pytest
 import yaml
 from kubernetes import client
 
-from e2e.fixtures.operator import OPERATOR_NAMESPACE, OperatorProcess
+from e2e.fixtures.operator import MIG_CONFIG_DELAY_S, OPERATOR_NAMESPACE, OperatorProcess
 from e2e.fixtures.waiting import wait_for
 from e2e.test_operator import create, delete_tuning_and_wait, deployment, get_tuning, tuning
 from e2e.test_pod_tuning import create_tuning_first, pods_of, wait_pods
 from infertune.api.spec import GROUP, PLURAL, VERSION
+from infertune.api.tuning import MigSpec
+from infertune.controller import mig
 from infertune.controller.mig import gpu_pods_listed
+from infertune.tuning.mig import LayoutPlan, plan_layout, request_from_spec
 
 pytestmark = pytest.mark.e2e
 
@@ -120,6 +124,13 @@ def test_mig_layout_is_planned_labelled_and_awaited(
     assert document["mig-configs"][name] == [{"devices": "all", "mig-enabled": True,
                                               "mig-devices": {"3g.71gb": 1, "2g.35gb": 2}}]
     assert document["mig-configs"]["all-disabled"] == [{"devices": "all", "mig-enabled": False}]
+    # Labelled only once mig-manager's copy of the ConfigMap has the config for sure.
+    written = json.loads(client.CoreV1Api(api_client).read_namespaced_config_map(
+        "infertune-mig-parted-config", OPERATOR_NAMESPACE).metadata.annotations[
+        "infertune.io/configs-written"])[name]
+    node = client.CoreV1Api(api_client).read_node("h200-pool-a")
+    labelled = float(node.metadata.annotations["infertune.io/mig-labelled-at"])
+    assert labelled >= written + MIG_CONFIG_DELAY_S - 1  # the annotation has whole seconds
 
 
 
@@ -446,3 +457,46 @@ def test_pod_requests_its_slice_and_lands_where_the_slice_exists(
     node = client.CoreV1Api(api_client).read_node(pod.spec.node_name)
     assert int(node.status.allocatable.get("nvidia.com/mig-3g.71gb", "0")) > 0
 
+
+
+def _h200_plan(profile: str) -> LayoutPlan:
+    plan = plan_layout("NVIDIA-H200", request_from_spec(MigSpec(profile=profile)))
+    assert isinstance(plan, LayoutPlan)
+    return plan
+
+
+def test_two_passes_writing_the_config_map_at_once_keep_both_configs(
+    api_client: client.ApiClient, namespace: str, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Another tuning's pass writes the ConfigMap between this pass's read and its write:
+    written over the version read, this one's write is refused (409), and it merges again.
+    Merged over its stale read, it dropped the other config, whose node was then labelled
+    for a config mig-manager could not find."""
+    client.ApiClient.set_default(api_client)  # type: ignore[no-untyped-call]
+    try:
+        now = time.time()
+        first = mig._write_config_map(namespace, {"cfg-0": _h200_plan("3g.71gb")}, now - 600)
+        assert first == {"cfg-0": now - 600, "all-disabled": now - 600}
+        read = client.CoreV1Api.read_namespaced_config_map
+        raced: list[str] = []
+
+        def read_then_race(self: client.CoreV1Api, *args: Any, **kwargs: Any) -> Any:
+            got = read(self, *args, **kwargs)
+            if not raced:
+                raced.append("b")
+                mig._write_config_map(namespace, {"cfg-b": _h200_plan("2g.35gb")}, now)
+            return got
+
+        monkeypatch.setattr(client.CoreV1Api, "read_namespaced_config_map", read_then_race)
+        written = mig._write_config_map(namespace, {"cfg-a": _h200_plan("1g.18gb")}, now + 1)
+        assert raced == ["b"]
+        stored = read(client.CoreV1Api(api_client), "infertune-mig-parted-config", namespace)
+        configs = yaml.safe_load(stored.data["config.yaml"])["mig-configs"]
+        assert set(configs) == {"cfg-0", "cfg-a", "cfg-b", "all-disabled"}
+        # When each changed there: a node is labelled for one only a while after.
+        times = json.loads(stored.metadata.annotations["infertune.io/configs-written"])
+        assert times == {"cfg-0": now - 600, "all-disabled": now - 600, "cfg-b": now,
+                         "cfg-a": now + 1}
+        assert written == {"cfg-a": now + 1, "all-disabled": now - 600}
+    finally:
+        client.ApiClient.set_default(None)  # type: ignore[no-untyped-call]

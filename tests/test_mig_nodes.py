@@ -53,6 +53,27 @@ def test_labels_one_node_at_a_time() -> None:
     assert [r.state for r in step.reports] == [NodeState.PENDING, NodeState.WAITING]
 
 
+def test_no_node_is_labelled_before_mig_managers_copy_of_the_config_map_has_the_config(
+) -> None:
+    """mig-manager reads the ConfigMap through a volume the kubelet updates a minute late: a
+    node labelled for a config its copy lacks went to failed, for good."""
+    config = CONFIGS["NVIDIA-H200"]
+    waiting = plan_mig_nodes([_node("a"), _node("b")], CONFIGS, allow_disruption=False,
+                             labelled_at={}, now=100.0, config_ready_at={config: 220.0})
+    assert waiting.kind is StepKind.NONE
+    assert [(r.node, r.state) for r in waiting.reports] == [("a", NodeState.WAITING),
+                                                            ("b", NodeState.WAITING)]
+    assert "labelled for infertune-h200-2x3g.71gb from 1970-01-01T00:03:40Z" in \
+        waiting.reason
+    ready = plan_mig_nodes([_node("a"), _node("b")], CONFIGS, allow_disruption=False,
+                           labelled_at={}, now=220.0, config_ready_at={config: 220.0})
+    assert (ready.kind, ready.node) == (StepKind.LABEL, "a")
+    # A drain does not wait: it does not name the config.
+    busy = plan_mig_nodes([_node("a", pods=("ns/p",))], CONFIGS, allow_disruption=True,
+                          labelled_at={}, now=100.0, config_ready_at={config: 220.0})
+    assert (busy.kind, busy.node) == (StepKind.DRAIN, "a")
+
+
 def test_waits_for_mig_manager_before_the_next_node() -> None:
     step = _plan([_node("a", config=CONFIGS["NVIDIA-H200"], state="pending"), _node("b")])
     assert step.kind is StepKind.NONE and "waiting for mig-manager" in step.reason

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 from collections.abc import Callable, Sequence
@@ -12,6 +13,17 @@ from infertune import __version__
 
 Command = Callable[[argparse.Namespace], int]
 DEFAULT_LAUNCHER_IMAGE = f"ghcr.io/infertune/infertune:{__version__}"
+
+
+def _seconds(text: str) -> float:
+    """A number of seconds, 0 or more (argparse names the option in its error)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: give 0 or more seconds")
+    return value
 
 
 def _validate(args: argparse.Namespace) -> int:
@@ -202,6 +214,10 @@ def _add_run_command(commands: argparse._SubParsersAction) -> None:  # type: ign
                      help="kubelets do not run the static CPU manager: skip the QoS checks")
     run.add_argument("--retune-interval", type=float, metavar="SECONDS",
                      help="how often outdated pods are looked for (default 10)")
+    run.add_argument("--mig-config-delay", type=_seconds, metavar="SECONDS", default=None,
+                     help="how long after a config goes into the mig-parted ConfigMap before "
+                          "a node is labelled for it: the kubelet updates mig-manager's "
+                          "mounted copy within about a minute (default 120)")
     metrics = run.add_argument_group("Prometheus")
     metrics.add_argument("--prometheus-url", metavar="URL", help="Prometheus the autoscaler "
                          "queries (default: $INFERTUNE_PROMETHEUS_URL; without it autoscaling "

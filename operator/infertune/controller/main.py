@@ -181,7 +181,9 @@ def run_operator(args: argparse.Namespace) -> int:
             pod_tuning=pods.PodTuningSettings(launcher_image=args.launcher_image,
                                               static_cpu_manager=not args.no_static_cpu_manager),
             webhook_server=_webhook_server(args, own_namespace, cleanup),
-            mig=mig.MigSettings.watching(own_namespace, namespaces),
+            mig=mig.MigSettings.watching(
+                own_namespace, namespaces, *([] if args.mig_config_delay is None
+                                             else [args.mig_config_delay])),
             autoscaling=scaling,
             leader=leader,
         )

@@ -58,6 +58,15 @@ from infertune.tuning.migparted import config_name, render_mig_parted_config
 RESOURCE = (GROUP, VERSION, PLURAL)
 CONFIG_MAP = "infertune-mig-parted-config"
 CONFIG_KEY = "config.yaml"
+WRITTEN_ANNOTATION = "infertune.io/configs-written"
+"""On the ConfigMap: JSON, config name -> when (unix time) it last changed there."""
+CONFIG_WRITE_ATTEMPTS = 3
+CONFIG_DELAY_S = 120.0
+"""How long after a config goes into the ConfigMap (or changes) before a node is labelled for
+it. mig-manager reads the ConfigMap through a volume, which the kubelet updates on its pod
+sync (every minute, with jitter) after a change: labelled sooner, mig-manager found no such
+config, set nvidia.com/mig.config.state=failed, and waited for the label to change again
+(which it does not: the operator stops at a failed node)."""
 MIG_INTERVAL = 3.0
 logger = logging.getLogger(__name__)
 
@@ -84,13 +93,16 @@ class MigSettings:
     handler_context: contextvars.Context | None = None
     """The context of a kopf handler, in which kopf.event finds kopf's event queue (not set
     for the task a startup handler starts)."""
+    config_delay_s: float = CONFIG_DELAY_S
+    """CONFIG_DELAY_S, or --mig-config-delay."""
 
     @classmethod
-    def watching(cls, namespace: str, namespaces: Sequence[str]) -> MigSettings:
+    def watching(cls, namespace: str, namespaces: Sequence[str],
+                 config_delay_s: float = CONFIG_DELAY_S) -> MigSettings:
         """The settings of an operator in `namespace` watching `namespaces` (--namespace;
         none is every namespace)."""
         return cls(namespace, cluster_wide=not namespaces, watched=frozenset(
-            n for n in namespaces if not is_pattern(n)))
+            n for n in namespaces if not is_pattern(n)), config_delay_s=config_delay_s)
 
     def sees(self, tuning: str) -> bool:
         """Whether the tuning NAMESPACE/NAME would be in the operator's index if it existed:
@@ -174,26 +186,68 @@ def _unix_time(text: str | None) -> float | None:
     return value if value is not None and math.isfinite(value) else None
 
 
-def _write_config_map(namespace: str, configs: dict[str, LayoutPlan]) -> None:
-    """Merge our named configs into the shared ConfigMap (other tunings keep theirs)."""
+def _write_config_map(namespace: str, configs: dict[str, LayoutPlan],
+                      now: float) -> dict[str, float]:
+    """Merge our named configs into the shared ConfigMap (other tunings keep theirs), and
+    say when each of ours last changed there (unix time; kept in WRITTEN_ANNOTATION).
+
+    Written over the version read: the tunings' passes run at the same time, and a merge
+    over an older read dropped the config another pass had just added (its node was then
+    labelled for a config mig-manager could not find). A write that lost the race reads and
+    merges again."""
     core = client.CoreV1Api()
-    try:
-        current = core.read_namespaced_config_map(CONFIG_MAP, namespace)
-        existing = yaml.safe_load((current.data or {}).get(CONFIG_KEY) or "") or {}
-    except ApiException as exc:
-        if exc.status != 404:
+    ours = render_mig_parted_config(configs, include_all_disabled=True)["mig-configs"]
+    for _ in range(CONFIG_WRITE_ATTEMPTS):
+        try:
+            current = core.read_namespaced_config_map(CONFIG_MAP, namespace)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+            current = None
+        data = {} if current is None else current.data or {}
+        existing = yaml.safe_load(data.get(CONFIG_KEY) or "") or {}
+        merged = dict(existing.get("mig-configs") or {})
+        meta = None if current is None else current.metadata
+        annotations = {} if meta is None else meta.annotations or {}
+        written = _written_times(annotations.get(WRITTEN_ANNOTATION))
+        for name, groups in ours.items():
+            if merged.get(name) != groups or name not in written:
+                written[name] = now  # new or changed: mig-manager's copy may not have it
+            merged[name] = groups
+        written = {name: t for name, t in written.items() if name in merged}
+        text = yaml.safe_dump({"version": "v1", "mig-configs": merged}, sort_keys=False)
+        stamps = json.dumps(written, sort_keys=True)
+        body: dict[str, Any] = {"metadata": {
+            "name": CONFIG_MAP, "namespace": namespace,
+            "labels": {"app.kubernetes.io/managed-by": "infertune"},
+            "annotations": {WRITTEN_ANNOTATION: stamps}}, "data": {CONFIG_KEY: text}}
+        try:
+            if current is None:
+                core.create_namespaced_config_map(namespace, body)  # type: ignore[arg-type]
+            elif data.get(CONFIG_KEY) != text or annotations.get(WRITTEN_ANNOTATION) != stamps:
+                body["metadata"]["resourceVersion"] = None if meta is None else \
+                    meta.resource_version
+                core.patch_namespaced_config_map(CONFIG_MAP, namespace, body)
+        except ApiException as exc:
+            if exc.status == 409:  # another pass wrote (or created) it since the read
+                continue
             raise
-        current, existing = None, {}
-    merged = dict(existing.get("mig-configs") or {})
-    merged.update(render_mig_parted_config(configs, include_all_disabled=True)["mig-configs"])
-    text = yaml.safe_dump({"version": "v1", "mig-configs": merged}, sort_keys=False)
-    body = {"metadata": {"name": CONFIG_MAP, "namespace": namespace,
-                         "labels": {"app.kubernetes.io/managed-by": "infertune"}},
-            "data": {CONFIG_KEY: text}}
-    if current is None:
-        core.create_namespaced_config_map(namespace, body)  # type: ignore[arg-type]
-    elif (current.data or {}).get(CONFIG_KEY) != text:
-        core.patch_namespaced_config_map(CONFIG_MAP, namespace, body)
+        return {name: written[name] for name in ours}
+    raise RuntimeError(f"the ConfigMap {namespace}/{CONFIG_MAP} changed under every one of "
+                       f"{CONFIG_WRITE_ATTEMPTS} writes; the next pass tries again")
+
+
+def _written_times(text: str | None) -> dict[str, float]:
+    """WRITTEN_ANNOTATION: config name -> unix time; what cannot be read counts as not
+    written (its configs count as written now)."""
+    try:
+        loaded = json.loads(text) if text else {}
+    except ValueError:
+        return {}
+    if not isinstance(loaded, dict):
+        return {}
+    return {str(name): float(t) for name, t in loaded.items()
+            if isinstance(t, int | float) and not isinstance(t, bool) and math.isfinite(t)}
 
 
 def _drain(node: NodeView, owner: str, exists: Callable[[str], bool]) -> None:
@@ -315,9 +369,15 @@ def reconcile_mig(namespace: str, name: str, spec: InferenceTuningSpec, settings
                                           partitions=partitions))
         return kept
     configs = config_names(plans)
+    now = time.time()
+    ready_at = None
+    if spec.mode is not Mode.DRY_RUN:
+        written = _write_config_map(settings.namespace,
+                                    {configs[p]: plan for p, plan in plans.items()}, now)
+        ready_at = {name: t + settings.config_delay_s for name, t in written.items()}
     step = plan_mig_nodes(selected, configs, allow_disruption=spec.mig.allow_disruption,
-                          labelled_at=settings.labelled_at, now=time.time(), owner=owner,
-                          exists=exists)
+                          labelled_at=settings.labelled_at, now=now, owner=owner,
+                          exists=exists, config_ready_at=ready_at)
     first = next(iter(plans.values()))
     strategies = {n.labels.get(MIG_STRATEGY_LABEL) for n in selected} - {None}
     status = MigStatus(
@@ -343,7 +403,6 @@ def reconcile_mig(namespace: str, name: str, spec: InferenceTuningSpec, settings
                                       partitions=partitions))
     if spec.mode is Mode.DRY_RUN:
         return status.model_copy(update={"message": f"dry run: would {step.reason}"})
-    _write_config_map(settings.namespace, {configs[p]: plan for p, plan in plans.items()})
     if step.kind is StepKind.LABEL and step.node is not None:
         _label(step.node, configs[_product(selected, step.node)], owner)
         settings.labelled_at[step.node] = time.time()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from enum import StrEnum
 from typing import NamedTuple
 
@@ -146,14 +147,22 @@ def _held_for_another(node: NodeView, config: str, owner: str,
     return None
 
 
+def _clock(t: float) -> str:
+    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 def plan_mig_nodes(nodes: Sequence[NodeView], configs: Mapping[str, str], *,
                    allow_disruption: bool, labelled_at: Mapping[str, float],
                    now: float, owner: str = "",
-                   exists: Callable[[str], bool] = lambda claimant: True) -> MigNodeStep:
+                   exists: Callable[[str], bool] = lambda claimant: True,
+                   config_ready_at: Mapping[str, float] | None = None) -> MigNodeStep:
     """The next step over the selected `nodes`; `configs` maps GPU product -> config name.
     `labelled_at` and `now` are unix times (a node's own annotation stands in for a time this
     process did not see). `owner` is the tuning planning (NAMESPACE/NAME), and `exists` says
-    whether the tuning a node is claimed by is still there (a deleted one's claim lapses)."""
+    whether the tuning a node is claimed by is still there (a deleted one's claim lapses).
+    `config_ready_at`: config name -> when mig-manager's copy of the ConfigMap holds it for
+    sure; no node is labelled for a config before then (mig-manager fails a config its copy
+    does not have, and does not try again until the label changes)."""
     reports: list[NodeReport] = []
     todo: list[tuple[NodeView, str]] = []
     for node in nodes:
@@ -190,6 +199,14 @@ def plan_mig_nodes(nodes: Sequence[NodeView], configs: Mapping[str, str], *,
             reports.append(NodeReport(node.name, NodeState.DRAINING, (
                 f"cordoned and draining {len(node.gpu_pods)} GPU pods before {config}")))
             step = MigNodeStep(StepKind.DRAIN, node.name, reason=f"drain {node.name}")
+            continue
+        ready_at = (config_ready_at or {}).get(config)
+        if ready_at is not None and now < ready_at:
+            wait = (f"labelled for {config} from {_clock(ready_at)}: mig-manager reads the "
+                    "ConfigMap through a volume, which the kubelet updates up to about a "
+                    "minute after the config was written")
+            reports.append(NodeReport(node.name, NodeState.WAITING, wait))
+            step = MigNodeStep(StepKind.NONE, node.name, reason=f"{node.name} is {wait}")
             continue
         reports.append(NodeReport(node.name, NodeState.PENDING, f"labelled for {config}"))
         step = MigNodeStep(StepKind.LABEL, node.name, reason=f"label {node.name} "
