@@ -500,3 +500,28 @@ def test_two_passes_writing_the_config_map_at_once_keep_both_configs(
         assert written == {"cfg-a": now + 1, "all-disabled": now - 600}
     finally:
         client.ApiClient.set_default(None)  # type: ignore[no-untyped-call]
+
+
+def test_a_node_labelled_since_this_pass_read_it_is_not_labelled_over(
+    api_client: client.ApiClient,
+) -> None:
+    """Two tunings' passes that both found a node free: the second label is refused (the node
+    changed since it was read), so the second pass sees the first one's claim, instead of
+    taking the node while mig-manager applies the first config."""
+    client.ApiClient.set_default(api_client)  # type: ignore[no-untyped-call]
+    core = client.CoreV1Api(api_client)
+    node = "h200-pool-b"
+    try:
+        seen = mig.node_view(json.loads(core.read_node(node, _preload_content=False).data))
+        assert mig._label(seen, "cfg-first", "ns-a/first")  # the first pass
+        assert not mig._label(seen, "cfg-second", "ns-b/second")  # read before that label
+        labels = _node_labels(api_client, node)
+        assert labels[CONFIG_LABEL] == "cfg-first"
+        again = mig.node_view(json.loads(core.read_node(node, _preload_content=False).data))
+        assert again.claimed_by == "ns-a/first"
+    finally:
+        core.patch_node(node, {"metadata": {
+            "labels": {CONFIG_LABEL: None, STATE_LABEL: None},
+            "annotations": {"infertune.io/mig-config-for": None,
+                            "infertune.io/mig-labelled-at": None}}})
+        client.ApiClient.set_default(None)  # type: ignore[no-untyped-call]

@@ -290,9 +290,13 @@ def _uncordon(node: str, version: str | None = None, mark_only: bool = False) ->
     return _patch_as_seen(node, version, patch)
 
 
-def _label(node: str, config: str, owner: str) -> None:
+def _label(node: NodeView, config: str, owner: str) -> bool:
+    """Label the node for `config`, claimed by `owner`, if it is still as this pass read it
+    (`_patch_as_seen`): two tunings' passes that both found it free labelled it one after the
+    other, and the first one's mig-manager run then reported success for the second's
+    config. False when it changed since; the next pass decides again."""
     # Clear the old state with the new config: a stale "success" belongs to the old layout.
-    client.CoreV1Api().patch_node(node, {"metadata": {
+    return _patch_as_seen(node.name, node.version, {"metadata": {
         "labels": {MIG_CONFIG_LABEL: config, MIG_STATE_LABEL: None},
         "annotations": {CLAIM_ANNOTATION: owner, LABELLED_AT_ANNOTATION: f"{time.time():.0f}"}}})
 
@@ -404,7 +408,11 @@ def reconcile_mig(namespace: str, name: str, spec: InferenceTuningSpec, settings
     if spec.mode is Mode.DRY_RUN:
         return status.model_copy(update={"message": f"dry run: would {step.reason}"})
     if step.kind is StepKind.LABEL and step.node is not None:
-        _label(step.node, configs[_product(selected, step.node)], owner)
+        node = next(n for n in selected if n.name == step.node)
+        if not _label(node, configs[_product(selected, step.node)], owner):
+            logger.info(f"{step.node} changed since this pass read it; the next one decides")
+            return status.model_copy(update={
+                "message": f"{step.node} changed while deciding; decided again next pass"})
         settings.labelled_at[step.node] = time.time()
         kopf.event(body, type="Normal", reason="MigNodeLabelled", message=step.reason)
     elif step.kind is StepKind.DRAIN and step.node is not None:
