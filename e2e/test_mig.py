@@ -159,6 +159,31 @@ def test_a_plan_that_breaks_keeps_the_profile_pods_are_admitted_with(
     finally:
         core.patch_node("a100-0", {"metadata": {"labels": {POOL: pool}}})
 
+
+def test_a_layout_is_planned_for_the_strategy_the_nodes_run(
+    api_client: client.ApiClient, namespace: str, operator: OperatorProcess,
+) -> None:
+    """Nodes whose GPU Operator runs strategy single get no mixed layout, whatever
+    spec.mig.strategy says: the device plugin refuses such a node (and GFD labels its GPUs
+    MIG-INVALID), after the relabel has disrupted it."""
+    core = client.CoreV1Api(api_client)
+    strategy = "nvidia.com/mig.strategy"
+    core.patch_node("h200-pool-b", {"metadata": {"labels": {strategy: "single"}}})
+    try:
+        create(api_client, namespace, tuning("qwen", "qwen", mig={
+            "profile": "2g.35gb", "layout": [{"profile": "3g.71gb"},
+                                             {"profile": "2g.35gb", "count": 2}],
+            "nodeSelector": {POOL: "mig-b"}}))
+        status = wait_for(lambda: (s := _mig_status(api_client, namespace, "qwen")).get(
+            "message") and s, "status.mig.message", timeout_s=30)
+        assert "strategy single gives every MIG device on a node the same profile" in \
+            status["message"], status
+        assert "the selected nodes run strategy single" in status["message"]
+        assert CONFIG_LABEL not in _node_labels(api_client, "h200-pool-b")
+        delete_tuning_and_wait(api_client, namespace, "qwen", "the tuning gone", timeout_s=15)
+    finally:
+        core.patch_node("h200-pool-b", {"metadata": {"labels": {strategy: "mixed"}}})
+
 def test_a_node_running_gpu_pods_is_left_alone(
     api_client: client.ApiClient, namespace: str, operator: OperatorProcess
 ) -> None:

@@ -30,6 +30,7 @@ from pydantic import ValidationError
 
 from infertune.api.spec import GROUP, PLURAL, VERSION, InferenceTuningSpec, Mode
 from infertune.api.status import MigNodeStatus, MigStatus
+from infertune.api.tuning import MigStrategy
 from infertune.controller.loops import STOP_TIMEOUT_S, Work, every, leader_of, until_stopped
 from infertune.controller.spec_cache import SPECS
 from infertune.kube.client import evict_pod
@@ -309,10 +310,22 @@ def _plans(spec: InferenceTuningSpec, nodes: list[NodeView]) -> tuple[
     products = sorted({n.labels[PRODUCT_LABEL] for n in capable if PRODUCT_LABEL in n.labels})
     plans: dict[str, LayoutPlan] = {}
     errors: list[str] = []
+    # Planned for the strategy the nodes run: under single, the device plugin refuses a node
+    # with mixed profiles (and GFD labels its GPUs MIG-INVALID), whatever the spec says.
+    strategies = sorted({n.labels.get(MIG_STRATEGY_LABEL, "") for n in capable}
+                        & {s.value for s in MigStrategy})
+    mig_spec, run_by = spec.mig, ""
+    if len(strategies) > 1:
+        errors.append(f"the selected nodes run different MIG strategies ({MIG_STRATEGY_LABEL}: "
+                      f"{', '.join(strategies)}); narrow spec.mig.nodeSelector to one of them")
+    elif strategies and strategies[0] != spec.mig.strategy.value:
+        mig_spec = spec.mig.model_copy(update={"strategy": MigStrategy(strategies[0])})
+        run_by = (f" (the selected nodes run strategy {strategies[0]}: {MIG_STRATEGY_LABEL}, "
+                  "from the GPU Operator's ClusterPolicy)")
     for product in products:
-        result = plan_layout(product, request_from_spec(spec.mig))
+        result = plan_layout(product, request_from_spec(mig_spec))
         if isinstance(result, Infeasible):
-            errors.append(result.reason)
+            errors.append(result.reason + run_by)
         else:
             plans[product] = result
     profiles = {plan.product: plan.pod_profile for plan in plans.values()}
