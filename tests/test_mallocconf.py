@@ -340,3 +340,24 @@ def test_physical_cpu_arenas_want_an_even_cpu_count() -> None:
     [problem] = check_malloc_conf("percpu_arena:phycpu,narenas:2", cpus=3)
     assert problem.key == "percpu_arena" and "use percpu" in problem.message
     assert check_malloc_conf("percpu_arena:phycpu,narenas:2", cpus=4) == []
+
+
+@needs_jemalloc
+def test_the_specs_pairs_win_over_the_containers_in_the_merged_conf(tmp_path: Path) -> None:
+    """pod_patch puts the container's own MALLOC_CONF first and the spec's after it: jemalloc
+    takes the later of two settings, and keeps the container's others."""
+    from infertune.api.spec import InferenceTuningSpec
+    from infertune.tuning.pod_patch import PodContext, plan_pod_patch
+
+    spec = InferenceTuningSpec.model_validate({
+        "targetRef": {"name": "qwen"}, "engine": "vllm",
+        "allocator": {"mallocConf": "narenas:4,dirty_decay_ms:5000"}})
+    pod = {"metadata": {"labels": {}}, "spec": {"containers": [{
+        "name": "vllm", "command": ["vllm", "serve"],
+        "env": [{"name": "MALLOC_CONF", "value": "background_thread:true,narenas:16"}]}]}}
+    plan = plan_pod_patch(spec, pod, PodContext("qwen", "img"))
+    (conf,) = [op["value"]["value"] for op in plan.patch
+               if isinstance(op.get("value"), dict) and op["value"].get("name") == "MALLOC_CONF"]
+    seen = read_back(conf, tmp_path)
+    assert (seen["opt.narenas"], seen["opt.dirty_decay_ms"], seen["opt.background_thread"]) == (
+        4, 5000, True)

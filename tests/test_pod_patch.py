@@ -91,6 +91,63 @@ def test_existing_ld_preload_is_kept_after_jemalloc() -> None:
     assert env["HF_HOME"] == "/cache"
 
 
+
+def test_the_containers_malloc_conf_is_kept_under_the_specs() -> None:
+    """jemalloc reads the pairs in order: the container's first, so the spec's win where
+    both set an option and the container's others stay (they were dropped)."""
+    pod = _pod(env=[{"name": "MALLOC_CONF", "value": "background_thread:true,narenas:16,"}])
+    plan = plan_pod_patch(_spec(allocator={"mallocConf": "narenas:4,dirty_decay_ms:5000"}), pod,
+                          CONTEXT)
+    env = _env(jsonpatch.apply_patch(pod, plan.patch)["spec"]["containers"][0])
+    assert env["MALLOC_CONF"] == "background_thread:true,narenas:16,narenas:4,dirty_decay_ms:5000"
+    assert plan.problems == []
+    # Without a mallocConf in the spec, the container's stays, with narenas sized if unset.
+    own = _pod(env=[{"name": "MALLOC_CONF", "value": "background_thread:true"}])
+    env = _env(_apply(_spec(), own)["spec"]["containers"][0])
+    assert env["MALLOC_CONF"] == "background_thread:true,narenas:8"
+
+
+@pytest.mark.parametrize(("own", "says"), [
+    ("lg_chunk:21", "lg_chunk was removed in jemalloc 5.0"),
+    ("narenas:4,oops", "has a syntax error, and jemalloc reads nothing after it"),
+])
+def test_a_containers_malloc_conf_jemalloc_complains_about_is_reported(own: str,
+                                                                       says: str) -> None:
+    pod = _pod(env=[{"name": "MALLOC_CONF", "value": own}])
+    plan = plan_pod_patch(_spec(allocator={"mallocConf": "narenas:2"}), pod, CONTEXT)
+    assert not plan.refused
+    assert any(says in p for p in plan.problems), plan.problems
+    conf = _env(jsonpatch.apply_patch(pod, plan.patch)["spec"]["containers"][0])["MALLOC_CONF"]
+    # After a syntax error jemalloc would not read the spec's part: it is replaced.
+    assert conf == ("lg_chunk:21,narenas:2" if "oops" not in own else "narenas:2")
+
+
+@pytest.mark.parametrize(("allocator", "name"), [
+    ({}, "MALLOC_CONF"), ({"type": "glibc", "glibcTunables": "glibc.malloc.trim_threshold=1"},
+                          "GLIBC_TUNABLES")])
+def test_an_allocator_variable_from_value_from_refuses_the_patch(allocator: dict[str, Any],
+                                                                 name: str) -> None:
+    pod = _pod(env=[{"name": name, "valueFrom": {"configMapKeyRef": {"name": "x", "key": "y"}}}])
+    plan = plan_pod_patch(_spec(allocator=allocator), pod, CONTEXT)
+    assert plan.refused and plan.patch == [] and f"{name} on the serving container" in \
+        plan.problems[0]
+
+
+def test_glibc_tunables_of_the_container_are_kept_before_the_specs() -> None:
+    pod = _pod(env=[{"name": "GLIBC_TUNABLES", "value": "glibc.pthread.rseq=0"}])
+    spec = _spec(allocator={"type": "glibc",
+                            "glibcTunables": "glibc.malloc.trim_threshold=134217728"})
+    env = _env(_apply(spec, pod)["spec"]["containers"][0])
+    assert env["GLIBC_TUNABLES"] == "glibc.pthread.rseq=0:glibc.malloc.trim_threshold=134217728"
+
+
+def test_allocator_variables_env_from_could_set_are_reported() -> None:
+    pod = _pod(envFrom=[{"configMapRef": {"name": "runtime"}}])
+    plan = plan_pod_patch(_spec(), pod, CONTEXT)
+    assert any("envFrom: LD_PRELOAD or MALLOC_CONF there is overridden" in p
+               for p in plan.problems), plan.problems
+    assert not any("envFrom" in p for p in plan_pod_patch(_spec(), _pod(), CONTEXT).problems)
+
 def test_glibc_arenas_are_sized_to_the_container() -> None:
     env = _env(_apply(_spec(allocator={"type": "glibc"}), _pod())["spec"]["containers"][0])
     assert env["MALLOC_ARENA_MAX"] == "8"

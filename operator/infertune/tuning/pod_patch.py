@@ -25,7 +25,8 @@ from infertune.api.spec import (
 )
 from infertune.api.tuning import AllocatorType, NumaPolicy
 from infertune.api.units import parse_quantity
-from infertune.tuning.mallocconf import effective_malloc_conf
+from infertune.tuning.mallocconf import check_malloc_conf, effective_malloc_conf
+from infertune.tuning.mallocconf_syntax import scan
 from infertune.tuning.memory import MemoryHighError, resolve_memory_high
 from infertune.tuning.pod_mig import Op, mig_ops
 from infertune.tuning.pod_mig import pointer as _pointer
@@ -165,25 +166,41 @@ def _numa_env(spec: InferenceTuningSpec) -> str:
 
 
 def _allocator(spec: InferenceTuningSpec, env: _EnvPlan, cpu: float | None,
-               reasons: list[str]) -> str | None:
-    """Fill `env` with the allocator settings; return a refusal reason if they cannot apply."""
+               reasons: list[str], problems: list[str], env_from: bool = False) -> str | None:
+    """Fill `env` with the allocator settings, merged with what the container sets itself;
+    return a refusal reason if they cannot apply. `env_from`: the container also takes
+    variables from envFrom, which its env (and so the operator's) overrides unseen."""
     allocator = spec.allocator
     cpus = f"{cpu:g} CPUs" if cpu is not None else "no CPU limit"
+    if allocator.type is AllocatorType.NONE:
+        return None
+    if allocator.type is AllocatorType.JEMALLOC:
+        names = ["LD_PRELOAD", "MALLOC_CONF"]
+    else:
+        names = ["MALLOC_ARENA_MAX"] if allocator.arena_max or cpu is not None else []
+        names += ["GLIBC_TUNABLES"] if allocator.glibc_tunables is not None else []
+    for name in names:
+        found = env.existing(name)
+        if found is not None and "value" not in found:
+            return (f"{name} on the serving container comes from valueFrom, so the allocator "
+                    "settings cannot be merged with it; set it as a plain value or use "
+                    "allocator type none")
+    if env_from and names:
+        problems.append("the serving container takes variables from envFrom: "
+                        f"{' or '.join(names)} there is overridden by the allocator "
+                        "settings; set it in env instead, where it is merged with them")
     if allocator.type is AllocatorType.JEMALLOC:
         preload = env.existing("LD_PRELOAD")
-        if preload is not None and "value" not in preload:
-            return ("LD_PRELOAD on the serving container comes from valueFrom, so jemalloc "
-                    "cannot be added to it; set it as a plain value or use allocator type none")
         current = str(preload.get("value", "")) if preload else ""
         paths = [p for p in current.replace(" ", ":").split(":") if p]
         if allocator.library_path not in paths:
             paths.insert(0, allocator.library_path)
         env.set("LD_PRELOAD", ":".join(paths))
-        conf = effective_malloc_conf(allocator.malloc_conf, cpu)
+        conf = effective_malloc_conf(_merged_conf(env, allocator.malloc_conf, problems), cpu)
         env.set("MALLOC_CONF", conf)
         reasons.append(f"allocator: preload {allocator.library_path} with MALLOC_CONF={conf} "
                        f"({cpus})")
-    elif allocator.type is AllocatorType.GLIBC:
+    else:
         arenas = allocator.arena_max
         if arenas is None and cpu is not None:
             # glibc's default is 8 arenas per core of the *node*; size to the container instead.
@@ -191,9 +208,32 @@ def _allocator(spec: InferenceTuningSpec, env: _EnvPlan, cpu: float | None,
         if arenas is not None:
             env.set("MALLOC_ARENA_MAX", str(arenas))
         if allocator.glibc_tunables is not None:
-            env.set("GLIBC_TUNABLES", allocator.glibc_tunables)
+            found = env.existing("GLIBC_TUNABLES")
+            own = str(found.get("value", "")).strip(":") if found else ""
+            # Read in order, the later setting of a tunable wins: the spec's.
+            env.set("GLIBC_TUNABLES", ":".join(t for t in (own, allocator.glibc_tunables) if t))
         reasons.append(f"allocator: glibc with MALLOC_ARENA_MAX={arenas or 'unset'} ({cpus})")
     return None
+
+
+def _merged_conf(env: _EnvPlan, spec_conf: str | None, problems: list[str]) -> str | None:
+    """The container's own MALLOC_CONF followed by the spec's: jemalloc reads the pairs in
+    order, so the spec's win where both set an option and the container's others stay (a
+    background_thread:true the image relies on). One jemalloc cannot read to its end (a
+    syntax error, after which it reads nothing) is replaced, and said so."""
+    found = env.existing("MALLOC_CONF")
+    own = str(found.get("value", "")).strip().strip(",") if found else ""
+    if not own:
+        return spec_conf
+    _, syntax = scan(own)
+    if syntax is not None:
+        problems.append(f"the serving container's MALLOC_CONF {own!r} has a syntax error, and "
+                        "jemalloc reads nothing after it: it is replaced by the spec's "
+                        "allocator.mallocConf; fix it to keep its settings")
+        return spec_conf
+    for problem in check_malloc_conf(own):
+        problems.append(f"the serving container's MALLOC_CONF: {problem.message}")
+    return own if not spec_conf else f"{own},{spec_conf}"
 
 
 def _launcher_ops(pod_spec: dict[str, Any], index: int, serving: dict[str, Any],
@@ -432,7 +472,8 @@ def plan_pod_patch(spec: InferenceTuningSpec, pod: dict[str, Any],
     reasons.append(f"memory: {memory_high.reason}")
 
     env = _EnvPlan(_pointer("spec", "containers", index), serving.get("env"))
-    refusal = _allocator(spec, env, _cpu_limit(serving), reasons)
+    refusal = _allocator(spec, env, _cpu_limit(serving), reasons, problems,
+                         bool(serving.get("envFrom")))
     if refusal is not None:
         return PodPlan(revision, refused=True, problems=[refusal])
 
