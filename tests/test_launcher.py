@@ -274,6 +274,30 @@ def test_numactl_that_refuses_the_binding_falls_back(shell: list[str], tmp_path:
 
 
 @pytest.mark.parametrize("shell", SHELLS)
+@pytest.mark.parametrize("strict", ["false", "true"])
+def test_memory_binding_refused_binds_the_cpus_only_unless_strict(shell: list[str], strict: str,
+                                                                   tmp_path: Path) -> None:
+    """A seccomp profile such as RuntimeDefault refuses the memory policy calls without
+    CAP_SYS_NICE, not CPU binding: the CPUs are still bound (memory is then local by the
+    kernel's default policy), unless strict asks for the whole binding."""
+    Machine().build(tmp_path)
+    numactl = tmp_path / "bin/memory-refusing-numactl"
+    write(numactl, "#!/bin/sh\ncase \"$*\" in *--membind*) echo 'set_mempolicy: Operation not "
+                   "permitted' >&2; exit 1 ;; esac\necho numactl \"$@\"\n")
+    numactl.chmod(0o755)
+    result = launch(shell, tmp_path, {"INFERTUNE_NUMA_POLICY": "node:0",
+                                      "INFERTUNE_NUMA_STRICT": strict}, "--",
+                    "echo", "ran", numactl=str(numactl))
+    if strict == "true":
+        assert (result.returncode, result.log["action"]) == (78, "fail")
+        assert "refused: set_mempolicy: Operation not permitted" in result.log["reason"]
+        return
+    assert result.returncode == 0 and result.log["action"] == "bind"
+    assert result.argv == ["numactl", "--cpunodebind=0", "--", "echo", "ran"]
+    assert "need CAP_SYS_NICE" in result.log["reason"]
+    assert "CPUs bound only" in result.log["reason"]
+
+@pytest.mark.parametrize("shell", SHELLS)
 @pytest.mark.parametrize("args", [(), ("--dry-run",), ("vllm",), ("--", ), ("--dry-run", "x")])
 def test_usage_errors_exit_64(shell: list[str], args: tuple[str, ...], tmp_path: Path) -> None:
     done = subprocess.run([*shell, str(LAUNCHER), *args], capture_output=True, text=True,
@@ -331,3 +355,41 @@ def test_real_numactl_binds_to_node_0(shell: list[str]) -> None:
     assert seen is not None, done.stdout
     assert expand(seen[1]) == node0 & allowed
     assert re.search(r"^membind: 0\s*$", done.stdout, re.MULTILINE), done.stdout
+
+
+def _deny_memory_policy() -> None:
+    """In the child: the rule of the runtimes' default seccomp profile for a container
+    without CAP_SYS_NICE (containerd contrib/seccomp/seccomp_default.go: get_mempolicy, mbind
+    and set_mempolicy are allowed only with that capability)."""
+    import errno
+
+    import pyseccomp as seccomp
+
+    rules = seccomp.SyscallFilter(seccomp.ALLOW)
+    for name in ("get_mempolicy", "mbind", "set_mempolicy"):
+        rules.add_rule(seccomp.ERRNO(errno.EPERM), name)
+    rules.load()
+
+
+@pytest.mark.skipif(shutil.which("numactl") is None, reason="numactl is not installed")
+@pytest.mark.skipif(not Path("/sys/devices/system/node/node0/cpulist").exists(),
+                    reason="this kernel shows no NUMA node 0 in /sys")
+@pytest.mark.parametrize("shell", SHELLS)
+def test_real_numactl_under_a_seccomp_filter_without_sys_nice_binds_the_cpus(
+        shell: list[str]) -> None:
+    pytest.importorskip("pyseccomp")
+    report = "grep Cpus_allowed_list /proc/self/status; numactl --show"
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "INFERTUNE_NUMA_POLICY": "node:0",
+           "INFERTUNE_NUMA_STRICT": "false"}
+    done = subprocess.run([*shell, str(LAUNCHER), "--", "sh", "-c", report], env=env,
+                          capture_output=True, text=True, timeout=60, check=False,
+                          preexec_fn=_deny_memory_policy)
+    assert done.returncode == 0, done.stderr
+    assert "action=bind" in done.stderr and "CPUs bound only" in done.stderr, done.stderr
+    node0 = expand(Path("/sys/devices/system/node/node0/cpulist").read_text())
+    allowed = expand(re.search(r"Cpus_allowed_list:\s*(\S+)",
+                               Path("/proc/self/status").read_text())[1])  # type: ignore[index]
+    seen = re.search(r"Cpus_allowed_list:\s*(\S+)", done.stdout)
+    assert seen is not None, done.stdout
+    assert expand(seen[1]) == node0 & allowed
+    assert re.search(r"^policy: default\s*$", done.stdout, re.MULTILINE), done.stdout

@@ -414,3 +414,40 @@ def test_unprobed_container_is_the_serving_one_without_readiness_or_startup_prob
         fields["container"] = container
     spec = InferenceTuningSpec.model_validate(fields)
     assert unprobed_container(spec, {"containers": containers}) == unprobed
+
+
+RUNTIME_DEFAULT = {"seccompProfile": {"type": "RuntimeDefault"}}
+
+
+@pytest.mark.parametrize(("container", "pod_context", "reported"), [
+    ({"securityContext": RUNTIME_DEFAULT}, None, True),
+    ({}, RUNTIME_DEFAULT, True),  # the pod's profile, the container setting none
+    ({"securityContext": {**RUNTIME_DEFAULT, "capabilities": {"add": ["SYS_NICE"]}}}, None,
+     False),
+    ({"securityContext": {**RUNTIME_DEFAULT, "capabilities": {"add": ["CAP_SYS_NICE"]}}}, None,
+     False),
+    ({"securityContext": {**RUNTIME_DEFAULT, "privileged": True}}, None, False),
+    ({"securityContext": {"seccompProfile": {"type": "Unconfined"}}}, RUNTIME_DEFAULT, False),
+    ({}, None, False),
+])
+def test_a_seccomp_profile_that_refuses_memory_binding_is_reported(
+        container: dict[str, Any], pod_context: dict[str, Any] | None, reported: bool) -> None:
+    pod = _pod(**container)
+    if pod_context is not None:
+        pod["spec"]["securityContext"] = pod_context
+    plan = plan_pod_patch(_spec(), pod, CONTEXT)
+    assert not plan.refused
+    says = [p for p in plan.problems if "without CAP_SYS_NICE" in p]
+    assert bool(says) is reported, plan.problems
+    if reported:
+        assert "gets its NUMA node's CPUs only" in says[0]
+
+
+def test_strict_numa_under_a_profile_that_refuses_memory_binding_refuses_the_patch() -> None:
+    """The launcher would stop the container at every start (exit 78): the pod is admitted
+    unchanged instead, and the reason says what to change."""
+    plan = plan_pod_patch(_spec(numa={"policy": "gpu-local", "strict": True}),
+                          _pod(securityContext=RUNTIME_DEFAULT), CONTEXT)
+    assert plan.refused and plan.patch == []
+    assert "numa.strict would stop the container (exit 78)" in plan.problems[0]
+    assert "add SYS_NICE" in plan.problems[0]

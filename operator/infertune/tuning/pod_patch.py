@@ -477,6 +477,20 @@ def plan_pod_patch(spec: InferenceTuningSpec, pod: dict[str, Any],
     if refusal is not None:
         return PodPlan(revision, refused=True, problems=[refusal])
 
+    refused = _memory_policy_refused(spec, pod_spec, serving)
+    if refused is not None and spec.numa.strict:
+        return PodPlan(revision, refused=True, problems=[
+            f"{refused}, and numa.strict would stop the container (exit 78) at every start; "
+            "add SYS_NICE to its securityContext.capabilities.add, or set numa.strict to "
+            "false (its CPUs are then bound, and its memory is local by the kernel's "
+            "default)"])
+    if refused is not None:
+        gets = ("it runs unbound" if spec.numa.policy is NumaPolicy.INTERLEAVE else
+                "it gets its NUMA node's CPUs only, its memory local by the kernel's default "
+                "rather than bound")
+        problems.append(f"{refused}: {gets}; add SYS_NICE to its "
+                        "securityContext.capabilities.add for the whole binding")
+
     ops: list[Op] = []
     for op in _batching_ops(spec, _pointer("spec", "containers", index), serving, context,
                             reasons, problems):
@@ -508,6 +522,29 @@ def _serving_index(spec: InferenceTuningSpec, containers: list[dict[str, Any]]) 
     """The serving container: spec.container, or the first one when it is not set."""
     return next((i for i, c in enumerate(containers)
                  if spec.container is None or c.get("name") == spec.container), None)
+
+
+def _memory_policy_refused(spec: InferenceTuningSpec, pod_spec: Mapping[str, Any],
+                           serving: Mapping[str, Any]) -> str | None:
+    """Why the serving container cannot have numactl's memory binding, if it is known at
+    admission: the runtimes' default seccomp profile (RuntimeDefault) allows the memory policy
+    calls (set_mempolicy, mbind) only with CAP_SYS_NICE (containerd,
+    contrib/seccomp/seccomp_default.go), which containers do not get by default. (A kubelet
+    that defaults every pod to RuntimeDefault cannot be seen here: the launcher falls back
+    to binding the CPUs then.)"""
+    if spec.numa.policy is NumaPolicy.NONE or not serving.get("command"):
+        return None
+    context = serving.get("securityContext") or {}
+    profile = (context.get("seccompProfile")
+               or (pod_spec.get("securityContext") or {}).get("seccompProfile") or {})
+    if profile.get("type") != "RuntimeDefault" or context.get("privileged"):
+        return None  # a privileged container runs without the profile
+    added = {str(c).upper().removeprefix("CAP_")
+             for c in (context.get("capabilities") or {}).get("add") or []}
+    if added & {"SYS_NICE", "ALL"}:
+        return None
+    return (f"container {serving.get('name')} runs under the seccomp profile RuntimeDefault "
+            "without CAP_SYS_NICE, which refuses numactl's memory binding (set_mempolicy)")
 
 
 def _numa_ops(spec: InferenceTuningSpec, pod_spec: dict[str, Any], index: int,
