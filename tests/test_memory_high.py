@@ -13,8 +13,10 @@ GI = 2**30
 @pytest.mark.parametrize(
     ("spec", "mem_request", "limit", "expected"),
     [
-        # kubelet MemoryQoS: 16Gi + 0.9 * (32Gi - 16Gi) = 30.4Gi.
-        ({}, "16Gi", "32Gi", int(30.4 * GI)),
+        # kubelet MemoryQoS: 16Gi + 0.9 * (32Gi - 16Gi) = 30.4Gi, floored to a 4 KiB page as
+        # the formula (KEP-2570) and the kernel do: the cgroup reads back whole pages.
+        ({}, "16Gi", "32Gi", int(30.4 * GI) // 4096 * 4096),
+        ({"highRatio": 0.33}, "1Gi", "10Gi", 3543348019 // 4096 * 4096),  # 0.33 x 10Gi
         # Guaranteed: the formula gives the limit itself, so it is capped at limit - headroom.
         ({}, "32Gi", "32Gi", 31 * GI),
         ({"minHeadroom": "2Gi"}, "32Gi", "32Gi", 30 * GI),

@@ -12,6 +12,16 @@ from infertune.api.tuning import MIN_MEMORY_HIGH, MemorySpec
 from infertune.api.units import parse_quantity
 
 
+PAGE = 4096
+"""memory.high is kept in pages: the kernel rounds a value written to it down to a page (4 KiB
+on x86-64), and the MemoryQoS formula (KEP-2570) floors to the page size too. Intents are
+given rounded so, as the cgroup reads them back."""
+
+
+def _pages(value: Decimal | int) -> int:
+    return int(value) // PAGE * PAGE
+
+
 @dataclass(frozen=True)
 class MemoryHigh:
     """The memory.high to write (None: leave it at "max") and why."""
@@ -70,7 +80,7 @@ def resolve_memory_high(
         raise MemoryHighError(field, f"{how} is below the container's memory "
                               f"request {request}, so it would be throttled while using what it "
                               "asked for; raise it above the request")
-    return MemoryHigh(int(value), f"memory.high {how}")
+    return MemoryHigh(_pages(value), f"memory.high {how}")
 
 
 def _default_memory_high(
@@ -88,10 +98,10 @@ def _default_memory_high(
         return MemoryHigh(None, f"limit {limit} leaves no useful memory.high below it by "
                           f"minHeadroom {spec.min_headroom}: memory.high stays at max")
     if formula <= ceiling:
-        return MemoryHigh(int(formula), f"{how} = {_gib(formula)}")
+        return MemoryHigh(_pages(formula), f"{how} = {_gib(formula)}")
     if request_bytes < limit_bytes and ceiling <= request_bytes:
         # Throttling below the request would punish the container for using what it asked for.
         return MemoryHigh(None, f"limit {limit} leaves no minHeadroom {spec.min_headroom} above "
                           "the request: memory.high stays at max")
-    return MemoryHigh(int(ceiling), f"{how} gives {_gib(formula)}, capped at limit {limit} minus "
+    return MemoryHigh(_pages(ceiling), f"{how} gives {_gib(formula)}, capped at limit {limit} minus "
                       f"minHeadroom {spec.min_headroom} = {_gib(ceiling)}")
