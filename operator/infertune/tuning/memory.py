@@ -11,7 +11,6 @@ from decimal import Decimal
 from infertune.api.tuning import MIN_MEMORY_HIGH, MemorySpec
 from infertune.api.units import parse_quantity
 
-
 PAGE = 4096
 """memory.high is kept in pages: the kernel rounds a value written to it down to a page (4 KiB
 on x86-64), and the MemoryQoS formula (KEP-2570) floors to the page size too. Intents are
