@@ -102,5 +102,5 @@ def _default_memory_high(
         # Throttling below the request would punish the container for using what it asked for.
         return MemoryHigh(None, f"limit {limit} leaves no minHeadroom {spec.min_headroom} above "
                           "the request: memory.high stays at max")
-    return MemoryHigh(_pages(ceiling), f"{how} gives {_gib(formula)}, capped at limit {limit} minus "
-                      f"minHeadroom {spec.min_headroom} = {_gib(ceiling)}")
+    return MemoryHigh(_pages(ceiling), f"{how} gives {_gib(formula)}, capped at limit {limit} "
+                      f"minus minHeadroom {spec.min_headroom} = {_gib(ceiling)}")
