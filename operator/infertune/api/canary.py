@@ -46,6 +46,19 @@ class CanaryAnalysis(ApiModel):
     failure_limit: Annotated[int, Field(ge=1, le=100)] = 3
     """Failed checks before the canary is rolled back."""
 
+    @model_validator(mode="after")
+    def _windows_hold_samples(self) -> CanaryAnalysis:
+        problems = CrossFieldProblems()
+        if self.interval.seconds < 1:
+            problems.add("interval", f"{self.interval} is too short a window to hold the "
+                         "Prometheus samples a check judges; use 1s or more, better a few "
+                         "scrape intervals such as 1m")
+        if self.max_p99 is not None and self.max_p99.seconds <= 0:
+            problems.add("maxP99", f"{self.max_p99} fails every check; give the P99 the canary "
+                         "must stay under, such as 500ms, or leave it out")
+        problems.raise_if_any()
+        return self
+
 
 class RoutingType(StrEnum):
     """How traffic is split between primary and canary."""
