@@ -451,3 +451,17 @@ def test_strict_numa_under_a_profile_that_refuses_memory_binding_refuses_the_pat
     assert plan.refused and plan.patch == []
     assert "numa.strict would stop the container (exit 78)" in plan.problems[0]
     assert "add SYS_NICE" in plan.problems[0]
+
+
+def test_a_mig_profile_the_plan_has_not_followed_leaves_the_revision() -> None:
+    """A new spec.mig.profile that cannot be planned keeps the last plan (status.mig), and
+    the pods would come back the same: the revision stays, so none is replaced for nothing.
+    Once the plan follows the spec, the pods are outdated."""
+    planned = ("3g.71gb", "mixed")
+    before = tuning_revision(_spec(mig={"profile": "3g.71gb"}), None, planned)
+    assert tuning_revision(_spec(mig={"profile": "2g.35gb"}), None, planned) == before
+    assert tuning_revision(_spec(mig={"profile": "2g.35gb"}), None,
+                           ("2g.35gb", "mixed")) != before
+    # Not planned yet: the spec's profile counts, as it always did.
+    assert tuning_revision(_spec(mig={"profile": "3g.71gb"}), None, (None, "mixed")) != \
+        tuning_revision(_spec(mig={"profile": "2g.35gb"}), None, (None, "mixed"))

@@ -86,8 +86,13 @@ def tuning_revision(spec: InferenceTuningSpec, batching_value: int | None = None
     if spec.batching.mode is BatchingMode.AUTO and batching_value is not None:
         relevant["batching"] = {"knob": _knob(spec), "value": batching_value}
     if spec.mig is not None:
-        relevant["mig"] = {"profile": spec.mig.profile, "strategy": spec.mig.strategy.value,
-                           "planned": list(mig_planned)}
+        # The profile as planned once there is a plan: a spec.mig.profile the plan has not
+        # followed (a new one that cannot be planned, and the last plan kept; or one not
+        # planned yet) leaves the pods as they are, and must not replace every one of them
+        # with the same pod. Where they agree, the hash is what it always was.
+        planned = mig_planned[0]
+        relevant["mig"] = {"profile": spec.mig.profile if planned is None else planned,
+                           "strategy": spec.mig.strategy.value, "planned": list(mig_planned)}
     digest = hashlib.sha256(json.dumps(relevant, sort_keys=True).encode()).hexdigest()
     return digest[:10]
 
