@@ -836,14 +836,30 @@ def test_without_a_readiness_probe_the_pods_reporting_metrics_count_as_ready() -
     assert served.decision.signals.ready_replicas == 8 and served.write == 16
 
 
-def test_without_a_readiness_probe_and_no_queue_data_readiness_is_not_known() -> None:
-    """No queue, no count of pods that serve: the ready count is not known (the serving
-    replicas stored stay as they are), rather than every started pod taken to serve."""
-    no_queue = signals(queue=None)
-    planned = plan_evaluation(spec(), 1, just_scaled_to_8(), no_queue, 8, None, NOW, ready=8,
-                              unprobed="vllm")
-    assert planned.decision.signals.ready_replicas is None
-    assert planned.status["autoscaling"]["state"]["serving"] == {
-        "replicas": 4, "of": 4, "since": format_time(NOW - 600)}
-    counted = plan_evaluation(spec(), 1, just_scaled_to_8(), no_queue, 8, None, NOW, ready=8)
-    assert counted.status["autoscaling"]["state"]["serving"]["replicas"] == 8
+def test_without_a_readiness_probe_and_no_queue_data_the_serving_count_holds_10_minutes(
+) -> None:
+    """No queue, no count of pods that report: the replicas known to serve stay as stored,
+    not every started pod taken to serve, and not for ever either: short of the replicas
+    for STARTING_S, every replica counts, as with a readiness that never comes."""
+    scale_out = spec(autoscaling={"minReplicas": 1, "maxReplicas": 32,
+                                  "latency": {"action": "ScaleOut"}})
+    no_queue = TargetSignals(Window.missing("no series for Deployment ns/llm", "q"),
+                             Series(((NOW - 15, 0.15), (NOW, 0.15)), 15.0),
+                             Series(((NOW - 15, 10.0), (NOW, 10.0)), 15.0))
+
+    def serving_since(since: float) -> dict[str, Any]:
+        status = just_scaled_to_8()
+        status["autoscaling"]["state"]["serving"] = {"replicas": 4, "of": 8,
+                                                     "since": format_time(since)}
+        return status
+
+    held = plan_evaluation(scale_out, 1, serving_since(NOW - 100), no_queue, 8, None, NOW,
+                           ready=8, unprobed="vllm")
+    assert held.write is None and held.decision.signals.ready_replicas == 4
+    assert "sized on the 4 replicas serving" in held.decision.reason
+    expired = plan_evaluation(scale_out, 1, serving_since(NOW - 601), no_queue, 8, None, NOW,
+                              ready=8, unprobed="vllm")
+    assert expired.write == 16
+    # Before any serving count is stored, the Deployment's ready count, as with a probe.
+    first = plan_evaluation(scale_out, 1, {}, no_queue, 8, None, NOW, ready=8, unprobed="vllm")
+    assert first.decision.signals.ready_replicas == 8

@@ -35,7 +35,7 @@ from infertune.controller.conditions import (
 from infertune.scaling.batching import MIN_STEP, recommend_batching
 from infertune.scaling.engine import ScaleAction, ScaleDecision, decide_scale
 from infertune.scaling.signals import TargetSignals, seconds
-from infertune.scaling.state import ScalingState, format_time, stored_time
+from infertune.scaling.state import ScalingState, Serving, format_time, stored_time
 from infertune.tuning.pod_patch import TemplateBatching, planned_mig, tuning_revision
 
 APPLY_STEP = MIN_STEP
@@ -118,15 +118,14 @@ def plan_evaluation(spec: InferenceTuningSpec, generation: int, status: Mapping[
     `unprobed` the serving container when it has no readiness or startup probe
     (pod_patch.unprobed_container): its pods' Ready then says only that they started."""
     assert spec.autoscaling is not None
-    if unprobed is not None and ready is not None:
-        ready = reporting_ready(ready, signals, now)
     previous: Mapping[str, Any] = status.get("autoscaling") or {}
     # The state of another Deployment (spec.targetRef changed) is not this one's; a status
     # from before `target` was stored is taken as this one's.
     own_state = previous.get("target") in (None, spec.target_ref.name)
-    decision = decide_scale(spec.autoscaling, current, signals,
-                            ScalingState.from_json(previous.get("state") if own_state else None),
-                            now, ready)
+    state = ScalingState.from_json(previous.get("state") if own_state else None)
+    if unprobed is not None and ready is not None:
+        ready = reporting_ready(ready, signals, now, state.serving)
+    decision = decide_scale(spec.autoscaling, current, signals, state, now, ready)
     if decision.action is ScaleAction.TUNE_BATCHING and spec.batching.mode is BatchingMode.OFF:
         decision = decision._replace(reason=decision.reason + NOTHING_TUNES_BATCHING)
     stamp = format_time(now)
@@ -157,14 +156,18 @@ def plan_evaluation(spec: InferenceTuningSpec, generation: int, status: Mapping[
                       own, record, batching_news)
 
 
-def reporting_ready(ready: int, signals: TargetSignals, now: float) -> int | None:
+def reporting_ready(ready: int, signals: TargetSignals, now: float,
+                    serving: Serving | None = None) -> int:
     """The ready count of pods whose serving container has no readiness or startup probe:
     Ready says only that they started (an engine loads its model for minutes after that), so
-    the pods that report the queue now stand in for it, at most `ready` of them. None (not
-    known) without queue data."""
+    the pods that report the queue now stand in for it, at most `ready` of them. Without
+    queue data nothing new is known: the replicas known to serve (`serving`, stored) stand
+    in, at most `ready` of them, so that a count short of the replicas still counts every one
+    after STARTING_S (a breach is not held for as long as the queue is missing); before any
+    is known, `ready` itself."""
     queue = signals.queue
     if queue.latest(signals.fresh_at(now)) is None or queue.pods is None:
-        return None
+        return ready if serving is None else min(ready, serving.replicas)
     return min(ready, queue.pods)
 
 
