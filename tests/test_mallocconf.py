@@ -10,6 +10,7 @@ import sys
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -361,3 +362,35 @@ def test_the_specs_pairs_win_over_the_containers_in_the_merged_conf(tmp_path: Pa
     seen = read_back(conf, tmp_path)
     assert (seen["opt.narenas"], seen["opt.dirty_decay_ms"], seen["opt.background_thread"]) == (
         4, 5000, True)
+
+
+@needs_jemalloc
+def test_a_merged_conf_that_would_abort_every_process_refuses_the_patch(tmp_path: Path) -> None:
+    """The container's MALLOC_CONF and the spec's are each fine alone; together jemalloc
+    aborts (prof_leak_error without prof_final, under abort_conf): the pod is left untuned.
+    The other way round, the spec's prof_final settles the container's prof_leak_error."""
+    from infertune.api.spec import InferenceTuningSpec
+    from infertune.tuning.pod_patch import PodContext, plan_pod_patch
+
+    def plan(own: str, spec_conf: str) -> Any:
+        spec = InferenceTuningSpec.model_validate({
+            "targetRef": {"name": "qwen"}, "engine": "vllm",
+            "allocator": {"mallocConf": spec_conf}})
+        pod = {"metadata": {"labels": {}}, "spec": {"containers": [{
+            "name": "vllm", "command": ["vllm", "serve"],
+            "env": [{"name": "MALLOC_CONF", "value": own}]}]}}
+        return plan_pod_patch(spec, pod, PodContext("qwen", "img"))
+
+    own = "prof:true,prof_final:true,prof_leak_error:true"
+    spec_conf = "abort_conf:true,prof_final:false"
+    alone = run_jemalloc(own, tmp_path)  # at exit it reports the leaks it was asked to
+    assert alone.returncode != -signal.SIGABRT
+    assert not [c for c in alone.complaints if "w/o prof_final" in c], alone.complaints
+    assert run_jemalloc(spec_conf, tmp_path).complaints == []
+    assert run_jemalloc(f"{own},{spec_conf}", tmp_path).returncode == -signal.SIGABRT
+    refused = plan(own, spec_conf)
+    assert refused.refused and refused.patch == []
+    assert "every process of the container would abort" in refused.problems[0]
+    settled = plan("prof_leak_error:true", "prof_final:true")
+    assert not settled.refused
+    assert not [p for p in settled.problems if "MALLOC_CONF" in p], settled.problems

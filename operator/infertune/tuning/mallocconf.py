@@ -23,8 +23,8 @@ from infertune.tuning.mallocconf_syntax import (
 )
 
 __all__ = ["DEBIAN_5_3_0", "NARENAS_LIMIT", "ConfProblem", "JemallocBuild",
-           "MallocConfSyntaxError", "check_malloc_conf", "effective_malloc_conf", "has_option",
-           "narenas_for_cpus", "parse_malloc_conf"]
+           "MallocConfSyntaxError", "aborts_on_problems", "check_malloc_conf",
+           "effective_malloc_conf", "has_option", "narenas_for_cpus", "parse_malloc_conf"]
 # MALLOCX_ARENA_LIMIT - 1 (include/jemalloc/internal/jemalloc_internal_types.h): more arenas
 # are cut down with "Reducing narenas to limit (4094)".
 NARENAS_LIMIT = 4094
@@ -355,6 +355,15 @@ def check_malloc_conf(text: str, *, build: JemallocBuild = DEBIAN_5_3_0,
     if cpus is not None:
         problems += _cpu_problems(pairs, cpus, pinned)
     return problems
+
+
+def aborts_on_problems(text: str, *, build: JemallocBuild = DEBIAN_5_3_0) -> bool:
+    """Whether jemalloc aborts the process at its first allocation given `text`: it sets
+    abort_conf:true (the last setting counts) and `check_malloc_conf` finds something (CPU
+    dependent warnings aside)."""
+    pairs, _ = scan(text)
+    return (_last_accepted(pairs, "abort_conf", _bool) == "true"
+            and bool(check_malloc_conf(text, build=build)))
 
 
 def has_option(text: str, key: str) -> bool:

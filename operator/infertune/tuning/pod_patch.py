@@ -25,7 +25,11 @@ from infertune.api.spec import (
 )
 from infertune.api.tuning import AllocatorType, NumaPolicy
 from infertune.api.units import parse_quantity
-from infertune.tuning.mallocconf import check_malloc_conf, effective_malloc_conf
+from infertune.tuning.mallocconf import (
+    aborts_on_problems,
+    check_malloc_conf,
+    effective_malloc_conf,
+)
 from infertune.tuning.mallocconf_syntax import scan
 from infertune.tuning.memory import MemoryHighError, resolve_memory_high
 from infertune.tuning.pod_mig import Op, mig_ops
@@ -201,7 +205,13 @@ def _allocator(spec: InferenceTuningSpec, env: _EnvPlan, cpu: float | None,
         if allocator.library_path not in paths:
             paths.insert(0, allocator.library_path)
         env.set("LD_PRELOAD", ":".join(paths))
-        conf = effective_malloc_conf(_merged_conf(env, allocator.malloc_conf, problems), cpu)
+        merged = _merged_conf(env, allocator.malloc_conf, problems)
+        if merged is not None and merged != allocator.malloc_conf and aborts_on_problems(merged):
+            return (f"MALLOC_CONF {merged!r} (the serving container's, then the spec's) sets "
+                    "abort_conf:true and has options jemalloc complains about, so every process "
+                    "of the container would abort: fix the container's MALLOC_CONF, or set "
+                    "abort_conf in allocator.mallocConf")
+        conf = effective_malloc_conf(merged, cpu)
         env.set("MALLOC_CONF", conf)
         reasons.append(f"allocator: preload {allocator.library_path} with MALLOC_CONF={conf} "
                        f"({cpus})")
@@ -236,9 +246,14 @@ def _merged_conf(env: _EnvPlan, spec_conf: str | None, problems: list[str]) -> s
                         "jemalloc reads nothing after it: it is replaced by the spec's "
                         "allocator.mallocConf; fix it to keep its settings")
         return spec_conf
-    for problem in check_malloc_conf(own):
-        problems.append(f"the serving container's MALLOC_CONF: {problem.message}")
-    return own if not spec_conf else f"{own},{spec_conf}"
+    merged = own if not spec_conf else f"{own},{spec_conf}"
+    # The merged string, as jemalloc reads it: a check across options (prof_leak_error
+    # without prof_final) can fail on the two together and on neither alone, or the other
+    # way round. The spec's part passed on its own when the spec was validated.
+    for problem in check_malloc_conf(merged):
+        problems.append(f"MALLOC_CONF {merged!r} (the serving container's, then the spec's): "
+                        f"{problem.message}")
+    return merged
 
 
 def _launcher_ops(pod_spec: dict[str, Any], index: int, serving: dict[str, Any],
