@@ -550,3 +550,67 @@ def test_a_node_labelled_since_this_pass_read_it_is_not_labelled_over(
             "annotations": {"infertune.io/mig-config-for": None,
                             "infertune.io/mig-labelled-at": None}}})
         client.ApiClient.set_default(None)  # type: ignore[no-untyped-call]
+
+
+def test_a_config_map_that_cannot_be_read_does_not_keep_finished_nodes_cordoned(
+    api_client: client.ApiClient, namespace: str, operator: OperatorProcess,
+) -> None:
+    """The shared ConfigMap edited by hand into YAML that does not parse: no node is
+    labelled, but a node mig-manager has finished is still uncordoned (the pass stopped at
+    the ConfigMap before it did)."""
+    core = client.CoreV1Api(api_client)
+    node, owner = "h200-pool-b", f"{namespace}/qwen"
+    config = mig.config_names({"NVIDIA-H200": _h200_plan("3g.71gb")})["NVIDIA-H200"]
+    core.patch_node(node, {"spec": {"unschedulable": True}, "metadata": {
+        "labels": {CONFIG_LABEL: config, STATE_LABEL: "success"},
+        "annotations": {CORDONED: owner, "infertune.io/mig-config-for": owner}}})
+    name = "infertune-mig-parted-config"
+    broken = {"data": {"config.yaml": "mig-configs: [unclosed"}}
+    try:
+        saved = core.read_namespaced_config_map(name, OPERATOR_NAMESPACE).data["config.yaml"]
+        core.patch_namespaced_config_map(name, OPERATOR_NAMESPACE, broken)
+    except client.ApiException as exc:
+        if exc.status != 404:
+            raise
+        saved = None  # no tuning partitioned yet in this cluster
+        core.create_namespaced_config_map(OPERATOR_NAMESPACE, {"metadata": {"name": name},
+                                                               **broken})
+    try:
+        create(api_client, namespace, tuning("qwen", "qwen", mig={
+            "profile": "3g.71gb", "nodeSelector": {POOL: "mig-b"}}))
+        wait_for(lambda: _cordoned_for(api_client, node) is None, f"{node} uncordoned",
+                 timeout_s=30)
+        assert CORDONED not in (core.read_node(node).metadata.annotations or {})
+        delete_tuning_and_wait(api_client, namespace, "qwen", "the tuning gone", timeout_s=15)
+    finally:
+        if saved is None:
+            core.delete_namespaced_config_map(name, OPERATOR_NAMESPACE)
+        else:
+            core.patch_namespaced_config_map(name, OPERATOR_NAMESPACE,
+                                             {"data": {"config.yaml": saved}})
+        core.patch_node(node, {"spec": {"unschedulable": False}, "metadata": {
+            "labels": {CONFIG_LABEL: None, STATE_LABEL: None},
+            "annotations": {CORDONED: None, "infertune.io/mig-config-for": None,
+                            "infertune.io/mig-labelled-at": None}}})
+
+
+def test_dry_run_waits_for_a_config_as_enforce_does_and_writes_nothing(
+    api_client: client.ApiClient, namespace: str,
+) -> None:
+    """DryRun says when a config already in the ConfigMap went in (Enforce waits from then),
+    and writes nothing: a config it would add is not there, so it has no time."""
+    client.ApiClient.set_default(api_client)  # type: ignore[no-untyped-call]
+    try:
+        now = time.time()
+        mig._write_config_map(namespace, {"cfg-0": _h200_plan("3g.71gb")}, now - 60)
+        before = client.CoreV1Api(api_client).read_namespaced_config_map(
+            "infertune-mig-parted-config", namespace).metadata.resource_version
+        seen = mig._write_config_map(namespace, {"cfg-0": _h200_plan("3g.71gb"),
+                                                 "cfg-new": _h200_plan("2g.35gb")}, now,
+                                     write=False)
+        assert seen == {"cfg-0": now - 60, "all-disabled": now - 60}
+        after = client.CoreV1Api(api_client).read_namespaced_config_map(
+            "infertune-mig-parted-config", namespace).metadata.resource_version
+        assert after == before
+    finally:
+        client.ApiClient.set_default(None)  # type: ignore[no-untyped-call]

@@ -187,10 +187,12 @@ def _unix_time(text: str | None) -> float | None:
     return value if value is not None and math.isfinite(value) else None
 
 
-def _write_config_map(namespace: str, configs: dict[str, LayoutPlan],
-                      now: float) -> dict[str, float]:
+def _write_config_map(namespace: str, configs: dict[str, LayoutPlan], now: float,
+                      write: bool = True) -> dict[str, float]:
     """Merge our named configs into the shared ConfigMap (other tunings keep theirs), and
-    say when each of ours last changed there (unix time; kept in WRITTEN_ANNOTATION).
+    say when each of ours last changed there (unix time; kept in WRITTEN_ANNOTATION). With
+    `write` false (DryRun), write nothing, and say it only of those there already as they
+    are (one DryRun would write is not waited for: it is never written).
 
     Written over the version read: the tunings' passes run at the same time, and a merge
     over an older read dropped the config another pass had just added (its node was then
@@ -211,12 +213,16 @@ def _write_config_map(namespace: str, configs: dict[str, LayoutPlan],
         meta = None if current is None else current.metadata
         annotations = {} if meta is None else meta.annotations or {}
         written = _written_times(annotations.get(WRITTEN_ANNOTATION))
+        fresh = set()
         for name, groups in ours.items():
             if merged.get(name) != groups or name not in written:
                 written[name] = now  # new or changed: mig-manager's copy may not have it
+                fresh.add(name)
             merged[name] = groups
         written = {name: t for name, t in written.items() if name in merged}
         text = yaml.safe_dump({"version": "v1", "mig-configs": merged}, sort_keys=False)
+        if not write:
+            return {name: written[name] for name in ours if name not in fresh}
         stamps = json.dumps(written, sort_keys=True)
         body: dict[str, Any] = {"metadata": {
             "name": CONFIG_MAP, "namespace": namespace,
@@ -387,11 +393,20 @@ def reconcile_mig(namespace: str, name: str, spec: InferenceTuningSpec, settings
         return kept
     configs = config_names(plans)
     now = time.time()
-    ready_at = None
-    if spec.mode is not Mode.DRY_RUN:
+    ready_at: dict[str, float] | None = None
+    config_error: Exception | None = None
+    try:
+        # DryRun reads when each config went in and writes nothing: it reports the same
+        # waits as Enforce.
         written = _write_config_map(settings.namespace,
-                                    {configs[p]: plan for p, plan in plans.items()}, now)
+                                    {configs[p]: plan for p, plan in plans.items()}, now,
+                                    write=spec.mode is not Mode.DRY_RUN)
         ready_at = {name: t + settings.config_delay_s for name, t in written.items()}
+    except Exception as exc:  # raised below, once the nodes are released
+        # A ConfigMap that cannot be read or written (edited by hand into YAML that does not
+        # parse, made immutable): no node is labelled, but the nodes mig-manager has
+        # finished are still uncordoned, and drains that lapsed undone.
+        config_error = exc
     step = plan_mig_nodes(selected, configs, allow_disruption=spec.mig.allow_disruption,
                           labelled_at=settings.labelled_at, now=now, owner=owner,
                           exists=exists, config_ready_at=ready_at)
@@ -418,8 +433,12 @@ def reconcile_mig(namespace: str, name: str, spec: InferenceTuningSpec, settings
     _release(body, cordons_to_release(nodes, step.reports, owner=owner, exists=exists,
                                       successor=_successor(selectors, owner),
                                       partitions=partitions))
+    if config_error is not None:
+        raise config_error
     if spec.mode is Mode.DRY_RUN:
-        return status.model_copy(update={"message": f"dry run: would {step.reason}"})
+        acts = step.kind in (StepKind.LABEL, StepKind.DRAIN)
+        return status.model_copy(update={
+            "message": f"dry run: {'would ' if acts else ''}{step.reason}"})
     if step.kind is StepKind.LABEL and step.node is not None:
         node = next(n for n in selected if n.name == step.node)
         if not _label(node, configs[_product(selected, step.node)], owner):
