@@ -252,6 +252,34 @@ def test_a_stopping_operator_leaves_the_registration_its_successor_made(
             admission.delete_mutating_webhook_configuration("infertune-e2e-handover")
 
 
+def test_a_registration_left_by_a_local_run_is_replaced_by_the_charts(
+    api_client: client.ApiClient
+) -> None:
+    """`infertune run` outside the cluster registers a url; the chart's operator a service.
+    Patched, the two clientConfigs merged, the API server refused the configuration (exactly
+    one of url and service), and the chart's operator stopped at every start."""
+    name = "infertune-e2e-url-then-service"
+    local = WebhookRegistration(excluded_namespaces=("kube-system",), name=name)
+    chart = WebhookRegistration(excluded_namespaces=("kube-system",), name=name,
+                                service=("infertune-system", "infertune-webhook", 443))
+    admission = client.AdmissionregistrationV1Api(api_client)
+    client.ApiClient.set_default(api_client)  # type: ignore[no-untyped-call]
+    try:
+        local.apply({"url": "https://192.0.2.2:9443", "caBundle": "Q0E="})
+        chart.apply({"url": "https://0.0.0.0:9443", "caBundle": "Q0I="})
+        (webhook,) = admission.read_mutating_webhook_configuration(name).webhooks
+        assert webhook.client_config.url is None
+        assert webhook.client_config.service.name == "infertune-webhook"
+        assert webhook.client_config.ca_bundle == "Q0I="
+        local.apply({"url": "https://192.0.2.2:9443", "caBundle": "Q0E="})  # and back
+        (webhook,) = admission.read_mutating_webhook_configuration(name).webhooks
+        assert webhook.client_config.service is None
+        assert webhook.client_config.url == "https://192.0.2.2:9443/tune-pods"
+    finally:
+        client.ApiClient.set_default(None)  # type: ignore[no-untyped-call]
+        if exists(lambda: admission.read_mutating_webhook_configuration(name)):
+            admission.delete_mutating_webhook_configuration(name)
+
 def test_a_pod_without_command_is_reported_in_status_and_events(
     api_client: client.ApiClient, namespace: str, operator: OperatorProcess
 ) -> None:

@@ -28,6 +28,7 @@ logger = logging.getLogger(__name__)
 
 WEBHOOK_CONFIGURATION = "infertune-pod-tuning"
 HANDLER_ID = "tune-pods"
+REGISTER_ATTEMPTS = 3
 OPT_OUT_LABEL = f"{keys.PREFIX}/tuning"
 """Pods labelled infertune.io/tuning=disabled are never sent to the webhook."""
 REGISTERED_BY = f"{keys.PREFIX}/registered-by"
@@ -122,14 +123,31 @@ class WebhookRegistration:
         return expressions
 
     def apply(self, kopf_config: dict[str, Any]) -> None:
+        """Create the configuration, or replace the one there whole: a patch merged our
+        clientConfig into the old one, and a `url` left by an operator run outside the
+        cluster next to the chart's `service` was refused (exactly one of them is allowed),
+        which stopped the operator at every start."""
         api = client.AdmissionregistrationV1Api()
         body = self.body(kopf_config, self._owner_uid())
-        try:
-            api.create_mutating_webhook_configuration(body)  # type: ignore[arg-type]
-        except ApiException as exc:
-            if exc.status != 409:
-                raise
-            api.patch_mutating_webhook_configuration(self.name, body)
+        for _ in range(REGISTER_ATTEMPTS):
+            try:
+                api.create_mutating_webhook_configuration(body)  # type: ignore[arg-type]
+                break
+            except ApiException as exc:
+                if exc.status != 409:
+                    raise
+            try:
+                current = api.read_mutating_webhook_configuration(self.name)
+                version = current.metadata.resource_version if current.metadata else None
+                api.replace_mutating_webhook_configuration(self.name, {  # type: ignore[arg-type]
+                    **body, "metadata": {**body["metadata"], "resourceVersion": version}})
+                break
+            except ApiException as exc:
+                if exc.status not in (404, 409):  # deleted, or changed, since the read
+                    raise
+        else:
+            raise RuntimeError(f"{self.name} changed under each of {REGISTER_ATTEMPTS} "
+                               "registrations")
         selected = {e["operator"]: ", ".join(e["values"]) for e in self._namespace_expressions()}
         logger.info("registered %s for pods in %s, excluding namespaces %s", self.name,
                     selected.get("In", "every namespace"),
