@@ -60,6 +60,16 @@ def test_prometheus_url_turns_autoscaling_on_and_is_left_out_when_empty() -> Non
     assert not any(arg.startswith("--prometheus-url") for arg in off)
 
 
+def test_an_ipv6_cluster_gets_the_webhook_and_health_endpoint_on_ipv6() -> None:
+    """asyncio binds 0.0.0.0 to IPv4 only: in a cluster whose pods have only IPv6 addresses
+    the kubelet's probes and the Service were refused, and the operator never became Ready."""
+    default = operator_args(helm("template", "t", str(CHART)).stdout)
+    assert {"--webhook-addr=0.0.0.0", "--liveness=http://0.0.0.0:8080/healthz"} <= set(default)
+    ipv6 = operator_args(helm("template", "t", str(CHART), "--set", "ipFamily=IPv6").stdout)
+    assert {"--webhook-addr=::", "--liveness=http://[::]:8080/healthz"} <= set(ipv6)
+    refused = helm("template", "t", str(CHART), "--set", "ipFamily=v6", check=False)
+    assert refused.returncode != 0 and "/ipFamily" in refused.stderr
+
 def test_promql_templates_can_be_turned_off() -> None:
     on = operator_args(helm("template", "t", str(CHART)).stdout)
     assert "--no-promql-templates" not in on
