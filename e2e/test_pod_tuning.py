@@ -7,11 +7,14 @@ re-creates pods by eviction within their PodDisruptionBudget.
 
 from __future__ import annotations
 
+import base64
 import json
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
+from cryptography import x509
 from kubernetes import client
 
 from e2e.fixtures.access import exists
@@ -28,6 +31,7 @@ from e2e.test_operator import (
     tuning,
     wait_observed,
 )
+from infertune.kube.webhook_tls import write_self_signed
 from infertune.kube.webhooks import REGISTERED_BY, WebhookRegistration
 
 pytestmark = pytest.mark.e2e
@@ -275,6 +279,35 @@ def test_a_registration_left_by_a_local_run_is_replaced_by_the_charts(
         (webhook,) = admission.read_mutating_webhook_configuration(name).webhooks
         assert webhook.client_config.service is None
         assert webhook.client_config.url == "https://192.0.2.2:9443/tune-pods"
+    finally:
+        client.ApiClient.set_default(None)  # type: ignore[no-untyped-call]
+        if exists(lambda: admission.read_mutating_webhook_configuration(name)):
+            admission.delete_mutating_webhook_configuration(name)
+
+def test_an_upgrade_keeps_the_old_pods_ca_trusted_next_to_the_new_ones(
+    api_client: client.ApiClient, tmp_path: Path
+) -> None:
+    """Two operator pods of a rolling upgrade, each with a self-signed certificate, behind
+    one Service: the new one's registration keeps the old one's CA in the bundle (the old
+    pod still answers for a few seconds); with only the new CA, those admission calls failed
+    and the pods were admitted untuned."""
+    name = "infertune-e2e-upgrade-ca"
+    service = ("infertune-system", "infertune-webhook", 443)
+    old, new = (WebhookRegistration(excluded_namespaces=("kube-system",), name=name,
+                                    service=service) for _ in range(2))
+    bundles = []
+    for i in (1, 2):
+        cert, _ = write_self_signed(tmp_path / str(i), ["infertune-webhook.infertune-system.svc"])
+        bundles.append(base64.b64encode(cert.read_bytes()).decode())
+    admission = client.AdmissionregistrationV1Api(api_client)
+    client.ApiClient.set_default(api_client)  # type: ignore[no-untyped-call]
+    try:
+        old.apply({"url": "https://0.0.0.0:9443", "caBundle": bundles[0]})
+        new.apply({"url": "https://0.0.0.0:9443", "caBundle": bundles[1]})
+        (webhook,) = admission.read_mutating_webhook_configuration(name).webhooks
+        trusted = x509.load_pem_x509_certificates(base64.b64decode(webhook.client_config.ca_bundle))
+        wanted = [x509.load_pem_x509_certificate(base64.b64decode(b)) for b in bundles]
+        assert trusted == [wanted[1], wanted[0]]
     finally:
         client.ApiClient.set_default(None)  # type: ignore[no-untyped-call]
         if exists(lambda: admission.read_mutating_webhook_configuration(name)):

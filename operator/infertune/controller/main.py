@@ -34,6 +34,11 @@ from infertune.kube.webhook_tls import write_self_signed
 from infertune.kube.webhooks import RegisteringWebhookServer, WebhookRegistration
 
 DEFAULT_NAMESPACE = "infertune-system"
+WEBHOOK_CERT_DAYS = 3650
+"""Validity of the self-signed webhook certificate: it is made once, at start, and never
+renewed while the process runs (kopf serves the same file), so a year's certificate left an
+operator pod that ran longer serving an expired one, and every pod was admitted untuned. It
+is made again at every start; use webhook.certSecret (cert-manager) for rotation."""
 logger = logging.getLogger(__name__)
 
 
@@ -62,7 +67,7 @@ def _webhook_server(args: argparse.Namespace, own_namespace: str,
             dns = f"{service[1]}.{service[0]}.svc"
             hosts += [dns, f"{dns}.cluster.local"]
         tls_dir = cleanup.enter_context(tempfile.TemporaryDirectory(prefix="infertune-tls-"))
-        cert, key = write_self_signed(Path(tls_dir), hosts)
+        cert, key = write_self_signed(Path(tls_dir), hosts, days=WEBHOOK_CERT_DAYS)
     return RegisteringWebhookServer(
         registration=WebhookRegistration(excluded_namespaces=("kube-system", own_namespace),
                                          included_namespaces=tuple(args.namespaces or ()),

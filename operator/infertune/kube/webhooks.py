@@ -9,7 +9,9 @@ with kopf's client config (URL and caBundle) and the selectors DESIGN.md asks fo
 from __future__ import annotations
 
 import asyncio
+import base64
 import copy
+import datetime as dt
 import logging
 import os
 import socket
@@ -19,6 +21,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import kopf
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
@@ -140,7 +144,9 @@ class WebhookRegistration:
                 current = api.read_mutating_webhook_configuration(self.name)
                 version = current.metadata.resource_version if current.metadata else None
                 api.replace_mutating_webhook_configuration(self.name, {  # type: ignore[arg-type]
-                    **body, "metadata": {**body["metadata"], "resourceVersion": version}})
+                    **body, "metadata": {**body["metadata"], "resourceVersion": version},
+                    "webhooks": [self._also_trusting(webhook, current)
+                                 for webhook in body["webhooks"]]})
                 break
             except ApiException as exc:
                 if exc.status not in (404, 409):  # deleted, or changed, since the read
@@ -152,6 +158,25 @@ class WebhookRegistration:
         logger.info("registered %s for pods in %s, excluding namespaces %s", self.name,
                     selected.get("In", "every namespace"),
                     selected["NotIn"])
+
+    def _also_trusting(self, webhook: dict[str, Any], current: Any) -> dict[str, Any]:
+        """`webhook` whose caBundle also holds the CA the configuration in place trusts for
+        the same Service (the newest other one that has not expired). In a rolling upgrade
+        without a shared certificate (webhook.certSecret), each operator pod serves one it
+        made itself, and the old pod still answers for a few seconds after the new one
+        registers: trusting only the new one, the API server failed those calls, and the
+        pods created meanwhile were admitted untuned."""
+        config = webhook["clientConfig"]
+        before = next((w.client_config for w in current.webhooks or []
+                       if w.name == webhook["name"] and w.client_config is not None), None)
+        if before is None or before.service is None or not before.ca_bundle:
+            return webhook
+        old = before.service
+        if (self.service is None or not config.get("caBundle")
+                or (old.namespace, old.name, old.port) != self.service):
+            return webhook
+        return {**webhook, "clientConfig": {**config, "caBundle": bundle_with(
+            config["caBundle"], before.ca_bundle)}}
 
     def _owner_uid(self) -> str | None:
         """The uid of the `owned_by` ClusterRole; None (and a warning: the configuration is
@@ -208,3 +233,20 @@ class RegisteringWebhookServer(kopf.WebhookServer):
                 await asyncio.to_thread(self.registration.remove)
             except Exception:  # pragma: no cover - best effort at shutdown
                 logger.warning("could not remove %s", self.registration.name, exc_info=True)
+
+
+def bundle_with(new: str, current: str, now: dt.datetime | None = None) -> str:
+    """The base64 caBundle `new` followed by the newest certificate of `current` that is not
+    in it and has not expired: two at most, so a bundle does not grow with every restart."""
+    now = now or dt.datetime.now(dt.UTC)
+    try:
+        fresh = x509.load_pem_x509_certificates(base64.b64decode(new))
+        held = x509.load_pem_x509_certificates(base64.b64decode(current))
+    except ValueError:  # not PEM (edited by hand): ours alone
+        return new
+    kept = [c for c in held if c not in fresh and c.not_valid_after_utc > now]
+    if not kept:
+        return new
+    newest = max(kept, key=lambda c: c.not_valid_before_utc)
+    pem = b"".join(c.public_bytes(serialization.Encoding.PEM) for c in [*fresh, newest])
+    return base64.b64encode(pem).decode()
