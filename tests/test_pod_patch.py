@@ -465,3 +465,17 @@ def test_a_mig_profile_the_plan_has_not_followed_leaves_the_revision() -> None:
     # Not planned yet: the spec's profile counts, as it always did.
     assert tuning_revision(_spec(mig={"profile": "3g.71gb"}), None, (None, "mixed")) != \
         tuning_revision(_spec(mig={"profile": "2g.35gb"}), None, (None, "mixed"))
+
+
+@pytest.mark.parametrize(("mig", "planned", "revision"), [
+    ({"sizing": {"weights": "15Gi", "kvCache": "10Gi"}}, ("2g.35gb", "mixed"), "6bc0f6b1a5"),
+    ({"profile": "3g.71gb"}, ("3g.71gb", "mixed"), "f7998d699c"),
+    ({"profile": "3g.71gb"}, (None, "mixed"), "45ae281cae"),
+    (None, (None, "mixed"), "5ac25ad323"),
+])
+def test_the_revision_of_running_pods_survives_an_operator_upgrade(
+        mig: dict[str, Any] | None, planned: tuple[str | None, str], revision: str) -> None:
+    """What the release before computed for these specs: a new hash makes every running pod
+    outdated, and re-tuning re-creates each one (reloading its model) for nothing."""
+    spec = _spec(**({} if mig is None else {"mig": mig}))
+    assert tuning_revision(spec, None, planned) == revision

@@ -90,12 +90,14 @@ def tuning_revision(spec: InferenceTuningSpec, batching_value: int | None = None
     if spec.batching.mode is BatchingMode.AUTO and batching_value is not None:
         relevant["batching"] = {"knob": _knob(spec), "value": batching_value}
     if spec.mig is not None:
-        # The profile as planned once there is a plan: a spec.mig.profile the plan has not
+        # A spec.mig.profile counts as planned once there is a plan: one the plan has not
         # followed (a new one that cannot be planned, and the last plan kept; or one not
         # planned yet) leaves the pods as they are, and must not replace every one of them
-        # with the same pod. Where they agree, the hash is what it always was.
+        # with the same pod. Where they agree, and for mig.sizing (no profile in the spec),
+        # the hash is what it always was: a changed hash re-creates every pod on upgrade.
         planned = mig_planned[0]
-        relevant["mig"] = {"profile": spec.mig.profile if planned is None else planned,
+        profile = spec.mig.profile
+        relevant["mig"] = {"profile": planned if planned and profile else profile,
                            "strategy": spec.mig.strategy.value, "planned": list(mig_planned)}
     digest = hashlib.sha256(json.dumps(relevant, sort_keys=True).encode()).hexdigest()
     return digest[:10]
