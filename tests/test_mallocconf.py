@@ -20,6 +20,7 @@ from infertune.tuning.mallocconf import (
     DEBIAN_5_3_0,
     NARENAS_LIMIT,
     MallocConfSyntaxError,
+    aborts_on_problems,
     check_malloc_conf,
     effective_malloc_conf,
     has_option,
@@ -390,7 +391,38 @@ def test_a_merged_conf_that_would_abort_every_process_refuses_the_patch(tmp_path
     assert run_jemalloc(f"{own},{spec_conf}", tmp_path).returncode == -signal.SIGABRT
     refused = plan(own, spec_conf)
     assert refused.refused and refused.patch == []
-    assert "every process of the container would abort" in refused.problems[0]
+    assert "jemalloc would abort every process of the container on prof_leak_error" in \
+        refused.problems[0]
     settled = plan("prof_leak_error:true", "prof_final:true")
     assert not settled.refused
     assert not [p for p in settled.problems if "MALLOC_CONF" in p], settled.problems
+
+
+
+@needs_jemalloc
+@pytest.mark.parametrize(("conf", "aborts"), [
+    ("abort_conf:true,narenas:5000", False),  # cut to the limit: a warning, no abort
+    ("abort_conf:true,experimental_x:1", False),  # tolerated under abort_conf
+    ("abort_conf:true,narenas:x", True),
+    ("abort_conf:true,bogus:1", True),
+    ("abort_conf:true,narenas:4,oops", True),  # a syntax error aborts too
+    ("narenas:x", False),  # no abort_conf
+])
+def test_what_abort_conf_aborts_on_is_what_jemalloc_aborts_on(conf: str, aborts: bool,
+                                                              tmp_path: Path) -> None:
+    assert aborts_on_problems(conf, check_malloc_conf(conf)) is aborts
+    assert (run_jemalloc(conf, tmp_path).returncode == -signal.SIGABRT) is aborts
+
+
+@needs_jemalloc
+def test_per_cpu_arenas_in_a_pinned_process_abort_under_abort_conf(tmp_path: Path) -> None:
+    """The launcher binds the process to a NUMA node's CPUs: jemalloc cannot count them for
+    sure, turns per-CPU arenas off, and under abort_conf aborts; with narenas it does not."""
+    conf = "abort_conf:true,percpu_arena:percpu"
+    found = check_malloc_conf(conf, pinned=True)
+    assert aborts_on_problems(conf, found)
+    assert check_malloc_conf(conf) == []  # not pinned: nothing
+    assert check_malloc_conf(f"{conf},narenas:4", pinned=True) == []
+    if CPUS < 2:
+        pytest.skip("pinning to fewer CPUs than the process has needs two")
+    assert run_jemalloc(conf, tmp_path, cpus=1).returncode == -signal.SIGABRT

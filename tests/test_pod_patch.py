@@ -110,6 +110,9 @@ def test_the_containers_malloc_conf_is_kept_under_the_specs() -> None:
 @pytest.mark.parametrize(("own", "says"), [
     ("lg_chunk:21", "lg_chunk was removed in jemalloc 5.0"),
     ("narenas:4,oops", "has a syntax error, and jemalloc reads nothing after it"),
+    # jemalloc ignores the whole string: its settings never applied, and are not made to.
+    (",narenas:3", "has a syntax error, and jemalloc reads nothing after it"),
+    (" narenas:3", "has a syntax error, and jemalloc reads nothing after it"),
 ])
 def test_a_containers_malloc_conf_jemalloc_complains_about_is_reported(own: str,
                                                                        says: str) -> None:
@@ -119,7 +122,7 @@ def test_a_containers_malloc_conf_jemalloc_complains_about_is_reported(own: str,
     assert any(says in p for p in plan.problems), plan.problems
     conf = _env(jsonpatch.apply_patch(pod, plan.patch)["spec"]["containers"][0])["MALLOC_CONF"]
     # After a syntax error jemalloc would not read the spec's part: it is replaced.
-    assert conf == ("lg_chunk:21,narenas:2" if "oops" not in own else "narenas:2")
+    assert conf == ("lg_chunk:21,narenas:2" if own.startswith("lg_chunk") else "narenas:2")
 
 
 @pytest.mark.parametrize(("allocator", "name"), [
@@ -479,3 +482,22 @@ def test_the_revision_of_running_pods_survives_an_operator_upgrade(
     outdated, and re-tuning re-creates each one (reloading its model) for nothing."""
     spec = _spec(**({} if mig is None else {"mig": mig}))
     assert tuning_revision(spec, None, planned) == revision
+
+
+@pytest.mark.parametrize(("own", "numa", "refused"), [
+    # Pinned to a node's CPUs by the launcher, with no CPU limit to size narenas from:
+    # jemalloc cannot count the CPUs, and under abort_conf aborts every process.
+    ("abort_conf:true,percpu_arena:percpu", "gpu-local", True),
+    ("abort_conf:true,percpu_arena:percpu", "none", False),  # not pinned
+    ("abort_conf:true,narenas:5000", "gpu-local", False),  # cut to the limit: no abort
+])
+def test_a_malloc_conf_that_would_abort_in_the_tuned_process_leaves_the_pod_untuned(
+        own: str, numa: str, refused: bool) -> None:
+    pod = _pod(resources={"requests": {"memory": "32Gi"}, "limits": {"memory": "32Gi"}},
+               env=[{"name": "MALLOC_CONF", "value": own}])
+    plan = plan_pod_patch(_spec(numa={"policy": numa}), pod, CONTEXT)
+    assert plan.refused is refused, plan.problems
+    if refused:
+        assert "jemalloc would abort every process of the container" in plan.problems[0]
+    else:
+        assert any(p.startswith("MALLOC_CONF") for p in plan.problems) is ("5000" in own)

@@ -262,7 +262,7 @@ def _unknown_key(key: str, value: str, options: dict[str, Check]) -> ConfProblem
         message += f"; did you mean {close[0]}?"
     if key.startswith("experimental_"):
         message += "; abort_conf does not abort on experimental_ keys, but they are reported"
-    return ConfProblem(key, value, message)
+    return ConfProblem(key, value, message, aborts=not key.startswith("experimental_"))
 
 
 def _applied_narenas(pairs: list[tuple[str, str]]) -> int | None:
@@ -283,7 +283,8 @@ def _last_accepted(pairs: list[tuple[str, str]], key: str, check: Check) -> str 
 _PERCPU_MODES = ("percpu", "phycpu", "disabled")
 
 
-def _cpu_problems(pairs: list[tuple[str, str]], cpus: int, pinned: bool) -> list[ConfProblem]:
+def _cpu_problems(pairs: list[tuple[str, str]], cpus: int | None,
+                  pinned: bool) -> list[ConfProblem]:
     """The warnings that depend on the CPUs jemalloc sees (malloc_init_hard_a0_locked, then
     malloc_init_narenas). percpu_arena is turned off when the CPU count is not deterministic
     (the affinity mask leaves out some CPUs) and narenas is unset; phycpu wants an even count;
@@ -301,6 +302,8 @@ def _cpu_problems(pairs: list[tuple[str, str]], cpus: int, pinned: bool) -> list
             "CPU manager): jemalloc cannot tell the CPU count for sure and turns per-CPU arenas "
             "off with a warning unless narenas is set; set narenas too, or drop percpu_arena")))
         mode = "disabled"
+    if cpus is None:  # pinned, to CPUs not known yet: the checks of their count wait
+        return problems
     if mode == "phycpu" and cpus % 2:
         problems.append(ConfProblem("percpu_arena", str(chosen), (
             f"percpu_arena:phycpu on {cpus} CPUs: jemalloc wants an even count (two hardware "
@@ -316,7 +319,7 @@ def _cpu_problems(pairs: list[tuple[str, str]], cpus: int, pinned: bool) -> list
         problems.append(ConfProblem("narenas_ratio", ratio_text, (
             f"narenas_ratio {ratio_text} on {cpus} CPUs makes {arenas} arenas, and jemalloc "
             f"cuts them to {NARENAS_LIMIT} with a warning; set narenas (1..{NARENAS_LIMIT}) or "
-            "a smaller narenas_ratio")))
+            "a smaller narenas_ratio"), aborts=False))
     return problems
 
 
@@ -328,7 +331,8 @@ def check_malloc_conf(text: str, *, build: JemallocBuild = DEBIAN_5_3_0,
     `cpus` is the CPU count jemalloc will see (the process's affinity mask, not its cgroup
     limit), and `pinned` says that mask leaves out some of the node's CPUs. A few warnings
     depend on them (`_cpu_problems`); without `cpus` (the node is not known yet, as when a
-    spec is validated) those are not checked."""
+    spec is validated) those are not checked, but for per-CPU arenas in a `pinned` process
+    (at admission, a pod the launcher will bind to a NUMA node's CPUs)."""
     options = _options(build)
     pairs, syntax = scan(text)
     problems: list[ConfProblem] = []
@@ -337,14 +341,16 @@ def check_malloc_conf(text: str, *, build: JemallocBuild = DEBIAN_5_3_0,
         if name is None:
             problems.append(_unknown_key(key, value, options))
         elif (message := options[name](name, value)) is not None:
-            problems.append(ConfProblem(key, value, f"{message}; got {key}:{value}"))
+            problems.append(ConfProblem(key, value, f"{message}; got {key}:{value}",
+                                        aborts=not key.startswith("experimental_")))
     if syntax is not None:
         problems.append(syntax)
     narenas = _applied_narenas(pairs)
     if narenas is not None and narenas > NARENAS_LIMIT:
         problems.append(ConfProblem("narenas", str(narenas), (
             f"narenas comes out as {narenas} (a negative or huge count wraps around) and "
-            f"jemalloc cuts it to {NARENAS_LIMIT} with a warning; use 1..{NARENAS_LIMIT}")))
+            f"jemalloc cuts it to {NARENAS_LIMIT} with a warning; use 1..{NARENAS_LIMIT}"),
+            aborts=False))
     if (build.prof and _last_accepted(pairs, "prof_leak_error", _bool) == "true"
             and _last_accepted(pairs, "prof_final", _bool) != "true"):
         # malloc_conf_init_check_deps, once every option is read: a warning, and an abort
@@ -352,18 +358,18 @@ def check_malloc_conf(text: str, *, build: JemallocBuild = DEBIAN_5_3_0,
         problems.append(ConfProblem("prof_leak_error", "true", (
             "prof_leak_error reports leaks found by the final profile dump, and jemalloc warns "
             "that it is set without prof_final; add prof_final:true, or drop prof_leak_error")))
-    if cpus is not None:
+    if cpus is not None or pinned:
         problems += _cpu_problems(pairs, cpus, pinned)
     return problems
 
 
-def aborts_on_problems(text: str, *, build: JemallocBuild = DEBIAN_5_3_0) -> bool:
-    """Whether jemalloc aborts the process at its first allocation given `text`: it sets
-    abort_conf:true (the last setting counts) and `check_malloc_conf` finds something (CPU
-    dependent warnings aside)."""
+def aborts_on_problems(text: str, problems: list[ConfProblem]) -> bool:
+    """Whether jemalloc aborts every process given `text`, whose `problems`
+    (`check_malloc_conf`) are known: it sets abort_conf:true (the last setting counts), and
+    one of them is one it aborts on."""
     pairs, _ = scan(text)
     return (_last_accepted(pairs, "abort_conf", _bool) == "true"
-            and bool(check_malloc_conf(text, build=build)))
+            and any(p.aborts for p in problems))
 
 
 def has_option(text: str, key: str) -> bool:

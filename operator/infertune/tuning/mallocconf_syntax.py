@@ -21,6 +21,9 @@ class ConfProblem:
     key: str | None
     value: str | None
     message: str
+    aborts: bool = True
+    """Whether abort_conf:true makes jemalloc abort on it: not on a count it cuts to its
+    limit, nor on an experimental_ key (measured with the library)."""
 
 
 class MallocConfSyntaxError(ValueError):

@@ -177,10 +177,12 @@ def _numa_env(spec: InferenceTuningSpec) -> str:
 
 
 def _allocator(spec: InferenceTuningSpec, env: _EnvPlan, cpu: float | None,
-               reasons: list[str], problems: list[str], env_from: bool = False) -> str | None:
+               reasons: list[str], problems: list[str], env_from: bool = False,
+               pins: bool = False) -> str | None:
     """Fill `env` with the allocator settings, merged with what the container sets itself;
     return a refusal reason if they cannot apply. `env_from`: the container also takes
-    variables from envFrom, which its env (and so the operator's) overrides unseen."""
+    variables from envFrom, which its env (and so the operator's) overrides unseen. `pins`:
+    the launcher binds the process to a NUMA node's CPUs."""
     allocator = spec.allocator
     cpus = f"{cpu:g} CPUs" if cpu is not None else "no CPU limit"
     if allocator.type is AllocatorType.NONE:
@@ -207,13 +209,18 @@ def _allocator(spec: InferenceTuningSpec, env: _EnvPlan, cpu: float | None,
         if allocator.library_path not in paths:
             paths.insert(0, allocator.library_path)
         env.set("LD_PRELOAD", ":".join(paths))
-        merged = _merged_conf(env, allocator.malloc_conf, problems)
-        if merged is not None and merged != allocator.malloc_conf and aborts_on_problems(merged):
-            return (f"MALLOC_CONF {merged!r} (the serving container's, then the spec's) sets "
-                    "abort_conf:true and has options jemalloc complains about, so every process "
-                    "of the container would abort: fix the container's MALLOC_CONF, or set "
-                    "abort_conf in allocator.mallocConf")
-        conf = effective_malloc_conf(merged, cpu)
+        conf = effective_malloc_conf(_merged_conf(env, allocator.malloc_conf, problems), cpu)
+        # What jemalloc reads, in the process it will run in: the container's settings and
+        # the spec's together (a check across options can fail on the two and on neither
+        # alone), and pinned to a NUMA node's CPUs when the launcher binds it (per-CPU arenas
+        # then need narenas). The spec's own part passed when the spec was validated.
+        complaints = check_malloc_conf(conf, pinned=pins)
+        if aborts_on_problems(conf, complaints):
+            return (f"MALLOC_CONF {conf!r} sets abort_conf:true, and jemalloc would abort "
+                    f"every process of the container on {complaints[0].key}: "
+                    f"{complaints[0].message}; fix it (the serving container's MALLOC_CONF, or "
+                    "allocator.mallocConf)")
+        problems += [f"MALLOC_CONF {conf!r}: {p.message}" for p in complaints]
         env.set("MALLOC_CONF", conf)
         reasons.append(f"allocator: preload {allocator.library_path} with MALLOC_CONF={conf} "
                        f"({cpus})")
@@ -239,23 +246,21 @@ def _merged_conf(env: _EnvPlan, spec_conf: str | None, problems: list[str]) -> s
     background_thread:true the image relies on). One jemalloc cannot read to its end (a
     syntax error, after which it reads nothing) is replaced, and said so."""
     found = env.existing("MALLOC_CONF")
-    own = str(found.get("value", "")).strip().strip(",") if found else ""
-    if not own:
+    raw = str(found.get("value", "")) if found else ""
+    if not raw.strip():
         return spec_conf
+    # Only a trailing comma goes (jemalloc read the pairs before it, and the spec's follow
+    # one): a leading comma or a space makes jemalloc ignore the whole string, so it stays
+    # as it is, to be reported as the syntax error it is, not fixed into settings that
+    # never applied.
+    own = raw.rstrip(",")
     _, syntax = scan(own)
     if syntax is not None:
         problems.append(f"the serving container's MALLOC_CONF {own!r} has a syntax error, and "
                         "jemalloc reads nothing after it: it is replaced by the spec's "
                         "allocator.mallocConf; fix it to keep its settings")
         return spec_conf
-    merged = own if not spec_conf else f"{own},{spec_conf}"
-    # The merged string, as jemalloc reads it: a check across options (prof_leak_error
-    # without prof_final) can fail on the two together and on neither alone, or the other
-    # way round. The spec's part passed on its own when the spec was validated.
-    for problem in check_malloc_conf(merged):
-        problems.append(f"MALLOC_CONF {merged!r} (the serving container's, then the spec's): "
-                        f"{problem.message}")
-    return merged
+    return own if not spec_conf else f"{own},{spec_conf}"
 
 
 def _launcher_ops(pod_spec: dict[str, Any], index: int, serving: dict[str, Any],
@@ -495,7 +500,9 @@ def plan_pod_patch(spec: InferenceTuningSpec, pod: dict[str, Any],
 
     env = _EnvPlan(_pointer("spec", "containers", index), serving.get("env"))
     refusal = _allocator(spec, env, _cpu_limit(serving), reasons, problems,
-                         bool(serving.get("envFrom")))
+                         bool(serving.get("envFrom")),
+                         pins=spec.numa.policy in (NumaPolicy.NODE, NumaPolicy.GPU_LOCAL)
+                         and bool(serving.get("command")))
     if refusal is not None:
         return PodPlan(revision, refused=True, problems=[refusal])
 
