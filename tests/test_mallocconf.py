@@ -391,8 +391,8 @@ def test_a_merged_conf_that_would_abort_every_process_refuses_the_patch(tmp_path
     assert run_jemalloc(f"{own},{spec_conf}", tmp_path).returncode == -signal.SIGABRT
     refused = plan(own, spec_conf)
     assert refused.refused and refused.patch == []
-    assert "jemalloc would abort every process of the container on prof_leak_error" in \
-        refused.problems[0]
+    assert "makes jemalloc abort every process of the container (abort_conf or abort), on " \
+        "prof_leak_error" in refused.problems[0]
     settled = plan("prof_leak_error:true", "prof_final:true")
     assert not settled.refused
     assert not [p for p in settled.problems if "MALLOC_CONF" in p], settled.problems
@@ -418,11 +418,17 @@ def test_what_abort_conf_aborts_on_is_what_jemalloc_aborts_on(conf: str, aborts:
 def test_per_cpu_arenas_in_a_pinned_process_abort_under_abort_conf(tmp_path: Path) -> None:
     """The launcher binds the process to a NUMA node's CPUs: jemalloc cannot count them for
     sure, turns per-CPU arenas off, and under abort_conf aborts; with narenas it does not."""
-    conf = "abort_conf:true,percpu_arena:percpu"
-    found = check_malloc_conf(conf, pinned=True)
-    assert aborts_on_problems(conf, found)
-    assert check_malloc_conf(conf) == []  # not pinned: nothing
-    assert check_malloc_conf(f"{conf},narenas:4", pinned=True) == []
     if CPUS < 2:
         pytest.skip("pinning to fewer CPUs than the process has needs two")
-    assert run_jemalloc(conf, tmp_path, cpus=1).returncode == -signal.SIGABRT
+    # Any prefix of percpu_arena sets it; a narenas that wraps around to 0 is the default;
+    # abort:true aborts on this check too, not only abort_conf:true.
+    for conf in ("abort_conf:true,percpu_arena:percpu", "abort_conf:true,p:percpu",
+                 "abort_conf:true,percpu_arena:percpu,narenas:4294967296",
+                 "abort:true,percpu_arena:percpu"):
+        found = check_malloc_conf(conf, pinned=True)
+        assert aborts_on_problems(conf, found), conf
+        assert check_malloc_conf(conf) == []  # not pinned: nothing
+        assert run_jemalloc(conf, tmp_path, cpus=1).returncode == -signal.SIGABRT, conf
+    settled = "abort_conf:true,percpu_arena:percpu,narenas:4"
+    assert check_malloc_conf(settled, pinned=True) == []
+    assert run_jemalloc(settled, tmp_path, cpus=1).returncode == 0

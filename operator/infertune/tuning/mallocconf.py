@@ -23,7 +23,7 @@ from infertune.tuning.mallocconf_syntax import (
 )
 
 __all__ = ["DEBIAN_5_3_0", "NARENAS_LIMIT", "ConfProblem", "JemallocBuild",
-           "MallocConfSyntaxError", "aborts_on_problems", "check_malloc_conf",
+           "MallocConfSyntaxError", "aborting", "aborts_on_problems", "check_malloc_conf",
            "effective_malloc_conf", "has_option", "narenas_for_cpus", "parse_malloc_conf"]
 # MALLOCX_ARENA_LIMIT - 1 (include/jemalloc/internal/jemalloc_internal_types.h): more arenas
 # are cut down with "Reducing narenas to limit (4094)".
@@ -272,11 +272,14 @@ def _applied_narenas(pairs: list[tuple[str, str]]) -> int | None:
     for key, value in pairs:
         if key == "narenas" and _narenas(key, value) is None:
             applied = None if value == "default" else (read_number(value, False) or 0) % 2**32
-    return applied
+    return applied or None  # a count that wraps around to 0 is the default, as "default"
 
 
 def _last_accepted(pairs: list[tuple[str, str]], key: str, check: Check) -> str | None:
-    values = [v for k, v in pairs if k == key and check(k, v) is None]
+    """The last valid value set for option `key`, by any spelling jemalloc applies to it
+    (`p:percpu` sets percpu_arena)."""
+    options = _options(DEBIAN_5_3_0)
+    values = [v for k, v in pairs if _resolve(k, options) == key and check(key, v) is None]
     return values[-1] if values else None
 
 
@@ -300,14 +303,15 @@ def _cpu_problems(pairs: list[tuple[str, str]], cpus: int | None,
         problems.append(ConfProblem("percpu_arena", str(chosen), (
             "percpu_arena on a process pinned to some of the node's CPUs (numactl, a static "
             "CPU manager): jemalloc cannot tell the CPU count for sure and turns per-CPU arenas "
-            "off with a warning unless narenas is set; set narenas too, or drop percpu_arena")))
+            "off with a warning unless narenas is set; set narenas too, or drop percpu_arena"),
+            opt_abort=True))
         mode = "disabled"
     if cpus is None:  # pinned, to CPUs not known yet: the checks of their count wait
         return problems
     if mode == "phycpu" and cpus % 2:
         problems.append(ConfProblem("percpu_arena", str(chosen), (
             f"percpu_arena:phycpu on {cpus} CPUs: jemalloc wants an even count (two hardware "
-            "threads per core) and warns; use percpu")))
+            "threads per core) and warns; use percpu"), opt_abort=True))
     if mode != "disabled" or narenas is not None:
         return problems
     ratio_text = _last_accepted(pairs, "narenas_ratio", _ratio()) or "4"
@@ -363,13 +367,21 @@ def check_malloc_conf(text: str, *, build: JemallocBuild = DEBIAN_5_3_0,
     return problems
 
 
-def aborts_on_problems(text: str, problems: list[ConfProblem]) -> bool:
-    """Whether jemalloc aborts every process given `text`, whose `problems`
-    (`check_malloc_conf`) are known: it sets abort_conf:true (the last setting counts), and
-    one of them is one it aborts on."""
+def aborting(text: str, problems: list[ConfProblem]) -> ConfProblem | None:
+    """The problem of `text` (`problems`, from `check_malloc_conf`) that makes jemalloc abort
+    every process, if one does: under abort_conf:true one it aborts on (ConfProblem.aborts),
+    under abort:true a per-CPU arena check (ConfProblem.opt_abort); the last setting of each
+    counts."""
     pairs, _ = scan(text)
-    return (_last_accepted(pairs, "abort_conf", _bool) == "true"
-            and any(p.aborts for p in problems))
+    abort_conf = _last_accepted(pairs, "abort_conf", _bool) == "true"
+    opt_abort = _last_accepted(pairs, "abort", _bool) == "true"
+    return next((p for p in problems
+                 if (abort_conf and p.aborts) or (opt_abort and p.opt_abort)), None)
+
+
+def aborts_on_problems(text: str, problems: list[ConfProblem]) -> bool:
+    """Whether jemalloc aborts every process given `text` (`aborting`)."""
+    return aborting(text, problems) is not None
 
 
 def has_option(text: str, key: str) -> bool:

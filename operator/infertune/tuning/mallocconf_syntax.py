@@ -24,6 +24,9 @@ class ConfProblem:
     aborts: bool = True
     """Whether abort_conf:true makes jemalloc abort on it: not on a count it cuts to its
     limit, nor on an experimental_ key (measured with the library)."""
+    opt_abort: bool = False
+    """Whether abort:true makes jemalloc abort on it too: the per-CPU arena checks it makes
+    once the options are read (measured with the library)."""
 
 
 class MallocConfSyntaxError(ValueError):

@@ -26,7 +26,7 @@ from infertune.api.spec import (
 from infertune.api.tuning import AllocatorType, NumaPolicy
 from infertune.api.units import parse_quantity
 from infertune.tuning.mallocconf import (
-    aborts_on_problems,
+    aborting,
     check_malloc_conf,
     effective_malloc_conf,
 )
@@ -210,17 +210,23 @@ def _allocator(spec: InferenceTuningSpec, env: _EnvPlan, cpu: float | None,
             paths.insert(0, allocator.library_path)
         env.set("LD_PRELOAD", ":".join(paths))
         conf = effective_malloc_conf(_merged_conf(env, allocator.malloc_conf, problems), cpu)
-        # What jemalloc reads, in the process it will run in: the container's settings and
-        # the spec's together (a check across options can fail on the two and on neither
-        # alone), and pinned to a NUMA node's CPUs when the launcher binds it (per-CPU arenas
-        # then need narenas). The spec's own part passed when the spec was validated.
-        complaints = check_malloc_conf(conf, pinned=pins)
-        if aborts_on_problems(conf, complaints):
-            return (f"MALLOC_CONF {conf!r} sets abort_conf:true, and jemalloc would abort "
-                    f"every process of the container on {complaints[0].key}: "
-                    f"{complaints[0].message}; fix it (the serving container's MALLOC_CONF, or "
-                    "allocator.mallocConf)")
+        # What jemalloc reads: the container's settings and the spec's together (a check
+        # across options can fail on the two and on neither alone). What it would abort on
+        # anywhere leaves the pod untuned. What depends on the node (per-CPU arenas in a
+        # process the launcher pins to one of several NUMA nodes' CPUs: jemalloc cannot
+        # count them and wants narenas) is reported, not refused: on a node with one NUMA
+        # node the binding covers every CPU.
+        complaints = check_malloc_conf(conf)
+        fatal = aborting(conf, complaints)
+        if fatal is not None:
+            return (f"MALLOC_CONF {conf!r} makes jemalloc abort every process of the "
+                    f"container (abort_conf or abort), on {fatal.key}: {fatal.message}; fix "
+                    "the serving container's MALLOC_CONF or allocator.mallocConf")
         problems += [f"MALLOC_CONF {conf!r}: {p.message}" for p in complaints]
+        pinned = [p for p in check_malloc_conf(conf, pinned=pins) if p not in complaints]
+        problems += [f"MALLOC_CONF {conf!r} on a node with several NUMA nodes: {p.message}"
+                     + ("; jemalloc aborts there (abort_conf or abort)"
+                        if aborting(conf, [p]) else "") for p in pinned]
         env.set("MALLOC_CONF", conf)
         reasons.append(f"allocator: preload {allocator.library_path} with MALLOC_CONF={conf} "
                        f"({cpus})")
@@ -254,6 +260,8 @@ def _merged_conf(env: _EnvPlan, spec_conf: str | None, problems: list[str]) -> s
     # as it is, to be reported as the syntax error it is, not fixed into settings that
     # never applied.
     own = raw.rstrip(",")
+    if not own:  # commas only: no settings, and the spec's must not follow a comma
+        return spec_conf
     _, syntax = scan(own)
     if syntax is not None:
         problems.append(f"the serving container's MALLOC_CONF {own!r} has a syntax error, and "
