@@ -432,3 +432,22 @@ def test_per_cpu_arenas_in_a_pinned_process_abort_under_abort_conf(tmp_path: Pat
     settled = "abort_conf:true,percpu_arena:percpu,narenas:4"
     assert check_malloc_conf(settled, pinned=True) == []
     assert run_jemalloc(settled, tmp_path, cpus=1).returncode == 0
+
+
+
+@needs_jemalloc
+def test_phycpu_on_an_odd_cpu_count_aborts_under_abort_only(tmp_path: Path) -> None:
+    for conf, aborts in (("abort_conf:true,percpu_arena:phycpu,narenas:2", False),
+                         ("abort:true,percpu_arena:phycpu,narenas:2", True)):
+        found = check_malloc_conf(conf, cpus=1, pinned=True)
+        assert found and aborts_on_problems(conf, found) is aborts
+        if CPUS < 2:
+            continue
+        # Run here directly: run_jemalloc takes this warning for a remark on the machine.
+        cpu = sorted(os.sched_getaffinity(0))[0]
+        done = subprocess.run(["/bin/true"], env={"LD_PRELOAD": str(JEMALLOC),
+                                                  "MALLOC_CONF": conf}, cwd=tmp_path,
+                              capture_output=True, text=True, timeout=30, check=False,
+                              preexec_fn=lambda cpu=cpu: os.sched_setaffinity(0, [cpu]))
+        assert "odd number (1) of CPUs" in done.stderr
+        assert (done.returncode == -signal.SIGABRT) is aborts

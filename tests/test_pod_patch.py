@@ -489,7 +489,8 @@ def test_the_revision_of_running_pods_survives_an_operator_upgrade(
     # jemalloc cannot count the CPUs, and under abort_conf aborts every process, on a node
     # with several NUMA nodes (with one, the binding covers every CPU): reported.
     ("abort_conf:true,percpu_arena:percpu", "gpu-local", False,
-     "on a node with several NUMA nodes: percpu_arena on a process pinned"),
+     "in a process pinned to some of the node's CPUs (NUMA binding, static CPU manager): "
+     "percpu_arena on a process pinned"),
     ("abort_conf:true,percpu_arena:percpu", "none", False, None),  # not pinned
     ("abort_conf:true,narenas:5000", "gpu-local", False, "cuts it to 4094"),  # no abort
     # Aborts anywhere: untuned, naming what it aborts on (not the experimental_ key).
@@ -513,3 +514,52 @@ def test_a_container_malloc_conf_of_commas_only_is_no_setting() -> None:
     conf = _env(_apply(_spec(allocator={"mallocConf": "background_thread:true"}), pod)[
         "spec"]["containers"][0])["MALLOC_CONF"]
     assert conf == "background_thread:true,narenas:8"
+
+
+
+def test_the_last_entry_of_a_duplicated_variable_is_the_one_merged_and_checked() -> None:
+    """The container gets the last entry of a name: the first was merged and replaced, and
+    the second, which jemalloc aborted on, stayed after it."""
+    pod = _pod(env=[{"name": "MALLOC_CONF", "value": "background_thread:true"},
+                    {"name": "MALLOC_CONF", "value": "abort_conf:true,lg_chunk:21"}])
+    plan = plan_pod_patch(_spec(), pod, CONTEXT)
+    assert plan.refused and "on lg_chunk" in plan.problems[0]
+    fine = _pod(env=[{"name": "MALLOC_CONF", "value": "abort_conf:true,lg_chunk:21"},
+                     {"name": "MALLOC_CONF", "value": "background_thread:true"}])
+    env = jsonpatch.apply_patch(fine, plan_pod_patch(_spec(), fine, CONTEXT).patch)[
+        "spec"]["containers"][0]["env"]
+    assert [e["value"] for e in env if e["name"] == "MALLOC_CONF"] == [
+        "abort_conf:true,lg_chunk:21", "background_thread:true,narenas:8"]
+
+
+def test_variable_references_are_checked_as_the_kubelet_expands_them() -> None:
+    """`$(NARENAS)` is a number once the kubelet expands it: checked literally, the pod was
+    left untuned for a conf jemalloc runs. The reference stays in the value, for the
+    kubelet."""
+    pod = _pod(env=[{"name": "NARENAS", "value": "4"},
+                    {"name": "MALLOC_CONF", "value": "abort_conf:true,narenas:$(NARENAS)"}])
+    plan = plan_pod_patch(_spec(), pod, CONTEXT)
+    assert not plan.refused and not [p for p in plan.problems if "MALLOC_CONF" in p]
+    env = _env(jsonpatch.apply_patch(pod, plan.patch)["spec"]["containers"][0])
+    assert env["MALLOC_CONF"] == "abort_conf:true,narenas:$(NARENAS)"
+    # One to a variable whose value is not known here is said so, not refused.
+    hidden = _pod(env=[{"name": "NARENAS", "valueFrom": {"fieldRef": {"fieldPath": "x"}}},
+                       {"name": "MALLOC_CONF", "value": "abort_conf:true,narenas:$(NARENAS)"}])
+    plan = plan_pod_patch(_spec(), hidden, CONTEXT)
+    assert not plan.refused
+    assert any("is not checked" in p for p in plan.problems), plan.problems
+    # $$ escapes a dollar: $$(NARENAS) is the literal text, which jemalloc refuses.
+    literal = _pod(env=[{"name": "NARENAS", "value": "4"},
+                        {"name": "MALLOC_CONF", "value": "abort_conf:true,narenas:$$(NARENAS)"}])
+    assert plan_pod_patch(_spec(), literal, CONTEXT).refused
+
+
+def test_per_cpu_arenas_under_the_static_cpu_manager_are_reported_without_numa_binding(
+) -> None:
+    """A Guaranteed pod with whole CPUs runs on CPUs of its own: pinned as by numactl."""
+    pod = _pod(env=[{"name": "MALLOC_CONF", "value": "percpu_arena:percpu,narenas:default"}])
+    plan = plan_pod_patch(_spec(numa={"policy": "none"}), pod, CONTEXT)
+    assert any("percpu_arena on a process pinned" in p for p in plan.problems), plan.problems
+    shared = plan_pod_patch(_spec(numa={"policy": "none"}), pod,
+                            PodContext("qwen", "img", static_cpu_manager=False))
+    assert not any("percpu_arena" in p for p in shared.problems), shared.problems

@@ -311,7 +311,7 @@ def _cpu_problems(pairs: list[tuple[str, str]], cpus: int | None,
     if mode == "phycpu" and cpus % 2:
         problems.append(ConfProblem("percpu_arena", str(chosen), (
             f"percpu_arena:phycpu on {cpus} CPUs: jemalloc wants an even count (two hardware "
-            "threads per core) and warns; use percpu"), opt_abort=True))
+            "threads per core) and warns; use percpu"), aborts=False, opt_abort=True))
     if mode != "disabled" or narenas is not None:
         return problems
     ratio_text = _last_accepted(pairs, "narenas_ratio", _ratio()) or "4"

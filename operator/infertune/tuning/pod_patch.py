@@ -140,6 +140,12 @@ def _qos_problems(pod_spec: dict[str, Any], serving: dict[str, Any]) -> list[str
     return problems
 
 
+def _exclusive_cpus(pod_spec: dict[str, Any], serving: dict[str, Any]) -> bool:
+    """Whether kubelet's static CPU manager pins the serving container to CPUs of its own
+    (Guaranteed QoS, whole CPUs)."""
+    return _cpu_limit(serving) is not None and not _qos_problems(pod_spec, serving)
+
+
 class _EnvPlan:
     """Env changes on one container as patch ops, keeping variables the user set elsewhere."""
 
@@ -148,7 +154,24 @@ class _EnvPlan:
         self.values: dict[str, str] = {}
 
     def existing(self, name: str) -> dict[str, Any] | None:
-        return next((e for e in self.env or [] if e.get("name") == name), None)
+        """The entry of `name` the container gets: the last one, when it is there twice."""
+        return next((e for e in reversed(self.env or []) if e.get("name") == name), None)
+
+    def expanded(self, name: str) -> tuple[str, bool]:
+        """The value of `name` as the kubelet gives it to the process: `$(VAR)` replaced by
+        the value of a plain entry before it, `$$` by `$`; and whether every reference could
+        be (one to a valueFrom or envFrom variable cannot be at admission)."""
+        env = self.env or []
+        index = max((i for i, e in enumerate(env) if e.get("name") == name), default=None)
+        if index is None:
+            return "", True
+        known: dict[str, str] = {}
+        for entry in env[:index]:
+            if "value" in entry:
+                known[str(entry.get("name"))] = _expand(str(entry.get("value") or ""), known)[0]
+            else:
+                known.pop(str(entry.get("name")), None)
+        return _expand(str(env[index].get("value") or ""), known)
 
     def set(self, name: str, value: str) -> None:
         self.values[name] = value
@@ -161,13 +184,36 @@ class _EnvPlan:
             return [{"op": "add", "path": f"{self.base}/env", "value": items}]
         ops: list[Op] = []
         for item in items:
-            index = next((i for i, e in enumerate(self.env) if e.get("name") == item["name"]),
-                         None)
+            # The last entry of a name is the one the container gets.
+            index = max((i for i, e in enumerate(self.env) if e.get("name") == item["name"]),
+                        default=None)
             if index is None:
                 ops.append({"op": "add", "path": f"{self.base}/env/-", "value": item})
             else:
                 ops.append({"op": "replace", "path": f"{self.base}/env/{index}", "value": item})
         return ops
+
+
+def _expand(text: str, known: Mapping[str, str]) -> tuple[str, bool]:
+    """Kubernetes' expansion of an env value: `$(VAR)` by `known[VAR]` (left as it is when
+    unknown), `$$` by `$`; and whether every reference was known."""
+    out, resolved, i = [], True, 0
+    while i < len(text):
+        if text.startswith("$$", i):
+            out.append("$")
+            i += 2
+        elif text.startswith("$(", i) and (end := text.find(")", i + 2)) != -1:
+            name = text[i + 2:end]
+            if name in known:
+                out.append(known[name])
+            else:
+                out.append(text[i:end + 1])
+                resolved = False
+            i = end + 1
+        else:
+            out.append(text[i])
+            i += 1
+    return "".join(out), resolved
 
 
 def _numa_env(spec: InferenceTuningSpec) -> str:
@@ -209,24 +255,27 @@ def _allocator(spec: InferenceTuningSpec, env: _EnvPlan, cpu: float | None,
         if allocator.library_path not in paths:
             paths.insert(0, allocator.library_path)
         env.set("LD_PRELOAD", ":".join(paths))
-        conf = effective_malloc_conf(_merged_conf(env, allocator.malloc_conf, problems), cpu)
+        injected, read = _merged_conf(env, allocator.malloc_conf, problems)
+        conf = effective_malloc_conf(injected, cpu)
         # What jemalloc reads: the container's settings and the spec's together (a check
         # across options can fail on the two and on neither alone). What it would abort on
-        # anywhere leaves the pod untuned. What depends on the node (per-CPU arenas in a
-        # process the launcher pins to one of several NUMA nodes' CPUs: jemalloc cannot
-        # count them and wants narenas) is reported, not refused: on a node with one NUMA
-        # node the binding covers every CPU.
-        complaints = check_malloc_conf(conf)
-        fatal = aborting(conf, complaints)
-        if fatal is not None:
-            return (f"MALLOC_CONF {conf!r} makes jemalloc abort every process of the "
-                    f"container (abort_conf or abort), on {fatal.key}: {fatal.message}; fix "
-                    "the serving container's MALLOC_CONF or allocator.mallocConf")
-        problems += [f"MALLOC_CONF {conf!r}: {p.message}" for p in complaints]
-        pinned = [p for p in check_malloc_conf(conf, pinned=pins) if p not in complaints]
-        problems += [f"MALLOC_CONF {conf!r} on a node with several NUMA nodes: {p.message}"
-                     + ("; jemalloc aborts there (abort_conf or abort)"
-                        if aborting(conf, [p]) else "") for p in pinned]
+        # anywhere leaves the pod untuned. What depends on the node is reported, not
+        # refused: per-CPU arenas in a process pinned to some of its CPUs (the launcher's
+        # binding on a node with several NUMA nodes, or the static CPU manager) need narenas.
+        if read is not None:
+            read = effective_malloc_conf(read, cpu)
+            complaints = check_malloc_conf(read)
+            fatal = aborting(read, complaints)
+            if fatal is not None:
+                return (f"MALLOC_CONF {read!r} makes jemalloc abort every process of the "
+                        f"container (abort_conf or abort), on {fatal.key}: {fatal.message}; "
+                        "fix the serving container's MALLOC_CONF or allocator.mallocConf")
+            problems += [f"MALLOC_CONF {read!r}: {p.message}" for p in complaints]
+            pinned = [p for p in check_malloc_conf(read, pinned=pins) if p not in complaints]
+            problems += [f"MALLOC_CONF {read!r} in a process pinned to some of the node's CPUs "
+                         f"(NUMA binding, static CPU manager): {p.message}"
+                         + ("; jemalloc aborts there (abort_conf or abort)"
+                            if aborting(read, [p]) else "") for p in pinned]
         env.set("MALLOC_CONF", conf)
         reasons.append(f"allocator: preload {allocator.library_path} with MALLOC_CONF={conf} "
                        f"({cpus})")
@@ -246,29 +295,41 @@ def _allocator(spec: InferenceTuningSpec, env: _EnvPlan, cpu: float | None,
     return None
 
 
-def _merged_conf(env: _EnvPlan, spec_conf: str | None, problems: list[str]) -> str | None:
-    """The container's own MALLOC_CONF followed by the spec's: jemalloc reads the pairs in
-    order, so the spec's win where both set an option and the container's others stay (a
-    background_thread:true the image relies on). One jemalloc cannot read to its end (a
-    syntax error, after which it reads nothing) is replaced, and said so."""
+def _merged_conf(env: _EnvPlan, spec_conf: str | None,
+                 problems: list[str]) -> tuple[str | None, str | None]:
+    """(the MALLOC_CONF to set, the one the process will read: None when that cannot be known
+    at admission). The container's own MALLOC_CONF comes first, the spec's after it: jemalloc
+    reads the pairs in order, so the spec's win where both set an option and the
+    container's others stay (a background_thread:true the image relies on). One jemalloc
+    cannot read to its end (a syntax error, after which it reads nothing) is replaced, and
+    said so. `$(VAR)` references in the container's stay, for the kubelet to expand; they
+    are expanded here as it will to check the string, when they refer to plain values."""
     found = env.existing("MALLOC_CONF")
     raw = str(found.get("value", "")) if found else ""
-    if not raw.strip():
-        return spec_conf
+    read, known = env.expanded("MALLOC_CONF")
+    if not read.strip():
+        return spec_conf, spec_conf
     # Only a trailing comma goes (jemalloc read the pairs before it, and the spec's follow
     # one): a leading comma or a space makes jemalloc ignore the whole string, so it stays
     # as it is, to be reported as the syntax error it is, not fixed into settings that
     # never applied.
-    own = raw.rstrip(",")
-    if not own:  # commas only: no settings, and the spec's must not follow a comma
-        return spec_conf
-    _, syntax = scan(own)
+    own, read = raw.rstrip(","), read.rstrip(",")
+    if not read:  # commas only: no settings, and the spec's must not follow a comma
+        return spec_conf, spec_conf
+    if not known:
+        problems.append(f"the serving container's MALLOC_CONF {raw!r} refers to variables "
+                        "that are not plain values in its env (valueFrom, envFrom), so the "
+                        "string jemalloc reads is not known here and is not checked")
+        return (own if not spec_conf else f"{own},{spec_conf}"), None
+    _, syntax = scan(read)
     if syntax is not None:
-        problems.append(f"the serving container's MALLOC_CONF {own!r} has a syntax error, and "
-                        "jemalloc reads nothing after it: it is replaced by the spec's "
+        problems.append(f"the serving container's MALLOC_CONF {read!r} has a syntax error, "
+                        "and jemalloc reads nothing after it: it is replaced by the spec's "
                         "allocator.mallocConf; fix it to keep its settings")
-        return spec_conf
-    return own if not spec_conf else f"{own},{spec_conf}"
+        return spec_conf, spec_conf
+    if not spec_conf:
+        return own, read
+    return f"{own},{spec_conf}", f"{read},{spec_conf}"
 
 
 def _launcher_ops(pod_spec: dict[str, Any], index: int, serving: dict[str, Any],
@@ -509,8 +570,9 @@ def plan_pod_patch(spec: InferenceTuningSpec, pod: dict[str, Any],
     env = _EnvPlan(_pointer("spec", "containers", index), serving.get("env"))
     refusal = _allocator(spec, env, _cpu_limit(serving), reasons, problems,
                          bool(serving.get("envFrom")),
-                         pins=spec.numa.policy in (NumaPolicy.NODE, NumaPolicy.GPU_LOCAL)
-                         and bool(serving.get("command")))
+                         pins=(spec.numa.policy in (NumaPolicy.NODE, NumaPolicy.GPU_LOCAL)
+                               and bool(serving.get("command")))
+                         or (context.static_cpu_manager and _exclusive_cpus(pod_spec, serving)))
     if refusal is not None:
         return PodPlan(revision, refused=True, problems=[refusal])
 
