@@ -563,3 +563,37 @@ def test_per_cpu_arenas_under_the_static_cpu_manager_are_reported_without_numa_b
     shared = plan_pod_patch(_spec(numa={"policy": "none"}), pod,
                             PodContext("qwen", "img", static_cpu_manager=False))
     assert not any("percpu_arena" in p for p in shared.problems), shared.problems
+
+
+def test_a_reference_through_a_variable_not_known_here_is_not_known_either() -> None:
+    """N refers to CPUS, which comes from valueFrom: the kubelet gives N a number, so
+    MALLOC_CONF's $(N) is not known here either (it was checked as the text $(CPUS))."""
+    pod = _pod(env=[{"name": "CPUS", "valueFrom": {"resourceFieldRef": {"resource": "limits.cpu"}}},
+                    {"name": "N", "value": "$(CPUS)"},
+                    {"name": "MALLOC_CONF", "value": "abort_conf:true,narenas:$(N)"}])
+    plan = plan_pod_patch(_spec(), pod, CONTEXT)
+    assert not plan.refused
+    assert any("is not checked, and no narenas is added" in p for p in plan.problems)
+
+
+def test_narenas_is_added_when_the_expanded_conf_leaves_it_unset() -> None:
+    """$(BASE) holds the settings: narenas is decided on what jemalloc reads, and added to
+    the value set; a narenas a reference sets is kept."""
+    unset = _pod(env=[{"name": "BASE", "value": "abort_conf:true,percpu_arena:percpu"},
+                      {"name": "MALLOC_CONF", "value": "$(BASE)"}])
+    env = _env(_apply(_spec(), unset)["spec"]["containers"][0])
+    assert env["MALLOC_CONF"] == "$(BASE),narenas:8"
+    chosen = _pod(env=[{"name": "REST", "value": "true,narenas:2"},
+                       {"name": "MALLOC_CONF", "value": "background_thread:$(REST)"}])
+    env = _env(_apply(_spec(), chosen)["spec"]["containers"][0])
+    assert env["MALLOC_CONF"] == "background_thread:$(REST)"
+
+
+def test_a_variable_with_an_empty_value_is_known_and_empty() -> None:
+    """The API server leaves out an empty value: {"name": "EXTRA"} is "", not valueFrom."""
+    pod = _pod(env=[{"name": "EXTRA"},
+                    {"name": "MALLOC_CONF", "value": "abort_conf:true,lg_chunk:21$(EXTRA)"}])
+    plan = plan_pod_patch(_spec(), pod, CONTEXT)
+    assert plan.refused and "on lg_chunk" in plan.problems[0]
+    empty = plan_pod_patch(_spec(), _pod(env=[{"name": "MALLOC_CONF"}]), CONTEXT)
+    assert not empty.refused, empty.problems

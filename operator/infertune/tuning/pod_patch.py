@@ -167,10 +167,13 @@ class _EnvPlan:
             return "", True
         known: dict[str, str] = {}
         for entry in env[:index]:
-            if "value" in entry:
-                known[str(entry.get("name"))] = _expand(str(entry.get("value") or ""), known)[0]
+            name = str(entry.get("name"))
+            # No value and no valueFrom: the API server left out an empty value.
+            value, resolved = _expand(str(entry.get("value") or ""), known)
+            if "valueFrom" in entry or not resolved:
+                known.pop(name, None)  # its value is not known here, nor what refers to it
             else:
-                known.pop(str(entry.get("name")), None)
+                known[name] = value
         return _expand(str(env[index].get("value") or ""), known)
 
     def set(self, name: str, value: str) -> None:
@@ -240,7 +243,7 @@ def _allocator(spec: InferenceTuningSpec, env: _EnvPlan, cpu: float | None,
         names += ["GLIBC_TUNABLES"] if allocator.glibc_tunables is not None else []
     for name in names:
         found = env.existing(name)
-        if found is not None and "value" not in found:
+        if found is not None and "valueFrom" in found:
             return (f"{name} on the serving container comes from valueFrom, so the allocator "
                     "settings cannot be merged with it; set it as a plain value or use "
                     "allocator type none")
@@ -256,14 +259,19 @@ def _allocator(spec: InferenceTuningSpec, env: _EnvPlan, cpu: float | None,
             paths.insert(0, allocator.library_path)
         env.set("LD_PRELOAD", ":".join(paths))
         injected, read = _merged_conf(env, allocator.malloc_conf, problems)
-        conf = effective_malloc_conf(injected, cpu)
+        conf = injected or ""
+        if read is not None:
+            # narenas is added when the string jemalloc reads leaves it unset (a $(VAR) may
+            # set it), and the same suffix goes on the value set, references and all.
+            sized = effective_malloc_conf(read, cpu)
+            conf += sized[len(read or ""):] if sized.startswith(read or "") else ""
         # What jemalloc reads: the container's settings and the spec's together (a check
         # across options can fail on the two and on neither alone). What it would abort on
         # anywhere leaves the pod untuned. What depends on the node is reported, not
         # refused: per-CPU arenas in a process pinned to some of its CPUs (the launcher's
         # binding on a node with several NUMA nodes, or the static CPU manager) need narenas.
         if read is not None:
-            read = effective_malloc_conf(read, cpu)
+            read = sized
             complaints = check_malloc_conf(read)
             fatal = aborting(read, complaints)
             if fatal is not None:
@@ -319,7 +327,8 @@ def _merged_conf(env: _EnvPlan, spec_conf: str | None,
     if not known:
         problems.append(f"the serving container's MALLOC_CONF {raw!r} refers to variables "
                         "that are not plain values in its env (valueFrom, envFrom), so the "
-                        "string jemalloc reads is not known here and is not checked")
+                        "string jemalloc reads is not known here: it is not checked, and no "
+                        "narenas is added to it")
         return (own if not spec_conf else f"{own},{spec_conf}"), None
     _, syntax = scan(read)
     if syntax is not None:
