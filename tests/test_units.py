@@ -31,7 +31,12 @@ def test_quantity_values(text: str, value: Decimal | int) -> None:
 @pytest.mark.parametrize(
     ("text", "hint"),
     [("28GB", "unknown suffix 'GB'"), ("Gi", "not a Kubernetes quantity"),
-     (" 1Gi", "not a Kubernetes quantity"), ("1..2", "not a Kubernetes quantity")],
+     (" 1Gi", "not a Kubernetes quantity"), ("1..2", "not a Kubernetes quantity"),
+     # Beyond an int64: decimal.Overflow escaped every handler (no InvalidSpec, a traceback
+     # in validate), and 1e5000 passed validation to fail in plan.
+     ("1e999999999", "larger than any resource Kubernetes counts"),
+     ("1e5000", "larger than any resource Kubernetes counts"),
+     ("9Ei", "larger than any resource Kubernetes counts")],
 )
 def test_bad_quantities_say_what_to_write(text: str, hint: str) -> None:
     with pytest.raises(ValueError, match=hint):

@@ -75,3 +75,22 @@ def test_console_entry_points_run() -> None:
         done = subprocess.run([*argv, "crds"], capture_output=True, text=True, check=False)
         assert done.returncode == 0, done.stderr
         assert "kind: CustomResourceDefinition" in done.stdout
+
+
+
+def test_a_yaml_alias_bomb_is_refused_with_a_short_message(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Nine nested aliases in 600 bytes: the message quoted the whole expanded value, and
+    validate ran for minutes."""
+    levels = ['  a0: &a0 ["x","x","x","x","x","x","x","x","x","x"]'] + [
+        f"  a{i}: &a{i} [{','.join([f'*a{i - 1}'] * 10)}]" for i in range(1, 9)]
+    bomb = tmp_path / "bomb.yaml"
+    bomb.write_text("\n".join([
+        "apiVersion: infertune.io/v1alpha1", "kind: InferenceTuning",
+        "metadata: {name: t, namespace: ns}", "x:", *levels,
+        "spec:", "  targetRef: {name: d}", "  engine: vllm",
+        "  mig: {profile: 1g.18gb, layout: *a8}"]) + "\n")
+    assert main(["validate", str(bomb)]) == 1
+    err = capsys.readouterr().err
+    assert "spec.mig.layout:" in err and "at most 7 items" in err
+    assert len(err) < 2000, err[:300]

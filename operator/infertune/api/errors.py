@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import reprlib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -102,7 +103,7 @@ def _message(error: Any, model: type[BaseModel]) -> str:
         return f"unknown field; remove it{listing}"
     if kind == "string_pattern_mismatch":
         hint = _PATTERN_HINTS.get(str(ctx.get("pattern")))
-        shown = f"{error['input']!r} "
+        shown = f"{_shown(error['input'])} "
         if hint:
             return shown + hint
         return f"{shown}does not match the pattern {ctx.get('pattern')}"
@@ -110,9 +111,9 @@ def _message(error: Any, model: type[BaseModel]) -> str:
     if message.startswith("Value error, "):
         message = message[len("Value error, "):]
     if kind in ("literal_error", "enum"):
-        return f"{error['input']!r} is not allowed; {message[0].lower()}{message[1:]}"
+        return f"{_shown(error['input'])} is not allowed; {message[0].lower()}{message[1:]}"
     if kind.startswith(("greater", "less", "too_", "int_", "float_", "bool_", "string_")):
-        return f"{error['input']!r}: {message[0].lower()}{message[1:]}"
+        return f"{_shown(error['input'])}: {message[0].lower()}{message[1:]}"
     return message
 
 
@@ -139,3 +140,15 @@ def validate_stored(body: Mapping[str, Any]) -> tuple[InferenceTuning | None, st
             {k: body[k] for k in ("apiVersion", "kind", "metadata", "spec") if k in body}), ""
     except ValidationError as exc:
         return None, "; ".join(str(e) for e in field_errors(exc, InferenceTuning))
+
+
+_SHOWN = reprlib.Repr()
+_SHOWN.maxstring = _SHOWN.maxother = 80
+_SHOWN.maxlist = _SHOWN.maxdict = 4
+_SHOWN.maxlevel = 2
+
+
+def _shown(value: Any) -> str:
+    """A bad value as an error message quotes it: short, and never the whole of a large or
+    deeply shared structure (YAML aliases made a 645-byte file print for minutes)."""
+    return _SHOWN.repr(value)

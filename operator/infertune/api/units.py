@@ -7,7 +7,7 @@ wrote (Git stays the source of truth) while the code reads `.value` or `.seconds
 from __future__ import annotations
 
 import re
-from decimal import Decimal, InvalidOperation
+from decimal import Decimal
 from typing import Any
 
 from pydantic import GetCoreSchemaHandler, GetJsonSchemaHandler
@@ -59,18 +59,33 @@ def parse_quantity(text: str) -> Decimal:
     number = Decimal(match["num"])
     suffix = match["suffix"]
     if suffix in _BINARY:
-        return number * _BINARY[suffix]
-    if suffix in _DECIMAL:
-        return number * _DECIMAL[suffix]
-    if suffix[:1] in ("e", "E"):
-        try:
-            return number * (Decimal(10) ** int(suffix[1:]))
-        except (ValueError, InvalidOperation) as exc:  # pragma: no cover - regex guarantees digits
-            raise ValueError(f"{text!r}: bad exponent") from exc
-    raise ValueError(
-        f"{text!r} has an unknown suffix {suffix!r}; use one of "
-        f"{', '.join(_BINARY)} (binary) or k, M, G, T, P, E, m (decimal)"
-    )
+        value = number * _BINARY[suffix]
+    elif suffix in _DECIMAL:
+        value = number * _DECIMAL[suffix]
+    elif suffix[:1] in ("e", "E"):
+        exponent = int(suffix[1:])
+        if exponent > MAX_EXPONENT:  # 10 ** a billion overflows Decimal (or takes for ever)
+            raise ValueError(_too_large(text))
+        value = number * (Decimal(10) ** exponent)
+    else:
+        raise ValueError(
+            f"{text!r} has an unknown suffix {suffix!r}; use one of "
+            f"{', '.join(_BINARY)} (binary) or k, M, G, T, P, E, m (decimal)"
+        )
+    if value > MAX_QUANTITY:
+        raise ValueError(_too_large(text))
+    return value
+
+
+MAX_QUANTITY = Decimal(2**63 - 1)
+"""The largest quantity Kubernetes keeps as a number (an int64): memory in bytes, or an
+exponent, above it cannot be a resource and cannot be written to memory.high."""
+MAX_EXPONENT = 18
+
+
+def _too_large(text: str) -> str:
+    return (f"{text!r} is larger than any resource Kubernetes counts (at most 2^63-1, about "
+            "8Ei); write it with a suffix such as 28Gi")
 
 
 def parse_duration(text: str) -> Decimal:
