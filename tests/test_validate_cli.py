@@ -94,3 +94,22 @@ def test_a_yaml_alias_bomb_is_refused_with_a_short_message(
     err = capsys.readouterr().err
     assert "spec.mig.layout:" in err and "at most 7 items" in err
     assert len(err) < 2000, err[:300]
+
+
+def test_a_key_given_twice_is_refused_with_its_line(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """kubectl refuses such a file; PyYAML kept the last value silently, so this tuning was
+    valid, and Enforce."""
+    twice = tmp_path / "twice.yaml"
+    twice.write_text("apiVersion: infertune.io/v1alpha1\nkind: InferenceTuning\n"
+                     "metadata: {name: t, namespace: ns}\nspec:\n  targetRef: {name: d}\n"
+                     "  engine: vllm\n  mode: DryRun\n  mode: Enforce\n")
+    assert main(["validate", str(twice)]) == 1
+    assert "line 8 column 3: not valid YAML: found the key 'mode' twice" in \
+        capsys.readouterr().err
+    # A merge key's values may be overridden, as YAML says.
+    merged = tmp_path / "merged.yaml"
+    merged.write_text("apiVersion: infertune.io/v1alpha1\nkind: InferenceTuning\n"
+                      "metadata: {name: t, namespace: ns}\nspec:\n  <<: &base {engine: vllm, "
+                      "mode: DryRun}\n  targetRef: {name: d}\n  mode: Enforce\n")
+    assert main(["validate", str(merged)]) == 0, capsys.readouterr().err

@@ -73,6 +73,29 @@ def source_name(path: Path) -> str:
     return "<stdin>" if str(path) == STDIN else str(path)
 
 
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """SafeLoader that refuses a key given twice in one mapping, as kubectl does: PyYAML keeps
+    the last silently, so `mode: DryRun` then `mode: Enforce` was valid, and Enforce."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue  # "<<" merges: its keys may be overridden, as YAML says
+            key = self.construct_object(key_node, deep=deep)
+            try:
+                duplicate = key in seen
+            except TypeError:  # an unhashable key: the base class says so
+                break
+            if duplicate:
+                raise yaml.constructor.ConstructorError(
+                    "while constructing a mapping", node.start_mark,
+                    f"found the key {key!r} twice (a mapping key is given once)",
+                    key_node.start_mark)
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
 def load_documents(path: Path) -> tuple[list[Document], list[str]]:
     """The documents of a (multi-document) YAML file, or of standard input for STDIN, or the
     reason it cannot be read."""
@@ -84,7 +107,7 @@ def load_documents(path: Path) -> tuple[list[Document], list[str]]:
     except UnicodeDecodeError:
         return [], [f"{source}: not UTF-8 text"]
     try:
-        bodies = list(yaml.safe_load_all(text))
+        bodies = list(yaml.load_all(text, Loader=_UniqueKeyLoader))
     except RecursionError:
         return [], [f"{source}: nested too deeply to be a manifest"]
     except yaml.YAMLError as exc:
