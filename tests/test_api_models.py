@@ -112,6 +112,8 @@ def test_values_round_trip_as_written() -> None:
         ({"allocator": {"libraryPath": "lib/libjemalloc.so"}},
          "allocator.libraryPath: 'lib/libjemalloc.so' does not match"),
         ({"batching": {"min": 64, "max": 8}}, "batching.min: 64 is above max 8"),
+        ({"batching": {"max": 2**31}},
+         "batching.max: 2147483648: input should be less than or equal to 2147483647"),
         ({"autoscaling": {"interval": "500ms"}}, "autoscaling.interval: 500ms is too short"),
         ({"autoscaling": {"interval": "2h"}}, "autoscaling.interval: 2h is longer than 1h"),
         # Bounds that keep one tenant's spec from breaking or slowing the shared batch fetch.

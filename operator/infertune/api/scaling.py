@@ -283,6 +283,11 @@ class BatchingKnob(StrEnum):
     MAX_QUEUE_DELAY_MICROSECONDS = "max-queue-delay-microseconds"
 
 
+MAX_KNOB = 2**31 - 1
+"""The largest batching value: every engine's knob takes it (TGI's token count is a u32), and
+a larger one overflowed the recommender's arithmetic (a 400-digit max was valid)."""
+
+
 class BatchingSpec(ApiModel):
     """Batching tuning: recommend or apply a batch-size knob within bounds."""
 
@@ -295,10 +300,10 @@ class BatchingSpec(ApiModel):
     max-running-requests (SGLang), max-batch-total-tokens (TGI),
     max-queue-delay-microseconds (Triton)."""
 
-    min: Annotated[int, Field(ge=1)] = 1
+    min: Annotated[int, Field(ge=1, le=MAX_KNOB)] = 1
     """The knob is never set below this."""
 
-    max: Annotated[int, Field(ge=1)] = 256
+    max: Annotated[int, Field(ge=1, le=MAX_KNOB)] = 256
     """The knob is never set above this."""
 
     @model_validator(mode="after")
