@@ -675,6 +675,9 @@ def test_cli_reports_bad_input_without_a_traceback(
     (["--live", "llm"], "expected NAMESPACE/NAME"),
     (["--live", "serving/llm/x"], "expected NAMESPACE/NAME"),
     (["--live", "/llm"], "expected NAMESPACE/NAME"),
+    # Both parts go into the request's path: ".." reached another resource.
+    (["--live", "../llm"], "'..' is not a namespace name"),
+    (["--live", "serving/.."], "'..' is not an object name"),
 ])
 def test_cli_says_where_the_tuning_comes_from_before_reading_anything(
         where: list[str], says: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
