@@ -53,12 +53,28 @@ def test_plan_takes_the_deployment_the_tuning_targets(
      "spec.template.metadata.annotations must be a mapping"),
     ({"template": {"spec": {"containers": [{"name": "vllm", "resources": [1]}]}}},
      "spec.template.spec.containers[0].resources must be a mapping"),
+    # These failed inside the planner with a traceback.
+    ({"template": {"spec": {"containers": [{"name": "vllm", "env": [1, 2]}]}}},
+     "spec.template.spec.containers[0].env must be a list of mappings"),
+    ({"template": {"spec": {"containers": [{"name": "vllm", "command": ["vllm"],
+                                            "resources": {"limits": {"cpu": "abc"}}}]}}},
+     "spec.template.spec.containers[0].resources.limits.cpu: 'abc' is not a Kubernetes "
+     "quantity"),
 ])
 def test_plan_names_a_malformed_pod_template(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                              spec: Any, says: str) -> None:
     path = written(tmp_path, deployment("qwen2-7b", spec), TUNING)
     assert main(["plan", str(EXAMPLE), "--pod", path]) == 1
     assert says in capsys.readouterr().err
+
+
+def test_plan_names_a_deployment_whose_metadata_is_not_a_mapping(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    broken = {**deployment("qwen2-7b", {"template": {"spec": {"containers": []}}}),
+              "metadata": [1]}
+    path = written(tmp_path, broken, TUNING)
+    assert main(["plan", str(EXAMPLE), "--pod", path]) == 1
+    assert "metadata must be a mapping" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("spec", [[1], {"template": 5},

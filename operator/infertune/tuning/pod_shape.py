@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from infertune.api.units import parse_quantity
+
 
 def pod_from_deployment(deployment: dict[str, Any]) -> dict[str, Any]:
     """The pod a Deployment's template would create, as the webhook would see it."""
@@ -18,6 +20,8 @@ def pod_from_deployment(deployment: dict[str, Any]) -> dict[str, Any]:
 def template_problem(deployment: dict[str, Any]) -> str | None:
     """What in a Deployment's pod template has a type the planner cannot read (`pod_problem`),
     checked before `pod_from_deployment`; None when it can be planned for."""
+    if not isinstance(deployment.get("metadata") or {}, dict):
+        return "metadata must be a mapping"
     spec = deployment.get("spec") or {}
     template = spec.get("template") if isinstance(spec, dict) else None
     if not isinstance(template, dict):
@@ -45,8 +49,17 @@ def pod_problem(node: dict[str, Any], prefix: str = "") -> str | None:
             value, wanted = container.get(key), dict if key == "resources" else list
             if value is not None and not isinstance(value, wanted):
                 return f"{where}.{key} must be {'a mapping' if wanted is dict else 'a list'}"
+        for key in ("env", "volumeMounts"):
+            if not all(isinstance(item, dict) for item in container.get(key) or []):
+                return f"{where}.{key} must be a list of mappings"
         resources = container.get("resources") or {}
         for key in ("limits", "requests"):
-            if not isinstance(resources.get(key) or {}, dict):
+            amounts = resources.get(key) or {}
+            if not isinstance(amounts, dict):
                 return f"{where}.resources.{key} must be a mapping"
+            for name, amount in amounts.items():
+                try:
+                    parse_quantity(str(amount))
+                except ValueError as exc:
+                    return f"{where}.resources.{key}.{name}: {exc}"
     return None
