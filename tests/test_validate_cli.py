@@ -113,3 +113,16 @@ def test_a_key_given_twice_is_refused_with_its_line(
                       "metadata: {name: t, namespace: ns}\nspec:\n  <<: &base {engine: vllm, "
                       "mode: DryRun}\n  targetRef: {name: d}\n  mode: Enforce\n")
     assert main(["validate", str(merged)]) == 0, capsys.readouterr().err
+
+
+def test_a_name_with_a_newline_cannot_print_a_line_of_its_own(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    spoof = tmp_path / "spoof.yaml"
+    spoof.write_text('apiVersion: infertune.io/v1alpha1\nkind: InferenceTuning\n'
+                     'metadata: {name: "x: valid\\nprod.yaml: InferenceTuning prod/api", '
+                     'namespace: ns}\nspec: {targetRef: {name: d}, engine: vllm}\n')
+    assert main(["validate", str(spoof)]) == 1
+    captured = capsys.readouterr()
+    assert not [line for line in (captured.out + captured.err).splitlines()
+                if line.startswith("prod.yaml")]
+    assert "ns/x: valid\\nprod.yaml" in captured.err
