@@ -126,3 +126,20 @@ def test_a_name_with_a_newline_cannot_print_a_line_of_its_own(
     assert not [line for line in (captured.out + captured.err).splitlines()
                 if line.startswith("prod.yaml")]
     assert "ns/x: valid\\nprod.yaml" in captured.err
+
+
+def test_the_objects_of_a_list_are_each_checked(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`kubectl get itune -A -o yaml` writes a v1 List: its tunings were skipped, and the
+    file was valid whatever they held."""
+    listed = tmp_path / "list.yaml"
+    listed.write_text(
+        "apiVersion: v1\nkind: List\nitems:\n"
+        "- apiVersion: infertune.io/v1alpha1\n  kind: InferenceTuning\n"
+        "  metadata: {name: bad, namespace: ns}\n  spec: {targetRef: {name: d}, engine: nope}\n"
+        "- apiVersion: infertune.io/v1alpha1\n  kind: InferenceTuning\n"
+        "  metadata: {name: good, namespace: ns}\n  spec: {targetRef: {name: d}, engine: vllm}\n")
+    assert main(["validate", str(listed)]) == 1
+    captured = capsys.readouterr()
+    assert "InferenceTuning ns/bad: spec.engine:" in captured.err
+    assert "InferenceTuning ns/good: valid" in captured.out

@@ -123,7 +123,15 @@ def load_documents(path: Path) -> tuple[list[Document], list[str]]:
         where = f" line {mark.line + 1} column {mark.column + 1}" if mark is not None else ""
         problem = getattr(exc, "problem", None) or str(exc)
         return [], [f"{source}:{where}: not valid YAML: {problem}"]
-    docs = [Document(source, i, body) for i, body in enumerate(bodies) if body is not None]
+    docs: list[Document] = []
+    for i, body in enumerate(bodies):
+        if (isinstance(body, dict) and body.get("kind") == "List"
+                and isinstance(body.get("items"), list)):
+            # `kubectl get itune -o yaml` writes the objects as a v1 List: each is checked
+            # (the List itself was skipped as a kind of no interest, and so were they).
+            docs += [Document(source, i, item) for item in body["items"] if item is not None]
+        elif body is not None:
+            docs.append(Document(source, i, body))
     return docs, []
 
 
