@@ -7,6 +7,7 @@ import re
 import shlex
 import shutil
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -334,26 +335,44 @@ def expand(cpulist: str) -> set[int]:
     return cpus
 
 
-@pytest.mark.skipif(shutil.which("numactl") is None, reason="numactl is not installed")
-@pytest.mark.skipif(not Path("/sys/devices/system/node/node0/cpulist").exists(),
-                    reason="this kernel shows no NUMA node 0 in /sys")
-@pytest.mark.parametrize("shell", SHELLS)
-def test_real_numactl_binds_to_node_0(shell: list[str]) -> None:
+real_numactl = pytest.mark.skipif(
+    shutil.which("numactl") is None
+    or not Path("/sys/devices/system/node/node0/cpulist").exists(),
+    reason="needs numactl, and a kernel that shows NUMA node 0 in /sys")
+
+
+def _launch_on_node_0(shell: list[str], preexec_fn: Callable[[], None] | None = None
+                      ) -> subprocess.CompletedProcess[str]:
+    """The real launcher with policy node:0 (not strict), running a command that prints the
+    CPUs it may run on and its numactl policy."""
     report = "grep Cpus_allowed_list /proc/self/status; numactl --show"
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "INFERTUNE_NUMA_POLICY": "node:0",
            "INFERTUNE_NUMA_STRICT": "false"}
     done = subprocess.run([*shell, str(LAUNCHER), "--", "sh", "-c", report], env=env,
-                          capture_output=True, text=True, timeout=60, check=False)
+                          capture_output=True, text=True, timeout=60, check=False,
+                          preexec_fn=preexec_fn)
     assert done.returncode == 0, done.stderr
-    if "action=unbound" in done.stderr:
-        pytest.skip(f"the kernel refused the binding here: {done.stderr.strip()}")
-    assert "action=bind" in done.stderr
+    return done
+
+
+def _assert_on_node_0_cpus(done: subprocess.CompletedProcess[str]) -> None:
+    """The command ran on node 0's CPUs that this process may use."""
     node0 = expand(Path("/sys/devices/system/node/node0/cpulist").read_text())
     allowed = expand(re.search(r"Cpus_allowed_list:\s*(\S+)",
                                Path("/proc/self/status").read_text())[1])  # type: ignore[index]
     seen = re.search(r"Cpus_allowed_list:\s*(\S+)", done.stdout)
     assert seen is not None, done.stdout
     assert expand(seen[1]) == node0 & allowed
+
+
+@real_numactl
+@pytest.mark.parametrize("shell", SHELLS)
+def test_real_numactl_binds_to_node_0(shell: list[str]) -> None:
+    done = _launch_on_node_0(shell)
+    if "action=unbound" in done.stderr:
+        pytest.skip(f"the kernel refused the binding here: {done.stderr.strip()}")
+    assert "action=bind" in done.stderr
+    _assert_on_node_0_cpus(done)
     assert re.search(r"^membind: 0\s*$", done.stdout, re.MULTILINE), done.stdout
 
 
@@ -371,25 +390,12 @@ def _deny_memory_policy() -> None:
     rules.load()
 
 
-@pytest.mark.skipif(shutil.which("numactl") is None, reason="numactl is not installed")
-@pytest.mark.skipif(not Path("/sys/devices/system/node/node0/cpulist").exists(),
-                    reason="this kernel shows no NUMA node 0 in /sys")
+@real_numactl
 @pytest.mark.parametrize("shell", SHELLS)
 def test_real_numactl_under_a_seccomp_filter_without_sys_nice_binds_the_cpus(
         shell: list[str]) -> None:
     pytest.importorskip("pyseccomp")
-    report = "grep Cpus_allowed_list /proc/self/status; numactl --show"
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "INFERTUNE_NUMA_POLICY": "node:0",
-           "INFERTUNE_NUMA_STRICT": "false"}
-    done = subprocess.run([*shell, str(LAUNCHER), "--", "sh", "-c", report], env=env,
-                          capture_output=True, text=True, timeout=60, check=False,
-                          preexec_fn=_deny_memory_policy)
-    assert done.returncode == 0, done.stderr
+    done = _launch_on_node_0(shell, _deny_memory_policy)
     assert "action=bind" in done.stderr and "CPUs bound only" in done.stderr, done.stderr
-    node0 = expand(Path("/sys/devices/system/node/node0/cpulist").read_text())
-    allowed = expand(re.search(r"Cpus_allowed_list:\s*(\S+)",
-                               Path("/proc/self/status").read_text())[1])  # type: ignore[index]
-    seen = re.search(r"Cpus_allowed_list:\s*(\S+)", done.stdout)
-    assert seen is not None, done.stdout
-    assert expand(seen[1]) == node0 & allowed
+    _assert_on_node_0_cpus(done)
     assert re.search(r"^policy: default\s*$", done.stdout, re.MULTILINE), done.stdout
