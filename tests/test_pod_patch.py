@@ -78,6 +78,13 @@ def test_jemalloc_preload_and_narenas_from_the_cpu_limit() -> None:
     assert "narenas:8" in env["MALLOC_CONF"]
 
 
+def test_narenas_is_sized_without_any_malloc_conf() -> None:
+    """Neither the spec nor the container sets MALLOC_CONF: jemalloc's default of 4 arenas
+    per CPU of the node is still cut to the container's CPUs."""
+    env = _env(_apply(_spec(), _pod())["spec"]["containers"][0])
+    assert env["MALLOC_CONF"] == "narenas:8"
+
+
 def test_user_narenas_is_left_alone() -> None:
     tuned = _apply(_spec(allocator={"mallocConf": "narenas:2"}), _pod())
     assert _env(tuned["spec"]["containers"][0])["MALLOC_CONF"] == "narenas:2"

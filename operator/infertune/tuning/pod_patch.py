@@ -258,20 +258,19 @@ def _allocator(spec: InferenceTuningSpec, env: _EnvPlan, cpu: float | None,
         if allocator.library_path not in paths:
             paths.insert(0, allocator.library_path)
         env.set("LD_PRELOAD", ":".join(paths))
-        injected, read = _merged_conf(env, allocator.malloc_conf, problems)
-        conf = injected or ""
+        conf, read = _merged_conf(env, allocator.malloc_conf, problems)
         if read is not None:
             # narenas is added when the string jemalloc reads leaves it unset (a $(VAR) may
             # set it), and the same suffix goes on the value set, references and all.
             sized = effective_malloc_conf(read, cpu)
-            conf += sized[len(read or ""):] if sized.startswith(read or "") else ""
-        # What jemalloc reads: the container's settings and the spec's together (a check
-        # across options can fail on the two and on neither alone). What it would abort on
-        # anywhere leaves the pod untuned. What depends on the node is reported, not
-        # refused: per-CPU arenas in a process pinned to some of its CPUs (the launcher's
-        # binding on a node with several NUMA nodes, or the static CPU manager) need narenas.
-        if read is not None:
+            conf += sized[len(read):] if sized.startswith(read) else ""
             read = sized
+            # What jemalloc reads: the container's settings and the spec's together (a
+            # check across options can fail on the two and on neither alone). What it would
+            # abort on anywhere leaves the pod untuned. What depends on the node is
+            # reported, not refused: per-CPU arenas in a process pinned to some of its CPUs
+            # (the launcher's binding on a node with several NUMA nodes, or the static CPU
+            # manager) need narenas.
             complaints = check_malloc_conf(read)
             fatal = aborting(read, complaints)
             if fatal is not None:
@@ -304,7 +303,7 @@ def _allocator(spec: InferenceTuningSpec, env: _EnvPlan, cpu: float | None,
 
 
 def _merged_conf(env: _EnvPlan, spec_conf: str | None,
-                 problems: list[str]) -> tuple[str | None, str | None]:
+                 problems: list[str]) -> tuple[str, str | None]:
     """(the MALLOC_CONF to set, the one the process will read: None when that cannot be known
     at admission). The container's own MALLOC_CONF comes first, the spec's after it: jemalloc
     reads the pairs in order, so the spec's win where both set an option and the
@@ -312,33 +311,36 @@ def _merged_conf(env: _EnvPlan, spec_conf: str | None,
     cannot read to its end (a syntax error, after which it reads nothing) is replaced, and
     said so. `$(VAR)` references in the container's stay, for the kubelet to expand; they
     are expanded here as it will to check the string, when they refer to plain values."""
+    spec_part = spec_conf or ""
     found = env.existing("MALLOC_CONF")
     raw = str(found.get("value", "")) if found else ""
     read, known = env.expanded("MALLOC_CONF")
     if not read.strip():
-        return spec_conf, spec_conf
+        return spec_part, spec_part
     # Only a trailing comma goes (jemalloc read the pairs before it, and the spec's follow
     # one): a leading comma or a space makes jemalloc ignore the whole string, so it stays
     # as it is, to be reported as the syntax error it is, not fixed into settings that
     # never applied.
     own, read = raw.rstrip(","), read.rstrip(",")
     if not read:  # commas only: no settings, and the spec's must not follow a comma
-        return spec_conf, spec_conf
+        return spec_part, spec_part
     if not known:
         problems.append(f"the serving container's MALLOC_CONF {raw!r} refers to variables "
                         "that are not plain values in its env (valueFrom, envFrom), so the "
                         "string jemalloc reads is not known here: it is not checked, and no "
                         "narenas is added to it")
-        return (own if not spec_conf else f"{own},{spec_conf}"), None
+        return _joined(own, spec_part), None
     _, syntax = scan(read)
     if syntax is not None:
         problems.append(f"the serving container's MALLOC_CONF {read!r} has a syntax error, "
                         "and jemalloc reads nothing after it: it is replaced by the spec's "
                         "allocator.mallocConf; fix it to keep its settings")
-        return spec_conf, spec_conf
-    if not spec_conf:
-        return own, read
-    return f"{own},{spec_conf}", f"{read},{spec_conf}"
+        return spec_part, spec_part
+    return _joined(own, spec_part), _joined(read, spec_part)
+
+
+def _joined(own: str, spec_part: str) -> str:
+    return f"{own},{spec_part}" if spec_part else own
 
 
 def _launcher_ops(pod_spec: dict[str, Any], index: int, serving: dict[str, Any],
