@@ -20,7 +20,7 @@ from infertune.tuning.mallocconf import (
     DEBIAN_5_3_0,
     NARENAS_LIMIT,
     MallocConfSyntaxError,
-    aborts_on_problems,
+    aborting,
     check_malloc_conf,
     effective_malloc_conf,
     has_option,
@@ -410,7 +410,7 @@ def test_a_merged_conf_that_would_abort_every_process_refuses_the_patch(tmp_path
 ])
 def test_what_abort_conf_aborts_on_is_what_jemalloc_aborts_on(conf: str, aborts: bool,
                                                               tmp_path: Path) -> None:
-    assert aborts_on_problems(conf, check_malloc_conf(conf)) is aborts
+    assert (aborting(conf, check_malloc_conf(conf)) is not None) is aborts
     assert (run_jemalloc(conf, tmp_path).returncode == -signal.SIGABRT) is aborts
 
 
@@ -426,7 +426,7 @@ def test_per_cpu_arenas_in_a_pinned_process_abort_under_abort_conf(tmp_path: Pat
                  "abort_conf:true,percpu_arena:percpu,narenas:4294967296",
                  "abort:true,percpu_arena:percpu"):
         found = check_malloc_conf(conf, pinned=True)
-        assert aborts_on_problems(conf, found), conf
+        assert aborting(conf, found) is not None, conf
         assert check_malloc_conf(conf) == []  # not pinned: nothing
         assert run_jemalloc(conf, tmp_path, cpus=1).returncode == -signal.SIGABRT, conf
     settled = "abort_conf:true,percpu_arena:percpu,narenas:4"
@@ -440,7 +440,7 @@ def test_phycpu_on_an_odd_cpu_count_aborts_under_abort_only(tmp_path: Path) -> N
     for conf, aborts in (("abort_conf:true,percpu_arena:phycpu,narenas:2", False),
                          ("abort:true,percpu_arena:phycpu,narenas:2", True)):
         found = check_malloc_conf(conf, cpus=1, pinned=True)
-        assert found and aborts_on_problems(conf, found) is aborts
+        assert found and (aborting(conf, found) is not None) is aborts
         if CPUS < 2:
             continue
         # Run here directly: run_jemalloc takes this warning for a remark on the machine.

@@ -23,7 +23,7 @@ from infertune.tuning.mallocconf_syntax import (
 )
 
 __all__ = ["DEBIAN_5_3_0", "NARENAS_LIMIT", "ConfProblem", "JemallocBuild",
-           "MallocConfSyntaxError", "aborting", "aborts_on_problems", "check_malloc_conf",
+           "MallocConfSyntaxError", "aborting", "check_malloc_conf",
            "effective_malloc_conf", "has_option", "narenas_for_cpus", "parse_malloc_conf"]
 # MALLOCX_ARENA_LIMIT - 1 (include/jemalloc/internal/jemalloc_internal_types.h): more arenas
 # are cut down with "Reducing narenas to limit (4094)".
@@ -275,18 +275,25 @@ def _applied_narenas(pairs: list[tuple[str, str]]) -> int | None:
     return applied or None  # a count that wraps around to 0 is the default, as "default"
 
 
-def _last_accepted(pairs: list[tuple[str, str]], key: str, check: Check) -> str | None:
+Settings = list[tuple[str | None, str]]
+"""(the option jemalloc applies a key to, None for an unknown key; the value), in order."""
+
+
+def _settings(pairs: list[tuple[str, str]], options: dict[str, Check]) -> Settings:
+    return [(_resolve(key, options), value) for key, value in pairs]
+
+
+def _last_accepted(settings: Settings, key: str, check: Check) -> str | None:
     """The last valid value set for option `key`, by any spelling jemalloc applies to it
     (`p:percpu` sets percpu_arena)."""
-    options = _options(DEBIAN_5_3_0)
-    values = [v for k, v in pairs if _resolve(k, options) == key and check(key, v) is None]
+    values = [v for k, v in settings if k == key and check(key, v) is None]
     return values[-1] if values else None
 
 
 _PERCPU_MODES = ("percpu", "phycpu", "disabled")
 
 
-def _cpu_problems(pairs: list[tuple[str, str]], cpus: int | None,
+def _cpu_problems(pairs: list[tuple[str, str]], settings: Settings, cpus: int | None,
                   pinned: bool) -> list[ConfProblem]:
     """The warnings that depend on the CPUs jemalloc sees (malloc_init_hard_a0_locked, then
     malloc_init_narenas). percpu_arena is turned off when the CPU count is not deterministic
@@ -295,7 +302,7 @@ def _cpu_problems(pairs: list[tuple[str, str]], cpus: int | None,
     (malloc_narenas_default: 16.16 fixed point, fxp_mul keeps 32 bits, fxp_round_nearest
     rounds; at least 1, and 1 on one CPU), cut to the limit with a warning."""
     problems = []
-    chosen = _last_accepted(pairs, "percpu_arena", _words(*_PERCPU_MODES, prefix=True))
+    chosen = _last_accepted(settings, "percpu_arena", _words(*_PERCPU_MODES, prefix=True))
     mode = next(m for m in _PERCPU_MODES if m.startswith(chosen)) if chosen is not None \
         else "disabled"
     narenas = _applied_narenas(pairs)
@@ -314,7 +321,7 @@ def _cpu_problems(pairs: list[tuple[str, str]], cpus: int | None,
             "threads per core) and warns; use percpu"), aborts=False, opt_abort=True))
     if mode != "disabled" or narenas is not None:
         return problems
-    ratio_text = _last_accepted(pairs, "narenas_ratio", _ratio()) or "4"
+    ratio_text = _last_accepted(settings, "narenas_ratio", _ratio()) or "4"
     ratio = read_fxp(ratio_text)
     assert ratio is not None
     goal = ((cpus << 16) * ratio >> 16) % 2**32
@@ -340,8 +347,8 @@ def check_malloc_conf(text: str, *, build: JemallocBuild = DEBIAN_5_3_0,
     options = _options(build)
     pairs, syntax = scan(text)
     problems: list[ConfProblem] = []
-    for key, value in pairs:
-        name = _resolve(key, options)
+    settings = _settings(pairs, options)
+    for (key, value), (name, _) in zip(pairs, settings, strict=True):
         if name is None:
             problems.append(_unknown_key(key, value, options))
         elif (message := options[name](name, value)) is not None:
@@ -355,15 +362,15 @@ def check_malloc_conf(text: str, *, build: JemallocBuild = DEBIAN_5_3_0,
             f"narenas comes out as {narenas} (a negative or huge count wraps around) and "
             f"jemalloc cuts it to {NARENAS_LIMIT} with a warning; use 1..{NARENAS_LIMIT}"),
             aborts=False))
-    if (build.prof and _last_accepted(pairs, "prof_leak_error", _bool) == "true"
-            and _last_accepted(pairs, "prof_final", _bool) != "true"):
+    if (build.prof and _last_accepted(settings, "prof_leak_error", _bool) == "true"
+            and _last_accepted(settings, "prof_final", _bool) != "true"):
         # malloc_conf_init_check_deps, once every option is read: a warning, and an abort
         # with abort_conf:true.
         problems.append(ConfProblem("prof_leak_error", "true", (
             "prof_leak_error reports leaks found by the final profile dump, and jemalloc warns "
             "that it is set without prof_final; add prof_final:true, or drop prof_leak_error")))
     if cpus is not None or pinned:
-        problems += _cpu_problems(pairs, cpus, pinned)
+        problems += _cpu_problems(pairs, settings, cpus, pinned)
     return problems
 
 
@@ -372,16 +379,11 @@ def aborting(text: str, problems: list[ConfProblem]) -> ConfProblem | None:
     every process, if one does: under abort_conf:true one it aborts on (ConfProblem.aborts),
     under abort:true a per-CPU arena check (ConfProblem.opt_abort); the last setting of each
     counts."""
-    pairs, _ = scan(text)
-    abort_conf = _last_accepted(pairs, "abort_conf", _bool) == "true"
-    opt_abort = _last_accepted(pairs, "abort", _bool) == "true"
+    settings = _settings(scan(text)[0], _options(DEBIAN_5_3_0))
+    abort_conf = _last_accepted(settings, "abort_conf", _bool) == "true"
+    opt_abort = _last_accepted(settings, "abort", _bool) == "true"
     return next((p for p in problems
                  if (abort_conf and p.aborts) or (opt_abort and p.opt_abort)), None)
-
-
-def aborts_on_problems(text: str, problems: list[ConfProblem]) -> bool:
-    """Whether jemalloc aborts every process given `text` (`aborting`)."""
-    return aborting(text, problems) is not None
 
 
 def has_option(text: str, key: str) -> bool:
