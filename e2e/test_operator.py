@@ -7,6 +7,9 @@ the printer columns of `kubectl get itune`.
 
 from __future__ import annotations
 
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -196,6 +199,34 @@ def test_examples_pass_the_api_servers_own_validation(
                          input=yaml.safe_dump_all(docs), check=False)
         assert result.returncode == 0, (example.name, result.stderr)
         assert "created (server dry run)" in result.stdout, (example.name, result.stdout)
+
+
+@pytest.mark.parametrize(("autoscaling", "refused"), [
+    ({"minReplicas": "2"}, True),
+    ({"minReplicas": True}, True),
+    ({"enabled": "yes"}, True),
+    ({"tolerance": "0.2"}, True),
+    ({"maxReplicas": 4.0}, False),  # an integral float is an integer to both
+    ({"tolerance": 0}, False),
+])
+def test_validate_takes_numbers_and_flags_as_the_api_server_does(
+    operator: OperatorProcess, kubectl: Kubectl, namespace: str, tmp_path: Path,
+    autoscaling: dict[str, Any], refused: bool
+) -> None:
+    """`infertune validate` is the check before a GitOps sync: what it passes, the API
+    server takes, and what the API server refuses, it refuses too."""
+    doc = tuning("lax", "qwen", autoscaling=autoscaling)
+    manifest = tmp_path / "lax.yaml"
+    manifest.write_text(yaml.safe_dump(doc))
+    server = kubectl("apply", "--dry-run=server", "-n", namespace, "-f", str(manifest),
+                     check=False)
+    ours = subprocess.run([sys.executable, "-m", "infertune", "validate", str(manifest)],
+                          capture_output=True, text=True, check=False)
+    assert (server.returncode != 0) is refused, server.stderr
+    assert (ours.returncode != 0) is refused, ours.stdout + ours.stderr
+    if refused:
+        field = f"spec.autoscaling.{next(iter(autoscaling))}"
+        assert field in server.stderr and field in ours.stderr, (server.stderr, ours.stderr)
 
 
 def test_api_server_rejects_what_the_schema_forbids(

@@ -257,3 +257,81 @@ def test_the_spec_examples_in_the_docs_validate() -> None:
                 InferenceTuningSpec.model_validate({"targetRef": {"name": "x"}, **spec})
                 checked += 1
     assert checked >= 2
+
+
+@pytest.mark.parametrize(("sections", "expected"), [
+    # What pydantic alone turned into numbers and flags, and the API server refuses: a
+    # `validate` that passed them sent users to a failed Argo CD sync instead.
+    ({"autoscaling": {"minReplicas": "2"}},
+     "autoscaling.minReplicas: '2' is a string, not a number; write it without quotes"),
+    ({"autoscaling": {"minReplicas": True}},
+     "autoscaling.minReplicas: true is a boolean, not a number; give a number"),
+    ({"autoscaling": {"tolerance": "0.2"}},
+     "autoscaling.tolerance: '0.2' is a string, not a number"),
+    ({"autoscaling": {"queue": {"targetPerReplica": False}}},
+     "autoscaling.queue.targetPerReplica: false is a boolean, not a number"),
+    ({"autoscaling": {"enabled": "yes"}},
+     "autoscaling.enabled: 'yes' is not true or false; write true or false without quotes"),
+    ({"autoscaling": {"enabled": 1}}, "autoscaling.enabled: 1 is not true or false; write "
+     "true or false"),
+    ({"numa": {"policy": "node", "node": "1"}}, "numa.node: '1' is a string, not a number"),
+    ({"memory": {"highRatio": "0.9"}}, "memory.highRatio: '0.9' is a string, not a number"),
+    ({"autoscaling": {"metricsUnavailable": {"fallbackReplicas": "3"}}},
+     "autoscaling.metricsUnavailable.fallbackReplicas: '3' is a string, not a number"),
+    ({"canary": {"steps": [{"weight": "10"}]}},
+     "canary.steps[0].weight: '10' is a string, not a number"),
+])
+def test_numbers_and_flags_are_taken_as_the_api_server_takes_them(
+        sections: dict[str, Any], expected: str) -> None:
+    errors = _errors(**sections)
+    assert expected in " | ".join(errors), errors
+    assert len(errors) == 1, errors  # said once, not once per branch of an optional field
+
+
+def test_an_integral_float_is_an_integer_and_an_integer_a_number() -> None:
+    """As the API server takes them (it stores `4.0` for an integer field as written, and
+    the operator reads it back)."""
+    spec = InferenceTuningSpec.model_validate(_spec(autoscaling={
+        "maxReplicas": 4.0, "tolerance": 0, "queue": {"targetPerReplica": 16}}))
+    assert spec.autoscaling is not None
+    assert spec.autoscaling.max_replicas == 4 and isinstance(spec.autoscaling.max_replicas, int)
+    assert spec.autoscaling.tolerance == 0.0
+    assert spec.autoscaling.queue.target_per_replica == 16.0
+    assert "autoscaling.maxReplicas" in " ".join(_errors(autoscaling={"maxReplicas": 4.5}))
+
+
+def test_every_number_and_flag_of_the_spec_is_checked_like_the_api_server() -> None:
+    """A field added later as a plain int, float or bool would take "2" and true again."""
+    import types
+    import typing
+
+    from pydantic import BaseModel
+
+    from infertune.api.base import FLAG, NUMBER
+
+    def leaves(annotation: Any, metadata: tuple[Any, ...]) -> list[tuple[Any, tuple[Any, ...]]]:
+        if typing.get_origin(annotation) is typing.Annotated:
+            return leaves(annotation.__origin__, (*metadata, *annotation.__metadata__))
+        if typing.get_origin(annotation) in (typing.Union, types.UnionType, list, tuple, dict):
+            return [leaf for arg in typing.get_args(annotation)
+                    for leaf in leaves(arg, metadata)]
+        return [(annotation, metadata)]
+
+    seen: set[type[BaseModel]] = set()
+    checked, unchecked = [], []
+    todo: list[type[BaseModel]] = [InferenceTuningSpec]
+    while todo:
+        model = todo.pop()
+        if model in seen:
+            continue
+        seen.add(model)
+        for name, field in model.model_fields.items():
+            for kind, metadata in leaves(field.annotation, tuple(field.metadata)):
+                if isinstance(kind, type) and issubclass(kind, BaseModel):
+                    todo.append(kind)
+                elif kind in (int, float, bool):
+                    wanted = FLAG if kind is bool else NUMBER
+                    where = f"{model.__name__}.{name}"
+                    (checked if wanted in metadata else unchecked).append(where)
+    assert not unchecked, f"plain int/float/bool fields: {unchecked}"
+    assert len(checked) >= 25, checked  # the walk reached the nested sections

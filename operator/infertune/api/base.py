@@ -2,13 +2,48 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
+from typing import Any
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict
 from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
 
 # The error type used for rules that span fields; `ctx["problems"]` lists (field, message)
 # so the formatter can point at the exact field instead of the section holding it.
 CROSS_FIELD_ERROR = "infertune_cross_field"
+
+
+def _number(value: Any) -> Any:
+    """A number as the API server takes one: pydantic alone turns the string "2" and true into
+    2 and 1, which `kubectl apply` refuses (and `minReplicas: yes` would mean one replica)."""
+    if isinstance(value, str):
+        raise PydanticCustomError(
+            "infertune_quoted_number",
+            "{shown} is a string, not a number; write it without quotes",
+            {"shown": repr(value)[:60]})
+    if isinstance(value, bool):
+        raise PydanticCustomError(
+            "infertune_bool_number", "{shown} is a boolean, not a number; give a number",
+            {"shown": str(value).lower()})
+    return value
+
+
+def _flag(value: Any) -> Any:
+    """true or false, and nothing else: pydantic alone reads "yes", "off", 1 and 0 as ones."""
+    if not isinstance(value, bool):
+        raise PydanticCustomError(
+            "infertune_not_a_flag", "{shown} is not true or false; write true or false{hint}",
+            {"shown": repr(value)[:60],
+             "hint": " without quotes" if isinstance(value, str) else ""})
+    return value
+
+
+NUMBER = BeforeValidator(_number)
+"""Put last in the Annotated of every int and float field (after its Field, whose bounds then
+reach the CRD schema as minimum and maximum). An integral float such as 2.0 is an integer, as
+the API server takes it."""
+FLAG = BeforeValidator(_flag)
+"""Put in the Annotated of every bool field."""
 
 
 class ApiModel(BaseModel):

@@ -7,7 +7,7 @@ from typing import Annotated
 
 from pydantic import Field, model_validator
 
-from infertune.api.base import ApiModel, CrossFieldProblems
+from infertune.api.base import FLAG, NUMBER, ApiModel, CrossFieldProblems
 from infertune.api.units import Duration
 
 _DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
@@ -17,7 +17,7 @@ _DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])
 class CanaryStep(ApiModel):
     """One step of the rollout: send `weight` percent of traffic to the canary, then wait."""
 
-    weight: Annotated[int, Field(ge=1, le=100)]
+    weight: Annotated[int, Field(ge=1, le=100), NUMBER]
     """Percent of traffic on the canary during this step."""
 
     pause: Duration = Duration("1m")
@@ -30,20 +30,20 @@ class CanaryAnalysis(ApiModel):
     interval: Duration = Duration("1m")
     """How often the checks run and the window they cover."""
 
-    max_p99_regression: Annotated[float, Field(ge=0, le=10)] = 0.2
+    max_p99_regression: Annotated[float, Field(ge=0, le=10), NUMBER] = 0.2
     """Largest allowed relative P99 increase of the canary over the primary (0.2 = +20%)."""
 
     max_p99: Duration | None = None
     """Absolute P99 ceiling for the canary, for example 500ms. Unset means no absolute check."""
 
-    max_error_rate: Annotated[float, Field(ge=0, le=1)] = 0.01
+    max_error_rate: Annotated[float, Field(ge=0, le=1), NUMBER] = 0.01
     """Largest allowed fraction of failed requests on the canary."""
 
-    min_request_count: Annotated[int, Field(ge=0)] = 100
+    min_request_count: Annotated[int, Field(ge=0), NUMBER] = 100
     """Requests the canary must have served in a window for the window to count; with fewer
     the check neither passes nor fails."""
 
-    failure_limit: Annotated[int, Field(ge=1, le=100)] = 3
+    failure_limit: Annotated[int, Field(ge=1, le=100), NUMBER] = 3
     """Failed checks before the canary is rolled back."""
 
     @model_validator(mode="after")
@@ -110,7 +110,7 @@ class CanarySpec(ApiModel):
     """Canary rollout of a new revision of the target: weights rise step by step while the
     canary is compared with the primary, then it is promoted or rolled back."""
 
-    enabled: bool = True
+    enabled: Annotated[bool, FLAG] = True
     """Set to false to roll out new revisions directly."""
 
     steps: list[CanaryStep] = Field(default_factory=_default_steps, min_length=1, max_length=20)

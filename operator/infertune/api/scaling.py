@@ -7,7 +7,7 @@ from typing import Annotated, Any
 
 from pydantic import Field, model_validator
 
-from infertune.api.base import ApiModel, CrossFieldProblems
+from infertune.api.base import FLAG, NUMBER, ApiModel, CrossFieldProblems
 from infertune.api.units import Duration
 
 MAX_SUSTAIN_S = 600
@@ -26,7 +26,7 @@ MAX_CONSECUTIVE_SAMPLES = 100
 class QueueSignal(ApiModel):
     """Scale out on request-queue depth (for example vllm:num_requests_waiting)."""
 
-    target_per_replica: Annotated[float, Field(gt=0)] = 32
+    target_per_replica: Annotated[float, Field(gt=0), NUMBER] = 32
     """Waiting requests per replica above which the Deployment scales out. The incident's
     rule: queue depth above 32."""
 
@@ -56,13 +56,13 @@ class LatencyAction(StrEnum):
 class LatencySignal(ApiModel):
     """Act on a latency quantile of end-to-end request latency."""
 
-    quantile: Annotated[float, Field(gt=0, lt=1)] = 0.99
+    quantile: Annotated[float, Field(gt=0, lt=1), NUMBER] = 0.99
     """The quantile to watch, for example 0.99 for P99."""
 
     target: Duration = Duration("75ms")
     """Latency above which the signal counts a breach (the incident: P99 above 75ms)."""
 
-    consecutive_samples: Annotated[int, Field(ge=1, le=MAX_CONSECUTIVE_SAMPLES)] = 2
+    consecutive_samples: Annotated[int, Field(ge=1, le=MAX_CONSECUTIVE_SAMPLES), NUMBER] = 2
     """Breaches in a row, one per evaluation interval, before acting (the incident: 2)."""
 
     action: LatencyAction = LatencyAction.AUTO
@@ -70,7 +70,7 @@ class LatencySignal(ApiModel):
     queue is above target and tunes batching when it is not (the latency then comes from
     batching, not from load)."""
 
-    min_request_rate: Annotated[float, Field(ge=0)] = 1.0
+    min_request_rate: Annotated[float, Field(ge=0), NUMBER] = 1.0
     """Requests per second across the target below which the quantile is treated as noise."""
 
     @model_validator(mode="after")
@@ -108,10 +108,10 @@ class ScalingRules(ApiModel):
     the two changes is allowed, so `{pods: 2}` alone still allows +100%; say `percent: 0`
     (or selectPolicy Min) to allow only the 2."""
 
-    pods: Annotated[int, Field(ge=0, le=10000)]
+    pods: Annotated[int, Field(ge=0, le=10000), NUMBER]
     """At most this many pods added or removed per period (0 disables this limit)."""
 
-    percent: Annotated[int, Field(ge=0, le=1000)]
+    percent: Annotated[int, Field(ge=0, le=1000), NUMBER]
     """At most this percentage of the current replicas per period (0 disables this limit)."""
 
     select_policy: Annotated[SelectPolicy, Field(
@@ -150,10 +150,10 @@ class ScaleUpRules(ScalingRules):
     """Scale-up rate limits and stabilization; HPA's defaults: max(+4 pods, +100%) per 15s, no
     stabilization (kubernetes.io)."""
 
-    pods: Annotated[int, Field(ge=0, le=10000)] = 4
+    pods: Annotated[int, Field(ge=0, le=10000), NUMBER] = 4
     """At most this many pods added per period (0 disables this limit)."""
 
-    percent: Annotated[int, Field(ge=0, le=1000)] = 100
+    percent: Annotated[int, Field(ge=0, le=1000), NUMBER] = 100
     """At most this percentage of the current replicas added per period (0 disables this
     limit)."""
 
@@ -166,10 +166,10 @@ class ScaleDownRules(ScalingRules):
     """Scale-down rate limits and stabilization; HPA's defaults: 100% per 15s after a 300s
     stabilization window."""
 
-    pods: Annotated[int, Field(ge=0, le=10000)] = 0
+    pods: Annotated[int, Field(ge=0, le=10000), NUMBER] = 0
     """At most this many pods removed per period (0, the default, disables this limit)."""
 
-    percent: Annotated[int, Field(ge=0, le=1000)] = 100
+    percent: Annotated[int, Field(ge=0, le=1000), NUMBER] = 100
     """At most this percentage of the current replicas removed per period (0 disables this
     limit)."""
 
@@ -193,7 +193,7 @@ class MetricsUnavailable(ApiModel):
     """Hold keeps the current replicas. Fallback raises replicas to fallbackReplicas (never
     lowers them) once data has been missing for `after`."""
 
-    fallback_replicas: Annotated[int, Field(ge=1)] | None = None
+    fallback_replicas: Annotated[int, Field(ge=1), NUMBER] | None = None
     """Replicas to run with action Fallback."""
 
     after: Duration = Duration("2m")
@@ -214,19 +214,19 @@ class MetricsUnavailable(ApiModel):
 class AutoscalingSpec(ApiModel):
     """Autoscaling of the target Deployment on queue depth and a latency quantile."""
 
-    enabled: bool = True
+    enabled: Annotated[bool, FLAG] = True
     """Set to false to keep the section but stop scaling."""
 
-    min_replicas: Annotated[int, Field(ge=1)] = 1
+    min_replicas: Annotated[int, Field(ge=1), NUMBER] = 1
     """Replicas never go below this."""
 
-    max_replicas: Annotated[int, Field(ge=1, le=10000)] = 10
+    max_replicas: Annotated[int, Field(ge=1, le=10000), NUMBER] = 10
     """Replicas never go above this."""
 
     interval: Duration = Duration("15s")
     """How often the signals are evaluated."""
 
-    tolerance: Annotated[float, Field(ge=0, lt=1)] = 0.1
+    tolerance: Annotated[float, Field(ge=0, lt=1), NUMBER] = 0.1
     """Ratio band around 1.0 in which no scaling happens (HPA's default tolerance)."""
 
     queue: QueueSignal = Field(default_factory=QueueSignal)
@@ -300,10 +300,10 @@ class BatchingSpec(ApiModel):
     max-running-requests (SGLang), max-batch-total-tokens (TGI),
     max-queue-delay-microseconds (Triton)."""
 
-    min: Annotated[int, Field(ge=1, le=MAX_KNOB)] = 1
+    min: Annotated[int, Field(ge=1, le=MAX_KNOB), NUMBER] = 1
     """The knob is never set below this."""
 
-    max: Annotated[int, Field(ge=1, le=MAX_KNOB)] = 256
+    max: Annotated[int, Field(ge=1, le=MAX_KNOB), NUMBER] = 256
     """The knob is never set above this."""
 
     @model_validator(mode="after")

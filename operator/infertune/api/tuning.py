@@ -7,7 +7,7 @@ from typing import Annotated
 
 from pydantic import Field, model_validator
 
-from infertune.api.base import ApiModel, CrossFieldProblems
+from infertune.api.base import FLAG, NUMBER, ApiModel, CrossFieldProblems
 from infertune.api.units import Quantity
 
 # Debian/Ubuntu libjemalloc2 on amd64; the path most serving images based on them have.
@@ -33,10 +33,10 @@ class NumaSpec(ApiModel):
     the node given in `node`; interleave spreads memory over all allowed nodes; none leaves the
     process unbound."""
 
-    node: Annotated[int, Field(ge=0, le=1023)] | None = None
+    node: Annotated[int, Field(ge=0, le=1023), NUMBER] | None = None
     """The NUMA node id to bind to. Required with policy node, not allowed otherwise."""
 
-    strict: bool = False
+    strict: Annotated[bool, FLAG] = False
     """When true the container fails to start if the binding cannot be applied (numactl
     missing, node outside the allowed cpuset, unknown GPU node). When false it starts unbound
     and logs a warning."""
@@ -67,11 +67,11 @@ class MemorySpec(ApiModel):
     """memory.high as a quantity (for example 28Gi). Must stay below the container's memory
     limit by at least minHeadroom. Mutually exclusive with highRatio."""
 
-    high_ratio: Annotated[float, Field(gt=0, lt=1)] | None = None
+    high_ratio: Annotated[float, Field(gt=0, lt=1), NUMBER] | None = None
     """memory.high as a fraction of the container's memory limit, strictly between 0 and 1
     (for example 0.9). Mutually exclusive with high."""
 
-    throttling_factor: Annotated[float, Field(gt=0, lt=1)] = KUBELET_THROTTLING_FACTOR
+    throttling_factor: Annotated[float, Field(gt=0, lt=1), NUMBER] = KUBELET_THROTTLING_FACTOR
     """Used when neither high nor highRatio is set: memory.high = requests + factor *
     (limit - requests), kubelet's MemoryQoS formula (KEP-2570)."""
 
@@ -108,7 +108,7 @@ class MigSizing(ApiModel):
     kv_cache: Quantity = Quantity("0")
     """Memory reserved for the KV cache."""
 
-    headroom_ratio: Annotated[float, Field(ge=0, le=1)] = 0.1
+    headroom_ratio: Annotated[float, Field(ge=0, le=1), NUMBER] = 0.1
     """Extra fraction on top of weights + kvCache for activations and the CUDA context."""
 
 
@@ -118,7 +118,7 @@ class MigSlice(ApiModel):
     profile: Annotated[str, Field(pattern=r"^[1-7]g\.[0-9]+gb(\+me)?$")]
     """A MIG profile name as NVIDIA writes it, for example 3g.71gb or 1g.18gb+me."""
 
-    count: Annotated[int, Field(ge=1, le=7)] = 1
+    count: Annotated[int, Field(ge=1, le=7), NUMBER] = 1
     """Instances of the profile per GPU."""
 
 
@@ -144,7 +144,7 @@ class MigSpec(ApiModel):
     """Only nodes with all these labels are partitioned, in addition to the GPU product and
     nvidia.com/mig.capable=true."""
 
-    allow_disruption: bool = False
+    allow_disruption: Annotated[bool, FLAG] = False
     """Nodes that run GPU pods are never reconfigured unless this is true; when true they are
     cordoned and drained first."""
 
@@ -191,7 +191,7 @@ class AllocatorSpec(ApiModel):
     """jemalloc 5.x MALLOC_CONF, for example background_thread:true,dirty_decay_ms:5000. When it
     leaves narenas unset, narenas is sized from the container's CPU limit."""
 
-    arena_max: Annotated[int, Field(ge=1, le=1024)] | None = None
+    arena_max: Annotated[int, Field(ge=1, le=1024), NUMBER] | None = None
     """glibc only: MALLOC_ARENA_MAX. Unset means sized from the container's CPU limit."""
 
     glibc_tunables: Annotated[str, Field(max_length=4096)] | None = None
@@ -239,5 +239,5 @@ class RetuneSpec(ApiModel):
     infertune.io/revision into the Deployment's pod template so the Deployment rolls out; Argo
     CD users must then ignore that annotation."""
 
-    max_unavailable: Annotated[int, Field(ge=1, le=100)] = 1
+    max_unavailable: Annotated[int, Field(ge=1, le=100), NUMBER] = 1
     """Pods evicted at a time; the next ones wait until the replacements are Ready."""
