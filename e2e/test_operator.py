@@ -208,8 +208,9 @@ def test_examples_pass_the_api_servers_own_validation(
     ({"tolerance": "0.2"}, True),
     ({"maxReplicas": 4.0}, False),  # an integral float is an integer to both
     ({"tolerance": 0}, False),
+    ({"minReplicas": None, "scaleUp": {"pods": None}}, False),  # pruned: the default
 ])
-def test_validate_takes_numbers_and_flags_as_the_api_server_does(
+def test_validate_takes_numbers_flags_and_nulls_as_the_api_server_does(
     operator: OperatorProcess, kubectl: Kubectl, namespace: str, tmp_path: Path,
     autoscaling: dict[str, Any], refused: bool
 ) -> None:

@@ -335,3 +335,16 @@ def test_every_number_and_flag_of_the_spec_is_checked_like_the_api_server() -> N
                     (checked if wanted in metadata else unchecked).append(where)
     assert not unchecked, f"plain int/float/bool fields: {unchecked}"
     assert len(checked) >= 25, checked  # the walk reached the nested sections
+
+
+def test_a_null_field_is_left_out_as_the_api_server_prunes_it() -> None:
+    """No field of the CRD is nullable, so the API server drops `numa: null` and stores the
+    default section: `validate` refused what it takes."""
+    spec = InferenceTuningSpec.model_validate(_spec(
+        numa=None, autoscaling={"minReplicas": None, "scaleUp": {"pods": None}}))
+    assert spec.numa.policy.value == "gpu-local"
+    assert spec.autoscaling is not None
+    assert (spec.autoscaling.min_replicas, spec.autoscaling.scale_up.pods) == (1, 4)
+    assert InferenceTuningSpec.model_validate(_spec(autoscaling=None)).autoscaling is None
+    # A required field given as null is missing, as there.
+    assert _errors(targetRef=None) == ["targetRef: is required; add it"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict
+from pydantic import BaseModel, BeforeValidator, ConfigDict, model_validator
 from pydantic.alias_generators import to_camel
 from pydantic_core import PydanticCustomError
 
@@ -58,6 +58,15 @@ class ApiModel(BaseModel):
         validate_default=True,
         allow_inf_nan=False,  # .inf or .nan in YAML is no target, ratio or bound
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _nulls_left_out(cls, data: Any) -> Any:
+        """A field given as null is left out, as the API server prunes it (no field of the CRD
+        is nullable): `numa: null` is the default NUMA section there, and here too."""
+        if isinstance(data, dict) and None in data.values():
+            return {key: value for key, value in data.items() if value is not None}
+        return data
 
 
 class CrossFieldProblems:
