@@ -179,6 +179,26 @@ def test_evaluate_exits_3_when_it_decided_without_metrics(
     assert out["action"] == "Hold" and out["tuning"] == "serving/llm"
     assert all("cannot connect" in p for p in out["signals"]["problems"])
     assert captured.err.startswith("metrics missing (exit 3): queue: Prometheus at ")
+    # The summary names each problem once; the queries are in the output, not repeated.
+    assert "(query: " not in captured.err and "label_replace" not in captured.err
+    assert captured.err.count("cannot connect") == 3, captured.err
+
+
+@pytest.mark.parametrize(("url", "says"), [
+    ("http://prometheus:99999", "the port is not a number from 1 to 65535"),
+    ("http://prometheus:0", "the port is not a number from 1 to 65535"),
+    ("http://prometheus:web", "the port is not a number from 1 to 65535"),
+    ("http://:9090", "names no host"),
+    ("prometheus:9090", "must start with http:// or https://"),
+])
+def test_evaluate_refuses_a_prometheus_url_no_query_could_reach(
+        url: str, says: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """Bad input (exit 1), not a decision made without metrics (exit 3) after three
+    failed queries."""
+    code = main(["autoscale", "evaluate", str(EXAMPLE), "--prometheus", url])
+    assert code == 1
+    err = capsys.readouterr().err
+    assert says in err and url in err, err
 
 
 def test_a_closed_standard_input_is_a_message(monkeypatch: pytest.MonkeyPatch,

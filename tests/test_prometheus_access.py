@@ -120,6 +120,7 @@ def test_rotated_credentials_are_read_again_and_a_vanished_file_keeps_the_last(
     ["run", "--prometheus-header", "X-Scope-OrgID: a\r\nX: 1"],
     ["run", "--prometheus-ca-file", "/nonexistent.pem", "--prometheus-url", "https://p:9090"],
     ["run", "--prometheus-header", "X-Scope-OrgID: a"],  # no URL: nothing would be queried
+    ["run", "--prometheus-url", "http://prometheus:99999"],  # every query failed, as "no data"
 ])
 def test_the_operator_refuses_to_start_with_access_options_that_cannot_work(
         monkeypatch: pytest.MonkeyPatch, argv: list[str]) -> None:

@@ -103,8 +103,11 @@ def evaluate_command(args: argparse.Namespace) -> int:
     else:
         print(_text(result))
     if result["signals"]["problems"]:
+        # Each problem once, without its query (printed above, or in the JSON): three copies
+        # of 4 KB of PromQL buried the cause.
         print(f"metrics missing (exit {METRICS_MISSING}): "
-              + "; ".join(result["signals"]["problems"]), file=sys.stderr)
+              + "; ".join(p.split(" (query: ", 1)[0] for p in result["signals"]["problems"]),
+              file=sys.stderr)
         return METRICS_MISSING
     return 0
 

@@ -15,6 +15,7 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any, NamedTuple, cast
+from urllib.parse import urlsplit
 
 import requests
 from prometheus_api_client import PrometheusConnect
@@ -73,6 +74,17 @@ class PrometheusSource:
                  session: requests.Session | None = None, templates: bool = True) -> None:
         if not url.startswith(("http://", "https://")):
             raise ValueError(f"Prometheus URL {url!r} must start with http:// or https://")
+        parts = urlsplit(url)
+        try:
+            port = parts.port  # ValueError: not a number, or above 65535
+        except ValueError:
+            port = 0
+        if port == 0:
+            raise ValueError(f"Prometheus URL {url!r}: the port is not a number from 1 to "
+                             "65535")
+        if not parts.hostname:
+            raise ValueError(f"Prometheus URL {url!r} names no host; for example "
+                             "http://prometheus:9090")
         if resolution_s <= 0 or timeout_s <= 0:
             raise ValueError("timeout_s and resolution_s must be above 0")
         for option, given in ((CA_OPTION, access.ca_file), (CERT_OPTION, access.client_cert)):
