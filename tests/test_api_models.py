@@ -348,3 +348,37 @@ def test_a_null_field_is_left_out_as_the_api_server_prunes_it() -> None:
     assert InferenceTuningSpec.model_validate(_spec(autoscaling=None)).autoscaling is None
     # A required field given as null is missing, as there.
     assert _errors(targetRef=None) == ["targetRef: is required; add it"]
+
+
+@pytest.mark.parametrize(("selector", "expected"), [
+    ({"pool[gpu]": "a"}, "mig.nodeSelector['pool[gpu]']: the key 'pool[gpu]' is not a label key"),
+    ({"nvidia.com/gpu.product ": "x"}, "is not a label key"),  # a stray space
+    ({"Example.com/pool": "a"}, "the key's prefix 'Example.com' is not a DNS subdomain"),
+    ({"/pool": "a"}, "the key's prefix '' is not a DNS subdomain"),
+    ({"pool": "a b"}, "the value 'a b' is not a label value"),
+    ({"pool": "x" * 64}, "is not a label value"),
+])
+def test_a_node_selector_no_node_can_match_is_refused(selector: dict[str, str],
+                                                      expected: str) -> None:
+    """The selector is matched against node labels: one no node can carry selected no node,
+    and MIG did nothing without a word."""
+    errors = _errors(mig={"profile": "3g.71gb", "nodeSelector": selector})
+    assert any(expected in e for e in errors), errors
+    assert all("no node can have it" in e for e in errors), errors
+
+
+def test_node_selector_labels_kubernetes_takes_are_accepted() -> None:
+    selector = {"nvidia.com/gpu.product": "NVIDIA-H200", "pool": "", "a.b-c/X_y.z": "v-1_2.3",
+                "k" * 63: "v" * 63}
+    spec = InferenceTuningSpec.model_validate(_spec(mig={"profile": "3g.71gb",
+                                                         "nodeSelector": selector}))
+    assert spec.mig is not None and spec.mig.node_selector == selector
+
+
+def test_an_error_path_keeps_a_users_map_key_and_drops_pydantics_own_steps() -> None:
+    from infertune.api.errors import format_path
+
+    assert format_path(("metadata", "labels", "app[0]")) == "metadata.labels.app[0]"
+    assert format_path(("spec", "mig", "function-after[_check(), str]", "profile")) == \
+        "spec.mig.profile"
+    assert format_path(("spec", "canary", "steps", 1, "weight")) == "spec.canary.steps[1].weight"

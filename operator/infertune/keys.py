@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import re
 
 PREFIX = "infertune.io"
 
@@ -27,6 +28,25 @@ MANAGED_BY = "infertune"
 
 LABEL_VALUE_MAX = 63
 """Kubernetes label values: at most 63 characters."""
+_LABEL_NAME = re.compile(r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
+_LABEL_PREFIX = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
+
+def label_problem(key: str, value: str) -> str | None:
+    """What makes `key: value` no Kubernetes label (no node can carry it), None if it is one:
+    the rules of the API server's validation (an optional DNS-subdomain prefix and "/", a name
+    of at most 63 characters; a value of at most 63, possibly empty)."""
+    prefix, _, name = key.rpartition("/")
+    if "/" in key and not (prefix and len(prefix) <= 253 and _LABEL_PREFIX.fullmatch(prefix)):
+        return (f"the key's prefix {prefix!r} is not a DNS subdomain (lowercase a-z, 0-9, '-' "
+                "and '.', at most 253 characters)")
+    if not (len(name) <= LABEL_VALUE_MAX and _LABEL_NAME.fullmatch(name)):
+        return (f"the key {key!r} is not a label key: its name must be 1 to 63 characters of "
+                "a-z, A-Z, 0-9, '-', '_' and '.', starting and ending with a letter or digit")
+    if value and not (len(value) <= LABEL_VALUE_MAX and _LABEL_NAME.fullmatch(value)):
+        return (f"the value {value!r} is not a label value: at most 63 characters of a-z, A-Z, "
+                "0-9, '-', '_' and '.', starting and ending with a letter or digit")
+    return None
 
 
 def label_value(text: str) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import re
 import reprlib
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -32,6 +33,13 @@ _PATTERN_HINTS = {
 }
 
 
+_PYDANTIC_TAG = re.compile(
+    r"(function-(after|before|wrap|plain)|lax-or-strict|json-or-python|(tagged-)?union"
+    r"|nullable|chain|default|list|dict|tuple|set|frozenset|is-instance|literal|enum)\[.*\]$")
+"""The steps pydantic puts into an error's location for its own schemas; a user's map key such
+as `pool[gpu]` is kept (the error is about it)."""
+
+
 @dataclass(frozen=True)
 class FieldError:
     """One problem in one field."""
@@ -49,7 +57,7 @@ def format_path(loc: tuple[int | str, ...]) -> str:
     for part in loc:
         if isinstance(part, int):
             out += f"[{part}]"
-        elif "[" in part and part.endswith("]"):
+        elif _PYDANTIC_TAG.match(part):
             continue  # pydantic's internal tags such as function-after[...] are not fields
         else:
             out += f".{part}" if out else part
