@@ -36,7 +36,7 @@ def load_tuning(path: Path) -> InferenceTuning:
         raise PlanInputError(f"{source}: expected exactly one InferenceTuning, found "
                              f"{len(found)}{seen}")
     try:
-        return InferenceTuning.model_validate(found[0])
+        return InferenceTuning.model_validate(found[0], by_name=False)  # as validate
     except ValidationError as exc:
         lines = [f"{source}: {e}" for e in field_errors(exc, InferenceTuning)]
         raise PlanInputError("\n".join(lines)) from None

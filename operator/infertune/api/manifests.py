@@ -83,8 +83,9 @@ def source_name(path: Path) -> str:
 
 
 class _UniqueKeyLoader(yaml.SafeLoader):
-    """SafeLoader that refuses a key given twice in one mapping, as kubectl does: PyYAML keeps
-    the last silently, so `mode: DryRun` then `mode: Enforce` was valid, and Enforce."""
+    """SafeLoader that refuses a key given twice in one mapping. PyYAML and kubectl both keep
+    the last one silently, so `mode: DryRun` then `mode: Enforce` is applied as Enforce: a
+    check before the sync says so (stricter than kubectl, on purpose)."""
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: set[Any] = set()
@@ -184,7 +185,8 @@ def _check_tuning(document: Document) -> tuple[InferenceTuning | None, list[Fiel
         return None, [FieldError("apiVersion", f"{api_version!r} is not served; use "
                                  f"{API_VERSION}")]
     try:
-        return InferenceTuning.model_validate(body), []
+        # by_name=False: the API has the camelCase names only (target_ref is unknown there).
+        return InferenceTuning.model_validate(body, by_name=False), []
     except ValidationError as exc:
         return None, field_errors(exc, InferenceTuning)
 
