@@ -39,7 +39,8 @@ class CanaryAnalysis(ApiModel):
     max_error_rate: Annotated[float, Field(ge=0, le=1), NUMBER] = 0.01
     """Largest allowed fraction of failed requests on the canary."""
 
-    min_request_count: Annotated[int, Field(ge=0, le=2**63 - 1), NUMBER] = 100
+    # 2^31-1: the CRD bound is a float64 in the API server, which refuses 2^63-1 there.
+    min_request_count: Annotated[int, Field(ge=0, le=2**31 - 1), NUMBER] = 100
     """Requests the canary must have served in a window for the window to count; with fewer
     the check neither passes nor fails."""
 
