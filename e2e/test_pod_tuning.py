@@ -163,11 +163,12 @@ def test_changed_tuning_re_creates_pods_by_eviction(
 def test_eviction_respects_the_pod_disruption_budget(
     api_client: client.ApiClient, namespace: str, operator: OperatorProcess
 ) -> None:
-    create(api_client, namespace, deployment("qwen", replicas=1))
-    wait_pods(api_client, namespace, "qwen", 1)
+    # Two replicas: re-tuning itself never evicts the only Ready pod of a Deployment.
+    create(api_client, namespace, deployment("qwen", replicas=2))
+    wait_pods(api_client, namespace, "qwen", 2)
     client.PolicyV1Api(api_client).create_namespaced_pod_disruption_budget(namespace, {
         "metadata": {"name": "qwen"},
-        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "qwen"}}}})
+        "spec": {"minAvailable": 2, "selector": {"matchLabels": {"app": "qwen"}}}})
     wait_for(lambda: client.PolicyV1Api(api_client).read_namespaced_pod_disruption_budget(
         "qwen", namespace).status.observed_generation, "the PDB observed by the controller")
     create(api_client, namespace, tuning("qwen", "qwen"))
@@ -178,9 +179,9 @@ def test_eviction_respects_the_pod_disruption_budget(
         return status if "PodDisruptionBudget" in message else None
 
     status = wait_for(refused, "a re-tuning held back by the PDB")
-    assert status["tuning"]["outdatedPods"] == 1
-    pod = pods_of(api_client, namespace, "qwen")[0]
-    assert REVISION not in (pod.metadata.labels or {})
+    assert status["tuning"]["outdatedPods"] == 2
+    assert all(REVISION not in (p.metadata.labels or {})
+               for p in pods_of(api_client, namespace, "qwen"))
 
 
 def test_pod_template_annotation_strategy_rolls_the_deployment(

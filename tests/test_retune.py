@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
-from infertune.tuning.retune import PodView, plan_retune
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes.client.exceptions import ApiException
+
+from infertune.tuning.retune import RETRY_S, Eviction, PodView, plan_retune
 
 
 def _pods(*specs: tuple[str, str | None, bool]) -> list[PodView]:
@@ -39,9 +47,177 @@ def test_max_unavailable_allows_several() -> None:
     assert step.evict == ("a", "b")
 
 
+def _evicted(revision: str, known: list[str], evicted: list[str], at: float = 0.0,
+             misses: int = 0) -> Eviction:
+    return Eviction(revision, frozenset(known), frozenset(evicted), at, misses)
+
+
 def test_eviction_pauses_when_a_replacement_comes_back_untuned() -> None:
-    pods = [PodView("old", None, True, created="2026-12-03T10:00:00Z"),
-            PodView("new", None, True, created="2026-12-03T10:05:01Z")]
-    step = plan_retune("r2", pods, 1, last_eviction="2026-12-03T10:05:00Z")
+    last = _evicted("r2", ["old", "gone"], ["gone"], at=100.0)
+    pods = _pods(("old", None, True), ("new", None, True))
+    step = plan_retune("r2", pods, 1, last, now=160.0)
     assert step.evict == () and "webhook did not tune" in step.reason
+    assert step.missed == ("new",) and "trying again in 9 min" in step.reason
     assert plan_retune("r2", pods, 1).evict == ("new",)
+
+
+def test_the_guard_goes_by_the_pods_known_at_the_eviction_not_by_clocks() -> None:
+    """Creation times are the API server's, whole seconds: a pod created in the same second
+    as the eviction (but before it) paused eviction for good, and an operator whose clock ran
+    ahead never paused at all."""
+    last = _evicted("r2", ["a", "b", "c"], ["a"], at=100.0)
+    pods = [PodView("b", None, True, created="2026-12-03T10:05:00Z"),
+            PodView("c", None, True, created="2026-12-03T10:05:00Z"),
+            PodView("a2", "r2", True, created="2026-12-03T10:04:00Z")]  # skewed clock
+    step = plan_retune("r2", pods, 1, last, now=130.0)
+    assert step.missed == () and step.evict == ("b",)
+
+
+def test_a_paused_eviction_tries_again_later_and_backs_off() -> None:
+    """A pause used to last until the untuned pod was deleted by hand, after the webhook was
+    long fixed."""
+    pods = _pods(("old", None, True), ("new", None, True))
+    last = _evicted("r2", ["old", "gone"], ["gone"], at=100.0)
+    assert plan_retune("r2", pods, 1, last, now=100.0 + RETRY_S - 1).evict == ()
+    step = plan_retune("r2", pods, 1, last, now=100.0 + RETRY_S)
+    assert step.evict == ("new",) and step.missed == ("new",)
+    again = step.eviction("r2", pods, ["new"], 100.0 + RETRY_S, last)
+    assert again.misses == 1 and again.retry_at() == 100.0 + 3 * RETRY_S
+    # A replacement that came back tuned ends the backoff.
+    fine = plan_retune("r2", _pods(("old", None, True), ("new2", "r2", True)), 1, again,
+                       now=again.at + 60)
+    assert fine.missed == () and fine.eviction("r2", [], ["old"], 0.0, again).misses == 0
+    # Another revision starts over.
+    assert plan_retune("r3", pods, 1, last, now=101.0).evict == ("new",)
+
+
+def test_a_pod_evicted_but_still_live_in_the_index_is_down_and_not_evicted_again() -> None:
+    last = _evicted("r2", ["a", "b", "c"], ["a"], at=100.0)
+    step = plan_retune("r2", _pods(("a", "r1", True), ("b", "r1", True), ("c", "r1", True)), 1,
+                       last, now=101.0)
+    assert step.evict == () and "waiting for 1 unavailable" in step.reason
+
+
+def test_replicas_the_deployment_wants_but_has_not_created_are_unavailable() -> None:
+    """3 replicas wanted, 2 pods (a quota refused one): one is down already."""
+    pods = _pods(("a", "r1", True), ("b", "r2", True))
+    assert plan_retune("r2", pods, 1, desired=3).evict == ()
+    assert plan_retune("r2", pods, 1, desired=2).evict == ("a",)
+
+
+def test_the_only_ready_pod_is_never_evicted() -> None:
+    """One replica: its replacement loads the model for minutes, with nothing serving."""
+    step = plan_retune("r2", _pods(("a", "r1", True)), 1, desired=1)
+    assert step.evict == () and step.outdated == 1
+    assert "a is the only Ready pod" in step.reason and "PodTemplateAnnotation" in step.reason
+    # One that is not Ready costs nothing, and the last Ready one stays.
+    step = plan_retune("r2", _pods(("a", "r1", True), ("b", "r1", False)), 2, desired=2)
+    assert step.evict == ("b",)
+
+
+# ---- the controller's pass (pods.retune), with the Kubernetes calls replaced -----------------
+
+EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "tgi-l4-no-mig.yaml"
+
+
+@pytest.fixture
+def controller(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """pods.retune on the example's tuning and Deployment (`replicas` of it), recording the
+    evictions it asks for; `evict_error` makes the Eviction API answer with that status."""
+    import kopf
+    from kubernetes import client
+
+    from infertune.api.spec import InferenceTuning
+    from infertune.controller import pods as controller_pods
+
+    docs = list(yaml.safe_load_all(EXAMPLE.read_text()))
+    deployment_body = next(d for d in docs if d["kind"] == "Deployment")
+    for container in deployment_body["spec"]["template"]["spec"]["containers"]:
+        for amounts in container["resources"].values():  # as the API server returns them
+            amounts.update({k: str(v) for k, v in amounts.items()})
+    tuning = InferenceTuning.model_validate(next(d for d in docs
+                                                 if d["kind"] == "InferenceTuning"))
+    state: dict[str, Any] = {"replicas": 3, "exists": True, "evicted": [], "evict_error": None}
+
+    def read_deployment(namespace: str, name: str) -> Any:
+        if not state["exists"]:
+            return None
+        body = {**deployment_body, "spec": {**deployment_body["spec"],
+                                            "replicas": state["replicas"]}}
+        return client.ApiClient().deserialize(json.dumps(body), "V1Deployment",
+                                              "application/json")
+
+    def evict_pod(namespace: str, name: str) -> bool:
+        if state["evict_error"] is not None:
+            raise ApiException(status=state["evict_error"], reason="Internal Server Error")
+        state["evicted"].append(name)
+        return True
+
+    monkeypatch.setattr(controller_pods, "read_deployment", read_deployment)
+    monkeypatch.setattr(controller_pods, "evict_pod", evict_pod)
+    memo = kopf.Memo(pod_tuning=controller_pods.PodTuningSettings(launcher_image="l:1"))
+
+    def run(pods: list[PodView], rivals: tuple[str, ...] = ()) -> str:
+        status = controller_pods.retune("chat", "mistral-7b", "uid-1", tuning.spec, pods, memo,
+                                        rivals=rivals)
+        return str(status.message)
+
+    state["run"] = run
+    return state
+
+
+def _outdated(count: int) -> list[PodView]:
+    return [PodView(f"mistral-7b-6b7c9d-{i:05d}", None, True) for i in range(count)]
+
+
+def test_the_pass_evicts_within_the_deployments_replicas(controller: Any) -> None:
+    message = controller["run"](_outdated(3))
+    assert controller["evicted"] == ["mistral-7b-6b7c9d-00000"], message
+    controller["evicted"].clear()
+    controller["replicas"] = 4  # one wanted, not created yet: already one down
+    assert "waiting for" in controller["run"](_outdated(3)[1:])
+    assert controller["evicted"] == []
+
+
+def test_two_tunings_of_one_deployment_replace_nothing_and_say_so(controller: Any) -> None:
+    """The webhook tunes no pod of such a Deployment: evicting only restarted pods, which
+    came back untuned, and then paused for good."""
+    message = controller["run"](_outdated(3), rivals=("mistral-7b-v2",))
+    assert controller["evicted"] == []
+    assert "InferenceTunings mistral-7b, mistral-7b-v2 all target Deployment mistral-7b" in \
+        message
+
+
+def test_a_missing_deployment_is_reported_not_an_eviction(controller: Any) -> None:
+    controller["exists"] = False
+    message = controller["run"](_outdated(2))
+    assert controller["evicted"] == []
+    assert "none replaced: Deployment chat/mistral-7b not found" in message
+
+
+def test_an_eviction_the_api_server_fails_is_reported(controller: Any) -> None:
+    """A 500 (a pod under two budgets) or 403 ended the pass without a status write, and the
+    status kept the old revision's 'all pods carry revision ...'."""
+    controller["evict_error"] = 500
+    message = controller["run"](_outdated(3))
+    assert "evicting mistral-7b-6b7c9d-00000 failed: 500 Internal Server Error" in message
+
+
+def test_a_pod_that_ended_is_no_replica() -> None:
+    """A Failed pod (kubelet eviction, node shutdown) counted as a replica that was down and
+    outdated, and held re-tuning for good."""
+    import asyncio
+
+    from infertune.controller.pods import pods_by_deployment
+
+    def body(phase: str) -> dict[str, Any]:
+        return {"metadata": {"name": "p", "namespace": "chat", "ownerReferences": [
+            {"kind": "ReplicaSet", "name": "mistral-7b-6b7c9d", "controller": True}]},
+            "status": {"phase": phase}}
+
+    owners = {("chat", "mistral-7b-6b7c9d"): ["mistral-7b"]}
+    for phase, indexed in (("Running", True), ("Pending", True), ("Failed", False),
+                           ("Succeeded", False)):
+        got = asyncio.run(pods_by_deployment(namespace="chat", name="p", body=body(phase),
+                                             replicaset_owners=owners))
+        assert (got is not None) is indexed, phase

@@ -6,8 +6,10 @@ which ReplicaSet belongs to which Deployment); it makes no API call per admissio
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,7 +31,7 @@ from infertune.api.spec import (
 )
 from infertune.api.status import ConditionType, TuningStatus
 from infertune.api.tuning import RetuneStrategy
-from infertune.controller.conditions import MAX_EVENT_MESSAGE, now_rfc3339, stored_reason
+from infertune.controller.conditions import MAX_EVENT_MESSAGE, stored_reason
 from infertune.controller.loops import STOP_TIMEOUT_S, Work, every, leader_of, snapshot
 from infertune.controller.spec_cache import SPECS
 from infertune.kube.client import evict_pod, read_deployment
@@ -41,7 +43,7 @@ from infertune.tuning.pod_patch import (
     tuning_revision,
 )
 from infertune.tuning.pod_shape import pod_from_deployment
-from infertune.tuning.retune import PodView, RetuneStep, plan_retune
+from infertune.tuning.retune import Eviction, PodView, RetuneStep, plan_retune
 
 RESOURCE = (GROUP, VERSION, PLURAL)
 # Read once at import (`infertune run --retune-interval` sets it before importing this).
@@ -65,8 +67,8 @@ class PodTuningSettings:
     """Pod problems seen by the webhook, waiting for re-tuning to post them as an Event."""
     latest_problems: dict[str, list[str]] = field(default_factory=dict)
     reported: dict[str, tuple[str, ...]] = field(default_factory=dict)
-    last_evictions: dict[str, tuple[str, str]] = field(default_factory=dict)
-    """(revision, time) of the last eviction, for the untuned-replacement guard."""
+    last_evictions: dict[str, Eviction] = field(default_factory=dict)
+    """The last eviction of each tuning, for the untuned-replacement guard."""
 
 
 def _deployment_of(namespace: str, meta: dict[str, Any],
@@ -141,7 +143,9 @@ async def pods_by_deployment(namespace: str, name: str, body: kopf.Body,
                              **_: Any) -> dict[tuple[str, str], PodView] | None:
     _, status, meta = snapshot(body)
     deployment = _deployment_of(namespace, meta, replicaset_owners)
-    if deployment is None:
+    if deployment is None or status.get("phase") in ("Succeeded", "Failed"):
+        # A pod that ended (evicted by the kubelet, a node shut down) is no replica: the
+        # ReplicaSet has already started another; counted, it blocked re-tuning for good.
         return None
     ready = any(c.get("type") == "Ready" and c.get("status") == "True"
                 for c in status.get("conditions") or [])
@@ -253,7 +257,7 @@ def _why_pods_cannot_be_tuned(name: str, spec: InferenceTuningSpec,
 
 
 def _replace_outdated(namespace: str, spec: InferenceTuningSpec, step: RetuneStep,
-                      revision: str, evicted: Callable[[], None]) -> str:
+                      revision: str, evicted: Callable[[str], None]) -> str:
     """Carry out one step with the spec's strategy; what to report about it."""
     if spec.mode is Mode.DRY_RUN:
         return f"dry run: {step.outdated} pods outdated, none replaced"
@@ -266,18 +270,34 @@ def _replace_outdated(namespace: str, spec: InferenceTuningSpec, step: RetuneSte
         return (f"{step.outdated} pods outdated; pod template annotated with revision "
                 f"{revision}, the Deployment rolls them out")
     for pod in step.evict:
-        refused = _evict(namespace, pod)
+        try:
+            refused = _evict(namespace, pod)
+        except ApiException as exc:  # 403 (RBAC), 500 (a pod in two budgets), ...
+            return (f"{step.outdated} pods outdated; evicting {pod} failed: {exc.status} "
+                    f"{exc.reason}: {_api_message(exc)}")
         if refused is not None:
             return f"{step.outdated} pods outdated; {refused}"
-        evicted()
+        evicted(pod)
     return step.reason
+
+
+def _api_message(exc: ApiException) -> str:
+    """The API server's own message in an error, shortened."""
+    try:
+        message = str(json.loads(exc.body or "{}").get("message") or "")
+    except (ValueError, AttributeError):
+        message = ""
+    return (message or str(exc.body or ""))[:300]
 
 
 def retune(namespace: str, name: str, uid: str, spec: InferenceTuningSpec,
            pods: list[PodView], memo: kopf.Memo, batching_value: int | None = None,
-           mig: tuple[str | None, str] = (None, "mixed")) -> TuningStatus:
+           mig: tuple[str | None, str] = (None, "mixed"),
+           rivals: tuple[str, ...] = ()) -> TuningStatus:
     """One re-tuning pass: report the counts and replace outdated pods as the spec says.
-    `mig` is the planned (profile, strategy) from status.mig (`planned_mig`)."""
+    `mig` is the planned (profile, strategy) from status.mig (`planned_mig`); `rivals` the
+    names of the other InferenceTunings of the same Deployment (the webhook tunes none of its
+    pods then, so none is replaced)."""
     revision = tuning_revision(spec, batching_value, mig)
     settings: PodTuningSettings = memo.pod_tuning
     evictions = settings.last_evictions
@@ -287,21 +307,35 @@ def retune(namespace: str, name: str, uid: str, spec: InferenceTuningSpec,
         _report_once(memo, namespace, {"name": name, "uid": uid}, list(problems),
                      refused=refused)
     last = evictions.get(key)
-    step = plan_retune(revision, pods, spec.retune.max_unavailable,
-                       last_eviction=last[1] if last and last[0] == revision else None)
+    clock = time.monotonic()
+    step = plan_retune(revision, pods, spec.retune.max_unavailable, last, clock)
     message = step.reason
+    target = spec.target_ref.name
     # Read the Deployment only when something is outdated: most ticks have nothing to do.
-    deployment = read_deployment(namespace, spec.target_ref.name) if step.outdated else None
-    if deployment is None:
+    deployment = read_deployment(namespace, target) if step.outdated and not rivals else None
+    if not step.outdated:
         pass
+    elif rivals:
+        message = (f"{step.outdated} pods outdated, none replaced: InferenceTunings "
+                   f"{', '.join(sorted((name, *rivals)))} all target Deployment {target}, and "
+                   "the webhook tunes its pods only when one does; delete the others")
+    elif deployment is None:
+        message = (f"{step.outdated} pods outdated, none replaced: Deployment "
+                   f"{namespace}/{target} not found")
     elif (problem := _why_pods_cannot_be_tuned(name, spec, deployment, memo,
                                                 batching_value)) is not None:
         # Re-created pods would come back untuned: replacing them only costs availability.
         message = f"{step.outdated} pods not tuned, none replaced: {problem}"
         _report_once(memo, namespace, {"name": name, "uid": uid}, [problem], refused=True)
     else:
-        message = _replace_outdated(namespace, spec, step, revision,
-                                    lambda: evictions.__setitem__(key, (revision, now_rfc3339())))
+        # Counted against the replicas the Deployment wants: a pod not created yet (a quota,
+        # a scale-up under way) is as unavailable as one that is not Ready.
+        desired = deployment.spec.replicas if deployment.spec is not None else None
+        step = plan_retune(revision, pods, spec.retune.max_unavailable, last, clock, desired)
+        done: list[str] = []
+        message = _replace_outdated(namespace, spec, step, revision, done.append)
+        if done:
+            evictions[key] = step.eviction(revision, pods, done, clock, last)
     return TuningStatus(revision=revision, tuned_pods=step.tuned, outdated_pods=step.outdated,
                         message=message, problems=settings.latest_problems.get(key, [])[:20])
 
@@ -310,6 +344,7 @@ def retune(namespace: str, name: str, uid: str, spec: InferenceTuningSpec,
 async def retune_pods(stopped: kopf.DaemonStopped, namespace: str, name: str, uid: str,
                       body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger,
                       pods_by_deployment: kopf.Index[tuple[str, str], PodView],
+                      tunings_by_target: kopf.Index[tuple[str, str], dict[str, Any]],
                       **_: Any) -> None:
     """Every RETUNE_INTERVAL: count tuned and outdated pods into status.tuning and replace
     the outdated ones (a loop, not a kopf timer: see loops.py)."""
@@ -319,11 +354,15 @@ async def retune_pods(stopped: kopf.DaemonStopped, namespace: str, name: str, ui
         parsed = SPECS.get(uid, int(meta.get("generation") or 0), spec)
         if parsed is None:
             return None  # the controller reports the invalid spec
-        pods = list(pods_by_deployment.get((namespace, parsed.target_ref.name), []))
+        target = (namespace, parsed.target_ref.name)
+        pods = list(pods_by_deployment.get(target, []))
+        rivals = tuple(sorted(str(e["name"]) for e in tunings_by_target.get(target, [])
+                              if e.get("uid") != uid))
         batching = applied_batching(status, spec)
         mig = planned_mig(status.get("mig") or {})
         return lambda: {"tuning": retune(namespace, name, uid, parsed, pods, memo,
-                                         batching, mig).model_dump(by_alias=True, mode="json")}
+                                         batching, mig, rivals).model_dump(by_alias=True,
+                                                                           mode="json")}
 
     await every(RETUNE_INTERVAL, read, what="re-tuning", stopped=stopped, namespace=namespace,
                 name=name, body=body, logger=logger, leader=leader_of(memo))

@@ -5,6 +5,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+RETRY_S = 600.0
+"""After an eviction whose replacement came back untuned (the webhook did not tune it),
+eviction pauses this long before it tries again, twice as long after each further miss."""
+RETRY_MAX_S = 6 * 3600.0
+
 
 @dataclass(frozen=True)
 class PodView:
@@ -20,6 +25,27 @@ class PodView:
 
 
 @dataclass(frozen=True)
+class Eviction:
+    """What re-tuning remembers of its last eviction for one tuning (in memory)."""
+
+    revision: str
+    known: frozenset[str]
+    """The target's pods when it evicted: an outdated pod not among them is a replacement
+    (or a new pod) the webhook did not tune. Names, not creation times: the API server's
+    clock is not the operator's, and creation times have whole seconds."""
+    evicted: frozenset[str]
+    """The pods it evicted: unavailable, and never evicted again, while the index still
+    shows them live (it lags the eviction)."""
+    at: float
+    """When (monotonic seconds)."""
+    misses: int = 0
+    """Evictions in a row that came after a replacement came back untuned."""
+
+    def retry_at(self) -> float:
+        return self.at + min(RETRY_S * 2.0 ** min(self.misses, 16), RETRY_MAX_S)
+
+
+@dataclass(frozen=True)
 class RetuneStep:
     """The pods to evict now, the counts for status, and why."""
 
@@ -27,39 +53,76 @@ class RetuneStep:
     tuned: int
     outdated: int
     reason: str
+    missed: tuple[str, ...] = ()
+    """Outdated pods that appeared after the last eviction of this revision: the webhook
+    did not tune them."""
+
+    def eviction(self, revision: str, pods: Iterable[PodView], evicted: Iterable[str],
+                 now: float, last: Eviction | None) -> Eviction:
+        """What to remember once `evicted` (of `evict`) went through at `now`."""
+        misses = 0
+        if self.missed and last is not None and last.revision == revision:
+            misses = last.misses + 1
+        return Eviction(revision, frozenset(p.name for p in pods), frozenset(evicted), now,
+                        misses)
 
 
 def plan_retune(revision: str, pods: Iterable[PodView], max_unavailable: int,
-                last_eviction: str | None = None) -> RetuneStep:
-    """Evict outdated pods, at most `max_unavailable` pods down at any time.
+                last: Eviction | None = None, now: float = 0.0,
+                desired: int | None = None) -> RetuneStep:
+    """Evict outdated pods, at most `max_unavailable` pods down at any time, counted against
+    the Deployment's `desired` replicas when known (a pod not created yet is down too), and
+    never the last Ready one: its replacement loads the model for minutes, and the Deployment
+    would serve nothing meanwhile.
 
-    Eviction stops when a pod created after the last eviction is still outdated: the webhook
-    did not tune the replacement, and evicting more would only churn pods.
+    Eviction pauses when a pod that appeared after the last eviction is still outdated: the
+    webhook did not tune the replacement, and evicting more would only churn pods. It tries
+    again after RETRY_S, doubling with each miss.
     """
     pods = list(pods)
-    live = [p for p in pods if not p.terminating]
+    gone = last.evicted if last is not None else frozenset()
+    live = [p for p in pods if not p.terminating and p.name not in gone]
     outdated = sorted((p for p in live if p.revision != revision),
                       key=lambda p: (p.ready, p.name))  # pods already unavailable go first
     tuned = len(live) - len(outdated)
     if not outdated:
         return RetuneStep((), tuned, 0, f"all {tuned} pods carry revision {revision}")
-    missed = [p.name for p in outdated if last_eviction and p.created >= last_eviction]
-    if missed:
+    missed: tuple[str, ...] = ()
+    retry_at = 0.0
+    if last is not None and last.revision == revision:
+        missed = tuple(p.name for p in outdated if p.name not in last.known)
+        retry_at = last.retry_at()
+    if missed and now < retry_at:
+        wait = retry_at - now
         return RetuneStep((), tuned, len(outdated), f"eviction paused: {', '.join(missed)} "
                           f"came back without revision {revision} after eviction, so the "
-                          "webhook did not tune it; check the operator's webhook")
-    unavailable = sum(1 for p in pods if p.terminating or not p.ready)
+                          "webhook did not tune it; check the operator's webhook (trying "
+                          f"again in {wait / 60:.0f} min)", missed)
+    ready = sum(1 for p in live if p.ready)
+    unavailable = len(pods) - ready if desired is None else max(len(pods), desired) - ready
     evict: list[str] = []
+    last_ready: str | None = None
     for pod in outdated:
         # Evicting a pod that is not Ready costs no availability; a Ready one takes budget.
         if pod.ready and unavailable >= max_unavailable:
             break
+        if pod.ready and ready <= 1:
+            last_ready = pod.name
+            break
         if pod.ready:
             unavailable += 1
+            ready -= 1
         evict.append(pod.name)
+    if not evict and last_ready is not None:
+        return RetuneStep((), tuned, len(outdated), (
+            f"{len(outdated)} pods outdated; {last_ready} is the only Ready pod and is "
+            "not evicted: nothing would serve while its replacement loads. Run 2 or more "
+            "replicas, or set spec.retune.strategy: PodTemplateAnnotation (the Deployment "
+            "starts the new pod first)"), missed)
     if not evict:
         return RetuneStep((), tuned, len(outdated), f"{len(outdated)} pods outdated; waiting "
                           f"for {unavailable} unavailable pods to be Ready (maxUnavailable "
-                          f"{max_unavailable})")
+                          f"{max_unavailable})", missed)
     return RetuneStep(tuple(evict), tuned, len(outdated), f"{len(outdated)} pods outdated; "
-                      f"evicting {', '.join(evict)} to re-create them with revision {revision}")
+                      f"evicting {', '.join(evict)} to re-create them with revision {revision}",
+                      missed)
