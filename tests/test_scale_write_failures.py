@@ -196,3 +196,36 @@ def test_the_unwritten_records_join_the_stored_list_and_leave_other_writers_entr
     assert cluster.evaluate(settings, T0 + 15) == 3
     assert ready in cluster.status["conditions"]
     assert [d["action"] for d in cluster.status["decisions"]] == ["x", "ScaleOut 2 -> 3"]
+
+
+class _Lapsing:
+    """A Lease held at the start of the evaluation and lost while the Deployment is read."""
+
+    exclusive = True
+
+    def __init__(self) -> None:
+        self.leading = True
+
+    def leads(self) -> bool:
+        return self.leading
+
+
+def test_no_replicas_are_written_after_leadership_was_lost_during_the_reads(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Leadership was checked once before the reads; a read queued for longer than the
+    Lease (an API server under load) then wrote beside the new leader."""
+    cluster = Cluster(monkeypatch, replicas=2)
+    leader = _Lapsing()
+    settings = autoscaling.AutoscalingSettings(source=None, leader=leader)
+
+    def slow_read(namespace: str, name: str) -> DeploymentReplicas:
+        leader.leading = False
+        return DeploymentReplicas(cluster.replicas, cluster.replicas, {})
+
+    monkeypatch.setattr(autoscaling, "deployment_replicas", slow_read)
+    assert cluster.evaluate(settings, T0) == 3  # decided, and not written
+    assert cluster.replicas == 2 and cluster.events == [] and cluster.status == {}
+    leader.leading = True
+    monkeypatch.setattr(autoscaling, "deployment_replicas", lambda namespace, name:
+                        DeploymentReplicas(cluster.replicas, cluster.replicas, {}))
+    assert cluster.evaluate(settings, T0 + 1) == 3 and cluster.replicas == 3

@@ -379,6 +379,13 @@ def evaluate(namespace: str, name: str, generation: int, spec: InferenceTuningSp
             logger.info("%s: the spec changed while deciding; the next slot decides with it",
                         key)
             return planned.decision
+        if planned.write is not None and not settings.leader.leads():
+            # Lost while the reads above waited (an API server under load queues them): the
+            # new leader may be writing already, and two writers take each other's counts
+            # for reverts. The slot is not counted; the new leader decides.
+            logger.info("%s: no longer leading; the new leader decides and writes", key)
+            settings.last_slot.pop(key, None)
+            return planned.decision
         if planned.write is not None:
             # Written before the status: if this call fails, the status keeps the old state.
             try:
