@@ -140,3 +140,11 @@ def test_other_tunings_autoscaling_the_same_deployment_block_every_one_of_them()
     assert blocked.message.startswith("InferenceTunings b, e also autoscale qwen")
     alone = blocked_by("qwen", Writers(tunings=autoscaling_rivals(entries[:1], "a")), None, T0)
     assert alone is None
+
+
+def test_the_quiet_time_waits_out_a_write_the_rate_limits_hold_back() -> None:
+    """With a 15 min period the next write comes 15 min after a revert; a 10 min quiet time
+    ended the fight before it, so no revert was ever the second."""
+    once = reverted_at(T0)
+    assert next_fight(once, 1, False, T0 + QUIET_S + 1, hold_s=900.0) == once
+    assert next_fight(once, 1, False, T0 + QUIET_S + 900.0, hold_s=900.0) is None

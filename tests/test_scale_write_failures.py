@@ -229,3 +229,28 @@ def test_no_replicas_are_written_after_leadership_was_lost_during_the_reads(
     monkeypatch.setattr(autoscaling, "deployment_replicas", lambda namespace, name:
                         DeploymentReplicas(cluster.replicas, cluster.replicas, {}))
     assert cluster.evaluate(settings, T0 + 1) == 3 and cluster.replicas == 3
+
+
+def test_a_writer_reverting_each_write_of_a_slow_rate_limit_is_a_fight(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Argo CD self-heal puts Git's 2 back after every write. Each write waited a 15 min
+    period, longer than the quiet time, so the fight ended before every next revert: 16 GPU
+    pods started and killed in 4 hours, and ScalingActive said Scaling throughout."""
+    spec = InferenceTuningSpec.model_validate({
+        "targetRef": {"name": "llm"}, "engine": "vllm",
+        "autoscaling": {"minReplicas": 1, "maxReplicas": 50,
+                        "scaleUp": {"pods": 1, "percent": 0, "period": "15m"}}})
+    cluster = Cluster(monkeypatch, replicas=2)
+    settings = autoscaling.AutoscalingSettings(source=None)
+    writes = 0
+    for i in range(4 * 240):  # 4 hours at 15 s
+        now = T0 + 15 * i
+        autoscaling.evaluate("ns", "t", 1, spec, copy.deepcopy(cluster.status), busy(now),
+                             settings, Writers(), {}, now, "1")
+        writes += cluster.replicas != 2
+        cluster.replicas = 2  # self-heal
+    active = next(c for c in cluster.status["conditions"] if c["type"] == "ScalingActive")
+    assert (active["status"], active["reason"]) == ("False", "ReplicaFight")
+    # Writes at 0 and 15 min make the fight; then one retry after each backoff of 5, 10,
+    # 20, 40, 60 and 60 min.
+    assert writes == 8, writes

@@ -16,6 +16,7 @@ from infertune.controller.fights import (
     autoscaling_rivals,
     blocked_by,
     next_fight,
+    quiet_hold,
     written_replicas,
 )
 from infertune.controller.scaling_report import Blocked
@@ -55,7 +56,8 @@ class Live(NamedTuple):
         written = written_replicas(self.status, self.tuning.spec.target_ref.name)
         enabled = self.tuning.spec.autoscaling is None or self.tuning.spec.autoscaling.enabled
         return next_fight(Fight.from_json(autoscaling.get("replicaFight")), self.generation,
-                          enabled and written is not None and current != written, now)
+                          enabled and written is not None and current != written, now,
+                          quiet_hold(self.tuning.spec))
 
     def blocked(self, current: int, now: float) -> Blocked | None:
         """Why the operator would not write replicas now, as it decides it."""

@@ -49,6 +49,7 @@ from infertune.controller.fights import (
     autoscaling_rivals,
     blocked_by,
     next_fight,
+    quiet_hold,
     written_replicas,
 )
 from infertune.controller.loops import pause, snapshot, until_stopped
@@ -364,7 +365,7 @@ def evaluate(namespace: str, name: str, generation: int, spec: InferenceTuningSp
         reverted = _reverted(settings, key, current, status, deployment,
                              spec.autoscaling is not None and spec.autoscaling.enabled
                              ) or reverted
-        fight = next_fight(stored_fight, generation, reverted, now)
+        fight = next_fight(stored_fight, generation, reverted, now, quiet_hold(spec))
         plan = functools.partial(plan_evaluation, spec, generation, status, signals, current,
                                  now=now, fight=None if fight is None else fight.to_json(),
                                  written=settings.written.get(key), ready=ready,

@@ -7,7 +7,8 @@ kept in `status.autoscaling.replicaFight`, not in memory, so a restarted operato
 start the oscillation over. It does not last forever either: writes are tried again after a
 backoff that doubles with each further revert (so fixing the other writer is enough to resume),
 at once when the tuning's spec changes (a new generation), and a fight with no revert for
-QUIET_S is over.
+QUIET_S, plus the longer scale period (a write the rate limits hold back comes that much later,
+and only a write can be reverted), is over.
 
 A pure function of what was stored, whether a revert was seen now, and the time.
 """
@@ -101,9 +102,13 @@ def written_replicas(status: Mapping[str, Any], deployment: str) -> int | None:
     return stored if isinstance(stored, int) and not isinstance(stored, bool) else None
 
 
-def next_fight(stored: Fight | None, generation: int, reverted: bool, now: float) -> Fight | None:
+def next_fight(stored: Fight | None, generation: int, reverted: bool, now: float,
+               hold_s: float = 0.0) -> Fight | None:
     """The fight after this evaluation: `reverted` says whether another writer changed the
-    replicas the operator last wrote."""
+    replicas the operator last wrote. `hold_s` is how long the rate limits may hold the next
+    write back (the longer of the scale periods, `quiet_hold`): a quiet time in which no write
+    could be reverted proves nothing, and with a 15 min period the fight ended before the
+    next write, so the other writer was never counted twice and the two oscillated for good."""
     fight = (stored.as_of(now) if stored is not None and stored.generation == generation
              else None)
     if reverted:
@@ -112,10 +117,19 @@ def next_fight(stored: Fight | None, generation: int, reverted: bool, now: float
         since = fight.since if fight is not None else now
         return Fight(reverts, since, now, generation, retry_at)
     if fight is not None and not fight.blocks(now) and (
-        now - max(fight.last_revert, fight.retry_at or 0.0) >= QUIET_S
+        now - max(fight.last_revert, fight.retry_at or 0.0) >= QUIET_S + hold_s
     ):
         return None
     return fight
+
+
+def quiet_hold(spec: InferenceTuningSpec) -> float:
+    """How long after a revert the rate limits may hold the next write (next_fight's
+    `hold_s`): the longer of the scale-up and scale-down periods."""
+    scaling = spec.autoscaling
+    if scaling is None:
+        return 0.0
+    return max(scaling.scale_up.period.seconds, scaling.scale_down.period.seconds)
 
 
 def fight_message(fight: Fight, deployment: str) -> str:
