@@ -254,3 +254,28 @@ def test_a_writer_reverting_each_write_of_a_slow_rate_limit_is_a_fight(
     # Writes at 0 and 15 min make the fight; then one retry after each backoff of 5, 10,
     # 20, 40, 60 and 60 min.
     assert writes == 8, writes
+
+
+@pytest.mark.parametrize("between", ["re-created", "autoscaling removed"])
+def test_what_was_written_for_a_tuning_gone_since_is_no_revert_of_the_next(
+        monkeypatch: pytest.MonkeyPatch, between: str) -> None:
+    """The tuning was deleted (or its autoscaling removed), the team set the replicas back,
+    and the tuning came back: the count this process wrote for the old one was kept, so the
+    first evaluation counted the team's count as a revert, and one later kubectl scale
+    stopped autoscaling for 5 minutes."""
+    raw = {"targetRef": {"name": "llm"}, "engine": "vllm",
+           "autoscaling": {"minReplicas": 1, "maxReplicas": 50,
+                           "scaleUp": {"pods": 1, "percent": 0, "period": "60s"}}}
+    cluster = Cluster(monkeypatch, replicas=2)
+    settings = autoscaling.AutoscalingSettings(source=None)
+    assert settings.parse("ns", "t", "uid-1", 1, raw) is not None
+    assert cluster.evaluate(settings, T0) == 3 and cluster.replicas == 3
+    if between == "re-created":
+        assert settings.parse("ns", "t", "uid-2", 1, raw) is not None
+    else:
+        no_scaling = {k: v for k, v in raw.items() if k != "autoscaling"}
+        assert settings.parse("ns", "t", "uid-1", 2, no_scaling) is None
+        assert settings.parse("ns", "t", "uid-1", 3, raw) is not None
+    cluster.replicas, cluster.status = 2, {}
+    cluster.evaluate(settings, T0 + 7200)
+    assert cluster.status["autoscaling"].get("replicaFight") is None

@@ -163,6 +163,13 @@ class AutoscalingSettings:
             scaling = tuning.spec.autoscaling
             parsed = None if scaling is None else Parsed(
                 tuning.spec, target_for_tuning(tuning), scaling.interval.seconds)
+        if parsed is None or (cached is not None and cached[0][0] != uid):
+            # Another object of the same name (deleted and created again), or autoscaling
+            # removed: what this process wrote for the old one is no longer its to defend.
+            # Kept, a count set by hand meanwhile was a revert of the new tuning's.
+            for table in (self.written, self.written_to, self.unwritten, self.evaluated_at,
+                          self.last_slot):
+                table.pop(key, None)
         self.parsed[key] = (version, parsed)
         return parsed
 
