@@ -5,6 +5,7 @@ from __future__ import annotations
 import socket
 import threading
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from kubernetes import client
@@ -74,7 +75,7 @@ def test_a_round_against_a_server_that_never_answers_ends_and_stop_returns(
     api = client.CoordinationV1Api(client.ApiClient(configuration))
     election = LeaseElection("infertune-system", duration_s=3, renew_deadline_s=1.0,
                              retry_s=0.2, api=api)
-    assert election.request_timeout_s == 0.5
+    assert election.request_timeout_s == 0.25
     outcome: list[BaseException | bool] = []
 
     def round_() -> None:
@@ -93,3 +94,53 @@ def test_a_round_against_a_server_that_never_answers_ends_and_stop_returns(
     stopper.start()
     stopper.join(timeout=30)
     assert not stopper.is_alive(), "stop() hung"
+
+
+def test_leadership_holds_between_renewals_that_each_take_two_slow_calls() -> None:
+    """An API server that answers every call, in 2.2 s: a round of read and replace took
+    4.4 s, the next one started 2 s after it ended, and leadership (10 s from a round's start)
+    lapsed for a moment in every cycle; at 3 s a call, half of the time."""
+    from kubernetes.client.exceptions import ApiException as Refused
+
+    now = [1000.0]
+    samples: list[bool] = []
+    election: LeaseElection
+
+    def wait(seconds: float) -> None:  # time passes; leadership is looked at every 0.1 s
+        end = now[0] + seconds
+        while now[0] < end:
+            now[0] = min(end, now[0] + 0.1)
+            if election.term:  # once it first led
+                samples.append(election.leads())
+
+    class SlowApi:
+        lease: client.V1Lease | None = None
+        version = 0
+
+        def read_namespaced_lease(self, name: str, namespace: str, **_: Any) -> Any:
+            wait(2.2)
+            if self.lease is None:
+                raise Refused(status=404)
+            return self.lease
+
+        def create_namespaced_lease(self, namespace: str, body: Any, **_: Any) -> Any:
+            return self.replace_namespaced_lease(body["metadata"]["name"], namespace, body)
+
+        def replace_namespaced_lease(self, name: str, namespace: str, body: Any,
+                                     **_: Any) -> Any:
+            wait(2.2)
+            self.version += 1
+            self.lease = client.V1Lease(
+                metadata=client.V1ObjectMeta(name=name, resource_version=str(self.version)),
+                spec=client.V1LeaseSpec(holder_identity=body["spec"]["holderIdentity"],
+                                        lease_duration_seconds=15, lease_transitions=0))
+            return self.lease
+
+    election = LeaseElection("infertune-system", identity="me", clock=lambda: now[0],
+                             wall_clock=lambda: now[0], api=SlowApi())  # type: ignore[arg-type]
+    assert election.request_timeout_s == 2.5
+    for _ in range(20):  # as _run does it
+        started = now[0]
+        assert election.try_once()
+        wait(election.pause_after(started))
+    assert len(samples) > 300 and all(samples), samples.count(False)

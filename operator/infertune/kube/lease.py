@@ -116,9 +116,11 @@ class LeaseElection:
         self.duration_s, self.renew_deadline_s, self.retry_s = (duration_s, renew_deadline_s,
                                                                 retry_s)
         self._clock, self._wall_clock, self._api = clock, wall_clock, api
-        self.request_timeout_s = min(REQUEST_TIMEOUT_S, renew_deadline_s / 2)
+        self.request_timeout_s = min(REQUEST_TIMEOUT_S, renew_deadline_s / 4)
         """Per API call: a connection that hangs (a load balancer failing over) would
-        otherwise hold the rounds for good, and with them the leadership."""
+        otherwise hold the rounds for good, and with them the leadership. A quarter of the
+        renew deadline, so that two rounds of two calls fit into it: a slow but answering API
+        server then never lets leadership lapse between two renewals."""
         self._valid_until = -float("inf")
         self._observed: tuple[str | None, float] = (None, 0.0)
         """(resourceVersion last seen, when it was first seen on `clock`)."""
@@ -251,9 +253,17 @@ class LeaseElection:
         if self.release():
             logger.info(f"released {self.where}")
 
+    def pause_after(self, started: float) -> float:
+        """Seconds until the next round, for one that started at `started`: rounds start every
+        `retry_s` from their start, as client-go's renewals do. Counted from their end, rounds
+        of 4 s (2 s per call under load, every one answered) left leadership lapsed for a
+        moment every cycle, since it runs `renew_deadline_s` from a round's start."""
+        return max(0.0, self.retry_s - (self._clock() - started))
+
     def _run(self) -> None:
         leading, problem, waiting_for = False, None, None
         while not self._stop.is_set():
+            started = self._clock()
             try:
                 self.try_once()
                 problem = None
@@ -279,7 +289,7 @@ class LeaseElection:
                             "re-tuning and MIG loops wait until it is released or expires "
                             f"({self.duration_s}s without renewal)")
             waiting_for = None if leading else self.holder
-            self._stop.wait(self.retry_s)
+            self._stop.wait(self.pause_after(started))
 
 
 def _version(lease: client.V1Lease) -> str | None:
