@@ -393,3 +393,27 @@ def test_every_integer_of_the_spec_has_a_bound_the_api_server_takes() -> None:
     spec = InferenceTuningSpec.model_validate(_spec(canary={
         "steps": [{"weight": 10}], "analysis": {"minRequestCount": 2**31 - 1}}))
     assert spec.canary is not None
+
+
+def test_null_map_entries_are_taken_as_the_api_server_stores_them() -> None:
+    """A label or nodeSelector entry given as null is dropped there, an annotation stored
+    empty: validate refused all three."""
+    tuning = InferenceTuning.model_validate({
+        "metadata": {"name": "q", "labels": {"a": None, "b": "x"},
+                     "annotations": {"example.com/a": None}},
+        "spec": _spec(mig={"profile": "3g.71gb", "nodeSelector": {"pool": None}})})
+    assert tuning.metadata.labels == {"b": "x"}
+    assert tuning.metadata.annotations == {"example.com/a": ""}
+    assert tuning.spec.mig is not None and tuning.spec.mig.node_selector == {}
+
+
+def test_the_metadata_the_api_server_returns_is_read() -> None:
+    """Every field of a stored object's metadata (managedFields and the rest) is known."""
+    from infertune.api.spec import ObjectMeta
+
+    stored = {"name": "q", "namespace": "ml", "uid": "u", "resourceVersion": "7",
+              "generation": 2, "creationTimestamp": "2026-12-03T10:00:00Z",
+              "managedFields": [{"manager": "kubectl"}], "finalizers": ["infertune.io/x"],
+              "labels": {"app.kubernetes.io/name": "qwen"},
+              "annotations": {"kubectl.kubernetes.io/last-applied-configuration": "{}"}}
+    assert ObjectMeta.model_validate(stored).name == "q"

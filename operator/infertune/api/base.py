@@ -38,6 +38,14 @@ def _flag(value: Any) -> Any:
     return value
 
 
+def without_nulls(value: Any) -> Any:
+    """A map entry given as null is dropped, as the API server prunes it (for a BeforeValidator
+    of a dict field: labels, nodeSelector)."""
+    if isinstance(value, dict) and None in value.values():
+        return {k: v for k, v in value.items() if v is not None}
+    return value
+
+
 NUMBER = BeforeValidator(_number)
 """Put last in the Annotated of every int and float field (after its Field, whose bounds then
 reach the CRD schema as minimum and maximum). An integral float such as 2.0 is an integer, as

@@ -5,16 +5,17 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import BeforeValidator, Field, model_validator
 from pydantic.alias_generators import to_camel, to_snake
 
-from infertune.api.base import ApiModel, CrossFieldProblems
+from infertune.api.base import ApiModel, CrossFieldProblems, without_nulls
 from infertune.api.canary import CanarySpec
 from infertune.api.scaling import AutoscalingSpec, BatchingKnob, BatchingMode, BatchingSpec
 from infertune.api.status import InferenceTuningStatus
 from infertune.api.templates import MAX_TEMPLATE_LENGTH, template_problem
 from infertune.api.tuning import AllocatorSpec, MemorySpec, MigSpec, NumaSpec, RetuneSpec
 from infertune.api.units import parse_duration
+from infertune.keys import label_problem
 
 GROUP = "infertune.io"
 VERSION = "v1alpha1"
@@ -296,6 +297,13 @@ def auto_batching_problem(batching: BatchingSpec, knob: BatchingKnob | None) -> 
     return None
 
 
+def _nulls_empty(value: Any) -> Any:
+    """An annotation given as null is stored empty by the API server."""
+    if isinstance(value, dict) and None in value.values():
+        return {k: "" if v is None else v for k, v in value.items()}
+    return value
+
+
 class ObjectMeta(ApiModel):
     """The parts of metadata that validation reads; the API server owns the rest."""
 
@@ -307,8 +315,34 @@ class ObjectMeta(ApiModel):
     namespace: Annotated[str, Field(pattern=DNS_LABEL, max_length=63)] | None = None
     """Namespace; the target Deployment lives in the same one."""
 
-    labels: dict[str, str] = Field(default_factory=dict)
-    annotations: dict[str, str] = Field(default_factory=dict)
+    labels: Annotated[dict[str, str], BeforeValidator(without_nulls)] = Field(
+        default_factory=dict)
+    annotations: Annotated[dict[str, str], BeforeValidator(_nulls_empty)] = Field(
+        default_factory=dict)
+
+    @model_validator(mode="after")
+    def _as_the_api_server_checks(self) -> ObjectMeta:
+        """What the API server refuses in metadata, refused here too: `validate` passed it,
+        and the sync failed."""
+        problems = CrossFieldProblems()
+        for field in sorted(set(self.model_extra or {}) - _OBJECT_META_FIELDS):
+            problems.add(field, "unknown field; remove it")
+        for key, value in self.labels.items():
+            if (problem := label_problem(key, value)) is not None:
+                problems.add(f"labels[{key!r}]", problem)
+        for key in self.annotations:
+            if (problem := label_problem(key, "")) is not None:
+                problems.add(f"annotations[{key!r}]",
+                             problem.replace("is not a label key", "is not an annotation key"))
+        problems.raise_if_any()
+        return self
+
+
+_OBJECT_META_FIELDS = frozenset({
+    "name", "generateName", "namespace", "selfLink", "uid", "resourceVersion", "generation",
+    "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "labels",
+    "annotations", "ownerReferences", "finalizers", "managedFields"})
+"""The fields of a Kubernetes ObjectMeta; the API server refuses others."""
 
 
 class InferenceTuning(ApiModel):

@@ -5,9 +5,9 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Annotated
 
-from pydantic import Field, model_validator
+from pydantic import BeforeValidator, Field, model_validator
 
-from infertune.api.base import FLAG, NUMBER, ApiModel, CrossFieldProblems
+from infertune.api.base import FLAG, NUMBER, ApiModel, CrossFieldProblems, without_nulls
 from infertune.api.units import Quantity
 from infertune.keys import label_problem
 
@@ -141,7 +141,8 @@ class MigSpec(ApiModel):
     """The GPU Operator's MIG strategy: mixed requests nvidia.com/mig-<profile>, single
     requests nvidia.com/gpu."""
 
-    node_selector: dict[str, str] = Field(default_factory=dict)
+    node_selector: Annotated[dict[str, str], BeforeValidator(without_nulls)] = Field(
+        default_factory=dict)
     """Only nodes with all these labels are partitioned, in addition to the GPU product and
     nvidia.com/mig.capable=true."""
 
