@@ -128,13 +128,16 @@ def test_a_name_with_a_newline_cannot_print_a_line_of_its_own(
     assert "ns/x: valid\\nprod.yaml" in captured.err
 
 
+@pytest.mark.parametrize("header", ["apiVersion: v1\nkind: List\n",
+                                    "apiVersion: infertune.io/v1alpha1\n"
+                                    "kind: InferenceTuningList\n"])
 def test_the_objects_of_a_list_are_each_checked(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """`kubectl get itune -A -o yaml` writes a v1 List: its tunings were skipped, and the
-    file was valid whatever they held."""
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], header: str) -> None:
+    """`kubectl get itune -A -o yaml` writes a v1 List, and kubectl applies the items of an
+    InferenceTuningList too: their tunings were skipped (or the list refused as a kind)."""
     listed = tmp_path / "list.yaml"
     listed.write_text(
-        "apiVersion: v1\nkind: List\nitems:\n"
+        header + "items:\n"
         "- apiVersion: infertune.io/v1alpha1\n  kind: InferenceTuning\n"
         "  metadata: {name: bad, namespace: ns}\n  spec: {targetRef: {name: d}, engine: nope}\n"
         "- apiVersion: infertune.io/v1alpha1\n  kind: InferenceTuning\n"

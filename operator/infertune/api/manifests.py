@@ -126,10 +126,11 @@ def load_documents(path: Path) -> tuple[list[Document], list[str]]:
         return [], [f"{source}:{where}: not valid YAML: {problem}"]
     docs: list[Document] = []
     for i, body in enumerate(bodies):
-        if (isinstance(body, dict) and body.get("kind") == "List"
+        if (isinstance(body, dict) and str(body.get("kind")).endswith("List")
                 and isinstance(body.get("items"), list)):
-            # `kubectl get itune -o yaml` writes the objects as a v1 List: each is checked
-            # (the List itself was skipped as a kind of no interest, and so were they).
+            # `kubectl get itune -o yaml` writes the objects as a v1 List, and kubectl applies
+            # the items of any *List (InferenceTuningList too): each is checked (the List
+            # itself was skipped as a kind of no interest, and so were they).
             docs += [Document(source, i, item) for item in body["items"] if item is not None]
         elif body is not None:
             docs.append(Document(source, i, body))
