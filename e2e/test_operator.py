@@ -230,6 +230,29 @@ def test_validate_takes_numbers_flags_and_nulls_as_the_api_server_does(
         assert field in server.stderr and field in ours.stderr, (server.stderr, ours.stderr)
 
 
+@pytest.mark.parametrize(("spec", "refused"), [
+    ("  targetRef: {name: qwen}\n  container: n\n", True),  # false to both
+    ("  targetRef: {name: qwen}\n  autoscaling: {maxReplicas: 1:30}\n", True),  # a string
+    ("  targetRef: {name: qwen}\n  autoscaling: {maxReplicas: 1e3, tolerance: +.5}\n", False),
+    ("  targetRef: {name: 2024-01-01}\n  autoscaling: {maxReplicas: 0X1F}\n", False),
+])
+def test_validate_reads_yaml_as_kubectl_does(
+    operator: OperatorProcess, kubectl: Kubectl, namespace: str, tmp_path: Path, spec: str,
+    refused: bool
+) -> None:
+    """The same text, read by kubectl (sigs.k8s.io/yaml) and by validate: both accept it, or
+    both refuse it."""
+    manifest = tmp_path / "t.yaml"
+    manifest.write_text(f"apiVersion: {GROUP}/{VERSION}\nkind: InferenceTuning\n"
+                        f"metadata:\n  name: t\nspec:\n  engine: vllm\n{spec}")
+    server = kubectl("apply", "--dry-run=server", "-n", namespace, "-f", str(manifest),
+                     check=False)
+    ours = subprocess.run([sys.executable, "-m", "infertune", "validate", str(manifest)],
+                          capture_output=True, text=True, check=False)
+    assert (server.returncode != 0) is refused, server.stderr
+    assert (ours.returncode != 0) is refused, ours.stderr
+
+
 def test_api_server_rejects_what_the_schema_forbids(
     api_client: client.ApiClient, namespace: str, operator: OperatorProcess
 ) -> None:

@@ -146,3 +146,52 @@ def test_the_objects_of_a_list_are_each_checked(
     captured = capsys.readouterr()
     assert "InferenceTuning ns/bad: spec.engine:" in captured.err
     assert "InferenceTuning ns/good: valid" in captured.out
+
+
+def _tuning_yaml(spec_lines: str, metadata_lines: str = "") -> str:
+    return ("apiVersion: infertune.io/v1alpha1\nkind: InferenceTuning\nmetadata:\n"
+            f"  name: qwen\n  namespace: ml\n{metadata_lines}spec:\n  engine: vllm\n"
+            f"{spec_lines}")
+
+
+@pytest.mark.parametrize(("spec_lines", "metadata_lines", "error"), [
+    # What kubectl (sigs.k8s.io/yaml, go-yaml v2) sends, and the API server then says.
+    ("  targetRef: {name: qwen}\n  container: n\n", "", "spec.container: False"),
+    ("  targetRef: {name: qwen}\n  autoscaling: {maxReplicas: 1:30}\n", "",
+     "'1:30' is a string, not a number"),
+    ("  targetRef: {name: qwen}\n  autoscaling: {maxReplicas: 1e3}\n", "", None),  # 1000
+    ("  targetRef: {name: qwen}\n  autoscaling: {maxReplicas: 0X1F, tolerance: +.5}\n", "",
+     None),
+    ("  targetRef: {name: 2024-01-01}\n", "  annotations: {example.com/window: 12:30, "
+     "example.com/eq: =}\n", None),
+])
+def test_yaml_is_read_as_kubectl_reads_it(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                          spec_lines: str, metadata_lines: str,
+                                          error: str | None) -> None:
+    """PyYAML's YAML 1.1 read `n` as a string and 1:30 as 90 (validate passed what the API
+    server refused), and refused 1e3, +.5, dates and `=` that kubectl sends as 1000, 0.5 and
+    strings."""
+    manifest = tmp_path / "t.yaml"
+    manifest.write_text(_tuning_yaml(spec_lines, metadata_lines))
+    code = main(["validate", str(manifest)])
+    captured = capsys.readouterr()
+    if error is None:
+        assert code == 0, captured.err
+    else:
+        assert code == 1 and error in captured.err, captured.err
+
+
+def test_a_json_manifest_is_read_as_json(tmp_path: Path,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """kubectl reads a JSON object as JSON: tab indentation (jq --tab, Go's MarshalIndent)
+    and exponents (Python's json.dumps writes 1e-05) were refused as YAML."""
+    manifest = tmp_path / "t.json"
+    manifest.write_text(
+        '{\n\t"apiVersion": "infertune.io/v1alpha1",\n\t"kind": "InferenceTuning",\n'
+        '\t"metadata": {"name": "qwen", "namespace": "ml"},\n'
+        '\t"spec": {"targetRef": {"name": "qwen"}, "engine": "vllm",\n'
+        '\t\t"canary": {"steps": [{"weight": 10}], "analysis": {"maxErrorRate": 1e-05}}}\n}\n')
+    assert main(["validate", str(manifest)]) == 0, capsys.readouterr().err
+    manifest.write_text('{"kind": "InferenceTuning", "kind": "InferenceTuning"}')
+    assert main(["validate", str(manifest)]) == 1
+    assert "found the key 'kind' twice" in capsys.readouterr().err

@@ -3,6 +3,9 @@ then against the Deployment it targets when that Deployment is in the same set o
 
 from __future__ import annotations
 
+import json
+import math
+import re
 import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -105,6 +108,65 @@ class _UniqueKeyLoader(yaml.SafeLoader):
             seen.add(key)
         return super().construct_mapping(node, deep=deep)
 
+class _KubectlLoader(_UniqueKeyLoader):
+    """Reads plain scalars as kubectl does (sigs.k8s.io/yaml, on go-yaml v2), not as PyYAML's
+    YAML 1.1: a manifest `validate` passes is then the object the API server receives.
+    PyYAML read `container: n` as the string n and `maxReplicas: 1:30` as 90 (kubectl sends
+    false and the string "1:30", which the API server refuses), and refused `maxReplicas: 1e3`,
+    `tolerance: +.5` and `name: 2024-01-01` that kubectl sends as 1000, 0.5 and a string."""
+
+    yaml_implicit_resolvers: dict[Any, Any] = {}
+    bool_values = {**yaml.SafeLoader.bool_values, "y": True, "n": False}
+
+    def construct_yaml_int(self, node: yaml.ScalarNode) -> int:
+        """As Go's strconv.ParseInt(text, 0, 64) after go-yaml drops every '_': 0x, 0o and 0b
+        prefixes in either case, and a leading 0 for octal."""
+        plain = str(self.construct_scalar(node)).replace("_", "")
+        if re.fullmatch(r"[-+]?0[0-7]+", plain):
+            return int(plain, 8)
+        return int(plain, 0)
+
+    def construct_yaml_float(self, node: yaml.ScalarNode) -> float:
+        plain = str(self.construct_scalar(node)).replace("_", "")
+        special = {".inf": math.inf, "+.inf": math.inf, "-.inf": -math.inf, ".nan": math.nan}
+        return special[plain.lower()] if plain.lower() in special else float(plain)
+
+
+_KubectlLoader.add_constructor("tag:yaml.org,2002:int", _KubectlLoader.construct_yaml_int)
+_KubectlLoader.add_constructor("tag:yaml.org,2002:float", _KubectlLoader.construct_yaml_float)
+for _tag, _pattern, _first in (
+    ("bool", r"y|Y|yes|Yes|YES|n|N|no|No|NO|true|True|TRUE|false|False|FALSE|on|On|ON|off|Off|OFF",
+     "yYnNtTfFoO"),
+    ("null", r"~|null|Null|NULL|", ["~", "n", "N", ""]),
+    # go-yaml v2 tries an integer first, then a float; never a timestamp or base 60.
+    ("int", r"[-+]?(?:0[bB][01_]+|0[oO][0-7_]+|0[xX][0-9a-fA-F_]+|0[0-7_]*|[1-9][0-9_]*)",
+     "-+0123456789"),
+    ("float", r"[-+]?(?:\.[0-9_]+|[0-9][0-9_]*(?:\.[0-9_]*)?)(?:[eE][-+]?[0-9_]+)?"
+     r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN)", "-+.0123456789"),
+    ("merge", r"<<", "<"),
+):
+    _KubectlLoader.add_implicit_resolver(f"tag:yaml.org,2002:{_tag}",
+                                         re.compile(f"^(?:{_pattern})$"), list(_first))
+
+
+def _json_object(text: str) -> list[Any] | None:
+    """A file that is one JSON object, read as JSON, as kubectl reads it (tabs and numbers
+    such as 1e-05 are JSON, and YAML 1.1 refuses or misreads them); None for anything else,
+    which is read as YAML (a key given twice too, so that it is named)."""
+    if not text.lstrip().startswith("{"):
+        return None
+
+    def unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        if len({key for key, _ in pairs}) != len(pairs):
+            raise ValueError("a key given twice")
+        return dict(pairs)
+
+    try:
+        return [json.loads(text, object_pairs_hook=unique)]
+    except ValueError:
+        return None
+
+
 def load_documents(path: Path) -> tuple[list[Document], list[str]]:
     """The documents of a (multi-document) YAML file, or of standard input for STDIN, or the
     reason it cannot be read."""
@@ -116,7 +178,9 @@ def load_documents(path: Path) -> tuple[list[Document], list[str]]:
     except UnicodeDecodeError:
         return [], [f"{source}: not UTF-8 text"]
     try:
-        bodies = list(yaml.load_all(text, Loader=_UniqueKeyLoader))
+        bodies = _json_object(text)
+        if bodies is None:
+            bodies = list(yaml.load_all(text, Loader=_KubectlLoader))
     except RecursionError:
         return [], [f"{source}: nested too deeply to be a manifest"]
     except yaml.YAMLError as exc:
