@@ -417,3 +417,21 @@ def test_the_metadata_the_api_server_returns_is_read() -> None:
               "labels": {"app.kubernetes.io/name": "qwen"},
               "annotations": {"kubectl.kubernetes.io/last-applied-configuration": "{}"}}
     assert ObjectMeta.model_validate(stored).name == "q"
+
+
+@pytest.mark.parametrize(("path", "valid"), [
+    ("/opt/lib/libjemalloc.so.2", True),
+    ("/opt/lib\u00a0x/libjemalloc.so", True),  # no separator to ld.so, and RE2 takes it
+    ("/opt/lib x/libjemalloc.so", False), ("/opt/a\tb.so", False), ("/opt/a\vb.so", False),
+    ("/a:b.so", False),  # LD_PRELOAD splits on spaces and colons
+])
+def test_the_library_path_pattern_means_the_same_to_the_api_server(path: str,
+                                                                   valid: bool) -> None:
+    """`\\s` is Unicode whitespace to pydantic and ASCII to the API server's RE2: a path the
+    API server stored (a no-break space) was refused by the operator, and \\v the other way."""
+    try:
+        InferenceTuningSpec.model_validate(_spec(allocator={"libraryPath": path}))
+    except ValidationError:
+        assert not valid
+    else:
+        assert valid

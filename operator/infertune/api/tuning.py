@@ -189,7 +189,9 @@ class AllocatorSpec(ApiModel):
     """jemalloc preloads libjemalloc with MALLOC_CONF; glibc keeps the default allocator and
     sets its arena limits; none changes nothing."""
 
-    library_path: Annotated[str, Field(pattern=r"^/[^\s:]*$", max_length=4096)] = (
+    # ASCII whitespace spelled out: `\s` is Unicode whitespace to pydantic's regex engine and
+    # ASCII to the API server's (RE2), so a path the CRD took was refused by the operator.
+    library_path: Annotated[str, Field(pattern=r"^/[^\t\n\v\f\r :]*$", max_length=4096)] = (
         DEFAULT_JEMALLOC_PATH
     )
     """Absolute path of libjemalloc inside the serving image (LD_PRELOAD)."""
