@@ -227,8 +227,11 @@ def test_batching_auto_re_tunes_pods_with_the_applied_batch_size(
     them), where it used to step every interval while the pods were being re-created. The
     first step starts from the value on the pod template's command line."""
     create(api_client, namespace, deployment("qwen", args=["--max-num-seqs", "48"]))
+    # One replica: re-tuning never evicts the only Ready pod, so the Deployment rolls it
+    # (a new pod first) through the pod template annotation.
     create(api_client, namespace, tuning("qwen", "qwen", batching={
-        "mode": "Auto", "knob": "max-num-seqs", "min": 4, "max": 64}, **SPEC))
+        "mode": "Auto", "knob": "max-num-seqs", "min": 4, "max": 64},
+        retune={"strategy": "PodTemplateAnnotation"}, **SPEC))
     fake_vllm.queue_per_pod = 1.0
     fake_vllm.latency_s = 0.4
 
