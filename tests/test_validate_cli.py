@@ -195,3 +195,13 @@ def test_a_json_manifest_is_read_as_json(tmp_path: Path,
     manifest.write_text('{"kind": "InferenceTuning", "kind": "InferenceTuning"}')
     assert main(["validate", str(manifest)]) == 1
     assert "found the key 'kind' twice" in capsys.readouterr().err
+
+
+def test_a_status_in_the_file_is_not_checked(tmp_path: Path,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """The API server drops it on create and apply (the status subresource); a file saved
+    with `kubectl get -o yaml` holds one, and an old or edited one failed validation."""
+    manifest = tmp_path / "t.yaml"
+    manifest.write_text(_tuning_yaml("  targetRef: {name: qwen}\n")
+                        + "status: {phase: Bogus, autoscaling: {unknown: 1}}\n")
+    assert main(["validate", str(manifest)]) == 0, capsys.readouterr().err

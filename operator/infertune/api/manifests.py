@@ -251,7 +251,9 @@ def _check_tuning(document: Document) -> tuple[InferenceTuning | None, list[Fiel
                                  f"{API_VERSION}")]
     try:
         # by_name=False: the API has the camelCase names only (target_ref is unknown there).
-        return InferenceTuning.model_validate(body, by_name=False), []
+        # A status in the file is not read: the API server drops it (the status subresource).
+        return InferenceTuning.model_validate(
+            {k: v for k, v in body.items() if k != "status"}, by_name=False), []
     except ValidationError as exc:
         return None, field_errors(exc, InferenceTuning)
 
