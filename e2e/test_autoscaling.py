@@ -36,6 +36,7 @@ from e2e.test_operator import (
 from e2e.test_pod_tuning import pods_of
 from infertune.api.spec import GROUP, PLURAL, VERSION
 from infertune.cli import build_parser
+from infertune.kube.client import FIELD_MANAGER
 from infertune.scaling.state import parse_time
 
 pytestmark = pytest.mark.e2e
@@ -151,6 +152,11 @@ def test_queue_scales_out_then_in_after_stabilization(
         namespace, field_selector="involvedObject.name=qwen,reason=ScaledOut").items,
         "a ScaledOut Event")
     assert "queue" in events[0].message
+    # `kubectl get deploy --show-managed-fields` names the operator as the writer.
+    managed = client.AppsV1Api(api_client).read_namespaced_deployment(
+        "qwen", namespace).metadata.managed_fields
+    assert any(m.manager == FIELD_MANAGER and m.subresource == "scale" for m in managed), [
+        (m.manager, m.subresource) for m in managed]
 
     fake_vllm.queue_per_pod = 0.0
     loaded: list[str] = []  # `evaluated` of each evaluation that still saw the load

@@ -11,7 +11,12 @@ from urllib.parse import urlsplit
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
+from infertune import __version__
+
 POOL_SIZE = 32
+USER_AGENT = f"infertune/{__version__}"
+FIELD_MANAGER = "infertune"
+"""The manager of the operator's writes in managedFields (the user agent up to the "/")."""
 
 
 def configure(kubeconfig: str | None) -> None:
@@ -33,7 +38,12 @@ def configure(kubeconfig: str | None) -> None:
     # Enough pooled connections for every thread that calls the API at once (the autoscaling
     # workers and kopf's executor): a full pool drops connections and reconnects over TLS.
     shared.connection_pool_maxsize = POOL_SIZE
-    client.ApiClient.set_default(client.ApiClient(shared))  # type: ignore[no-untyped-call]
+    api = client.ApiClient(shared)  # type: ignore[no-untyped-call]
+    # The API server names the field manager of every write after the user agent: the
+    # Deployment's managedFields then say that infertune set its replicas (subresource
+    # scale), where they said OpenAPI-Generator, as for any script using this client.
+    api.user_agent = USER_AGENT
+    client.ApiClient.set_default(api)  # type: ignore[no-untyped-call]
 
 
 def api_server_url() -> str:
