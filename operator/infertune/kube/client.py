@@ -38,7 +38,7 @@ def configure(kubeconfig: str | None) -> None:
     # Enough pooled connections for every thread that calls the API at once (the autoscaling
     # workers and kopf's executor): a full pool drops connections and reconnects over TLS.
     shared.connection_pool_maxsize = POOL_SIZE
-    api = client.ApiClient(shared)  # type: ignore[no-untyped-call]
+    api = client.ApiClient(shared)
     # The API server names the field manager of every write after the user agent: the
     # Deployment's managedFields then say that infertune set its replicas (subresource
     # scale), where they said OpenAPI-Generator, as for any script using this client.
