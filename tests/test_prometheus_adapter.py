@@ -87,7 +87,7 @@ class Exporter:
 
 
 @pytest.fixture(scope="module")
-def exporters() -> Iterator[tuple[Exporter, Exporter]]:
+def exporters() -> Iterator[tuple[Exporter, Exporter, Exporter]]:
     text = Exporter("vllm", [
         Pod("serving", "llm-5d4f8b9c7-bcdfg", 40),
         Pod("serving", "llm-5d4f8b9c7-fghjk", 20),
@@ -99,30 +99,40 @@ def exporters() -> Iterator[tuple[Exporter, Exporter]]:
         Pod(HOSTILE_NS, "llm-5d4f8b9c7-zzzzz", 7),
     ])
     openmetrics = Exporter("sglang", [Pod("serving", "sgl-7f9d5-xz2k4", 12)])
+    twice = Exporter("vllm", [Pod("twice", "llm-5d4f8b9c7-bcdfg", 40),
+                              Pod("twice", "llm-5d4f8b9c7-fghjk", 20)])
     stop = threading.Event()
 
     def observe() -> None:
         while not stop.wait(OBSERVE_EVERY_S):
             text.tick()
             openmetrics.tick()
+            twice.tick()
 
     threading.Thread(target=observe, daemon=True).start()
-    yield text, openmetrics
+    yield text, openmetrics, twice
     stop.set()
 
 
 @pytest.fixture(scope="module")
-def prometheus(exporters: tuple[Exporter, Exporter]) -> Iterator[PrometheusServer]:
-    text, openmetrics = exporters
+def prometheus(exporters: tuple[Exporter, Exporter, Exporter]
+               ) -> Iterator[PrometheusServer]:
+    text, openmetrics, twice = exporters
     server = PrometheusServer().start()
     port = free_port()
     httpd, _ = start_http_server(port, addr="127.0.0.1", registry=openmetrics.registry)
     try:
-        with MetricsEndpoint(text.registry) as endpoint:
+        with MetricsEndpoint(text.registry) as endpoint, \
+                MetricsEndpoint(twice.registry) as twice_endpoint:
             server.add_scrape_job("text", [endpoint.target])
             server.add_scrape_job("openmetrics", [f"127.0.0.1:{port}"])
-            server.wait_for_targets_up("text")
-            server.wait_for_targets_up("openmetrics")
+            # Namespace "twice": its pods scraped by two jobs, as a ServiceMonitor beside a
+            # PodMonitor does: every series twice, differing in job, endpoint and service.
+            server.add_scrape_job("twice", [twice_endpoint.target])
+            server.add_scrape_job("twice-again", [twice_endpoint.target],
+                                  labels={"endpoint": "http", "service": "llm"})
+            for job in ("text", "openmetrics", "twice", "twice-again"):
+                server.wait_for_targets_up(job)
             yield server
     finally:
         httpd.shutdown()
@@ -182,6 +192,18 @@ def test_adapter_reads_queue_latency_and_rate_of_the_deployments_pods(
     # The time the batch was read for goes with it: a pass later in the slot judges the
     # freshness of the queue window (ending at that time) against it.
     assert got.read_at is not None and got.queue.end == math.floor(got.read_at)
+
+
+def test_a_pod_scraped_by_two_jobs_counts_once(prometheus: PrometheusServer) -> None:
+    """Summed per pod, the two copies doubled the queue (80 on a pod with 40 waiting) and the
+    request rate, and the Deployment scaled out on half its real queue."""
+    copies = prometheus.query('vllm:num_requests_waiting{namespace="twice", '
+                              'pod="llm-5d4f8b9c7-bcdfg"}')
+    assert sorted(c["metric"]["job"] for c in copies) == ["twice", "twice-again"]
+    llm = target("twice", "llm")
+    got = fetch_when(PrometheusSource(prometheus.url), [llm], llm.key)[llm.key]
+    assert got.queue.last == 30.0 and got.queue.pods == 2
+    assert got.request_rate.points[-1][1] == pytest.approx(2 / OBSERVE_EVERY_S, rel=0.5)
 
 
 def test_colon_trap_both_spellings_are_found(prometheus: PrometheusServer) -> None:
@@ -281,10 +303,10 @@ def queries(prometheus: PrometheusServer) -> dict[str, float]:
 
 
 def test_the_window_is_what_the_raw_history_says(prometheus: PrometheusServer,
-                                                 exporters: tuple[Exporter, Exporter]) -> None:
+                                                 exporters: tuple[Exporter, ...]) -> None:
     """Prometheus's summary (last, dip, samples) of a queue that drops below target and comes
     back equals `Window.of_points` over the same per-second history, read as a range query."""
-    text, _ = exporters
+    text, *_ = exporters
     wave = text.waiting.labels("serving", "wave-5d4f8b9c7-bcdfg", "qwen")
     wave.set(40)
     time.sleep(2.5)
@@ -689,11 +711,11 @@ def test_cli_says_where_the_tuning_comes_from_before_reading_anything(
 
 
 def test_the_queue_is_summed_per_pod_and_pods_are_counted_not_series(
-        prometheus: PrometheusServer, exporters: tuple[Exporter, Exporter]) -> None:
+        prometheus: PrometheusServer, exporters: tuple[Exporter, ...]) -> None:
     """An engine that exports its queue once per model (Triton) or per data-parallel rank has
     several series per pod: counted as series, 4 of them made one pod look like 4 replicas
     reporting, and the queue was their mean instead of the pod's total."""
-    text, _ = exporters
+    text, *_ = exporters
     for model, waiting in (("a", 30), ("b", 10), ("c", 2), ("d", 6)):
         text.waiting.labels("serving", "multi-5d4f8b9c7-bcdfg", model).set(waiting)
     text.waiting.labels("serving", "multi-5d4f8b9c7-fghjk", "a").set(12)
@@ -709,11 +731,11 @@ def test_the_queue_is_summed_per_pod_and_pods_are_counted_not_series(
 
 
 def test_data_parallel_ranks_sum_their_queue_and_average_their_batch(
-        prometheus: PrometheusServer, exporters: tuple[Exporter, Exporter]) -> None:
+        prometheus: PrometheusServer, exporters: tuple[Exporter, ...]) -> None:
     """A vLLM pod running two data-parallel ranks exports each gauge once per rank: the pod's
     queue is what waits at both, while the batch (max-num-seqs is per engine process) is
     each rank's: summed per pod, the running peak seeded a batch size twice too high."""
-    text, _ = exporters
+    text, *_ = exporters
     running = Gauge("vllm:num_requests_running", "running", ["namespace", "pod", "model_name"],
                     registry=text.registry)
     for rank, (waiting, serving) in (("r0", (4, 10)), ("r1", (6, 30))):

@@ -148,20 +148,35 @@ def filled(scope: Scope, template: Template, window: str) -> str:
                                       "window": window_text(window)}) + "\n)"
 
 
+SCRAPE_LABELS = ("job", "instance", "endpoint", "service")
+"""The labels Prometheus and the Prometheus Operator add per scrape job: a pod scraped twice
+(a PodMonitor and a ServiceMonitor, or one and the prometheus.io/scrape annotation job) has
+two copies of each series that differ only in them. Summed per pod, its queue and request
+rate counted twice, and the Deployment scaled out on half its real queue."""
+
+
+def _once(scope: Scope, expr: str) -> str:
+    """`expr` with the copies of a series scraped by several jobs taken once (their values
+    are the same sample); the target's own labels are kept."""
+    drop = [label for label in SCRAPE_LABELS
+            if label not in (scope.namespace_label, scope.pod_label)]
+    return f"max without ({', '.join(drop)}) ({expr})" if drop else expr
+
+
 def _gauge(scope: Scope, name: str | Template, window: str) -> str:
     if isinstance(name, Template):
         return filled(scope, name, window)
     # `or` matches label sets without the metric name, so a pod exported under both spellings
     # counts once (the colon spelling wins).
-    return " or ".join(f"{n}{{{scope.matchers()}}}" for n in spellings(name))
+    return _once(scope, " or ".join(f"{n}{{{scope.matchers()}}}" for n in spellings(name)))
 
 
 def _rate(scope: Scope, name: str | Template, window: str) -> str:
     if isinstance(name, Template):
         return filled(scope, name, window)
     # rate() drops the name; joining with `or` keeps two spellings from colliding.
-    return " or ".join(f"rate({n}{{{scope.matchers()}}}[{window_text(window)}])"
-                       for n in spellings(name))
+    return _once(scope, " or ".join(f"rate({n}{{{scope.matchers()}}}[{window_text(window)}])"
+                                    for n in spellings(name)))
 
 
 def _stat(expr: str, stat: str) -> str:
