@@ -875,3 +875,26 @@ def test_a_latency_whose_histogram_bounds_are_not_known_is_not_compared() -> Non
     quiet = decide(signals(steady(10), latency_ms=(297, 297), rate=0.01)._replace(
         latency_floor_unknown=True))
     assert quiet.signals.problems == ()
+
+
+@pytest.mark.parametrize(("latency_ms", "shown"), [
+    ((75.04, 75.04), "p99 75.04ms vs target 75ms"),  # was "75ms vs target 75ms", scaling out
+    ((75.0, 75.0), "p99 75ms vs target 75ms"),
+    ((120.0, 120.0), "p99 120ms vs target 75ms"),
+])
+def test_a_latency_is_never_written_as_its_target_when_it_is_not(
+        latency_ms: tuple[float, ...], shown: str) -> None:
+    decision = decide(signals(steady(10.0), latency_ms=latency_ms))
+    assert shown in decision.reason, decision.reason
+
+
+@pytest.mark.parametrize(("per_replica", "shown", "action"), [
+    # Target 32, tolerance 0.1: 35.2 is the edge; both used to read "ratio 1.10".
+    (35.187, "(ratio 1.0996), within tolerance 0.1", ScaleAction.HOLD),
+    (35.213, "(ratio 1.1004), above target", ScaleAction.SCALE_OUT),
+    (48.0, "(ratio 1.50), above target", ScaleAction.SCALE_OUT),
+])
+def test_a_queue_ratio_is_told_apart_from_the_tolerance_it_is_compared_with(
+        per_replica: float, shown: str, action: ScaleAction) -> None:
+    decision = decide(signals(steady(per_replica)))
+    assert shown in decision.reason and decision.action is action, decision.reason

@@ -863,3 +863,16 @@ def test_without_a_readiness_probe_and_no_queue_data_the_serving_count_holds_10_
     # Before any serving count is stored, the Deployment's ready count, as with a probe.
     first = plan_evaluation(scale_out, 1, {}, no_queue, 8, None, NOW, ready=8, unprobed="vllm")
     assert first.decision.signals.ready_replicas == 8
+
+
+@pytest.mark.parametrize(("latency_s", "column"), [
+    (0.0754, "75.4ms"),  # whole milliseconds printed "75ms" for a breach of 75ms
+    (0.07504, "75.04ms"),
+    (0.0004, "0.4ms"),  # and "0s"
+    (2.1, "2100ms"),
+])
+def test_the_p99_column_is_written_as_the_reasons_write_it(latency_s: float,
+                                                           column: str) -> None:
+    planned = plan_evaluation(spec(), 1, {}, signals(queue=30.0, latency_s=latency_s), 4,
+                              None, NOW)
+    assert planned.status["autoscaling"]["p99"] == column

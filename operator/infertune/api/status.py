@@ -220,7 +220,8 @@ class AutoscalingStatus(ApiModel):
     """The latency quantile the last evaluation saw, in milliseconds."""
 
     p99: str | None = None
-    """The same latency written as a duration (for example 312ms), for kubectl."""
+    """The same latency in milliseconds (for example 312ms or 75.4ms), for kubectl: to a
+    tenth, finer where it would read as the target it is not."""
 
     queue_depth: float | None = None
     """Mean requests waiting per replica at the last evaluation."""

@@ -25,7 +25,6 @@ from infertune.api.spec import (
     batching_knob,
 )
 from infertune.api.status import MAX_DECISIONS, ConditionStatus, ConditionType
-from infertune.api.units import format_duration
 from infertune.controller.conditions import (
     MAX_EVENT_MESSAGE,
     condition_dict,
@@ -34,7 +33,7 @@ from infertune.controller.conditions import (
 )
 from infertune.scaling.batching import MIN_STEP, recommend_batching
 from infertune.scaling.engine import ScaleAction, ScaleDecision, decide_scale
-from infertune.scaling.signals import TargetSignals, seconds
+from infertune.scaling.signals import TargetSignals, latency_text, seconds
 from infertune.scaling.state import ScalingState, Serving, format_time, stored_time
 from infertune.tuning.pod_patch import TemplateBatching, planned_mig, tuning_revision
 
@@ -134,7 +133,8 @@ def plan_evaluation(spec: InferenceTuningSpec, generation: int, status: Mapping[
     patch: dict[str, Any] = {
         "autoscaling": _autoscaling_block(
             decision, decision.state if applied else decision.held_state, stamp,
-            stamp if applied else previous.get("lastScaleTime"), fight),
+            stamp if applied else previous.get("lastScaleTime"), fight,
+            None if spec.autoscaling is None else seconds(spec.autoscaling.latency.target)),
     }
     kept = decision.desired_replicas if applied else written
     patch["autoscaling"]["target"] = spec.target_ref.name
@@ -216,8 +216,8 @@ def _unprobed_note(container: str | None) -> str:
 
 
 def _autoscaling_block(decision: ScaleDecision, state: ScalingState, stamp: str,
-                       last_scale: str | None,
-                       fight: Mapping[str, Any] | None) -> dict[str, Any]:
+                       last_scale: str | None, fight: Mapping[str, Any] | None,
+                       target_s: float | None = None) -> dict[str, Any]:
     """`status.autoscaling` (api.status.AutoscalingStatus); None fields are removed."""
     reading = decision.signals
     latency, queue = reading.latency_s, reading.queue_per_replica
@@ -226,7 +226,9 @@ def _autoscaling_block(decision: ScaleDecision, state: ScalingState, stamp: str,
         "currentReplicas": decision.current_replicas,
         "desiredReplicas": decision.desired_replicas,
         "p99Ms": None if latency is None else round(latency * 1000, 1),
-        "p99": None if latency is None else format_duration(latency),
+        # As the reasons write it: whole milliseconds showed "75ms" for a breach of 75ms,
+        # and "0s" for 0.4ms.
+        "p99": None if latency is None else latency_text(latency, target_s),
         "queueDepth": None if queue is None else round(queue, 2),
         "lastScaleTime": last_scale,
         "breaches": reading.breaches,

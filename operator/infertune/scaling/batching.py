@@ -79,7 +79,8 @@ def recommend_batching(batching: BatchingSpec, engine: Engine, autoscaling: Auto
             and autoscaling.latency.action is not LatencyAction.SCALE_OUT):
         factor = max(MAX_DECREASE, min(1 - MIN_STEP, target / latency))
         proposed = min(math.floor(base * factor + FLOAT_NOISE), base - 1)
-        why = (f"{reading.latency_kind} {latency_text(latency)} above {latency_text(target)} for "
+        why = (f"{reading.latency_kind} {latency_text(latency, target)} above "
+               f"{latency_text(target)} for "
                f"{reading.breaches} samples with the queue low: lower {knob.value} by "
                f"x{factor:.2f}")
     elif latency is not None and latency <= HEADROOM * target and reading.queue_sustained:

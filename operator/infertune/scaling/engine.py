@@ -21,7 +21,13 @@ from infertune.api.scaling import (
 from infertune.api.units import format_duration
 from infertune.scaling.behavior import limit_rate, stabilize
 from infertune.scaling.reading import Reading, queue_is_low, read_signals
-from infertune.scaling.signals import FLOAT_NOISE, TargetSignals, latency_text, seconds
+from infertune.scaling.signals import (
+    FLOAT_NOISE,
+    TargetSignals,
+    distinct,
+    latency_text,
+    seconds,
+)
 from infertune.scaling.state import Recommendation, ScaleEvent, ScalingState, Serving
 
 
@@ -127,9 +133,11 @@ def _queue_proposal(spec: AutoscalingSpec, current: int, reading: Reading) -> _P
     if queue is None:
         return _Proposal(None, "queue: no data")
     ratio = queue / target
+    # Told apart from the tolerance's edge it is compared with.
+    shown = distinct(ratio, 1 + spec.tolerance if ratio >= 1 else 1 - spec.tolerance, 2)
     pods = reading.queue_pods
     if pods is None or pods == current:
-        base, said = current, f"queue {queue:.1f}/replica vs target {target:g} (ratio {ratio:.2f})"
+        base, said = current, f"queue {queue:.1f}/replica vs target {target:g} (ratio {shown})"
     else:
         # Sized on the pods that report, as HPA sizes on the pods it has metrics for: the
         # waiting requests over the target. Sized on their mean times every replica, a
@@ -138,7 +146,7 @@ def _queue_proposal(spec: AutoscalingSpec, current: int, reading: Reading) -> _P
         # no GPU) do not hold a scale-in either, and the Deployment removes those first.
         base = pods
         said = (f"queue {queue:.1f}/pod over the {pods} pods reporting ({queue * pods:.0f} "
-                f"waiting, {current} replicas) vs target {target:g} (ratio {ratio:.2f})")
+                f"waiting, {current} replicas) vs target {target:g} (ratio {shown})")
     if abs(ratio - 1) <= spec.tolerance + FLOAT_NOISE:  # 1.1 - 1 is 0.10000000000000009
         return _Proposal(current, f"{said}, within tolerance {spec.tolerance:g}")
     proposed = _ceil(base * ratio)
@@ -200,7 +208,7 @@ def _latency_proposal(spec: AutoscalingSpec, current: int, reading: Reading,
                          "the histogram's lowest bucket): cannot be compared with target "
                          f"{target}")
     rate = reading.request_rate
-    said = (f"{kind} {latency_text(reading.latency_s)} vs target {target} at "
+    said = (f"{kind} {latency_text(reading.latency_s, seconds(target))} vs target {target} at "
             + ("an unknown request rate" if rate is None else f"{rate:.1f} req/s"))
     if reading.latency_s <= seconds(target):
         return _Proposal(None, said)

@@ -33,10 +33,23 @@ def seconds(duration: str) -> float:
     return float(parse_duration(duration))
 
 
-def latency_text(latency_s: float) -> str:
-    """A latency in milliseconds to a tenth: whole milliseconds made 75.2ms read "75ms vs
-    target 75ms" in a breach."""
-    return f"{latency_s * 1000:.1f}".removesuffix(".0") + "ms"
+def distinct(value: float, boundary: float, places: int) -> str:
+    """`value` to `places` decimals, or to as many more (up to 6) as it takes not to read as
+    `boundary` when it is not: a reason must not say "75ms vs target 75ms" and scale out, or
+    "ratio 1.10, within tolerance 0.1" for one ratio and "ratio 1.10, above" for the next."""
+    text = f"{value:.{places}f}"
+    for more in range(places, 7):
+        text = f"{value:.{more}f}"
+        if value == boundary or text != f"{boundary:.{more}f}":
+            break
+    return text
+
+
+def latency_text(latency_s: float, target_s: float | None = None) -> str:
+    """A latency in milliseconds to a tenth, or finer where it would read as `target_s`."""
+    ms = latency_s * 1000
+    text = f"{ms:.1f}" if target_s is None else distinct(ms, target_s * 1000, 1)
+    return text.removesuffix(".0") + "ms"
 
 
 class Series(NamedTuple):
