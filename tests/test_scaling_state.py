@@ -96,3 +96,16 @@ def test_the_most_a_state_can_hold_fits_in_the_status_schema() -> None:
     assert len(state.recommendations) == MAX_RECOMMENDATIONS - 1
     assert len(state.scale_events) == MAX_SCALE_EVENTS - 1
     AutoscalingState.model_validate(state.to_json())
+
+
+def test_a_stored_entry_that_cannot_be_read_is_left_out_not_raised() -> None:
+    """A time edited by hand raised in every evaluation: the tuning was never evaluated
+    again, and ScalingActive went on saying Scaling."""
+    good = {"time": "2026-12-03T10:00:00Z", "replicas": 3}
+    state = ScalingState.from_json({
+        "recommendations": [good, {"time": "yesterday", "replicas": 2}, {"replicas": 1}, None],
+        "scaleEvents": [{"time": "2026-12-03T10:00:00Z", "change": "two"}],
+        "metricsMissingSince": "soon", "serving": {"since": "bad", "replicas": 1, "of": 2}})
+    assert [r.replicas for r in state.recommendations] == [3]
+    assert state.scale_events == () and state.metrics_missing_since is None
+    assert state.serving is None

@@ -146,9 +146,27 @@ class ScalingState(NamedTuple):
 
     @classmethod
     def from_json(cls, data: dict[str, Any] | None) -> ScalingState:
-        """Read what `to_json` wrote; a missing or partial block gives an empty state."""
+        """Read what `to_json` wrote; a missing or partial block gives an empty state, and an
+        entry that cannot be read (a time edited by hand) is left out: raised, it stopped
+        every evaluation of the tuning for good, with ScalingActive still saying Scaling."""
         if not data:
             return cls()
+        try:
+            return cls._read(data)
+        except (KeyError, TypeError, ValueError, AttributeError):
+            return cls._read(data, tolerant=True)
+
+    @classmethod
+    def _read(cls, data: dict[str, Any], tolerant: bool = False) -> ScalingState:
+        if tolerant:
+            data = {
+                "recommendations": _readable(data.get("recommendations"), ("time", "replicas")),
+                "scaleEvents": _readable(data.get("scaleEvents"), ("time", "change")),
+                "metricsMissingSince": next(iter(_readable(
+                    [{"time": data.get("metricsMissingSince")}], ("time",))), {}).get("time"),
+                "serving": next(iter(_readable([data.get("serving")],
+                                               ("since", "replicas", "of"))), None),
+            }
         missing, serving = data.get("metricsMissingSince"), data.get("serving")
         # Sorted: a state stored across a clock step, or edited by hand, may be out of order,
         # and `recorded` drops old entries as a prefix.
@@ -161,3 +179,17 @@ class ScalingState(NamedTuple):
             None if not serving else Serving(int(serving["replicas"]), int(serving["of"]),
                                              parse_time(serving["since"])),
         )
+
+
+def _readable(entries: Any, fields: tuple[str, ...]) -> list[dict[str, Any]]:
+    """The entries whose `fields` read as a time (the first) and integers (the others)."""
+    out = []
+    for entry in entries if isinstance(entries, list) else ():
+        try:
+            parse_time(entry[fields[0]])
+            for name in fields[1:]:
+                int(entry[name])
+        except (KeyError, TypeError, ValueError, AttributeError):
+            continue
+        out.append(entry)
+    return out
