@@ -188,6 +188,31 @@ def test_a_target_deleted_later_is_reported_and_its_return_too(
     assert reasons[-2:] == ["generation 1: TargetNotFound", "generation 1: Accepted"], reasons
 
 
+def test_renaming_the_container_in_the_deployment_settles_spec_container(
+    api_client: client.ApiClient, namespace: str, operator: OperatorProcess
+) -> None:
+    """Ready stayed ContainerNotFound after the Deployment was fixed, until the tuning itself
+    changed; and Accepted after the container was renamed away."""
+    create(api_client, namespace, deployment("qwen"))
+    create(api_client, namespace, tuning("qwen", "qwen", container="engine"))
+    missing = wait_observed(api_client, namespace, "qwen", operator, status="False")
+    assert condition(missing, "Ready")["reason"] == "ContainerNotFound"  # type: ignore[index]
+    apps = client.AppsV1Api(api_client)
+
+    def rename(name: str) -> None:
+        body = apps.read_namespaced_deployment("qwen", namespace)
+        body.spec.template.spec.containers[0].name = name
+        apps.replace_namespaced_deployment("qwen", namespace, body)
+
+    rename("engine")
+    fixed = wait_observed(api_client, namespace, "qwen", operator, timeout_s=15)
+    assert condition(fixed, "Ready")["reason"] == "Accepted"  # type: ignore[index]
+    rename("vllm")
+    again = wait_observed(api_client, namespace, "qwen", operator, status="False",
+                          timeout_s=15)
+    assert condition(again, "Ready")["reason"] == "ContainerNotFound"  # type: ignore[index]
+
+
 def test_examples_pass_the_api_servers_own_validation(
     operator: OperatorProcess, kubectl: Kubectl, namespace: str
 ) -> None:

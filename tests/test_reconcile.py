@@ -240,3 +240,28 @@ def test_only_a_target_deployments_deletion_or_return_reaches_the_handler() -> N
                             tunings_by_target=index)]  # type: ignore[arg-type]
     assert news == [(None, "ml", "late"), ("ADDED", "ml", "late"), ("MODIFIED", "ml", "late"),
                     ("DELETED", "ml", "qwen"), ("DELETED", "ml", "late")]
+
+
+def test_a_deployment_edit_that_settles_spec_container_reaches_the_handler() -> None:
+    """Renaming the container into the pod template left Ready at ContainerNotFound (and
+    renaming it out left Accepted) until the tuning itself changed."""
+    from infertune.controller.handlers import _target_news
+
+    def deployment(*names: str) -> dict[str, Any]:
+        return {"spec": {"template": {"spec": {"containers": [{"name": n} for n in names]}}}}
+
+    missing = {("ml", "qwen"): [{"name": "qwen", "ready": "ContainerNotFound",
+                                 "spec": {"container": "engine"}}]}
+    accepted = {("ml", "qwen"): [{"name": "qwen", "ready": "Accepted",
+                                  "spec": {"container": "engine"}}]}
+    unnamed = {("ml", "qwen"): [{"name": "qwen", "ready": "Accepted", "spec": {}}]}
+
+    def news(index: Any, body: dict[str, Any]) -> bool:
+        return _target_news(type="MODIFIED", namespace="ml", name="qwen",
+                            tunings_by_target=index, body=body)
+
+    assert news(missing, deployment("engine", "sidecar"))
+    assert not news(missing, deployment("vllm"))  # still missing: nothing new
+    assert news(accepted, deployment("vllm"))
+    assert not news(accepted, deployment("engine"))  # a routine change
+    assert not news(unnamed, deployment("vllm"))

@@ -16,6 +16,7 @@ from infertune.api.spec import GROUP, PLURAL, VERSION
 from infertune.controller.conditions import now_rfc3339
 from infertune.controller.diffbase import LeanAnnotationsDiffBaseStorage
 from infertune.controller.reconcile import (
+    CONTAINER_NOT_FOUND,
     SHARED,
     TARGET_NOT_FOUND,
     Assessment,
@@ -101,14 +102,34 @@ def reconcile(body: kopf.Body, namespace: str | None, patch: kopf.Patch, **_: An
 
 def _target_news(type: str | None, namespace: str, name: str,
                  tunings_by_target: kopf.Index[tuple[str, str], dict[str, Any]],
-                 **_: Any) -> bool:
-    """A Deployment event the tunings that target it must hear of: it was deleted, or it is
-    back while one of them says TargetNotFound. Any other Deployment event is filtered out
+                 body: Mapping[str, Any] | None = None, **_: Any) -> bool:
+    """A Deployment event the tunings that target it must hear of: it was deleted, it is
+    back while one of them says TargetNotFound, or its containers no longer agree with what
+    one of them says of spec.container (renamed into the pod template, so ContainerNotFound
+    is over; or out of it, so Accepted is). Any other Deployment event is filtered out
     before kopf runs (and logs) a handler."""
     entries: list[dict[str, Any]] = list(tunings_by_target.get((namespace, name), []))
-    if type == "DELETED":
+    if type == "DELETED" or not entries:
         return bool(entries)
-    return any(entry.get("ready") == TARGET_NOT_FOUND for entry in entries)
+    containers = _container_names(body)
+    return any(entry.get("ready") == TARGET_NOT_FOUND or _container_news(entry, containers)
+               for entry in entries)
+
+
+def _container_names(body: Mapping[str, Any] | None) -> set[str] | None:
+    template = (((body or {}).get("spec") or {}).get("template") or {}).get("spec") or {}
+    containers = template.get("containers")
+    if not isinstance(containers, list):
+        return None
+    return {str(c.get("name")) for c in containers if isinstance(c, Mapping)}
+
+
+def _container_news(entry: Mapping[str, Any], containers: set[str] | None) -> bool:
+    wanted = (entry.get("spec") or {}).get("container")
+    if containers is None or not isinstance(wanted, str):
+        return False
+    said_missing = entry.get("ready") == CONTAINER_NOT_FOUND
+    return said_missing == (wanted in containers)
 
 
 @kopf.on.event("apps", "v1", "deployments", when=_target_news)  # type: ignore[arg-type]

@@ -36,6 +36,7 @@ RETRY_TARGET_SECONDS = 15.0
 MAX_DECISION_REASON = 1024
 """Decision.reason's limit (api/status.py)."""
 TARGET_NOT_FOUND = "TargetNotFound"
+CONTAINER_NOT_FOUND = "ContainerNotFound"
 """The Ready reason of a tuning whose Deployment does not exist."""
 
 
@@ -198,13 +199,14 @@ def _target_conditions(spec: InferenceTuningSpec, target: TargetState | None, ge
                                "DeploymentNotFound", message, generation, now),
                 make_condition(ConditionType.READY, ConditionStatus.FALSE, TARGET_NOT_FOUND,
                                message, generation, now))
+    # No ready count: the condition is written when the tuning changes, not when the pods
+    # do, and "0/3 ready" stayed there while all three served.
     found = make_condition(
         ConditionType.TARGET_FOUND, ConditionStatus.TRUE, "DeploymentFound",
-        f"Deployment {target.name}: {target.ready_replicas}/{target.replicas} ready",
-        generation, now)
+        f"Deployment {target.name} found", generation, now)
     if spec.container is not None and spec.container not in target.containers:
         return found, make_condition(
-            ConditionType.READY, ConditionStatus.FALSE, "ContainerNotFound",
+            ConditionType.READY, ConditionStatus.FALSE, CONTAINER_NOT_FOUND,
             f"spec.container {spec.container!r} is not in Deployment {target.name}; its "
             f"containers: {', '.join(target.containers)}", generation, now)
     return found, make_condition(
