@@ -6,6 +6,8 @@ import copy
 from dataclasses import replace
 from typing import Any
 
+import pytest
+
 from infertune.api.status import ConditionType, Phase
 from infertune.controller.conditions import find
 from infertune.controller.reconcile import TargetState, assess
@@ -265,3 +267,32 @@ def test_a_deployment_edit_that_settles_spec_container_reaches_the_handler() -> 
     assert news(accepted, deployment("vllm"))
     assert not news(accepted, deployment("engine"))  # a routine change
     assert not news(unnamed, deployment("vllm"))
+
+
+@pytest.mark.parametrize(("spec", "target", "reason"), [
+    ({"autoscaling": {}}, None, "TargetNotFound"),
+    ({"autoscaling": {"minReplicas": 5, "maxReplicas": 2}}, TARGET, "InvalidSpec"),
+])
+def test_the_autoscalers_conditions_say_when_it_evaluates_nothing(
+        spec: dict[str, Any], target: Any, reason: str) -> None:
+    """The autoscaler writes nothing while the target is gone or the spec invalid: its last
+    ScalingActive=True Scaling and MetricsAvailable=True Found stood, with kubectl describe
+    saying autoscaling worked."""
+    stamp = "2026-12-03T09:00:00Z"
+    stored = {"conditions": [
+        {"type": "ScalingActive", "status": "True", "reason": "Scaling", "message": "m",
+         "lastTransitionTime": stamp, "observedGeneration": 1},
+        {"type": "MetricsAvailable", "status": "True", "reason": "Found", "message": "m",
+         "lastTransitionTime": stamp, "observedGeneration": 1}]}
+    body = _body(generation=2, status=stored, **spec)
+    result = assess(body, target, "2026-12-03T10:00:00Z")
+    result.merge_lists(body)
+    by_type = {c["type"]: c for c in body["status"]["conditions"]}
+    assert (by_type["ScalingActive"]["status"], by_type["ScalingActive"]["reason"]) == (
+        "False", reason)
+    assert by_type["MetricsAvailable"]["status"] == "Unknown"
+    # A tuning the autoscaler never reported on gets none of them.
+    fresh = _body(generation=2, **spec)
+    assess(fresh, target, "2026-12-03T10:00:00Z").merge_lists(fresh)
+    assert {c["type"] for c in fresh["status"]["conditions"]}.isdisjoint(
+        {"ScalingActive", "MetricsAvailable"})

@@ -615,13 +615,18 @@ def _version(meta: Mapping[str, Any]) -> str | None:
 async def _report_no_prometheus(loop: asyncio.AbstractEventLoop, settings: AutoscalingSettings,
                                 namespace: str, name: str, generation: int,
                                 status: dict[str, Any], resource_version: str | None) -> None:
+    stamp = format_time(time.time())
     condition = condition_dict(
         ConditionType.SCALING_ACTIVE, ConditionStatus.FALSE, "NoPrometheus", "the operator "
         "runs without --prometheus-url, so spec.autoscaling cannot be evaluated",
-        generation, format_time(time.time()))
+        generation, stamp)
+    # An earlier operator's MetricsAvailable=True would stand beside it, saying Found.
+    metrics = condition_dict(ConditionType.METRICS_AVAILABLE, ConditionStatus.UNKNOWN,
+                             "NoPrometheus", "not read: the operator runs without "
+                             "--prometheus-url", generation, stamp)
 
     def build(stored: Mapping[str, Any]) -> dict[str, Any] | None:
-        conditions = merge_condition_dicts(stored.get("conditions") or [], condition)
+        conditions = merge_condition_dicts(stored.get("conditions") or [], condition, metrics)
         return None if conditions is None else {"conditions": conditions}
 
     if build(status) is not None:  # only when it is not reported yet

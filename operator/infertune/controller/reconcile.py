@@ -131,6 +131,20 @@ class Assessment:
             status["decisions"] = [*(status.get("decisions") or []), record][-MAX_DECISIONS:]
 
 
+def _not_evaluated(before: InferenceTuningStatus, reason: str, why: str, generation: int,
+                   now: str) -> tuple[Condition, ...]:
+    """ScalingActive and MetricsAvailable while the autoscaler evaluates nothing (the target
+    is gone, the spec invalid), where it reported before: it writes nothing then, and they
+    went on saying Scaling and Found. Its next evaluation sets them again."""
+    if find(before.conditions, ConditionType.SCALING_ACTIVE) is None:
+        return ()
+    return (make_condition(ConditionType.SCALING_ACTIVE, ConditionStatus.FALSE, reason,
+                           f"autoscaling evaluates nothing while {why}; replicas are not "
+                           "written", generation, now),
+            make_condition(ConditionType.METRICS_AVAILABLE, ConditionStatus.UNKNOWN,
+                           "NotEvaluated", f"not read while {why}", generation, now))
+
+
 def previous_status(raw: Any) -> InferenceTuningStatus:
     """The status as last written; an unreadable one (an older operator's) starts afresh."""
     try:
@@ -167,13 +181,20 @@ def assess(body: dict[str, Any], target: TargetState | None, now: str) -> Assess
             ConditionType.READY, ConditionStatus.FALSE, "InvalidSpec",
             f"nothing is applied until the spec is fixed: {problems}", generation, now)
         conditions = set_condition(list(before.conditions), invalid)
+        idle = _not_evaluated(before, "InvalidSpec", "the spec is invalid (see Ready)",
+                              generation, now)
+        for condition in idle:
+            conditions = set_condition(conditions, condition)
         return Assessment(_status(before, conditions, generation, None),
                           [Notice("Warning", "InvalidSpec", problems)],
-                          conditions=_owned(conditions, [invalid.type]))
+                          conditions=_owned(conditions, [invalid.type, *(c.type for c in idle)]))
 
     spec = tuning.spec
-    own = (*_target_conditions(spec, target, generation, now),
-           _mode_condition(spec, generation, now))
+    own: tuple[Condition, ...] = (*_target_conditions(spec, target, generation, now),
+                                  _mode_condition(spec, generation, now))
+    if target is None and spec.autoscaling is not None:
+        own += _not_evaluated(before, TARGET_NOT_FOUND, f"Deployment "
+                              f"{spec.target_ref.name} is not found", generation, now)
     conditions = list(before.conditions)
     for condition in own:
         conditions = set_condition(conditions, condition)
