@@ -75,7 +75,8 @@ def test_a_hold_writes_nothing_and_posts_no_event() -> None:
 
 @pytest.mark.parametrize(("mode", "blocked", "prefix", "reason"), [
     ("DryRun", None, "dry run, not applied: ", "DryRun"),
-    ("Enforce", Blocked("ReplicaFight", "another writer"), "not applied: ", "ReplicaFight"),
+    ("Enforce", Blocked("ReplicaFight", "another writer"),
+     "not applied (ReplicaFight: see ScalingActive): ", "ReplicaFight"),
 ])
 def test_dry_run_and_blocked_writes_report_the_decision_without_writing(
         mode: str, blocked: Blocked | None, prefix: str, reason: str) -> None:
@@ -876,3 +877,19 @@ def test_the_p99_column_is_written_as_the_reasons_write_it(latency_s: float,
     planned = plan_evaluation(spec(), 1, {}, signals(queue=30.0, latency_s=latency_s), 4,
                               None, NOW)
     assert planned.status["autoscaling"]["p99"] == column
+
+
+def test_replicas_that_stop_being_written_are_announced_once_even_on_a_hold() -> None:
+    """A fight or an HPA turned ScalingActive False without any Event when the decision was
+    a Hold, and a blocked scale's Event said only "not applied"."""
+    fight = Blocked("ReplicaFight", "another writer reverted the replicas of llm 2 times")
+    hold = plan_evaluation(spec(), 1, {}, signals(queue=30.0), 4, fight, NOW)
+    assert hold.event is None
+    assert hold.blocked_news == ("ReplicaFight", fight.message)
+    stored = merge_patch({}, hold.status)
+    again = plan_evaluation(spec(), 1, stored, signals(queue=48.0, now=NOW + 15), 4, fight,
+                            NOW + 15)
+    assert again.blocked_news is None  # said once
+    assert again.event is not None and again.event[1].startswith(
+        "not applied (ReplicaFight: see ScalingActive): ")
+    assert plan_evaluation(spec(), 1, {}, signals(), 4, None, NOW).blocked_news is None

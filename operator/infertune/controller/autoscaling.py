@@ -54,6 +54,7 @@ from infertune.controller.fights import (
 )
 from infertune.controller.loops import pause, snapshot, until_stopped
 from infertune.controller.scaling_report import (
+    SCALE_WRITE_REFUSED,
     Blocked,
     Evaluation,
     appended_decisions,
@@ -90,8 +91,6 @@ SLOT_LATENESS_S = 5.0
 """A pass at most this late evaluates as of the start of its slot (`_evaluate_if_due`)."""
 SCALE_WRITE_ATTEMPTS = 2
 """Decisions per slot when another writer changes the scale between the read and the write."""
-SCALE_WRITE_REFUSED = "ScaleWriteRefused"
-"""ScalingActive reason and Warning Event when the API server refuses the replicas write."""
 logger = logging.getLogger(__name__)
 
 
@@ -463,6 +462,9 @@ def evaluate(namespace: str, name: str, generation: int, spec: InferenceTuningSp
                        message=refused[:1000])
     elif planned.event is not None:
         kopf.event(body, type="Normal", reason=planned.event[0], message=planned.event[1])
+    if landed is not None and planned.blocked_news is not None:
+        kopf.event(body, type="Warning", reason=planned.blocked_news[0],
+                   message=planned.blocked_news[1])
     if landed is not None and planned.batching_news is not None:
         # The applied value the webhook sets: it re-creates the pods, so it says why.
         reason, message = planned.batching_news[1]

@@ -49,6 +49,10 @@ EVENT_REASONS = {ScaleAction.SCALE_OUT: "ScaledOut", ScaleAction.SCALE_IN: "Scal
                  ScaleAction.TUNE_BATCHING: "TuneBatching"}
 
 
+SCALE_WRITE_REFUSED = "ScaleWriteRefused"
+"""ScalingActive reason and Warning Event when the API server refuses the replicas write."""
+
+
 class Blocked(NamedTuple):
     """Why replicas are not written although the spec says Enforce (a condition reason and its
     message)."""
@@ -73,6 +77,9 @@ class Evaluation(NamedTuple):
     batching_news: tuple[dict[str, Any], tuple[str, str]] | None = None
     """(decision record, (reason, message) of the Event) when mode Auto changes the applied
     batching value: each change re-creates the pods, so it is recorded as a scale is."""
+    blocked_news: tuple[str, str] | None = None
+    """(reason, message) of a Warning Event when replicas stop being written (a fight, an
+    HPA, another tuning): said once, when ScalingActive turns to it, even on a Hold."""
 
 
 def status_over(evaluation: Evaluation, stored: Mapping[str, Any]) -> dict[str, Any]:
@@ -142,7 +149,8 @@ def plan_evaluation(spec: InferenceTuningSpec, generation: int, status: Mapping[
     patch["autoscaling"]["writtenTarget"] = None if kept is None else spec.target_ref.name
     own = _conditions(spec, generation, decision, blocked, stamp, unprobed)
     news = _news(spec, status, decision, changes, applied, stamp,
-                 stored_reason(status, ConditionType.SCALING_ACTIVE) == own[1]["reason"])
+                 stored_reason(status, ConditionType.SCALING_ACTIVE) == own[1]["reason"],
+                 blocked)
     record, event = news if news is not None else (None, None)
     batching = _batching_block(spec, status, decision, now, ready, template,
                                signals.fresh_at(now))
@@ -152,8 +160,12 @@ def plan_evaluation(spec: InferenceTuningSpec, generation: int, status: Mapping[
         batching_news = _batching_news(status, batching, stamp)
     patch.update(_shared_lists(status, own, record,
                                None if batching_news is None else batching_news[0]))
+    blocked_news = None
+    if (blocked is not None and blocked.reason != SCALE_WRITE_REFUSED
+            and stored_reason(status, ConditionType.SCALING_ACTIVE) != blocked.reason):
+        blocked_news = (blocked.reason, blocked.message[:MAX_EVENT_MESSAGE])
     return Evaluation(decision, decision.desired_replicas if applied else None, patch, event,
-                      own, record, batching_news)
+                      own, record, batching_news, blocked_news)
 
 
 def reporting_ready(ready: int, signals: TargetSignals, now: float,
@@ -242,8 +254,8 @@ def _autoscaling_block(decision: ScaleDecision, state: ScalingState, stamp: str,
 
 
 def _news(spec: InferenceTuningSpec, status: Mapping[str, Any], decision: ScaleDecision,
-          changes: bool, applied: bool, stamp: str,
-          same_situation: bool = True) -> tuple[dict[str, Any], tuple[str, str]] | None:
+          changes: bool, applied: bool, stamp: str, same_situation: bool = True,
+          blocked: Blocked | None = None) -> tuple[dict[str, Any], tuple[str, str]] | None:
     """The decision record and the Event ((reason, message)) for a scale action (or would-be
     action), if any. `same_situation`: ScalingActive gives the reason it gave before (why
     replicas are not written: DryRun, an HPA, a refused write)."""
@@ -263,7 +275,10 @@ def _news(spec: InferenceTuningSpec, status: Mapping[str, Any], decision: ScaleD
         # features out of status.decisions.
         return None
     prefix = "" if applied or not changes else (
-        "dry run, not applied: " if spec.mode is Mode.DRY_RUN else "not applied: ")
+        "dry run, not applied: " if spec.mode is Mode.DRY_RUN else
+        # Why, first: the Event said only "not applied", never the fight or the HPA.
+        f"not applied ({blocked.reason}: see ScalingActive): " if blocked is not None else
+        "not applied: ")
     record = {"time": stamp, "feature": "autoscaling",
               "action": f"{decision.action.value} {decision.current_replicas} -> "
                         f"{decision.desired_replicas}",
