@@ -267,7 +267,27 @@ def test_batching_auto_applies_a_large_move_and_dry_run_leaves_applied_alone() -
     dry = plan_evaluation(spec(mode="DryRun", **auto), 1, stored, breach, 4, None, NOW)
     assert "applied" not in dry.status["batching"]  # the stored 128 stays
     off = plan_evaluation(spec(), 1, stored, breach, 4, None, NOW)
-    assert "batching" not in off.status
+    assert off.status["batching"] is None  # removed: Auto applied nothing for Off to keep
+
+
+@pytest.mark.parametrize("leaving", [{"mode": "Recommend"}, {"mode": "Off"}])
+def test_leaving_batching_auto_forgets_what_it_applied(leaving: dict[str, Any]) -> None:
+    """The webhook sets the applied value in mode Auto only, so leaving Auto re-created the
+    pods without it; the value stayed in status, and when Auto came back the pods were
+    re-created with the old value at once, with no Event and no decision."""
+    stored = applied_long_ago(spec(batching={"mode": "Auto"}), 128)
+    breach = signals(queue=5.0, latency_s=0.15)
+    left = plan_evaluation(spec(batching=leaving), 1, stored, breach, 4, None, NOW)
+    after = merge_patch(stored, left.status)
+    assert (after.get("batching") or {}).get("applied") is None
+    back = plan_evaluation(spec(batching={"mode": "Auto"}), 1, after,
+                           signals(queue=5.0, latency_s=0.15, now=NOW + 15), 4, None,
+                           NOW + 15, template=TemplateBatching(256, None))
+    # Auto starts afresh from the pod template's 256: what it applies is news, with its
+    # Event and decision record.
+    assert back.status["batching"]["applied"] == 128
+    assert back.batching_news is not None
+    assert back.batching_news[1][1].startswith("max-num-seqs unset -> 128")
 
 
 def test_a_recommendation_nothing_applies_stays_put_while_the_latency_does() -> None:

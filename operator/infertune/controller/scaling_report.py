@@ -158,6 +158,10 @@ def plan_evaluation(spec: InferenceTuningSpec, generation: int, status: Mapping[
     if batching is not None:
         patch["batching"] = batching
         batching_news = _batching_news(status, batching, stamp)
+    elif spec.batching.mode is BatchingMode.OFF and status.get("batching"):
+        # Off: what Auto applied is forgotten, as in Recommend; kept, it came back with Auto
+        # at once, re-creating the pods with it without an Event or a decision.
+        patch["batching"] = None
     patch.update(_shared_lists(status, own, record,
                                None if batching_news is None else batching_news[0]))
     blocked_news = None
@@ -383,12 +387,17 @@ def _batching_block(spec: InferenceTuningSpec, status: Mapping[str, Any],
         block.update(_breach_memory(stored, knob.value,
                                     in_effect if in_effect is not None else on_pods, applied,
                                     rec.direction, now))
-    # `applied` unknown is left out, not removed: an applied value outside mode Auto (or in
-    # DryRun) stays as it was, and the webhook reads it only in mode Auto. One applied for
-    # another knob is removed: it would come back as this knob's. The others are sent as
-    # they are (None removes a stale one).
+    # `applied` unknown is left out, not removed: an applied value in DryRun or with
+    # autoscaling disabled stays as it was, and the webhook reads it only in mode Auto. One
+    # applied for another knob is removed: it would come back as this knob's. The others
+    # are sent as they are (None removes a stale one).
     if applied is None and stored.get("knob") in (None, knob.value):
         del block["applied"]
+    if spec.batching.mode is BatchingMode.RECOMMEND and stored.get("applied") is not None:
+        # The pods no longer run it (the webhook sets it in mode Auto only, so leaving Auto
+        # re-created them without it): kept, it came back when Auto did, and the pods were
+        # re-created with an old value without an Event or a decision.
+        block["applied"] = None
     return block
 
 
