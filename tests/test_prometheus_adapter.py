@@ -913,3 +913,42 @@ def test_bounds_no_batch_uses_any_more_are_forgotten(prometheus: PrometheusServe
     got = source.fetch([sgl], time.time())
     assert got[sgl.key].latency_floor_s == BUCKETS[0]
     assert len(source._floors) == 1 and "sglang" in next(iter(source._floors))
+
+
+def test_the_lowest_bound_is_one_every_pod_of_the_target_has(
+        prometheus: PrometheusServer) -> None:
+    """Two pods of one Deployment with other bucket layouts (a rollout across engine
+    versions): the quantile of their summed buckets resolves no finer than the coarse one,
+    but the bound read was the fine one's, and the coarse pod's fast requests read as a P99
+    near its lowest bound, a breach of the target."""
+    registries = []
+    for pod, buckets in (("llm-5d4f8b9c7-bcdfg", BUCKETS), ("llm-6f7c9d8b5-fghjk",
+                                                          (0.3, 1.0, 2.0))):
+        registry = CollectorRegistry()
+        Histogram("vllm:e2e_request_latency_seconds", "e2e", ["namespace", "pod"],
+                  buckets=buckets, registry=registry).labels("mixed", pod).observe(0.05)
+        registries.append(registry)
+    mixed = target("mixed", "llm")
+    source = PrometheusSource(prometheus.url)
+    with MetricsEndpoint(registries[0]) as fine, MetricsEndpoint(registries[1]) as coarse:
+        prometheus.add_scrape_job("mixed-fine", [fine.target])
+        prometheus.add_scrape_job("mixed-coarse", [coarse.target])
+        try:
+            prometheus.wait_for_targets_up("mixed-fine")
+            prometheus.wait_for_targets_up("mixed-coarse")
+            text = promql.latency_floor_query(mixed_scope(mixed), PRESETS[Engine.VLLM], "5s")
+            assert text is not None
+            bounds = wait_for(lambda: sorted(float(s["metric"]["le"])
+                                             for s in prometheus.query(text)),
+                              "the bounds both pods have")
+            assert bounds == [1.0, math.inf]  # not 0.05: only the fine pod has it
+            floors = wait_for(lambda: source._read_floors(text, "namespace", time.time()),
+                              "the floor read at a whole second after the first scrape")
+            assert floors == {("mixed", "llm"): 1.0}
+        finally:
+            prometheus.remove_scrape_job("mixed-fine")
+            prometheus.remove_scrape_job("mixed-coarse")
+
+
+def mixed_scope(t: MetricsTarget) -> Scope:
+    return Scope(t.namespace_label, t.pod_label, (t.namespace,), (t.deployment,))

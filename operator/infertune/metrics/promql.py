@@ -269,7 +269,14 @@ def latency_floor_query(scope: Scope, metrics: EngineMetrics, window: str) -> st
     if not isinstance(latency, HistogramLatency):
         return None
     buckets = _per_target(scope, _gauge(scope, f"{latency.name}_bucket", window))
-    return f"count by ({scope.by('le')}) ({buckets})"
+    pod = label_name(scope.pod_label)
+    # Only the bounds every pod of the target has: the quantile is taken over the pods'
+    # summed buckets, so it tells apart no finer than the coarsest layout. With the finest
+    # one's lowest bound (a rollout from an engine version with other buckets), the coarse
+    # pods' requests under their lowest bound read as a P99 near it, and counted as breaches.
+    pods_with = f"count by ({scope.by('le')}) (count by ({scope.by(pod, 'le')}) ({buckets}))"
+    pods = f"count by ({scope.by()}) (count by ({scope.by(pod)}) ({buckets}))"
+    return f"{pods_with} == on ({scope.by()}) group_left () {pods}"
 
 
 def request_rate_query(scope: Scope, metrics: EngineMetrics, window: str) -> str:
