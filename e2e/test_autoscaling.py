@@ -36,7 +36,7 @@ from e2e.test_operator import (
 from e2e.test_pod_tuning import pods_of
 from infertune.api.spec import GROUP, PLURAL, VERSION
 from infertune.cli import build_parser
-from infertune.kube.client import FIELD_MANAGER
+from infertune.kube.client import FIELD_MANAGER, replicas_owners
 from infertune.scaling.state import parse_time
 
 pytestmark = pytest.mark.e2e
@@ -152,11 +152,13 @@ def test_queue_scales_out_then_in_after_stabilization(
         namespace, field_selector="involvedObject.name=qwen,reason=ScaledOut").items,
         "a ScaledOut Event")
     assert "queue" in events[0].message
-    # `kubectl get deploy --show-managed-fields` names the operator as the writer.
-    managed = client.AppsV1Api(api_client).read_namespaced_deployment(
-        "qwen", namespace).metadata.managed_fields
-    assert any(m.manager == FIELD_MANAGER and m.subresource == "scale" for m in managed), [
-        (m.manager, m.subresource) for m in managed]
+    # `kubectl get deploy --show-managed-fields` names the operator as the writer, and its
+    # scale write alone owns spec.replicas (what tells a restarted operator its own write
+    # that the status missed from another writer's).
+    body = api_client.sanitize_for_serialization(
+        client.AppsV1Api(api_client).read_namespaced_deployment("qwen", namespace))
+    assert replicas_owners(body) == ((FIELD_MANAGER, "scale"),), body["metadata"].get(
+        "managedFields")
 
     fake_vllm.queue_per_pod = 0.0
     loaded: list[str] = []  # `evaluated` of each evaluation that still saw the load
@@ -313,6 +315,11 @@ def test_a_writer_that_keeps_reverting_replicas_is_reported_not_fought(
         wait_for(lambda: replicas(api_client, namespace) > 1, "the operator scaling out",
                  timeout_s=40)
         apps.patch_namespaced_deployment_scale("qwen", namespace, {"spec": {"replicas": 1}})
+    # The other writer owns spec.replicas now: a restarted operator would not take its count
+    # for its own.
+    body = api_client.sanitize_for_serialization(apps.read_namespaced_deployment(
+        "qwen", namespace))
+    assert (FIELD_MANAGER, "scale") not in replicas_owners(body)
     found = wait_scaling_inactive(api_client, namespace, "ReplicaFight")
     assert found["status"] == "False" and "/spec/replicas" in found["message"]
     # Remembered in status (a restarted operator keeps to it), with when writes resume.

@@ -41,6 +41,8 @@ class Cluster:
         self.status: dict[str, Any] = {}
         self.events: list[str] = []
         self.status_fails = False
+        self.owners: tuple[tuple[str, str], ...] = ()
+        """Who owns spec.replicas in the Deployment's managedFields."""
         self.scale_answer_lost = False
         self.scale_answer_error: ApiException | None = None
         """Raised after the replicas write lands (an API server that timed out on etcd)."""
@@ -77,7 +79,8 @@ class Cluster:
         monkeypatch.setattr(autoscaling.client, "AppsV1Api", Apps)
         monkeypatch.setattr(autoscaling.client, "CustomObjectsApi", Tunings)
         monkeypatch.setattr(autoscaling, "deployment_replicas", lambda namespace, name:
-                            DeploymentReplicas(cluster.replicas, cluster.replicas, {}))
+                            DeploymentReplicas(cluster.replicas, cluster.replicas, {},
+                                               cluster.owners))
         monkeypatch.setattr(autoscaling, "write_status", write_status)
         monkeypatch.setattr(kopf, "event", event)
 
@@ -279,3 +282,26 @@ def test_what_was_written_for_a_tuning_gone_since_is_no_revert_of_the_next(
     cluster.replicas, cluster.status = 2, {}
     cluster.evaluate(settings, T0 + 7200)
     assert cluster.status["autoscaling"].get("replicaFight") is None
+
+
+@pytest.mark.parametrize(("owners", "fight"), [
+    ((("infertune", "scale"),), False),  # the API server says: our write
+    ((("argocd-controller", ""),), True),  # someone else's
+    ((), True),  # not known: a revert, as before
+])
+def test_a_restart_between_the_replicas_and_the_status_write_is_not_a_revert(
+        monkeypatch: pytest.MonkeyPatch, owners: tuple[tuple[str, str], ...],
+        fight: bool) -> None:
+    """The operator wrote 3 and stopped before its status write: the next one (a restart, a
+    rolling upgrade) found 3 where the status said 2 were written, and took its own write
+    for a revert."""
+    cluster = Cluster(monkeypatch, replicas=2)
+    cluster.status_fails = True
+    with pytest.raises(ApiException):
+        cluster.evaluate(autoscaling.AutoscalingSettings(source=None), T0)
+    assert cluster.replicas == 3
+    cluster.status = {"autoscaling": {"writtenReplicas": 2, "writtenTarget": "llm"}}
+    cluster.owners = owners
+    restarted = autoscaling.AutoscalingSettings(source=None)
+    cluster.evaluate(restarted, T0 + 15)
+    assert (cluster.status["autoscaling"].get("replicaFight") is not None) is fight

@@ -62,7 +62,7 @@ from infertune.controller.scaling_report import (
     status_over,
 )
 from infertune.controller.status_patch import Build, merge_patch, write_status
-from infertune.kube.client import deployment_replicas, server_message
+from infertune.kube.client import FIELD_MANAGER, deployment_replicas, server_message
 from infertune.kube.lease import ALWAYS, RETRY_PERIOD_S, Leader
 from infertune.metrics.source import MetricsSource, MetricsTarget, target_for_tuning
 from infertune.scaling.engine import ScaleDecision
@@ -89,6 +89,8 @@ SLOT_MARGIN_S = 0.005
 """Woken this much after a slot starts, so the clock reads the new slot."""
 SLOT_LATENESS_S = 5.0
 """A pass at most this late evaluates as of the start of its slot (`_evaluate_if_due`)."""
+OWN_SCALE_WRITE = (FIELD_MANAGER, "scale")
+"""How the Deployment's managedFields name the operator's replicas writes."""
 SCALE_WRITE_ATTEMPTS = 2
 """Decisions per slot when another writer changes the scale between the read and the write."""
 logger = logging.getLogger(__name__)
@@ -316,21 +318,27 @@ async def hpas_by_target(namespace: str, name: str, body: kopf.Body,
 
 
 def _reverted(settings: AutoscalingSettings, key: str, current: int,
-              status: Mapping[str, Any], deployment: str, enabled: bool = True) -> bool:
+              status: Mapping[str, Any], deployment: str, enabled: bool = True,
+              owners: tuple[tuple[str, str], ...] = ()) -> bool:
     """Whether another writer changed the replicas the operator last wrote to `deployment`
     (seen once). With autoscaling.enabled false nothing is written and nothing is a revert:
-    the replicas are the user's."""
+    the replicas are the user's. `owners` are the writers that own spec.replicas now
+    (`replicas_owners`)."""
     # A process that has not written yet takes what the last one stored.
-    if key in settings.written and settings.written_to.get(key) == deployment:
-        written = settings.written[key]
-    else:
-        written = written_replicas(status, deployment)
+    remembered = key in settings.written and settings.written_to.get(key) == deployment
+    written = settings.written[key] if remembered else written_replicas(status, deployment)
     settings.written_to[key] = deployment
     if not enabled:
         settings.written[key] = None
         return False
     if written is None or current == written:
         settings.written[key] = written
+        return False
+    if not remembered and owners == (OWN_SCALE_WRITE,):
+        # Our own scale write that the status does not hold: the process that made it
+        # stopped before its status write (a crash, a rolling upgrade). The API server says
+        # the operator changed them last; taken for a revert, it started a fight.
+        settings.written[key] = current
         return False
     settings.written[key] = None
     return True
@@ -369,8 +377,8 @@ def evaluate(namespace: str, name: str, generation: int, spec: InferenceTuningSp
         current, ready = read.replicas, read.ready
         # A revert seen by the first attempt stays one when the second decides again.
         reverted = _reverted(settings, key, current, status, deployment,
-                             spec.autoscaling is not None and spec.autoscaling.enabled
-                             ) or reverted
+                             spec.autoscaling is not None and spec.autoscaling.enabled,
+                             read.replicas_by) or reverted
         fight = next_fight(stored_fight, generation, reverted, now, quiet_hold(spec))
         plan = functools.partial(plan_evaluation, spec, generation, status, signals, current,
                                  now=now, fight=None if fight is None else fight.to_json(),

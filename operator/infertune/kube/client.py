@@ -5,6 +5,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import socket
+from collections.abc import Mapping
 from typing import Any, NamedTuple
 from urllib.parse import urlsplit
 
@@ -113,6 +114,21 @@ class DeploymentReplicas(NamedTuple):
     """status.readyReplicas."""
     pod_spec: dict[str, Any]
     """spec.template.spec: what the pods run (batching mode Auto reads the knob there)."""
+    replicas_by: tuple[tuple[str, str], ...] = ()
+    """(manager, subresource) of each writer that owns spec.replicas now (managedFields):
+    ("infertune", "scale") when the operator's scale write is the last word on them."""
+
+
+def replicas_owners(body: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
+    """The managedFields entries of a Deployment `body` that own spec.replicas, as (manager,
+    subresource): the API server moves a field to whoever last changed it."""
+    owners = []
+    for entry in (body.get("metadata") or {}).get("managedFields") or ():
+        fields = (entry.get("fieldsV1") or {}) if isinstance(entry, Mapping) else {}
+        if "f:replicas" in (fields.get("f:spec") or {}):
+            owners.append((str(entry.get("manager") or ""),
+                           str(entry.get("subresource") or "")))
+    return tuple(owners)
 
 
 def deployment_replicas(namespace: str, name: str) -> DeploymentReplicas:
@@ -126,7 +142,8 @@ def deployment_replicas(namespace: str, name: str) -> DeploymentReplicas:
     spec, status = body.get("spec") or {}, body.get("status") or {}
     return DeploymentReplicas(int(spec.get("replicas") or 0),
                               int(status.get("readyReplicas") or 0),
-                              dict((spec.get("template") or {}).get("spec") or {}))
+                              dict((spec.get("template") or {}).get("spec") or {}),
+                              replicas_owners(body))
 
 
 def connection_info() -> dict[str, Any]:
