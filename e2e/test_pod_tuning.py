@@ -158,6 +158,9 @@ def test_changed_tuning_re_creates_pods_by_eviction(
                        check=lambda p: p.metadata.labels[REVISION] != old_revision)
     assert all(p.metadata.annotations["infertune.io/memory-high"] == str(6 * 2**30)
                for p in second)
+    retuned = wait_for(lambda: [e for e in events_for(api_client, namespace, "qwen")
+                                if e.reason == "PodsRetuned"], "a PodsRetuned Event")
+    assert retuned[0].type == "Normal" and retuned[0].message.startswith("evicted ")
 
 
 def test_eviction_respects_the_pod_disruption_budget(

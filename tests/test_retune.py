@@ -155,6 +155,9 @@ def controller(monkeypatch: pytest.MonkeyPatch) -> Any:
 
     monkeypatch.setattr(controller_pods, "read_deployment", read_deployment)
     monkeypatch.setattr(controller_pods, "evict_pod", evict_pod)
+    state["events"] = []
+    monkeypatch.setattr(kopf, "event", lambda owner, *, type, reason, message:
+                        state["events"].append((type, reason, message)))
     memo = kopf.Memo(pod_tuning=controller_pods.PodTuningSettings(launcher_image="l:1"))
 
     def run(pods: list[PodView], rivals: tuple[str, ...] = ()) -> str:
@@ -173,6 +176,10 @@ def _outdated(count: int) -> list[PodView]:
 def test_the_pass_evicts_within_the_deployments_replicas(controller: Any) -> None:
     message = controller["run"](_outdated(3))
     assert controller["evicted"] == ["mistral-7b-6b7c9d-00000"], message
+    # Each eviction is an action of the operator's, and says so in an Event.
+    ((kind, reason, said),) = controller["events"]
+    assert (kind, reason) == ("Normal", "PodsRetuned")
+    assert said.startswith("evicted mistral-7b-6b7c9d-00000 to re-create them with revision")
     controller["evicted"].clear()
     controller["replicas"] = 4  # one wanted, not created yet: already one down
     assert "waiting for" in controller["run"](_outdated(3)[1:])

@@ -233,6 +233,10 @@ def _report_once(memo: kopf.Memo, namespace: str, entry: dict[str, Any], problem
                message="; ".join(problems)[:MAX_EVENT_MESSAGE])
 
 
+RETUNED = "PodsRetuned"
+"""Event reason when re-tuning evicts pods to re-create them with the current revision."""
+
+
 def _evict(namespace: str, pod: str) -> str | None:
     """Evict through the Eviction API (PDBs apply); the reason when it was refused."""
     if evict_pod(namespace, pod):
@@ -336,6 +340,12 @@ def retune(namespace: str, name: str, uid: str, spec: InferenceTuningSpec,
         message = _replace_outdated(namespace, spec, step, revision, done.append)
         if done:
             evictions[key] = step.eviction(revision, pods, done, clock, last)
+            # Pods restarted by the operator: said where the tuning's story is told.
+            kopf.event(_owner_ref(namespace, {"name": name, "uid": uid}),  # type: ignore[arg-type]
+                       type="Normal", reason=RETUNED,
+                       message=(f"evicted {', '.join(done)} to re-create them with revision "
+                                f"{revision} ({step.outdated} pods were outdated)"
+                                )[:MAX_EVENT_MESSAGE])
     return TuningStatus(revision=revision, tuned_pods=step.tuned, outdated_pods=step.outdated,
                         message=message, problems=settings.latest_problems.get(key, [])[:20])
 
