@@ -351,20 +351,27 @@ def test_a_null_field_is_left_out_as_the_api_server_prunes_it() -> None:
 
 
 @pytest.mark.parametrize(("selector", "expected"), [
-    ({"pool[gpu]": "a"}, "mig.nodeSelector['pool[gpu]']: the key 'pool[gpu]' is not a label key"),
+    ({"pool[gpu]": "a"}, "spec.mig.nodeSelector['pool[gpu]']: the key 'pool[gpu]' is not a "
+     "label key"),
     ({"nvidia.com/gpu.product ": "x"}, "is not a label key"),  # a stray space
     ({"Example.com/pool": "a"}, "the key's prefix 'Example.com' is not a DNS subdomain"),
     ({"/pool": "a"}, "the key's prefix '' is not a DNS subdomain"),
     ({"pool": "a b"}, "the value 'a b' is not a label value"),
     ({"pool": "x" * 64}, "is not a label value"),
 ])
-def test_a_node_selector_no_node_can_match_is_refused(selector: dict[str, str],
-                                                      expected: str) -> None:
+def test_a_node_selector_no_node_can_match_is_refused_by_validate(selector: dict[str, str],
+                                                                  expected: str) -> None:
     """The selector is matched against node labels: one no node can carry selected no node,
-    and MIG did nothing without a word."""
-    errors = _errors(mig={"profile": "3g.71gb", "nodeSelector": selector})
-    assert any(expected in e for e in errors), errors
-    assert all("no node can have it" in e for e in errors), errors
+    and MIG did nothing without a word. Refused by validate, not by the model: a stored
+    tuning the previous release accepted must not turn InvalidSpec (and its pods untuned)
+    on upgrade."""
+    from infertune.api.spec import apply_problems
+
+    tuning = InferenceTuning.model_validate({"metadata": {"name": "q"}, "spec": _spec(
+        mig={"profile": "3g.71gb", "nodeSelector": selector})})
+    problems = [f"{field}: {message}" for field, message in apply_problems(tuning)]
+    assert any(expected in p for p in problems), problems
+    assert all("no node can have it" in p for p in problems), problems
 
 
 def test_node_selector_labels_kubernetes_takes_are_accepted() -> None:
@@ -386,12 +393,14 @@ def test_an_error_path_keeps_a_users_map_key_and_drops_pydantics_own_steps() -> 
 
 def test_every_integer_of_the_spec_has_a_bound_the_api_server_takes() -> None:
     """The API server refuses an integer above 2^63-1; one field had no upper bound, so
-    validate passed what kubectl apply then refused. Its bound is 2^31-1, like the others:
-    the CRD's maximum is a float64 there, and 2^63-1 made the CRD itself invalid."""
-    assert "canary.analysis.minRequestCount" in " ".join(_errors(canary={
-        "steps": [{"weight": 10}], "analysis": {"minRequestCount": 2**31}}))
+    validate passed what kubectl apply then refused. The bound is not a CRD `maximum`: the
+    API server keeps those as float64 and refused the CRD with 2^63-1, and a lower one would
+    turn objects the previous release stored (3e9, say) InvalidSpec on upgrade."""
+    assert "canary.analysis.minRequestCount: 9223372036854775808 is beyond what the API " \
+        "server stores" in " ".join(_errors(canary={
+            "steps": [{"weight": 10}], "analysis": {"minRequestCount": 2**63}}))
     spec = InferenceTuningSpec.model_validate(_spec(canary={
-        "steps": [{"weight": 10}], "analysis": {"minRequestCount": 2**31 - 1}}))
+        "steps": [{"weight": 10}], "analysis": {"minRequestCount": 2**63 - 1}}))
     assert spec.canary is not None
 
 
@@ -435,3 +444,23 @@ def test_the_library_path_pattern_means_the_same_to_the_api_server(path: str,
         assert not valid
     else:
         assert valid
+
+
+def test_what_validate_alone_refuses_does_not_make_a_stored_tuning_invalid() -> None:
+    """Checks the previous release did not make (metadata, nodeSelector labels) are for
+    `validate`: a stored tuning holding such a value stays valid, and its pods tuned."""
+    from infertune.api.errors import validate_stored
+    from infertune.api.spec import apply_problems
+
+    stored = {"apiVersion": "infertune.io/v1alpha1", "kind": "InferenceTuning",
+              "metadata": {"name": "q", "namespace": "ml", "clusterName": "",
+                           "annotations": {"Team.Example.com/owner": "ml"}},
+              "spec": _spec(mig={"profile": "3g.71gb", "nodeSelector": {"gpu pool": "a"}},
+                            canary={"steps": [{"weight": 10}],
+                                    "analysis": {"minRequestCount": 3_000_000_000}})}
+    tuning, problems = validate_stored(stored)
+    assert tuning is not None, problems
+    found = apply_problems(tuning)
+    # The API server checks annotation keys in lower case: Team.Example.com/owner is fine.
+    assert [field for field, _ in found] == ["metadata.clusterName",
+                                             "spec.mig.nodeSelector['gpu pool']"]

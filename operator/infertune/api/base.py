@@ -38,6 +38,15 @@ def _flag(value: Any) -> Any:
     return value
 
 
+def int64(value: int) -> int:
+    """An integer the API server can store (it refuses one beyond an int64 as not an
+    integer); for an AfterValidator where a `maximum` in the CRD is not wanted."""
+    if not -(2**63) <= value <= 2**63 - 1:
+        raise PydanticCustomError("infertune_int64", "{value} is beyond what the API server "
+                                  "stores (at most 2^63-1)", {"value": str(value)[:30]})
+    return value
+
+
 def without_nulls(value: Any) -> Any:
     """A map entry given as null is dropped, as the API server prunes it (for a BeforeValidator
     of a dict field: labels, nodeSelector)."""

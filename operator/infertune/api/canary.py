@@ -5,9 +5,9 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Annotated
 
-from pydantic import Field, model_validator
+from pydantic import AfterValidator, Field, model_validator
 
-from infertune.api.base import FLAG, NUMBER, ApiModel, CrossFieldProblems
+from infertune.api.base import FLAG, NUMBER, ApiModel, CrossFieldProblems, int64
 from infertune.api.units import Duration
 
 _DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
@@ -39,8 +39,10 @@ class CanaryAnalysis(ApiModel):
     max_error_rate: Annotated[float, Field(ge=0, le=1), NUMBER] = 0.01
     """Largest allowed fraction of failed requests on the canary."""
 
-    # 2^31-1: the CRD bound is a float64 in the API server, which refuses 2^63-1 there.
-    min_request_count: Annotated[int, Field(ge=0, le=2**31 - 1), NUMBER] = 100
+    # Within an int64, as the API server takes integers, but not as a `maximum` in the CRD:
+    # it keeps those as a float64 and refused 2^63-1, and a lower one would make objects
+    # stored by the previous release (which had none) InvalidSpec on upgrade.
+    min_request_count: Annotated[int, Field(ge=0), NUMBER, AfterValidator(int64)] = 100
     """Requests the canary must have served in a window for the window to count; with fewer
     the check neither passes nor fails."""
 

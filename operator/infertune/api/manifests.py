@@ -17,7 +17,7 @@ import yaml
 from pydantic import ValidationError
 
 from infertune.api.errors import FieldError, field_errors
-from infertune.api.spec import API_VERSION, GROUP, KIND, InferenceTuning
+from infertune.api.spec import API_VERSION, GROUP, KIND, InferenceTuning, apply_problems
 from infertune.tuning.memory import MemoryHighError, resolve_memory_high
 from infertune.tuning.pod_shape import pod_from_deployment, template_problem
 
@@ -252,10 +252,14 @@ def _check_tuning(document: Document) -> tuple[InferenceTuning | None, list[Fiel
     try:
         # by_name=False: the API has the camelCase names only (target_ref is unknown there).
         # A status in the file is not read: the API server drops it (the status subresource).
-        return InferenceTuning.model_validate(
-            {k: v for k, v in body.items() if k != "status"}, by_name=False), []
+        tuning = InferenceTuning.model_validate(
+            {k: v for k, v in body.items() if k != "status"}, by_name=False)
     except ValidationError as exc:
         return None, field_errors(exc, InferenceTuning)
+    problems = apply_problems(tuning)
+    if problems:
+        return None, [FieldError(path, message) for path, message in problems]
+    return tuning, []
 
 
 def validate_documents(documents: Iterable[Document]) -> list[Report]:

@@ -320,22 +320,32 @@ class ObjectMeta(ApiModel):
     annotations: Annotated[dict[str, str], BeforeValidator(_nulls_empty)] = Field(
         default_factory=dict)
 
-    @model_validator(mode="after")
-    def _as_the_api_server_checks(self) -> ObjectMeta:
-        """What the API server refuses in metadata, refused here too: `validate` passed it,
-        and the sync failed."""
-        problems = CrossFieldProblems()
-        for field in sorted(set(self.model_extra or {}) - _OBJECT_META_FIELDS):
-            problems.add(field, "unknown field; remove it")
-        for key, value in self.labels.items():
+
+def apply_problems(tuning: InferenceTuning) -> list[tuple[str, str]]:
+    """(field, problem) for what the API server refuses on apply, or what can never work, in
+    a manifest the models accept: for `validate` only. Not in the models: a stored object
+    the previous release accepted (a nodeSelector with a space) would become InvalidSpec on
+    upgrade, and its pods untuned; and metadata comes from the API server there."""
+    problems = [(f"metadata.{field}", "unknown field; remove it")
+                for field in sorted(set(tuning.metadata.model_extra or {})
+                                    - _OBJECT_META_FIELDS)]
+    for key, value in tuning.metadata.labels.items():
+        if (problem := label_problem(key, value)) is not None:
+            problems.append((f"metadata.labels[{key!r}]", problem))
+    for key in tuning.metadata.annotations:
+        # The API server checks an annotation key in lower case (IsQualifiedName of
+        # strings.ToLower): Team.Example.com/owner is one.
+        if (problem := label_problem(key.lower(), "")) is not None:
+            problems.append((f"metadata.annotations[{key!r}]", problem.replace(
+                "is not a label key", "is not an annotation key").replace(
+                repr(key.lower()), repr(key))))
+    if tuning.spec.mig is not None:
+        for key, value in tuning.spec.mig.node_selector.items():
             if (problem := label_problem(key, value)) is not None:
-                problems.add(f"labels[{key!r}]", problem)
-        for key in self.annotations:
-            if (problem := label_problem(key, "")) is not None:
-                problems.add(f"annotations[{key!r}]",
-                             problem.replace("is not a label key", "is not an annotation key"))
-        problems.raise_if_any()
-        return self
+                # No node carries it: the selector would pick no node, without a word.
+                problems.append((f"spec.mig.nodeSelector[{key!r}]",
+                                 f"{problem}; no node can have it"))
+    return problems
 
 
 _OBJECT_META_FIELDS = frozenset({

@@ -9,7 +9,6 @@ from pydantic import BeforeValidator, Field, model_validator
 
 from infertune.api.base import FLAG, NUMBER, ApiModel, CrossFieldProblems, without_nulls
 from infertune.api.units import Quantity
-from infertune.keys import label_problem
 
 # Debian/Ubuntu libjemalloc2 on amd64; the path most serving images based on them have.
 DEFAULT_JEMALLOC_PATH = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"
@@ -165,11 +164,6 @@ class MigSpec(ApiModel):
                          "add it or leave layout empty")
         if len({s.profile for s in self.layout}) != len(self.layout):
             problems.add("layout", "names a profile twice; give each profile once with a count")
-        for key, value in self.node_selector.items():
-            problem = label_problem(key, value)
-            if problem is not None:
-                # No node carries it: the selector would pick no node, without a word.
-                problems.add(f"nodeSelector[{key!r}]", f"{problem}; no node can have it")
         problems.raise_if_any()
         return self
 
