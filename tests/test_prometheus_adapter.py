@@ -938,12 +938,14 @@ def test_the_lowest_bound_is_one_every_pod_of_the_target_has(
             prometheus.wait_for_targets_up("mixed-coarse")
             text = promql.latency_floor_query(mixed_scope(mixed), PRESETS[Engine.VLLM], "5s")
             assert text is not None
-            bounds = wait_for(lambda: sorted(float(s["metric"]["le"])
-                                             for s in prometheus.query(text)),
-                              "the bounds both pods have")
+            wait_for(lambda: len(prometheus.query(
+                'count by (pod) (vllm:e2e_request_latency_seconds_bucket{namespace="mixed"})'))
+                == 2, "both pods scraped")
+            # Read at a whole second: one after both pods' first scrape, never before.
+            time.sleep(2.0)
+            bounds = sorted(float(s["metric"]["le"]) for s in prometheus.query(text))
             assert bounds == [1.0, math.inf]  # not 0.05: only the fine pod has it
-            floors = wait_for(lambda: source._read_floors(text, "namespace", time.time()),
-                              "the floor read at a whole second after the first scrape")
+            floors = source._read_floors(text, "namespace", time.time())
             assert floors == {("mixed", "llm"): 1.0}
         finally:
             prometheus.remove_scrape_job("mixed-fine")
@@ -952,3 +954,30 @@ def test_the_lowest_bound_is_one_every_pod_of_the_target_has(
 
 def mixed_scope(t: MetricsTarget) -> Scope:
     return Scope(t.namespace_label, t.pod_label, (t.namespace,), (t.deployment,))
+
+
+def test_two_engine_processes_on_two_ports_of_a_pod_add_up(
+        prometheus: PrometheusServer) -> None:
+    """Two engines in one pod (two ports, one scrape job): two instances whose queues add up.
+    Taking the copies of a double scrape once must not take these once too."""
+    registries = []
+    for waiting in (20.0, 10.0):
+        registry = CollectorRegistry()
+        Gauge("vllm:num_requests_waiting", "waiting", ["namespace", "pod"],
+              registry=registry).labels("ports", "llm-5d4f8b9c7-bcdfg").set(waiting)
+        registries.append(registry)
+    llm = target("ports", "llm")
+    with MetricsEndpoint(registries[0]) as first, MetricsEndpoint(registries[1]) as second:
+        prometheus.add_scrape_job("ports", [first.target, second.target])
+        try:
+            prometheus.wait_for_targets_up("ports")
+            source = PrometheusSource(prometheus.url)
+
+            def window() -> Window | None:  # the 3 s history both instances are in
+                queue = source.fetch([llm], time.time())[llm.key].queue
+                return queue if queue.samples >= queue.expected_samples else None
+
+            got = wait_for(window, "the queue of both processes", timeout_s=20)
+        finally:
+            prometheus.remove_scrape_job("ports")
+    assert (got.last, got.pods) == (30.0, 1)

@@ -296,3 +296,15 @@ def test_the_autoscalers_conditions_say_when_it_evaluates_nothing(
     assess(fresh, target, "2026-12-03T10:00:00Z").merge_lists(fresh)
     assert {c["type"] for c in fresh["status"]["conditions"]}.isdisjoint(
         {"ScalingActive", "MetricsAvailable"})
+
+
+def test_a_deployment_edit_is_no_news_to_a_tuning_whose_spec_is_invalid() -> None:
+    """Ready InvalidSpec with spec.container missing from the Deployment: every edit of the
+    Deployment re-assessed the tuning (two reads, a status write and a Warning Event)."""
+    from infertune.controller.handlers import _target_news
+
+    index = {("ml", "qwen"): [{"name": "qwen", "ready": "InvalidSpec",
+                               "spec": {"container": "engine"}}]}
+    body = {"spec": {"template": {"spec": {"containers": [{"name": "vllm"}]}}}}
+    assert not _target_news(type="MODIFIED", namespace="ml", name="qwen",
+                            tunings_by_target=index, body=body)  # type: ignore[arg-type]

@@ -16,6 +16,7 @@ from infertune.api.spec import GROUP, PLURAL, VERSION
 from infertune.controller.conditions import now_rfc3339
 from infertune.controller.diffbase import LeanAnnotationsDiffBaseStorage
 from infertune.controller.reconcile import (
+    ACCEPTED,
     CONTAINER_NOT_FOUND,
     SHARED,
     TARGET_NOT_FOUND,
@@ -128,8 +129,10 @@ def _container_news(entry: Mapping[str, Any], containers: set[str] | None) -> bo
     wanted = (entry.get("spec") or {}).get("container")
     if containers is None or not isinstance(wanted, str):
         return False
-    said_missing = entry.get("ready") == CONTAINER_NOT_FOUND
-    return said_missing == (wanted in containers)
+    ready = str(entry.get("ready"))
+    if ready not in (CONTAINER_NOT_FOUND, ACCEPTED):
+        return False  # another reason (InvalidSpec): no container edit settles it
+    return (ready == CONTAINER_NOT_FOUND) == (wanted in containers)
 
 
 @kopf.on.event("apps", "v1", "deployments", when=_target_news)  # type: ignore[arg-type]

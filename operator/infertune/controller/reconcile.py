@@ -37,6 +37,7 @@ MAX_DECISION_REASON = 1024
 """Decision.reason's limit (api/status.py)."""
 TARGET_NOT_FOUND = "TargetNotFound"
 CONTAINER_NOT_FOUND = "ContainerNotFound"
+ACCEPTED = "Accepted"
 """The Ready reason of a tuning whose Deployment does not exist."""
 
 
@@ -231,7 +232,7 @@ def _target_conditions(spec: InferenceTuningSpec, target: TargetState | None, ge
             f"spec.container {spec.container!r} is not in Deployment {target.name}; its "
             f"containers: {', '.join(target.containers)}", generation, now)
     return found, make_condition(
-        ConditionType.READY, ConditionStatus.TRUE, "Accepted",
+        ConditionType.READY, ConditionStatus.TRUE, ACCEPTED,
         f"spec accepted for Deployment {target.name}: {_summary(spec)}", generation, now)
 
 

@@ -116,11 +116,12 @@ class LeaseElection:
         self.duration_s, self.renew_deadline_s, self.retry_s = (duration_s, renew_deadline_s,
                                                                 retry_s)
         self._clock, self._wall_clock, self._api = clock, wall_clock, api
-        self.request_timeout_s = min(REQUEST_TIMEOUT_S, renew_deadline_s / 4)
+        self.request_timeout_s = min(REQUEST_TIMEOUT_S, renew_deadline_s / 2)
         """Per API call: a connection that hangs (a load balancer failing over) would
-        otherwise hold the rounds for good, and with them the leadership. A quarter of the
-        renew deadline, so that two rounds of two calls fit into it: a slow but answering API
-        server then never lets leadership lapse between two renewals."""
+        otherwise hold the rounds for good, and with them the leadership. Not shorter: an
+        API server slower than the timeout would never grant leadership at all (with rounds
+        every retry period from their start, calls of up to a quarter of the renew deadline
+        keep it without a gap, and slower ones with gaps)."""
         self._valid_until = -float("inf")
         self._observed: tuple[str | None, float] = (None, 0.0)
         """(resourceVersion last seen, when it was first seen on `clock`)."""

@@ -148,11 +148,13 @@ def filled(scope: Scope, template: Template, window: str) -> str:
                                       "window": window_text(window)}) + "\n)"
 
 
-SCRAPE_LABELS = ("job", "instance", "endpoint", "service")
+SCRAPE_LABELS = ("job", "endpoint", "service")
 """The labels Prometheus and the Prometheus Operator add per scrape job: a pod scraped twice
 (a PodMonitor and a ServiceMonitor, or one and the prometheus.io/scrape annotation job) has
-two copies of each series that differ only in them. Summed per pod, its queue and request
-rate counted twice, and the Deployment scaled out on half its real queue."""
+two copies of each series that differ only in them (the same `instance`, the pod's
+address). Summed per pod, its queue and request rate counted twice, and the Deployment
+scaled out on half its real queue. `instance` is kept: two engine processes on two ports of
+one pod are two instances, whose queues add up."""
 
 
 def _once(scope: Scope, expr: str) -> str:
