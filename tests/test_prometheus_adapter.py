@@ -975,7 +975,8 @@ def test_two_engine_processes_on_two_ports_of_a_pod_add_up(
 
             def window() -> Window | None:  # the 3 s history both instances are in
                 queue = source.fetch([llm], time.time())[llm.key].queue
-                return queue if queue.samples >= queue.expected_samples else None
+                full = queue.available and queue.samples >= queue.expected_samples
+                return queue if full else None
 
             got = wait_for(window, "the queue of both processes", timeout_s=20)
         finally:
