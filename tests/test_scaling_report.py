@@ -913,3 +913,17 @@ def test_replicas_that_stop_being_written_are_announced_once_even_on_a_hold() ->
     assert again.event is not None and again.event[1].startswith(
         "not applied (ReplicaFight: see ScalingActive): ")
     assert plan_evaluation(spec(), 1, {}, signals(), 4, None, NOW).blocked_news is None
+
+
+def test_a_block_is_not_announced_while_autoscaling_is_disabled() -> None:
+    """enabled: false (as the HPA's own message advises) writes ScalingActive Disabled; the
+    HPA's Warning Event was posted at every evaluation, since the stored reason never
+    became the block's."""
+    hpa = Blocked("HorizontalPodAutoscalerPresent", "HorizontalPodAutoscaler h also scales llm")
+    disabled = spec(autoscaling={"minReplicas": 1, "maxReplicas": 20, "enabled": False})
+    stored: dict[str, Any] = {}
+    for i in range(3):
+        planned = plan_evaluation(disabled, 1, stored, signals(now=NOW + 15 * i), 4, hpa,
+                                  NOW + 15 * i)
+        assert planned.blocked_news is None
+        stored = merge_patch(stored, planned.status)

@@ -165,7 +165,10 @@ def plan_evaluation(spec: InferenceTuningSpec, generation: int, status: Mapping[
     patch.update(_shared_lists(status, own, record,
                                None if batching_news is None else batching_news[0]))
     blocked_news = None
+    # Said when ScalingActive turns to the block, as written now: with autoscaling disabled
+    # it says Disabled, and the block (an HPA) was announced again at every evaluation.
     if (blocked is not None and blocked.reason != SCALE_WRITE_REFUSED
+            and own[1]["reason"] == blocked.reason
             and stored_reason(status, ConditionType.SCALING_ACTIVE) != blocked.reason):
         blocked_news = (blocked.reason, blocked.message[:MAX_EVENT_MESSAGE])
     return Evaluation(decision, decision.desired_replicas if applied else None, patch, event,
