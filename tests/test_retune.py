@@ -137,12 +137,17 @@ def controller(monkeypatch: pytest.MonkeyPatch) -> Any:
             amounts.update({k: str(v) for k, v in amounts.items()})
     tuning = InferenceTuning.model_validate(next(d for d in docs
                                                  if d["kind"] == "InferenceTuning"))
-    state: dict[str, Any] = {"replicas": 3, "exists": True, "evicted": [], "evict_error": None}
+    state: dict[str, Any] = {"replicas": 3, "exists": True, "evicted": [], "evict_error": None,
+                             "template_revision": None, "annotations": [], "spec": tuning.spec}
 
     def read_deployment(namespace: str, name: str) -> Any:
         if not state["exists"]:
             return None
-        body = {**deployment_body, "spec": {**deployment_body["spec"],
+        template = deployment_body["spec"]["template"]
+        if state["template_revision"] is not None:
+            template = {**template, "metadata": {**template["metadata"], "annotations": {
+                "infertune.io/revision": state["template_revision"]}}}
+        body = {**deployment_body, "spec": {**deployment_body["spec"], "template": template,
                                             "replicas": state["replicas"]}}
         return client.ApiClient().deserialize(json.dumps(body), "V1Deployment",
                                               "application/json")
@@ -155,14 +160,20 @@ def controller(monkeypatch: pytest.MonkeyPatch) -> Any:
 
     monkeypatch.setattr(controller_pods, "read_deployment", read_deployment)
     monkeypatch.setattr(controller_pods, "evict_pod", evict_pod)
+
+    def annotate(namespace: str, deployment: str, revision: str) -> None:
+        state["annotations"].append(revision)
+        state["template_revision"] = revision
+
+    monkeypatch.setattr(controller_pods, "_annotate_template", annotate)
     state["events"] = []
     monkeypatch.setattr(kopf, "event", lambda owner, *, type, reason, message:
                         state["events"].append((type, reason, message)))
     memo = kopf.Memo(pod_tuning=controller_pods.PodTuningSettings(launcher_image="l:1"))
 
     def run(pods: list[PodView], rivals: tuple[str, ...] = ()) -> str:
-        status = controller_pods.retune("chat", "mistral-7b", "uid-1", tuning.spec, pods, memo,
-                                        rivals=rivals)
+        status = controller_pods.retune("chat", "mistral-7b", "uid-1", state["spec"], pods,
+                                        memo, rivals=rivals)
         return str(status.message)
 
     state["run"] = run
@@ -228,3 +239,19 @@ def test_a_pod_that_ended_is_no_replica() -> None:
         got = asyncio.run(pods_by_deployment(namespace="chat", name="p", body=body(phase),
                                              replicaset_owners=owners))
         assert (got is not None) is indexed, phase
+
+
+def test_the_pod_template_is_annotated_once_and_said_so(controller: Any) -> None:
+    """PodTemplateAnnotation wrote the same annotation into the Deployment at every pass
+    while the pods rolled, and no Event said that the operator started the rollout."""
+    from infertune.api.tuning import RetuneSpec, RetuneStrategy
+
+    controller["spec"] = controller["spec"].model_copy(update={"retune": RetuneSpec(
+        strategy=RetuneStrategy.POD_TEMPLATE_ANNOTATION)})
+    first = controller["run"](_outdated(3))
+    again = controller["run"](_outdated(3))
+    assert len(controller["annotations"]) == 1 and controller["evicted"] == []
+    assert "pod template annotated with revision" in first
+    assert "the pod template carries revision" in again
+    ((kind, reason, said),) = controller["events"]
+    assert (kind, reason) == ("Normal", "PodsRetuned") and "rolls out the 3 outdated" in said

@@ -261,16 +261,25 @@ def _why_pods_cannot_be_tuned(name: str, spec: InferenceTuningSpec,
 
 
 def _replace_outdated(namespace: str, spec: InferenceTuningSpec, step: RetuneStep,
-                      revision: str, evicted: Callable[[str], None]) -> str:
-    """Carry out one step with the spec's strategy; what to report about it."""
+                      revision: str, evicted: Callable[[str], None],
+                      annotated: str | None = None,
+                      on_annotated: Callable[[], None] = lambda: None) -> str:
+    """Carry out one step with the spec's strategy; what to report about it. `annotated` is
+    the revision the pod template carries now (PodTemplateAnnotation)."""
     if spec.mode is Mode.DRY_RUN:
         return f"dry run: {step.outdated} pods outdated, none replaced"
     if spec.retune.strategy is RetuneStrategy.POD_TEMPLATE_ANNOTATION:
+        if annotated == revision:
+            # Written already: the rollout is under way. Written again every pass, it was a
+            # Deployment write each tick while the pods rolled.
+            return (f"{step.outdated} pods outdated; the pod template carries revision "
+                    f"{revision}, the Deployment rolls them out")
         try:
             _annotate_template(namespace, spec.target_ref.name, revision)
         except ApiException as exc:
             return f"{step.outdated} pods outdated; could not annotate the pod template: " \
                    f"{exc.status} {exc.reason}"
+        on_annotated()
         return (f"{step.outdated} pods outdated; pod template annotated with revision "
                 f"{revision}, the Deployment rolls them out")
     for pod in step.evict:
@@ -337,7 +346,19 @@ def retune(namespace: str, name: str, uid: str, spec: InferenceTuningSpec,
         desired = deployment.spec.replicas if deployment.spec is not None else None
         step = plan_retune(revision, pods, spec.retune.max_unavailable, last, clock, desired)
         done: list[str] = []
-        message = _replace_outdated(namespace, spec, step, revision, done.append)
+        template = deployment.spec.template if deployment.spec is not None else None
+        annotated = ((template.metadata.annotations or {}).get(keys.REVISION)
+                     if template is not None and template.metadata is not None else None)
+
+        def rolled() -> None:
+            kopf.event(_owner_ref(namespace, {"name": name, "uid": uid}),  # type: ignore[arg-type]
+                       type="Normal", reason=RETUNED,
+                       message=(f"pod template of {target} annotated with revision "
+                                f"{revision}: the Deployment rolls out the {step.outdated} "
+                                "outdated pods")[:MAX_EVENT_MESSAGE])
+
+        message = _replace_outdated(namespace, spec, step, revision, done.append, annotated,
+                                    rolled)
         if done:
             evictions[key] = step.eviction(revision, pods, done, clock, last)
             # Pods restarted by the operator: said where the tuning's story is told.
