@@ -48,8 +48,8 @@ def int64(value: int) -> int:
 
 
 def without_nulls(value: Any) -> Any:
-    """A map entry given as null is dropped, as the API server prunes it (for a BeforeValidator
-    of a dict field: labels, nodeSelector)."""
+    """A map entry given as null is dropped, as the API server prunes it (a model's fields, and
+    a BeforeValidator of a dict field: labels, nodeSelector)."""
     if isinstance(value, dict) and None in value.values():
         return {k: v for k, v in value.items() if v is not None}
     return value
@@ -81,9 +81,7 @@ class ApiModel(BaseModel):
     def _nulls_left_out(cls, data: Any) -> Any:
         """A field given as null is left out, as the API server prunes it (no field of the CRD
         is nullable): `numa: null` is the default NUMA section there, and here too."""
-        if isinstance(data, dict) and None in data.values():
-            return {key: value for key, value in data.items() if value is not None}
-        return data
+        return without_nulls(data)
 
 
 class CrossFieldProblems:

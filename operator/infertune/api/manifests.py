@@ -84,7 +84,6 @@ def source_name(path: Path) -> str:
     return "<stdin>" if str(path) == STDIN else str(path)
 
 
-
 class _UniqueKeyLoader(yaml.SafeLoader):
     """SafeLoader that refuses a key given twice in one mapping. PyYAML and kubectl both keep
     the last one silently, so `mode: DryRun` then `mode: Enforce` is applied as Enforce: a
@@ -107,6 +106,7 @@ class _UniqueKeyLoader(yaml.SafeLoader):
                     key_node.start_mark)
             seen.add(key)
         return super().construct_mapping(node, deep=deep)
+
 
 class _KubectlLoader(_UniqueKeyLoader):
     """Reads plain scalars as kubectl does (sigs.k8s.io/yaml, on go-yaml v2), not as PyYAML's

@@ -158,16 +158,13 @@ class ScalingState(NamedTuple):
 
     @classmethod
     def _read(cls, data: dict[str, Any], tolerant: bool = False) -> ScalingState:
+        missing, serving = data.get("metricsMissingSince"), data.get("serving")
         if tolerant:
             data = {
                 "recommendations": _readable(data.get("recommendations"), ("time", "replicas")),
-                "scaleEvents": _readable(data.get("scaleEvents"), ("time", "change")),
-                "metricsMissingSince": next(iter(_readable(
-                    [{"time": data.get("metricsMissingSince")}], ("time",))), {}).get("time"),
-                "serving": next(iter(_readable([data.get("serving")],
-                                               ("since", "replicas", "of"))), None),
-            }
-        missing, serving = data.get("metricsMissingSince"), data.get("serving")
+                "scaleEvents": _readable(data.get("scaleEvents"), ("time", "change"))}
+            missing = missing if _readable([{"time": missing}], ("time",)) else None
+            serving = serving if _readable([serving], ("since", "replicas", "of")) else None
         # Sorted: a state stored across a clock step, or edited by hand, may be out of order,
         # and `recorded` drops old entries as a prefix.
         return cls(
