@@ -12,7 +12,7 @@ from infertune.api.status import ConditionType, Phase
 from infertune.controller.conditions import find
 from infertune.controller.reconcile import TargetState, assess
 
-TARGET = TargetState(name="qwen", replicas=2, ready_replicas=2, containers=("vllm",))
+TARGET = TargetState(name="qwen", replicas=2, containers=("vllm",))
 
 
 def _body(generation: int = 1, status: dict[str, Any] | None = None, **spec: Any) -> dict[str, Any]:

@@ -34,12 +34,10 @@ def _target_state(deployment: client.V1Deployment | None) -> TargetState | None:
     if deployment is None:
         return None
     pod_spec = deployment.spec.template.spec if deployment.spec else None
-    status = deployment.status
     return TargetState(
         name=str(deployment.metadata.name if deployment.metadata else ""),
         # What the scale subresource says, as the autoscaler reads it; not pods that exist yet.
         replicas=int(deployment.spec.replicas or 0) if deployment.spec else 0,
-        ready_replicas=int(status.ready_replicas or 0) if status else 0,
         containers=tuple(str(c.name) for c in (pod_spec.containers if pod_spec else [])),
     )
 

@@ -6,7 +6,6 @@ which ReplicaSet belongs to which Deployment); it makes no API call per admissio
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import time
@@ -34,7 +33,7 @@ from infertune.api.tuning import RetuneStrategy
 from infertune.controller.conditions import MAX_EVENT_MESSAGE, stored_reason
 from infertune.controller.loops import STOP_TIMEOUT_S, Work, every, leader_of, snapshot
 from infertune.controller.spec_cache import SPECS
-from infertune.kube.client import evict_pod, read_deployment
+from infertune.kube.client import evict_pod, read_deployment, server_message
 from infertune.kube.webhooks import HANDLER_ID
 from infertune.tuning.pod_patch import (
     PodContext,
@@ -151,8 +150,7 @@ async def pods_by_deployment(namespace: str, name: str, body: kopf.Body,
                 for c in status.get("conditions") or [])
     return {(namespace, deployment): PodView(
         name=name, revision=(meta.get("labels") or {}).get(keys.REVISION), ready=ready,
-        terminating=meta.get("deletionTimestamp") is not None,
-        created=str(meta.get("creationTimestamp") or ""))}
+        terminating=meta.get("deletionTimestamp") is not None)}
 
 
 def _owner_ref(namespace: str, entry: dict[str, Any]) -> dict[str, Any]:
@@ -287,20 +285,11 @@ def _replace_outdated(namespace: str, spec: InferenceTuningSpec, step: RetuneSte
             refused = _evict(namespace, pod)
         except ApiException as exc:  # 403 (RBAC), 500 (a pod in two budgets), ...
             return (f"{step.outdated} pods outdated; evicting {pod} failed: {exc.status} "
-                    f"{exc.reason}: {_api_message(exc)}")
+                    f"{exc.reason}: {server_message(exc)[:300]}")
         if refused is not None:
             return f"{step.outdated} pods outdated; {refused}"
         evicted(pod)
     return step.reason
-
-
-def _api_message(exc: ApiException) -> str:
-    """The API server's own message in an error, shortened."""
-    try:
-        message = str(json.loads(exc.body or "{}").get("message") or "")
-    except (ValueError, AttributeError):
-        message = ""
-    return (message or str(exc.body or ""))[:300]
 
 
 def retune(namespace: str, name: str, uid: str, spec: InferenceTuningSpec,
@@ -312,13 +301,13 @@ def retune(namespace: str, name: str, uid: str, spec: InferenceTuningSpec,
     names of the other InferenceTunings of the same Deployment (the webhook tunes none of its
     pods then, so none is replaced)."""
     revision = tuning_revision(spec, batching_value, mig)
+    entry = {"name": name, "uid": uid}
     settings: PodTuningSettings = memo.pod_tuning
     evictions = settings.last_evictions
     key = f"{namespace}/{name}"
     if key in settings.unreported:
         problems, refused = settings.unreported.pop(key)
-        _report_once(memo, namespace, {"name": name, "uid": uid}, list(problems),
-                     refused=refused)
+        _report_once(memo, namespace, entry, list(problems), refused=refused)
     last = evictions.get(key)
     clock = time.monotonic()
     step = plan_retune(revision, pods, spec.retune.max_unavailable, last, clock)
@@ -339,7 +328,7 @@ def retune(namespace: str, name: str, uid: str, spec: InferenceTuningSpec,
                                                 batching_value)) is not None:
         # Re-created pods would come back untuned: replacing them only costs availability.
         message = f"{step.outdated} pods not tuned, none replaced: {problem}"
-        _report_once(memo, namespace, {"name": name, "uid": uid}, [problem], refused=True)
+        _report_once(memo, namespace, entry, [problem], refused=True)
     else:
         # Counted against the replicas the Deployment wants: a pod not created yet (a quota,
         # a scale-up under way) is as unavailable as one that is not Ready.
@@ -350,23 +339,19 @@ def retune(namespace: str, name: str, uid: str, spec: InferenceTuningSpec,
         annotated = ((template.metadata.annotations or {}).get(keys.REVISION)
                      if template is not None and template.metadata is not None else None)
 
-        def rolled() -> None:
-            kopf.event(_owner_ref(namespace, {"name": name, "uid": uid}),  # type: ignore[arg-type]
-                       type="Normal", reason=RETUNED,
-                       message=(f"pod template of {target} annotated with revision "
-                                f"{revision}: the Deployment rolls out the {step.outdated} "
-                                "outdated pods")[:MAX_EVENT_MESSAGE])
+        def retuned(message: str) -> None:
+            # Pods restarted by the operator: said where the tuning's story is told.
+            kopf.event(_owner_ref(namespace, entry),  # type: ignore[arg-type]
+                       type="Normal", reason=RETUNED, message=message[:MAX_EVENT_MESSAGE])
 
-        message = _replace_outdated(namespace, spec, step, revision, done.append, annotated,
-                                    rolled)
+        message = _replace_outdated(
+            namespace, spec, step, revision, done.append, annotated,
+            lambda: retuned(f"pod template of {target} annotated with revision {revision}: "
+                            f"the Deployment rolls out the {step.outdated} outdated pods"))
         if done:
             evictions[key] = step.eviction(revision, pods, done, clock, last)
-            # Pods restarted by the operator: said where the tuning's story is told.
-            kopf.event(_owner_ref(namespace, {"name": name, "uid": uid}),  # type: ignore[arg-type]
-                       type="Normal", reason=RETUNED,
-                       message=(f"evicted {', '.join(done)} to re-create them with revision "
-                                f"{revision} ({step.outdated} pods were outdated)"
-                                )[:MAX_EVENT_MESSAGE])
+            retuned(f"evicted {', '.join(done)} to re-create them with revision {revision} "
+                    f"({step.outdated} pods were outdated)")
     return TuningStatus(revision=revision, tuned_pods=step.tuned, outdated_pods=step.outdated,
                         message=message, problems=settings.latest_problems.get(key, [])[:20])
 

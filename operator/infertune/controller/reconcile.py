@@ -47,7 +47,6 @@ class TargetState:
 
     name: str
     replicas: int
-    ready_replicas: int
     containers: tuple[str, ...]
 
 

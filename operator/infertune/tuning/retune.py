@@ -20,8 +20,6 @@ class PodView:
     """The infertune.io/revision label; None for pods that were never tuned."""
     ready: bool
     terminating: bool = False
-    created: str = ""
-    """creationTimestamp (RFC 3339, UTC), which orders lexically."""
 
 
 @dataclass(frozen=True)
