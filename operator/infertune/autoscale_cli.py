@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from infertune.api.spec import InferenceTuning, Mode
+from infertune.cli import seconds_type
 from infertune.metrics.access import NO_ACCESS_OPTIONS, PrometheusAccess
 
 if TYPE_CHECKING:  # the engine and the controller are imported when a command runs
@@ -36,16 +36,6 @@ EXIT_STATUS = (
     "Prometheus failed) or the latency cannot be compared with the target (the histogram's "
     "buckets): the decision holds where data is missing, and each problem from a query "
     "names it")
-
-
-def _seconds(value: str) -> float:
-    try:
-        seconds = float(value)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{value!r} is not a number of seconds") from None
-    if not (math.isfinite(seconds) and seconds > 0):
-        raise argparse.ArgumentTypeError(f"{value} must be a number of seconds above 0")
-    return seconds
 
 
 def add_autoscale_commands(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -72,7 +62,7 @@ def add_autoscale_commands(commands: argparse._SubParsersAction) -> None:  # typ
                           help="current replicas of the Deployment (default: minReplicas; "
                           "with --live, the Deployment's own)")
     evaluate.add_argument("--output", choices=("text", "json"), default="text")
-    evaluate.add_argument("--timeout", type=_seconds, default=5.0, metavar="SECONDS",
+    evaluate.add_argument("--timeout", type=seconds_type(), default=5.0, metavar="SECONDS",
                           help="per-query timeout (default 5)")
     evaluate.set_defaults(handler=evaluate_command)
 

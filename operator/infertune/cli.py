@@ -15,15 +15,21 @@ Command = Callable[[argparse.Namespace], int]
 DEFAULT_LAUNCHER_IMAGE = f"ghcr.io/infertune/infertune:{__version__}"
 
 
-def _seconds(text: str) -> float:
-    """A number of seconds, 0 or more (argparse names the option in its error)."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not math.isfinite(value) or value < 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: give 0 or more seconds")
-    return value
+def seconds_type(*, zero: bool = False) -> Callable[[str], float]:
+    """An argparse type: a finite number of seconds above 0, or 0 and more with `zero`
+    (argparse names the option in its error)."""
+    least = "0 or more" if zero else "above 0"
+
+    def seconds(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+        if not (math.isfinite(value) and (value >= 0 if zero else value > 0)):
+            raise argparse.ArgumentTypeError(f"{text} must be a number of seconds {least}")
+        return value
+
+    return seconds
 
 
 def _validate(args: argparse.Namespace) -> int:
@@ -214,7 +220,8 @@ def _add_run_command(commands: argparse._SubParsersAction) -> None:  # type: ign
                      help="kubelets do not run the static CPU manager: skip the QoS checks")
     run.add_argument("--retune-interval", type=float, metavar="SECONDS",
                      help="how often outdated pods are looked for (default 10)")
-    run.add_argument("--mig-config-delay", type=_seconds, metavar="SECONDS", default=None,
+    run.add_argument("--mig-config-delay", type=seconds_type(zero=True), metavar="SECONDS",
+                     default=None,
                      help="how long after a config goes into the mig-parted ConfigMap before "
                           "a node is labelled for it: the kubelet updates mig-manager's "
                           "mounted copy within about a minute (default 120)")

@@ -153,27 +153,34 @@ class _EnvPlan:
         self.base, self.env = base, env
         self.values: dict[str, str] = {}
 
+    def _last(self, name: str) -> int | None:
+        """The index of the entry of `name` the container gets: the last one, when it is
+        there twice."""
+        return max((i for i, e in enumerate(self.env or []) if e.get("name") == name),
+                   default=None)
+
     def existing(self, name: str) -> dict[str, Any] | None:
-        """The entry of `name` the container gets: the last one, when it is there twice."""
-        return next((e for e in reversed(self.env or []) if e.get("name") == name), None)
+        """The entry of `name` the container gets."""
+        index = self._last(name)
+        return None if index is None else (self.env or [])[index]
 
     def expanded(self, name: str) -> tuple[str, bool]:
         """The value of `name` as the kubelet gives it to the process: `$(VAR)` replaced by
         the value of a plain entry before it, `$$` by `$`; and whether every reference could
         be (one to a valueFrom or envFrom variable cannot be at admission)."""
         env = self.env or []
-        index = max((i for i, e in enumerate(env) if e.get("name") == name), default=None)
+        index = self._last(name)
         if index is None:
             return "", True
         known: dict[str, str] = {}
         for entry in env[:index]:
-            name = str(entry.get("name"))
+            before = str(entry.get("name"))
             # No value and no valueFrom: the API server left out an empty value.
             value, resolved = _expand(str(entry.get("value") or ""), known)
             if "valueFrom" in entry or not resolved:
-                known.pop(name, None)  # its value is not known here, nor what refers to it
+                known.pop(before, None)  # its value is not known here, nor what refers to it
             else:
-                known[name] = value
+                known[before] = value
         return _expand(str(env[index].get("value") or ""), known)
 
     def set(self, name: str, value: str) -> None:
@@ -187,9 +194,7 @@ class _EnvPlan:
             return [{"op": "add", "path": f"{self.base}/env", "value": items}]
         ops: list[Op] = []
         for item in items:
-            # The last entry of a name is the one the container gets.
-            index = max((i for i, e in enumerate(self.env) if e.get("name") == item["name"]),
-                        default=None)
+            index = self._last(item["name"])  # the one the container gets
             if index is None:
                 ops.append({"op": "add", "path": f"{self.base}/env/-", "value": item})
             else:
