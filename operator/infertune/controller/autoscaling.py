@@ -168,11 +168,19 @@ class AutoscalingSettings:
             # Another object of the same name (deleted and created again), or autoscaling
             # removed: what this process wrote for the old one is no longer its to defend.
             # Kept, a count set by hand meanwhile was a revert of the new tuning's.
-            for table in (self.written, self.written_to, self.unwritten, self.evaluated_at,
-                          self.last_slot):
-                table.pop(key, None)
+            self.forget(key)
         self.parsed[key] = (version, parsed)
         return parsed
+
+    def forget(self, key: str, *, signals: bool = False) -> None:
+        """Drop what this process keeps of `key`'s evaluations and writes; with `signals`,
+        its fetched signals and parsed spec too (a tuning gone from the listing)."""
+        tables: list[dict[str, Any]] = [self.written, self.written_to, self.unwritten,
+                                        self.evaluated_at, self.last_slot]
+        if signals:
+            tables += [self.batch, self.fetched_at, self.fetched_for, self.parsed]
+        for table in tables:
+            table.pop(key, None)
 
     def begin_term(self) -> None:
         """What this process remembers of its writes, forgotten when it leads again after
@@ -284,10 +292,7 @@ def signals_for(settings: AutoscalingSettings, key: str, own: Parsed,
         settings.fetches += 1
         settings.batched[own.interval_s] = slot
         for gone in [k for k in settings.batch if k not in known]:
-            for table in (settings.batch, settings.fetched_at, settings.fetched_for,
-                          settings.last_slot, settings.evaluated_at, settings.parsed,
-                          settings.written, settings.written_to, settings.unwritten):
-                table.pop(gone, None)
+            settings.forget(gone, signals=True)
         for target in targets:
             settings.fetched_for[target.key] = target
         for other, signals in fetched.items():
