@@ -18,6 +18,7 @@ from infertune.controller.fights import Writers
 from infertune.controller.status_patch import merge_patch
 from infertune.kube.client import DeploymentReplicas
 from infertune.scaling.signals import Series, TargetSignals, Window
+from infertune.scaling.state import format_time
 
 T0 = 1_700_000_010.0
 SPEC = InferenceTuningSpec.model_validate({
@@ -305,3 +306,37 @@ def test_a_restart_between_the_replicas_and_the_status_write_is_not_a_revert(
     restarted = autoscaling.AutoscalingSettings(source=None)
     cluster.evaluate(restarted, T0 + 15)
     assert (cluster.status["autoscaling"].get("replicaFight") is not None) is fight
+
+
+
+def test_a_restart_between_the_replicas_and_the_status_write_keeps_its_scale_event(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The operator wrote 3 and stopped before its status write. The next process took the
+    write for its own (managedFields), but decided from a state without its scale event and
+    added another pod 15 s later under "+1 pod per 60s". The API server keeps no time for
+    the scale write (e2e), so it counts from when it is found."""
+    cluster = Cluster(monkeypatch, replicas=2)
+    cluster.status_fails = True
+    with pytest.raises(ApiException):
+        cluster.evaluate(autoscaling.AutoscalingSettings(source=None), T0)
+    assert cluster.replicas == 3
+    cluster.status = {"autoscaling": {"writtenReplicas": 2, "writtenTarget": "llm",
+                                      "target": "llm", "currentReplicas": 2,
+                                      "evaluated": format_time(T0 - 15)}}
+    cluster.owners = (("infertune", "scale"),)
+    restarted = autoscaling.AutoscalingSettings(source=None)
+    assert cluster.evaluate(restarted, T0 + 15) == 3
+    stored = cluster.status["autoscaling"]
+    assert stored["state"]["scaleEvents"] == [{"time": format_time(T0 + 15), "change": 1}]
+    assert stored["writtenReplicas"] == 3 and stored.get("replicaFight") is None
+    assert cluster.evaluate(restarted, T0 + 60) == 3
+    assert cluster.evaluate(restarted, T0 + 75) == 4  # a period after it was found
+    # Without writtenReplicas (autoscaling was disabled at the last evaluation): the count
+    # that evaluation saw.
+    cluster.status_fails = True
+    with pytest.raises(ApiException):
+        cluster.evaluate(restarted, T0 + 150)
+    assert cluster.replicas == 5
+    cluster.status = {"autoscaling": {"target": "llm", "currentReplicas": 4}}
+    assert cluster.evaluate(autoscaling.AutoscalingSettings(source=None), T0 + 165) == 5
+    assert [e["change"] for e in cluster.status["autoscaling"]["state"]["scaleEvents"]] == [1]

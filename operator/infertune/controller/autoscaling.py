@@ -62,12 +62,17 @@ from infertune.controller.scaling_report import (
     status_over,
 )
 from infertune.controller.status_patch import Build, merge_patch, write_status
-from infertune.kube.client import FIELD_MANAGER, deployment_replicas, server_message
+from infertune.kube.client import (
+    FIELD_MANAGER,
+    DeploymentReplicas,
+    deployment_replicas,
+    server_message,
+)
 from infertune.kube.lease import ALWAYS, RETRY_PERIOD_S, Leader
 from infertune.metrics.source import MetricsSource, MetricsTarget, target_for_tuning
 from infertune.scaling.engine import ScaleDecision
 from infertune.scaling.signals import TargetSignals
-from infertune.scaling.state import format_time, stored_time
+from infertune.scaling.state import ScaleEvent, format_time, stored_time
 from infertune.tuning.pod_patch import (
     TemplateBatching,
     template_batching,
@@ -349,6 +354,44 @@ def _reverted(settings: AutoscalingSettings, key: str, current: int,
     return True
 
 
+def _lost_scale_event(settings: AutoscalingSettings, key: str, status: Mapping[str, Any],
+                      deployment: str, read: DeploymentReplicas,
+                      now: float) -> ScaleEvent | None:
+    """The scale event of a replicas write of the operator's that the stored status does not
+    hold: the process that made it stopped before its status write (a crash, a rolling
+    upgrade). The Deployment's managedFields say the operator's scale write set the
+    replicas; the count it changed is the last one the status stored. Left out, the next
+    process scaled again at once, past the rate limits. It is counted as made `now`: the
+    API server keeps no time for the scale subresource's entry, and a time too late holds
+    the next change at most one period longer, where one too early lets it through sooner
+    than the user allows. None when this process remembers its own writes (Unwritten keeps
+    what their status write missed), or nothing was lost."""
+    if key in settings.written and settings.written_to.get(key) == deployment:
+        return None
+    if read.replicas_by != (OWN_SCALE_WRITE,):
+        return None
+    block = status.get("autoscaling") or {}
+    if block.get("target", deployment) != deployment:
+        return None
+    before = written_replicas(status, deployment)
+    if before is None:
+        stored = block.get("currentReplicas")
+        before = stored if isinstance(stored, int) and not isinstance(stored, bool) else None
+    if before is None or before == read.replicas:
+        return None
+    return ScaleEvent(now, read.replicas - before)
+
+
+def _with_scale_event(status: Mapping[str, Any], event: ScaleEvent) -> dict[str, Any]:
+    """`status` with `event` added to the stored scaling state."""
+    block = dict(status.get("autoscaling") or {})
+    state = dict(block.get("state") or {})
+    state["scaleEvents"] = [*(state.get("scaleEvents") or []),
+                            {"time": format_time(event.time), "change": event.change}]
+    block["state"] = state
+    return {**status, "autoscaling": block}
+
+
 def evaluate(namespace: str, name: str, generation: int, spec: InferenceTuningSpec,
              status: dict[str, Any], signals: TargetSignals, settings: AutoscalingSettings,
              writers: Writers, body: kopf.Body, now: float,
@@ -380,6 +423,12 @@ def evaluate(namespace: str, name: str, generation: int, spec: InferenceTuningSp
     for attempt in range(SCALE_WRITE_ATTEMPTS):
         read = deployment_replicas(namespace, deployment)
         current, ready = read.replicas, read.ready
+        lost = _lost_scale_event(settings, key, status, deployment, read, now)
+        if lost is not None:
+            logger.info("%s: replicas %+d were this operator's write, which the status does "
+                        "not hold (stopped before its status write); counted in the rate "
+                        "limits as made now", key, lost.change)
+            status = _with_scale_event(status, lost)
         # A revert seen by the first attempt stays one when the second decides again.
         reverted = _reverted(settings, key, current, status, deployment,
                              spec.autoscaling is not None and spec.autoscaling.enabled,
