@@ -111,6 +111,12 @@ def test_values_round_trip_as_written() -> None:
          "allocator.arenaMax: only applies to type glibc"),
         ({"allocator": {"libraryPath": "lib/libjemalloc.so"}},
          "allocator.libraryPath: 'lib/libjemalloc.so' does not match"),
+        # jemalloc stops reading at the NUL ("valid"), but the container cannot start with it.
+        ({"allocator": {"mallocConf": "narenas:4\x00,bogus"}},
+         "allocator.mallocConf: contains a NUL character, which no environment variable can "
+         "carry; remove it"),
+        ({"allocator": {"type": "glibc", "glibcTunables": "glibc.malloc.arena_max=2\x00"}},
+         "allocator.glibcTunables: contains a NUL character"),
         ({"batching": {"min": 64, "max": 8}}, "batching.min: 64 is above max 8"),
         ({"batching": {"max": 2**31}},
          "batching.max: 2147483648: input should be less than or equal to 2147483647"),
@@ -433,6 +439,7 @@ def test_the_metadata_the_api_server_returns_is_read() -> None:
     ("/opt/lib\u00a0x/libjemalloc.so", True),  # no separator to ld.so, and RE2 takes it
     ("/opt/lib x/libjemalloc.so", False), ("/opt/a\tb.so", False), ("/opt/a\vb.so", False),
     ("/a:b.so", False),  # LD_PRELOAD splits on spaces and colons
+    ("/opt/libjemalloc.so.2\x00", False),  # no environment variable carries a NUL
 ])
 def test_the_library_path_pattern_means_the_same_to_the_api_server(path: str,
                                                                    valid: bool) -> None:

@@ -185,7 +185,9 @@ class AllocatorSpec(ApiModel):
 
     # ASCII whitespace spelled out: `\s` is Unicode whitespace to pydantic's regex engine and
     # ASCII to the API server's (RE2), so a path the CRD took was refused by the operator.
-    library_path: Annotated[str, Field(pattern=r"^/[^\t\n\v\f\r :]*$", max_length=4096)] = (
+    # NUL: no environment variable can carry it (the container would not start).
+    library_path: Annotated[str, Field(pattern=r"^/[^\t\n\v\f\r :\x00]*$",
+                                       max_length=4096)] = (
         DEFAULT_JEMALLOC_PATH
     )
     """Absolute path of libjemalloc inside the serving image (LD_PRELOAD)."""
@@ -203,6 +205,13 @@ class AllocatorSpec(ApiModel):
     @model_validator(mode="after")
     def _settings_match_type(self) -> AllocatorSpec:
         problems = CrossFieldProblems()
+        for field, text in (("mallocConf", self.malloc_conf),
+                            ("glibcTunables", self.glibc_tunables)):
+            if text is not None and "\x00" in text:
+                # Cut there by the C code that reads it, and refused in the container's
+                # environment by the runtime: the pods would not start.
+                problems.add(field, "contains a NUL character, which no environment variable "
+                             "can carry; remove it")
         if self.type is not AllocatorType.JEMALLOC:
             if self.malloc_conf is not None:
                 problems.add("mallocConf", f"only applies to type jemalloc (type is "
