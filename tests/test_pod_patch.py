@@ -5,6 +5,8 @@ from __future__ import annotations
 import copy
 import json
 import re
+import subprocess
+from pathlib import Path
 from typing import Any
 
 import jsonpatch
@@ -604,3 +606,68 @@ def test_a_variable_with_an_empty_value_is_known_and_empty() -> None:
     assert plan.refused and "on lg_chunk" in plan.problems[0]
     empty = plan_pod_patch(_spec(), _pod(env=[{"name": "MALLOC_CONF"}]), CONTEXT)
     assert not empty.refused, empty.problems
+
+
+JEMALLOC = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"
+
+
+@pytest.mark.parametrize(("spec_conf", "value"), [
+    ("dirty_decay_ms:5000", "background_thread:true,$(EXTRA)dirty_decay_ms:5000,narenas:8"),
+    (None, "background_thread:true,$(EXTRA)narenas:8"),
+])
+def test_a_reference_that_expands_to_nothing_at_the_end_gets_no_second_comma(
+        spec_conf: str | None, value: str) -> None:
+    """An optional $(EXTRA) left empty: the spec's settings and narenas followed a comma of
+    their own, so jemalloc read "...true,,dirty..." as malformed and dropped them, and the
+    string checked (a reconstruction) was a valid one."""
+    pod = _pod(env=[{"name": "EXTRA"},
+                    {"name": "MALLOC_CONF", "value": "background_thread:true,$(EXTRA)"}])
+    plan = plan_pod_patch(_spec(allocator={"mallocConf": spec_conf}), pod, CONTEXT)
+    env = _env(jsonpatch.apply_patch(pod, plan.patch)["spec"]["containers"][0])
+    assert env["MALLOC_CONF"] == value
+    assert not [p for p in plan.problems if "MALLOC_CONF" in p], plan.problems
+    if Path(JEMALLOC).exists():  # what the real library makes of the expanded string
+        expanded = value.replace("$(EXTRA)", "")
+        done = subprocess.run(["/bin/true"], capture_output=True, text=True, check=True, env={
+            "PATH": "/usr/bin:/bin", "LD_PRELOAD": JEMALLOC, "MALLOC_CONF": expanded})
+        assert "Malformed" not in done.stderr and "Invalid" not in done.stderr, done.stderr
+
+
+def test_a_reference_that_leaves_two_commas_is_reported_as_the_process_reads_it() -> None:
+    pod = _pod(env=[{"name": "A", "value": ""}, {"name": "B", "value": ""},
+                    {"name": "MALLOC_CONF", "value": "background_thread:true,$(A),$(B)"}])
+    plan = plan_pod_patch(_spec(allocator={"mallocConf": "dirty_decay_ms:5000"}), pod, CONTEXT)
+    assert any("MALLOC_CONF 'background_thread:true,,dirty_decay_ms:5000" in p
+               for p in plan.problems), plan.problems
+
+
+def test_narenas_ratio_gets_no_narenas_that_would_override_it() -> None:
+    """jemalloc takes an explicit narenas over narenas_ratio: the ratio the spec asked for
+    was cancelled by the narenas sized from the CPU limit, without a word."""
+    env = _env(_apply(_spec(allocator={"mallocConf": "narenas_ratio:2"}), _pod())[
+        "spec"]["containers"][0])
+    assert env["MALLOC_CONF"] == "narenas_ratio:2"
+
+
+def test_no_malloc_conf_is_set_when_there_is_nothing_to_set() -> None:
+    """No settings and no CPU limit to size narenas from: an empty MALLOC_CONF overrode the
+    one from envFrom (or the image's ENV) unseen."""
+    pod = _pod(resources={"limits": {"memory": "32Gi"}}, envFrom=[{"configMapRef": {"name": "je"}}])
+    plan = plan_pod_patch(_spec(), pod, CONTEXT)
+    env = _env(jsonpatch.apply_patch(pod, plan.patch)["spec"]["containers"][0])
+    assert "MALLOC_CONF" not in env and env["LD_PRELOAD"] == JEMALLOC
+    assert any("MALLOC_CONF not set" in r for r in plan.reasons), plan.reasons
+
+
+def test_a_jemalloc_the_container_preloads_already_is_not_preloaded_twice() -> None:
+    """Two copies are two allocators in one process, each with its arenas and threads."""
+    own = "/usr/local/lib/libjemalloc.so.2"
+    pod = _pod(env=[{"name": "LD_PRELOAD", "value": own}])
+    plan = plan_pod_patch(_spec(), pod, CONTEXT)
+    assert _env(jsonpatch.apply_patch(pod, plan.patch)["spec"]["containers"][0])[
+        "LD_PRELOAD"] == own
+    assert any(f"allocator: preload {own} " in r for r in plan.reasons), plan.reasons
+    tcmalloc = _pod(env=[{"name": "LD_PRELOAD", "value": "/usr/lib/libtcmalloc_minimal.so.4"}])
+    problems = plan_pod_patch(_spec(), tcmalloc, CONTEXT).problems
+    assert any("also preloads /usr/lib/libtcmalloc_minimal.so.4, another allocator" in p
+               for p in problems), problems

@@ -194,7 +194,8 @@ class AllocatorSpec(ApiModel):
 
     malloc_conf: Annotated[str, Field(max_length=4096)] | None = None
     """jemalloc 5.x MALLOC_CONF, for example background_thread:true,dirty_decay_ms:5000. When it
-    leaves narenas unset, narenas is sized from the container's CPU limit."""
+    leaves narenas and narenas_ratio unset, narenas is sized from the container's CPU
+    limit."""
 
     arena_max: Annotated[int, Field(ge=1, le=1024), NUMBER] | None = None
     """glibc only: MALLOC_ARENA_MAX. Unset means sized from the container's CPU limit."""

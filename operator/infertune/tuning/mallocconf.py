@@ -408,10 +408,12 @@ def narenas_for_cpus(cpu_limit: float | None) -> int | None:
 
 def effective_malloc_conf(user_conf: str | None, cpu_limit: float | None) -> str:
     """The MALLOC_CONF to inject: the user's, plus narenas sized by narenas_for_cpus() when the
-    user's leaves narenas unset. Never raises; validate user_conf with check_malloc_conf."""
+    user's leaves narenas and narenas_ratio unset (an explicit narenas overrides the ratio,
+    which sizes the arenas by the CPUs already). Never raises; validate user_conf with
+    check_malloc_conf."""
     conf = user_conf or ""
     narenas = narenas_for_cpus(cpu_limit)
-    if narenas is None or has_option(conf, "narenas"):
+    if narenas is None or has_option(conf, "narenas") or has_option(conf, "narenas_ratio"):
         return conf
     body = conf.removesuffix(",")
     if scan(body)[1] is not None:

@@ -35,6 +35,8 @@ from infertune.tuning.memory import MemoryHighError, resolve_memory_high
 from infertune.tuning.pod_mig import Op, mig_ops
 from infertune.tuning.pod_mig import pointer as _pointer
 
+OTHER_ALLOCATORS = ("libtcmalloc", "libmimalloc", "libhoard", "libsnmalloc")
+"""File name starts of other malloc replacements a container may preload."""
 LAUNCHER_DIR = "/infertune"
 LAUNCHER_PATH = f"{LAUNCHER_DIR}/infertune-launch"
 LAUNCHER_VOLUME = "infertune-launcher"
@@ -260,8 +262,18 @@ def _allocator(spec: InferenceTuningSpec, env: _EnvPlan, cpu: float | None,
         preload = env.existing("LD_PRELOAD")
         current = str(preload.get("value", "")) if preload else ""
         paths = [p for p in current.replace(" ", ":").split(":") if p]
-        if allocator.library_path not in paths:
-            paths.insert(0, allocator.library_path)
+        # A jemalloc the container preloads already (its own build, another path) is the
+        # one: a second copy is a second allocator in the process, each with its arenas.
+        library = next((p for p in paths if _basename(p).startswith("libjemalloc")),
+                       allocator.library_path)
+        if library not in paths:
+            paths.insert(0, library)
+        others = [p for p in paths if _basename(p).startswith(OTHER_ALLOCATORS)]
+        if others:
+            problems.append(f"LD_PRELOAD also preloads {', '.join(others)}, another allocator: "
+                            f"{library} comes first and serves the allocations, so the other "
+                            "is loaded for nothing; remove it, or set allocator type none to "
+                            "keep it")
         env.set("LD_PRELOAD", ":".join(paths))
         conf, read = _merged_conf(env, allocator.malloc_conf, problems)
         if read is not None:
@@ -288,9 +300,13 @@ def _allocator(spec: InferenceTuningSpec, env: _EnvPlan, cpu: float | None,
                          f"(NUMA binding, static CPU manager): {p.message}"
                          + ("; jemalloc aborts there (abort_conf or abort)"
                             if aborting(read, [p]) else "") for p in pinned]
-        env.set("MALLOC_CONF", conf)
-        reasons.append(f"allocator: preload {allocator.library_path} with MALLOC_CONF={conf} "
-                       f"({cpus})")
+        if conf or env.existing("MALLOC_CONF") is not None:
+            env.set("MALLOC_CONF", conf)
+            reasons.append(f"allocator: preload {library} with MALLOC_CONF={conf} ({cpus})")
+        else:
+            # Set empty, it overrode one from envFrom or the image's ENV, unseen.
+            reasons.append(f"allocator: preload {library}, MALLOC_CONF not set (no settings, "
+                           f"and {cpus} to size narenas from)")
     else:
         arenas = allocator.arena_max
         if arenas is None and cpu is not None:
@@ -319,14 +335,16 @@ def _merged_conf(env: _EnvPlan, spec_conf: str | None,
     spec_part = spec_conf or ""
     found = env.existing("MALLOC_CONF")
     raw = str(found.get("value", "")) if found else ""
-    read, known = env.expanded("MALLOC_CONF")
-    if not read.strip():
+    expanded, known = env.expanded("MALLOC_CONF")
+    if not expanded.strip():
         return spec_part, spec_part
     # Only a trailing comma goes (jemalloc read the pairs before it, and the spec's follow
     # one): a leading comma or a space makes jemalloc ignore the whole string, so it stays
     # as it is, to be reported as the syntax error it is, not fixed into settings that
     # never applied.
-    own, read = raw.rstrip(","), read.rstrip(",")
+    own = raw.rstrip(",")
+    own_read = expanded[:len(expanded) - (len(raw) - len(own))]  # what `own` expands to
+    read = own_read.rstrip(",")
     if not read:  # commas only: no settings, and the spec's must not follow a comma
         return spec_part, spec_part
     if not known:
@@ -341,11 +359,19 @@ def _merged_conf(env: _EnvPlan, spec_conf: str | None,
                         "and jemalloc reads nothing after it: it is replaced by the spec's "
                         "allocator.mallocConf; fix it to keep its settings")
         return spec_part, spec_part
-    return _joined(own, spec_part), _joined(read, spec_part)
+    # A trailing comma a reference expands to stays (an optional $(EXTRA) left empty): the
+    # spec's follow it without another, which jemalloc would read as a malformed string and
+    # drop with everything after it. The string checked is the one the process gets.
+    sep = "" if own_read.endswith(",") else ","
+    return _joined(own, spec_part, sep), _joined(own_read, spec_part, sep)
 
 
-def _joined(own: str, spec_part: str) -> str:
-    return f"{own},{spec_part}" if spec_part else own
+def _joined(own: str, spec_part: str, sep: str = ",") -> str:
+    return f"{own}{sep}{spec_part}" if spec_part else own
+
+
+def _basename(path: str) -> str:
+    return path.rsplit("/", 1)[-1]
 
 
 def _launcher_ops(pod_spec: dict[str, Any], index: int, serving: dict[str, Any],
