@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from infertune.api.tuning import MemorySpec
+from infertune.api.units import parse_quantity
 from infertune.tuning.memory import MemoryHighError, resolve_memory_high
 
 GI = 2**30
@@ -30,7 +31,15 @@ GI = 2**30
         ({}, "512Mi", "512Mi", None),
         ({}, "1Gi", "1Gi", None),
         ({}, None, "1Gi", None),
-        ({}, "1Mi", "1100Mi", 76 * 2**20),  # just above the 64Mi floor
+        # minHeadroom would take most of a small limit: 76Mi of 1100Mi throttles the server
+        # far below what it was given (the incident's 64M). Half the limit is the floor.
+        ({}, "1Mi", "1100Mi", None),
+        ({}, "1100Mi", "1100Mi", None),
+        ({}, "1536Mi", "1536Mi", None),
+        ({}, "2Gi", "2Gi", GI),
+        ({}, "8Gi", "8Gi", 7 * GI),
+        ({}, "1Gi", "4Gi", 3 * GI),  # Burstable, capped above its request
+        ({"minHeadroom": "128Mi"}, "1100Mi", "1100Mi", 972 * 2**20),
     ],
 )
 def test_resolved_values(spec: dict[str, object], mem_request: str | None, limit: str | None,
@@ -42,7 +51,7 @@ def test_resolved_values(spec: dict[str, object], mem_request: str | None, limit
 @pytest.mark.parametrize(
     ("spec", "mem_request", "limit", "field", "message"),
     [
-        ({"high": "32Gi"}, "32Gi", "32Gi", "memory.high", "use at most 31.00Gi"),
+        ({"high": "32Gi"}, "32Gi", "32Gi", "memory.high", "use at most 31Gi"),
         ({"highRatio": 0.99}, "8Gi", "32Gi", "memory.highRatio", "minus minHeadroom 1Gi"),
         ({"highRatio": 0.9}, None, None, "memory.highRatio", "no memory limit"),
         ({"high": "4Gi"}, "8Gi", "32Gi", "memory.high", "below the container's memory request"),
@@ -56,3 +65,17 @@ def test_refused_values_name_the_field(spec: dict[str, object], mem_request: str
         resolve_memory_high(MemorySpec.model_validate(spec), request=mem_request, limit=limit)
     assert info.value.field == field
     assert message in info.value.message
+
+
+@pytest.mark.parametrize(("limit", "suggested"), [("3000Mi", "1976Mi"), ("3000.5Mi", "1976Mi")])
+def test_the_value_an_error_suggests_is_accepted(limit: str, suggested: str) -> None:
+    """"use at most 1.93Gi" for 1976Mi: rounded up, the suggestion was refused in turn."""
+    with pytest.raises(MemoryHighError, match=f"use at most {suggested}$"):
+        resolve_memory_high(MemorySpec.model_validate({"high": limit}), request=None,
+                            limit=limit)
+    value = resolve_memory_high(MemorySpec.model_validate({"high": suggested}), request=None,
+                                limit=limit).value
+    assert value is not None and value <= parse_quantity(limit) - GI
+    with pytest.raises(MemoryHighError, match="is below 64Mi"):
+        resolve_memory_high(MemorySpec.model_validate({"highRatio": 0.01}), request=None,
+                            limit=limit)

@@ -73,7 +73,8 @@ class MemorySpec(ApiModel):
 
     throttling_factor: Annotated[float, Field(gt=0, lt=1), NUMBER] = KUBELET_THROTTLING_FACTOR
     """Used when neither high nor highRatio is set: memory.high = requests + factor *
-    (limit - requests), kubelet's MemoryQoS formula (KEP-2570)."""
+    (limit - requests), kubelet's MemoryQoS formula (KEP-2570), capped at limit minus
+    minHeadroom; left at max when that cap is under half the limit."""
 
     min_headroom: Quantity = Quantity("1Gi")
     """The smallest gap allowed between memory.high and the memory limit, so throttling starts

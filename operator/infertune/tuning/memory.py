@@ -29,6 +29,13 @@ class MemoryHigh:
     reason: str
 
 
+DEFAULT_FLOOR_OF_LIMIT = Decimal("0.5")
+"""The default memory.high is never under this fraction of the memory limit: on a small
+limit, minHeadroom takes most of it (76Mi of a 1100Mi Guaranteed container), which throttles
+the server far below what it was given, as in the incident (64M); memory.high then stays at
+max."""
+
+
 class MemoryHighError(ValueError):
     """The spec asks for a memory.high that the container's resources cannot take."""
 
@@ -40,6 +47,13 @@ class MemoryHighError(ValueError):
 
 def _gib(value: Decimal | int) -> str:
     return f"{Decimal(value) / 2**30:.2f}Gi"
+
+
+def _at_most(value: Decimal | int) -> str:
+    """`value` as a quantity no larger than it, to write into the spec: a rounded 1.93Gi was
+    above the 1.9297Gi it stood for, and refused in turn."""
+    mib = int(value) // 2**20
+    return f"{mib // 1024}Gi" if mib % 1024 == 0 else f"{mib}Mi"
 
 
 def resolve_memory_high(
@@ -61,7 +75,7 @@ def resolve_memory_high(
         return _default_memory_high(spec, request_bytes, limit_bytes, limit)
     value = Decimal(int(value))
     if value < MIN_MEMORY_HIGH:
-        raise MemoryHighError(field, f"{how} is below {_gib(MIN_MEMORY_HIGH)}, which would "
+        raise MemoryHighError(field, f"{how} is below {_at_most(MIN_MEMORY_HIGH)}, which would "
                               "throttle the server from its first allocation; use a quantity "
                               "such as 28Gi, or leave memory.high unset")
     if limit_bytes is not None and limit_bytes - headroom < MIN_MEMORY_HIGH:
@@ -71,7 +85,7 @@ def resolve_memory_high(
     if limit_bytes is not None and value > limit_bytes - headroom:
         raise MemoryHighError(field, f"{how} is above the memory limit {limit} minus minHeadroom "
                               f"{spec.min_headroom}, so the OOM killer could act before "
-                              f"throttling; use at most {_gib(limit_bytes - headroom)}")
+                              f"throttling; use at most {_at_most(limit_bytes - headroom)}")
     # Below the request only matters for Burstable pods: a Guaranteed pod (request == limit)
     # can only get headroom by throttling under its request, which is the point.
     burstable = request is not None and (limit_bytes is None or request_bytes < limit_bytes)
@@ -98,6 +112,11 @@ def _default_memory_high(
                           f"minHeadroom {spec.min_headroom}: memory.high stays at max")
     if formula <= ceiling:
         return MemoryHigh(_pages(formula), f"{how} = {_gib(formula)}")
+    if ceiling < DEFAULT_FLOOR_OF_LIMIT * limit_bytes:
+        return MemoryHigh(None, f"limit {limit} minus minHeadroom {spec.min_headroom} is "
+                          f"{_gib(ceiling)}, under half the limit, which would throttle the "
+                          "server far below what it was given: memory.high stays at max; "
+                          "set memory.high, or a smaller memory.minHeadroom, to have one")
     if request_bytes < limit_bytes and ceiling <= request_bytes:
         # Throttling below the request would punish the container for using what it asked for.
         return MemoryHigh(None, f"limit {limit} leaves no minHeadroom {spec.min_headroom} above "
