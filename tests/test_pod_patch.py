@@ -38,7 +38,7 @@ def _pod(**container: Any) -> dict[str, Any]:
         "command": ["vllm", "serve", "Qwen/Qwen2-7B-Instruct"],
         "args": ["--port", "8000"],
         "resources": {"requests": {"cpu": "8", "memory": "32Gi"},
-                      "limits": {"cpu": "8", "memory": "32Gi"}},
+                      "limits": {"cpu": "8", "memory": "32Gi", "nvidia.com/gpu": "1"}},
     }
     serving.update(container)
     return {"apiVersion": "v1", "kind": "Pod",
@@ -671,3 +671,31 @@ def test_a_jemalloc_the_container_preloads_already_is_not_preloaded_twice() -> N
     problems = plan_pod_patch(_spec(), tcmalloc, CONTEXT).problems
     assert any("also preloads /usr/lib/libtcmalloc_minimal.so.4, another allocator" in p
                for p in problems), problems
+
+
+NO_GPU = {"requests": {"cpu": "8", "memory": "32Gi"}, "limits": {"cpu": "8", "memory": "32Gi"}}
+
+
+def test_strict_gpu_local_on_a_container_given_no_gpu_leaves_the_pod_untuned() -> None:
+    """The launcher finds no GPU to take the node from, and strict makes it exit 78 at every
+    start: known at admission, as the seccomp case is."""
+    plan = plan_pod_patch(_spec(numa={"policy": "gpu-local", "strict": True}),
+                          _pod(resources=NO_GPU), CONTEXT)
+    assert plan.refused and plan.patch == []
+    assert "spec.numa.policy gpu-local takes the NUMA node of the GPUs of container vllm, " \
+        "which requests none, and numa.strict would stop the container" in plan.problems[0]
+    loose = plan_pod_patch(_spec(), _pod(resources=NO_GPU), CONTEXT)
+    assert not loose.refused
+    assert any("which requests none: it runs unbound" in p for p in loose.problems)
+
+
+@pytest.mark.parametrize("given", [
+    {"resources": {"limits": {"nvidia.com/mig-3g.71gb": "1"}}},
+    {"resources": {**NO_GPU, "claims": [{"name": "gpu"}]}},
+    {"resources": NO_GPU, "securityContext": {"privileged": True}},
+    {"resources": NO_GPU, "env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]},
+])
+def test_a_gpu_given_another_way_is_not_called_missing(given: dict[str, Any]) -> None:
+    plan = plan_pod_patch(_spec(numa={"policy": "gpu-local", "strict": True}), _pod(**given),
+                          CONTEXT)
+    assert not plan.refused and not [p for p in plan.problems if "requests none" in p]

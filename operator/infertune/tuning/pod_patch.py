@@ -618,6 +618,15 @@ def plan_pod_patch(spec: InferenceTuningSpec, pod: dict[str, Any],
     if refusal is not None:
         return PodPlan(revision, refused=True, problems=[refusal])
 
+    gpuless = _gpu_local_without_gpu(spec, pod_spec, serving)
+    if gpuless is not None and spec.numa.strict:
+        return PodPlan(revision, refused=True, problems=[
+            f"{gpuless}, and numa.strict would stop the container (exit 78) at every start; "
+            "request nvidia.com/gpu (or set spec.mig), or set spec.numa.policy to node or "
+            "interleave, or numa.strict to false"])
+    if gpuless is not None:
+        problems.append(f"{gpuless}: it runs unbound; request nvidia.com/gpu (or set "
+                        "spec.mig), or set spec.numa.policy to node or interleave")
     refused = _memory_policy_refused(spec, pod_spec, serving)
     if refused is not None and spec.numa.strict:
         return PodPlan(revision, refused=True, problems=[
@@ -663,6 +672,28 @@ def _serving_index(spec: InferenceTuningSpec, containers: list[dict[str, Any]]) 
     """The serving container: spec.container, or the first one when it is not set."""
     return next((i for i, c in enumerate(containers)
                  if spec.container is None or c.get("name") == spec.container), None)
+
+
+def _gpu_local_without_gpu(spec: InferenceTuningSpec, pod_spec: Mapping[str, Any],
+                           serving: Mapping[str, Any]) -> str | None:
+    """Why numa.policy gpu-local cannot bind the serving container, when that is known at
+    admission: it is given no GPU (no nvidia.com/ resource, no MIG from the spec, no
+    dynamic resource claim, no NVIDIA_VISIBLE_DEVICES of its own, not privileged), so the
+    launcher finds none to take the NUMA node from."""
+    if spec.numa.policy is not NumaPolicy.GPU_LOCAL or not serving.get("command"):
+        return None
+    if spec.mig is not None or pod_spec.get("resourceClaims"):
+        return None
+    resources = serving.get("resources") or {}
+    named = [*(resources.get("limits") or {}), *(resources.get("requests") or {})]
+    if any(str(n).startswith("nvidia.com/") for n in named) or resources.get("claims"):
+        return None
+    if (serving.get("securityContext") or {}).get("privileged"):
+        return None  # sees every device of the node
+    if any(e.get("name") == "NVIDIA_VISIBLE_DEVICES" for e in serving.get("env") or ()):
+        return None
+    return (f"spec.numa.policy gpu-local takes the NUMA node of the GPUs of container "
+            f"{serving.get('name')}, which requests none")
 
 
 def _memory_policy_refused(spec: InferenceTuningSpec, pod_spec: Mapping[str, Any],
