@@ -128,10 +128,20 @@ CASES = {
     "all_gpus_are_counted": Case(
         Machine(gpus=(GPU0, GPU1, GPU2)), {"NVIDIA_VISIBLE_DEVICES": "all"},
         ("--cpunodebind=1", "--membind=1"), {"node": "1"}, "holding 2 of 3"),
-    "gpu_with_numa_node_minus_one_runs_unbound": Case(
-        Machine(nodes={0: "0-15"}, gpus=(GPU_NO_NODE,)),
+    "gpu_with_numa_node_minus_one_on_two_nodes_runs_unbound": Case(
+        Machine(gpus=(GPU_NO_NODE,)),
         {"NVIDIA_VISIBLE_DEVICES": GPU_NO_NODE.uuid}, None,
         {"level": "warning", "action": "unbound", "node": ""}, "has numa_node -1"),
+    "gpu_with_numa_node_minus_one_on_the_only_node_binds_to_it": Case(
+        Machine(nodes={0: "0-15"}, mems="0", gpus=(GPU_NO_NODE,)),
+        {"NVIDIA_VISIBLE_DEVICES": GPU_NO_NODE.uuid, "INFERTUNE_NUMA_STRICT": "true"},
+        ("--cpunodebind=0", "--membind=0"),
+        {"level": "info", "strict": "true", "action": "bind", "node": "0", "gpu_nodes": ""},
+        "node 0 is the only NUMA node"),
+    "no_gpu_on_the_only_node_still_runs_unbound": Case(
+        Machine(nodes={0: "0-15"}, mems="0", gpus=(GPU_NO_NODE,)),
+        {"NVIDIA_VISIBLE_DEVICES": "GPU-not-here"}, None, {"action": "unbound"},
+        "GPU-not-here is not in"),
     "unknown_gpu_runs_unbound": Case(
         Machine(gpus=(GPU0,)), {"NVIDIA_VISIBLE_DEVICES": "GPU-not-here"}, None,
         {"action": "unbound"}, "GPU-not-here is not in"),
@@ -221,8 +231,9 @@ def test_a_current_mig_uuid_is_placed_by_the_gpu_nvidia_smi_lists_it_under(
 
 
 STRICT_FAILURES = {
-    "gpu_without_numa_node": (Machine(nodes={0: "0-15"}, gpus=(GPU_NO_NODE,)),
-                              {"NVIDIA_VISIBLE_DEVICES": GPU_NO_NODE.uuid}, "numa_node -1"),
+    "gpu_without_numa_node_on_two_nodes": (Machine(gpus=(GPU_NO_NODE,)),
+                                           {"NVIDIA_VISIBLE_DEVICES": GPU_NO_NODE.uuid},
+                                           "numa_node -1"),
     "node_outside_cpuset": (Machine(cpuset="0-7"), {"INFERTUNE_NUMA_POLICY": "node:1"},
                             "outside the allowed cpuset 0-7"),
     "missing_node": (Machine(), {"INFERTUNE_NUMA_POLICY": "node:3"}, "node 3 does not exist"),
