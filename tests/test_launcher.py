@@ -37,6 +37,8 @@ class Machine:
     cpuset: str | None = "0-15"  # cgroup v2 cpuset.cpus.effective; None: no cgroup file
     mems: str | None = "0-1"
     status_cpus: str = "0-15"  # Cpus_allowed_list in /proc/self/status
+    # the minors of the /dev/nvidia<N> the container has: under CDI, only its own GPUs'
+    dev_minors: tuple[int, ...] = ()
 
     def build(self, root: Path) -> None:
         sys_, proc = root / "sys", root / "proc"
@@ -55,6 +57,11 @@ class Machine:
                   f"Model: \t\t NVIDIA A100-SXM4-40GB\nIRQ:   \t\t 42\nGPU UUID: \t {gpu.uuid}\n"
                   f"Bus Location: \t {gpu.pci}\nDevice Minor: \t {gpu.minor}\n")
             write(sys_ / f"bus/pci/devices/{gpu.pci}/numa_node", gpu.numa_node)
+        dev = root / "dev"
+        (dev / "nvidia-caps").mkdir(parents=True, exist_ok=True)
+        # character devices without mknod: the launcher takes the minor from the name
+        for name in ("nvidiactl", "nvidia-uvm", *(f"nvidia{n}" for n in self.dev_minors)):
+            (dev / name).symlink_to("/dev/null")
 
 
 def write(path: Path, text: str) -> None:
@@ -82,7 +89,7 @@ def launch(shell: list[str], root: Path, env: dict[str, str], *args: str,
     write(fake_numactl, "#!/bin/sh\nexit 0\n")
     fake_numactl.chmod(0o755)
     full_env = {"PATH": "/usr/bin:/bin", "INFERTUNE_SYSFS_ROOT": str(root),
-                "INFERTUNE_PROCFS_ROOT": str(root),
+                "INFERTUNE_PROCFS_ROOT": str(root), "INFERTUNE_DEVFS_ROOT": str(root),
                 "INFERTUNE_NUMACTL": numactl or str(fake_numactl), **env}
     done = subprocess.run([*shell, str(LAUNCHER), *args], env=full_env, capture_output=True,
                           text=True, timeout=30, check=False)
@@ -146,10 +153,39 @@ CASES = {
         Machine(gpus=(GPU0,)), {"NVIDIA_VISIBLE_DEVICES": "GPU-not-here"}, None,
         {"action": "unbound"}, "GPU-not-here is not in"),
     "no_visible_gpus_runs_unbound": Case(
-        Machine(gpus=(GPU0,)), {"NVIDIA_VISIBLE_DEVICES": "none"}, None, {"action": "unbound"},
-        "no GPU with a known NUMA node"),
-    "unset_visible_devices_runs_unbound": Case(
-        Machine(gpus=(GPU0,)), {}, None, {"action": "unbound"}, "NVIDIA_VISIBLE_DEVICES is unset"),
+        Machine(gpus=(GPU0,), dev_minors=(0,)), {"NVIDIA_VISIBLE_DEVICES": "none"}, None,
+        {"action": "unbound"}, "no GPU with a known NUMA node"),
+    "unset_visible_devices_without_gpu_devices_runs_unbound": Case(
+        Machine(gpus=(GPU0,)), {}, None, {"action": "unbound"},
+        "NVIDIA_VISIBLE_DEVICES is unset and"),
+    # CDI (the GPU Operator's default since v25.10): nvidia-ctk's spec sets
+    # NVIDIA_VISIBLE_DEVICES=void and the container gets only its GPUs' /dev/nvidia<N>
+    "cdi_void_finds_the_gpu_by_its_device_node": Case(
+        Machine(gpus=(GPU0, GPU1, GPU2), dev_minors=(1,)),
+        {"NVIDIA_VISIBLE_DEVICES": "void", "INFERTUNE_NUMA_STRICT": "true"},
+        ("--cpunodebind=1", "--membind=1"),
+        {"level": "info", "gpus": GPU1.uuid, "gpu_nodes": "1", "node": "1", "action": "bind"},
+        "GPUs from the device nodes nvidia1 in "),
+    "cdi_void_counts_every_device_node": Case(
+        Machine(gpus=(GPU0, GPU1, GPU2), dev_minors=(0, 2)),
+        {"NVIDIA_VISIBLE_DEVICES": "void"}, ("--cpunodebind=0", "--membind=0"),
+        {"gpus": f"{GPU0.uuid},{GPU2.uuid}", "gpu_nodes": "0,1"},
+        "GPUs span nodes 0,1, chose node 0 holding 1 of 2; GPUs from the device nodes "
+        "nvidia0,nvidia2 in "),
+    "unset_visible_devices_finds_gpus_by_device_nodes": Case(
+        Machine(gpus=(GPU0, GPU1), dev_minors=(1,)), {}, ("--cpunodebind=1", "--membind=1"),
+        {"gpus": GPU1.uuid}, "(NVIDIA_VISIBLE_DEVICES is unset)"),
+    "empty_visible_devices_finds_gpus_by_device_nodes": Case(
+        Machine(gpus=(GPU0, GPU1), dev_minors=(0,)), {"NVIDIA_VISIBLE_DEVICES": ""},
+        ("--cpunodebind=0", "--membind=0"), {"gpus": GPU0.uuid},
+        "(NVIDIA_VISIBLE_DEVICES is empty)"),
+    "cdi_void_without_gpu_devices_runs_unbound": Case(
+        Machine(gpus=(GPU0,)), {"NVIDIA_VISIBLE_DEVICES": "void"}, None,
+        {"action": "unbound", "gpus": "void"},
+        "NVIDIA_VISIBLE_DEVICES is void and there is no nvidia<N> device in "),
+    "device_node_of_no_listed_gpu_runs_unbound": Case(
+        Machine(gpus=(GPU0,), dev_minors=(3,)), {"NVIDIA_VISIBLE_DEVICES": "void"}, None,
+        {"action": "unbound"}, "/dev/nvidia3 is not in "),
     "cpuset_excluding_the_gpu_node_runs_unbound": Case(
         Machine(gpus=(GPU1,), cpuset="0-7"), {"NVIDIA_VISIBLE_DEVICES": GPU1.uuid}, None,
         {"action": "unbound", "allowed_cpus": "0-7"},
@@ -210,6 +246,39 @@ def nvidia_smi_listing(root: Path, listing: str) -> str:
 
 
 @pytest.mark.parametrize("shell", SHELLS)
+@pytest.mark.parametrize("names", [(GPU1.uuid,), ("1", "2"), (f"MIG-{GPU1.uuid}/1/0",), ("all",)],
+                         ids=["uuid", "indices", "mig", "all"])
+def test_volume_mounts_device_list_names_the_gpus_by_file_names(
+        shell: list[str], names: tuple[str, ...], tmp_path: Path) -> None:
+    """The device plugin's volume-mounts strategy sets NVIDIA_VISIBLE_DEVICES to
+    /var/run/nvidia-container-devices and mounts /dev/null at <that>/<device id>
+    (k8s-device-plugin internal/plugin/server.go, getAllocateResponse)."""
+    Machine(gpus=(GPU0, GPU1, GPU2)).build(tmp_path)
+    devices = tmp_path / "var/run/nvidia-container-devices"
+    for name in names:
+        (devices / name).parent.mkdir(parents=True, exist_ok=True)
+        (devices / name).touch()
+    result = launch(shell, tmp_path, {"NVIDIA_VISIBLE_DEVICES": str(devices),
+                                      "INFERTUNE_NUMA_STRICT": "true"},
+                    "--dry-run", "--", *COMMAND)
+    assert result.returncode == 0, result.stderr
+    assert result.argv == bound(tmp_path, "--cpunodebind=1", "--membind=1")
+    assert f"GPUs from the file names in {devices}" in result.log["reason"]
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+def test_an_empty_device_list_directory_falls_back_to_the_device_nodes(
+        shell: list[str], tmp_path: Path) -> None:
+    Machine(gpus=(GPU0, GPU1), dev_minors=(1,)).build(tmp_path)
+    devices = tmp_path / "var/run/nvidia-container-devices"
+    devices.mkdir(parents=True)
+    result = launch(shell, tmp_path, {"NVIDIA_VISIBLE_DEVICES": str(devices)},
+                    "--dry-run", "--", *COMMAND)
+    assert result.argv == bound(tmp_path, "--cpunodebind=1", "--membind=1")
+    assert f"({devices} names no device)" in result.log["reason"]
+
+
+@pytest.mark.parametrize("shell", SHELLS)
 def test_a_current_mig_uuid_is_placed_by_the_gpu_nvidia_smi_lists_it_under(
         shell: list[str], tmp_path: Path) -> None:
     """Drivers since R470 name MIG devices MIG-<uuid>, without their GPU's UUID: the launcher
@@ -238,6 +307,8 @@ STRICT_FAILURES = {
                             "outside the allowed cpuset 0-7"),
     "missing_node": (Machine(), {"INFERTUNE_NUMA_POLICY": "node:3"}, "node 3 does not exist"),
     "no_gpu": (Machine(), {}, "NVIDIA_VISIBLE_DEVICES is unset"),
+    "cdi_without_gpu_devices": (Machine(gpus=(GPU1,)), {"NVIDIA_VISIBLE_DEVICES": "void"},
+                                "no nvidia<N> device in "),
 }
 
 
