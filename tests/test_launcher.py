@@ -380,6 +380,70 @@ def test_memory_binding_refused_binds_the_cpus_only_unless_strict(shell: list[st
     assert "need CAP_SYS_NICE" in result.log["reason"]
     assert "CPUs bound only" in result.log["reason"]
 
+def execing_numactl(root: Path) -> str:
+    """A numactl that execs the command after `--`, and exits 1 when that cannot work, as
+    numactl does when its execvp fails ("numactl: execution of `x': No such file or
+    directory", status 1)."""
+    script = root / "bin/execing-numactl"
+    write(script, '#!/bin/sh\nwhile [ "$1" != -- ]; do shift; done\nshift\n'
+                  'case $1 in */*) [ -f "$1" ] && [ -x "$1" ] || exit 1 ;;\n'
+                  '*) command -v "$1" >/dev/null || exit 1 ;; esac\nexec "$@"\n')
+    script.chmod(0o755)
+    return str(script)
+
+
+# what sh's exec exits with when it cannot run the command (both dash and bash --posix)
+ENGINE_FAILURES = {
+    "missing_name": ("no-such-engine", 127, "not found"),
+    "missing_path": ("{root}/no/engine", 127, "not found"),
+    "non_executable_file": ("{root}/engine.txt", 126, "not an executable file"),
+    "non_executable_file_in_path": ("engine.txt", 126, "not an executable file"),
+    "directory": ("{root}/bin", 126, "not an executable file"),
+}
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+@pytest.mark.parametrize("policy", ["none", "node:0", "interleave", "node:9"])
+@pytest.mark.parametrize(("engine", "status", "reason"), ENGINE_FAILURES.values(),
+                         ids=ENGINE_FAILURES.keys())
+def test_an_engine_that_cannot_run_exits_as_sh_would_bound_or_not(
+        shell: list[str], policy: str, engine: str, status: int, reason: str,
+        tmp_path: Path) -> None:
+    """Under numactl a failed exec exits 1, unbound sh exits 127 or 126: the launcher checks
+    the command first, so the status does not depend on the binding."""
+    Machine().build(tmp_path)
+    write(tmp_path / "engine.txt", "#!/bin/sh\necho ran\n")
+    command = engine.format(root=tmp_path)
+    env = {"INFERTUNE_NUMA_POLICY": policy, "PATH": f"{tmp_path}:/usr/bin:/bin"}
+    result = launch(shell, tmp_path, env, "--", command, "serve",
+                    numactl=execing_numactl(tmp_path))
+    unwrapped = subprocess.run([*shell, "-c", 'exec "$@"', "sh", command], env=env,
+                               capture_output=True, timeout=30, check=False)
+    assert result.returncode == unwrapped.returncode == status, result.stderr
+    assert (result.log["level"], result.log["action"]) == ("error", "fail")
+    assert f"{command}: {reason} (exit {status})" in result.log["reason"]
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+def test_an_engine_found_later_in_path_runs_bound(shell: list[str], tmp_path: Path) -> None:
+    """sh and execvp skip a non-executable file of the same name earlier in PATH."""
+    Machine().build(tmp_path)
+    write(tmp_path / "shadow/echo", "not a program\n")
+    result = launch(shell, tmp_path, {"INFERTUNE_NUMA_POLICY": "node:0",
+                                      "PATH": f"{tmp_path}/shadow:/usr/bin:/bin"},
+                    "--", "echo", "ran", numactl=execing_numactl(tmp_path))
+    assert (result.returncode, result.argv, result.log["action"]) == (0, ["ran"], "bind")
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+def test_a_strict_failure_keeps_exit_78_when_the_engine_is_missing_too(
+        shell: list[str], tmp_path: Path) -> None:
+    Machine().build(tmp_path)
+    result = launch(shell, tmp_path, {"INFERTUNE_NUMA_POLICY": "node:9",
+                                      "INFERTUNE_NUMA_STRICT": "true"}, "--", "no-such-engine")
+    assert result.returncode == 78 and "node 9 does not exist" in result.log["reason"]
+
+
 @pytest.mark.parametrize("shell", SHELLS)
 @pytest.mark.parametrize("args", [(), ("--dry-run",), ("vllm",), ("--", ), ("--dry-run", "x")])
 def test_usage_errors_exit_64(shell: list[str], args: tuple[str, ...], tmp_path: Path) -> None:
@@ -456,6 +520,15 @@ def test_real_numactl_binds_to_node_0(shell: list[str]) -> None:
     assert "action=bind" in done.stderr
     _assert_on_node_0_cpus(done)
     assert re.search(r"^membind: 0\s*$", done.stdout, re.MULTILINE), done.stdout
+
+
+@real_numactl
+@pytest.mark.parametrize("shell", SHELLS)
+def test_real_numactl_with_a_missing_engine_exits_127_as_unbound(shell: list[str]) -> None:
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "INFERTUNE_NUMA_POLICY": "node:0"}
+    done = subprocess.run([*shell, str(LAUNCHER), "--", "no-such-engine"], env=env,
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 127, done.stderr
 
 
 def _deny_memory_policy() -> None:
