@@ -681,6 +681,44 @@ def test_cli_evaluate_prints_signals_decision_and_reason(
     assert "queue 30.0/replica vs target 32" in out["reason"]
 
 
+DEPLOYMENT = """
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: llm, namespace: serving}
+spec:
+  selector: {matchLabels: {app: llm}}
+  template:
+    metadata: {labels: {app: llm}}
+    spec:
+      containers:
+      - name: vllm
+        image: vllm/vllm-openai:v0.11.0
+        command: [vllm, serve, Qwen/Qwen2-7B-Instruct, --max-num-seqs, "64"]
+"""
+
+
+@pytest.mark.parametrize("beside", [True, False])
+def test_cli_evaluate_steps_batching_from_the_deployment_in_the_file(
+        prometheus: PrometheusServer, tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        beside: bool) -> None:
+    """The operator steps from the knob on the pod template; the command ignored the
+    Deployment beside the tuning and stepped from max (256 -> 128, where the operator says
+    64 -> 32)."""
+    path = tmp_path / "tuning.yaml"
+    path.write_text(TUNING + "  batching: {mode: Recommend}\n" + (DEPLOYMENT if beside else ""))
+    fetch_when(PrometheusSource(prometheus.url), [target("serving", "llm")], "serving/llm")
+    argv = ["autoscale", "evaluate", str(path), "--prometheus", prometheus.url,
+            "--replicas", "2", "--output", "json"]
+    assert run_cli(argv) == 0
+    batching = json.loads(capsys.readouterr().out)["batching"]
+    if beside:
+        assert "from 64 (on the pod template)" in batching["reason"], batching
+        assert batching["recommended"] < 64
+    else:
+        assert "current setting unknown" in batching["reason"], batching
+
+
 def test_cli_reports_bad_input_without_a_traceback(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "tuning.yaml"

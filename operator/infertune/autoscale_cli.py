@@ -70,7 +70,7 @@ def add_autoscale_commands(commands: argparse._SubParsersAction) -> None:  # typ
 def evaluate_command(args: argparse.Namespace) -> int:
     from infertune.autoscale_live import read_live
     from infertune.metrics.access import access_from_args
-    from infertune.planning import PlanInputError, load_tuning
+    from infertune.planning import PlanInputError, load_tuning_and_template
 
     try:
         if (args.tuning is None) == (args.live is None):
@@ -78,13 +78,13 @@ def evaluate_command(args: argparse.Namespace) -> int:
         if args.live is None:
             if args.kubeconfig is not None:
                 raise ValueError("--kubeconfig is only read with --live")
-            tuning, live = load_tuning(Path(args.tuning)), None
+            (tuning, beside), live = load_tuning_and_template(Path(args.tuning)), None
         else:
             live = read_live(args.live, args.kubeconfig)
-            tuning = live.tuning
+            tuning, beside = live.tuning, None
         result = evaluate(tuning, args.prometheus, args.replicas, args.timeout, time.time(),
                           access_from_args(args), live,
-                          templates=not args.no_promql_templates)
+                          templates=not args.no_promql_templates, template=beside)
     except (PlanInputError, ValueError) as exc:
         print(str(exc), file=sys.stderr)
         return 1
@@ -104,17 +104,21 @@ def evaluate_command(args: argparse.Namespace) -> int:
 
 def evaluate(tuning: InferenceTuning, prometheus: str, replicas: int | None,
              timeout_s: float, now: float, access: PrometheusAccess = NO_ACCESS_OPTIONS,
-             live: Live | None = None, templates: bool = True) -> dict[str, Any]:
+             live: Live | None = None, templates: bool = True,
+             template: dict[str, Any] | None = None) -> dict[str, Any]:
     """One evaluation, as the JSON the command prints. With `live` (what --live read) it is
     the operator's own: its stored windows, the Deployment's replicas, and whether it would
-    write them; without, the windows start empty, as for a new tuning."""
+    write them; without, the windows start empty, as for a new tuning, and the batching step
+    starts from the knob on `template` (the target's spec.template.spec, when the file holds
+    the Deployment), as the operator's does."""
     from infertune.controller.fights import written_replicas
-    from infertune.controller.scaling_report import plan_evaluation
+    from infertune.controller.scaling_report import plan_evaluation, template_start
     from infertune.metrics.prometheus import PrometheusSource
     from infertune.metrics.source import target_for_tuning
     from infertune.scaling.batching import recommend_batching
     from infertune.scaling.engine import decide_scale
     from infertune.scaling.state import ScalingState
+    from infertune.tuning.pod_patch import template_batching
 
     spec = tuning.spec.autoscaling
     if spec is None:
@@ -144,8 +148,10 @@ def evaluate(tuning: InferenceTuning, prometheus: str, replicas: int | None,
         write = {"replicas": planned.write,
                  "why": why_written(tuning, decision, blocked, planned.write),
                  "notes": list(live.notes)}
+    on_pods = (live.template if live is not None else
+               None if template is None else template_batching(tuning.spec, template))
     batching = recommend_batching(tuning.spec.batching, tuning.spec.engine, spec,
-                                  decision.signals, None)
+                                  decision.signals, *template_start(tuning.spec, on_pods))
     shown = None if batching is None else {
         "knob": batching.knob.value, "recommended": batching.recommended,
         "reason": batching.reason}

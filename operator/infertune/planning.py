@@ -27,8 +27,24 @@ def _documents(path: Path) -> list[dict[str, Any]]:
 
 
 def load_tuning(path: Path) -> InferenceTuning:
-    source = source_name(path)
+    return _tuning_of(_documents(path), source_name(path))
+
+
+def load_tuning_and_template(path: Path) -> tuple[InferenceTuning, dict[str, Any] | None]:
+    """The tuning, and spec.template.spec of the Deployment it targets when the file holds it
+    beside the tuning (the examples do), None when it does not; the file (or standard input)
+    is read once."""
     documents = _documents(path)
+    tuning = _tuning_of(documents, source_name(path))
+    named = [d for d in documents if d.get("kind") == "Deployment"
+             and _name(d) == tuning.spec.target_ref.name]
+    spec = named[0].get("spec") if named else None
+    template = spec.get("template") if isinstance(spec, dict) else None
+    pod_spec = template.get("spec") if isinstance(template, dict) else None
+    return tuning, pod_spec if isinstance(pod_spec, dict) else None
+
+
+def _tuning_of(documents: list[dict[str, Any]], source: str) -> InferenceTuning:
     found = [d for d in documents if d.get("kind") == KIND]
     if len(found) != 1:
         others = sorted({str(d.get("kind")) for d in documents if d.get("kind") != KIND})

@@ -329,9 +329,7 @@ def _batching_block(spec: InferenceTuningSpec, status: Mapping[str, Any],
     if in_effect is not None:
         origin = "applied"
     else:
-        start = _within(spec, on_pods)
-        origin = ("on the pod template" if start == on_pods else f"{on_pods} on the pod "
-                  f"template, within {spec.batching.min}..{spec.batching.max}")
+        start, origin = template_start(spec, template)
     rec = recommend_batching(spec.batching, spec.engine, spec.autoscaling, decision.signals,
                              start, origin)
     if rec is None:
@@ -402,6 +400,16 @@ def _batching_block(spec: InferenceTuningSpec, status: Mapping[str, Any],
         # re-created with an old value without an Event or a decision.
         block["applied"] = None
     return block
+
+
+def template_start(spec: InferenceTuningSpec,
+                   template: TemplateBatching | None) -> tuple[int | None, str]:
+    """(where a batching step starts when nothing is applied: the value on the pod template,
+    within min..max; None when not known, and how to say where it came from)."""
+    on_pods = None if template is None else template.value
+    start = _within(spec, on_pods)
+    return start, ("on the pod template" if start == on_pods else f"{on_pods} on the pod "
+                   f"template, within {spec.batching.min}..{spec.batching.max}")
 
 
 BREACH_MEMORY_S = 3600.0
