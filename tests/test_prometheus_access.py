@@ -63,11 +63,36 @@ def test_a_header_given_twice_is_refused() -> None:
         PrometheusAccess.parse(headers=["X-Scope-OrgID: a", "x-scope-orgid: b"])
 
 
+@pytest.mark.parametrize("header", [
+    "Authorization: Bearer s3cr3t-token", "authorization: Basic czNjcjN0",
+    "Proxy-Authorization: Basic czNjcjN0"])
+def test_credentials_in_a_header_are_refused_for_the_file_option(header: str) -> None:
+    """A header is a command-line argument: every process list (and the chart's Deployment)
+    shows it. Credentials come from a file only."""
+    with pytest.raises(AccessError) as caught:
+        PrometheusAccess.parse(headers=["X-Scope-OrgID: team-a", header])
+    assert caught.value.option == "--prometheus-header"
+    message = str(caught.value)
+    assert message.startswith(f"--prometheus-header: {header.split(':')[0]} ")
+    assert "--prometheus-credentials-file" in message and "prometheus.credentialsSecret" in message
+    assert "s3cr3t" not in message and "czNjcjN0" not in message
+
+
+def test_the_operator_refuses_credentials_in_a_header_at_start(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from infertune.controller import main
+
+    monkeypatch.setattr(main.kopf, "configure", lambda **kwargs: None)  # the root logger
+    argv = ["run", "--prometheus-url", "http://prometheus:9090",
+            "--prometheus-header", "Authorization: Bearer s3cr3t-token"]
+    with pytest.raises(SystemExit, match="^--prometheus-header: Authorization ") as caught:
+        main.run_operator(build_parser().parse_args(argv))
+    assert "s3cr3t" not in str(caught.value)
+
+
 def test_credentials_come_one_way_only(tmp_path: Path) -> None:
     token = tmp_path / "token"
     token.write_text("abc\n")
-    with pytest.raises(AccessError, match="one way only"):
-        PrometheusAccess.parse(credentials_file=str(token), headers=["Authorization: Bearer x"])
     with pytest.raises(AccessError, match="needs --prometheus-credentials-file") as caught:
         PrometheusAccess.parse(auth_type="Basic")
     assert caught.value.option == "--prometheus-auth-type"

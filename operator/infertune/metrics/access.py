@@ -32,6 +32,9 @@ CA_OPTION = "--prometheus-ca-file"
 CERT_OPTION = "--prometheus-cert-file"
 KEY_OPTION = "--prometheus-key-file"
 HEADER_OPTION = "--prometheus-header"
+CREDENTIAL_HEADERS = frozenset({"authorization", "proxy-authorization"})
+"""Headers that carry credentials: never taken from the command line, which every process
+list shows (and the chart would write into its Deployment)."""
 
 
 class AccessError(ValueError):
@@ -67,10 +70,6 @@ class PrometheusAccess:
         if duplicates:
             raise AccessError(HEADER_OPTION, f"{', '.join(duplicates)} given more than once; "
                               "give each header once")
-        if credentials_file is not None and "authorization" in names:
-            raise AccessError(HEADER_OPTION, f"Authorization is also set by {CREDENTIALS_OPTION};"
-                              " give the credentials one way only (the file keeps them out of "
-                              "the process list)")
         if auth_type is not None and credentials_file is None:
             raise AccessError(AUTH_TYPE_OPTION, f"needs {CREDENTIALS_OPTION}, the file with the "
                               "credentials it qualifies")
@@ -101,6 +100,11 @@ def _header(text: str) -> tuple[str, str]:
         start = re.split(r"[\s:]", text.strip(), maxsplit=1)[0][:40]  # the rest may be secret
         raise AccessError(HEADER_OPTION, f"the header starting {start!r} is not NAME: VALUE with "
                           "an HTTP header name, for example 'X-Scope-OrgID: team-a'")
+    if name.lower() in CREDENTIAL_HEADERS:
+        raise AccessError(HEADER_OPTION, f"{name} carries credentials, and a command-line "
+                          "argument is shown in every process list; put them in a file and give "
+                          f"it with {CREDENTIALS_OPTION} (sent as Authorization; chart: "
+                          "prometheus.credentialsSecret or prometheus.credentialsFile)")
     if _UNSAFE.search(value):
         raise AccessError(HEADER_OPTION, f"the value of {name} holds a control character (a line "
                           "break would add a header of its own); remove it")
@@ -210,7 +214,8 @@ def add_access_options(parser: argparse.ArgumentParser | argparse._ArgumentGroup
     parser.add_argument(HEADER_OPTION, action="append", default=[], metavar="'NAME: VALUE'",
                         dest="prometheus_headers",
                         help="extra request header, repeatable; for example "
-                             "'X-Scope-OrgID: team-a' for Mimir or Cortex")
+                             "'X-Scope-OrgID: team-a' for Mimir or Cortex (not Authorization: "
+                             f"credentials come from {CREDENTIALS_OPTION})")
 
 
 def access_from_args(args: argparse.Namespace) -> PrometheusAccess:
