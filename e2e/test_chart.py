@@ -256,9 +256,16 @@ def test_without_access_values_nothing_is_mounted_or_passed() -> None:
      "are for an https:// prometheus.url"),
     (["--set", f"prometheus.url={PROMETHEUS}", "--set-string", "prometheus.headers.X-A=1",
       "--set-string", "prometheus.headers.x-a=2"], "is given twice"),
+    # Credentials in a header would be written into the Deployment's arguments.
     (["--set", f"prometheus.url={PROMETHEUS}", "--set", "prometheus.credentialsFile=/t",
       "--set-string", "prometheus.headers.authorization=Bearer x"],
-     "both give the Authorization header"),
+     "prometheus.headers: authorization carries credentials"),
+    (["--set", f"prometheus.url={PROMETHEUS}",
+      "--set-string", "prometheus.headers.Authorization=Bearer x"],
+     "use prometheus.credentialsSecret"),
+    (["--set", f"prometheus.url={PROMETHEUS}",
+      "--set-string", "prometheus.headers.Proxy-Authorization=Basic eA=="],
+     "prometheus.headers: Proxy-Authorization carries credentials"),
 ])
 def test_prometheus_access_values_that_cannot_work_are_refused(
         values: list[str], says: str) -> None:

@@ -28,8 +28,9 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- fail (printf "prometheus.headers: %s is given twice (header names are case-insensitive); keep one" $name) -}}
 {{- end -}}
 {{- $_ := set $seen $key true -}}
-{{- if and (eq $key "authorization") (or $p.credentialsSecret.name $p.credentialsFile) -}}
-{{- fail (printf "prometheus.headers: %s and prometheus.credentialsSecret or credentialsFile both give the Authorization header; set one" $name) -}}
+{{- /* Headers become arguments, which the Deployment and every process list show. */}}
+{{- if has $key (list "authorization" "proxy-authorization") -}}
+{{- fail (printf "prometheus.headers: %s carries credentials, which would be written into the Deployment's arguments; use prometheus.credentialsSecret (or credentialsFile), mounted as a file and sent as Authorization" $name) -}}
 {{- end -}}
 {{- end -}}
 {{- if $p.caConfigMap.name }}
