@@ -279,6 +279,10 @@ def test_prometheus_access_values_that_cannot_work_are_refused(
     # twice, and two self-signed certificates behind one webhook Service.
     (["--set", "replicas=2"], "/replicas"),
     (["--set", "webhook.port=8080"], "/webhook/port"),  # the health endpoint's port
+    # Non-root without capabilities: below 1024 only where the runtime lowers
+    # net.ipv4.ip_unprivileged_port_start, and the operator crash-looped elsewhere.
+    (["--set", "webhook.port=443"], "/webhook/port"),
+    (["--set", "webhook.port=1023"], "/webhook/port"),
     (["--set-string", "image.tag=1.0\n            - --kubeconfig=/etc/evil"], "/image/tag"),
     (["--set", "image.repository=Registry/Infertune"], "/image/repository"),
     (["--set", "webhook.certSecret=a b"], "/webhook/certSecret"),
@@ -292,6 +296,11 @@ def test_values_that_would_break_or_subvert_the_operator_are_refused(
     refused = helm("template", "t", str(CHART), *values, check=False)
     assert refused.returncode != 0
     assert says in refused.stderr
+
+
+def test_the_lowest_port_a_non_root_container_binds_is_a_webhook_port() -> None:
+    args = operator_args(helm("template", "t", str(CHART), "--set", "webhook.port=1024").stdout)
+    assert "--webhook-port=1024" in args
 
 
 def test_only_one_operator_of_an_upgrade_runs_the_loops_that_write() -> None:
