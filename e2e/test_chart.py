@@ -298,6 +298,29 @@ def test_values_that_would_break_or_subvert_the_operator_are_refused(
     assert says in refused.stderr
 
 
+@pytest.mark.parametrize(("value", "says"), [
+    # Helm drops a value set to null before it checks the schema: each rendered broken (an
+    # argument without its value, an image without its repository, a volume item without its
+    # key) or, for templates, turned the option off.
+    ("retuneInterval", "/retuneInterval"), ("webhook.port", "/webhook/port"),
+    ("webhook", "/webhook"), ("image.repository", "/image/repository"),
+    ("image.pullPolicy", "/image/pullPolicy"), ("image", "/image"), ("replicas", "/replicas"),
+    ("ipFamily", "/ipFamily"), ("resources", "/resources"), ("prometheus", "/prometheus"),
+    ("prometheus.templates", "/prometheus/templates"),
+    ("prometheus.authType", "/prometheus/authType"),
+    ("prometheus.caConfigMap", "/prometheus/caConfigMap"),
+    ("prometheus.caConfigMap.key", "/prometheus/caConfigMap/key"),
+    ("prometheus.credentialsSecret", "/prometheus/credentialsSecret"),
+    ("prometheus.credentialsSecret.key", "/prometheus/credentialsSecret/key"),
+])
+def test_a_value_set_to_null_is_refused_naming_it(value: str, says: str) -> None:
+    refused = helm("template", "t", str(CHART), "--set", f"{value}=null", check=False)
+    assert refused.returncode != 0
+    # Named by the schema, not by a template's nil pointer.
+    parent, _, name = says.rpartition("/")
+    assert f"at '{parent}': missing property '{name}'" in refused.stderr, refused.stderr
+
+
 def test_the_lowest_port_a_non_root_container_binds_is_a_webhook_port() -> None:
     args = operator_args(helm("template", "t", str(CHART), "--set", "webhook.port=1024").stdout)
     assert "--webhook-port=1024" in args
