@@ -85,7 +85,7 @@ def test_the_operator_refuses_credentials_in_a_header_at_start(
     monkeypatch.setattr(main.kopf, "configure", lambda **kwargs: None)  # the root logger
     argv = ["run", "--prometheus-url", "http://prometheus:9090",
             "--prometheus-header", "Authorization: Bearer s3cr3t-token"]
-    with pytest.raises(SystemExit, match="^--prometheus-header: Authorization ") as caught:
+    with pytest.raises(SystemExit, match=r"^--prometheus-header: Authorization ") as caught:
         main.run_operator(build_parser().parse_args(argv))
     assert "s3cr3t" not in str(caught.value)
 
