@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +47,47 @@ def operator_args(rendered: str) -> list[str]:
             (container,) = document["spec"]["template"]["spec"]["containers"]
             return list(container["args"])
     raise AssertionError("the chart renders no Deployment")
+
+
+@dataclass(frozen=True)
+class Grants:
+    """What `helm template` output grants the operator's ServiceAccount: the rules of the
+    ClusterRoles bound to it, and of the Roles bound to it in each namespace."""
+
+    cluster: tuple[dict[str, Any], ...]
+    namespaced: dict[str, tuple[dict[str, Any], ...]]
+
+    def allows(self, verb: str, group: str, resource: str, namespace: str | None = None,
+               name: str | None = None) -> bool:
+        """As RBAC decides a request (`namespace` None: a cluster-wide one)."""
+        rules = self.cluster + (self.namespaced.get(namespace, ()) if namespace else ())
+        return any(group in r.get("apiGroups", ()) and resource in r.get("resources", ())
+                   and verb in r["verbs"]
+                   and (not r.get("resourceNames") or name in r["resourceNames"])
+                   for r in rules)
+
+
+def granted(*values: str, namespace: str = "infertune-system") -> Grants:
+    documents = [d for d in yaml.safe_load_all(helm("template", "t", str(CHART), "--namespace",
+                                                     namespace, *values).stdout) if d]
+    roles = {(d["kind"], d["metadata"].get("namespace"), d["metadata"]["name"]): d
+             for d in documents if d["kind"] in ("ClusterRole", "Role")}
+    cluster: list[dict[str, Any]] = []
+    namespaced: dict[str, tuple[dict[str, Any], ...]] = {}
+    for binding in documents:
+        if binding["kind"] not in ("ClusterRoleBinding", "RoleBinding"):
+            continue
+        assert {"kind": "ServiceAccount", "name": "infertune-operator",
+                "namespace": namespace} in binding["subjects"]
+        where = binding["metadata"].get("namespace")
+        ref = binding["roleRef"]
+        rules = roles[(ref["kind"], None if ref["kind"] == "ClusterRole" else where,
+                       ref["name"])]["rules"]
+        if binding["kind"] == "ClusterRoleBinding":
+            cluster += rules
+        else:
+            namespaced[where] = namespaced.get(where, ()) + tuple(rules)
+    return Grants(tuple(cluster), namespaced)
 
 
 def test_the_chart_lints_strictly() -> None:
@@ -102,10 +144,11 @@ def test_the_chart_installs_and_grants_what_the_autoscaler_acts_with(
         (container,) = deployment["spec"]["template"]["spec"]["containers"]
         assert f"--prometheus-url={PROMETHEUS}" in container["args"]
         account = f"system:serviceaccount:{namespace}:infertune-operator"
-        # What one autoscaling evaluation does, in any namespace: read and write replicas
-        # through the scale subresource, check for an HPA, report in status, post an Event.
+        # What one autoscaling evaluation does, in any namespace: read the Deployment, write
+        # replicas through the scale subresource, check for an HPA, report in status, post an
+        # Event.
         needed = [
-            ("get", "deployments.apps", "scale"), ("patch", "deployments.apps", "scale"),
+            ("get", "deployments.apps", ""), ("patch", "deployments.apps", "scale"),
             ("watch", "horizontalpodautoscalers.autoscaling", ""),
             ("patch", "inferencetunings.infertune.io", "status"),
             ("create", "events", ""),
@@ -352,6 +395,43 @@ def test_watch_namespaces_scope_the_operator_and_default_to_all() -> None:
     assert "--all-namespaces" not in scoped
     args = build_parser().parse_args(scoped)
     assert args.namespaces == ["team-a", "team-b"]
+
+
+@pytest.mark.parametrize(("verb", "group", "resource"), [
+    # kopf runs --standalone: it never reads or writes its peering objects.
+    ("list", "kopf.dev", "clusterkopfpeerings"), ("patch", "kopf.dev", "kopfpeerings"),
+    # Nothing reads budgets: the Eviction API enforces them.
+    ("list", "policy", "poddisruptionbudgets"),
+    # kopf posts core/v1 Events, and only creates them.
+    ("create", "events.k8s.io", "events"), ("patch", "", "events"),
+    # Every write is a patch (kopf's and the operator's own) or, for the webhook
+    # configuration, an update; replicas are read from the Deployment, not its scale.
+    ("update", "infertune.io", "inferencetunings"),
+    ("update", "infertune.io", "inferencetunings/status"),
+    ("update", "apps", "deployments/scale"), ("get", "apps", "deployments/scale"),
+    ("patch", "admissionregistration.k8s.io", "mutatingwebhookconfigurations"),
+])
+def test_the_operator_is_granted_nothing_it_never_uses(verb: str, group: str,
+                                                       resource: str) -> None:
+    grants = granted()
+    assert not grants.allows(verb, group, resource, name="infertune-pod-tuning")
+    assert not grants.allows(verb, group, resource, "infertune-system")
+
+
+def test_the_operator_is_granted_what_it_calls() -> None:
+    grants = granted()
+    for verb, group, resource in [
+            ("create", "", "events"), ("patch", "apps", "deployments/scale"),
+            ("get", "infertune.io", "inferencetunings/status"),
+            ("patch", "infertune.io", "inferencetunings/status"),
+            ("patch", "infertune.io", "inferencetunings"), ("create", "", "pods/eviction")]:
+        assert grants.allows(verb, group, resource), (verb, group, resource)
+    for verb in ("create", "get", "update", "delete"):
+        assert grants.allows(verb, "admissionregistration.k8s.io",
+                             "mutatingwebhookconfigurations", name="infertune-pod-tuning")
+    own = "infertune-system"
+    assert grants.allows("patch", "", "configmaps", own, "infertune-mig-parted-config")
+    assert not grants.allows("update", "", "configmaps", own, "infertune-mig-parted-config")
 
 
 @pytest.mark.parametrize("value", ["team a", "Team-A", 'x" --kubeconfig=/etc/evil', ""])
