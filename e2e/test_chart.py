@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import kubernetes_validate
 import pytest
 import yaml
 from kubernetes import client
@@ -70,6 +71,9 @@ class Grants:
 def granted(*values: str, namespace: str = "infertune-system") -> Grants:
     documents = [d for d in yaml.safe_load_all(helm("template", "t", str(CHART), "--namespace",
                                                      namespace, *values).stdout) if d]
+    objects = [(d["kind"], d["metadata"].get("namespace"), d["metadata"]["name"])
+               for d in documents]
+    assert len(objects) == len(set(objects)), "an object is rendered twice"
     roles = {(d["kind"], d["metadata"].get("namespace"), d["metadata"]["name"]): d
              for d in documents if d["kind"] in ("ClusterRole", "Role")}
     cluster: list[dict[str, Any]] = []
@@ -395,6 +399,66 @@ def test_watch_namespaces_scope_the_operator_and_default_to_all() -> None:
     assert "--all-namespaces" not in scoped
     args = build_parser().parse_args(scoped)
     assert args.namespaces == ["team-a", "team-b"]
+
+
+NAMESPACED_WRITES = [("patch", "apps", "deployments"), ("patch", "apps", "deployments/scale"),
+                     ("patch", "infertune.io", "inferencetunings"),
+                     ("patch", "infertune.io", "inferencetunings/status")]
+"""What the operator writes only in the namespace of the tuning that asks for it (re-tuning,
+autoscaling, the controller)."""
+
+
+def test_listed_watch_namespaces_get_the_namespaced_writes_and_no_other_does() -> None:
+    grants = granted("--set", "watchNamespaces={team-a,team-b}")
+    for verb, group, resource in NAMESPACED_WRITES:
+        assert not grants.allows(verb, group, resource), (verb, resource)
+        assert not grants.allows(verb, group, resource, "team-c"), (verb, resource)
+        assert grants.allows(verb, group, resource, "team-a"), (verb, resource)
+        assert grants.allows(verb, group, resource, "team-b"), (verb, resource)
+    # MIG works across namespaces: the GPU pods on a node, whoever runs them, are listed and
+    # evicted, nodes are labelled and cordoned, and the tuning a node names is read. kopf
+    # lists namespaces and watches CRDs, and posts Events about nodes in "default".
+    for verb, group, resource, namespace in [
+            ("list", "", "pods", None), ("create", "", "pods/eviction", "team-c"),
+            ("patch", "", "nodes", None), ("get", "infertune.io", "inferencetunings", "team-c"),
+            ("watch", "", "namespaces", None),
+            ("watch", "apiextensions.k8s.io", "customresourcedefinitions", None),
+            ("create", "", "events", "default")]:
+        assert grants.allows(verb, group, resource, namespace), (verb, resource, namespace)
+
+
+def test_listed_watch_namespaces_lose_no_permission_there() -> None:
+    everywhere = granted()
+    scoped = granted("--set", "watchNamespaces={team-a,infertune-system}")
+    for namespace in ("team-a", "infertune-system"):
+        for rule in everywhere.cluster:
+            for group in rule["apiGroups"]:
+                for resource in rule["resources"]:
+                    for verb in rule["verbs"]:
+                        for name in rule.get("resourceNames") or [None]:
+                            assert scoped.allows(verb, group, resource, namespace, name), (
+                                verb, group, resource, name, namespace)
+    # The operator's own namespace keeps its Role (the MIG ConfigMap, the Lease) beside the
+    # one it gets as a watched namespace.
+    assert scoped.allows("patch", "", "configmaps", "infertune-system",
+                         "infertune-mig-parted-config")
+    documents = yaml.safe_load_all(helm("template", "t", str(CHART), "--namespace",
+                                        "infertune-system", "--set",
+                                        "watchNamespaces={team-a,team-a}").stdout)
+    for document in documents:
+        if document:
+            kubernetes_validate.validate(document, "1.37", strict=True)
+
+
+@pytest.mark.parametrize("namespaces", ["{team-*}", "{team-a,!team-b}", "{team-a,team-?}",
+                                        "{team-[ab]}"])
+def test_a_watch_namespace_pattern_keeps_the_namespaced_writes_cluster_wide(
+        namespaces: str) -> None:
+    """A Role cannot be bound in the namespaces a pattern will match."""
+    grants = granted("--set", f"watchNamespaces={namespaces}")
+    assert grants == granted()
+    for verb, group, resource in NAMESPACED_WRITES:
+        assert grants.allows(verb, group, resource), (verb, resource)
 
 
 @pytest.mark.parametrize(("verb", "group", "resource"), [
