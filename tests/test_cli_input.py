@@ -209,3 +209,16 @@ def test_a_closed_standard_input_is_a_message(monkeypatch: pytest.MonkeyPatch,
     monkeypatch.setattr("sys.stdin", None)  # `infertune validate - <&-`
     assert main(["validate", "-"]) == 1
     assert "<stdin>: cannot read: standard input is closed" in capsys.readouterr().err
+
+
+def test_allocator_check_names_options_new_in_5_3(capsys: pytest.CaptureFixture[str]) -> None:
+    """"valid for jemalloc 5.x" for tcache_max: 5.2.1 (Ubuntu 22.04) ignores it, and aborts on
+    it under abort_conf:true."""
+    from infertune.cli import main
+
+    assert main(["allocator", "check", "abort_conf:true,tcache_max:65536"]) == 0
+    out = capsys.readouterr().out
+    assert "valid for jemalloc 5.3" in out and "5.x" not in out
+    assert "note: tcache_max is new in jemalloc 5.3" in out
+    assert main(["allocator", "check", "narenas:4"]) == 0
+    assert "note:" not in capsys.readouterr().out

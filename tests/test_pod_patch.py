@@ -699,3 +699,21 @@ def test_a_gpu_given_another_way_is_not_called_missing(given: dict[str, Any]) ->
     plan = plan_pod_patch(_spec(numa={"policy": "gpu-local", "strict": True}), _pod(**given),
                           CONTEXT)
     assert not plan.refused and not [p for p in plan.problems if "requests none" in p]
+
+
+@pytest.mark.parametrize(("conf", "says"), [
+    ("tcache_max:65536", "sets tcache_max, new in jemalloc 5.3: the 5.2 of Ubuntu 22.04 and "
+                         "Debian 11 (the base of many CUDA images) ignores them;"),
+    ("abort_conf:true,narenas_ratio:2,hpa:true", "sets narenas_ratio, hpa, new in jemalloc 5.3"
+     ": the 5.2 of Ubuntu 22.04 and Debian 11 (the base of many CUDA images) ignores them, "
+     "and with abort_conf:true aborts every process of the container on them"),
+    ("abort_conf:false,tcache_max:1", "ignores them;"),
+])
+def test_options_new_in_jemalloc_5_3_are_reported(conf: str, says: str) -> None:
+    """Called valid "for jemalloc 5.x": Ubuntu 22.04's libjemalloc2 (5.2.1) ignores them,
+    and with abort_conf:true every process of the container aborts on them."""
+    plan = plan_pod_patch(_spec(allocator={"mallocConf": conf}), _pod(), CONTEXT)
+    assert not plan.refused
+    assert any(says in p for p in plan.problems), plan.problems
+    assert not [p for p in plan_pod_patch(_spec(allocator={"mallocConf": "narenas:4"}), _pod(),
+                                          CONTEXT).problems if "5.3" in p]

@@ -102,7 +102,7 @@ def _plan(args: argparse.Namespace) -> int:
 
 
 def _allocator_check(args: argparse.Namespace) -> int:
-    from infertune.tuning.mallocconf import check_malloc_conf
+    from infertune.tuning.mallocconf import check_malloc_conf, new_in_5_3
 
     if args.pinned and args.cpus is None:
         print("--pinned needs --cpus N", file=sys.stderr)
@@ -111,7 +111,12 @@ def _allocator_check(args: argparse.Namespace) -> int:
     for problem in problems:
         print(f"MALLOC_CONF: {problem.message}", file=sys.stderr)
     if not problems:
-        print(f"MALLOC_CONF {args.conf!r}: valid for jemalloc 5.x")
+        print(f"MALLOC_CONF {args.conf!r}: valid for jemalloc 5.3")
+        newer = new_in_5_3(args.conf)
+        if newer:
+            print(f"note: {', '.join(newer)} {'is' if len(newer) == 1 else 'are'} new in "
+                  "jemalloc 5.3: 5.2 (Ubuntu 22.04, Debian 11) ignores "
+                  f"{'it' if len(newer) == 1 else 'them'}, and aborts with abort_conf:true")
     return 1 if problems else 0
 
 
@@ -267,7 +272,7 @@ def _add_allocator_command(commands: argparse._SubParsersAction) -> None:  # typ
     allocator = commands.add_parser("allocator", help="allocator tools")
     allocator_commands = allocator.add_subparsers(dest="allocator_command", required=True)
     check = allocator_commands.add_parser(
-        "check", help="check a jemalloc 5.x MALLOC_CONF string (exit 1 if invalid)")
+        "check", help="check a jemalloc 5.3 MALLOC_CONF string (exit 1 if invalid)")
     check.add_argument("conf", metavar="STRING")
     check.add_argument("--cpus", type=_positive_int, metavar="N",
                        help="the CPUs the process may run on (its affinity mask, not its CPU "

@@ -194,7 +194,8 @@ class AllocatorSpec(ApiModel):
     """Absolute path of libjemalloc inside the serving image (LD_PRELOAD)."""
 
     malloc_conf: Annotated[str, Field(max_length=4096)] | None = None
-    """jemalloc 5.x MALLOC_CONF, for example background_thread:true,dirty_decay_ms:5000. When it
+    """jemalloc 5.3 MALLOC_CONF, for example background_thread:true,dirty_decay_ms:5000 (an
+    option new in 5.3 is reported on each pod: 5.2 ignores it). When it
     leaves narenas and narenas_ratio unset, narenas is sized from the container's CPU
     limit."""
 

@@ -380,10 +380,40 @@ def aborting(text: str, problems: list[ConfProblem]) -> ConfProblem | None:
     under abort:true a per-CPU arena check (ConfProblem.opt_abort); the last setting of each
     counts."""
     settings = _settings(scan(text)[0], _options(DEBIAN_5_3_0))
-    abort_conf = _last_accepted(settings, "abort_conf", _bool) == "true"
+    abort_conf = aborts_on_invalid(text)
     opt_abort = _last_accepted(settings, "abort", _bool) == "true"
     return next((p for p in problems
                  if (abort_conf and p.aborts) or (opt_abort and p.opt_abort)), None)
+
+
+def aborts_on_invalid(text: str) -> bool:
+    """Whether `text` leaves abort_conf true: jemalloc then aborts on any invalid option."""
+    settings = _settings(scan(text)[0], _options(DEBIAN_5_3_0))
+    return _last_accepted(settings, "abort_conf", _bool) == "true"
+
+
+NEW_IN_5_3 = frozenset({
+    "hpa", "hpa_dirty_mult", "hpa_hugification_threshold", "hpa_hugification_threshold_ratio",
+    "hpa_hugify_delay_ms", "hpa_min_purge_interval_ms", "hpa_sec_batch_fill_extra",
+    "hpa_sec_bytes_after_flush", "hpa_sec_max_alloc", "hpa_sec_max_bytes", "hpa_sec_nshards",
+    "hpa_slab_max_alloc", "lg_tcache_flush_large_div", "lg_tcache_flush_small_div",
+    "lg_tcache_nslots_mul", "mutex_max_spin", "narenas_ratio", "prof_leak_error",
+    "prof_recent_alloc_max", "prof_stats", "prof_sys_thread_name", "prof_time_resolution",
+    "prof_unbias", "san_guard_large", "san_guard_small", "stats_interval",
+    "stats_interval_opts", "tcache_gc_delay_bytes", "tcache_gc_incr_bytes", "tcache_max",
+    "tcache_nslots_large", "tcache_nslots_small_max", "tcache_nslots_small_min",
+    "trust_madvise", "zero_realloc", "experimental_infallible_new"})
+"""The options of this table that jemalloc 5.2.1 does not have (the keys of
+malloc_conf_init_helper in src/jemalloc.c, tags 5.2.1 and 5.3.0). 5.2.1 is libjemalloc2 in
+Ubuntu 22.04 and Debian 11, which many CUDA serving images are built on: it reports them as
+"Invalid conf pair", ignores them, and with abort_conf:true aborts on them."""
+
+
+def new_in_5_3(text: str) -> list[str]:
+    """The options `text` sets that jemalloc 5.2 does not know (NEW_IN_5_3), in order."""
+    options = _options(DEBIAN_5_3_0)
+    found = [_resolve(k, options) for k, _ in scan(text)[0]]
+    return list(dict.fromkeys(k for k in found if k in NEW_IN_5_3))
 
 
 def has_option(text: str, key: str) -> bool:

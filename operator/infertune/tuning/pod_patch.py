@@ -27,8 +27,10 @@ from infertune.api.tuning import AllocatorType, NumaPolicy
 from infertune.api.units import parse_quantity
 from infertune.tuning.mallocconf import (
     aborting,
+    aborts_on_invalid,
     check_malloc_conf,
     effective_malloc_conf,
+    new_in_5_3,
 )
 from infertune.tuning.mallocconf_syntax import scan
 from infertune.tuning.memory import MemoryHighError, resolve_memory_high
@@ -295,6 +297,14 @@ def _allocator(spec: InferenceTuningSpec, env: _EnvPlan, cpu: float | None,
                         f"container (abort_conf or abort), on {fatal.key}: {fatal.message}; "
                         "fix the serving container's MALLOC_CONF or allocator.mallocConf")
             problems += [f"MALLOC_CONF {read!r}: {p.message}" for p in complaints]
+            newer = new_in_5_3(read)
+            if newer:
+                problems.append(
+                    f"MALLOC_CONF {read!r} sets {', '.join(newer)}, new in jemalloc 5.3: the "
+                    "5.2 of Ubuntu 22.04 and Debian 11 (the base of many CUDA images) ignores "
+                    + ("them, and with abort_conf:true aborts every process of the container "
+                       "on them" if aborts_on_invalid(read) else "them")
+                    + "; check the image's libjemalloc2 version")
             pinned = [p for p in check_malloc_conf(read, pinned=pins) if p not in complaints]
             problems += [f"MALLOC_CONF {read!r} in a process pinned to some of the node's CPUs "
                          f"(NUMA binding, static CPU manager): {p.message}"
