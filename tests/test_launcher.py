@@ -554,3 +554,31 @@ def test_real_numactl_under_a_seccomp_filter_without_sys_nice_binds_the_cpus(
     assert "action=bind" in done.stderr and "CPUs bound only" in done.stderr, done.stderr
     _assert_on_node_0_cpus(done)
     assert re.search(r"^policy: default\s*$", done.stdout, re.MULTILINE), done.stdout
+
+
+JEMALLOC = Path("/usr/lib/x86_64-linux-gnu/libjemalloc.so.2")
+
+
+@real_numactl
+@pytest.mark.skipif(not JEMALLOC.exists(), reason=f"{JEMALLOC} is absent (apt install "
+                    "libjemalloc2)")
+@pytest.mark.parametrize("shell", SHELLS)
+def test_only_the_command_gets_the_preloaded_allocator(shell: list[str]) -> None:
+    """The webhook's LD_PRELOAD and MALLOC_CONF reached every tool the launcher runs: with
+    stats_print:true, six statistics reports instead of the command's one (with prof_final,
+    a heap profile each in the engine's directory)."""
+    if shell[0] != "dash":
+        pytest.skip("bash forks its subshells with the allocator loaded at its own start, and "
+                    "they run its exit handlers: the tools' own reports are gone, theirs stay "
+                    "(docs/launcher.md)")
+    report = 'echo "preload=$LD_PRELOAD conf=$MALLOC_CONF"; /bin/true'
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "INFERTUNE_NUMA_POLICY": "node:0",
+           "INFERTUNE_NUMA_STRICT": "false", "LD_PRELOAD": str(JEMALLOC),
+           "MALLOC_CONF": "stats_print:true"}
+    done = subprocess.run([*shell, str(LAUNCHER), "--", "sh", "-c", report], env=env,
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    assert f"preload={JEMALLOC} conf=stats_print:true" in done.stdout
+    # /bin/true's, which exits (a shell may leave without running exit handlers); the
+    # launcher's shell and numactl exec, so never theirs.
+    assert done.stderr.count("Begin jemalloc statistics") == 1, done.stderr[:2000]
