@@ -582,3 +582,37 @@ def test_only_the_command_gets_the_preloaded_allocator(shell: list[str]) -> None
     # /bin/true's, which exits (a shell may leave without running exit handlers); the
     # launcher's shell and numactl exec, so never theirs.
     assert done.stderr.count("Begin jemalloc statistics") == 1, done.stderr[:2000]
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+def test_a_preload_the_image_does_not_have_is_left_out_and_said(shell: list[str],
+                                                                 tmp_path: Path) -> None:
+    """The default libjemalloc path is Debian's on amd64: on an arm64 or RHEL image ld.so
+    printed an error in every process of the container, and nothing said why."""
+    Machine().build(tmp_path)
+    present = tmp_path / "lib/libother.so"
+    write(present, "")
+    missing = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2.absent"
+    shown = 'echo "preload=${LD_PRELOAD-unset} conf=$MALLOC_CONF"'
+    result = launch(shell, tmp_path, {"INFERTUNE_NUMA_POLICY": "none",
+                                      "LD_PRELOAD": f"{missing}:/usr/$LIB/x.so {present}",
+                                      "MALLOC_CONF": "narenas:2"}, "--", "sh", "-c", shown)
+    assert result.returncode == 0, result.stderr
+    assert result.log["level"] == "warning"
+    assert f"LD_PRELOAD names {missing}, which this image does not have" in result.log["reason"]
+    alone = launch(shell, tmp_path, {"INFERTUNE_NUMA_POLICY": "none", "LD_PRELOAD": missing},
+                   "--", "sh", "-c", shown)
+    assert alone.log["level"] == "warning"
+    done = subprocess.run(
+        [*shell, str(LAUNCHER), "--", "sh", "-c", shown], capture_output=True, text=True,
+        check=True, env={"PATH": "/usr/bin:/bin", "INFERTUNE_NUMA_POLICY": "none",
+                         "LD_PRELOAD": f"{missing}:/usr/$LIB/x.so {present}",
+                         "MALLOC_CONF": "narenas:2"})
+    assert f"preload=/usr/$LIB/x.so:{present} conf=narenas:2" in done.stdout
+    done = subprocess.run(
+        [*shell, str(LAUNCHER), "--", "sh", "-c", shown], capture_output=True, text=True,
+        check=True, env={"PATH": "/usr/bin:/bin", "INFERTUNE_NUMA_POLICY": "none",
+                         "LD_PRELOAD": missing})
+    # Said by ld.so once, for the launcher's own shell, started with it; before, once more
+    # for each tool the launcher ran and for the command.
+    assert "preload=unset" in done.stdout and done.stderr.count("cannot be preloaded") == 1

@@ -191,7 +191,10 @@ class AllocatorSpec(ApiModel):
                                        max_length=4096)] = (
         DEFAULT_JEMALLOC_PATH
     )
-    """Absolute path of libjemalloc inside the serving image (LD_PRELOAD)."""
+    """Absolute path of libjemalloc inside the serving image (LD_PRELOAD). The default is
+    Debian's and Ubuntu's on amd64; /usr/$LIB/libjemalloc.so.2 lets the dynamic loader pick
+    the multiarch directory (arm64 too). The NUMA launcher, when it wraps the command, leaves
+    out a path the image does not have and says so in its log line."""
 
     malloc_conf: Annotated[str, Field(max_length=4096)] | None = None
     """jemalloc 5.3 MALLOC_CONF, for example background_thread:true,dirty_decay_ms:5000 (an
