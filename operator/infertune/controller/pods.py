@@ -6,6 +6,7 @@ which ReplicaSet belongs to which Deployment); it makes no API call per admissio
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import time
@@ -68,6 +69,13 @@ class PodTuningSettings:
     reported: dict[str, tuple[str, ...]] = field(default_factory=dict)
     last_evictions: dict[str, Eviction] = field(default_factory=dict)
     """The last eviction of each tuning, for the untuned-replacement guard."""
+    indexed: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set once kopf's indexes hold their first listing (`indexes_loaded`)."""
+
+
+INDEX_WAIT_S = 3.0
+"""How long a pod's admission waits for kopf's indexes to hold their first listing, when the
+operator has just started: within the webhook's 5 s timeout."""
 
 
 def _deployment_of(namespace: str, meta: dict[str, Any],
@@ -170,11 +178,32 @@ async def tune_pod(body: kopf.Body, patch: kopf.Patch, warnings: list[str], memo
     thread of kopf's executor, which every pod start would otherwise pay for.
     """
     try:
+        settings: PodTuningSettings = memo.pod_tuning
+        if not settings.indexed.is_set():
+            # kopf serves admission as soon as it starts, before its indexes hold their
+            # first listing: read empty, every pod was admitted untuned (and evicted by
+            # re-tuning later, a model load on a GPU), at each start or rolling upgrade.
+            try:
+                await asyncio.wait_for(settings.indexed.wait(), INDEX_WAIT_S)
+            except TimeoutError:
+                logger.warning("pod admitted before the indexes were loaded (%gs); it is "
+                               "tuned by re-tuning if it should be", INDEX_WAIT_S)
+                warnings.append("infertune: the operator is starting and has not loaded its "
+                                "InferenceTunings yet; the pod is admitted unchanged, and "
+                                "re-tuning replaces it if it should be tuned")
+                return
         _tune_pod(body, patch, warnings, memo, tunings_by_target, replicaset_owners)
     except Exception:
         patch.clear()
         logger.exception("pod tuning failed; the pod is admitted unchanged")
         warnings.append("infertune: pod tuning failed; the pod is admitted unchanged")
+
+
+@kopf.on.event("", "v1", "nodes", id="indexes-loaded")
+async def indexes_loaded(memo: kopf.Memo, **_: Any) -> None:
+    """kopf calls resource handlers only once every index holds its first listing, and every
+    cluster that runs pods has a node: the first node event says the indexes are loaded."""
+    memo.pod_tuning.indexed.set()
 
 
 def _tune_pod(body: kopf.Body, patch: kopf.Patch, warnings: list[str], memo: kopf.Memo,

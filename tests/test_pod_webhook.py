@@ -1,0 +1,61 @@
+"""The pod webhook's handler while the operator starts: kopf serves admission before its
+indexes hold their first listing."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import kopf
+import pytest
+
+from infertune.controller import pods
+from infertune.controller.pods import PodTuningSettings, indexes_loaded, tune_pod
+
+POD = {"apiVersion": "v1", "kind": "Pod", "metadata": {
+    "name": "qwen-5d4f8b9c7-bcdfg", "namespace": "ml",
+    "ownerReferences": [{"kind": "ReplicaSet", "name": "qwen-5d4f8b9c7", "controller": True}]},
+    "spec": {"containers": [{"name": "vllm", "image": "vllm/vllm-openai:v0.11.0",
+                             "command": ["vllm", "serve", "Qwen/Qwen2-7B-Instruct"]}]}}
+TUNING = {"name": "qwen", "uid": "u1", "generation": 1,
+          "spec": {"targetRef": {"name": "qwen"}, "engine": "vllm"}}
+
+
+async def admit(memo: kopf.Memo, loaded: dict[str, Any]) -> tuple[kopf.Patch, list[str]]:
+    """The handler as kopf calls it; `loaded` holds the indexes as they are when it reads
+    them (filled in place once listed)."""
+    patch, warnings = kopf.Patch(), []
+    await tune_pod(body=kopf.Body(POD), patch=patch, warnings=warnings, memo=memo,
+                   tunings_by_target=loaded.setdefault("tunings", {}),
+                   replicaset_owners=loaded.setdefault("owners", {}))
+    return patch, warnings
+
+
+def test_a_pod_admitted_while_the_indexes_load_waits_for_them() -> None:
+    """Read before the first listing, the indexes were empty: every pod created at a start or
+    a rolling upgrade was admitted untuned, and evicted by re-tuning later."""
+    memo = kopf.Memo(pod_tuning=PodTuningSettings(launcher_image="infertune:test"))
+    loaded: dict[str, Any] = {}
+
+    async def scenario() -> tuple[kopf.Patch, list[str]]:
+        admission = asyncio.create_task(admit(memo, loaded))
+        await asyncio.sleep(0.1)
+        assert not admission.done()  # waiting, not admitting an empty answer
+        loaded["owners"][("ml", "qwen-5d4f8b9c7")] = ["qwen"]  # kopf lists, then calls handlers
+        loaded["tunings"][("ml", "qwen")] = [TUNING]
+        await indexes_loaded(memo=memo)
+        return await asyncio.wait_for(admission, 5)
+
+    patch, warnings = asyncio.run(scenario())
+    assert patch.fns, warnings  # tuned: the JSON patch is queued for kopf
+    # Once loaded, nothing waits.
+    assert asyncio.run(asyncio.wait_for(admit(memo, loaded), 0.5))[0].fns
+
+
+def test_a_pod_is_admitted_unchanged_and_said_when_the_indexes_never_load(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(pods, "INDEX_WAIT_S", 0.05)
+    memo = kopf.Memo(pod_tuning=PodTuningSettings(launcher_image="infertune:test"))
+    patch, warnings = asyncio.run(admit(memo, {}))
+    assert not patch.fns
+    assert any("has not loaded its InferenceTunings yet" in w for w in warnings), warnings
