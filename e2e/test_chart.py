@@ -353,6 +353,8 @@ def test_values_that_would_break_or_subvert_the_operator_are_refused(
     ("webhook", "/webhook"), ("image.repository", "/image/repository"),
     ("image.pullPolicy", "/image/pullPolicy"), ("image", "/image"), ("replicas", "/replicas"),
     ("ipFamily", "/ipFamily"), ("resources", "/resources"), ("prometheus", "/prometheus"),
+    ("image.tag", "/image/tag"), ("image.digest", "/image/digest"),
+    ("imagePullSecrets", "/imagePullSecrets"),
     ("prometheus.templates", "/prometheus/templates"),
     ("prometheus.authType", "/prometheus/authType"),
     ("prometheus.caConfigMap", "/prometheus/caConfigMap"),
@@ -366,6 +368,35 @@ def test_a_value_set_to_null_is_refused_naming_it(value: str, says: str) -> None
     # Named by the schema, not by a template's nil pointer.
     parent, _, name = says.rpartition("/")
     assert f"at '{parent}': missing property '{name}'" in refused.stderr, refused.stderr
+
+
+DIGEST = "sha256:" + "0123456789abcdef" * 4
+
+
+@pytest.mark.parametrize(("values", "image"), [
+    ([], "ghcr.io/infertune/infertune:0.1.0"),
+    (["--set", f"image.digest={DIGEST}"], f"ghcr.io/infertune/infertune@{DIGEST}"),
+    (["--set", f"image.digest={DIGEST}", "--set", "image.tag=v1"],
+     f"ghcr.io/infertune/infertune:v1@{DIGEST}"),
+])
+def test_the_image_by_digest_pins_the_operator_and_the_launcher_it_injects(
+        values: list[str], image: str) -> None:
+    """A private mirror pinned by digest could not be named: the tag pattern refused it, and
+    the launcher init container of every tuned pod runs the same image."""
+    deployment = rendered_deployment(*values)
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert container["image"] == image
+    assert f"--launcher-image={image}" in container["args"]
+
+
+def test_image_pull_secrets_reach_the_operator_pod() -> None:
+    pod = rendered_deployment("--set", "imagePullSecrets[0].name=regcred")["spec"]["template"][
+        "spec"]
+    assert pod["imagePullSecrets"] == [{"name": "regcred"}]
+    assert "imagePullSecrets" not in rendered_deployment()["spec"]["template"]["spec"]
+    refused = helm("template", "t", str(CHART), "--set", "image.digest=sha256:abc",
+                   check=False)
+    assert refused.returncode != 0 and "/image/digest" in refused.stderr
 
 
 def test_the_lowest_port_a_non_root_container_binds_is_a_webhook_port() -> None:

@@ -5,7 +5,8 @@ app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end -}}
 {{- define "infertune.image" -}}
-{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- $tag := .Values.image.tag | default (ternary "" .Chart.AppVersion (ne .Values.image.digest "")) -}}
+{{ .Values.image.repository }}{{ with $tag }}:{{ . }}{{ end }}{{ with .Values.image.digest }}@{{ . }}{{ end }}
 {{- end -}}
 
 {{/* The --prometheus-* access options from .Values.prometheus, one per line. */}}
