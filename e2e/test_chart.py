@@ -194,6 +194,42 @@ def test_the_chart_installs_and_grants_what_the_autoscaler_acts_with(
     assert gone.returncode != 0 and "NotFound" in gone.stderr
 
 
+def test_watch_namespaces_grant_the_writes_there_and_nowhere_else(
+        cluster: ClusterInfo, kubectl: Kubectl, namespace: str) -> None:
+    """The Roles the chart renders for listed namespaces, as the real API server authorizes
+    them: the writes on tunings and Deployments there, not in any other namespace, and what
+    MIG needs across the cluster."""
+    release, team = "infertune-e2e-scoped", f"{namespace}-team"
+    kubeconfig = str(cluster.kubeconfig)
+    kubectl("create", "namespace", team)
+    try:
+        helm("install", release, str(CHART), "--kubeconfig", kubeconfig, "--namespace",
+             namespace, "--set", f"watchNamespaces={{{team}}}", "--set",
+             "image.pullPolicy=Never")
+        try:
+            account = f"system:serviceaccount:{namespace}:infertune-operator"
+            writes = [("patch", "deployments.apps", "--subresource=scale"),
+                      ("patch", "deployments.apps"),
+                      ("patch", "inferencetunings.infertune.io", "--subresource=status"),
+                      ("patch", "inferencetunings.infertune.io")]
+            for check in writes:
+                for where, expected in ((team, "yes"), ("default", "no"),
+                                        ("kube-system", "no")):
+                    answer = kubectl("auth", "can-i", *check, "-n", where, "--as", account,
+                                     check=False)
+                    assert answer.stdout.strip() == expected, (check, where, answer.stderr)
+            # MIG drains GPU nodes of any namespace's pods, and labels the nodes.
+            for check in (("create", "pods", "--subresource=eviction", "--all-namespaces"),
+                          ("list", "pods", "--all-namespaces"), ("patch", "nodes"),
+                          ("list", "inferencetunings.infertune.io", "-n", team)):
+                answer = kubectl("auth", "can-i", *check, "--as", account, check=False)
+                assert answer.stdout.strip() == "yes", (check, answer.stderr)
+        finally:
+            helm("uninstall", release, "--kubeconfig", kubeconfig, "--namespace", namespace)
+    finally:
+        kubectl("delete", "namespace", team, "--wait=false", check=False)
+
+
 def test_helm_uninstall_takes_the_webhook_configuration_with_it(
         api_client: client.ApiClient, cluster: ClusterInfo, namespace: str,
         caplog: pytest.LogCaptureFixture) -> None:
