@@ -52,10 +52,25 @@ def test_a_pod_admitted_while_the_indexes_load_waits_for_them() -> None:
     assert asyncio.run(asyncio.wait_for(admit(memo, loaded), 0.5))[0].fns
 
 
-def test_a_pod_is_admitted_unchanged_and_said_when_the_indexes_never_load(
+def test_without_a_node_event_the_indexes_are_read_as_they_are_after_one_wait(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(pods, "INDEX_WAIT_S", 0.05)
+    """No node to watch (or a slow listing): the first pod waits once, then the indexes are
+    read as loaded, as before the wait; later pods do not wait (the admission of every pod
+    would have paid it)."""
+    monkeypatch.setattr(pods, "INDEX_WAIT_S", 0.2)
     memo = kopf.Memo(pod_tuning=PodTuningSettings(launcher_image="infertune:test"))
-    patch, warnings = asyncio.run(admit(memo, {}))
-    assert not patch.fns
-    assert any("has not loaded its InferenceTunings yet" in w for w in warnings), warnings
+    loaded = {"owners": {("ml", "qwen-5d4f8b9c7"): ["qwen"]},
+              "tunings": {("ml", "qwen"): [TUNING]}}
+
+    async def scenario() -> tuple[float, float]:
+        started = asyncio.get_running_loop().time()
+        first, _ = await admit(memo, loaded)
+        waited = asyncio.get_running_loop().time() - started
+        assert first.fns  # tuned from what the indexes hold
+        started = asyncio.get_running_loop().time()
+        second, _ = await admit(memo, loaded)
+        assert second.fns
+        return waited, asyncio.get_running_loop().time() - started
+
+    waited, then = asyncio.run(scenario())
+    assert waited >= 0.2 and then < 0.2

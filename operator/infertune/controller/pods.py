@@ -186,12 +186,13 @@ async def tune_pod(body: kopf.Body, patch: kopf.Patch, warnings: list[str], memo
             try:
                 await asyncio.wait_for(settings.indexed.wait(), INDEX_WAIT_S)
             except TimeoutError:
-                logger.warning("pod admitted before the indexes were loaded (%gs); it is "
-                               "tuned by re-tuning if it should be", INDEX_WAIT_S)
-                warnings.append("infertune: the operator is starting and has not loaded its "
-                                "InferenceTunings yet; the pod is admitted unchanged, and "
-                                "re-tuning replaces it if it should be tuned")
-                return
+                # No node event within the wait (none can be watched, or a slow listing):
+                # the indexes are read as they are from now on, as before the wait, rather
+                # than delaying every pod's admission.
+                settings.indexed.set()
+                logger.warning("no node event within %gs of the first pod admission: pods "
+                               "are tuned from the indexes as loaded so far; a pod they miss "
+                               "is replaced by re-tuning", INDEX_WAIT_S)
         _tune_pod(body, patch, warnings, memo, tunings_by_target, replicaset_owners)
     except Exception:
         patch.clear()
