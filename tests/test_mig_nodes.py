@@ -165,6 +165,37 @@ def test_the_mig_manager_timeout_survives_an_operator_restart() -> None:
     assert fresh.reports[0].state is NodeState.PENDING
 
 
+def test_a_node_labelled_and_not_answered_yet_is_not_relabelled() -> None:
+    """mig-manager checks a new label for seconds before it says pending: relabelled then
+    (a spec change, or another tuning after the claimant went), its run for the old config
+    ended with success under the new label, read as the new layout applied."""
+    labelled = _node("a", config=OTHER)
+    asked = NodeView(labelled.name, labelled.labels, labelled_at=100.0, claimed_by="ml/qwen")
+    step = plan_mig_nodes([asked], CONFIGS, allow_disruption=False, labelled_at={},
+                          now=130.0, owner="ml/qwen")
+    assert step.kind is StepKind.NONE and step.reports[0].state is NodeState.WAITING
+    assert "which mig-manager has not answered yet" in step.reports[0].message
+    # Not answered for the whole timeout: mig-manager is not coming, the node may be asked.
+    late = plan_mig_nodes([asked], CONFIGS, allow_disruption=False, labelled_at={},
+                          now=100.0 + 901, owner="ml/qwen")
+    assert (late.kind, late.node) == (StepKind.LABEL, "a")
+    # Answered (success for it): relabelled at once, as before.
+    done = NodeView("a", {**labelled.labels, MIG_STATE_LABEL: "success"}, labelled_at=100.0,
+                    claimed_by="ml/qwen")
+    assert plan_mig_nodes([done], CONFIGS, allow_disruption=False, labelled_at={},
+                          now=130.0, owner="ml/qwen").kind is StepKind.LABEL
+
+
+def test_the_newer_label_time_counts_when_another_leader_labelled_since() -> None:
+    """This process's own time, from before it lost the lease, beat the node's annotation
+    of the newer label: timed out while mig-manager was rebooting the node."""
+    labelled = _node("a", config=CONFIGS["NVIDIA-H200"], state="rebooting")
+    node = NodeView(labelled.name, labelled.labels, labelled_at=10_000.0 - 60)
+    step = plan_mig_nodes([node], CONFIGS, allow_disruption=False,
+                          labelled_at={"a": 10_000.0 - 3600}, now=10_000.0)
+    assert step.reports[0].state is NodeState.PENDING
+
+
 def _drained(name: str, cordoned_for: str, *, config: str | None = None,
              state: str | None = None, pods: tuple[str, ...] = (),
              claimed_by: str | None = None) -> NodeView:

@@ -39,6 +39,19 @@ def test_a_bound_pod_holding_gpus_is_indexed_by_its_node(resources: dict[str, An
     assert indexed(pod(**resources)) == {"gpu-0": "team-a/qwen-1"}
 
 
+@pytest.mark.parametrize("init", [
+    {"name": "sidecar", "restartPolicy": "Always",
+     "resources": {"limits": {"nvidia.com/mig-3g.71gb": "1"}}},  # holds it for the pod's life
+    {"name": "build-engine", "resources": {"limits": {"nvidia.com/gpu": "1"}}},
+])
+def test_a_pod_whose_init_container_holds_a_gpu_is_indexed(init: dict[str, Any]) -> None:
+    """The kubelet gives devices to init containers too: such a pod was not seen, and its
+    node counted as idle and was reconfigured under it."""
+    body = pod(limits={"cpu": "1"})
+    body["spec"]["initContainers"] = [init]
+    assert indexed(body) == {"gpu-0": "team-a/qwen-1"}
+
+
 @pytest.mark.parametrize("phase", ["Pending", "Running", "Unknown"])
 def test_a_pod_holds_its_gpus_until_it_has_ended(phase: str) -> None:
     assert indexed(pod(phase=phase, limits={"nvidia.com/gpu": "1"})) == {

@@ -136,7 +136,10 @@ def gpu_node(pod: Mapping[str, Any]) -> str | None:
     node = spec.get("nodeName")
     if not node or (pod.get("status") or {}).get("phase") in _ENDED:
         return None
-    return str(node) if _requests_gpus(spec.get("containers") or []) else None
+    # Init containers hold devices too: a native sidecar (restartPolicy Always) for the life
+    # of the pod, and one that builds an engine while it runs.
+    holders = [*(spec.get("containers") or []), *(spec.get("initContainers") or [])]
+    return str(node) if _requests_gpus(holders) else None
 
 
 @kopf.index("", "v1", "pods")  # type: ignore[arg-type]

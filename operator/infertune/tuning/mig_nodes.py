@@ -128,9 +128,11 @@ def _state_of(node: NodeView, config: str, labelled_at: float | None,
 
 
 def _held_for_another(node: NodeView, config: str, owner: str,
-                      exists: Callable[[str], bool]) -> NodeReport | None:
+                      exists: Callable[[str], bool], labelled_at: float | None = None,
+                      now: float = 0.0) -> NodeReport | None:
     """The report for a node partitioned, or being partitioned, for another config than ours
-    that is not ours to change; None when it may be."""
+    that is not ours to change; None when it may be. `labelled_at`: when the operator
+    labelled it for the config it has."""
     current = node.labels.get(MIG_CONFIG_LABEL)
     if current is None or current == config:
         return None
@@ -144,6 +146,15 @@ def _held_for_another(node: NodeView, config: str, owner: str,
     if state in IN_FLIGHT_STATES:
         return NodeReport(node.name, NodeState.WAITING, (
             f"mig-manager is applying {current} (state {state}); not relabelled meanwhile"))
+    if not state and labelled_at is not None and now - labelled_at < STATE_TIMEOUT_SECONDS:
+        # Labelled, and mig-manager has not said pending yet: it may be checking the config
+        # already. Relabelled now, its run for the old config ends with "success" under the
+        # new label, which read as the new layout applied (the node was uncordoned, and
+        # reconfigured under the pods scheduled on it).
+        return NodeReport(node.name, NodeState.WAITING, (
+            f"labelled {current} at {_clock(labelled_at)}, which mig-manager has not "
+            f"answered yet; not relabelled until it does, or until "
+            f"{_clock(labelled_at + STATE_TIMEOUT_SECONDS)}"))
     return None
 
 
@@ -167,11 +178,15 @@ def plan_mig_nodes(nodes: Sequence[NodeView], configs: Mapping[str, str], *,
     todo: list[tuple[NodeView, str]] = []
     for node in nodes:
         config = configs[node.labels[PRODUCT_LABEL]]
-        held = _held_for_another(node, config, owner, exists)
+        # The newer of this process's time and the node's own: another leader may have
+        # labelled it since this one did.
+        times = [t for t in (labelled_at.get(node.name), node.labelled_at) if t is not None]
+        when = max(times) if times else None
+        held = _held_for_another(node, config, owner, exists, when, now)
         if held is not None:
             reports.append(held)
             continue
-        report = _state_of(node, config, labelled_at.get(node.name, node.labelled_at), now)
+        report = _state_of(node, config, when, now)
         if report is None:
             todo.append((node, config))
         else:
