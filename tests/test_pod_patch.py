@@ -676,14 +676,16 @@ def test_a_jemalloc_the_container_preloads_already_is_not_preloaded_twice() -> N
 NO_GPU = {"requests": {"cpu": "8", "memory": "32Gi"}, "limits": {"cpu": "8", "memory": "32Gi"}}
 
 
-def test_strict_gpu_local_on_a_container_given_no_gpu_leaves_the_pod_untuned() -> None:
-    """The launcher finds no GPU to take the node from, and strict makes it exit 78 at every
-    start: known at admission, as the seccomp case is."""
-    plan = plan_pod_patch(_spec(numa={"policy": "gpu-local", "strict": True}),
-                          _pod(resources=NO_GPU), CONTEXT)
-    assert plan.refused and plan.patch == []
-    assert "spec.numa.policy gpu-local takes the NUMA node of the GPUs of container vllm, " \
-        "which requests none, and numa.strict would stop the container" in plan.problems[0]
+def test_gpu_local_on_a_container_given_no_gpu_is_reported() -> None:
+    """The launcher finds no GPU to take the node from: it runs unbound, or with strict
+    exits 78 at every start. Reported, not refused: a GPU may come another way the webhook
+    cannot see (a runtime default), and the pod keeps its other settings."""
+    strict = plan_pod_patch(_spec(numa={"policy": "gpu-local", "strict": True}),
+                            _pod(resources=NO_GPU), CONTEXT)
+    assert not strict.refused and strict.patch
+    assert any("spec.numa.policy gpu-local takes the NUMA node of the GPUs of container "
+               "vllm, which requests none: numa.strict stops it (exit 78) at every start" in p
+               for p in strict.problems), strict.problems
     loose = plan_pod_patch(_spec(), _pod(resources=NO_GPU), CONTEXT)
     assert not loose.refused
     assert any("which requests none: it runs unbound" in p for p in loose.problems)
@@ -694,6 +696,8 @@ def test_strict_gpu_local_on_a_container_given_no_gpu_leaves_the_pod_untuned() -
     {"resources": {**NO_GPU, "claims": [{"name": "gpu"}]}},
     {"resources": NO_GPU, "securityContext": {"privileged": True}},
     {"resources": NO_GPU, "env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]},
+    {"resources": NO_GPU, "envFrom": [{"configMapRef": {"name": "gpus"}}]},
+    {"resources": {"limits": {"aliyun.com/gpu-mem": "16"}}},  # another vendor's GPU share
 ])
 def test_a_gpu_given_another_way_is_not_called_missing(given: dict[str, Any]) -> None:
     plan = plan_pod_patch(_spec(numa={"policy": "gpu-local", "strict": True}), _pod(**given),

@@ -37,6 +37,8 @@ from infertune.tuning.memory import MemoryHighError, resolve_memory_high
 from infertune.tuning.pod_mig import Op, mig_ops
 from infertune.tuning.pod_mig import pointer as _pointer
 
+PLAIN_RESOURCES = frozenset({"cpu", "memory", "ephemeral-storage"})
+"""Resources that are no device: any other (nvidia.com/gpu, a vendor's GPU share) may be."""
 OTHER_ALLOCATORS = ("libtcmalloc", "libmimalloc", "libhoard", "libsnmalloc")
 """File name starts of other malloc replacements a container may preload."""
 LAUNCHER_DIR = "/infertune"
@@ -629,14 +631,13 @@ def plan_pod_patch(spec: InferenceTuningSpec, pod: dict[str, Any],
         return PodPlan(revision, refused=True, problems=[refusal])
 
     gpuless = _gpu_local_without_gpu(spec, pod_spec, serving)
-    if gpuless is not None and spec.numa.strict:
-        return PodPlan(revision, refused=True, problems=[
-            f"{gpuless}, and numa.strict would stop the container (exit 78) at every start; "
-            "request nvidia.com/gpu (or set spec.mig), or set spec.numa.policy to node or "
-            "interleave, or numa.strict to false"])
     if gpuless is not None:
-        problems.append(f"{gpuless}: it runs unbound; request nvidia.com/gpu (or set "
-                        "spec.mig), or set spec.numa.policy to node or interleave")
+        # Reported, not refused: a GPU can come another way the webhook cannot see (a
+        # runtime's default, an image's ENV), and the launcher finds it at start.
+        fate = ("numa.strict stops it (exit 78) at every start" if spec.numa.strict else
+                "it runs unbound")
+        problems.append(f"{gpuless}: {fate}; request nvidia.com/gpu (or set spec.mig), or "
+                        "set spec.numa.policy to node or interleave")
     refused = _memory_policy_refused(spec, pod_spec, serving)
     if refused is not None and spec.numa.strict:
         return PodPlan(revision, refused=True, problems=[
@@ -686,17 +687,20 @@ def _serving_index(spec: InferenceTuningSpec, containers: list[dict[str, Any]]) 
 
 def _gpu_local_without_gpu(spec: InferenceTuningSpec, pod_spec: Mapping[str, Any],
                            serving: Mapping[str, Any]) -> str | None:
-    """Why numa.policy gpu-local cannot bind the serving container, when that is known at
-    admission: it is given no GPU (no nvidia.com/ resource, no MIG from the spec, no
-    dynamic resource claim, no NVIDIA_VISIBLE_DEVICES of its own, not privileged), so the
-    launcher finds none to take the NUMA node from."""
+    """Why numa.policy gpu-local looks unable to bind the serving container: it asks for no
+    device at all (no extended resource, such as nvidia.com/gpu or another vendor's GPU
+    share; no MIG from the spec; no dynamic resource claim; no NVIDIA_VISIBLE_DEVICES of its
+    own or from envFrom; not privileged), so the launcher is unlikely to find a GPU to take
+    the NUMA node from."""
     if spec.numa.policy is not NumaPolicy.GPU_LOCAL or not serving.get("command"):
         return None
-    if spec.mig is not None or pod_spec.get("resourceClaims"):
+    if spec.mig is not None or pod_spec.get("resourceClaims") or serving.get("envFrom"):
         return None
     resources = serving.get("resources") or {}
-    named = [*(resources.get("limits") or {}), *(resources.get("requests") or {})]
-    if any(str(n).startswith("nvidia.com/") for n in named) or resources.get("claims"):
+    named = [str(n) for n in (*(resources.get("limits") or {}),
+                              *(resources.get("requests") or {}))]
+    if (any(n not in PLAIN_RESOURCES and not n.startswith("hugepages-") for n in named)
+            or resources.get("claims")):
         return None
     if (serving.get("securityContext") or {}).get("privileged"):
         return None  # sees every device of the node
