@@ -6,7 +6,9 @@ the operator acts with, among them the autoscaler's scale subresource.
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -389,8 +391,7 @@ def test_values_that_would_break_or_subvert_the_operator_are_refused(
     ("webhook", "/webhook"), ("image.repository", "/image/repository"),
     ("image.pullPolicy", "/image/pullPolicy"), ("image", "/image"), ("replicas", "/replicas"),
     ("ipFamily", "/ipFamily"), ("resources", "/resources"), ("prometheus", "/prometheus"),
-    ("image.tag", "/image/tag"), ("image.digest", "/image/digest"),
-    ("imagePullSecrets", "/imagePullSecrets"),
+    ("image.tag", "/image/tag"),
     ("prometheus.templates", "/prometheus/templates"),
     ("prometheus.authType", "/prometheus/authType"),
     ("prometheus.caConfigMap", "/prometheus/caConfigMap"),
@@ -423,6 +424,28 @@ def test_the_image_by_digest_pins_the_operator_and_the_launcher_it_injects(
     (container,) = deployment["spec"]["template"]["spec"]["containers"]
     assert container["image"] == image
     assert f"--launcher-image={image}" in container["args"]
+
+
+def test_values_reused_from_the_previous_chart_render_the_same_image() -> None:
+    """`helm upgrade --reuse-values` keeps the old release's values, which have neither
+    image.digest nor imagePullSecrets: required, the upgrade failed; unset, the image lost
+    its tag."""
+    old = yaml.safe_load((CHART / "values.yaml").read_text())
+    del old["image"]["digest"], old["imagePullSecrets"]
+    scratch = Path(tempfile.mkdtemp(prefix="infertune-chart-"))
+    try:
+        # The chart with the old release's values as its only values, as the upgrade has.
+        chart = scratch / "infertune"
+        shutil.copytree(CHART, chart)
+        (chart / "values.yaml").write_text(yaml.safe_dump(old))
+        rendered = helm("template", "t", str(chart)).stdout
+    finally:
+        shutil.rmtree(scratch)
+    deployment = next(d for d in yaml.safe_load_all(rendered)
+                      if d and d.get("kind") == "Deployment")
+    (container,) = deployment["spec"]["template"]["spec"]["containers"]
+    assert container["image"] == "ghcr.io/infertune/infertune:0.1.0"
+    assert "imagePullSecrets" not in deployment["spec"]["template"]["spec"]
 
 
 def test_image_pull_secrets_reach_the_operator_pod() -> None:

@@ -222,3 +222,22 @@ def test_allocator_check_names_options_new_in_5_3(capsys: pytest.CaptureFixture[
     assert "note: tcache_max is new in jemalloc 5.3" in out
     assert main(["allocator", "check", "narenas:4"]) == 0
     assert "note:" not in capsys.readouterr().out
+
+
+def test_autoscale_evaluate_names_a_malformed_deployment_beside_the_tuning(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Read for its pod template's batching knob, it failed with a traceback."""
+    path = tmp_path / "tuning.yaml"
+    path.write_text(yaml.safe_dump_all([
+        {"apiVersion": "infertune.io/v1alpha1", "kind": "InferenceTuning",
+         "metadata": {"name": "llm", "namespace": "serving"},
+         "spec": {"targetRef": {"name": "llm"}, "engine": "vllm",
+                  "autoscaling": {"interval": "2s"}}},
+        {"apiVersion": "apps/v1", "kind": "Deployment",
+         "metadata": {"name": "llm", "namespace": "serving"},
+         "spec": {"template": {"spec": {"containers": ["vllm"]}}}}]))
+    assert main(["autoscale", "evaluate", str(path), "--prometheus", "http://127.0.0.1:9"]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert f"{path}: Deployment llm: spec.template.spec.containers must be a list of " \
+        "mappings" in err

@@ -667,6 +667,10 @@ def test_a_jemalloc_the_container_preloads_already_is_not_preloaded_twice() -> N
     assert _env(jsonpatch.apply_patch(pod, plan.patch)["spec"]["containers"][0])[
         "LD_PRELOAD"] == own
     assert any(f"allocator: preload {own} " in r for r in plan.reasons), plan.reasons
+    # Behind another allocator it served nothing: it goes first.
+    behind = _pod(env=[{"name": "LD_PRELOAD", "value": f"/usr/lib/libtcmalloc.so.4:{own}"}])
+    assert _env(jsonpatch.apply_patch(behind, plan_pod_patch(_spec(), behind, CONTEXT).patch)[
+        "spec"]["containers"][0])["LD_PRELOAD"] == f"{own}:/usr/lib/libtcmalloc.so.4"
     tcmalloc = _pod(env=[{"name": "LD_PRELOAD", "value": "/usr/lib/libtcmalloc_minimal.so.4"}])
     problems = plan_pod_patch(_spec(), tcmalloc, CONTEXT).problems
     assert any("also preloads /usr/lib/libtcmalloc_minimal.so.4, another allocator" in p

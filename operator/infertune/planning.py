@@ -38,10 +38,12 @@ def load_tuning_and_template(path: Path) -> tuple[InferenceTuning, dict[str, Any
     tuning = _tuning_of(documents, source_name(path))
     named = [d for d in documents if d.get("kind") == "Deployment"
              and _name(d) == tuning.spec.target_ref.name]
-    spec = named[0].get("spec") if named else None
-    template = spec.get("template") if isinstance(spec, dict) else None
-    pod_spec = template.get("spec") if isinstance(template, dict) else None
-    return tuning, pod_spec if isinstance(pod_spec, dict) else None
+    if not named:
+        return tuning, None
+    problem = template_problem(named[0])
+    if problem is not None:
+        raise PlanInputError(f"{source_name(path)}: Deployment {_name(named[0])}: {problem}")
+    return tuning, pod_from_deployment(named[0])["spec"]
 
 
 def _tuning_of(documents: list[dict[str, Any]], source: str) -> InferenceTuning:

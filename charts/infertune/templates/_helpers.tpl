@@ -5,8 +5,10 @@ app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end -}}
 {{- define "infertune.image" -}}
-{{- $tag := .Values.image.tag | default (ternary "" .Chart.AppVersion (ne .Values.image.digest "")) -}}
-{{ .Values.image.repository }}{{ with $tag }}:{{ . }}{{ end }}{{ with .Values.image.digest }}@{{ . }}{{ end }}
+{{- /* digest and imagePullSecrets are new: absent from values reused from an older chart. */ -}}
+{{- $digest := .Values.image.digest | default "" -}}
+{{- $tag := .Values.image.tag | default (ternary "" .Chart.AppVersion (ne $digest "")) -}}
+{{ .Values.image.repository }}{{ with $tag }}:{{ . }}{{ end }}{{ with $digest }}@{{ . }}{{ end }}
 {{- end -}}
 
 {{/* The --prometheus-* access options from .Values.prometheus, one per line. */}}

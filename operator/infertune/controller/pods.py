@@ -200,7 +200,11 @@ async def tune_pod(body: kopf.Body, patch: kopf.Patch, warnings: list[str], memo
         warnings.append("infertune: pod tuning failed; the pod is admitted unchanged")
 
 
-@kopf.on.event("", "v1", "nodes", id="indexes-loaded")
+def _indexes_loading(memo: kopf.Memo, **_: Any) -> bool:
+    return not memo.pod_tuning.indexed.is_set()
+
+
+@kopf.on.event("", "v1", "nodes", id="indexes-loaded", when=_indexes_loading)
 async def indexes_loaded(memo: kopf.Memo, **_: Any) -> None:
     """kopf calls resource handlers only once every index holds its first listing, and every
     cluster that runs pods has a node: the first node event says the indexes are loaded."""

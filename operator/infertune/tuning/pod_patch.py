@@ -270,8 +270,8 @@ def _allocator(spec: InferenceTuningSpec, env: _EnvPlan, cpu: float | None,
         # one: a second copy is a second allocator in the process, each with its arenas.
         library = next((p for p in paths if _basename(p).startswith("libjemalloc")),
                        allocator.library_path)
-        if library not in paths:
-            paths.insert(0, library)
+        # First: the first library that defines malloc serves the allocations.
+        paths = [library, *(p for p in paths if p != library)]
         others = [p for p in paths if _basename(p).startswith(OTHER_ALLOCATORS)]
         if others:
             problems.append(f"LD_PRELOAD also preloads {', '.join(others)}, another allocator: "
