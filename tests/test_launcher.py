@@ -179,6 +179,13 @@ CASES = {
         Machine(gpus=(GPU0, GPU1), dev_minors=(0,)), {"NVIDIA_VISIBLE_DEVICES": ""},
         ("--cpunodebind=0", "--membind=0"), {"gpus": GPU0.uuid},
         "(NVIDIA_VISIBLE_DEVICES is empty)"),
+    # A privileged container sees every GPU's device node: they say nothing of its own GPU
+    # (here GPU1 on node 1), and the node holding most of the machine's was taken.
+    "privileged_container_does_not_take_device_nodes_for_its_gpus": Case(
+        Machine(gpus=(GPU0, GPU1, GPU2), dev_minors=(0, 1, 2)),
+        {"NVIDIA_VISIBLE_DEVICES": "void", "INFERTUNE_DEVICE_NODES": "ignore"}, None,
+        {"action": "unbound", "gpus": "void"},
+        "the container is privileged, so its /dev shows every GPU's device node"),
     "cdi_void_without_gpu_devices_runs_unbound": Case(
         Machine(gpus=(GPU0,)), {"NVIDIA_VISIBLE_DEVICES": "void"}, None,
         {"action": "unbound", "gpus": "void"},

@@ -725,3 +725,12 @@ def test_options_new_in_jemalloc_5_3_are_reported(conf: str, says: str) -> None:
     assert any(says in p for p in plan.problems), plan.problems
     assert not [p for p in plan_pod_patch(_spec(allocator={"mallocConf": "narenas:4"}), _pod(),
                                           CONTEXT).problems if "5.3" in p]
+
+
+def test_a_privileged_container_tells_the_launcher_its_device_nodes_are_not_its_gpus() -> None:
+    """It sees every GPU's /dev/nvidia<N>: under CDI the launcher took them for its own and
+    bound it to the node holding most of the machine's GPUs."""
+    privileged = _env(_apply(_spec(), _pod(securityContext={"privileged": True}))[
+        "spec"]["containers"][0])
+    assert privileged["INFERTUNE_DEVICE_NODES"] == "ignore"
+    assert "INFERTUNE_DEVICE_NODES" not in _env(_apply(_spec(), _pod())["spec"]["containers"][0])

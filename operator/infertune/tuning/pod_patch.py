@@ -746,6 +746,10 @@ def _numa_ops(spec: InferenceTuningSpec, pod_spec: dict[str, Any], index: int,
         return []
     env.set("INFERTUNE_NUMA_POLICY", _numa_env(spec))
     env.set("INFERTUNE_NUMA_STRICT", "true" if spec.numa.strict else "false")
+    if (serving.get("securityContext") or {}).get("privileged"):
+        # It sees every GPU's /dev/nvidia<N>: under CDI (NVIDIA_VISIBLE_DEVICES=void) they
+        # would stand for its own GPUs, and bind it to the node holding most of the node's.
+        env.set("INFERTUNE_DEVICE_NODES", "ignore")
     reasons.append(f"numa: launcher wraps the command, policy {_numa_env(spec)}, "
                    f"strict {str(spec.numa.strict).lower()}")
     if context.static_cpu_manager:
