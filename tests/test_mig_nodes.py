@@ -167,6 +167,21 @@ def test_a_claim_lapses_with_its_tuning_and_never_binds_its_owner() -> None:
     assert (mine.kind, mine.node) == (StepKind.LABEL, "a")  # its own spec changed
 
 
+def test_a_claim_lapses_when_its_tuning_no_longer_selects_the_node() -> None:
+    """ml/big's nodeSelector moved to another pool: its claim held for as long as it
+    existed, and ml/small was told, falsely, that ml/big "selects it too"."""
+    node = _claimed("a", "ml/big")
+
+    def plan(still_selects: bool) -> MigNodeStep:
+        return plan_mig_nodes([node], CONFIGS, allow_disruption=False, labelled_at={},
+                              now=100.0, owner="ml/small", exists=lambda c: True,
+                              selects=lambda tuning, n: still_selects)
+
+    assert plan(True).reports[0].state is NodeState.CLAIMED
+    moved = plan(False)
+    assert (moved.kind, moved.node) == (StepKind.LABEL, "a")
+
+
 def test_a_node_mig_manager_is_reconfiguring_is_not_relabelled_meanwhile() -> None:
     step = _plan([_node("a", config=OTHER, state="rebooting"), _node("b")])
     assert step.kind is StepKind.NONE

@@ -141,3 +141,12 @@ def test_the_node_sweep_ends_with_the_operator() -> None:
         return bool(sweeper.cancelled())
 
     assert asyncio.run(main())
+
+
+def test_a_claim_holds_only_while_its_tunings_selector_matches_the_node() -> None:
+    holds = mig_controller.claim_holds((("ml/big", (("pool", "a"),)), ("ml/any", ())))
+    in_a = NodeView("gpu-0", {"pool": "a"})
+    in_b = NodeView("gpu-1", {"pool": "b"})
+    assert holds("ml/big", in_a) and not holds("ml/big", in_b)
+    assert holds("ml/any", in_b)  # no nodeSelector: every MIG-capable node
+    assert holds("ml/dropped", in_b)  # no valid spec.mig now: kept, as for a moment

@@ -412,7 +412,8 @@ def reconcile_mig(namespace: str, name: str, spec: InferenceTuningSpec, settings
         config_error = exc
     step = plan_mig_nodes(selected, configs, allow_disruption=spec.mig.allow_disruption,
                           labelled_at=settings.labelled_at, now=now, owner=owner,
-                          exists=exists, config_ready_at=ready_at)
+                          exists=exists, config_ready_at=ready_at,
+                          selects=claim_holds(selectors))
     first = next(iter(plans.values()))
     strategies = {n.labels.get(MIG_STRATEGY_LABEL) for n in selected} - {None}
     status = MigStatus(
@@ -531,6 +532,18 @@ def mig_selectors(index: kopf.Index[tuple[str, str], dict[str, Any]]) -> MigSele
                 found.append((f"{namespace}/{entry['name']}",
                               tuple(sorted((str(k), str(v)) for k, v in selector.items()))))
     return tuple(sorted(found))
+
+
+def claim_holds(selectors: MigSelectors) -> Callable[[str, NodeView], bool]:
+    """Whether a claimant's spec.mig still selects a node it claimed: one whose nodeSelector
+    moved elsewhere no longer holds it; one with no valid spec.mig now (dropped for a moment
+    by a mistaken apply) keeps its claim."""
+    selector_of = dict(selectors)
+
+    def holds(tuning: str, node: NodeView) -> bool:
+        selector = selector_of.get(tuning)
+        return selector is None or all(node.labels.get(k) == v for k, v in selector)
+    return holds
 
 
 def _successor(selectors: MigSelectors,
