@@ -24,15 +24,13 @@ CONFIGS = {"NVIDIA-H200": "infertune-h200-2x3g.71gb"}
 
 
 def _node(name: str, *, config: str | None = None, state: str | None = None,
-          pods: tuple[str, ...] = (), cordoned: bool = False, **labels: str) -> NodeView:
-    """A selected node; `cordoned`: by the operator in an earlier pass, ready to label."""
+          pods: tuple[str, ...] = (), **labels: str) -> NodeView:
     all_labels = {**H200, **labels}
     if config:
         all_labels[MIG_CONFIG_LABEL] = config
     if state:
         all_labels[MIG_STATE_LABEL] = state
-    return NodeView(name, all_labels, gpu_pods=pods, unschedulable=cordoned,
-                    cordoned_for="ml/qwen" if cordoned else None)
+    return NodeView(name, all_labels, gpu_pods=pods)
 
 
 def _plan(nodes: list[NodeView], allow: bool = False, labelled_at: dict[str, float] | None = None,
@@ -50,7 +48,7 @@ def test_selection_needs_product_capability_and_selector() -> None:
 
 
 def test_labels_one_node_at_a_time() -> None:
-    step = _plan([_node("a", cordoned=True), _node("b", cordoned=True)])
+    step = _plan([_node("a"), _node("b")])
     assert (step.kind, step.node) == (StepKind.LABEL, "a")
     assert [r.state for r in step.reports] == [NodeState.PENDING, NodeState.WAITING]
 
@@ -60,39 +58,20 @@ def test_no_node_is_labelled_before_mig_managers_copy_of_the_config_map_has_the_
     """mig-manager reads the ConfigMap through a volume the kubelet updates a minute late: a
     node labelled for a config its copy lacks went to failed, for good."""
     config = CONFIGS["NVIDIA-H200"]
-    waiting = plan_mig_nodes([_node("a", cordoned=True), _node("b", cordoned=True)], CONFIGS,
-                             allow_disruption=False, labelled_at={}, now=100.0,
-                             config_ready_at={config: 220.0})
+    waiting = plan_mig_nodes([_node("a"), _node("b")], CONFIGS, allow_disruption=False,
+                             labelled_at={}, now=100.0, config_ready_at={config: 220.0})
     assert waiting.kind is StepKind.NONE
     assert [(r.node, r.state) for r in waiting.reports] == [("a", NodeState.WAITING),
                                                             ("b", NodeState.WAITING)]
     assert "labelled for infertune-h200-2x3g.71gb from 1970-01-01T00:03:40Z" in \
         waiting.reason
-    ready = plan_mig_nodes([_node("a", cordoned=True), _node("b")], CONFIGS,
-                           allow_disruption=False, labelled_at={}, now=220.0,
-                           config_ready_at={config: 220.0})
+    ready = plan_mig_nodes([_node("a"), _node("b")], CONFIGS, allow_disruption=False,
+                           labelled_at={}, now=220.0, config_ready_at={config: 220.0})
     assert (ready.kind, ready.node) == (StepKind.LABEL, "a")
     # A drain does not wait: it does not name the config.
     busy = plan_mig_nodes([_node("a", pods=("ns/p",))], CONFIGS, allow_disruption=True,
                           labelled_at={}, now=100.0, config_ready_at={config: 220.0})
     assert (busy.kind, busy.node) == (StepKind.DRAIN, "a")
-
-
-def test_an_idle_node_is_cordoned_before_it_is_labelled() -> None:
-    """The GPU pods are this pass's, and mig-manager evicts none: a pod scheduled between
-    this look and the reconfiguration ran on the GPU being partitioned."""
-    first = _plan([_node("a"), _node("b")])
-    assert (first.kind, first.node) == (StepKind.DRAIN, "a")
-    assert first.reports[0].state is NodeState.DRAINING
-    assert "cordoned before infertune-h200-2x3g.71gb" in first.reports[0].message
-    then = _plan([_node("a", cordoned=True), _node("b")])
-    assert (then.kind, then.node) == (StepKind.LABEL, "a")
-    # A pod that came meanwhile is seen on the cordoned node: not labelled under it.
-    came = _plan([_node("a", cordoned=True, pods=("team-b/trainer-0",)), _node("b")])
-    assert came.kind is not StepKind.LABEL and came.reports[0].state is NodeState.BUSY
-    # Someone else's cordon (maintenance) does as well, and is not marked as ours.
-    theirs = NodeView("a", H200, unschedulable=True)
-    assert _plan([theirs]).kind is StepKind.LABEL
 
 
 def test_waits_for_mig_manager_before_the_next_node() -> None:
@@ -101,8 +80,7 @@ def test_waits_for_mig_manager_before_the_next_node() -> None:
 
 
 def test_moves_on_after_success() -> None:
-    step = _plan([_node("a", config=CONFIGS["NVIDIA-H200"], state="success"),
-                  _node("b", cordoned=True)])
+    step = _plan([_node("a", config=CONFIGS["NVIDIA-H200"], state="success"), _node("b")])
     assert (step.kind, step.node) == (StepKind.LABEL, "b")
 
 
@@ -120,7 +98,7 @@ def test_times_out_without_an_answer() -> None:
 
 
 def test_busy_node_is_never_relabelled_without_opt_in() -> None:
-    step = _plan([_node("a", pods=("vllm-0",)), _node("b", cordoned=True)])
+    step = _plan([_node("a", pods=("vllm-0",)), _node("b")])
     assert (step.kind, step.node) == (StepKind.LABEL, "b")
     assert step.reports[0].state is NodeState.BUSY
     assert "allowDisruption" in step.reports[0].message
@@ -140,13 +118,13 @@ OTHER = "infertune-h200-7x1g.18gb"
 
 def _claimed(name: str, by: str, state: str = "success") -> NodeView:
     node = _node(name, config=OTHER, state=state)
-    return NodeView(node.name, node.labels, claimed_by=by, unschedulable=True)
+    return NodeView(node.name, node.labels, claimed_by=by)
 
 
 def test_a_node_another_live_tuning_claimed_is_left_to_it() -> None:
     """Two tunings selecting the same node with different layouts relabelled it back and
     forth (draining each other's pods with allowDisruption); the first to label it keeps it."""
-    step = plan_mig_nodes([_claimed("a", "ml/big"), _node("b", cordoned=True)], CONFIGS,
+    step = plan_mig_nodes([_claimed("a", "ml/big"), _node("b")], CONFIGS,
                           allow_disruption=True, labelled_at={}, now=100.0, owner="ml/small",
                           exists=lambda claimant: claimant == "ml/big")
     assert (step.kind, step.node) == (StepKind.LABEL, "b")  # the free node goes on
@@ -207,8 +185,7 @@ def test_a_node_labelled_and_not_answered_yet_is_not_relabelled() -> None:
     (a spec change, or another tuning after the claimant went), its run for the old config
     ended with success under the new label, read as the new layout applied."""
     labelled = _node("a", config=OTHER)
-    asked = NodeView(labelled.name, labelled.labels, labelled_at=100.0, claimed_by="ml/qwen",
-                     unschedulable=True)
+    asked = NodeView(labelled.name, labelled.labels, labelled_at=100.0, claimed_by="ml/qwen")
     step = plan_mig_nodes([asked], CONFIGS, allow_disruption=False, labelled_at={},
                           now=130.0, owner="ml/qwen")
     assert step.kind is StepKind.NONE and step.reports[0].state is NodeState.WAITING
@@ -219,7 +196,7 @@ def test_a_node_labelled_and_not_answered_yet_is_not_relabelled() -> None:
     assert (late.kind, late.node) == (StepKind.LABEL, "a")
     # Answered (success for it): relabelled at once, as before.
     done = NodeView("a", {**labelled.labels, MIG_STATE_LABEL: "success"}, labelled_at=100.0,
-                    claimed_by="ml/qwen", unschedulable=True)
+                    claimed_by="ml/qwen")
     assert plan_mig_nodes([done], CONFIGS, allow_disruption=False, labelled_at={},
                           now=130.0, owner="ml/qwen").kind is StepKind.LABEL
 

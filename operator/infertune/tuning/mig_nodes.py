@@ -223,16 +223,6 @@ def plan_mig_nodes(nodes: Sequence[NodeView], configs: Mapping[str, str], *,
                 f"cordoned and draining {len(node.gpu_pods)} GPU pods before {config}")))
             step = MigNodeStep(StepKind.DRAIN, node.name, reason=f"drain {node.name}")
             continue
-        if not node.unschedulable:
-            # Cordoned first, even idle: the pods seen are this pass's, and mig-manager does
-            # not evict (it pauses only the GPU Operator's own pods). A GPU pod scheduled
-            # between this look and the reconfiguration would run on the GPU being
-            # partitioned; cordoned, none can be, and the next pass sees any that was.
-            reports.append(NodeReport(node.name, NodeState.DRAINING, (
-                f"cordoned before {config}, so that no GPU pod is scheduled on it while "
-                "mig-manager partitions it; uncordoned once it reports success")))
-            step = MigNodeStep(StepKind.DRAIN, node.name, reason=f"cordon {node.name}")
-            continue
         ready_at = (config_ready_at or {}).get(config)
         if ready_at is not None and now < ready_at:
             wait = (f"labelled for {config} from {_clock(ready_at)}: mig-manager reads the "
