@@ -304,6 +304,21 @@ def test_a_node_labelled_for_another_live_tuning_is_left_to_it() -> None:
         assert list(_released([node], selected=[])) == ["a"]
 
 
+def test_a_node_whose_claimant_no_longer_selects_it_is_not_kept_for_it() -> None:
+    """ml/big's nodeSelector moved away (its claim lapses): kept cordoned for ml/big, the node
+    stayed cordoned for good, as ml/big's pass no longer looks at it."""
+    node = _drained("a", "ml/qwen", config=OTHER, state="success", claimed_by="ml/big")
+    step = plan_mig_nodes([], CONFIGS, allow_disruption=True, labelled_at={}, now=100.0,
+                          owner="ml/qwen")
+    kept = cordons_to_release([node], step.reports, owner="ml/qwen",
+                              exists=lambda c: c == "ml/big")
+    assert kept == []
+    moved = cordons_to_release([node], step.reports, owner="ml/qwen",
+                               exists=lambda c: c == "ml/big",
+                               holds=lambda tuning, n: tuning != "ml/big")
+    assert [r.node for r in moved] == ["a"] and "uncordoned" in moved[0].message
+
+
 def test_a_node_someone_else_cordoned_is_never_uncordoned() -> None:
     """Maintenance cordons carry no annotation; a config name is what releases before the
     tuning's name was kept wrote, and whose tuning that was is not known."""

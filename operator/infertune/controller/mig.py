@@ -392,7 +392,8 @@ def reconcile_mig(namespace: str, name: str, spec: InferenceTuningSpec, settings
                 "spec.mig no longer selects it")
         _release(body, cordons_to_release(nodes, (), owner=owner, exists=exists, gone=gone,
                                           successor=_successor(selectors, owner),
-                                          partitions=partitions))
+                                          partitions=partitions,
+                                          holds=claim_holds(selectors)))
         return kept
     configs = config_names(plans)
     now = time.time()
@@ -436,7 +437,7 @@ def reconcile_mig(namespace: str, name: str, spec: InferenceTuningSpec, settings
                    message=f"{node.name} partitioned by mig-manager; uncordoned")
     _release(body, cordons_to_release(nodes, step.reports, owner=owner, exists=exists,
                                       successor=_successor(selectors, owner),
-                                      partitions=partitions))
+                                      partitions=partitions, holds=claim_holds(selectors)))
     if config_error is not None:
         raise config_error
     if spec.mode is Mode.DRY_RUN:
@@ -568,7 +569,8 @@ def release_for_good(namespace: str, name: str, uid: str, body: kopf.Body, why: 
         try:
             nodes = _observe_nodes({})  # the GPU pods are not read
             _release(body, cordons_to_release(nodes, (), owner=owner, exists=lambda _: True,
-                                              gone=why, successor=_successor(selectors, owner)))
+                                              gone=why, successor=_successor(selectors, owner),
+                                              holds=claim_holds(selectors)))
         except ApiException as exc:
             message = (f"could not uncordon the nodes drained for {owner} ({exc.status} "
                        f"{exc.reason}); kubectl uncordon the nodes annotated "
@@ -680,7 +682,7 @@ async def _release_if_settled(node: NodeView, settings: MigSettings,
     def release() -> None:
         _release(body, cordons_to_release([node], (), owner="", exists=exists,  # type: ignore[arg-type]
                                           successor=_successor(selectors, ""),
-                                          partitions=partitions))
+                                          partitions=partitions, holds=claim_holds(selectors)))
 
     await _in_thread(release)
 

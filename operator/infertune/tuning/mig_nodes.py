@@ -266,6 +266,7 @@ def cordons_to_release(nodes: Sequence[NodeView], reports: Sequence[NodeReport],
                        gone: str = "spec.mig no longer selects it",
                        successor: Callable[[NodeView, str], str | None] = lambda n, t: None,
                        partitions: Callable[[str], bool] | None = None,
+                       holds: Callable[[str, NodeView], bool] = lambda t, n: True,
                        ) -> list[Release]:
     """The nodes a drain left cordoned that nobody is going to partition now.
 
@@ -279,6 +280,8 @@ def cordons_to_release(nodes: Sequence[NodeView], reports: Sequence[NodeReport],
     labelled for another live tuning, whose pass uncordons it on success
     (`partitioned_after_drain`). `successor(node, drained_for)` names another live tuning
     that selects the node: it is handed the node instead, as it may be draining it too.
+    `holds(claimant, node)`: whether a claimant still selects the node (a claim that
+    lapsed keeps no node cordoned: the claimant's pass does not look at it).
     """
     planned = {r.node: r.state for r in reports}
     still_partitions = exists if partitions is None else partitions
@@ -300,7 +303,7 @@ def cordons_to_release(nodes: Sequence[NodeView], reports: Sequence[NodeReport],
         # A claimant that partitions uncordons it on success; one that does not (deleted, or
         # without spec.mig) never will, whatever its claim keeps from other tunings' labels.
         if not _settled(node) or (claimant not in (None, owner, drained_for)
-                                  and still_partitions(claimant)):
+                                  and still_partitions(claimant) and holds(claimant, node)):
             continue
         state = planned.get(node.name)
         if state is None:
