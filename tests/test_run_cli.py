@@ -42,6 +42,41 @@ def test_a_lease_name_that_cannot_work_is_refused_before_anything_starts(
     assert str(refused.value).startswith("--leader-elect-lease") and says in str(refused.value)
 
 
+@pytest.mark.parametrize(("options", "says"), [
+    # The API server refused these in the registration (422): a traceback after start.
+    (["-n", "team a"], "--namespace/--operator-namespace: 'team a' is not a namespace name"),
+    (["-n", "t" * 64], "at most 63 characters"),
+    (["--operator-namespace", "Infertune"], "'Infertune' is not a namespace name"),
+    (["--webhook-service", "infertune-system/infertune-webhook:99999"],
+     "--webhook-service: port 99999 is not from 1 to 65535"),
+    (["--webhook-service", "infertune-system/Webhook:443"],
+     "--webhook-service: Service name 'Webhook' is not a DNS label"),
+    (["--webhook-service", "bad"], "--webhook-service: expected NAMESPACE/NAME:PORT"),
+    # Accepted, and every pod went untuned: the CA registered was not the one served.
+    (["--webhook-ca", "/etc/hostname"], "--webhook-ca is the CA of --webhook-cert"),
+    (["--webhook-host", "[fd00::1]"], "without brackets ([fd00::1] -> fd00::1)"),
+    (["--webhook-host", "10.0.0.5:9443"], "the port is --webhook-port"),
+    (["--webhook-cert", "/nonexistent/tls.crt", "--webhook-key", "/nonexistent/tls.key"],
+     "--webhook-cert: /nonexistent/tls.crt cannot be read"),
+    (["--webhook-port", "70000"], "--webhook-port: 70000 is not from 1 to 65535"),
+])
+def test_webhook_options_that_cannot_work_are_refused_before_anything_starts(
+        options: list[str], says: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KUBECONFIG", "/nonexistent/kubeconfig")
+    monkeypatch.delenv("INFERTUNE_PROMETHEUS_URL", raising=False)
+    with pytest.raises(SystemExit) as refused:
+        main(["run", *options])
+    assert says in str(refused.value)
+
+
+def test_kopf_patterns_and_ipv6_hosts_pass_the_webhook_checks() -> None:
+    from infertune.controller.main import check_webhook_options
+
+    args = build_parser().parse_args(["run", "-n", "team-*", "-n", "!team-test",
+                                      "--webhook-host", "fd00::1"])
+    assert check_webhook_options(args) is None  # nothing refused
+
+
 def test_the_environment_variable_is_checked_too(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("KUBECONFIG", "/nonexistent/kubeconfig")
     monkeypatch.setenv("INFERTUNE_PROMETHEUS_URL", "prometheus:9090")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import ipaddress
 import logging
 import os
 import re
@@ -15,7 +16,7 @@ from pathlib import Path
 import kopf
 from kubernetes.client.exceptions import ApiException
 
-from infertune.api.spec import DNS_SUBDOMAIN
+from infertune.api.spec import DNS_LABEL, DNS_SUBDOMAIN
 from infertune.kube.client import (
     api_server_url,
     configure,
@@ -31,7 +32,7 @@ from infertune.kube.lease import (
     describe_failure,
 )
 from infertune.kube.webhook_tls import write_self_signed
-from infertune.kube.webhooks import RegisteringWebhookServer, WebhookRegistration
+from infertune.kube.webhooks import RegisteringWebhookServer, WebhookRegistration, is_pattern
 
 DEFAULT_NAMESPACE = "infertune-system"
 WEBHOOK_CERT_DAYS = 3650
@@ -47,15 +48,7 @@ def _webhook_server(args: argparse.Namespace, own_namespace: str,
     """The webhook server; a self-signed certificate made for it (no --webhook-cert) is written
     to a private directory that `cleanup` removes when the operator stops, so no run leaves a
     private key behind in the temporary directory."""
-    service = None
-    if args.webhook_service:
-        # namespace/name:port, the Service in front of the operator (the chart creates it).
-        ref, _, port = args.webhook_service.partition(":")
-        ns, _, name = ref.partition("/")
-        if not (ns and name and port.isdigit()):
-            raise SystemExit("--webhook-service: expected NAMESPACE/NAME:PORT, for example "
-                             "infertune-system/infertune-webhook:443")
-        service = (ns, name, int(port))
+    service = webhook_service(args.webhook_service)
     host = _webhook_host(args, service is not None)
     if args.webhook_cert and args.webhook_key:
         cert, key = Path(args.webhook_cert), Path(args.webhook_key)  # cert-manager's files
@@ -75,6 +68,65 @@ def _webhook_server(args: argparse.Namespace, own_namespace: str,
         addr=args.webhook_addr, port=args.webhook_port, host=host,
         certfile=cert, pkeyfile=key, cafile=args.webhook_ca or cert,
     )
+
+
+def webhook_service(value: str | None) -> tuple[str, str, int] | None:
+    """--webhook-service NAMESPACE/NAME:PORT, the Service in front of the operator (the chart
+    creates it), or SystemExit naming what is wrong with it."""
+    if not value:
+        return None
+    ref, _, port = value.partition(":")
+    ns, _, name = ref.partition("/")
+    if not (ns and name and port.isdigit()):
+        raise SystemExit("--webhook-service: expected NAMESPACE/NAME:PORT, for example "
+                         "infertune-system/infertune-webhook:443")
+    if not 1 <= int(port) <= 65535:
+        raise SystemExit(f"--webhook-service: port {port} is not from 1 to 65535")
+    for what, label in (("namespace", ns), ("Service name", name)):
+        if len(label) > 63 or not re.fullmatch(DNS_LABEL, label):
+            raise SystemExit(f"--webhook-service: {what} {label!r} is not a DNS label "
+                             "(lower-case letters, digits and '-', at most 63 characters)")
+    return ns, name, int(port)
+
+
+def check_webhook_options(args: argparse.Namespace) -> None:
+    """What goes into the webhook registration and its certificate, checked before anything
+    starts: refused by the API server, it stopped the operator with a traceback after it had
+    started; some was accepted and left every pod untuned without a word."""
+    webhook_service(args.webhook_service)
+    for name in [*(args.namespaces or []), *([args.operator_namespace]
+                                             if args.operator_namespace else [])]:
+        # Names go into the registration's namespaceSelector; kopf patterns do not.
+        if not is_pattern(name) and (len(name) > 63 or not re.fullmatch(DNS_LABEL, name)):
+            raise SystemExit(f"--namespace/--operator-namespace: {name!r} is not a namespace "
+                             "name (lower-case letters, digits and '-', at most 63 "
+                             "characters), nor a kopf pattern")
+    if args.webhook_ca and not (args.webhook_cert and args.webhook_key):
+        raise SystemExit("--webhook-ca is the CA of --webhook-cert: give it with "
+                         "--webhook-cert and --webhook-key, or drop it (a generated "
+                         "certificate is its own CA; the API server would not trust it)")
+    host = args.webhook_host
+    if host:
+        if host.startswith("[") or host.endswith("]"):
+            raise SystemExit(f"--webhook-host: give an IPv6 address without brackets "
+                             f"({host} -> {host.strip('[]')})")
+        if ":" in host and not _is_ip(host):
+            raise SystemExit(f"--webhook-host: {host!r} is not a host name or IP address; the "
+                             "port is --webhook-port")
+    for option, path in (("--webhook-cert", args.webhook_cert), ("--webhook-key", args.webhook_key),
+                         ("--webhook-ca", args.webhook_ca)):
+        if path and not os.access(path, os.R_OK):
+            raise SystemExit(f"{option}: {path} cannot be read")
+    if not 1 <= args.webhook_port <= 65535:
+        raise SystemExit(f"--webhook-port: {args.webhook_port} is not from 1 to 65535")
+
+
+def _is_ip(text: str) -> bool:
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _webhook_host(args: argparse.Namespace, through_service: bool) -> str:
@@ -162,6 +214,7 @@ def run_operator(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise SystemExit(f"--prometheus-url (or $INFERTUNE_PROMETHEUS_URL): {exc}") from None
     _check_lease_name(args)
+    check_webhook_options(args)
     if source is None:
         logger.warning("no --prometheus-url (or $INFERTUNE_PROMETHEUS_URL): spec.autoscaling is "
                        "not evaluated, and tunings that have it report ScalingActive=False "
