@@ -213,6 +213,23 @@ def test_webhook_never_sees_system_namespaces(
     assert {"kube-system", "infertune-system"} <= set(expression.values)
 
 
+def test_a_registration_another_process_removed_is_made_again(
+    api_client: client.ApiClient, operator: OperatorProcess
+) -> None:
+    """An operator process that stops removes the configuration it registered last, though
+    another may still serve (the new pod of a rolled-back upgrade): nothing registered it
+    again, and every pod was admitted untuned until the old one restarted."""
+    admission = client.AdmissionregistrationV1Api(api_client)
+    before = admission.read_mutating_webhook_configuration("infertune-pod-tuning")
+    admission.delete_mutating_webhook_configuration("infertune-pod-tuning")
+    # Checked every 2 s by the operator under test (30 s by default).
+    back = wait_for(lambda: exists(lambda: admission.read_mutating_webhook_configuration(
+        "infertune-pod-tuning")) and admission.read_mutating_webhook_configuration(
+        "infertune-pod-tuning"), "the registration made again", timeout_s=20)
+    assert back.webhooks[0].client_config == before.webhooks[0].client_config
+    operator.check_running()
+
+
 def test_a_namespaced_operators_registration_is_valid_to_the_api_server(
     api_client: client.ApiClient
 ) -> None:

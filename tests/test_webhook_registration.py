@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import datetime as dt
 from pathlib import Path
@@ -9,6 +10,8 @@ from typing import Any
 
 import pytest
 from cryptography import x509
+from kubernetes.client.exceptions import ApiException
+from urllib3.exceptions import ReadTimeoutError
 
 from infertune.kube.webhook_tls import write_self_signed
 from infertune.kube.webhooks import OPT_OUT_LABEL, WebhookRegistration, bundle_with
@@ -83,3 +86,49 @@ def test_a_new_ca_bundle_keeps_the_newest_other_ca_that_has_not_expired(
     later = dt.datetime.now(dt.UTC) + dt.timedelta(days=11)
     assert bundle_with(second, first, now=later) == second  # expired: dropped
     assert bundle_with(second, base64.b64encode(b"edited by hand").decode()) == second
+
+
+class _Failing:
+    """A registration whose apply fails as the API server may."""
+
+    name = "infertune-pod-tuning"
+
+    def __init__(self, error: Exception) -> None:
+        self.error, self.calls = error, 0
+
+    def apply(self, config: dict[str, Any]) -> None:
+        self.calls += 1
+        raise self.error
+
+
+def _server(registration: Any) -> Any:
+    from infertune.kube.webhooks import RegisteringWebhookServer
+
+    return RegisteringWebhookServer(registration=registration, check_s=0.01)
+
+
+@pytest.mark.parametrize("error", [ApiException(status=503, reason="Service Unavailable"),
+                                   ApiException(status=429, reason="Too Many Requests"),
+                                   ReadTimeoutError(None, "/apis", "read timed out")])
+def test_a_registration_the_api_server_may_get_over_is_tried_again_not_fatal(
+        error: Exception) -> None:
+    """Raised, it ended kopf's webhook server, and with it the whole operator (also when
+    cert-manager rotated the certificate mid-life)."""
+    registration = _Failing(error)
+
+    async def scenario() -> bool:
+        server = _server(registration)
+        registered = await server.register({"url": "https://10.0.0.5:9443", "caBundle": "Q0E="})
+        keeper = asyncio.create_task(server._keep({"url": "https://10.0.0.5:9443"}, registered))
+        await asyncio.sleep(0.1)
+        keeper.cancel()
+        return registered
+
+    assert asyncio.run(scenario()) is False
+    assert registration.calls > 2  # tried again at the checks
+
+
+def test_a_registration_the_api_server_refuses_is_raised() -> None:
+    registration = _Failing(ApiException(status=422, reason="Unprocessable Entity"))
+    with pytest.raises(ApiException):
+        asyncio.run(_server(registration).register({"url": "https://10.0.0.5:9443"}))

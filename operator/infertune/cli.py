@@ -252,6 +252,10 @@ def _add_run_command(commands: argparse._SubParsersAction) -> None:  # type: ign
     hook.add_argument("--webhook-key", help="private key of --webhook-cert")
     hook.add_argument("--webhook-ca", help="CA bundle the API server verifies with "
                       "(default: the certificate itself)")
+    hook.add_argument("--webhook-check-interval", type=seconds_type(), default=30.0,
+                      metavar="SECONDS", help="how often the webhook configuration is checked, "
+                      "and registered again if another operator process removed it "
+                      "(default 30)")
     run.set_defaults(handler=_run)
 
 

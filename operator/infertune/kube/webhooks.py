@@ -25,6 +25,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+from urllib3.exceptions import HTTPError as Urllib3Error
 
 from infertune import keys
 
@@ -33,6 +34,11 @@ logger = logging.getLogger(__name__)
 WEBHOOK_CONFIGURATION = "infertune-pod-tuning"
 HANDLER_ID = "tune-pods"
 REGISTER_ATTEMPTS = 3
+REGISTRATION_CHECK_S = 30.0
+"""How often a running operator checks that its webhook configuration is still there: an
+operator process that stops removes the one it registered, though another may still serve
+(an upgrade rolled back), and every pod was then admitted untuned until a restart."""
+REQUEST_TIMEOUT_S = 10.0
 OPT_OUT_LABEL = f"{keys.PREFIX}/tuning"
 """Pods labelled infertune.io/tuning=disabled are never sent to the webhook."""
 REGISTERED_BY = f"{keys.PREFIX}/registered-by"
@@ -194,6 +200,31 @@ class WebhookRegistration:
             return None
         return str(role.metadata.uid) if role.metadata and role.metadata.uid else None
 
+    def still_registered(self, kopf_config: dict[str, Any]) -> bool:
+        """Whether the configuration is there for this process: it exists and, through the
+        same Service, trusts this process's CA. One registered since by another process at
+        another URL is theirs (not fought over); a missing one was removed by another
+        process that stopped (a rolled-back upgrade's new pod) while this one still serves."""
+        api = client.AdmissionregistrationV1Api()
+        try:
+            current = api.read_mutating_webhook_configuration(
+                self.name, _request_timeout=REQUEST_TIMEOUT_S)
+        except ApiException as exc:
+            if exc.status == 404:
+                return False
+            raise
+        ours = self.body(kopf_config)["webhooks"][0]["clientConfig"]
+        if self.service is None or "caBundle" not in ours:
+            return True
+        there = next((w.client_config for w in current.webhooks or []
+                      if w.client_config is not None and w.client_config.service is not None),
+                     None)
+        if there is None or there.service is None:
+            return True  # at a URL now: another process's
+        if (there.service.namespace, there.service.name, there.service.port) != self.service:
+            return True
+        return _holds(str(there.ca_bundle or ""), ours["caBundle"])
+
     def remove(self) -> bool:
         """Delete the configuration if this process registered it last; whether it did."""
         api = client.AdmissionregistrationV1Api()
@@ -217,22 +248,78 @@ class WebhookRegistration:
 class RegisteringWebhookServer(kopf.WebhookServer):
     """kopf's HTTPS webhook server that also keeps our webhook configuration registered."""
 
-    def __init__(self, *, registration: WebhookRegistration, **kwargs: Any) -> None:
+    def __init__(self, *, registration: WebhookRegistration,
+                 check_s: float = REGISTRATION_CHECK_S, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.registration = registration
+        self.check_s = check_s
 
     async def __call__(self, fn: Any) -> AsyncIterator[Any]:
+        keeper: asyncio.Task[None] | None = None
         try:
             async for kopf_config in super().__call__(fn):
-                await asyncio.to_thread(self.registration.apply, copy.deepcopy(dict(kopf_config)))
+                config = copy.deepcopy(dict(kopf_config))
+                registered = await self.register(config)
+                if keeper is not None:
+                    keeper.cancel()
+                keeper = asyncio.create_task(self._keep(config, registered))
                 yield kopf_config
         finally:
+            if keeper is not None:
+                keeper.cancel()
             # A configuration pointing at a stopped server would add its timeout to every pod
             # creation in the cluster; remove it on the way out.
             try:
                 await asyncio.to_thread(self.registration.remove)
             except Exception:  # pragma: no cover - best effort at shutdown
                 logger.warning("could not remove %s", self.registration.name, exc_info=True)
+
+    async def register(self, config: dict[str, Any]) -> bool:
+        """Register; whether it was. A failure the API server may get over (429, 5xx, a
+        timeout, a lost connection) is logged and tried again at the next check: raised, it
+        stopped the whole operator (kopf ends on a failed webhook server), also when
+        cert-manager rotated the certificate mid-life. A refusal (400, 403, 422) is raised."""
+        try:
+            await asyncio.to_thread(self.registration.apply, config)
+        except ApiException as exc:
+            if exc.status != 429 and (not isinstance(exc.status, int) or exc.status < 500):
+                raise
+            why = f"{exc.status} {exc.reason}"
+        except (Urllib3Error, OSError) as exc:
+            why = type(exc).__name__
+        else:
+            return True
+        logger.warning("could not register %s (%s); tried again in %gs, pods are admitted "
+                       "untuned meanwhile", self.registration.name, why, self.check_s)
+        return False
+
+    async def _keep(self, config: dict[str, Any], registered: bool = True) -> None:
+        """Check the registration every `check_s`, and register again when it is not there
+        for this process (`still_registered`), or the last attempt failed."""
+        while True:
+            await asyncio.sleep(self.check_s)
+            try:
+                if registered and await asyncio.to_thread(self.registration.still_registered,
+                                                          config):
+                    continue
+            except (ApiException, Urllib3Error, OSError) as exc:
+                logger.debug("could not read %s: %s", self.registration.name, exc)
+                continue
+            if registered:
+                logger.warning("%s is gone, or no longer trusts this process's certificate "
+                               "(another operator process removed or replaced it): "
+                               "registering again", self.registration.name)
+            registered = await self.register(config)
+
+
+def _holds(bundle: str, ours: str) -> bool:
+    """Whether the base64 PEM `bundle` holds every certificate of `ours`."""
+    try:
+        held = x509.load_pem_x509_certificates(base64.b64decode(bundle))
+        wanted = x509.load_pem_x509_certificates(base64.b64decode(ours))
+    except ValueError:
+        return bundle == ours
+    return all(c in held for c in wanted)
 
 
 def bundle_with(new: str, current: str, now: dt.datetime | None = None) -> str:
