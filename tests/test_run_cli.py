@@ -69,6 +69,22 @@ def test_webhook_options_that_cannot_work_are_refused_before_anything_starts(
     assert says in str(refused.value)
 
 
+def test_a_webhook_port_another_process_listens_on_is_refused(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """kopf's server binds with SO_REUSEPORT: a second operator on the same port started,
+    the kernel split the API server's calls between the two, and only one's CA was
+    registered."""
+    monkeypatch.setenv("KUBECONFIG", "/nonexistent/kubeconfig")
+    monkeypatch.delenv("INFERTUNE_PROMETHEUS_URL", raising=False)
+    with socket.socket() as other:
+        other.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        other.bind(("127.0.0.1", 0))
+        other.listen()
+        port = other.getsockname()[1]
+        with pytest.raises(SystemExit, match=f"127.0.0.1 port {port} is in use"):
+            main(["run", "--webhook-addr", "127.0.0.1", "--webhook-port", str(port)])
+
+
 def test_kopf_patterns_and_ipv6_hosts_pass_the_webhook_checks() -> None:
     from infertune.controller.main import check_webhook_options
 

@@ -120,6 +120,25 @@ def check_webhook_options(args: argparse.Namespace) -> None:
             raise SystemExit(f"{option}: {path} cannot be read")
     if not 1 <= args.webhook_port <= 65535:
         raise SystemExit(f"--webhook-port: {args.webhook_port} is not from 1 to 65535")
+    taken = _port_taken(args.webhook_addr, args.webhook_port)
+    if taken is not None:
+        raise SystemExit(f"--webhook-port: {args.webhook_addr} port {args.webhook_port} is in "
+                         f"use ({taken}); another infertune run there? kopf's server shares "
+                         "a port silently (SO_REUSEPORT), and the API server's calls would be "
+                         "split between the two")
+
+
+def _port_taken(addr: str, port: int) -> str | None:
+    """Why the webhook cannot have the port to itself, or None: a plain bind (without
+    SO_REUSEPORT, which kopf's server sets) fails where another process listens."""
+    try:
+        family = socket.getaddrinfo(addr, port, type=socket.SOCK_STREAM)[0][0]
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # TIME_WAIT is free
+            probe.bind((addr, port))
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    return None
 
 
 def _is_ip(text: str) -> bool:
