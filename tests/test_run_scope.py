@@ -18,14 +18,19 @@ from infertune.controller import main
     (["run"], ()), (["run", "--all-namespaces"], ()), (["run", "-n", "team-a"], ("team-a",)),
     (["run", "-n", "team-a", "-n", "team-b"], ("team-a", "team-b"))])
 def test_the_scope_reaches_kopf_the_mig_loop_and_the_webhook(
-        monkeypatch: pytest.MonkeyPatch, argv: list[str], namespaces: tuple[str, ...]) -> None:
+        monkeypatch: pytest.MonkeyPatch, argv: list[str], namespaces: tuple[str, ...],
+        tmp_path: Path) -> None:
     started: dict[str, Any] = {}
+    cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"  # read by kopf only at its start
+    cert.write_text("")
+    key.write_text("")
     monkeypatch.delenv("INFERTUNE_NAMESPACE", raising=False)
     monkeypatch.setattr(main, "configure", lambda kubeconfig: None)
     monkeypatch.setattr(main, "freeze_startup_objects", lambda: None)
     monkeypatch.setattr(main.kopf, "configure", lambda **kwargs: None)  # the root logger
     monkeypatch.setattr(main.kopf, "run", lambda **kwargs: started.update(kwargs))
-    args = build_parser().parse_args([*argv, "--webhook-cert", "c", "--webhook-key", "k"])
+    args = build_parser().parse_args([*argv, "--webhook-cert", str(cert), "--webhook-key",
+                                      str(key)])
     assert main.run_operator(args) == 0
     cluster_wide = not namespaces
     assert started["clusterwide"] is cluster_wide

@@ -118,8 +118,9 @@ def check_webhook_options(args: argparse.Namespace) -> None:
                          ("--webhook-ca", args.webhook_ca)):
         if path and not os.access(path, os.R_OK):
             raise SystemExit(f"{option}: {path} cannot be read")
-    if not 1 <= args.webhook_port <= 65535:
-        raise SystemExit(f"--webhook-port: {args.webhook_port} is not from 1 to 65535")
+    if not 0 <= args.webhook_port <= 65535:
+        raise SystemExit(f"--webhook-port: {args.webhook_port} is not from 0 (any free port) "
+                         "to 65535")
     taken = _port_taken(args.webhook_addr, args.webhook_port)
     if taken is not None:
         raise SystemExit(f"--webhook-port: {args.webhook_addr} port {args.webhook_port} is in "
