@@ -185,7 +185,21 @@ CASES = {
         Machine(gpus=(GPU0, GPU1, GPU2), dev_minors=(0, 1, 2)),
         {"NVIDIA_VISIBLE_DEVICES": "void", "INFERTUNE_DEVICE_NODES": "ignore"}, None,
         {"action": "unbound", "gpus": "void"},
-        "the container is privileged, so its /dev shows every GPU's device node"),
+        "the container is privileged: its /dev shows every GPU's device node, on nodes 0,1, "
+        "not which are its own"),
+    # ...unless every GPU of the machine is on one node: then that node holds its own too
+    # (strict then binds, as it did before the device nodes were read at all).
+    "privileged_container_binds_where_every_gpu_is": Case(
+        Machine(gpus=(GPU1, GPU2), dev_minors=(1, 2)),
+        {"NVIDIA_VISIBLE_DEVICES": "void", "INFERTUNE_DEVICE_NODES": "ignore",
+         "INFERTUNE_NUMA_STRICT": "true"}, ("--cpunodebind=1", "--membind=1"),
+        {"action": "bind", "node": "1"}, "every GPU of the machine is on one node"),
+    "privileged_container_on_one_numa_node_binds_to_it": Case(
+        Machine(nodes={0: "0-7"}, gpus=(GPU_NO_NODE,), cpuset="0-7", mems="0",
+                status_cpus="0-7", dev_minors=(0,)),
+        {"INFERTUNE_DEVICE_NODES": "ignore", "INFERTUNE_NUMA_STRICT": "true"},
+        ("--cpunodebind=0", "--membind=0"), {"action": "bind", "node": "0"},
+        "node 0 is the only NUMA node"),
     "cdi_void_without_gpu_devices_runs_unbound": Case(
         Machine(gpus=(GPU0,)), {"NVIDIA_VISIBLE_DEVICES": "void"}, None,
         {"action": "unbound", "gpus": "void"},
