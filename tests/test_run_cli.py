@@ -44,9 +44,11 @@ def test_a_lease_name_that_cannot_work_is_refused_before_anything_starts(
 
 @pytest.mark.parametrize(("options", "says"), [
     # The API server refused these in the registration (422): a traceback after start.
-    (["-n", "team a"], "--namespace/--operator-namespace: 'team a' is not a namespace name"),
+    (["-n", "team a"], "--namespace: 'team a' is not a namespace name"),
     (["-n", "t" * 64], "at most 63 characters"),
     (["--operator-namespace", "Infertune"], "'Infertune' is not a namespace name"),
+    (["--operator-namespace", "team-*"], "--operator-namespace (or $INFERTUNE_NAMESPACE): "
+                                         "'team-*' is not a namespace name"),
     (["--webhook-service", "infertune-system/infertune-webhook:99999"],
      "--webhook-service: port 99999 is not from 1 to 65535"),
     (["--webhook-service", "infertune-system/Webhook:443"],
@@ -85,8 +87,35 @@ def test_a_webhook_port_another_process_listens_on_is_refused(
             main(["run", "--webhook-addr", "127.0.0.1", "--webhook-port", str(port)])
 
 
-def test_kopf_patterns_and_ipv6_hosts_pass_the_webhook_checks() -> None:
+def test_the_operator_namespace_from_the_environment_is_checked(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KUBECONFIG", "/nonexistent/kubeconfig")
+    monkeypatch.setenv("INFERTUNE_NAMESPACE", "infertune system")
+    monkeypatch.delenv("INFERTUNE_PROMETHEUS_URL", raising=False)
+    with pytest.raises(SystemExit, match="'infertune system' is not a namespace name"):
+        main(["run"])
+
+
+def test_a_port_only_an_ipv4_listener_holds_is_free_for_an_ipv6_only_webhook() -> None:
+    """asyncio (so kopf) binds :: for IPv6 only: an IPv4 listener on the port does not stop
+    it, and was taken for one that did."""
+    from infertune.controller.main import _port_taken
+
+    with socket.socket() as ipv4:
+        ipv4.bind(("0.0.0.0", 0))
+        ipv4.listen()
+        port = ipv4.getsockname()[1]
+        assert _port_taken("0.0.0.0", port) is not None
+        if socket.has_ipv6:
+            assert _port_taken("::", port) is None
+
+
+def test_kopf_patterns_and_ipv6_hosts_pass_the_webhook_checks(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from infertune.controller import main as controller
     from infertune.controller.main import check_webhook_options
+
+    monkeypatch.setattr(controller, "_port_taken", lambda addr, port: None)  # 9443 may be busy
 
     args = build_parser().parse_args(["run", "-n", "team-*", "-n", "!team-test",
                                       "--webhook-host", "fd00::1"])

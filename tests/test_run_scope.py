@@ -26,6 +26,7 @@ def test_the_scope_reaches_kopf_the_mig_loop_and_the_webhook(
     key.write_text("")
     monkeypatch.delenv("INFERTUNE_NAMESPACE", raising=False)
     monkeypatch.setattr(main, "configure", lambda kubeconfig: None)
+    monkeypatch.setattr(main, "_port_taken", lambda addr, port: None)  # 9443 may be busy
     monkeypatch.setattr(main, "freeze_startup_objects", lambda: None)
     monkeypatch.setattr(main.kopf, "configure", lambda **kwargs: None)  # the root logger
     monkeypatch.setattr(main.kopf, "run", lambda **kwargs: started.update(kwargs))
@@ -51,6 +52,7 @@ def test_a_self_signed_webhook_key_lives_only_as_long_as_the_operator(
     monkeypatch.setenv("TMPDIR", str(tmp_path))
     monkeypatch.setattr(tempfile, "tempdir", None)  # read TMPDIR again
     monkeypatch.setattr(main, "configure", lambda kubeconfig: None)
+    monkeypatch.setattr(main, "_port_taken", lambda addr, port: None)  # 9443 may be busy
     monkeypatch.setattr(main, "freeze_startup_objects", lambda: None)
     monkeypatch.setattr(main.kopf, "configure", lambda **kwargs: None)
     seen: list[Path] = []

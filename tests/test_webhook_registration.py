@@ -132,3 +132,90 @@ def test_a_registration_the_api_server_refuses_is_raised() -> None:
     registration = _Failing(ApiException(status=422, reason="Unprocessable Entity"))
     with pytest.raises(ApiException):
         asyncio.run(_server(registration).register({"url": "https://10.0.0.5:9443"}))
+
+
+def test_a_keeper_goes_on_after_a_refused_registration() -> None:
+    """Raised inside the keeper, the refusal ended it unseen: the registration was not kept
+    any more, and nothing said so."""
+    registration = _Failing(ApiException(status=403, reason="Forbidden"))
+
+    async def scenario() -> bool:
+        keeper = asyncio.create_task(_server(registration)._keep({"url": "x"}, False))
+        await asyncio.sleep(0.1)
+        done = keeper.done()
+        keeper.cancel()
+        return done
+
+    assert asyncio.run(scenario()) is False
+    assert registration.calls > 2
+
+
+def _ca_named(tmp_path: Path, name: str) -> str:
+    cert, _ = write_self_signed(tmp_path / name, ["localhost"], days=1)
+    return base64.b64encode(cert.read_bytes()).decode()
+
+
+class _FakeAdmission:
+    """The API server's copy of the configuration, as the client reads it."""
+
+    stored: Any = None
+
+    def read_mutating_webhook_configuration(self, name: str, **_: Any) -> Any:
+        if self.stored is None:
+            raise ApiException(status=404, reason="Not Found")
+        return self.stored
+
+    def delete_mutating_webhook_configuration(self, name: str, **_: Any) -> None:
+        type(self).stored = None
+
+
+def _stored(ca: str | None, service: tuple[str, str, int] | None, url: str | None = None) -> Any:
+    from kubernetes import client as k8s
+
+    ref = None if service is None else k8s.AdmissionregistrationV1ServiceReference(
+        namespace=service[0], name=service[1], port=service[2], path="/tune-pods")
+    return k8s.V1MutatingWebhookConfiguration(
+        metadata=k8s.V1ObjectMeta(name="infertune-pod-tuning", resource_version="7",
+                                  annotations={}),
+        webhooks=[k8s.V1MutatingWebhook(
+            name="pods.infertune.io", admission_review_versions=["v1"], side_effects="None",
+            client_config=k8s.AdmissionregistrationV1WebhookClientConfig(
+                ca_bundle=ca, service=ref, url=url))])
+
+
+SERVICE = ("infertune-system", "infertune-webhook", 443)
+
+
+def test_still_registered_says_when_to_register_again(tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    from infertune.kube import webhooks
+
+    monkeypatch.setattr(webhooks.client, "AdmissionregistrationV1Api", _FakeAdmission)
+    ours, other = _ca_named(tmp_path, "ours"), _ca_named(tmp_path, "other")
+    through = WebhookRegistration(excluded_namespaces=("kube-system",), service=SERVICE)
+    config = {"url": "https://10.0.0.5:9443", "caBundle": ours}
+    _FakeAdmission.stored = None
+    assert through.still_registered(config) is False  # removed by another process
+    _FakeAdmission.stored = _stored(bundle_with(ours, other), SERVICE)
+    assert through.still_registered(config) is True  # trusts ours (and the other's)
+    _FakeAdmission.stored = _stored(other, SERVICE)
+    assert through.still_registered(config) is False  # replaced without ours
+    _FakeAdmission.stored = _stored(other, ("elsewhere", "webhook", 443))
+    assert through.still_registered(config) is True  # another Service's: not fought over
+    at_url = WebhookRegistration(excluded_namespaces=("kube-system",))
+    _FakeAdmission.stored = _stored(other, None, url="https://10.0.0.6:9443/tune-pods")
+    assert at_url.still_registered(config) is True  # another process's URL: last one wins
+
+
+def test_nothing_is_registered_once_removed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A check's registration in flight at shutdown re-created the configuration after the
+    removal, pointing at a stopped server."""
+    from infertune.kube import webhooks
+
+    monkeypatch.setattr(webhooks.client, "AdmissionregistrationV1Api", _FakeAdmission)
+    registration = WebhookRegistration(excluded_namespaces=("kube-system",))
+    _FakeAdmission.stored = None
+    registration.remove()
+    monkeypatch.setattr(WebhookRegistration, "_apply",
+                        lambda self, config: pytest.fail("registered after the removal"))
+    registration.apply({"url": "https://10.0.0.5:9443"})

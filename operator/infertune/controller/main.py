@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import gc
 import ipaddress
 import logging
@@ -95,13 +96,17 @@ def check_webhook_options(args: argparse.Namespace) -> None:
     starts: refused by the API server, it stopped the operator with a traceback after it had
     started; some was accepted and left every pod untuned without a word."""
     webhook_service(args.webhook_service)
-    for name in [*(args.namespaces or []), *([args.operator_namespace]
-                                             if args.operator_namespace else [])]:
+    for name in args.namespaces or []:
         # Names go into the registration's namespaceSelector; kopf patterns do not.
-        if not is_pattern(name) and (len(name) > 63 or not re.fullmatch(DNS_LABEL, name)):
-            raise SystemExit(f"--namespace/--operator-namespace: {name!r} is not a namespace "
-                             "name (lower-case letters, digits and '-', at most 63 "
-                             "characters), nor a kopf pattern")
+        if not is_pattern(name) and not _namespace_name(name):
+            raise SystemExit(f"--namespace: {name!r} is not a namespace name (lower-case "
+                             "letters, digits and '-', at most 63 characters), nor a kopf "
+                             "pattern")
+    own = args.operator_namespace or os.environ.get("INFERTUNE_NAMESPACE", DEFAULT_NAMESPACE)
+    if not _namespace_name(own):  # excluded by name in the selector: no pattern
+        raise SystemExit(f"--operator-namespace (or $INFERTUNE_NAMESPACE): {own!r} is not a "
+                         "namespace name (lower-case letters, digits and '-', at most 63 "
+                         "characters)")
     if args.webhook_ca and not (args.webhook_cert and args.webhook_key):
         raise SystemExit("--webhook-ca is the CA of --webhook-cert: give it with "
                          "--webhook-cert and --webhook-key, or drop it (a generated "
@@ -131,15 +136,29 @@ def check_webhook_options(args: argparse.Namespace) -> None:
 
 def _port_taken(addr: str, port: int) -> str | None:
     """Why the webhook cannot have the port to itself, or None: a plain bind (without
-    SO_REUSEPORT, which kopf's server sets) fails where another process listens."""
+    SO_REUSEPORT, which kopf's server sets) fails where another process listens. Every
+    address kopf would bind is tried as it binds it (IPv6 only on IPv6, as asyncio does);
+    anything but "address in use" is left for kopf to report."""
     try:
-        family = socket.getaddrinfo(addr, port, type=socket.SOCK_STREAM)[0][0]
-        with socket.socket(family, socket.SOCK_STREAM) as probe:
-            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # TIME_WAIT is free
-            probe.bind((addr, port))
-    except OSError as exc:
-        return exc.strerror or str(exc)
+        addresses = socket.getaddrinfo(addr, port, type=socket.SOCK_STREAM,
+                                       flags=socket.AI_PASSIVE)
+    except OSError:
+        return None
+    for family, kind, proto, _, sockaddr in addresses:
+        try:
+            with socket.socket(family, kind, proto) as probe:
+                probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # TIME_WAIT is free
+                if family == socket.AF_INET6:
+                    probe.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+                probe.bind(sockaddr)
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                return exc.strerror or "address in use"
     return None
+
+
+def _namespace_name(name: str) -> bool:
+    return len(name) <= 63 and re.fullmatch(DNS_LABEL, name) is not None
 
 
 def _is_ip(text: str) -> bool:

@@ -15,6 +15,7 @@ import datetime as dt
 import logging
 import os
 import socket
+import threading
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -74,6 +75,12 @@ class WebhookRegistration:
     """This process, as the annotation REGISTERED_BY says it: in a rolling upgrade the new
     operator registers before the old one stops, and the old one must not remove the new
     one's registration on its way out (its clientConfig may be the same, with cert-manager)."""
+    _lock: threading.Lock = field(default_factory=threading.Lock, compare=False, repr=False)
+    """Held by `apply` and `remove`: a registration in flight at shutdown (the periodic check,
+    in a thread the task's cancellation does not stop) re-created the configuration after
+    `remove`, pointing at a stopped server."""
+    _removed: threading.Event = field(default_factory=threading.Event, compare=False,
+                                      repr=False)
     owned_by: str | None = None
     """A ClusterRole whose deletion deletes the configuration (Kubernetes' garbage collector
     follows its ownerReference): the chart's own, so that `helm uninstall` takes the
@@ -137,6 +144,11 @@ class WebhookRegistration:
         clientConfig into the old one, and a `url` left by an operator run outside the
         cluster next to the chart's `service` was refused (exactly one of them is allowed),
         which stopped the operator at every start."""
+        with self._lock:
+            if not self._removed.is_set():  # stopping: nothing is registered any more
+                self._apply(kopf_config)
+
+    def _apply(self, kopf_config: dict[str, Any]) -> None:
         api = client.AdmissionregistrationV1Api()
         body = self.body(kopf_config, self._owner_uid())
         for _ in range(REGISTER_ATTEMPTS):
@@ -226,7 +238,13 @@ class WebhookRegistration:
         return _holds(str(there.ca_bundle or ""), ours["caBundle"])
 
     def remove(self) -> bool:
-        """Delete the configuration if this process registered it last; whether it did."""
+        """Delete the configuration if this process registered it last; whether it did. No
+        registration is made after it."""
+        with self._lock:
+            self._removed.set()
+            return self._remove()
+
+    def _remove(self) -> bool:
         api = client.AdmissionregistrationV1Api()
         try:
             meta = api.read_mutating_webhook_configuration(self.name).metadata
@@ -309,7 +327,11 @@ class RegisteringWebhookServer(kopf.WebhookServer):
                 logger.warning("%s is gone, or no longer trusts this process's certificate "
                                "(another operator process removed or replaced it): "
                                "registering again", self.registration.name)
-            registered = await self.register(config)
+            try:
+                registered = await self.register(config)
+            except Exception:  # refused: said, and tried again at the next check
+                logger.exception("could not register %s again", self.registration.name)
+                registered = False
 
 
 def _holds(bundle: str, ours: str) -> bool:
