@@ -95,6 +95,13 @@ def test_times_out_without_an_answer() -> None:
     step = _plan([_node("a", config=CONFIGS["NVIDIA-H200"], state="pending")],
                  labelled_at={"a": 0.0}, now=10_000.0)
     assert step.reports[0].state is NodeState.TIMED_OUT
+    assert "stays cordoned" not in step.reports[0].message
+    # Drained for it: the report says the node stays cordoned, as a failed one's does.
+    drained = _drained("a", "ml/qwen", config=CONFIGS["NVIDIA-H200"], state="pending")
+    late = _plan([drained], labelled_at={"a": 0.0}, now=10_000.0)
+    assert late.reports[0].state is NodeState.TIMED_OUT
+    assert "it stays cordoned (infertune drained it): kubectl uncordon it" in \
+        late.reports[0].message
 
 
 def test_busy_node_is_never_relabelled_without_opt_in() -> None:

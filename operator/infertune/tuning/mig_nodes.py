@@ -114,15 +114,15 @@ def _state_of(node: NodeView, config: str, labelled_at: float | None,
     state = node.labels.get(MIG_STATE_LABEL, "")
     if state == "success":
         return NodeReport(node.name, NodeState.CONFIGURED, f"{config} applied by mig-manager")
+    held = ("; it stays cordoned (infertune drained it): kubectl uncordon it once fixed"
+            if node.cordoned_by_us else "")
     if state == "failed":
-        held = ("; it stays cordoned (infertune drained it): kubectl uncordon it once fixed"
-                if node.cordoned_by_us else "")
         return NodeReport(node.name, NodeState.FAILED, f"mig-manager reported failed for "
                           f"{config}; see the nvidia-mig-manager logs on {node.name}{held}")
     if labelled_at is not None and now - labelled_at > STATE_TIMEOUT_SECONDS:
         return NodeReport(node.name, NodeState.TIMED_OUT, f"no success from mig-manager "
                           f"{now - labelled_at:.0f}s after asking for {config} (state "
-                          f"{state or 'unset'})")
+                          f"{state or 'unset'}){held}")
     return NodeReport(node.name, NodeState.PENDING, f"waiting for mig-manager to apply "
                       f"{config} (state {state or 'unset'})")
 
