@@ -278,6 +278,26 @@ def test_validate_reads_yaml_as_kubectl_does(
     assert (ours.returncode != 0) is refused, ours.stderr
 
 
+@pytest.mark.parametrize("directive", ["%YAML 1.2", "%YAML 1.1",
+                                       "%TAG !e! tag:example.com,2000:app/"])
+def test_validate_refuses_yaml_directives_as_kubectl_does(
+    operator: OperatorProcess, kubectl: Kubectl, namespace: str, tmp_path: Path,
+    directive: str
+) -> None:
+    """kubectl splits a file on '---' lines and refuses the part that holds only the
+    directive; validate passed the file."""
+    manifest = tmp_path / "t.yaml"
+    manifest.write_text(f"{directive}\n---\napiVersion: {GROUP}/{VERSION}\n"
+                        "kind: InferenceTuning\nmetadata:\n  name: t\nspec:\n  engine: vllm\n"
+                        "  targetRef: {name: qwen}\n")
+    server = kubectl("apply", "--dry-run=server", "-n", namespace, "-f", str(manifest),
+                     check=False)
+    ours = subprocess.run([sys.executable, "-m", "infertune", "validate", str(manifest)],
+                          capture_output=True, text=True, check=False)
+    assert server.returncode != 0, server.stdout
+    assert ours.returncode != 0 and "a YAML directive" in ours.stderr, ours.stderr
+
+
 def test_api_server_rejects_what_the_schema_forbids(
     api_client: client.ApiClient, namespace: str, operator: OperatorProcess
 ) -> None:

@@ -177,6 +177,13 @@ def load_documents(path: Path) -> tuple[list[Document], list[str]]:
         return [], [f"{source}: cannot read: {exc.strerror or exc}"]
     except UnicodeDecodeError:
         return [], [f"{source}: not UTF-8 text"]
+    directive = next((i for i, line in enumerate(text.splitlines())
+                      if re.match(r"%(YAML|TAG)\b", line)), None)
+    if directive is not None:
+        # kubectl reads the file in parts split on "---" lines, and refuses a part that holds
+        # only the directive (with %YAML 1.2, the whole file): refused here the same way.
+        return [], [f"{source}: line {directive + 1}: a YAML directive, which kubectl "
+                    "refuses (it reads the file in parts split on '---' lines); remove it"]
     try:
         bodies = _json_object(text)
         if bodies is None:
