@@ -278,6 +278,26 @@ def test_validate_reads_yaml_as_kubectl_does(
     assert (ours.returncode != 0) is refused, ours.stderr
 
 
+@pytest.mark.parametrize(("path", "refused"), [('"\\/usr\\/lib\\/libjemalloc.so.2"', True),
+                                              ('"\\x2Fusr/lib/libjemalloc.so.2"', False)])
+def test_validate_reads_escapes_as_kubectl_does(
+    operator: OperatorProcess, kubectl: Kubectl, namespace: str, tmp_path: Path, path: str,
+    refused: bool
+) -> None:
+    """"\\/" is JSON's escape and YAML 1.2's, not YAML 1.1's: kubectl (go-yaml v2) refuses
+    it, and validate read it as "/"."""
+    manifest = tmp_path / "t.yaml"
+    manifest.write_text(f"apiVersion: {GROUP}/{VERSION}\nkind: InferenceTuning\n"
+                        "metadata:\n  name: t\nspec:\n  engine: vllm\n  targetRef: {name: qwen}\n"
+                        f"  allocator: {{libraryPath: {path}}}\n")
+    server = kubectl("apply", "--dry-run=server", "-n", namespace, "-f", str(manifest),
+                     check=False)
+    ours = subprocess.run([sys.executable, "-m", "infertune", "validate", str(manifest)],
+                          capture_output=True, text=True, check=False)
+    assert (server.returncode != 0) is refused, server.stderr
+    assert (ours.returncode != 0) is refused, ours.stderr
+
+
 @pytest.mark.parametrize("directive", ["%YAML 1.2", "%YAML 1.1",
                                        "%TAG !e! tag:example.com,2000:app/"])
 def test_validate_refuses_yaml_directives_as_kubectl_does(

@@ -117,6 +117,11 @@ class _KubectlLoader(_UniqueKeyLoader):
 
     yaml_implicit_resolvers: dict[Any, Any] = {}
     bool_values = {**yaml.SafeLoader.bool_values, "y": True, "n": False}
+    # go-yaml v2 knows YAML 1.1's escapes only: "\/" (JSON's, and YAML 1.2's) is "found
+    # unknown escape character" to kubectl, and was read as "/" here.
+    # (Final in the type stubs; the scanner reads it from the instance, so it is overridden.)
+    ESCAPE_REPLACEMENTS = {k: v for k, v in  # type: ignore[misc]
+                           yaml.SafeLoader.ESCAPE_REPLACEMENTS.items() if k != "/"}
 
     def construct_yaml_int(self, node: yaml.ScalarNode) -> int:
         """As Go's strconv.ParseInt(text, 0, 64) after go-yaml drops every '_': 0x, 0o and 0b
@@ -194,6 +199,8 @@ def load_documents(path: Path) -> tuple[list[Document], list[str]]:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1} column {mark.column + 1}" if mark is not None else ""
         problem = getattr(exc, "problem", None) or str(exc)
+        if "unknown escape character '/'" in str(problem):
+            problem = f"{problem}; write / without the backslash (kubectl refuses \\/ too)"
         return [], [f"{source}:{where}: not valid YAML: {problem}"]
     docs: list[Document] = []
     for i, body in enumerate(bodies):
