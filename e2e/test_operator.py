@@ -226,6 +226,16 @@ def test_examples_pass_the_api_servers_own_validation(
         assert "created (server dry run)" in result.stdout, (example.name, result.stdout)
 
 
+def read_by_both(kubectl: Kubectl, namespace: str, manifest: Path) -> tuple[
+        subprocess.CompletedProcess[str], subprocess.CompletedProcess[str]]:
+    """The API server's dry run of `manifest` through kubectl, and `infertune validate` of it."""
+    server = kubectl("apply", "--dry-run=server", "-n", namespace, "-f", str(manifest),
+                     check=False)
+    ours = subprocess.run([sys.executable, "-m", "infertune", "validate", str(manifest)],
+                          capture_output=True, text=True, check=False)
+    return server, ours
+
+
 @pytest.mark.parametrize(("autoscaling", "refused"), [
     ({"minReplicas": "2"}, True),
     ({"minReplicas": True}, True),
@@ -244,10 +254,7 @@ def test_validate_takes_numbers_flags_and_nulls_as_the_api_server_does(
     doc = tuning("lax", "qwen", autoscaling=autoscaling)
     manifest = tmp_path / "lax.yaml"
     manifest.write_text(yaml.safe_dump(doc))
-    server = kubectl("apply", "--dry-run=server", "-n", namespace, "-f", str(manifest),
-                     check=False)
-    ours = subprocess.run([sys.executable, "-m", "infertune", "validate", str(manifest)],
-                          capture_output=True, text=True, check=False)
+    server, ours = read_by_both(kubectl, namespace, manifest)
     assert (server.returncode != 0) is refused, server.stderr
     assert (ours.returncode != 0) is refused, ours.stdout + ours.stderr
     if refused:
@@ -270,10 +277,7 @@ def test_validate_reads_yaml_as_kubectl_does(
     manifest = tmp_path / "t.yaml"
     manifest.write_text(f"apiVersion: {GROUP}/{VERSION}\nkind: InferenceTuning\n"
                         f"metadata:\n  name: t\nspec:\n  engine: vllm\n{spec}")
-    server = kubectl("apply", "--dry-run=server", "-n", namespace, "-f", str(manifest),
-                     check=False)
-    ours = subprocess.run([sys.executable, "-m", "infertune", "validate", str(manifest)],
-                          capture_output=True, text=True, check=False)
+    server, ours = read_by_both(kubectl, namespace, manifest)
     assert (server.returncode != 0) is refused, server.stderr
     assert (ours.returncode != 0) is refused, ours.stderr
 
@@ -290,10 +294,7 @@ def test_validate_reads_escapes_as_kubectl_does(
     manifest.write_text(f"apiVersion: {GROUP}/{VERSION}\nkind: InferenceTuning\n"
                         "metadata:\n  name: t\nspec:\n  engine: vllm\n  targetRef: {name: qwen}\n"
                         f"  allocator: {{libraryPath: {path}}}\n")
-    server = kubectl("apply", "--dry-run=server", "-n", namespace, "-f", str(manifest),
-                     check=False)
-    ours = subprocess.run([sys.executable, "-m", "infertune", "validate", str(manifest)],
-                          capture_output=True, text=True, check=False)
+    server, ours = read_by_both(kubectl, namespace, manifest)
     assert (server.returncode != 0) is refused, server.stderr
     assert (ours.returncode != 0) is refused, ours.stderr
 
@@ -310,10 +311,7 @@ def test_validate_refuses_yaml_directives_as_kubectl_does(
     manifest.write_text(f"{directive}\n---\napiVersion: {GROUP}/{VERSION}\n"
                         "kind: InferenceTuning\nmetadata:\n  name: t\nspec:\n  engine: vllm\n"
                         "  targetRef: {name: qwen}\n")
-    server = kubectl("apply", "--dry-run=server", "-n", namespace, "-f", str(manifest),
-                     check=False)
-    ours = subprocess.run([sys.executable, "-m", "infertune", "validate", str(manifest)],
-                          capture_output=True, text=True, check=False)
+    server, ours = read_by_both(kubectl, namespace, manifest)
     assert server.returncode != 0, server.stdout
     assert ours.returncode != 0 and "a YAML directive" in ours.stderr, ours.stderr
 

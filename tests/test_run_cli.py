@@ -15,15 +15,21 @@ from infertune.controller.main import _webhook_host
 from infertune.kube.client import route_source, unspecified
 
 
+def refused_run(monkeypatch: pytest.MonkeyPatch, *options: str) -> str:
+    """Why `infertune run OPTIONS` stops before it starts: with no cluster credentials
+    anywhere, anything that got past the option checks would fail on them instead."""
+    monkeypatch.setenv("KUBECONFIG", "/nonexistent/kubeconfig")
+    monkeypatch.delenv("INFERTUNE_PROMETHEUS_URL", raising=False)
+    with pytest.raises(SystemExit) as refused:
+        main(["run", *options])
+    return str(refused.value)
+
+
 @pytest.mark.parametrize("url", ["prometheus:9090", "ftp://prometheus:9090"])
 def test_a_prometheus_url_without_http_is_refused_naming_the_option(
         url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     # No cluster credentials anywhere: the URL must be refused before they are looked for.
-    monkeypatch.setenv("KUBECONFIG", "/nonexistent/kubeconfig")
-    monkeypatch.delenv("INFERTUNE_PROMETHEUS_URL", raising=False)
-    with pytest.raises(SystemExit) as refused:
-        main(["run", "--prometheus-url", url])
-    message = str(refused.value)
+    message = refused_run(monkeypatch, "--prometheus-url", url)
     assert message.startswith("--prometheus-url") and url in message and "http://" in message
 
 
@@ -35,11 +41,8 @@ def test_a_prometheus_url_without_http_is_refused_naming_the_option(
 ])
 def test_a_lease_name_that_cannot_work_is_refused_before_anything_starts(
         options: list[str], says: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("KUBECONFIG", "/nonexistent/kubeconfig")
-    monkeypatch.delenv("INFERTUNE_PROMETHEUS_URL", raising=False)
-    with pytest.raises(SystemExit) as refused:
-        main(["run", *options])
-    assert str(refused.value).startswith("--leader-elect-lease") and says in str(refused.value)
+    message = refused_run(monkeypatch, *options)
+    assert message.startswith("--leader-elect-lease") and says in message
 
 
 @pytest.mark.parametrize(("options", "says"), [
@@ -64,11 +67,7 @@ def test_a_lease_name_that_cannot_work_is_refused_before_anything_starts(
 ])
 def test_webhook_options_that_cannot_work_are_refused_before_anything_starts(
         options: list[str], says: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("KUBECONFIG", "/nonexistent/kubeconfig")
-    monkeypatch.delenv("INFERTUNE_PROMETHEUS_URL", raising=False)
-    with pytest.raises(SystemExit) as refused:
-        main(["run", *options])
-    assert says in str(refused.value)
+    assert says in refused_run(monkeypatch, *options)
 
 
 def test_a_webhook_port_another_process_listens_on_is_refused(
@@ -76,24 +75,19 @@ def test_a_webhook_port_another_process_listens_on_is_refused(
     """kopf's server binds with SO_REUSEPORT: a second operator on the same port started,
     the kernel split the API server's calls between the two, and only one's CA was
     registered."""
-    monkeypatch.setenv("KUBECONFIG", "/nonexistent/kubeconfig")
-    monkeypatch.delenv("INFERTUNE_PROMETHEUS_URL", raising=False)
     with socket.socket() as other:
         other.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         other.bind(("127.0.0.1", 0))
         other.listen()
         port = other.getsockname()[1]
-        with pytest.raises(SystemExit, match=f"127.0.0.1 port {port} is in use"):
-            main(["run", "--webhook-addr", "127.0.0.1", "--webhook-port", str(port)])
+        assert f"127.0.0.1 port {port} is in use" in refused_run(
+            monkeypatch, "--webhook-addr", "127.0.0.1", "--webhook-port", str(port))
 
 
 def test_the_operator_namespace_from_the_environment_is_checked(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("KUBECONFIG", "/nonexistent/kubeconfig")
     monkeypatch.setenv("INFERTUNE_NAMESPACE", "infertune system")
-    monkeypatch.delenv("INFERTUNE_PROMETHEUS_URL", raising=False)
-    with pytest.raises(SystemExit, match="'infertune system' is not a namespace name"):
-        main(["run"])
+    assert "'infertune system' is not a namespace name" in refused_run(monkeypatch)
 
 
 def test_a_port_only_an_ipv4_listener_holds_is_free_for_an_ipv6_only_webhook() -> None:
