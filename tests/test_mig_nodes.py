@@ -160,7 +160,7 @@ def test_a_claim_lapses_when_its_tuning_no_longer_selects_the_node() -> None:
     def plan(still_selects: bool) -> MigNodeStep:
         return plan_mig_nodes([node], CONFIGS, allow_disruption=False, labelled_at={},
                               now=100.0, owner="ml/small", exists=lambda c: True,
-                              selects=lambda tuning, n: still_selects)
+                              holds=lambda tuning, n: still_selects)
 
     assert plan(True).reports[0].state is NodeState.CLAIMED
     moved = plan(False)

@@ -6,7 +6,6 @@ it. Nothing is written.
 
 from __future__ import annotations
 
-import re
 from typing import Any, NamedTuple, cast
 
 from infertune.api.spec import InferenceTuning
@@ -91,17 +90,17 @@ def _read_live(ref: str, kubeconfig: str | None) -> Live:
     from kubernetes.config import ConfigException
 
     from infertune.api.errors import validate_stored
-    from infertune.api.spec import DNS_LABEL, DNS_SUBDOMAIN, GROUP, PLURAL, VERSION
+    from infertune.api.spec import GROUP, PLURAL, VERSION, is_dns_label, is_dns_subdomain
     from infertune.kube.client import configure, deployment_replicas
 
     namespace, slash, name = ref.partition("/")
     if not (slash and namespace and name) or "/" in name:
         raise ValueError(f"--live {ref!r}: expected NAMESPACE/NAME, for example serving/qwen")
     # Both go into the request's path: `..` there reached another resource.
-    if len(namespace) > 63 or not re.fullmatch(DNS_LABEL, namespace):
+    if not is_dns_label(namespace):
         raise ValueError(f"--live {ref!r}: {namespace!r} is not a namespace name (a-z, 0-9 and "
                          "'-', at most 63, starting and ending with a letter or digit)")
-    if len(name) > 253 or not re.fullmatch(DNS_SUBDOMAIN, name):
+    if not is_dns_subdomain(name):
         raise ValueError(f"--live {ref!r}: {name!r} is not an object name (a-z, 0-9, '-' and "
                          "'.', at most 253, starting and ending with a letter or digit)")
     try:

@@ -40,10 +40,7 @@ def load_tuning_and_template(path: Path) -> tuple[InferenceTuning, dict[str, Any
              and _name(d) == tuning.spec.target_ref.name]
     if not named:
         return tuning, None
-    problem = template_problem(named[0])
-    if problem is not None:
-        raise PlanInputError(f"{source_name(path)}: Deployment {_name(named[0])}: {problem}")
-    return tuning, pod_from_deployment(named[0])["spec"]
+    return tuning, _deployment_pod(named[0], source_name(path))["spec"]
 
 
 def _tuning_of(documents: list[dict[str, Any]], source: str) -> InferenceTuning:
@@ -79,14 +76,20 @@ def load_pod(path: Path, target: str | None = None) -> dict[str, Any]:
     else:
         raise PlanInputError(f"{source}: no Pod or Deployment found")
     if pod is None:
-        problem = template_problem(chosen)
-        if problem is None:
-            pod = pod_from_deployment(chosen)
-    else:
-        problem = pod_problem(pod)
-    if problem is not None or pod is None:
-        raise PlanInputError(f"{source}: {chosen.get('kind')} {_name(chosen)}: {problem}")
+        return _deployment_pod(chosen, source)
+    problem = pod_problem(pod)
+    if problem is not None:
+        raise PlanInputError(f"{source}: Pod {_name(pod)}: {problem}")
     return pod
+
+
+def _deployment_pod(deployment: dict[str, Any], source: str) -> dict[str, Any]:
+    """The pod `deployment` would create, or PlanInputError naming what in its template has a
+    type the planner cannot read."""
+    problem = template_problem(deployment)
+    if problem is not None:
+        raise PlanInputError(f"{source}: Deployment {_name(deployment)}: {problem}")
+    return pod_from_deployment(deployment)
 
 
 def _name(doc: dict[str, Any]) -> str:

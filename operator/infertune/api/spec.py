@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
@@ -29,6 +30,17 @@ CATEGORIES = ("infertune", "all")
 # Kubernetes object and label naming rules (k8s.io/apimachinery/pkg/util/validation).
 DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+
+
+def is_dns_label(text: str) -> bool:
+    """A namespace name (or a Service's): DNS_LABEL, at most 63 characters."""
+    return len(text) <= 63 and re.fullmatch(DNS_LABEL, text) is not None
+
+
+def is_dns_subdomain(text: str) -> bool:
+    """An object name: DNS_SUBDOMAIN, at most 253 characters."""
+    return len(text) <= 253 and re.fullmatch(DNS_SUBDOMAIN, text) is not None
+
 LABEL_NAME = r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
 # Prometheus metric and label names. Outside spec.metrics.queries (the user's own PromQL,
 # api/templates.py) only names are accepted from the spec, so a name can never inject an

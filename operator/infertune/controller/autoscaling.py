@@ -72,7 +72,7 @@ from infertune.kube.lease import ALWAYS, RETRY_PERIOD_S, Leader
 from infertune.metrics.source import MetricsSource, MetricsTarget, target_for_tuning
 from infertune.scaling.engine import ScaleDecision
 from infertune.scaling.signals import TargetSignals
-from infertune.scaling.state import ScaleEvent, format_time, stored_time
+from infertune.scaling.state import ScaleEvent, ScalingState, format_time, stored_time
 from infertune.tuning.pod_patch import (
     TemplateBatching,
     template_batching,
@@ -335,7 +335,7 @@ def _reverted(settings: AutoscalingSettings, key: str, current: int,
     the replicas are the user's. `owners` are the writers that own spec.replicas now
     (`replicas_owners`)."""
     # A process that has not written yet takes what the last one stored.
-    remembered = key in settings.written and settings.written_to.get(key) == deployment
+    remembered = _remembers(settings, key, deployment)
     written = settings.written[key] if remembered else written_replicas(status, deployment)
     settings.written_to[key] = deployment
     if not enabled:
@@ -354,6 +354,11 @@ def _reverted(settings: AutoscalingSettings, key: str, current: int,
     return True
 
 
+def _remembers(settings: AutoscalingSettings, key: str, deployment: str) -> bool:
+    """Whether this process keeps what it wrote to `deployment` for tuning `key`."""
+    return key in settings.written and settings.written_to.get(key) == deployment
+
+
 def _lost_scale_event(settings: AutoscalingSettings, key: str, status: Mapping[str, Any],
                       deployment: str, read: DeploymentReplicas,
                       now: float) -> ScaleEvent | None:
@@ -366,7 +371,7 @@ def _lost_scale_event(settings: AutoscalingSettings, key: str, status: Mapping[s
     the next change at most one period longer, where one too early lets it through sooner
     than the user allows. None when this process remembers its own writes (Unwritten keeps
     what their status write missed), or nothing was lost."""
-    if key in settings.written and settings.written_to.get(key) == deployment:
+    if _remembers(settings, key, deployment):
         return None
     if read.replicas_by != (OWN_SCALE_WRITE,):
         return None
@@ -385,10 +390,8 @@ def _lost_scale_event(settings: AutoscalingSettings, key: str, status: Mapping[s
 def _with_scale_event(status: Mapping[str, Any], event: ScaleEvent) -> dict[str, Any]:
     """`status` with `event` added to the stored scaling state."""
     block = dict(status.get("autoscaling") or {})
-    state = dict(block.get("state") or {})
-    state["scaleEvents"] = [*(state.get("scaleEvents") or []),
-                            {"time": format_time(event.time), "change": event.change}]
-    block["state"] = state
+    state = ScalingState.from_json(block.get("state"))
+    block["state"] = state._replace(scale_events=(*state.scale_events, event)).to_json()
     return {**status, "autoscaling": block}
 
 

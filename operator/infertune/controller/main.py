@@ -8,7 +8,6 @@ import gc
 import ipaddress
 import logging
 import os
-import re
 import socket
 import tempfile
 from contextlib import ExitStack
@@ -17,7 +16,7 @@ from pathlib import Path
 import kopf
 from kubernetes.client.exceptions import ApiException
 
-from infertune.api.spec import DNS_LABEL, DNS_SUBDOMAIN
+from infertune.api.spec import is_dns_label, is_dns_subdomain
 from infertune.kube.client import (
     api_server_url,
     configure,
@@ -85,7 +84,7 @@ def webhook_service(value: str | None) -> tuple[str, str, int] | None:
     if not 1 <= int(port) <= 65535:
         raise SystemExit(f"--webhook-service: port {port} is not from 1 to 65535")
     for what, label in (("namespace", ns), ("Service name", name)):
-        if len(label) > 63 or not re.fullmatch(DNS_LABEL, label):
+        if not is_dns_label(label):
             raise SystemExit(f"--webhook-service: {what} {label!r} is not a DNS label "
                              "(lower-case letters, digits and '-', at most 63 characters)")
     return ns, name, int(port)
@@ -98,12 +97,12 @@ def check_webhook_options(args: argparse.Namespace) -> None:
     webhook_service(args.webhook_service)
     for name in args.namespaces or []:
         # Names go into the registration's namespaceSelector; kopf patterns do not.
-        if not is_pattern(name) and not _namespace_name(name):
+        if not is_pattern(name) and not is_dns_label(name):
             raise SystemExit(f"--namespace: {name!r} is not a namespace name (lower-case "
                              "letters, digits and '-', at most 63 characters), nor a kopf "
                              "pattern")
     own = args.operator_namespace or os.environ.get("INFERTUNE_NAMESPACE", DEFAULT_NAMESPACE)
-    if not _namespace_name(own):  # excluded by name in the selector: no pattern
+    if not is_dns_label(own):  # excluded by name in the selector: no pattern
         raise SystemExit(f"--operator-namespace (or $INFERTUNE_NAMESPACE): {own!r} is not a "
                          "namespace name (lower-case letters, digits and '-', at most 63 "
                          "characters)")
@@ -157,10 +156,6 @@ def _port_taken(addr: str, port: int) -> str | None:
     return None
 
 
-def _namespace_name(name: str) -> bool:
-    return len(name) <= 63 and re.fullmatch(DNS_LABEL, name) is not None
-
-
 def _is_ip(text: str) -> bool:
     try:
         ipaddress.ip_address(text)
@@ -199,7 +194,7 @@ def _check_lease_name(args: argparse.Namespace) -> None:
     if not args.leader_elect:
         raise SystemExit("--leader-elect-lease names the Lease of --leader-elect; add "
                          "--leader-elect, or drop --leader-elect-lease")
-    if len(lease) > 253 or not re.fullmatch(DNS_SUBDOMAIN, lease):
+    if not is_dns_subdomain(lease):
         raise SystemExit(f"--leader-elect-lease: {lease!r} is not a Kubernetes object name "
                          "(lower-case letters, digits, '-' and '.', starting and ending with "
                          "a letter or digit, at most 253 characters)")

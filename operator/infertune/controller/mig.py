@@ -381,6 +381,7 @@ def reconcile_mig(namespace: str, name: str, spec: InferenceTuningSpec, settings
     def partitions(tuning: str) -> bool:
         return tuning in partitioning or not settings.sees(tuning)
 
+    holds = claim_holds(selectors)
     if errors or not plans:
         reason = "; ".join(errors) or ("no node matches nvidia.com/mig.capable=true and "
                                        "spec.mig.nodeSelector")
@@ -392,8 +393,7 @@ def reconcile_mig(namespace: str, name: str, spec: InferenceTuningSpec, settings
                 "spec.mig no longer selects it")
         _release(body, cordons_to_release(nodes, (), owner=owner, exists=exists, gone=gone,
                                           successor=_successor(selectors, owner),
-                                          partitions=partitions,
-                                          holds=claim_holds(selectors)))
+                                          partitions=partitions, holds=holds))
         return kept
     configs = config_names(plans)
     now = time.time()
@@ -413,8 +413,7 @@ def reconcile_mig(namespace: str, name: str, spec: InferenceTuningSpec, settings
         config_error = exc
     step = plan_mig_nodes(selected, configs, allow_disruption=spec.mig.allow_disruption,
                           labelled_at=settings.labelled_at, now=now, owner=owner,
-                          exists=exists, config_ready_at=ready_at,
-                          selects=claim_holds(selectors))
+                          exists=exists, config_ready_at=ready_at, holds=holds)
     first = next(iter(plans.values()))
     strategies = {n.labels.get(MIG_STRATEGY_LABEL) for n in selected} - {None}
     status = MigStatus(
@@ -437,7 +436,7 @@ def reconcile_mig(namespace: str, name: str, spec: InferenceTuningSpec, settings
                    message=f"{node.name} partitioned by mig-manager; uncordoned")
     _release(body, cordons_to_release(nodes, step.reports, owner=owner, exists=exists,
                                       successor=_successor(selectors, owner),
-                                      partitions=partitions, holds=claim_holds(selectors)))
+                                      partitions=partitions, holds=holds))
     if config_error is not None:
         raise config_error
     if spec.mode is Mode.DRY_RUN:
@@ -535,6 +534,11 @@ def mig_selectors(index: kopf.Index[tuple[str, str], dict[str, Any]]) -> MigSele
     return tuple(sorted(found))
 
 
+def _selected(node: NodeView, selector: tuple[tuple[str, str], ...]) -> bool:
+    """Whether a spec.mig.nodeSelector (as `mig_selectors` keeps it) selects the node."""
+    return all(node.labels.get(k) == v for k, v in selector)
+
+
 def claim_holds(selectors: MigSelectors) -> Callable[[str, NodeView], bool]:
     """Whether a claimant's spec.mig still selects a node it claimed: one whose nodeSelector
     moved elsewhere no longer holds it; one with no valid spec.mig now (dropped for a moment
@@ -543,7 +547,7 @@ def claim_holds(selectors: MigSelectors) -> Callable[[str, NodeView], bool]:
 
     def holds(tuning: str, node: NodeView) -> bool:
         selector = selector_of.get(tuning)
-        return selector is None or all(node.labels.get(k) == v for k, v in selector)
+        return selector is None or _selected(node, selector)
     return holds
 
 
@@ -553,8 +557,8 @@ def _successor(selectors: MigSelectors,
     spec.mig.nodeSelector selects the node: it takes over a node the leaving one drained."""
     def find(node: NodeView, drained_for: str) -> str | None:
         return next((name for name, selector in selectors
-                     if name not in (leaving, drained_for)
-                     and all(node.labels.get(k) == v for k, v in selector)), None)
+                     if name not in (leaving, drained_for) and _selected(node, selector)),
+                    None)
     return find
 
 

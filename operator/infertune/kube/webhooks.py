@@ -225,7 +225,7 @@ class WebhookRegistration:
             if exc.status == 404:
                 return False
             raise
-        ours = self.body(kopf_config)["webhooks"][0]["clientConfig"]
+        ours = self.client_config(kopf_config)
         if self.service is None or "caBundle" not in ours:
             return True
         there = next((w.client_config for w in current.webhooks or []

@@ -379,17 +379,21 @@ def aborting(text: str, problems: list[ConfProblem]) -> ConfProblem | None:
     every process, if one does: under abort_conf:true one it aborts on (ConfProblem.aborts),
     under abort:true a per-CPU arena check (ConfProblem.opt_abort); the last setting of each
     counts."""
-    settings = _settings(scan(text)[0], _options(DEBIAN_5_3_0))
-    abort_conf = aborts_on_invalid(text)
-    opt_abort = _last_accepted(settings, "abort", _bool) == "true"
+    abort_conf, opt_abort = _aborts(text)
     return next((p for p in problems
                  if (abort_conf and p.aborts) or (opt_abort and p.opt_abort)), None)
 
 
 def aborts_on_invalid(text: str) -> bool:
     """Whether `text` leaves abort_conf true: jemalloc then aborts on any invalid option."""
+    return _aborts(text)[0]
+
+
+def _aborts(text: str) -> tuple[bool, bool]:
+    """(abort_conf, abort) as `text` leaves them: the last setting of each counts."""
     settings = _settings(scan(text)[0], _options(DEBIAN_5_3_0))
-    return _last_accepted(settings, "abort_conf", _bool) == "true"
+    return (_last_accepted(settings, "abort_conf", _bool) == "true",
+            _last_accepted(settings, "abort", _bool) == "true")
 
 
 NEW_IN_5_3 = frozenset({

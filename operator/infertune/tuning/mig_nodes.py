@@ -130,18 +130,18 @@ def _state_of(node: NodeView, config: str, labelled_at: float | None,
 def _held_for_another(node: NodeView, config: str, owner: str,
                       exists: Callable[[str], bool], labelled_at: float | None = None,
                       now: float = 0.0,
-                      selects: Callable[[str, NodeView], bool] = lambda t, n: True,
+                      holds: Callable[[str, NodeView], bool] = lambda t, n: True,
                       ) -> NodeReport | None:
     """The report for a node partitioned, or being partitioned, for another config than ours
     that is not ours to change; None when it may be. `labelled_at`: when the operator
-    labelled it for the config it has; `selects(tuning, node)`: whether that tuning's
+    labelled it for the config it has; `holds(tuning, node)`: whether that tuning's
     spec.mig still selects the node (a claim lapses when it no longer does)."""
     current = node.labels.get(MIG_CONFIG_LABEL)
     if current is None or current == config:
         return None
     claimant = node.claimed_by
     if (claimant is not None and claimant != owner and exists(claimant)
-            and selects(claimant, node)):
+            and holds(claimant, node)):
         return NodeReport(node.name, NodeState.CLAIMED, (
             f"labelled {current} for InferenceTuning {claimant}, which selects it too; "
             "tunings that select the same nodes must ask for the same layout, or select "
@@ -171,13 +171,13 @@ def plan_mig_nodes(nodes: Sequence[NodeView], configs: Mapping[str, str], *,
                    now: float, owner: str = "",
                    exists: Callable[[str], bool] = lambda claimant: True,
                    config_ready_at: Mapping[str, float] | None = None,
-                   selects: Callable[[str, NodeView], bool] = lambda t, n: True,
+                   holds: Callable[[str, NodeView], bool] = lambda t, n: True,
                    ) -> MigNodeStep:
     """The next step over the selected `nodes`; `configs` maps GPU product -> config name.
     `labelled_at` and `now` are unix times (a node's own annotation stands in for a time this
     process did not see). `owner` is the tuning planning (NAMESPACE/NAME), and `exists` says
     whether the tuning a node is claimed by is still there (a deleted one's claim lapses),
-    and `selects(tuning, node)` whether its spec.mig still selects the node (when it no
+    and `holds(tuning, node)` whether its spec.mig still selects the node (when it no
     longer does, its claim lapses too).
     `config_ready_at`: config name -> when mig-manager's copy of the ConfigMap holds it for
     sure; no node is labelled for a config before then (mig-manager fails a config its copy
@@ -190,7 +190,7 @@ def plan_mig_nodes(nodes: Sequence[NodeView], configs: Mapping[str, str], *,
         # labelled it since this one did.
         times = [t for t in (labelled_at.get(node.name), node.labelled_at) if t is not None]
         when = max(times) if times else None
-        held = _held_for_another(node, config, owner, exists, when, now, selects)
+        held = _held_for_another(node, config, owner, exists, when, now, holds)
         if held is not None:
             reports.append(held)
             continue

@@ -702,12 +702,16 @@ def _gpu_local_without_gpu(spec: InferenceTuningSpec, pod_spec: Mapping[str, Any
     if (any(n not in PLAIN_RESOURCES and not n.startswith("hugepages-") for n in named)
             or resources.get("claims")):
         return None
-    if (serving.get("securityContext") or {}).get("privileged"):
+    if _privileged(serving):
         return None  # sees every device of the node
     if any(e.get("name") == "NVIDIA_VISIBLE_DEVICES" for e in serving.get("env") or ()):
         return None
     return (f"spec.numa.policy gpu-local takes the NUMA node of the GPUs of container "
             f"{serving.get('name')}, which requests none")
+
+
+def _privileged(container: Mapping[str, Any]) -> bool:
+    return bool((container.get("securityContext") or {}).get("privileged"))
 
 
 def _memory_policy_refused(spec: InferenceTuningSpec, pod_spec: Mapping[str, Any],
@@ -723,7 +727,7 @@ def _memory_policy_refused(spec: InferenceTuningSpec, pod_spec: Mapping[str, Any
     context = serving.get("securityContext") or {}
     profile = (context.get("seccompProfile")
                or (pod_spec.get("securityContext") or {}).get("seccompProfile") or {})
-    if profile.get("type") != "RuntimeDefault" or context.get("privileged"):
+    if profile.get("type") != "RuntimeDefault" or _privileged(serving):
         return None  # a privileged container runs without the profile
     added = {str(c).upper().removeprefix("CAP_")
              for c in (context.get("capabilities") or {}).get("add") or []}
@@ -746,7 +750,7 @@ def _numa_ops(spec: InferenceTuningSpec, pod_spec: dict[str, Any], index: int,
         return []
     env.set("INFERTUNE_NUMA_POLICY", _numa_env(spec))
     env.set("INFERTUNE_NUMA_STRICT", "true" if spec.numa.strict else "false")
-    if (serving.get("securityContext") or {}).get("privileged"):
+    if _privileged(serving):
         # It sees every GPU's /dev/nvidia<N>: under CDI (NVIDIA_VISIBLE_DEVICES=void) they
         # would stand for its own GPUs, and bind it to the node holding most of the node's.
         env.set("INFERTUNE_DEVICE_NODES", "ignore")
