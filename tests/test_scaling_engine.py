@@ -613,6 +613,29 @@ def test_pods_that_never_report_do_not_hold_a_scale_in() -> None:
     assert light.desired_replicas == 1, light.reason  # 32 waiting: one replica's worth
 
 
+def test_ready_pods_that_stop_reporting_are_counted_at_target_on_a_scale_in() -> None:
+    """10 replicas, all Ready; under load the scrapes of 6 time out (their series go stale)
+    and the 4 left report 5 waiting each. Sized on those 4, the queue took 10 down to 1: the
+    6 silent pods count at the target, as HPA counts the pods it has no metric for (7)."""
+    now_down = {"scaleDown": {"pods": 0, "percent": 100, "period": "15s", "stabilization": "0s"}}
+    quiet = signals(steady(5)._replace(pods=4))
+    out = decide(quiet, current=10, ready=10, **now_down)
+    assert (out.desired_replicas, out.action) == (7, ScaleAction.SCALE_IN), out.reason
+    assert "queue 5.0/pod over the 4 pods reporting (20 waiting, 10 replicas) vs target 32 " \
+        "(ratio 0.16); 6 Ready pods not reporting, counted at target -> 7" in out.reason
+    # Counted with them, the mean is within the tolerance: nothing is taken away.
+    near = decide(signals(steady(28)._replace(pods=4)), current=10, ready=10, **now_down)
+    assert near.desired_replicas == 10, near.reason
+    assert "counted at target: within tolerance 0.1" in near.reason, near.reason
+    # The 6 not Ready (Pending, no GPU for them): the Deployment removes those first.
+    pending = decide(quiet, current=10, ready=4, **now_down)
+    assert pending.desired_replicas == 1, pending.reason
+    assert "not reporting" not in pending.reason
+    # A scale-out sizes on the waiting requests alone, as before.
+    busy = decide(signals(steady(96)._replace(pods=4)), current=8, ready=8)
+    assert busy.desired_replicas == 12, busy.reason
+
+
 def test_a_latency_breach_scales_out_whatever_the_queue_pods_say() -> None:
     """A queue gauge that only one pod exports (a router of a custom engine) must not mute
     the latency: the breach still adds replicas."""
@@ -858,11 +881,16 @@ def test_a_latency_under_the_histograms_lowest_bucket_is_not_compared_with_a_low
 def test_a_latency_whose_histogram_bounds_are_not_known_is_not_compared() -> None:
     """The bounds read failed: the 297 ms of vLLM's lowest bucket was taken as measured,
     and breached the 75 ms target (a scale-out with action ScaleOut, TuneBatching with
-    Auto, no scale-in either way). Not compared until the bounds are read, and said so."""
+    Auto). Not compared until the bounds are read, and said so; and, as a missing signal,
+    it holds a scale-in: left to the low queue, a P99 far above the target let it take
+    replicas away."""
     unknown = signals(steady(10), latency_ms=(297, 297))._replace(latency_floor_unknown=True)
     for action in ("ScaleOut", "Auto"):
         held = decide(unknown, latency={"action": action})
-        assert (held.desired_replicas, held.action) == (2, ScaleAction.SCALE_IN), held.reason
+        assert (held.desired_replicas, held.action) == (4, ScaleAction.HOLD), held.reason
+        assert held.wanted == 4, held.reason  # what the stabilization window keeps
+        assert "-> 2; p99 297ms" in held.reason and "not scaling in while the latency " \
+            "cannot be compared with its target; 4 -> 4" in held.reason, held.reason
         assert held.signals.breaches == 0 and not held.signals.latency_breached
         assert held.signals.latency_s == pytest.approx(0.297)
         assert "p99 297ms not compared with target 75ms: the bucket bounds of the latency " \
