@@ -90,6 +90,34 @@ def test_dry_run_and_blocked_writes_report_the_decision_without_writing(
     assert scaling["reason"] == reason
 
 
+@pytest.mark.parametrize("blocked", [
+    Blocked("HorizontalPodAutoscalerPresent",
+            "HorizontalPodAutoscaler llm-hpa also scales llm; remove it or disable "
+            "spec.autoscaling"),
+    Blocked("SeveralTunings", "InferenceTunings prod also autoscale llm; replicas are not "
+            "written until only one does"),
+])
+def test_a_dry_run_trial_beside_another_writer_is_active_and_says_what_enforce_would_meet(
+        blocked: Blocked) -> None:
+    """The documented way to try the operator: a DryRun tuning beside the HPA (or the tuning)
+    that scales the Deployment. It was ScalingActive=False with a Warning Event to remove the
+    HPA before the trial had shown anything."""
+    planned = plan_evaluation(spec(mode="DryRun"), 1, {}, signals(), 4, blocked, NOW)
+    scaling = next(c for c in planned.status["conditions"] if c["type"] == "ScalingActive")
+    assert (scaling["status"], scaling["reason"]) == ("True", "DryRun"), scaling
+    assert scaling["message"].endswith(
+        f"replicas are not written; in Enforce, replicas would not be written now: "
+        f"{blocked.message}"), scaling["message"]
+    assert planned.blocked_news is None  # no Warning
+    assert planned.event is not None and planned.event[1].startswith("dry run, not applied: ")
+    assert planned.write is None
+    # A fight of an Enforce past is not named (nothing is written now, its message moves).
+    fight = plan_evaluation(spec(mode="DryRun"), 1, {}, signals(), 4,
+                            Blocked("ReplicaFight", "another writer"), NOW)
+    scaling = next(c for c in fight.status["conditions"] if c["type"] == "ScalingActive")
+    assert scaling["reason"] == "DryRun" and "Enforce" not in scaling["message"]
+
+
 def test_values_that_went_missing_are_removed_not_left_stale() -> None:
     before = plan_evaluation(spec(), 1, {}, signals(queue=30.0), 4, None, NOW - 15).status
     outage = plan_evaluation(spec(), 1, before, signals(queue=None), 4, None, NOW)

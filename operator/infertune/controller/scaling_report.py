@@ -51,6 +51,9 @@ EVENT_REASONS = {ScaleAction.SCALE_OUT: "ScaledOut", ScaleAction.SCALE_IN: "Scal
 
 SCALE_WRITE_REFUSED = "ScaleWriteRefused"
 """ScalingActive reason and Warning Event when the API server refuses the replicas write."""
+WRITERS_BLOCK = ("SeveralTunings", "HorizontalPodAutoscalerPresent")
+"""The blocks (fights.blocked_by) that other writers of the Deployment make, whatever this
+tuning does: a DryRun trial's ScalingActive names them (their messages are stable)."""
 
 
 class Blocked(NamedTuple):
@@ -210,14 +213,20 @@ def _conditions(spec: InferenceTuningSpec, generation: int, decision: ScaleDecis
                                  "Disabled", "spec.autoscaling.enabled is false: the signals are "
                                  "read and reported, replicas are neither decided nor "
                                  "written; set it to true to resume", generation, stamp)
-    elif blocked is not None:
-        scaling = condition_dict(ConditionType.SCALING_ACTIVE, ConditionStatus.FALSE,
-                                 blocked.reason, blocked.message, generation, stamp)
     elif spec.mode is Mode.DRY_RUN:
+        # Before the blocks: a trial writes nothing, so an HPA or the tuning that scales the
+        # Deployment stops nothing of it (the documented way to try the operator beside
+        # them). It was False with a Warning to remove the HPA before the trial showed
+        # anything; what Enforce would meet is said instead.
+        would = ("" if blocked is None or blocked.reason not in WRITERS_BLOCK else
+                 f"; in Enforce, replicas would not be written now: {blocked.message}")
         scaling = condition_dict(ConditionType.SCALING_ACTIVE, ConditionStatus.TRUE, "DryRun",
                                  "mode DryRun: decisions are computed and reported in "
                                  "status.autoscaling, replicas are not written"
-                                 + _unprobed_note(unprobed), generation, stamp)
+                                 + would + _unprobed_note(unprobed), generation, stamp)
+    elif blocked is not None:
+        scaling = condition_dict(ConditionType.SCALING_ACTIVE, ConditionStatus.FALSE,
+                                 blocked.reason, blocked.message, generation, stamp)
     else:
         scaling = condition_dict(ConditionType.SCALING_ACTIVE, ConditionStatus.TRUE, "Scaling",
                                  f"scaling Deployment {spec.target_ref.name}; the last decision "
