@@ -126,11 +126,13 @@ def prometheus(exporters: tuple[Exporter, Exporter, Exporter]
                 MetricsEndpoint(twice.registry) as twice_endpoint:
             server.add_scrape_job("text", [endpoint.target])
             server.add_scrape_job("openmetrics", [f"127.0.0.1:{port}"])
-            # Namespace "twice": its pods scraped by two jobs, as a ServiceMonitor beside a
-            # PodMonitor does: every series twice, differing in job, endpoint and service.
-            server.add_scrape_job("twice", [twice_endpoint.target])
-            server.add_scrape_job("twice-again", [twice_endpoint.target],
-                                  labels={"endpoint": "http", "service": "llm"})
+            # Namespace "twice": its pods scraped by two jobs, as the prometheus.io/scrape
+            # annotation job (every pod label copied) beside a ServiceMonitor (endpoint,
+            # service, container) does: every series twice, differing in more than the job.
+            server.add_scrape_job("twice", [twice_endpoint.target],
+                                  labels={"app": "llm", "pod_template_hash": "5d4f8b9c7"})
+            server.add_scrape_job("twice-again", [twice_endpoint.target], labels={
+                "endpoint": "http", "service": "llm", "container": "vllm"})
             for job in ("text", "openmetrics", "twice", "twice-again"):
                 server.wait_for_targets_up(job)
             yield server

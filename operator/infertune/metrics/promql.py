@@ -148,29 +148,53 @@ def filled(scope: Scope, template: Template, window: str) -> str:
                                       "window": window_text(window)}) + "\n)"
 
 
-SCRAPE_LABELS = ("job", "endpoint", "service")
-"""The labels Prometheus and the Prometheus Operator add per scrape job: a pod scraped twice
-(a PodMonitor and a ServiceMonitor, or one and the prometheus.io/scrape annotation job) has
-two copies of each series that differ only in them (the same `instance`, the pod's
-address). Summed per pod, its queue and request rate counted twice, and the Deployment
-scaled out on half its real queue. `instance` is kept: two engine processes on two ports of
-one pod are two instances, whose queues add up."""
+SCRAPE_JOB_LABEL = "job"
+"""The label Prometheus gives every series of a scrape job. A pod scraped twice (a PodMonitor
+beside a ServiceMonitor, or one of them beside the prometheus.io/scrape annotation job) has
+two copies of each series, one per job, from the same `instance` (the pod's address); the
+jobs add labels of their own besides (`endpoint`, `service` and `container` from the
+Prometheus Operator, every pod label from the annotation job's labelmap). Summed per pod,
+its queue and request rate counted twice, and the Deployment scaled out on half its real
+queue."""
+KEPT_LABELS = ("instance", "le")
+"""Kept apart while the copies are taken once: two engine processes on two ports of a pod are
+two instances, whose queues add up; `le` is a histogram's bucket."""
 
 
 def _once(scope: Scope, expr: str) -> str:
-    """`expr` with the copies of a series scraped by several jobs taken once (their values
-    are the same sample); the target's own labels are kept."""
+    """`expr` with the copies of a series scraped by several jobs taken once: summed within
+    each job (a pod's series per model or rank), the largest job's sum per instance kept (the
+    copies are the same samples; a job that reads only some of them does not lower it). The
+    target's own labels are kept."""
+    kept = list(dict.fromkeys(label_name(label) for label in (
+        scope.namespace_label, scope.pod_label, *KEPT_LABELS)))
+    per_job = dict.fromkeys([*kept, SCRAPE_JOB_LABEL])  # the pod label may be `job` itself
+    return f"max by ({', '.join(kept)}) (sum by ({', '.join(per_job)}) ({expr}))"
+
+
+SCRAPE_LABELS = (SCRAPE_JOB_LABEL, "endpoint", "service")
+"""The labels the scrape job itself adds (Prometheus, and the Prometheus Operator)."""
+
+
+def _copies_merged(scope: Scope, expr: str) -> str:
+    """`expr` with the copies of a series that differ only in SCRAPE_LABELS taken once, every
+    other label kept: for a mean over series, which copies of every series leave as it is
+    (the running batch of each data-parallel rank of a pod)."""
     drop = [label for label in SCRAPE_LABELS
             if label not in (scope.namespace_label, scope.pod_label)]
     return f"max without ({', '.join(drop)}) ({expr})" if drop else expr
 
 
-def _gauge(scope: Scope, name: str | Template, window: str) -> str:
+def _gauge(scope: Scope, name: str | Template, window: str, summed: bool = True) -> str:
+    """The gauge's series for the scope; `summed`: to be summed (per pod), so the copies of
+    several scrape jobs are taken once (`_once`), else only those that differ in nothing but
+    the job's own labels (`_copies_merged`)."""
     if isinstance(name, Template):
         return filled(scope, name, window)
     # `or` matches label sets without the metric name, so a pod exported under both spellings
     # counts once (the colon spelling wins).
-    return _once(scope, " or ".join(f"{n}{{{scope.matchers()}}}" for n in spellings(name)))
+    either = " or ".join(f"{n}{{{scope.matchers()}}}" for n in spellings(name))
+    return _once(scope, either) if summed else _copies_merged(scope, either)
 
 
 def _rate(scope: Scope, name: str | Template, window: str) -> str:
@@ -244,7 +268,7 @@ def running_query(scope: Scope, metrics: EngineMetrics, span_s: float,
     if metrics.running is None:
         return None
     series = (f"avg by ({scope.by()}) "
-              f"({_per_target(scope, _gauge(scope, metrics.running, window))})")
+              f"({_per_target(scope, _gauge(scope, metrics.running, window, summed=False))})")
     return window_query(series, span_s, step_s, peak=True)
 
 
