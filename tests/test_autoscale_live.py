@@ -88,6 +88,7 @@ def test_the_write_is_explained(mode: str, desired: int, blocked: Blocked | None
      "--live: the cluster cannot be reached"),
     ("a: [\n", "--live: the kubeconfig is not valid YAML"),
     (b"\xff\xfe\x00k", "--live: the kubeconfig is not UTF-8 text; check --kubeconfig"),
+    ("just a string\n", "--live: the kubeconfig is not one (TypeError"),
 ])
 def test_a_cluster_that_cannot_be_read_is_a_message_not_a_traceback(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], kubeconfig: str | bytes,

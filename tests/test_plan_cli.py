@@ -60,6 +60,44 @@ def test_launcher_install_copies_an_executable(tmp_path: Path) -> None:
     assert installed.stat().st_mode & 0o111
 
 
+def test_launcher_install_that_cannot_write_says_why_and_leaves_nothing(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """It is the init container's command: a traceback in its log, a staged copy left per
+    try, and `install ""` wrote into the working directory."""
+    taken = tmp_path / "taken"
+    (taken / "infertune-launch").mkdir(parents=True)  # a directory where the file goes
+    afile = tmp_path / "afile"
+    afile.write_text("x")
+    for where in (taken, afile):
+        assert main(["launcher", "install", str(where)]) == 1
+        err = capsys.readouterr().err
+        assert err.startswith(f"launcher install {where}: ") and "Traceback" not in err, err
+        assert "needs a directory it can write" in err
+    assert [p.name for p in taken.iterdir()] == ["infertune-launch"]  # no staged copy left
+    assert main(["launcher", "install", ""]) == 1
+    assert "DIR is empty" in capsys.readouterr().err
+
+
+def test_plan_and_evaluate_leave_the_stored_status_alone(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`kubectl get -o yaml | infertune autoscale evaluate -` (docs/autoscaling.md): a status
+    another operator version wrote refused the spec, as validate never did."""
+    docs = list(yaml.safe_load_all(EXAMPLE.read_text()))
+    for doc in docs:
+        if doc["kind"] == "InferenceTuning":
+            doc["status"] = {"phase": "Ready", "futureField": 1}
+    stored = tmp_path / "stored.yaml"
+    stored.write_text(yaml.safe_dump_all(docs))
+    assert main(["validate", str(stored)]) == 0
+    capsys.readouterr()
+    assert main(["plan", str(stored), "--pod", str(EXAMPLE), "--output", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["refused"] is False
+    code = main(["autoscale", "evaluate", str(stored), "--prometheus", "http://127.0.0.1:1",
+                 "--timeout", "0.5", "--output", "json"])
+    assert code == 3, capsys.readouterr().err  # evaluated; Prometheus cannot be reached
+    assert "status" not in capsys.readouterr().err
+
+
 def test_launcher_install_as_the_init_container_runs_it_imports_no_api_model(
         tmp_path: Path) -> None:
     """Every tuned pod's init container runs it under a 50m CPU limit: the whole command line

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import socket
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 from kubernetes import client
@@ -186,3 +187,50 @@ def test_the_webhook_host_is_in_the_family_the_webhook_listens_in(
     assert _webhook_host(_run_args("--webhook-addr", "::"), through_service=False) == "::1"
     api_server("https://127.0.0.1:6443")
     assert _webhook_host(_run_args("--webhook-addr", "::"), through_service=False) == "::1"
+
+
+@pytest.mark.parametrize(("content", "says"), [
+    (None, "no such file"),
+    ("a: [\n", "not valid YAML (while parsing a flow node)"),
+    ("just a string\n", "not a kubeconfig (TypeError"),
+    (b"\xff\xfe\x00k", "not UTF-8 text"),
+    ("apiVersion: v1\nkind: Config\n", "Expected key current-context"),
+])
+def test_a_kubeconfig_that_cannot_be_used_is_a_message_not_a_traceback(
+        content: str | bytes | None, says: str, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The README's own `infertune run --kubeconfig ~/.kube/config` on a machine without
+    that file printed a traceback."""
+    path = tmp_path / "kubeconfig"
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    elif content is not None:
+        path.write_text(content)
+    message = refused_run(monkeypatch, "--kubeconfig", str(path))
+    assert message.startswith(f"--kubeconfig {path}: ") and says in message, message
+    assert message.endswith("give a kubeconfig file this user can read")
+
+
+def test_no_credentials_anywhere_is_a_message_not_a_traceback(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path))
+    message = refused_run(monkeypatch)
+    assert message.startswith("no cluster credentials: not in a cluster, and $KUBECONFIG or "
+                              "~/.kube/config cannot be used") and "pass --kubeconfig" in message
+
+
+@pytest.mark.parametrize(("options", "says"), [
+    (["--retune-interval", "0"], "argument --retune-interval: 0 must be a number of seconds "
+                                 "above 0"),
+    (["--retune-interval", "nan"], "argument --retune-interval: nan must be"),
+    (["--launcher-image", ""], "argument --launcher-image: '' is not an image reference"),
+    (["--launcher-image", "bad image"], "'bad image' is not an image reference"),
+    (["--launcher-image", "Infertune:1"], "'Infertune:1' is not an image reference"),
+])
+def test_run_options_that_cannot_work_are_refused_by_name(
+        options: list[str], says: str, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """--retune-interval 0 ran every tuning's re-tuning pass back to back; an empty or
+    malformed --launcher-image went into the init container of every tuned pod."""
+    refused_run(monkeypatch, *options)
+    assert says in capsys.readouterr().err

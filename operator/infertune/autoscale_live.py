@@ -107,6 +107,9 @@ def _read_live(ref: str, kubeconfig: str | None) -> Live:
         configure(kubeconfig)
     except (ConfigException, OSError) as exc:
         raise ValueError(f"--live: no cluster credentials ({exc}); pass --kubeconfig") from None
+    except (TypeError, AttributeError, LookupError) as exc:  # YAML, but not a kubeconfig
+        raise ValueError(f"--live: the kubeconfig is not one ({type(exc).__name__}: "
+                         f"{str(exc)[:200]}); check --kubeconfig") from None
     what = f"InferenceTuning {namespace}/{name}"
     try:
         body = cast(dict[str, Any], client.CustomObjectsApi().get_namespaced_custom_object(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import re
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -30,6 +31,27 @@ def seconds_type(*, zero: bool = False) -> Callable[[str], float]:
         return value
 
     return seconds
+
+
+_IMAGE = re.compile(
+    # A registry: a first component with a dot or a port, or localhost (else it is a path).
+    r"(?:(?:localhost(?::[0-9]+)?|{host}(?:\.{host})+(?::[0-9]+)?|{host}:[0-9]+)/)?"
+    r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*"
+    r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?"  # a tag
+    r"(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?"  # a digest
+    .replace("{host}", "[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?"))
+"""An image reference as the container runtimes parse it (distribution's grammar)."""
+
+
+def image_type(text: str) -> str:
+    """An argparse type: an image reference, such as ghcr.io/infertune/infertune:0.1.0. An
+    empty or malformed one went into the init container of every tuned pod, none of which
+    could then start."""
+    if len(text) > 255 or not _IMAGE.fullmatch(text):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not an image reference; for example "
+            f"{DEFAULT_LAUNCHER_IMAGE} or registry.example.com:5000/infertune@sha256:<digest>")
+    return text
 
 
 def _validate(args: argparse.Namespace) -> int:
@@ -136,16 +158,31 @@ def _launcher_file() -> Path:
 
 
 def _launcher_install(args: argparse.Namespace) -> int:
+    import contextlib
     import shutil
 
+    if not args.directory:
+        print("launcher install: DIR is empty; give the directory the serving container "
+              "mounts (the init container's emptyDir)", file=sys.stderr)
+        return 1
     target = Path(args.directory) / "infertune-launch"
-    target.parent.mkdir(parents=True, exist_ok=True)
     # Copied beside it and renamed over it: the init container runs again after a sandbox
     # restart, into the same emptyDir, where the copy it made is read-only (0555).
     staged = target.with_name(f".{target.name}.{os.getpid()}")
-    shutil.copyfile(_launcher_file(), staged)
-    staged.chmod(0o555)
-    os.replace(staged, target)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(_launcher_file(), staged)
+        staged.chmod(0o555)
+        os.replace(staged, target)
+    except OSError as exc:
+        # The init container's log is where this is read: a line, not a traceback.
+        print(f"launcher install {args.directory}: {exc.strerror or exc} "
+              f"({exc.filename or target}); the launcher needs a directory it can write "
+              "(the init container's emptyDir)", file=sys.stderr)
+        return 1
+    finally:
+        with contextlib.suppress(OSError):  # nothing left behind by a failed try
+            staged.unlink(missing_ok=True)
     print(f"installed {target}")
     return 0
 
@@ -219,11 +256,11 @@ def _add_run_command(commands: argparse._SubParsersAction) -> None:  # type: ign
     run.add_argument("--verbose", action="store_true")
     run.add_argument("--operator-namespace", help="the operator's own namespace, never tuned "
                      "(default: $INFERTUNE_NAMESPACE or infertune-system)")
-    run.add_argument("--launcher-image", default=DEFAULT_LAUNCHER_IMAGE,
+    run.add_argument("--launcher-image", default=DEFAULT_LAUNCHER_IMAGE, type=image_type,
                      help="image of the init container that installs the launcher")
     run.add_argument("--no-static-cpu-manager", action="store_true",
                      help="kubelets do not run the static CPU manager: skip the QoS checks")
-    run.add_argument("--retune-interval", type=float, metavar="SECONDS",
+    run.add_argument("--retune-interval", type=seconds_type(), metavar="SECONDS",
                      help="how often outdated pods are looked for (default 10)")
     run.add_argument("--mig-config-delay", type=seconds_type(zero=True), metavar="SECONDS",
                      default=None,
@@ -268,7 +305,7 @@ def _add_plan_command(commands: argparse._SubParsersAction) -> None:  # type: ig
                       help="a Pod, or a Deployment whose pod template is used (- for "
                       "standard input, which may also hold the tuning)")
     plan.add_argument("--output", choices=("text", "json"), default="text")
-    plan.add_argument("--launcher-image", default=DEFAULT_LAUNCHER_IMAGE)
+    plan.add_argument("--launcher-image", default=DEFAULT_LAUNCHER_IMAGE, type=image_type)
     plan.set_defaults(handler=_plan)
 
 

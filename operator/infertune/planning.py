@@ -50,8 +50,12 @@ def _tuning_of(documents: list[dict[str, Any]], source: str) -> InferenceTuning:
         seen = f" (the file holds {', '.join(others)})" if others and not found else ""
         raise PlanInputError(f"{source}: expected exactly one InferenceTuning, found "
                              f"{len(found)}{seen}")
+    # A status in the file is not read, as validate does not read it: the API server's
+    # copy (`kubectl get -o yaml | infertune autoscale evaluate -`) may hold one that
+    # another version of the operator wrote, which is no reason to refuse the spec.
+    body = {key: value for key, value in found[0].items() if key != "status"}
     try:
-        return InferenceTuning.model_validate(found[0], by_name=False)  # as validate
+        return InferenceTuning.model_validate(body, by_name=False)  # as validate
     except ValidationError as exc:
         lines = [f"{source}: {e}" for e in field_errors(exc, InferenceTuning)]
         raise PlanInputError("\n".join(lines)) from None

@@ -227,6 +227,33 @@ def freeze_startup_objects() -> None:
     gc.freeze()
 
 
+def _configure(kubeconfig: str | None) -> None:
+    """`configure`, with what is wrong with the credentials said instead of a traceback."""
+    import yaml
+    from kubernetes.config import ConfigException
+
+    try:
+        configure(kubeconfig)
+    except (ConfigException, OSError, UnicodeDecodeError, yaml.YAMLError, TypeError,
+            AttributeError, LookupError, ValueError) as exc:
+        # The client's own errors, and what it raises on a file that is YAML but no
+        # kubeconfig (a string, a list: TypeError, AttributeError, KeyError).
+        why = (str(exc).splitlines() or [""])[0][:300] or type(exc).__name__
+        if isinstance(exc, UnicodeDecodeError):
+            why = "not UTF-8 text (a kubeconfig is a YAML file)"
+        elif isinstance(exc, yaml.YAMLError):
+            why = f"not valid YAML ({why})"
+        elif not isinstance(exc, ConfigException | OSError):
+            why = f"not a kubeconfig ({type(exc).__name__}: {why})"
+        if kubeconfig is None:
+            raise SystemExit(f"no cluster credentials: not in a cluster, and $KUBECONFIG or "
+                             f"~/.kube/config cannot be used ({why}); pass --kubeconfig") from None
+        if not os.path.exists(kubeconfig):
+            why = "no such file"
+        raise SystemExit(f"--kubeconfig {kubeconfig}: {why}; give a kubeconfig file this user "
+                         "can read") from None
+
+
 def run_operator(args: argparse.Namespace) -> int:
     # kopf's formatter, prefixed: its per-object lines name the object ("[ns/name] ...").
     kopf.configure(verbose=args.verbose, log_prefix=True)
@@ -254,7 +281,7 @@ def run_operator(args: argparse.Namespace) -> int:
         logger.warning("no --prometheus-url (or $INFERTUNE_PROMETHEUS_URL): spec.autoscaling is "
                        "not evaluated, and tunings that have it report ScalingActive=False "
                        "(NoPrometheus); the rest of tuning works")
-    configure(args.kubeconfig)
+    _configure(args.kubeconfig)
     if args.retune_interval is not None:
         os.environ["INFERTUNE_RETUNE_INTERVAL"] = str(args.retune_interval)
     from infertune.controller import autoscaling, handlers, mig, pods  # registers handlers
