@@ -1022,3 +1022,14 @@ def test_two_engine_processes_on_two_ports_of_a_pod_add_up(
         finally:
             prometheus.remove_scrape_job("ports")
     assert (got.last, got.pods) == (30.0, 1)
+
+
+def test_a_password_in_the_url_is_not_in_the_messages() -> None:
+    """requests sends user:password@ in the URL as Basic credentials, and the problems go into
+    MetricsAvailable, which whoever can read the tuning reads."""
+    llm = target("serving", "llm")
+    source = PrometheusSource("http://user:s3cret@127.0.0.1:1", timeout_s=0.5)
+    got = source.fetch([llm], time.time())[llm.key]
+    problems = got.queue.problem or ""
+    assert problems.startswith("Prometheus at http://***@127.0.0.1:1 failed: cannot connect")
+    assert "s3cret" not in repr(got)

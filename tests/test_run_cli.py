@@ -15,6 +15,8 @@ from infertune.cli import build_parser, main
 from infertune.controller.main import _webhook_host
 from infertune.kube.client import route_source, unspecified
 
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "vllm-qwen2-7b-h200-mig.yaml"
+
 
 def refused_run(monkeypatch: pytest.MonkeyPatch, *options: str) -> str:
     """Why `infertune run OPTIONS` stops before it starts: with no cluster credentials
@@ -226,6 +228,8 @@ def test_no_credentials_anywhere_is_a_message_not_a_traceback(
     (["--launcher-image", ""], "argument --launcher-image: '' is not an image reference"),
     (["--launcher-image", "bad image"], "'bad image' is not an image reference"),
     (["--launcher-image", "Infertune:1"], "'Infertune:1' is not an image reference"),
+    (["--webhook-check-interval", "1e300"], "argument --webhook-check-interval: 1e300 must be "
+                                            "at most 86400 seconds"),
 ])
 def test_run_options_that_cannot_work_are_refused_by_name(
         options: list[str], says: str, monkeypatch: pytest.MonkeyPatch,
@@ -234,3 +238,12 @@ def test_run_options_that_cannot_work_are_refused_by_name(
     malformed --launcher-image went into the init container of every tuned pod."""
     refused_run(monkeypatch, *options)
     assert says in capsys.readouterr().err
+
+
+def test_an_evaluation_timeout_past_what_a_clock_can_wait_is_refused(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """1e10 overflowed the wait on the queries, with a traceback."""
+    with pytest.raises(SystemExit):
+        main(["autoscale", "evaluate", str(EXAMPLE), "--prometheus",
+              "http://127.0.0.1:1", "--timeout", "1e10"])
+    assert "argument --timeout: 1e10 must be at most 3600 seconds" in capsys.readouterr().err

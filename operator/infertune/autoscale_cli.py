@@ -62,8 +62,8 @@ def add_autoscale_commands(commands: argparse._SubParsersAction) -> None:  # typ
                           help="current replicas of the Deployment (default: minReplicas; "
                           "with --live, the Deployment's own)")
     evaluate.add_argument("--output", choices=("text", "json"), default="text")
-    evaluate.add_argument("--timeout", type=seconds_type(), default=5.0, metavar="SECONDS",
-                          help="per-query timeout (default 5)")
+    evaluate.add_argument("--timeout", type=seconds_type(most=3600), default=5.0,
+                          metavar="SECONDS", help="per-query timeout (default 5, at most 3600)")
     evaluate.set_defaults(handler=evaluate_command)
 
 

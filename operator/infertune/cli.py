@@ -16,9 +16,10 @@ Command = Callable[[argparse.Namespace], int]
 DEFAULT_LAUNCHER_IMAGE = f"ghcr.io/infertune/infertune:{__version__}"
 
 
-def seconds_type(*, zero: bool = False) -> Callable[[str], float]:
-    """An argparse type: a finite number of seconds above 0, or 0 and more with `zero`
-    (argparse names the option in its error)."""
+def seconds_type(*, zero: bool = False, most: float = 86400.0) -> Callable[[str], float]:
+    """An argparse type: a finite number of seconds above 0, or 0 and more with `zero`, and at
+    most `most` (a day by default: larger ones overflowed the clocks they wait on, with a
+    traceback). argparse names the option in its error."""
     least = "0 or more" if zero else "above 0"
 
     def seconds(text: str) -> float:
@@ -28,6 +29,8 @@ def seconds_type(*, zero: bool = False) -> Callable[[str], float]:
             raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
         if not (math.isfinite(value) and (value >= 0 if zero else value > 0)):
             raise argparse.ArgumentTypeError(f"{text} must be a number of seconds {least}")
+        if value > most:
+            raise argparse.ArgumentTypeError(f"{text} must be at most {most:g} seconds")
         return value
 
     return seconds

@@ -92,6 +92,10 @@ class PrometheusSource:
                 raise AccessError(option, f"is for an https URL, and {url} is not one; use "
                                   "https:// or drop the option")
         self.url = url.rstrip("/")
+        self.shown_url = _without_userinfo(self.url)
+        """The URL as messages give it: requests sends a user:password@ in it as Basic
+        credentials, and the messages go into MetricsAvailable, which whoever can read the
+        tuning reads."""
         self.timeout_s = timeout_s
         self.templates = templates
         """False: tunings with PromQL templates are not read (infertune run
@@ -307,7 +311,7 @@ class PrometheusSource:
                 plan = submitted.pop(future)
                 left_out[plan.templated] += 1
                 answers.append(_Answer(plan, {}, (
-                    f"Prometheus at {self.url} failed: not started within {budget:g}s, this "
+                    f"Prometheus at {self.shown_url} failed: not started within {budget:g}s, this "
                     "cycle's budget, behind slower queries")))
         for templated, group in order.items():
             self._turns[templated] += len(group) - left_out[templated]
@@ -359,12 +363,12 @@ class PrometheusSource:
                     timeout=self.timeout_s)
         except (requests.RequestException, Urllib3Error, OSError, PrometheusApiClientException,
                 ValueError, LookupError, TypeError, ArithmeticError) as exc:
-            return _Answer(plan, {}, f"Prometheus at {self.url} failed: "
+            return _Answer(plan, {}, f"Prometheus at {self.shown_url} failed: "
                                      f"{_describe(exc, self.timeout_s)}")
         try:
             found = _windows(result, plan, end) if plan.window else _series(result, plan, end)
         except (ValueError, LookupError, TypeError, ArithmeticError, AttributeError) as exc:
-            return _Answer(plan, {}, f"Prometheus at {self.url} failed: {_not_a_result(exc)}")
+            return _Answer(plan, {}, f"Prometheus at {self.shown_url} failed: {_not_a_result(exc)}")
         return _Answer(plan, found, None)
 
 
@@ -476,6 +480,14 @@ def _windows(result: list[dict[str, Any]], plan: QueryPlan,
                           got.get("dip"), int(got.get("samples", 0)), got.get("peak"),
                           pods=None if pods is None else int(pods))
     return out
+
+
+def _without_userinfo(url: str) -> str:
+    """`url` with a user and password in it replaced by `***`."""
+    parts = urlsplit(url)
+    if "@" not in parts.netloc:
+        return url
+    return parts._replace(netloc="***@" + parts.netloc.rsplit("@", 1)[1]).geturl()
 
 
 def _describe(exc: Exception, timeout_s: float) -> str:
