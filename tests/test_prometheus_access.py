@@ -45,6 +45,7 @@ def test_headers_are_parsed_and_kept_in_order() -> None:
     ("X-Scope-OrgID: team-a\r\nX-Evil: 1", "control character"),
     ("X-Scope-OrgID: team-a\nX-Evil: 1", "control character"),
     ("X-Scope-OrgID: a\x00b", "control character"),
+    ("X-Scope-OrgID: équipe-🚀", "Latin-1 only"),  # every query failed on the codec
 ])
 def test_a_header_that_could_not_be_sent_as_given_is_refused(header: str, says: str) -> None:
     with pytest.raises(AccessError, match=says) as caught:
@@ -102,7 +103,8 @@ def test_credentials_come_one_way_only(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("content", "says"), [
     (None, "cannot read"), ("", "is empty"), ("  \n", "is empty"),
-    ("line one\nline two\n", "more than one line"), ("tok\ten", "control character")])
+    ("line one\nline two\n", "more than one line"), ("tok\ten", "control character"),
+    ("tøken-€", "Latin-1 only")])
 def test_a_credentials_file_is_read_before_anything_starts(
         tmp_path: Path, content: str | None, says: str) -> None:
     path = tmp_path / "token"

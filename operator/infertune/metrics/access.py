@@ -108,7 +108,20 @@ def _header(text: str) -> tuple[str, str]:
     if _UNSAFE.search(value):
         raise AccessError(HEADER_OPTION, f"the value of {name} holds a control character (a line "
                           "break would add a header of its own); remove it")
+    if not _latin1(value):
+        raise AccessError(HEADER_OPTION, f"the value of {name} has characters an HTTP header "
+                          "cannot carry (Latin-1 only); use ASCII")
     return name, value
+
+
+def _latin1(text: str) -> bool:
+    """Whether http.client can send `text` in a header (it encodes them as Latin-1: any
+    other character failed every query with a codec error naming no option)."""
+    try:
+        text.encode("latin-1")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _ca(path: str | None) -> Path | None:
@@ -158,6 +171,9 @@ def read_credentials(path: Path) -> str:
     if _UNSAFE.search(text) or "\t" in text:
         raise AccessError(CREDENTIALS_OPTION, f"{path} holds more than one line or a control "
                           "character; it must hold the credentials alone")
+    if not _latin1(text):
+        raise AccessError(CREDENTIALS_OPTION, f"{path} has characters an HTTP header cannot "
+                          "carry (Latin-1 only); a token or base64 is ASCII")
     return text
 
 
