@@ -54,6 +54,12 @@ def test_plan_takes_the_deployment_the_tuning_targets(
     ({"template": {"spec": {"containers": [{"name": "vllm", "resources": [1]}]}}},
      "spec.template.spec.containers[0].resources must be a mapping"),
     # These failed inside the planner with a traceback.
+    ({"template": {"metadata": {"labels": 0}, "spec": {"containers": []}}},
+     "spec.template.metadata.labels must be a mapping"),
+    ({"template": {"metadata": {"annotations": ""}, "spec": {"containers": []}}},
+     "spec.template.metadata.annotations must be a mapping"),
+    ({"template": {"metadata": [], "spec": {"containers": []}}},
+     "spec.template.metadata must be a mapping"),
     ({"template": {"spec": {"containers": [{"name": "vllm", "env": [1, 2]}]}}},
      "spec.template.spec.containers[0].env must be a list of mappings"),
     ({"template": {"spec": {"containers": [{"name": "vllm", "command": ["vllm"],

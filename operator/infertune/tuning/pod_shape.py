@@ -33,15 +33,15 @@ def pod_problem(node: dict[str, Any], prefix: str = "") -> str | None:
     """What the planner reads from a pod (or a pod template, with `prefix`), checked for its
     type: a field of the wrong kind is named instead of failing inside the planner."""
     for key in ("metadata", "spec"):
-        if not isinstance(node.get(key) or {}, dict):
+        if not _absent_or(node.get(key), dict):
             return f"{prefix}{key} must be a mapping"
     meta, spec = node.get("metadata") or {}, node.get("spec") or {}
     for key in ("labels", "annotations"):
-        if not isinstance(meta.get(key) or {}, dict):
+        if not _absent_or(meta.get(key), dict):
             return f"{prefix}metadata.{key} must be a mapping"
     for key in ("containers", "initContainers", "volumes"):
-        items = spec.get(key) or []
-        if not isinstance(items, list) or not all(isinstance(i, dict) for i in items):
+        items = spec.get(key)
+        if not _absent_or(items, list) or not all(isinstance(i, dict) for i in items or []):
             return f"{prefix}spec.{key} must be a list of mappings"
     for i, container in enumerate(spec.get("containers") or []):
         where = f"{prefix}spec.containers[{i}]"
@@ -54,12 +54,18 @@ def pod_problem(node: dict[str, Any], prefix: str = "") -> str | None:
                 return f"{where}.{key} must be a list of mappings"
         resources = container.get("resources") or {}
         for key in ("limits", "requests"):
-            amounts = resources.get(key) or {}
-            if not isinstance(amounts, dict):
+            amounts = resources.get(key)
+            if not _absent_or(amounts, dict):
                 return f"{where}.resources.{key} must be a mapping"
-            for name, amount in amounts.items():
+            for name, amount in (amounts or {}).items():
                 try:
                     parse_quantity(str(amount))
                 except ValueError as exc:
                     return f"{where}.resources.{key}.{name}: {exc}"
     return None
+
+
+def _absent_or(value: Any, kind: type) -> bool:
+    """Whether `value` is left out (None) or of `kind`: a falsy value of another type (0, "",
+    []) is no more a mapping than 1 is, and it failed inside the planner."""
+    return value is None or isinstance(value, kind)
