@@ -116,6 +116,9 @@ def test_crds_into_a_directory_is_an_error_not_a_traceback(
     assert main(["crds", "-o", str(tmp_path)]) == 1
     assert main(["crds", "--check", str(tmp_path)]) == 1
     assert "Is a directory" in capsys.readouterr().err
+    # A typo in the path read as "out of date with the models".
+    assert main(["crds", "--check", str(tmp_path / "missing.yaml")]) == 1
+    assert f"{tmp_path / 'missing.yaml'} does not exist" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(("argv", "says"), [

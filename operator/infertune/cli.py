@@ -90,8 +90,11 @@ def _crds(args: argparse.Namespace) -> int:
     try:
         if args.check is not None:
             check = Path(args.check)
-            current = check.read_text(encoding="utf-8") if check.exists() else ""
-            if current != text:
+            if not check.exists():  # a typo in the path read as drift
+                print(f"{args.check} does not exist; give the CRD file to compare (or write "
+                      "it with `make crds`)", file=sys.stderr)
+                return 1
+            if check.read_text(encoding="utf-8") != text:
                 print(f"{args.check} is out of date with the models; run `make crds`",
                       file=sys.stderr)
                 return 1
