@@ -272,6 +272,9 @@ def test_the_spec_examples_in_the_docs_validate() -> None:
      "autoscaling.minReplicas: '2' is a string, not a number; write it without quotes"),
     ({"autoscaling": {"minReplicas": True}},
      "autoscaling.minReplicas: true is a boolean, not a number; give a number"),
+    # Not a number in quotes: "write it without quotes" was wrong advice.
+    ({"autoscaling": {"minReplicas": "two"}},
+     "autoscaling.minReplicas: 'two' is not a number; give a number"),
     ({"autoscaling": {"tolerance": "0.2"}},
      "autoscaling.tolerance: '0.2' is a string, not a number"),
     ({"autoscaling": {"queue": {"targetPerReplica": False}}},

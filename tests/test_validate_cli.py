@@ -158,7 +158,7 @@ def _tuning_yaml(spec_lines: str, metadata_lines: str = "") -> str:
     # What kubectl (sigs.k8s.io/yaml, go-yaml v2) sends, and the API server then says.
     ("  targetRef: {name: qwen}\n  container: n\n", "", "spec.container: False"),
     ("  targetRef: {name: qwen}\n  autoscaling: {maxReplicas: 1:30}\n", "",
-     "'1:30' is a string, not a number"),
+     "'1:30' is not a number; give a number"),
     ("  targetRef: {name: qwen}\n  autoscaling: {maxReplicas: 1e3}\n", "", None),  # 1000
     ("  targetRef: {name: qwen}\n  autoscaling: {maxReplicas: 0X1F, tolerance: +.5}\n", "",
      None),

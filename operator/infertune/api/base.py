@@ -17,6 +17,12 @@ def _number(value: Any) -> Any:
     """A number as the API server takes one: pydantic alone turns the string "2" and true into
     2 and 1, which `kubectl apply` refuses (and `minReplicas: yes` would mean one replica)."""
     if isinstance(value, str):
+        try:
+            float(value)
+        except ValueError:  # not a number in quotes: "write it without quotes" misled
+            raise PydanticCustomError(
+                "infertune_not_a_number", "{shown} is not a number; give a number",
+                {"shown": repr(value)[:60]}) from None
         raise PydanticCustomError(
             "infertune_quoted_number",
             "{shown} is a string, not a number; write it without quotes",
