@@ -133,7 +133,11 @@ def prometheus(exporters: tuple[Exporter, Exporter, Exporter]
                                   labels={"app": "llm", "pod_template_hash": "5d4f8b9c7"})
             server.add_scrape_job("twice-again", [twice_endpoint.target], labels={
                 "endpoint": "http", "service": "llm", "container": "vllm"})
-            for job in ("text", "openmetrics", "twice", "twice-again"):
+            # And one job that finds them through two Services (a ServiceMonitor with
+            # jobLabel): copies that share their job, differing in the Service.
+            server.add_scrape_job("twice-services", [twice_endpoint.target],
+                                  {"service": "llm"}, "/metrics", {"service": "llm-headless"})
+            for job in ("text", "openmetrics", "twice", "twice-again", "twice-services"):
                 server.wait_for_targets_up(job)
             yield server
     finally:
@@ -201,7 +205,8 @@ def test_a_pod_scraped_by_two_jobs_counts_once(prometheus: PrometheusServer) -> 
     request rate, and the Deployment scaled out on half its real queue."""
     copies = prometheus.query('vllm:num_requests_waiting{namespace="twice", '
                               'pod="llm-5d4f8b9c7-bcdfg"}')
-    assert sorted(c["metric"]["job"] for c in copies) == ["twice", "twice-again"]
+    assert sorted(c["metric"]["job"] for c in copies) == [
+        "twice", "twice-again", "twice-services", "twice-services"]
     llm = target("twice", "llm")
     got = fetch_when(PrometheusSource(prometheus.url), [llm], llm.key)[llm.key]
     assert got.queue.last == 30.0 and got.queue.pods == 2

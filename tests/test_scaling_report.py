@@ -955,3 +955,19 @@ def test_a_block_is_not_announced_while_autoscaling_is_disabled() -> None:
                                   NOW + 15 * i)
         assert planned.blocked_news is None
         stored = merge_patch(stored, planned.status)
+
+
+@pytest.mark.parametrize("unprobed", [None, "vllm"])
+def test_ready_pods_that_stop_reporting_count_at_target_probed_or_not(
+        unprobed: str | None) -> None:
+    """10 Ready replicas, 4 reporting 5 waiting each: the 6 silent ones count at the target
+    (7 replicas). For a container without a readiness probe the ready count is first cut to
+    the reporting pods (for serving), which left none silent: 10 went to 1."""
+    now_down = {"scaleDown": {"pods": 0, "percent": 100, "period": "15s",
+                              "stabilization": "0s"}}
+    quiet = signals(queue=5.0)
+    quiet = quiet._replace(queue=quiet.queue._replace(pods=4))
+    planned = plan_evaluation(spec(autoscaling={"maxReplicas": 10, **now_down}), 1, {}, quiet,
+                              10, None, NOW, ready=10, unprobed=unprobed)
+    assert planned.write == 7, planned.decision.reason
+    assert "6 Ready pods not reporting, counted at target" in planned.decision.reason

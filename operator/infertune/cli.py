@@ -41,7 +41,7 @@ _IMAGE = re.compile(
     r"(?:(?:localhost(?::[0-9]+)?|{host}(?:\.{host})+(?::[0-9]+)?|{host}:[0-9]+)/)?"
     r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*)*"
     r"(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?"  # a tag
-    r"(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,})?"  # a digest
+    r"(?:@(?:sha256:[a-f0-9]{64}|sha384:[a-f0-9]{96}|sha512:[a-f0-9]{128}))?"  # a digest
     .replace("{host}", "[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?"))
 """An image reference as the container runtimes parse it (distribution's grammar)."""
 

@@ -248,7 +248,9 @@ def _configure(kubeconfig: str | None) -> None:
         if kubeconfig is None:
             raise SystemExit(f"no cluster credentials: not in a cluster, and $KUBECONFIG or "
                              f"~/.kube/config cannot be used ({why}); pass --kubeconfig") from None
-        if not os.path.exists(kubeconfig):
+        # As the client reads it: a list of paths, each with ~ expanded.
+        if not any(os.path.exists(os.path.expanduser(path))
+                   for path in kubeconfig.split(os.pathsep)):
             why = "no such file"
         raise SystemExit(f"--kubeconfig {kubeconfig}: {why}; give a kubeconfig file this user "
                          "can read") from None

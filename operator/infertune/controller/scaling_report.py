@@ -132,9 +132,13 @@ def plan_evaluation(spec: InferenceTuningSpec, generation: int, status: Mapping[
     # from before `target` was stored is taken as this one's.
     own_state = previous.get("target") in (None, spec.target_ref.name)
     state = ScalingState.from_json(previous.get("state") if own_state else None)
+    kubelet_ready = None
     if unprobed is not None and ready is not None:
-        ready = reporting_ready(ready, signals, now, state.serving)
-    decision = decide_scale(spec.autoscaling, current, signals, state, now, ready)
+        # Serving is counted from the pods that report; a Ready pod that stops reporting
+        # (its scrape times out under load) still counts at the target on a scale-in.
+        kubelet_ready, ready = ready, reporting_ready(ready, signals, now, state.serving)
+    decision = decide_scale(spec.autoscaling, current, signals, state, now, ready,
+                            kubelet_ready)
     if decision.action is ScaleAction.TUNE_BATCHING and spec.batching.mode is BatchingMode.OFF:
         decision = decision._replace(reason=decision.reason + NOTHING_TUNES_BATCHING)
     stamp = format_time(now)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import operator
+import re
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
@@ -72,24 +73,29 @@ class PrometheusSource:
     def __init__(self, url: str, *, timeout_s: float = 5.0, resolution_s: float = 1.0,
                  access: PrometheusAccess = NO_ACCESS_OPTIONS,
                  session: requests.Session | None = None, templates: bool = True) -> None:
+        shown = _without_userinfo(url)
         if not url.startswith(("http://", "https://")):
-            raise ValueError(f"Prometheus URL {url!r} must start with http:// or https://")
-        parts = urlsplit(url)
+            raise ValueError(f"Prometheus URL {shown!r} must start with http:// or https://")
+        try:
+            parts = urlsplit(url)
+        except ValueError as exc:  # "Invalid IPv6 URL"
+            raise ValueError(f"Prometheus URL {shown!r}: {exc}; for example "
+                             "http://[fd00::1]:9090") from None
         try:
             port = parts.port  # ValueError: not a number, or above 65535
         except ValueError:
             port = 0
         if port == 0:
-            raise ValueError(f"Prometheus URL {url!r}: the port is not a number from 1 to "
+            raise ValueError(f"Prometheus URL {shown!r}: the port is not a number from 1 to "
                              "65535")
         if not parts.hostname:
-            raise ValueError(f"Prometheus URL {url!r} names no host; for example "
+            raise ValueError(f"Prometheus URL {shown!r} names no host; for example "
                              "http://prometheus:9090")
         if resolution_s <= 0 or timeout_s <= 0:
             raise ValueError("timeout_s and resolution_s must be above 0")
         for option, given in ((CA_OPTION, access.ca_file), (CERT_OPTION, access.client_cert)):
             if given is not None and not url.startswith("https://"):
-                raise AccessError(option, f"is for an https URL, and {url} is not one; use "
+                raise AccessError(option, f"is for an https URL, and {shown} is not one; use "
                                   "https:// or drop the option")
         self.url = url.rstrip("/")
         self.shown_url = _without_userinfo(self.url)
@@ -484,10 +490,7 @@ def _windows(result: list[dict[str, Any]], plan: QueryPlan,
 
 def _without_userinfo(url: str) -> str:
     """`url` with a user and password in it replaced by `***`."""
-    parts = urlsplit(url)
-    if "@" not in parts.netloc:
-        return url
-    return parts._replace(netloc="***@" + parts.netloc.rsplit("@", 1)[1]).geturl()
+    return re.sub(r"^([A-Za-z][A-Za-z0-9+.-]*://)[^/?#]*@", r"\1***@", url)
 
 
 def _describe(exc: Exception, timeout_s: float) -> str:

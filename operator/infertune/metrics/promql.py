@@ -156,24 +156,26 @@ jobs add labels of their own besides (`endpoint`, `service` and `container` from
 Prometheus Operator, every pod label from the annotation job's labelmap). Summed per pod,
 its queue and request rate counted twice, and the Deployment scaled out on half its real
 queue."""
-KEPT_LABELS = ("instance", "le")
-"""Kept apart while the copies are taken once: two engine processes on two ports of a pod are
-two instances, whose queues add up; `le` is a histogram's bucket."""
-
-
-def _once(scope: Scope, expr: str) -> str:
-    """`expr` with the copies of a series scraped by several jobs taken once: summed within
-    each job (a pod's series per model or rank), the largest job's sum per instance kept (the
-    copies are the same samples; a job that reads only some of them does not lower it). The
-    target's own labels are kept."""
-    kept = list(dict.fromkeys(label_name(label) for label in (
-        scope.namespace_label, scope.pod_label, *KEPT_LABELS)))
-    per_job = dict.fromkeys([*kept, SCRAPE_JOB_LABEL])  # the pod label may be `job` itself
-    return f"max by ({', '.join(kept)}) (sum by ({', '.join(per_job)}) ({expr}))"
-
-
 SCRAPE_LABELS = (SCRAPE_JOB_LABEL, "endpoint", "service")
 """The labels the scrape job itself adds (Prometheus, and the Prometheus Operator)."""
+KEPT_LABELS = ("instance",)
+"""Kept apart while the copies are taken once: two engine processes on two ports of a pod are
+two instances, whose queues add up."""
+
+
+def _once(scope: Scope, expr: str, *kept_too: str) -> str:
+    """`expr` with the copies of a series scraped along several paths taken once: summed
+    within each path (job, and the endpoint and Service it was found through: a pod's series
+    per model or rank), the largest path's sum per instance kept (the copies are the same
+    samples; a path that reads only some of them does not lower it). The target's own labels
+    are kept, and `kept_too` (a histogram's `le`)."""
+    kept = list(dict.fromkeys(label_name(label) for label in (
+        scope.namespace_label, scope.pod_label, *KEPT_LABELS, *kept_too)))
+    # The pod label may be one of SCRAPE_LABELS itself.
+    per_path = dict.fromkeys([*kept, *SCRAPE_LABELS])
+    # Without spaces: the window query repeats it six times, and its URL has a limit
+    # (plan.MAX_QUERY_URL).
+    return f"max by ({','.join(kept)}) (sum by ({','.join(per_path)}) ({expr}))"
 
 
 def _copies_merged(scope: Scope, expr: str) -> str:
@@ -202,7 +204,7 @@ def _rate(scope: Scope, name: str | Template, window: str) -> str:
         return filled(scope, name, window)
     # rate() drops the name; joining with `or` keeps two spellings from colliding.
     return _once(scope, " or ".join(f"rate({n}{{{scope.matchers()}}}[{window_text(window)}])"
-                                    for n in spellings(name)))
+                                    for n in spellings(name)), "le")  # buckets keep theirs
 
 
 def _stat(expr: str, stat: str) -> str:
@@ -232,11 +234,12 @@ def window_query(expr: str, span_s: float, step_s: float, threshold: float | Non
     return " or ".join(parts)
 
 
-def _per_pod(scope: Scope, name: str | Template, window: str) -> str:
+def _per_pod(scope: Scope, name: str | Template, window: str, summed: bool = True) -> str:
     """Gauge `name` summed per pod: an engine that exports it once per model (Triton) or per
-    data-parallel rank has several series per pod."""
+    data-parallel rank has several series per pod. `summed` False: only counted (the copies
+    of several scrape paths do not matter then; see `_gauge`)."""
     return (f"sum by ({scope.by(label_name(scope.pod_label))}) "
-            f"({_per_target(scope, _gauge(scope, name, window))})")
+            f"({_per_target(scope, _gauge(scope, name, window, summed))})")
 
 
 def gauge_query(scope: Scope, name: str | Template, window: str = "1m") -> str:
@@ -248,7 +251,7 @@ def gauge_query(scope: Scope, name: str | Template, window: str = "1m") -> str:
 def pods_query(scope: Scope, name: str | Template, window: str = "1m") -> str:
     """How many of each target's pods export gauge `name` now (pods, not series), one series
     per target."""
-    return f"count by ({scope.by()}) ({_per_pod(scope, name, window)})"
+    return f"count by ({scope.by()}) ({_per_pod(scope, name, window, summed=False)})"
 
 
 def queue_query(scope: Scope, metrics: EngineMetrics, span_s: float, step_s: float,
@@ -294,7 +297,8 @@ def latency_floor_query(scope: Scope, metrics: EngineMetrics, window: str) -> st
     latency = metrics.latency
     if not isinstance(latency, HistogramLatency):
         return None
-    buckets = _per_target(scope, _gauge(scope, f"{latency.name}_bucket", window))
+    # Counted, so copies of several scrape paths change nothing; every label is kept (`le`).
+    buckets = _per_target(scope, _gauge(scope, f"{latency.name}_bucket", window, summed=False))
     pod = label_name(scope.pod_label)
     # Only the bounds every pod of the target has: the quantile is taken over the pods'
     # summed buckets, so it tells apart no finer than the coarsest layout. With the finest

@@ -65,9 +65,13 @@ class _Proposal(NamedTuple):
 
 
 def decide_scale(spec: AutoscalingSpec, current_replicas: int, signals: TargetSignals,
-                 state: ScalingState, now: float, ready: int | None = None) -> ScaleDecision:
-    """`ready` is the Deployment's status.readyReplicas, None when not known."""
+                 state: ScalingState, now: float, ready: int | None = None,
+                 ready_pods: int | None = None) -> ScaleDecision:
+    """`ready` is the Deployment's status.readyReplicas, None when not known; `ready_pods`
+    that count where `ready` is what is taken for serving instead (Reading.ready_pods)."""
     reading = read_signals(spec, signals, now, ready)
+    if ready_pods is not None:
+        reading = reading._replace(ready_pods=ready_pods)
     state = _track_missing(state.as_of(now), reading, now)
     if ready is not None:
         state = _track_serving(state, current_replicas, ready, now)
@@ -185,7 +189,8 @@ def _silent(current: int, reading: Reading) -> int:
     """The Ready replicas that do not report the queue now: 0 when the ready count or the
     reporting pods are not known, or more pods report than are Ready (those not Ready, or
     Pending for want of a GPU, are the Deployment's first to go on a scale-in)."""
-    ready, pods = reading.ready_replicas, reading.queue_pods
+    ready = reading.ready_replicas if reading.ready_pods is None else reading.ready_pods
+    pods = reading.queue_pods
     if ready is None or pods is None:
         return 0
     return max(0, min(ready, current) - pods)

@@ -54,6 +54,10 @@ class Reading(NamedTuple):
     latency_bounds_unknown: bool = False
     """The histogram's bucket bounds could not be read (TargetSignals.latency_floor_unknown):
     the latency is not compared with the target either."""
+    ready_pods: int | None = None
+    """The Deployment's readyReplicas as the kubelet counts them, where `ready_replicas` is
+    the count taken for serving instead (a container without a readiness probe); None: the
+    same as `ready_replicas`."""
 
     @property
     def queue_missing(self) -> bool:
