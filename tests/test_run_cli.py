@@ -228,6 +228,10 @@ def test_no_credentials_anywhere_is_a_message_not_a_traceback(
     (["--launcher-image", ""], "argument --launcher-image: '' is not an image reference"),
     (["--launcher-image", "bad image"], "'bad image' is not an image reference"),
     (["--launcher-image", "Infertune:1"], "'Infertune:1' is not an image reference"),
+    # Digests the kubelet refuses (InvalidImageName in every tuned pod's init container).
+    (["--launcher-image", f"infertune@sha256:{'a' * 32}"], "is not an image reference"),
+    (["--launcher-image", f"infertune@sha256:{'A' * 64}"], "is not an image reference"),
+    (["--launcher-image", f"infertune@md5:{'a' * 32}"], "is not an image reference"),
     (["--webhook-check-interval", "1e300"], "argument --webhook-check-interval: 1e300 must be "
                                             "at most 86400 seconds"),
 ])
@@ -247,3 +251,11 @@ def test_an_evaluation_timeout_past_what_a_clock_can_wait_is_refused(
         main(["autoscale", "evaluate", str(EXAMPLE), "--prometheus",
               "http://127.0.0.1:1", "--timeout", "1e10"])
     assert "argument --timeout: 1e10 must be at most 3600 seconds" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("image", [
+    "ghcr.io/infertune/infertune:0.1.0", "infertune:e2e", "localhost:5000/team/infertune",
+    f"ghcr.io/infertune/infertune:0.1.0@sha256:{'0f' * 32}",
+    f"registry.example.com:5000/infertune@sha512:{'ab' * 64}"])
+def test_image_references_the_chart_and_registries_use_are_taken(image: str) -> None:
+    assert build_parser().parse_args(["run", "--launcher-image", image]).launcher_image == image
