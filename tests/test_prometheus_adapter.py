@@ -19,7 +19,7 @@ import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from http.server import BaseHTTPRequestHandler
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -357,6 +357,49 @@ def test_a_hanging_prometheus_times_out_as_no_data() -> None:
         got = PrometheusSource(url, timeout_s=0.3).fetch([target("a", "b")], time.time())
     assert time.monotonic() - started < 5
     assert "timed out after 0.3s" in (got["a/b"].queue.problem or "")
+
+
+def test_an_answer_sent_slowly_is_no_data_after_the_cycles_longest_wait() -> None:
+    """requests' timeout applies to each read: a Prometheus (or a proxy) that answers at once
+    and then sends its body a byte at a time never reached it, and the fetch, which every
+    evaluation waits for, took as long as the body did."""
+    body = json.dumps({"status": "success", "data": {"resultType": "vector",
+                                                     "result": []}}).encode()
+    stop = threading.Event()
+
+    class Trickle(QuietHandler):
+        def do_GET(self) -> None:
+            padded = b" " * 40 + body  # JSON allows leading whitespace
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(padded)))
+            self.end_headers()
+            try:
+                for byte in padded[:40]:
+                    if stop.wait(0.2):  # a byte every 0.2 s: 8 s in all
+                        return
+                    self.wfile.write(bytes([byte]))
+                    self.wfile.flush()
+                self.wfile.write(padded[40:])
+            except OSError:
+                pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Trickle)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        source = PrometheusSource(f"http://127.0.0.1:{server.server_address[1]}",
+                                  timeout_s=0.5)
+        started = time.monotonic()
+        got = source.fetch([target("a", "b")], time.time())["a/b"]
+        took = time.monotonic() - started
+    finally:
+        stop.set()
+        server.shutdown()
+        server.server_close()
+    assert took < 5, took  # the budget and one timeout (1.25 s), not the 8 s of the body
+    assert got.queue.problem is not None and got.queue.problem.endswith(
+        "failed: its answer did not arrive within 1.25s, this cycle's longest wait (it "
+        "answers, but slowly)"), got.queue.problem
 
 
 def test_the_queries_of_a_batch_wait_for_a_hanging_prometheus_together() -> None:

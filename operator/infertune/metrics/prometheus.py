@@ -13,6 +13,7 @@ import re
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any, NamedTuple, cast
@@ -293,11 +294,10 @@ class PrometheusSource:
         own, so a tenant's slow templates never hold the queries every other tuning waits
         for. In each pool a plan not started within the budget is no data for its tunings
         (it queued behind slow queries: a Prometheus that hangs costs the batch at most the
-        budget and one timeout, however many plans); one that started runs to its timeout.
+        budget and one timeout, however many plans); one that started has until the budget
+        and one timeout to answer, however slowly its answer comes.
         Each pool starts its plans where the last cycle's started ones ended, so no tuning is
         the one left out every time."""
-        if len(plans) == 1:
-            return [run(plans[0])]
         budget = self.timeout_s * BUDGET_TIMEOUTS
         deadline = time.monotonic() + budget
         submitted: dict[Future[_Answer], QueryPlan] = {}
@@ -321,7 +321,18 @@ class PrometheusSource:
                     "cycle's budget, behind slower queries")))
         for templated, group in order.items():
             self._turns[templated] += len(group) - left_out[templated]
-        answers += [future.result() for future in submitted]
+        # One that started runs to its timeout, which requests applies to each read: an
+        # answer sent slowly (a proxy, a slow link) never reaches it, and held the batch,
+        # and every evaluation waiting for it, for as long as it took.
+        last = deadline + self.timeout_s
+        for future, plan in submitted.items():
+            try:
+                answers.append(future.result(timeout=max(0.0, last - time.monotonic())))
+            except FutureTimeout:
+                answers.append(_Answer(plan, {}, (
+                    f"Prometheus at {self.shown_url} failed: its answer did not arrive within "
+                    f"{budget + self.timeout_s:g}s, this cycle's longest wait (it answers, but "
+                    "slowly)")))
         return answers
 
     def _plans(self, targets: Sequence[MetricsTarget]) -> list[tuple[QueryPlan, _Query]]:
