@@ -144,9 +144,14 @@ def test_values_round_trip_as_written() -> None:
                                         "stabilization": "0s", "selectPolicy": "Never"}}},
          "autoscaling.scaleDown.selectPolicy: 'Never' is not allowed; input should be 'Max', "
          "'Min' or 'Disabled'"),
-        ({"metrics": {"window": "0s"}}, "metrics.window: '0s' does not match"),
+        ({"metrics": {"window": "0s"}}, "metrics.window: '0s' is not a PromQL range: a whole "
+         "number above 0 and one unit, ms, s, m or h (for example 1m or 90s)"),
         ({"autoscaling": {"queue": {"targetPerReplica": float("inf")}}},
-         "autoscaling.queue.targetPerReplica: Input should be a finite number"),
+         "autoscaling.queue.targetPerReplica: inf is not a finite number; give a number (the "
+         "API server stores no .inf or .nan)"),
+        # pydantic named its classes ("a valid dictionary or instance of NumaSpec").
+        ({"numa": "gpu-local"}, "numa: 'gpu-local' is not a mapping; give its fields under it"),
+        ({"canary": {"steps": {"weight": 10}}}, "canary.steps: {'weight': 10} is not a list"),
         ({"metrics": {"window": "2h"}}, "metrics.window: 2h is longer than 1h"),
         ({"metrics": {"podLabel": "__name__"}},
          "metrics.podLabel: '__name__' must be a Prometheus label name"),

@@ -17,6 +17,7 @@ from infertune.api.spec import (
     DNS_SUBDOMAIN,
     METRIC_NAME,
     PROM_LABEL_NAME,
+    PROM_WINDOW,
     InferenceTuning,
 )
 
@@ -30,6 +31,8 @@ _PATTERN_HINTS = {
     "PromQL expression",
     PROM_LABEL_NAME: "must be a Prometheus label name (letters, digits and '_', not starting "
                      "with '__', which Prometheus keeps for its own labels)",
+    PROM_WINDOW: "is not a PromQL range: a whole number above 0 and one unit, ms, s, m or h "
+                 "(for example 1m or 90s)",
 }
 
 
@@ -115,6 +118,14 @@ def _message(error: Any, model: type[BaseModel]) -> str:
         if hint:
             return shown + hint
         return f"{shown}does not match the pattern {ctx.get('pattern')}"
+    if kind in ("model_type", "dict_type", "model_attributes_type"):
+        # pydantic names its class ("a valid dictionary or instance of NumaSpec").
+        return f"{_shown(error['input'])} is not a mapping; give its fields under it"
+    if kind == "list_type":
+        return f"{_shown(error['input'])} is not a list; give its items as a list"
+    if kind == "finite_number":
+        return (f"{_shown(error['input'])} is not a finite number; give a number (the API "
+                "server stores no .inf or .nan)")
     message = str(error["msg"])
     if message.startswith("Value error, "):
         message = message[len("Value error, "):]

@@ -48,6 +48,8 @@ LABEL_NAME = r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
 METRIC_NAME = r"^[a-zA-Z_:][a-zA-Z0-9_:]*$"
 # Names starting with __ are Prometheus' own (__name__, __address__); the queries cannot
 # group or select by them.
+PROM_WINDOW = r"^[1-9][0-9]*(ms|s|m|h)$"
+"""A PromQL range: a whole number above 0 and one unit (ms, s, m, h), as rate() takes it."""
 PROM_LABEL_NAME = r"^([a-zA-Z][a-zA-Z0-9_]*|_([a-zA-Z0-9][a-zA-Z0-9_]*)?)$"
 MAX_RATE_WINDOW_S = 3600
 PROMQL_RESERVED = frozenset({"on", "ignoring", "group_left", "group_right", "bool", "atan2",
@@ -173,7 +175,7 @@ class MetricsSpec(ApiModel):
     namespace_label: Annotated[str, Field(pattern=PROM_LABEL_NAME, max_length=100)] = "namespace"
     """The Prometheus label that holds the namespace."""
 
-    window: Annotated[str, Field(pattern=r"^[1-9][0-9]*(ms|s|m|h)$")] = "1m"
+    window: Annotated[str, Field(pattern=PROM_WINDOW)] = "1m"
     """The rate() window for latency quantiles and request rates: at least two scrape
     intervals, at most 1h."""
 
