@@ -89,14 +89,15 @@ def test_the_write_is_explained(mode: str, desired: int, blocked: Blocked | None
     ("a: [\n", "--live: the kubeconfig is not valid YAML"),
     (b"\xff\xfe\x00k", "--live: the kubeconfig is not UTF-8 text; check --kubeconfig"),
     ("just a string\n", "--live: the kubeconfig is not one (TypeError"),
+    (None, "no such file; give a kubeconfig file this user can read"),  # not "pass it"
 ])
 def test_a_cluster_that_cannot_be_read_is_a_message_not_a_traceback(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str], kubeconfig: str | bytes,
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], kubeconfig: str | bytes | None,
         says: str) -> None:
     path = tmp_path / "kubeconfig"
     if isinstance(kubeconfig, bytes):
         path.write_bytes(kubeconfig)
-    else:
+    elif kubeconfig is not None:
         path.write_text(kubeconfig)
     try:
         code = main(["autoscale", "evaluate", "--live", "ml/qwen", "--kubeconfig", str(path),

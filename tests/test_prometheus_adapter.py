@@ -1081,3 +1081,26 @@ def test_a_password_in_the_url_is_not_in_the_messages() -> None:
     problems = got.queue.problem or ""
     assert problems.startswith("Prometheus at http://***@127.0.0.1:1 failed: cannot connect")
     assert "s3cret" not in repr(got)
+
+
+@pytest.mark.parametrize(("status", "says"), [
+    (404, "HTTP Status Code 404: no Prometheus query API at that address (another service, "
+          "or a path prefix missing from the URL?); check the URL"),
+    (502, "HTTP Status Code 502, with an HTML page instead of Prometheus's answer; check the "
+          "URL"),
+])
+def test_an_http_error_page_is_said_in_words_not_in_markup(status: int, says: str) -> None:
+    """A URL without Prometheus's path prefix, or a proxy's error page: the condition held 300
+    characters of escaped HTML."""
+    class Page(QuietHandler):
+        def do_GET(self) -> None:
+            self.send_response(status)
+            self.send_header("Content-Type", "text/html")
+            self.end_headers()
+            self.wfile.write(b"<!DOCTYPE HTML>\n<html lang='en'><head><title>Error</title>"
+                             b"</head><body>" + b"x" * 400 + b"</body></html>")
+
+    with served(Page) as url:
+        got = PrometheusSource(url).fetch([target("a", "b")], time.time())["a/b"]
+    assert got.queue.problem is not None and got.queue.problem.endswith(says), got.queue.problem
+    assert "<" not in got.queue.problem

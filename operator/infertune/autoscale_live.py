@@ -6,6 +6,7 @@ it. Nothing is written.
 
 from __future__ import annotations
 
+import os
 from typing import Any, NamedTuple, cast
 
 from infertune.api.spec import InferenceTuning
@@ -106,7 +107,15 @@ def _read_live(ref: str, kubeconfig: str | None) -> Live:
     try:
         configure(kubeconfig)
     except (ConfigException, OSError) as exc:
-        raise ValueError(f"--live: no cluster credentials ({exc}); pass --kubeconfig") from None
+        if kubeconfig is None:
+            raise ValueError(f"--live: no cluster credentials ({exc}); pass --kubeconfig"
+                             ) from None
+        # It was passed: "pass --kubeconfig" sent the user to what they had done.
+        why = "no such file" if not any(
+            os.path.exists(os.path.expanduser(path)) for path in kubeconfig.split(os.pathsep)
+        ) else str(exc)[:300]
+        raise ValueError(f"--live: --kubeconfig {kubeconfig}: {why}; give a kubeconfig file "
+                         "this user can read") from None
     except (TypeError, AttributeError, LookupError) as exc:  # YAML, but not a kubeconfig
         raise ValueError(f"--live: the kubeconfig is not one ({type(exc).__name__}: "
                          f"{str(exc)[:200]}); check --kubeconfig") from None

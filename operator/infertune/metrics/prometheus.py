@@ -525,6 +525,15 @@ def _describe(exc: Exception, timeout_s: float) -> str:
         return (f"{str(exc)[:len('HTTP Status Code 401')]}: the credentials were refused; "
                 f"check {CREDENTIALS_OPTION} and {AUTH_TYPE_OPTION}")
     text = str(exc) or type(exc).__name__
+    if isinstance(exc, PrometheusApiClientException) and text.startswith(_STATUS):
+        status = text[:len(_STATUS) + 3]
+        if status.endswith("404"):
+            return (f"{status}: no Prometheus query API at that address (another service, or "
+                    "a path prefix missing from the URL?); check the URL")
+        if "<html" in text.lower() or "<!doctype" in text.lower():
+            # A proxy's or another service's page: its markup says nothing (and it filled
+            # the condition with 300 characters of escaped HTML).
+            return f"{status}, with an HTML page instead of Prometheus's answer; check the URL"
     return text if len(text) <= 300 else text[:300] + "..."
 
 
@@ -533,5 +542,6 @@ def _not_a_result(exc: Exception) -> str:
             f"({type(exc).__name__}: {str(exc)[:200]}); check the URL")
 
 
-_REFUSED = ("HTTP Status Code 401", "HTTP Status Code 403")
+_STATUS = "HTTP Status Code "
+_REFUSED = (f"{_STATUS}401", f"{_STATUS}403")
 """How prometheus-api-client words a refusal (PrometheusApiClientException)."""
