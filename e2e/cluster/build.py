@@ -1,8 +1,9 @@
 """Build the control-plane binaries from the Go module next to this file, once per go.sum.
 
-The binaries land in ``$INFERTUNE_E2E_CACHE/<sha256(go.sum)[:16]>/bin`` (default cache
-``~/.cache/infertune/e2e``), so a change of any pinned version gives a fresh directory and
-an unchanged go.sum is never rebuilt. Each build goes into a temporary directory on the same
+The binaries land in ``$INFERTUNE_E2E_CACHE/<digest>/bin`` (default cache
+``~/.cache/infertune/e2e``), the digest of go.sum, go.mod and the build's recipe
+(`go_sum_digest`), so a change of any of them gives a fresh directory and an unchanged one
+is never rebuilt. Each build goes into a temporary directory on the same
 filesystem and is moved into place with ``rename``, so a half-finished build is never seen.
 """
 
@@ -27,6 +28,8 @@ from pathlib import Path
 from typing import TextIO
 
 GO_MODULE_DIR = Path(__file__).resolve().parent
+BUILD_FLAGS = ("-trimpath",)
+"""`go build` flags besides -v, -ldflags and -o (part of the cache key)."""
 CACHE_ENV = "INFERTUNE_E2E_CACHE"
 
 # How often the build reports progress while `go build -v` prints package names, and how long
@@ -80,11 +83,21 @@ def cache_root() -> Path:
 
 
 def go_sum_digest(module_dir: Path = GO_MODULE_DIR) -> str:
-    return hashlib.sha256((module_dir / "go.sum").read_bytes()).hexdigest()[:16]
+    """What the binaries are built from: go.sum, go.mod (its `go`, `toolchain` and `godebug`
+    lines change the binaries without changing go.sum) and the build's own recipe (the
+    targets, the flags, the version stamp). Keyed on go.sum alone, a reused machine kept
+    binaries that a fresh one would build differently, and CI tested those."""
+    recipe = repr((TARGETS, BUILD_FLAGS, version_ldflags("v0.0.0"))).encode()
+    digest = hashlib.sha256()
+    for part in ((module_dir / "go.sum").read_bytes(), (module_dir / "go.mod").read_bytes(),
+                 recipe):
+        digest.update(hashlib.sha256(part).digest())
+    return digest.hexdigest()[:16]
 
 
 def cached_bin_dir(module_dir: Path = GO_MODULE_DIR) -> Path:
-    """Where the binaries for the current go.sum live (whether or not they are built)."""
+    """Where the binaries for the current go.mod, go.sum and build recipe live (whether or
+    not they are built)."""
     return cache_root() / go_sum_digest(module_dir) / "bin"
 
 
@@ -148,7 +161,7 @@ def build(module_dir: Path = GO_MODULE_DIR, out: TextIO = sys.stdout) -> BuildRe
             go,
             "build",
             "-v",
-            "-trimpath",
+            *BUILD_FLAGS,
             "-ldflags",
             version_ldflags(report.kubernetes_version),
             "-o",
