@@ -479,3 +479,22 @@ def test_what_validate_alone_refuses_does_not_make_a_stored_tuning_invalid() -> 
     # The API server checks annotation keys in lower case: Team.Example.com/owner is fine.
     assert [field for field, _ in found] == ["metadata.clusterName",
                                              "spec.mig.nodeSelector['gpu pool']"]
+
+
+def test_annotations_over_the_api_servers_total_are_refused_by_validate() -> None:
+    """The API server refuses an object whose annotations (keys and values, in bytes) pass
+    256 KiB: validate said valid, and the apply failed."""
+    from infertune.api.spec import MAX_ANNOTATIONS_BYTES, apply_problems
+
+    def tuning(value: str) -> InferenceTuning:
+        return InferenceTuning.model_validate({
+            "apiVersion": "infertune.io/v1alpha1", "kind": "InferenceTuning",
+            "metadata": {"name": "q", "namespace": "ml", "annotations": {"note": value}},
+            "spec": _spec()})
+
+    fits = "x" * (MAX_ANNOTATIONS_BYTES - len("note"))
+    assert apply_problems(tuning(fits)) == []
+    wide = "é" * ((MAX_ANNOTATIONS_BYTES - len("note")) // 2 + 1)  # 2 bytes each in UTF-8
+    assert apply_problems(tuning(wide)) == [(
+        "metadata.annotations", f"{MAX_ANNOTATIONS_BYTES + 2} bytes in all; the API server "
+        f"takes at most {MAX_ANNOTATIONS_BYTES} (keys and values together)")]

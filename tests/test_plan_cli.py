@@ -163,3 +163,18 @@ def test_every_example_holds_the_deployment_it_tunes(
     assert main(["plan", str(example), "--pod", str(example), "--output", "json"]) == 0
     result = json.loads(capsys.readouterr().out)
     assert not result["refused"] and result["patch"], result
+
+
+def test_plan_says_when_the_files_only_deployment_is_not_the_target(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """It plans for the file's only Deployment, as documented; but the operator never tunes
+    the pods of one the tuning does not target, and the preview read as what would happen."""
+    other = ROOT / "examples" / "tgi-l4-no-mig.yaml"
+    assert main(["plan", str(EXAMPLE), "--pod", str(other), "--output", "json"]) == 0
+    problems = json.loads(capsys.readouterr().out)["problems"]
+    assert problems[0] == ("Deployment mistral-7b is not the tuning's target "
+                           "(spec.targetRef.name qwen2-7b): the operator never tunes its pods; "
+                           "planned as if it were")
+    assert main(["plan", str(EXAMPLE), "--pod", str(EXAMPLE), "--output", "json"]) == 0
+    assert not any("is not the tuning's target" in p
+                   for p in json.loads(capsys.readouterr().out)["problems"])

@@ -61,9 +61,10 @@ def _tuning_of(documents: list[dict[str, Any]], source: str) -> InferenceTuning:
         raise PlanInputError("\n".join(lines)) from None
 
 
-def load_pod(path: Path, target: str | None = None) -> dict[str, Any]:
+def load_pod(path: Path, target: str | None = None) -> tuple[dict[str, Any], str | None]:
     """The pod to plan for: the one the Deployment named `target` (spec.targetRef) would
-    create, else a Pod, else the file's only Deployment's."""
+    create, else a Pod, else the file's only Deployment's; and the name of the Deployment it
+    comes from (None for a Pod)."""
     docs, source = _documents(path), source_name(path)
     deployments = [d for d in docs if d.get("kind") == "Deployment"]
     named = [d for d in deployments if _name(d) == target]
@@ -80,11 +81,11 @@ def load_pod(path: Path, target: str | None = None) -> dict[str, Any]:
     else:
         raise PlanInputError(f"{source}: no Pod or Deployment found")
     if pod is None:
-        return _deployment_pod(chosen, source)
+        return _deployment_pod(chosen, source), _name(chosen)
     problem = pod_problem(pod)
     if problem is not None:
         raise PlanInputError(f"{source}: Pod {_name(pod)}: {problem}")
-    return pod
+    return pod, None
 
 
 def _deployment_pod(deployment: dict[str, Any], source: str) -> dict[str, Any]:
@@ -117,6 +118,14 @@ def render(plan: PodPlan, *, as_json: bool) -> str:
 def plan_from_files(tuning_path: Path, pod_path: Path, launcher_image: str, *,
                     as_json: bool) -> str:
     tuning = load_tuning(tuning_path)
-    pod = load_pod(pod_path, tuning.spec.target_ref.name)
+    target = tuning.spec.target_ref.name
+    pod, owner = load_pod(pod_path, target)
     context = PodContext(tuning_name=tuning.metadata.name, launcher_image=launcher_image)
-    return render(plan_pod_patch(tuning.spec, pod, context), as_json=as_json)
+    plan = plan_pod_patch(tuning.spec, pod, context)
+    if owner is not None and owner != target:
+        # The file's only Deployment, planned for although the operator would never tune
+        # its pods: said, so that the preview is not read as what will happen.
+        plan.problems.insert(0, f"Deployment {owner} is not the tuning's target "
+                                f"(spec.targetRef.name {target}): the operator never tunes "
+                                "its pods; planned as if it were")
+    return render(plan, as_json=as_json)

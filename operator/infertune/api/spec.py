@@ -353,6 +353,12 @@ def apply_problems(tuning: InferenceTuning) -> list[tuple[str, str]]:
             problems.append((f"metadata.annotations[{key!r}]", problem.replace(
                 "is not a label key", "is not an annotation key").replace(
                 repr(key.lower()), repr(key))))
+    size = sum(len(key.encode()) + len(value.encode())
+               for key, value in tuning.metadata.annotations.items())
+    if size > MAX_ANNOTATIONS_BYTES:
+        # ValidateAnnotationsSize: keys and values together, in bytes.
+        problems.append(("metadata.annotations", f"{size} bytes in all; the API server takes "
+                         f"at most {MAX_ANNOTATIONS_BYTES} (keys and values together)"))
     if tuning.spec.mig is not None:
         for key, value in tuning.spec.mig.node_selector.items():
             if (problem := label_problem(key, value)) is not None:
@@ -362,6 +368,8 @@ def apply_problems(tuning: InferenceTuning) -> list[tuple[str, str]]:
     return problems
 
 
+MAX_ANNOTATIONS_BYTES = 256 * 1024
+"""The API server's limit on an object's annotations, keys and values together."""
 _OBJECT_META_FIELDS = frozenset({
     "name", "generateName", "namespace", "selfLink", "uid", "resourceVersion", "generation",
     "creationTimestamp", "deletionTimestamp", "deletionGracePeriodSeconds", "labels",
