@@ -167,10 +167,11 @@ def controller(monkeypatch: pytest.MonkeyPatch) -> Any:
     state["events"] = []
     monkeypatch.setattr(kopf, "event", lambda owner, *, type, reason, message:
                         state["events"].append((type, reason, message)))
-    memo = kopf.Memo(pod_tuning=controller_pods.PodTuningSettings(launcher_image="l:1"))
+    memo = kopf.Memo(pod_tuning=controller_pods.PodTuningSettings(
+        launcher_image="l:1", excluded_namespaces=("kube-system", "infertune-system")))
 
-    def run(pods: list[PodView], rivals: tuple[str, ...] = ()) -> str:
-        status = controller_pods.retune("chat", "mistral-7b", "uid-1", state["spec"], pods,
+    def run(pods: list[PodView], rivals: tuple[str, ...] = (), namespace: str = "chat") -> str:
+        status = controller_pods.retune(namespace, "mistral-7b", "uid-1", state["spec"], pods,
                                         memo, rivals=rivals)
         return str(status.message)
 
@@ -217,6 +218,39 @@ def test_an_eviction_the_api_server_fails_is_reported(controller: Any) -> None:
     controller["evict_error"] = 500
     message = controller["run"](_outdated(3))
     assert "evicting mistral-7b-6b7c9d-00000 failed: 500 Internal Server Error" in message
+
+
+def test_pods_of_a_namespace_the_webhook_leaves_out_are_never_replaced(
+        controller: Any) -> None:
+    """A tuning in kube-system (or the operator's namespace): the registration never sends
+    its pods, so each replacement came back untuned and was evicted again when the pause ran
+    out, a model reload every time."""
+    message = controller["run"](_outdated(3), namespace="kube-system")
+    assert controller["evicted"] == [] and controller["events"] == []
+    assert message.startswith("pods of namespace kube-system are never sent to the "
+                              "operator's webhook"), message
+
+
+def test_pods_opted_out_of_tuning_are_not_replicas_to_re_tune() -> None:
+    """infertune.io/tuning=disabled: the webhook is never called for the pod nor for its
+    replacement. Counted as outdated, it was evicted over and over."""
+    import asyncio
+
+    from infertune.controller.pods import pods_by_deployment
+
+    def body(labels: dict[str, str]) -> dict[str, Any]:
+        return {"metadata": {"name": "p", "namespace": "chat", "labels": labels,
+                             "ownerReferences": [{"kind": "ReplicaSet",
+                                                  "name": "mistral-7b-6b7c9d",
+                                                  "controller": True}]},
+                "status": {"phase": "Running"}}
+
+    owners = {("chat", "mistral-7b-6b7c9d"): ["mistral-7b"]}
+    for labels, indexed in (({"infertune.io/tuning": "disabled"}, False),
+                            ({"infertune.io/tuning": "enabled"}, True), ({}, True)):
+        got = asyncio.run(pods_by_deployment(namespace="chat", name="p", body=body(labels),
+                                             replicaset_owners=owners))
+        assert (got is not None) is indexed, labels
 
 
 def test_a_pod_that_ended_is_no_replica() -> None:

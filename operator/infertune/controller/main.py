@@ -62,13 +62,19 @@ def _webhook_server(args: argparse.Namespace, own_namespace: str,
         tls_dir = cleanup.enter_context(tempfile.TemporaryDirectory(prefix="infertune-tls-"))
         cert, key = write_self_signed(Path(tls_dir), hosts, days=WEBHOOK_CERT_DAYS)
     return RegisteringWebhookServer(
-        registration=WebhookRegistration(excluded_namespaces=("kube-system", own_namespace),
+        registration=WebhookRegistration(excluded_namespaces=excluded_namespaces(own_namespace),
                                          included_namespaces=tuple(args.namespaces or ()),
                                          service=service, owned_by=args.webhook_owner),
         addr=args.webhook_addr, port=args.webhook_port, host=host,
         certfile=cert, pkeyfile=key, cafile=args.webhook_ca or cert,
         check_s=args.webhook_check_interval,
     )
+
+
+def excluded_namespaces(own_namespace: str) -> tuple[str, ...]:
+    """The namespaces whose pods the webhook is never sent: the system's and the operator's
+    own (the registration leaves them out, and re-tuning replaces none of their pods)."""
+    return ("kube-system", own_namespace)
 
 
 def webhook_service(value: str | None) -> tuple[str, str, int] | None:
@@ -300,8 +306,10 @@ def run_operator(args: argparse.Namespace) -> int:
             cleanup.callback(leader.stop)
             cleanup.callback(scaling.executor.shutdown, wait=True)
         memo = kopf.Memo(
-            pod_tuning=pods.PodTuningSettings(launcher_image=args.launcher_image,
-                                              static_cpu_manager=not args.no_static_cpu_manager),
+            pod_tuning=pods.PodTuningSettings(
+                launcher_image=args.launcher_image,
+                static_cpu_manager=not args.no_static_cpu_manager,
+                excluded_namespaces=excluded_namespaces(own_namespace)),
             webhook_server=_webhook_server(args, own_namespace, cleanup),
             mig=mig.MigSettings.watching(
                 own_namespace, namespaces, *([] if args.mig_config_delay is None

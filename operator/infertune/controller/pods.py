@@ -35,7 +35,7 @@ from infertune.controller.conditions import MAX_EVENT_MESSAGE, stored_reason
 from infertune.controller.loops import STOP_TIMEOUT_S, Work, every, leader_of, snapshot
 from infertune.controller.spec_cache import SPECS
 from infertune.kube.client import evict_pod, read_deployment, server_message
-from infertune.kube.webhooks import HANDLER_ID
+from infertune.kube.webhooks import HANDLER_ID, OPT_OUT_LABEL, OPT_OUT_VALUE
 from infertune.tuning.pod_patch import (
     PodContext,
     plan_pod_patch,
@@ -71,6 +71,9 @@ class PodTuningSettings:
     """The last eviction of each tuning, for the untuned-replacement guard."""
     indexed: asyncio.Event = field(default_factory=asyncio.Event)
     """Set once kopf's indexes hold their first listing (`indexes_loaded`)."""
+    excluded_namespaces: tuple[str, ...] = ()
+    """The namespaces whose pods the webhook registration never sends (kube-system, the
+    operator's own): their pods are never tuned, so none is replaced to tune it."""
 
 
 INDEX_WAIT_S = 3.0
@@ -153,6 +156,11 @@ async def pods_by_deployment(namespace: str, name: str, body: kopf.Body,
     if deployment is None or status.get("phase") in ("Succeeded", "Failed"):
         # A pod that ended (evicted by the kubelet, a node shut down) is no replica: the
         # ReplicaSet has already started another; counted, it blocked re-tuning for good.
+        return None
+    if (meta.get("labels") or {}).get(OPT_OUT_LABEL) == OPT_OUT_VALUE:
+        # Opted out: the webhook is never called for it, nor for the pod that replaces it.
+        # Counted as outdated, it was evicted, came back untuned, and was evicted again
+        # every time the pause ran out (a model reload each time).
         return None
     ready = any(c.get("type") == "Ready" and c.get("status") == "True"
                 for c in status.get("conditions") or [])
@@ -347,6 +355,14 @@ def retune(namespace: str, name: str, uid: str, spec: InferenceTuningSpec,
     step = plan_retune(revision, pods, spec.retune.max_unavailable, last, clock)
     message = step.reason
     target = spec.target_ref.name
+    if namespace in settings.excluded_namespaces:
+        # The registration never sends these pods: a replacement comes back untuned, so
+        # replacing them only costs availability (and a model reload each).
+        return TuningStatus(
+            revision=revision, tuned_pods=step.tuned, outdated_pods=step.outdated,
+            message=f"pods of namespace {namespace} are never sent to the operator's webhook "
+            "(it leaves out kube-system and the operator's own namespace): none is tuned or "
+            "replaced; move the workload to another namespace")
     # Read the Deployment only when something is outdated: most ticks have nothing to do.
     deployment = read_deployment(namespace, target) if step.outdated and not rivals else None
     if not step.outdated:

@@ -42,6 +42,7 @@ operator process that stops removes the one it registered, though another may st
 REQUEST_TIMEOUT_S = 10.0
 OPT_OUT_LABEL = f"{keys.PREFIX}/tuning"
 """Pods labelled infertune.io/tuning=disabled are never sent to the webhook."""
+OPT_OUT_VALUE = "disabled"
 REGISTERED_BY = f"{keys.PREFIX}/registered-by"
 """Annotation naming the operator process that registered the configuration last: the one
 that may remove it."""
@@ -124,7 +125,7 @@ class WebhookRegistration:
                 "reinvocationPolicy": "Never",
                 "namespaceSelector": {"matchExpressions": self._namespace_expressions()},
                 "objectSelector": {"matchExpressions": [{
-                    "key": OPT_OUT_LABEL, "operator": "NotIn", "values": ["disabled"]}]},
+                    "key": OPT_OUT_LABEL, "operator": "NotIn", "values": [OPT_OUT_VALUE]}]},
                 "timeoutSeconds": self.timeout_seconds,
                 "admissionReviewVersions": ["v1"],
             }],
