@@ -188,6 +188,40 @@ def test_mutating_twice_wraps_once() -> None:
     assert [c["name"] for c in twice["spec"]["initContainers"]].count(LAUNCHER_INIT) == 1
 
 
+def _with(pod: dict[str, Any], **spec: Any) -> dict[str, Any]:
+    pod["spec"].update(spec)
+    return pod
+
+
+@pytest.mark.parametrize(("pod", "says"), [
+    (_with(_pod(), containers=[_pod()["spec"]["containers"][0],
+                               {"name": "infertune-launcher", "image": "sidecar:1"}]),
+     "the pod's container infertune-launcher has the name of the launcher's init container"),
+    (_with(_pod(), initContainers=[{"name": "infertune-launcher", "image": "x:1",
+                                    "command": ["sh", "-c", "true"]}]),
+     "the pod's init container infertune-launcher has the name of the launcher's"),
+    (_with(_pod(), volumes=[{"name": "infertune-launcher", "configMap": {"name": "c"}}]),
+     "the pod's volume infertune-launcher has the name of the launcher's volume"),
+    (_with(_pod(volumeMounts=[{"name": "models", "mountPath": "/infertune/"}]),
+           volumes=[{"name": "models", "emptyDir": {}}]),
+     "container vllm mounts volume models at /infertune, where the launcher goes"),
+])
+def test_a_pod_whose_names_or_paths_the_launcher_needs_is_admitted_unchanged(
+        pod: dict[str, Any], says: str) -> None:
+    """Patched, it was a pod the API server refuses (a duplicate name, a mountPath twice),
+    which failurePolicy: Ignore does not cover: the ReplicaSet could create no pod at all."""
+    plan = plan_pod_patch(_spec(), pod, CONTEXT)
+    assert plan.refused and plan.patch == [], plan
+    assert plan.problems[0].startswith(says), plan.problems
+
+
+def test_the_launchers_own_pieces_from_an_earlier_admission_are_no_clash() -> None:
+    once = _apply(_spec(), _pod())
+    del once["metadata"]["labels"][keys.REVISION]  # as a copy of a tuned pod would be
+    again = plan_pod_patch(_spec(), once, CONTEXT)
+    assert not again.refused, again.problems
+
+
 def test_no_command_is_reported_not_guessed() -> None:
     pod = _pod()
     del pod["spec"]["containers"][0]["command"]

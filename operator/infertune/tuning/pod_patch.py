@@ -397,7 +397,7 @@ def _launcher_ops(pod_spec: dict[str, Any], index: int, serving: dict[str, Any],
     init = {
         "name": LAUNCHER_INIT,
         "image": context.launcher_image,
-        "command": ["python", "-m", "infertune", "launcher", "install", LAUNCHER_DIR],
+        "command": [*LAUNCHER_INSTALL, LAUNCHER_DIR],
         "volumeMounts": [{"name": LAUNCHER_VOLUME, "mountPath": LAUNCHER_DIR}],
         # requests == limits keeps a Guaranteed pod Guaranteed.
         "resources": {"requests": {"cpu": "50m", "memory": "64Mi"},
@@ -415,7 +415,7 @@ def _launcher_ops(pod_spec: dict[str, Any], index: int, serving: dict[str, Any],
     base = _pointer("spec", "containers", index)
     mount = {"name": LAUNCHER_VOLUME, "mountPath": LAUNCHER_DIR, "readOnly": True}
     mounts = serving.get("volumeMounts")
-    if not any(m.get("name") == LAUNCHER_VOLUME for m in mounts or []):
+    if not any(_launcher_mount(m) for m in mounts or []):
         ops.append({"op": "add", "path": f"{base}/volumeMounts/-", "value": mount} if mounts
                    else {"op": "add", "path": f"{base}/volumeMounts", "value": [mount]})
     command = list(serving["command"])
@@ -424,6 +424,40 @@ def _launcher_ops(pod_spec: dict[str, Any], index: int, serving: dict[str, Any],
     if wrapped != list(pod_spec["containers"][index].get("command") or []):
         ops.append({"op": "replace", "path": f"{base}/command", "value": wrapped})
     return ops
+
+
+LAUNCHER_INSTALL = ["python", "-m", "infertune", "launcher", "install"]
+"""How the launcher's init container starts: what tells it from a container of that name."""
+
+
+def _launcher_mount(mount: Mapping[str, Any]) -> bool:
+    return (mount.get("name") == LAUNCHER_VOLUME
+            and str(mount.get("mountPath") or "").rstrip("/") == LAUNCHER_DIR)
+
+
+def _launcher_clash(pod_spec: Mapping[str, Any], serving: Mapping[str, Any]) -> str | None:
+    """What of the pod's own takes a name or path the launcher needs (its pieces from an
+    earlier admission are recognised by what they are, not by name alone)."""
+    for container in pod_spec.get("containers") or []:
+        if container.get("name") == LAUNCHER_INIT:
+            return (f"the pod's container {LAUNCHER_INIT} has the name of the launcher's init "
+                    "container, and names are unique in a pod; rename the container")
+    for container in pod_spec.get("initContainers") or []:
+        if (container.get("name") == LAUNCHER_INIT
+                and list(container.get("command") or [])[:5] != LAUNCHER_INSTALL):
+            return (f"the pod's init container {LAUNCHER_INIT} has the name of the launcher's "
+                    "init container, and names are unique in a pod; rename it")
+    for volume in pod_spec.get("volumes") or []:
+        if volume.get("name") == LAUNCHER_VOLUME and "emptyDir" not in volume:
+            return (f"the pod's volume {LAUNCHER_VOLUME} has the name of the launcher's volume "
+                    "(an emptyDir), and names are unique in a pod; rename the volume")
+    for mount in serving.get("volumeMounts") or []:
+        if (str(mount.get("mountPath") or "").rstrip("/") == LAUNCHER_DIR
+                and not _launcher_mount(mount)):
+            return (f"container {serving.get('name')} mounts volume {mount.get('name')} at "
+                    f"{LAUNCHER_DIR}, where the launcher goes, and a path is mounted once; "
+                    "mount it elsewhere")
+    return None
 
 
 def _knob(spec: InferenceTuningSpec) -> str | None:
@@ -652,6 +686,12 @@ def plan_pod_patch(spec: InferenceTuningSpec, pod: dict[str, Any],
         problems.append(f"{refused}: {gets}; add SYS_NICE to its "
                         "securityContext.capabilities.add for the whole binding")
 
+    clash = (_launcher_clash(pod_spec, serving)
+             if spec.numa.policy is not NumaPolicy.NONE and serving.get("command") else None)
+    if clash is not None:
+        # Patched, the pod is one the API server refuses (a duplicate name, a mountPath twice),
+        # which failurePolicy: Ignore does not cover: the ReplicaSet could create no pod.
+        return PodPlan(revision, refused=True, problems=[clash])
     ops: list[Op] = []
     for op in _batching_ops(spec, _pointer("spec", "containers", index), serving, context,
                             reasons, problems):
