@@ -42,6 +42,19 @@ def test_unready_outdated_pods_go_first_and_cost_no_budget() -> None:
     assert step.evict == ("b",)
 
 
+def test_pods_not_ready_are_evicted_within_max_unavailable_too() -> None:
+    """Eight replicas whose readiness blipped under load, all outdated (a batching change):
+    every one was evicted in one pass, a model reload on each. As the Deployment controller
+    caps its clean-up of unhealthy pods, one goes; the next once its replacement is Ready."""
+    blip = [PodView(f"p{i}", "r1", False) for i in range(8)]
+    first = plan_retune("r2", blip, 1, desired=8)
+    assert first.evict == ("p0",), first.reason
+    loading = [*blip[1:], PodView("p0-new", "r2", False)]
+    assert plan_retune("r2", loading, 1, desired=8).evict == ()
+    served = [*blip[1:], PodView("p0-new", "r2", True)]
+    assert plan_retune("r2", served, 1, desired=8).evict == ("p1",)
+
+
 def test_max_unavailable_allows_several() -> None:
     step = plan_retune("r2", _pods(("a", "r1", True), ("b", "r1", True), ("c", "r1", True)), 2)
     assert step.evict == ("a", "b")

@@ -98,9 +98,19 @@ def plan_retune(revision: str, pods: Iterable[PodView], max_unavailable: int,
                           f"again in {wait / 60:.0f} min)", missed)
     ready = sum(1 for p in live if p.ready)
     unavailable = len(pods) - ready if desired is None else max(len(pods), desired) - ready
+    # In all, not Ready ones included, as the Deployment controller caps even its clean-up of
+    # unhealthy pods (maxScaledDown): what stays above the replicas less maxUnavailable,
+    # less the tuned pods not Ready yet. Uncapped, a readiness blip under load (every pod of
+    # a changed revision outdated) had every replica evicted in one pass, and a blip of
+    # seconds became minutes of model reload on all of them.
+    wanted = len(pods) if desired is None else desired
+    loading = sum(1 for p in live if p.revision == revision and not p.ready)
+    cap = len(live) - (wanted - max_unavailable) - loading
     evict: list[str] = []
     last_ready: str | None = None
     for pod in outdated:
+        if len(evict) >= cap:
+            break
         # Evicting a pod that is not Ready costs no availability; a Ready one takes budget.
         if pod.ready and unavailable >= max_unavailable:
             break
