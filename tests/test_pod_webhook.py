@@ -74,3 +74,25 @@ def test_without_a_node_event_the_indexes_are_read_as_they_are_after_one_wait(
 
     waited, then = asyncio.run(scenario())
     assert waited >= 0.2 and then < 0.2
+
+
+def test_the_webhook_records_what_it_did_with_each_tunings_last_pod() -> None:
+    """Re-tuning goes by it: the webhook sees the pod with the namespace's LimitRange defaults
+    filled in, which the Deployment's template does not have."""
+    from infertune.api.spec import InferenceTuningSpec
+    from infertune.tuning.pod_patch import tuning_revision
+
+    memo = kopf.Memo(pod_tuning=PodTuningSettings(launcher_image="infertune:test"))
+    memo.pod_tuning.indexed.set()
+    loaded = {"owners": {("ml", "qwen-5d4f8b9c7"): ["qwen"]},
+              "tunings": {("ml", "qwen"): [TUNING]}}
+    asyncio.run(admit(memo, loaded))
+    revision = tuning_revision(InferenceTuningSpec.model_validate(TUNING["spec"]))
+    assert memo.pod_tuning.admitted["ml/qwen"] == (revision, None)
+    refused = {**TUNING, "generation": 2,
+               "spec": {**TUNING["spec"], "memory": {"highRatio": 0.9}}}  # no limit here
+    loaded["tunings"][("ml", "qwen")] = [refused]
+    asyncio.run(admit(memo, loaded))
+    got_revision, why = memo.pod_tuning.admitted["ml/qwen"]
+    assert got_revision == tuning_revision(InferenceTuningSpec.model_validate(refused["spec"]))
+    assert why is not None and why.startswith("spec.memory.highRatio"), why

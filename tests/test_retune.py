@@ -189,6 +189,7 @@ def controller(monkeypatch: pytest.MonkeyPatch) -> Any:
         return str(status.message)
 
     state["run"] = run
+    state["memo"] = memo
     return state
 
 
@@ -242,6 +243,47 @@ def test_pods_of_a_namespace_the_webhook_leaves_out_are_never_replaced(
     assert controller["evicted"] == [] and controller["events"] == []
     assert message.startswith("pods of namespace kube-system are never sent to the "
                               "operator's webhook"), message
+
+
+def test_replacing_goes_by_what_the_webhook_did_with_the_last_pod_of_the_revision(
+        controller: Any) -> None:
+    """The webhook sees the pod after the namespace's LimitRange filled in its limits, which
+    the Deployment's template does not have: judged on the template, pods the webhook then
+    refused were evicted (and came back untuned, again and again), and pods it would tune
+    were never replaced."""
+    from infertune.api.spec import InferenceTuningSpec
+    from infertune.tuning.pod_patch import tuning_revision
+
+    revision = tuning_revision(controller["spec"])
+    admitted = controller["memo"].pod_tuning.admitted
+    admitted["chat/mistral-7b"] = (revision, "spec.memory.high: 28Gi is above the memory "
+                                             "limit 24Gi minus minHeadroom 1Gi")
+    message = controller["run"](_outdated(3))
+    assert controller["evicted"] == [], message
+    assert message == ("3 pods not tuned, none replaced: spec.memory.high: 28Gi is above the "
+                       "memory limit 24Gi minus minHeadroom 1Gi")
+    # A refusal at another revision says nothing about this one: the template decides (this
+    # Deployment has a memory limit, so it would be tuned).
+    admitted["chat/mistral-7b"] = ("another", "spec.memory.high: refused then")
+    controller["memo"].pod_tuning.last_evictions.clear()
+    controller["evicted"].clear()
+    controller["run"](_outdated(3))
+    assert controller["evicted"] == ["mistral-7b-6b7c9d-00000"]
+    # The other way: above the template's 16Gi limit, under the pods' larger one.
+    high = InferenceTuningSpec.model_validate({
+        **controller["spec"].model_dump(by_alias=True, exclude_none=True),
+        "memory": {"high": "20Gi"}})
+    controller["spec"] = high
+    admitted["chat/mistral-7b"] = (tuning_revision(high), None)
+    controller["memo"].pod_tuning.last_evictions.clear()
+    controller["evicted"].clear()
+    said = controller["run"](_outdated(3))
+    assert controller["evicted"] == ["mistral-7b-6b7c9d-00000"], said
+    del admitted["chat/mistral-7b"]  # the template alone refuses it
+    controller["memo"].pod_tuning.last_evictions.clear()
+    controller["evicted"].clear()
+    assert "none replaced: spec.memory.high: 20Gi is above" in controller["run"](_outdated(3))
+    assert controller["evicted"] == []
 
 
 def test_pods_opted_out_of_tuning_are_not_replicas_to_re_tune() -> None:

@@ -71,6 +71,10 @@ class PodTuningSettings:
     """The last eviction of each tuning, for the untuned-replacement guard."""
     indexed: asyncio.Event = field(default_factory=asyncio.Event)
     """Set once kopf's indexes hold their first listing (`indexes_loaded`)."""
+    admitted: dict[str, tuple[str, str | None]] = field(default_factory=dict)
+    """The revision of the last pod the webhook admitted for each tuning, and why it was
+    left unchanged (None: tuned). Re-tuning goes by it: the webhook sees the pod after the
+    namespace's LimitRange has filled in limits and requests, which the template has not."""
     excluded_namespaces: tuple[str, ...] = ()
     """The namespaces whose pods the webhook registration never sends (kube-system, the
     operator's own): their pods are never tuned, so none is replaced to tune it."""
@@ -253,6 +257,9 @@ def _tune_pod(body: kopf.Body, patch: kopf.Patch, warnings: list[str], memo: kop
         settings.unreported[f"{namespace}/{entry['name']}"] = (tuple(plan.problems),
                                                                  plan.refused)
     settings.latest_problems[f"{namespace}/{entry['name']}"] = list(plan.problems)
+    settings.admitted[f"{namespace}/{entry['name']}"] = (
+        plan.revision, (plan.problems[0] if plan.problems else "refused") if plan.refused
+        else None)
     if plan.patch:
         ops = list(plan.patch)
         patch.fns.append(lambda raw: jsonpatch.apply_patch(raw, ops, in_place=True))
@@ -291,7 +298,14 @@ def _annotate_template(namespace: str, deployment: str, revision: str) -> None:
 
 def _why_pods_cannot_be_tuned(name: str, spec: InferenceTuningSpec,
                               deployment: client.V1Deployment, memo: kopf.Memo,
-                              batching_value: int | None) -> str | None:
+                              batching_value: int | None,
+                              admitted: tuple[str, str | None] | None = None,
+                              revision: str | None = None) -> str | None:
+    """Why a pod re-created now would come back untuned: as the webhook found for the last
+    pod of this revision it admitted (it saw the pod with the namespace's LimitRange
+    defaults filled in), else as a preview of the Deployment's template finds."""
+    if admitted is not None and admitted[0] == revision:
+        return admitted[1]
     settings: PodTuningSettings = memo.pod_tuning
     raw = client.ApiClient().sanitize_for_serialization(deployment)  # type: ignore[no-untyped-call]
     preview = plan_pod_patch(spec, pod_from_deployment(raw), PodContext(
@@ -374,8 +388,9 @@ def retune(namespace: str, name: str, uid: str, spec: InferenceTuningSpec,
     elif deployment is None:
         message = (f"{step.outdated} pods outdated, none replaced: Deployment "
                    f"{namespace}/{target} not found")
-    elif (problem := _why_pods_cannot_be_tuned(name, spec, deployment, memo,
-                                                batching_value)) is not None:
+    elif (problem := _why_pods_cannot_be_tuned(name, spec, deployment, memo, batching_value,
+                                                settings.admitted.get(key), revision)
+          ) is not None:
         # Re-created pods would come back untuned: replacing them only costs availability.
         message = f"{step.outdated} pods not tuned, none replaced: {problem}"
         _report_once(memo, namespace, entry, [problem], refused=True)
