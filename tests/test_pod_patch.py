@@ -768,3 +768,18 @@ def test_a_privileged_container_tells_the_launcher_its_device_nodes_are_not_its_
         "spec"]["containers"][0])
     assert privileged["INFERTUNE_DEVICE_NODES"] == "ignore"
     assert "INFERTUNE_DEVICE_NODES" not in _env(_apply(_spec(), _pod())["spec"]["containers"][0])
+
+
+def test_complaints_about_a_long_malloc_conf_stay_short() -> None:
+    """Each of 200 complaints quoted the whole 3.5 KB MALLOC_CONF: the dry-run plan annotation
+    passed the API server's 256 KiB for annotations, so a DryRun pod, which must change
+    nothing, was refused; the same text went into admission warnings and status."""
+    conf = ",".join(f"bogus_option_{i}:1" for i in range(200))
+    pod = _pod(env=[{"name": "MALLOC_CONF", "value": conf}])
+    plan = plan_pod_patch(_spec(mode="DryRun"), pod, CONTEXT)
+    malloc = [p for p in plan.problems if "MALLOC_CONF" in p or "more problems" in p]
+    assert len(malloc) == 6 and malloc[-1] == "and 195 more problems in MALLOC_CONF", malloc
+    assert all(len(p) < 400 for p in malloc), max(map(len, malloc))
+    annotation = jsonpatch.apply_patch(pod, plan.patch)["metadata"]["annotations"][
+        keys.DRY_RUN_PLAN]
+    assert len(annotation) < 32 * 1024, len(annotation)

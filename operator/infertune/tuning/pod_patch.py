@@ -295,23 +295,28 @@ def _allocator(spec: InferenceTuningSpec, env: _EnvPlan, cpu: float | None,
             complaints = check_malloc_conf(read)
             fatal = aborting(read, complaints)
             if fatal is not None:
-                return (f"MALLOC_CONF {read!r} makes jemalloc abort every process of the "
-                        f"container (abort_conf or abort), on {fatal.key}: {fatal.message}; "
-                        "fix the serving container's MALLOC_CONF or allocator.mallocConf")
-            problems += [f"MALLOC_CONF {read!r}: {p.message}" for p in complaints]
+                return (f"MALLOC_CONF {_quoted(read)} makes jemalloc abort every process of "
+                        f"the container (abort_conf or abort), on {fatal.key}: "
+                        f"{fatal.message}; fix the serving container's MALLOC_CONF or "
+                        "allocator.mallocConf")
+            problems += _at_most([f"MALLOC_CONF {_quoted(read)}: {p.message}"
+                                  for p in complaints], "problems in MALLOC_CONF")
             newer = new_in_5_3(read)
             if newer:
                 problems.append(
-                    f"MALLOC_CONF {read!r} sets {', '.join(newer)}, new in jemalloc 5.3: the "
-                    "5.2 of Ubuntu 22.04 and Debian 11 (the base of many CUDA images) ignores "
+                    f"MALLOC_CONF {_quoted(read)} sets {', '.join(newer)}, new in jemalloc "
+                    "5.3: the 5.2 of Ubuntu 22.04 and Debian 11 (the base of many CUDA images) "
+                    "ignores "
                     + ("them, and with abort_conf:true aborts every process of the container "
                        "on them" if aborts_on_invalid(read) else "them")
                     + "; check the image's libjemalloc2 version")
             pinned = [p for p in check_malloc_conf(read, pinned=pins) if p not in complaints]
-            problems += [f"MALLOC_CONF {read!r} in a process pinned to some of the node's CPUs "
-                         f"(NUMA binding, static CPU manager): {p.message}"
-                         + ("; jemalloc aborts there (abort_conf or abort)"
-                            if aborting(read, [p]) else "") for p in pinned]
+            problems += _at_most(
+                [f"MALLOC_CONF {_quoted(read)} in a process pinned to some of the node's CPUs "
+                 f"(NUMA binding, static CPU manager): {p.message}"
+                 + ("; jemalloc aborts there (abort_conf or abort)"
+                    if aborting(read, [p]) else "") for p in pinned],
+                "problems in MALLOC_CONF for a pinned process")
         if conf or env.existing("MALLOC_CONF") is not None:
             env.set("MALLOC_CONF", conf)
             reasons.append(f"allocator: preload {library} with MALLOC_CONF={conf} ({cpus})")
@@ -367,8 +372,8 @@ def _merged_conf(env: _EnvPlan, spec_conf: str | None,
         return _joined(own, spec_part), None
     _, syntax = scan(read)
     if syntax is not None:
-        problems.append(f"the serving container's MALLOC_CONF {read!r} has a syntax error, "
-                        "and jemalloc reads nothing after it: it is replaced by the spec's "
+        problems.append(f"the serving container's MALLOC_CONF {_quoted(read)} has a syntax "
+                        "error, and jemalloc reads nothing after it: it is replaced by the spec's "
                         "allocator.mallocConf; fix it to keep its settings")
         return spec_part, spec_part
     # A trailing comma a reference expands to stays (an optional $(EXTRA) left empty): the
@@ -458,6 +463,27 @@ def _launcher_clash(pod_spec: Mapping[str, Any], serving: Mapping[str, Any]) -> 
                     f"{LAUNCHER_DIR}, where the launcher goes, and a path is mounted once; "
                     "mount it elsewhere")
     return None
+
+
+QUOTED_CHARACTERS = 120
+"""How much of a value a problem quotes: the problems go into admission warnings, status and
+the dry-run plan annotation, one per complaint about it."""
+PROBLEMS_OF_A_KIND = 5
+"""How many complaints of one kind (about one MALLOC_CONF) are listed; the rest are counted."""
+
+
+def _quoted(value: str) -> str:
+    """`value` quoted, cut to QUOTED_CHARACTERS: each of 200 complaints about a 3.5 KB
+    MALLOC_CONF quoted all of it, and the dry-run plan annotation of a pod grew past the API
+    server's 256 KiB, so a DryRun pod was refused."""
+    return repr(value if len(value) <= QUOTED_CHARACTERS else value[:QUOTED_CHARACTERS] + "...")
+
+
+def _at_most(problems: list[str], what: str) -> list[str]:
+    if len(problems) <= PROBLEMS_OF_A_KIND:
+        return problems
+    more = len(problems) - PROBLEMS_OF_A_KIND
+    return [*problems[:PROBLEMS_OF_A_KIND], f"and {more} more {what}"]
 
 
 def _knob(spec: InferenceTuningSpec) -> str | None:
