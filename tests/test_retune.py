@@ -286,6 +286,37 @@ def test_replacing_goes_by_what_the_webhook_did_with_the_last_pod_of_the_revisio
     assert controller["evicted"] == []
 
 
+def test_pods_of_an_orphaned_replicaset_are_no_deployments() -> None:
+    """After `kubectl delete deployment --cascade=orphan` (how a selector is changed), the old
+    ReplicaSet's pods were taken, by its name, for those of the new Deployment of that name:
+    tuned, counted and evicted as its replicas."""
+    import asyncio
+
+    from infertune.controller.pods import pods_by_deployment, replicaset_owners
+
+    def rs(owners: list[dict[str, Any]]) -> dict[str, Any]:
+        return {"metadata": {"name": "mistral-7b-6b7c9d", "namespace": "chat",
+                             "ownerReferences": owners}}
+
+    orphan = asyncio.run(replicaset_owners(namespace="chat", name="mistral-7b-6b7c9d",
+                                           body=rs([])))
+    owned = asyncio.run(replicaset_owners(namespace="chat", name="mistral-7b-6b7c9d", body=rs(
+        [{"kind": "Deployment", "name": "mistral-7b", "controller": True}])))
+    assert (orphan, owned) == ({("chat", "mistral-7b-6b7c9d"): ""},
+                               {("chat", "mistral-7b-6b7c9d"): "mistral-7b"})
+    pod = {"metadata": {"name": "mistral-7b-6b7c9d-abcde", "namespace": "chat",
+                        "labels": {"pod-template-hash": "6b7c9d"},
+                        "ownerReferences": [{"kind": "ReplicaSet", "name": "mistral-7b-6b7c9d",
+                                             "controller": True}]},
+           "status": {"phase": "Running"}}
+    for index, indexed in (({("chat", "mistral-7b-6b7c9d"): [""]}, None),
+                           ({("chat", "mistral-7b-6b7c9d"): ["mistral-7b"]}, "mistral-7b"),
+                           ({}, "mistral-7b")):  # not listed yet: by the name, as before
+        got = asyncio.run(pods_by_deployment(namespace="chat", name="p", body=pod,
+                                             replicaset_owners=index))
+        assert (None if got is None else next(iter(got))[1]) == indexed, index
+
+
 def test_pods_opted_out_of_tuning_are_not_replicas_to_re_tune() -> None:
     """infertune.io/tuning=disabled: the webhook is never called for the pod nor for its
     replacement. Counted as outdated, it was evicted over and over."""

@@ -94,7 +94,10 @@ def _deployment_of(namespace: str, meta: dict[str, Any],
         return None
     rs_name = str(owner.get("name"))
     for deployment in replicaset_owners.get((namespace, rs_name), []):
-        return deployment
+        # "" for a ReplicaSet no Deployment controls: orphaned (`kubectl delete deployment
+        # --cascade=orphan`, the way to change a selector), its pods are no Deployment's,
+        # even of one named as its prefix is.
+        return deployment or None
     # The index may lag the ReplicaSet by a moment; the Deployment controller names
     # ReplicaSets <deployment>-<pod-template-hash>, and the pod carries that hash.
     template_hash = (meta.get("labels") or {}).get("pod-template-hash")
@@ -144,11 +147,12 @@ def _knob_of(spec: Mapping[str, Any]) -> str | None:
 
 @kopf.index("apps", "v1", "replicasets")  # type: ignore[arg-type]
 async def replicaset_owners(namespace: str, name: str, body: kopf.Body,
-                            **_: Any) -> dict[tuple[str, str], str] | None:
+                            **_: Any) -> dict[tuple[str, str], str]:
+    """Every ReplicaSet, with the Deployment that controls it, "" when none does."""
     for ref in (body.get("metadata") or {}).get("ownerReferences") or []:
         if ref.get("kind") == "Deployment" and ref.get("controller"):
             return {(namespace, name): str(ref["name"])}
-    return None
+    return {(namespace, name): ""}
 
 
 @kopf.index("", "v1", "pods")  # type: ignore[arg-type]
