@@ -2,11 +2,40 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import Generator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+REQUIRE_COMPONENTS = "INFERTUNE_REQUIRE_COMPONENTS"
+"""Set to 1 (.ci/run sets it), a test skipped for want of a real component the machine should
+have (Prometheus, promtool, numactl, libjemalloc) fails instead: a package install that did
+not happen would otherwise leave CI green with a hundred tests of the real thing skipped."""
+MISSING_COMPONENT = ("needs ", "is absent (apt")
+"""How the reason of such a skip reads (`needs /usr/bin/prometheus`, `... is absent (apt-get
+install libjemalloc2)`); other skips (the kernel refused a binding, one CPU) stay skips."""
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]
+                              ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    report = yield
+    if report.skipped and os.environ.get(REQUIRE_COMPONENTS) == "1":
+        reason = _skip_reason(report.longrepr)
+        if reason.startswith(MISSING_COMPONENT[0]) or MISSING_COMPONENT[1] in reason:
+            report.outcome = "failed"
+            report.longrepr = (f"skipped for want of a component, which {REQUIRE_COMPONENTS}=1 "
+                               f"makes a failure: {reason}")
+    return report
+
+
+def _skip_reason(longrepr: Any) -> str:
+    """The reason of a skip report (pytest keeps it as (path, line, "Skipped: reason"))."""
+    text = longrepr[2] if isinstance(longrepr, tuple) and len(longrepr) == 3 else str(longrepr)
+    return str(text).removeprefix("Skipped: ")
 
 
 @pytest.fixture

@@ -559,10 +559,15 @@ def _assert_on_node_0_cpus(done: subprocess.CompletedProcess[str]) -> None:
 @pytest.mark.parametrize("shell", SHELLS)
 def test_real_numactl_binds_to_node_0(shell: list[str]) -> None:
     done = _launch_on_node_0(shell)
-    if "action=unbound" in done.stderr:
+    refused = "Operation not permitted" in done.stderr  # the kernel's word, not ours
+    if refused and "action=unbound" in done.stderr:
         pytest.skip(f"the kernel refused the binding here: {done.stderr.strip()}")
-    assert "action=bind" in done.stderr
+    assert "action=bind" in done.stderr, done.stderr
     _assert_on_node_0_cpus(done)
+    if refused:  # the memory policy calls (without CAP_SYS_NICE under seccomp): CPUs only
+        pytest.skip(f"the kernel refused the memory policy here: {done.stderr.strip()}")
+    # "membind: 0" alone is also what an unbound process shows on a one-node machine.
+    assert re.search(r"^policy: bind\s*$", done.stdout, re.MULTILINE), done.stdout
     assert re.search(r"^membind: 0\s*$", done.stdout, re.MULTILINE), done.stdout
 
 
@@ -600,7 +605,9 @@ def test_real_numactl_under_a_seccomp_filter_without_sys_nice_binds_the_cpus(
     assert re.search(r"^policy: default\s*$", done.stdout, re.MULTILINE), done.stdout
 
 
-JEMALLOC = Path("/usr/lib/x86_64-linux-gnu/libjemalloc.so.2")
+JEMALLOC = next(iter(sorted(Path("/usr/lib").glob("*/libjemalloc.so.2"))),
+                Path("/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"))
+"""The Debian package's library, on this machine's architecture."""
 
 
 @real_numactl

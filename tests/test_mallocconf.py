@@ -28,7 +28,9 @@ from infertune.tuning.mallocconf import (
     parse_malloc_conf,
 )
 
-JEMALLOC = Path("/usr/lib/x86_64-linux-gnu/libjemalloc.so.2")
+JEMALLOC = next(iter(sorted(Path("/usr/lib").glob("*/libjemalloc.so.2"))),
+                Path("/usr/lib/x86_64-linux-gnu/libjemalloc.so.2"))
+"""The Debian package's library, on this machine's architecture."""
 CORPUS = Path(__file__).parent / "fixtures" / "mallocconf" / "corpus.txt"
 needs_jemalloc = pytest.mark.skipif(not JEMALLOC.exists(),
                                     reason=f"{JEMALLOC} is absent (apt-get install libjemalloc2)")

@@ -31,9 +31,12 @@ async def admit(memo: kopf.Memo, loaded: dict[str, Any]) -> tuple[kopf.Patch, li
     return patch, warnings
 
 
-def test_a_pod_admitted_while_the_indexes_load_waits_for_them() -> None:
+def test_a_pod_admitted_while_the_indexes_load_waits_for_them(
+        monkeypatch: pytest.MonkeyPatch) -> None:
     """Read before the first listing, the indexes were empty: every pod created at a start or
     a rolling upgrade was admitted untuned, and evicted by re-tuning later."""
+    # Longer than the test waits: the node event must wake it, not the fallback's timeout.
+    monkeypatch.setattr(pods, "INDEX_WAIT_S", 60.0)
     memo = kopf.Memo(pod_tuning=PodTuningSettings(launcher_image="infertune:test"))
     loaded: dict[str, Any] = {}
 

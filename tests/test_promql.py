@@ -280,16 +280,31 @@ def test_a_batch_query_stays_under_the_url_a_proxy_accepts() -> None:
     """The matchers are repeated in every selector of a query: at 53 tunings with long names
     the queue query's URL was 17 KB, and behind ingress-nginx (8 KiB) every tuning read as no
     data. Past the limit the Deployments, then the namespaces, are no longer named."""
-    from infertune.metrics.plan import MAX_QUERY_URL, url_length
+    import requests
+
+    from infertune.metrics.plan import MAX_QUERY_URL
 
     def targets(n: int) -> list[MetricsTarget]:
         return [MetricsTarget(f"inference-team-{i:03d}/t{i}", f"inference-team-{i:03d}",
                               f"qwen2-7b-instruct-{i:03d}", PRESETS[Engine.VLLM],
                               want_running=True) for i in range(n)]
 
+    def request_line(query: str) -> tuple[str, int]:
+        """The request line requests sends (range query parameters, as the adapter's), and
+        the length of the query in it: measured on what goes out, not with the planner's own
+        measure of it."""
+        prepared = requests.Request("GET", "http://prometheus:9090/api/v1/query_range", params={
+            "query": query, "start": "1796474860.000", "end": "1796474890", "step": "15",
+            "timeout": "5"}).prepare()
+        assert prepared.path_url is not None
+        sent = prepared.path_url.split("query=", 1)[1].split("&", 1)[0]
+        return f"GET {prepared.path_url} HTTP/1.1", len(sent)
+
     for n in range(1, 120, 4):
         for plan in plan_queries(targets(n), 1.0):
-            assert url_length(plan.query() or "") <= MAX_QUERY_URL, (n, plan.signal)
+            line, query_length = request_line(plan.query() or "")
+            assert query_length <= MAX_QUERY_URL, (n, plan.signal, query_length)
+            assert len(line) <= 8 * 1024 - 1024, (n, plan.signal)  # ingress-nginx's buffer
     few = next(p for p in plan_queries(targets(2), 1.0) if p.signal is Signal.QUEUE)
     assert "(?:qwen2-7b-instruct-000|qwen2-7b-instruct-001)" in (few.query() or "")
 
