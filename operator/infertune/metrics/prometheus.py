@@ -51,9 +51,13 @@ template must not hold the presets' queries, which every other tuning waits for.
 TEMPLATES_OFF = ("PromQL templates (spec.metrics.queries) are turned off in this operator "
                  "(infertune run --no-promql-templates); give metric names in spec.metrics "
                  "instead")
+ANSWER_TIMEOUTS = 1.5
+"""How long a query that started has to answer in full, in timeouts: requests' timeout is per
+read, which an answer sent a little at a time never reaches."""
 BUDGET_TIMEOUTS = 1.5
 """Queries not started within this many query timeouts are no data for their tunings this
-cycle (the others go on); so a batch takes at most this plus one timeout."""
+cycle (the others go on); so a batch takes at most this plus one timeout (plus ANSWER_TIMEOUTS
+when answers come slowly)."""
 FLOOR_REFRESH_S = 600.0
 """How long the latency histograms' lowest bucket bounds are kept before they are read again
 (one instant query per latency plan every 10 minutes, not one per cycle)."""
@@ -294,8 +298,8 @@ class PrometheusSource:
         own, so a tenant's slow templates never hold the queries every other tuning waits
         for. In each pool a plan not started within the budget is no data for its tunings
         (it queued behind slow queries: a Prometheus that hangs costs the batch at most the
-        budget and one timeout, however many plans); one that started has until the budget
-        and one timeout to answer, however slowly its answer comes.
+        budget and one timeout and a half, however many plans); one that started has
+        ANSWER_TIMEOUTS timeouts to answer in full, however slowly its answer comes.
         Each pool starts its plans where the last cycle's started ones ended, so no tuning is
         the one left out every time."""
         budget = self.timeout_s * BUDGET_TIMEOUTS
@@ -304,11 +308,17 @@ class PrometheusSource:
         order: dict[bool, list[tuple[QueryPlan, _Query]]] = {False: [], True: []}
         for planned in plans:
             order[planned[0].templated].append(planned)
+        began: dict[int, float] = {}
+
+        def timed(planned: tuple[QueryPlan, _Query]) -> _Answer:
+            began[id(planned[0])] = time.monotonic()
+            return run(planned)
+
         for templated, group in order.items():
             turn = self._turns[templated] % len(group) if group else 0
             pool = self._template_pool if templated else self._pool
             for planned in group[turn:] + group[:turn]:
-                submitted[pool.submit(run, planned)] = planned[0]
+                submitted[pool.submit(timed, planned)] = planned[0]
         _, waiting = wait(submitted, timeout=max(0.0, deadline - time.monotonic()))
         answers = []
         left_out = {False: 0, True: 0}
@@ -323,16 +333,18 @@ class PrometheusSource:
             self._turns[templated] += len(group) - left_out[templated]
         # One that started runs to its timeout, which requests applies to each read: an
         # answer sent slowly (a proxy, a slow link) never reaches it, and held the batch,
-        # and every evaluation waiting for it, for as long as it took.
-        last = deadline + self.timeout_s
+        # and every evaluation waiting for it, for as long as it took. It has its timeout and
+        # a half from its start (requests' own timeout says so first when nothing comes).
+        allowed = self.timeout_s * ANSWER_TIMEOUTS
         for future, plan in submitted.items():
+            started = began.get(id(plan), time.monotonic())  # just starting, if not known
             try:
-                answers.append(future.result(timeout=max(0.0, last - time.monotonic())))
+                answers.append(future.result(
+                    timeout=max(0.0, started + allowed - time.monotonic())))
             except FutureTimeout:
                 answers.append(_Answer(plan, {}, (
-                    f"Prometheus at {self.shown_url} failed: its answer did not arrive within "
-                    f"{budget + self.timeout_s:g}s, this cycle's longest wait (it answers, but "
-                    "slowly)")))
+                    f"Prometheus at {self.shown_url} failed: its answer did not arrive in full "
+                    f"within {allowed:g}s (it answers, but slowly)")))
         return answers
 
     def _plans(self, targets: Sequence[MetricsTarget]) -> list[tuple[QueryPlan, _Query]]:
