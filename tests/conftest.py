@@ -38,6 +38,20 @@ def _skip_reason(longrepr: Any) -> str:
     return str(text).removeprefix("Skipped: ")
 
 
+@pytest.fixture(autouse=True)
+def kubernetes_client_defaults() -> Generator[None, None, None]:
+    """The Kubernetes client's process-wide defaults (configuration, ApiClient) as they were
+    before the test: a test that loads a kubeconfig (of a fake server, with a token) left
+    them for every test after it, whose client calls would then go there."""
+    from kubernetes import client
+
+    configuration = getattr(client.Configuration, "_default", None)
+    api_client = getattr(client.ApiClient, "_default", None)
+    yield
+    client.Configuration._default = configuration  # type: ignore[attr-defined]
+    client.ApiClient._default = api_client  # type: ignore[attr-defined]
+
+
 @pytest.fixture
 def repo_root() -> Path:
     return ROOT
