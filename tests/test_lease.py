@@ -158,3 +158,18 @@ def test_leadership_holds_between_renewals_that_each_take_two_slow_calls(
         wait(election.pause_after(started))
     assert len(samples) > 300, len(samples)
     assert sum(samples) / len(samples) >= leading, sum(samples) / len(samples)
+
+
+def test_rounds_start_every_retry_period_from_their_start() -> None:
+    """As client-go's renewals: the next round starts `retry_s` after this one started, so a
+    round that took 0.5 s waits the rest, and one that took longer than the period goes on at
+    once. A pause of 0 after every round renewed the Lease back to back, a request a moment
+    per operator."""
+    now = [1000.0]
+    election = LeaseElection("infertune-system", identity="me", retry_s=2.0,
+                             clock=lambda: now[0], api=None)  # type: ignore[arg-type]
+    started = now[0]
+    now[0] += 0.5
+    assert election.pause_after(started) == pytest.approx(1.5)
+    now[0] += 3.0
+    assert election.pause_after(started) == 0.0
