@@ -148,19 +148,26 @@ def deployment_replicas(namespace: str, name: str) -> DeploymentReplicas:
 
 def connection_info() -> dict[str, Any]:
     """The loaded credentials in the shape of kopf.ConnectionInfo, so kopf and this client
-    always talk to the same server as the same user."""
+    always talk to the same server as the same user.
+
+    The token is read through the client's `get_api_key_with_prefix`, which runs its refresh
+    hook (in a pod the ServiceAccount token is re-read from its file as the kubelet rotates
+    it; an exec plugin's is fetched again), and split into scheme and token as kopf's own
+    login does: in a pod the client holds it as "bearer <token>", in lower case, and taken
+    for a bare token it went out as "Bearer bearer <token>", which the API server refused,
+    so the chart's operator could not log in at all."""
     cfg = client.Configuration.get_default_copy()
-    auth = (cfg.api_key or {}).get("authorization") or (cfg.api_key or {}).get("BearerToken")
-    token = None
-    if auth:
-        prefix = (cfg.api_key_prefix or {}).get("authorization", "")
-        token = auth.split(" ", 1)[1] if auth.startswith("Bearer ") else auth
-        if prefix and prefix != "Bearer":  # pragma: no cover - exotic kubeconfigs
-            token = auth
+    header = (cfg.get_api_key_with_prefix("BearerToken")
+              or cfg.get_api_key_with_prefix("authorization"))
+    scheme, token = None, None
+    if header:
+        parts = str(header).split(" ", 1)
+        scheme, token = (None, parts[0]) if len(parts) == 1 else (parts[0], parts[1])
     return {
         "server": cfg.host,
         "ca_path": cfg.ssl_ca_cert,
         "insecure": not cfg.verify_ssl,
+        "scheme": scheme,
         "token": token,
         "certificate_path": cfg.cert_file,
         "private_key_path": cfg.key_file,
