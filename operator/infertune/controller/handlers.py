@@ -28,6 +28,7 @@ from infertune.controller.status_patch import write_status
 from infertune.kube.client import connection_info, read_deployment
 
 RESOURCE = (GROUP, VERSION, PLURAL)
+logger = logging.getLogger(__name__)
 
 
 def _target_state(deployment: client.V1Deployment | None) -> TargetState | None:
@@ -133,15 +134,37 @@ def _container_news(entry: Mapping[str, Any], containers: set[str] | None) -> bo
     return (ready == CONTAINER_NOT_FOUND) == (wanted in containers)
 
 
+REASSESS_ATTEMPTS = 5
+REASSESS_PAUSE_S = 1.0
+"""The first pause before a failed assessment is tried again (then 2, 4, 8 s)."""
+
+
 @kopf.on.event("apps", "v1", "deployments", when=_target_news)  # type: ignore[arg-type]
 async def target_changed(type: str | None, namespace: str, name: str,
                          tunings_by_target: kopf.Index[tuple[str, str], dict[str, Any]],
                          **_: Any) -> None:
     """The reconcile handler runs when a tuning changes, not when its Deployment does: a
     Deployment deleted later left Ready=True, and one re-created left TargetNotFound. A
-    watching handler: no finalizer and no annotation on anyone's Deployments."""
+    watching handler: no finalizer and no annotation on anyone's Deployments.
+
+    kopf does not retry an event handler that fails, so each tuning is assessed on its own
+    and a failure (a 500, a 429, a timeout) is tried again a few times: one failure left a
+    tuning Ready=True for a Deployment that was gone, and the others of that Deployment were
+    not looked at."""
     for entry in list(tunings_by_target.get((namespace, name), [])):
-        await asyncio.to_thread(reassess, namespace, str(entry["name"]), type == "DELETED")
+        tuning = str(entry["name"])
+        for attempt in range(REASSESS_ATTEMPTS):
+            try:
+                await asyncio.to_thread(reassess, namespace, tuning, type == "DELETED")
+                break
+            except Exception as exc:  # any failure: this tuning again, then the next one
+                if attempt + 1 == REASSESS_ATTEMPTS:
+                    logger.error("[%s/%s] Deployment %s %s, and the tuning could not be "
+                                 "assessed again (%s); it is at its next change or the "
+                                 "operator's restart", namespace, tuning, name,
+                                 "deleted" if type == "DELETED" else "changed", exc)
+                    break
+                await asyncio.sleep(REASSESS_PAUSE_S * 2 ** attempt)
 
 
 def reassess(namespace: str, name: str, gone: bool) -> None:

@@ -1,0 +1,35 @@
+"""A Deployment's change re-assesses the tunings that target it; kopf does not retry an
+event handler, so the handler retries each tuning itself."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from infertune.controller import handlers
+
+
+def test_each_tuning_is_assessed_again_and_a_failure_is_retried(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """One failed re-check (a 500, a 429) left a tuning Ready=True for a Deployment that was
+    gone, and the tunings after it in the loop were not looked at."""
+    calls: list[tuple[str, bool]] = []
+    failures = {"a": 2, "b": 99}  # a fails twice, b every time, c never
+
+    def reassess(namespace: str, name: str, gone: bool) -> None:
+        calls.append((name, gone))
+        if failures.get(name, 0) > 0:
+            failures[name] -= 1
+            raise RuntimeError(f"500 for {name}")
+
+    monkeypatch.setattr(handlers, "reassess", reassess)
+    monkeypatch.setattr(handlers, "REASSESS_PAUSE_S", 0.0)
+    index = {("ml", "qwen"): [{"name": "a"}, {"name": "b"}, {"name": "c"}]}
+    asyncio.run(handlers.target_changed(type="DELETED", namespace="ml", name="qwen",
+                                        tunings_by_target=index))
+    assert [n for n, _ in calls] == ["a"] * 3 + ["b"] * handlers.REASSESS_ATTEMPTS + ["c"]
+    assert all(gone for _, gone in calls)
+    (record,) = [r for r in caplog.records if r.levelname == "ERROR"]
+    assert "[ml/b] Deployment qwen deleted, and the tuning could not be assessed again " \
+        "(500 for b)" in record.getMessage()
