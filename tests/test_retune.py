@@ -373,3 +373,37 @@ def test_the_pod_template_is_annotated_once_and_said_so(controller: Any) -> None
     assert "the pod template carries revision" in again
     ((kind, reason, said),) = controller["events"]
     assert (kind, reason) == ("Normal", "PodsRetuned") and "rolls out the 3 outdated" in said
+
+
+def test_what_is_kept_of_a_deleted_tuning_goes_with_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Made again under the same name, a tuning inherited it: its PodNotTuned Event was
+    taken as said already, and the old problems showed in its status."""
+    import asyncio
+    import logging
+
+    import kopf
+    from kopf._cogs.aiokits.aioenums import AsyncFlagWaiter, FlagSetter
+
+    from infertune.controller import loops
+    from infertune.controller import pods as controller_pods
+
+    monkeypatch.setattr(loops, "INITIAL_DELAY_S", 0.0)
+    settings = controller_pods.PodTuningSettings(launcher_image="l:1")
+    for table in (settings.unreported, settings.latest_problems, settings.reported,
+                  settings.last_evictions, settings.admitted):
+        table["chat/mistral-7b"] = table["chat/other"] = ("kept",)  # type: ignore[assignment]
+    memo = kopf.Memo(pod_tuning=settings)
+    setter: FlagSetter[Any] = FlagSetter()
+
+    async def deleted() -> None:
+        setter.set()  # as kopf does when the tuning is deleted
+        await asyncio.wait_for(controller_pods.retune_pods(
+            stopped=AsyncFlagWaiter(setter), namespace="chat", name="mistral-7b", uid="u1",
+            body=kopf.Body({"metadata": {}, "spec": {}}), memo=memo,  # type: ignore[arg-type]
+            logger=logging.getLogger("t"), pods_by_deployment={}, tunings_by_target={}),
+            timeout=10)
+
+    asyncio.run(deleted())
+    for table in (settings.unreported, settings.latest_problems, settings.reported,
+                  settings.last_evictions, settings.admitted):
+        assert list(table) == ["chat/other"]

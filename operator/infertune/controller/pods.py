@@ -79,6 +79,14 @@ class PodTuningSettings:
     """The namespaces whose pods the webhook registration never sends (kube-system, the
     operator's own): their pods are never tuned, so none is replaced to tune it."""
 
+    def forget(self, key: str) -> None:
+        """Drop what is kept of tuning `key` ("namespace/name"), once it is deleted: a tuning
+        made again under its name inherited it (its PodNotTuned Event was taken as said, and
+        the old problems showed in its status)."""
+        for table in (self.unreported, self.latest_problems, self.reported,
+                      self.last_evictions, self.admitted):
+            table.pop(key, None)
+
 
 INDEX_WAIT_S = 3.0
 """How long a pod's admission waits for kopf's indexes to hold their first listing, when the
@@ -449,5 +457,10 @@ async def retune_pods(stopped: kopf.DaemonStopped, namespace: str, name: str, ui
                                          batching, mig, rivals).model_dump(by_alias=True,
                                                                            mode="json")}
 
-    await every(RETUNE_INTERVAL, read, what="re-tuning", stopped=stopped, namespace=namespace,
-                name=name, body=body, logger=logger, leader=leader_of(memo))
+    try:
+        await every(RETUNE_INTERVAL, read, what="re-tuning", stopped=stopped,
+                    namespace=namespace, name=name, body=body, logger=logger,
+                    leader=leader_of(memo))
+    finally:
+        # kopf stops the daemon when the tuning is deleted (or the operator exits).
+        memo.pod_tuning.forget(f"{namespace}/{name}")
