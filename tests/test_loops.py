@@ -254,8 +254,9 @@ def test_no_pass_runs_while_another_operator_leads(writes: Writes) -> None:
         return lambda: {"tuning": {"tunedPods": 1}}
 
     _run(read, setter, leader=leader)
-    # The three rounds before it led did not even read; each pass asks again in its thread.
-    assert passes == [4, 6]
+    # The three rounds before it led did not even read; each pass asks again in its thread,
+    # before its work and before its write.
+    assert passes == [4, 7]
     assert [w[3] for w in writes] == [{"tuning": {"tunedPods": 1}}] * 2
 
 
@@ -273,6 +274,25 @@ def test_a_pass_that_lost_the_lease_while_it_waited_for_a_thread_does_nothing(
 
     _run(read, setter, leader=leader)
     assert worked == [] and writes == []
+
+
+def test_a_pass_that_lost_the_lease_during_its_work_writes_nothing(writes: Writes) -> None:
+    """The work's own API calls (a Deployment read under load) outlasted the leadership: its
+    status went on top of the new leader's."""
+    setter: FlagSetter[Any] = FlagSetter()
+    leader = Turns(since=1)
+
+    def work() -> dict[str, Any]:
+        leader.since = 10**9  # lost during the pass
+        return {"tuning": {"tunedPods": 1}}
+
+    def read(spec: dict[str, Any], status: dict[str, Any],
+             meta: dict[str, Any]) -> loops.Work | None:
+        setter.set()
+        return work
+
+    _run(read, setter, leader=leader)
+    assert writes == []
 
 
 def test_a_memo_without_an_election_always_leads() -> None:

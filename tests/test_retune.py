@@ -210,6 +210,22 @@ def test_the_pass_evicts_within_the_deployments_replicas(controller: Any) -> Non
     assert controller["evicted"] == []
 
 
+def test_a_pass_that_lost_the_lease_during_the_deployment_read_evicts_nothing(
+        controller: Any) -> None:
+    """The read waited on an API server under load past the leadership: two processes then
+    evicted at once, twice the pods down."""
+    class Lost:
+        exclusive = True
+
+        def leads(self) -> bool:
+            return False
+
+    controller["memo"]["leader"] = Lost()
+    message = controller["run"](_outdated(3))
+    assert controller["evicted"] == [] and controller["events"] == []
+    assert "none replaced by this process: it no longer leads" in message
+
+
 def test_two_tunings_of_one_deployment_replace_nothing_and_say_so(controller: Any) -> None:
     """The webhook tunes no pod of such a Deployment: evicting only restarted pods, which
     came back untuned, and then paused for good."""

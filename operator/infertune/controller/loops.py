@@ -120,8 +120,10 @@ def _pass_and_write(work: Work, namespace: str, name: str, status: dict[str, Any
         return  # lost while the pass waited for a worker thread: another process leads
     blocks = work()
     changed = changed_blocks(blocks, status)
-    if not changed:
-        return  # the usual pass: nothing to send
+    if not changed or not leader.leads():
+        # Nothing to send (the usual pass), or lost during the pass: the leader's own pass
+        # says what it did.
+        return
     try:
         # No resourceVersion: each block has this pass as its only writer, and a merge patch
         # leaves the other fields of status as they are.

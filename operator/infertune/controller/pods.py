@@ -400,6 +400,11 @@ def retune(namespace: str, name: str, uid: str, spec: InferenceTuningSpec,
     elif deployment is None:
         message = (f"{step.outdated} pods outdated, none replaced: Deployment "
                    f"{namespace}/{target} not found")
+    elif not leader_of(memo).leads():
+        # Lost while the Deployment read waited (an API server under load): the new leader
+        # replaces them; two processes evicting at once took twice the pods down.
+        message = (f"{step.outdated} pods outdated, none replaced by this process: it no "
+                   "longer leads (--leader-elect), and the leader replaces them")
     elif (problem := _why_pods_cannot_be_tuned(name, spec, deployment, memo, batching_value,
                                                 settings.admitted.get(key), revision)
           ) is not None:
