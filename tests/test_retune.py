@@ -302,13 +302,35 @@ def test_replacing_goes_by_what_the_webhook_did_with_the_last_pod_of_the_revisio
     assert controller["evicted"] == []
 
 
+OWNED = {("chat", "mistral-7b-6b7c9d"): ["mistral-7b"]}
+"""The ReplicaSet index as kopf holds it: mistral-7b-6b7c9d is Deployment mistral-7b's."""
+
+
+def _indexed_under(replicaset_owners: dict[tuple[str, str], list[str]] = OWNED,
+                   phase: str = "Running", labels: dict[str, str] | None = None) -> str | None:
+    """The Deployment pods_by_deployment files a pod of ReplicaSet mistral-7b-6b7c9d under,
+    None when it leaves the pod out."""
+    import asyncio
+
+    from infertune.controller.pods import pods_by_deployment
+
+    pod = {"metadata": {"name": "mistral-7b-6b7c9d-abcde", "namespace": "chat",
+                        "labels": {"pod-template-hash": "6b7c9d", **(labels or {})},
+                        "ownerReferences": [{"kind": "ReplicaSet", "name": "mistral-7b-6b7c9d",
+                                             "controller": True}]},
+           "status": {"phase": phase}}
+    got = asyncio.run(pods_by_deployment(namespace="chat", name="p", body=pod,
+                                         replicaset_owners=replicaset_owners))
+    return None if got is None else next(iter(got))[1]
+
+
 def test_pods_of_an_orphaned_replicaset_are_no_deployments() -> None:
     """After `kubectl delete deployment --cascade=orphan` (how a selector is changed), the old
     ReplicaSet's pods were taken, by its name, for those of the new Deployment of that name:
     tuned, counted and evicted as its replicas."""
     import asyncio
 
-    from infertune.controller.pods import pods_by_deployment, replicaset_owners
+    from infertune.controller.pods import replicaset_owners
 
     def rs(owners: list[dict[str, Any]]) -> dict[str, Any]:
         return {"metadata": {"name": "mistral-7b-6b7c9d", "namespace": "chat",
@@ -320,59 +342,27 @@ def test_pods_of_an_orphaned_replicaset_are_no_deployments() -> None:
         [{"kind": "Deployment", "name": "mistral-7b", "controller": True}])))
     assert (orphan, owned) == ({("chat", "mistral-7b-6b7c9d"): ""},
                                {("chat", "mistral-7b-6b7c9d"): "mistral-7b"})
-    pod = {"metadata": {"name": "mistral-7b-6b7c9d-abcde", "namespace": "chat",
-                        "labels": {"pod-template-hash": "6b7c9d"},
-                        "ownerReferences": [{"kind": "ReplicaSet", "name": "mistral-7b-6b7c9d",
-                                             "controller": True}]},
-           "status": {"phase": "Running"}}
     for index, indexed in (({("chat", "mistral-7b-6b7c9d"): [""]}, None),
-                           ({("chat", "mistral-7b-6b7c9d"): ["mistral-7b"]}, "mistral-7b"),
+                           (OWNED, "mistral-7b"),
                            ({}, "mistral-7b")):  # not listed yet: by the name, as before
-        got = asyncio.run(pods_by_deployment(namespace="chat", name="p", body=pod,
-                                             replicaset_owners=index))
-        assert (None if got is None else next(iter(got))[1]) == indexed, index
+        assert _indexed_under(index) == indexed, index
 
 
 def test_pods_opted_out_of_tuning_are_not_replicas_to_re_tune() -> None:
     """infertune.io/tuning=disabled: the webhook is never called for the pod nor for its
     replacement. Counted as outdated, it was evicted over and over."""
-    import asyncio
-
-    from infertune.controller.pods import pods_by_deployment
-
-    def body(labels: dict[str, str]) -> dict[str, Any]:
-        return {"metadata": {"name": "p", "namespace": "chat", "labels": labels,
-                             "ownerReferences": [{"kind": "ReplicaSet",
-                                                  "name": "mistral-7b-6b7c9d",
-                                                  "controller": True}]},
-                "status": {"phase": "Running"}}
-
-    owners = {("chat", "mistral-7b-6b7c9d"): ["mistral-7b"]}
-    for labels, indexed in (({"infertune.io/tuning": "disabled"}, False),
-                            ({"infertune.io/tuning": "enabled"}, True), ({}, True)):
-        got = asyncio.run(pods_by_deployment(namespace="chat", name="p", body=body(labels),
-                                             replicaset_owners=owners))
-        assert (got is not None) is indexed, labels
+    for labels, indexed in (({"infertune.io/tuning": "disabled"}, None),
+                            ({"infertune.io/tuning": "enabled"}, "mistral-7b"),
+                            ({}, "mistral-7b")):
+        assert _indexed_under(labels=labels) == indexed, labels
 
 
 def test_a_pod_that_ended_is_no_replica() -> None:
     """A Failed pod (kubelet eviction, node shutdown) counted as a replica that was down and
     outdated, and held re-tuning for good."""
-    import asyncio
-
-    from infertune.controller.pods import pods_by_deployment
-
-    def body(phase: str) -> dict[str, Any]:
-        return {"metadata": {"name": "p", "namespace": "chat", "ownerReferences": [
-            {"kind": "ReplicaSet", "name": "mistral-7b-6b7c9d", "controller": True}]},
-            "status": {"phase": phase}}
-
-    owners = {("chat", "mistral-7b-6b7c9d"): ["mistral-7b"]}
-    for phase, indexed in (("Running", True), ("Pending", True), ("Failed", False),
-                           ("Succeeded", False)):
-        got = asyncio.run(pods_by_deployment(namespace="chat", name="p", body=body(phase),
-                                             replicaset_owners=owners))
-        assert (got is not None) is indexed, phase
+    for phase, indexed in (("Running", "mistral-7b"), ("Pending", "mistral-7b"),
+                           ("Failed", None), ("Succeeded", None)):
+        assert _indexed_under(phase=phase) == indexed, phase
 
 
 def test_the_pod_template_is_annotated_once_and_said_so(controller: Any) -> None:

@@ -6,7 +6,6 @@ it. Nothing is written.
 
 from __future__ import annotations
 
-import os
 from typing import Any, NamedTuple, cast
 
 from infertune.api.spec import InferenceTuning
@@ -92,7 +91,7 @@ def _read_live(ref: str, kubeconfig: str | None) -> Live:
 
     from infertune.api.errors import validate_stored
     from infertune.api.spec import GROUP, PLURAL, VERSION, is_dns_label, is_dns_subdomain
-    from infertune.kube.client import configure, deployment_replicas
+    from infertune.kube.client import configure, deployment_replicas, kubeconfig_missing
 
     namespace, slash, name = ref.partition("/")
     if not (slash and namespace and name) or "/" in name:
@@ -111,9 +110,7 @@ def _read_live(ref: str, kubeconfig: str | None) -> Live:
             raise ValueError(f"--live: no cluster credentials ({exc}); pass --kubeconfig"
                              ) from None
         # It was passed: "pass --kubeconfig" sent the user to what they had done.
-        why = "no such file" if not any(
-            os.path.exists(os.path.expanduser(path)) for path in kubeconfig.split(os.pathsep)
-        ) else str(exc)[:300]
+        why = "no such file" if kubeconfig_missing(kubeconfig) else str(exc)[:300]
         raise ValueError(f"--live: --kubeconfig {kubeconfig}: {why}; give a kubeconfig file "
                          "this user can read") from None
     except (TypeError, AttributeError, LookupError) as exc:  # YAML, but not a kubeconfig

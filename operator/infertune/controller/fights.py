@@ -22,7 +22,7 @@ from typing import Any, NamedTuple
 from pydantic import ValidationError
 
 from infertune.api.spec import InferenceTuningSpec, Mode
-from infertune.controller.scaling_report import Blocked
+from infertune.controller.scaling_report import HPA_PRESENT, SEVERAL_TUNINGS, Blocked
 from infertune.scaling.state import format_time, parse_time
 
 FIGHT_LIMIT = 2
@@ -184,11 +184,11 @@ def blocked_by(deployment: str, writers: Writers, fight: Fight | None,
     autoscale the same Deployment, an HPA on it, or a fight that is backing off; None when
     they may be."""
     if writers.tunings:
-        return Blocked("SeveralTunings", f"InferenceTunings {', '.join(writers.tunings)} also "
+        return Blocked(SEVERAL_TUNINGS, f"InferenceTunings {', '.join(writers.tunings)} also "
                        f"autoscale {deployment}; replicas are not written until only one does")
     hpa = writers.hpa
     if hpa is not None:
-        return Blocked("HorizontalPodAutoscalerPresent", f"HorizontalPodAutoscaler {hpa} also "
+        return Blocked(HPA_PRESENT, f"HorizontalPodAutoscaler {hpa} also "
                        f"scales {deployment}; remove it or disable spec.autoscaling")
     if fight is not None and fight.blocks(now):
         return Blocked("ReplicaFight", fight_message(fight, deployment))

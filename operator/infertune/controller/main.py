@@ -20,6 +20,7 @@ from infertune.api.spec import is_dns_label, is_dns_subdomain
 from infertune.kube.client import (
     api_server_url,
     configure,
+    kubeconfig_missing,
     listen_family,
     route_source,
     unspecified,
@@ -254,9 +255,7 @@ def _configure(kubeconfig: str | None) -> None:
         if kubeconfig is None:
             raise SystemExit(f"no cluster credentials: not in a cluster, and $KUBECONFIG or "
                              f"~/.kube/config cannot be used ({why}); pass --kubeconfig") from None
-        # As the client reads it: a list of paths, each with ~ expanded.
-        if not any(os.path.exists(os.path.expanduser(path))
-                   for path in kubeconfig.split(os.pathsep)):
+        if kubeconfig_missing(kubeconfig):
             why = "no such file"
         raise SystemExit(f"--kubeconfig {kubeconfig}: {why}; give a kubeconfig file this user "
                          "can read") from None

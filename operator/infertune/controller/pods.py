@@ -264,14 +264,13 @@ def _tune_pod(body: kopf.Body, patch: kopf.Patch, warnings: list[str], memo: kop
         mig_strategy=mig_strategy, batching_value=entry.get("batching")))
     for problem in plan.problems:
         warnings.append(f"infertune: {problem}")
+    key = f"{namespace}/{entry['name']}"
     if plan.problems:
         # Events are posted by re-tuning: kopf's event poster is not reachable from webhooks.
-        settings.unreported[f"{namespace}/{entry['name']}"] = (tuple(plan.problems),
-                                                                 plan.refused)
-    settings.latest_problems[f"{namespace}/{entry['name']}"] = list(plan.problems)
-    settings.admitted[f"{namespace}/{entry['name']}"] = (
-        plan.revision, (plan.problems[0] if plan.problems else "refused") if plan.refused
-        else None)
+        settings.unreported[key] = (tuple(plan.problems), plan.refused)
+    settings.latest_problems[key] = list(plan.problems)
+    refusal = (plan.problems[0] if plan.problems else "refused") if plan.refused else None
+    settings.admitted[key] = (plan.revision, refusal)
     if plan.patch:
         ops = list(plan.patch)
         patch.fns.append(lambda raw: jsonpatch.apply_patch(raw, ops, in_place=True))

@@ -51,7 +51,9 @@ EVENT_REASONS = {ScaleAction.SCALE_OUT: "ScaledOut", ScaleAction.SCALE_IN: "Scal
 
 SCALE_WRITE_REFUSED = "ScaleWriteRefused"
 """ScalingActive reason and Warning Event when the API server refuses the replicas write."""
-WRITERS_BLOCK = ("SeveralTunings", "HorizontalPodAutoscalerPresent")
+SEVERAL_TUNINGS = "SeveralTunings"
+HPA_PRESENT = "HorizontalPodAutoscalerPresent"
+WRITERS_BLOCK = (SEVERAL_TUNINGS, HPA_PRESENT)
 """The blocks (fights.blocked_by) that other writers of the Deployment make, whatever this
 tuning does: a DryRun trial's ScalingActive names them (their messages are stable)."""
 

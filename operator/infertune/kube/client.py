@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import os
 import socket
 from collections.abc import Mapping
 from typing import Any, NamedTuple
@@ -18,6 +19,13 @@ POOL_SIZE = 32
 USER_AGENT = f"infertune/{__version__}"
 FIELD_MANAGER = "infertune"
 """The manager of the operator's writes in managedFields (the user agent up to the "/")."""
+
+
+def kubeconfig_missing(kubeconfig: str) -> bool:
+    """Whether no file of --kubeconfig exists, as the client reads it: a list of paths
+    (os.pathsep), each with ~ expanded."""
+    return not any(os.path.exists(os.path.expanduser(path))
+                   for path in kubeconfig.split(os.pathsep))
 
 
 def configure(kubeconfig: str | None) -> None:

@@ -103,7 +103,7 @@ class PrometheusSource:
                 raise AccessError(option, f"is for an https URL, and {shown} is not one; use "
                                   "https:// or drop the option")
         self.url = url.rstrip("/")
-        self.shown_url = _without_userinfo(self.url)
+        self.shown_url = shown.rstrip("/")
         """The URL as messages give it: requests sends a user:password@ in it as Basic
         credentials, and the messages go into MetricsAvailable, which whoever can read the
         tuning reads."""

@@ -117,14 +117,14 @@ def _decide_on_signals(spec: AutoscalingSpec, current: int, reading: Reading,
     opinions = [p.replicas for p in (queue, latency) if p.replicas is not None]
     raw = max(opinions, default=current)
     notes = [queue.why, latency.why]
-    if reading.queue_missing or reading.latency_missing or reading.latency_bounds_unknown:
+    missing = reading.queue_missing or reading.latency_missing
+    if missing or reading.latency_bounds_unknown:
         # A latency that cannot be compared with its target (the histogram's bounds are not
         # known yet; read again every minute) is no data either: left to the queue alone, a
         # P99 28 times the target let a low queue take 8 replicas down to 2.
         if raw < current:
-            notes.append("not scaling in while a signal is missing" if (
-                reading.queue_missing or reading.latency_missing) else
-                "not scaling in while the latency cannot be compared with its target")
+            notes.append("not scaling in while a signal is missing" if missing else
+                         "not scaling in while the latency cannot be compared with its target")
         raw = max(raw, current)
     stabilized, why = stabilize(current, raw, state.recommendations, spec.scale_up,
                                 spec.scale_down, now)

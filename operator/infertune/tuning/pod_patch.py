@@ -435,9 +435,12 @@ LAUNCHER_INSTALL = ["python", "-m", "infertune", "launcher", "install"]
 """How the launcher's init container starts: what tells it from a container of that name."""
 
 
+def _at_launcher_dir(mount: Mapping[str, Any]) -> bool:
+    return str(mount.get("mountPath") or "").rstrip("/") == LAUNCHER_DIR
+
+
 def _launcher_mount(mount: Mapping[str, Any]) -> bool:
-    return (mount.get("name") == LAUNCHER_VOLUME
-            and str(mount.get("mountPath") or "").rstrip("/") == LAUNCHER_DIR)
+    return mount.get("name") == LAUNCHER_VOLUME and _at_launcher_dir(mount)
 
 
 def _launcher_clash(pod_spec: Mapping[str, Any], serving: Mapping[str, Any]) -> str | None:
@@ -457,8 +460,7 @@ def _launcher_clash(pod_spec: Mapping[str, Any], serving: Mapping[str, Any]) -> 
             return (f"the pod's volume {LAUNCHER_VOLUME} has the name of the launcher's volume "
                     "(an emptyDir), and names are unique in a pod; rename the volume")
     for mount in serving.get("volumeMounts") or []:
-        if (str(mount.get("mountPath") or "").rstrip("/") == LAUNCHER_DIR
-                and not _launcher_mount(mount)):
+        if _at_launcher_dir(mount) and not _launcher_mount(mount):
             return (f"container {serving.get('name')} mounts volume {mount.get('name')} at "
                     f"{LAUNCHER_DIR}, where the launcher goes, and a path is mounted once; "
                     "mount it elsewhere")

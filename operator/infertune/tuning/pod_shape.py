@@ -47,7 +47,7 @@ def pod_problem(node: dict[str, Any], prefix: str = "") -> str | None:
         where = f"{prefix}spec.containers[{i}]"
         for key in ("resources", "env", "command", "args", "volumeMounts"):
             value, wanted = container.get(key), dict if key == "resources" else list
-            if value is not None and not isinstance(value, wanted):
+            if not _absent_or(value, wanted):
                 return f"{where}.{key} must be {'a mapping' if wanted is dict else 'a list'}"
         for key in ("env", "volumeMounts"):
             if not all(isinstance(item, dict) for item in container.get(key) or []):
