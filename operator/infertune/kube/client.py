@@ -16,6 +16,14 @@ from kubernetes.client.exceptions import ApiException
 from infertune import __version__
 
 POOL_SIZE = 32
+API_TIMEOUT_S = (10.0, 60.0)
+"""(connect, read) timeout of every Kubernetes API call the operator makes itself that does not
+set its own (kopf's calls have kopf's timeouts, the Lease and webhook calls shorter ones).
+Without one, the client waits for ever: a connection the API server's side dropped without a
+word (a control-plane node replaced, a load balancer's idle timeout) held the worker thread of
+that call for good, and with it the tuning's loop, and the autoscaling workers one by one. The
+read timeout is the API server's own default --request-timeout (1 minute): it answers every
+request it still works on by then, so only a call nobody will answer is cut."""
 USER_AGENT = f"infertune/{__version__}"
 FIELD_MANAGER = "infertune"
 """The manager of the operator's writes in managedFields (the user agent up to the "/")."""
@@ -34,7 +42,8 @@ def configure(kubeconfig: str | None) -> None:
     Then one ApiClient is made the default that every `client.XxxApi()` uses. Without it, the
     client (v32 and later) builds a new ApiClient, with a new connection pool, for each API
     object, so every call of the operator paid a TLS handshake with the API server: at 1000
-    tunings that was a fifth of the operator's CPU (bench/results/operator.md).
+    tunings that was a fifth of the operator's CPU (bench/results/operator.md). Its calls time
+    out (API_TIMEOUT_S) unless they set their own timeout.
     """
     if kubeconfig:
         config.load_kube_config(config_file=kubeconfig)  # type: ignore[no-untyped-call]
@@ -47,12 +56,21 @@ def configure(kubeconfig: str | None) -> None:
     # Enough pooled connections for every thread that calls the API at once (the autoscaling
     # workers and kopf's executor): a full pool drops connections and reconnects over TLS.
     shared.connection_pool_maxsize = POOL_SIZE
-    api = client.ApiClient(shared)
+    api = _TimedApiClient(shared)
     # The API server names the field manager of every write after the user agent: the
     # Deployment's managedFields then say that infertune set its replicas (subresource
     # scale), where they said OpenAPI-Generator, as for any script using this client.
     api.user_agent = USER_AGENT
     client.ApiClient.set_default(api)  # type: ignore[no-untyped-call]
+
+
+class _TimedApiClient(client.ApiClient):
+    """The shared ApiClient, with API_TIMEOUT_S on every call that sets no timeout."""
+
+    def call_api(self, method: Any, url: Any, header_params: Any = None, body: Any = None,
+                 post_params: Any = None, _request_timeout: Any = None) -> Any:
+        return super().call_api(method, url, header_params, body, post_params,
+                                 API_TIMEOUT_S if _request_timeout is None else _request_timeout)
 
 
 def api_server_url() -> str:
