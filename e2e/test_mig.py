@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import kopf
 import pytest
 import yaml
 from kubernetes import client
@@ -24,10 +25,11 @@ from e2e.fixtures.operator import MIG_CONFIG_DELAY_S, OPERATOR_NAMESPACE, Operat
 from e2e.fixtures.waiting import wait_for
 from e2e.test_operator import create, delete_tuning_and_wait, deployment, get_tuning, tuning
 from e2e.test_pod_tuning import create_tuning_first, pods_of, wait_pods
-from infertune.api.spec import GROUP, PLURAL, VERSION
+from infertune.api.spec import GROUP, PLURAL, VERSION, InferenceTuningSpec
 from infertune.api.tuning import MigSpec
 from infertune.controller import mig
 from infertune.controller.mig import gpu_pods_listed
+from infertune.kube.lease import ALWAYS, Leader
 from infertune.tuning.mig import LayoutPlan, plan_layout, request_from_spec
 
 pytestmark = pytest.mark.e2e
@@ -550,6 +552,64 @@ def test_a_node_labelled_since_this_pass_read_it_is_not_labelled_over(
             "annotations": {"infertune.io/mig-config-for": None,
                             "infertune.io/mig-labelled-at": None}}})
         client.ApiClient.set_default(None)  # type: ignore[no-untyped-call]
+
+
+def test_a_pass_that_lost_the_lease_meanwhile_labels_or_drains_no_node(
+    api_client: client.ApiClient, namespace: str, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Leadership is asked at the start of a pass, and its node reads and ConfigMap write may
+    take long on an API server under load: a process that lost the Lease meanwhile labelled
+    (or drained) a node the leader did not choose, two nodes out of service at once."""
+    client.ApiClient.set_default(api_client)  # type: ignore[no-untyped-call]
+    node, owner = "h200-pool-b", f"{namespace}/qwen"
+    events: list[str] = []
+    monkeypatch.setattr(mig.kopf, "event", lambda _, **event: events.append(event["reason"]))
+    specs = [InferenceTuningSpec.model_validate({
+        "targetRef": {"name": "qwen"}, "engine": "vllm", "mig": {
+            "profile": "3g.71gb", "nodeSelector": {POOL: "mig-b"}, "allowDisruption": drain}})
+        for drain in (False, True)]
+    settings = mig.MigSettings(namespace, config_delay_s=0)  # its ConfigMap there
+    body = kopf.Body({"metadata": {"namespace": namespace, "name": "qwen"}, "status": {}})
+
+    def run(leader: Leader, gpu_pods: dict[str, tuple[str, ...]]) -> str:
+        spec = specs[bool(gpu_pods)]
+        return mig.reconcile_mig(namespace, "qwen", spec, settings, body, gpu_pods,
+                                 frozenset({owner}), ((owner, ((POOL, "mig-b"),)),),
+                                 leader).message
+
+    core = client.CoreV1Api(api_client)
+    try:
+        assert "not labelled by this process: it no longer leads" in run(_NotLeading(), {})
+        assert CONFIG_LABEL not in _node_labels(api_client, node) and events == []
+        # The same pass, leading: the node was free to label.
+        assert run(ALWAYS, {}).startswith(f"label {node}")
+        assert _node_labels(api_client, node)[CONFIG_LABEL].startswith("infertune-h200-")
+        assert events == ["MigNodeLabelled"]
+        # A node to drain first (GPU pods on it, allowDisruption): not cordoned either.
+        _clear_mig_marks(core, node)
+        events.clear()
+        busy = {node: (f"{namespace}/gone-already",)}
+        assert "not drained by this process: it no longer leads" in run(_NotLeading(), busy)
+        assert not core.read_node(node).spec.unschedulable and events == []
+        assert run(ALWAYS, busy) == f"drain {node}"
+        assert core.read_node(node).spec.unschedulable and events == ["MigNodeDraining"]
+    finally:
+        _clear_mig_marks(core, node)
+        client.ApiClient.set_default(None)  # type: ignore[no-untyped-call]
+
+
+def _clear_mig_marks(core: client.CoreV1Api, node: str) -> None:
+    core.patch_node(node, {"spec": {"unschedulable": False}, "metadata": {
+        "labels": {CONFIG_LABEL: None, STATE_LABEL: None},
+        "annotations": {CORDONED: None, "infertune.io/mig-config-for": None,
+                        "infertune.io/mig-labelled-at": None}}})
+
+
+class _NotLeading:
+    exclusive = True
+
+    def leads(self) -> bool:
+        return False
 
 
 def test_a_config_map_that_cannot_be_read_does_not_keep_finished_nodes_cordoned(

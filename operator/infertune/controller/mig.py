@@ -34,6 +34,7 @@ from infertune.api.tuning import MigStrategy
 from infertune.controller.loops import STOP_TIMEOUT_S, Work, every, leader_of, until_stopped
 from infertune.controller.spec_cache import SPECS
 from infertune.kube.client import evict_pod
+from infertune.kube.lease import ALWAYS, Leader
 from infertune.kube.webhooks import is_pattern
 from infertune.tuning.mig import Infeasible, LayoutPlan, describe, plan_layout, request_from_spec
 from infertune.tuning.mig_nodes import (
@@ -359,14 +360,15 @@ def config_names(plans: Mapping[str, LayoutPlan]) -> dict[str, str]:
 def reconcile_mig(namespace: str, name: str, spec: InferenceTuningSpec, settings: MigSettings,
                   body: kopf.Body, gpu_pods: Mapping[str, tuple[str, ...]] | None,
                   tunings: frozenset[str] = frozenset(),
-                  selectors: MigSelectors = ()) -> MigStatus:
+                  selectors: MigSelectors = (), leader: Leader = ALWAYS) -> MigStatus:
     """One MIG pass; `gpu_pods` are the GPU pods by node (`gpu_pods_by_node`, copied), or None
     to list them (`MigSettings.cluster_wide` false); `tunings` the InferenceTunings that exist
     (NAMESPACE/NAME), for the nodes another one claimed: a claim holds while its tuning
     exists (a spec.mig dropped by a mistaken apply for a moment does not hand its nodes to
     another tuning). `selectors` are the tunings that partition (`mig_selectors`), for the
     nodes another one drained: one that was deleted or dropped spec.mig will not finish its
-    drain."""
+    drain. `leader` is asked again before a node is labelled or drained: the pass's reads
+    and writes before that may take long enough for another process to lead meanwhile."""
     assert spec.mig is not None
     nodes = _observe_nodes(gpu_pods)
     plans, errors, selected = _plans(spec, nodes)
@@ -443,6 +445,15 @@ def reconcile_mig(namespace: str, name: str, spec: InferenceTuningSpec, settings
         acts = step.kind in (StepKind.LABEL, StepKind.DRAIN)
         return status.model_copy(update={
             "message": f"dry run: {'would ' if acts else ''}{step.reason}"})
+    if (step.kind in (StepKind.LABEL, StepKind.DRAIN) and step.node is not None
+            and not leader.leads()):
+        # Lost while the pass read the nodes and wrote the ConfigMap (an API server under
+        # load): the leader decides. Two processes labelling or draining at once put two
+        # nodes out of service where the rollout takes one at a time.
+        done = "labelled" if step.kind is StepKind.LABEL else "drained"
+        return status.model_copy(update={
+            "message": f"{step.node} not {done} by this process: it no longer leads "
+                       "(--leader-elect), and the leader decides"})
     if step.kind is StepKind.LABEL and step.node is not None:
         node = next(n for n in selected if n.name == step.node)
         if not _label(node, configs[_product(selected, step.node)], owner):
@@ -802,7 +813,7 @@ async def partition_gpus(stopped: kopf.DaemonStopped, namespace: str, name: str,
         def work() -> dict[str, Any]:
             with _pass_lock(uid):
                 status = reconcile_mig(namespace, name, parsed, memo.mig, body, gpu_pods,
-                                       tunings, selectors)
+                                       tunings, selectors, leader_of(memo))
             # None values are sent, so a profile or ConfigMap from an earlier plan does not
             # linger.
             return {"mig": status.model_dump(by_alias=True, mode="json")}
