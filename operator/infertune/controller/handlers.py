@@ -137,6 +137,10 @@ def _container_news(entry: Mapping[str, Any], containers: set[str] | None) -> bo
 REASSESS_ATTEMPTS = 5
 REASSESS_PAUSE_S = 1.0
 """The first pause before a failed assessment is tried again (then 2, 4, 8 s)."""
+SETTLE_S = 5.0
+"""How long after re-assessing a Deployment's tunings they are assessed once more: kopf writes
+a tuning handler's status after the handler returns, so one that read the Deployment just
+before this change can land after the re-assessment."""
 
 
 @kopf.on.event("apps", "v1", "deployments", when=_target_news)  # type: ignore[arg-type]
@@ -150,21 +154,37 @@ async def target_changed(type: str | None, namespace: str, name: str,
     kopf does not retry an event handler that fails, so each tuning is assessed on its own
     and a failure (a 500, a 429, a timeout) is tried again a few times: one failure left a
     tuning Ready=True for a Deployment that was gone, and the others of that Deployment were
-    not looked at."""
-    for entry in list(tunings_by_target.get((namespace, name), [])):
-        tuning = str(entry["name"])
-        for attempt in range(REASSESS_ATTEMPTS):
-            try:
-                await asyncio.to_thread(reassess, namespace, tuning, type == "DELETED")
-                break
-            except Exception as exc:  # any failure: this tuning again, then the next one
-                if attempt + 1 == REASSESS_ATTEMPTS:
-                    logger.error("[%s/%s] Deployment %s %s, and the tuning could not be "
-                                 "assessed again (%s); it is at its next change or the "
-                                 "operator's restart", namespace, tuning, name,
-                                 "deleted" if type == "DELETED" else "changed", exc)
-                    break
-                await asyncio.sleep(REASSESS_PAUSE_S * 2 ** attempt)
+    not looked at.
+
+    Each is assessed once more SETTLE_S later: the tuning's own handler (a spec change, or
+    the operator's start) may have read the Deployment just before it was deleted, and kopf
+    writes that handler's Ready=True after this one's Ready=False; it stayed so, the
+    Deployment being gone, until the tuning changed again."""
+    tunings = [str(entry["name"]) for entry in tunings_by_target.get((namespace, name), [])]
+    what = f"Deployment {name} {'deleted' if type == 'DELETED' else 'changed'}"
+    for tuning in tunings:
+        await _reassess(namespace, tuning, what, type == "DELETED")
+    await asyncio.sleep(SETTLE_S)
+    for tuning in tunings:
+        # Read, not taken as gone: it may be back by now, and its return is news only to a
+        # tuning the index already shows TargetNotFound for.
+        await _reassess(namespace, tuning, what, False)
+
+
+async def _reassess(namespace: str, tuning: str, what: str, gone: bool) -> None:
+    """`reassess`, tried again after a failure (a 500, a 429, a timeout), then logged with
+    `what` happened."""
+    for attempt in range(REASSESS_ATTEMPTS):
+        try:
+            await asyncio.to_thread(reassess, namespace, tuning, gone)
+            return
+        except Exception as exc:  # any failure: this tuning again, then the next one
+            if attempt + 1 == REASSESS_ATTEMPTS:
+                logger.error("[%s/%s] %s, and the tuning could not be assessed again (%s); "
+                             "it is at its next change or the operator's restart",
+                             namespace, tuning, what, exc)
+                return
+            await asyncio.sleep(REASSESS_PAUSE_S * 2 ** attempt)
 
 
 def reassess(namespace: str, name: str, gone: bool) -> None:
