@@ -166,6 +166,28 @@ def test_glibc_arenas_are_sized_to_the_container() -> None:
     assert "LD_PRELOAD" not in env
 
 
+@pytest.mark.parametrize(("own", "said"), [
+    ([{"name": "MALLOC_ARENA_MAX", "value": "2"}], "the container's own MALLOC_ARENA_MAX=2"),
+    ([{"name": "GLIBC_TUNABLES", "value": "glibc.malloc.arena_max=2:glibc.pthread.rseq=0"}],
+     "the container's own GLIBC_TUNABLES glibc.malloc.arena_max=2"),
+])
+def test_the_containers_own_glibc_arena_count_is_kept(
+        own: list[dict[str, Any]], said: str) -> None:
+    """A low count set to bound the memory arenas take was raised to the CPU limit (8 here),
+    unseen; the jemalloc path keeps a container's narenas the same way."""
+    pod = _pod(env=own)
+    plan = plan_pod_patch(_spec(allocator={"type": "glibc"}), pod, CONTEXT)
+    env = _env(_apply(_spec(allocator={"type": "glibc"}), pod)["spec"]["containers"][0])
+    assert [e for e in own if e["name"] == "MALLOC_ARENA_MAX"] == [
+        e for e in pod["spec"]["containers"][0]["env"] if e["name"] == "MALLOC_ARENA_MAX"]
+    assert env.get("MALLOC_ARENA_MAX") == next(
+        (e.get("value") for e in own if e["name"] == "MALLOC_ARENA_MAX"), None)
+    assert any(said in r for r in plan.reasons), plan.reasons
+    # The spec's arenaMax still wins.
+    spec = _spec(allocator={"type": "glibc", "arenaMax": 4})
+    assert _env(_apply(spec, pod)["spec"]["containers"][0])["MALLOC_ARENA_MAX"] == "4"
+
+
 def test_memory_high_intent_and_ownership_labels() -> None:
     spec = _spec(memory={"high": "30Gi"})
     tuned = _apply(spec, _pod())

@@ -326,18 +326,37 @@ def _allocator(spec: InferenceTuningSpec, env: _EnvPlan, cpu: float | None,
                            f"and {cpus} to size narenas from)")
     else:
         arenas = allocator.arena_max
-        if arenas is None and cpu is not None:
-            # glibc's default is 8 arenas per core of the *node*; size to the container instead.
-            arenas = max(1, math.ceil(cpu))
-        if arenas is not None:
-            env.set("MALLOC_ARENA_MAX", str(arenas))
+        found = env.existing("GLIBC_TUNABLES")
+        own = str(found.get("value", "")).strip(":") if found else ""
+        kept = _own_arena_max(env, own) if arenas is None else None
+        if kept is not None:
+            # The container's own, as a MALLOC_CONF narenas is kept: a low count set to
+            # bound the memory arenas take was raised to the CPU limit, unseen.
+            reasons.append(f"allocator: glibc with the container's own {kept} ({cpus}; "
+                           "allocator.arenaMax overrides it)")
+        else:
+            if arenas is None and cpu is not None:
+                # glibc's default is 8 arenas per core of the *node*; size to the container.
+                arenas = max(1, math.ceil(cpu))
+            if arenas is not None:
+                env.set("MALLOC_ARENA_MAX", str(arenas))
+            reasons.append(f"allocator: glibc with MALLOC_ARENA_MAX={arenas or 'unset'} "
+                           f"({cpus})")
         if allocator.glibc_tunables is not None:
-            found = env.existing("GLIBC_TUNABLES")
-            own = str(found.get("value", "")).strip(":") if found else ""
             # Read in order, the later setting of a tunable wins: the spec's.
             env.set("GLIBC_TUNABLES", ":".join(t for t in (own, allocator.glibc_tunables) if t))
-        reasons.append(f"allocator: glibc with MALLOC_ARENA_MAX={arenas or 'unset'} ({cpus})")
     return None
+
+
+def _own_arena_max(env: _EnvPlan, tunables: str) -> str | None:
+    """How the container sets glibc's arena count itself, if it does: MALLOC_ARENA_MAX (one
+    from valueFrom is refused before this), or glibc.malloc.arena_max in GLIBC_TUNABLES."""
+    found = env.existing("MALLOC_ARENA_MAX")
+    if found is not None:
+        return f"MALLOC_ARENA_MAX={found.get('value', '')}"
+    setting = next((t for t in tunables.split(":")
+                    if t.split("=", 1)[0].strip() == "glibc.malloc.arena_max"), None)
+    return None if setting is None else f"GLIBC_TUNABLES {setting}"
 
 
 def _merged_conf(env: _EnvPlan, spec_conf: str | None,
