@@ -140,6 +140,25 @@ def test_a_tuning_the_pod_cannot_take_admits_it_unchanged_and_says_why(
     assert "spec.memory.high: 9Gi is above the memory limit 8Gi" in warning[0].message
 
 
+def test_pods_of_a_namespace_with_a_limit_range_are_tuned_within_it(
+    api_client: client.ApiClient, namespace: str, operator: OperatorProcess
+) -> None:
+    """LimitRanger fills in its defaults before the webhooks and checks every container after
+    them: the launcher's init container under the namespace's min made a pod the API server
+    refused, so the ReplicaSet could create no pod at all."""
+    client.CoreV1Api(api_client).create_namespaced_limit_range(namespace, {
+        "metadata": {"name": "floor"}, "spec": {"limits": [{
+            "type": "Container", "min": {"cpu": "100m", "memory": "128Mi"}}]}})
+    create_tuning_first(api_client, namespace, operator, tuning("qwen", "qwen"))
+    create(api_client, namespace, deployment("qwen"))
+    pod = wait_pods(api_client, namespace, "qwen", 1)[0]
+    (init,) = pod.spec.init_containers
+    assert init.name == "infertune-launcher"
+    assert init.resources.requests == init.resources.limits == {"cpu": "100m",
+                                                                 "memory": "128Mi"}
+    assert pod.spec.containers[0].command[0] == LAUNCHER
+
+
 def test_changed_tuning_re_creates_pods_by_eviction(
     api_client: client.ApiClient, namespace: str, operator: OperatorProcess
 ) -> None:

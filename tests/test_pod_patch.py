@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import re
 import subprocess
@@ -17,7 +18,9 @@ from infertune.api.spec import InferenceTuningSpec
 from infertune.tuning.pod_patch import (
     LAUNCHER_INIT,
     LAUNCHER_PATH,
+    LimitRangeView,
     PodContext,
+    container_limits,
     plan_pod_patch,
     planned_mig,
     tuning_revision,
@@ -805,3 +808,58 @@ def test_complaints_about_a_long_malloc_conf_stay_short() -> None:
     annotation = jsonpatch.apply_patch(pod, plan.patch)["metadata"]["annotations"][
         keys.DRY_RUN_PLAN]
     assert len(annotation) < 32 * 1024, len(annotation)
+
+
+def _limits(name: str, **item: dict[str, str]) -> LimitRangeView:
+    view = container_limits(name, {"limits": [{"type": "Container", **item},
+                                              {"type": "Pod", "max": {"cpu": "1m"}}]})
+    assert view is not None
+    return view
+
+
+def _init_resources(context: PodContext) -> dict[str, Any]:
+    plan = plan_pod_patch(_spec(), _pod(), context)
+    assert not plan.refused, plan.problems
+    (init,) = jsonpatch.apply_patch(_pod(), plan.patch)["spec"]["initContainers"]
+    resources: dict[str, Any] = init["resources"]
+    assert resources["requests"] == resources["limits"]  # a Guaranteed pod stays so
+    return dict(resources["requests"])
+
+
+def test_the_launcher_is_sized_within_the_namespaces_limit_ranges() -> None:
+    """LimitRanger checks containers after the webhooks: an init container under a min (or
+    over a max) made a pod the API server refuses, and the ReplicaSet could create none."""
+    assert _init_resources(CONTEXT) == {"cpu": "50m", "memory": "64Mi"}
+    raised = dataclasses.replace(CONTEXT, limit_ranges=(
+        _limits("floor", min={"cpu": "100m", "memory": "128Mi"}),
+        _limits("storage", min={"ephemeral-storage": "2Mi"}, max={"memory": "1Gi"})))
+    assert _init_resources(raised) == {"cpu": "100m", "memory": "128Mi",
+                                       "ephemeral-storage": "2Mi"}
+    lowered = dataclasses.replace(CONTEXT, limit_ranges=(
+        _limits("small", max={"cpu": "20m", "memory": "48Mi"}, maxLimitRequestRatio={
+            "ephemeral-storage": "2"}),))
+    assert _init_resources(lowered) == {"cpu": "20m", "memory": "48Mi",
+                                        "ephemeral-storage": "1Mi"}
+
+
+@pytest.mark.parametrize(("limits", "said"), [
+    ({"max": {"memory": "16Mi"}}, "LimitRange tiny allows at most 16Mi memory per container, "
+     "and the launcher's init container needs 32Mi or more"),
+    ({"min": {"cpu": "2"}, "max": {"cpu": "1"}}, "needs 10m or more (and at least 2"),
+])
+def test_a_limit_range_the_launcher_cannot_fit_refuses_the_patch(
+        limits: dict[str, dict[str, str]], said: str) -> None:
+    """Admitted untuned and said why, rather than patched into a pod the API server
+    refuses."""
+    context = dataclasses.replace(CONTEXT, limit_ranges=(_limits("tiny", **limits),))
+    plan = plan_pod_patch(_spec(), _pod(), context)
+    assert plan.refused and plan.patch == []
+    assert said in plan.problems[0], plan.problems
+    # Without the launcher (no NUMA binding) nothing is refused.
+    assert not plan_pod_patch(_spec(numa={"policy": "none"}), _pod(), context).refused
+
+
+def test_only_container_limits_of_a_limit_range_count() -> None:
+    assert container_limits("pods-only", {"limits": [
+        {"type": "Pod", "min": {"cpu": "1"}},
+        {"type": "PersistentVolumeClaim", "min": {"storage": "1Gi"}}]}) is None

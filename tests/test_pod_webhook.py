@@ -27,7 +27,8 @@ async def admit(memo: kopf.Memo, loaded: dict[str, Any]) -> tuple[kopf.Patch, li
     patch, warnings = kopf.Patch(), []
     await tune_pod(body=kopf.Body(POD), patch=patch, warnings=warnings, memo=memo,
                    tunings_by_target=loaded.setdefault("tunings", {}),
-                   replicaset_owners=loaded.setdefault("owners", {}))
+                   replicaset_owners=loaded.setdefault("owners", {}),
+                   limit_ranges=loaded.setdefault("limits", {}))
     return patch, warnings
 
 

@@ -37,7 +37,9 @@ from infertune.controller.spec_cache import SPECS
 from infertune.kube.client import evict_pod, read_deployment, server_message
 from infertune.kube.webhooks import HANDLER_ID, OPT_OUT_LABEL, OPT_OUT_VALUE
 from infertune.tuning.pod_patch import (
+    LimitRangeView,
     PodContext,
+    container_limits,
     plan_pod_patch,
     planned_mig,
     tuning_revision,
@@ -163,6 +165,15 @@ async def replicaset_owners(namespace: str, name: str, body: kopf.Body,
     return {(namespace, name): ""}
 
 
+@kopf.index("", "v1", "limitranges")  # type: ignore[arg-type]
+async def limit_ranges(namespace: str, name: str, body: kopf.Body,
+                       **_: Any) -> dict[str, LimitRangeView] | None:
+    """The LimitRanges that constrain each container, by namespace: the webhook sizes the
+    launcher's init container within them (pod_patch.launcher_resources)."""
+    view = container_limits(name, body.get("spec") or {})
+    return None if view is None else {namespace: view}
+
+
 @kopf.index("", "v1", "pods")  # type: ignore[arg-type]
 async def pods_by_deployment(namespace: str, name: str, body: kopf.Body,
                              replicaset_owners: kopf.Index[tuple[str, str], str],
@@ -193,7 +204,8 @@ def _owner_ref(namespace: str, entry: dict[str, Any]) -> dict[str, Any]:
 @kopf.on.mutate("", "v1", "pods", id=HANDLER_ID, operations=["CREATE"], ignore_failures=True)  # type: ignore[arg-type]
 async def tune_pod(body: kopf.Body, patch: kopf.Patch, warnings: list[str], memo: kopf.Memo,
              tunings_by_target: kopf.Index[tuple[str, str], dict[str, Any]],
-             replicaset_owners: kopf.Index[tuple[str, str], str], **_: Any) -> None:
+             replicaset_owners: kopf.Index[tuple[str, str], str],
+             limit_ranges: kopf.Index[str, LimitRangeView], **_: Any) -> None:
     """Tune pods of Deployments that an InferenceTuning targets; leave every other pod alone.
 
     It never raises: kopf answers a failed handler by rejecting the pod, and a bug here must
@@ -217,7 +229,8 @@ async def tune_pod(body: kopf.Body, patch: kopf.Patch, warnings: list[str], memo
                 logger.warning("no node event within %gs of the first pod admission: pods "
                                "are tuned from the indexes as loaded so far; a pod they miss "
                                "is replaced by re-tuning", INDEX_WAIT_S)
-        _tune_pod(body, patch, warnings, memo, tunings_by_target, replicaset_owners)
+        _tune_pod(body, patch, warnings, memo, tunings_by_target, replicaset_owners,
+                  limit_ranges)
     except Exception:
         patch.clear()
         logger.exception("pod tuning failed; the pod is admitted unchanged")
@@ -237,7 +250,8 @@ async def indexes_loaded(memo: kopf.Memo, **_: Any) -> None:
 
 def _tune_pod(body: kopf.Body, patch: kopf.Patch, warnings: list[str], memo: kopf.Memo,
               tunings_by_target: kopf.Index[tuple[str, str], dict[str, Any]],
-              replicaset_owners: kopf.Index[tuple[str, str], str]) -> None:
+              replicaset_owners: kopf.Index[tuple[str, str], str],
+              limit_ranges: kopf.Index[str, LimitRangeView] | None = None) -> None:
     meta = dict(body.get("metadata") or {})
     namespace = str(meta.get("namespace") or "")
     deployment = _deployment_of(namespace, meta, replicaset_owners)
@@ -261,7 +275,8 @@ def _tune_pod(body: kopf.Body, patch: kopf.Patch, warnings: list[str], memo: kop
     plan = plan_pod_patch(spec, dict(body), PodContext(
         tuning_name=entry["name"], launcher_image=settings.launcher_image,
         static_cpu_manager=settings.static_cpu_manager, mig_profile=mig_profile,
-        mig_strategy=mig_strategy, batching_value=entry.get("batching")))
+        mig_strategy=mig_strategy, batching_value=entry.get("batching"),
+        limit_ranges=tuple(sorted(limit_ranges.get(namespace, ()) if limit_ranges else ()))))
     for problem in plan.problems:
         warnings.append(f"infertune: {problem}")
     key = f"{namespace}/{entry['name']}"

@@ -62,6 +62,39 @@ class PodContext:
     """The GPU Operator's MIG strategy, as the selected nodes' nvidia.com/mig.strategy says."""
     batching_value: int | None = None
     """Batching mode Auto: the knob value to set (status.batching.applied)."""
+    limit_ranges: tuple[LimitRangeView, ...] = ()
+    """The pod's namespace's LimitRanges (`container_limits`): the launcher's init container
+    is sized within them."""
+
+
+class LimitRangeView(NamedTuple):
+    """What a LimitRange requires of each container (its items of type Container)."""
+
+    name: str
+    minimum: tuple[tuple[str, str], ...] = ()
+    """(resource, quantity): the least each container may request (and limit)."""
+    maximum: tuple[tuple[str, str], ...] = ()
+    """(resource, quantity): the most each container may limit (and request)."""
+    ratios: tuple[str, ...] = ()
+    """Resources with a maxLimitRequestRatio: a container must request and limit them."""
+
+
+def container_limits(name: str, spec: Mapping[str, Any]) -> LimitRangeView | None:
+    """The constraints of a LimitRange's spec on each container, None when it has none."""
+    minimum: dict[str, str] = {}
+    maximum: dict[str, str] = {}
+    ratios: set[str] = set()
+    for item in spec.get("limits") or ():
+        if not isinstance(item, Mapping) or item.get("type") != "Container":
+            continue
+        for target, field_name in ((minimum, "min"), (maximum, "max")):
+            for resource, quantity in (item.get(field_name) or {}).items():
+                target[str(resource)] = str(quantity)
+        ratios.update(str(r) for r in item.get("maxLimitRequestRatio") or {})
+    if not (minimum or maximum or ratios):
+        return None
+    return LimitRangeView(name, tuple(sorted(minimum.items())), tuple(sorted(maximum.items())),
+                          tuple(sorted(ratios)))
 
 
 def planned_mig(status_mig: Mapping[str, Any]) -> tuple[str | None, str]:
@@ -410,8 +443,46 @@ def _basename(path: str) -> str:
     return path.rsplit("/", 1)[-1]
 
 
+LAUNCHER_RESOURCES = {"cpu": ("50m", "10m"), "memory": ("64Mi", "32Mi"),
+                      "ephemeral-storage": ("1Mi", "0")}
+"""Per resource, (what the launcher's init container asks, the least it can do with): it
+copies a small file (about 15 MB of memory at its peak). Ephemeral storage is set only where a
+LimitRange asks for it: the container writes nothing of its own."""
+
+
+def launcher_resources(limit_ranges: tuple[LimitRangeView, ...]) -> dict[str, str] | str:
+    """The launcher's requests (== limits, so a Guaranteed pod stays Guaranteed) within the
+    namespace's LimitRanges, or why no such values exist. LimitRanger checks containers after
+    the webhooks, and fills in its defaults before them: an init container outside min..max
+    made a pod the API server refuses, and the ReplicaSet could create none."""
+    chosen: dict[str, str] = {}
+    for resource, (wanted, least) in LAUNCHER_RESOURCES.items():
+        lows = [(parse_quantity(q), q, r.name) for r in limit_ranges for res, q in r.minimum
+                if res == resource]
+        highs = [(parse_quantity(q), q, r.name) for r in limit_ranges for res, q in r.maximum
+                 if res == resource]
+        if resource == "ephemeral-storage" and not (lows or highs or any(
+                resource in r.ratios for r in limit_ranges)):
+            continue
+        value, text = parse_quantity(wanted), wanted
+        low = max(lows, default=None)
+        if low is not None and low[0] > value:
+            value, text = low[0], low[1]
+        high = min(highs, default=None)
+        if high is not None and high[0] < value:
+            if high[0] < parse_quantity(least) or (low is not None and high[0] < low[0]):
+                return (f"LimitRange {high[2]} allows at most {high[1]} {resource} per "
+                        f"container, and the launcher's init container needs {least} or more"
+                        + ("" if low is None else f" (and at least {low[1]}, LimitRange "
+                           f"{low[2]})")
+                        + "; raise the LimitRange's max, or set spec.numa.policy to none")
+            value, text = high[0], high[1]
+        chosen[resource] = text
+    return chosen
+
+
 def _launcher_ops(pod_spec: dict[str, Any], index: int, serving: dict[str, Any],
-                  context: PodContext) -> list[Op]:
+                  context: PodContext, resources: Mapping[str, str]) -> list[Op]:
     ops: list[Op] = []
     volume = {"name": LAUNCHER_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": "1Mi"}}
     if not any(v.get("name") == LAUNCHER_VOLUME for v in pod_spec.get("volumes") or []):
@@ -424,8 +495,7 @@ def _launcher_ops(pod_spec: dict[str, Any], index: int, serving: dict[str, Any],
         "command": [*LAUNCHER_INSTALL, LAUNCHER_DIR],
         "volumeMounts": [{"name": LAUNCHER_VOLUME, "mountPath": LAUNCHER_DIR}],
         # requests == limits keeps a Guaranteed pod Guaranteed.
-        "resources": {"requests": {"cpu": "50m", "memory": "64Mi"},
-                      "limits": {"cpu": "50m", "memory": "64Mi"}},
+        "resources": {"requests": dict(resources), "limits": dict(resources)},
         "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
                             "runAsNonRoot": True, "runAsUser": 65532,
                             "capabilities": {"drop": ["ALL"]},
@@ -733,12 +803,18 @@ def plan_pod_patch(spec: InferenceTuningSpec, pod: dict[str, Any],
         problems.append(f"{refused}: {gets}; add SYS_NICE to its "
                         "securityContext.capabilities.add for the whole binding")
 
-    clash = (_launcher_clash(pod_spec, serving)
-             if spec.numa.policy is not NumaPolicy.NONE and serving.get("command") else None)
+    launcher = spec.numa.policy is not NumaPolicy.NONE and bool(serving.get("command"))
+    clash = _launcher_clash(pod_spec, serving) if launcher else None
     if clash is not None:
         # Patched, the pod is one the API server refuses (a duplicate name, a mountPath twice),
         # which failurePolicy: Ignore does not cover: the ReplicaSet could create no pod.
         return PodPlan(revision, refused=True, problems=[clash])
+    try:
+        resources = launcher_resources(context.limit_ranges) if launcher else {}
+    except ValueError as exc:  # a quantity the API server took and this parser did not
+        resources = f"a LimitRange of the namespace cannot be read: {exc}"
+    if isinstance(resources, str):
+        return PodPlan(revision, refused=True, problems=[resources])
     ops: list[Op] = []
     for op in _batching_ops(spec, _pointer("spec", "containers", index), serving, context,
                             reasons, problems):
@@ -747,7 +823,8 @@ def plan_pod_patch(spec: InferenceTuningSpec, pod: dict[str, Any],
             serving = {**serving, "command": op["value"]}
         else:
             ops.append(op)
-    ops += _numa_ops(spec, pod_spec, index, serving, context, env, reasons, problems)
+    ops += _numa_ops(spec, pod_spec, index, serving, context, env, reasons, problems,
+                     resources)
     ops += env.build()
     ops += mig_ops(spec, _pointer("spec", "containers", index), serving,
                    (context.mig_profile, context.mig_strategy), reasons, problems)
@@ -826,7 +903,7 @@ def _memory_policy_refused(spec: InferenceTuningSpec, pod_spec: Mapping[str, Any
 
 def _numa_ops(spec: InferenceTuningSpec, pod_spec: dict[str, Any], index: int,
               serving: dict[str, Any], context: PodContext, env: _EnvPlan, reasons: list[str],
-              problems: list[str]) -> list[Op]:
+              problems: list[str], resources: Mapping[str, str]) -> list[Op]:
     """The launcher that binds the serving command to its NUMA node, and its settings."""
     if spec.numa.policy is NumaPolicy.NONE:
         return []
@@ -845,4 +922,4 @@ def _numa_ops(spec: InferenceTuningSpec, pod_spec: dict[str, Any], index: int,
                    f"strict {str(spec.numa.strict).lower()}")
     if context.static_cpu_manager:
         problems += _qos_problems(pod_spec, serving)
-    return _launcher_ops(pod_spec, index, serving, context)
+    return _launcher_ops(pod_spec, index, serving, context, resources)
