@@ -810,6 +810,27 @@ def test_complaints_about_a_long_malloc_conf_stay_short() -> None:
     assert len(annotation) < 32 * 1024, len(annotation)
 
 
+def test_the_dry_run_plan_of_a_long_inline_script_stays_short() -> None:
+    """The annotation carried the whole patch, a 180 KB `sh -c` script twice over (the
+    command and its wrapped copy): the API server refuses annotations over 256 KiB, so a
+    DryRun pod, which must change nothing, could not be created."""
+    script = "\n".join(f"echo step {i}; sleep 0" for i in range(9000))
+    pod = _pod(command=["sh", "-c", script], args=[])
+    plan = plan_pod_patch(_spec(mode="DryRun"), pod, CONTEXT)
+    annotations = jsonpatch.apply_patch(pod, plan.patch)["metadata"]["annotations"]
+    described = json.loads(annotations[keys.DRY_RUN_PLAN])
+    assert len(annotations[keys.DRY_RUN_PLAN]) <= 32 * 1024
+    (command,) = [op for op in described["patch"] if op["path"] == "/spec/containers/0/command"]
+    assert command["value"].startswith("<") and "infertune plan" in command["value"]
+    # A short one is kept whole.
+    short = json.loads(jsonpatch.apply_patch(_pod(), plan_pod_patch(
+        _spec(mode="DryRun"), _pod(), CONTEXT).patch)["metadata"]["annotations"][
+        keys.DRY_RUN_PLAN])
+    assert [op["value"] for op in short["patch"]
+            if op["path"] == "/spec/containers/0/command"] == [
+        [LAUNCHER_PATH, "--", "vllm", "serve", "Qwen/Qwen2-7B-Instruct"]]
+
+
 def _limits(name: str, **item: dict[str, str]) -> LimitRangeView:
     view = container_limits(name, {"limits": [{"type": "Container", **item},
                                               {"type": "Pod", "max": {"cpu": "1m"}}]})

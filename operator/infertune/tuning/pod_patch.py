@@ -832,8 +832,7 @@ def plan_pod_patch(spec: InferenceTuningSpec, pod: dict[str, Any],
     if spec.mode is Mode.DRY_RUN:
         plan = {"revision": revision, "patch": ops + _meta_ops(pod, "annotations", annotations),
                 "reasons": reasons, "problems": problems}
-        dry = _meta_ops(pod, "annotations", {keys.DRY_RUN_PLAN: json.dumps(plan,
-                                                                          sort_keys=True)})
+        dry = _meta_ops(pod, "annotations", {keys.DRY_RUN_PLAN: _dry_run_plan(plan)})
         return PodPlan(revision, dry, ["dry run: nothing changed", *reasons], problems)
     ops += _meta_ops(pod, "annotations", annotations)
     # A tuning's name may have 253 characters, a label value 63: the API server would refuse
@@ -841,6 +840,34 @@ def plan_pod_patch(spec: InferenceTuningSpec, pod: dict[str, Any],
     ops += _meta_ops(pod, "labels", {keys.TUNED_BY: keys.label_value(context.tuning_name),
                                      keys.REVISION: revision})
     return PodPlan(revision, ops, reasons, problems)
+
+
+DRY_RUN_PLAN_MAX = 32 * 1024
+"""The most the dry-run plan annotation holds: the API server refuses a pod whose annotations
+pass 256 KiB in all, and a DryRun pod, which must change nothing, was refused with a patch
+that carried a long inline script twice (the command, and its wrapped copy)."""
+LEFT_OUT = ("left out to keep the annotation under 32 KiB; `infertune plan TUNING.yaml --pod "
+            "POD.yaml` shows it whole")
+
+
+def _dry_run_plan(plan: dict[str, Any]) -> str:
+    """The plan as the annotation holds it: whole when it fits DRY_RUN_PLAN_MAX, else with the
+    long values of its operations left out (their paths stay), else without the patch."""
+    text = json.dumps(plan, sort_keys=True)
+    if len(text) <= DRY_RUN_PLAN_MAX:
+        return text
+    shortened = []
+    for op in plan["patch"]:
+        value = json.dumps(op.get("value"))
+        if len(value) > 512:
+            op = {**op, "value": f"<{len(value)} characters of JSON, {LEFT_OUT}>"}
+        shortened.append(op)
+    text = json.dumps({**plan, "patch": shortened}, sort_keys=True)
+    if len(text) <= DRY_RUN_PLAN_MAX:
+        return text
+    return json.dumps({**plan, "patch": f"<{len(plan['patch'])} operations, {LEFT_OUT}>",
+                       "reasons": [r[:1000] for r in plan["reasons"]][:50],
+                       "problems": [p[:1000] for p in plan["problems"]][:20]}, sort_keys=True)
 
 
 def _serving_index(spec: InferenceTuningSpec, containers: list[dict[str, Any]]) -> int | None:
