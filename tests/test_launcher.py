@@ -211,6 +211,27 @@ CASES = {
         Machine(gpus=(GPU1,), cpuset="0-7"), {"NVIDIA_VISIBLE_DEVICES": GPU1.uuid}, None,
         {"action": "unbound", "allowed_cpus": "0-7"},
         "node 1 CPUs 8-15 are all outside the allowed cpuset 0-7"),
+    # The CPU manager chose the cpuset without the GPU's node in mind (Topology Manager
+    # none): bound there, the process got only the node's share of it, logged as info.
+    "cpuset_mostly_off_the_gpu_node_runs_unbound": Case(
+        Machine(gpus=(GPU1,), cpuset="0-6,8"), {"NVIDIA_VISIBLE_DEVICES": GPU1.uuid}, None,
+        {"level": "warning", "action": "unbound"},
+        "node 1 holds 1 of the 8 CPUs the container is allowed (0-6,8): bound there, it "
+        "would run on fewer than half of them; running unbound"),
+    "strict_binds_to_a_sliver_of_the_cpuset_and_says_so": Case(
+        Machine(gpus=(GPU1,), cpuset="0-6,8"),
+        {"NVIDIA_VISIBLE_DEVICES": GPU1.uuid, "INFERTUNE_NUMA_STRICT": "true"},
+        ("--cpunodebind=1", "--membind=1"), {"level": "warning", "action": "bind"},
+        "node 1 holds 1 of the 8 CPUs the container is allowed (0-6,8), and runs on those "
+        "only"),
+    "cpuset_half_on_the_gpu_node_binds_with_a_warning": Case(
+        Machine(gpus=(GPU1,), cpuset="4-11"), {"NVIDIA_VISIBLE_DEVICES": GPU1.uuid},
+        ("--cpunodebind=1", "--membind=1"), {"level": "warning", "action": "bind"},
+        "node 1 holds 4 of the 8 CPUs the container is allowed (4-11), and runs on those "
+        "only"),
+    "cpuset_within_the_gpu_node_binds_quietly": Case(
+        Machine(gpus=(GPU1,), cpuset="8-11"), {"NVIDIA_VISIBLE_DEVICES": GPU1.uuid},
+        ("--cpunodebind=1", "--membind=1"), {"level": "info", "action": "bind"}),
     "cpus_from_proc_status_without_a_cgroup_file": Case(
         Machine(gpus=(GPU1,), cpuset=None, status_cpus="2-5"),
         {"NVIDIA_VISIBLE_DEVICES": GPU1.uuid}, None, {"allowed_cpus": "2-5"},
