@@ -6,6 +6,7 @@ the operator acts with, among them the autoscaler's scale subresource.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import tempfile
@@ -321,7 +322,7 @@ def test_without_access_values_nothing_is_mounted_or_passed() -> None:
     (container,) = deployment["spec"]["template"]["spec"]["containers"]
     assert [a for a in container["args"] if a.startswith("--prometheus")] == [
         f"--prometheus-url={PROMETHEUS}"]
-    assert "volumes" not in deployment["spec"]["template"]["spec"]
+    assert [v["name"] for v in deployment["spec"]["template"]["spec"]["volumes"]] == ["tmp"]
 
 
 @pytest.mark.parametrize(("values", "says"), [
@@ -370,6 +371,25 @@ def test_prometheus_access_values_that_cannot_work_are_refused(
     (["--set", "webhook.port=1023"], "/webhook/port"),
     (["--set-string", "image.tag=1.0\n            - --kubeconfig=/etc/evil"], "/image/tag"),
     (["--set", "image.repository=Registry/Infertune"], "/image/repository"),
+    # A tag in the repository rendered ghcr.io/acme/infertune:1.2:0.1.0.
+    (["--set", "image.repository=ghcr.io/acme/infertune:1.2"], "/image/repository"),
+    (["--set", "image.repository=localhost:5000/infertune:1.2"], "/image/repository"),
+    (["--set", "image.repository=registry:5000"], "/image/repository"),
+    # An option and its value are one item, so that each item is an option.
+    (["--set-string", "extraArgs={--mig-config-delay,60}"], "/extraArgs/1"),
+    (["--set", "extraArgs={-n=team-a}"], "/extraArgs/0"),
+    (["--set-string", "extraArgs[0]=--verbose\n            - --kubeconfig=/etc/evil"],
+     "/extraArgs/0"),
+    # An option the chart sets from a value: argparse keeps the last one, and the container's
+    # port, its probes or its Roles no longer match (with -n beside -A it exits).
+    (["--set", "extraArgs={--webhook-port=9444}"],
+     "--webhook-port, which the chart sets from webhook.port"),
+    (["--set", "extraArgs={--webhook-p=9444}"],  # argparse takes an abbreviation
+     "--webhook-port, which the chart sets from webhook.port"),
+    (["--set", "extraArgs={--namespace=team-a}"], "sets from watchNamespaces"),
+    (["--set-string", "extraArgs[0]=--prometheus-header=Authorization: Bearer x"],
+     "sets from prometheus.headers"),
+    (["--set", "extraArgs={--operator-namespace=kube-system}"], "leave it out"),
     (["--set", "webhook.certSecret=a b"], "/webhook/certSecret"),
     # A misspelt value was ignored: here the operator fell back to a self-signed certificate.
     (["--set", "webhook.certsecret=cert-manager-tls"], "'certsecret' not allowed"),
@@ -456,6 +476,76 @@ def test_image_pull_secrets_reach_the_operator_pod() -> None:
     refused = helm("template", "t", str(CHART), "--set", "image.digest=sha256:abc",
                    check=False)
     assert refused.returncode != 0 and "/image/digest" in refused.stderr
+
+
+def test_extra_args_pass_the_options_the_chart_has_no_value_for() -> None:
+    """docs/pod-tuning.md has kubelets without the static CPU manager run the operator with
+    --no-static-cpu-manager, which the chart had no value for (and its schema refuses unknown
+    values)."""
+    default = operator_args(helm("template", "t", str(CHART)).stdout)
+    args = operator_args(helm("template", "t", str(CHART), "--set",
+                              "extraArgs={--no-static-cpu-manager,--mig-config-delay=60}").stdout)
+    assert args == [*default, "--no-static-cpu-manager", "--mig-config-delay=60"]
+    parsed = build_parser().parse_args(args)
+    assert parsed.no_static_cpu_manager and parsed.mig_config_delay == 60
+
+
+@pytest.mark.parametrize("repository", ["localhost:5000/infertune", "ghcr.io:443/acme/infertune",
+                                        "registry.acme.io/team_a/infer-tune"])
+def test_an_image_repository_may_name_a_registry_port(repository: str) -> None:
+    (container,) = rendered_deployment("--set", f"image.repository={repository}")["spec"][
+        "template"]["spec"]["containers"]
+    assert container["image"] == f"{repository}:0.1.0"
+
+
+@pytest.mark.parametrize("name", ["0123", "1234", "null", "on", "true"])
+def test_names_that_read_as_yaml_numbers_or_booleans_render_as_names(name: str) -> None:
+    """A Kubernetes name may be all digits or a YAML 1.1 word: unquoted, each rendered a
+    number (0123 as octal 83), a boolean or null, which the API server refuses."""
+    rendered = helm("template", name, str(CHART), "--namespace", name,
+                    "--set", "prometheus.url=https://prometheus:9091",
+                    "--set-string", f"webhook.certSecret={name}",
+                    "--set-string", f"prometheus.caConfigMap.name={name}",
+                    "--set-string", f"prometheus.credentialsSecret.name={name}",
+                    "--set-string", f"prometheus.clientCertSecret={name}",
+                    "--set-string", f"watchNamespaces[0]={name}").stdout
+    documents = [d for d in yaml.safe_load_all(rendered) if d]
+    for document in documents:
+        kubernetes_validate.validate(document, "1.37", strict=True)
+        assert document["metadata"]["labels"]["app.kubernetes.io/instance"] == name
+        if document["kind"] not in ("ClusterRole", "ClusterRoleBinding"):
+            assert document["metadata"]["namespace"] == name, document["kind"]
+        for subject in document.get("subjects", ()):
+            assert subject["namespace"] == name
+    assert {(d["kind"], d["metadata"]["name"]) for d in documents} >= {
+        ("Role", "infertune-operator-tunings"), ("RoleBinding", "infertune-operator-tunings")}
+    deployment = next(d for d in documents if d["kind"] == "Deployment")
+    volumes = {v["name"]: v for v in deployment["spec"]["template"]["spec"]["volumes"]}
+    assert volumes["tls"]["secret"]["secretName"] == name
+    assert volumes["prometheus-ca"]["configMap"]["name"] == name
+    assert volumes["prometheus-credentials"]["secret"]["secretName"] == name
+    assert volumes["prometheus-client"]["secret"]["secretName"] == name
+
+
+def test_the_operator_writes_only_to_an_in_memory_tmp_on_a_read_only_root() -> None:
+    """The one file the operator writes is its self-signed webhook certificate, in Python's
+    temporary directory (controller/main.py), which is /tmp where neither the image nor the
+    Deployment sets TMPDIR, TEMP or TMP."""
+    pod = rendered_deployment()["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    (mount,) = [m for m in container["volumeMounts"] if m["mountPath"] == "/tmp"]
+    assert not mount.get("readOnly")
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert volumes[mount["name"]]["emptyDir"] == {"medium": "Memory", "sizeLimit": "16Mi"}
+    temporary = {"TMPDIR", "TEMP", "TMP"}
+    assert not temporary & {e["name"] for e in container.get("env", ())}
+    dockerfile = (Path(__file__).resolve().parents[1] / "Dockerfile").read_text()
+    assert not re.search(r"\b(TMPDIR|TEMP|TMP)\b", dockerfile)
+    # OpenShift's restricted SCC assigns the UID and refuses a fixed one; the image's numeric
+    # USER satisfies runAsNonRoot.
+    assert "runAsUser" not in pod["securityContext"]
+    assert "runAsUser" not in container["securityContext"]
 
 
 def test_the_lowest_port_a_non_root_container_binds_is_a_webhook_port() -> None:

@@ -1,6 +1,6 @@
 {{- define "infertune.labels" -}}
 app.kubernetes.io/name: infertune
-app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/instance: {{ .Release.Name | quote }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end -}}
@@ -54,4 +54,35 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- range $name, $value := $p.headers }}
 - {{ printf "--prometheus-header=%s: %s" $name $value | quote }}
 {{- end }}
+{{- end -}}
+
+{{/* .Values.extraArgs, one per line. Not an option the chart sets: given again, argparse
+keeps the last one (or refuses --namespace beside --all-namespaces), and the container's port,
+its probes, its mounts or its Roles no longer match what the operator does. An abbreviation
+(argparse takes --webhook-p for --webhook-port) counts as the option. */}}
+{{- define "infertune.extraArgs" -}}
+{{- $chartSets := dict
+  "namespace" "watchNamespaces" "all-namespaces" "watchNamespaces"
+  "liveness" "ipFamily" "webhook-addr" "ipFamily" "webhook-port" "webhook.port"
+  "webhook-cert" "webhook.certSecret" "webhook-key" "webhook.certSecret"
+  "webhook-ca" "webhook.certSecret" "launcher-image" "image" "retune-interval" "retuneInterval"
+  "prometheus-url" "prometheus.url" "no-promql-templates" "prometheus.templates"
+  "prometheus-ca-file" "prometheus.caConfigMap" "prometheus-cert-file" "prometheus.clientCertSecret"
+  "prometheus-key-file" "prometheus.clientCertSecret"
+  "prometheus-credentials-file" "prometheus.credentialsSecret (or credentialsFile)"
+  "prometheus-auth-type" "prometheus.authType" "prometheus-header" "prometheus.headers"
+  "webhook-service" "" "webhook-owner" "" "webhook-host" "" "operator-namespace" "" -}}
+{{- range $arg := .Values.extraArgs -}}
+{{- $name := trimPrefix "--" $arg | regexFind "^[^=]*" -}}
+{{- range $option, $value := $chartSets -}}
+{{- if hasPrefix $name $option -}}
+{{- if $value -}}
+{{- fail (printf "extraArgs: %s sets --%s, which the chart sets from %s; set that value instead" $arg $option $value) -}}
+{{- else -}}
+{{- fail (printf "extraArgs: %s sets --%s, which the chart sets itself (its webhook Service and ClusterRole, the release namespace); leave it out" $arg $option) -}}
+{{- end -}}
+{{- end -}}
+{{- end }}
+- {{ $arg | quote }}
+{{- end -}}
 {{- end -}}
