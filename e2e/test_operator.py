@@ -370,6 +370,13 @@ def test_api_server_rejects_what_the_schema_forbids(
                                              numa={"policy": "everywhere"}))
     assert info.value.status == 422
     assert "spec.mode" in info.value.body and "spec.numa.policy" in info.value.body
+    # A quantity the operator cannot read is refused at apply, as Kubernetes' own are: taken,
+    # it made the tuning InvalidSpec after the GitOps sync had passed.
+    with pytest.raises(ApiException) as info:
+        create(api_client, namespace, tuning("bad", "qwen", memory={"high": "28GB"}))
+    assert info.value.status == 422 and "spec.memory.high" in info.value.body
+    create(api_client, namespace, tuning("good", "qwen", memory={"high": "28Gi",
+                                                                 "minHeadroom": 1000000}))
 
 
 def test_a_partial_scaling_block_keeps_hpas_defaults_for_what_it_leaves_out(

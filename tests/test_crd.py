@@ -133,7 +133,7 @@ def test_every_default_satisfies_its_own_schema() -> None:
 def test_printer_columns_point_at_real_fields() -> None:
     nodes = dict(_walk(_schema()))
     names = [c["name"] for c in PRINTER_COLUMNS]
-    for wanted in ("Target", "Mode", "Replicas", "P99", "Queue", "Canary", "Age"):
+    for wanted in ("Target", "Mode", "Replicas", "Latency", "Queue", "Canary", "Age"):
         assert wanted in names
     for column in PRINTER_COLUMNS:
         if column["jsonPath"].startswith(".metadata"):

@@ -164,6 +164,16 @@ def _tuning_yaml(spec_lines: str, metadata_lines: str = "") -> str:
      None),
     ("  targetRef: {name: 2024-01-01}\n", "  annotations: {example.com/window: 12:30, "
      "example.com/eq: =}\n", None),
+    # Underscores alone where digits must be, and more digits than Python reads: go-yaml
+    # takes them for strings (they crashed validate with a traceback).
+    ("  targetRef: {name: qwen}\n  autoscaling: {maxReplicas: 0x_}\n", "",
+     "spec.autoscaling.maxReplicas: '0x_' is not a number"),
+    ("  targetRef: {name: qwen}\n  autoscaling: {tolerance: 1e_}\n", "",
+     "spec.autoscaling.tolerance: '1e_' is not a number"),
+    ("  targetRef: {name: qwen}\n", "  labels: {team: " + "9" * 5000 + "}\n",
+     "metadata.labels['team']"),
+    # Quantities kubectl sends as the integers they are, and an empty namespace it ignores.
+    ("  targetRef: {name: qwen}\n  memory: {high: 30e9, minHeadroom: 1.0}\n", "", None),
 ])
 def test_yaml_is_read_as_kubectl_reads_it(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                           spec_lines: str, metadata_lines: str,
@@ -179,6 +189,32 @@ def test_yaml_is_read_as_kubectl_reads_it(tmp_path: Path, capsys: pytest.Capture
         assert code == 0, captured.err
     else:
         assert code == 1 and error in captured.err, captured.err
+
+
+def test_an_empty_namespace_is_unset_as_kubectl_takes_it(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    manifest = tmp_path / "t.yaml"
+    manifest.write_text(_tuning_yaml("  targetRef: {name: qwen}\n").replace(
+        "namespace: ml", 'namespace: ""'))
+    assert main(["validate", str(manifest)]) == 0, capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("engine", "said"), [
+    ("tgi", "max-batch-total-tokens counts tokens"),
+    ("triton", "Triton reads max-queue-delay-microseconds from the model config"),
+])
+def test_batching_auto_that_can_never_apply_is_refused(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], engine: str, said: str) -> None:
+    """The API server takes it, and the operator then only recommends, for good: validate
+    said "valid"."""
+    manifest = tmp_path / "t.yaml"
+    manifest.write_text(_tuning_yaml("  targetRef: {name: qwen}\n  autoscaling: {}\n"
+                                     "  batching: {mode: Auto}\n").replace(
+        "engine: vllm", f"engine: {engine}"))
+    assert main(["validate", str(manifest)]) == 1
+    err = capsys.readouterr().err
+    assert "spec.batching.mode: Auto can never apply a value here, only recommend one" in err
+    assert said in err, err
 
 
 def test_a_json_manifest_is_read_as_json(tmp_path: Path,

@@ -32,8 +32,11 @@ PRINTER_COLUMNS: list[Schema] = [
      "description": "Replicas at the last evaluation"},
     {"name": "Desired", "type": "integer", "jsonPath": ".status.autoscaling.desiredReplicas",
      "description": "Replicas the autoscaler asked for", "priority": 1},
-    {"name": "P99", "type": "string", "jsonPath": ".status.autoscaling.p99",
-     "description": "Latency quantile at the last evaluation"},
+    # Not "P99": it is the quantile latency.quantile names (p50, p95), or the mean for
+    # Triton (status.autoscaling.latencyKind says which).
+    {"name": "Latency", "type": "string", "jsonPath": ".status.autoscaling.p99",
+     "description": "The latency quantile (or mean) at the last evaluation: "
+                    "status.autoscaling.latencyKind says which"},
     {"name": "Queue", "type": "number", "jsonPath": ".status.autoscaling.queueDepth",
      "description": "Requests waiting per replica at the last evaluation"},
     {"name": "Canary", "type": "string", "jsonPath": ".status.canary.phase",

@@ -123,18 +123,35 @@ class _KubectlLoader(_UniqueKeyLoader):
     ESCAPE_REPLACEMENTS = {k: v for k, v in  # type: ignore[misc]
                            yaml.SafeLoader.ESCAPE_REPLACEMENTS.items() if k != "/"}
 
-    def construct_yaml_int(self, node: yaml.ScalarNode) -> int:
+    def construct_yaml_int(self, node: yaml.ScalarNode) -> int | float | str:  # type: ignore[override]
         """As Go's strconv.ParseInt(text, 0, 64) after go-yaml drops every '_': 0x, 0o and 0b
-        prefixes in either case, and a leading 0 for octal."""
-        plain = str(self.construct_scalar(node)).replace("_", "")
-        if re.fullmatch(r"[-+]?0[0-7]+", plain):
-            return int(plain, 8)
-        return int(plain, 0)
+        prefixes in either case, and a leading 0 for octal. What does not parse (`0x_`, only
+        underscores after the prefix; thousands of digits) is read as a float, else as the
+        string it is, as go-yaml does: the API server then says the field wants a number."""
+        text = str(self.construct_scalar(node))
+        plain = text.replace("_", "")
+        try:
+            if re.fullmatch(r"[-+]?0[0-7]+", plain):
+                return int(plain, 8)
+            return int(plain, 0)
+        except ValueError:
+            return self._float_or_text(text)
 
-    def construct_yaml_float(self, node: yaml.ScalarNode) -> float:
-        plain = str(self.construct_scalar(node)).replace("_", "")
+    def construct_yaml_float(self, node: yaml.ScalarNode) -> float | str:  # type: ignore[override]
+        return self._float_or_text(str(self.construct_scalar(node)))
+
+    @staticmethod
+    def _float_or_text(text: str) -> float | str:
+        plain = text.replace("_", "")
         special = {".inf": math.inf, "+.inf": math.inf, "-.inf": -math.inf, ".nan": math.nan}
-        return special[plain.lower()] if plain.lower() in special else float(plain)
+        if plain.lower() in special:
+            return special[plain.lower()]
+        try:
+            value = float(plain)
+        except ValueError:  # `1e_`, `._`: underscores only where digits must be
+            return text
+        # strconv.ParseFloat refuses a number out of float64's range (an error, so a string).
+        return value if math.isfinite(value) else text
 
 
 _KubectlLoader.add_constructor("tag:yaml.org,2002:int", _KubectlLoader.construct_yaml_int)
@@ -195,6 +212,8 @@ def load_documents(path: Path) -> tuple[list[Document], list[str]]:
             bodies = list(yaml.load_all(text, Loader=_KubectlLoader))
     except RecursionError:
         return [], [f"{source}: nested too deeply to be a manifest"]
+    except ValueError as exc:  # a scalar no constructor above expected; never a traceback
+        return [], [f"{source}: cannot be read as YAML: {str(exc)[:200]}"]
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1} column {mark.column + 1}" if mark is not None else ""

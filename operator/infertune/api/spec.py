@@ -311,6 +311,10 @@ def auto_batching_problem(batching: BatchingSpec, knob: BatchingKnob | None) -> 
     return None
 
 
+def _empty_is_unset(value: Any) -> Any:
+    return None if value == "" else value
+
+
 def _nulls_empty(value: Any) -> Any:
     """An annotation given as null is stored empty by the API server."""
     if isinstance(value, dict) and None in value.values():
@@ -326,8 +330,10 @@ class ObjectMeta(ApiModel):
     name: Annotated[str, Field(pattern=DNS_SUBDOMAIN, min_length=1, max_length=253)]
     """Name of the InferenceTuning."""
 
-    namespace: Annotated[str, Field(pattern=DNS_LABEL, max_length=63)] | None = None
-    """Namespace; the target Deployment lives in the same one."""
+    namespace: Annotated[Annotated[str, Field(pattern=DNS_LABEL, max_length=63)] | None,
+                         BeforeValidator(_empty_is_unset)] = None
+    """Namespace; the target Deployment lives in the same one. Empty is unset, as kubectl
+    takes it (the namespace of the context, or --namespace)."""
 
     labels: Annotated[dict[str, str], BeforeValidator(without_nulls)] = Field(
         default_factory=dict)
@@ -359,6 +365,13 @@ def apply_problems(tuning: InferenceTuning) -> list[tuple[str, str]]:
         # ValidateAnnotationsSize: keys and values together, in bytes.
         problems.append(("metadata.annotations", f"{size} bytes in all; the API server takes "
                          f"at most {MAX_ANNOTATIONS_BYTES} (keys and values together)"))
+    batching = tuning.spec.batching
+    if batching.mode is BatchingMode.AUTO and tuning.spec.autoscaling is not None and (
+            problem := auto_batching_problem(
+                batching, batching_knob(batching, tuning.spec.engine))) is not None:
+        # The API server takes it, and the operator then only recommends, for good.
+        problems.append(("spec.batching.mode", f"Auto can never apply a value here, only "
+                         f"recommend one: {problem}"))
     if tuning.spec.mig is not None:
         for key, value in tuning.spec.mig.node_selector.items():
             if (problem := label_problem(key, value)) is not None:

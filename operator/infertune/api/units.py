@@ -6,6 +6,7 @@ wrote (Git stays the source of truth) while the code reads `.value` or `.seconds
 
 from __future__ import annotations
 
+import math
 import re
 from decimal import Decimal
 from typing import Any
@@ -32,6 +33,10 @@ _QUANTITY = re.compile(
     r"^(?P<num>[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))(?P<suffix>[eE][+-]?[0-9]+|[A-Za-z]*)$"
 )
 
+QUANTITY_PATTERN = (r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|"
+                    r"([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$")
+"""k8s.io/apimachinery's resource.Quantity, as controller-gen writes it into CRDs."""
+
 # Go's time.ParseDuration units, the format kubectl and every Kubernetes API use.
 _DURATION_UNITS = {
     "ns": Decimal("1e-9"),
@@ -53,7 +58,7 @@ def parse_quantity(text: str) -> Decimal:
     match = _QUANTITY.match(text.strip()) if text == text.strip() else None
     if match is None:
         raise ValueError(
-            f"{text!r} is not a Kubernetes quantity; write a number with an optional suffix "
+            f"{shown(text)} is not a Kubernetes quantity; write a number with an optional suffix "
             "such as 28Gi, 512Mi, 500m or 2"
         )
     number = Decimal(match["num"])
@@ -63,13 +68,20 @@ def parse_quantity(text: str) -> Decimal:
     elif suffix in _DECIMAL:
         value = number * _DECIMAL[suffix]
     elif suffix[:1] in ("e", "E"):
+        if len(suffix.lstrip("eE+-")) > 4:
+            # int() of thousands of digits is refused in Python's own words; no quantity
+            # needs an exponent past 18 or below -9 (nano).
+            if "-" not in suffix:
+                raise ValueError(_too_large(text))
+            raise ValueError(f"{shown(text)} is smaller than any quantity Kubernetes keeps (1n "
+                             "is the least); write it with a suffix such as 500m")
         exponent = int(suffix[1:])
         if exponent > MAX_EXPONENT:  # 10 ** a billion overflows Decimal (or takes for ever)
             raise ValueError(_too_large(text))
         value = number * (Decimal(10) ** exponent)
     else:
         raise ValueError(
-            f"{text!r} has an unknown suffix {suffix!r}; use one of "
+            f"{shown(text)} has an unknown suffix {shown(suffix)}; use one of "
             f"{', '.join(_BINARY)} (binary) or k, M, G, T, P, E, m (decimal)"
         )
     if value > MAX_QUANTITY:
@@ -84,16 +96,25 @@ MAX_EXPONENT = 18
 
 
 def _too_large(text: str) -> str:
-    return (f"{text!r} is larger than any resource Kubernetes counts (at most 2^63-1, about "
+    return (f"{shown(text)} is larger than any resource Kubernetes counts (at most 2^63-1, about "
             "8Ei); write it with a suffix such as 28Gi")
+
+
+def shown(text: str, limit: int = 40) -> str:
+    """`text` quoted for a message, cut to `limit` characters: a 100 kB value made a 100 kB
+    error line in validate's output and in the tuning's status."""
+    if len(text) <= limit:
+        return repr(text)
+    return f"{text[:limit]!r}... ({len(text)} characters)"
 
 
 def parse_duration(text: str) -> Decimal:
     """Return seconds for a Go-style duration such as `30s`, `1m30s` or `75ms`."""
     if not re.fullmatch(DURATION_PATTERN, text):
-        hint = f"; did you mean '{text}s'?" if re.fullmatch(r"[0-9]+(\.[0-9]+)?", text) else ""
+        hint = (f"; did you mean '{text}s'?"
+                if len(text) <= 40 and re.fullmatch(r"[0-9]+(\.[0-9]+)?", text) else "")
         raise ValueError(
-            f"{text!r} is not a duration; write a number with a unit (ms, s, m, h), "
+            f"{shown(text)} is not a duration; write a number with a unit (ms, s, m, h), "
             f"for example 30s, 2m or 75ms{hint}"
         )
     return sum(
@@ -126,6 +147,8 @@ class Quantity(str):
 
     @classmethod
     def _validate(cls, raw: Any) -> Quantity:
+        if isinstance(raw, float) and math.isfinite(raw) and raw == int(raw):
+            raw = int(raw)  # 30e9 in YAML: kubectl sends it as the integer it is
         if isinstance(raw, bool) or not isinstance(raw, (int, str)):
             raise PydanticCustomError(
                 "quantity", "expected a quantity such as 28Gi or 500m, got {kind}",
@@ -137,7 +160,8 @@ class Quantity(str):
         except ValueError as exc:
             raise PydanticCustomError("quantity", str(exc)) from None
         if value < 0:
-            raise PydanticCustomError("quantity", f"{text!r} is negative; quantities here are >= 0")
+            raise PydanticCustomError("quantity",
+                                      f"{shown(text)} is negative; quantities here are >= 0")
         return cls(text)
 
     @classmethod
@@ -152,9 +176,13 @@ class Quantity(str):
     def __get_pydantic_json_schema__(
         cls, schema: core_schema.CoreSchema, handler: GetJsonSchemaHandler
     ) -> JsonSchemaValue:
-        # The shape Kubernetes itself uses for resource.Quantity in CRDs.
+        # The shape Kubernetes itself uses for resource.Quantity in CRDs (controller-gen's
+        # pattern): without it the API server took 28GB, which the operator then refused
+        # (InvalidSpec) after the sync had passed.
         return {
             "anyOf": [{"type": "integer"}, {"type": "string"}],
+            "pattern": QUANTITY_PATTERN,
+            "maxLength": 64,
             "x-kubernetes-int-or-string": True,
         }
 
@@ -183,7 +211,7 @@ class Duration(str):
         if seconds > LONGEST_DURATION_S:
             raise PydanticCustomError(
                 "duration", "{text} is longer than any field here takes (at most 168h, 7 days)",
-                {"text": text})
+                {"text": shown(text)})
         return cls(text)
 
     @classmethod
