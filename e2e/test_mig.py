@@ -28,7 +28,7 @@ from e2e.test_pod_tuning import create_tuning_first, pods_of, wait_pods
 from infertune.api.spec import GROUP, PLURAL, VERSION, InferenceTuningSpec
 from infertune.api.tuning import MigSpec
 from infertune.controller import mig
-from infertune.controller.mig import gpu_pods_listed
+from infertune.controller.mig import MIG_INTERVAL, MigSelector, gpu_pods_listed
 from infertune.kube.lease import ALWAYS, Leader
 from infertune.tuning.mig import LayoutPlan, plan_layout, request_from_spec
 
@@ -267,6 +267,16 @@ def _draining(api_client: client.ApiClient, namespace: str, pool: str,
     return node
 
 
+def _left_by_earlier_tests(api_client: client.ApiClient, pool: str) -> None:
+    """Waits until the pool's node runs no pod of an earlier test that drained it: its pods
+    go with its namespace, and an eviction asked meanwhile is refused (403, the namespace is
+    being terminated), which fails the pass."""
+    core = client.CoreV1Api(api_client)
+    node = str(core.list_node(label_selector=f"{POOL}={pool}").items[0].metadata.name)
+    wait_for(lambda: not core.list_pod_for_all_namespaces(
+        field_selector=f"spec.nodeName={node}").items, f"no pods left on {node}", timeout_s=30)
+
+
 def _cordoned_for(api_client: client.ApiClient, node: str) -> str | None:
     """The tuning the node was cordoned for; None when it is schedulable (and "" when
     someone else cordoned it)."""
@@ -346,15 +356,61 @@ def test_a_node_two_tunings_drain_stays_cordoned_until_both_are_gone(
     assert "the tuning was deleted" in _uncordoned(api_client, namespace, node)
 
 
+@pytest.mark.parametrize(("change", "why"), [
+    ({"mode": "DryRun"}, "InferenceTuning {namespace}/qwen is in DryRun, which would not "
+                         "finish the drain"),
+    ({"mode": "DryRun", "mig": {"allowDisruption": False}},
+     "spec.mig.allowDisruption is off now, so its GPU pods are not evicted"),
+], ids=["mode-only", "allow-disruption-off-too"])
 def test_a_drain_is_undone_when_the_tuning_turns_to_dry_run(
-    api_client: client.ApiClient, namespace: str, operator: OperatorProcess
+    api_client: client.ApiClient, namespace: str, operator: OperatorProcess,
+    change: dict[str, Any], why: str,
 ) -> None:
     """DryRun writes nothing new, but it would not finish the drain either: the operator's
-    own cordon is undone rather than left behind."""
+    own cordon is undone rather than left behind. With allowDisruption still on, the node
+    stayed cordoned for good (both cases drain pool mig-h's node, one after the other)."""
+    _left_by_earlier_tests(api_client, "mig-h")
     node = _draining(api_client, namespace, "mig-h")
-    _patch_spec(api_client, namespace, "qwen", {"mode": "DryRun", "mig": {
-        "allowDisruption": False}})
-    assert "allowDisruption is off now" in _uncordoned(api_client, namespace, node)
+    _patch_spec(api_client, namespace, "qwen", change)
+    message = _uncordoned(api_client, namespace, node)
+    assert message == (f"{node} uncordoned: drained for {namespace}/qwen, and "
+                       f"{why.format(namespace=namespace)}")
+
+
+def test_a_drain_a_budget_holds_up_is_announced_once_and_says_why_it_waits(
+    api_client: client.ApiClient, namespace: str, operator: OperatorProcess
+) -> None:
+    """A MigNodeDraining Event came every pass (every 3 s, a new Event object each) for as
+    long as the drain lasted, and the node read "cordoned and draining" for ever while a
+    PodDisruptionBudget refused every eviction. Runs on pool mig-d's node, which the
+    "deleted" case above leaves uncordoned."""
+    core = client.CoreV1Api(api_client)
+    _left_by_earlier_tests(api_client, "mig-d")
+    node = _draining(api_client, namespace, "mig-d")
+
+    def held() -> str | None:
+        entries = _mig_status(api_client, namespace, "qwen").get("nodes") or []
+        message = next((str(e["message"]) for e in entries if e["node"] == node), "")
+        return message if "PodDisruptionBudget refused" in message else None
+
+    message = wait_for(held, f"{node}'s status naming the refused eviction", timeout_s=30)
+    assert message.startswith("cordoned and draining 1 GPU pods before infertune-h200-")
+    assert "refused the eviction of 1 of them" in message
+    assert "turn spec.mig.allowDisruption off" in message
+    time.sleep(4 * MIG_INTERVAL)  # passes that change nothing, and post nothing
+
+    def reasons() -> list[str]:
+        return sorted(e.reason for e in core.list_namespaced_event(namespace).items
+                      if e.reason.startswith("MigNodeDrain"))
+
+    assert reasons() == ["MigNodeDrainBlocked", "MigNodeDraining"]
+    warning = next(e for e in core.list_namespaced_event(namespace).items
+                   if e.reason == "MigNodeDrainBlocked")
+    assert (warning.type, warning.message) == ("Warning", f"{node}: {message}")
+    assert held() == message
+    delete_tuning_and_wait(api_client, namespace, "qwen", "the tuning gone", timeout_s=30)
+    wait_for(lambda: _cordoned_for(api_client, node) is None, f"{node} uncordoned",
+             timeout_s=30)
 
 
 @pytest.mark.parametrize(("pool", "change"), [("mig-i", None), ("mig-j", {"mig": None})],
@@ -574,7 +630,7 @@ def test_a_pass_that_lost_the_lease_meanwhile_labels_or_drains_no_node(
     def run(leader: Leader, gpu_pods: dict[str, tuple[str, ...]]) -> str:
         spec = specs[bool(gpu_pods)]
         return mig.reconcile_mig(namespace, "qwen", spec, settings, body, gpu_pods,
-                                 frozenset({owner}), ((owner, ((POOL, "mig-b"),)),),
+                                 frozenset({owner}), (MigSelector(owner, ((POOL, "mig-b"),)),),
                                  leader).message
 
     core = client.CoreV1Api(api_client)
@@ -585,14 +641,18 @@ def test_a_pass_that_lost_the_lease_meanwhile_labels_or_drains_no_node(
         assert run(ALWAYS, {}).startswith(f"label {node}")
         assert _node_labels(api_client, node)[CONFIG_LABEL].startswith("infertune-h200-")
         assert events == ["MigNodeLabelled"]
-        # A node to drain first (GPU pods on it, allowDisruption): not cordoned either.
+        # A node to drain first (GPU pods on it, allowDisruption): not cordoned either. Read
+        # through its resourceVersion: an operator this session started uncordons, at once,
+        # a node drained for a tuning that does not exist (this test's).
         _clear_mig_marks(core, node)
         events.clear()
         busy = {node: (f"{namespace}/gone-already",)}
+        version = core.read_node(node).metadata.resource_version
         assert "not drained by this process: it no longer leads" in run(_NotLeading(), busy)
-        assert not core.read_node(node).spec.unschedulable and events == []
+        assert core.read_node(node).metadata.resource_version == version and events == []
         assert run(ALWAYS, busy) == f"drain {node}"
-        assert core.read_node(node).spec.unschedulable and events == ["MigNodeDraining"]
+        assert core.read_node(node).metadata.resource_version != version
+        assert events == ["MigNodeDraining"]
     finally:
         _clear_mig_marks(core, node)
         client.ApiClient.set_default(None)  # type: ignore[no-untyped-call]

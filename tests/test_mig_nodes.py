@@ -13,6 +13,7 @@ from infertune.tuning.mig_nodes import (
     Release,
     StepKind,
     cordons_to_release,
+    drain_report,
     partitioned_after_drain,
     plan_mig_nodes,
     select_nodes,
@@ -114,6 +115,66 @@ def test_busy_node_is_never_relabelled_without_opt_in() -> None:
 def test_busy_node_is_drained_first_with_opt_in() -> None:
     step = _plan([_node("a", pods=("vllm-0",))], allow=True)
     assert (step.kind, step.node) == (StepKind.DRAIN, "a")
+
+
+def test_an_idle_node_is_labelled_before_any_drain_starts_or_goes_on() -> None:
+    """A busy node earlier in name order took the one step, and the idle nodes after it
+    waited for its drain, which a PodDisruptionBudget may hold up for good."""
+    config = CONFIGS["NVIDIA-H200"]
+    busy = _node("a", pods=("ml/busy-1",))
+    first = _plan([busy, _node("b")], allow=True)
+    assert (first.kind, first.node) == (StepKind.LABEL, "b")
+    assert [(r.node, r.state, r.message) for r in first.reports] == [
+        ("a", NodeState.WAITING, "waits for b"),
+        ("b", NodeState.PENDING, f"labelled for {config}")]
+    # A drain under way waits too, and says its node stays cordoned meanwhile.
+    draining = _drained("a", "ml/qwen", pods=("ml/busy-1",))
+    assert (_plan([draining, _node("b")], allow=True).node) == "b"
+    applying = _plan([draining, _node("b", config=config, state="pending")], allow=True)
+    assert applying.kind is StepKind.NONE  # still one node at a time
+    assert applying.reports[0].message == ("waits for b (pending); cordoned for its drain, "
+                                           "which goes on after")
+    done = _plan([draining, _node("b", config=config, state="success")], allow=True)
+    assert (done.kind, done.node) == (StepKind.DRAIN, "a")
+
+
+def test_a_drain_under_way_goes_on_before_another_starts() -> None:
+    """Switched to a busy node earlier in name order, the first stayed cordoned, half
+    drained, beside the second: two nodes out of service."""
+    step = _plan([_node("a", pods=("ml/busy-1",)),
+                  _drained("b", "ml/qwen", pods=("ml/busy-2",))], allow=True)
+    assert (step.kind, step.node) == (StepKind.DRAIN, "b")
+    assert [r.node for r in step.reports] == ["a", "b"]  # reported in the nodes' order
+    # A node its drain emptied (cordoned, no GPU pods left) is labelled before idle ones.
+    emptied = _plan([_node("a"), _drained("b", "ml/qwen")], allow=True)
+    assert (emptied.kind, emptied.node) == (StepKind.LABEL, "b")
+
+
+def test_a_busy_node_is_reported_busy_and_released_whichever_node_takes_the_step() -> None:
+    """A busy node after the labelled one in name order read "waits for" where it never
+    would be partitioned, and its drain, no longer allowed, was not undone meanwhile."""
+    node = _drained("b", "ml/qwen", pods=("ml/busy-1",))
+    step = _plan([_node("a"), node], allow=False)
+    assert (step.kind, step.node) == (StepKind.LABEL, "a")
+    assert step.reports[1].state is NodeState.BUSY
+    assert list(_released([_node("a"), node], allow=False)) == ["b"]
+
+
+def test_a_drain_a_budget_holds_up_says_so() -> None:
+    """"cordoned and draining" read the same for ever when a PodDisruptionBudget refused
+    every eviction."""
+    report = _plan([_node("a", pods=("ml/p-1", "ml/p-2"))], allow=True).reports[0]
+    assert drain_report(report, ()) == report
+    held = drain_report(report, ("ml/p-2",))
+    assert held.state is NodeState.DRAINING
+    assert held.message == (
+        f"cordoned and draining 2 GPU pods before {CONFIGS['NVIDIA-H200']}; a "
+        "PodDisruptionBudget refused the eviction of 1 of them (ml/p-2), asked again every "
+        "pass: the drain goes on once the budget allows it (more ready replicas elsewhere, "
+        "or a looser budget); turn spec.mig.allowDisruption off to stop the drain and "
+        "uncordon the node")
+    many = drain_report(report, tuple(f"ml/p-{i}" for i in range(5)))
+    assert "5 of them (ml/p-0, ml/p-1, ml/p-2, ...)" in many.message
 
 
 def test_nothing_selected_is_explained() -> None:
@@ -290,6 +351,35 @@ def test_a_drain_that_allow_disruption_no_longer_allows_is_undone() -> None:
     assert released["a"] == ("a uncordoned: drained for ml/qwen, and "
                              "spec.mig.allowDisruption is off now, so its GPU pods are not "
                              "evicted")
+
+
+def test_a_drain_is_undone_when_its_tuning_is_in_dry_run() -> None:
+    """DryRun with allowDisruption still on: the node stayed cordoned, drained for a tuning
+    that would never finish the drain."""
+    why = "InferenceTuning ml/qwen is in DryRun, which would not finish the drain"
+    draining = _drained("a", "ml/qwen", pods=("ml/busy-1",))
+    emptied = _drained("b", "ml/qwen")  # waits for a
+    for dry_run, released in ((False, []), (True, ["a", "b"])):
+        step = plan_mig_nodes([draining, emptied], CONFIGS, allow_disruption=True,
+                              labelled_at={}, now=100.0, owner="ml/qwen")
+        found = cordons_to_release([draining, emptied], step.reports, owner="ml/qwen",
+                                   exists=lambda c: True, dry_run=dry_run)
+        assert [r.node for r in found] == released
+    assert found[0] == Release("a", f"a uncordoned: drained for ml/qwen, and {why}")
+    # Another tuning that selects it and partitions takes it over, as when one goes away.
+    heir = cordons_to_release([draining], step.reports, owner="ml/qwen",
+                              exists=lambda c: True, dry_run=True,
+                              successor=lambda n, t: "ml/other")
+    assert heir == [Release("a", "a stays cordoned for ml/other, which selects it too: "
+                                 f"drained for ml/qwen, and {why}", "ml/other")]
+    # Not while mig-manager is at work, nor once it is done (uncordoned on success, once).
+    config = CONFIGS["NVIDIA-H200"]
+    for state in ("pending", "success"):
+        node = _drained("a", "ml/qwen", config=config, state=state)
+        step = plan_mig_nodes([node], CONFIGS, allow_disruption=True, labelled_at={},
+                              now=100.0, owner="ml/qwen")
+        assert cordons_to_release([node], step.reports, owner="ml/qwen",
+                                  exists=lambda c: True, dry_run=True) == []
 
 
 def test_a_drain_for_a_deleted_tuning_is_undone_by_another_tunings_pass() -> None:

@@ -9,8 +9,9 @@ import kopf
 import pytest
 
 from infertune.api.spec import InferenceTuningSpec
+from infertune.api.status import MigNodeStatus, MigStatus
 from infertune.controller import mig as mig_controller
-from infertune.controller.mig import gpu_pods_by_node
+from infertune.controller.mig import MigSelector, gpu_pods_by_node
 from infertune.tuning.mig_nodes import MIG_CAPABLE_LABEL, PRODUCT_LABEL, NodeView
 
 
@@ -144,9 +145,67 @@ def test_the_node_sweep_ends_with_the_operator() -> None:
 
 
 def test_a_claim_holds_only_while_its_tunings_selector_matches_the_node() -> None:
-    holds = mig_controller.claim_holds((("ml/big", (("pool", "a"),)), ("ml/any", ())))
+    holds = mig_controller.claim_holds((MigSelector("ml/big", (("pool", "a"),)),
+                                        MigSelector("ml/any", ())))
     in_a = NodeView("gpu-0", {"pool": "a"})
     in_b = NodeView("gpu-1", {"pool": "b"})
     assert holds("ml/big", in_a) and not holds("ml/big", in_b)
     assert holds("ml/any", in_b)  # no nodeSelector: every MIG-capable node
     assert holds("ml/dropped", in_b)  # no valid spec.mig now: kept, as for a moment
+
+
+def _indexed_tuning(name: str, **spec: Any) -> dict[str, Any]:
+    """An entry of the kopf index `tunings_by_target`."""
+    return {"name": name, "uid": f"uid-{name}", "generation": 1, "spec": {
+        "targetRef": {"name": name}, "engine": "vllm", **spec}}
+
+
+def test_a_tuning_in_dry_run_takes_over_no_drained_node() -> None:
+    """A drained node was handed to a tuning in DryRun that selects it too, which would not
+    finish the drain: it stayed cordoned for that tuning, or was uncordoned a pass later
+    after a needless hand-over."""
+    mig = {"profile": "3g.71gb", "nodeSelector": {"pool": "a"}}
+    index = {("ml", "qwen"): [_indexed_tuning("watching", mode="DryRun", mig=mig),
+                              _indexed_tuning("enforcing", mig=mig)]}
+    selectors = mig_controller.mig_selectors(index)  # type: ignore[arg-type]
+    assert [(s.tuning, s.partitions) for s in selectors] == [("ml/enforcing", True),
+                                                             ("ml/watching", False)]
+    node = NodeView("gpu-0", {"pool": "a"}, True, cordoned_for="ml/gone")
+    assert mig_controller._successor(selectors, "ml/gone")(node, "ml/gone") == "ml/enforcing"
+    dry_only = tuple(s for s in selectors if not s.partitions)
+    assert mig_controller._successor(dry_only, "ml/gone")(node, "ml/gone") is None
+    # Its claims still hold where its nodeSelector selects (a spec.mode change is no reason
+    # to hand its nodes to another layout).
+    holds = mig_controller.claim_holds(selectors)
+    assert holds("ml/watching", node)
+    assert not holds("ml/watching", NodeView("gpu-1", {"pool": "b"}))
+
+
+def test_a_drain_is_announced_when_its_message_changes_not_every_pass(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A MigNodeDraining Event every pass (every 3 s, a new Event object each) while a
+    PodDisruptionBudget held the drain up; now one Event per change of the node's message,
+    a Warning when evictions start being refused."""
+    posted: list[tuple[str, str]] = []
+    monkeypatch.setattr(mig_controller.kopf, "event",
+                        lambda _, **event: posted.append((event["type"], event["reason"])))
+    status = MigStatus(nodes=[MigNodeStatus(node="gpu-0", config="cfg", state="draining",
+                                            message="cordoned and draining 2 GPU pods")])
+
+    def drain(stored: MigStatus | None, refused: tuple[str, ...]) -> MigStatus:
+        body = kopf.Body({"status": {} if stored is None else {
+            "mig": stored.model_dump(by_alias=True, mode="json")}})
+        return mig_controller._drain_reported(body, status, "gpu-0", refused)
+
+    started = drain(None, ("ml/a", "ml/b"))
+    assert posted == [("Normal", "MigNodeDraining"), ("Warning", "MigNodeDrainBlocked")]
+    assert "a PodDisruptionBudget refused the eviction of 2 of them (ml/a, ml/b)" in \
+        started.nodes[0].message
+    posted.clear()
+    assert drain(started, ("ml/a", "ml/b")) == started and posted == []  # nothing new
+    fewer = drain(started, ("ml/a",))  # the budget let one go
+    assert posted == [("Normal", "MigNodeDraining")]
+    posted.clear()
+    assert drain(fewer, ()).nodes[0].message == "cordoned and draining 2 GPU pods"
+    assert posted == [("Normal", "MigNodeDraining")]

@@ -20,7 +20,7 @@ import time
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import kopf
 import yaml
@@ -38,6 +38,7 @@ from infertune.kube.lease import ALWAYS, Leader
 from infertune.kube.webhooks import is_pattern
 from infertune.tuning.mig import Infeasible, LayoutPlan, describe, plan_layout, request_from_spec
 from infertune.tuning.mig_nodes import (
+    BUDGET_REFUSED,
     CLAIM_ANNOTATION,
     CORDONED_ANNOTATION,
     LABELLED_AT_ANNOTATION,
@@ -46,10 +47,13 @@ from infertune.tuning.mig_nodes import (
     MIG_STATE_LABEL,
     MIG_STRATEGY_LABEL,
     PRODUCT_LABEL,
+    NodeReport,
+    NodeState,
     NodeView,
     Release,
     StepKind,
     cordons_to_release,
+    drain_report,
     partitioned_after_drain,
     plan_mig_nodes,
     select_nodes,
@@ -261,7 +265,10 @@ def _written_times(text: str | None) -> dict[str, float]:
             if isinstance(t, int | float) and not isinstance(t, bool) and math.isfinite(t)}
 
 
-def _drain(node: NodeView, owner: str, exists: Callable[[str], bool]) -> None:
+def _drain(node: NodeView, owner: str, exists: Callable[[str], bool]) -> tuple[str, ...] | None:
+    """Cordon the node and ask for its GPU pods' eviction: the pods a PodDisruptionBudget
+    refused now (asked again next pass), or None when the node changed since this pass read
+    it."""
     marked = node.cordoned_for
     # Marked with the tuning, so that it is uncordoned once partitioned, or when that tuning
     # no longer will; a node already cordoned by someone else (maintenance) is not marked,
@@ -272,10 +279,8 @@ def _drain(node: NodeView, owner: str, exists: Callable[[str], bool]) -> None:
     if mark and not _patch_as_seen(node.name, node.version, {
             "spec": {"unschedulable": True},
             "metadata": {"annotations": {CORDONED_ANNOTATION: owner}}}):
-        return  # changed since this pass read it (a cordon made meanwhile): decided again
-    for ref in node.gpu_pods:
-        namespace, name = ref.split("/", 1)
-        evict_pod(namespace, name)  # a PDB that says not now is asked again next tick
+        return None  # changed since this pass read it (a cordon made meanwhile): decided again
+    return tuple(ref for ref in node.gpu_pods if not evict_pod(*ref.split("/", 1)))
 
 
 def _patch_as_seen(node: str, version: str | None, patch: dict[str, Any]) -> bool:
@@ -378,7 +383,7 @@ def reconcile_mig(namespace: str, name: str, spec: InferenceTuningSpec, settings
     def exists(tuning: str) -> bool:
         return tuning in tunings or not settings.sees(tuning)
 
-    partitioning = frozenset(tuning for tuning, _ in selectors)
+    partitioning = frozenset(s.tuning for s in selectors if s.partitions)
 
     def partitions(tuning: str) -> bool:
         return tuning in partitioning or not settings.sees(tuning)
@@ -438,7 +443,8 @@ def reconcile_mig(namespace: str, name: str, spec: InferenceTuningSpec, settings
                    message=f"{node.name} partitioned by mig-manager; uncordoned")
     _release(body, cordons_to_release(nodes, step.reports, owner=owner, exists=exists,
                                       successor=_successor(selectors, owner),
-                                      partitions=partitions, holds=holds))
+                                      partitions=partitions, holds=holds,
+                                      dry_run=spec.mode is Mode.DRY_RUN))
     if config_error is not None:
         raise config_error
     if spec.mode is Mode.DRY_RUN:
@@ -463,9 +469,37 @@ def reconcile_mig(namespace: str, name: str, spec: InferenceTuningSpec, settings
         settings.labelled_at[step.node] = time.time()
         kopf.event(body, type="Normal", reason="MigNodeLabelled", message=step.reason)
     elif step.kind is StepKind.DRAIN and step.node is not None:
-        _drain(next(n for n in selected if n.name == step.node), owner, partitions)
-        kopf.event(body, type="Normal", reason="MigNodeDraining", message=step.reason)
+        refused = _drain(next(n for n in selected if n.name == step.node), owner, partitions)
+        if refused is None:
+            return status.model_copy(update={
+                "message": f"{step.node} changed while deciding; decided again next pass"})
+        return _drain_reported(body, status, step.node, refused)
     return status
+
+
+def _drain_reported(body: kopf.Body, status: MigStatus, node: str,
+                    refused: Sequence[str]) -> MigStatus:
+    """status.mig with the evictions a PodDisruptionBudget refused in the drained node's
+    message, and Events only when that message is not the one status.mig holds already: the
+    pass runs every 3 s, and kopf posts a new Event object each time. A Warning when
+    evictions start being refused: the drain cannot go on until the budget allows it."""
+    stored = ((body.get("status") or {}).get("mig") or {}).get("nodes") or []
+    before = next((str(entry.get("message") or "") for entry in stored
+                   if isinstance(entry, dict) and entry.get("node") == node
+                   and entry.get("state") == NodeState.DRAINING.value), None)
+    planned = next(entry.message for entry in status.nodes if entry.node == node)
+    report = drain_report(NodeReport(node, NodeState.DRAINING, planned), refused)
+    if report.message != before:
+        blocked = bool(refused) and BUDGET_REFUSED not in (before or "")
+        if before is None or not blocked:  # the drain starts, or moves on
+            kopf.event(body, type="Normal", reason="MigNodeDraining",
+                       message=f"{node}: {planned if blocked else report.message}")
+        if blocked:
+            kopf.event(body, type="Warning", reason="MigNodeDrainBlocked",
+                       message=f"{node}: {report.message}")
+    return status.model_copy(update={"nodes": [
+        entry.model_copy(update={"message": report.message}) if entry.node == node else entry
+        for entry in status.nodes]})
 
 
 def _last_plan(body: kopf.Body, message: str) -> MigStatus:
@@ -517,8 +551,19 @@ def _release(body: kopf.Body, releases: list[Release]) -> None:
                    message=message)
 
 
-MigSelectors = tuple[tuple[str, tuple[tuple[str, str], ...]], ...]
-"""(NAMESPACE/NAME, spec.mig.nodeSelector items) of every tuning with spec.mig."""
+class MigSelector(NamedTuple):
+    """A tuning with a valid spec.mig (`mig_selectors`)."""
+
+    tuning: str
+    """NAMESPACE/NAME."""
+    node_selector: tuple[tuple[str, str], ...]
+    """spec.mig.nodeSelector items."""
+    partitions: bool = True
+    """False in DryRun: it labels and drains nothing, so it is no successor for a drained
+    node, and one drained for it is released."""
+
+
+MigSelectors = tuple[MigSelector, ...]
 
 
 def tuning_names(index: kopf.Index[tuple[str, str], dict[str, Any]]) -> frozenset[str]:
@@ -529,19 +574,24 @@ def tuning_names(index: kopf.Index[tuple[str, str], dict[str, Any]]) -> frozense
 
 
 def mig_selectors(index: kopf.Index[tuple[str, str], dict[str, Any]]) -> MigSelectors:
-    """The tunings that partition: with a spec.mig, in a spec that validates (an invalid one's
-    loop never runs a pass, so a node handed to it would stay cordoned). Read on the event
-    loop, where kopf changes the index (see loops.every)."""
+    """The tunings with a spec.mig, in a spec that validates (an invalid one's loop never runs
+    a pass, so a node handed to it would stay cordoned); those in DryRun do not partition.
+    Read on the event loop, where kopf changes the index (see loops.every)."""
     found = []
     for (namespace, _), entries in index.items():
         for entry in entries:
-            mig = (entry.get("spec") or {}).get("mig")
-            if isinstance(mig, dict) and SPECS.get(str(entry.get("uid") or ""),
-                                                   int(entry.get("generation") or 0),
-                                                   entry.get("spec") or {}) is not None:
+            spec = entry.get("spec") or {}
+            mig = spec.get("mig")
+            if not isinstance(mig, dict):
+                continue
+            parsed = SPECS.get(str(entry.get("uid") or ""), int(entry.get("generation") or 0),
+                               spec)
+            if parsed is not None:
                 selector = mig.get("nodeSelector") or {}
-                found.append((f"{namespace}/{entry['name']}",
-                              tuple(sorted((str(k), str(v)) for k, v in selector.items()))))
+                found.append(MigSelector(
+                    f"{namespace}/{entry['name']}",
+                    tuple(sorted((str(k), str(v)) for k, v in selector.items())),
+                    parsed.mode is not Mode.DRY_RUN))
     return tuple(sorted(found))
 
 
@@ -554,7 +604,7 @@ def claim_holds(selectors: MigSelectors) -> Callable[[str, NodeView], bool]:
     """Whether a claimant's spec.mig still selects a node it claimed: one whose nodeSelector
     moved elsewhere no longer holds it; one with no valid spec.mig now (dropped for a moment
     by a mistaken apply) keeps its claim."""
-    selector_of = dict(selectors)
+    selector_of = {s.tuning: s.node_selector for s in selectors}
 
     def holds(tuning: str, node: NodeView) -> bool:
         selector = selector_of.get(tuning)
@@ -564,12 +614,13 @@ def claim_holds(selectors: MigSelectors) -> Callable[[str, NodeView], bool]:
 
 def _successor(selectors: MigSelectors,
                leaving: str) -> Callable[[NodeView, str], str | None]:
-    """Another tuning (not `leaving`, nor the one the node was drained for) whose
-    spec.mig.nodeSelector selects the node: it takes over a node the leaving one drained."""
+    """Another tuning (not `leaving`, nor the one the node was drained for, nor one in DryRun,
+    which would not finish the drain) whose spec.mig.nodeSelector selects the node: it takes
+    over a node the leaving one drained."""
     def find(node: NodeView, drained_for: str) -> str | None:
-        return next((name for name, selector in selectors
-                     if name not in (leaving, drained_for) and _selected(node, selector)),
-                    None)
+        return next((s.tuning for s in selectors
+                     if s.partitions and s.tuning not in (leaving, drained_for)
+                     and _selected(node, s.node_selector)), None)
     return find
 
 
@@ -684,7 +735,7 @@ async def _release_if_settled(node: NodeView, settings: MigSettings,
     """Release `node` if it was drained for a tuning that no longer partitions it and
     mig-manager has settled (`cordons_to_release`); `body` gets the Event."""
     selectors = mig_selectors(index)  # on the event loop, where kopf changes the index
-    partitioning = frozenset(tuning for tuning, _ in selectors)
+    partitioning = frozenset(s.tuning for s in selectors if s.partitions)
     existing = tuning_names(index)
 
     def exists(tuning: str) -> bool:
@@ -703,9 +754,10 @@ async def _release_if_settled(node: NodeView, settings: MigSettings,
 
 
 def _read_mig(tuning: str) -> dict[str, Any] | None:
-    """spec.mig of the tuning NAMESPACE/NAME read from the API server ({} when it has none),
-    for a tuning outside the kopf index (a namespace this operator matches by a pattern);
-    None when it does not exist. Unreadable counts as partitioning: nothing is released."""
+    """spec.mig of the tuning NAMESPACE/NAME read from the API server ({} when it has none,
+    or is in DryRun), for a tuning outside the kopf index (a namespace this operator matches
+    by a pattern); None when it does not exist. Unreadable counts as partitioning: nothing is
+    released."""
     namespace, _, name = tuning.partition("/")
     try:
         found: dict[str, Any] = client.CustomObjectsApi().get_namespaced_custom_object(  # type: ignore[assignment]
@@ -718,9 +770,11 @@ def _read_mig(tuning: str) -> dict[str, Any] | None:
         return {"unreadable": True}
     meta, spec = found.get("metadata") or {}, found.get("spec") or {}
     mig = spec.get("mig")
-    if not isinstance(mig, dict) or SPECS.get(str(meta.get("uid") or ""),
-                                              int(meta.get("generation") or 0), spec) is None:
+    parsed = SPECS.get(str(meta.get("uid") or ""), int(meta.get("generation") or 0), spec)
+    if not isinstance(mig, dict) or parsed is None:
         return {}  # no valid spec.mig: it partitions nothing (its loop runs no pass)
+    if parsed.mode is Mode.DRY_RUN:
+        return {}  # it labels and drains nothing either
     return dict(mig)
 
 

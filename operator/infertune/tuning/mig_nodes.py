@@ -5,7 +5,8 @@ out the one step it returns. The contract is the GPU Operator's (DESIGN.md #4): 
 labels `nvidia.com/mig.config=<name>` and mig-manager answers in
 `nvidia.com/mig.config.state` (pending, rebooting, success, failed). One node changes at a
 time, and a node running GPU pods is never relabelled unless the spec allows the disruption,
-in which case it is cordoned and drained first.
+in which case it is cordoned and drained first. Idle nodes go before any drain: a drain may
+wait on a PodDisruptionBudget for long.
 """
 
 from __future__ import annotations
@@ -204,19 +205,18 @@ def plan_mig_nodes(nodes: Sequence[NodeView], configs: Mapping[str, str], *,
     if in_flight:
         # One node at a time; a failed or timed-out node stops the rollout until a person looks.
         for node, _config in todo:
-            reports.append(NodeReport(node.name, NodeState.WAITING,
-                                      f"waits for {in_flight[0].node} ({in_flight[0].state})"))
-        return MigNodeStep(StepKind.NONE, None, tuple(reports),
+            reports.append(_waiting(node, f"{in_flight[0].node} ({in_flight[0].state})"))
+        return MigNodeStep(StepKind.NONE, None, _in_order(reports, nodes),
                            f"{in_flight[0].node}: {in_flight[0].message}")
     step: MigNodeStep | None = None
-    for node, config in todo:
-        if step is not None:
-            reports.append(NodeReport(node.name, NodeState.WAITING, f"waits for {step.node}"))
-            continue
-        if node.gpu_pods and not allow_disruption:
+    for node, config in sorted(todo, key=_idle_first):
+        if node.gpu_pods and not allow_disruption:  # whether another node takes the step
             reports.append(NodeReport(node.name, NodeState.BUSY, (
                 f"runs GPU pods ({', '.join(node.gpu_pods[:3])}); not reconfigured: set "
                 "spec.mig.allowDisruption to cordon, drain and partition it")))
+            continue
+        if step is not None:
+            reports.append(_waiting(node, step.node or ""))
             continue
         if node.gpu_pods:
             reports.append(NodeReport(node.name, NodeState.DRAINING, (
@@ -243,8 +243,48 @@ def plan_mig_nodes(nodes: Sequence[NodeView], configs: Mapping[str, str], *,
                   f"all {len(reports)} nodes configured" if reports else
                   "no node matches the GPU product, nvidia.com/mig.capable=true and "
                   "spec.mig.nodeSelector")
-        return MigNodeStep(StepKind.NONE, None, tuple(reports), reason)
-    return MigNodeStep(step.kind, step.node, tuple(reports), step.reason)
+        return MigNodeStep(StepKind.NONE, None, _in_order(reports, nodes), reason)
+    return MigNodeStep(step.kind, step.node, _in_order(reports, nodes), step.reason)
+
+
+def _idle_first(todo: tuple[NodeView, str]) -> tuple[bool, bool, str]:
+    """The order nodes take the step in: idle ones before any drain, which a
+    PodDisruptionBudget may hold up for long (they waited behind it, whatever its pace); a
+    node the operator cordoned before others, so that it is out of service the least time
+    and a drain begun goes on before another begins."""
+    node = todo[0]
+    return bool(node.gpu_pods), not node.cordoned_by_us, node.name
+
+
+def _waiting(node: NodeView, other: str) -> NodeReport:
+    """The report of a node that waits for `other`; one whose drain pauses says it stays
+    cordoned meanwhile."""
+    held = ("; cordoned for its drain, which goes on after"
+            if node.gpu_pods and node.cordoned_by_us and node.unschedulable else "")
+    return NodeReport(node.name, NodeState.WAITING, f"waits for {other}{held}")
+
+
+def _in_order(reports: list[NodeReport], nodes: Sequence[NodeView]) -> tuple[NodeReport, ...]:
+    """The reports in the order of `nodes` (status.mig.nodes keeps the nodes' order)."""
+    position = {node.name: i for i, node in enumerate(nodes)}
+    return tuple(sorted(reports, key=lambda r: position[r.node]))
+
+
+BUDGET_REFUSED = "a PodDisruptionBudget refused"
+
+
+def drain_report(report: NodeReport, refused: Sequence[str]) -> NodeReport:
+    """The report of the node being drained once its pods' evictions were asked: `refused`
+    are the pods a PodDisruptionBudget kept (asked again next pass). Without it, a drain that
+    could not progress read "cordoned and draining" for ever."""
+    if not refused:
+        return report
+    names = ", ".join(refused[:3]) + (", ..." if len(refused) > 3 else "")
+    return NodeReport(report.node, report.state, (
+        f"{report.message}; {BUDGET_REFUSED} the eviction of {len(refused)} of them "
+        f"({names}), asked again every pass: the drain goes on once the budget allows it "
+        "(more ready replicas elsewhere, or a looser budget); turn spec.mig.allowDisruption "
+        "off to stop the drain and uncordon the node"))
 
 
 class Release(NamedTuple):
@@ -267,15 +307,17 @@ def cordons_to_release(nodes: Sequence[NodeView], reports: Sequence[NodeReport],
                        successor: Callable[[NodeView, str], str | None] = lambda n, t: None,
                        partitions: Callable[[str], bool] | None = None,
                        holds: Callable[[str, NodeView], bool] = lambda t, n: True,
-                       ) -> list[Release]:
+                       dry_run: bool = False) -> list[Release]:
     """The nodes a drain left cordoned that nobody is going to partition now.
 
     `nodes` are all the MIG-capable nodes, `reports` this pass's reports for the ones `owner`
     selects (none when the tuning is going away; `gone` then says why). A node is released
     when it was drained for `owner` or for a tuning that no longer partitions anything
-    (`partitions` false: deleted, or without a valid spec.mig; `exists` when not given), and
-    `owner` is not partitioning it: it is not selected, or busy now that allowDisruption is
-    off. Never while mig-manager has a config to apply that it has not reported success for
+    (`partitions` false: deleted, without a valid spec.mig, or in DryRun; `exists` when not
+    given), and `owner` is not partitioning it: it is not selected, or busy now that
+    allowDisruption is off, or `dry_run` (owner is in DryRun, which would not finish a
+    drain; a node it partitioned is uncordoned by `partitioned_after_drain`). Never while
+    mig-manager has a config to apply that it has not reported success for
     (asked, pending, rebooting, failed, timed out: `_settled`), and never when the node is
     labelled for another live tuning, whose pass uncordons it on success
     (`partitioned_after_drain`). `successor(node, drained_for)` names another live tuning
@@ -312,9 +354,12 @@ def cordons_to_release(nodes: Sequence[NodeView], reports: Sequence[NodeReport],
                 "longer has spec.mig")
         elif state is NodeState.BUSY:
             why = "spec.mig.allowDisruption is off now, so its GPU pods are not evicted"
+        elif dry_run and state is not NodeState.CONFIGURED:
+            why = f"InferenceTuning {owner} is in DryRun, which would not finish the drain"
         else:
             continue  # being drained or partitioned for `owner`
-        heir = successor(node, drained_for) if state is None else None
+        # Kept from an heir only when busy: the owner drains it again once allowed.
+        heir = successor(node, drained_for) if state is None or dry_run else None
         if heir is not None:
             released.append(Release(node.name, f"{node.name} stays cordoned for {heir}, "
                                     f"which selects it too: drained for {drained_for}, and "
