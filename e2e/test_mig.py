@@ -658,6 +658,30 @@ def test_a_pass_that_lost_the_lease_meanwhile_labels_or_drains_no_node(
         client.ApiClient.set_default(None)  # type: ignore[no-untyped-call]
 
 
+def test_dry_run_says_the_node_it_would_change_is_not_changed(
+    api_client: client.ApiClient, namespace: str, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The node's report read "labelled for ..." (or "cordoned and draining") in DryRun,
+    where nothing was done."""
+    client.ApiClient.set_default(api_client)  # type: ignore[no-untyped-call]
+    node, owner = "h200-pool-b", f"{namespace}/qwen"
+    monkeypatch.setattr(mig.kopf, "event", lambda *_, **__: None)
+    spec = InferenceTuningSpec.model_validate({
+        "targetRef": {"name": "qwen"}, "engine": "vllm", "mode": "DryRun", "mig": {
+            "profile": "3g.71gb", "nodeSelector": {POOL: "mig-b"}}})
+    body = kopf.Body({"metadata": {"namespace": namespace, "name": "qwen"}, "status": {}})
+    try:
+        status = mig.reconcile_mig(namespace, "qwen", spec, mig.MigSettings(namespace), body,
+                                   {}, frozenset({owner}),
+                                   (MigSelector(owner, ((POOL, "mig-b"),), False),))
+        assert status.message.startswith(f"dry run: would label {node}")
+        (report,) = [n for n in status.nodes if n.node == node]
+        assert report.message.startswith("dry run, not done: labelled for "), report.message
+        assert CONFIG_LABEL not in _node_labels(api_client, node)
+    finally:
+        client.ApiClient.set_default(None)  # type: ignore[no-untyped-call]
+
+
 def _clear_mig_marks(core: client.CoreV1Api, node: str) -> None:
     core.patch_node(node, {"spec": {"unschedulable": False}, "metadata": {
         "labels": {CONFIG_LABEL: None, STATE_LABEL: None},

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from cryptography import x509
 from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 
 from e2e.fixtures.access import exists
 from e2e.fixtures.operator import OperatorProcess
@@ -31,6 +32,7 @@ from e2e.test_operator import (
     tuning,
     wait_observed,
 )
+from infertune.kube.client import evict_pod
 from infertune.kube.webhook_tls import write_self_signed
 from infertune.kube.webhooks import REGISTERED_BY, WebhookRegistration
 
@@ -204,6 +206,36 @@ def test_eviction_respects_the_pod_disruption_budget(
     assert status["tuning"]["outdatedPods"] == 2
     assert all(REVISION not in (p.metadata.labels or {})
                for p in pods_of(api_client, namespace, "qwen"))
+
+
+def test_a_pod_whose_namespace_is_being_deleted_counts_as_evicted(
+    api_client: client.ApiClient, namespace: str
+) -> None:
+    """The API server refuses every eviction in a namespace being deleted (403): it failed
+    the whole MIG pass (and its drains) or re-tuning pass, while the pod goes with its
+    namespace anyway."""
+    core = client.CoreV1Api(api_client)
+    core.create_namespaced_pod(namespace, {
+        "metadata": {"name": "held", "finalizers": ["e2e.infertune.io/hold"]},
+        "spec": {"containers": [{"name": "c", "image": "busybox"}]}})
+    core.delete_namespace(namespace)
+    eviction = client.V1Eviction(metadata=client.V1ObjectMeta(name="held",
+                                                              namespace=namespace))
+
+    def refused() -> bool:
+        try:
+            core.create_namespaced_pod_eviction("held", namespace, eviction)
+        except ApiException as exc:
+            return exc.status == 403 and "NamespaceTerminating" in str(exc.body)
+        return False
+
+    client.ApiClient.set_default(api_client)  # type: ignore[no-untyped-call]
+    try:
+        wait_for(refused, "evictions refused in the namespace being deleted")
+        assert evict_pod(namespace, "held")
+    finally:
+        client.ApiClient.set_default(None)  # type: ignore[no-untyped-call]
+        core.patch_namespaced_pod("held", namespace, {"metadata": {"finalizers": None}})
 
 
 def test_pod_template_annotation_strategy_rolls_the_deployment(

@@ -154,6 +154,33 @@ def test_a_claim_holds_only_while_its_tunings_selector_matches_the_node() -> Non
     assert holds("ml/dropped", in_b)  # no valid spec.mig now: kept, as for a moment
 
 
+def test_a_selector_on_the_gpu_product_keeps_the_nodes_it_partitioned() -> None:
+    """Under strategy single, GPU Feature Discovery renames a partitioned GPU's product
+    (NVIDIA-H200-MIG-3g.71gb): a nodeSelector on the product, as the operator's own messages
+    suggest, let go of every node it had partitioned; their claims lapsed (another tuning
+    could relabel them) and the tuning ended with no node at all."""
+    product = "nvidia.com/gpu.product"
+    selector = ((product, "NVIDIA-H200"),)
+    holds = mig_controller.claim_holds((MigSelector("ml/qwen", selector),))
+    partitioned = NodeView("gpu-0", {product: "NVIDIA-H200-MIG-3g.71gb",
+                                     "nvidia.com/mig.capable": "true"})
+    shared = NodeView("gpu-1", {product: "NVIDIA-H200-MIG-3g.71gb-SHARED",
+                                "nvidia.com/mig.capable": "true"})
+    other = NodeView("gpu-2", {product: "NVIDIA-H100-80GB-HBM3-MIG-3g.40gb",
+                               "nvidia.com/mig.capable": "true"})
+    assert holds("ml/qwen", partitioned) and holds("ml/qwen", shared)
+    assert not holds("ml/qwen", other)
+    spec = InferenceTuningSpec.model_validate({
+        "targetRef": {"name": "qwen"}, "engine": "vllm",
+        "mig": {"profile": "3g.71gb", "strategy": "single", "nodeSelector": dict(selector)}})
+    plans, errors, selected = mig_controller._plans(spec, [partitioned, shared, other])
+    assert errors == [] and [n.name for n in selected] == ["gpu-0", "gpu-1"]
+    assert set(plans) == {"NVIDIA-H200-MIG-3g.71gb", "NVIDIA-H200-MIG-3g.71gb-SHARED"}
+    # Only the product label: another label is matched exactly.
+    assert not mig_controller.claim_holds((MigSelector("ml/qwen", (("pool", "a"),)),))(
+        "ml/qwen", NodeView("gpu-3", {"pool": "a-MIG-3g.71gb"}))
+
+
 def _indexed_tuning(name: str, **spec: Any) -> dict[str, Any]:
     """An entry of the kopf index `tunings_by_target`."""
     return {"name": name, "uid": f"uid-{name}", "generation": 1, "spec": {

@@ -57,6 +57,7 @@ from infertune.tuning.mig_nodes import (
     partitioned_after_drain,
     plan_mig_nodes,
     select_nodes,
+    selects,
     unsettled_cordons,
 )
 from infertune.tuning.migparted import config_name, render_mig_parted_config
@@ -321,7 +322,7 @@ def _plans(spec: InferenceTuningSpec, nodes: list[NodeView]) -> tuple[
         dict[str, LayoutPlan], list[str], list[NodeView]]:
     assert spec.mig is not None
     capable = [n for n in nodes if n.labels.get(MIG_CAPABLE_LABEL) == "true"
-               and all(n.labels.get(k) == v for k, v in spec.mig.node_selector.items())]
+               and selects(spec.mig.node_selector.items(), n.labels)]
     products = sorted({n.labels[PRODUCT_LABEL] for n in capable if PRODUCT_LABEL in n.labels})
     plans: dict[str, LayoutPlan] = {}
     errors: list[str] = []
@@ -449,8 +450,12 @@ def reconcile_mig(namespace: str, name: str, spec: InferenceTuningSpec, settings
         raise config_error
     if spec.mode is Mode.DRY_RUN:
         acts = step.kind in (StepKind.LABEL, StepKind.DRAIN)
+        # The node the step would act on says so: its report reads as done ("cordoned and
+        # draining", "labelled for"), and nothing was.
+        reports = [entry.model_copy(update={"message": f"dry run, not done: {entry.message}"})
+                   if acts and entry.node == step.node else entry for entry in status.nodes]
         return status.model_copy(update={
-            "message": f"dry run: {'would ' if acts else ''}{step.reason}"})
+            "message": f"dry run: {'would ' if acts else ''}{step.reason}", "nodes": reports})
     if (step.kind in (StepKind.LABEL, StepKind.DRAIN) and step.node is not None
             and not leader.leads()):
         # Lost while the pass read the nodes and wrote the ConfigMap (an API server under
@@ -597,7 +602,7 @@ def mig_selectors(index: kopf.Index[tuple[str, str], dict[str, Any]]) -> MigSele
 
 def _selected(node: NodeView, selector: tuple[tuple[str, str], ...]) -> bool:
     """Whether a spec.mig.nodeSelector (as `mig_selectors` keeps it) selects the node."""
-    return all(node.labels.get(k) == v for k, v in selector)
+    return selects(selector, node.labels)
 
 
 def claim_holds(selectors: MigSelectors) -> Callable[[str, NodeView], bool]:

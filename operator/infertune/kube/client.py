@@ -202,13 +202,17 @@ def connection_info() -> dict[str, Any]:
 
 def evict_pod(namespace: str, name: str) -> bool:
     """Evict through the Eviction API, so PodDisruptionBudgets apply. False when a budget
-    refuses it now (429); a pod that is already gone counts as evicted."""
+    refuses it now (429); a pod that is already gone counts as evicted, and so does one whose
+    namespace is being deleted (the API server refuses any eviction there, 403, and the pod
+    goes with its namespace): that refusal failed the whole MIG or re-tuning pass."""
     body = client.V1Eviction(metadata=client.V1ObjectMeta(name=name, namespace=namespace))
     try:
         client.CoreV1Api().create_namespaced_pod_eviction(name, namespace, body)
     except ApiException as exc:
         if exc.status == 429:
             return False
+        if exc.status == 403 and "NamespaceTerminating" in str(exc.body or ""):
+            return True
         if exc.status != 404:
             raise
     return True

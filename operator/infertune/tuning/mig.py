@@ -99,6 +99,12 @@ class MigCatalog:
             p.product for p in self.without_mig)
 
 
+def base_product(product: str) -> str:
+    """The product label without the suffixes GPU Feature Discovery adds (-MIG-<profile> under
+    strategy single, -SHARED), as the product was labelled before the GPU was partitioned."""
+    return _SUFFIXES.sub("", product.strip())
+
+
 def _normalise(product: str) -> str:
     # GFD appends -MIG-<profile> (strategy single), then -SHARED (time-slicing, MPS): both
     # with time-slicing under strategy single (k8s-device-plugin, internal/lm/resource.go).

@@ -11,11 +11,13 @@ wait on a PodDisruptionBudget for long.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import NamedTuple
+
+from infertune.tuning.mig import base_product
 
 PRODUCT_LABEL = "nvidia.com/gpu.product"
 MIG_CAPABLE_LABEL = "nvidia.com/mig.capable"
@@ -103,8 +105,22 @@ def select_nodes(nodes: Sequence[NodeView], products: Sequence[str],
         (n for n in nodes
          if n.labels.get(PRODUCT_LABEL) in wanted
          and n.labels.get(MIG_CAPABLE_LABEL) == "true"
-         and all(n.labels.get(k) == v for k, v in node_selector.items())),
+         and selects(node_selector.items(), n.labels)),
         key=lambda n: n.name)
+
+
+def selects(selector: Iterable[tuple[str, str]], labels: Mapping[str, str]) -> bool:
+    """Whether a spec.mig.nodeSelector selects a node with `labels`. Its GPU product matches
+    with or without the -MIG-<profile> suffix GPU Feature Discovery adds once the node is
+    partitioned under strategy single: a selector on the product (which the operator's own
+    messages suggest) let go of every node it had partitioned, their claims lapsed, and the
+    tuning ended with no node at all."""
+    for key, value in selector:
+        found = labels.get(key)
+        if found != value and not (key == PRODUCT_LABEL and found is not None
+                                   and base_product(found) == value):
+            return False
+    return True
 
 
 def _state_of(node: NodeView, config: str, labelled_at: float | None,
