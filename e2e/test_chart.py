@@ -567,7 +567,11 @@ def test_an_upgrade_keeps_an_operator_serving_the_webhook() -> None:
     assert deployment["spec"]["strategy"] == {
         "type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
     (container,) = deployment["spec"]["template"]["spec"]["containers"]
-    assert container["readinessProbe"]["tcpSocket"] == {"port": "webhook"}
+    # Ready once registered, not once the port listens (kopf listens first).
+    assert container["readinessProbe"]["exec"] == {
+        "command": ["test", "-f", "/tmp/infertune-ready"]}
+    assert "--ready-file=/tmp/infertune-ready" in container["args"]
+    assert {"name": "tmp", "mountPath": "/tmp"} in container["volumeMounts"]
 
 
 def test_watch_namespaces_scope_the_operator_and_default_to_all() -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -79,10 +80,15 @@ def scoped(cluster: ClusterInfo, prometheus: PrometheusServer,
         operator = launch_operator(api, kubeconfig, [*options, "--verbose"], liveness_port,
                                    work, work / "operator.log",
                                    env={"INFERTUNE_NAMESPACE": OPERATOR_NAMESPACE})
+        # The chart's readiness probe: the file exists once the configuration is registered
+        # (launch_operator waited for that), and goes when the operator stops.
+        ready = Path(next(o.split("=", 1)[1] for o in options if o.startswith("--ready-file=")))
         try:
+            assert ready.exists(), "no ready file with the webhook configuration registered"
             yield Scoped(api, operator, watched, other)
         finally:
             operator.stop()
+        assert not ready.exists(), "the ready file outlived the operator"
 
 
 def replicas(api: client.ApiClient, namespace: str, name: str) -> int:

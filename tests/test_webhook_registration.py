@@ -128,6 +128,51 @@ def test_a_registration_the_api_server_may_get_over_is_tried_again_not_fatal(
     assert registration.calls > 2  # tried again at the checks
 
 
+class _Flaky:
+    """Refused with a 503 `failures` times, then registered; `present` is what the API
+    server holds."""
+
+    name = "infertune-pod-tuning"
+
+    def __init__(self, failures: int) -> None:
+        self.failures, self.present = failures, False
+
+    def apply(self, config: dict[str, Any]) -> None:
+        if self.failures > 0:
+            self.failures -= 1
+            raise ApiException(status=503, reason="Service Unavailable")
+        self.present = True
+
+    def still_registered(self, config: dict[str, Any]) -> bool:
+        return self.present
+
+
+def test_the_ready_file_exists_only_while_this_process_is_registered(tmp_path: Path) -> None:
+    """kopf listens before the registration is made: Ready on the port alone (the chart's
+    probe was a TCP check), the pod took the Service's calls before the API server trusted
+    its certificate, or while its registration failed, and the old pod stopped."""
+    from infertune.kube.webhooks import RegisteringWebhookServer
+
+    ready = tmp_path / "ready"
+    registration = _Flaky(failures=1)
+
+    async def scenario() -> list[bool]:
+        server = RegisteringWebhookServer(registration=registration, check_s=0.01,
+                                          ready_file=ready)
+        seen = [await server.register({"url": "x"})]
+        seen.append(ready.exists())  # the first attempt failed: not ready
+        keeper = asyncio.create_task(server._keep({"url": "x"}, False))
+        await asyncio.sleep(0.1)  # the next check registers
+        seen.append(ready.exists())
+        registration.present, registration.failures = False, 1000  # removed, and refused
+        await asyncio.sleep(0.1)
+        seen.append(ready.exists())
+        keeper.cancel()
+        return seen
+
+    assert asyncio.run(scenario()) == [False, False, True, False]
+
+
 def test_a_registration_the_api_server_refuses_is_raised() -> None:
     registration = _Failing(ApiException(status=422, reason="Unprocessable Entity"))
     with pytest.raises(ApiException):

@@ -299,6 +299,10 @@ def _add_run_command(commands: argparse._SubParsersAction) -> None:  # type: ign
                       metavar="SECONDS", help="how often the webhook configuration is checked, "
                       "and registered again if another operator process removed it "
                       "(default 30)")
+    hook.add_argument("--ready-file", type=Path, metavar="PATH",
+                      help="a file that exists while the webhook configuration is registered "
+                      "for this process, for a readiness probe (the chart's: test -f PATH); "
+                      "the webhook port listens before the registration is made")
     run.set_defaults(handler=_run)
 
 

@@ -71,7 +71,8 @@ its probes, its mounts or its Roles no longer match what the operator does. An a
   "prometheus-key-file" "prometheus.clientCertSecret"
   "prometheus-credentials-file" "prometheus.credentialsSecret (or credentialsFile)"
   "prometheus-auth-type" "prometheus.authType" "prometheus-header" "prometheus.headers"
-  "webhook-service" "" "webhook-owner" "" "webhook-host" "" "operator-namespace" "" -}}
+  "webhook-service" "" "webhook-owner" "" "webhook-host" "" "operator-namespace" ""
+  "ready-file" "" -}}
 {{- range $arg := .Values.extraArgs -}}
 {{- $name := trimPrefix "--" $arg | regexFind "^[^=]*" -}}
 {{- range $option, $value := $chartSets -}}

@@ -68,7 +68,7 @@ def _webhook_server(args: argparse.Namespace, own_namespace: str,
                                          service=service, owned_by=args.webhook_owner),
         addr=args.webhook_addr, port=args.webhook_port, host=host,
         certfile=cert, pkeyfile=key, cafile=args.webhook_ca or cert,
-        check_s=args.webhook_check_interval,
+        check_s=args.webhook_check_interval, ready_file=args.ready_file,
     )
 
 

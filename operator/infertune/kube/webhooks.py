@@ -19,6 +19,7 @@ import threading
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import kopf
@@ -268,10 +269,17 @@ class RegisteringWebhookServer(kopf.WebhookServer):
     """kopf's HTTPS webhook server that also keeps our webhook configuration registered."""
 
     def __init__(self, *, registration: WebhookRegistration,
-                 check_s: float = REGISTRATION_CHECK_S, **kwargs: Any) -> None:
+                 check_s: float = REGISTRATION_CHECK_S, ready_file: Path | None = None,
+                 **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.registration = registration
         self.check_s = check_s
+        self.ready_file = ready_file
+        """Exists while the configuration is registered for this process (`infertune run
+        --ready-file`, the chart's readiness probe): kopf listens before it registers, and a
+        pod Ready on a listening port alone took the Service's calls before the API server
+        trusted its certificate, or while its registration failed, and the old pod it
+        replaced stopped (pods admitted untuned meanwhile)."""
 
     async def __call__(self, fn: Any) -> AsyncIterator[Any]:
         keeper: asyncio.Task[None] | None = None
@@ -284,6 +292,7 @@ class RegisteringWebhookServer(kopf.WebhookServer):
                 keeper = asyncio.create_task(self._keep(config, registered))
                 yield kopf_config
         finally:
+            self._mark_ready(False)
             if keeper is not None:
                 keeper.cancel()
             # A configuration pointing at a stopped server would add its timeout to every pod
@@ -301,12 +310,15 @@ class RegisteringWebhookServer(kopf.WebhookServer):
         try:
             await asyncio.to_thread(self.registration.apply, config)
         except ApiException as exc:
+            self._mark_ready(False)
             if exc.status != 429 and (not isinstance(exc.status, int) or exc.status < 500):
                 raise
             why = f"{exc.status} {exc.reason}"
         except (Urllib3Error, OSError) as exc:
+            self._mark_ready(False)
             why = type(exc).__name__
         else:
+            self._mark_ready(True)
             return True
         logger.warning("could not register %s (%s); tried again in %gs, pods are admitted "
                        "untuned meanwhile", self.registration.name, why, self.check_s)
@@ -333,6 +345,18 @@ class RegisteringWebhookServer(kopf.WebhookServer):
             except Exception:  # refused: said, and tried again at the next check
                 logger.exception("could not register %s again", self.registration.name)
                 registered = False
+
+    def _mark_ready(self, ready: bool) -> None:
+        if self.ready_file is None:
+            return
+        try:
+            if ready:
+                self.ready_file.touch()
+            else:
+                self.ready_file.unlink(missing_ok=True)
+        except OSError as exc:  # a readiness probe that fails says more than a crash
+            logger.warning("could not %s %s: %s", "create" if ready else "remove",
+                           self.ready_file, exc)
 
 
 def _holds(bundle: str, ours: str) -> bool:
