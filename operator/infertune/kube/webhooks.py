@@ -280,6 +280,8 @@ class RegisteringWebhookServer(kopf.WebhookServer):
         pod Ready on a listening port alone took the Service's calls before the API server
         trusted its certificate, or while its registration failed, and the old pod it
         replaced stopped (pods admitted untuned meanwhile)."""
+        # One left by a container that crashed: the pod's /tmp outlives it (an emptyDir).
+        self._mark_ready(False)
 
     async def __call__(self, fn: Any) -> AsyncIterator[Any]:
         keeper: asyncio.Task[None] | None = None
