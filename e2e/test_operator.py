@@ -234,6 +234,42 @@ def test_a_late_write_of_the_tunings_own_handler_does_not_keep_a_deleted_target_
         client.ApiClient.set_default(None)  # type: ignore[no-untyped-call]
 
 
+def test_two_writers_of_one_deletion_record_and_announce_it_once(
+    api_client: client.ApiClient, namespace: str, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Both operators of a rolling upgrade handle a Deployment's deletion (and the resume
+    handler and the Deployment watch do at a start): each decided from the status it read,
+    so the decision was recorded twice and its Event posted twice. In-process against the
+    real API server: the second writer's whole re-assessment lands between the first one's
+    read and its write (409, built again over the status the second wrote)."""
+    apply_crd(api_client)
+    client.ApiClient.set_default(api_client)  # type: ignore[no-untyped-call]
+    posted: list[str] = []
+    monkeypatch.setattr(handlers.kopf, "event",
+                        lambda _, **event: posted.append(event["reason"]))
+    create(api_client, namespace, tuning("qwen", "qwen"))  # its Deployment already gone
+    assessed = handlers._assessed
+    raced: list[bool] = []
+
+    def assessed_then_raced(*args: Any, **kwargs: Any) -> Any:
+        result = assessed(*args, **kwargs)
+        if not raced:
+            raced.append(True)
+            handlers.reassess(namespace, "qwen", True)  # the other writer, all of it
+        return result
+
+    monkeypatch.setattr(handlers, "_assessed", assessed_then_raced)
+    try:
+        handlers.reassess(namespace, "qwen", True)
+    finally:
+        client.ApiClient.set_default(None)  # type: ignore[no-untyped-call]
+    body = get_tuning(api_client, namespace, "qwen")
+    assert condition(body, "Ready")["reason"] == "TargetNotFound"  # type: ignore[index]
+    actions = [d["action"] for d in body["status"]["decisions"]]
+    assert actions == ["generation 1: TargetNotFound"], actions
+    assert posted == ["TargetNotFound"], posted
+
+
 def test_renaming_the_container_in_the_deployment_settles_spec_container(
     api_client: client.ApiClient, namespace: str, operator: OperatorProcess
 ) -> None:

@@ -227,6 +227,35 @@ def test_an_invalid_spec_is_posted_as_a_warning() -> None:
                     "2026-12-03T10:00:00Z")
     assert [(n.type, n.reason) for n in result.notices] == [("Warning", "InvalidSpec")]
     assert [c.type for c in result.conditions] == ["Ready"]
+    # Once per generation, as every other reason: it was posted again at each re-assessment
+    # (each restart, twice per deletion of the target Deployment).
+    stored = _body(autoscaling={"minReplicas": 9, "maxReplicas": 2})
+    _written(result, stored)
+    assert assess(stored, TARGET, "2026-12-03T10:05:00Z").notices == []
+    changed = _body(generation=2, status=stored["status"],
+                    autoscaling={"minReplicas": 8, "maxReplicas": 2})
+    assert [n.reason for n in assess(changed, TARGET, "2026-12-03T10:06:00Z").notices] == [
+        "InvalidSpec"]
+
+
+def test_a_decision_another_writer_recorded_meanwhile_is_not_recorded_twice() -> None:
+    """Two writers that read the status before either wrote (both operators of a rolling
+    upgrade; the resume handler and the Deployment watch at a start) each appended it."""
+    read = _body(status={})
+    gone = assess(read, None, "2026-12-03T10:00:00Z")
+    newest = copy.deepcopy(read)
+    _written(assess(read, None, "2026-12-03T10:00:01Z"), newest)  # the other writer's
+    assert gone.said_in(newest["status"])
+    gone.merge_lists(newest)
+    assert [d["action"] for d in newest["status"]["decisions"]] == [
+        "generation 1: TargetNotFound"]
+    # The same again after another one in between is news.
+    _written(assess(copy.deepcopy(newest), TARGET, "2026-12-03T10:01:00Z"), newest)
+    gone.merge_lists(newest)
+    assert [d["action"] for d in newest["status"]["decisions"]] == [
+        "generation 1: TargetNotFound", "generation 1: Accepted",
+        "generation 1: TargetNotFound"]
+    assert not gone.said_in(_body(status={})["status"])
 
 
 def test_only_a_target_deployments_deletion_or_return_reaches_the_handler() -> None:

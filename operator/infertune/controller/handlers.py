@@ -198,8 +198,10 @@ def reassess(namespace: str, name: str, gone: bool) -> None:
             return
         raise
     result = _assessed(body, namespace, gone)
+    said_before = [False]  # in the status the patch that landed was built over
 
     def build(stored: Mapping[str, Any]) -> dict[str, Any]:
+        said_before[0] = result.said_in(stored)
         holder = {"spec": body.get("spec") or {}, "status": copy.deepcopy(dict(stored))}
         result.merge_lists(holder)
         removed = {"autoscaling": None} if "autoscaling" in stored and \
@@ -212,5 +214,6 @@ def reassess(namespace: str, name: str, gone: bool) -> None:
     landed = write_status(namespace, name, body.get("status") or {},
                           body["metadata"]["resourceVersion"], build,
                           still=lambda stored: stored.get("spec") == body.get("spec"))
-    if landed is not None:
+    if landed is not None and not said_before[0]:
+        # Not when another writer said it meanwhile (a 409, then built over its status).
         _post(body, result)

@@ -6,6 +6,7 @@ same function answers the same way in tests, with no cluster and no clock.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -128,7 +129,26 @@ class Assessment:
             status["conditions"] = kept if merged is None else merged
         if self.decision is not None:
             record = self.decision.model_dump(by_alias=True, mode="json", exclude_none=True)
-            status["decisions"] = [*(status.get("decisions") or []), record][-MAX_DECISIONS:]
+            decisions = status.get("decisions") or []
+            last = next((d for d in reversed(decisions)
+                         if isinstance(d, dict) and d.get("feature") == record["feature"]),
+                        None)
+            # Another writer said it since this assessment read the status (both operators of
+            # a rolling upgrade handle a Deployment's deletion; the resume handler and the
+            # watch on Deployments at start): the same record twice.
+            if last is None or last.get("action") != record["action"]:
+                status["decisions"] = [*decisions, record][-MAX_DECISIONS:]
+
+    def said_in(self, status: Mapping[str, Any]) -> bool:
+        """Whether `status` already says what this assessment's Ready says (status, reason,
+        generation): then its Event was posted by whoever wrote it."""
+        ours = next((c for c in self.conditions if c.type == ConditionType.READY.value), None)
+        stored = next((c for c in status.get("conditions") or ()
+                       if isinstance(c, dict) and c.get("type") == ConditionType.READY.value),
+                      None)
+        return ours is not None and stored is not None and (
+            stored.get("status"), stored.get("reason"), stored.get("observedGeneration")) == (
+            ours.status.value, ours.reason, ours.observed_generation)
 
 
 def _not_evaluated(before: InferenceTuningStatus, reason: str, why: str, generation: int,
@@ -185,8 +205,13 @@ def assess(body: dict[str, Any], target: TargetState | None, now: str) -> Assess
                               generation, now)
         for condition in idle:
             conditions = set_condition(conditions, condition)
+        was = find(before.conditions, ConditionType.READY)
+        said = (before.observed_generation == generation and was is not None
+                and was.status is ConditionStatus.FALSE and was.reason == "InvalidSpec")
+        # As for every other reason, said once per generation: it was posted again at each
+        # re-assessment (every restart, twice per deletion of the target Deployment).
         return Assessment(_status(before, conditions, generation, None),
-                          [Notice("Warning", "InvalidSpec", problems)],
+                          [] if said else [Notice("Warning", "InvalidSpec", problems)],
                           conditions=_owned(conditions, [invalid.type, *(c.type for c in idle)]))
 
     spec = tuning.spec
