@@ -213,6 +213,26 @@ def test_a_record_of_its_own_it_did_not_see_written_starts_a_term_not_claimed_ex
     assert a.try_once() and (a.term, a.exclusive) == (1, False)  # then renewals
 
 
+
+def test_a_renewal_whose_answer_was_lost_is_still_a_renewal(
+        api_client: client.ApiClient, namespace: str) -> None:
+    """Its record stood at a resourceVersion it had not seen, and the next round started a
+    new term: not exclusive any more, and the autoscaler forgot its writes and skipped a
+    slot of every tuning. Its acquireTime and leaseTransitions say it is the same term."""
+    clock = Clock()
+    first = candidate(api_client, namespace, "operator-0", clock)
+    assert first.try_once() and first.release()
+    a = candidate(api_client, namespace, "operator-a", clock)
+    assert a.try_once() and (a.term, a.exclusive) == (1, True)
+    a._api = AnswerLost(api_client)
+    clock.now += RETRY
+    with pytest.raises(TimeoutError):
+        a.try_once()  # the renewal went through; a does not know
+    a._api = client.CoordinationV1Api(api_client)
+    clock.now += RETRY
+    assert a.try_once() and (a.term, a.exclusive) == (1, True)
+    assert stored(api_client, namespace).lease_transitions == 1
+
 class DeletesFirst(client.CoordinationV1Api):
     """The real API, with the Lease deleted between this candidate's read and its write."""
 

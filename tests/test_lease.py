@@ -6,6 +6,7 @@ import contextlib
 import socket
 import threading
 from collections.abc import Iterator
+from datetime import datetime
 from typing import Any
 
 import pytest
@@ -158,6 +159,70 @@ def test_leadership_holds_between_renewals_that_each_take_two_slow_calls(
         wait(election.pause_after(started))
     assert len(samples) > 300, len(samples)
     assert sum(samples) / len(samples) >= leading, sum(samples) / len(samples)
+
+
+
+class LeaseStore:
+    """A Lease as the API server keeps it (times parsed as the client parses them, a new
+    resourceVersion per write); with `lose_answer` set, the next write lands and its answer
+    is lost on the way back."""
+
+    def __init__(self, holder: str) -> None:
+        self.version, self.lose_answer = 0, False
+        self.lease = self._stored({"holderIdentity": holder, "leaseTransitions": 0,
+                                   "acquireTime": micro_time(900.5)})
+
+    def _stored(self, spec: dict[str, Any]) -> client.V1Lease:
+        self.version += 1
+        acquired = datetime.fromisoformat(spec["acquireTime"].replace("Z", "+00:00"))
+        return client.V1Lease(
+            metadata=client.V1ObjectMeta(name="l", resource_version=str(self.version)),
+            spec=client.V1LeaseSpec(holder_identity=spec["holderIdentity"],
+                                    lease_duration_seconds=15, acquire_time=acquired,
+                                    lease_transitions=spec["leaseTransitions"]))
+
+    def read_namespaced_lease(self, name: str, namespace: str,
+                              _request_timeout: Any = None) -> client.V1Lease:
+        return self.lease
+
+    def replace_namespaced_lease(self, name: str, namespace: str, body: dict[str, Any],
+                                 _request_timeout: Any = None) -> client.V1Lease:
+        assert body["metadata"]["resourceVersion"] == str(self.version)
+        self.lease = self._stored(body["spec"])
+        if self.lose_answer:
+            self.lose_answer = False
+            raise TimeoutError("read timed out")
+        return self.lease
+
+
+@pytest.mark.parametrize(("lost", "term"), [
+    ("renewal", (1, True)),  # its record stands: nobody led meanwhile
+    ("takeover", (1, False)),  # a term it did not see begin: exclusivity not known
+])
+def test_a_write_whose_answer_was_lost_is_known_by_its_record(
+        lost: str, term: tuple[int, bool]) -> None:
+    """A renewal that landed, whose answer was lost, started a new term at the next round
+    (its resourceVersion was one the process had not seen): the term was no longer
+    exclusive, and the autoscaler forgot its writes and skipped a slot of every tuning."""
+    now = [1000.0]
+    store = LeaseStore(holder="operator-0")  # expired: taken over after its duration
+    election = LeaseElection("infertune-system", "l", identity="me", clock=lambda: now[0],
+                             wall_clock=lambda: now[0] + 0.25,
+                             api=store)  # type: ignore[arg-type]
+    assert not election.try_once()
+    now[0] += 16
+    if lost == "renewal":
+        assert election.try_once() and (election.term, election.exclusive) == (1, True)
+        now[0] += 2
+    store.lose_answer = True
+    with pytest.raises(TimeoutError):
+        election.try_once()
+    now[0] += 2
+    assert election.try_once() and election.leads()
+    assert (election.term, election.exclusive) == term
+    assert store.lease.spec.lease_transitions == 1
+    now[0] += 2
+    assert election.try_once() and (election.term, election.exclusive) == term
 
 
 def test_rounds_start_every_retry_period_from_their_start() -> None:

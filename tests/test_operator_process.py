@@ -3,7 +3,9 @@ passes without kopf timers."""
 
 from __future__ import annotations
 
+import json
 import socket
+import ssl
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -18,6 +20,7 @@ from infertune.controller import autoscaling, mig, pods  # noqa: F401 - register
 from infertune.controller.autoscaling import WORKERS
 from infertune.kube import client as kube_client
 from infertune.kube.client import POOL_SIZE, configure
+from infertune.kube.webhook_tls import write_self_signed
 
 
 @pytest.fixture
@@ -131,3 +134,149 @@ def test_a_call_with_its_own_timeout_keeps_it(
     failed = _ends_within(lambda: client.CoreV1Api().create_namespace(
         client.V1Namespace(metadata=client.V1ObjectMeta(name="n")), _request_timeout=0.5), 10)
     assert isinstance(failed, urllib3.exceptions.ReadTimeoutError)
+
+
+@pytest.fixture
+def breaking_api_server(tmp_path: Path) -> Iterator[tuple[Path, list[str], dict[str, str]]]:
+    """A kubeconfig for an API server over TLS that reads each request whole (as a write that
+    lands) and breaks the answer to the first one of each method as `breaks` says: "tls" (a
+    record that is no TLS, as a connection cut mid-record), "close" (no answer at all). Later
+    ones are answered: a GET with a Namespace, a write with the conflict a second copy of a
+    landed write meets. Yields (kubeconfig, "METHOD path" of each request, breaks)."""
+    cert, key = write_self_signed(tmp_path / "tls", ["127.0.0.1"])
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.settimeout(0.2)
+    requests: list[str] = []
+    breaks: dict[str, str] = {}
+    stop = threading.Event()
+
+    def answer(connection: ssl.SSLSocket) -> None:
+        data = b""
+        while b"\r\n\r\n" not in data:
+            chunk = connection.recv(65536)
+            if not chunk:
+                return  # the client went away
+            data += chunk
+        head, body = data.split(b"\r\n\r\n", 1)
+        lines = head.decode().split("\r\n")
+        length = next((int(line.split(":")[1]) for line in lines
+                       if line.lower().startswith("content-length:")), 0)
+        while len(body) < length:
+            chunk = connection.recv(65536)
+            if not chunk:
+                return
+            body += chunk
+        method, path = lines[0].split(" ")[:2]
+        requests.append(f"{method} {path}")
+        first = sum(r.startswith(f"{method} ") for r in requests) == 1
+        if first and breaks.get(method) == "tls":
+            # Past TLS, on the socket itself: the client reads a record it cannot decrypt.
+            socket.socket.send(connection, b"\x17\x03\x03\x00\x05hello")
+            return
+        if first and breaks.get(method) == "close":
+            return
+        if method == "GET":
+            status, reply = "200 OK", {"apiVersion": "v1", "kind": "Namespace",
+                                       "metadata": {"name": "default"}}
+        else:
+            status, reply = "409 Conflict", {"kind": "Status", "apiVersion": "v1",
+                                             "status": "Failure", "code": 409}
+        sent = json.dumps(reply).encode()
+        connection.sendall(f"HTTP/1.1 {status}\r\nContent-Type: application/json\r\n"
+                           f"Content-Length: {len(sent)}\r\nConnection: close\r\n\r\n"
+                           .encode() + sent)
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                raw = listener.accept()[0]
+            except TimeoutError:
+                continue
+            raw.settimeout(5)
+            try:
+                with context.wrap_socket(raw, server_side=True) as connection:
+                    answer(connection)
+            except (OSError, ValueError):
+                continue  # a client that gave up on the connection
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "c",
+        "clusters": [{"name": "k", "cluster": {
+            "server": f"https://127.0.0.1:{listener.getsockname()[1]}",
+            "certificate-authority": str(cert)}}],
+        "users": [{"name": "u", "user": {"token": "t"}}],
+        "contexts": [{"name": "c", "context": {"cluster": "k", "user": "u"}}]}))
+    yield kubeconfig, requests, breaks
+    stop.set()
+    thread.join()
+    listener.close()
+
+
+SCALE_PATCH = [{"op": "test", "path": "/spec/replicas", "value": 2},
+               {"op": "replace", "path": "/spec/replicas", "value": 3}]
+LEASE = {"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+         "metadata": {"name": "l", "namespace": "ns", "resourceVersion": "7"},
+         "spec": {"holderIdentity": "me"}}
+
+
+@pytest.mark.parametrize(("method", "broken", "call"), [
+    ("PATCH", "tls", lambda: client.AppsV1Api().patch_namespaced_deployment_scale(
+        "llm", "ns", SCALE_PATCH)),
+    ("PUT", "close", lambda: client.CoordinationV1Api().replace_namespaced_lease(
+        "l", "ns", LEASE)),
+])
+def test_a_write_whose_answer_broke_is_not_sent_again(
+        breaking_api_server: tuple[Path, list[str], dict[str, str]],
+        no_default_client: None, method: str, broken: str,
+        call: Callable[[], object]) -> None:
+    """urllib3's default retries sent the scale PATCH again after a TLS error on its answer
+    (it checks the method only for read errors), and a Lease PUT after a cut answer: the
+    first copy had landed, the second failed its test of the replicas (422) or its
+    resourceVersion (409), and the operator took its own write for another writer's."""
+    kubeconfig, requests, breaks = breaking_api_server
+    breaks[method] = broken
+    configure(str(kubeconfig))
+    failed = _ends_within(call, 15)
+    assert isinstance(failed, urllib3.exceptions.HTTPError)  # not the second copy's 409
+    assert [r.split(" ")[0] for r in requests] == [method]
+
+
+def test_a_read_whose_answer_was_cut_is_sent_again(
+        breaking_api_server: tuple[Path, list[str], dict[str, str]],
+        no_default_client: None) -> None:
+    """What the client sends again still includes a read whose connection was dropped (a
+    pooled connection the API server had closed)."""
+    kubeconfig, requests, breaks = breaking_api_server
+    breaks["GET"] = "close"
+    configure(str(kubeconfig))
+    assert client.CoreV1Api().read_namespace("default").metadata.name == "default"
+    assert requests == ["GET /api/v1/namespaces/default"] * 2
+
+
+@pytest.mark.parametrize("call", [
+    lambda: client.CoreV1Api().read_namespace("default"),
+    lambda: client.AppsV1Api().patch_namespaced_deployment_scale("llm", "ns", SCALE_PATCH),
+])
+def test_a_request_that_could_not_connect_is_sent_again(
+        tmp_path: Path, no_default_client: None, caplog: pytest.LogCaptureFixture,
+        call: Callable[[], object]) -> None:
+    """Nothing went out, so a write may be sent again too."""
+    closed = socket.create_server(("127.0.0.1", 0))
+    port = closed.getsockname()[1]
+    closed.close()
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "c",
+        "clusters": [{"name": "k", "cluster": {"server": f"http://127.0.0.1:{port}"}}],
+        "users": [{"name": "u", "user": {"token": "t"}}],
+        "contexts": [{"name": "c", "context": {"cluster": "k", "user": "u"}}]}))
+    configure(str(kubeconfig))
+    failed = _ends_within(call, 15)
+    assert isinstance(failed, urllib3.exceptions.MaxRetryError)
+    assert isinstance(failed.reason, urllib3.exceptions.NewConnectionError)
+    assert sum("Retrying" in r.getMessage() for r in caplog.records) == 3

@@ -14,6 +14,7 @@ from urllib3.exceptions import ReadTimeoutError
 
 from infertune.api.spec import InferenceTuningSpec
 from infertune.controller import autoscaling
+from infertune.controller.autoscaling import OWN_SCALE_WRITE
 from infertune.controller.fights import Writers
 from infertune.controller.status_patch import merge_patch
 from infertune.kube.client import DeploymentReplicas
@@ -166,6 +167,87 @@ def test_a_replicas_write_answered_with_a_server_error_that_did_not_land_is_not_
     assert cluster.status["decisions"][-1]["applied"] is False
 
 
+
+@pytest.mark.parametrize("answer", [
+    ReadTimeoutError(None, "/apis/apps/v1/...", "read timed out"),
+    ApiException(status=504, reason="Timeout: request did not complete"),
+])
+def test_a_replicas_write_of_unknown_outcome_whose_read_back_failed_is_still_ours(
+        monkeypatch: pytest.MonkeyPatch, answer: Exception) -> None:
+    """The write 3 -> 4 landed, its answer was lost, and the read-back failed too (an API
+    server browning out): the pass failed with the process still remembering 3 as its
+    write, so the next evaluation took the 4 for another writer's revert and decided
+    without its scale event (+1 again within the period)."""
+    cluster = Cluster(monkeypatch, replicas=2)
+    cluster.owners = (OWN_SCALE_WRITE,)
+    settings = autoscaling.AutoscalingSettings(source=None)
+    assert cluster.evaluate(settings, T0) == 3 and cluster.replicas == 3
+    reads = 0
+
+    def read_back_fails(namespace: str, name: str) -> DeploymentReplicas:
+        nonlocal reads
+        reads += 1
+        if reads == 2:  # the read after the write
+            raise ApiException(status=503, reason="Service Unavailable")
+        return DeploymentReplicas(cluster.replicas, cluster.replicas, {}, cluster.owners)
+
+    monkeypatch.setattr(autoscaling, "deployment_replicas", read_back_fails)
+    if isinstance(answer, ApiException):
+        cluster.scale_answer_error = answer
+    else:
+        cluster.scale_answer_lost = True
+    with pytest.raises(ApiException):
+        cluster.evaluate(settings, T0 + 60)
+    assert cluster.replicas == 4
+    monkeypatch.setattr(autoscaling, "deployment_replicas", lambda namespace, name:
+                        DeploymentReplicas(cluster.replicas, cluster.replicas, {},
+                                           cluster.owners))
+    assert cluster.evaluate(settings, T0 + 75) == 4  # its +1 counts: a period from now
+    stored = cluster.status["autoscaling"]
+    assert stored.get("replicaFight") is None and stored["writtenReplicas"] == 4
+    assert [e["change"] for e in stored["state"]["scaleEvents"]] == [1]
+    assert cluster.evaluate(settings, T0 + 90) == 4 and cluster.replicas == 4
+
+
+@pytest.mark.parametrize("status", [422, 409])
+def test_a_conflict_answering_a_second_copy_of_a_write_that_landed_is_ours(
+        monkeypatch: pytest.MonkeyPatch, status: int) -> None:
+    """The scale PATCH 3 -> 4 landed, the connection broke on its answer, and it was sent
+    again (urllib3's default retries did, kube/client.RETRIES no longer does): the second
+    copy's test of the replicas failed. Read again, 4 was taken for another writer's
+    count, a revert of the operator's 3, and decided over without its scale event."""
+    cluster = Cluster(monkeypatch, replicas=2)
+    settings = autoscaling.AutoscalingSettings(source=None)
+    assert cluster.evaluate(settings, T0) == 3 and cluster.replicas == 3
+    cluster.scale_answer_error = ApiException(status=status, reason="Unprocessable Entity")
+    assert cluster.evaluate(settings, T0 + 60) == 4
+    assert cluster.replicas == 4 and cluster.events == ["ScaledOut", "ScaledOut"]
+    stored = cluster.status["autoscaling"]
+    assert stored.get("replicaFight") is None and stored["writtenReplicas"] == 4
+    assert stored["state"]["scaleEvents"] == [{"time": format_time(T0 + 60), "change": 1}]
+    assert cluster.evaluate(settings, T0 + 75) == 4  # the period's +1 is spent
+
+
+def test_a_replicas_write_the_api_server_was_too_busy_for_is_tried_the_next_slot(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """API Priority and Fairness answers 429 to a request it does not take: that was
+    reported as ScaleWriteRefused, with a Warning Event and ScalingActive False, which say
+    an admission policy or RBAC refused the write."""
+    cluster = Cluster(monkeypatch, replicas=2)
+    settings = autoscaling.AutoscalingSettings(source=None)
+    apps = autoscaling.client.AppsV1Api
+
+    class Busy(apps):  # type: ignore[misc, valid-type]
+        def patch_namespaced_deployment_scale(self, *args: Any) -> None:
+            raise ApiException(status=429, reason="Too Many Requests")
+
+    monkeypatch.setattr(autoscaling.client, "AppsV1Api", Busy)
+    assert cluster.evaluate(settings, T0) == 3
+    assert cluster.replicas == 2 and cluster.events == [] and cluster.status == {}
+    monkeypatch.setattr(autoscaling.client, "AppsV1Api", apps)
+    assert cluster.evaluate(settings, T0 + 15) == 3 and cluster.replicas == 3
+    assert cluster.events == ["ScaledOut"]
+
 def test_the_unwritten_status_is_kept_until_a_status_write_lands(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """The evaluation after a failed one holds (nothing to write) and its status write fails
@@ -234,6 +316,86 @@ def test_no_replicas_are_written_after_leadership_was_lost_during_the_reads(
                         DeploymentReplicas(cluster.replicas, cluster.replicas, {}))
     assert cluster.evaluate(settings, T0 + 1) == 3 and cluster.replicas == 3
 
+
+
+def test_a_process_that_lost_the_lease_after_its_replicas_write_leaves_the_status(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Leadership was asked before the replicas write only: a status write that waited
+    (a conflict read again, an API server under load) went out after the next leader's,
+    and wrote an older evaluation over it. Its scale is announced, and kept for when it
+    leads again in the same term."""
+    cluster = Cluster(monkeypatch, replicas=2)
+    leader = _Lapsing()
+    settings = autoscaling.AutoscalingSettings(source=None, leader=leader)
+    apps = autoscaling.client.AppsV1Api
+
+    class LeaseLostMeanwhile(apps):  # type: ignore[misc, valid-type]
+        def patch_namespaced_deployment_scale(self, *args: Any) -> None:
+            super().patch_namespaced_deployment_scale(*args)
+            leader.leading = False
+
+    monkeypatch.setattr(autoscaling.client, "AppsV1Api", LeaseLostMeanwhile)
+    assert cluster.evaluate(settings, T0) == 3
+    assert cluster.replicas == 3 and cluster.events == ["ScaledOut"] and cluster.status == {}
+    monkeypatch.setattr(autoscaling.client, "AppsV1Api", apps)
+    leader.leading = True  # its own record still stood: the same term
+    assert cluster.evaluate(settings, T0 + 15) == 3  # the period's +1 is spent
+    assert [d["action"] for d in cluster.status["decisions"]] == ["ScaleOut 2 -> 3"]
+
+
+@pytest.mark.parametrize(("meanwhile", "written"), [
+    ("the next leader evaluated", False),
+    ("the controller wrote its conditions", True),
+    ("nothing new; the stamp was ahead already", True),  # a clock ahead: no later evaluation
+])
+def test_a_status_write_met_by_a_conflict_never_replaces_a_later_evaluation(
+        monkeypatch: pytest.MonkeyPatch, meanwhile: str, written: bool) -> None:
+    """The status write of an old leader met a conflict (409), read the status again and
+    was built over it: over the next leader's evaluation too, whose scale event and
+    written replicas it replaced with its own older state."""
+    from infertune.controller import status_patch
+
+    cluster = Cluster(monkeypatch, replicas=2)
+    ready = {"type": "Ready", "status": "True", "reason": "Tuned", "message": "m",
+             "lastTransitionTime": format_time(T0 - 60), "observedGeneration": 1}
+    ahead = {"autoscaling": {"evaluated": format_time(T0 + 3600), "target": "llm"}}
+    read = ahead if meanwhile.startswith("nothing") else {}
+    later = {"autoscaling": {
+        "evaluated": format_time(T0 + 15), "target": "llm", "currentReplicas": 3,
+        "writtenReplicas": 4, "writtenTarget": "llm",
+        "state": {"scaleEvents": [{"time": format_time(T0 + 15), "change": 1}]}}}
+    stored = {"the next leader evaluated": later,
+              "the controller wrote its conditions": {"conditions": [ready]},
+              "nothing new; the stamp was ahead already": {**ahead, "conditions": [ready]},
+              }[meanwhile]
+
+    class Tunings:
+        def patch_namespaced_custom_object_status(self, *args: Any) -> None:
+            body = args[-1]
+            if body.get("metadata", {}).get("resourceVersion") == "1":
+                raise ApiException(status=409, reason="Conflict")
+            cluster.status = merge_patch(cluster.status, copy.deepcopy(body["status"]))
+
+        def get_namespaced_custom_object_status(self, *args: Any) -> dict[str, Any]:
+            cluster.status = copy.deepcopy(stored)
+            return {"metadata": {"resourceVersion": "2"},
+                    "spec": {"autoscaling": {"enabled": True}},
+                    "status": copy.deepcopy(stored)}
+
+        def get_namespaced_custom_object(self, *args: Any) -> dict[str, Any]:
+            return {"metadata": {"generation": 1}}
+
+    monkeypatch.setattr(autoscaling.client, "CustomObjectsApi", Tunings)
+    monkeypatch.setattr(autoscaling, "write_status", status_patch.write_status)
+    settings = autoscaling.AutoscalingSettings(source=None)
+    autoscaling.evaluate("ns", "t", 1, SPEC, copy.deepcopy(read), busy(T0), settings,
+                         Writers(), {}, T0, "1")
+    assert cluster.replicas == 3 and cluster.events == ["ScaledOut"]
+    if written:
+        assert cluster.status["autoscaling"]["evaluated"] == format_time(T0)
+        assert ready in cluster.status["conditions"]
+    else:
+        assert cluster.status == later
 
 def test_a_writer_reverting_each_write_of_a_slow_rate_limit_is_a_fight(
         monkeypatch: pytest.MonkeyPatch) -> None:

@@ -410,8 +410,10 @@ def evaluate(namespace: str, name: str, generation: int, spec: InferenceTuningSp
     again and the decision made again once (the other writer's count then counts as a revert
     of ours, if it is one); a second failure leaves the slot.
     A write the API server refuses (an admission policy, RBAC) is reported as not applied,
-    with its message, in ScalingActive and a Warning Event; one whose answer is lost or a
-    server error is read back first, as it may have landed."""
+    with its message, in ScalingActive and a Warning Event; one whose answer is lost, a
+    server error or a conflict is read back first, as it may have landed (`_read_back`); one
+    that API Priority and Fairness did not take (429) is left to the next slot. The status
+    is written only while this process leads, and never over a later evaluation."""
     key, deployment = f"{namespace}/{name}", spec.target_ref.name
     apps = client.AppsV1Api()
     stored_status = status
@@ -468,15 +470,26 @@ def evaluate(namespace: str, name: str, generation: int, spec: InferenceTuningSp
                 # The answer was lost (a timeout, a dropped connection): the write may have
                 # landed. If it did, it is ours: taken for someone else's, it counted as a
                 # revert and its scale event was missing from the rate limits.
-                if deployment_replicas(namespace, deployment).replicas != planned.write:
+                if _read_back(settings, key, namespace, deployment) != planned.write:
                     raise
                 settings.written[key] = planned.write
             except ApiException as exc:
-                if (_may_have_landed(exc) and deployment_replicas(
-                        namespace, deployment).replicas == planned.write):
+                if exc.status == 429:
+                    # API Priority and Fairness turned it away unprocessed: the API server
+                    # is busy, nothing refused the write. The next slot decides again.
+                    logger.warning("%s: the API server is busy (429) and did not take the "
+                                   "replicas write; the next slot decides again", key)
+                    # Nothing of this pass is stored (a revert it saw): the next one goes by
+                    # the status.
+                    settings.written.pop(key, None)
+                    return planned.decision
+                # A 5xx says nothing of whether the write landed, nor does a conflict: the
+                # answer to a second copy of a write that landed (sent again on the way).
+                uncertain = _may_have_landed(exc) or exc.status in (409, 422)
+                found = _read_back(settings, key, namespace, deployment) if uncertain else None
+                if found == planned.write:
                     settings.written[key] = planned.write  # as with a lost answer
-                elif exc.status not in (409, 422) or deployment_replicas(
-                        namespace, deployment)[0] == current:
+                elif exc.status not in (409, 422) or found == current:
                     refused = (f"writing {planned.write} replicas to deployments/scale of "
                                f"{deployment} was refused ({exc.status}): "
                                f"{server_message(exc)}")
@@ -493,7 +506,13 @@ def evaluate(namespace: str, name: str, generation: int, spec: InferenceTuningSp
     # Over an evaluation whose status was not written, its blocks this one does not write
     # again, and its decision records, go with this one: the records onto the stored list
     # (another writer's entries and conditions written meanwhile stay).
-    def build(stored: Mapping[str, Any]) -> dict[str, Any]:
+    def build(stored: Mapping[str, Any]) -> dict[str, Any] | None:
+        if not settings.leader.leads():
+            # Lost since the scale read (the replicas write slow, a conflict read again):
+            # the new leader may have evaluated after this one and written its status.
+            raise NoLongerLeading
+        if stored is not stored_status and _evaluated_since(stored, stored_status, now):
+            return None  # written over, its state (scale events) would be this older one's
         if unwritten is None:
             return planned.status if stored is status else status_over(planned, stored)
         patch = planned.status if stored is stored_status else status_over(planned, stored)
@@ -502,7 +521,7 @@ def evaluate(namespace: str, name: str, generation: int, spec: InferenceTuningSp
     try:
         landed = write_status(namespace, name, stored_status, resource_version, build,
                               still=_still_autoscaled)
-    except Exception:
+    except Exception as exc:
         wrote = planned.write is not None and refused is None
         if wrote or unwritten is not None or planned.batching_news is not None:
             # Replicas (or the applied batching value) changed and the status does not say
@@ -515,6 +534,9 @@ def evaluate(namespace: str, name: str, generation: int, spec: InferenceTuningSp
             if planned.batching_news is not None:
                 reason, message = planned.batching_news[1]
                 kopf.event(body, type="Normal", reason=reason, message=message)
+        if isinstance(exc, NoLongerLeading):
+            logger.info("%s: no longer leading; the status is left to the new leader", key)
+            return planned.decision
         raise
     settings.unwritten.pop(key, None)
     if landed is None and (planned.write is None or refused is not None):
@@ -535,6 +557,35 @@ def evaluate(namespace: str, name: str, generation: int, spec: InferenceTuningSp
         reason, message = planned.batching_news[1]
         kopf.event(body, type="Normal", reason=reason, message=message)
     return planned.decision
+
+
+class NoLongerLeading(Exception):
+    """The process lost the Lease before an evaluation's status write: it writes no status.
+    What the write would have held is kept (`Unwritten`) for when it leads again in the same
+    term; a new term forgets it (`AutoscalingSettings.begin_term`)."""
+
+
+def _evaluated_since(stored: Mapping[str, Any], read: Mapping[str, Any], now: float) -> bool:
+    """Whether `stored`, the status read again after a conflict, holds an evaluation later
+    than this one (made at `now`) that `read`, the status it decided over, did not: the next
+    leader's, when this process lost the Lease while its status write waited. A later stamp
+    that was there already (a clock ahead, an edit) is no evaluation made since."""
+    made = stored_evaluation(stored)
+    return made is not None and made > now + 1e-3 and made != stored_evaluation(read)
+
+
+def _read_back(settings: AutoscalingSettings, key: str, namespace: str,
+               deployment: str) -> int:
+    """The replicas, read again after a write whose outcome is not known. When this read fails
+    too, the write may have landed unseen: what this process remembers writing is forgotten,
+    so that the next evaluation goes by the status and the managedFields, which know the
+    operator's own scale write (`_lost_scale_event`). Remembered, the old count took that
+    write for another writer's revert, and its scale event was lost."""
+    try:
+        return deployment_replicas(namespace, deployment).replicas
+    except Exception:
+        settings.written.pop(key, None)
+        raise
 
 
 def _may_have_landed(exc: ApiException) -> bool:

@@ -12,6 +12,7 @@ from urllib.parse import urlsplit
 
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
+from urllib3.util.retry import Retry
 
 from infertune import __version__
 
@@ -24,6 +25,14 @@ word (a control-plane node replaced, a load balancer's idle timeout) held the wo
 that call for good, and with it the tuning's loop, and the autoscaling workers one by one. The
 read timeout is the API server's own default --request-timeout (1 minute): it answers every
 request it still works on by then, so only a call nobody will answer is cut."""
+RETRIES = Retry(total=3, other=0, allowed_methods=frozenset({"GET", "HEAD"}))
+"""What the client sends again: any request that never went out (a refused connection, a
+connect timeout), and a GET whose answer timed out or was cut. Never a write that may have
+reached the API server: urllib3's default sends any request again after an error it does
+not class as a connect or read error (a TLS error on the answer), and a PUT or DELETE after
+a read error. A write that had landed then went out twice and its second copy was refused
+as a conflict (the scale patch's test of the replicas, a Lease's resourceVersion): the
+operator took its own write for another writer's."""
 USER_AGENT = f"infertune/{__version__}"
 FIELD_MANAGER = "infertune"
 """The manager of the operator's writes in managedFields (the user agent up to the "/")."""
@@ -43,7 +52,8 @@ def configure(kubeconfig: str | None) -> None:
     client (v32 and later) builds a new ApiClient, with a new connection pool, for each API
     object, so every call of the operator paid a TLS handshake with the API server: at 1000
     tunings that was a fifth of the operator's CPU (bench/results/operator.md). Its calls time
-    out (API_TIMEOUT_S) unless they set their own timeout.
+    out (API_TIMEOUT_S) unless they set their own timeout, and a write that may have gone
+    out is never sent again (RETRIES).
     """
     if kubeconfig:
         config.load_kube_config(config_file=kubeconfig)  # type: ignore[no-untyped-call]
@@ -56,6 +66,7 @@ def configure(kubeconfig: str | None) -> None:
     # Enough pooled connections for every thread that calls the API at once (the autoscaling
     # workers and kopf's executor): a full pool drops connections and reconnects over TLS.
     shared.connection_pool_maxsize = POOL_SIZE
+    shared.retries = RETRIES
     api = _TimedApiClient(shared)
     # The API server names the field manager of every write after the user agent: the
     # Deployment's managedFields then say that infertune set its replicas (subresource

@@ -131,6 +131,8 @@ class LeaseElection:
         self._took_over = False
         self._written: str | None = None
         """The resourceVersion of this process's last write that it knows went through."""
+        self._tenure: tuple[str | None, int] | None = None
+        """The `_tenure` of that write's record: its renewals keep it."""
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -170,10 +172,14 @@ class LeaseElection:
         transitions = int(spec.lease_transitions or 0)
         if self.holder == self.identity:
             record = self._record(transitions, spec.acquire_time)
-            # A renewal only of the record it last wrote: one it finds otherwise (the Lease
-            # deleted and made again by another, which led meanwhile; a takeover whose answer
-            # was lost) starts a term, whose exclusivity is not known, so not claimed.
-            renewal = version is not None and version == self._written
+            # A renewal of the record it last wrote, or of its own renewal since, whose answer
+            # was lost (same acquireTime and transitions, a resourceVersion it never saw): a
+            # new term there dropped the exclusivity, and the autoscaler forgot its writes
+            # and skipped a slot. Any other record of its own (the Lease deleted and made
+            # again by another, which led meanwhile; a takeover whose answer was lost) starts
+            # a term, whose exclusivity is not known, so not claimed.
+            renewal = ((version is not None and version == self._written)
+                       or _tenure(spec) == self._tenure)
             took_over = self._took_over if renewal else False
         else:
             duration = int(spec.lease_duration_seconds or self.duration_s)
@@ -208,6 +214,7 @@ class LeaseElection:
             raise
         self._observed = (_version(written), started)
         self._written = _version(written)
+        self._tenure = _tenure(written.spec or client.V1LeaseSpec())
         self.holder = self.identity
         if not renewal:
             # A new term: created, taken over, or a record it did not write. A renewal after
@@ -291,6 +298,14 @@ class LeaseElection:
                             f"({self.duration_s}s without renewal)")
             waiting_for = None if leading else self.holder
             self._stop.wait(self.pause_after(started))
+
+
+def _tenure(spec: client.V1LeaseSpec) -> tuple[str | None, int]:
+    """(acquireTime, leaseTransitions) of a Lease record: what its holder's renewals keep."""
+    acquired: Any = spec.acquire_time
+    if isinstance(acquired, datetime):
+        acquired = micro_time(acquired.timestamp())
+    return (None if acquired is None else str(acquired)), int(spec.lease_transitions or 0)
 
 
 def _version(lease: client.V1Lease) -> str | None:
