@@ -385,6 +385,41 @@ def test_an_upgrade_keeps_the_old_pods_ca_trusted_next_to_the_new_ones(
         if exists(lambda: admission.read_mutating_webhook_configuration(name)):
             admission.delete_mutating_webhook_configuration(name)
 
+def test_a_pod_that_puts_its_ca_back_leaves_the_registration_to_its_successor(
+    api_client: client.ApiClient, tmp_path: Path
+) -> None:
+    """The serving pod's CA pushed out of the bundle (new pods that crashed and started again,
+    each with a CA): its check puts it back. It took over the registration doing so, and when
+    it stopped at the end of the upgrade it removed the configuration its successor served
+    by: nothing was registered, and pods were admitted untuned until the successor's check."""
+    name = "infertune-e2e-ca-back"
+    service = ("infertune-system", "infertune-webhook", 443)
+    serving, *restarts = (WebhookRegistration(excluded_namespaces=("kube-system",), name=name,
+                                              service=service) for _ in range(5))
+    bundles = []
+    for i in range(5):
+        cert, _ = write_self_signed(tmp_path / str(i), ["infertune-webhook.infertune-system.svc"])
+        bundles.append({"url": "https://0.0.0.0:9443",
+                        "caBundle": base64.b64encode(cert.read_bytes()).decode()})
+    admission = client.AdmissionregistrationV1Api(api_client)
+    client.ApiClient.set_default(api_client)  # type: ignore[no-untyped-call]
+    try:
+        serving.apply(bundles[0])
+        for registration, config in zip(restarts, bundles[1:], strict=True):
+            registration.apply(config)  # each start of the new pod: its own CA
+        assert not serving.still_registered(bundles[0])  # pushed out (OTHER_CAS)
+        serving.apply(bundles[0], keep_owner=True)  # its check puts it back
+        assert serving.still_registered(bundles[0])
+        assert restarts[-1].still_registered(bundles[-1])
+        assert not serving.remove()  # it stops: the successor's registration stays
+        assert exists(lambda: admission.read_mutating_webhook_configuration(name))
+        assert restarts[-1].remove()
+    finally:
+        client.ApiClient.set_default(None)  # type: ignore[no-untyped-call]
+        if exists(lambda: admission.read_mutating_webhook_configuration(name)):
+            admission.delete_mutating_webhook_configuration(name)
+
+
 def test_a_pod_without_command_is_reported_in_status_and_events(
     api_client: client.ApiClient, namespace: str, operator: OperatorProcess
 ) -> None:

@@ -73,16 +73,25 @@ def _held(bundle: str) -> list[x509.Certificate]:
     return x509.load_pem_x509_certificates(base64.b64decode(bundle))
 
 
-def test_a_new_ca_bundle_keeps_the_newest_other_ca_that_has_not_expired(
+def test_a_new_ca_bundle_keeps_the_newest_other_cas_that_have_not_expired(
         tmp_path: Path) -> None:
     """The operator pod a rolling upgrade replaces still answers for a few seconds with its
-    own certificate: its CA stays trusted next to the new one, and no more than that."""
+    own certificate: its CA stays trusted next to the new one. Also when the new pod crashes
+    and starts again (a CA each time) or two upgrades follow each other: with one other CA
+    kept, a dead process's pushed out the serving one's. OTHER_CAS at most."""
     first, first_cert = _ca(tmp_path / "1", 10)
     second, second_cert = _ca(tmp_path / "2", 10)
     third, third_cert = _ca(tmp_path / "3", 10)
+    fourth, fourth_cert = _ca(tmp_path / "4", 10)
+    fifth, fifth_cert = _ca(tmp_path / "5", 10)
     assert _held(bundle_with(second, first)) == [second_cert, first_cert]
     both = bundle_with(second, first)
-    assert _held(bundle_with(third, both)) == [third_cert, second_cert]  # two at most
+    # The serving first one stays after the second crashed and started again as the third.
+    three = bundle_with(third, both)
+    assert _held(three) == [third_cert, second_cert, first_cert]
+    four = bundle_with(fourth, three)
+    assert _held(bundle_with(fifth, four)) == [fifth_cert, fourth_cert, third_cert,
+                                               second_cert]  # the newest OTHER_CAS
     assert bundle_with(second, second) == second  # the same CA again
     later = dt.datetime.now(dt.UTC) + dt.timedelta(days=11)
     assert bundle_with(second, first, now=later) == second  # expired: dropped
@@ -97,7 +106,7 @@ class _Failing:
     def __init__(self, error: Exception) -> None:
         self.error, self.calls = error, 0
 
-    def apply(self, config: dict[str, Any]) -> None:
+    def apply(self, config: dict[str, Any], keep_owner: bool = False) -> None:
         self.calls += 1
         raise self.error
 
@@ -141,7 +150,7 @@ class _Flaky:
     def __init__(self, failures: int) -> None:
         self.failures, self.present = failures, False
 
-    def apply(self, config: dict[str, Any]) -> None:
+    def apply(self, config: dict[str, Any], keep_owner: bool = False) -> None:
         if self.failures > 0:
             self.failures -= 1
             raise ApiException(status=503, reason="Service Unavailable")

@@ -141,16 +141,19 @@ class WebhookRegistration:
                                 "values": sorted(set(self.included_namespaces))})
         return expressions
 
-    def apply(self, kopf_config: dict[str, Any]) -> None:
+    def apply(self, kopf_config: dict[str, Any], keep_owner: bool = False) -> None:
         """Create the configuration, or replace the one there whole: a patch merged our
         clientConfig into the old one, and a `url` left by an operator run outside the
         cluster next to the chart's `service` was refused (exactly one of them is allowed),
-        which stopped the operator at every start."""
+        which stopped the operator at every start. `keep_owner`: one there keeps the process
+        that registered it last (REGISTERED_BY) while this one only puts its CA back in:
+        taken over, the configuration went with this process when it stopped, although the
+        one that had registered it since still served."""
         with self._lock:
             if not self._removed.is_set():  # stopping: nothing is registered any more
-                self._apply(kopf_config)
+                self._apply(kopf_config, keep_owner)
 
-    def _apply(self, kopf_config: dict[str, Any]) -> None:
+    def _apply(self, kopf_config: dict[str, Any], keep_owner: bool = False) -> None:
         api = client.AdmissionregistrationV1Api()
         body = self.body(kopf_config, self._owner_uid())
         for _ in range(REGISTER_ATTEMPTS):
@@ -163,8 +166,13 @@ class WebhookRegistration:
             try:
                 current = api.read_mutating_webhook_configuration(self.name)
                 version = current.metadata.resource_version if current.metadata else None
+                metadata = {**body["metadata"], "resourceVersion": version}
+                owner = ((current.metadata.annotations if current.metadata else None)
+                         or {}).get(REGISTERED_BY)
+                if keep_owner and owner:
+                    metadata["annotations"] = {**metadata["annotations"], REGISTERED_BY: owner}
                 api.replace_mutating_webhook_configuration(self.name, {  # type: ignore[arg-type]
-                    **body, "metadata": {**body["metadata"], "resourceVersion": version},
+                    **body, "metadata": metadata,
                     "webhooks": [self._also_trusting(webhook, current)
                                  for webhook in body["webhooks"]]})
                 break
@@ -180,12 +188,12 @@ class WebhookRegistration:
                     selected["NotIn"])
 
     def _also_trusting(self, webhook: dict[str, Any], current: Any) -> dict[str, Any]:
-        """`webhook` whose caBundle also holds the CA the configuration in place trusts for
-        the same Service (the newest other one that has not expired). In a rolling upgrade
-        without a shared certificate (webhook.certSecret), each operator pod serves one it
-        made itself, and the old pod still answers for a few seconds after the new one
-        registers: trusting only the new one, the API server failed those calls, and the
-        pods created meanwhile were admitted untuned."""
+        """`webhook` whose caBundle also holds the CAs the configuration in place trusts for
+        the same Service (the newest others that have not expired, `bundle_with`). In a
+        rolling upgrade without a shared certificate (webhook.certSecret), each operator pod
+        serves one it made itself, and the old pod still answers for a few seconds after the
+        new one registers: trusting only the new one, the API server failed those calls, and
+        the pods created meanwhile were admitted untuned."""
         config = webhook["clientConfig"]
         before = next((w.client_config for w in current.webhooks or []
                        if w.name == webhook["name"] and w.client_config is not None), None)
@@ -304,13 +312,13 @@ class RegisteringWebhookServer(kopf.WebhookServer):
             except Exception:  # pragma: no cover - best effort at shutdown
                 logger.warning("could not remove %s", self.registration.name, exc_info=True)
 
-    async def register(self, config: dict[str, Any]) -> bool:
+    async def register(self, config: dict[str, Any], keep_owner: bool = False) -> bool:
         """Register; whether it was. A failure the API server may get over (429, 5xx, a
         timeout, a lost connection) is logged and tried again at the next check: raised, it
         stopped the whole operator (kopf ends on a failed webhook server), also when
         cert-manager rotated the certificate mid-life. A refusal (400, 403, 422) is raised."""
         try:
-            await asyncio.to_thread(self.registration.apply, config)
+            await asyncio.to_thread(self.registration.apply, config, keep_owner)
         except ApiException as exc:
             self._mark_ready(False)
             if exc.status != 429 and (not isinstance(exc.status, int) or exc.status < 500):
@@ -343,7 +351,9 @@ class RegisteringWebhookServer(kopf.WebhookServer):
                                "(another operator process removed or replaced it): "
                                "registering again", self.registration.name)
             try:
-                registered = await self.register(config)
+                # Registered before: only its CA is put back, the process that registered
+                # since stays the one that removes it (WebhookRegistration.apply).
+                registered = await self.register(config, keep_owner=registered)
             except Exception:  # refused: said, and tried again at the next check
                 logger.exception("could not register %s again", self.registration.name)
                 registered = False
@@ -371,9 +381,16 @@ def _holds(bundle: str, ours: str) -> bool:
     return all(c in held for c in wanted)
 
 
+OTHER_CAS = 3
+"""The CAs of other operator processes a registration keeps trusting (the newest ones): the
+serving pod of a rolling upgrade stays trusted when a new pod crashes and starts again (each
+start makes a CA), or two upgrades come one after the other. With one, the CA of a dead
+process pushed out the serving one's, and pods were admitted untuned until its next check."""
+
+
 def bundle_with(new: str, current: str, now: dt.datetime | None = None) -> str:
-    """The base64 caBundle `new` followed by the newest certificate of `current` that is not
-    in it and has not expired: two at most, so a bundle does not grow with every restart."""
+    """The base64 caBundle `new` followed by the newest OTHER_CAS certificates of `current`
+    that are not in it and have not expired: a bundle does not grow with every restart."""
     now = now or dt.datetime.now(dt.UTC)
     try:
         fresh = x509.load_pem_x509_certificates(base64.b64decode(new))
@@ -383,6 +400,6 @@ def bundle_with(new: str, current: str, now: dt.datetime | None = None) -> str:
     kept = [c for c in held if c not in fresh and c.not_valid_after_utc > now]
     if not kept:
         return new
-    newest = max(kept, key=lambda c: c.not_valid_before_utc)
-    pem = b"".join(c.public_bytes(serialization.Encoding.PEM) for c in [*fresh, newest])
+    newest = sorted(kept, key=lambda c: c.not_valid_before_utc, reverse=True)[:OTHER_CAS]
+    pem = b"".join(c.public_bytes(serialization.Encoding.PEM) for c in [*fresh, *newest])
     return base64.b64encode(pem).decode()
