@@ -134,7 +134,7 @@ def test_operator_reports_status_condition_and_event(
 
     table = kubectl("get", "itune", "-n", namespace).stdout
     header = table.splitlines()[0].split()
-    assert header == ["NAME", "TARGET", "MODE", "PHASE", "REPLICAS", "P99", "QUEUE", "CANARY",
+    assert header == ["NAME", "TARGET", "MODE", "PHASE", "REPLICAS", "LATENCY", "QUEUE", "CANARY",
                       "AGE"]
     row = table.splitlines()[1].split()
     assert row[:5] == ["qwen", "qwen", "Enforce", "Active", "1"]
