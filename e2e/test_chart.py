@@ -197,6 +197,36 @@ def test_the_chart_installs_and_grants_what_the_autoscaler_acts_with(
     assert gone.returncode != 0 and "NotFound" in gone.stderr
 
 
+def test_mig_can_be_turned_off_with_the_permissions_only_it_needs() -> None:
+    """Only MIG patches nodes and evicts (and watches) the pods of every namespace: a
+    platform without MIG GPUs had to grant the operator all of that. mig.enabled=false runs
+    it with --no-mig and leaves those rules out; with watchNamespaces, pods are watched and
+    evicted only there. Values reused from a chart before mig.enabled keep MIG on."""
+    team = ("--set", "watchNamespaces={team-a}")
+    on, off = granted(*team), granted(*team, "--set", "mig.enabled=false")
+    for grants in (on, off):
+        # Re-tuning in the watched namespace, whichever.
+        assert grants.allows("create", "", "pods/eviction", "team-a")
+        assert grants.allows("watch", "", "pods", "team-a")
+        assert grants.allows("watch", "", "nodes")  # the indexes-loaded event
+    assert on.allows("patch", "", "nodes") and not off.allows("patch", "", "nodes")
+    for verb, resource in (("create", "pods/eviction"), ("watch", "pods")):
+        assert on.allows(verb, "", resource, "kube-system")
+        assert not off.allows(verb, "", resource, "kube-system"), (verb, resource)
+    assert not off.allows("get", "infertune.io", "inferencetunings", "kube-system")
+    assert "--no-mig" in operator_args(helm("template", "t", str(CHART), "--set",
+                                            "mig.enabled=false").stdout)
+    default = helm("template", "t", str(CHART)).stdout
+    assert "--no-mig" not in operator_args(default)
+    # A values file from before mig.enabled (helm upgrade --reuse-values): MIG stays on.
+    reused = helm("template", "t", str(CHART), "--set", "mig=null").stdout
+    assert "--no-mig" not in operator_args(reused)
+    assert "resources: [\"nodes\"]\n  verbs: [\"patch\"]" in reused
+    # The operator's own parser reads the flag the chart passes.
+    assert build_parser().parse_args(operator_args(helm(
+        "template", "t", str(CHART), "--set", "mig.enabled=false").stdout)).no_mig
+
+
 def test_watch_namespaces_grant_the_writes_there_and_nowhere_else(
         cluster: ClusterInfo, kubectl: Kubectl, namespace: str) -> None:
     """The Roles the chart renders for listed namespaces, as the real API server authorizes

@@ -53,9 +53,14 @@ class Scoped:
     other: str
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="module", params=["mig-on", "mig-off"])
 def scoped(cluster: ClusterInfo, prometheus: PrometheusServer,
-           tmp_path_factory: pytest.TempPathFactory) -> Iterator[Scoped]:
+           tmp_path_factory: pytest.TempPathFactory,
+           request: pytest.FixtureRequest) -> Iterator[Scoped]:
+    """The chart's operator for one namespace, with MIG on (the default) and with
+    mig.enabled=false, whose ClusterRole leaves out what only MIG needs (patching nodes,
+    the pods of every namespace): the tests below find no refused request in either."""
+    mig_off = request.param == "mig-off"
     work = tmp_path_factory.mktemp("namespace-scoped")
     with own_control_plane(cluster, work, "needs a control plane of its own: an external "
                            "cluster runs the chart's operator for every namespace") as api:
@@ -65,7 +70,8 @@ def scoped(cluster: ClusterInfo, prometheus: PrometheusServer,
         watched, other = new_namespace(api, "watched"), new_namespace(api, "other")
         rendered = helm("template", "infertune", str(CHART), "--namespace", OPERATOR_NAMESPACE,
                         "--set", f"watchNamespaces={{{watched}}}",
-                        "--set", f"prometheus.url={prometheus.url}").stdout
+                        "--set", f"prometheus.url={prometheus.url}",
+                        *(["--set", "mig.enabled=false"] if mig_off else [])).stdout
         documents = [d for d in yaml.safe_load_all(rendered) if d]
         applied = [d for d in documents if d["kind"] in RBAC_KINDS]
         # What makes the install namespace-scoped: the tunings' rules in a Role there.
@@ -77,6 +83,7 @@ def scoped(cluster: ClusterInfo, prometheus: PrometheusServer,
                                       work / "operator.kubeconfig")
         options, liveness_port = chart_operator_options(operator_args(rendered))
         assert f"--namespace={watched}" in options and "--leader-elect" in options, options
+        assert ("--no-mig" in options) == mig_off, options
         operator = launch_operator(api, kubeconfig, [*options, "--verbose"], liveness_port,
                                    work, work / "operator.log",
                                    env={"INFERTUNE_NAMESPACE": OPERATOR_NAMESPACE})

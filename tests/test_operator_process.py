@@ -4,8 +4,11 @@ passes without kopf timers."""
 from __future__ import annotations
 
 import json
+import os
 import socket
 import ssl
+import subprocess
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -280,3 +283,27 @@ def test_a_request_that_could_not_connect_is_sent_again(
     assert isinstance(failed, urllib3.exceptions.MaxRetryError)
     assert isinstance(failed.reason, urllib3.exceptions.NewConnectionError)
     assert sum("Retrying" in r.getMessage() for r in caplog.records) == 3
+
+
+@pytest.mark.parametrize("mig_on", [True, False])
+def test_no_mig_registers_nothing_of_mig(mig_on: bool) -> None:
+    """--no-mig (the chart's mig.enabled=false, whose ClusterRole leaves out patching nodes
+    and the pods of every namespace): the MIG controller is not even imported, so neither
+    its daemon nor its index over every namespace's pods runs, and tunings with spec.mig say
+    MIG is off. In a fresh process: kopf's registry is the process's."""
+    script = (
+        "import sys, kopf\n"
+        "from infertune.controller.main import register_handlers\n"
+        f"module = register_handlers(mig={mig_on})\n"
+        "from infertune.controller import reconcile\n"
+        "registry = kopf.get_default_registry()\n"
+        "ids = {h.id for h in registry._spawning.get_all_handlers()}\n"
+        "ids |= {h.id for h in registry._indexing.get_all_handlers()}\n"
+        "print(module is not None, 'partition_gpus' in ids, 'gpu_pods_by_node' in ids,\n"
+        "      'infertune.controller.mig' in sys.modules, reconcile.MIG_OFF,\n"
+        "      'retune_pods' in ids, 'pods_by_deployment' in ids)\n")
+    env = {k: v for k, v in os.environ.items() if k != "INFERTUNE_MIG"}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=60, check=True, env=env)
+    assert done.stdout.split() == [str(mig_on)] * 4 + [str(not mig_on)] + ["True", "True"], \
+        done.stdout + done.stderr

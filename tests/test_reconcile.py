@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from infertune.api.status import ConditionType, Phase
+from infertune.controller import reconcile
 from infertune.controller.conditions import find
 from infertune.controller.reconcile import TargetState, assess
 
@@ -337,3 +338,18 @@ def test_a_deployment_edit_is_no_news_to_a_tuning_whose_spec_is_invalid() -> Non
     body = {"spec": {"template": {"spec": {"containers": [{"name": "vllm"}]}}}}
     assert not _target_news(type="MODIFIED", namespace="ml", name="qwen",
                             tunings_by_target=index, body=body)  # type: ignore[arg-type]
+
+
+def test_a_tuning_with_spec_mig_says_mig_is_off_in_an_operator_without_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """--no-mig: spec.mig is accepted (the rest of its tuning goes on), and Ready says that
+    nothing partitions for it, where it said "MIG 3g.71gb" as if it would."""
+    body = _body(mig={"profile": "3g.71gb"})
+    ready = next(c for c in assess(body, TARGET, "2026-12-03T10:00:00Z").conditions
+                 if c.type == "Ready")
+    assert "MIG 3g.71gb" in ready.message and "not acted on" not in ready.message
+    monkeypatch.setattr(reconcile, "MIG_OFF", True)
+    ready = next(c for c in assess(body, TARGET, "2026-12-03T10:00:00Z").conditions
+                 if c.type == "Ready")
+    assert ready.status.value == "True"
+    assert "MIG not acted on: this operator runs without MIG partitioning" in ready.message

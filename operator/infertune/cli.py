@@ -273,6 +273,10 @@ def _add_run_command(commands: argparse._SubParsersAction) -> None:  # type: ign
                      help="how long after a config goes into the mig-parted ConfigMap before "
                           "a node is labelled for it: the kubelet updates mig-manager's "
                           "mounted copy within about a minute (default 120)")
+    run.add_argument("--no-mig", action="store_true",
+                     help="no MIG partitioning: spec.mig is not acted on, and nodes are never "
+                          "patched nor pods evicted outside the tunings' namespaces (the "
+                          "chart's mig.enabled=false, which also leaves MIG's permissions out)")
     metrics = run.add_argument_group("Prometheus")
     metrics.add_argument("--prometheus-url", metavar="URL", help="Prometheus the autoscaler "
                          "queries (default: $INFERTUNE_PROMETHEUS_URL; without it autoscaling "

@@ -72,7 +72,7 @@ its probes, its mounts or its Roles no longer match what the operator does. An a
   "prometheus-credentials-file" "prometheus.credentialsSecret (or credentialsFile)"
   "prometheus-auth-type" "prometheus.authType" "prometheus-header" "prometheus.headers"
   "webhook-service" "" "webhook-owner" "" "webhook-host" "" "operator-namespace" ""
-  "ready-file" "" -}}
+  "ready-file" "" "no-mig" "mig.enabled" -}}
 {{- range $arg := .Values.extraArgs -}}
 {{- $name := trimPrefix "--" $arg | regexFind "^[^=]*" -}}
 {{- range $option, $value := $chartSets -}}
@@ -86,4 +86,11 @@ its probes, its mounts or its Roles no longer match what the operator does. An a
 {{- end }}
 - {{ $arg | quote }}
 {{- end -}}
+{{- end -}}
+
+{{/* "true" unless mig.enabled is false; values reused from a chart before mig.enabled have
+none: MIG stays on, as it was. */}}
+{{- define "infertune.migEnabled" -}}
+{{- $mig := .Values.mig | default dict -}}
+{{- if and (hasKey $mig "enabled") (not $mig.enabled) -}}false{{- else -}}true{{- end -}}
 {{- end -}}

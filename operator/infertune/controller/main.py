@@ -12,6 +12,7 @@ import socket
 import tempfile
 from contextlib import ExitStack
 from pathlib import Path
+from types import ModuleType
 
 import kopf
 from kubernetes.client.exceptions import ApiException
@@ -225,6 +226,21 @@ def _elect(args: argparse.Namespace, own_namespace: str) -> LeaseElection:
     return election
 
 
+def register_handlers(mig: bool = True) -> ModuleType | None:
+    """Import the controller modules, which registers their kopf handlers, indexes and
+    daemons; the MIG controller (returned) only with `mig`: without it (--no-mig) nothing
+    watches every namespace's pods or patches nodes, and tunings with spec.mig say so."""
+    if not mig:
+        os.environ["INFERTUNE_MIG"] = "off"  # read at import by the controller's messages
+    from infertune.controller import autoscaling, handlers, pods  # noqa: F401
+
+    if not mig:
+        return None
+    from infertune.controller import mig as module
+
+    return module
+
+
 def freeze_startup_objects() -> None:
     """Move what is loaded by now (modules, API models and their schemas, the Kubernetes
     client) out of the garbage collector's reach: it lives as long as the process, and a full
@@ -291,7 +307,8 @@ def run_operator(args: argparse.Namespace) -> int:
     _configure(args.kubeconfig)
     if args.retune_interval is not None:
         os.environ["INFERTUNE_RETUNE_INTERVAL"] = str(args.retune_interval)
-    from infertune.controller import autoscaling, handlers, mig, pods  # registers handlers
+    mig = register_handlers(mig=not args.no_mig)
+    from infertune.controller import autoscaling, handlers, pods
 
     own_namespace = args.operator_namespace or os.environ.get("INFERTUNE_NAMESPACE",
                                                               DEFAULT_NAMESPACE)
@@ -310,7 +327,7 @@ def run_operator(args: argparse.Namespace) -> int:
                 static_cpu_manager=not args.no_static_cpu_manager,
                 excluded_namespaces=excluded_namespaces(own_namespace)),
             webhook_server=_webhook_server(args, own_namespace, cleanup),
-            mig=mig.MigSettings.watching(
+            mig=None if mig is None else mig.MigSettings.watching(
                 own_namespace, namespaces, *([] if args.mig_config_delay is None
                                              else [args.mig_config_delay])),
             autoscaling=scaling,

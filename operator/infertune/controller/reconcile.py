@@ -6,6 +6,7 @@ same function answers the same way in tests, with no cluster and no clock.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -40,6 +41,9 @@ TARGET_NOT_FOUND = "TargetNotFound"
 CONTAINER_NOT_FOUND = "ContainerNotFound"
 ACCEPTED = "Accepted"
 """The Ready reason of a tuning whose Deployment does not exist."""
+
+MIG_OFF = os.environ.get("INFERTUNE_MIG") == "off"
+"""`infertune run --no-mig` (read at import, which `run` makes after setting it)."""
 
 
 @dataclass(frozen=True)
@@ -175,7 +179,12 @@ def previous_status(raw: Any) -> InferenceTuningStatus:
 
 def _summary(spec: InferenceTuningSpec) -> str:
     parts = [f"numa {spec.numa.policy.value}", f"allocator {spec.allocator.type.value}"]
-    if spec.mig is not None:
+    if spec.mig is not None and MIG_OFF:
+        # Accepted (its pod tuning goes on), and said where users look first.
+        parts.append("MIG not acted on: this operator runs without MIG partitioning "
+                     "(--no-mig, the chart's mig.enabled=false); remove spec.mig, or turn "
+                     "MIG on")
+    elif spec.mig is not None:
         parts.append(f"MIG {spec.mig.profile or 'sized from the model'}")
     if spec.autoscaling is not None and spec.autoscaling.enabled:
         parts.append(f"autoscaling {spec.autoscaling.min_replicas}.."
