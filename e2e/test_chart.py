@@ -420,6 +420,9 @@ def test_prometheus_access_values_that_cannot_work_are_refused(
     (["--set-string", "extraArgs[0]=--prometheus-header=Authorization: Bearer x"],
      "sets from prometheus.headers"),
     (["--set", "extraArgs={--operator-namespace=kube-system}"], "leave it out"),
+    # The chart's Role grants only its own Lease: another name crash-looped the operator.
+    (["--set", "extraArgs={--leader-elect-lease=mine}"], "leave it out"),
+    (["--set", "extraArgs={--no-mig}"], "sets from mig.enabled"),
     (["--set", "webhook.certSecret=a b"], "/webhook/certSecret"),
     # A misspelt value was ignored: here the operator fell back to a self-signed certificate.
     (["--set", "webhook.certsecret=cert-manager-tls"], "'certsecret' not allowed"),

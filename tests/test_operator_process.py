@@ -197,6 +197,9 @@ def breaking_api_server(tmp_path: Path) -> Iterator[tuple[Path, list[str], dict[
                 raw = listener.accept()[0]
             except TimeoutError:
                 continue
+            if breaks.pop("handshake", None):  # closed before TLS: nothing went out
+                raw.close()
+                continue
             raw.settimeout(5)
             try:
                 with context.wrap_socket(raw, server_side=True) as connection:
@@ -259,6 +262,19 @@ def test_a_read_whose_answer_was_cut_is_sent_again(
     configure(str(kubeconfig))
     assert client.CoreV1Api().read_namespace("default").metadata.name == "default"
     assert requests == ["GET /api/v1/namespaces/default"] * 2
+
+
+def test_a_read_whose_tls_handshake_failed_is_sent_again(
+        breaking_api_server: tuple[Path, list[str], dict[str, str]],
+        no_default_client: None) -> None:
+    """urllib3 classes a TLS error as neither a connect nor a read error: with its "other"
+    retries turned off altogether, a read met by an API server or load balancer restarting
+    mid-handshake failed at once."""
+    kubeconfig, requests, breaks = breaking_api_server
+    breaks["handshake"] = "close"
+    configure(str(kubeconfig))
+    assert client.CoreV1Api().read_namespace("default").metadata.name == "default"
+    assert requests == ["GET /api/v1/namespaces/default"]
 
 
 @pytest.mark.parametrize("call", [

@@ -210,22 +210,23 @@ def test_a_replicas_write_of_unknown_outcome_whose_read_back_failed_is_still_our
 
 
 @pytest.mark.parametrize("status", [422, 409])
-def test_a_conflict_answering_a_second_copy_of_a_write_that_landed_is_ours(
+def test_a_conflict_is_another_writers_change_even_to_the_planned_count(
         monkeypatch: pytest.MonkeyPatch, status: int) -> None:
-    """The scale PATCH 3 -> 4 landed, the connection broke on its answer, and it was sent
-    again (urllib3's default retries did, kube/client.RETRIES no longer does): the second
-    copy's test of the replicas failed. Read again, 4 was taken for another writer's
-    count, a revert of the operator's 3, and decided over without its scale event."""
+    """The scale PATCH's test of the replicas failed: another writer changed them first (the
+    client never sends a write twice, kube/client.RETRIES), here to the very count planned.
+    It is not taken for the operator's own write (no scale event, no Event of its own for
+    it): the operator decides again from that count."""
     cluster = Cluster(monkeypatch, replicas=2)
     settings = autoscaling.AutoscalingSettings(source=None)
     assert cluster.evaluate(settings, T0) == 3 and cluster.replicas == 3
-    cluster.scale_answer_error = ApiException(status=status, reason="Unprocessable Entity")
-    assert cluster.evaluate(settings, T0 + 60) == 4
-    assert cluster.replicas == 4 and cluster.events == ["ScaledOut", "ScaledOut"]
+    # The fake stores 4 before answering: as if the other writer had.
+    cluster.scale_answer_error = ApiException(status=status, reason="Conflict")
+    assert cluster.evaluate(settings, T0 + 60) == 5 and cluster.replicas == 5
     stored = cluster.status["autoscaling"]
-    assert stored.get("replicaFight") is None and stored["writtenReplicas"] == 4
-    assert stored["state"]["scaleEvents"] == [{"time": format_time(T0 + 60), "change": 1}]
-    assert cluster.evaluate(settings, T0 + 75) == 4  # the period's +1 is spent
+    assert stored["writtenReplicas"] == 5
+    assert [e["change"] for e in stored["state"]["scaleEvents"]] == [1]  # 4 -> 5 only
+    records = [d["action"] for d in cluster.status["decisions"]]
+    assert records == ["ScaleOut 2 -> 3", "ScaleOut 4 -> 5"], records
 
 
 def test_a_replicas_write_the_api_server_was_too_busy_for_is_tried_the_next_slot(

@@ -22,6 +22,8 @@ from infertune.api.units import format_duration, parse_duration, parse_quantity
         ("1k", 1000),
         ("1e3", 1000),
         ("0", 0),
+        # Leading zeros in the exponent: Kubernetes takes them (1e00005 is 1e5).
+        ("1e00005", 100000), ("2e-00003", Decimal("0.002")),
     ],
 )
 def test_quantity_values(text: str, value: Decimal | int) -> None:

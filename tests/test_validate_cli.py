@@ -172,6 +172,11 @@ def _tuning_yaml(spec_lines: str, metadata_lines: str = "") -> str:
      "spec.autoscaling.tolerance: '1e_' is not a number"),
     ("  targetRef: {name: qwen}\n", "  labels: {team: " + "9" * 5000 + "}\n",
      "metadata.labels['team']"),
+    # Past int64 in hex or octal: Python took them as ints and failed printing one.
+    ("  targetRef: {name: qwen}\n  autoscaling: {maxReplicas: 0x" + "f" * 5000 + "}\n", "",
+     "spec.autoscaling.maxReplicas: '0xffff"),
+    ("  targetRef: {name: qwen}\n  autoscaling: {maxReplicas: 0o" + "7" * 5000 + "}\n", "",
+     "spec.autoscaling.maxReplicas: '0o7777"),
     # Quantities kubectl sends as the integers they are, and an empty namespace it ignores.
     ("  targetRef: {name: qwen}\n  memory: {high: 30e9, minHeadroom: 1.0}\n", "", None),
 ])

@@ -72,7 +72,8 @@ its probes, its mounts or its Roles no longer match what the operator does. An a
   "prometheus-credentials-file" "prometheus.credentialsSecret (or credentialsFile)"
   "prometheus-auth-type" "prometheus.authType" "prometheus-header" "prometheus.headers"
   "webhook-service" "" "webhook-owner" "" "webhook-host" "" "operator-namespace" ""
-  "ready-file" "" "no-mig" "mig.enabled" -}}
+  "ready-file" "" "no-mig" "mig.enabled" "leader-elect" "" "leader-elect-lease" ""
+  "standalone" "" -}}
 {{- range $arg := .Values.extraArgs -}}
 {{- $name := trimPrefix "--" $arg | regexFind "^[^=]*" -}}
 {{- range $option, $value := $chartSets -}}

@@ -131,11 +131,17 @@ class _KubectlLoader(_UniqueKeyLoader):
         text = str(self.construct_scalar(node))
         plain = text.replace("_", "")
         try:
-            if re.fullmatch(r"[-+]?0[0-7]+", plain):
-                return int(plain, 8)
-            return int(plain, 0)
+            octal = re.fullmatch(r"[-+]?0[0-7]+", plain) is not None
+            value = int(plain, 8) if octal else int(plain, 0)
         except ValueError:
             return self._float_or_text(text)
+        if -(2**63) <= value < 2**64:
+            return value
+        # Out of int64 and uint64: go-yaml then tries a float, which Go reads from decimal
+        # digits only (a huge 0x... stays the string it is); Python's int took thousands of
+        # hex digits and failed printing them in the error message.
+        decimal = re.fullmatch(r"[-+]?[0-9]+", plain) is not None
+        return self._float_or_text(text) if decimal else text
 
     def construct_yaml_float(self, node: yaml.ScalarNode) -> float | str:  # type: ignore[override]
         return self._float_or_text(str(self.construct_scalar(node)))

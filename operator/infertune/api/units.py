@@ -68,7 +68,7 @@ def parse_quantity(text: str) -> Decimal:
     elif suffix in _DECIMAL:
         value = number * _DECIMAL[suffix]
     elif suffix[:1] in ("e", "E"):
-        if len(suffix.lstrip("eE+-")) > 4:
+        if len(suffix.lstrip("eE+-").lstrip("0")) > 4:  # 1e00005 is 1e5
             # int() of thousands of digits is refused in Python's own words; no quantity
             # needs an exponent past 18 or below -9 (nano).
             if "-" not in suffix:

@@ -483,11 +483,13 @@ def evaluate(namespace: str, name: str, generation: int, spec: InferenceTuningSp
                     # the status.
                     settings.written.pop(key, None)
                     return planned.decision
-                # A 5xx says nothing of whether the write landed, nor does a conflict: the
-                # answer to a second copy of a write that landed (sent again on the way).
-                uncertain = _may_have_landed(exc) or exc.status in (409, 422)
-                found = _read_back(settings, key, namespace, deployment) if uncertain else None
-                if found == planned.write:
+                # A 5xx says nothing of whether the write landed. A conflict (409, 422: the
+                # test of the replicas failed) says another writer changed them first, even
+                # to this count: the client never sends a write a second time (RETRIES).
+                uncertain = _may_have_landed(exc)
+                found = (_read_back(settings, key, namespace, deployment)
+                         if uncertain or exc.status in (409, 422) else None)
+                if uncertain and found == planned.write:
                     settings.written[key] = planned.write  # as with a lost answer
                 elif exc.status not in (409, 422) or found == current:
                     refused = (f"writing {planned.write} replicas to deployments/scale of "

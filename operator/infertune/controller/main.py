@@ -278,6 +278,10 @@ def _configure(kubeconfig: str | None) -> None:
 
 
 def run_operator(args: argparse.Namespace) -> int:
+    if args.ready_file is not None:
+        # First: one left by a container that crashed (the pod's /tmp outlives it) made the
+        # restarted one Ready through its startup, the first leader-election round included.
+        args.ready_file.unlink(missing_ok=True)
     # kopf's formatter, prefixed: its per-object lines name the object ("[ns/name] ...").
     kopf.configure(verbose=args.verbose, log_prefix=True)
     if not args.verbose:

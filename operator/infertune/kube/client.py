@@ -12,6 +12,7 @@ from urllib.parse import urlsplit
 
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
+from urllib3.exceptions import MaxRetryError
 from urllib3.util.retry import Retry
 
 from infertune import __version__
@@ -25,14 +26,32 @@ word (a control-plane node replaced, a load balancer's idle timeout) held the wo
 that call for good, and with it the tuning's loop, and the autoscaling workers one by one. The
 read timeout is the API server's own default --request-timeout (1 minute): it answers every
 request it still works on by then, so only a call nobody will answer is cut."""
-RETRIES = Retry(total=3, other=0, allowed_methods=frozenset({"GET", "HEAD"}))
+class _ReadsOnlyAfterAnError(Retry):
+    """urllib3's Retry, except that after an error it classes as neither a connect nor a
+    read error (a TLS error, before or after the request went out) only reads are sent
+    again: its default sends any request again then."""
+
+    def increment(self, method: str | None = None, url: str | None = None,
+                  response: Any = None, error: Exception | None = None,
+                  _pool: Any = None, _stacktrace: Any = None) -> _ReadsOnlyAfterAnError:
+        if (error is not None and not self._is_connection_error(error)
+                and not self._is_read_error(error)
+                and (method is None or not self._is_method_retryable(method))):
+            # As urllib3 says that it will not try again (other=0 did the same for every
+            # method): the client turns a bare SSLError into a status-0 ApiException.
+            raise MaxRetryError(_pool, url, error) from error
+        return super().increment(method, url, response, error, _pool, _stacktrace)
+
+
+RETRIES = _ReadsOnlyAfterAnError(total=3, allowed_methods=frozenset({"GET", "HEAD"}))
 """What the client sends again: any request that never went out (a refused connection, a
-connect timeout), and a GET whose answer timed out or was cut. Never a write that may have
-reached the API server: urllib3's default sends any request again after an error it does
-not class as a connect or read error (a TLS error on the answer), and a PUT or DELETE after
-a read error. A write that had landed then went out twice and its second copy was refused
-as a conflict (the scale patch's test of the replicas, a Lease's resourceVersion): the
-operator took its own write for another writer's."""
+connect timeout), and a read whose answer timed out or was cut, or whose TLS handshake
+failed (an API server or load balancer restarting). Never a write that may have reached the
+API server: urllib3's default sends any request again after an error it does not class as a
+connect or read error (a TLS error on the answer), and a PUT or DELETE after a read error. A
+write that had landed then went out twice and its second copy was refused as a conflict
+(the scale patch's test of the replicas, a Lease's resourceVersion): the operator took its
+own write for another writer's."""
 USER_AGENT = f"infertune/{__version__}"
 FIELD_MANAGER = "infertune"
 """The manager of the operator's writes in managedFields (the user agent up to the "/")."""
