@@ -213,6 +213,18 @@ def test_a_kubeconfig_that_cannot_be_used_is_a_message_not_a_traceback(
     assert message.endswith("give a kubeconfig file this user can read")
 
 
+def test_a_ready_file_left_by_a_crashed_container_goes_first(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pod's /tmp (an emptyDir) outlives its container: a file left there made the
+    restarted container Ready (the chart's probe is test -f) through its whole start, the
+    first leader-election round included, before anything listened or was registered."""
+    ready = tmp_path / "ready"
+    ready.touch()
+    refused_run(monkeypatch, "--ready-file", str(ready), "--kubeconfig",
+                str(tmp_path / "missing"))
+    assert not ready.exists()
+
+
 def test_no_credentials_anywhere_is_a_message_not_a_traceback(
         monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv("HOME", str(tmp_path))
