@@ -7,7 +7,6 @@ the printer columns of `kubectl get itune`.
 
 from __future__ import annotations
 
-import asyncio
 import subprocess
 import sys
 from pathlib import Path
@@ -19,11 +18,10 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from e2e.fixtures.access import Kubectl
-from e2e.fixtures.operator import OperatorProcess, apply_crd
+from e2e.fixtures.operator import OperatorProcess
 from e2e.fixtures.rbac import REPO_ROOT
 from e2e.fixtures.waiting import wait_for
 from infertune.api.spec import InferenceTuning
-from infertune.controller import handlers
 
 pytestmark = pytest.mark.e2e
 
@@ -188,86 +186,6 @@ def test_a_target_deleted_later_is_reported_and_its_return_too(
     assert condition(back, "Ready")["reason"] == "Accepted"  # type: ignore[index]
     reasons = [d["action"] for d in back["status"]["decisions"]]
     assert reasons[-2:] == ["generation 1: TargetNotFound", "generation 1: Accepted"], reasons
-
-
-def test_a_late_write_of_the_tunings_own_handler_does_not_keep_a_deleted_target_ready(
-    api_client: client.ApiClient, namespace: str, monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """kopf writes a tuning handler's status after the handler returns: one that read the
-    Deployment just before it was deleted landed after the deletion's re-assessment, and
-    Ready stayed True for a Deployment that was gone. In-process, against the real API
-    server: the deletion handler runs, the late write comes, and the handler's second look
-    SETTLE_S later puts it right."""
-    apply_crd(api_client)
-    client.ApiClient.set_default(api_client)  # type: ignore[no-untyped-call]
-    monkeypatch.setattr(handlers.kopf, "event", lambda *_, **__: None)  # no kopf queue here
-    monkeypatch.setattr(handlers, "SETTLE_S", 3.0)
-    create(api_client, namespace, tuning("qwen", "qwen"))  # its Deployment already gone
-    objects = client.CustomObjectsApi(api_client)
-
-    def ready() -> str | None:
-        found = condition(get_tuning(api_client, namespace, "qwen"), "Ready")
-        return None if found is None else f"{found['status']} {found['reason']}"
-
-    def late_write() -> None:
-        # What the tuning's own handler had assessed before the deletion, landing now.
-        wait_for(lambda: ready() == "False TargetNotFound", "the deletion reported")
-        objects.patch_namespaced_custom_object_status(GROUP, VERSION, namespace, PLURAL, "qwen", {
-            "status": {"phase": "Active", "conditions": [{
-                "type": "Ready", "status": "True", "reason": "Accepted", "observedGeneration": 1,
-                "lastTransitionTime": "2026-12-01T00:00:00Z",
-                "message": "spec accepted for Deployment qwen"}]}})
-
-    async def deletion_and_late_write() -> None:
-        index = {(namespace, "qwen"): [{"name": "qwen"}]}
-        handling = asyncio.create_task(handlers.target_changed(
-            type="DELETED", namespace=namespace, name="qwen", tunings_by_target=index))
-        await asyncio.to_thread(late_write)
-        assert ready() == "True Accepted"  # before the second look
-        await handling
-
-    try:
-        asyncio.run(deletion_and_late_write())
-        assert ready() == "False TargetNotFound"
-        assert get_tuning(api_client, namespace, "qwen")["status"]["phase"] == "Pending"
-    finally:
-        client.ApiClient.set_default(None)  # type: ignore[no-untyped-call]
-
-
-def test_two_writers_of_one_deletion_record_and_announce_it_once(
-    api_client: client.ApiClient, namespace: str, monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """Both operators of a rolling upgrade handle a Deployment's deletion (and the resume
-    handler and the Deployment watch do at a start): each decided from the status it read,
-    so the decision was recorded twice and its Event posted twice. In-process against the
-    real API server: the second writer's whole re-assessment lands between the first one's
-    read and its write (409, built again over the status the second wrote)."""
-    apply_crd(api_client)
-    client.ApiClient.set_default(api_client)  # type: ignore[no-untyped-call]
-    posted: list[str] = []
-    monkeypatch.setattr(handlers.kopf, "event",
-                        lambda _, **event: posted.append(event["reason"]))
-    create(api_client, namespace, tuning("qwen", "qwen"))  # its Deployment already gone
-    assessed = handlers._assessed
-    raced: list[bool] = []
-
-    def assessed_then_raced(*args: Any, **kwargs: Any) -> Any:
-        result = assessed(*args, **kwargs)
-        if not raced:
-            raced.append(True)
-            handlers.reassess(namespace, "qwen", True)  # the other writer, all of it
-        return result
-
-    monkeypatch.setattr(handlers, "_assessed", assessed_then_raced)
-    try:
-        handlers.reassess(namespace, "qwen", True)
-    finally:
-        client.ApiClient.set_default(None)  # type: ignore[no-untyped-call]
-    body = get_tuning(api_client, namespace, "qwen")
-    assert condition(body, "Ready")["reason"] == "TargetNotFound"  # type: ignore[index]
-    actions = [d["action"] for d in body["status"]["decisions"]]
-    assert actions == ["generation 1: TargetNotFound"], actions
-    assert posted == ["TargetNotFound"], posted
 
 
 def test_renaming_the_container_in_the_deployment_settles_spec_container(
