@@ -311,12 +311,12 @@ def test_no_mig_registers_nothing_of_mig(mig_on: bool) -> None:
         "import sys, kopf\n"
         "from infertune.controller.main import register_handlers\n"
         f"module = register_handlers(mig={mig_on})\n"
-        "from infertune.controller import reconcile\n"
+        "from infertune.tuning.pod_mig import mig_off\n"
         "registry = kopf.get_default_registry()\n"
         "ids = {h.id for h in registry._spawning.get_all_handlers()}\n"
         "ids |= {h.id for h in registry._indexing.get_all_handlers()}\n"
         "print(module is not None, 'partition_gpus' in ids, 'gpu_pods_by_node' in ids,\n"
-        "      'infertune.controller.mig' in sys.modules, reconcile.MIG_OFF,\n"
+        "      'infertune.controller.mig' in sys.modules, mig_off(),\n"
         "      'retune_pods' in ids, 'pods_by_deployment' in ids)\n")
     env = {k: v for k, v in os.environ.items() if k != "INFERTUNE_MIG"}
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,

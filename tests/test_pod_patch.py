@@ -884,3 +884,24 @@ def test_only_container_limits_of_a_limit_range_count() -> None:
     assert container_limits("pods-only", {"limits": [
         {"type": "Pod", "min": {"cpu": "1"}},
         {"type": "PersistentVolumeClaim", "min": {"storage": "1Gi"}}]}) is None
+
+
+def test_without_mig_partitioning_a_pod_keeps_its_gpu_request(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """--no-mig: spec.mig is not acted on by the webhook either. Every pod was reported "the
+    MIG layout is not planned yet" for good, and a profile status.mig kept from before MIG
+    was turned off still replaced nvidia.com/gpu with a slice no node may offer."""
+    spec = _spec(mig={"profile": "1g.10gb"})
+    stale = dataclasses.replace(CONTEXT, mig_profile="1g.10gb", mig_strategy="mixed")
+    planned = plan_pod_patch(spec, _pod(), stale)  # MIG on: the planned slice
+    limits = jsonpatch.apply_patch(_pod(), planned.patch)["spec"]["containers"][0][
+        "resources"]["limits"]
+    assert "nvidia.com/gpu" not in limits and limits["nvidia.com/mig-1g.10gb"] == "1"
+    monkeypatch.setenv("INFERTUNE_MIG", "off")
+    assert planned_mig({"profile": "1g.10gb", "strategy": "mixed"}) == (None, "mixed")
+    plan = plan_pod_patch(spec, _pod(), stale)
+    assert not any("MIG" in p for p in plan.problems), plan.problems
+    assert any("mig: not acted on" in r for r in plan.reasons), plan.reasons
+    limits = jsonpatch.apply_patch(_pod(), plan.patch)["spec"]["containers"][0]["resources"][
+        "limits"]
+    assert limits["nvidia.com/gpu"] == "1" and not any("mig-" in k for k in limits)

@@ -9,7 +9,6 @@ from typing import Any
 import pytest
 
 from infertune.api.status import ConditionType, Phase
-from infertune.controller import reconcile
 from infertune.controller.conditions import find
 from infertune.controller.reconcile import TargetState, assess
 
@@ -348,7 +347,7 @@ def test_a_tuning_with_spec_mig_says_mig_is_off_in_an_operator_without_it(
     ready = next(c for c in assess(body, TARGET, "2026-12-03T10:00:00Z").conditions
                  if c.type == "Ready")
     assert "MIG 3g.71gb" in ready.message and "not acted on" not in ready.message
-    monkeypatch.setattr(reconcile, "MIG_OFF", True)
+    monkeypatch.setenv("INFERTUNE_MIG", "off")
     ready = next(c for c in assess(body, TARGET, "2026-12-03T10:00:00Z").conditions
                  if c.type == "Ready")
     assert ready.status.value == "True"

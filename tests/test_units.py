@@ -24,6 +24,7 @@ from infertune.api.units import format_duration, parse_duration, parse_quantity
         ("0", 0),
         # Leading zeros in the exponent: Kubernetes takes them (1e00005 is 1e5).
         ("1e00005", 100000), ("2e-00003", Decimal("0.002")),
+        ("1e" + "0" * 5000 + "5", 100000),  # int() of it failed in Python's words
     ],
 )
 def test_quantity_values(text: str, value: Decimal | int) -> None:

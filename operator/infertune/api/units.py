@@ -75,7 +75,8 @@ def parse_quantity(text: str) -> Decimal:
                 raise ValueError(_too_large(text))
             raise ValueError(f"{shown(text)} is smaller than any quantity Kubernetes keeps (1n "
                              "is the least); write it with a suffix such as 500m")
-        exponent = int(suffix[1:])
+        digits = suffix.lstrip("eE+-").lstrip("0") or "0"
+        exponent = -int(digits) if "-" in suffix else int(digits)
         if exponent > MAX_EXPONENT:  # 10 ** a billion overflows Decimal (or takes for ever)
             raise ValueError(_too_large(text))
         value = number * (Decimal(10) ** exponent)

@@ -410,9 +410,10 @@ def evaluate(namespace: str, name: str, generation: int, spec: InferenceTuningSp
     again and the decision made again once (the other writer's count then counts as a revert
     of ours, if it is one); a second failure leaves the slot.
     A write the API server refuses (an admission policy, RBAC) is reported as not applied,
-    with its message, in ScalingActive and a Warning Event; one whose answer is lost, a
-    server error or a conflict is read back first, as it may have landed (`_read_back`); one
-    that API Priority and Fairness did not take (429) is left to the next slot. The status
+    with its message, in ScalingActive and a Warning Event; one whose answer is lost or a
+    server error is read back first, as it may have landed (`_read_back`); a conflict is
+    another writer's change, even to the count planned (the client never sends a write twice);
+    one that API Priority and Fairness did not take (429) is left to the next slot. The status
     is written only while this process leads, and never over a later evaluation."""
     key, deployment = f"{namespace}/{name}", spec.target_ref.name
     apps = client.AppsV1Api()

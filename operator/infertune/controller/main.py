@@ -35,6 +35,7 @@ from infertune.kube.lease import (
 )
 from infertune.kube.webhook_tls import write_self_signed
 from infertune.kube.webhooks import RegisteringWebhookServer, WebhookRegistration, is_pattern
+from infertune.tuning.pod_mig import MIG_OFF_ENV
 
 DEFAULT_NAMESPACE = "infertune-system"
 WEBHOOK_CERT_DAYS = 3650
@@ -231,7 +232,7 @@ def register_handlers(mig: bool = True) -> ModuleType | None:
     daemons; the MIG controller (returned) only with `mig`: without it (--no-mig) nothing
     watches every namespace's pods or patches nodes, and tunings with spec.mig say so."""
     if not mig:
-        os.environ["INFERTUNE_MIG"] = "off"  # read at import by the controller's messages
+        os.environ[MIG_OFF_ENV] = "off"  # read by the webhook and the controller's messages
     from infertune.controller import autoscaling, handlers, pods  # noqa: F401
 
     if not mig:

@@ -6,7 +6,6 @@ same function answers the same way in tests, with no cluster and no clock.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -32,6 +31,7 @@ from infertune.controller.conditions import (
     phase_of,
     set_condition,
 )
+from infertune.tuning.pod_mig import mig_off
 
 RETRY_TARGET_SECONDS = 15.0
 """How soon a missing target Deployment is looked for again."""
@@ -42,8 +42,6 @@ CONTAINER_NOT_FOUND = "ContainerNotFound"
 ACCEPTED = "Accepted"
 """The Ready reason of a tuning whose Deployment does not exist."""
 
-MIG_OFF = os.environ.get("INFERTUNE_MIG") == "off"
-"""`infertune run --no-mig` (read at import, which `run` makes after setting it)."""
 
 
 @dataclass(frozen=True)
@@ -179,7 +177,7 @@ def previous_status(raw: Any) -> InferenceTuningStatus:
 
 def _summary(spec: InferenceTuningSpec) -> str:
     parts = [f"numa {spec.numa.policy.value}", f"allocator {spec.allocator.type.value}"]
-    if spec.mig is not None and MIG_OFF:
+    if spec.mig is not None and mig_off():
         # Accepted (its pod tuning goes on), and said where users look first.
         parts.append("MIG not acted on: this operator runs without MIG partitioning "
                      "(--no-mig, the chart's mig.enabled=false); remove spec.mig, or turn "

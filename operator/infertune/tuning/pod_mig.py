@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from infertune.api.spec import InferenceTuningSpec
@@ -24,6 +25,15 @@ def mig_resource(profile: str) -> str:
     return "nvidia.com/mig-" + profile.replace("+", ".")
 
 
+MIG_OFF_ENV = "INFERTUNE_MIG"
+
+
+def mig_off() -> bool:
+    """Whether this operator runs without MIG partitioning (`infertune run --no-mig`, which
+    sets $INFERTUNE_MIG=off): spec.mig is then not acted on, by the webhook either."""
+    return os.environ.get(MIG_OFF_ENV) == "off"
+
+
 def mig_ops(spec: InferenceTuningSpec, base: str, serving: dict[str, Any],
             planned: tuple[str | None, str], reasons: list[str], problems: list[str]) -> list[Op]:
     """The serving container's GPU request as the planned (profile, strategy) wants it: under
@@ -31,6 +41,12 @@ def mig_ops(spec: InferenceTuningSpec, base: str, serving: dict[str, Any],
     called nvidia.com/gpu (GPU Operator docs, "MIG strategies")."""
     profile, strategy = planned
     if spec.mig is None:
+        return []
+    if mig_off():
+        # No layout is planned, and one planned before MIG was turned off (status.mig) is
+        # no slice any node offers for sure: the pod keeps its GPU request.
+        reasons.append("mig: not acted on, this operator runs without MIG partitioning "
+                       "(--no-mig); the pod keeps its GPU request")
         return []
     if profile is None:
         problems.append("the MIG layout is not planned yet (see status.mig); the pod keeps "

@@ -34,7 +34,7 @@ from infertune.tuning.mallocconf import (
 )
 from infertune.tuning.mallocconf_syntax import scan
 from infertune.tuning.memory import MemoryHighError, resolve_memory_high
-from infertune.tuning.pod_mig import Op, mig_ops
+from infertune.tuning.pod_mig import Op, mig_off, mig_ops
 from infertune.tuning.pod_mig import pointer as _pointer
 
 PLAIN_RESOURCES = frozenset({"cpu", "memory", "ephemeral-storage"})
@@ -98,7 +98,10 @@ def container_limits(name: str, spec: Mapping[str, Any]) -> LimitRangeView | Non
 
 
 def planned_mig(status_mig: Mapping[str, Any]) -> tuple[str | None, str]:
-    """(profile, strategy) as status.mig gives them to the webhook (PodContext)."""
+    """(profile, strategy) as status.mig gives them to the webhook (PodContext); none planned
+    without MIG partitioning (--no-mig), whatever status.mig kept from before."""
+    if mig_off():
+        return None, "mixed"
     profile = status_mig.get("profile")
     return (None if profile is None else str(profile), str(status_mig.get("strategy") or "mixed"))
 
