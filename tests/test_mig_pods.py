@@ -67,6 +67,9 @@ def test_a_pod_holds_its_gpus_until_it_has_ended(phase: str) -> None:
     (pod(phase="Succeeded", limits={"nvidia.com/gpu": "1"}), "ended"),
     (pod(phase="Failed", limits={"nvidia.com/gpu": "1"}), "ended"),
     ({"metadata": {"name": "bare"}}, "no spec at all"),
+    # A chart's templated GPU count left at 0: it holds none (the node was busy for it).
+    (pod(limits={"nvidia.com/gpu": "0"}, requests={"nvidia.com/gpu": 0}), "asks for 0 GPUs"),
+    (pod(limits={"nvidia.com/mig-1g.18gb": "0"}), "asks for 0 slices"),
 ])
 def test_pods_that_hold_no_gpu_are_left_out(body: dict[str, Any], why: str) -> None:
     assert indexed(body) is None, why

@@ -31,6 +31,7 @@ from pydantic import ValidationError
 from infertune.api.spec import GROUP, PLURAL, VERSION, InferenceTuningSpec, Mode
 from infertune.api.status import MigNodeStatus, MigStatus
 from infertune.api.tuning import MigStrategy
+from infertune.api.units import parse_quantity
 from infertune.controller.loops import STOP_TIMEOUT_S, Work, every, leader_of, until_stopped
 from infertune.controller.spec_cache import SPECS
 from infertune.kube.client import evict_pod
@@ -125,13 +126,24 @@ _ENDED = ("Succeeded", "Failed")
 
 
 def _requests_gpus(containers: list[dict[str, Any]]) -> bool:
+    """Whether a container asks for one GPU or slice or more: `nvidia.com/gpu: 0` (a chart's
+    templated GPU count left at 0) holds none, and such pods made a node busy (never
+    partitioned) or were evicted from it for nothing."""
     for container in containers:
         resources = container.get("resources") or {}
         for wanted in (resources.get("limits") or {}, resources.get("requests") or {}):
-            if any(k == GPU_RESOURCE or k.startswith((MIG_RESOURCE_PREFIX, SHARED_GPU_PREFIX))
-                   for k in wanted):
+            if any((k == GPU_RESOURCE or k.startswith((MIG_RESOURCE_PREFIX, SHARED_GPU_PREFIX)))
+                   and _positive(count) for k, count in wanted.items()):
                 return True
     return False
+
+
+def _positive(count: Any) -> bool:
+    """A resource count above 0; one that cannot be read counts (the API server took it)."""
+    try:
+        return parse_quantity(str(count)) > 0
+    except ValueError:
+        return True
 
 
 def gpu_node(pod: Mapping[str, Any]) -> str | None:
