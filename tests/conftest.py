@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Generator
+import socket
+import threading
+from collections.abc import Generator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -55,3 +57,29 @@ def kubernetes_client_defaults() -> Generator[None, None, None]:
 @pytest.fixture
 def repo_root() -> Path:
     return ROOT
+
+
+@pytest.fixture
+def silent_server() -> Iterator[str]:
+    """The URL of a server that accepts connections and reads requests but never answers (a
+    half-open connection through a load balancer that failed over)."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    accepted: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        listener.settimeout(0.1)
+        while not stop.is_set():
+            try:
+                accepted.append(listener.accept()[0])
+            except TimeoutError:
+                continue
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+    stop.set()
+    thread.join()
+    for connection in accepted:  # ends a call still waiting (its test has failed then)
+        connection.close()
+    listener.close()

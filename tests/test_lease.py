@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-import socket
 import threading
-from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
 
@@ -39,32 +37,6 @@ def test_a_candidate_that_never_held_the_lease_does_not_lead_or_release() -> Non
     election = LeaseElection("infertune-system")
     assert not election.leads()
     assert not election.release()  # no API call: it has nothing to hand back
-
-
-@pytest.fixture
-def silent_server() -> Iterator[str]:
-    """A server that accepts connections and never answers (a half-open connection through
-    a load balancer that failed over)."""
-    listener = socket.create_server(("127.0.0.1", 0))
-    accepted: list[socket.socket] = []
-    stop = threading.Event()
-
-    def accept() -> None:
-        listener.settimeout(0.1)
-        while not stop.is_set():
-            try:
-                accepted.append(listener.accept()[0])
-            except TimeoutError:
-                continue
-
-    thread = threading.Thread(target=accept, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{listener.getsockname()[1]}"
-    stop.set()
-    thread.join()
-    for connection in accepted:
-        connection.close()
-    listener.close()
 
 
 def test_a_round_against_a_server_that_never_answers_ends_and_stop_returns(

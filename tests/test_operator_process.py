@@ -37,13 +37,7 @@ def test_every_api_object_shares_one_client_after_configure(
         tmp_path: Path, no_default_client: None) -> None:
     """A new ApiClient per API object means a new connection pool, so a TLS handshake per
     call: configure() must leave one default that all of them use."""
-    kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "c",
-        "clusters": [{"name": "k", "cluster": {"server": "https://127.0.0.1:6443"}}],
-        "users": [{"name": "u", "user": {"token": "t"}}],
-        "contexts": [{"name": "c", "context": {"cluster": "k", "user": "u"}}]}))
-    configure(str(kubeconfig))
+    configure(str(_kubeconfig(tmp_path / "kubeconfig", "https://127.0.0.1:6443")))
     first, second = client.AppsV1Api().api_client, client.CoreV1Api().api_client
     assert first is second
     assert first.configuration.host == "https://127.0.0.1:6443"
@@ -62,37 +56,21 @@ def test_no_kopf_timer_runs_per_tuning() -> None:
     assert {"autoscale", "retune_pods", "partition_gpus"} <= {h.id for h in spawning}
 
 
-@pytest.fixture
-def silent_api_server(tmp_path: Path) -> Iterator[Path]:
-    """A kubeconfig for a server that accepts connections and reads requests but never
-    answers: a connection whose other end is gone without a word looks like this."""
-    listener = socket.create_server(("127.0.0.1", 0))
-    held: list[socket.socket] = []
-    stop = threading.Event()
-
-    def accept() -> None:
-        listener.settimeout(0.2)
-        while not stop.is_set():
-            try:
-                held.append(listener.accept()[0])
-            except TimeoutError:
-                continue
-
-    thread = threading.Thread(target=accept, daemon=True)
-    thread.start()
-    kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(yaml.safe_dump({
+def _kubeconfig(path: Path, server: str, **cluster: str) -> Path:
+    """A token kubeconfig for `server` (`cluster`: more fields of its cluster entry)."""
+    path.write_text(yaml.safe_dump({
         "apiVersion": "v1", "kind": "Config", "current-context": "c",
-        "clusters": [{"name": "k", "cluster": {
-            "server": f"http://127.0.0.1:{listener.getsockname()[1]}"}}],
+        "clusters": [{"name": "k", "cluster": {"server": server, **cluster}}],
         "users": [{"name": "u", "user": {"token": "t"}}],
         "contexts": [{"name": "c", "context": {"cluster": "k", "user": "u"}}]}))
-    yield kubeconfig
-    stop.set()
-    thread.join()
-    for connection in held:  # ends a call still waiting (the test has failed then)
-        connection.close()
-    listener.close()
+    return path
+
+
+@pytest.fixture
+def silent_api_server(tmp_path: Path, silent_server: str) -> Path:
+    """A kubeconfig for a server that accepts connections and reads requests but never
+    answers: a connection whose other end is gone without a word looks like this."""
+    return _kubeconfig(tmp_path / "kubeconfig", silent_server)
 
 
 def _ends_within(call: Callable[[], object], seconds: float) -> BaseException | None:
@@ -209,14 +187,9 @@ def breaking_api_server(tmp_path: Path) -> Iterator[tuple[Path, list[str], dict[
 
     thread = threading.Thread(target=serve, daemon=True)
     thread.start()
-    kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "c",
-        "clusters": [{"name": "k", "cluster": {
-            "server": f"https://127.0.0.1:{listener.getsockname()[1]}",
-            "certificate-authority": str(cert)}}],
-        "users": [{"name": "u", "user": {"token": "t"}}],
-        "contexts": [{"name": "c", "context": {"cluster": "k", "user": "u"}}]}))
+    kubeconfig = _kubeconfig(tmp_path / "kubeconfig",
+                             f"https://127.0.0.1:{listener.getsockname()[1]}",
+                             **{"certificate-authority": str(cert)})
     yield kubeconfig, requests, breaks
     stop.set()
     thread.join()
@@ -288,13 +261,7 @@ def test_a_request_that_could_not_connect_is_sent_again(
     closed = socket.create_server(("127.0.0.1", 0))
     port = closed.getsockname()[1]
     closed.close()
-    kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "c",
-        "clusters": [{"name": "k", "cluster": {"server": f"http://127.0.0.1:{port}"}}],
-        "users": [{"name": "u", "user": {"token": "t"}}],
-        "contexts": [{"name": "c", "context": {"cluster": "k", "user": "u"}}]}))
-    configure(str(kubeconfig))
+    configure(str(_kubeconfig(tmp_path / "kubeconfig", f"http://127.0.0.1:{port}")))
     failed = _ends_within(call, 15)
     assert isinstance(failed, urllib3.exceptions.MaxRetryError)
     assert isinstance(failed.reason, urllib3.exceptions.NewConnectionError)

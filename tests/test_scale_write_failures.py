@@ -48,11 +48,15 @@ class Cluster:
         self.scale_answer_lost = False
         self.scale_answer_error: ApiException | None = None
         """Raised after the replicas write lands (an API server that timed out on etcd)."""
+        self.scale_refusal: ApiException | None = None
+        """Raised instead of the replicas write, for as long as it is set."""
         cluster = self
 
         class Apps:
             def patch_namespaced_deployment_scale(self, name: str, namespace: str,
                                                   ops: list[dict[str, Any]]) -> None:
+                if cluster.scale_refusal is not None:
+                    raise cluster.scale_refusal
                 assert ops[0]["value"] == cluster.replicas  # the test op holds
                 cluster.replicas = ops[1]["value"]
                 if cluster.scale_answer_lost:
@@ -154,13 +158,7 @@ def test_a_replicas_write_answered_with_a_server_error_that_did_not_land_is_not_
     is reported as not applied, with the server's message."""
     cluster = Cluster(monkeypatch, replicas=2)
     settings = autoscaling.AutoscalingSettings(source=None)
-    apps = autoscaling.client.AppsV1Api
-
-    class Unavailable(apps):  # type: ignore[misc, valid-type]
-        def patch_namespaced_deployment_scale(self, *args: Any) -> None:
-            raise ApiException(status=503, reason="Service Unavailable")
-
-    monkeypatch.setattr(autoscaling.client, "AppsV1Api", Unavailable)
+    cluster.scale_refusal = ApiException(status=503, reason="Service Unavailable")
     assert cluster.evaluate(settings, T0) == 3
     assert cluster.replicas == 2 and cluster.events == ["ScaleWriteRefused"]
     assert cluster.status["autoscaling"].get("writtenReplicas") is None
@@ -236,16 +234,10 @@ def test_a_replicas_write_the_api_server_was_too_busy_for_is_tried_the_next_slot
     an admission policy or RBAC refused the write."""
     cluster = Cluster(monkeypatch, replicas=2)
     settings = autoscaling.AutoscalingSettings(source=None)
-    apps = autoscaling.client.AppsV1Api
-
-    class Busy(apps):  # type: ignore[misc, valid-type]
-        def patch_namespaced_deployment_scale(self, *args: Any) -> None:
-            raise ApiException(status=429, reason="Too Many Requests")
-
-    monkeypatch.setattr(autoscaling.client, "AppsV1Api", Busy)
+    cluster.scale_refusal = ApiException(status=429, reason="Too Many Requests")
     assert cluster.evaluate(settings, T0) == 3
     assert cluster.replicas == 2 and cluster.events == [] and cluster.status == {}
-    monkeypatch.setattr(autoscaling.client, "AppsV1Api", apps)
+    cluster.scale_refusal = None
     assert cluster.evaluate(settings, T0 + 15) == 3 and cluster.replicas == 3
     assert cluster.events == ["ScaledOut"]
 
