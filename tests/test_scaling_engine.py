@@ -926,3 +926,38 @@ def test_a_queue_ratio_is_told_apart_from_the_tolerance_it_is_compared_with(
         per_replica: float, shown: str, action: ScaleAction) -> None:
     decision = decide(signals(steady(per_replica)))
     assert shown in decision.reason and decision.action is action, decision.reason
+
+
+@pytest.mark.parametrize(("value", "boundary", "places", "shown"), [
+    (1.234, 2.0, 2, "1.23"),  # apart at `places` already
+    (1.1, 1.1, 2, "1.10"),  # equal: said as equal
+    (1.10001, 1.1, 2, "1.10001"),  # above the boundary, never "1.10"
+    (0.09999, 0.1, 2, "0.09999"),
+    (1.10000000001, 1.1, 2, "1.100000"),  # beyond 6 places: as far as it goes
+    (75.04, 75.0, 1, "75.04"),
+])
+def test_distinct_never_reads_as_the_boundary_it_is_not(value: float, boundary: float,
+                                                        places: int, shown: str) -> None:
+    from infertune.scaling.signals import distinct
+    assert distinct(value, boundary, places) == shown
+
+
+@pytest.mark.parametrize(("latency", "target", "text"), [
+    (0.075, None, "75ms"), (0.0755, None, "75.5ms"), (0.07504, 0.075, "75.04ms"),
+    (0.075, 0.075, "75ms"), (2.1, None, "2100ms"), (0.00004, None, "0ms"),
+])
+def test_latency_text(latency: float, target: float | None, text: str) -> None:
+    from infertune.scaling.signals import latency_text
+    assert latency_text(latency, target) == text
+
+
+def test_seconds_are_cached_but_a_bad_duration_still_raises_every_time() -> None:
+    from infertune.api.units import Duration
+    from infertune.scaling import signals
+    assert signals.seconds(Duration("1m30s")) == 90.0
+    assert signals.seconds("1m30s") == 90.0  # the same entry, from a plain str
+    assert type(next(k for k in signals._SECONDS if k == "1m30s")) is str
+    for _ in range(2):
+        with pytest.raises(ValueError, match="not a duration"):
+            signals.seconds("30")
+    assert "30" not in signals._SECONDS

@@ -48,8 +48,10 @@ def condition_dict(kind: ConditionType, status: ConditionStatus, reason: str, me
                    generation: int, now: str) -> dict[str, Any]:
     """`make_condition` as stored in status (camelCase), for the autoscaler, which builds two
     per tuning per cycle: a model to validate and dump would cost more than the decision."""
-    return {"type": kind.value, "status": status.value, "observedGeneration": generation,
-            "lastTransitionTime": now, "reason": reason, "message": message[:MAX_MESSAGE]}
+    # str(): the members' text (`.value` is a Python-level property of Enum, str() is not).
+    return {"type": str(kind), "status": str(status), "observedGeneration": generation,
+            "lastTransitionTime": now, "reason": reason,
+            "message": message if len(message) <= MAX_MESSAGE else message[:MAX_MESSAGE]}
 
 
 def merge_condition_dicts(stored: Iterable[Any],
@@ -59,7 +61,10 @@ def merge_condition_dicts(stored: Iterable[Any],
     same. None when each of `new` is stored as it is already (the transition time aside): the
     caller then leaves the list out of its patch instead of writing it again unchanged."""
     stored = list(stored)
-    if all(_stored_as_is(stored, condition) for condition in new):
+    for condition in new:
+        if not _stored_as_is(stored, condition):
+            break
+    else:
         return None
     by_type = {c["type"]: c for c in new}
     out: list[dict[str, Any]] = []
@@ -77,10 +82,13 @@ def merge_condition_dicts(stored: Iterable[Any],
 
 
 def _stored_as_is(stored: list[Any], condition: dict[str, Any]) -> bool:
+    kind = condition["type"]
     for old in stored:
-        if isinstance(old, dict) and old.get("type") == condition["type"]:
-            return all(old.get(field) == condition[field]
-                       for field in ("status", "reason", "message", "observedGeneration"))
+        if isinstance(old, dict) and old.get("type") == kind:
+            return bool(old.get("status") == condition["status"]
+                        and old.get("reason") == condition["reason"]
+                        and old.get("message") == condition["message"]
+                        and old.get("observedGeneration") == condition["observedGeneration"])
     return False
 
 
@@ -90,9 +98,12 @@ def find(conditions: Iterable[Condition], kind: ConditionType) -> Condition | No
 
 def stored_reason(status: Mapping[str, Any], kind: ConditionType) -> str | None:
     """The reason of the condition `kind` as stored in status (plain dicts), if any."""
-    reason = next((c.get("reason") for c in status.get("conditions") or ()
-                   if isinstance(c, dict) and c.get("type") == kind.value), None)
-    return reason if isinstance(reason, str) else None
+    wanted = str(kind)
+    for condition in status.get("conditions") or ():
+        if isinstance(condition, dict) and condition.get("type") == wanted:
+            reason = condition.get("reason")
+            return reason if isinstance(reason, str) else None
+    return None
 
 
 def phase_of(conditions: Iterable[Condition]) -> Phase:

@@ -49,6 +49,7 @@ EVENT_REASONS = {ScaleAction.SCALE_OUT: "ScaledOut", ScaleAction.SCALE_IN: "Scal
                  ScaleAction.TUNE_BATCHING: "TuneBatching"}
 
 
+_TUNE_BATCHING = str(ScaleAction.TUNE_BATCHING)
 SCALE_WRITE_REFUSED = "ScaleWriteRefused"
 """ScalingActive reason and Warning Event when the API server refuses the replicas write."""
 SEVERAL_TUNINGS = "SeveralTunings"
@@ -157,9 +158,9 @@ def plan_evaluation(spec: InferenceTuningSpec, generation: int, status: Mapping[
     patch["autoscaling"]["writtenReplicas"] = kept
     patch["autoscaling"]["writtenTarget"] = None if kept is None else spec.target_ref.name
     own = _conditions(spec, generation, decision, blocked, stamp, unprobed)
+    was_scaling = stored_reason(status, ConditionType.SCALING_ACTIVE)
     news = _news(spec, status, decision, changes, applied, stamp,
-                 stored_reason(status, ConditionType.SCALING_ACTIVE) == own[1]["reason"],
-                 blocked)
+                 was_scaling == own[1]["reason"], blocked)
     record, event = news if news is not None else (None, None)
     batching = _batching_block(spec, status, decision, now, ready, template,
                                signals.fresh_at(now))
@@ -178,7 +179,7 @@ def plan_evaluation(spec: InferenceTuningSpec, generation: int, status: Mapping[
     # it says Disabled, and the block (an HPA) was announced again at every evaluation.
     if (blocked is not None and blocked.reason != SCALE_WRITE_REFUSED
             and own[1]["reason"] == blocked.reason
-            and stored_reason(status, ConditionType.SCALING_ACTIVE) != blocked.reason):
+            and was_scaling != blocked.reason):
         blocked_news = (blocked.reason, blocked.message[:MAX_EVENT_MESSAGE])
     return Evaluation(decision, decision.desired_replicas if applied else None, patch, event,
                       own, record, batching_news, blocked_news)
@@ -267,7 +268,7 @@ def _autoscaling_block(decision: ScaleDecision, state: ScalingState, stamp: str,
         "lastScaleTime": last_scale,
         "breaches": reading.breaches,
         "reason": decision.reason,
-        "action": decision.action.value,
+        "action": str(decision.action),
         "latencyKind": reading.latency_kind,
         "evaluated": stamp,
         "state": stored,
@@ -284,14 +285,14 @@ def _news(spec: InferenceTuningSpec, status: Mapping[str, Any], decision: ScaleD
     previous: Mapping[str, Any] = status.get("autoscaling") or {}
     previous_action = previous.get("action")
     batching_news = (decision.action is ScaleAction.TUNE_BATCHING
-                     and previous_action != ScaleAction.TUNE_BATCHING.value)
+                     and previous_action != _TUNE_BATCHING)
     if not changes and not batching_news:
         return None
     previous_applied = previous.get("lastScaleTime") == previous.get("evaluated")
     if changes and not applied and not previous_applied and same_situation and (
             previous_action, previous.get("currentReplicas"),
             previous.get("desiredReplicas")) == (
-            decision.action.value, decision.current_replicas, decision.desired_replicas):
+            str(decision.action), decision.current_replicas, decision.desired_replicas):
         # The same would-be change as the last evaluation, which was not written either
         # (DryRun, or blocked): said once, not every interval, where it pushed the other
         # features out of status.decisions.
@@ -302,7 +303,7 @@ def _news(spec: InferenceTuningSpec, status: Mapping[str, Any], decision: ScaleD
         f"not applied ({blocked.reason}: see ScalingActive): " if blocked is not None else
         "not applied: ")
     record = {"time": stamp, "feature": "autoscaling",
-              "action": f"{decision.action.value} {decision.current_replicas} -> "
+              "action": f"{decision.action} {decision.current_replicas} -> "
                         f"{decision.desired_replicas}",
               "reason": decision.reason[:1000], "applied": applied}
     return record, (EVENT_REASONS.get(decision.action, "Scaled"),

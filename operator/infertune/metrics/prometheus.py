@@ -160,7 +160,7 @@ class PrometheusSource:
             plan = answer.plan
             table, hits = found[plan.signal], answer.hits
             for target in plan.members:
-                got = hits.get((target.namespace, target.deployment))
+                got = hits.get(target.series_key)
                 table[target.key] = got if got is not None else answer.missing(target)
             if hits and plan.floor is not None:
                 with_latency.append((plan, hits.keys()))
@@ -171,10 +171,14 @@ class PrometheusSource:
         latency = cast(dict[str, Series], found[Signal.LATENCY])
         rate = cast(dict[str, Series], found[Signal.REQUEST_RATE])
         # Every supported target is in a queue and a latency plan; the others say why not.
-        return {t.key: TargetSignals(queue[t.key], latency[t.key], rate[t.key],
-                                     running.get(t.key, NOT_READ), t.latency_kind,
-                                     floors.get(t.key), t.key in unknown, now)
-                if t.key in queue else self._unsupported(t) for t in targets}
+        out: dict[str, TargetSignals] = {}
+        for t in targets:  # a thousand per cycle: one lookup each, positional arguments
+            key = t.key
+            window = queue.get(key)
+            out[key] = self._unsupported(t) if window is None else TargetSignals(
+                window, latency[key], rate[key], running.get(key, NOT_READ), t.latency_kind,
+                floors.get(key), key in unknown, now)
+        return out
 
     def _latency_floors(self, plans: list[tuple[QueryPlan, _Query]],
                         with_latency: list[tuple[QueryPlan, Iterable[SeriesKey]]],
@@ -200,7 +204,7 @@ class PrometheusSource:
                 self._floor_used[text] = clock
             answered = with_data.get(id(plan), ())
             for target in plan.members:
-                key = (target.namespace, target.deployment)
+                key = target.series_key
                 floor = bounds.get(key)
                 if floor is None and key in answered:
                     # Read under another query of the same histogram (the batch had other
@@ -412,7 +416,7 @@ class _Answer:
             key: data for key, data in found.items() if data.problem is None}
 
     def missing(self, target: MetricsTarget) -> SignalData:
-        got = self.found.get((target.namespace, target.deployment))
+        got = self.found.get(target.series_key)
         try:
             query = self.plan.query_for(target)
         except (ValueError, ArithmeticError):  # said in the error already
@@ -474,14 +478,19 @@ def _series(result: list[dict[str, Any]], plan: QueryPlan,
     namespace_label = plan.members[0].namespace_label
     out: dict[SeriesKey, Series] = {}
     step, fresh = plan.step_s, end - plan.step_s / 2
-    for item in result:
+    isfinite = math.isfinite
+    for item in result:  # a few thousand per cycle: written for speed (as Series.of)
         labels = item["metric"]
         key = (labels.get(namespace_label, ""), labels.get(TARGET_LABEL, ""))
-        series = Series.of([(float(t), float(v)) for t, v in item["values"]], step)
-        if series.available and series.points[-1][0] < fresh:
-            newest = format_time(series.points[-1][0])
-            series = Series.missing(f"{STALE}the newest sample is from {newest}")
-        out[key] = series
+        points = tuple([(float(t), value) for t, v in item["values"]
+                        if isfinite(value := float(v))])
+        if not points:
+            out[key] = Series.missing(ONLY_NAN)
+        elif points[-1][0] < fresh:
+            newest = format_time(points[-1][0])
+            out[key] = Series.missing(f"{STALE}the newest sample is from {newest}")
+        else:
+            out[key] = Series(points, step)
     return out
 
 
@@ -490,24 +499,31 @@ def _windows(result: list[dict[str, Any]], plan: QueryPlan,
     """Windows from the `infertune_stat` series of a window query (promql.window_query)."""
     namespace_label = plan.members[0].namespace_label
     stats: dict[SeriesKey, dict[str, float]] = {}
-    for item in result:
+    for item in result:  # several per target: written for speed
         labels = item["metric"]
         key = (labels.get(namespace_label, ""), labels.get(TARGET_LABEL, ""))
-        stats.setdefault(key, {})[labels.get(STAT_LABEL, "")] = float(item["value"][1])
+        got = stats.get(key)
+        if got is None:
+            got = stats[key] = {}
+        got[labels.get(STAT_LABEL, "")] = float(item["value"][1])
     out: dict[SeriesKey, Window] = {}
+    span, step, threshold = plan.lookback_s, plan.step_s, plan.threshold
+    isfinite = math.isfinite
     for key, got in stats.items():
         last = got.get("last")
         if last is None:
             # Only `peak` is left over from earlier in the window: the series is gone now.
             out[key] = Window.missing(f"{STALE}no sample now, only earlier in the window")
             continue
-        if not math.isfinite(last):
+        if not isfinite(last):
             out[key] = Window.missing(ONLY_NAN)
             continue
         pods = got.get("pods")
-        out[key] = Window(last, end, plan.lookback_s, plan.step_s, plan.threshold,
-                          got.get("dip"), int(got.get("samples", 0)), got.get("peak"),
-                          pods=None if pods is None else int(pods))
+        # Positional (last, end, span, step, threshold, dip, samples, peak, query, problem,
+        # pods): keywords cost more, once per target per cycle.
+        out[key] = Window(last, end, span, step, threshold, got.get("dip"),
+                          int(got.get("samples", 0)), got.get("peak"), "", None,
+                          None if pods is None else int(pods))
     return out
 
 

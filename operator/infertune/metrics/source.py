@@ -56,6 +56,11 @@ class MetricsTarget:
                 or (self.want_running and isinstance(metrics.running, Template)))
 
     @cached_property
+    def series_key(self) -> tuple[str, str]:
+        """(namespace, Deployment): how the series of a batch's answer name the target."""
+        return (self.namespace, self.deployment)
+
+    @cached_property
     def latency_kind(self) -> str:
         if isinstance(self.metrics.latency, HistogramLatency | TemplateLatency):
             return f"p{self.quantile * 100:g}"

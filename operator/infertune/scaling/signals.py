@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
-from functools import lru_cache
 from typing import NamedTuple
 
 from infertune.api.units import parse_duration
@@ -26,21 +25,39 @@ sized from: 3 x 100ms / 75ms is 4.000000000000001, and 128 x (0.075 / 0.1) is 95
 are rounded after taking it off (or adding it)."""
 
 
-@lru_cache(maxsize=1024)
+_SECONDS: dict[str, float] = {}
+"""Duration text -> seconds, for `seconds`: a dict, as a Duration (a str subclass) misses
+lru_cache's fast path for plain str keys."""
+
+
 def seconds(duration: str) -> float:
     """Duration.seconds, cached: it parses the text on every access, and a cycle over 1000
     tunings reads each duration several times per tuning."""
-    return float(parse_duration(duration))
+    try:
+        return _SECONDS[duration]
+    except KeyError:
+        pass
+    value = float(parse_duration(duration))  # raises on a bad one: never cached
+    if len(_SECONDS) >= 1024:  # specs come and go; the durations in use are few
+        _SECONDS.clear()
+    _SECONDS[str(duration)] = value
+    return value
+
+
+_PLACES = tuple(f".{n}f" for n in range(8))
+"""format() specs by number of decimals (building the spec in an f-string costs more)."""
 
 
 def distinct(value: float, boundary: float, places: int) -> str:
     """`value` to `places` decimals, or to as many more (up to 6) as it takes not to read as
     `boundary` when it is not: a reason must not say "75ms vs target 75ms" and scale out, or
     "ratio 1.10, within tolerance 0.1" for one ratio and "ratio 1.10, above" for the next."""
-    text = f"{value:.{places}f}"
-    for more in range(places, 7):
-        text = f"{value:.{more}f}"
-        if value == boundary or text != f"{boundary:.{more}f}":
+    text = format(value, _PLACES[places])
+    if value == boundary or text != format(boundary, _PLACES[places]):
+        return text  # the usual case: they differ at `places` already
+    for more in range(places + 1, 7):
+        text = format(value, _PLACES[more])
+        if text != format(boundary, _PLACES[more]):
             break
     return text
 
@@ -48,8 +65,8 @@ def distinct(value: float, boundary: float, places: int) -> str:
 def latency_text(latency_s: float, target_s: float | None = None) -> str:
     """A latency in milliseconds to a tenth, or finer where it would read as `target_s`."""
     ms = latency_s * 1000
-    text = f"{ms:.1f}" if target_s is None else distinct(ms, target_s * 1000, 1)
-    return text.removesuffix(".0") + "ms"
+    text = format(ms, ".1f") if target_s is None else distinct(ms, target_s * 1000, 1)
+    return (text[:-2] if text.endswith(".0") else text) + "ms"
 
 
 class Series(NamedTuple):
