@@ -12,8 +12,9 @@ patch (conditions, `status.autoscaling` with the new state, decision records, th
 text). Replicas follow the writes, as the scale subresource would return them. HTTP requests
 are counted on the session; CPU is time.process_time over the cycle, and separately over the
 fetch. Cycles are one interval (2 s) apart, as in the operator, which also lets Prometheus
-finish its own work before the next one. The startup objects are frozen out of the garbage
-collector first, as `infertune run` does.
+finish its own work before the next one. The garbage collector is prepared first as
+`infertune run` prepares it (main.prepare_garbage_collector: the startup objects frozen, the
+thresholds raised).
 
 Not counted: the Kubernetes API calls (the scale read, the scale write when replicas change,
 the status patch; one or two per tuning per interval, as with HPA), and kopf's own work;
@@ -25,6 +26,7 @@ Goal: a query count that does not grow with N, and under 50 ms of CPU per cycle 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import platform
 import shutil
@@ -46,7 +48,7 @@ from e2e.fixtures.waiting import wait_for
 from prometheus_client import CollectorRegistry, Gauge, Histogram
 
 from infertune.controller.autoscaling import AutoscalingSettings, signals_if_due
-from infertune.controller.main import freeze_startup_objects
+from infertune.controller.main import prepare_garbage_collector
 from infertune.controller.scaling_report import plan_evaluation
 from infertune.metrics.prometheus import PrometheusSource
 from infertune.metrics.source import MetricsTarget
@@ -58,6 +60,9 @@ MAX_TUNINGS = 1000
 SCALES = ((1, 1.0), (100, 1.0), (1000, 1.0), (1000, 5.0))
 """(tunings, queue resolution in seconds): 1 s is the default; 5 s shows what the queue history
 costs, since it is most of the data a cycle reads."""
+PYTHON_GC_THRESHOLDS = (700, 10, 10)
+"""CPython's own thresholds: the baseline the operator's (main.GC_THRESHOLDS) are measured
+against."""
 BUCKETS = (0.05, 0.1, 0.2, 0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0)
 HISTORY_S = 35
 
@@ -135,7 +140,33 @@ def stored_status(i: int, now: float) -> dict[str, Any]:
     return {"conditions": conditions, "autoscaling": {"state": state, "action": "Hold"}}
 
 
+class CollectorTime:
+    """CPU time spent in the garbage collector, from its start and stop callbacks."""
+
+    def __init__(self) -> None:
+        self.spent_s, self._started = 0.0, 0.0
+
+    def __call__(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._started = time.process_time()
+        else:
+            self.spent_s += time.process_time() - self._started
+
+    def __enter__(self) -> CollectorTime:
+        gc.callbacks.append(self)
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        gc.callbacks.remove(self)
+
+
 def measure(url: str, count: int, resolution_s: float, cycles: int) -> dict[str, Any]:
+    with CollectorTime() as collector:
+        return _measure(url, count, resolution_s, cycles, collector)
+
+
+def _measure(url: str, count: int, resolution_s: float, cycles: int,
+             collector: CollectorTime) -> dict[str, Any]:
     session = CountingSession()
     source = TimedSource(url, session=session, timeout_s=30, resolution_s=resolution_s)
     settings = AutoscalingSettings(source=source)
@@ -144,10 +175,10 @@ def measure(url: str, count: int, resolution_s: float, cycles: int) -> dict[str,
     status = {f"{ns}/{e['name']}": stored_status(i, start)
               for i, ((ns, _), (e,)) in enumerate(entries.items())}
     replicas = dict.fromkeys(status, 2)
-    cpu, fetch_cpu, wall, queries, with_data, kept, writes = [], [], [], [], 0, 0.0, []
+    cpu, fetch_cpu, gc_cpu, wall, queries, with_data, kept, writes = [], [], [], [], [], 0, 0.0, []
     for _ in range(cycles):
         time.sleep(float(INTERVAL[:-1]))  # the next slot
-        before, fetched = session.requests_made, source.fetch_cpu_s
+        before, fetched, collected = session.requests_made, source.fetch_cpu_s, collector.spent_s
         t0, w0 = time.process_time(), time.perf_counter()
         now = time.time()
         planned = []
@@ -168,6 +199,7 @@ def measure(url: str, count: int, resolution_s: float, cycles: int) -> dict[str,
                 replicas[key] = evaluation.write
         cpu.append((time.process_time() - t0) * 1000)
         fetch_cpu.append((source.fetch_cpu_s - fetched) * 1000)
+        gc_cpu.append((collector.spent_s - collected) * 1000)
         wall.append((time.perf_counter() - w0) * 1000)
         queries.append(session.requests_made - before)
         with_data = sum(1 for e in planned if e.decision.signals.queue_per_replica is not None)
@@ -179,6 +211,7 @@ def measure(url: str, count: int, resolution_s: float, cycles: int) -> dict[str,
             "queries_per_cycle_median": statistics.median(queries), "fetches": settings.fetches,
             "cpu_ms_median": round(statistics.median(cpu), 1), "cpu_ms_max": round(max(cpu), 1),
             "fetch_cpu_ms_median": round(statistics.median(fetch_cpu), 1),
+            "gc_cpu_ms_median": round(statistics.median(gc_cpu), 1),
             "wall_ms_median": round(statistics.median(wall), 1),
             "tunings_with_queue_data": with_data, "stored_recommendations_mean": round(kept, 1),
             "scale_writes_per_cycle": writes}
@@ -194,8 +227,16 @@ def main() -> int:
         return 0
     with exporter_scraped() as prometheus:
         time.sleep(HISTORY_S)  # the queue rule reads 30 s of history; it has to exist
-        freeze_startup_objects()  # as `infertune run` does before kopf starts
+        prepare_garbage_collector()  # as `infertune run` does before kopf starts
         results = [measure(prometheus.url, n, r, args.cycles) for n, r in SCALES]
+        # The baseline: the same 1000-tuning cycle at Python's own collector thresholds.
+        ours = gc.get_threshold()
+        gc.set_threshold(*PYTHON_GC_THRESHOLDS)
+        try:
+            baseline = measure(prometheus.url, MAX_TUNINGS, 1.0, args.cycles)
+        finally:
+            gc.set_threshold(*ours)
+        results.append({**baseline, "collector": "Python's default"})
     record(results)
     return 0
 
@@ -239,19 +280,32 @@ def record(results: list[dict[str, Any]]) -> None:
         "the writes. The bucket bounds of the latency histograms are read in the first cycle "
         "(then every 10 minutes): the fourth query of the max. Not counted: the Kubernetes "
         "API calls and kopf's own work (see "
-        "operator.md for the whole process). Per tuning = (cycle - fetch) / tunings.", "",
-        "| tunings | queue step | queries per cycle (median / max) | "
+        "operator.md for the whole process). Per tuning = (cycle - fetch) / tunings. "
+        "Garbage collector: as `infertune run` sets it (main.GC_THRESHOLDS), and in the last "
+        f"row at Python's default thresholds {PYTHON_GC_THRESHOLDS}, the baseline.", "",
+        "| tunings | queue step | collector | queries per cycle (median / max) | "
         "CPU per cycle (median / max) | "
-        "of which fetch (median) | evaluation per tuning | wall (median) | "
-        "tunings with data | scale writes per cycle |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "of which fetch (median) | of which garbage collection (median) | "
+        "evaluation per tuning | wall (median) | tunings with data | scale writes per cycle |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     lines += [f"| {r['tunings']} | {r['queue_resolution_s']:g} s | "
+              f"{r.get('collector', 'operator')} | "
               f"{r['queries_per_cycle_median']:g} / {r['queries_per_cycle']} | "
               f"{r['cpu_ms_median']} / {r['cpu_ms_max']} ms | {r['fetch_cpu_ms_median']} ms | "
+              f"{r['gc_cpu_ms_median']} ms | "
               f"{(r['cpu_ms_median'] - r['fetch_cpu_ms_median']) * 1000 / r['tunings']:.0f} µs | "
               f"{r['wall_ms_median']} ms | {r['tunings_with_queue_data']} | "
               f"{', '.join(map(str, r['scale_writes_per_cycle']))} |" for r in results]
+    ours = next(r for r in results if r["tunings"] == MAX_TUNINGS and "collector" not in r
+                and r["queue_resolution_s"] == 1.0)
+    python = next((r for r in results if "collector" in r), None)
+    if python is not None:
+        lines += ["", f"At {MAX_TUNINGS} tunings, operator / Python's default collector "
+                  f"thresholds: {ours['cpu_ms_median']} / {python['cpu_ms_median']} ms per "
+                  f"cycle = {ours['cpu_ms_median'] / python['cpu_ms_median']:.2f} "
+                  f"(garbage collection {ours['gc_cpu_ms_median']} / "
+                  f"{python['gc_cpu_ms_median']} ms)."]
     (RESULTS_DIR / "autoscale.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 

@@ -4,6 +4,7 @@ its namespaces' pods."""
 
 from __future__ import annotations
 
+import gc
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -27,12 +28,14 @@ def test_the_scope_reaches_kopf_the_mig_loop_and_the_webhook(
     monkeypatch.delenv("INFERTUNE_NAMESPACE", raising=False)
     monkeypatch.setattr(main, "configure", lambda kubeconfig: None)
     monkeypatch.setattr(main, "_port_taken", lambda addr, port: None)  # 9443 may be busy
-    monkeypatch.setattr(main, "freeze_startup_objects", lambda: None)
+    monkeypatch.setattr(main, "prepare_garbage_collector",
+                        lambda: started.setdefault("gc prepared", not started))
     monkeypatch.setattr(main.kopf, "configure", lambda **kwargs: None)  # the root logger
     monkeypatch.setattr(main.kopf, "run", lambda **kwargs: started.update(kwargs))
     args = build_parser().parse_args([*argv, "--webhook-cert", str(cert), "--webhook-key",
                                       str(key)])
     assert main.run_operator(args) == 0
+    assert started["gc prepared"] is True  # before kopf started
     cluster_wide = not namespaces
     assert started["clusterwide"] is cluster_wide
     assert tuple(started["namespaces"]) == namespaces
@@ -53,7 +56,7 @@ def test_a_self_signed_webhook_key_lives_only_as_long_as_the_operator(
     monkeypatch.setattr(tempfile, "tempdir", None)  # read TMPDIR again
     monkeypatch.setattr(main, "configure", lambda kubeconfig: None)
     monkeypatch.setattr(main, "_port_taken", lambda addr, port: None)  # 9443 may be busy
-    monkeypatch.setattr(main, "freeze_startup_objects", lambda: None)
+    monkeypatch.setattr(main, "prepare_garbage_collector", lambda: None)
     monkeypatch.setattr(main.kopf, "configure", lambda **kwargs: None)
     seen: list[Path] = []
 
@@ -74,3 +77,17 @@ def test_a_self_signed_webhook_key_lives_only_as_long_as_the_operator(
         assert main.run_operator(args) == 0
     assert len(seen) == 1
     assert list(tmp_path.iterdir()) == []
+
+
+def test_the_garbage_collector_is_prepared_for_autoscaling_cycles() -> None:
+    """The startup objects are frozen and the thresholds raised (main.GC_THRESHOLDS): at
+    Python's 700, a cycle over 1000 tunings spent 13-21 ms of its CPU collecting."""
+    before = gc.get_threshold()
+    try:
+        main.prepare_garbage_collector()
+        assert gc.get_threshold() == main.GC_THRESHOLDS
+        assert main.GC_THRESHOLDS[0] >= 20_000  # above a 1000-tuning cycle's ~16,000
+        assert gc.get_freeze_count() > 0
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*before)
