@@ -32,7 +32,7 @@ from infertune.controller.conditions import (
     stored_reason,
 )
 from infertune.scaling.batching import MIN_STEP, recommend_batching
-from infertune.scaling.engine import ScaleAction, ScaleDecision, decide_scale
+from infertune.scaling.engine import ScaleAction, ScaleDecision, decide_scale, with_reason
 from infertune.scaling.signals import TargetSignals, latency_text, seconds
 from infertune.scaling.state import ScalingState, Serving, format_time, stored_time
 from infertune.tuning.pod_patch import TemplateBatching, planned_mig, tuning_revision
@@ -143,7 +143,7 @@ def plan_evaluation(spec: InferenceTuningSpec, generation: int, status: Mapping[
     decision = decide_scale(spec.autoscaling, current, signals, state, now, ready,
                             kubelet_ready)
     if decision.action is ScaleAction.TUNE_BATCHING and spec.batching.mode is BatchingMode.OFF:
-        decision = decision._replace(reason=decision.reason + NOTHING_TUNES_BATCHING)
+        decision = with_reason(decision, decision.reason + NOTHING_TUNES_BATCHING)
     stamp = format_time(now)
     changes = decision.desired_replicas != current
     applied = changes and spec.mode is Mode.ENFORCE and blocked is None

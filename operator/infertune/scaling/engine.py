@@ -112,8 +112,8 @@ def _decide_on_signals(spec: AutoscalingSpec, current: int, reading: Reading,
         # read): a pod that serves but whose scrape fails, or one Pending for good, held
         # every breach for as long as it lasted.
         capped = max(queue.replicas, current)
-        latency = latency._replace(replicas=capped, why=f"{latency.why}; the queue sizes it "
-                                   f"({pods} of {current} pods report): {capped}")
+        latency = _Proposal(capped, f"{latency.why}; the queue sizes it ({pods} of {current} "
+                            f"pods report): {capped}", latency.tune_batching)
     opinions = [p.replicas for p in (queue, latency) if p.replicas is not None]
     raw = max(opinions, default=current)
     notes = [queue.why, latency.why]
@@ -334,6 +334,13 @@ def _applied(spec: AutoscalingSpec, current: int, desired: int, reason: str, rea
         action = ScaleAction.TUNE_BATCHING if tune_batching else ScaleAction.HOLD
     return ScaleDecision(current, desired, action, f"{reason}; {current} -> {desired}",
                          reading, applied, held, min(record, spec.max_replicas))
+
+
+def with_reason(decision: ScaleDecision, reason: str) -> ScaleDecision:
+    """`decision` with another reason (NamedTuple._replace costs several times more)."""
+    return ScaleDecision(decision.current_replicas, decision.desired_replicas, decision.action,
+                         reason, decision.signals, decision.state, decision.held_state,
+                         decision.wanted)
 
 
 def _held(current: int, action: ScaleAction, reason: str, reading: Reading,
