@@ -85,7 +85,8 @@ def test_the_garbage_collector_is_prepared_for_autoscaling_cycles() -> None:
     before = gc.get_threshold()
     try:
         main.prepare_garbage_collector()
-        assert gc.get_threshold() == main.GC_THRESHOLDS
+        # The young and middle thresholds (CPython 3.14's incremental collector keeps no third).
+        assert gc.get_threshold()[:2] == main.GC_THRESHOLDS[:2]
         assert main.GC_THRESHOLDS[0] >= 20_000  # above a 1000-tuning cycle's ~16,000
         assert gc.get_freeze_count() > 0
     finally:

@@ -243,13 +243,18 @@ def register_handlers(mig: bool = True) -> ModuleType | None:
 
 
 GC_THRESHOLDS = (50_000, 10, 10)
-"""The garbage collector's thresholds in the operator process (Python's are 700, 10, 10). An
-autoscaling cycle over 1000 tunings leaves ~16,000 more container objects alive at its peak
-than at its start (the fetched signals, the new statuses before kopf drops the old ones), so
-at 700 a cycle ran ~65 young collections, 6 middle ones and every other cycle a full one:
-13-21 ms of its CPU (bench/results/autoscale.md). At 50,000 a cycle of up to ~3000 tunings
-runs about none. Only objects in reference cycles wait longer to be freed (everything else is
-freed when its last reference goes): at most 50,000 of them in the young generation."""
+"""The garbage collector's thresholds in the operator process (CPython 3.11's are 700, 10, 10).
+An autoscaling cycle over 1000 tunings leaves ~16,000 more container objects alive at its peak
+than at its start (the fetched signals, the new statuses before the old ones are dropped), so
+at 700 every cycle ran ~65 young collections and ~6 middle ones, and every other cycle a full
+one: 13-21 ms of its CPU (bench/results/autoscale.md measures it, against these thresholds).
+At 50,000 a cycle of 1000 tunings runs about one young collection in five. Only objects in
+reference cycles are freed later (everything else goes with its last reference): one that
+dies young waits for up to 50,000 net allocations, one that was still alive at a young
+collection for a middle or full one, which now come ~70 times less often. So memory held by
+dropped cycles (kopf's and the clients' futures, exceptions and tracebacks) can stay longer:
+bench/results/operator.md records the whole process's resident memory with them. (CPython
+3.14's incremental collector reads only the first two numbers.)"""
 
 
 def prepare_garbage_collector() -> None:
