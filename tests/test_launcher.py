@@ -7,6 +7,7 @@ import re
 import shlex
 import shutil
 import subprocess
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,11 +40,17 @@ class Machine:
     status_cpus: str = "0-15"  # Cpus_allowed_list in /proc/self/status
     # the minors of the /dev/nvidia<N> the container has: under CDI, only its own GPUs'
     dev_minors: tuple[int, ...] = ()
+    memory_max: str | None = None  # cgroup v2 memory.max, bytes or "max"; None: no file
+    node_memory_kb: int | None = None  # each node's MemTotal in node<N>/meminfo; None: no file
 
     def build(self, root: Path) -> None:
         sys_, proc = root / "sys", root / "proc"
         for node, cpus in self.nodes.items():
             write(sys_ / f"devices/system/node/node{node}/cpulist", cpus)
+            if self.node_memory_kb is not None:
+                write(sys_ / f"devices/system/node/node{node}/meminfo",
+                      f"Node {node} MemTotal:       {self.node_memory_kb} kB\n"
+                      f"Node {node} MemFree:        {self.node_memory_kb // 2} kB\n")
         write(proc / "self/cgroup", "0::/kubepods.slice/pod1.slice/cri-containerd-c1.scope\n")
         write(proc / "self/status", f"Name:\tsh\nCpus_allowed_list:\t{self.status_cpus}\n"
               f"Mems_allowed_list:\t{self.mems or '0-1'}\n")
@@ -52,6 +59,8 @@ class Machine:
             write(cgroup / "cpuset.cpus.effective", self.cpuset)
         if self.mems is not None:
             write(cgroup / "cpuset.mems.effective", self.mems)
+        if self.memory_max is not None:
+            write(cgroup / "memory.max", self.memory_max)
         for gpu in self.gpus:
             write(proc / f"driver/nvidia/gpus/{gpu.pci}/information",
                   f"Model: \t\t NVIDIA A100-SXM4-40GB\nIRQ:   \t\t 42\nGPU UUID: \t {gpu.uuid}\n"
@@ -73,6 +82,9 @@ GPU0 = Gpu("GPU-0a1b2c3d-0000-1111-2222-333344445555", "0000:3b:00.0", 0, "0")
 GPU1 = Gpu("GPU-9f8e7d6c-aaaa-bbbb-cccc-ddddeeeeffff", "0000:86:00.0", 1, "1")
 GPU2 = Gpu("GPU-11112222-aaaa-bbbb-cccc-ddddeeeeffff", "0000:af:00.0", 2, "1")
 GPU_NO_NODE = Gpu("GPU-deadbeef-0000-0000-0000-000000000000", "0000:00:1e.0", 0, "-1")
+GIB = 1024 ** 3
+NODE_KB = 256 * 1024 * 1024
+"""MemTotal of a 256 GiB NUMA node, in kB as node<N>/meminfo gives it."""
 
 
 @dataclass(frozen=True)
@@ -84,7 +96,7 @@ class Launch:
 
 
 def launch(shell: list[str], root: Path, env: dict[str, str], *args: str,
-           numactl: str | None = None) -> Launch:
+           numactl: str | None = None, cwd: Path | None = None) -> Launch:
     fake_numactl = root / "bin/numactl"
     write(fake_numactl, "#!/bin/sh\nexit 0\n")
     fake_numactl.chmod(0o755)
@@ -92,7 +104,7 @@ def launch(shell: list[str], root: Path, env: dict[str, str], *args: str,
                 "INFERTUNE_PROCFS_ROOT": str(root), "INFERTUNE_DEVFS_ROOT": str(root),
                 "INFERTUNE_NUMACTL": numactl or str(fake_numactl), **env}
     done = subprocess.run([*shell, str(LAUNCHER), *args], env=full_env, capture_output=True,
-                          text=True, timeout=30, check=False)
+                          text=True, timeout=30, check=False, cwd=cwd)
     log_lines = [line for line in done.stderr.splitlines()
                  if line.startswith("infertune-launch:")]
     assert len(log_lines) == 1, done.stderr
@@ -260,6 +272,41 @@ CASES = {
     "bad_strict_value_is_taken_as_false": Case(
         Machine(), {"INFERTUNE_NUMA_POLICY": "node:7", "INFERTUNE_NUMA_STRICT": "yes"}, None,
         {"strict": "false", "action": "unbound"}, "neither true nor false"),
+    # --membind=N: the kernel OOM-kills the process when node N is full, below a larger cgroup
+    # limit (a pod limited to 400Gi on 2 x 256 GiB nodes was killed at ~256 GiB)
+    "memory_limit_above_the_node_prefers_its_memory": Case(
+        Machine(gpus=(GPU1,), memory_max=str(400 * GIB), node_memory_kb=NODE_KB),
+        {"NVIDIA_VISIBLE_DEVICES": GPU1.uuid}, ("--cpunodebind=1", "--preferred=1"),
+        {"level": "info", "action": "bind", "node": "1"},
+        "node 1 is local to the GPUs; memory preferred on node 1, not bound: the container's "
+        "memory limit of 409600 MiB (memory.max) is above node 1's 262144 MiB (MemTotal), and "
+        "bound there the command would be OOM-killed when node 1 is full"),
+    "no_memory_limit_prefers_the_node_memory": Case(
+        Machine(memory_max="max", node_memory_kb=NODE_KB), {"INFERTUNE_NUMA_POLICY": "node:0"},
+        ("--cpunodebind=0", "--preferred=0"), {"level": "info", "action": "bind"},
+        "memory preferred on node 0, not bound: the container has no memory limit (memory.max "
+        "max) and node 0 has 262144 MiB (MemTotal)"),
+    "memory_limit_within_the_node_binds_it": Case(
+        Machine(gpus=(GPU1,), memory_max=str(200 * GIB), node_memory_kb=NODE_KB),
+        {"NVIDIA_VISIBLE_DEVICES": GPU1.uuid}, ("--cpunodebind=1", "--membind=1"),
+        {"level": "info", "action": "bind"}),
+    "memory_limit_of_the_whole_node_binds_it": Case(
+        Machine(memory_max=str(NODE_KB * 1024), node_memory_kb=NODE_KB),
+        {"INFERTUNE_NUMA_POLICY": "node:0"}, ("--cpunodebind=0", "--membind=0"),
+        {"level": "info"}),
+    "unreadable_memory_limit_binds_memory_as_before": Case(
+        Machine(node_memory_kb=NODE_KB), {"INFERTUNE_NUMA_POLICY": "node:0"},
+        ("--cpunodebind=0", "--membind=0"), {"level": "info"}),
+    "unreadable_node_memory_binds_memory_as_before": Case(
+        Machine(memory_max=str(400 * GIB)), {"INFERTUNE_NUMA_POLICY": "node:0"},
+        ("--cpunodebind=0", "--membind=0"), {"level": "info"}),
+    "strict_binds_memory_above_the_node_and_warns_of_the_oom_kill": Case(
+        Machine(memory_max=str(400 * GIB), node_memory_kb=NODE_KB),
+        {"INFERTUNE_NUMA_POLICY": "node:0", "INFERTUNE_NUMA_STRICT": "true"},
+        ("--cpunodebind=0", "--membind=0"), {"level": "warning", "action": "bind"},
+        "memory bound to node 0 all the same (strict): the container's memory limit of 409600 "
+        "MiB (memory.max) is above node 0's 262144 MiB (MemTotal), so the kernel OOM-kills the "
+        "command when node 0 is full"),
 }
 
 
@@ -278,11 +325,13 @@ def test_dry_run_argv_and_log(shell: list[str], case: Case, tmp_path: Path) -> N
 MIG_UUID = "MIG-c6d4f1ef-42e4-5de3-91c7-45d71c87eb3f"
 
 
-def nvidia_smi_listing(root: Path, listing: str) -> str:
-    """An `nvidia-smi -L` that prints `listing` (NVIDIA's documented format): the test machine
-    has no GPU, so the launcher is pointed at it through INFERTUNE_NVIDIA_SMI."""
+def nvidia_smi_listing(root: Path, listing: str, hang: int = 0) -> str:
+    """An `nvidia-smi -L` that prints `listing` (NVIDIA's documented format), after `hang`
+    seconds: the test machine has no GPU, so the launcher is pointed at it through
+    INFERTUNE_NVIDIA_SMI."""
     script = root / "bin/nvidia-smi"
-    write(script, f"#!/bin/sh\n[ \"$1\" = -L ] || exit 2\ncat <<'EOF'\n{listing}EOF\n")
+    write(script, f"#!/bin/sh\n[ \"$1\" = -L ] || exit 2\n{f'sleep {hang}' if hang else ''}\n"
+                  f"cat <<'EOF'\n{listing}EOF\n")
     script.chmod(0o755)
     return str(script)
 
@@ -339,6 +388,38 @@ def test_a_current_mig_uuid_is_placed_by_the_gpu_nvidia_smi_lists_it_under(
                                        "INFERTUNE_NVIDIA_SMI": smi}, "--dry-run", "--", *COMMAND)
     assert unknown.argv == COMMAND and unknown.log["action"] == "unbound"
     assert "MIG-not-listed: its GPU is unknown" in unknown.log["reason"]
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+def test_a_hung_nvidia_smi_is_given_up_on(shell: list[str], tmp_path: Path) -> None:
+    """`nvidia-smi -L` ran without a time limit: a hung driver held the container's start for
+    ever. Out of time, the MIG device's GPU is not known."""
+    Machine(gpus=(GPU0, GPU1)).build(tmp_path)
+    smi = nvidia_smi_listing(tmp_path, (
+        f"GPU 1: NVIDIA A100-SXM4-40GB (UUID: {GPU1.uuid})\n"
+        f"  MIG 1g.5gb      Device  0: (UUID: {MIG_UUID})\n"), hang=20)
+    started = time.monotonic()
+    result = launch(shell, tmp_path, {"NVIDIA_VISIBLE_DEVICES": MIG_UUID,
+                                      "INFERTUNE_NVIDIA_SMI": smi,
+                                      "INFERTUNE_NVIDIA_SMI_TIMEOUT": "1"},
+                    "--dry-run", "--", *COMMAND)
+    assert time.monotonic() - started < 10
+    assert result.argv == COMMAND and result.log["action"] == "unbound"
+    assert (f"{MIG_UUID}: its GPU is unknown (not in nvidia-smi -L, no nvidia-smi, or no "
+            "answer from it within 1s)") in result.log["reason"]
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+def test_visible_devices_are_not_file_name_patterns(shell: list[str], tmp_path: Path) -> None:
+    """NVIDIA_VISIBLE_DEVICES was split with pathname expansion on: GPU-* named a file of
+    that name in the working directory, and the command was bound to that GPU's node."""
+    Machine(gpus=(GPU0, GPU1)).build(tmp_path)
+    work = tmp_path / "work"
+    write(work / GPU1.uuid, "")
+    result = launch(shell, tmp_path, {"NVIDIA_VISIBLE_DEVICES": "GPU-*"},
+                    "--dry-run", "--", *COMMAND, cwd=work)
+    assert result.argv == COMMAND and result.log["action"] == "unbound"
+    assert "GPU-* is not in" in result.log["reason"]
 
 
 STRICT_FAILURES = {
@@ -400,15 +481,17 @@ def test_numactl_that_refuses_the_binding_falls_back(shell: list[str], tmp_path:
 
 @pytest.mark.parametrize("shell", SHELLS)
 @pytest.mark.parametrize("strict", ["false", "true"])
-def test_memory_binding_refused_binds_the_cpus_only_unless_strict(shell: list[str], strict: str,
-                                                                   tmp_path: Path) -> None:
+@pytest.mark.parametrize("memory_max", [None, "max"], ids=["membind", "preferred"])
+def test_memory_binding_refused_binds_the_cpus_only_unless_strict(
+        shell: list[str], strict: str, memory_max: str | None, tmp_path: Path) -> None:
     """A seccomp profile such as RuntimeDefault refuses the memory policy calls without
     CAP_SYS_NICE, not CPU binding: the CPUs are still bound (memory is then local by the
-    kernel's default policy), unless strict asks for the whole binding."""
-    Machine().build(tmp_path)
+    kernel's default policy), unless strict asks for the whole binding. The memory guarantee
+    is gone, so it is said at level warning."""
+    Machine(memory_max=memory_max, node_memory_kb=NODE_KB).build(tmp_path)
     numactl = tmp_path / "bin/memory-refusing-numactl"
-    write(numactl, "#!/bin/sh\ncase \"$*\" in *--membind*) echo 'set_mempolicy: Operation not "
-                   "permitted' >&2; exit 1 ;; esac\necho numactl \"$@\"\n")
+    write(numactl, "#!/bin/sh\ncase \"$*\" in *--membind* | *--preferred*) echo 'set_mempolicy: "
+                   "Operation not permitted' >&2; exit 1 ;; esac\necho numactl \"$@\"\n")
     numactl.chmod(0o755)
     result = launch(shell, tmp_path, {"INFERTUNE_NUMA_POLICY": "node:0",
                                       "INFERTUNE_NUMA_STRICT": strict}, "--",
@@ -418,9 +501,27 @@ def test_memory_binding_refused_binds_the_cpus_only_unless_strict(shell: list[st
         assert "refused: set_mempolicy: Operation not permitted" in result.log["reason"]
         return
     assert result.returncode == 0 and result.log["action"] == "bind"
+    assert result.log["level"] == "warning"
     assert result.argv == ["numactl", "--cpunodebind=0", "--", "echo", "ran"]
     assert "need CAP_SYS_NICE" in result.log["reason"]
     assert "CPUs bound only" in result.log["reason"]
+    assert "memory preferred" not in result.log["reason"]
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+def test_the_trial_run_has_the_memory_option_of_the_exec(shell: list[str],
+                                                          tmp_path: Path) -> None:
+    Machine(memory_max="max", node_memory_kb=NODE_KB).build(tmp_path)
+    calls = tmp_path / "numactl-calls"
+    numactl = tmp_path / "bin/recording-numactl"
+    write(numactl, f'#!/bin/sh\nprintf "%s\\n" "$*" >> {shlex.quote(str(calls))}\n')
+    numactl.chmod(0o755)
+    result = launch(shell, tmp_path, {"INFERTUNE_NUMA_POLICY": "node:0"}, "--", "echo", "ran",
+                    numactl=str(numactl))
+    assert result.returncode == 0 and result.log["action"] == "bind", result.stderr
+    assert calls.read_text().splitlines() == ["--cpunodebind=0 --preferred=0 -- sh -c :",
+                                              "--cpunodebind=0 --preferred=0 -- echo ran"]
+
 
 def execing_numactl(root: Path) -> str:
     """A numactl that execs the command after `--`, and exits 1 when that cannot work, as
@@ -552,13 +653,17 @@ real_numactl = pytest.mark.skipif(
     reason="needs numactl, and a kernel that shows NUMA node 0 in /sys")
 
 
-def _launch_on_node_0(shell: list[str], preexec_fn: Callable[[], None] | None = None
-                      ) -> subprocess.CompletedProcess[str]:
+def _launch_on_node_0(shell: list[str], preexec_fn: Callable[[], None] | None = None,
+                      fake_root: Path | None = None) -> subprocess.CompletedProcess[str]:
     """The real launcher with policy node:0 (not strict), running a command that prints the
-    CPUs it may run on and its numactl policy."""
+    CPUs it may run on and its numactl policy; the launcher reads fake_root's sys/ and proc/
+    when given, numactl the kernel all the same."""
     report = "grep Cpus_allowed_list /proc/self/status; numactl --show"
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "INFERTUNE_NUMA_POLICY": "node:0",
            "INFERTUNE_NUMA_STRICT": "false"}
+    if fake_root is not None:
+        env |= {"INFERTUNE_SYSFS_ROOT": str(fake_root), "INFERTUNE_PROCFS_ROOT": str(fake_root),
+                "INFERTUNE_DEVFS_ROOT": str(fake_root)}
     done = subprocess.run([*shell, str(LAUNCHER), "--", "sh", "-c", report], env=env,
                           capture_output=True, text=True, timeout=60, check=False,
                           preexec_fn=preexec_fn)
@@ -599,6 +704,25 @@ def test_real_numactl_with_a_missing_engine_exits_127_as_unbound(shell: list[str
     done = subprocess.run([*shell, str(LAUNCHER), "--", "no-such-engine"], env=env,
                           capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 127, done.stderr
+
+
+@real_numactl
+@pytest.mark.parametrize("shell", SHELLS)
+def test_real_numactl_prefers_node_0_memory_under_a_larger_limit(shell: list[str],
+                                                                 tmp_path: Path) -> None:
+    """This machine's node 0, seen by the launcher with no memory limit above it: the real
+    numactl takes --cpunodebind with --preferred, in the trial and the exec."""
+    cpus = Path("/sys/devices/system/node/node0/cpulist").read_text().strip()
+    Machine(nodes={0: cpus}, cpuset=None, mems="0", status_cpus=cpus, memory_max="max",
+            node_memory_kb=NODE_KB).build(tmp_path)
+    done = _launch_on_node_0(shell, fake_root=tmp_path)
+    if "Operation not permitted" in done.stderr:
+        pytest.skip(f"the kernel refused the memory policy here: {done.stderr.strip()}")
+    assert "action=bind" in done.stderr and "memory preferred on node 0" in done.stderr, \
+        done.stderr
+    _assert_on_node_0_cpus(done)
+    assert re.search(r"^policy: preferred\s*$", done.stdout, re.MULTILINE), done.stdout
+    assert re.search(r"^preferred node: 0\s*$", done.stdout, re.MULTILINE), done.stdout
 
 
 def _deny_memory_policy() -> None:
@@ -671,7 +795,8 @@ def test_a_preload_the_image_does_not_have_is_left_out_and_said(shell: list[str]
                                       "MALLOC_CONF": "narenas:2"}, "--", "sh", "-c", shown)
     assert result.returncode == 0, result.stderr
     assert result.log["level"] == "warning"
-    assert f"LD_PRELOAD names {missing}, which this image does not have" in result.log["reason"]
+    assert (f"LD_PRELOAD names {missing}, which this image does not have: left out, the "
+            "command runs with the default allocator") in result.log["reason"]
     alone = launch(shell, tmp_path, {"INFERTUNE_NUMA_POLICY": "none", "LD_PRELOAD": missing},
                    "--", "sh", "-c", shown)
     assert alone.log["level"] == "warning"
@@ -688,3 +813,21 @@ def test_a_preload_the_image_does_not_have_is_left_out_and_said(shell: list[str]
     # Said by ld.so once, for the launcher's own shell, started with it; before, once more
     # for each tool the launcher ran and for the command.
     assert "preload=unset" in done.stdout and done.stderr.count("cannot be preloaded") == 1
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+@pytest.mark.parametrize("kept", ["lib/libtcmalloc_minimal.so.4", "opt/lib/libjemalloc.so.2"])
+def test_a_missing_preload_names_the_allocator_left_in_its_place(shell: list[str], kept: str,
+                                                                 tmp_path: Path) -> None:
+    """The note said the command ran with the default allocator while another allocator of
+    LD_PRELOAD was kept and served the allocations."""
+    Machine().build(tmp_path)
+    write(tmp_path / "lib/libother.so", "")
+    write(tmp_path / kept, "")
+    missing = "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2.absent"
+    preload = f"{missing}:{tmp_path}/lib/libother.so:{tmp_path}/{kept}"
+    result = launch(shell, tmp_path, {"INFERTUNE_NUMA_POLICY": "none", "LD_PRELOAD": preload},
+                    "--", "true")
+    assert result.log["level"] == "warning"
+    assert (f"left out, the command runs with {tmp_path}/{kept}, which LD_PRELOAD also names "
+            "(set spec.allocator.libraryPath") in result.log["reason"]

@@ -914,8 +914,8 @@ def _memory_policy_refused(spec: InferenceTuningSpec, pod_spec: Mapping[str, Any
     admission: the runtimes' default seccomp profile (RuntimeDefault) allows the memory policy
     calls (set_mempolicy, mbind) only with CAP_SYS_NICE (containerd,
     contrib/seccomp/seccomp_default.go), which containers do not get by default. (A kubelet
-    that defaults every pod to RuntimeDefault cannot be seen here: the launcher falls back
-    to binding the CPUs then.)"""
+    that defaults every pod to RuntimeDefault, seccompDefault, cannot be seen here: the
+    launcher then binds the CPUs only, or under strict exits 78 at every start.)"""
     if spec.numa.policy is NumaPolicy.NONE or not serving.get("command"):
         return None
     context = serving.get("securityContext") or {}
