@@ -163,6 +163,29 @@ def test_values_round_trip_as_written() -> None:
          "metrics.podLabel: 'without' is a PromQL keyword or number"),
         ({"engine": "custom", "metrics": {"queueDepth": "on", "latencyHistogram": "lat"}},
          "metrics.queueDepth: 'on' is a PromQL keyword or number"),
+        # Read as group_left too (the colon trap): no query with it parsed.
+        ({"metrics": {"queueDepth": "group:left"}},
+         "metrics.queueDepth: 'group:left' is read as 'group_left' too (a Prometheus scraping "
+         "over OpenMetrics stores the colon as an underscore), a PromQL keyword"),
+        ({"metrics": {"running": "Group:Right"}},
+         "metrics.running: 'Group:Right' is read as 'Group_Right' too"),
+        # Labels the queries add or group by: the series collided, or none was found.
+        ({"metrics": {"podLabel": "infertune_target"}},
+         "metrics.podLabel: 'infertune_target' is a label the operator's queries add to their "
+         "results (infertune_target, infertune_stat), so it cannot hold the pod"),
+        ({"metrics": {"namespaceLabel": "infertune_stat"}},
+         "metrics.namespaceLabel: 'infertune_stat' is a label the operator's queries add"),
+        ({"metrics": {"podLabel": "le"}},
+         "metrics.podLabel: 'le' is a histogram bucket's bound, which the latency queries "
+         "group by, so it cannot hold the pod"),
+        ({"metrics": {"namespaceLabel": "pod"}},
+         "metrics.namespaceLabel: 'pod' is podLabel too; the queries group by the namespace "
+         "and the pod, so they must be two labels"),
+        # The latency query's step: Prometheus keeps time in milliseconds.
+        ({"autoscaling": {"interval": "1s500us"}},
+         "autoscaling.interval: 1s500us is not a whole number of milliseconds"),
+        ({"autoscaling": {"interval": "1.0005s"}},
+         "autoscaling.interval: 1.0005s is not a whole number of milliseconds"),
         ({"targetRef": {"name": "qwen", "kind": "StatefulSet"}},
          "targetRef.kind: 'StatefulSet' is not allowed"),
         # PromQL templates (spec.metrics.queries): the field and what to change.
@@ -219,6 +242,12 @@ def test_knobs_auto_must_not_drive_validate_and_are_refused_when_applied(
     spec = InferenceTuningSpec.model_validate(_spec(engine=engine, batching=batching))
     found = auto_batching_problem(spec.batching, batching_knob(spec.batching, spec.engine))
     assert (found is None) if problem is None else (problem in str(found)), found
+
+
+@pytest.mark.parametrize("interval", ["1001ms", "1.5s", "1m0.001s", "15s"])
+def test_intervals_in_whole_milliseconds_are_accepted(interval: str) -> None:
+    spec = InferenceTuningSpec.model_validate(_spec(autoscaling={"interval": interval}))
+    assert spec.autoscaling is not None and spec.autoscaling.interval == interval
 
 
 @pytest.mark.parametrize("label", ["_", "_pod", "pod_name", "k8s_namespace", "a"])

@@ -575,6 +575,23 @@ def test_custom_templates_read_what_the_preset_reads(prometheus: PrometheusServe
     assert got[broken.key].latency.problem is None  # only the refused query fails
 
 
+def test_a_template_that_fails_on_one_namespaces_data_fails_that_namespace_only(
+        prometheus: PrometheusServer) -> None:
+    """One template in two namespaces: a group_left join fails ("many-to-many", "duplicate
+    series") where the pods of namespace twice are scraped by several jobs, and so did the
+    one query both read; serving lost its metrics to twice's series."""
+    waiting = "vllm:num_requests_waiting{$selector}"
+    joined = EngineMetrics(Template(f"max by (namespace, pod) ({waiting}) * on (namespace, "
+                                    f"pod) group_left () {waiting}"),
+                           None, PRESETS[Engine.VLLM].latency)
+    serving, twice = (replace(target(ns, "llm"), metrics=joined)
+                      for ns in ("serving", "twice"))
+    got = fetch_when(PrometheusSource(prometheus.url), [serving, twice], serving.key)
+    assert got[serving.key].queue.last == (40 * 40 + 20 * 20) / 2
+    problem = got[twice.key].queue.problem or ""
+    assert "duplicate series" in problem or "many-to-many" in problem, problem
+
+
 def test_the_example_templates_parse_in_prometheus(prometheus: PrometheusServer) -> None:
     """The templates users copy (examples/, docs/autoscaling.md) are PromQL the real server
     parses once filled: their queries find no series here, and say so, rather than fail."""
@@ -616,6 +633,30 @@ def test_an_interval_of_a_fraction_of_a_second_reads_latency_at_every_second(
         got = source.fetch([llm], second)[llm.key]
         assert got.latency.problem is None, (second, got.latency.problem)
         assert [t for t, _ in got.latency.points] == [second - 1.5, second]
+
+
+@pytest.mark.parametrize("interval_s, step", [(1.001, "1001ms"), (1234.567, "1234567ms")])
+def test_the_step_is_sent_exactly_so_the_newest_point_is_at_the_end(
+        prometheus: PrometheusServer, interval_s: float, step: str) -> None:
+    """The step went as f"{s:g}": 1234.567 s as 1234.57, so the points missed the end and
+    the latency read as stale for ever. Even exact seconds are not: Prometheus multiplies
+    them into nanoseconds in floating point and truncates (1.001 stepped 1 s). Sent as
+    milliseconds, the newest point is at the end."""
+    sent: list[dict[str, Any]] = []
+
+    class Recording(requests.Session):
+        def request(self, method: str | bytes, url: str | bytes,  # type: ignore[override]
+                    *args: Any, **kwargs: Any) -> requests.Response:
+            sent.append(dict(kwargs.get("params") or {}))
+            return super().request(method, url, *args, **kwargs)
+
+    fetch_when(PrometheusSource(prometheus.url), [target("serving", "llm")], "serving/llm")
+    llm = target("serving", "llm", latency_step_s=interval_s)
+    now = math.floor(time.time())
+    got = PrometheusSource(prometheus.url, session=Recording()).fetch([llm], now)[llm.key]
+    assert {p["step"] for p in sent if "step" in p} == {step}
+    assert got.latency.problem is None, got.latency.problem
+    assert got.latency.points[-1][0] == now
 
 
 def test_every_query_carries_the_timeout_to_prometheus(prometheus: PrometheusServer) -> None:
@@ -688,7 +729,9 @@ def test_a_long_deployment_name_is_refused_with_a_reason(prometheus: PrometheusS
 
 
 @pytest.mark.parametrize("bad", [{"pod_label": "__name__"}, {"namespace_label": "inf"},
-                                 {"queue_history_s": math.inf}])
+                                 {"queue_history_s": math.inf},
+                                 {"pod_label": "infertune_target"},
+                                 {"namespace_label": "pod"}, {"latency_step_s": 2.0005}])
 def test_a_target_whose_query_cannot_be_built_fails_alone(prometheus: PrometheusServer,
                                                           bad: dict[str, Any]) -> None:
     """The spec validation refuses these; were one to get through (an older CRD, a stored
@@ -698,7 +741,8 @@ def test_a_target_whose_query_cannot_be_built_fails_alone(prometheus: Prometheus
     got = fetch_when(source, [llm, broken], llm.key)
     assert got[llm.key].queue.last == 30.0
     problem = got[broken.key].queue.problem or got[broken.key].latency.problem or ""
-    assert any(why in problem for why in ("cannot be built", "beyond what a query can read")), \
+    assert any(why in problem for why in ("cannot be built", "beyond what a query can read",
+                                          "not a whole number of milliseconds")), \
         got[broken.key]
 
 

@@ -96,6 +96,43 @@ def test_names_are_checked_again_before_they_are_spliced(name: str) -> None:
         promql.label_name(name)
 
 
+@pytest.mark.parametrize("name", ["group:left", "GROUP:RIGHT", "group:Left"])
+def test_a_name_whose_underscored_spelling_is_a_keyword_is_refused(name: str) -> None:
+    """`group:left` is read as `group_left` too (the colon trap), a keyword: the query did
+    not parse, and its tunings never had data."""
+    with pytest.raises(ValueError, match="also read as"):
+        promql.spellings(name)
+    assert promql.spellings("count:values") == ("count:values", "count_values")
+
+
+@pytest.mark.parametrize("namespace_label, pod_label", [
+    ("namespace", "infertune_target"), ("infertune_stat", "pod"), ("le", "pod"),
+    ("namespace", "le"), ("pod", "pod")])
+def test_the_pod_and_namespace_cannot_be_in_labels_the_queries_use(
+        namespace_label: str, pod_label: str) -> None:
+    """The queries add infertune_target and infertune_stat, and group by le and by the pod
+    and namespace labels: reading the pod or namespace from one of them collided ("vector
+    cannot contain metrics with the same labelset") or found nothing."""
+    with pytest.raises(ValueError):
+        Scope(namespace_label, pod_label)
+    target = MetricsTarget("ns/a", "ns", "a", PRESETS[Engine.VLLM],
+                           namespace_label=namespace_label, pod_label=pod_label)
+    for plan in plan_queries([target], 1.0):
+        with pytest.raises(ValueError):
+            plan.query()
+
+
+def test_an_interval_finer_than_a_millisecond_is_not_planned() -> None:
+    """Prometheus keeps time in milliseconds: a finer step cannot end at the evaluation time,
+    and 0.5 ms made Prometheus fail ("integer divide by zero")."""
+    from infertune.metrics.plan import unsupported
+
+    assert "not a whole number of milliseconds" in (
+        unsupported(_target(0, latency_step_s=1.0005)) or "")
+    assert unsupported(_target(0, latency_step_s=1.001)) is None
+    assert promql.duration(1234.567) == "1234567ms" and promql.duration(2.0) == "2s"
+
+
 def test_a_window_is_checked_again() -> None:
     with pytest.raises(ValueError):
         promql.window_text("1m]) or vector(1) #")
@@ -252,6 +289,30 @@ def test_templates_are_planned_by_their_text() -> None:
     assert [t.latency_kind for t in targets[:1]] == ["p99"]
 
 
+def test_templates_are_queried_per_namespace_and_presets_once_for_all() -> None:
+    """A template can fail on the data (a group_left join is "many-to-many" where only
+    team-a has duplicate series), and a failed query is no data for all it reads: team-b
+    lost its metrics to team-a's series. Each namespace gets its template's own queries,
+    shared by its tunings; the presets' queries, which data cannot make fail, stay one."""
+    joined = Template("my_queue{$selector} * on(namespace, pod) group_left() "
+                      "my_info{$selector}")
+    templated = EngineMetrics(joined, joined, CUSTOM.latency)
+    targets = [MetricsTarget(f"{ns}/t{i}", ns, f"llm-{i}", templated, want_running=True)
+               for ns in ("team-a", "team-b") for i in range(3)]
+    targets += [MetricsTarget(f"{ns}/p{i}", ns, f"vllm-{i}", PRESETS[Engine.VLLM],
+                              want_running=True)
+                for ns in ("team-a", "team-b") for i in range(3)]
+    plans = plan_queries(targets, 1.0)
+    for signal in Signal:
+        mine = [p for p in plans if p.signal is signal and p.templated]
+        assert sorted({t.namespace for t in p.members} for p in mine) == [
+            {"team-a"}, {"team-b"}], signal
+        assert [len(p.members) for p in mine] == [3, 3]  # flat in the tunings of a namespace
+        assert all(p.scope().namespaces == (p.members[0].namespace,) for p in mine)
+        (preset,) = [p for p in plans if p.signal is signal and not p.templated]
+        assert len(preset.members) == 6
+
+
 def test_fill_replaces_placeholders_outside_strings_and_comments_only() -> None:
     from infertune.api.templates import fill
 
@@ -342,10 +403,12 @@ def test_every_word_that_breaks_a_query_as_a_name_is_refused_by_the_spec(
     files = []
     for word in PROMQL_WORDS:
         metrics = EngineMetrics(word, word, HistogramLatency(word))
-        target = MetricsTarget("ns/llm", "ns", "llm", metrics, namespace_label=word,
-                               pod_label=word, want_running=True)
+        # One target each: a label cannot hold both the pod and the namespace.
+        targets = [MetricsTarget("ns/a", "ns", "a", metrics, namespace_label=word,
+                                 want_running=True),
+                   MetricsTarget("ns/b", "ns", "b", metrics, pod_label=word, want_running=True)]
         try:
-            queries = [q for plan in plan_queries([target], 1.0)
+            queries = [q for plan in plan_queries(targets, 1.0)
                        for q in (plan.query(), plan.floor_query()) if q is not None]
         except ValueError:
             assert word.lower() in PROMQL_RESERVED, word  # refused when building, too
@@ -360,3 +423,45 @@ def test_every_word_that_breaks_a_query_as_a_name_is_refused_by_the_spec(
     assert checked.returncode == (1 if broken else 0), checked.stderr
     assert checked.stdout.count("SUCCESS") == len(files) - len(broken), checked.stdout
     assert broken <= PROMQL_RESERVED, sorted(broken)
+
+
+COLON_WORDS = tuple(word.replace("_", ":") for word in PROMQL_WORDS if "_" in word)
+"""The words with an underscore, spelled with a colon: a Prometheus scraping over OpenMetrics
+stores `group:left` as `group_left`, and the queries read both spellings."""
+
+
+@pytest.mark.prometheus
+@pytest.mark.skipif(not PROMTOOL.exists(), reason="needs promtool (Debian package prometheus)")
+def test_a_colon_name_whose_other_spelling_breaks_a_query_is_refused(tmp_path: Path) -> None:
+    """`group:left` validated, and its queries, which read `group_left` too, never parsed:
+    the tuning had no data for ever. Every metric name the spec accepts must build queries
+    that parse (promtool), and every one it refuses must not be built at all."""
+    from pydantic import ValidationError
+
+    from infertune.api.spec import MetricsSpec
+
+    files, refused = [], set()
+    for word in COLON_WORDS:
+        try:
+            MetricsSpec.model_validate({"queueDepth": word, "running": word,
+                                        "latencyHistogram": word})
+        except ValidationError:
+            refused.add(word)
+        target = MetricsTarget("ns/llm", "ns", "llm",
+                               EngineMetrics(word, word, HistogramLatency(word)),
+                               want_running=True)
+        try:
+            queries = [q for plan in plan_queries([target], 1.0)
+                       for q in (plan.query(), plan.floor_query()) if q is not None]
+        except ValueError:
+            assert word in refused, word  # the builder refuses no name the spec accepts
+            continue
+        assert word not in refused, word  # nor builds one it refuses
+        rules = [{"record": f"r{i}", "expr": q} for i, q in enumerate(queries)]
+        path = tmp_path / f"{word.replace(':', '-')}.yaml"
+        path.write_text(yaml.safe_dump({"groups": [{"name": "g", "rules": rules}]}))
+        files.append(path)
+    assert refused == {"group:left", "group:right"}
+    checked = subprocess.run([str(PROMTOOL), "check", "rules", *map(str, files)],
+                             capture_output=True, text=True, timeout=60)
+    assert checked.returncode == 0, checked.stderr

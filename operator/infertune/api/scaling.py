@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from decimal import Decimal
 from enum import StrEnum
 from typing import Annotated, Any
 
 from pydantic import Field, model_validator
 
 from infertune.api.base import FLAG, NUMBER, ApiModel, CrossFieldProblems
-from infertune.api.units import Duration
+from infertune.api.units import Duration, parse_duration
 
 MAX_SUSTAIN_S = 600
 MAX_PERIOD_S = 1800
@@ -256,6 +257,11 @@ class AutoscalingSpec(ApiModel):
         elif self.interval.seconds > MAX_INTERVAL_S:
             problems.add("interval", f"{self.interval} is longer than 1h; replicas would "
                          "follow the load hours late (15s is the default)")
+        elif parse_duration(self.interval) % Decimal("0.001"):
+            # It is the latency query's step, and Prometheus keeps time in milliseconds: a
+            # finer step puts the points beside the evaluation time, read as stale for ever.
+            problems.add("interval", f"{self.interval} is not a whole number of milliseconds, "
+                         "the finest time Prometheus keeps; round it (for example 1500ms)")
         fallback = self.metrics_unavailable.fallback_replicas
         if fallback is not None and not self.min_replicas <= fallback <= self.max_replicas:
             problems.add("metricsUnavailable.fallbackReplicas", f"{fallback} is outside "

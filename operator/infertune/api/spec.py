@@ -57,6 +57,18 @@ PROMQL_RESERVED = frozenset({"on", "ignoring", "group_left", "group_right", "boo
 """Words PromQL reads as an operator modifier or a number wherever a bare metric or grouping
 label name goes (case-insensitively), so `on{...}`, `by (inf)` or `by (without)` does not
 parse (tests/test_promql.py checks the queries with each keyword against promtool)."""
+TARGET_LABEL = "infertune_target"
+"""The label the operator's queries put each series' Deployment in (from the pod name)."""
+STAT_LABEL = "infertune_stat"
+"""The label a window query tells its statistics apart by (`last`, `dip`, `samples`...)."""
+BUCKET_LABEL = "le"
+"""A histogram bucket's upper bound, which the latency queries group by."""
+
+
+def promql_spelling(name: str) -> str:
+    """`name` as a Prometheus scraping over OpenMetrics stores it, the colon written as an
+    underscore (the colon trap): the queries read a metric under both spellings."""
+    return name.replace(":", "_")
 
 
 class Engine(StrEnum):
@@ -189,10 +201,26 @@ class MetricsSpec(ApiModel):
         for field in ("queue_depth", "running", "latency_histogram", "pod_label",
                       "namespace_label"):
             name = getattr(self, field)
-            if name is not None and name.lower() in PROMQL_RESERVED:
+            if name is None:
+                continue
+            if name.lower() in PROMQL_RESERVED:
                 problems.add(to_camel(field), f"{name!r} is a PromQL keyword or number, which "
                              "a query cannot use as a name here; rename the metric or the "
                              "label in the exporter or with a relabeling rule")
+            elif promql_spelling(name).lower() in PROMQL_RESERVED:
+                problems.add(to_camel(field), f"{name!r} is read as "
+                             f"{promql_spelling(name)!r} too (a Prometheus scraping over "
+                             "OpenMetrics stores the colon as an underscore), a PromQL "
+                             "keyword, which no query can use as a name; rename the metric "
+                             "in the exporter or with a relabeling rule")
+        for field, holds in (("pod_label", "pod"), ("namespace_label", "namespace")):
+            problem = query_label_problem(getattr(self, field), holds)
+            if problem is not None:
+                problems.add(to_camel(field), problem)
+        if self.pod_label == self.namespace_label:
+            problems.add("namespaceLabel", f"{self.namespace_label!r} is podLabel too; the "
+                         "queries group by the namespace and the pod, so they must be two "
+                         "labels (namespace and pod by default)")
         if parse_duration(self.window) > MAX_RATE_WINDOW_S:
             problems.add("window", f"{self.window} is longer than 1h; every evaluation computes "
                          "rate() over it for each pod (1m is the default)")
@@ -207,6 +235,22 @@ class MetricsSpec(ApiModel):
                                  f"queries.{to_camel(template_field)}, not both")
         problems.raise_if_any()
         return self
+
+
+def query_label_problem(label: str, holds: str) -> str | None:
+    """Why the operator's queries cannot read the `holds` (pod, namespace) from `label`, or
+    None: the queries put labels of their own on their results, and group the latency by
+    `le`, so the target's series would collide or never be found."""
+    if label in (TARGET_LABEL, STAT_LABEL):
+        return (f"{label!r} is a label the operator's queries add to their results "
+                f"({TARGET_LABEL}, {STAT_LABEL}), so it cannot hold the {holds}; give the "
+                f"label your Prometheus keeps the {holds} in ({holds} by default), relabeled "
+                "to another name if it is this one")
+    if label == BUCKET_LABEL:
+        return (f"'le' is a histogram bucket's bound, which the latency queries group by, so "
+                f"it cannot hold the {holds}; give the label your Prometheus keeps the {holds} "
+                f"in ({holds} by default)")
+    return None
 
 
 class InferenceTuningSpec(ApiModel):

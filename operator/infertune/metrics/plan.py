@@ -5,6 +5,12 @@ the queue) threshold share one query, which selects all their namespaces; the ad
 each target's series out of the answer. The number of queries therefore stays flat as tunings
 are added. Latency and request rate are range queries with one point per evaluation interval;
 the queue and running gauges are instant window queries (`promql.window_query`).
+
+A PromQL template (spec.metrics.queries) is queried once per namespace instead: unlike a
+preset's, its expression can fail on the data (a `group_left` join is "many-to-many" where one
+namespace has duplicate series), and Prometheus then answers nothing at all, which must not
+cost the tunings of other namespaces their metrics. Its queries grow with the namespaces that
+use it, not with the tunings in them.
 """
 
 from __future__ import annotations
@@ -116,6 +122,9 @@ def unsupported(target: MetricsTarget) -> str | None:
         return (f"the queue sustain ({target.queue_history_s:g}s), the interval "
                 f"({target.latency_step_s:g}s) or the samples ({target.latency_samples}) are "
                 "beyond what a query can read; fix spec.autoscaling")
+    if not promql.whole_millis(target.latency_step_s):
+        return (f"the interval ({target.latency_step_s!r}s) is not a whole number of "
+                "milliseconds, the finest step Prometheus takes; fix spec.autoscaling.interval")
     return None
 
 
@@ -128,16 +137,19 @@ def plan_queries(targets: Sequence[MetricsTarget], resolution_s: float) -> list[
     for t in targets:
         if unsupported(t) is not None:
             continue
-        labels = (t.metrics, t.namespace_label, t.pod_label)
+        metrics = t.metrics
+        labels = (metrics, t.namespace_label, t.pod_label)
         span = _aligned(t.queue_history_s, resolution_s)
         # A template's $window makes the gauges' query depend on the window too.
-        gauges = (*labels, t.window if t.metrics.gauges_use_window else None)
-        queue[(*gauges, span, t.queue_target if span > 0 else None)].append(t)
-        if t.want_running and t.metrics.running is not None:
-            running[(*gauges, max(span, resolution_s))].append(t)
+        gauges = (*labels, t.window if metrics.gauges_use_window else None)
+        queue[(*gauges, span, t.queue_target if span > 0 else None,
+               _alone(metrics.queue_depth, t))].append(t)
+        if t.want_running and metrics.running is not None:
+            running[(*gauges, max(span, resolution_s), _alone(metrics.running, t))].append(t)
         # Latency and request rate read only the latency metrics, and the rate no quantile:
         # tunings that differ in anything else share these queries.
-        read = (t.metrics.latency, t.namespace_label, t.pod_label, t.window, t.latency_step_s)
+        read = (metrics.latency, t.namespace_label, t.pod_label, t.window, t.latency_step_s,
+                _alone(metrics.latency, t))
         latency[(*read, t.quantile)].append(t)
         rate[read].append(t)
     plans = []
@@ -175,6 +187,12 @@ def plan_queries(targets: Sequence[MetricsTarget], resolution_s: float) -> list[
             partial(promql.request_rate_query, metrics=first.metrics, window=first.window),
             templated=isinstance(first.metrics.latency, TemplateLatency)))
     return plans
+
+
+def _alone(read: object, target: MetricsTarget) -> str | None:
+    """The namespace a query of `read` is kept to, when it is a PromQL template's (see the
+    module's docstring); None for a preset's, which every namespace shares."""
+    return target.namespace if isinstance(read, Template | TemplateLatency) else None
 
 
 def _lookback(members: Sequence[MetricsTarget]) -> float:

@@ -38,7 +38,7 @@ from infertune.metrics.access import (
     PrometheusAccess,
 )
 from infertune.metrics.plan import QueryPlan, Signal, plan_queries, unsupported
-from infertune.metrics.promql import STAT_LABEL, TARGET_LABEL
+from infertune.metrics.promql import STAT_LABEL, TARGET_LABEL, duration
 from infertune.metrics.source import MetricsTarget
 from infertune.scaling.signals import NOT_READ, ONLY_NAN, STALE, Series, TargetSignals, Window
 from infertune.scaling.state import format_time
@@ -389,9 +389,12 @@ class PrometheusSource:
                 # The client rounds start and end to whole seconds; an interval such as 1.5s
                 # puts start between two, and the points then missed `end` every other cycle
                 # (the newest one read as stale). Sent exactly, they override its values.
+                # The step goes as a duration in milliseconds, as Prometheus keeps time: as
+                # seconds it was cut to 6 digits (1234.567 sent as 1234.57), and Prometheus
+                # truncates seconds it multiplied out in floating point (1.001 steps 1 s).
                 result = self._client.custom_query_range(
                     query, start_time=datetime.fromtimestamp(start, tz=UTC),
-                    end_time=datetime.fromtimestamp(end, tz=UTC), step=f"{plan.step_s:g}",
+                    end_time=datetime.fromtimestamp(end, tz=UTC), step=duration(plan.step_s),
                     params={"start": f"{start:.3f}", "end": str(end), **server_side},
                     timeout=self.timeout_s)
         except (requests.RequestException, Urllib3Error, OSError, PrometheusApiClientException,

@@ -27,17 +27,25 @@ import math
 import re
 from dataclasses import dataclass
 
-from infertune.api.spec import METRIC_NAME, PROM_LABEL_NAME, PROMQL_RESERVED
+from infertune.api.spec import (
+    METRIC_NAME,
+    PROM_LABEL_NAME,
+    PROMQL_RESERVED,
+    promql_spelling,
+    query_label_problem,
+)
+from infertune.api.spec import STAT_LABEL as STAT_LABEL
+from infertune.api.spec import TARGET_LABEL as TARGET_LABEL
 from infertune.api.templates import fill
 from infertune.metrics.presets import EngineMetrics, HistogramLatency, Template, TemplateLatency
 
-TARGET_LABEL = "infertune_target"
-STAT_LABEL = "infertune_stat"
 # Pods of a Deployment are named <deployment>-<pod-template-hash>-<5 random> (the hash is at
 # most 10 characters, names.SimpleNameGenerator adds 5). Both parts are drawn from the
 # alphabet of k8s.io/apimachinery/pkg/util/rand, which has no vowels and no 0, 1 or 3: so the
 # pods of a DaemonSet or Job named <deployment>-node or <deployment>-warmup (one word and a
-# suffix) are not taken for the Deployment's.
+# suffix) are not taken for the Deployment's. A limit: a CronJob named like the Deployment
+# names its Jobs <cronjob>-<minutes since 1970>, so its pods (qwen-29244456-bcdfg) match when
+# those digits avoid 0, 1 and 3, and are counted if they export the same metric.
 GENERATED = "[bcdfghjklmnpqrstvwxz2456789]"
 POD_SUFFIX = f"-{GENERATED}{{1,10}}-{GENERATED}{{5}}"
 # Kubernetes truncates generated names to 58 characters before the random suffix, so longer
@@ -95,18 +103,30 @@ def number(value: float) -> str:
     return repr(float(value))
 
 
-def duration(seconds: float) -> str:
-    """Whole seconds or milliseconds as a PromQL duration, for subquery ranges."""
+def whole_millis(seconds: float) -> bool:
+    """Whether `seconds` is a positive whole number of milliseconds, as Prometheus keeps time."""
     millis = round(seconds * 1000)
-    if millis <= 0 or abs(millis - seconds * 1000) > 1e-6:
+    return millis > 0 and abs(millis - seconds * 1000) <= 1e-6
+
+
+def duration(seconds: float) -> str:
+    """Whole seconds or milliseconds as a PromQL duration, for subquery ranges and the step
+    of a range query."""
+    if not whole_millis(seconds):
         raise ValueError(f"{seconds!r}s is not a positive whole number of milliseconds")
+    millis = round(seconds * 1000)
     return f"{millis // 1000}s" if millis % 1000 == 0 else f"{millis}ms"
 
 
 def spellings(name: str) -> tuple[str, ...]:
-    """The metric as written and, for a name with a colon, with underscores (the colon trap)."""
+    """The metric as written and, for a name with a colon, with underscores (the colon trap).
+    A name whose underscored spelling is a keyword (`group:left`) is refused like a keyword:
+    the query would not parse, and its tunings would never get data."""
     metric_name(name)
-    underscored = name.replace(":", "_")
+    underscored = promql_spelling(name)
+    if underscored.lower() in PROMQL_RESERVED:
+        raise ValueError(f"{name!r} is also read as {underscored!r}, a PromQL keyword no query "
+                         "can use as a metric name; rename the metric in spec.metrics")
     return (name,) if underscored == name else (name, underscored)
 
 
@@ -121,6 +141,19 @@ class Scope:
     pod_label: str
     namespaces: tuple[str, ...] = ()
     deployments: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        # The spec refuses these; a stored object from before must fail its own plan, not
+        # put colliding labels into a query ("vector cannot contain metrics with the same
+        # labelset") or find nothing.
+        for label, holds in ((self.pod_label, "pod"), (self.namespace_label, "namespace")):
+            label_name(label)
+            problem = query_label_problem(label, holds)
+            if problem is not None:
+                raise ValueError(problem)
+        if self.pod_label == self.namespace_label:
+            raise ValueError(f"{self.pod_label!r} cannot hold both the pod and the namespace; "
+                             "give spec.metrics.podLabel and namespaceLabel two labels")
 
     def matchers(self) -> str:
         ns, pod = label_name(self.namespace_label), label_name(self.pod_label)
@@ -181,7 +214,9 @@ def _once(scope: Scope, expr: str, *kept_too: str) -> str:
 def _copies_merged(scope: Scope, expr: str) -> str:
     """`expr` with the copies of a series that differ only in SCRAPE_LABELS taken once, every
     other label kept: for a mean over series, which copies of every series leave as it is
-    (the running batch of each data-parallel rank of a pod)."""
+    (the running batch of each data-parallel rank of a pod). A limit: when only some pods
+    are scraped by two jobs that add labels of their own besides (`container`, a labelmap's
+    pod labels), their copies stay apart and weigh twice in the mean."""
     drop = [label for label in SCRAPE_LABELS
             if label not in (scope.namespace_label, scope.pod_label)]
     return f"max without ({', '.join(drop)}) ({expr})" if drop else expr
@@ -267,7 +302,9 @@ def running_query(scope: Scope, metrics: EngineMetrics, span_s: float,
                   step_s: float, window: str = "1m") -> str | None:
     """Requests being served, as the mean over each target's series rather than summed per
     pod: the batch knobs (max-num-seqs) are per engine process, and a pod that runs several
-    data-parallel ranks exports one series for each."""
+    data-parallel ranks exports one series for each. When only some pods are scraped by two
+    jobs that add labels of their own, those pods count twice in the mean (`_copies_merged`);
+    the queue and the pod count take each pod once."""
     if metrics.running is None:
         return None
     series = (f"avg by ({scope.by()}) "
