@@ -313,6 +313,12 @@ def test_the_spec_examples_in_the_docs_validate() -> None:
      "autoscaling.minReplicas: 'two' is not a number; give a number"),
     ({"autoscaling": {"tolerance": "0.2"}},
      "autoscaling.tolerance: '0.2' is a string, not a number"),
+    # Not numbers in YAML either: `.inf` is, and is refused as no target.
+    ({"autoscaling": {"tolerance": "inf"}},
+     "autoscaling.tolerance: 'inf' is not a number; give a number"),
+    ({"autoscaling": {"maxReplicas": "1e400"}},
+     "autoscaling.maxReplicas: 1e400 is out of range: a number beyond what a 64-bit float "
+     "holds"),
     ({"autoscaling": {"queue": {"targetPerReplica": False}}},
      "autoscaling.queue.targetPerReplica: false is a boolean, not a number"),
     ({"autoscaling": {"enabled": "yes"}},

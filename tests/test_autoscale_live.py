@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -106,3 +108,73 @@ def test_a_cluster_that_cannot_be_read_is_a_message_not_a_traceback(
         client.ApiClient.set_default(None)  # type: ignore[no-untyped-call]
     assert code == 1
     assert says in capsys.readouterr().err
+
+
+class _NotAnApiServer(BaseHTTPRequestHandler):
+    """Answers every request 200 with a web page, or with `body` when the test sets one."""
+
+    body = b"<html><body>Sign in</body></html>"
+    content_type = "text/html"
+
+    def do_GET(self) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", self.content_type)
+        self.send_header("Content-Length", str(len(self.body)))
+        self.end_headers()
+        self.wfile.write(self.body)
+
+    def log_message(self, *_: Any) -> None:
+        pass
+
+
+@pytest.mark.parametrize(("body", "content_type"), [
+    (b"<html><body>Sign in</body></html>", "text/html"),
+    (b'{"status": "ok"}', "application/json"),
+])
+def test_a_server_that_is_no_api_server_is_named(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], body: bytes,
+        content_type: str) -> None:
+    """A kubeconfig pointing at a web server that answers 200: its page was validated as the
+    tuning, and the message said that the spec's metadata was required."""
+    handler = type("Handler", (_NotAnApiServer,), {"body": body, "content_type": content_type})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    path = tmp_path / "kubeconfig"
+    path.write_text("apiVersion: v1\nkind: Config\ncurrent-context: x\n"
+                    f"clusters: [{{name: c, cluster: {{server: '{url}'}}}}]\n"
+                    "users: [{name: u, user: {token: t}}]\n"
+                    "contexts: [{name: x, context: {cluster: c, user: u}}]\n")
+    try:
+        code = main(["autoscale", "evaluate", "--live", "ml/qwen", "--kubeconfig", str(path),
+                     "--prometheus", "http://127.0.0.1:1"])
+    finally:
+        client.ApiClient.set_default(None)  # type: ignore[no-untyped-call]
+        server.shutdown()
+        server.server_close()
+    err = capsys.readouterr().err
+    assert code == 1
+    assert f"--live: the server at {url} did not answer as a Kubernetes API server" in err, err
+    assert "check the server in the kubeconfig" in err and "metadata" not in err
+
+
+def test_batching_off_over_a_stored_batching_block_is_previewed(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Batching turned Off after Auto applied a value: the operator removes status.batching
+    (its patch sends null), and the preview read that null as a block, with a traceback."""
+    from infertune.autoscale_cli import evaluate
+    from infertune.metrics.prometheus import PrometheusSource
+    from infertune.scaling.signals import Series, TargetSignals, Window
+
+    def fetch(self: PrometheusSource, targets: list[Any], now: float) -> dict[str, Any]:
+        window = Window.of_points([(now - 30 + i, 5.0) for i in range(31)], now, 30.0, 1.0,
+                                  32.0)
+        steady = Series(((now - 15, 0.05), (now, 0.05)), 15.0)
+        return {t.key: TargetSignals(window, steady, steady) for t in targets}
+
+    monkeypatch.setattr(PrometheusSource, "fetch", fetch)
+    stored = {"batching": {"knob": "max-num-seqs", "recommended": 32, "applied": 32}}
+    result = evaluate(tuning(), "http://127.0.0.1:9", None, 1.0, NOW,
+                      live=Live(tuning(), 3, stored, 1, None))
+    assert result["batching"] is None

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import jsonpatch
 import pytest
@@ -178,3 +179,137 @@ def test_plan_says_when_the_files_only_deployment_is_not_the_target(
     assert main(["plan", str(EXAMPLE), "--pod", str(EXAMPLE), "--output", "json"]) == 0
     assert not any("is not the tuning's target" in p
                    for p in json.loads(capsys.readouterr().out)["problems"])
+
+
+def _example(**changes: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The example's Deployment and tuning (copies), with `changes` to the serving container."""
+    docs = [d for d in yaml.safe_load_all(EXAMPLE.read_text()) if d]
+    deployment = next(d for d in docs if d["kind"] == "Deployment")
+    tuning = next(d for d in docs if d["kind"] == "InferenceTuning")
+    deployment["spec"]["template"]["spec"]["containers"][0].update(changes)
+    return deployment, tuning
+
+
+def _planned(tmp_path: Path, capsys: pytest.CaptureFixture[str], *docs: dict[str, Any],
+             options: tuple[str, ...] = ()) -> dict[str, Any]:
+    path = tmp_path / "manifest.yaml"
+    path.write_text(yaml.safe_dump_all(docs))
+    assert main(["plan", str(path), "--pod", str(path), "--output", "json", *options]) == 0, \
+        capsys.readouterr().err
+    result: dict[str, Any] = json.loads(capsys.readouterr().out)
+    return result
+
+
+def test_plan_skips_the_qos_checks_as_run_no_static_cpu_manager_does(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """An operator run with --no-static-cpu-manager never reports QoS problems; `plan`
+    reported them, as if the kubelets ran the static CPU manager."""
+    burstable = {"requests": {"cpu": "4", "memory": "32Gi", "nvidia.com/gpu": 1},
+                 "limits": {"cpu": "8", "memory": "32Gi", "nvidia.com/gpu": 1}}
+    docs = _example(resources=burstable)
+    qos = "requests cpu below its limit, so the pod is not Guaranteed QoS"
+    assert any(qos in p for p in _planned(tmp_path, capsys, *docs)["problems"])
+    problems = _planned(tmp_path, capsys, *docs, options=("--no-static-cpu-manager",))[
+        "problems"]
+    assert not any("Guaranteed QoS" in p for p in problems), problems
+
+
+GPU = {"requests": {"cpu": "8", "memory": "32Gi", "nvidia.com/gpu": 1},
+       "limits": {"cpu": "8", "memory": "32Gi", "nvidia.com/gpu": 1}}
+
+
+def test_plan_previews_the_mig_slice_of_a_planned_layout(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """With spec.mig the webhook asks for the slice status.mig names; offline there is no
+    status.mig, and `plan` could only say "not planned yet (see status.mig)"."""
+    docs = _example(resources=GPU)
+    planned = _planned(tmp_path, capsys, *docs, options=("--mig-profile", "2g.35gb"))
+    paths = {(op["op"], op["path"]) for op in planned["patch"]}
+    assert ("add", "/spec/containers/0/resources/limits/nvidia.com~1mig-2g.35gb") in paths
+    assert ("remove", "/spec/containers/0/resources/limits/nvidia.com~1gpu") in paths
+    assert not any("MIG" in p for p in planned["problems"]), planned["problems"]
+    unplanned = _planned(tmp_path, capsys, *docs)
+    assert not any(op["path"].endswith("mig-2g.35gb") for op in unplanned["patch"])
+    (mig,) = [p for p in unplanned["problems"] if "MIG" in p]
+    assert "see status.mig" not in mig
+    assert "until the operator has planned the MIG layout (status.mig in the cluster)" in mig
+    assert "--mig-profile PROFILE previews it" in mig
+    # The revision is the webhook's for that planned profile: pods labelled with it are
+    # tuned, and not evicted by re-tuning.
+    assert planned["revision"] != unplanned["revision"]
+
+
+@pytest.mark.parametrize(("profile", "mig", "says"), [
+    ("9g.1gb", {"profile": "2g.35gb"}, "--mig-profile '9g.1gb': no GPU in the MIG catalog "
+     "has this profile"),
+    ("3g.71gb", {"profile": "2g.35gb"}, "--mig-profile 3g.71gb: spec.mig.profile is 2g.35gb"),
+    ("1g.18gb", {"sizing": {"weights": "15Gi"}, "layout": [{"profile": "3g.71gb"}]},
+     "--mig-profile 1g.18gb: spec.mig.layout has no 1g.18gb"),
+    ("2g.35gb", None, "--mig-profile 2g.35gb: the tuning has no spec.mig"),
+])
+def test_plan_refuses_a_mig_profile_the_tuning_cannot_get(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], profile: str,
+        mig: dict[str, Any] | None, says: str) -> None:
+    deployment, tuning = _example(resources=GPU)
+    if mig is None:
+        del tuning["spec"]["mig"]
+    else:
+        tuning["spec"]["mig"] = mig
+    path = tmp_path / "manifest.yaml"
+    path.write_text(yaml.safe_dump_all([deployment, tuning]))
+    assert main(["plan", str(path), "--pod", str(path), "--mig-profile", profile]) == 1
+    assert says in capsys.readouterr().err
+
+
+def test_plan_says_when_the_target_is_in_another_namespace(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """spec.targetRef names a Deployment of the tuning's namespace; one of that name
+    elsewhere was planned for without a word. The one in the tuning's namespace is taken
+    first."""
+    deployment, tuning = _example()
+    elsewhere = {**deployment, "metadata": {**deployment["metadata"], "namespace": "staging"}}
+    problems = _planned(tmp_path, capsys, elsewhere, tuning)["problems"]
+    assert problems[0] == ("Deployment qwen2-7b is in namespace staging, not the tuning's "
+                           "inference: spec.targetRef names a Deployment of the tuning's own "
+                           "namespace, so the operator never tunes this one's pods; planned "
+                           "as if it were")
+    both = _planned(tmp_path, capsys, elsewhere, deployment, tuning)["problems"]
+    assert not any("namespace" in p for p in both), both
+
+
+def _pod(deployment: dict[str, Any], **metadata: Any) -> dict[str, Any]:
+    template = deployment["spec"]["template"]
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {**template["metadata"], "name": "qwen2-7b-abc", **metadata},
+            "spec": template["spec"]}
+
+
+def _owned_by(replicaset: str) -> dict[str, Any]:
+    return {"ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet",
+                                 "name": replicaset, "uid": "u", "controller": True}],
+            "labels": {"app": "qwen2-7b", "pod-template-hash": "5d9f7"}}
+
+
+@pytest.mark.parametrize(("metadata", "says"), [
+    ({}, "Pod qwen2-7b-abc has no controlling ReplicaSet in metadata.ownerReferences: the "
+     "webhook tunes only the pods of a Deployment (created by its ReplicaSet) and admits "
+     "this one unchanged"),
+    ({"ownerReferences": [{"kind": "ReplicaSet", "name": "qwen2-7b-5d9f7", "uid": "u"}]},
+     "has no controlling ReplicaSet"),  # not its controller
+    (_owned_by("other-5d9f7"), "Pod qwen2-7b-abc belongs to Deployment other (ReplicaSet "
+     "other-5d9f7), not the tuning's target (spec.targetRef.name qwen2-7b)"),
+    ({**_owned_by("qwen2-7b-5d9f7"), "namespace": "staging"},
+     "Pod qwen2-7b-abc is in namespace staging, not the tuning's inference"),
+    (_owned_by("qwen2-7b-5d9f7"), None),
+])
+def test_plan_says_when_the_webhook_would_leave_a_pod_alone(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], metadata: dict[str, Any],
+        says: str | None) -> None:
+    """The webhook tunes a pod through its controlling ReplicaSet's Deployment
+    (controller/pods.py, _deployment_of); a bare Pod was planned as if it would be tuned."""
+    deployment, tuning = _example()
+    problems = _planned(tmp_path, capsys, _pod(deployment, **metadata), tuning)["problems"]
+    if says is None:
+        assert not any("Pod " in p for p in problems), problems
+    else:
+        assert any(says in p for p in problems), problems

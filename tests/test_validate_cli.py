@@ -177,6 +177,13 @@ def _tuning_yaml(spec_lines: str, metadata_lines: str = "") -> str:
      "spec.autoscaling.maxReplicas: '0xffff"),
     ("  targetRef: {name: qwen}\n  autoscaling: {maxReplicas: 0o" + "7" * 5000 + "}\n", "",
      "spec.autoscaling.maxReplicas: '0o7777"),
+    # Beyond a float: go-yaml keeps them as strings, and "write it without quotes" was
+    # wrong advice for a number written without any.
+    ("  targetRef: {name: qwen}\n  autoscaling: {maxReplicas: 1e400}\n", "",
+     "spec.autoscaling.maxReplicas: 1e400 is out of range: a number beyond what a 64-bit "
+     "float holds; give a smaller one"),
+    ("  targetRef: {name: qwen}\n  autoscaling: {tolerance: -" + "9" * 5000 + "}\n", "",
+     "spec.autoscaling.tolerance: -9999999999999999999... (5001 characters) is out of range"),
     # Quantities kubectl sends as the integers they are, and an empty namespace it ignores.
     ("  targetRef: {name: qwen}\n  memory: {high: 30e9, minHeadroom: 1.0}\n", "", None),
 ])
@@ -246,3 +253,25 @@ def test_a_status_in_the_file_is_not_checked(tmp_path: Path,
     manifest.write_text(_tuning_yaml("  targetRef: {name: qwen}\n")
                         + "status: {phase: Bogus, autoscaling: {unknown: 1}}\n")
     assert main(["validate", str(manifest)]) == 0, capsys.readouterr().err
+
+
+def test_output_into_a_pipe_closed_early_ends_quietly_with_141(tmp_path: Path) -> None:
+    """`infertune validate many.yaml | head -1`: the rest of the output went into a closed
+    pipe, and a BrokenPipeError traceback came out with exit 1."""
+    items = "".join(f"- apiVersion: infertune.io/v1alpha1\n  kind: InferenceTuning\n"
+                    f"  metadata: {{name: tuning-{i}, namespace: ns}}\n"
+                    "  spec: {targetRef: {name: d}, engine: vllm}\n" for i in range(3000))
+    many = tmp_path / "many.yaml"
+    many.write_text("apiVersion: v1\nkind: List\nitems:\n" + items)
+    # Some 150 KB of "valid" lines: more than the pipe holds, so writes are still going on
+    # when head has read its line and gone.
+    writer = subprocess.Popen([sys.executable, "-m", "infertune", "validate", str(many)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert writer.stdout is not None and writer.stderr is not None
+    head = subprocess.run(["head", "-1"], stdin=writer.stdout, capture_output=True,
+                          check=True)
+    writer.stdout.close()
+    err = writer.stderr.read().decode()
+    assert writer.wait(timeout=120) == 141, err
+    assert head.stdout.decode().endswith("InferenceTuning ns/tuning-0: valid\n")
+    assert err == "", err

@@ -1,9 +1,10 @@
 """`infertune autoscale evaluate`: one evaluation with the operator's adapter and engine.
 
 It reads the signals from Prometheus, runs the same decision the operator runs, and prints the
-signals, the decision and its reason. From a file it starts from an empty stabilization window
-(there is no status to resume from), so it may propose a scale-in the operator would still
-hold. With --live NAMESPACE/NAME it reads the tuning from the cluster instead: its spec as the
+signals, the decision and its reason. From a file it is the operator's evaluation of a new
+tuning: it starts from an empty stabilization window (there is no status to resume from), so it
+may propose a scale-in the operator would still hold, and knows of nothing that stops the
+writes. With --live NAMESPACE/NAME it reads the tuning from the cluster instead: its spec as the
 operator sees it, the state the operator keeps in status.autoscaling.state (the windows), and
 the Deployment's replicas from its scale subresource, so it decides as the operator would now.
 """
@@ -32,10 +33,14 @@ METRICS_MISSING = 3
 would be False): a preset or query that matches no series fails a script's check."""
 EXIT_STATUS = (
     "exit status: 0 evaluated with every signal; 1 bad input, or the cluster cannot be read "
-    f"(--live); {METRICS_MISSING} evaluated, but a signal is missing (no series, stale, or "
-    "Prometheus failed) or the latency cannot be compared with the target (the histogram's "
-    "buckets): the decision holds where data is missing, and each problem from a query "
-    "names it")
+    "(--live); 2 a command line that does not parse (an unknown option, a value of the wrong "
+    f"type), as for every command; {METRICS_MISSING} evaluated, but a signal is missing (no "
+    "series, stale, or Prometheus failed) or the latency cannot be compared with the target "
+    "(the histogram's buckets): the decision holds where data is missing, and each problem "
+    "from a query names it")
+FILE_WRITE_NOTE = ("from a file, no HorizontalPodAutoscaler, other InferenceTuning or replica "
+                   "fight is known, any of which stops the writes; --live reads them")
+"""Said beside a write previewed from a file: the cluster may hold what stops it."""
 
 
 def add_autoscale_commands(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -71,6 +76,7 @@ def evaluate_command(args: argparse.Namespace) -> int:
     from infertune.autoscale_live import read_live
     from infertune.metrics.access import access_from_args
     from infertune.planning import PlanInputError, load_tuning_and_template
+    from infertune.scaling.signals import seconds
 
     try:
         if (args.tuning is None) == (args.live is None):
@@ -91,7 +97,8 @@ def evaluate_command(args: argparse.Namespace) -> int:
     if args.output == "json":
         print(json.dumps(result, indent=2, sort_keys=True))
     else:
-        print(_text(result))
+        assert tuning.spec.autoscaling is not None  # evaluate refuses a tuning without it
+        print(_text(result, seconds(tuning.spec.autoscaling.latency.target)))
     if result["signals"]["problems"]:
         # Each problem once, without its query (printed above, or in the JSON): three copies
         # of 4 KB of PromQL buried the cause.
@@ -108,16 +115,13 @@ def evaluate(tuning: InferenceTuning, prometheus: str, replicas: int | None,
              template: dict[str, Any] | None = None) -> dict[str, Any]:
     """One evaluation, as the JSON the command prints. With `live` (what --live read) it is
     the operator's own: its stored windows, the Deployment's replicas, and whether it would
-    write them; without, the windows start empty, as for a new tuning, and the batching step
-    starts from the knob on `template` (the target's spec.template.spec, when the file holds
-    the Deployment), as the operator's does."""
+    write them; without, it is the operator's evaluation of a new tuning (plan_evaluation over
+    an empty status): the windows start empty, and the batching step starts from the knob on
+    `template` (the target's spec.template.spec, when the file holds the Deployment)."""
     from infertune.controller.fights import written_replicas
-    from infertune.controller.scaling_report import plan_evaluation, template_start
+    from infertune.controller.scaling_report import plan_evaluation
     from infertune.metrics.prometheus import PrometheusSource
     from infertune.metrics.source import target_for_tuning
-    from infertune.scaling.batching import recommend_batching
-    from infertune.scaling.engine import decide_scale
-    from infertune.scaling.state import ScalingState
     from infertune.tuning.pod_patch import template_batching
 
     spec = tuning.spec.autoscaling
@@ -132,9 +136,15 @@ def evaluate(tuning: InferenceTuning, prometheus: str, replicas: int | None,
     source = PrometheusSource(prometheus, timeout_s=timeout_s, access=access,
                               templates=templates)
     signals = source.fetch([target], now)[target.key]
-    write: dict[str, Any] | None = None
     if live is None:
-        decision = decide_scale(spec, current, signals, ScalingState(), now)
+        # The operator's evaluation of a new tuning: nothing stored, no replica fight, and no
+        # writer known to stop it (a file shows neither HPAs nor other tunings). Deciding
+        # with decide_scale alone left out what the evaluation adds to the decision.
+        blocked: Blocked | None = None
+        planned = plan_evaluation(tuning.spec, 0, {}, signals, current, None, now,
+                                  template=None if template is None else
+                                  template_batching(tuning.spec, template))
+        notes = [FILE_WRITE_NOTE] if planned.write is not None else []
     else:
         blocked, fight = live.blocked(current, now), live.fight(current, now)
         written = written_replicas(live.status, tuning.spec.target_ref.name)
@@ -144,22 +154,16 @@ def evaluate(tuning: InferenceTuning, prometheus: str, replicas: int | None,
                                   written if written == current else None,
                                   live.ready if replicas is None else None, live.template,
                                   live.unprobed)
-        decision = planned.decision
-        write = {"replicas": planned.write,
-                 "why": why_written(tuning, decision, blocked, planned.write),
-                 "notes": list(live.notes)}
-    on_pods = (live.template if live is not None else
-               None if template is None else template_batching(tuning.spec, template))
-    batching = recommend_batching(tuning.spec.batching, tuning.spec.engine, spec,
-                                  decision.signals, *template_start(tuning.spec, on_pods))
-    shown = None if batching is None else {
-        "knob": batching.knob.value, "recommended": batching.recommended,
-        "reason": batching.reason}
-    if live is not None and "batching" in planned.status:
-        # The operator's own step: from the value it applied, waiting for the pods to run it.
-        block = planned.status["batching"]
-        shown = {"knob": block["knob"], "recommended": block["recommended"],
-                 "reason": block["reason"]}
+        notes = list(live.notes)
+    decision = planned.decision
+    write = {"replicas": planned.write,
+             "why": why_written(tuning, decision, blocked, planned.write), "notes": notes}
+    # The operator's own step: from the pod template's value, or the one it applied (then
+    # waiting for the pods to run it). None when batching is Off (also when Off removes a
+    # stored block).
+    block = planned.status.get("batching")
+    shown = None if block is None else {
+        "knob": block["knob"], "recommended": block["recommended"], "reason": block["reason"]}
     return {
         "tuning": target.key,
         "currentReplicas": current,
@@ -188,8 +192,14 @@ def why_written(tuning: InferenceTuning, decision: ScaleDecision, blocked: Block
     return f"not written ({blocked.reason}): {blocked.message}"
 
 
-def _text(result: dict[str, Any]) -> str:
+def _text(result: dict[str, Any], target_s: float) -> str:
+    """The result for people: numbers rounded, latencies in milliseconds as the reasons write
+    them (`target_s`, the latency target, keeps one close to it from reading as it), and
+    "no data" where a signal has none (the JSON keeps the raw values and nulls)."""
+    from infertune.scaling.signals import latency_text
+
     signals = result["signals"]
+    latency, rate = signals["latencySeconds"], signals["requestRate"]
     assumed = " (assumed: minReplicas; pass --replicas)" if result["currentReplicasAssumed"] \
         else ""
     windows = ("stored by the operator" if result["state"] != "empty" else
@@ -199,9 +209,11 @@ def _text(result: dict[str, Any]) -> str:
         f"{result['desiredReplicas']}{assumed}",
         f"reason: {result['reason']}",
         f"stabilization and rate-limit windows: {windows}",
-        f"queue per replica: {signals['queuePerReplica']}",
-        f"latency ({signals['latencyKind']}): {signals['latencySeconds']} s at "
-        f"{signals['requestRate']} req/s, {signals['latencyBreaches']} samples above target",
+        f"queue per replica: {_rounded(signals['queuePerReplica'])}",
+        f"latency ({signals['latencyKind']}): "
+        f"{'no data' if latency is None else latency_text(latency, target_s)} at "
+        f"{'an unknown request rate' if rate is None else _rounded(rate) + ' req/s'}, "
+        f"{signals['latencyBreaches']} samples above target",
     ]
     lines += [f"problem: {p}" for p in signals["problems"]]
     if result["write"] is not None:
@@ -211,3 +223,10 @@ def _text(result: dict[str, Any]) -> str:
         b = result["batching"]
         lines.append(f"batching: {b['knob']} -> {b['recommended']} ({b['reason']})")
     return "\n".join(lines)
+
+
+def _rounded(value: float | None) -> str:
+    """A signal to two decimals, without trailing zeros (30, 6.92); "no data" for None."""
+    if value is None:
+        return "no data"
+    return f"{value:.2f}".rstrip("0").rstrip(".")

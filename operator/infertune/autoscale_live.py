@@ -90,8 +90,13 @@ def _read_live(ref: str, kubeconfig: str | None) -> Live:
     from kubernetes.config import ConfigException
 
     from infertune.api.errors import validate_stored
-    from infertune.api.spec import GROUP, PLURAL, VERSION, is_dns_label, is_dns_subdomain
-    from infertune.kube.client import configure, deployment_replicas, kubeconfig_missing
+    from infertune.api.spec import GROUP, KIND, PLURAL, VERSION, is_dns_label, is_dns_subdomain
+    from infertune.kube.client import (
+        api_server_url,
+        configure,
+        deployment_replicas,
+        kubeconfig_missing,
+    )
 
     namespace, slash, name = ref.partition("/")
     if not (slash and namespace and name) or "/" in name:
@@ -118,8 +123,17 @@ def _read_live(ref: str, kubeconfig: str | None) -> Live:
                          f"{str(exc)[:200]}); check --kubeconfig") from None
     what = f"InferenceTuning {namespace}/{name}"
     try:
-        body = cast(dict[str, Any], client.CustomObjectsApi().get_namespaced_custom_object(
-            GROUP, VERSION, namespace, PLURAL, name))
+        answer: object = client.CustomObjectsApi().get_namespaced_custom_object(
+            GROUP, VERSION, namespace, PLURAL, name)
+        if not (isinstance(answer, dict) and answer.get("kind") == KIND
+                and answer.get("apiVersion") == f"{GROUP}/{VERSION}"):
+            # A 200 from something else at that address (a web page, a proxy's login form):
+            # validated, it read as a tuning whose metadata was missing.
+            raise ValueError(f"--live: the server at {api_server_url()} did not answer as a "
+                             f"Kubernetes API server (no {KIND} object in its answer for "
+                             f"{namespace}/{name}); check the server in the kubeconfig "
+                             "(--kubeconfig)")
+        body = cast(dict[str, Any], answer)
         tuning, problems = validate_stored(body)
         if tuning is None:
             raise ValueError(f"--live: the InferenceTuning's spec ({namespace}/{name}) does not "

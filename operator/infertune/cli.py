@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import os
 import re
@@ -14,6 +15,9 @@ from infertune import __version__
 
 Command = Callable[[argparse.Namespace], int]
 DEFAULT_LAUNCHER_IMAGE = f"ghcr.io/infertune/infertune:{__version__}"
+CLOSED_OUTPUT = 128 + 13
+"""Exit status when the reader of the output closed it early: 128 + SIGPIPE, as a shell
+reports a command that SIGPIPE ended."""
 
 
 def seconds_type(*, zero: bool = False, most: float = 86400.0) -> Callable[[str], float]:
@@ -121,7 +125,9 @@ def _plan(args: argparse.Namespace) -> int:
 
     try:
         text = plan_from_files(Path(args.tuning), Path(args.pod), args.launcher_image,
-                               as_json=args.output == "json")
+                               as_json=args.output == "json",
+                               static_cpu_manager=not args.no_static_cpu_manager,
+                               mig_profile=args.mig_profile)
     except PlanInputError as exc:
         print(str(exc), file=sys.stderr)
         return 1
@@ -320,6 +326,14 @@ def _add_plan_command(commands: argparse._SubParsersAction) -> None:  # type: ig
                       "standard input, which may also hold the tuning)")
     plan.add_argument("--output", choices=("text", "json"), default="text")
     plan.add_argument("--launcher-image", default=DEFAULT_LAUNCHER_IMAGE, type=image_type)
+    plan.add_argument("--no-static-cpu-manager", action="store_true",
+                      help="as for run: kubelets do not run the static CPU manager, so the QoS "
+                      "checks are skipped (the webhook of an operator run so skips them)")
+    plan.add_argument("--mig-profile", metavar="PROFILE",
+                      help="with spec.mig: the MIG profile the tuning's pods get once the "
+                      "operator has planned the layout (status.mig.profile in the cluster), "
+                      "for example 2g.35gb; the patch then requests that slice. Without it "
+                      "the pod keeps its GPU request, as before the layout is planned")
     plan.set_defaults(handler=_plan)
 
 
@@ -358,7 +372,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _launcher_install(argparse.Namespace(directory=given[2]))
     args = build_parser().parse_args(argv)
     handler: Command = args.handler
-    return handler(args)
+    if handler is _run:  # a broken pipe there is a connection's, not the output's
+        return handler(args)
+    try:
+        code = handler(args)
+        # Flushed here, so that a reader that went away is seen below and not by the
+        # interpreter's final flush (which prints a traceback and exits 120).
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # `infertune validate many.yaml | head -1`: the reader has what it wanted. Quiet, as
+        # a shell tool that SIGPIPE ends; stdout goes to /dev/null so that flushing what is
+        # left at exit cannot fail again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        with contextlib.suppress(OSError, ValueError):  # stdout is no file (a test's capture)
+            os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return CLOSED_OUTPUT
+    return code
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -11,6 +11,7 @@ from pydantic import ValidationError
 from infertune.api.errors import field_errors
 from infertune.api.manifests import load_documents, source_name
 from infertune.api.spec import KIND, InferenceTuning
+from infertune.tuning.mig import load_catalog
 from infertune.tuning.pod_patch import PodContext, PodPlan, plan_pod_patch
 from infertune.tuning.pod_shape import pod_from_deployment, pod_problem, template_problem
 
@@ -36,8 +37,11 @@ def load_tuning_and_template(path: Path) -> tuple[InferenceTuning, dict[str, Any
     is read once."""
     documents = _documents(path)
     tuning = _tuning_of(documents, source_name(path))
+    # One of that name in another namespace is another Deployment: the operator reads the
+    # one in the tuning's namespace.
     named = [d for d in documents if d.get("kind") == "Deployment"
-             and _name(d) == tuning.spec.target_ref.name]
+             and _name(d) == tuning.spec.target_ref.name
+             and _same_namespace(d, tuning.metadata.namespace)]
     if not named:
         return tuning, None
     return tuning, _deployment_pod(named[0], source_name(path))["spec"]
@@ -61,13 +65,16 @@ def _tuning_of(documents: list[dict[str, Any]], source: str) -> InferenceTuning:
         raise PlanInputError("\n".join(lines)) from None
 
 
-def load_pod(path: Path, target: str | None = None) -> tuple[dict[str, Any], str | None]:
+def load_pod(path: Path, target: str | None = None,
+             namespace: str | None = None) -> tuple[dict[str, Any], list[str]]:
     """The pod to plan for: the one the Deployment named `target` (spec.targetRef) would
-    create, else a Pod, else the file's only Deployment's; and the name of the Deployment it
-    comes from (None for a Pod)."""
+    create (the one in `namespace`, the tuning's, first), else a Pod, else the file's only
+    Deployment's; and the problems that say why the webhook would not tune it so (another
+    Deployment's, another namespace's, a Pod no Deployment owns)."""
     docs, source = _documents(path), source_name(path)
     deployments = [d for d in docs if d.get("kind") == "Deployment"]
-    named = [d for d in deployments if _name(d) == target]
+    named = sorted((d for d in deployments if _name(d) == target),
+                   key=lambda d: not _same_namespace(d, namespace))
     pods = [d for d in docs if d.get("kind") == "Pod"]
     if named:
         chosen, pod = named[0], None
@@ -81,11 +88,61 @@ def load_pod(path: Path, target: str | None = None) -> tuple[dict[str, Any], str
     else:
         raise PlanInputError(f"{source}: no Pod or Deployment found")
     if pod is None:
-        return _deployment_pod(chosen, source), _name(chosen)
+        return _deployment_pod(chosen, source), _deployment_problems(chosen, target, namespace)
     problem = pod_problem(pod)
     if problem is not None:
         raise PlanInputError(f"{source}: Pod {_name(pod)}: {problem}")
-    return pod, None
+    return pod, _pod_problems(pod, target, namespace)
+
+
+def _deployment_problems(deployment: dict[str, Any], target: str | None,
+                         namespace: str | None) -> list[str]:
+    """Why the operator would not tune the pods of `deployment` (planned for all the same,
+    and said, so that the preview is not read as what will happen)."""
+    name = _name(deployment)
+    if target is not None and name != target:
+        return [f"Deployment {name} is not the tuning's target (spec.targetRef.name {target}): "
+                "the operator never tunes its pods; planned as if it were"]
+    if not _same_namespace(deployment, namespace):
+        return [f"Deployment {name} is in namespace {_namespace(deployment)}, not the "
+                f"tuning's {namespace}: spec.targetRef names a Deployment of the tuning's own "
+                "namespace, so the operator never tunes this one's pods; planned as if it "
+                "were"]
+    return []
+
+
+def _pod_problems(pod: dict[str, Any], target: str | None,
+                  namespace: str | None) -> list[str]:
+    """Why the webhook would admit `pod` unchanged: it tunes the pods a ReplicaSet of the
+    target Deployment creates, in the tuning's namespace (controller/pods.py,
+    `_deployment_of`)."""
+    name, problems = _name(pod), []
+    if not _same_namespace(pod, namespace):
+        problems.append(f"Pod {name} is in namespace {_namespace(pod)}, not the tuning's "
+                        f"{namespace}: the webhook tunes only pods of the tuning's namespace; "
+                        "planned as if it were")
+    meta = pod.get("metadata") or {}
+    refs = meta.get("ownerReferences")
+    owner = next((ref for ref in (refs if isinstance(refs, list) else [])
+                  if isinstance(ref, dict) and ref.get("kind") == "ReplicaSet"
+                  and ref.get("controller")), None)
+    if owner is None:
+        problems.append(f"Pod {name} has no controlling ReplicaSet in "
+                        "metadata.ownerReferences: the webhook tunes only the pods of a "
+                        "Deployment (created by its ReplicaSet) and admits this one unchanged; "
+                        "planned as if it were (or give the Deployment with --pod)")
+        return problems
+    # The Deployment controller names a ReplicaSet <deployment>-<pod-template-hash>.
+    replicaset, template_hash = str(owner.get("name")), (meta.get("labels") or {}).get(
+        "pod-template-hash")
+    if template_hash and replicaset.endswith(f"-{template_hash}"):
+        deployment = replicaset[: -len(template_hash) - 1]
+        if target is not None and deployment != target:
+            problems.append(f"Pod {name} belongs to Deployment {deployment} (ReplicaSet "
+                            f"{replicaset}), not the tuning's target (spec.targetRef.name "
+                            f"{target}): the webhook admits it unchanged; planned as if it "
+                            "were")
+    return problems
 
 
 def _deployment_pod(deployment: dict[str, Any], source: str) -> dict[str, Any]:
@@ -102,6 +159,19 @@ def _name(doc: dict[str, Any]) -> str:
     return str(meta.get("name")) if isinstance(meta, dict) else "(no name)"
 
 
+def _namespace(doc: dict[str, Any]) -> str | None:
+    meta = doc.get("metadata")
+    namespace = meta.get("namespace") if isinstance(meta, dict) else None
+    return str(namespace) if namespace else None  # empty is unset, as kubectl takes it
+
+
+def _same_namespace(doc: dict[str, Any], namespace: str | None) -> bool:
+    """Whether `doc` is in `namespace`; one left unset on either side is taken as the same
+    (kubectl puts both into the namespace of the context, or of --namespace)."""
+    theirs = _namespace(doc)
+    return theirs is None or namespace is None or theirs == namespace
+
+
 def render(plan: PodPlan, *, as_json: bool) -> str:
     if as_json:
         return json.dumps({"revision": plan.revision, "refused": plan.refused,
@@ -115,17 +185,56 @@ def render(plan: PodPlan, *, as_json: bool) -> str:
     return "\n".join(lines) + "\n"
 
 
+MIG_NOT_PLANNED = "the MIG layout is not planned yet"
+"""How the planner's problem starts when spec.mig has no planned profile (tuning/pod_mig.py)."""
+
+
 def plan_from_files(tuning_path: Path, pod_path: Path, launcher_image: str, *,
-                    as_json: bool) -> str:
+                    as_json: bool, static_cpu_manager: bool = True,
+                    mig_profile: str | None = None) -> str:
+    """The webhook's plan for the pod in `pod_path`, as an operator run with
+    `static_cpu_manager` (`run --no-static-cpu-manager`: False) would make it once the MIG
+    layout gives the tuning's pods `mig_profile` (status.mig.profile; None: not planned)."""
     tuning = load_tuning(tuning_path)
     target = tuning.spec.target_ref.name
-    pod, owner = load_pod(pod_path, target)
-    context = PodContext(tuning_name=tuning.metadata.name, launcher_image=launcher_image)
+    pod, problems = load_pod(pod_path, target, tuning.metadata.namespace)
+    context = PodContext(tuning_name=tuning.metadata.name, launcher_image=launcher_image,
+                         static_cpu_manager=static_cpu_manager,
+                         mig_profile=_mig_profile(tuning, mig_profile),
+                         mig_strategy=("mixed" if tuning.spec.mig is None else
+                                       tuning.spec.mig.strategy.value))
     plan = plan_pod_patch(tuning.spec, pod, context)
-    if owner is not None and owner != target:
-        # The file's only Deployment, planned for although the operator would never tune
-        # its pods: said, so that the preview is not read as what will happen.
-        plan.problems.insert(0, f"Deployment {owner} is not the tuning's target "
-                                f"(spec.targetRef.name {target}): the operator never tunes "
-                                "its pods; planned as if it were")
+    if mig_profile is None:
+        # The planner sends the webhook's reader to status.mig, which a file does not have.
+        plan.problems[:] = [
+            "spec.mig: the pod keeps its GPU request until the operator has planned the MIG "
+            "layout (status.mig in the cluster), then the webhook asks for the planned "
+            "profile's slice (nvidia.com/mig-<profile> under strategy mixed); --mig-profile "
+            "PROFILE previews it"
+            if p.startswith(MIG_NOT_PLANNED) else p for p in plan.problems]
+    plan.problems[:0] = problems
     return render(plan, as_json=as_json)
+
+
+def _mig_profile(tuning: InferenceTuning, profile: str | None) -> str | None:
+    """--mig-profile checked against the tuning and the MIG catalog, as the layout planner
+    could give it to the tuning's pods."""
+    mig = tuning.spec.mig
+    if profile is None:
+        return None
+    if mig is None:
+        raise PlanInputError(f"--mig-profile {profile}: the tuning has no spec.mig, so its pods "
+                             "get no MIG slice; leave --mig-profile out")
+    known = {p.name for product in load_catalog().products for p in product.profiles}
+    if profile not in known:
+        raise PlanInputError(f"--mig-profile {profile!r}: no GPU in the MIG catalog has this "
+                             "profile; give one as NVIDIA names it, for example 2g.35gb or "
+                             "1g.18gb+me (`infertune mig profiles PRODUCT` lists a GPU's)")
+    if mig.profile is not None and profile != mig.profile:
+        raise PlanInputError(f"--mig-profile {profile}: spec.mig.profile is {mig.profile}, the "
+                             "profile the operator gives the tuning's pods; give that one")
+    if mig.layout and all(s.profile != profile for s in mig.layout):
+        raise PlanInputError(f"--mig-profile {profile}: spec.mig.layout has no {profile}, and "
+                             "the pods get a profile of the layout; give one of "
+                             f"{', '.join(s.profile for s in mig.layout)}")
+    return profile

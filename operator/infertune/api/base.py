@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, model_validator
@@ -18,11 +19,24 @@ def _number(value: Any) -> Any:
     2 and 1, which `kubectl apply` refuses (and `minReplicas: yes` would mean one replica)."""
     if isinstance(value, str):
         try:
-            float(value)
-        except ValueError:  # not a number in quotes: "write it without quotes" misled
+            number = float(value)
+        except ValueError:
+            number = math.nan
+        # Not a number in quotes (and inf or nan, which YAML spells .inf and .nan): "write it
+        # without quotes" misled.
+        if math.isnan(number) or value.strip().lstrip("+-")[:1].isalpha():
             raise PydanticCustomError(
                 "infertune_not_a_number", "{shown} is not a number; give a number",
-                {"shown": repr(value)[:60]}) from None
+                {"shown": repr(value)[:60]})
+        if math.isinf(number):
+            # Beyond a float (1e400, thousands of digits), the reader keeps even an unquoted
+            # one as the string it is, as kubectl does: quotes are not what is wrong.
+            text = value.strip()
+            raise PydanticCustomError(
+                "infertune_number_out_of_range",
+                "{shown} is out of range: a number beyond what a 64-bit float holds; give a "
+                "smaller one", {"shown": text if len(text) <= 40 else
+                                f"{text[:20]}... ({len(text)} characters)"})
         raise PydanticCustomError(
             "infertune_quoted_number",
             "{shown} is a string, not a number; write it without quotes",
