@@ -42,6 +42,8 @@ class Machine:
     dev_minors: tuple[int, ...] = ()
     memory_max: str | None = None  # cgroup v2 memory.max, bytes or "max"; None: no file
     node_memory_kb: int | None = None  # each node's MemTotal in node<N>/meminfo; None: no file
+    # each node's huge page pools: page size in kB -> nr_hugepages as written; None: no file
+    node_hugepages: dict[int, str | None] = field(default_factory=dict)
 
     def build(self, root: Path) -> None:
         sys_, proc = root / "sys", root / "proc"
@@ -51,6 +53,12 @@ class Machine:
                 write(sys_ / f"devices/system/node/node{node}/meminfo",
                       f"Node {node} MemTotal:       {self.node_memory_kb} kB\n"
                       f"Node {node} MemFree:        {self.node_memory_kb // 2} kB\n")
+            for size_kb, count in self.node_hugepages.items():
+                pool = sys_ / f"devices/system/node/node{node}/hugepages/hugepages-{size_kb}kB"
+                pool.mkdir(parents=True, exist_ok=True)
+                if count is not None:
+                    write(pool / "nr_hugepages", count)
+                    write(pool / "free_hugepages", count)
         write(proc / "self/cgroup", "0::/kubepods.slice/pod1.slice/cri-containerd-c1.scope\n")
         write(proc / "self/status", f"Name:\tsh\nCpus_allowed_list:\t{self.status_cpus}\n"
               f"Mems_allowed_list:\t{self.mems or '0-1'}\n")
@@ -85,6 +93,9 @@ GPU_NO_NODE = Gpu("GPU-deadbeef-0000-0000-0000-000000000000", "0000:00:1e.0", 0,
 GIB = 1024 ** 3
 NODE_KB = 256 * 1024 * 1024
 """MemTotal of a 256 GiB NUMA node, in kB as node<N>/meminfo gives it."""
+HUGE_234_GIB = {1048576: "200", 2048: "17408"}
+"""Huge page pools reserving 200 GiB in 1 GiB pages and 34 GiB in 2 MiB pages: 22 GiB of a
+256 GiB node's MemTotal is left to ordinary allocations."""
 
 
 @dataclass(frozen=True)
@@ -307,6 +318,44 @@ CASES = {
         "memory bound to node 0 all the same (strict): the container's memory limit of 409600 "
         "MiB (memory.max) is above node 0's 262144 MiB (MemTotal), so the kernel OOM-kills the "
         "command when node 0 is full"),
+    # MemTotal counts the node's huge pages, which ordinary allocations cannot take: a 200Gi
+    # limit bound to a 256 GiB node holding 234 GiB of them was OOM-killed at about 22 GiB.
+    "memory_limit_above_what_huge_pages_leave_prefers_the_node_memory": Case(
+        Machine(gpus=(GPU1,), memory_max=str(200 * GIB), node_memory_kb=NODE_KB,
+                node_hugepages=HUGE_234_GIB),
+        {"NVIDIA_VISIBLE_DEVICES": GPU1.uuid}, ("--cpunodebind=1", "--preferred=1"),
+        {"level": "info", "action": "bind", "node": "1"},
+        "memory preferred on node 1, not bound: the container's memory limit of 204800 MiB "
+        "(memory.max) is above node 1's 22528 MiB (MemTotal 262144 MiB, less 239616 MiB of huge "
+        "pages), and bound there the command would be OOM-killed when node 1 is full"),
+    "memory_limit_within_what_huge_pages_leave_binds_it": Case(
+        Machine(gpus=(GPU1,), memory_max=str(16 * GIB), node_memory_kb=NODE_KB,
+                node_hugepages=HUGE_234_GIB),
+        {"NVIDIA_VISIBLE_DEVICES": GPU1.uuid}, ("--cpunodebind=1", "--membind=1"),
+        {"level": "info", "action": "bind"}),
+    "no_memory_limit_says_what_huge_pages_leave": Case(
+        Machine(memory_max="max", node_memory_kb=NODE_KB, node_hugepages=HUGE_234_GIB),
+        {"INFERTUNE_NUMA_POLICY": "node:0"}, ("--cpunodebind=0", "--preferred=0"),
+        {"level": "info"}, "the container has no memory limit (memory.max max) and node 0 has "
+        "22528 MiB (MemTotal 262144 MiB, less 239616 MiB of huge pages)"),
+    "unreadable_huge_page_pools_count_as_none": Case(
+        Machine(memory_max=str(200 * GIB), node_memory_kb=NODE_KB,
+                node_hugepages={1048576: "100", 2048: None, 16777216: "many"}),
+        {"INFERTUNE_NUMA_POLICY": "node:0"}, ("--cpunodebind=0", "--preferred=0"),
+        {"level": "info"}, "above node 0's 159744 MiB (MemTotal 262144 MiB, less 102400 MiB of "
+        "huge pages)"),
+    "huge_page_pools_that_reserve_nothing_change_nothing": Case(
+        Machine(memory_max=str(NODE_KB * 1024), node_memory_kb=NODE_KB,
+                node_hugepages={1048576: "0", 2048: "0"}),
+        {"INFERTUNE_NUMA_POLICY": "node:0"}, ("--cpunodebind=0", "--membind=0"),
+        {"level": "info"}),
+    "strict_binds_memory_above_what_huge_pages_leave_and_warns": Case(
+        Machine(memory_max=str(200 * GIB), node_memory_kb=NODE_KB, node_hugepages=HUGE_234_GIB),
+        {"INFERTUNE_NUMA_POLICY": "node:0", "INFERTUNE_NUMA_STRICT": "true"},
+        ("--cpunodebind=0", "--membind=0"), {"level": "warning", "action": "bind"},
+        "memory bound to node 0 all the same (strict): the container's memory limit of 204800 "
+        "MiB (memory.max) is above node 0's 22528 MiB (MemTotal 262144 MiB, less 239616 MiB of "
+        "huge pages), so the kernel OOM-kills the command when node 0 is full"),
 }
 
 
@@ -325,13 +374,15 @@ def test_dry_run_argv_and_log(shell: list[str], case: Case, tmp_path: Path) -> N
 MIG_UUID = "MIG-c6d4f1ef-42e4-5de3-91c7-45d71c87eb3f"
 
 
-def nvidia_smi_listing(root: Path, listing: str, hang: int = 0) -> str:
+def nvidia_smi_listing(root: Path, listing: str, hang: int = 0,
+                       ignores_term: bool = False) -> str:
     """An `nvidia-smi -L` that prints `listing` (NVIDIA's documented format), after `hang`
-    seconds: the test machine has no GPU, so the launcher is pointed at it through
-    INFERTUNE_NVIDIA_SMI."""
+    seconds, ignoring SIGTERM if asked: the test machine has no GPU, so the launcher is
+    pointed at it through INFERTUNE_NVIDIA_SMI."""
     script = root / "bin/nvidia-smi"
-    write(script, f"#!/bin/sh\n[ \"$1\" = -L ] || exit 2\n{f'sleep {hang}' if hang else ''}\n"
-                  f"cat <<'EOF'\n{listing}EOF\n")
+    trap = "trap '' TERM" if ignores_term else ""
+    write(script, f"#!/bin/sh\n[ \"$1\" = -L ] || exit 2\n{trap}\n"
+                  f"{f'sleep {hang}' if hang else ''}\ncat <<'EOF'\n{listing}EOF\n")
     script.chmod(0o755)
     return str(script)
 
@@ -391,22 +442,75 @@ def test_a_current_mig_uuid_is_placed_by_the_gpu_nvidia_smi_lists_it_under(
 
 
 @pytest.mark.parametrize("shell", SHELLS)
-def test_a_hung_nvidia_smi_is_given_up_on(shell: list[str], tmp_path: Path) -> None:
+@pytest.mark.parametrize("ignores_term", [False, True], ids=["stops_on_term", "ignores_term"])
+def test_a_hung_nvidia_smi_is_given_up_on(shell: list[str], ignores_term: bool,
+                                          tmp_path: Path) -> None:
     """`nvidia-smi -L` ran without a time limit: a hung driver held the container's start for
-    ever. Out of time, the MIG device's GPU is not known."""
+    ever. Out of time, the MIG device's GPU is not known. After TERM, timeout waits for its
+    child: one that ignored TERM held the start as long as it hung."""
     Machine(gpus=(GPU0, GPU1)).build(tmp_path)
     smi = nvidia_smi_listing(tmp_path, (
         f"GPU 1: NVIDIA A100-SXM4-40GB (UUID: {GPU1.uuid})\n"
-        f"  MIG 1g.5gb      Device  0: (UUID: {MIG_UUID})\n"), hang=20)
+        f"  MIG 1g.5gb      Device  0: (UUID: {MIG_UUID})\n"), hang=8, ignores_term=ignores_term)
     started = time.monotonic()
     result = launch(shell, tmp_path, {"NVIDIA_VISIBLE_DEVICES": MIG_UUID,
                                       "INFERTUNE_NVIDIA_SMI": smi,
                                       "INFERTUNE_NVIDIA_SMI_TIMEOUT": "1"},
                     "--dry-run", "--", *COMMAND)
-    assert time.monotonic() - started < 10
+    assert time.monotonic() - started < 5
     assert result.argv == COMMAND and result.log["action"] == "unbound"
     assert (f"{MIG_UUID}: its GPU is unknown (not in nvidia-smi -L, no nvidia-smi, or no "
             "answer from it within 1s)") in result.log["reason"]
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+@pytest.mark.parametrize(("value", "seconds"), [("00", 5), ("0", 5), ("007", 7), ("1.5", 5),
+                                                ("-3", 5), ("", 5), ("soon", 5)])
+def test_the_nvidia_smi_time_limit_is_whole_seconds_above_zero(
+        shell: list[str], value: str, seconds: int, tmp_path: Path) -> None:
+    """timeout reads 0 as no limit: 00 passed the check for 0 and turned the limit off."""
+    Machine(gpus=(GPU0, GPU1)).build(tmp_path)
+    smi = nvidia_smi_listing(tmp_path, f"GPU 1: NVIDIA A100-SXM4-40GB (UUID: {GPU1.uuid})\n")
+    result = launch(shell, tmp_path, {"NVIDIA_VISIBLE_DEVICES": MIG_UUID,
+                                      "INFERTUNE_NVIDIA_SMI": smi,
+                                      "INFERTUNE_NVIDIA_SMI_TIMEOUT": value},
+                    "--dry-run", "--", *COMMAND)
+    assert f"no answer from it within {seconds}s)" in result.log["reason"]
+
+
+def busybox_timeout_before_1_30(root: Path) -> Path:
+    """A directory holding a `timeout` with busybox's syntax before 1.30, `timeout [-t SECS]
+    [-s SIG] PROG ARGS` (SECS 10 by default): `timeout 5 nvidia-smi -L` runs a program named
+    5 (coreutils/timeout.c of busybox 1.29)."""
+    script = root / "busybox-1.29/timeout"
+    write(script, "#!/bin/sh\nsecs=10 sig=TERM\nwhile :; do case $1 in\n"
+                  "-t) secs=$2; shift 2 ;;\n-s) sig=$2; shift 2 ;;\n*) break ;;\nesac; done\n"
+                  'exec /usr/bin/timeout -s "$sig" "$secs" "$@"\n')
+    script.chmod(0o755)
+    return script.parent
+
+
+@pytest.mark.skipif(not Path("/usr/bin/timeout").exists(), reason="needs coreutils timeout")
+@pytest.mark.parametrize("shell", SHELLS)
+def test_a_busybox_timeout_before_1_30_is_given_its_own_syntax(shell: list[str],
+                                                               tmp_path: Path) -> None:
+    """Given SECS first, busybox before 1.30 ran SECS as the program: nvidia-smi never ran,
+    and every MIG-<uuid> device counted as having no GPU."""
+    Machine(gpus=(GPU0, GPU1)).build(tmp_path)
+    old = busybox_timeout_before_1_30(tmp_path)
+    listing = (f"GPU 1: NVIDIA A100-SXM4-40GB (UUID: {GPU1.uuid})\n"
+               f"  MIG 1g.5gb      Device  0: (UUID: {MIG_UUID})\n")
+    env = {"NVIDIA_VISIBLE_DEVICES": MIG_UUID, "PATH": f"{old}:/usr/bin:/bin",
+           "INFERTUNE_NVIDIA_SMI": nvidia_smi_listing(tmp_path, listing),
+           "INFERTUNE_NVIDIA_SMI_TIMEOUT": "1"}
+    result = launch(shell, tmp_path, env, "--dry-run", "--", *COMMAND)
+    assert result.argv == bound(tmp_path, "--cpunodebind=1", "--membind=1"), result.stderr
+    env["INFERTUNE_NVIDIA_SMI"] = nvidia_smi_listing(tmp_path, listing, hang=8,
+                                                     ignores_term=True)
+    started = time.monotonic()
+    hung = launch(shell, tmp_path, env, "--dry-run", "--", *COMMAND)
+    assert time.monotonic() - started < 5
+    assert hung.argv == COMMAND and "no answer from it within 1s" in hung.log["reason"]
 
 
 @pytest.mark.parametrize("shell", SHELLS)

@@ -246,10 +246,37 @@ def test_plan_previews_the_mig_slice_of_a_planned_layout(
     ("1g.18gb", {"sizing": {"weights": "15Gi"}, "layout": [{"profile": "3g.71gb"}]},
      "--mig-profile 1g.18gb: spec.mig.layout has no 1g.18gb"),
     ("2g.35gb", None, "--mig-profile 2g.35gb: the tuning has no spec.mig"),
+    # The layout planner gives the smallest profile without +me that holds the model (30Gi x
+    # 1.1 = 33 GiB): these two were accepted, and the preview asked for a slice no node has.
+    ("1g.5gb", {"sizing": {"weights": "30Gi"}}, "--mig-profile 1g.5gb: the layout planner "
+     "gives this tuning's pods 1g.45gb (NVIDIA-B200), 1g.47gb (NVIDIA-GB200), 3g.40gb "
+     "(NVIDIA-A100-SXM4-80GB, NVIDIA-H100-80GB-HBM3), 3g.47gb (NVIDIA-H100-NVL), 3g.71gb "
+     "(NVIDIA-H200), 7g.40gb (NVIDIA-A100-SXM4-40GB) under strategy mixed, never 1g.5gb "
+     "(spec.mig.sizing: the model needs 33 GiB, and the pods get the smallest profile without "
+     "media extensions that holds it); give one of those"),
+    ("1g.10gb+me", {"sizing": {"weights": "30Gi"}}, "never 1g.10gb+me (spec.mig.sizing"),
+    ("3g.40gb", {"sizing": {"weights": "30Gi"},
+                 "nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-H200"}},
+     "--mig-profile 3g.40gb: the layout planner gives this tuning's pods 3g.71gb (NVIDIA-H200) "
+     "under strategy mixed, never 3g.40gb"),
+    ("7g.180gb", {"sizing": {"weights": "300Gi"}}, "--mig-profile 7g.180gb: spec.mig cannot be "
+     "planned under strategy mixed on any GPU of the MIG catalog, so the operator gives the "
+     "pods no MIG slice: model needs 330 GiB but the largest profile on NVIDIA-B200 is "
+     "7g.180gb (180 GB)"),
+    ("1g.5gb", {"profile": "1g.5gb", "nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-H200"}},
+     "spec.mig cannot be planned under strategy mixed on any GPU spec.mig.nodeSelector allows "
+     "(nvidia.com/gpu.product: NVIDIA-H200), so the operator gives the pods no MIG slice: "
+     "1g.5gb does not exist on NVIDIA-H200"),
 ])
 def test_plan_refuses_a_mig_profile_the_tuning_cannot_get(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], profile: str,
         mig: dict[str, Any] | None, says: str) -> None:
+    assert _plan_mig(tmp_path, mig, "--mig-profile", profile) == 1
+    assert says in capsys.readouterr().err
+
+
+def _plan_mig(tmp_path: Path, mig: dict[str, Any] | None, *options: str) -> int:
+    """`plan --output json` over the example with `mig` as its spec.mig (None: none)."""
     deployment, tuning = _example(resources=GPU)
     if mig is None:
         del tuning["spec"]["mig"]
@@ -257,8 +284,50 @@ def test_plan_refuses_a_mig_profile_the_tuning_cannot_get(
         tuning["spec"]["mig"] = mig
     path = tmp_path / "manifest.yaml"
     path.write_text(yaml.safe_dump_all([deployment, tuning]))
-    assert main(["plan", str(path), "--pod", str(path), "--mig-profile", profile]) == 1
-    assert says in capsys.readouterr().err
+    return main(["plan", str(path), "--pod", str(path), "--output", "json", *options])
+
+
+@pytest.mark.parametrize("profile", ["3g.71gb", "3g.40gb", "1g.45gb"])
+def test_plan_takes_a_profile_the_sizing_gives_on_some_gpu(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], profile: str) -> None:
+    assert _plan_mig(tmp_path, {"sizing": {"weights": "30Gi"}}, "--mig-profile", profile) == 0
+    patch = json.loads(capsys.readouterr().out)["patch"]
+    assert any(op["path"].endswith(f"nvidia.com~1mig-{profile}") for op in patch), patch
+
+
+SINGLE = "mig: single strategy, nvidia.com/gpu is a 2g.35gb slice"
+
+
+@pytest.mark.parametrize(("strategy", "option", "single"), [
+    ("mixed", (), False), ("mixed", ("--mig-strategy", "single"), True),
+    ("single", (), True), ("single", ("--mig-strategy", "mixed"), False)])
+def test_plan_takes_the_mig_strategy_of_the_nodes_when_told(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], strategy: str,
+        option: tuple[str, ...], single: bool) -> None:
+    """The webhook reads status.mig.strategy, which the operator takes from the selected
+    nodes' nvidia.com/mig.strategy (spec.mig.strategy only where they have none); `plan`
+    took spec.mig.strategy whatever the nodes run."""
+    mig = {"profile": "2g.35gb", "strategy": strategy}
+    assert _plan_mig(tmp_path, mig, "--mig-profile", "2g.35gb", *option) == 0
+    planned = json.loads(capsys.readouterr().out)
+    requested = any(op["path"].endswith("nvidia.com~1mig-2g.35gb") for op in planned["patch"])
+    assert (requested, SINGLE in planned["reasons"]) == (not single, single), planned
+
+
+def test_plan_refuses_a_mixed_layout_under_strategy_single(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Nodes on strategy single: the operator refuses the example's 3g.71gb + 2x2g.35gb
+    layout, and no pod gets a slice."""
+    _, tuning = _example()
+    assert _plan_mig(tmp_path, tuning["spec"]["mig"], "--mig-profile", "2g.35gb",
+                     "--mig-strategy", "single") == 1
+    assert capsys.readouterr().err.strip() == (
+        "--mig-profile 2g.35gb: spec.mig cannot be planned under strategy single on any GPU of "
+        "the MIG catalog, so the operator gives the pods no MIG slice: 3g.71gb + 2x2g.35gb: "
+        "strategy single gives every MIG device on a node the same profile; use one profile or "
+        "strategy mixed")
+    with pytest.raises(SystemExit):
+        main(["plan", str(EXAMPLE), "--pod", str(EXAMPLE), "--mig-strategy", "none"])
 
 
 def test_plan_says_when_the_target_is_in_another_namespace(

@@ -127,7 +127,7 @@ def _plan(args: argparse.Namespace) -> int:
         text = plan_from_files(Path(args.tuning), Path(args.pod), args.launcher_image,
                                as_json=args.output == "json",
                                static_cpu_manager=not args.no_static_cpu_manager,
-                               mig_profile=args.mig_profile)
+                               mig_profile=args.mig_profile, mig_strategy=args.mig_strategy)
     except PlanInputError as exc:
         print(str(exc), file=sys.stderr)
         return 1
@@ -334,6 +334,12 @@ def _add_plan_command(commands: argparse._SubParsersAction) -> None:  # type: ig
                       "operator has planned the layout (status.mig.profile in the cluster), "
                       "for example 2g.35gb; the patch then requests that slice. Without it "
                       "the pod keeps its GPU request, as before the layout is planned")
+    plan.add_argument("--mig-strategy", choices=("mixed", "single"),
+                      help="with --mig-profile: the MIG strategy of the nodes "
+                      "(status.mig.strategy: the selected nodes' nvidia.com/mig.strategy "
+                      "label when they agree, else spec.mig.strategy); default "
+                      "spec.mig.strategy. Under single the pod keeps nvidia.com/gpu, and a "
+                      "layout of more than one profile cannot be planned")
     plan.set_defaults(handler=_plan)
 
 

@@ -11,7 +11,17 @@ from pydantic import ValidationError
 from infertune.api.errors import field_errors
 from infertune.api.manifests import load_documents, source_name
 from infertune.api.spec import KIND, InferenceTuning
-from infertune.tuning.mig import load_catalog
+from infertune.api.tuning import MigSpec, MigStrategy
+from infertune.tuning.mig import (
+    Infeasible,
+    MemoryRequest,
+    MigProduct,
+    gib,
+    load_catalog,
+    plan_layout,
+    request_from_spec,
+)
+from infertune.tuning.mig_nodes import PRODUCT_LABEL
 from infertune.tuning.pod_patch import PodContext, PodPlan, plan_pod_patch
 from infertune.tuning.pod_shape import pod_from_deployment, pod_problem, template_problem
 
@@ -191,18 +201,19 @@ MIG_NOT_PLANNED = "the MIG layout is not planned yet"
 
 def plan_from_files(tuning_path: Path, pod_path: Path, launcher_image: str, *,
                     as_json: bool, static_cpu_manager: bool = True,
-                    mig_profile: str | None = None) -> str:
+                    mig_profile: str | None = None, mig_strategy: str | None = None) -> str:
     """The webhook's plan for the pod in `pod_path`, as an operator run with
     `static_cpu_manager` (`run --no-static-cpu-manager`: False) would make it once the MIG
-    layout gives the tuning's pods `mig_profile` (status.mig.profile; None: not planned)."""
+    layout gives the tuning's pods `mig_profile` (status.mig.profile; None: not planned) under
+    `mig_strategy` (status.mig.strategy; None: spec.mig.strategy)."""
     tuning = load_tuning(tuning_path)
     target = tuning.spec.target_ref.name
     pod, problems = load_pod(pod_path, target, tuning.metadata.namespace)
+    strategy = _mig_strategy(tuning, mig_strategy)
     context = PodContext(tuning_name=tuning.metadata.name, launcher_image=launcher_image,
                          static_cpu_manager=static_cpu_manager,
-                         mig_profile=_mig_profile(tuning, mig_profile),
-                         mig_strategy=("mixed" if tuning.spec.mig is None else
-                                       tuning.spec.mig.strategy.value))
+                         mig_profile=_mig_profile(tuning, mig_profile, strategy),
+                         mig_strategy=strategy.value)
     plan = plan_pod_patch(tuning.spec, pod, context)
     if mig_profile is None:
         # The planner sends the webhook's reader to status.mig, which a file does not have.
@@ -216,9 +227,19 @@ def plan_from_files(tuning_path: Path, pod_path: Path, launcher_image: str, *,
     return render(plan, as_json=as_json)
 
 
-def _mig_profile(tuning: InferenceTuning, profile: str | None) -> str | None:
+def _mig_strategy(tuning: InferenceTuning, strategy: str | None) -> MigStrategy:
+    """The strategy status.mig.strategy would say: the operator takes the selected nodes'
+    nvidia.com/mig.strategy when they all carry the same one (controller/mig.py), which a file
+    does not show; spec.mig.strategy where they carry none."""
+    if strategy is not None:
+        return MigStrategy(strategy)
+    return MigStrategy.MIXED if tuning.spec.mig is None else tuning.spec.mig.strategy
+
+
+def _mig_profile(tuning: InferenceTuning, profile: str | None,
+                 strategy: MigStrategy) -> str | None:
     """--mig-profile checked against the tuning and the MIG catalog, as the layout planner
-    could give it to the tuning's pods."""
+    could give it to the tuning's pods under `strategy`."""
     mig = tuning.spec.mig
     if profile is None:
         return None
@@ -237,4 +258,62 @@ def _mig_profile(tuning: InferenceTuning, profile: str | None) -> str | None:
         raise PlanInputError(f"--mig-profile {profile}: spec.mig.layout has no {profile}, and "
                              "the pods get a profile of the layout; give one of "
                              f"{', '.join(s.profile for s in mig.layout)}")
+    _check_planned(profile, mig.model_copy(update={"strategy": strategy}))
     return profile
+
+
+def _check_planned(profile: str, planned: MigSpec) -> None:
+    """PlanInputError unless the layout planner gives the pods `profile` on some GPU that
+    `planned` (spec.mig under the strategy assumed) can select."""
+    strategy = planned.strategy
+    given, infeasible = _planned_profiles(planned)
+    if not given:
+        # Said for the GPUs that have the profile asked for: the others' reasons are theirs.
+        having = [reason for product, reason in infeasible.items()
+                  if _has_profile(product, profile)]
+        raise PlanInputError(f"--mig-profile {profile}: spec.mig cannot be planned under "
+                             f"strategy {strategy.value} on any GPU {_products_text(planned)}, "
+                             "so the operator gives the pods no MIG slice: "
+                             + "; ".join(having or infeasible.values()))
+    if profile not in given:
+        choices = ", ".join(f"{p} ({', '.join(products)})"
+                            for p, products in sorted(given.items()))
+        request = request_from_spec(planned)
+        why = "" if not isinstance(request, MemoryRequest) else (
+            f" (spec.mig.sizing: the model needs {gib(request.need_bytes)}, and the pods get "
+            "the smallest profile without media extensions that holds it)")
+        raise PlanInputError(f"--mig-profile {profile}: the layout planner gives this tuning's "
+                             f"pods {choices} under strategy {strategy.value}, never "
+                             f"{profile}{why}; give "
+                             + ("that profile" if len(given) == 1 else "one of those"))
+
+
+def _planned_profiles(mig: MigSpec) -> tuple[dict[str, list[str]], dict[str, str]]:
+    """The profile the layout planner gives the pods on each GPU that spec.mig can select
+    (profile -> products), as the operator plans status.mig.profile per product
+    (controller/mig.py, `_plans`), and why it gives none on the others (product -> reason)."""
+    catalog = load_catalog()
+    named = mig.node_selector.get(PRODUCT_LABEL)
+    products = [named] if named is not None else [p.product for p in catalog.products]
+    request = request_from_spec(mig)
+    given: dict[str, list[str]] = {}
+    infeasible: dict[str, str] = {}
+    for product in products:
+        result = plan_layout(product, request, catalog)
+        if isinstance(result, Infeasible):
+            infeasible[product] = result.reason
+        else:
+            given.setdefault(result.pod_profile, []).append(result.product)
+    return given, infeasible
+
+
+def _has_profile(product: str, profile: str) -> bool:
+    found = load_catalog().lookup(product)
+    return isinstance(found, MigProduct) and found.profile(profile) is not None
+
+
+def _products_text(mig: MigSpec) -> str:
+    named = mig.node_selector.get(PRODUCT_LABEL)
+    if named is None:
+        return "of the MIG catalog"
+    return f"spec.mig.nodeSelector allows ({PRODUCT_LABEL}: {named})"
