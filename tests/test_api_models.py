@@ -163,29 +163,6 @@ def test_values_round_trip_as_written() -> None:
          "metrics.podLabel: 'without' is a PromQL keyword or number"),
         ({"engine": "custom", "metrics": {"queueDepth": "on", "latencyHistogram": "lat"}},
          "metrics.queueDepth: 'on' is a PromQL keyword or number"),
-        # Read as group_left too (the colon trap): no query with it parsed.
-        ({"metrics": {"queueDepth": "group:left"}},
-         "metrics.queueDepth: 'group:left' is read as 'group_left' too (a Prometheus scraping "
-         "over OpenMetrics stores the colon as an underscore), a PromQL keyword"),
-        ({"metrics": {"running": "Group:Right"}},
-         "metrics.running: 'Group:Right' is read as 'Group_Right' too"),
-        # Labels the queries add or group by: the series collided, or none was found.
-        ({"metrics": {"podLabel": "infertune_target"}},
-         "metrics.podLabel: 'infertune_target' is a label the operator's queries add to their "
-         "results (infertune_target, infertune_stat), so it cannot hold the pod"),
-        ({"metrics": {"namespaceLabel": "infertune_stat"}},
-         "metrics.namespaceLabel: 'infertune_stat' is a label the operator's queries add"),
-        ({"metrics": {"podLabel": "le"}},
-         "metrics.podLabel: 'le' is a histogram bucket's bound, which the latency queries "
-         "group by, so it cannot hold the pod"),
-        ({"metrics": {"namespaceLabel": "pod"}},
-         "metrics.namespaceLabel: 'pod' is podLabel too; the queries group by the namespace "
-         "and the pod, so they must be two labels"),
-        # The latency query's step: Prometheus keeps time in milliseconds.
-        ({"autoscaling": {"interval": "1s500us"}},
-         "autoscaling.interval: 1s500us is not a whole number of milliseconds"),
-        ({"autoscaling": {"interval": "1.0005s"}},
-         "autoscaling.interval: 1.0005s is not a whole number of milliseconds"),
         ({"targetRef": {"name": "qwen", "kind": "StatefulSet"}},
          "targetRef.kind: 'StatefulSet' is not allowed"),
         # PromQL templates (spec.metrics.queries): the field and what to change.
@@ -244,10 +221,71 @@ def test_knobs_auto_must_not_drive_validate_and_are_refused_when_applied(
     assert (found is None) if problem is None else (problem in str(found)), found
 
 
+def _manifest(**sections: Any) -> dict[str, Any]:
+    return {"apiVersion": "infertune.io/v1alpha1", "kind": "InferenceTuning",
+            "metadata": {"name": "q", "namespace": "ml"}, "spec": _spec(**sections)}
+
+
+@pytest.mark.parametrize(("sections", "expected"), [
+    # Read as group_left too (the colon trap): no query with it parsed.
+    ({"metrics": {"queueDepth": "group:left"}},
+     "spec.metrics.queueDepth: 'group:left' is read as 'group_left' too (a Prometheus "
+     "scraping over OpenMetrics stores the colon as an underscore), a PromQL keyword"),
+    ({"metrics": {"running": "Group:Right"}},
+     "spec.metrics.running: 'Group:Right' is read as 'Group_Right' too"),
+    # Labels the queries add or group by: the series collided, or none was found.
+    ({"metrics": {"podLabel": "infertune_target"}},
+     "spec.metrics.podLabel: 'infertune_target' is a label the operator's queries add to "
+     "their results (infertune_target, infertune_stat), so it cannot hold the pod"),
+    ({"metrics": {"namespaceLabel": "infertune_stat"}},
+     "spec.metrics.namespaceLabel: 'infertune_stat' is a label the operator's queries add"),
+    ({"metrics": {"podLabel": "le"}},
+     "spec.metrics.podLabel: 'le' is a histogram bucket's bound, which the latency queries "
+     "group by, so it cannot hold the pod"),
+    ({"metrics": {"namespaceLabel": "pod"}},
+     "spec.metrics.namespaceLabel: 'pod' is podLabel too; the queries group by the namespace "
+     "and the pod, so they must be two labels"),
+    # The latency query's step: Prometheus keeps time in milliseconds.
+    ({"autoscaling": {"interval": "1s500us"}},
+     "spec.autoscaling.interval: 1s500us is not a whole number of milliseconds"),
+    ({"autoscaling": {"interval": "1.0005s"}},
+     "spec.autoscaling.interval: 1.0005s is not a whole number of milliseconds"),
+])
+def test_what_the_queries_cannot_read_is_refused_by_validate_and_stored_ones_stay_valid(
+        sections: dict[str, Any], expected: str) -> None:
+    """Names and intervals the operator's queries cannot use, which the previous release
+    took. `validate` refuses them; the models do not: a stored tuning turned InvalidSpec
+    lost its pod tuning (new pods admitted untouched, no re-tuning, MIG pods Pending). The
+    operator reads no data for it instead, and says why in MetricsAvailable (see
+    test_a_target_whose_query_cannot_be_built_fails_alone)."""
+    from infertune.api.errors import validate_stored
+    from infertune.api.manifests import Document, validate_documents
+
+    tuning, problems = validate_stored(_manifest(**sections))
+    assert tuning is not None, problems
+    (report,) = validate_documents([Document("t.yaml", 0, _manifest(**sections))])
+    errors = [str(e) for e in report.errors]
+    assert any(expected in e for e in errors), errors
+
+
+def test_a_latency_histogram_is_read_by_its_suffixed_names_only() -> None:
+    """The queries read <name>_bucket, _count and _sum, never the bare name: `group:left`
+    (read as group_left_bucket too) was refused as if they read group_left."""
+    from infertune.api.spec import apply_problems
+
+    tuning = InferenceTuning.model_validate(_manifest(
+        metrics={"latencyHistogram": "group:left"}))
+    assert apply_problems(tuning) == []
+
+
 @pytest.mark.parametrize("interval", ["1001ms", "1.5s", "1m0.001s", "15s"])
 def test_intervals_in_whole_milliseconds_are_accepted(interval: str) -> None:
-    spec = InferenceTuningSpec.model_validate(_spec(autoscaling={"interval": interval}))
-    assert spec.autoscaling is not None and spec.autoscaling.interval == interval
+    from infertune.api.spec import apply_problems
+
+    tuning = InferenceTuning.model_validate(_manifest(autoscaling={"interval": interval}))
+    assert tuning.spec.autoscaling is not None
+    assert tuning.spec.autoscaling.interval == interval
+    assert apply_problems(tuning) == []
 
 
 @pytest.mark.parametrize("label", ["_", "_pod", "pod_name", "k8s_namespace", "a"])

@@ -148,10 +148,9 @@ def prometheus(exporters: tuple[Exporter, Exporter, Exporter]
 def target(namespace: str, deployment: str, engine: Engine = Engine.VLLM,
            **fields: Any) -> MetricsTarget:
     # A queue target below the exported values, so the window's dip and samples are returned.
-    base: dict[str, Any] = {"window": "5s", "queue_history_s": 3.0, "latency_step_s": 2.0,
-                            "queue_target": 5.0}
-    return MetricsTarget(f"{namespace}/{deployment}", namespace, deployment, PRESETS[engine],
-                         **(base | fields))
+    base: dict[str, Any] = {"metrics": PRESETS[engine], "window": "5s",
+                            "queue_history_s": 3.0, "latency_step_s": 2.0, "queue_target": 5.0}
+    return MetricsTarget(f"{namespace}/{deployment}", namespace, deployment, **(base | fields))
 
 
 class QuietHandler(BaseHTTPRequestHandler):
@@ -575,17 +574,28 @@ def test_custom_templates_read_what_the_preset_reads(prometheus: PrometheusServe
     assert got[broken.key].latency.problem is None  # only the refused query fails
 
 
+@pytest.mark.parametrize("long", [False, True])
 def test_a_template_that_fails_on_one_namespaces_data_fails_that_namespace_only(
-        prometheus: PrometheusServer) -> None:
+        prometheus: PrometheusServer, long: bool) -> None:
     """One template in two namespaces: a group_left join fails ("many-to-many", "duplicate
     series") where the pods of namespace twice are scraped by several jobs, and so did the
-    one query both read; serving lost its metrics to twice's series."""
-    waiting = "vllm:num_requests_waiting{$selector}"
+    one query both read; serving lost its metrics to twice's series. Long (some 800
+    characters), its query passed MAX_QUERY_URL and named no namespace any more: both
+    namespaces read that one failing query again. Prometheus takes the long URL."""
+    from infertune.metrics.plan import MAX_QUERY_URL, plan_queries, url_length
+
+    models = "|".join(f"qwen2-7b-instruct-{i:03d}" for i in range(18)) if long else ""
+    waiting = (f'vllm:num_requests_waiting{{$selector, model!~"{models}"}}' if long
+               else "vllm:num_requests_waiting{$selector}")
     joined = EngineMetrics(Template(f"max by (namespace, pod) ({waiting}) * on (namespace, "
                                     f"pod) group_left () {waiting}"),
                            None, PRESETS[Engine.VLLM].latency)
     serving, twice = (replace(target(ns, "llm"), metrics=joined)
                       for ns in ("serving", "twice"))
+    if long:
+        assert isinstance(joined.queue_depth, Template) and len(joined.queue_depth.text) > 750
+        assert any(url_length(plan.query() or "") > MAX_QUERY_URL
+                   for plan in plan_queries([serving, twice], 1.0))
     got = fetch_when(PrometheusSource(prometheus.url), [serving, twice], serving.key)
     assert got[serving.key].queue.last == (40 * 40 + 20 * 20) / 2
     problem = got[twice.key].queue.problem or ""
@@ -731,11 +741,14 @@ def test_a_long_deployment_name_is_refused_with_a_reason(prometheus: PrometheusS
 @pytest.mark.parametrize("bad", [{"pod_label": "__name__"}, {"namespace_label": "inf"},
                                  {"queue_history_s": math.inf},
                                  {"pod_label": "infertune_target"},
-                                 {"namespace_label": "pod"}, {"latency_step_s": 2.0005}])
+                                 {"namespace_label": "pod"}, {"latency_step_s": 2.0005},
+                                 {"metrics": EngineMetrics("group:left", None,
+                                                           PRESETS[Engine.VLLM].latency)}])
 def test_a_target_whose_query_cannot_be_built_fails_alone(prometheus: PrometheusServer,
                                                           bad: dict[str, Any]) -> None:
-    """The spec validation refuses these; were one to get through (an older CRD, a stored
-    object), only its own tuning goes without data, not every tuning of the batch."""
+    """`validate` (or the spec validation) refuses these; one stored before the check (the
+    models take the last four, so as not to stop its pod tuning) goes without data alone,
+    not every tuning of the batch."""
     llm, broken = target("serving", "llm"), target("serving", "sgl", Engine.SGLANG, **bad)
     source = PrometheusSource(prometheus.url)
     got = fetch_when(source, [llm, broken], llm.key)
@@ -1132,10 +1145,14 @@ def test_a_password_in_the_url_is_not_in_the_messages() -> None:
           "or a path prefix missing from the URL?); check the URL"),
     (502, "HTTP Status Code 502, with an HTML page instead of Prometheus's answer; check the "
           "URL"),
+    (414, "HTTP Status Code 414: the query is longer than Prometheus, or a proxy in front "
+          "of it, takes in a URL; its PromQL template is repeated in it, so shorten "
+          "spec.metrics.queries or raise the proxy's limit"),
 ])
 def test_an_http_error_page_is_said_in_words_not_in_markup(status: int, says: str) -> None:
     """A URL without Prometheus's path prefix, or a proxy's error page: the condition held 300
-    characters of escaped HTML."""
+    characters of escaped HTML. A proxy's 414 (a template's long query) said to check the
+    Prometheus URL, which was right."""
     class Page(QuietHandler):
         def do_GET(self) -> None:
             self.send_response(status)

@@ -313,6 +313,35 @@ def test_templates_are_queried_per_namespace_and_presets_once_for_all() -> None:
         assert len(preset.members) == 6
 
 
+def test_a_long_template_keeps_its_namespace_however_long_its_query() -> None:
+    """A template of some 800 characters is repeated six times in the window query, past
+    MAX_QUERY_URL: the Deployments, then the namespaces, were dropped, so each namespace's
+    plan became the same query over every namespace, and one team's duplicate series failed
+    the others' again (and Prometheus ran it once per namespace). The namespace stays named;
+    a proxy that refuses the query fails that namespace's tunings only."""
+    from infertune.metrics.plan import MAX_QUERY_URL, url_length
+
+    models = "|".join(f"qwen2-7b-instruct-{i:03d}" for i in range(30))
+    joined = Template(f'max by (namespace, pod) (my_queue{{$selector, model=~"{models}"}}) '
+                      "* on (namespace, pod) group_left () my_info{$selector}")
+    assert 750 <= len(joined.text) <= 850
+    templated = EngineMetrics(joined, joined, TemplateLatency(
+        Template(f'rate(lat_bucket{{$selector, model=~"{models}"}}[$window])'),
+        Template(f'rate(lat_count{{$selector, model=~"{models}"}}[$window])')))
+    namespaces = ("team-a", "team-b", "team-c")
+    targets = [MetricsTarget(f"{ns}/t{i}", ns, f"llm-{i}", templated, want_running=True,
+                             queue_target=5.0, queue_history_s=30.0)
+               for ns in namespaces for i in range(2)]
+    plans = [p for p in plan_queries(targets, 1.0) if p.templated]
+    assert {p.signal for p in plans} == set(Signal)
+    assert max(url_length(p.query() or "") for p in plans) > MAX_QUERY_URL  # the long case
+    for plan in plans:
+        (mine,) = {t.namespace for t in plan.members}
+        query = plan.query() or ""
+        assert f'namespace=~"{mine}"' in query, (plan.signal, mine)
+        assert not any(ns in query for ns in namespaces if ns != mine), (plan.signal, mine)
+
+
 def test_fill_replaces_placeholders_outside_strings_and_comments_only() -> None:
     from infertune.api.templates import fill
 
@@ -434,34 +463,36 @@ stores `group:left` as `group_left`, and the queries read both spellings."""
 @pytest.mark.skipif(not PROMTOOL.exists(), reason="needs promtool (Debian package prometheus)")
 def test_a_colon_name_whose_other_spelling_breaks_a_query_is_refused(tmp_path: Path) -> None:
     """`group:left` validated, and its queries, which read `group_left` too, never parsed:
-    the tuning had no data for ever. Every metric name the spec accepts must build queries
-    that parse (promtool), and every one it refuses must not be built at all."""
-    from pydantic import ValidationError
+    the tuning had no data for ever. Every metric name `validate` accepts must build queries
+    that parse (promtool), and every one it refuses must not be built at all. The latency
+    histogram is read as `<name>_bucket` (group_left_bucket), never bare: it is accepted."""
+    from infertune.api.spec import InferenceTuning, apply_problems
 
-    from infertune.api.spec import MetricsSpec
-
-    files, refused = [], set()
+    read_by = {Signal.QUEUE: "queueDepth", Signal.RUNNING: "running",
+               Signal.LATENCY: "latencyHistogram", Signal.REQUEST_RATE: "latencyHistogram"}
+    files, refused, unbuilt = [], set(), set()
     for word in COLON_WORDS:
-        try:
-            MetricsSpec.model_validate({"queueDepth": word, "running": word,
-                                        "latencyHistogram": word})
-        except ValidationError:
-            refused.add(word)
+        tuning = InferenceTuning.model_validate({"metadata": {"name": "q"}, "spec": {
+            "targetRef": {"name": "llm"}, "engine": "vllm",
+            "metrics": {"queueDepth": word, "running": word, "latencyHistogram": word}}})
+        refused |= {(word, field) for field, _ in apply_problems(tuning)}
         target = MetricsTarget("ns/llm", "ns", "llm",
                                EngineMetrics(word, word, HistogramLatency(word)),
                                want_running=True)
-        try:
-            queries = [q for plan in plan_queries([target], 1.0)
-                       for q in (plan.query(), plan.floor_query()) if q is not None]
-        except ValueError:
-            assert word in refused, word  # the builder refuses no name the spec accepts
-            continue
-        assert word not in refused, word  # nor builds one it refuses
+        queries = []
+        for plan in plan_queries([target], 1.0):
+            try:
+                queries += [q for q in (plan.query(), plan.floor_query()) if q is not None]
+            except ValueError:
+                unbuilt.add((word, f"spec.metrics.{read_by[plan.signal]}"))
         rules = [{"record": f"r{i}", "expr": q} for i, q in enumerate(queries)]
         path = tmp_path / f"{word.replace(':', '-')}.yaml"
         path.write_text(yaml.safe_dump({"groups": [{"name": "g", "rules": rules}]}))
         files.append(path)
-    assert refused == {"group:left", "group:right"}
+    # The builder refuses exactly what validate refuses (a stored tuning's own queries fail).
+    assert refused == unbuilt == {(word, f"spec.metrics.{field}")
+                                  for word in ("group:left", "group:right")
+                                  for field in ("queueDepth", "running")}
     checked = subprocess.run([str(PROMTOOL), "check", "rules", *map(str, files)],
                              capture_output=True, text=True, timeout=60)
     assert checked.returncode == 0, checked.stderr

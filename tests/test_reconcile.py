@@ -95,6 +95,18 @@ def test_invalid_spec_is_refused_with_the_field() -> None:
     assert result.status.phase is Phase.ERROR
 
 
+@pytest.mark.parametrize("spec", [
+    {"metrics": {"podLabel": "infertune_target"}}, {"metrics": {"namespaceLabel": "pod"}},
+    {"metrics": {"queueDepth": "group:left"}}, {"autoscaling": {"interval": "1.0005s"}}])
+def test_a_stored_spec_only_validate_refuses_keeps_its_pod_tuning(spec: dict[str, Any]) -> None:
+    """The previous release stored these; refused by the model, they turned the tuning
+    InvalidSpec on upgrade, and its pods untuned. `validate` refuses them; the operator
+    tunes the pods and reads no data for the autoscaler (its own queries fail)."""
+    result = assess(_body(**spec), TARGET, "2026-12-03T10:00:00Z")
+    ready = find(result.status.conditions, ConditionType.READY)
+    assert ready is not None and (ready.status.value, ready.reason) == ("True", "Accepted")
+
+
 def test_unknown_container_is_not_ready() -> None:
     result = assess(_body(container="server"), TARGET, "2026-12-03T10:00:00Z")
     ready = find(result.status.conditions, ConditionType.READY)

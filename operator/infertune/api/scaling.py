@@ -257,17 +257,24 @@ class AutoscalingSpec(ApiModel):
         elif self.interval.seconds > MAX_INTERVAL_S:
             problems.add("interval", f"{self.interval} is longer than 1h; replicas would "
                          "follow the load hours late (15s is the default)")
-        elif parse_duration(self.interval) % Decimal("0.001"):
-            # It is the latency query's step, and Prometheus keeps time in milliseconds: a
-            # finer step puts the points beside the evaluation time, read as stale for ever.
-            problems.add("interval", f"{self.interval} is not a whole number of milliseconds, "
-                         "the finest time Prometheus keeps; round it (for example 1500ms)")
         fallback = self.metrics_unavailable.fallback_replicas
         if fallback is not None and not self.min_replicas <= fallback <= self.max_replicas:
             problems.add("metricsUnavailable.fallbackReplicas", f"{fallback} is outside "
                          f"minReplicas..maxReplicas ({self.min_replicas}..{self.max_replicas})")
         problems.raise_if_any()
         return self
+
+
+def interval_problem(interval: Duration) -> str | None:
+    """Why `interval` cannot be the latency query's step, or None; for `apply_problems`, not
+    the model: the previous release took it, and a stored tuning holding one keeps its pod
+    tuning (plan.unsupported fails its own queries, with the reason in MetricsAvailable)."""
+    if parse_duration(interval) % Decimal("0.001"):
+        # Prometheus keeps time in milliseconds: a finer step puts the points beside the
+        # evaluation time, read as stale for ever.
+        return (f"{interval} is not a whole number of milliseconds, the finest time "
+                "Prometheus keeps; round it (for example 1500ms)")
+    return None
 
 
 class BatchingMode(StrEnum):

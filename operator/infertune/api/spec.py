@@ -11,7 +11,13 @@ from pydantic.alias_generators import to_camel, to_snake
 
 from infertune.api.base import ApiModel, CrossFieldProblems, without_nulls
 from infertune.api.canary import CanarySpec
-from infertune.api.scaling import AutoscalingSpec, BatchingKnob, BatchingMode, BatchingSpec
+from infertune.api.scaling import (
+    AutoscalingSpec,
+    BatchingKnob,
+    BatchingMode,
+    BatchingSpec,
+    interval_problem,
+)
 from infertune.api.status import InferenceTuningStatus
 from infertune.api.templates import MAX_TEMPLATE_LENGTH, template_problem
 from infertune.api.tuning import AllocatorSpec, MemorySpec, MigSpec, NumaSpec, RetuneSpec
@@ -201,26 +207,10 @@ class MetricsSpec(ApiModel):
         for field in ("queue_depth", "running", "latency_histogram", "pod_label",
                       "namespace_label"):
             name = getattr(self, field)
-            if name is None:
-                continue
-            if name.lower() in PROMQL_RESERVED:
+            if name is not None and name.lower() in PROMQL_RESERVED:
                 problems.add(to_camel(field), f"{name!r} is a PromQL keyword or number, which "
                              "a query cannot use as a name here; rename the metric or the "
                              "label in the exporter or with a relabeling rule")
-            elif promql_spelling(name).lower() in PROMQL_RESERVED:
-                problems.add(to_camel(field), f"{name!r} is read as "
-                             f"{promql_spelling(name)!r} too (a Prometheus scraping over "
-                             "OpenMetrics stores the colon as an underscore), a PromQL "
-                             "keyword, which no query can use as a name; rename the metric "
-                             "in the exporter or with a relabeling rule")
-        for field, holds in (("pod_label", "pod"), ("namespace_label", "namespace")):
-            problem = query_label_problem(getattr(self, field), holds)
-            if problem is not None:
-                problems.add(to_camel(field), problem)
-        if self.pod_label == self.namespace_label:
-            problems.add("namespaceLabel", f"{self.namespace_label!r} is podLabel too; the "
-                         "queries group by the namespace and the pod, so they must be two "
-                         "labels (namespace and pod by default)")
         if parse_duration(self.window) > MAX_RATE_WINDOW_S:
             problems.add("window", f"{self.window} is longer than 1h; every evaluation computes "
                          "rate() over it for each pod (1m is the default)")
@@ -235,6 +225,32 @@ class MetricsSpec(ApiModel):
                                  f"queries.{to_camel(template_field)}, not both")
         problems.raise_if_any()
         return self
+
+
+def query_name_problems(metrics: MetricsSpec) -> list[tuple[str, str]]:
+    """(field under spec.metrics, problem) for the names the operator's queries cannot use
+    that the models take, for `apply_problems`: the previous release took them. A stored
+    tuning holding one keeps its pod tuning; its own queries fail (promql.Scope,
+    promql.spellings), with the reason in its MetricsAvailable condition."""
+    problems = []
+    # The latency histogram is read as <name>_bucket, _count and _sum only, never bare.
+    for field in ("queue_depth", "running"):
+        name = getattr(metrics, field)
+        if name is not None and promql_spelling(name).lower() in PROMQL_RESERVED:
+            problems.append((to_camel(field), f"{name!r} is read as {promql_spelling(name)!r} "
+                             "too (a Prometheus scraping over OpenMetrics stores the colon as "
+                             "an underscore), a PromQL keyword, which no query can use as a "
+                             "name; rename the metric in the exporter or with a relabeling "
+                             "rule"))
+    for field, holds in (("pod_label", "pod"), ("namespace_label", "namespace")):
+        problem = query_label_problem(getattr(metrics, field), holds)
+        if problem is not None:
+            problems.append((to_camel(field), problem))
+    if metrics.pod_label == metrics.namespace_label:
+        problems.append(("namespaceLabel", f"{metrics.namespace_label!r} is podLabel too; the "
+                         "queries group by the namespace and the pod, so they must be two "
+                         "labels (namespace and pod by default)"))
+    return problems
 
 
 def query_label_problem(label: str, holds: str) -> str | None:
@@ -388,8 +404,9 @@ class ObjectMeta(ApiModel):
 def apply_problems(tuning: InferenceTuning) -> list[tuple[str, str]]:
     """(field, problem) for what the API server refuses on apply, or what can never work, in
     a manifest the models accept: for `validate` only. Not in the models: a stored object
-    the previous release accepted (a nodeSelector with a space) would become InvalidSpec on
-    upgrade, and its pods untuned; and metadata comes from the API server there."""
+    the previous release accepted (a nodeSelector with a space, a podLabel the queries add
+    themselves) would become InvalidSpec on upgrade, and its pods untuned; and metadata
+    comes from the API server there."""
     problems = [(f"metadata.{field}", "unknown field; remove it")
                 for field in sorted(set(tuning.metadata.model_extra or {})
                                     - _OBJECT_META_FIELDS)]
@@ -409,6 +426,12 @@ def apply_problems(tuning: InferenceTuning) -> list[tuple[str, str]]:
         # ValidateAnnotationsSize: keys and values together, in bytes.
         problems.append(("metadata.annotations", f"{size} bytes in all; the API server takes "
                          f"at most {MAX_ANNOTATIONS_BYTES} (keys and values together)"))
+    problems += [(f"spec.metrics.{field}", problem)
+                 for field, problem in query_name_problems(tuning.spec.metrics)]
+    autoscaling = tuning.spec.autoscaling
+    if autoscaling is not None and (
+            problem := interval_problem(autoscaling.interval)) is not None:
+        problems.append(("spec.autoscaling.interval", problem))
     batching = tuning.spec.batching
     if batching.mode is BatchingMode.AUTO and tuning.spec.autoscaling is not None and (
             problem := auto_batching_problem(

@@ -10,7 +10,7 @@ A PromQL template (spec.metrics.queries) is queried once per namespace instead: 
 preset's, its expression can fail on the data (a `group_left` join is "many-to-many" where one
 namespace has duplicate series), and Prometheus then answers nothing at all, which must not
 cost the tunings of other namespaces their metrics. Its queries grow with the namespaces that
-use it, not with the tunings in them.
+use it, not with the tunings in them, and each names its namespace however long it gets.
 """
 
 from __future__ import annotations
@@ -86,7 +86,9 @@ class QueryPlan:
         when the URL would grow past MAX_QUERY_URL the Deployments, then the namespaces, are
         no longer named (the adapter keeps its own targets from the wider answer): a proxy in
         front of Prometheus refuses longer URLs (ingress-nginx allows 8 KiB), and every
-        tuning of the batch would read as no data."""
+        tuning of the batch would read as no data. A template's plan keeps its namespace
+        (see the module's docstring): still too long, it is sent as it is, and a proxy that
+        refuses it fails that namespace's tunings of the template only."""
         return self._widened(self.build)
 
     def floor_query(self) -> str | None:
@@ -96,8 +98,10 @@ class QueryPlan:
     def _widened(self, build: Callable[[Scope], str | None]) -> str | None:
         scope = self.scope()
         text = build(scope)
-        for wider in (replace(scope, deployments=()),
-                      replace(scope, deployments=(), namespaces=())):
+        widths = [replace(scope, deployments=())]
+        if not self.templated:
+            widths.append(replace(scope, deployments=(), namespaces=()))
+        for wider in widths:
             if text is None or url_length(text) <= MAX_QUERY_URL:
                 break
             if wider != scope:
@@ -191,7 +195,8 @@ def plan_queries(targets: Sequence[MetricsTarget], resolution_s: float) -> list[
 
 def _alone(read: object, target: MetricsTarget) -> str | None:
     """The namespace a query of `read` is kept to, when it is a PromQL template's (see the
-    module's docstring); None for a preset's, which every namespace shares."""
+    module's docstring; `QueryPlan.query` never widens it past it); None for a preset's,
+    which every namespace shares."""
     return target.namespace if isinstance(read, Template | TemplateLatency) else None
 
 

@@ -561,6 +561,12 @@ def _describe(exc: Exception, timeout_s: float) -> str:
         if status.endswith("404"):
             return (f"{status}: no Prometheus query API at that address (another service, or "
                     "a path prefix missing from the URL?); check the URL")
+        if status.endswith("414"):
+            # Only a template's query grows past plan.MAX_QUERY_URL: the others stop naming
+            # the namespaces first, and a template's keeps its own (plan.QueryPlan.query).
+            return (f"{status}: the query is longer than Prometheus, or a proxy in front "
+                    "of it, takes in a URL; its PromQL template is repeated in it, so shorten "
+                    "spec.metrics.queries or raise the proxy's limit")
         if "<html" in text.lower() or "<!doctype" in text.lower():
             # A proxy's or another service's page: its markup says nothing (and it filled
             # the condition with 300 characters of escaped HTML).

@@ -143,9 +143,10 @@ class Scope:
     deployments: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        # The spec refuses these; a stored object from before must fail its own plan, not
-        # put colliding labels into a query ("vector cannot contain metrics with the same
-        # labelset") or find nothing.
+        # `validate` refuses these (spec.apply_problems); the models take them, as an older
+        # release did, so a stored object fails its own plan rather than put colliding
+        # labels into a query ("vector cannot contain metrics with the same labelset") or
+        # find nothing.
         for label, holds in ((self.pod_label, "pod"), (self.namespace_label, "namespace")):
             label_name(label)
             problem = query_label_problem(label, holds)
