@@ -6,6 +6,7 @@ WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY operator ./operator
 RUN pip install --no-cache-dir . && rm -rf /src
+WORKDIR /
 USER 65532
 ENTRYPOINT ["infertune"]
 CMD ["run", "--all-namespaces"]

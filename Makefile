@@ -8,7 +8,8 @@ setup: setup-system setup-python e2e-build ## everything the tests need, from a 
 
 setup-system: ## Debian packages: the real Prometheus, numactl and jemalloc the tests use
 	@if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO=sudo; fi; \
-	missing=$$(for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	missing=$$(for p in $(APT_PACKAGES); do \
+	  [ "$$(dpkg-query -W -f='$${Status}' $$p 2>/dev/null)" = "install ok installed" ] || echo $$p; done); \
 	if [ -n "$$missing" ]; then \
 	  $$SUDO apt-get update -q && \
 	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -q --no-install-recommends $$missing; \
