@@ -464,11 +464,34 @@ def test_a_hung_nvidia_smi_is_given_up_on(shell: list[str], ignores_term: bool,
 
 
 @pytest.mark.parametrize("shell", SHELLS)
+def test_nvidia_smi_is_asked_once_for_every_mig_device(shell: list[str], tmp_path: Path) -> None:
+    """It was run once per MIG-<uuid>, so a hung driver held the start a timeout per device."""
+    Machine(gpus=(GPU0, GPU1)).build(tmp_path)
+    others = [f"MIG-{n}1111111-2222-3333-4444-555555555555" for n in (7, 8)]
+    smi = nvidia_smi_listing(tmp_path, (
+        f"GPU 1: NVIDIA A100-SXM4-40GB (UUID: {GPU1.uuid})\n"
+        + "".join(f"  MIG 1g.5gb      Device  {i}: (UUID: {u})\n"
+                  for i, u in enumerate([MIG_UUID, *others]))))
+    calls = tmp_path / "calls"
+    counting = tmp_path / "bin/counting-nvidia-smi"
+    write(counting, f"#!/bin/sh\necho called >> {calls}\nexec {smi} \"$@\"\n")
+    counting.chmod(0o755)
+    result = launch(shell, tmp_path, {"NVIDIA_VISIBLE_DEVICES": ",".join([MIG_UUID, *others]),
+                                      "INFERTUNE_NVIDIA_SMI": str(counting)},
+                    "--dry-run", "--", *COMMAND)
+    assert result.argv == bound(tmp_path, "--cpunodebind=1", "--membind=1"), result.stderr
+    assert calls.read_text().count("called") == 1
+
+
+@pytest.mark.parametrize("shell", SHELLS)
 @pytest.mark.parametrize(("value", "seconds"), [("00", 5), ("0", 5), ("007", 7), ("1.5", 5),
-                                                ("-3", 5), ("", 5), ("soon", 5)])
+                                                ("-3", 5), ("", 5), ("soon", 5),
+                                                ("99999", 99999), ("100000", 5),
+                                                ("99999999999999999999", 5)])
 def test_the_nvidia_smi_time_limit_is_whole_seconds_above_zero(
         shell: list[str], value: str, seconds: int, tmp_path: Path) -> None:
-    """timeout reads 0 as no limit: 00 passed the check for 0 and turned the limit off."""
+    """timeout reads 0 as no limit: 00 passed the check for 0 and turned the limit off; and
+    busybox's refuses a number past its range, so nvidia-smi never ran."""
     Machine(gpus=(GPU0, GPU1)).build(tmp_path)
     smi = nvidia_smi_listing(tmp_path, f"GPU 1: NVIDIA A100-SXM4-40GB (UUID: {GPU1.uuid})\n")
     result = launch(shell, tmp_path, {"NVIDIA_VISIBLE_DEVICES": MIG_UUID,

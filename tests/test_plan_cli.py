@@ -330,6 +330,14 @@ def test_plan_refuses_a_mixed_layout_under_strategy_single(
         main(["plan", str(EXAMPLE), "--pod", str(EXAMPLE), "--mig-strategy", "none"])
 
 
+def test_plan_refuses_a_mig_strategy_without_a_profile(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Without --mig-profile the pod keeps its GPU request, so the strategy changed nothing:
+    taken silently, it read as applied."""
+    assert main(["plan", str(EXAMPLE), "--pod", str(EXAMPLE), "--mig-strategy", "single"]) == 2
+    assert "--mig-strategy goes with --mig-profile" in capsys.readouterr().err
+
+
 def test_plan_says_when_the_target_is_in_another_namespace(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """spec.targetRef names a Deployment of the tuning's namespace; one of that name

@@ -123,6 +123,13 @@ def _run(args: argparse.Namespace) -> int:
 def _plan(args: argparse.Namespace) -> int:
     from infertune.planning import PlanInputError, plan_from_files
 
+    if args.mig_strategy is not None and args.mig_profile is None:
+        # Without a profile the pod keeps its GPU request: the strategy would change nothing,
+        # and taken silently it read as applied.
+        print("infertune plan: error: --mig-strategy goes with --mig-profile (the slice the "
+              "strategy names is the profile's); give both, or leave --mig-strategy out",
+              file=sys.stderr)
+        return 2
     try:
         text = plan_from_files(Path(args.tuning), Path(args.pod), args.launcher_image,
                                as_json=args.output == "json",
