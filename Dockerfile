@@ -3,9 +3,9 @@
 FROM python:3.11-slim
 RUN useradd --uid 65532 --no-create-home --shell /usr/sbin/nologin infertune
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md constraints.txt ./
 COPY operator ./operator
-RUN pip install --no-cache-dir . && rm -rf /src
+RUN pip install --no-cache-dir -c constraints.txt . && rm -rf /src
 WORKDIR /
 USER 65532
 ENTRYPOINT ["infertune"]

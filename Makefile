@@ -15,9 +15,9 @@ setup-system: ## Debian packages: the real Prometheus, numactl and jemalloc the 
 	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -q --no-install-recommends $$missing; \
 	else echo "apt packages present: $(APT_PACKAGES)"; fi
 
-setup-python: ## the package in editable mode with its test extras
+setup-python: ## the package in editable mode with its test extras, at the versions of constraints.txt
 	$(PYTHON) -m pip install -q --upgrade pip
-	$(PYTHON) -m pip install -q -e '.[test]'
+	$(PYTHON) -m pip install -q -c constraints.txt -e '.[test]'
 
 e2e-build: ## the Kubernetes control plane from its Go modules (slow the first time, cached after)
 	$(PYTHON) -m e2e.cluster build
