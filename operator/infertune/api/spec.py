@@ -242,14 +242,22 @@ def query_name_problems(metrics: MetricsSpec) -> list[tuple[str, str]]:
                              "an underscore), a PromQL keyword, which no query can use as a "
                              "name; rename the metric in the exporter or with a relabeling "
                              "rule"))
-    for field, holds in (("pod_label", "pod"), ("namespace_label", "namespace")):
-        problem = query_label_problem(getattr(metrics, field), holds)
+    return problems + query_label_problems(metrics.pod_label, metrics.namespace_label)
+
+
+def query_label_problems(pod_label: str, namespace_label: str) -> list[tuple[str, str]]:
+    """(field under spec.metrics, problem) for a pod or namespace label the queries cannot
+    read it from; `validate` (through `query_name_problems`) and promql.Scope share it."""
+    problems = []
+    for field, label, holds in (("podLabel", pod_label, "pod"),
+                                ("namespaceLabel", namespace_label, "namespace")):
+        problem = query_label_problem(label, holds)
         if problem is not None:
-            problems.append((to_camel(field), problem))
-    if metrics.pod_label == metrics.namespace_label:
-        problems.append(("namespaceLabel", f"{metrics.namespace_label!r} is podLabel too; the "
-                         "queries group by the namespace and the pod, so they must be two "
-                         "labels (namespace and pod by default)"))
+            problems.append((field, problem))
+    if pod_label == namespace_label:
+        problems.append(("namespaceLabel", f"{namespace_label!r} is podLabel too; the queries "
+                         "group by the namespace and the pod, so they must be two labels "
+                         "(namespace and pod by default)"))
     return problems
 
 

@@ -32,7 +32,7 @@ from infertune.api.spec import (
     PROM_LABEL_NAME,
     PROMQL_RESERVED,
     promql_spelling,
-    query_label_problem,
+    query_label_problems,
 )
 from infertune.api.spec import STAT_LABEL as STAT_LABEL
 from infertune.api.spec import TARGET_LABEL as TARGET_LABEL
@@ -147,14 +147,12 @@ class Scope:
         # release did, so a stored object fails its own plan rather than put colliding
         # labels into a query ("vector cannot contain metrics with the same labelset") or
         # find nothing.
-        for label, holds in ((self.pod_label, "pod"), (self.namespace_label, "namespace")):
-            label_name(label)
-            problem = query_label_problem(label, holds)
-            if problem is not None:
-                raise ValueError(problem)
-        if self.pod_label == self.namespace_label:
-            raise ValueError(f"{self.pod_label!r} cannot hold both the pod and the namespace; "
-                             "give spec.metrics.podLabel and namespaceLabel two labels")
+        label_name(self.pod_label)
+        label_name(self.namespace_label)
+        problems = query_label_problems(self.pod_label, self.namespace_label)
+        if problems:
+            field, problem = problems[0]
+            raise ValueError(f"spec.metrics.{field}: {problem}")
 
     def matchers(self) -> str:
         ns, pod = label_name(self.namespace_label), label_name(self.pod_label)
