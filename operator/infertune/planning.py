@@ -23,7 +23,13 @@ from infertune.tuning.mig import (
 )
 from infertune.tuning.mig_nodes import PRODUCT_LABEL
 from infertune.tuning.pod_patch import PodContext, PodPlan, plan_pod_patch
-from infertune.tuning.pod_shape import pod_from_deployment, pod_problem, template_problem
+from infertune.tuning.pod_shape import (
+    controlling_replicaset,
+    deployment_by_hash,
+    pod_from_deployment,
+    pod_problem,
+    template_problem,
+)
 
 
 class PlanInputError(ValueError):
@@ -132,26 +138,18 @@ def _pod_problems(pod: dict[str, Any], target: str | None,
                         f"{namespace}: the webhook tunes only pods of the tuning's namespace; "
                         "planned as if it were")
     meta = pod.get("metadata") or {}
-    refs = meta.get("ownerReferences")
-    owner = next((ref for ref in (refs if isinstance(refs, list) else [])
-                  if isinstance(ref, dict) and ref.get("kind") == "ReplicaSet"
-                  and ref.get("controller")), None)
-    if owner is None:
+    replicaset = controlling_replicaset(meta)
+    if replicaset is None:
         problems.append(f"Pod {name} has no controlling ReplicaSet in "
                         "metadata.ownerReferences: the webhook tunes only the pods of a "
                         "Deployment (created by its ReplicaSet) and admits this one unchanged; "
                         "planned as if it were (or give the Deployment with --pod)")
         return problems
-    # The Deployment controller names a ReplicaSet <deployment>-<pod-template-hash>.
-    replicaset, template_hash = str(owner.get("name")), (meta.get("labels") or {}).get(
-        "pod-template-hash")
-    if template_hash and replicaset.endswith(f"-{template_hash}"):
-        deployment = replicaset[: -len(template_hash) - 1]
-        if target is not None and deployment != target:
-            problems.append(f"Pod {name} belongs to Deployment {deployment} (ReplicaSet "
-                            f"{replicaset}), not the tuning's target (spec.targetRef.name "
-                            f"{target}): the webhook admits it unchanged; planned as if it "
-                            "were")
+    deployment = deployment_by_hash(meta, replicaset)
+    if deployment is not None and target is not None and deployment != target:
+        problems.append(f"Pod {name} belongs to Deployment {deployment} (ReplicaSet "
+                        f"{replicaset}), not the tuning's target (spec.targetRef.name "
+                        f"{target}): the webhook admits it unchanged; planned as if it were")
     return problems
 
 

@@ -44,7 +44,11 @@ from infertune.tuning.pod_patch import (
     planned_mig,
     tuning_revision,
 )
-from infertune.tuning.pod_shape import pod_from_deployment
+from infertune.tuning.pod_shape import (
+    controlling_replicaset,
+    deployment_by_hash,
+    pod_from_deployment,
+)
 from infertune.tuning.retune import Eviction, PodView, RetuneStep, plan_retune
 
 RESOURCE = (GROUP, VERSION, PLURAL)
@@ -98,22 +102,16 @@ operator has just started: within the webhook's 5 s timeout."""
 def _deployment_of(namespace: str, meta: dict[str, Any],
                    replicaset_owners: kopf.Index[tuple[str, str], str]) -> str | None:
     """The Deployment that owns a pod, through its controlling ReplicaSet."""
-    owner = next((ref for ref in meta.get("ownerReferences") or []
-                  if ref.get("kind") == "ReplicaSet" and ref.get("controller")), None)
-    if owner is None:
+    rs_name = controlling_replicaset(meta)
+    if rs_name is None:
         return None
-    rs_name = str(owner.get("name"))
     for deployment in replicaset_owners.get((namespace, rs_name), []):
         # "" for a ReplicaSet no Deployment controls: orphaned (`kubectl delete deployment
         # --cascade=orphan`, the way to change a selector), its pods are no Deployment's,
         # even of one named as its prefix is.
         return deployment or None
-    # The index may lag the ReplicaSet by a moment; the Deployment controller names
-    # ReplicaSets <deployment>-<pod-template-hash>, and the pod carries that hash.
-    template_hash = (meta.get("labels") or {}).get("pod-template-hash")
-    if template_hash and rs_name.endswith(f"-{template_hash}"):
-        return rs_name[: -len(template_hash) - 1]
-    return None
+    # The index may lag the ReplicaSet by a moment: its name says whose it is.
+    return deployment_by_hash(meta, rs_name)
 
 
 # kopf's handler protocols do not model index kwargs or narrowed types; checked at runtime.

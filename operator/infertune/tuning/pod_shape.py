@@ -8,6 +8,26 @@ from typing import Any
 from infertune.api.units import parse_quantity
 
 
+def controlling_replicaset(meta: dict[str, Any]) -> str | None:
+    """The name of the ReplicaSet that controls a pod (its controller ownerReference), if
+    any: the webhook tunes only the pods a Deployment's ReplicaSet creates."""
+    refs = meta.get("ownerReferences")
+    owner = next((ref for ref in (refs if isinstance(refs, list) else [])
+                  if isinstance(ref, dict) and ref.get("kind") == "ReplicaSet"
+                  and ref.get("controller")), None)
+    return None if owner is None else str(owner.get("name"))
+
+
+def deployment_by_hash(meta: dict[str, Any], replicaset: str) -> str | None:
+    """The Deployment a pod's ReplicaSet belongs to, by name: the Deployment controller names
+    ReplicaSets <deployment>-<pod-template-hash>, and the pod carries that hash. None when
+    the names do not say."""
+    template_hash = (meta.get("labels") or {}).get("pod-template-hash")
+    if template_hash and replicaset.endswith(f"-{template_hash}"):
+        return replicaset[: -len(template_hash) - 1]
+    return None
+
+
 def pod_from_deployment(deployment: dict[str, Any]) -> dict[str, Any]:
     """The pod a Deployment's template would create, as the webhook would see it."""
     template = (deployment.get("spec") or {}).get("template") or {}
