@@ -257,7 +257,7 @@ def test_batching_auto_re_tunes_pods_with_the_applied_batch_size(
                 if e.reason == "BatchingApplied" and e.involved_object.name == "qwen"]
 
     # Each change re-creates the pods, so it says why, as a scale does.
-    event = wait_for(announced, "a BatchingApplied Event", timeout_s=15)[0]
+    event = wait_for(announced, "a BatchingApplied Event", timeout_s=30)[0]  # kopf queues it
     assert event.message.startswith("max-num-seqs unset -> 24, the pods are re-created")
 
     def flag(pod: Any) -> int:

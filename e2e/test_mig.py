@@ -37,6 +37,10 @@ pytestmark = pytest.mark.e2e
 CONFIG_LABEL, STATE_LABEL = "nvidia.com/mig.config", "nvidia.com/mig.config.state"
 POOL = "e2e.infertune.io/pool"
 CORDONED = "infertune.io/cordoned-for-mig"
+EVENT_WAIT_S = 30
+"""How long an Event may take after the change it announces: kopf posts Events from a queue
+of its own, retrying a failed post with backoffs, and on a loaded CI machine one came more
+than 10 s after its node was uncordoned."""
 
 
 class FakeMigManager:
@@ -242,7 +246,7 @@ def test_a_node_drained_for_partitioning_is_uncordoned_once_partitioned(
     # kopf posts Events from a queue of its own: they may come just after the node changes.
     wanted = {"MigNodeDraining", "MigNodeLabelled", "MigNodeUncordoned"}
     wait_for(lambda: wanted <= {e.reason for e in core.list_namespaced_event(namespace).items},
-             f"Events {sorted(wanted)}", timeout_s=10)
+             f"Events {sorted(wanted)}", timeout_s=EVENT_WAIT_S)
 
 
 def _draining(api_client: client.ApiClient, namespace: str, pool: str,
@@ -301,7 +305,7 @@ def _uncordoned(api_client: client.ApiClient, namespace: str, node: str) -> str:
                 if e.reason == "MigNodeUncordoned"]
 
     # kopf posts Events from a queue of its own: the Event may come just after the node.
-    events = wait_for(announced, "the MigNodeUncordoned Event", timeout_s=10)
+    events = wait_for(announced, "the MigNodeUncordoned Event", timeout_s=EVENT_WAIT_S)
     time.sleep(0.5)  # a second one, if the operator posted two, has had time to come too
     events = announced()
     assert len(events) == 1, events
@@ -348,7 +352,7 @@ def test_a_node_two_tunings_drain_stays_cordoned_until_both_are_gone(
              f"{node} handed to the second tuning", timeout_s=30)
     handed = wait_for(lambda: [e.message for e in client.CoreV1Api(
         api_client).list_namespaced_event(namespace).items
-        if e.reason == "MigNodeHandedOver"], "the MigNodeHandedOver Event", timeout_s=10)
+        if e.reason == "MigNodeHandedOver"], "the MigNodeHandedOver Event", timeout_s=EVENT_WAIT_S)
     assert handed == [f"{node} stays cordoned for {namespace}/second, which selects it too: "
                       f"drained for {namespace}/first, and the tuning was deleted"]
     delete_tuning_and_wait(api_client, namespace, "second", "the second tuning gone",
@@ -450,7 +454,7 @@ def test_a_node_left_cordoned_while_mig_manager_worked_is_uncordoned_when_it_is_
     assert CORDONED not in (core.read_node(node).metadata.annotations or {})
     on_node = wait_for(lambda: [e.message for e in core.list_namespaced_event(
         "default", field_selector=f"involvedObject.kind=Node,involvedObject.name={node}").items
-        if e.reason == "MigNodeUncordoned"], "the MigNodeUncordoned Event", timeout_s=10)
+        if e.reason == "MigNodeUncordoned"], "the MigNodeUncordoned Event", timeout_s=EVENT_WAIT_S)
     gone = "no longer exists or no longer has spec.mig"
     assert on_node == [f"{node} uncordoned: drained for {namespace}/qwen, and InferenceTuning "
                        f"{namespace}/qwen, which drained it, {gone}"]

@@ -1,9 +1,9 @@
 """Build the control-plane binaries from the Go module next to this file, once per go.sum.
 
 The binaries land in ``$INFERTUNE_E2E_CACHE/<digest>/bin`` (default cache
-``~/.cache/infertune/e2e``), the digest of go.sum, go.mod and the build's recipe
-(`go_sum_digest`), so a change of any of them gives a fresh directory and an unchanged one
-is never rebuilt. Each build goes into a temporary directory on the same
+``~/.cache/infertune/e2e``), the digest of go.sum, go.mod, the build's recipe and the Go
+toolchain (`go_sum_digest`), so a change of any of them gives a fresh directory and an
+unchanged one is never rebuilt. Each build goes into a temporary directory on the same
 filesystem and is moved into place with ``rename``, so a half-finished build is never seen.
 """
 
@@ -82,22 +82,45 @@ def cache_root() -> Path:
     return Path(configured).expanduser() if configured else Path.home() / ".cache/infertune/e2e"
 
 
-def go_sum_digest(module_dir: Path = GO_MODULE_DIR) -> str:
+TOOLCHAIN_ENV = ("GOVERSION", "CGO_ENABLED", "GOOS", "GOARCH", "GOAMD64")
+"""What of the Go toolchain the binaries depend on (part of the cache key): a newer Go, or cgo
+turned on or off, builds other binaries from the same go.sum."""
+
+
+def toolchain(module_dir: Path = GO_MODULE_DIR) -> str:
+    """`go env` of TOOLCHAIN_ENV as the build in `module_dir` would see it (go.mod's
+    `toolchain` line can switch versions there); "no go" without a Go on PATH (nothing can be
+    built then, and nothing cached under another toolchain is taken for this one)."""
+    go = shutil.which("go")
+    if go is None:
+        return "no go"
+    try:
+        result = subprocess.run([go, "env", *TOOLCHAIN_ENV], cwd=module_dir,
+                                capture_output=True, text=True, timeout=120)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"go env failed: {exc}"
+    return result.stdout if result.returncode == 0 else f"go env failed: {result.stderr}"
+
+
+def go_sum_digest(module_dir: Path = GO_MODULE_DIR, go_toolchain: str | None = None) -> str:
     """What the binaries are built from: go.sum, go.mod (its `go`, `toolchain` and `godebug`
-    lines change the binaries without changing go.sum) and the build's own recipe (the
-    targets, the flags, the version stamp). Keyed on go.sum alone, a reused machine kept
-    binaries that a fresh one would build differently, and CI tested those."""
+    lines change the binaries without changing go.sum), the build's own recipe (the targets,
+    the flags, the version stamp) and the toolchain (`toolchain`, read when not given). Keyed
+    on go.sum alone, a reused machine kept binaries that a fresh one would build differently,
+    and CI tested those."""
+    if go_toolchain is None:
+        go_toolchain = toolchain(module_dir)
     recipe = repr((TARGETS, BUILD_FLAGS, version_ldflags("v0.0.0"))).encode()
     digest = hashlib.sha256()
     for part in ((module_dir / "go.sum").read_bytes(), (module_dir / "go.mod").read_bytes(),
-                 recipe):
+                 recipe, go_toolchain.encode()):
         digest.update(hashlib.sha256(part).digest())
     return digest.hexdigest()[:16]
 
 
 def cached_bin_dir(module_dir: Path = GO_MODULE_DIR) -> Path:
-    """Where the binaries for the current go.mod, go.sum and build recipe live (whether or
-    not they are built)."""
+    """Where the binaries for the current go.mod, go.sum, build recipe and Go toolchain live
+    (whether or not they are built)."""
     return cache_root() / go_sum_digest(module_dir) / "bin"
 
 
