@@ -952,12 +952,21 @@ def test_latency_text(latency: float, target: float | None, text: str) -> None:
 
 
 def test_seconds_are_cached_but_a_bad_duration_still_raises_every_time() -> None:
+    from infertune.api import units
     from infertune.api.units import Duration
     from infertune.scaling import signals
     assert signals.seconds(Duration("1m30s")) == 90.0
     assert signals.seconds("1m30s") == 90.0  # the same entry, from a plain str
-    assert type(next(k for k in signals._SECONDS if k == "1m30s")) is str
+    assert type(next(k for k in units._SECONDS if k == "1m30s")) is str
+    assert Duration("1m30s").seconds == 90.0  # the spec's own reading shares the cache
+    units._SECONDS["2m"] = 120.0  # read from the cache, not parsed again
+    try:
+        assert Duration("2m").seconds == 120.0
+        units._SECONDS["2m"] = 7.0
+        assert Duration("2m").seconds == signals.seconds("2m") == 7.0
+    finally:
+        units._SECONDS.pop("2m")
     for _ in range(2):
         with pytest.raises(ValueError, match="not a duration"):
             signals.seconds("30")
-    assert "30" not in signals._SECONDS
+    assert "30" not in units._SECONDS

@@ -13,7 +13,7 @@ import math
 from collections.abc import Iterable, Sequence
 from typing import NamedTuple
 
-from infertune.api.units import parse_duration
+from infertune.api.units import duration_seconds
 
 ONLY_NAN = "only NaN or infinite values"
 """The problem of a signal whose every point was NaN or infinite (no data, not zero)."""
@@ -25,23 +25,9 @@ sized from: 3 x 100ms / 75ms is 4.000000000000001, and 128 x (0.075 / 0.1) is 95
 are rounded after taking it off (or adding it)."""
 
 
-_SECONDS: dict[str, float] = {}
-"""Duration text -> seconds, for `seconds`: a dict, as a Duration (a str subclass) misses
-lru_cache's fast path for plain str keys."""
-
-
-def seconds(duration: str) -> float:
-    """Duration.seconds, cached: it parses the text on every access, and a cycle over 1000
-    tunings reads each duration several times per tuning."""
-    try:
-        return _SECONDS[duration]
-    except KeyError:
-        pass
-    value = float(parse_duration(duration))  # raises on a bad one: never cached
-    if len(_SECONDS) >= 1024:  # specs come and go; the durations in use are few
-        _SECONDS.clear()
-    _SECONDS[str(duration)] = value
-    return value
+seconds = duration_seconds
+"""Duration.seconds of a duration's text, cached (units.duration_seconds): the rules read the
+spec's durations as text."""
 
 
 _PLACES = tuple(f".{n}f" for n in range(8))
