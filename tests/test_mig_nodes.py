@@ -346,6 +346,32 @@ def test_success_uncordons_through_its_own_path_only() -> None:
     assert _released([node]) == {}  # not twice
 
 
+def test_a_node_drained_for_another_tuning_is_not_uncordoned_as_configured() -> None:
+    """Two tunings share a pool: ml/other drains a node to take it from the config ml/qwen
+    wants (and sees as done) to one of its own. ml/qwen's pass uncordoned it as partitioned,
+    pods came back, ml/other evicted them again at its next pass, and so on."""
+    config = CONFIGS["NVIDIA-H200"]
+    node = _drained("a", "ml/other", config=config, state="success", claimed_by="ml/other",
+                    pods=("team/vllm-0",))
+    step = plan_mig_nodes([node], CONFIGS, allow_disruption=False, labelled_at={}, now=100.0,
+                          owner="ml/qwen", exists=lambda t: True)
+    assert [r.state for r in step.reports] == [NodeState.CONFIGURED]
+    partitioning = {"ml/other", "ml/qwen"}
+    assert partitioned_after_drain([node], step.reports, "ml/qwen",
+                                   partitioning.__contains__) == []
+    # Once ml/other no longer partitions (deleted, spec.mig dropped, DryRun), nobody else
+    # finishes its drain: the node is configured as ml/qwen wants, and uncordoned.
+    assert partitioned_after_drain([node], step.reports, "ml/qwen",
+                                   {"ml/qwen"}.__contains__) == [node]
+    # Its own drain, and a mark from a release that named no tuning, as before.
+    own = _drained("a", "ml/qwen", config=config, state="success")
+    assert partitioned_after_drain([own], step.reports, "ml/qwen",
+                                   partitioning.__contains__) == [own]
+    legacy = _drained("a", config, config=config, state="success")
+    assert partitioned_after_drain([legacy], step.reports, "ml/qwen",
+                                   partitioning.__contains__) == [legacy]
+
+
 def test_a_drain_that_allow_disruption_no_longer_allows_is_undone() -> None:
     released = _released([_drained("a", "ml/qwen", pods=("ml/busy-1",))], allow=False)
     assert released["a"] == ("a uncordoned: drained for ml/qwen, and "

@@ -444,7 +444,7 @@ def reconcile_mig(namespace: str, name: str, spec: InferenceTuningSpec, settings
                              state=r.state.value, message=r.message) for r in step.reports],
         message=step.reason)
     # In DryRun too: uncordoning undoes the operator's own drain (made in Enforce).
-    for node in partitioned_after_drain(selected, step.reports):
+    for node in partitioned_after_drain(selected, step.reports, owner, partitions):
         try:
             if not _uncordon(node.name, node.version):
                 continue  # changed since read: the next pass sees it as it is now

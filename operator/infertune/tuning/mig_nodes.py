@@ -407,10 +407,25 @@ def unsettled_cordons(nodes: Sequence[NodeView], owner: str) -> list[tuple[str, 
             for n in nodes if n.cordoned_for == owner and n.unschedulable and not _settled(n)]
 
 
-def partitioned_after_drain(nodes: Sequence[NodeView],
-                            reports: Sequence[NodeReport]) -> list[NodeView]:
-    """The nodes the operator cordoned to drain them that mig-manager has configured since
-    (and that are still cordoned: a mark on one someone uncordoned goes by itself,
-    `cordons_to_release`)."""
+def partitioned_after_drain(nodes: Sequence[NodeView], reports: Sequence[NodeReport],
+                            owner: str = "",
+                            partitions: Callable[[str], bool] = lambda _: False,
+                            ) -> list[NodeView]:
+    """The nodes the operator cordoned to drain them that mig-manager has configured since as
+    `owner` wants them (and that are still cordoned: a mark on one someone uncordoned goes by
+    itself, `cordons_to_release`). Not one drained for another tuning that still partitions
+    (`partitions`): it is taking the node from the config `owner` sees as done to one of its
+    own, and uncordoning it there let pods back onto it, which that tuning evicted again at
+    its next pass, and so on; its own pass uncordons it once mig-manager has applied its
+    config (or `cordons_to_release` when it stops partitioning)."""
     configured = {r.node for r in reports if r.state is NodeState.CONFIGURED}
-    return [n for n in nodes if n.cordoned_by_us and n.unschedulable and n.name in configured]
+    return [n for n in nodes if n.cordoned_by_us and n.unschedulable and n.name in configured
+            and not _drained_for_another(n, owner, partitions)]
+
+
+def _drained_for_another(node: NodeView, owner: str, partitions: Callable[[str], bool]) -> bool:
+    """Whether `node` was drained for a tuning other than `owner` that still partitions (a
+    mark without a tuning name is from a release that wrote none: nobody's drain)."""
+    drained_for = node.cordoned_for
+    return (drained_for is not None and "/" in drained_for and drained_for != owner
+            and partitions(drained_for))
