@@ -211,6 +211,31 @@ def test_a_tuning_in_dry_run_takes_over_no_drained_node() -> None:
     assert not holds("ml/watching", NodeView("gpu-1", {"pool": "b"}))
 
 
+def test_a_drained_node_is_handed_only_to_a_tuning_that_can_be_planned() -> None:
+    """Two tunings select the same pool, and a GPU of a product the catalog does not know
+    joins it: neither can be planned, and each pass handed the node the other had drained
+    back to it (a MigNodeHandedOver Event every pass), cordoned for as long as that lasted."""
+    mig = {"profile": "3g.71gb", "nodeSelector": {"pool": "a"}}
+    index = {("ml", "s"): [_indexed_tuning("s", mig=mig)],
+             ("ml", "t"): [_indexed_tuning("t", mig=mig)]}
+    selectors = mig_controller.mig_selectors(index)  # type: ignore[arg-type]
+    drained = NodeView("gpu-0", {PRODUCT_LABEL: "NVIDIA-H200", MIG_CAPABLE_LABEL: "true",
+                                 "pool": "a"}, True, cordoned_for="ml/s")
+    unknown = node("gpu-9", "NVIDIA-X900", pool="a")
+    assert not mig_controller._plannable(selectors[1], [drained, unknown])
+    handed = mig_controller._successor(selectors, "ml/s", [drained, unknown])
+    assert handed(drained, "ml/s") is None  # uncordoned instead: nobody finishes the drain
+    # A tuning that can be planned still takes it over, as it may be draining it too.
+    assert mig_controller._successor(selectors, "ml/s", [drained])(drained, "ml/s") == "ml/t"
+    other_pool = {("ml", "t"): [_indexed_tuning("t", mig={**mig, "nodeSelector": {
+        "pool": "a", "product": "h200"}})]}
+    assert mig_controller._plannable(
+        mig_controller.mig_selectors(other_pool)[0],  # type: ignore[arg-type]
+        [drained, unknown]) is False  # selects neither node: nothing to plan on
+    # Not known (a selector without its spec): as before, taken as it can.
+    assert mig_controller._plannable(MigSelector("ml/t", (("pool", "a"),)), [unknown])
+
+
 def test_a_drain_is_announced_when_its_message_changes_not_every_pass(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

@@ -412,7 +412,7 @@ def reconcile_mig(namespace: str, name: str, spec: InferenceTuningSpec, settings
         gone = ("spec.mig cannot be planned (status.mig.message says why)" if errors else
                 "spec.mig no longer selects it")
         _release(body, cordons_to_release(nodes, (), owner=owner, exists=exists, gone=gone,
-                                          successor=_successor(selectors, owner),
+                                          successor=_successor(selectors, owner, nodes),
                                           partitions=partitions, holds=holds))
         return kept
     configs = config_names(plans)
@@ -578,6 +578,9 @@ class MigSelector(NamedTuple):
     partitions: bool = True
     """False in DryRun: it labels and drains nothing, so it is no successor for a drained
     node, and one drained for it is released."""
+    spec: InferenceTuningSpec | None = None
+    """Its spec, to tell whether it can be planned on the nodes now (`_plannable`); None: not
+    known, taken as it can."""
 
 
 MigSelectors = tuple[MigSelector, ...]
@@ -608,8 +611,8 @@ def mig_selectors(index: kopf.Index[tuple[str, str], dict[str, Any]]) -> MigSele
                 found.append(MigSelector(
                     f"{namespace}/{entry['name']}",
                     tuple(sorted((str(k), str(v)) for k, v in selector.items())),
-                    parsed.mode is not Mode.DRY_RUN))
-    return tuple(sorted(found))
+                    parsed.mode is not Mode.DRY_RUN, parsed))
+    return tuple(sorted(found, key=lambda s: s.tuning))
 
 
 def _selected(node: NodeView, selector: tuple[tuple[str, str], ...]) -> bool:
@@ -629,16 +632,27 @@ def claim_holds(selectors: MigSelectors) -> Callable[[str, NodeView], bool]:
     return holds
 
 
-def _successor(selectors: MigSelectors,
-               leaving: str) -> Callable[[NodeView, str], str | None]:
+def _successor(selectors: MigSelectors, leaving: str,
+               nodes: Sequence[NodeView] | None = None) -> Callable[[NodeView, str], str | None]:
     """Another tuning (not `leaving`, nor the one the node was drained for, nor one in DryRun,
     which would not finish the drain) whose spec.mig.nodeSelector selects the node: it takes
-    over a node the leaving one drained."""
+    over a node the leaving one drained. With `nodes`, only one that can be planned on them
+    (`_plannable`): `leaving` cannot, and two such tunings handed a node to each other every
+    pass, with an Event each time, and it stayed cordoned while neither could."""
     def find(node: NodeView, drained_for: str) -> str | None:
         return next((s.tuning for s in selectors
                      if s.partitions and s.tuning not in (leaving, drained_for)
-                     and _selected(node, s.node_selector)), None)
+                     and _selected(node, s.node_selector)
+                     and (nodes is None or _plannable(s, nodes))), None)
     return find
+
+
+def _plannable(selector: MigSelector, nodes: Sequence[NodeView]) -> bool:
+    """Whether the tuning's spec.mig can be planned on `nodes` now (not known: it can)."""
+    if selector.spec is None or selector.spec.mig is None:
+        return True
+    plans, errors, _ = _plans(selector.spec, list(nodes))
+    return bool(plans) and not errors
 
 
 def release_for_good(namespace: str, name: str, uid: str, body: kopf.Body, why: str,
