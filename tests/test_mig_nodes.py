@@ -372,6 +372,27 @@ def test_a_node_drained_for_another_tuning_is_not_uncordoned_as_configured() -> 
                                    partitioning.__contains__) == [legacy]
 
 
+def test_a_drained_node_claimed_by_a_tuning_that_partitions_nothing_is_released() -> None:
+    """Drained for ml/qwen, then labelled for ml/c (its config already there), which drops
+    spec.mig and still exists: its claim keeps ml/qwen from relabelling the node, it has no
+    pass to uncordon it on success, and the node stayed cordoned for good."""
+    node = _drained("a", "ml/qwen", config=OTHER, state="success", claimed_by="ml/c")
+    step = plan_mig_nodes([node], CONFIGS, allow_disruption=True, labelled_at={}, now=100.0,
+                          owner="ml/qwen", exists=lambda t: True)
+    assert [r.state for r in step.reports] == [NodeState.CLAIMED]
+
+    def released(partitioning: set[str]) -> list[str]:
+        return [r.message for r in cordons_to_release(
+            [node], step.reports, owner="ml/qwen", exists=lambda t: True,
+            partitions=partitioning.__contains__)]
+
+    assert released({"ml/qwen"}) == [
+        "a uncordoned: drained for ml/qwen, and it is labelled for ml/c, which holds it and "
+        "partitions nothing now (no valid spec.mig, or DryRun)"]
+    # One that partitions uncordons it itself on success.
+    assert released({"ml/qwen", "ml/c"}) == []
+
+
 def test_a_drain_that_allow_disruption_no_longer_allows_is_undone() -> None:
     released = _released([_drained("a", "ml/qwen", pods=("ml/busy-1",))], allow=False)
     assert released["a"] == ("a uncordoned: drained for ml/qwen, and "

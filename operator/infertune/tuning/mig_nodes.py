@@ -372,6 +372,13 @@ def cordons_to_release(nodes: Sequence[NodeView], reports: Sequence[NodeReport],
             why = "spec.mig.allowDisruption is off now, so its GPU pods are not evicted"
         elif dry_run and state is not NodeState.CONFIGURED:
             why = f"InferenceTuning {owner} is in DryRun, which would not finish the drain"
+        elif (state is NodeState.CLAIMED and claimant not in (None, owner)
+              and not still_partitions(claimant)):
+            # Labelled since for a tuning that has no spec.mig now: its claim keeps `owner`
+            # from relabelling the node (a spec.mig dropped for a moment keeps its nodes),
+            # and it has no pass to uncordon it on success.
+            why = (f"it is labelled for {claimant}, which holds it and partitions nothing now "
+                   "(no valid spec.mig, or DryRun)")
         else:
             continue  # being drained or partitioned for `owner`
         # Kept from an heir only when busy: the owner drains it again once allowed.
