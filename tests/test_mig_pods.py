@@ -264,3 +264,24 @@ def test_a_drain_is_announced_when_its_message_changes_not_every_pass(
     posted.clear()
     assert drain(fewer, ()).nodes[0].message == "cordoned and draining 2 GPU pods"
     assert posted == [("Normal", "MigNodeDraining")]
+
+
+def test_times_in_annotations_that_the_operator_could_not_have_written_are_absent() -> None:
+    """infertune.io/mig-labelled-at in milliseconds held a node "waiting" until the year
+    33658, and a time past datetime's range (or an integer past a float's) stopped every
+    pass of every tuning selecting the node."""
+    import time
+
+    from infertune.tuning.mig_nodes import _clock
+
+    now = time.time()
+    assert mig_controller._unix_time(f"{now:.0f}") == float(f"{now:.0f}")
+    assert mig_controller._unix_time(f"{now + 3600:.0f}") is not None  # a clock ahead
+    for bad in (f"{now * 1000:.0f}", "1e300", "9" * 400, "nan", "inf", "-5", "0", "soon"):
+        assert mig_controller._unix_time(bad) is None, bad
+    whole, huge = int(now), "1" + "0" * 400
+    written = mig_controller._written_times(
+        f'{{"a": {whole * 1000}, "b": {whole}, "c": {huge}, "d": true, "e": "{whole}", '
+        '"f": -1}')
+    assert written == {"b": float(int(now))}
+    assert _clock(1e20).startswith("unix time")  # said, not raised

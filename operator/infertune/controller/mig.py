@@ -14,7 +14,6 @@ import dataclasses
 import functools
 import json
 import logging
-import math
 import threading
 import time
 import weakref
@@ -199,13 +198,28 @@ def _observe_nodes(gpu_pods: Mapping[str, tuple[str, ...]] | None) -> list[NodeV
             for view in views]
 
 
-def _unix_time(text: str | None) -> float | None:
-    """An annotation's unix time; None when absent or not a finite number (edited by hand)."""
-    try:
-        value = float(text) if text is not None else None
-    except ValueError:
+MAX_AHEAD_S = 86400.0
+"""How far ahead of this clock a time in an annotation may be and still be taken for one the
+operator wrote (another replica's clock may be ahead). Past it, or not after 1970, it is taken
+as absent: a time in milliseconds, or edited by hand, held a node "waiting" until the year
+33658, and one past datetime's range stopped every pass of every tuning selecting the node."""
+
+
+def _plausible_time(value: Any) -> float | None:
+    """`value` as a unix time the operator could have written, or None."""
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
         return None
-    return value if value is not None and math.isfinite(value) else None
+    try:
+        number = float(value)
+    except (ValueError, OverflowError):  # not a number, or an integer past a float's range
+        return None
+    return number if 0 < number <= time.time() + MAX_AHEAD_S else None  # NaN compares False
+
+
+def _unix_time(text: str | None) -> float | None:
+    """An annotation's unix time; None when absent or not one the operator could have written
+    (edited by hand: `_plausible_time`)."""
+    return None if text is None else _plausible_time(text)
 
 
 def _write_config_map(namespace: str, configs: dict[str, LayoutPlan], now: float,
@@ -274,8 +288,8 @@ def _written_times(text: str | None) -> dict[str, float]:
         return {}
     if not isinstance(loaded, dict):
         return {}
-    return {str(name): float(t) for name, t in loaded.items()
-            if isinstance(t, int | float) and not isinstance(t, bool) and math.isfinite(t)}
+    return {str(name): written for name, t in loaded.items()
+            if not isinstance(t, str) and (written := _plausible_time(t)) is not None}
 
 
 def _drain(node: NodeView, owner: str, exists: Callable[[str], bool]) -> tuple[str, ...] | None:

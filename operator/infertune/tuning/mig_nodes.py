@@ -180,7 +180,10 @@ def _held_for_another(node: NodeView, config: str, owner: str,
 
 
 def _clock(t: float) -> str:
-    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    try:
+        return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    except (ValueError, OverflowError, OSError):  # a time from a hand-edited annotation
+        return f"unix time {t:g}"
 
 
 def plan_mig_nodes(nodes: Sequence[NodeView], configs: Mapping[str, str], *,
