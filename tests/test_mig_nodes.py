@@ -175,6 +175,15 @@ def test_a_drain_a_budget_holds_up_says_so() -> None:
         "uncordon the node")
     many = drain_report(report, tuple(f"ml/p-{i}" for i in range(5)))
     assert "5 of them (ml/p-0, ml/p-1, ml/p-2, ...)" in many.message
+    failed = drain_report(report, ("ml/p-2",), ("ml/p-1 (500: This pod has more than one "
+                                                "PodDisruptionBudget)",))
+    assert failed.message == (
+        f"cordoned and draining 2 GPU pods before {CONFIGS['NVIDIA-H200']}; a "
+        "PodDisruptionBudget refused the eviction of 1 of them (ml/p-2), asked again every "
+        "pass: the drain goes on once the budget allows it (more ready replicas elsewhere, "
+        "or a looser budget); the Eviction API failed for 1 of them (ml/p-1 (500: This pod "
+        "has more than one PodDisruptionBudget)), asked again every pass; turn "
+        "spec.mig.allowDisruption off to stop the drain and uncordon the node")
 
 
 def test_nothing_selected_is_explained() -> None:

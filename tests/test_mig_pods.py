@@ -285,3 +285,53 @@ def test_times_in_annotations_that_the_operator_could_not_have_written_are_absen
         '"f": -1}')
     assert written == {"b": float(int(now))}
     assert _clock(1e20).startswith("unix time")  # said, not raised
+
+
+def test_one_eviction_the_api_server_fails_does_not_stop_the_drain(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A pod two PodDisruptionBudgets cover gets a 500 from the Eviction API: the pass
+    stopped right after the cordon, the pods after it were never asked to leave, and
+    neither status.mig nor an Event said why."""
+    from kubernetes.client.exceptions import ApiException
+
+    asked: list[str] = []
+
+    def evict(namespace: str, name: str) -> bool:
+        asked.append(f"{namespace}/{name}")
+        if name == "two-budgets":
+            error = ApiException(status=500, reason="Internal Server Error")
+            error.body = ('{"kind": "Status", "message": "This pod has more than one '
+                          'PodDisruptionBudget, which the eviction subresource does not '
+                          'support."}')
+            raise error
+        return name != "held"
+
+    monkeypatch.setattr(mig_controller, "evict_pod", evict)
+    monkeypatch.setattr(mig_controller, "_patch_as_seen", lambda *_: True)
+    pods = ("ml/two-budgets", "ml/held", "ml/free")
+    drained = mig_controller._drain(NodeView("gpu-0", {}, gpu_pods=pods), "ml/qwen",
+                                    lambda _: True)
+    assert asked == list(pods)
+    assert drained == mig_controller.Drained(("ml/held",), (
+        "ml/two-budgets (500: This pod has more than one PodDisruptionBudget, which the "
+        "eviction subresource does not support.)",))
+    posted: list[tuple[str, str]] = []
+    monkeypatch.setattr(mig_controller.kopf, "event",
+                        lambda _, **event: posted.append((event["type"], event["reason"])))
+    status = MigStatus(nodes=[MigNodeStatus(node="gpu-0", config="cfg", state="draining",
+                                            message="cordoned and draining 3 GPU pods")])
+    reported = mig_controller._drain_reported(kopf.Body({"status": {}}), status, "gpu-0",
+                                              *drained)
+    assert "the Eviction API failed for 1 of them (ml/two-budgets (500:" in \
+        reported.nodes[0].message
+    assert posted == [("Normal", "MigNodeDraining"), ("Warning", "MigNodeDrainBlocked")]
+    # Only the failure: a Warning too, once.
+    posted.clear()
+    only = mig_controller._drain_reported(kopf.Body({"status": {}}), status, "gpu-0", (),
+                                          drained.failed)
+    assert posted == [("Normal", "MigNodeDraining"), ("Warning", "MigNodeDrainBlocked")]
+    posted.clear()
+    stored = kopf.Body({"status": {"mig": only.model_dump(by_alias=True, mode="json")}})
+    assert mig_controller._drain_reported(stored, status, "gpu-0", (), drained.failed) == only
+    assert posted == []

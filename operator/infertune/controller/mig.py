@@ -33,7 +33,7 @@ from infertune.api.tuning import MigStrategy
 from infertune.api.units import parse_quantity
 from infertune.controller.loops import STOP_TIMEOUT_S, Work, every, leader_of, until_stopped
 from infertune.controller.spec_cache import SPECS
-from infertune.kube.client import evict_pod
+from infertune.kube.client import evict_pod, server_message
 from infertune.kube.lease import ALWAYS, Leader
 from infertune.kube.webhooks import is_pattern
 from infertune.tuning.mig import Infeasible, LayoutPlan, describe, plan_layout, request_from_spec
@@ -41,6 +41,7 @@ from infertune.tuning.mig_nodes import (
     BUDGET_REFUSED,
     CLAIM_ANNOTATION,
     CORDONED_ANNOTATION,
+    EVICTION_FAILED,
     LABELLED_AT_ANNOTATION,
     MIG_CAPABLE_LABEL,
     MIG_CONFIG_LABEL,
@@ -292,10 +293,20 @@ def _written_times(text: str | None) -> dict[str, float]:
             if not isinstance(t, str) and (written := _plausible_time(t)) is not None}
 
 
-def _drain(node: NodeView, owner: str, exists: Callable[[str], bool]) -> tuple[str, ...] | None:
-    """Cordon the node and ask for its GPU pods' eviction: the pods a PodDisruptionBudget
-    refused now (asked again next pass), or None when the node changed since this pass read
-    it."""
+class Drained(NamedTuple):
+    """The evictions a drain asked for that did not happen now (each asked again next pass)."""
+
+    refused: tuple[str, ...]
+    """NAMESPACE/POD a PodDisruptionBudget kept."""
+    failed: tuple[str, ...] = ()
+    """NAMESPACE/POD (STATUS: message) whose eviction the API server failed otherwise."""
+
+
+def _drain(node: NodeView, owner: str, exists: Callable[[str], bool]) -> Drained | None:
+    """Cordon the node and ask for its GPU pods' eviction: those not evicted now (asked again
+    next pass), or None when the node changed since this pass read it. One pod whose eviction
+    fails (a 500 for a pod two budgets cover, a 403) does not keep the others from being
+    asked: it stopped the pass right after the cordon, and only the log said why."""
     marked = node.cordoned_for
     # Marked with the tuning, so that it is uncordoned once partitioned, or when that tuning
     # no longer will; a node already cordoned by someone else (maintenance) is not marked,
@@ -307,7 +318,17 @@ def _drain(node: NodeView, owner: str, exists: Callable[[str], bool]) -> tuple[s
             "spec": {"unschedulable": True},
             "metadata": {"annotations": {CORDONED_ANNOTATION: owner}}}):
         return None  # changed since this pass read it (a cordon made meanwhile): decided again
-    return tuple(ref for ref in node.gpu_pods if not evict_pod(*ref.split("/", 1)))
+    refused: list[str] = []
+    failed: list[str] = []
+    for ref in node.gpu_pods:
+        try:
+            if not evict_pod(*ref.split("/", 1)):
+                refused.append(ref)
+        except ApiException as exc:
+            logger.warning(f"evicting {ref} from {node.name} failed: {exc.status} "
+                           f"{server_message(exc)}")
+            failed.append(f"{ref} ({exc.status}: {server_message(exc)[:200]})")
+    return Drained(tuple(refused), tuple(failed))
 
 
 def _patch_as_seen(node: str, version: str | None, patch: dict[str, Any]) -> bool:
@@ -500,16 +521,16 @@ def reconcile_mig(namespace: str, name: str, spec: InferenceTuningSpec, settings
         settings.labelled_at[step.node] = time.time()
         kopf.event(body, type="Normal", reason="MigNodeLabelled", message=step.reason)
     elif step.kind is StepKind.DRAIN and step.node is not None:
-        refused = _drain(next(n for n in selected if n.name == step.node), owner, partitions)
-        if refused is None:
+        drained = _drain(next(n for n in selected if n.name == step.node), owner, partitions)
+        if drained is None:
             return status.model_copy(update={
                 "message": f"{step.node} changed while deciding; decided again next pass"})
-        return _drain_reported(body, status, step.node, refused)
+        return _drain_reported(body, status, step.node, *drained)
     return status
 
 
 def _drain_reported(body: kopf.Body, status: MigStatus, node: str,
-                    refused: Sequence[str]) -> MigStatus:
+                    refused: Sequence[str], failed: Sequence[str] = ()) -> MigStatus:
     """status.mig with the evictions a PodDisruptionBudget refused in the drained node's
     message, and Events only when that message is not the one status.mig holds already: the
     pass runs every 3 s, and kopf posts a new Event object each time. A Warning when
@@ -519,9 +540,10 @@ def _drain_reported(body: kopf.Body, status: MigStatus, node: str,
                    if isinstance(entry, dict) and entry.get("node") == node
                    and entry.get("state") == NodeState.DRAINING.value), None)
     planned = next(entry.message for entry in status.nodes if entry.node == node)
-    report = drain_report(NodeReport(node, NodeState.DRAINING, planned), refused)
+    report = drain_report(NodeReport(node, NodeState.DRAINING, planned), refused, failed)
     if report.message != before:
-        blocked = bool(refused) and BUDGET_REFUSED not in (before or "")
+        blocked = ((bool(refused) and BUDGET_REFUSED not in (before or ""))
+                   or (bool(failed) and EVICTION_FAILED not in (before or "")))
         if before is None or not blocked:  # the drain starts, or moves on
             kopf.event(body, type="Normal", reason="MigNodeDraining",
                        message=f"{node}: {planned if blocked else report.message}")

@@ -290,20 +290,31 @@ def _in_order(reports: list[NodeReport], nodes: Sequence[NodeView]) -> tuple[Nod
 
 
 BUDGET_REFUSED = "a PodDisruptionBudget refused"
+EVICTION_FAILED = "the Eviction API failed for"
 
 
-def drain_report(report: NodeReport, refused: Sequence[str]) -> NodeReport:
+def drain_report(report: NodeReport, refused: Sequence[str],
+                 failed: Sequence[str] = ()) -> NodeReport:
     """The report of the node being drained once its pods' evictions were asked: `refused`
-    are the pods a PodDisruptionBudget kept (asked again next pass). Without it, a drain that
-    could not progress read "cordoned and draining" for ever."""
-    if not refused:
+    are the pods a PodDisruptionBudget kept, `failed` those whose eviction the API server
+    failed otherwise ("NAMESPACE/POD (STATUS: its message)": a pod covered by two budgets,
+    which the Eviction API does not support, gets a 500), each asked again next pass.
+    Without it, a drain that could not progress read "cordoned and draining" for ever."""
+    if not refused and not failed:
         return report
-    names = ", ".join(refused[:3]) + (", ..." if len(refused) > 3 else "")
+    message = report.message
+    if refused:
+        names = ", ".join(refused[:3]) + (", ..." if len(refused) > 3 else "")
+        message += (f"; {BUDGET_REFUSED} the eviction of {len(refused)} of them ({names}), "
+                    "asked again every pass: the drain goes on once the budget allows it "
+                    "(more ready replicas elsewhere, or a looser budget)")
+    if failed:
+        causes = "; ".join(failed[:3]) + ("; ..." if len(failed) > 3 else "")
+        message += (f"; {EVICTION_FAILED} {len(failed)} of them ({causes}), asked again every "
+                    "pass")
     return NodeReport(report.node, report.state, (
-        f"{report.message}; {BUDGET_REFUSED} the eviction of {len(refused)} of them "
-        f"({names}), asked again every pass: the drain goes on once the budget allows it "
-        "(more ready replicas elsewhere, or a looser budget); turn spec.mig.allowDisruption "
-        "off to stop the drain and uncordon the node"))
+        f"{message}; turn spec.mig.allowDisruption off to stop the drain and uncordon the "
+        "node"))
 
 
 class Release(NamedTuple):
