@@ -12,7 +12,7 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import ReadTimeoutError
 
-from infertune.api.spec import InferenceTuningSpec
+from infertune.api.spec import InferenceTuningSpec, Mode
 from infertune.controller import autoscaling
 from infertune.controller.autoscaling import OWN_SCALE_WRITE
 from infertune.controller.fights import Writers
@@ -155,14 +155,98 @@ def test_a_replicas_write_answered_with_a_server_error_that_landed_is_still_ours
 def test_a_replicas_write_answered_with_a_server_error_that_did_not_land_is_not_applied(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """A 503 before the write reached etcd: the replicas are as they were, so the decision
-    is reported as not applied, with the server's message."""
+    is reported as not applied, with the server's message; as failed, not refused (a server
+    error does not say whether the write will land)."""
     cluster = Cluster(monkeypatch, replicas=2)
     settings = autoscaling.AutoscalingSettings(source=None)
     cluster.scale_refusal = ApiException(status=503, reason="Service Unavailable")
     assert cluster.evaluate(settings, T0) == 3
-    assert cluster.replicas == 2 and cluster.events == ["ScaleWriteRefused"]
+    assert cluster.replicas == 2 and cluster.events == ["ScaleWriteFailed"]
     assert cluster.status["autoscaling"].get("writtenReplicas") is None
     assert cluster.status["decisions"][-1]["applied"] is False
+    active = _scaling_active(cluster)
+    assert (active["status"], active["reason"]) == ("False", "ScaleWriteFailed")
+    assert active["message"] == (
+        "writing 3 replicas to deployments/scale of llm failed (503): Service Unavailable; a "
+        "server error does not say whether it landed, and the next evaluation reads the "
+        "Deployment again")
+
+
+def _scaling_active(cluster: Cluster) -> dict[str, Any]:
+    return next(c for c in cluster.status["conditions"] if c["type"] == "ScalingActive")
+
+
+def _steady(now: float) -> TargetSignals:
+    """A queue at its target: Hold."""
+    window = Window.of_points([(now - 30 + i, 32.0) for i in range(31)], now, 30.0, 1.0, 32.0)
+    return TargetSignals(window, Series(((now - 15, 0.05), (now, 0.05)), 15.0),
+                         Series(((now - 15, 10.0), (now, 10.0)), 15.0))
+
+
+@pytest.mark.parametrize("answer", ["504", "timeout"])
+def test_a_write_that_lands_after_its_read_back_is_still_ours(
+        monkeypatch: pytest.MonkeyPatch, answer: str) -> None:
+    """A 504 ("may still be processing"), or an answer lost, and the count not there when
+    read again: it lands a moment later. The count remembered from before took it for
+    another writer's revert (a replicaFight), and its scale event was missing from the
+    rate limits: the next pod came 15 s later under "+1 pod per 60s"."""
+    cluster = Cluster(monkeypatch, replicas=2)
+    cluster.owners = (OWN_SCALE_WRITE,)
+    settings = autoscaling.AutoscalingSettings(source=None)
+    assert cluster.evaluate(settings, T0) == 3 and cluster.replicas == 3
+    apps = autoscaling.client.AppsV1Api
+    pending: list[int] = []
+
+    class StillProcessing(apps):  # type: ignore[misc, valid-type]
+        def patch_namespaced_deployment_scale(self, name: str, namespace: str,
+                                              ops: list[dict[str, Any]]) -> None:
+            pending.append(ops[1]["value"])
+            if answer == "504":
+                raise ApiException(status=504, reason="Timeout: request did not complete "
+                                   "within the allowed duration")
+            raise ReadTimeoutError(None, "/apis/apps/v1/...", "read timed out")  # type: ignore[arg-type]
+
+    monkeypatch.setattr(autoscaling.client, "AppsV1Api", StillProcessing)
+    if answer == "504":
+        cluster.evaluate(settings, T0 + 60)
+        assert cluster.events[-1] == "ScaleWriteFailed"
+    else:
+        with pytest.raises(ReadTimeoutError):
+            cluster.evaluate(settings, T0 + 60)
+    monkeypatch.setattr(autoscaling.client, "AppsV1Api", apps)
+    cluster.replicas = pending[0]  # it lands; managedFields name the operator's scale write
+    assert cluster.evaluate(settings, T0 + 75) == 4 and cluster.replicas == 4
+    stored = cluster.status["autoscaling"]
+    assert stored.get("replicaFight") is None
+    # Counted from when it was found (the first, at T0, is past the 60 s period).
+    assert [(e["change"], e["time"]) for e in stored["state"]["scaleEvents"]] == [
+        (1, format_time(T0 + 75))]
+    assert cluster.evaluate(settings, T0 + 130) == 4  # the period's +1 is spent
+    assert cluster.evaluate(settings, T0 + 140) == 5
+
+
+def test_a_refused_write_stays_reported_until_a_write_lands(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """ScalingActive said Scaling again at the next Hold although RBAC still refused, and the
+    next refused write was news again: a second Warning and decision record."""
+    cluster = Cluster(monkeypatch, replicas=2)
+    settings = autoscaling.AutoscalingSettings(source=None)
+    cluster.scale_refusal = ApiException(status=403, reason="Forbidden")
+    assert cluster.evaluate(settings, T0) == 3 and cluster.replicas == 2
+    refused = _scaling_active(cluster)
+    assert refused["reason"] == "ScaleWriteRefused" and cluster.events == ["ScaleWriteRefused"]
+    autoscaling.evaluate("ns", "t", 1, SPEC, copy.deepcopy(cluster.status), _steady(T0 + 15),
+                         settings, Writers(), {}, T0 + 15, "1")
+    assert _scaling_active(cluster) == refused  # a Hold: the last write was still refused
+    assert cluster.evaluate(settings, T0 + 30) == 3 and cluster.replicas == 2
+    assert cluster.evaluate(settings, T0 + 45) == 3 and cluster.replicas == 2
+    # Said for the attempt after the Hold (a new decision), not again for the same one.
+    assert cluster.events == ["ScaleWriteRefused"] * 2
+    assert [d["action"] for d in cluster.status["decisions"]] == ["ScaleOut 2 -> 3"] * 2
+    assert _scaling_active(cluster) == refused
+    cluster.scale_refusal = None  # the RBAC is fixed: the next write lands
+    assert cluster.evaluate(settings, T0 + 60) == 3 and cluster.replicas == 3
+    assert _scaling_active(cluster)["reason"] == "Scaling"
 
 
 
@@ -495,3 +579,103 @@ def test_a_restart_between_the_replicas_and_the_status_write_keeps_its_scale_eve
     cluster.status = {"autoscaling": {"target": "llm", "currentReplicas": 4}}
     assert cluster.evaluate(autoscaling.AutoscalingSettings(source=None), T0 + 165) == 5
     assert [e["change"] for e in cluster.status["autoscaling"]["state"]["scaleEvents"]] == [1]
+
+
+def _reverts(cluster: Cluster) -> int:
+    return int((cluster.status["autoscaling"].get("replicaFight") or {}).get("reverts") or 0)
+
+
+def test_a_revert_seen_by_a_pass_that_lost_the_lease_is_seen_again(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pass saw the revert, then found the Lease lapsed and returned without storing
+    it; renewed in the same term, the process took the count it remembered (none, after
+    the revert) and the revert was never counted: the fight took one more round of writes."""
+    cluster = Cluster(monkeypatch, replicas=2)
+    leader = _Lapsing()
+    settings = autoscaling.AutoscalingSettings(source=None, leader=leader)
+    assert cluster.evaluate(settings, T0) == 3 and cluster.replicas == 3
+    cluster.replicas = 2  # Argo CD self-heal
+
+    def lapse_during_read(namespace: str, name: str) -> DeploymentReplicas:
+        leader.leading = False
+        return DeploymentReplicas(cluster.replicas, cluster.replicas, {})
+
+    monkeypatch.setattr(autoscaling, "deployment_replicas", lapse_during_read)
+    cluster.evaluate(settings, T0 + 60)
+    assert cluster.replicas == 2 and _reverts(cluster) == 0  # nothing written or stored
+    leader.leading = True
+    monkeypatch.setattr(autoscaling, "deployment_replicas", lambda namespace, name:
+                        DeploymentReplicas(cluster.replicas, cluster.replicas, {}))
+    cluster.evaluate(settings, T0 + 75)
+    assert _reverts(cluster) == 1
+
+
+def test_a_revert_seen_when_the_replicas_changed_twice_while_deciding_is_seen_again(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both attempts met a changed count (the test of the replicas failed twice): the pass
+    returned without storing the revert its first read saw, and the next one, taking the
+    count this process remembered (none, after a revert), did not see it."""
+    cluster = Cluster(monkeypatch, replicas=2)
+    settings = autoscaling.AutoscalingSettings(source=None)
+    assert cluster.evaluate(settings, T0) == 3 and cluster.replicas == 3
+    cluster.replicas = 2  # reverted
+    apps = autoscaling.client.AppsV1Api
+    conflicts = 0
+
+    class Moving(apps):  # type: ignore[misc, valid-type]
+        def patch_namespaced_deployment_scale(self, name: str, namespace: str,
+                                              ops: list[dict[str, Any]]) -> None:
+            nonlocal conflicts
+            conflicts += 1
+            cluster.replicas += 1  # another writer, just before
+            raise ApiException(status=422, reason="the test of /spec/replicas failed")
+
+    monkeypatch.setattr(autoscaling.client, "AppsV1Api", Moving)
+    cluster.evaluate(settings, T0 + 60)
+    assert conflicts == 2 and _reverts(cluster) == 0
+    monkeypatch.setattr(autoscaling.client, "AppsV1Api", apps)
+    cluster.evaluate(settings, T0 + 75)
+    assert _reverts(cluster) == 1
+
+
+def test_in_dry_run_a_count_set_by_hand_is_no_revert(monkeypatch: pytest.MonkeyPatch) -> None:
+    """DryRun writes nothing, so the replicas are the user's: a count changed by hand after
+    Enforce had written one showed a replicaFight in the trial's status."""
+    cluster = Cluster(monkeypatch, replicas=2)
+    settings = autoscaling.AutoscalingSettings(source=None)
+    assert cluster.evaluate(settings, T0) == 3
+    dry = SPEC.model_copy(update={"mode": Mode.DRY_RUN})
+    cluster.replicas = 8
+    autoscaling.evaluate("ns", "t", 2, dry, copy.deepcopy(cluster.status), busy(T0 + 15),
+                         settings, Writers(), {}, T0 + 15, "1")
+    assert cluster.replicas == 8 and cluster.status["autoscaling"].get("replicaFight") is None
+
+
+def test_a_lost_scale_event_found_is_kept_when_that_status_write_fails(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A write landed unseen (its answer and the read-back both lost); the next pass found
+    it in the managedFields, but its status write failed, and nothing kept it: the pass
+    after scaled again 30 s after the last pod, under "+1 pod per 60s"."""
+    cluster = Cluster(monkeypatch, replicas=2)
+    cluster.owners = (OWN_SCALE_WRITE,)
+    settings = autoscaling.AutoscalingSettings(source=None)
+    assert cluster.evaluate(settings, T0) == 3
+    reads = 0
+
+    def brownout(namespace: str, name: str) -> DeploymentReplicas:
+        nonlocal reads
+        reads += 1
+        if reads == 2:  # the read-back after the lost answer
+            raise ApiException(status=503, reason="Service Unavailable")
+        return DeploymentReplicas(cluster.replicas, cluster.replicas, {}, cluster.owners)
+
+    monkeypatch.setattr(autoscaling, "deployment_replicas", brownout)
+    cluster.scale_answer_lost = True
+    with pytest.raises(ApiException):
+        cluster.evaluate(settings, T0 + 60)
+    assert cluster.replicas == 4
+    cluster.status_fails = True
+    with pytest.raises(ApiException):
+        assert cluster.evaluate(settings, T0 + 75) == 4  # found, held, not stored
+    assert cluster.evaluate(settings, T0 + 90) == 4 and cluster.replicas == 4
+    assert cluster.evaluate(settings, T0 + 140) == 5  # 65 s after it was found

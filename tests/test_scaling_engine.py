@@ -970,3 +970,22 @@ def test_seconds_are_cached_but_a_bad_duration_still_raises_every_time() -> None
         with pytest.raises(ValueError, match="not a duration"):
             signals.seconds("30")
     assert "30" not in units._SECONDS
+
+
+def test_a_ratio_past_floats_range_proposes_the_most_replicas_instead_of_raising() -> None:
+    """queue.targetPerReplica 1e-320 passes validation (above 0): 4 waiting requests over it
+    is infinite, math.ceil raised, and every evaluation of the tuning failed for good."""
+    from infertune.api.spec import InferenceTuningSpec
+    from infertune.controller.scaling_report import plan_evaluation
+
+    spec = InferenceTuningSpec.model_validate({
+        "targetRef": {"name": "llm"}, "engine": "vllm",
+        "autoscaling": {"maxReplicas": 6, "queue": {"targetPerReplica": 1e-320}}})
+    now = 1_700_000_000.0
+    window = Window.of_points([(now - 30 + i, 4.0) for i in range(31)], now, 30.0, 1.0, 1e-320)
+    signals = TargetSignals(window, Series(((now - 15, 0.05), (now, 0.05)), 15.0),
+                            Series(((now - 15, 10.0), (now, 10.0)), 15.0))
+    evaluation = plan_evaluation(spec, 1, {}, signals, 2, None, now)
+    assert evaluation.decision.action is ScaleAction.SCALE_OUT
+    assert 2 < evaluation.decision.desired_replicas <= 6
+    assert evaluation.decision.wanted == 6  # capped at maxReplicas

@@ -40,7 +40,14 @@ from pydantic import ValidationError
 from urllib3.exceptions import HTTPError as Urllib3Error
 
 from infertune.api.scaling import BatchingMode
-from infertune.api.spec import GROUP, PLURAL, VERSION, InferenceTuning, InferenceTuningSpec
+from infertune.api.spec import (
+    GROUP,
+    PLURAL,
+    VERSION,
+    InferenceTuning,
+    InferenceTuningSpec,
+    Mode,
+)
 from infertune.api.status import ConditionStatus, ConditionType
 from infertune.controller.conditions import condition_dict, merge_condition_dicts
 from infertune.controller.fights import (
@@ -54,12 +61,14 @@ from infertune.controller.fights import (
 )
 from infertune.controller.loops import pause, snapshot, until_stopped
 from infertune.controller.scaling_report import (
+    SCALE_WRITE_FAILED,
     SCALE_WRITE_REFUSED,
     Blocked,
     Evaluation,
     appended_decisions,
     plan_evaluation,
     status_over,
+    stored_write_failure,
 )
 from infertune.controller.status_patch import Build, merge_patch, write_status
 from infertune.kube.client import (
@@ -436,8 +445,10 @@ def evaluate(namespace: str, name: str, generation: int, spec: InferenceTuningSp
                         "limits as made now", key, lost.change)
             status = _with_scale_event(status, lost)
         # A revert seen by the first attempt stays one when the second decides again.
+        # In DryRun nothing is written either, so a count set by hand is no revert.
         reverted = _reverted(settings, key, current, status, deployment,
-                             spec.autoscaling is not None and spec.autoscaling.enabled,
+                             spec.autoscaling is not None and spec.autoscaling.enabled
+                             and spec.mode is Mode.ENFORCE,
                              read.replicas_by) or reverted
         fight = next_fight(stored_fight, generation, reverted, now, quiet_hold(spec))
         plan = functools.partial(plan_evaluation, spec, generation, status, signals, current,
@@ -445,14 +456,23 @@ def evaluate(namespace: str, name: str, generation: int, spec: InferenceTuningSp
                                  written=settings.written.get(key), ready=ready,
                                  template=_template_batching(spec, read.pod_spec),
                                  unprobed=unprobed_container(spec, read.pod_spec))
-        planned = plan(blocked_by(deployment, writers, fight, now))
-        refused: str | None = None
+        blocked = blocked_by(deployment, writers, fight, now)
+        planned = plan(blocked)
+        if blocked is None and planned.write is None and spec.mode is Mode.ENFORCE:
+            # A Hold after a write the API server refused (or failed): ScalingActive keeps
+            # saying so until a write lands. It turned back to Scaling at the next Hold,
+            # and the next refused write was news again (a Warning, a decision record).
+            kept = stored_write_failure(status)
+            if kept is not None:
+                planned = plan(kept)
+        refused: Blocked | None = None
         if planned.write is not None and _spec_changed(namespace, name, generation):
             # Decided with kopf's copy from before the fetch: a spec changed since (DryRun
             # set, enabled false, another targetRef, autoscaling removed) must not get the
             # old spec's write. The next slot decides with the new one.
             logger.info("%s: the spec changed while deciding; the next slot decides with it",
                         key)
+            settings.written.pop(key, None)  # a revert it saw: the next one sees it again
             return planned.decision
         if planned.write is not None and not settings.leader.leads():
             # Lost while the reads above waited (an API server under load queues them): the
@@ -460,6 +480,9 @@ def evaluate(namespace: str, name: str, generation: int, spec: InferenceTuningSp
             # for reverts. The slot is not counted; the new leader decides.
             logger.info("%s: no longer leading; the new leader decides and writes", key)
             settings.last_slot.pop(key, None)
+            # A revert this pass saw is not stored: forgotten here, the next evaluation (of
+            # this process, leading again in the same term) sees it again from the status.
+            settings.written.pop(key, None)
             return planned.decision
         if planned.write is not None:
             # Written before the status: if this call fails, the status keeps the old state.
@@ -472,6 +495,9 @@ def evaluate(namespace: str, name: str, generation: int, spec: InferenceTuningSp
                 # landed. If it did, it is ours: taken for someone else's, it counted as a
                 # revert and its scale event was missing from the rate limits.
                 if _read_back(settings, key, namespace, deployment) != planned.write:
+                    # Not there now, and it may still land (the API server may go on with
+                    # the request): forgotten, as when the read fails (`_read_back`).
+                    settings.written.pop(key, None)
                     raise
                 settings.written[key] = planned.write
             except ApiException as exc:
@@ -492,16 +518,31 @@ def evaluate(namespace: str, name: str, generation: int, spec: InferenceTuningSp
                          if uncertain or exc.status in (409, 422) else None)
                 if uncertain and found == planned.write:
                     settings.written[key] = planned.write  # as with a lost answer
+                elif uncertain:
+                    # Not there when read again, and it may land later (a 504 "may still be
+                    # processing"): not reported as refused, and what this process wrote
+                    # before is forgotten (`_read_back`), so that a late landing is taken
+                    # for the operator's own write, not for another writer's revert.
+                    settings.written.pop(key, None)
+                    refused = Blocked(SCALE_WRITE_FAILED, (
+                        f"writing {planned.write} replicas to deployments/scale of "
+                        f"{deployment} failed ({exc.status}): {server_message(exc)}; a "
+                        "server error does not say whether it landed, and the next "
+                        "evaluation reads the Deployment again"))
+                    planned = plan(refused)
                 elif exc.status not in (409, 422) or found == current:
-                    refused = (f"writing {planned.write} replicas to deployments/scale of "
-                               f"{deployment} was refused ({exc.status}): "
-                               f"{server_message(exc)}")
-                    planned = plan(Blocked(SCALE_WRITE_REFUSED, refused))
+                    refused = Blocked(SCALE_WRITE_REFUSED, (
+                        f"writing {planned.write} replicas to deployments/scale of "
+                        f"{deployment} was refused ({exc.status}): {server_message(exc)}"))
+                    planned = plan(refused)
                 elif attempt + 1 < SCALE_WRITE_ATTEMPTS:
                     continue
                 else:
                     logger.info("%s: the replicas of %s changed while deciding, twice; the "
                                 "next slot decides again", key, deployment)
+                    # A revert seen by either attempt is not stored: forgotten, the next
+                    # evaluation sees it again from the status.
+                    settings.written.pop(key, None)
                     return planned.decision
             else:
                 settings.written[key] = planned.write
@@ -526,7 +567,10 @@ def evaluate(namespace: str, name: str, generation: int, spec: InferenceTuningSp
                               still=_still_autoscaled)
     except Exception as exc:
         wrote = planned.write is not None and refused is None
-        if wrote or unwritten is not None or planned.batching_news is not None:
+        # `status` is not the stored one also when this pass found a lost scale event: kept
+        # too, or the next evaluation (remembering its count) never looked for it again.
+        if (wrote or unwritten is not None or planned.batching_news is not None
+                or status is not stored_status):
             # Replicas (or the applied batching value) changed and the status does not say
             # so: the next evaluations decide over this patch until one is stored, and the
             # change is announced all the same, once.
@@ -548,8 +592,8 @@ def evaluate(namespace: str, name: str, generation: int, spec: InferenceTuningSp
         return planned.decision
     if refused is not None:
         if planned.record is not None:  # news, as a decision record is: not every interval
-            kopf.event(body, type="Warning", reason=SCALE_WRITE_REFUSED,
-                       message=refused[:1000])
+            kopf.event(body, type="Warning", reason=refused.reason,
+                       message=refused.message[:1000])
     elif planned.event is not None:
         kopf.event(body, type="Normal", reason=planned.event[0], message=planned.event[1])
     if landed is not None and planned.blocked_news is not None:

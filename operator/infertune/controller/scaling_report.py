@@ -52,6 +52,12 @@ EVENT_REASONS = {ScaleAction.SCALE_OUT: "ScaledOut", ScaleAction.SCALE_IN: "Scal
 _TUNE_BATCHING = str(ScaleAction.TUNE_BATCHING)
 SCALE_WRITE_REFUSED = "ScaleWriteRefused"
 """ScalingActive reason and Warning Event when the API server refuses the replicas write."""
+SCALE_WRITE_FAILED = "ScaleWriteFailed"
+"""ScalingActive reason and Warning Event when the replicas write met a server error (5xx)
+and was not there when read again: it may still land."""
+WRITE_FAILURES = (SCALE_WRITE_REFUSED, SCALE_WRITE_FAILED)
+"""Blocks the replicas write itself met: said by the evaluation that wrote (a Warning with
+its decision record), and kept in ScalingActive until a write lands (`stored_write_failure`)."""
 SEVERAL_TUNINGS = "SeveralTunings"
 HPA_PRESENT = "HorizontalPodAutoscalerPresent"
 WRITERS_BLOCK = (SEVERAL_TUNINGS, HPA_PRESENT)
@@ -177,12 +183,25 @@ def plan_evaluation(spec: InferenceTuningSpec, generation: int, status: Mapping[
     blocked_news = None
     # Said when ScalingActive turns to the block, as written now: with autoscaling disabled
     # it says Disabled, and the block (an HPA) was announced again at every evaluation.
-    if (blocked is not None and blocked.reason != SCALE_WRITE_REFUSED
+    if (blocked is not None and blocked.reason not in WRITE_FAILURES
             and own[1]["reason"] == blocked.reason
             and was_scaling != blocked.reason):
         blocked_news = (blocked.reason, blocked.message[:MAX_EVENT_MESSAGE])
     return Evaluation(decision, decision.desired_replicas if applied else None, patch, event,
                       own, record, batching_news, blocked_news)
+
+
+def stored_write_failure(status: Mapping[str, Any]) -> Blocked | None:
+    """The refused or failed replicas write ScalingActive reports in `status`, if it does: a
+    Hold after it keeps reporting it (the last write did not land) until a write lands."""
+    wanted = str(ConditionType.SCALING_ACTIVE)
+    for condition in status.get("conditions") or ():
+        if isinstance(condition, dict) and condition.get("type") == wanted:
+            reason, message = condition.get("reason"), condition.get("message")
+            if reason in WRITE_FAILURES and isinstance(message, str):
+                return Blocked(str(reason), message)
+            return None
+    return None
 
 
 def reporting_ready(ready: int, signals: TargetSignals, now: float,

@@ -265,9 +265,17 @@ def _latency_proposal(spec: AutoscalingSpec, current: int, reading: Reading,
     return _Proposal(proposed, said)
 
 
+UNBOUNDED = 2**31 - 1
+"""The replicas proposed for a ratio past float's range (a queue over a targetPerReplica of
+1e-320): more than any maxReplicas, which caps it. math.ceil of infinity raised, and every
+evaluation of the tuning failed for good."""
+
+
 def _ceil(replicas: float) -> int:
     """Rounded up, less float noise: 3 x 100ms / 75ms is 4.000000000000001 in floats, and a
     latency on a histogram bucket bound (0.1, 0.25) is common."""
+    if not math.isfinite(replicas):
+        return UNBOUNDED if replicas > 0 else 0
     return math.ceil(replicas - FLOAT_NOISE)
 
 
