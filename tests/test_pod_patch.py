@@ -622,6 +622,32 @@ def test_variable_references_are_checked_as_the_kubelet_expands_them() -> None:
     assert plan_pod_patch(_spec(), literal, CONTEXT).refused
 
 
+def test_a_container_malloc_conf_longer_than_the_operator_reads_is_refused_unread() -> None:
+    """Checking a MALLOC_CONF is not linear in its length, and runs in the webhook on the
+    operator's event loop: 90 kB of unknown keys held it 8 s (every pod created meanwhile
+    admitted untuned). Past MAX_CONTAINER_MALLOC_CONF (after $(VAR) expansion) it is not
+    read, and the pod is left untuned with the reason."""
+    from infertune.tuning.pod_patch import MAX_CONTAINER_MALLOC_CONF
+
+    keys = ",".join(f"xq{i}:1" for i in range(20000))
+    plan = plan_pod_patch(_spec(), _pod(env=[{"name": "MALLOC_CONF", "value": keys}]), CONTEXT)
+    assert plan.refused and plan.patch == []
+    assert any(f"is {len(keys)} characters long" in p and "shorten it" in p
+               for p in plan.problems), plan.problems
+    # Long only once the kubelet expands it.
+    chunk = "a" * 3000
+    expanded = _pod(env=[{"name": "A", "value": chunk},
+                         {"name": "MALLOC_CONF", "value": "$(A)$(A)"}])
+    assert plan_pod_patch(_spec(), expanded, CONTEXT).refused
+    # At the limit it is read (and its unknown keys reported, five of them).
+    pairs = "xq:1," * (MAX_CONTAINER_MALLOC_CONF // 5 - 1)
+    at_limit = pairs + "xq:" + "1" * (MAX_CONTAINER_MALLOC_CONF - len(pairs) - 3)
+    assert len(at_limit) == MAX_CONTAINER_MALLOC_CONF
+    read = plan_pod_patch(_spec(), _pod(env=[{"name": "MALLOC_CONF", "value": at_limit}]),
+                          CONTEXT)
+    assert any("xq is not a jemalloc 5.3 option" in p for p in read.problems), read.problems
+
+
 def test_per_cpu_arenas_under_the_static_cpu_manager_are_reported_without_numa_binding(
 ) -> None:
     """A Guaranteed pod with whole CPUs runs on CPUs of its own: pinned as by numactl."""

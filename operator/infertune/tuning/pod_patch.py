@@ -315,6 +315,13 @@ def _allocator(spec: InferenceTuningSpec, env: _EnvPlan, cpu: float | None,
                             "is loaded for nothing; remove it, or set allocator type none to "
                             "keep it")
         env.set("LD_PRELOAD", ":".join(paths))
+        own_conf, _ = env.expanded("MALLOC_CONF")
+        if len(own_conf) > MAX_CONTAINER_MALLOC_CONF:
+            return (f"the serving container's MALLOC_CONF is {len(own_conf)} characters long "
+                    f"(its $(VAR) references expanded), more than the "
+                    f"{MAX_CONTAINER_MALLOC_CONF} the operator reads; jemalloc has a few "
+                    "dozen options, so shorten it, or set allocator type none to leave it "
+                    "alone")
         conf, read = _merged_conf(env, allocator.malloc_conf, problems)
         if read is not None:
             # narenas is added when the string jemalloc reads leaves it unset (a $(VAR) may
@@ -346,7 +353,8 @@ def _allocator(spec: InferenceTuningSpec, env: _EnvPlan, cpu: float | None,
                     + ("them, and with abort_conf:true aborts every process of the container "
                        "on them" if aborts_on_invalid(read) else "them")
                     + "; check the image's libjemalloc2 version")
-            pinned = [p for p in check_malloc_conf(read, pinned=pins) if p not in complaints]
+            seen = set(complaints)
+            pinned = [p for p in check_malloc_conf(read, pinned=pins) if p not in seen]
             problems += _at_most(
                 [f"MALLOC_CONF {_quoted(read)} in a process pinned to some of the node's CPUs "
                  f"(NUMA binding, static CPU manager): {p.message}"
@@ -564,6 +572,11 @@ QUOTED_CHARACTERS = 120
 the dry-run plan annotation, one per complaint about it."""
 PROBLEMS_OF_A_KIND = 5
 """How many complaints of one kind (about one MALLOC_CONF) are listed; the rest are counted."""
+MAX_CONTAINER_MALLOC_CONF = 4096
+"""The longest MALLOC_CONF of the serving container the webhook reads (the spec's own
+allocator.mallocConf has the same limit). Checking one is not linear in its length, and runs
+in the webhook on the operator's event loop: 90 kB of unknown keys held it 8 s, every pod
+creation meanwhile admitted untuned at the webhook's timeout."""
 
 
 def _quoted(value: str) -> str:
