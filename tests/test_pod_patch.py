@@ -186,9 +186,47 @@ def test_the_containers_own_glibc_arena_count_is_kept(
     assert env.get("MALLOC_ARENA_MAX") == next(
         (e.get("value") for e in own if e["name"] == "MALLOC_ARENA_MAX"), None)
     assert any(said in r for r in plan.reasons), plan.reasons
-    # The spec's arenaMax still wins.
+    # The spec's arenaMax still wins, in what glibc reads (`_glibc_arena_max`).
     spec = _spec(allocator={"type": "glibc", "arenaMax": 4})
-    assert _env(_apply(spec, pod)["spec"]["containers"][0])["MALLOC_ARENA_MAX"] == "4"
+    tuned = _env(_apply(spec, pod)["spec"]["containers"][0])
+    assert tuned["MALLOC_ARENA_MAX"] == "4"
+    if LOADER.exists():
+        assert _glibc_arena_max(tuned) == 4
+
+
+LOADER = Path("/lib64/ld-linux-x86-64.so.2")
+
+
+def _glibc_arena_max(env: dict[str, str]) -> int:
+    """glibc.malloc.arena_max as the real glibc reads `env` (ld.so --list-tunables)."""
+    shown = subprocess.run([str(LOADER), "--list-tunables"], capture_output=True, text=True,
+                           check=True, env={k: v for k, v in env.items()
+                                            if k in ("MALLOC_ARENA_MAX", "GLIBC_TUNABLES")})
+    line = next(x for x in shown.stdout.splitlines() if x.startswith("glibc.malloc.arena_max"))
+    return int(line.split(":")[1].split()[0], 16)
+
+
+@pytest.mark.skipif(not LOADER.exists(), reason="needs glibc's loader at /lib64")
+@pytest.mark.parametrize(("own", "allocator", "count"), [
+    # The container's tunable: glibc takes it over MALLOC_ARENA_MAX in either order, so the
+    # spec's count was reported applied while the container's 64 was the one used.
+    ("glibc.malloc.arena_max=64", {"arenaMax": 4}, 4),
+    # The spec's own tunables setting one too: arenaMax wins, as it does over the container's.
+    (None, {"arenaMax": 4, "glibcTunables": "glibc.malloc.arena_max=16"}, 4),
+    # The spec's tunable alone: no CPU-sized MALLOC_ARENA_MAX said to be applied beside it.
+    (None, {"glibcTunables": "glibc.malloc.arena_max=16"}, 16),
+    ("glibc.malloc.arena_max=2:glibc.pthread.rseq=0", {}, 2),  # the container's own, kept
+    (None, {}, 8),  # sized to the 8-CPU limit
+])
+def test_the_arena_count_said_is_the_one_glibc_reads(
+        own: str | None, allocator: dict[str, Any], count: int) -> None:
+    pod = _pod(env=[] if own is None else [{"name": "GLIBC_TUNABLES", "value": own}])
+    spec = _spec(allocator={"type": "glibc", **allocator})
+    plan = plan_pod_patch(spec, pod, CONTEXT)
+    env = _env(jsonpatch.apply_patch(pod, plan.patch)["spec"]["containers"][0])
+    assert _glibc_arena_max(env) == count
+    said = next(r for r in plan.reasons if r.startswith("allocator: glibc"))
+    assert str(count) in said, said
 
 
 def test_memory_high_intent_and_ownership_labels() -> None:

@@ -372,24 +372,46 @@ def _allocator(spec: InferenceTuningSpec, env: _EnvPlan, cpu: float | None,
         arenas = allocator.arena_max
         found = env.existing("GLIBC_TUNABLES")
         own = str(found.get("value", "")).strip(":") if found else ""
-        kept = _own_arena_max(env, own) if arenas is None else None
+        # Read in order, the later setting of a tunable wins: the spec's.
+        tunables = [t for t in (own, allocator.glibc_tunables) if t]
+        specs_count = _arena_max_tunable(allocator.glibc_tunables or "")
+        kept = (_own_arena_max(env, own) if arenas is None and specs_count is None
+                else None)
         if kept is not None:
             # The container's own, as a MALLOC_CONF narenas is kept: a low count set to
             # bound the memory arenas take was raised to the CPU limit, unseen.
             reasons.append(f"allocator: glibc with the container's own {kept} ({cpus}; "
                            "allocator.arenaMax overrides it)")
+        elif arenas is None and specs_count is not None:
+            reasons.append(f"allocator: glibc with glibc.malloc.arena_max={specs_count} from "
+                           f"allocator.glibcTunables ({cpus})")
         else:
             if arenas is None and cpu is not None:
                 # glibc's default is 8 arenas per core of the *node*; size to the container.
                 arenas = max(1, math.ceil(cpu))
             if arenas is not None:
                 env.set("MALLOC_ARENA_MAX", str(arenas))
+                if any(_arena_max_tunable(t) is not None for t in tunables):
+                    # glibc takes glibc.malloc.arena_max in GLIBC_TUNABLES over
+                    # MALLOC_ARENA_MAX, in whichever order they come: the count was reported
+                    # applied and the container's (or the spec's) tunable was the one used.
+                    tunables.append(f"{ARENA_MAX_TUNABLE}={arenas}")
             reasons.append(f"allocator: glibc with MALLOC_ARENA_MAX={arenas or 'unset'} "
                            f"({cpus})")
-        if allocator.glibc_tunables is not None:
-            # Read in order, the later setting of a tunable wins: the spec's.
-            env.set("GLIBC_TUNABLES", ":".join(t for t in (own, allocator.glibc_tunables) if t))
+        if allocator.glibc_tunables is not None or len(tunables) > (1 if own else 0):
+            env.set("GLIBC_TUNABLES", ":".join(tunables))
     return None
+
+
+ARENA_MAX_TUNABLE = "glibc.malloc.arena_max"
+
+
+def _arena_max_tunable(tunables: str) -> str | None:
+    """The value glibc.malloc.arena_max has in a GLIBC_TUNABLES string (its last setting),
+    None when it has none."""
+    values = [t.split("=", 1)[1] if "=" in t else "" for t in tunables.split(":")
+              if t.split("=", 1)[0].strip() == ARENA_MAX_TUNABLE]
+    return values[-1] if values else None
 
 
 def _own_arena_max(env: _EnvPlan, tunables: str) -> str | None:
@@ -398,9 +420,8 @@ def _own_arena_max(env: _EnvPlan, tunables: str) -> str | None:
     found = env.existing("MALLOC_ARENA_MAX")
     if found is not None:
         return f"MALLOC_ARENA_MAX={found.get('value', '')}"
-    setting = next((t for t in tunables.split(":")
-                    if t.split("=", 1)[0].strip() == "glibc.malloc.arena_max"), None)
-    return None if setting is None else f"GLIBC_TUNABLES {setting}"
+    value = _arena_max_tunable(tunables)
+    return None if value is None else f"GLIBC_TUNABLES {ARENA_MAX_TUNABLE}={value}"
 
 
 def _merged_conf(env: _EnvPlan, spec_conf: str | None,
