@@ -75,6 +75,28 @@ def test_launcher_wraps_the_command_and_keeps_args() -> None:
     assert env["INFERTUNE_NUMA_STRICT"] == "false"
 
 
+@pytest.mark.parametrize(("container", "pod", "uid"), [
+    (None, None, 65532),  # the image's user
+    # OpenShift's restricted SCC gives the pod a UID from the namespace's range: 65532,
+    # outside it, got every tuned pod refused.
+    ({"runAsUser": 1000680000}, None, 1000680000),
+    (None, {"runAsUser": 1001}, 1001),
+    ({"runAsUser": 1002}, {"runAsUser": 1001}, 1002),
+    # Root is not taken: with runAsNonRoot the kubelet would not start the init container.
+    ({"runAsUser": 0}, None, 65532),
+    ({"runAsUser": 0}, {"runAsUser": 1001}, 1001),
+    (None, {"runAsUser": 0}, 65532),
+])
+def test_the_launcher_runs_as_the_serving_containers_user_unless_root(
+        container: dict[str, Any] | None, pod: dict[str, Any] | None, uid: int) -> None:
+    shape = _pod() if container is None else _pod(securityContext=container)
+    if pod is not None:
+        shape["spec"]["securityContext"] = pod
+    init = _apply(_spec(), shape)["spec"]["initContainers"][0]
+    assert init["securityContext"]["runAsUser"] == uid
+    assert init["securityContext"]["runAsNonRoot"] is True
+
+
 def test_jemalloc_preload_and_narenas_from_the_cpu_limit() -> None:
     tuned = _apply(_spec(allocator={"mallocConf": "background_thread:true"}), _pod())
     env = _env(tuned["spec"]["containers"][0])

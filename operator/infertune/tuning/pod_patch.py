@@ -513,6 +513,24 @@ def launcher_resources(limit_ranges: tuple[LimitRangeView, ...]) -> dict[str, st
     return chosen
 
 
+LAUNCHER_UID = 65532
+"""The user of the operator's image (Dockerfile), which the launcher's init container runs as
+unless the serving container runs as another user than root (`_launcher_user`)."""
+
+
+def _launcher_user(pod_spec: Mapping[str, Any], serving: Mapping[str, Any]) -> int:
+    """The UID of the launcher's init container: the serving container's runAsUser, or the
+    pod's, when it is a user other than root (what admits the serving container admits that
+    one: OpenShift's restricted SCC gives each pod a UID from its namespace's range, and
+    65532, outside it, got every tuned pod refused); else LAUNCHER_UID (as root, with
+    runAsNonRoot, the kubelet would not start it)."""
+    for context in (serving.get("securityContext"), pod_spec.get("securityContext")):
+        uid = context.get("runAsUser") if isinstance(context, Mapping) else None
+        if isinstance(uid, int) and not isinstance(uid, bool) and uid > 0:
+            return uid
+    return LAUNCHER_UID
+
+
 def _launcher_ops(pod_spec: dict[str, Any], index: int, serving: dict[str, Any],
                   context: PodContext, resources: Mapping[str, str]) -> list[Op]:
     ops: list[Op] = []
@@ -529,7 +547,8 @@ def _launcher_ops(pod_spec: dict[str, Any], index: int, serving: dict[str, Any],
         # requests == limits keeps a Guaranteed pod Guaranteed.
         "resources": {"requests": dict(resources), "limits": dict(resources)},
         "securityContext": {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
-                            "runAsNonRoot": True, "runAsUser": 65532,
+                            "runAsNonRoot": True,
+                            "runAsUser": _launcher_user(pod_spec, serving),
                             "capabilities": {"drop": ["ALL"]},
                             "seccompProfile": {"type": "RuntimeDefault"}},
     }
