@@ -251,6 +251,24 @@ def test_the_arena_count_said_is_the_one_glibc_reads(
     assert str(count) in said, said
 
 
+def test_a_glibc_arena_count_from_value_from_is_kept_and_the_pod_tuned() -> None:
+    """Without arenaMax the container's own count is kept, so nothing is merged with one from
+    a ConfigMap: the pod was refused, launcher and all, as if it were to be written over."""
+    own = {"name": "MALLOC_ARENA_MAX",
+           "valueFrom": {"configMapKeyRef": {"name": "alloc", "key": "arenas"}}}
+    pod = _pod(env=[own])
+    plan = plan_pod_patch(_spec(allocator={"type": "glibc"}), pod, CONTEXT)
+    assert not plan.refused, plan.problems
+    tuned = jsonpatch.apply_patch(pod, plan.patch)["spec"]["containers"][0]
+    assert [e for e in tuned["env"] if e["name"] == "MALLOC_ARENA_MAX"] == [own]
+    assert tuned["command"][0] == LAUNCHER_PATH
+    assert any("the container's own MALLOC_ARENA_MAX (from valueFrom)" in r
+               for r in plan.reasons), plan.reasons
+    # With arenaMax it would be written over: that is still refused, as documented.
+    assert plan_pod_patch(_spec(allocator={"type": "glibc", "arenaMax": 4}), pod,
+                          CONTEXT).refused
+
+
 def test_memory_high_intent_and_ownership_labels() -> None:
     spec = _spec(memory={"high": "30Gi"})
     tuned = _apply(spec, _pod())

@@ -286,7 +286,10 @@ def _allocator(spec: InferenceTuningSpec, env: _EnvPlan, cpu: float | None,
     if allocator.type is AllocatorType.JEMALLOC:
         names = ["LD_PRELOAD", "MALLOC_CONF"]
     else:
-        names = ["MALLOC_ARENA_MAX"] if allocator.arena_max or cpu is not None else []
+        # MALLOC_ARENA_MAX is written over the container's only for arenaMax: without it,
+        # the container's own is kept (a valueFrom one too), and the CPU-sized count is set
+        # only where it has none.
+        names = ["MALLOC_ARENA_MAX"] if allocator.arena_max else []
         names += ["GLIBC_TUNABLES"] if allocator.glibc_tunables is not None else []
     for name in names:
         found = env.existing(name)
@@ -419,6 +422,8 @@ def _own_arena_max(env: _EnvPlan, tunables: str) -> str | None:
     from valueFrom is refused before this), or glibc.malloc.arena_max in GLIBC_TUNABLES."""
     found = env.existing("MALLOC_ARENA_MAX")
     if found is not None:
+        if "valueFrom" in found:
+            return "MALLOC_ARENA_MAX (from valueFrom)"
         return f"MALLOC_ARENA_MAX={found.get('value', '')}"
     value = _arena_max_tunable(tunables)
     return None if value is None else f"GLIBC_TUNABLES {ARENA_MAX_TUNABLE}={value}"
