@@ -155,6 +155,20 @@ def test_the_patch_holds_only_what_the_controller_owns() -> None:
     assert {c.type for c in result.conditions} == {"Ready", "TargetFound", "DryRun"}
 
 
+def test_the_count_of_an_autoscaler_that_has_evaluated_is_left_to_it() -> None:
+    """Once the autoscaler has evaluated, currentReplicas is its own: the resume handler
+    wrote the Deployment's count over it before the new process's first evaluation, which
+    then could not tell the replicas write the old process made just before it died (its
+    scale event was lost, and the next pod came inside the rate limit's period)."""
+    status = {"autoscaling": {"currentReplicas": 2, "desiredReplicas": 2, "action": "Hold",
+                              "evaluated": "2026-12-03T09:59:45Z"}}
+    result = assess(_body(status=status, autoscaling={"maxReplicas": 8}),
+                    replace(TARGET, replicas=3), "2026-12-03T10:00:00Z")
+    assert "autoscaling" not in result.patch()
+    assert result.status.autoscaling is not None
+    assert result.status.autoscaling.current_replicas == 2
+
+
 def test_the_patch_leaves_status_autoscaling_alone_without_autoscaling_or_target() -> None:
     status = {"autoscaling": {"desiredReplicas": 5, "currentReplicas": 4}}
     assert "autoscaling" not in assess(_body(status=status), TARGET, "2026-12-03T10:00:00Z"

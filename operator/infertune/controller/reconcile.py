@@ -230,13 +230,22 @@ def assess(body: dict[str, Any], target: TargetState | None, now: str) -> Assess
     conditions = list(before.conditions)
     for condition in own:
         conditions = set_condition(conditions, condition)
-    status = _status(before, conditions, generation, target if spec.autoscaling else None)
+    # The target's replicas in status.autoscaling.currentReplicas until the autoscaler has
+    # evaluated: from then on the count there is its own, which it refreshes every interval
+    # and reads back after a restart to find a replicas write it made and did not record
+    # (autoscaling._lost_scale_event). Written here over it at each resume (before the new
+    # process's first evaluation), it was the count that write had set, and the write's
+    # scale event was lost. (A process that dies between the replicas and the status write
+    # of the tuning's very first evaluation still loses it: nothing else holds the count.)
+    evaluated = before.autoscaling is not None and before.autoscaling.evaluated is not None
+    shown = target if spec.autoscaling is not None and not evaluated else None
+    status = _status(before, conditions, generation, shown)
     news = _ready_news(before, status, generation, spec, now)
     notices, decision = ([], None) if news is None else ([news[0]], news[1])
     if decision is not None:
         status = status.model_copy(update={"decisions": _with_decision(status, decision)})
     return Assessment(status, notices, RETRY_TARGET_SECONDS if target is None else None,
-                      target.replicas if target is not None and spec.autoscaling else None,
+                      None if shown is None else shown.replicas,
                       _owned(conditions, [c.type for c in own]), decision,
                       spec.autoscaling is None)
 
