@@ -679,3 +679,52 @@ def test_a_lost_scale_event_found_is_kept_when_that_status_write_fails(
         assert cluster.evaluate(settings, T0 + 75) == 4  # found, held, not stored
     assert cluster.evaluate(settings, T0 + 90) == 4 and cluster.replicas == 4
     assert cluster.evaluate(settings, T0 + 140) == 5  # 65 s after it was found
+
+
+def test_evaluations_that_keep_failing_say_so_in_scaling_active(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """An evaluation that raised every slot (a missing `get deployments`, a spec the engine
+    could not take) was only logged: ScalingActive and MetricsAvailable kept saying Scaling
+    and Found from the last one that ran."""
+    import asyncio
+
+    writes: list[dict[str, Any]] = []
+    stored = {"conditions": [
+        {"type": "ScalingActive", "status": "True", "reason": "Scaling", "message": "m",
+         "observedGeneration": 1, "lastTransitionTime": "2026-12-03T10:00:00Z"},
+        {"type": "MetricsAvailable", "status": "True", "reason": "Found", "message": "m",
+         "observedGeneration": 1, "lastTransitionTime": "2026-12-03T10:00:00Z"}]}
+
+    def write(namespace: str, name: str, status: Any, version: Any, build: Any) -> None:
+        patch = build(status)
+        if patch is not None:
+            writes.append(patch)
+
+    monkeypatch.setattr(autoscaling, "_write_if_present", write)
+    settings = autoscaling.AutoscalingSettings(source=None)
+    refused = ApiException(status=403, reason="Forbidden")
+    refused.body = '{"message": "deployments.apps \\"llm\\" is forbidden"}'
+
+    async def fail(times: int, status: dict[str, Any]) -> None:
+        loop = asyncio.get_running_loop()
+        for _ in range(times):
+            await autoscaling._after_failure(loop, settings, "ns", "t", 1, status, "1",
+                                             refused)
+
+    asyncio.run(fail(1, stored))
+    assert writes == []  # one failure: an API server's hiccup, not said
+    asyncio.run(fail(1, stored))
+    assert len(writes) == 1
+    conditions = {c["type"]: c for c in writes[0]["conditions"]}
+    active = conditions["ScalingActive"]
+    assert (active["status"], active["reason"]) == ("False", "EvaluationFailed")
+    assert active["message"].startswith(
+        'evaluations keep failing, so replicas are neither decided nor written: 403 '
+        'deployments.apps "llm" is forbidden')
+    assert (conditions["MetricsAvailable"]["status"],
+            conditions["MetricsAvailable"]["reason"]) == ("Unknown", "EvaluationFailed")
+    asyncio.run(fail(3, {"conditions": writes[0]["conditions"]}))
+    assert len(writes) == 1  # said once while the same error lasts
+    settings.forget("ns/t")  # (an evaluation that runs resets the count the same way)
+    asyncio.run(fail(1, stored))
+    assert len(writes) == 1

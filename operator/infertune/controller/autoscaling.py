@@ -145,6 +145,8 @@ class AutoscalingSettings:
     written_to: dict[str, str] = field(default_factory=dict)
     """key -> the Deployment `written` holds the replicas of: a count written to the target
     before spec.targetRef changed says nothing about the new one."""
+    failures: dict[str, int] = field(default_factory=dict)
+    """key -> evaluations in a row that raised (`FAILURES_REPORTED`)."""
     unwritten: dict[str, Unwritten] = field(default_factory=dict)
     """key -> what an evaluation whose replicas were written could not write into the
     status: the next evaluation decides over it (its scale event counts in the rate limits,
@@ -190,7 +192,7 @@ class AutoscalingSettings:
         """Drop what this process keeps of `key`'s evaluations and writes; with `signals`,
         its fetched signals and parsed spec too (a tuning gone from the listing)."""
         tables: list[dict[str, Any]] = [self.written, self.written_to, self.unwritten,
-                                        self.evaluated_at, self.last_slot]
+                                        self.evaluated_at, self.last_slot, self.failures]
         if signals:
             tables += [self.batch, self.fetched_at, self.fetched_for, self.parsed]
         for table in tables:
@@ -767,9 +769,13 @@ async def autoscale(stopped: kopf.DaemonStopped, namespace: str, name: str, body
                                 _version(meta_now), writers, body)
         try:
             await until_stopped(loop.run_in_executor(settings.executor, run), stopped)
-        except Exception:  # one failed pass must not end the loop
+        except Exception as exc:  # one failed pass must not end the loop
             logger.exception("autoscaling evaluation failed; the next slot tries again")
+            await until_stopped(_after_failure(loop, settings, namespace, name, generation,
+                                               status_now, _version(meta_now), exc), stopped)
             await pause(IDLE_S, stopped)
+        else:
+            settings.failures.pop(key, None)
 
 
 
@@ -795,6 +801,57 @@ async def _report_no_prometheus(loop: asyncio.AbstractEventLoop, settings: Autos
         return None if conditions is None else {"conditions": conditions}
 
     if build(status) is not None:  # only when it is not reported yet
+        await loop.run_in_executor(settings.executor, _write_if_present, namespace, name,
+                                   status, resource_version, build)
+
+
+FAILURES_REPORTED = 2
+"""Evaluations in a row that raise before ScalingActive says so (EvaluationFailed): one, an API
+server's hiccup, would make the condition flap; every one that follows is logged too. They
+kept saying Scaling and Found from the last evaluation that ran, for as long as it lasted."""
+EVALUATION_FAILED = "EvaluationFailed"
+
+
+async def _after_failure(loop: asyncio.AbstractEventLoop, settings: AutoscalingSettings,
+                         namespace: str, name: str, generation: int, status: dict[str, Any],
+                         resource_version: str | None, exc: Exception) -> None:
+    """Count an evaluation that raised, and report it in status from the FAILURES_REPORTED-th
+    in a row (by the leader only: another process's evaluations may be going well)."""
+    key = f"{namespace}/{name}"
+    failures = settings.failures[key] = settings.failures.get(key, 0) + 1
+    if failures < FAILURES_REPORTED or not settings.leader.leads():
+        return
+    try:
+        await _report_failure(loop, settings, namespace, name, generation, status,
+                              resource_version, exc)
+    except Exception:  # the API server that failed the pass may fail this too
+        logger.exception("%s: the failed evaluations could not be reported in status", key)
+
+
+async def _report_failure(loop: asyncio.AbstractEventLoop, settings: AutoscalingSettings,
+                          namespace: str, name: str, generation: int, status: dict[str, Any],
+                          resource_version: str | None, exc: Exception) -> None:
+    """ScalingActive False (EvaluationFailed, with the error) and MetricsAvailable Unknown,
+    unless they say so already: written once while the same error lasts."""
+    cause = (f"{exc.status} {server_message(exc)}" if isinstance(exc, ApiException)
+             else f"{type(exc).__name__}: {exc}")
+    stamp = format_time(time.time())
+    condition = condition_dict(
+        ConditionType.SCALING_ACTIVE, ConditionStatus.FALSE, EVALUATION_FAILED,
+        f"evaluations keep failing, so replicas are neither decided nor written: "
+        f"{cause[:500]}; tried again every interval (the operator log has the traceback)",
+        generation, stamp)
+    metrics = condition_dict(ConditionType.METRICS_AVAILABLE, ConditionStatus.UNKNOWN,
+                             EVALUATION_FAILED, "not evaluated: see ScalingActive",
+                             generation, stamp)
+
+    def build(stored: Mapping[str, Any]) -> dict[str, Any] | None:
+        if not settings.leader.leads():
+            return None
+        conditions = merge_condition_dicts(stored.get("conditions") or [], condition, metrics)
+        return None if conditions is None else {"conditions": conditions}
+
+    if build(status) is not None:
         await loop.run_in_executor(settings.executor, _write_if_present, namespace, name,
                                    status, resource_version, build)
 
