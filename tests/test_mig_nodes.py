@@ -379,6 +379,13 @@ def test_a_node_drained_for_another_tuning_is_not_uncordoned_as_configured() -> 
     legacy = _drained("a", config, config=config, state="success")
     assert partitioned_after_drain([legacy], step.reports, "ml/qwen",
                                    partitioning.__contains__) == [legacy]
+    # Drained for ml/other but labelled for (claimed by) ml/qwen: ml/other can never relabel
+    # it while that claim holds, so deferring to it kept the node cordoned for good.
+    mine = _drained("a", "ml/other", config=config, state="success", claimed_by="ml/qwen")
+    claimed = plan_mig_nodes([mine], CONFIGS, allow_disruption=False, labelled_at={},
+                             now=100.0, owner="ml/qwen", exists=lambda t: True)
+    assert partitioned_after_drain([mine], claimed.reports, "ml/qwen",
+                                   partitioning.__contains__) == [mine]
 
 
 def test_a_drained_node_claimed_by_a_tuning_that_partitions_nothing_is_released() -> None:

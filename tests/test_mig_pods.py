@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from typing import Any
 
 import kopf
@@ -234,6 +235,12 @@ def test_a_drained_node_is_handed_only_to_a_tuning_that_can_be_planned() -> None
         [drained, unknown]) is False  # selects neither node: nothing to plan on
     # Not known (a selector without its spec): as before, taken as it can.
     assert mig_controller._plannable(MigSelector("ml/t", (("pool", "a"),)), [unknown])
+    # Labelled for ml/s, whose claim still holds: ml/t could not relabel it (and kept it
+    # cordoned for as long as the claim held), so it is released instead.
+    claimed = dataclasses.replace(drained, claimed_by="ml/s")
+    assert mig_controller._successor(selectors, "ml/s", [claimed])(claimed, "ml/s") is None
+    # Handed to the claimant when another tuning drained it and goes.
+    assert mig_controller._successor(selectors, "ml/x", [claimed])(claimed, "ml/x") == "ml/s"
 
 
 def test_a_drain_is_announced_when_its_message_changes_not_every_pass(

@@ -674,8 +674,18 @@ def _successor(selectors: MigSelectors, leaving: str,
     which would not finish the drain) whose spec.mig.nodeSelector selects the node: it takes
     over a node the leaving one drained. With `nodes`, only one that can be planned on them
     (`_plannable`): `leaving` cannot, and two such tunings handed a node to each other every
-    pass, with an Event each time, and it stayed cordoned while neither could."""
+    pass, with an Event each time, and it stayed cordoned while neither could. A node whose
+    claim still holds goes to its claimant only, the one tuning that can relabel it (none
+    when that is `leaving` or the drainer itself: the node is released instead)."""
+    holds = claim_holds(selectors)
+    partitioning = {s.tuning for s in selectors if s.partitions}
+
     def find(node: NodeView, drained_for: str) -> str | None:
+        claimant = node.claimed_by
+        if claimant is not None and claimant in partitioning and holds(claimant, node):
+            # Labelled for a tuning whose claim still holds: any other heir could not
+            # relabel it (and waited, cordoned, for as long as the claim held).
+            return claimant if claimant not in (leaving, drained_for) else None
         return next((s.tuning for s in selectors
                      if s.partitions and s.tuning not in (leaving, drained_for)
                      and _selected(node, s.node_selector)

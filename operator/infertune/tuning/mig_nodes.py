@@ -445,8 +445,10 @@ def partitioned_after_drain(nodes: Sequence[NodeView], reports: Sequence[NodeRep
 
 
 def _drained_for_another(node: NodeView, owner: str, partitions: Callable[[str], bool]) -> bool:
-    """Whether `node` was drained for a tuning other than `owner` that still partitions (a
-    mark without a tuning name is from a release that wrote none: nobody's drain)."""
+    """Whether `node` was drained for a tuning other than `owner` that still partitions and
+    can relabel it: no one else's claim is on it (a mark without a tuning name is from a
+    release that wrote none: nobody's drain). One handed a node another tuning's claim holds
+    could never relabel it, and deferring to it kept the node cordoned for good."""
     drained_for = node.cordoned_for
     return (drained_for is not None and "/" in drained_for and drained_for != owner
-            and partitions(drained_for))
+            and partitions(drained_for) and node.claimed_by in (None, drained_for))
