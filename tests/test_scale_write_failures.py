@@ -728,3 +728,84 @@ def test_evaluations_that_keep_failing_say_so_in_scaling_active(
     settings.forget("ns/t")  # (an evaluation that runs resets the count the same way)
     asyncio.run(fail(1, stored))
     assert len(writes) == 1
+
+
+def _fails_with_504_then_lands(monkeypatch: pytest.MonkeyPatch, cluster: Cluster
+                               ) -> list[int]:
+    """Replicas writes answered 504 and not stored (yet): the counts asked, to land later."""
+    apps = autoscaling.client.AppsV1Api
+    pending: list[int] = []
+
+    class StillProcessing(apps):  # type: ignore[misc, valid-type]
+        def patch_namespaced_deployment_scale(self, name: str, namespace: str,
+                                              ops: list[dict[str, Any]]) -> None:
+            pending.append(ops[1]["value"])
+            raise ApiException(status=504, reason="Timeout: request did not complete")
+
+    monkeypatch.setattr(autoscaling.client, "AppsV1Api", StillProcessing)
+    return pending
+
+
+def test_a_failed_write_that_landed_late_is_no_longer_reported_failed(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The 504'd write landed after its read-back: every Hold after it still said
+    ScaleWriteFailed ("may still land"), with the replicas at the count it asked for."""
+    cluster = Cluster(monkeypatch, replicas=2)
+    cluster.owners = (OWN_SCALE_WRITE,)
+    settings = autoscaling.AutoscalingSettings(source=None)
+    apps = autoscaling.client.AppsV1Api
+    pending = _fails_with_504_then_lands(monkeypatch, cluster)
+    cluster.evaluate(settings, T0)
+    assert _scaling_active(cluster)["reason"] == "ScaleWriteFailed"
+    monkeypatch.setattr(autoscaling.client, "AppsV1Api", apps)
+    cluster.replicas = pending[0]
+    autoscaling.evaluate("ns", "t", 1, SPEC, copy.deepcopy(cluster.status), _steady(T0 + 15),
+                         settings, Writers(), {}, T0 + 15, "1")
+    assert cluster.replicas == 3 and _scaling_active(cluster)["reason"] == "Scaling"
+    assert [e["change"] for e in cluster.status["autoscaling"]["state"]["scaleEvents"]] == [1]
+
+
+def test_a_refused_write_is_not_reported_for_another_target(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """spec.targetRef changed after a refusal: the new Deployment's Holds kept saying that
+    writing to the old one was refused."""
+    cluster = Cluster(monkeypatch, replicas=2)
+    settings = autoscaling.AutoscalingSettings(source=None)
+    cluster.scale_refusal = ApiException(status=403, reason="Forbidden")
+    cluster.evaluate(settings, T0)
+    assert _scaling_active(cluster)["reason"] == "ScaleWriteRefused"
+    other = SPEC.model_copy(update={"target_ref": SPEC.target_ref.model_copy(
+        update={"name": "llm-v2"})})
+    autoscaling.evaluate("ns", "t", 2, other, copy.deepcopy(cluster.status), _steady(T0 + 15),
+                         settings, Writers(), {}, T0 + 15, "1")
+    assert _scaling_active(cluster)["reason"] == "Scaling"
+
+
+def test_a_failed_write_that_lands_while_the_next_one_writes_is_still_ours(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The 504'd 3 -> 4 landed just before the next evaluation's write, whose test of the
+    replicas then failed: its second attempt, remembering 3, took the 4 for a revert, wrote
+    4 -> 5 and counted only that pod in the rate limits."""
+    cluster = Cluster(monkeypatch, replicas=2)
+    cluster.owners = (OWN_SCALE_WRITE,)
+    settings = autoscaling.AutoscalingSettings(source=None)
+    apps = autoscaling.client.AppsV1Api
+    assert cluster.evaluate(settings, T0) == 3 and cluster.replicas == 3
+    pending = _fails_with_504_then_lands(monkeypatch, cluster)
+    cluster.evaluate(settings, T0 + 60)
+    assert cluster.replicas == 3 and pending == [4]
+
+    class LandsFirst(apps):  # type: ignore[misc, valid-type]
+        def patch_namespaced_deployment_scale(self, name: str, namespace: str,
+                                              ops: list[dict[str, Any]]) -> None:
+            if cluster.replicas == 3:  # the 504'd request is stored just before this one
+                cluster.replicas = 4
+                raise ApiException(status=422, reason="the test of /spec/replicas failed")
+            super().patch_namespaced_deployment_scale(name, namespace, ops)
+
+    monkeypatch.setattr(autoscaling.client, "AppsV1Api", LandsFirst)
+    cluster.evaluate(settings, T0 + 135)
+    stored = cluster.status["autoscaling"]
+    assert stored.get("replicaFight") is None
+    assert cluster.replicas == 4  # its +1 is the period's: no 4 -> 5 now
+    assert [e["change"] for e in stored["state"]["scaleEvents"]] == [1]

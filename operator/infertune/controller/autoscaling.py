@@ -355,10 +355,12 @@ def _reverted(settings: AutoscalingSettings, key: str, current: int,
     if written is None or current == written:
         settings.written[key] = written
         return False
-    if not remembered and owners == (OWN_SCALE_WRITE,):
+    if owners == (OWN_SCALE_WRITE,):
         # Our own scale write that the status does not hold: the process that made it
-        # stopped before its status write (a crash, a rolling upgrade). The API server says
-        # the operator changed them last; taken for a revert, it started a fight.
+        # stopped before its status write (a crash, a rolling upgrade), or a write of this
+        # process with an unknown outcome landed late (after its read-back, even while the
+        # next evaluation wrote). The API server says the operator changed them last; taken
+        # for a revert, it started a fight.
         settings.written[key] = current
         return False
     settings.written[key] = None
@@ -380,19 +382,24 @@ def _lost_scale_event(settings: AutoscalingSettings, key: str, status: Mapping[s
     process scaled again at once, past the rate limits. It is counted as made `now`: the
     API server keeps no time for the scale subresource's entry, and a time too late holds
     the next change at most one period longer, where one too early lets it through sooner
-    than the user allows. None when this process remembers its own writes (Unwritten keeps
-    what their status write missed), or nothing was lost."""
-    if _remembers(settings, key, deployment):
-        return None
+    than the user allows. A process that remembers its count finds only a write of its own
+    whose outcome it did not know that landed late; None when nothing was lost."""
     if read.replicas_by != (OWN_SCALE_WRITE,):
         return None
     block = status.get("autoscaling") or {}
     if block.get("target", deployment) != deployment:
         return None
-    before = written_replicas(status, deployment)
-    if before is None:
-        stored = block.get("currentReplicas")
-        before = stored if isinstance(stored, int) and not isinstance(stored, bool) else None
+    if _remembers(settings, key, deployment):
+        # A count of this process's that stands holds every write it knows (Unwritten keeps
+        # what their status write missed); one that differs with the operator's scale write
+        # last is a write of unknown outcome that landed late.
+        before = settings.written[key]
+    else:
+        before = written_replicas(status, deployment)
+        if before is None:
+            stored = block.get("currentReplicas")
+            before = (stored if isinstance(stored, int) and not isinstance(stored, bool)
+                      else None)
     if before is None or before == read.replicas:
         return None
     return ScaleEvent(now, read.replicas - before)
@@ -464,8 +471,12 @@ def evaluate(namespace: str, name: str, generation: int, spec: InferenceTuningSp
             # A Hold after a write the API server refused (or failed): ScalingActive keeps
             # saying so until a write lands. It turned back to Scaling at the next Hold,
             # and the next refused write was news again (a Warning, a decision record).
+            # Only while the Deployment and its count are the ones that write was for: a
+            # failed write that landed late, or a new targetRef, ends it.
             kept = stored_write_failure(status)
-            if kept is not None:
+            before = status.get("autoscaling") or {}
+            if (kept is not None and before.get("target") in (None, deployment)
+                    and before.get("currentReplicas") == current):
                 planned = plan(kept)
         refused: Blocked | None = None
         if planned.write is not None and _spec_changed(namespace, name, generation):
