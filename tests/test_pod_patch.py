@@ -710,13 +710,23 @@ def test_a_container_malloc_conf_longer_than_the_operator_reads_is_refused_unrea
     keys = ",".join(f"xq{i}:1" for i in range(20000))
     plan = plan_pod_patch(_spec(), _pod(env=[{"name": "MALLOC_CONF", "value": keys}]), CONTEXT)
     assert plan.refused and plan.patch == []
-    assert any(f"is {len(keys)} characters long" in p and "shorten it" in p
-               for p in plan.problems), plan.problems
+    assert any("is longer than the 4096 characters the operator reads" in p
+               and "shorten it" in p for p in plan.problems), plan.problems
     # Long only once the kubelet expands it.
     chunk = "a" * 3000
     expanded = _pod(env=[{"name": "A", "value": chunk},
                          {"name": "MALLOC_CONF", "value": "$(A)$(A)"}])
     assert plan_pod_patch(_spec(), expanded, CONTEXT).refused
+    # Each variable twice the one before it: 1.3 kB of env expanded to half a gigabyte
+    # before the length was looked at. It is cut as it grows (20 entries: 32 MiB uncut).
+    from infertune.tuning.pod_patch import _EnvPlan
+
+    chain = [{"name": "V0", "value": "x" * 64}] + [
+        {"name": f"V{i}", "value": f"$(V{i - 1})$(V{i - 1})"} for i in range(1, 20)]
+    env = [*chain, {"name": "MALLOC_CONF", "value": "$(V19)"}]
+    text, known = _EnvPlan("/spec/containers/0", env).expanded("MALLOC_CONF")
+    assert known and len(text) == MAX_CONTAINER_MALLOC_CONF + 1
+    assert plan_pod_patch(_spec(), _pod(env=env), CONTEXT).refused
     # At the limit it is read (and its unknown keys reported, five of them).
     pairs = "xq:1," * (MAX_CONTAINER_MALLOC_CONF // 5 - 1)
     at_limit = pairs + "xq:" + "1" * (MAX_CONTAINER_MALLOC_CONF - len(pairs) - 3)

@@ -246,24 +246,31 @@ class _EnvPlan:
 
 def _expand(text: str, known: Mapping[str, str]) -> tuple[str, bool]:
     """Kubernetes' expansion of an env value: `$(VAR)` by `known[VAR]` (left as it is when
-    unknown), `$$` by `$`; and whether every reference was known."""
-    out, resolved, i = [], True, 0
-    while i < len(text):
-        if text.startswith("$$", i):
-            out.append("$")
-            i += 2
+    unknown), `$$` by `$`; and whether every reference was known. Cut past
+    MAX_CONTAINER_MALLOC_CONF characters (a string that long is only said to be too long):
+    each variable may refer to the one before it twice, and 22 entries of 1.3 kB in all
+    expanded to half a gigabyte on the operator's event loop."""
+    out: list[str] = []
+    size, resolved, i = 0, True, 0
+    while i < len(text) and size <= MAX_CONTAINER_MALLOC_CONF:
+        dollar = text.find("$", i)
+        if dollar != i:  # plain text up to the next `$`, or to the end
+            piece, i = (text[i:], len(text)) if dollar == -1 else (text[i:dollar], dollar)
+        elif text.startswith("$$", i):
+            piece, i = "$", i + 2
         elif text.startswith("$(", i) and (end := text.find(")", i + 2)) != -1:
             name = text[i + 2:end]
             if name in known:
-                out.append(known[name])
+                piece = known[name]
             else:
-                out.append(text[i:end + 1])
+                piece = text[i:end + 1]
                 resolved = False
             i = end + 1
         else:
-            out.append(text[i])
-            i += 1
-    return "".join(out), resolved
+            piece, i = "$", i + 1
+        out.append(piece)
+        size += len(piece)
+    return "".join(out)[:MAX_CONTAINER_MALLOC_CONF + 1], resolved
 
 
 def _numa_env(spec: InferenceTuningSpec) -> str:
@@ -320,11 +327,10 @@ def _allocator(spec: InferenceTuningSpec, env: _EnvPlan, cpu: float | None,
         env.set("LD_PRELOAD", ":".join(paths))
         own_conf, _ = env.expanded("MALLOC_CONF")
         if len(own_conf) > MAX_CONTAINER_MALLOC_CONF:
-            return (f"the serving container's MALLOC_CONF is {len(own_conf)} characters long "
-                    f"(its $(VAR) references expanded), more than the "
-                    f"{MAX_CONTAINER_MALLOC_CONF} the operator reads; jemalloc has a few "
-                    "dozen options, so shorten it, or set allocator type none to leave it "
-                    "alone")
+            return (f"the serving container's MALLOC_CONF is longer than the "
+                    f"{MAX_CONTAINER_MALLOC_CONF} characters the operator reads (its $(VAR) "
+                    "references expanded); jemalloc has a few dozen options, so shorten it, "
+                    "or set allocator type none to leave it alone")
         conf, read = _merged_conf(env, allocator.malloc_conf, problems)
         if read is not None:
             # narenas is added when the string jemalloc reads leaves it unset (a $(VAR) may
