@@ -184,6 +184,18 @@ def test_allocator_variables_env_from_could_set_are_reported() -> None:
     assert any("envFrom: LD_PRELOAD or MALLOC_CONF there is overridden" in p
                for p in plan.problems), plan.problems
     assert not any("envFrom" in p for p in plan_pod_patch(_spec(), _pod(), CONTEXT).problems)
+    # glibc: the count sized to the CPU limit is set in env, over one envFrom may set.
+    glibc = plan_pod_patch(_spec(allocator={"type": "glibc"}), pod, CONTEXT)
+    assert any("envFrom: MALLOC_ARENA_MAX there is overridden" in p
+               for p in glibc.problems), glibc.problems
+    # Not when no count is set: the container's own is kept, or the spec's tunable sets it.
+    kept = _pod(envFrom=[{"configMapRef": {"name": "runtime"}}],
+                env=[{"name": "MALLOC_ARENA_MAX", "value": "2"}])
+    tunable = _spec(allocator={"type": "glibc", "glibcTunables": "glibc.malloc.arena_max=4"})
+    assert not any("MALLOC_ARENA_MAX there" in p for p in plan_pod_patch(
+        _spec(allocator={"type": "glibc"}), kept, CONTEXT).problems)
+    assert not any("MALLOC_ARENA_MAX" in p and "envFrom" in p
+                   for p in plan_pod_patch(tunable, pod, CONTEXT).problems)
 
 def test_glibc_arenas_are_sized_to_the_container() -> None:
     env = _env(_apply(_spec(allocator={"type": "glibc"}), _pod())["spec"]["containers"][0])
@@ -248,7 +260,7 @@ def test_the_arena_count_said_is_the_one_glibc_reads(
     env = _env(jsonpatch.apply_patch(pod, plan.patch)["spec"]["containers"][0])
     assert _glibc_arena_max(env) == count
     said = next(r for r in plan.reasons if r.startswith("allocator: glibc"))
-    assert str(count) in said, said
+    assert re.search(rf"(MALLOC_ARENA_MAX|glibc\.malloc\.arena_max)={count}\b", said), said
 
 
 def test_a_glibc_arena_count_from_value_from_is_kept_and_the_pod_tuned() -> None:

@@ -304,9 +304,18 @@ def _allocator(spec: InferenceTuningSpec, env: _EnvPlan, cpu: float | None,
             return (f"{name} on the serving container comes from valueFrom, so the allocator "
                     "settings cannot be merged with it; set it as a plain value or use "
                     "allocator type none")
-    if env_from and names:
+    # What an envFrom source may set that the env written here overrides: also the CPU-sized
+    # MALLOC_ARENA_MAX, set where the container's env has none.
+    overridden = names
+    if allocator.type is AllocatorType.GLIBC and not allocator.arena_max and cpu is not None:
+        tunables = env.existing("GLIBC_TUNABLES")
+        own = str(tunables.get("value", "")) if tunables else ""
+        if (_arena_max_tunable(allocator.glibc_tunables or "") is None
+                and _own_arena_max(env, own) is None):
+            overridden = ["MALLOC_ARENA_MAX", *names]
+    if env_from and overridden:
         problems.append("the serving container takes variables from envFrom: "
-                        f"{' or '.join(names)} there is overridden by the allocator "
+                        f"{' or '.join(overridden)} there is overridden by the allocator "
                         "settings; set it in env instead, where it is merged with them")
     if allocator.type is AllocatorType.JEMALLOC:
         preload = env.existing("LD_PRELOAD")
