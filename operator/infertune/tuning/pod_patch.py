@@ -308,10 +308,9 @@ def _allocator(spec: InferenceTuningSpec, env: _EnvPlan, cpu: float | None,
     # MALLOC_ARENA_MAX, set where the container's env has none.
     overridden = names
     if allocator.type is AllocatorType.GLIBC and not allocator.arena_max and cpu is not None:
-        tunables = env.existing("GLIBC_TUNABLES")
-        own = str(tunables.get("value", "")) if tunables else ""
+        own_tunables = env.existing("GLIBC_TUNABLES")
         if (_arena_max_tunable(allocator.glibc_tunables or "") is None
-                and _own_arena_max(env, own) is None):
+                and _own_arena_max(env, str((own_tunables or {}).get("value", ""))) is None):
             overridden = ["MALLOC_ARENA_MAX", *names]
     if env_from and overridden:
         problems.append("the serving container takes variables from envFrom: "
