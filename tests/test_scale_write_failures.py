@@ -809,3 +809,20 @@ def test_a_failed_write_that_lands_while_the_next_one_writes_is_still_ours(
     assert stored.get("replicaFight") is None
     assert cluster.replicas == 4  # its +1 is the period's: no 4 -> 5 now
     assert [e["change"] for e in stored["state"]["scaleEvents"]] == [1]
+
+
+def test_a_reported_failure_is_not_written_over_a_tuning_without_autoscaling(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Built again after a conflict with the removal of spec.autoscaling, the report put
+    ScalingActive and MetricsAvailable back, where nothing would remove them."""
+    seen: dict[str, Any] = {}
+
+    def write_status(namespace: str, name: str, status: Any, version: Any, build: Any,
+                     still: Any = None) -> None:
+        seen["still"] = still
+
+    monkeypatch.setattr(autoscaling, "write_status", write_status)
+    autoscaling._write_if_present("ns", "t", {}, "1", lambda stored: {"conditions": []})
+    assert seen["still"] is not None
+    assert seen["still"]({"spec": {"autoscaling": {"enabled": True}}})
+    assert not seen["still"]({"spec": {"targetRef": {"name": "llm"}}})

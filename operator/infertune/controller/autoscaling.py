@@ -869,8 +869,11 @@ async def _report_failure(loop: asyncio.AbstractEventLoop, settings: Autoscaling
 
 def _write_if_present(namespace: str, name: str, status: dict[str, Any],
                       resource_version: str | None, build: Build) -> None:
+    """Write `build` over the tuning's status while it still has spec.autoscaling (read again
+    after a conflict: conditions put back over its removal would stay for good)."""
     try:
-        write_status(namespace, name, status, resource_version, build)
+        write_status(namespace, name, status, resource_version, build,
+                     still=_still_autoscaled)
     except ApiException as exc:
         if exc.status != 404:  # deleted meanwhile
             raise
