@@ -75,6 +75,9 @@ class BuildReport:
     kubernetes_version: str = ""
     go_version: str = ""
     finished_at: str = ""
+    source_digest: str = ""
+    """`source_digest` of what was built: found by it when no Go is there to ask
+    (`cached_bin_dir`)."""
 
 
 def cache_root() -> Path:
@@ -102,26 +105,59 @@ def toolchain(module_dir: Path = GO_MODULE_DIR) -> str:
     return result.stdout if result.returncode == 0 else f"go env failed: {result.stderr}"
 
 
+def source_digest(module_dir: Path = GO_MODULE_DIR) -> str:
+    """What the binaries are built from, the toolchain aside: go.sum, go.mod (its `go`,
+    `toolchain` and `godebug` lines change the binaries without changing go.sum) and the
+    build's own recipe (the targets, the flags, the version stamp). Keyed on go.sum alone,
+    a reused machine kept binaries that a fresh one would build differently, and CI tested
+    those."""
+    return _digest(_sources(module_dir))
+
+
 def go_sum_digest(module_dir: Path = GO_MODULE_DIR, go_toolchain: str | None = None) -> str:
-    """What the binaries are built from: go.sum, go.mod (its `go`, `toolchain` and `godebug`
-    lines change the binaries without changing go.sum), the build's own recipe (the targets,
-    the flags, the version stamp) and the toolchain (`toolchain`, read when not given). Keyed
-    on go.sum alone, a reused machine kept binaries that a fresh one would build differently,
-    and CI tested those."""
+    """The cache key: what `source_digest` covers and the toolchain (`toolchain`, read when
+    not given)."""
     if go_toolchain is None:
         go_toolchain = toolchain(module_dir)
+    return _digest((*_sources(module_dir), go_toolchain.encode()))
+
+
+def _sources(module_dir: Path) -> tuple[bytes, ...]:
     recipe = repr((TARGETS, BUILD_FLAGS, version_ldflags("v0.0.0"))).encode()
+    return (module_dir / "go.sum").read_bytes(), (module_dir / "go.mod").read_bytes(), recipe
+
+
+def _digest(parts: tuple[bytes, ...]) -> str:
     digest = hashlib.sha256()
-    for part in ((module_dir / "go.sum").read_bytes(), (module_dir / "go.mod").read_bytes(),
-                 recipe, go_toolchain.encode()):
+    for part in parts:
         digest.update(hashlib.sha256(part).digest())
     return digest.hexdigest()[:16]
 
 
 def cached_bin_dir(module_dir: Path = GO_MODULE_DIR) -> Path:
     """Where the binaries for the current go.mod, go.sum, build recipe and Go toolchain live
-    (whether or not they are built)."""
-    return cache_root() / go_sum_digest(module_dir) / "bin"
+    (whether or not they are built). Without a Go to ask (not on PATH, or `go env` failed),
+    the newest build from the same sources (`source_digest`, kept in its timings.json): the
+    tests and `up` only run the binaries, and a Go missing there made them look unbuilt."""
+    current = toolchain(module_dir)
+    if current == "no go" or current.startswith("go env failed"):
+        built = _built_from(source_digest(module_dir))
+        if built is not None:
+            return built
+    return cache_root() / go_sum_digest(module_dir, current) / "bin"
+
+
+def _built_from(source: str) -> Path | None:
+    """The bin/ of the newest build whose timings.json names `source`, if any."""
+    found: list[tuple[str, Path]] = []
+    for timings in cache_root().glob("*/timings.json"):
+        try:
+            recorded = json.loads(timings.read_text())
+        except (OSError, ValueError):
+            continue
+        if isinstance(recorded, dict) and recorded.get("source_digest") == source:
+            found.append((str(recorded.get("finished_at") or ""), timings.parent / "bin"))
+    return max(found)[1] if found else None
 
 
 def missing_binaries(bin_dir: Path) -> list[Target]:
@@ -162,6 +198,7 @@ def build(module_dir: Path = GO_MODULE_DIR, out: TextIO = sys.stdout) -> BuildRe
             report.cached.append(target.name)
             print(f"cached  {target.name:<24} {bin_dir / target.name}", file=out)
     if not todo:
+        _record_source(bin_dir.parent / "timings.json", source_digest(module_dir))
         print(f"all binaries cached in {bin_dir}; nothing to build", file=out)
         return report
 
@@ -207,6 +244,7 @@ def build(module_dir: Path = GO_MODULE_DIR, out: TextIO = sys.stdout) -> BuildRe
 
     report.built = [t.name for t in todo]
     report.finished_at = datetime.now(UTC).isoformat(timespec="seconds")
+    report.source_digest = source_digest(module_dir)
     write_timings(bin_dir.parent / "timings.json", asdict(report))
     print(
         f"built {len(todo)} binaries into {bin_dir} in {_clock(report.wall_seconds)} wall "
@@ -283,6 +321,16 @@ def _install(staged: Path, bin_dir: Path, names: list[str]) -> None:
         bin_dir.mkdir(parents=True, exist_ok=True)
         for name in names:
             os.replace(staged / name, bin_dir / name)
+
+
+def _record_source(path: Path, source: str) -> None:
+    """Add `source_digest` to the timings.json of a build made before it was recorded."""
+    try:
+        timings = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return
+    if isinstance(timings, dict) and timings.get("source_digest") != source:
+        write_timings(path, {**timings, "source_digest": source})
 
 
 def write_timings(path: Path, timings: dict[str, object]) -> None:
