@@ -382,6 +382,9 @@ def test_without_access_values_nothing_is_mounted_or_passed() -> None:
     (["--set", f"prometheus.url={PROMETHEUS}",
       "--set-string", "prometheus.headers.Proxy-Authorization=Basic eA=="],
      "prometheus.headers: Proxy-Authorization carries credentials"),
+    # Not Latin-1: the operator refuses it at start (an HTTP header cannot carry it).
+    (["--set", f"prometheus.url={PROMETHEUS}", "--set-string", "prometheus.headers.X-Team=t→a"],
+     "/prometheus/headers/X-Team"),
 ])
 def test_prometheus_access_values_that_cannot_work_are_refused(
         values: list[str], says: str) -> None:
@@ -391,9 +394,11 @@ def test_prometheus_access_values_that_cannot_work_are_refused(
 
 
 @pytest.mark.parametrize(("values", "says"), [
-    # A second replica runs --standalone beside the first: no peering, every tuning handled
-    # twice, and two self-signed certificates behind one webhook Service.
+    # A second replica: one that stops removes the webhook configuration until the other
+    # registers it again, and two self-signed certificates sit behind one webhook Service.
     (["--set", "replicas=2"], "/replicas"),
+    # Longer than the operator takes (a day): it exited at start, in a crash loop.
+    (["--set", "retuneInterval=172800"], "/retuneInterval"),
     (["--set", "webhook.port=8080"], "/webhook/port"),  # the health endpoint's port
     # Non-root without capabilities: below 1024 only where the runtime lowers
     # net.ipv4.ip_unprivileged_port_start, and the operator crash-looped elsewhere.
@@ -605,6 +610,26 @@ def test_an_upgrade_keeps_an_operator_serving_the_webhook() -> None:
         "command": ["test", "-f", "/tmp/infertune-ready"]}
     assert "--ready-file=/tmp/infertune-ready" in container["args"]
     assert {"name": "tmp", "mountPath": "/tmp"} in container["volumeMounts"]
+    # The old pod serves a few seconds after it is marked for deletion, while the Service's
+    # endpoints catch up (kopf closes the port at SIGTERM), within the grace period.
+    assert container["lifecycle"] == {"preStop": {"exec": {"command": ["sleep", "5"]}}}
+    grace = deployment["spec"]["template"]["spec"].get("terminationGracePeriodSeconds", 30)
+    assert grace > 5 + 10  # the sleep, and the operator's own stop (loops, Lease)
+    # /healthz answers from the event loop, which kopf's first listing of a large cluster
+    # holds for seconds: at the default 1 s the operator was restarted into it again.
+    assert container["livenessProbe"]["timeoutSeconds"] >= 5
+
+
+def test_the_chart_renders_as_a_subchart() -> None:
+    """Helm passes `global` to every subchart: refused by the schema, the chart could not be
+    a dependency of an umbrella chart at all."""
+    helm("template", "t", str(CHART), "--set", "global.imageRegistry=registry.example")
+
+
+def test_header_values_in_latin_1_are_taken() -> None:
+    rendered = helm("template", "t", str(CHART), "--set", f"prometheus.url={PROMETHEUS}",
+                    "--set-string", "prometheus.headers.X-Team=café\tb").stdout
+    assert "--prometheus-header=X-Team: café\tb" in operator_args(rendered)
 
 
 def test_watch_namespaces_scope_the_operator_and_default_to_all() -> None:

@@ -88,10 +88,12 @@ def scoped(cluster: ClusterInfo, prometheus: PrometheusServer,
                                    work, work / "operator.log",
                                    env={"INFERTUNE_NAMESPACE": OPERATOR_NAMESPACE})
         # The chart's readiness probe: the file exists once the configuration is registered
-        # (launch_operator waited for that), and goes when the operator stops.
+        # (launch_operator waited for that) and kopf's indexes are loaded, and goes when the
+        # operator stops.
         ready = Path(next(o.split("=", 1)[1] for o in options if o.startswith("--ready-file=")))
         try:
-            assert ready.exists(), "no ready file with the webhook configuration registered"
+            wait_for(ready.exists, "the ready file, the webhook registered and the indexes "
+                     "loaded", timeout_s=30)
             yield Scoped(api, operator, watched, other)
         finally:
             operator.stop()

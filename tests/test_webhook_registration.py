@@ -195,6 +195,64 @@ def test_the_ready_file_exists_only_while_this_process_is_registered(tmp_path: P
     assert asyncio.run(scenario()) == [False, False, False, True, False]
 
 
+def test_the_ready_file_waits_for_the_indexes_to_load(tmp_path: Path) -> None:
+    """kopf runs no handler or loop before its indexes hold their first listing (minutes in
+    a cluster of thousands of pods): Ready once registered, the new pod of a rolling upgrade
+    let the old one stop, and autoscaling, re-tuning and MIG stopped with it."""
+    from infertune.kube.webhooks import RegisteringWebhookServer
+
+    ready = tmp_path / "ready"
+
+    async def scenario() -> list[bool]:
+        loaded = asyncio.Event()
+        server = RegisteringWebhookServer(registration=_Flaky(failures=0), check_s=0.01,
+                                          ready_file=ready, loaded=loaded)
+        waiter = asyncio.create_task(server._ready_once_loaded(loaded))
+        seen = [await server.register({"url": "x"}), ready.exists()]
+        loaded.set()
+        await waiter
+        seen.append(ready.exists())
+        server._mark_ready(False)  # deregistered: not ready, loaded or not
+        seen.append(ready.exists())
+        return seen
+
+    assert asyncio.run(scenario()) == [True, False, True, False]
+
+    async def never_loaded() -> bool:  # a cluster without nodes: Ready after the longest wait
+        loaded = asyncio.Event()
+        server = RegisteringWebhookServer(registration=_Flaky(failures=0), check_s=0.01,
+                                          ready_file=ready, loaded=loaded)
+        await server.register({"url": "x"})
+        before = ready.exists()
+        await server._ready_once_loaded(loaded, longest_s=0.01)
+        return not before and ready.exists()
+
+    assert asyncio.run(never_loaded())
+
+
+def test_a_failed_registration_again_keeps_a_registration_that_still_serves(
+        tmp_path: Path) -> None:
+    """cert-manager's renewal restarts kopf's server, which registers again: a 429 then made
+    the pod not Ready although the registration in place (the same CA) still served it, and
+    the Service lost its only endpoint until the next check, 30 s later."""
+    from infertune.kube.webhooks import RegisteringWebhookServer
+
+    ready = tmp_path / "ready"
+    registration = _Flaky(failures=0)
+
+    async def scenario() -> list[bool]:
+        server = RegisteringWebhookServer(registration=registration, check_s=0.01,
+                                          ready_file=ready)
+        seen = [await server.register({"url": "x"}), ready.exists()]
+        registration.failures = 1
+        seen += [await server.register({"url": "x"}), ready.exists()]
+        registration.failures, registration.present = 1, False  # gone meanwhile
+        seen += [await server.register({"url": "x"}), ready.exists()]
+        return seen
+
+    assert asyncio.run(scenario()) == [True, True, False, True, False, False]
+
+
 def test_a_registration_the_api_server_refuses_is_raised() -> None:
     registration = _Failing(ApiException(status=422, reason="Unprocessable Entity"))
     with pytest.raises(ApiException):

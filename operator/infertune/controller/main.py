@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import errno
 import gc
 import ipaddress
@@ -46,8 +47,8 @@ is made again at every start; use webhook.certSecret (cert-manager) for rotation
 logger = logging.getLogger(__name__)
 
 
-def _webhook_server(args: argparse.Namespace, own_namespace: str,
-                    cleanup: ExitStack) -> RegisteringWebhookServer:
+def _webhook_server(args: argparse.Namespace, own_namespace: str, cleanup: ExitStack,
+                    loaded: asyncio.Event | None = None) -> RegisteringWebhookServer:
     """The webhook server; a self-signed certificate made for it (no --webhook-cert) is written
     to a private directory that `cleanup` removes when the operator stops, so no run leaves a
     private key behind in the temporary directory."""
@@ -70,7 +71,7 @@ def _webhook_server(args: argparse.Namespace, own_namespace: str,
                                          service=service, owned_by=args.webhook_owner),
         addr=args.webhook_addr, port=args.webhook_port, host=host,
         certfile=cert, pkeyfile=key, cafile=args.webhook_ca or cert,
-        check_s=args.webhook_check_interval, ready_file=args.ready_file,
+        check_s=args.webhook_check_interval, ready_file=args.ready_file, loaded=loaded,
     )
 
 
@@ -342,12 +343,14 @@ def run_operator(args: argparse.Namespace) -> int:
             # and only then is the Lease handed to the next operator.
             cleanup.callback(leader.stop)
             cleanup.callback(scaling.executor.shutdown, wait=True)
+        pod_tuning = pods.PodTuningSettings(
+            launcher_image=args.launcher_image,
+            static_cpu_manager=not args.no_static_cpu_manager,
+            excluded_namespaces=excluded_namespaces(own_namespace))
         memo = kopf.Memo(
-            pod_tuning=pods.PodTuningSettings(
-                launcher_image=args.launcher_image,
-                static_cpu_manager=not args.no_static_cpu_manager,
-                excluded_namespaces=excluded_namespaces(own_namespace)),
-            webhook_server=_webhook_server(args, own_namespace, cleanup),
+            pod_tuning=pod_tuning,
+            # Ready once registered and once the indexes are loaded (pod_tuning.indexed).
+            webhook_server=_webhook_server(args, own_namespace, cleanup, pod_tuning.indexed),
             mig=None if mig is None else mig.MigSettings.watching(
                 own_namespace, namespaces, *([] if args.mig_config_delay is None
                                              else [args.mig_config_delay])),

@@ -37,6 +37,9 @@ WEBHOOK_CONFIGURATION = "infertune-pod-tuning"
 HANDLER_ID = "tune-pods"
 REGISTER_ATTEMPTS = 3
 REGISTRATION_CHECK_S = 30.0
+LOAD_WAIT_S = 900.0
+"""How long readiness waits for kopf's indexes to load (RegisteringWebhookServer.loaded): the
+first listing of every pod took six minutes in a cluster of 10,000 pods."""
 """How often a running operator checks that its webhook configuration is still there: an
 operator process that stops removes the one it registered, though another may still serve
 (an upgrade rolled back), and every pod was then admitted untuned until a restart."""
@@ -278,6 +281,7 @@ class RegisteringWebhookServer(kopf.WebhookServer):
 
     def __init__(self, *, registration: WebhookRegistration,
                  check_s: float = REGISTRATION_CHECK_S, ready_file: Path | None = None,
+                 loaded: asyncio.Event | None = None,
                  **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.registration = registration
@@ -288,11 +292,20 @@ class RegisteringWebhookServer(kopf.WebhookServer):
         pod Ready on a listening port alone took the Service's calls before the API server
         trusted its certificate, or while its registration failed, and the old pod it
         replaced stopped (pods admitted untuned meanwhile)."""
+        self.loaded = loaded
+        """Set once kopf's indexes hold their first listing (pods.PodTuningSettings.indexed):
+        the ready file waits for it too. kopf runs no handler, daemon or loop before that,
+        which took minutes in a cluster of thousands of pods; Ready at once, the new pod of a
+        rolling upgrade let the old one stop, and autoscaling, re-tuning and MIG stopped
+        with it for as long."""
+        self._registered = False
         # One left by a container that crashed: the pod's /tmp outlives it (an emptyDir).
         self._mark_ready(False)
 
     async def __call__(self, fn: Any) -> AsyncIterator[Any]:
         keeper: asyncio.Task[None] | None = None
+        waiter = (None if self.loaded is None or self.ready_file is None else
+                  asyncio.create_task(self._ready_once_loaded(self.loaded)))
         try:
             async for kopf_config in super().__call__(fn):
                 config = copy.deepcopy(dict(kopf_config))
@@ -305,6 +318,8 @@ class RegisteringWebhookServer(kopf.WebhookServer):
             self._mark_ready(False)
             if keeper is not None:
                 keeper.cancel()
+            if waiter is not None:
+                waiter.cancel()
             # A configuration pointing at a stopped server would add its timeout to every pod
             # creation in the cluster; remove it on the way out.
             try:
@@ -320,19 +335,31 @@ class RegisteringWebhookServer(kopf.WebhookServer):
         try:
             await asyncio.to_thread(self.registration.apply, config, keep_owner)
         except ApiException as exc:
-            self._mark_ready(False)
             if exc.status != 429 and (not isinstance(exc.status, int) or exc.status < 500):
+                self._mark_ready(False)
                 raise
             why = f"{exc.status} {exc.reason}"
         except (Urllib3Error, OSError) as exc:
-            self._mark_ready(False)
             why = type(exc).__name__
         else:
             self._mark_ready(True)
             return True
-        logger.warning("could not register %s (%s); tried again in %gs, pods are admitted "
-                       "untuned meanwhile", self.registration.name, why, self.check_s)
+        # A registration made before that still serves this process (the same CA, when
+        # cert-manager's renewal restarted the server) keeps it Ready: not Ready for a
+        # 429, the Service lost its only endpoint until the next check, 30 s later.
+        still = await self._still_registered(config)
+        self._mark_ready(still)
+        logger.warning("could not register %s (%s); tried again in %gs%s",
+                       self.registration.name, why, self.check_s,
+                       "; the registration in place still serves this process" if still else
+                       ", pods are admitted untuned meanwhile")
         return False
+
+    async def _still_registered(self, config: dict[str, Any]) -> bool:
+        try:
+            return await asyncio.to_thread(self.registration.still_registered, config)
+        except Exception:  # the API server that failed the registration may fail this too
+            return False
 
     async def _keep(self, config: dict[str, Any], registered: bool = True) -> None:
         """Check the registration every `check_s`, and register again when it is not there
@@ -358,7 +385,23 @@ class RegisteringWebhookServer(kopf.WebhookServer):
                 logger.exception("could not register %s again", self.registration.name)
                 registered = False
 
+    async def _ready_once_loaded(self, loaded: asyncio.Event,
+                                 longest_s: float = LOAD_WAIT_S) -> None:
+        try:
+            await asyncio.wait_for(loaded.wait(), longest_s)
+        except TimeoutError:
+            # No node event (a cluster without nodes, a watch refused): Ready as before
+            # rather than never.
+            logger.warning("kopf's indexes did not report loaded within %gs; Ready once "
+                           "registered from now on", longest_s)
+            loaded.set()
+        self._mark_ready(self._registered)
+
     def _mark_ready(self, ready: bool) -> None:
+        """Ready while registered and, with `loaded`, once the indexes are loaded."""
+        self._registered = ready
+        if self.loaded is not None and not self.loaded.is_set():
+            ready = False
         if self.ready_file is None:
             return
         try:
