@@ -37,12 +37,12 @@ WEBHOOK_CONFIGURATION = "infertune-pod-tuning"
 HANDLER_ID = "tune-pods"
 REGISTER_ATTEMPTS = 3
 REGISTRATION_CHECK_S = 30.0
-LOAD_WAIT_S = 900.0
-"""How long readiness waits for kopf's indexes to load (RegisteringWebhookServer.loaded): the
-first listing of every pod took six minutes in a cluster of 10,000 pods."""
 """How often a running operator checks that its webhook configuration is still there: an
 operator process that stops removes the one it registered, though another may still serve
 (an upgrade rolled back), and every pod was then admitted untuned until a restart."""
+LOAD_WAIT_S = 900.0
+"""How long readiness waits for kopf's indexes to load (RegisteringWebhookServer.loaded): the
+first listing of every pod took six minutes in a cluster of 10,000 pods."""
 REQUEST_TIMEOUT_S = 10.0
 OPT_OUT_LABEL = f"{keys.PREFIX}/tuning"
 """Pods labelled infertune.io/tuning=disabled are never sent to the webhook."""
