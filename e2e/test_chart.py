@@ -604,6 +604,9 @@ def test_an_upgrade_keeps_an_operator_serving_the_webhook() -> None:
     deployment = rendered_deployment()
     assert deployment["spec"]["strategy"] == {
         "type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
+    # The new pod may wait for kopf's first listing (at most LOAD_WAIT_S) before it is Ready.
+    from infertune.kube.webhooks import LOAD_WAIT_S
+    assert deployment["spec"]["progressDeadlineSeconds"] > LOAD_WAIT_S
     (container,) = deployment["spec"]["template"]["spec"]["containers"]
     # Ready once registered, not once the port listens (kopf listens first).
     assert container["readinessProbe"]["exec"] == {

@@ -78,6 +78,11 @@ def test_without_a_node_event_the_indexes_are_read_as_they_are_after_one_wait(
 
     waited, then = asyncio.run(scenario())
     assert waited >= 0.2 and then < 0.2
+    # Readiness goes by the listing itself, which this fallback does not stand for: it made
+    # a process Ready (and the old one of an upgrade stop) with the indexes still loading.
+    assert memo.pod_tuning.indexed.is_set() and not memo.pod_tuning.listed.is_set()
+    asyncio.run(indexes_loaded(memo=memo))
+    assert memo.pod_tuning.listed.is_set()
 
 
 def test_the_webhook_records_what_it_did_with_each_tunings_last_pod() -> None:

@@ -159,6 +159,9 @@ class _Flaky:
     def still_registered(self, config: dict[str, Any]) -> bool:
         return self.present
 
+    def serves(self, config: dict[str, Any]) -> bool:
+        return self.present
+
 
 def test_the_ready_file_exists_only_while_this_process_is_registered(tmp_path: Path) -> None:
     """kopf listens before the registration is made: Ready on the port alone (the chart's
@@ -195,10 +198,11 @@ def test_the_ready_file_exists_only_while_this_process_is_registered(tmp_path: P
     assert asyncio.run(scenario()) == [False, False, False, True, False]
 
 
-def test_the_ready_file_waits_for_the_indexes_to_load(tmp_path: Path) -> None:
+def test_the_ready_file_waits_for_the_indexes_to_load_while_another_leads(
+        tmp_path: Path) -> None:
     """kopf runs no handler or loop before its indexes hold their first listing (minutes in
     a cluster of thousands of pods): Ready once registered, the new pod of a rolling upgrade
-    let the old one stop, and autoscaling, re-tuning and MIG stopped with it."""
+    let the old one (which leads) stop, and autoscaling, re-tuning and MIG stopped with it."""
     from infertune.kube.webhooks import RegisteringWebhookServer
 
     ready = tmp_path / "ready"
@@ -206,7 +210,8 @@ def test_the_ready_file_waits_for_the_indexes_to_load(tmp_path: Path) -> None:
     async def scenario() -> list[bool]:
         loaded = asyncio.Event()
         server = RegisteringWebhookServer(registration=_Flaky(failures=0), check_s=0.01,
-                                          ready_file=ready, loaded=loaded)
+                                          ready_file=ready, loaded=loaded,
+                                          leads=lambda: False)
         waiter = asyncio.create_task(server._ready_once_loaded(loaded))
         seen = [await server.register({"url": "x"}), ready.exists()]
         loaded.set()
@@ -221,13 +226,44 @@ def test_the_ready_file_waits_for_the_indexes_to_load(tmp_path: Path) -> None:
     async def never_loaded() -> bool:  # a cluster without nodes: Ready after the longest wait
         loaded = asyncio.Event()
         server = RegisteringWebhookServer(registration=_Flaky(failures=0), check_s=0.01,
-                                          ready_file=ready, loaded=loaded)
+                                          ready_file=ready, loaded=loaded,
+                                          leads=lambda: False)
         await server.register({"url": "x"})
         before = ready.exists()
         await server._ready_once_loaded(loaded, longest_s=0.01)
         return not before and ready.exists()
 
     assert asyncio.run(never_loaded())
+
+
+def test_a_process_that_leads_is_ready_once_registered(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With no other operator running (the only pod restarted, so it takes the Lease), or
+    without an election, waiting for the indexes left the webhook without an endpoint for
+    as long as they loaded: every pod created meanwhile was admitted untuned."""
+    from infertune.kube import webhooks
+    from infertune.kube.webhooks import RegisteringWebhookServer
+
+    monkeypatch.setattr(webhooks, "LEADS_POLL_S", 0.01)
+    ready = tmp_path / "ready"
+
+    async def scenario() -> list[bool]:
+        leading = [False]
+        loaded = asyncio.Event()
+        server = RegisteringWebhookServer(registration=_Flaky(failures=0), check_s=0.01,
+                                          ready_file=ready, loaded=loaded,
+                                          leads=lambda: leading[0])
+        waiter = asyncio.create_task(server._ready_once_loaded(loaded))
+        seen = [await server.register({"url": "x"}), ready.exists()]
+        leading[0] = True  # the old pod stopped (or never was): the Lease is this one's
+        await asyncio.wait_for(waiter, 5)
+        seen.append(ready.exists())
+        alone = RegisteringWebhookServer(registration=_Flaky(failures=0), check_s=0.01,
+                                         ready_file=tmp_path / "alone", loaded=asyncio.Event())
+        seen += [await alone.register({"url": "x"}), (tmp_path / "alone").exists()]
+        return seen
+
+    assert asyncio.run(scenario()) == [True, False, True, True, True]
 
 
 def test_a_failed_registration_again_keeps_a_registration_that_still_serves(
@@ -333,6 +369,34 @@ def test_still_registered_says_when_to_register_again(tmp_path: Path,
     at_url = WebhookRegistration(excluded_namespaces=("kube-system",))
     _FakeAdmission.stored = _stored(other, None, url="https://10.0.0.6:9443/tune-pods")
     assert at_url.still_registered(config) is True  # another process's URL: last one wins
+
+
+def test_serves_is_true_only_for_a_registration_that_reaches_this_process(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Readiness after a failed registration went by `still_registered`, which also says yes
+    to another process's registration (to leave it alone): the pod was Ready where the API
+    server could not call it."""
+    from infertune.kube import webhooks
+
+    monkeypatch.setattr(webhooks.client, "AdmissionregistrationV1Api", _FakeAdmission)
+    ours, other = _ca_named(tmp_path, "ours"), _ca_named(tmp_path, "other")
+    through = WebhookRegistration(excluded_namespaces=("kube-system",), service=SERVICE)
+    at_url = WebhookRegistration(excluded_namespaces=("kube-system",))
+    config = {"url": "https://10.0.0.5:9443", "caBundle": ours}
+    mine = "https://10.0.0.5:9443/tune-pods"
+    for stored, registration, serves in [
+        (None, through, False),
+        (_stored(bundle_with(ours, other), SERVICE), through, True),
+        (_stored(other, SERVICE), through, False),  # not trusting this process's CA
+        (_stored(ours, ("elsewhere", "webhook", 443)), through, False),  # another Service
+        (_stored(ours, None, url=mine), through, False),  # at a URL
+        (_stored(ours, None, url=mine), at_url, True),
+        (_stored(ours, None, url="https://10.0.0.6:9443/tune-pods"), at_url, False),
+        (_stored(other, None, url=mine), at_url, False),
+        (_stored(ours, SERVICE), at_url, False),
+    ]:
+        _FakeAdmission.stored = stored
+        assert registration.serves(config) is serves, (stored, registration.service)
 
 
 def test_nothing_is_registered_once_removed(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -11,6 +11,7 @@ import logging
 import os
 import socket
 import tempfile
+from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
 from types import ModuleType
@@ -48,7 +49,8 @@ logger = logging.getLogger(__name__)
 
 
 def _webhook_server(args: argparse.Namespace, own_namespace: str, cleanup: ExitStack,
-                    loaded: asyncio.Event | None = None) -> RegisteringWebhookServer:
+                    loaded: asyncio.Event | None = None,
+                    leads: Callable[[], bool] | None = None) -> RegisteringWebhookServer:
     """The webhook server; a self-signed certificate made for it (no --webhook-cert) is written
     to a private directory that `cleanup` removes when the operator stops, so no run leaves a
     private key behind in the temporary directory."""
@@ -72,6 +74,7 @@ def _webhook_server(args: argparse.Namespace, own_namespace: str, cleanup: ExitS
         addr=args.webhook_addr, port=args.webhook_port, host=host,
         certfile=cert, pkeyfile=key, cafile=args.webhook_ca or cert,
         check_s=args.webhook_check_interval, ready_file=args.ready_file, loaded=loaded,
+        leads=leads,
     )
 
 
@@ -349,8 +352,10 @@ def run_operator(args: argparse.Namespace) -> int:
             excluded_namespaces=excluded_namespaces(own_namespace))
         memo = kopf.Memo(
             pod_tuning=pod_tuning,
-            # Ready once registered and once the indexes are loaded (pod_tuning.indexed).
-            webhook_server=_webhook_server(args, own_namespace, cleanup, pod_tuning.indexed),
+            # Ready once registered, and once the indexes are loaded or this process leads
+            # (kube/webhooks.RegisteringWebhookServer.loaded).
+            webhook_server=_webhook_server(args, own_namespace, cleanup, pod_tuning.listed,
+                                           leader.leads),
             mig=None if mig is None else mig.MigSettings.watching(
                 own_namespace, namespaces, *([] if args.mig_config_delay is None
                                              else [args.mig_config_delay])),

@@ -76,7 +76,11 @@ class PodTuningSettings:
     last_evictions: dict[str, Eviction] = field(default_factory=dict)
     """The last eviction of each tuning, for the untuned-replacement guard."""
     indexed: asyncio.Event = field(default_factory=asyncio.Event)
-    """Set once kopf's indexes hold their first listing (`indexes_loaded`)."""
+    """Set once kopf's indexes hold their first listing (`indexes_loaded`), or once a pod's
+    admission waited INDEX_WAIT_S for it."""
+    listed: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set once kopf's indexes hold their first listing (`indexes_loaded`) only: the
+    operator's readiness goes by it (kube/webhooks.RegisteringWebhookServer.loaded)."""
     admitted: dict[str, tuple[str, str | None]] = field(default_factory=dict)
     """The revision of the last pod the webhook admitted for each tuning, and why it was
     left unchanged (None: tuned). Re-tuning goes by it: the webhook sees the pod after the
@@ -244,6 +248,7 @@ async def indexes_loaded(memo: kopf.Memo, **_: Any) -> None:
     """kopf calls resource handlers only once every index holds its first listing, and every
     cluster that runs pods has a node: the first node event says the indexes are loaded."""
     memo.pod_tuning.indexed.set()
+    memo.pod_tuning.listed.set()
 
 
 def _tune_pod(body: kopf.Body, patch: kopf.Patch, warnings: list[str], memo: kopf.Memo,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import copy
 import datetime as dt
 import logging
@@ -17,7 +18,7 @@ import os
 import socket
 import threading
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,6 +41,8 @@ REGISTRATION_CHECK_S = 30.0
 """How often a running operator checks that its webhook configuration is still there: an
 operator process that stops removes the one it registered, though another may still serve
 (an upgrade rolled back), and every pod was then admitted untuned until a restart."""
+LEADS_POLL_S = 1.0
+"""How often readiness looks at the Lease while it waits for kopf's indexes (`loaded`)."""
 LOAD_WAIT_S = 900.0
 """How long readiness waits for kopf's indexes to load (RegisteringWebhookServer.loaded): the
 first listing of every pod took six minutes in a cluster of 10,000 pods."""
@@ -250,6 +253,32 @@ class WebhookRegistration:
             return True
         return _holds(str(there.ca_bundle or ""), ours["caBundle"])
 
+    def serves(self, kopf_config: dict[str, Any]) -> bool:
+        """Whether the configuration in place brings the API server's calls to this process:
+        through its Service (or at its URL), trusting its CA. Stricter than
+        `still_registered`, which also says yes to another process's registration, to leave
+        it alone: for readiness, that made a process Ready the API server could not call."""
+        api = client.AdmissionregistrationV1Api()
+        try:
+            current = api.read_mutating_webhook_configuration(
+                self.name, _request_timeout=REQUEST_TIMEOUT_S)
+        except ApiException as exc:
+            if exc.status == 404:
+                return False
+            raise
+        ours = self.client_config(kopf_config)
+        there = next((w.client_config for w in current.webhooks or []
+                      if w.client_config is not None), None)
+        if there is None:
+            return False
+        if self.service is not None:
+            if there.service is None or (there.service.namespace, there.service.name,
+                                         there.service.port) != self.service:
+                return False
+        elif there.url != ours.get("url"):
+            return False
+        return "caBundle" not in ours or _holds(str(there.ca_bundle or ""), ours["caBundle"])
+
     def remove(self) -> bool:
         """Delete the configuration if this process registered it last; whether it did. No
         registration is made after it."""
@@ -282,6 +311,7 @@ class RegisteringWebhookServer(kopf.WebhookServer):
     def __init__(self, *, registration: WebhookRegistration,
                  check_s: float = REGISTRATION_CHECK_S, ready_file: Path | None = None,
                  loaded: asyncio.Event | None = None,
+                 leads: Callable[[], bool] | None = None,
                  **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.registration = registration
@@ -293,11 +323,15 @@ class RegisteringWebhookServer(kopf.WebhookServer):
         trusted its certificate, or while its registration failed, and the old pod it
         replaced stopped (pods admitted untuned meanwhile)."""
         self.loaded = loaded
-        """Set once kopf's indexes hold their first listing (pods.PodTuningSettings.indexed):
-        the ready file waits for it too. kopf runs no handler, daemon or loop before that,
-        which took minutes in a cluster of thousands of pods; Ready at once, the new pod of a
-        rolling upgrade let the old one stop, and autoscaling, re-tuning and MIG stopped
-        with it for as long."""
+        """Set once kopf's indexes hold their first listing (pods.PodTuningSettings.listed).
+        kopf runs no handler, daemon or loop before that, which took minutes in a cluster of
+        thousands of pods; Ready at once, the new pod of a rolling upgrade let the old one
+        stop, and autoscaling, re-tuning and MIG stopped with it for as long. So while
+        another process leads (`leads` false: the old pod of an upgrade, which serves the
+        webhook meanwhile), the ready file waits for it too. A process that leads, or that
+        runs without an election, is Ready once registered: with no other operator running
+        (the only pod restarted), waiting would leave the webhook without an endpoint."""
+        self.leads = leads
         self._registered = False
         # One left by a container that crashed: the pod's /tmp outlives it (an emptyDir).
         self._mark_ready(False)
@@ -356,8 +390,9 @@ class RegisteringWebhookServer(kopf.WebhookServer):
         return False
 
     async def _still_registered(self, config: dict[str, Any]) -> bool:
+        """Whether the registration in place serves this process (`serves`)."""
         try:
-            return await asyncio.to_thread(self.registration.still_registered, config)
+            return await asyncio.to_thread(self.registration.serves, config)
         except Exception:  # the API server that failed the registration may fail this too
             return False
 
@@ -387,20 +422,31 @@ class RegisteringWebhookServer(kopf.WebhookServer):
 
     async def _ready_once_loaded(self, loaded: asyncio.Event,
                                  longest_s: float = LOAD_WAIT_S) -> None:
-        try:
-            await asyncio.wait_for(loaded.wait(), longest_s)
-        except TimeoutError:
-            # No node event (a cluster without nodes, a watch refused): Ready as before
-            # rather than never.
-            logger.warning("kopf's indexes did not report loaded within %gs; Ready once "
-                           "registered from now on", longest_s)
-            loaded.set()
+        """Mark ready (if registered) once the indexes are loaded, or this process leads:
+        the Lease is looked at every LEADS_POLL_S."""
+        deadline = asyncio.get_running_loop().time() + longest_s
+        while not self._loaded_or_leading():
+            left = deadline - asyncio.get_running_loop().time()
+            if left <= 0:
+                # No node event (a cluster without nodes, a watch refused): Ready as before
+                # rather than never.
+                logger.warning("kopf's indexes did not report loaded within %gs; Ready once "
+                               "registered from now on", longest_s)
+                loaded.set()
+                break
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(loaded.wait(), min(LEADS_POLL_S, left))
         self._mark_ready(self._registered)
 
+    def _loaded_or_leading(self) -> bool:
+        return (self.loaded is None or self.loaded.is_set()
+                or self.leads is None or self.leads())
+
     def _mark_ready(self, ready: bool) -> None:
-        """Ready while registered and, with `loaded`, once the indexes are loaded."""
+        """Ready while registered and, with `loaded`, once the indexes are loaded or this
+        process leads (`loaded`)."""
         self._registered = ready
-        if self.loaded is not None and not self.loaded.is_set():
+        if not self._loaded_or_leading():
             ready = False
         if self.ready_file is None:
             return
