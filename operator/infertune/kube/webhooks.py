@@ -205,9 +205,8 @@ class WebhookRegistration:
                        if w.name == webhook["name"] and w.client_config is not None), None)
         if before is None or before.service is None or not before.ca_bundle:
             return webhook
-        old = before.service
         if (self.service is None or not config.get("caBundle")
-                or (old.namespace, old.name, old.port) != self.service):
+                or _service_of(before) != self.service):
             return webhook
         return {**webhook, "clientConfig": {**config, "caBundle": bundle_with(
             config["caBundle"], before.ca_bundle)}}
@@ -233,14 +232,9 @@ class WebhookRegistration:
         same Service, trusts this process's CA. One registered since by another process at
         another URL is theirs (not fought over); a missing one was removed by another
         process that stopped (a rolled-back upgrade's new pod) while this one still serves."""
-        api = client.AdmissionregistrationV1Api()
-        try:
-            current = api.read_mutating_webhook_configuration(
-                self.name, _request_timeout=REQUEST_TIMEOUT_S)
-        except ApiException as exc:
-            if exc.status == 404:
-                return False
-            raise
+        current = self._current()
+        if current is None:
+            return False
         ours = self.client_config(kopf_config)
         if self.service is None or "caBundle" not in ours:
             return True
@@ -249,7 +243,7 @@ class WebhookRegistration:
                      None)
         if there is None or there.service is None:
             return True  # at a URL now: another process's
-        if (there.service.namespace, there.service.name, there.service.port) != self.service:
+        if _service_of(there) != self.service:
             return True
         return _holds(str(there.ca_bundle or ""), ours["caBundle"])
 
@@ -258,26 +252,30 @@ class WebhookRegistration:
         through its Service (or at its URL), trusting its CA. Stricter than
         `still_registered`, which also says yes to another process's registration, to leave
         it alone: for readiness, that made a process Ready the API server could not call."""
-        api = client.AdmissionregistrationV1Api()
-        try:
-            current = api.read_mutating_webhook_configuration(
-                self.name, _request_timeout=REQUEST_TIMEOUT_S)
-        except ApiException as exc:
-            if exc.status == 404:
-                return False
-            raise
+        current = self._current()
+        if current is None:
+            return False
         ours = self.client_config(kopf_config)
         there = next((w.client_config for w in current.webhooks or []
                       if w.client_config is not None), None)
         if there is None:
             return False
         if self.service is not None:
-            if there.service is None or (there.service.namespace, there.service.name,
-                                         there.service.port) != self.service:
+            if _service_of(there) != self.service:
                 return False
         elif there.url != ours.get("url"):
             return False
         return "caBundle" not in ours or _holds(str(there.ca_bundle or ""), ours["caBundle"])
+
+    def _current(self) -> Any:
+        """The configuration as the API server holds it, None when there is none."""
+        try:
+            return client.AdmissionregistrationV1Api().read_mutating_webhook_configuration(
+                self.name, _request_timeout=REQUEST_TIMEOUT_S)
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
 
     def remove(self) -> bool:
         """Delete the configuration if this process registered it last; whether it did. No
@@ -458,6 +456,12 @@ class RegisteringWebhookServer(kopf.WebhookServer):
         except OSError as exc:  # a readiness probe that fails says more than a crash
             logger.warning("could not %s %s: %s", "create" if ready else "remove",
                            self.ready_file, exc)
+
+
+def _service_of(client_config: Any) -> tuple[str, str, int] | None:
+    """(namespace, name, port) of the Service a webhook's clientConfig calls, if any."""
+    service = client_config.service
+    return None if service is None else (service.namespace, service.name, service.port)
 
 
 def _holds(bundle: str, ours: str) -> bool:
