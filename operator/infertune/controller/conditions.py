@@ -96,14 +96,19 @@ def find(conditions: Iterable[Condition], kind: ConditionType) -> Condition | No
     return next((c for c in conditions if c.type == kind.value), None)
 
 
-def stored_reason(status: Mapping[str, Any], kind: ConditionType) -> str | None:
-    """The reason of the condition `kind` as stored in status (plain dicts), if any."""
+def stored_condition(status: Mapping[str, Any], kind: ConditionType) -> dict[str, Any] | None:
+    """The condition `kind` as stored in status (a plain dict), if any."""
     wanted = str(kind)
     for condition in status.get("conditions") or ():
         if isinstance(condition, dict) and condition.get("type") == wanted:
-            reason = condition.get("reason")
-            return reason if isinstance(reason, str) else None
+            return condition
     return None
+
+
+def stored_reason(status: Mapping[str, Any], kind: ConditionType) -> str | None:
+    """The reason of the condition `kind` as stored in status (plain dicts), if any."""
+    reason = (stored_condition(status, kind) or {}).get("reason")
+    return reason if isinstance(reason, str) else None
 
 
 def phase_of(conditions: Iterable[Condition]) -> Phase:

@@ -29,6 +29,7 @@ from infertune.controller.conditions import (
     MAX_EVENT_MESSAGE,
     condition_dict,
     merge_condition_dicts,
+    stored_condition,
     stored_reason,
 )
 from infertune.scaling.batching import MIN_STEP, recommend_batching
@@ -194,13 +195,10 @@ def plan_evaluation(spec: InferenceTuningSpec, generation: int, status: Mapping[
 def stored_write_failure(status: Mapping[str, Any]) -> Blocked | None:
     """The refused or failed replicas write ScalingActive reports in `status`, if it does: a
     Hold after it keeps reporting it (the last write did not land) until a write lands."""
-    wanted = str(ConditionType.SCALING_ACTIVE)
-    for condition in status.get("conditions") or ():
-        if isinstance(condition, dict) and condition.get("type") == wanted:
-            reason, message = condition.get("reason"), condition.get("message")
-            if reason in WRITE_FAILURES and isinstance(message, str):
-                return Blocked(str(reason), message)
-            return None
+    condition = stored_condition(status, ConditionType.SCALING_ACTIVE) or {}
+    reason, message = condition.get("reason"), condition.get("message")
+    if reason in WRITE_FAILURES and isinstance(message, str):
+        return Blocked(str(reason), message)
     return None
 
 
