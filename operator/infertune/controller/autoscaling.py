@@ -797,21 +797,34 @@ def _version(meta: Mapping[str, Any]) -> str | None:
 async def _report_no_prometheus(loop: asyncio.AbstractEventLoop, settings: AutoscalingSettings,
                                 namespace: str, name: str, generation: int,
                                 status: dict[str, Any], resource_version: str | None) -> None:
+    # MetricsAvailable too: an earlier operator's True would stand beside it, saying Found.
+    await _report_not_evaluated(
+        loop, settings, namespace, name, generation, status, resource_version, "NoPrometheus",
+        "the operator runs without --prometheus-url, so spec.autoscaling cannot be evaluated",
+        "not read: the operator runs without --prometheus-url")
+
+
+async def _report_not_evaluated(loop: asyncio.AbstractEventLoop, settings: AutoscalingSettings,
+                                namespace: str, name: str, generation: int,
+                                status: dict[str, Any], resource_version: str | None,
+                                reason: str, scaling: str, metrics: str) -> None:
+    """ScalingActive False and MetricsAvailable Unknown with `reason` and these messages,
+    unless they say so already (written once while it lasts), and only while this process
+    leads."""
     stamp = format_time(time.time())
-    condition = condition_dict(
-        ConditionType.SCALING_ACTIVE, ConditionStatus.FALSE, "NoPrometheus", "the operator "
-        "runs without --prometheus-url, so spec.autoscaling cannot be evaluated",
-        generation, stamp)
-    # An earlier operator's MetricsAvailable=True would stand beside it, saying Found.
-    metrics = condition_dict(ConditionType.METRICS_AVAILABLE, ConditionStatus.UNKNOWN,
-                             "NoPrometheus", "not read: the operator runs without "
-                             "--prometheus-url", generation, stamp)
+    conditions = (
+        condition_dict(ConditionType.SCALING_ACTIVE, ConditionStatus.FALSE, reason, scaling,
+                       generation, stamp),
+        condition_dict(ConditionType.METRICS_AVAILABLE, ConditionStatus.UNKNOWN, reason,
+                       metrics, generation, stamp))
 
     def build(stored: Mapping[str, Any]) -> dict[str, Any] | None:
-        conditions = merge_condition_dicts(stored.get("conditions") or [], condition, metrics)
-        return None if conditions is None else {"conditions": conditions}
+        if not settings.leader.leads():
+            return None
+        merged = merge_condition_dicts(stored.get("conditions") or [], *conditions)
+        return None if merged is None else {"conditions": merged}
 
-    if build(status) is not None:  # only when it is not reported yet
+    if build(status) is not None:
         await loop.run_in_executor(settings.executor, _write_if_present, namespace, name,
                                    status, resource_version, build)
 
@@ -842,29 +855,14 @@ async def _after_failure(loop: asyncio.AbstractEventLoop, settings: AutoscalingS
 async def _report_failure(loop: asyncio.AbstractEventLoop, settings: AutoscalingSettings,
                           namespace: str, name: str, generation: int, status: dict[str, Any],
                           resource_version: str | None, exc: Exception) -> None:
-    """ScalingActive False (EvaluationFailed, with the error) and MetricsAvailable Unknown,
-    unless they say so already: written once while the same error lasts."""
+    """ScalingActive False (EvaluationFailed, with the error) and MetricsAvailable Unknown."""
     cause = (f"{exc.status} {server_message(exc)}" if isinstance(exc, ApiException)
              else f"{type(exc).__name__}: {exc}")
-    stamp = format_time(time.time())
-    condition = condition_dict(
-        ConditionType.SCALING_ACTIVE, ConditionStatus.FALSE, EVALUATION_FAILED,
-        f"evaluations keep failing, so replicas are neither decided nor written: "
-        f"{cause[:500]}; tried again every interval (the operator log has the traceback)",
-        generation, stamp)
-    metrics = condition_dict(ConditionType.METRICS_AVAILABLE, ConditionStatus.UNKNOWN,
-                             EVALUATION_FAILED, "not evaluated: see ScalingActive",
-                             generation, stamp)
-
-    def build(stored: Mapping[str, Any]) -> dict[str, Any] | None:
-        if not settings.leader.leads():
-            return None
-        conditions = merge_condition_dicts(stored.get("conditions") or [], condition, metrics)
-        return None if conditions is None else {"conditions": conditions}
-
-    if build(status) is not None:
-        await loop.run_in_executor(settings.executor, _write_if_present, namespace, name,
-                                   status, resource_version, build)
+    await _report_not_evaluated(
+        loop, settings, namespace, name, generation, status, resource_version,
+        EVALUATION_FAILED, f"evaluations keep failing, so replicas are neither decided nor "
+        f"written: {cause[:500]}; tried again every interval (the operator log has the "
+        "traceback)", "not evaluated: see ScalingActive")
 
 
 def _write_if_present(namespace: str, name: str, status: dict[str, Any],
