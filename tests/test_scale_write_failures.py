@@ -183,6 +183,26 @@ def _steady(now: float) -> TargetSignals:
                          Series(((now - 15, 10.0), (now, 10.0)), 15.0))
 
 
+TIMED_OUT = ApiException(status=504, reason="Timeout: request did not complete within the "
+                         "allowed duration")
+"""The API server's answer to a write it may still be processing."""
+
+
+def _answered_without_storing(monkeypatch: pytest.MonkeyPatch, error: Exception) -> list[int]:
+    """Replicas writes answered with `error` and not stored (yet): the counts asked, for the
+    test to land later."""
+    pending: list[int] = []
+
+    class StillProcessing(autoscaling.client.AppsV1Api):  # type: ignore[misc, name-defined]
+        def patch_namespaced_deployment_scale(self, name: str, namespace: str,
+                                              ops: list[dict[str, Any]]) -> None:
+            pending.append(ops[1]["value"])
+            raise error
+
+    monkeypatch.setattr(autoscaling.client, "AppsV1Api", StillProcessing)
+    return pending
+
+
 @pytest.mark.parametrize("answer", ["504", "timeout"])
 def test_a_write_that_lands_after_its_read_back_is_still_ours(
         monkeypatch: pytest.MonkeyPatch, answer: str) -> None:
@@ -195,18 +215,8 @@ def test_a_write_that_lands_after_its_read_back_is_still_ours(
     settings = autoscaling.AutoscalingSettings(source=None)
     assert cluster.evaluate(settings, T0) == 3 and cluster.replicas == 3
     apps = autoscaling.client.AppsV1Api
-    pending: list[int] = []
-
-    class StillProcessing(apps):  # type: ignore[misc, valid-type]
-        def patch_namespaced_deployment_scale(self, name: str, namespace: str,
-                                              ops: list[dict[str, Any]]) -> None:
-            pending.append(ops[1]["value"])
-            if answer == "504":
-                raise ApiException(status=504, reason="Timeout: request did not complete "
-                                   "within the allowed duration")
-            raise ReadTimeoutError(None, "/apis/apps/v1/...", "read timed out")  # type: ignore[arg-type]
-
-    monkeypatch.setattr(autoscaling.client, "AppsV1Api", StillProcessing)
+    lost = ReadTimeoutError(None, "/apis/apps/v1/...", "read timed out")  # type: ignore[arg-type]
+    pending = _answered_without_storing(monkeypatch, TIMED_OUT if answer == "504" else lost)
     if answer == "504":
         cluster.evaluate(settings, T0 + 60)
         assert cluster.events[-1] == "ScaleWriteFailed"
@@ -730,22 +740,6 @@ def test_evaluations_that_keep_failing_say_so_in_scaling_active(
     assert len(writes) == 1
 
 
-def _fails_with_504_then_lands(monkeypatch: pytest.MonkeyPatch, cluster: Cluster
-                               ) -> list[int]:
-    """Replicas writes answered 504 and not stored (yet): the counts asked, to land later."""
-    apps = autoscaling.client.AppsV1Api
-    pending: list[int] = []
-
-    class StillProcessing(apps):  # type: ignore[misc, valid-type]
-        def patch_namespaced_deployment_scale(self, name: str, namespace: str,
-                                              ops: list[dict[str, Any]]) -> None:
-            pending.append(ops[1]["value"])
-            raise ApiException(status=504, reason="Timeout: request did not complete")
-
-    monkeypatch.setattr(autoscaling.client, "AppsV1Api", StillProcessing)
-    return pending
-
-
 def test_a_failed_write_that_landed_late_is_no_longer_reported_failed(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """The 504'd write landed after its read-back: every Hold after it still said
@@ -754,7 +748,7 @@ def test_a_failed_write_that_landed_late_is_no_longer_reported_failed(
     cluster.owners = (OWN_SCALE_WRITE,)
     settings = autoscaling.AutoscalingSettings(source=None)
     apps = autoscaling.client.AppsV1Api
-    pending = _fails_with_504_then_lands(monkeypatch, cluster)
+    pending = _answered_without_storing(monkeypatch, TIMED_OUT)
     cluster.evaluate(settings, T0)
     assert _scaling_active(cluster)["reason"] == "ScaleWriteFailed"
     monkeypatch.setattr(autoscaling.client, "AppsV1Api", apps)
@@ -791,7 +785,7 @@ def test_a_failed_write_that_lands_while_the_next_one_writes_is_still_ours(
     settings = autoscaling.AutoscalingSettings(source=None)
     apps = autoscaling.client.AppsV1Api
     assert cluster.evaluate(settings, T0) == 3 and cluster.replicas == 3
-    pending = _fails_with_504_then_lands(monkeypatch, cluster)
+    pending = _answered_without_storing(monkeypatch, TIMED_OUT)
     cluster.evaluate(settings, T0 + 60)
     assert cluster.replicas == 3 and pending == [4]
 
