@@ -325,9 +325,9 @@ def _drain(node: NodeView, owner: str, exists: Callable[[str], bool]) -> Drained
             if not evict_pod(*ref.split("/", 1)):
                 refused.append(ref)
         except ApiException as exc:
-            logger.warning(f"evicting {ref} from {node.name} failed: {exc.status} "
-                           f"{server_message(exc)}")
-            failed.append(f"{ref} ({exc.status}: {server_message(exc)[:200]})")
+            said = server_message(exc)
+            logger.warning(f"evicting {ref} from {node.name} failed: {exc.status} {said}")
+            failed.append(f"{ref} ({exc.status}: {said[:200]})")
     return Drained(tuple(refused), tuple(failed))
 
 

@@ -290,9 +290,17 @@ def _allocator(spec: InferenceTuningSpec, env: _EnvPlan, cpu: float | None,
     cpus = f"{cpu:g} CPUs" if cpu is not None else "no CPU limit"
     if allocator.type is AllocatorType.NONE:
         return None
+    own, specs_count, kept = "", None, None
     if allocator.type is AllocatorType.JEMALLOC:
         names = ["LD_PRELOAD", "MALLOC_CONF"]
     else:
+        # The container's GLIBC_TUNABLES, the count the spec's tunables set, and the count the
+        # container sets itself (kept unless arenaMax or the spec's tunables set one).
+        found = env.existing("GLIBC_TUNABLES")
+        own = str(found.get("value", "")).strip(":") if found else ""
+        specs_count = _arena_max_tunable(allocator.glibc_tunables or "")
+        kept = (_own_arena_max(env, own)
+                if allocator.arena_max is None and specs_count is None else None)
         # MALLOC_ARENA_MAX is written over the container's only for arenaMax: without it,
         # the container's own is kept (a valueFrom one too), and the CPU-sized count is set
         # only where it has none.
@@ -307,11 +315,9 @@ def _allocator(spec: InferenceTuningSpec, env: _EnvPlan, cpu: float | None,
     # What an envFrom source may set that the env written here overrides: also the CPU-sized
     # MALLOC_ARENA_MAX, set where the container's env has none.
     overridden = names
-    if allocator.type is AllocatorType.GLIBC and not allocator.arena_max and cpu is not None:
-        own_tunables = env.existing("GLIBC_TUNABLES")
-        if (_arena_max_tunable(allocator.glibc_tunables or "") is None
-                and _own_arena_max(env, str((own_tunables or {}).get("value", ""))) is None):
-            overridden = ["MALLOC_ARENA_MAX", *names]
+    if (allocator.type is AllocatorType.GLIBC and allocator.arena_max is None
+            and specs_count is None and kept is None and cpu is not None):
+        overridden = ["MALLOC_ARENA_MAX", *names]
     if env_from and overridden:
         problems.append("the serving container takes variables from envFrom: "
                         f"{' or '.join(overridden)} there is overridden by the allocator "
@@ -387,13 +393,8 @@ def _allocator(spec: InferenceTuningSpec, env: _EnvPlan, cpu: float | None,
                            f"and {cpus} to size narenas from)")
     else:
         arenas = allocator.arena_max
-        found = env.existing("GLIBC_TUNABLES")
-        own = str(found.get("value", "")).strip(":") if found else ""
         # Read in order, the later setting of a tunable wins: the spec's.
         tunables = [t for t in (own, allocator.glibc_tunables) if t]
-        specs_count = _arena_max_tunable(allocator.glibc_tunables or "")
-        kept = (_own_arena_max(env, own) if arenas is None and specs_count is None
-                else None)
         if kept is not None:
             # The container's own, as a MALLOC_CONF narenas is kept: a low count set to
             # bound the memory arenas take was raised to the CPU limit, unseen.
