@@ -379,7 +379,7 @@ class RegisteringWebhookServer(kopf.WebhookServer):
         # A registration made before that still serves this process (the same CA, when
         # cert-manager's renewal restarted the server) keeps it Ready: not Ready for a
         # 429, the Service lost its only endpoint until the next check, 30 s later.
-        still = await self._still_registered(config)
+        still = await self._serves(config)
         self._mark_ready(still)
         logger.warning("could not register %s (%s); tried again in %gs%s",
                        self.registration.name, why, self.check_s,
@@ -387,7 +387,7 @@ class RegisteringWebhookServer(kopf.WebhookServer):
                        ", pods are admitted untuned meanwhile")
         return False
 
-    async def _still_registered(self, config: dict[str, Any]) -> bool:
+    async def _serves(self, config: dict[str, Any]) -> bool:
         """Whether the registration in place serves this process (`serves`)."""
         try:
             return await asyncio.to_thread(self.registration.serves, config)
