@@ -454,7 +454,8 @@ def test_autoscale_evaluate_live_decides_with_the_operators_stored_windows(
 ) -> None:
     """`autoscale evaluate --live` reads the replicas and the stabilization window the operator
     keeps in status: after a load spike, with the queue back to 0, it holds as the operator
-    does, where the same tuning from a file (empty windows) would scale in at once."""
+    does, on the recommendations stored; the same tuning from a file (no status) holds as a
+    new tuning does, on the current count taken as a recommendation made now."""
     spec = {**SPEC, "mode": "DryRun", "autoscaling": {
         **SPEC["autoscaling"], "scaleDown": {**SPEC["autoscaling"]["scaleDown"],
                                              "stabilization": "5m"}}}
@@ -484,6 +485,7 @@ def test_autoscale_evaluate_live_decides_with_the_operators_stored_windows(
     assert (live["state"], live["action"], live["desiredReplicas"]) == (
         "status.autoscaling.state", "Hold", 3)
     assert "scale-down stabilized at 3" in live["reason"]
+    assert "counts as one" not in live["reason"]  # the stored window, not a new one
     assert live["write"] == {"replicas": None, "why": "nothing to write: the replicas stay",
                              "notes": []}
     body = get_tuning(api_client, namespace, "qwen")
@@ -491,7 +493,9 @@ def test_autoscale_evaluate_live_decides_with_the_operators_stored_windows(
     from_file = evaluate_cli(capsys, str(manifest), "--replicas", "3", "--prometheus",
                              prometheus.url)
     assert (from_file["state"], from_file["action"], from_file["desiredReplicas"]) == (
-        "empty", "ScaleIn", 1)
+        "empty", "Hold", 3)
+    assert "no recommendation in the last 5m before this one, so the current 3 counts as " \
+        "one" in from_file["reason"]
     assert from_file["signals"]["readyReplicas"] is None  # no cluster read: not known
     assert replicas(api_client, namespace) == 3  # DryRun: nothing was written
 

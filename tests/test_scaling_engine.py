@@ -390,6 +390,36 @@ def test_scale_in_after_the_stabilization_window() -> None:
     assert (first_lower - 2) * 15 >= 300
 
 
+
+def test_a_window_with_no_recommendation_in_it_starts_with_the_current_count() -> None:
+    """As HPA starts the scale-down window of a target it sees for the first time: an empty
+    window let a new tuning (or one enabled again, or retargeted, or evaluated again after an
+    outage longer than the window) take a busy Deployment from 10 replicas to minReplicas at
+    once."""
+    idle = signals(steady(0))
+    first = decide(idle, current=10)
+    assert (first.desired_replicas, first.action) == (10, ScaleAction.HOLD), first.reason
+    assert "no recommendation in the last 300s before this one, so the current 10 counts " \
+           "as one; scale-down stabilized at 10" in first.reason
+    # Stored with the state: the next evaluations hold too, until the window has passed.
+    state, replicas, at = first.state, 10, NOW
+    while replicas == 10:
+        at += 15
+        decision = decide(signals(steady(0, now=at), now=at), current=10, state=state, now=at)
+        state, replicas = decision.state, decision.desired_replicas
+    assert at - NOW == 300 and replicas == 1, decision.reason
+    # Only recommendations older than the window: an outage of 6 minutes starts it again.
+    old = ScalingState(recommendations=(Recommendation(NOW - 360, 1),))
+    assert decide(idle, current=10, state=old).desired_replicas == 10
+    # A recommendation within the window decides as before (the highest in it).
+    recent = ScalingState(recommendations=(Recommendation(NOW - 100, 6),))
+    assert decide(idle, current=10, state=recent).desired_replicas == 6
+    # No window, nothing to start: at once, as before.
+    assert decide(idle, current=10, scaleDown={"stabilization": "0s"}).desired_replicas == 1
+    # A scale-out is not held by it (the scale-up window is HPA's 0s by default).
+    busy = decide(signals(steady(96)), current=4)
+    assert busy.action is ScaleAction.SCALE_OUT and "counts as one" not in busy.reason
+
 def _reading(q: Window, latency_ms: tuple[float, ...], running: float | None = None) -> Any:
     sig = signals(q, latency_ms)
     if running is not None:
@@ -575,6 +605,23 @@ def test_the_queue_is_sized_on_the_pods_that_report_it() -> None:
     assert decide(signals(steady(48)._replace(pods=6)), current=4, **fast).desired_replicas == 9
 
 
+@pytest.mark.parametrize(("mean", "desired", "said"), [
+    # 324 waiting over 10 replicas is 1.0125 x the target: inside the band, as HPA counts a
+    # pod without a metric at 0 on a scale-up. Judged on the 9 that report (1.125), +1.
+    (36.0, 10, "over all 10 replicas ratio 1.01, within tolerance 0.1"),
+    (37.0, 10, "over all 10 replicas ratio 1.04, within tolerance 0.1"),
+    # 360 waiting is 1.125 x over all of them too: out of the band, sized on the waiting.
+    (40.0, 12, "(ratio 1.25), above target for 30s -> 12"),
+])
+def test_the_tolerance_of_a_scale_up_counts_every_replica(mean: float, desired: int,
+                                                          said: str) -> None:
+    """One pod of 10 whose scrape fails: its queue is not known, which is no reason to add a
+    replica for a queue within tolerance over the Deployment."""
+    fast = {"scaleUp": {"pods": 10, "percent": 100, "period": "15s", "stabilization": "0s"}}
+    out = decide(signals(steady(mean)._replace(pods=9)), current=10, ready=10, **fast)
+    assert out.desired_replicas == desired and said in out.reason, out.reason
+
+
 def test_a_breach_is_not_held_by_a_pod_that_serves_without_reporting_the_queue() -> None:
     """4 replicas, all Ready, one whose scrape fails (or times out under load): 3 report a
     queue within tolerance, and the P99 is 4x the target. The queue sized the breach as if
@@ -663,6 +710,22 @@ def test_an_idle_deployment_is_quiet_not_missing_metrics() -> None:
     assert [p.split(":")[0] for p in unknown.signals.problems] == ["latency", "requestRate"]
 
 
+
+
+def test_no_requests_is_quiet_with_min_request_rate_zero() -> None:
+    """`minRequestRate: 0` ("count every sample") is valid: a rate of 0 was never below it,
+    so the NaN quantile of an idle Deployment read as a missing signal, which held every
+    scale-in (peak replicas overnight) and turned MetricsAvailable False."""
+    nan_latency = Series.of([(NOW - 15, float("nan")), (NOW, float("nan"))], 15.0, "q")
+    idle = decide(TargetSignals(steady(0), nan_latency, per_interval(0.0, 0.0)), current=10,
+                  latency={"minRequestRate": 0}, scaleDown={"stabilization": "0s"})
+    assert idle.signals.problems == () and idle.signals.latency_quiet
+    assert (idle.action, idle.desired_replicas) == (ScaleAction.SCALE_IN, 1), idle.reason
+    assert "latency: no requests (0 req/s), quantile ignored" in idle.reason
+    # Requests at any rate are counted with it: the latency is read.
+    busy = decide(signals(steady(0), latency_ms=(40, 40), rate=0.01), current=10,
+                  latency={"minRequestRate": 0})
+    assert not busy.signals.latency_quiet and busy.signals.latency_s is not None
 def test_a_rate_limit_reason_never_names_a_negative_count() -> None:
     """The operator scaled 2 -> 6 and someone set 2 again within the period: the +4 is spent
     (as HPA counts it), and the reason said "from -2 at the start of the period"."""
@@ -861,7 +924,7 @@ def test_a_latency_under_the_histograms_lowest_bucket_is_not_compared_with_a_low
     maxReplicas with action ScaleOut, or TuneBatching and no scale-in with Auto."""
     fast = signals(steady(10), latency_ms=(297, 297))._replace(latency_floor_s=0.3)
     for action in ("ScaleOut", "Auto"):
-        held = decide(fast, latency={"action": action})
+        held = decide(fast, latency={"action": action}, scaleDown={"stabilization": "0s"})
         assert (held.desired_replicas, held.action) == (2, ScaleAction.SCALE_IN), held.reason
         assert held.signals.breaches == 0 and not held.signals.latency_breached
         assert "p99 at most 300ms (under the histogram's lowest bucket): cannot be compared " \

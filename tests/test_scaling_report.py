@@ -24,6 +24,7 @@ from infertune.controller.conditions import condition_dict, make_condition, merg
 from infertune.controller.fights import Fight, fight_message
 from infertune.controller.scaling_report import Blocked, plan_evaluation, status_over
 from infertune.controller.status_patch import merge_patch
+from infertune.scaling.engine import ScaleAction
 from infertune.scaling.signals import Series, TargetSignals, Window
 from infertune.scaling.state import format_time
 from infertune.tuning.pod_patch import TemplateBatching, template_batching, tuning_revision
@@ -394,6 +395,40 @@ def test_batching_auto_acts_on_a_breach_of_any_size(latency_s: float, bounds: tu
     assert (block["recommended"], block["applied"]) == (expected, expected), block["reason"]
 
 
+def test_a_breach_the_batch_cannot_take_any_more_scales_out_with_latency_action_auto() -> None:
+    """P99 4x the target with a low queue, the batch already at spec.batching.min: handed to
+    batching, which cannot lower it, the breach was acted on by nothing for as long as it
+    lasted (TuneBatching 4 -> 4 every interval)."""
+    breach = signals(queue=10.0, latency_s=0.3)
+    auto = spec(batching={"mode": "Auto", "min": 16, "max": 256})
+    at_min = plan_evaluation(auto, 1, applied_long_ago(auto, 16), breach, 4, None, NOW)
+    assert (at_min.decision.action, at_min.write) == (ScaleAction.SCALE_OUT, 8), \
+        at_min.decision.reason
+    assert "so the latency comes from batching, but batching is at its minimum 16: scale " \
+           "out -> 16" in at_min.decision.reason  # sized on the latency, rate-limited to 8
+    # Above the minimum, the batch is lowered as before: no replica added.
+    above = plan_evaluation(auto, 1, applied_long_ago(auto, 64), breach, 4, None, NOW)
+    assert (above.decision.action, above.write) == (ScaleAction.TUNE_BATCHING, None)
+    assert above.status["batching"]["applied"] == 32
+    # Recommend: the value on the pod template is the one in use.
+    recommend = spec(batching={"mode": "Recommend", "min": 16, "max": 256})
+    template = plan_evaluation(recommend, 1, {}, breach, 4, None, NOW,
+                               template=TemplateBatching(16, None))
+    assert template.decision.action is ScaleAction.SCALE_OUT, template.decision.reason
+    # Not known (no flag on the template): the recommender starts from what it reads.
+    unknown = plan_evaluation(recommend, 1, {}, breach, 4, None, NOW)
+    assert unknown.decision.action is ScaleAction.TUNE_BATCHING
+    # latency.action TuneBatching never adds replicas: the reason says nothing acts on it.
+    only = spec(batching={"mode": "Auto", "min": 16, "max": 256},
+                autoscaling={"minReplicas": 1, "maxReplicas": 20,
+                             "latency": {"action": "TuneBatching"}})
+    held = plan_evaluation(only, 1, applied_long_ago(only, 16), breach, 4, None, NOW)
+    assert (held.decision.action, held.write) == (ScaleAction.TUNE_BATCHING, None)
+    assert held.decision.reason.endswith(
+        "; batching is at its minimum 16 (spec.batching.min), so nothing acts on it: set "
+        "latency.action to Auto or ScaleOut to add replicas instead")
+
+
 def test_batching_auto_steps_from_the_applied_value_inside_bounds_that_changed() -> None:
     """spec.batching.max lowered under the applied value: the pods run the bound (the webhook
     clamps), and status says so rather than the old value."""
@@ -729,7 +764,8 @@ def test_a_new_target_starts_with_an_empty_state() -> None:
     """After spec.targetRef changed, the old Deployment's scale events held the new one's
     scale-up for a period ("scale-up limited to 2 ... (from -2 at the start of the period)"),
     and its recommendations its scale-down."""
-    old = spec(targetRef={"name": "llm"})
+    old = spec(targetRef={"name": "llm"}, autoscaling={"minReplicas": 1, "maxReplicas": 20,
+                                                     "scaleDown": {"stabilization": "0s"}})
     scaled_in = plan_evaluation(old, 1, {}, signals(queue=8.0), 4, None, NOW)
     assert scaled_in.write == 1
     stored = merge_patch({}, scaled_in.status)

@@ -116,8 +116,9 @@ def evaluate(tuning: InferenceTuning, prometheus: str, replicas: int | None,
     """One evaluation, as the JSON the command prints. With `live` (what --live read) it is
     the operator's own: its stored windows, the Deployment's replicas, and whether it would
     write them; without, it is the operator's evaluation of a new tuning (plan_evaluation over
-    an empty status): the windows start empty, and the batching step starts from the knob on
-    `template` (the target's spec.template.spec, when the file holds the Deployment)."""
+    an empty status): the windows start as a new tuning's, and the batching step starts from
+    the knob on `template` (the target's spec.template.spec, when the file holds the
+    Deployment)."""
     from infertune.controller.fights import written_replicas
     from infertune.controller.scaling_report import plan_evaluation
     from infertune.metrics.prometheus import PrometheusSource

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
-from infertune.api.scaling import STARTING_S, BatchingMode
+from infertune.api.scaling import STARTING_S, BatchingMode, LatencyAction
 from infertune.api.spec import (
     InferenceTuningSpec,
     Mode,
@@ -149,8 +149,19 @@ def plan_evaluation(spec: InferenceTuningSpec, generation: int, status: Mapping[
         kubelet_ready, ready = ready, reporting_ready(ready, signals, now, state.serving)
     decision = decide_scale(spec.autoscaling, current, signals, state, now, ready,
                             kubelet_ready)
-    if decision.action is ScaleAction.TUNE_BATCHING and spec.batching.mode is BatchingMode.OFF:
-        decision = with_reason(decision, decision.reason + NOTHING_TUNES_BATCHING)
+    if decision.action is ScaleAction.TUNE_BATCHING:
+        if spec.batching.mode is BatchingMode.OFF:
+            decision = with_reason(decision, decision.reason + NOTHING_TUNES_BATCHING)
+        elif (floor := _batching_floor(spec, status, template)) is None:
+            pass
+        elif spec.autoscaling.latency.action is LatencyAction.AUTO:
+            # Decided again, rarely: the breach scales out (engine._latency_proposal).
+            decision = decide_scale(spec.autoscaling, current, signals, state, now, ready,
+                                    kubelet_ready, floor)
+        else:
+            decision = with_reason(decision, decision.reason + (
+                f"; batching is at its minimum {floor} (spec.batching.min), so nothing acts "
+                "on it: set latency.action to Auto or ScaleOut to add replicas instead"))
     stamp = format_time(now)
     changes = decision.desired_replicas != current
     applied = changes and spec.mode is Mode.ENFORCE and blocked is None
@@ -351,12 +362,7 @@ def _batching_block(spec: InferenceTuningSpec, status: Mapping[str, Any],
     if spec.batching.mode is BatchingMode.OFF or knob is None:
         return None
     stored: Mapping[str, Any] = status.get("batching") or {}
-    auto = (spec.batching.mode is BatchingMode.AUTO and spec.mode is not Mode.DRY_RUN
-            and spec.autoscaling.enabled)
-    # A value applied for another knob (the knob or the engine changed) says nothing of this
-    # one: 64 requests are not 64 tokens.
-    in_effect = (_within(spec, stored.get("applied"))
-                 if auto and stored.get("knob") == knob.value else None)
+    auto, in_effect = _applied_in_effect(spec, stored, knob.value)
     on_pods = None if template is None else template.value
     start: int | None = in_effect
     if in_effect is not None:
@@ -433,6 +439,32 @@ def _batching_block(spec: InferenceTuningSpec, status: Mapping[str, Any],
         # re-created with an old value without an Event or a decision.
         block["applied"] = None
     return block
+
+
+def _applied_in_effect(spec: InferenceTuningSpec, stored: Mapping[str, Any],
+                       knob: str) -> tuple[bool, int | None]:
+    """(whether batching mode Auto applies values now, the value it applied for `knob` that
+    the pods run, within min..max; None when none)."""
+    assert spec.autoscaling is not None
+    auto = (spec.batching.mode is BatchingMode.AUTO and spec.mode is not Mode.DRY_RUN
+            and spec.autoscaling.enabled)
+    # A value applied for another knob (the knob or the engine changed) says nothing of this
+    # one: 64 requests are not 64 tokens.
+    return auto, (_within(spec, stored.get("applied"))
+                  if auto and stored.get("knob") == knob else None)
+
+
+def _batching_floor(spec: InferenceTuningSpec, status: Mapping[str, Any],
+                    template: TemplateBatching | None) -> int | None:
+    """The batching value in use (as `_batching_block` starts its step from it) when it is
+    already spec.batching.min, so a breach the batch causes cannot lower it; None when it is
+    not, or not known (the recommender then starts from the running requests or max)."""
+    knob = batching_knob(spec.batching, spec.engine)
+    if spec.batching.mode is BatchingMode.OFF or knob is None:
+        return None
+    _, in_effect = _applied_in_effect(spec, status.get("batching") or {}, knob.value)
+    start = in_effect if in_effect is not None else template_start(spec, template)[0]
+    return start if start is not None and start <= spec.batching.min else None
 
 
 def template_start(spec: InferenceTuningSpec,

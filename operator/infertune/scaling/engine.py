@@ -66,9 +66,12 @@ class _Proposal(NamedTuple):
 
 def decide_scale(spec: AutoscalingSpec, current_replicas: int, signals: TargetSignals,
                  state: ScalingState, now: float, ready: int | None = None,
-                 ready_pods: int | None = None) -> ScaleDecision:
+                 ready_pods: int | None = None,
+                 batching_floor: int | None = None) -> ScaleDecision:
     """`ready` is the Deployment's status.readyReplicas, None when not known; `ready_pods`
-    that count where `ready` is what is taken for serving instead (Reading.ready_pods)."""
+    that count where `ready` is what is taken for serving instead (Reading.ready_pods);
+    `batching_floor` the batching value in use when it is already spec.batching.min (the
+    batch cannot be lowered for a breach: latency.action Auto scales out instead)."""
     reading = read_signals(spec, signals, now, ready)
     if ready_pods is not None:
         reading = reading._replace(ready_pods=ready_pods)
@@ -91,14 +94,15 @@ def decide_scale(spec: AutoscalingSpec, current_replicas: int, signals: TargetSi
                         reading, state, now, record=bound)
     if reading.queue_missing and reading.latency_missing:
         return _metrics_unavailable(spec, current_replicas, reading, state, now)
-    return _decide_on_signals(spec, current_replicas, reading, state, now)
+    return _decide_on_signals(spec, current_replicas, reading, state, now, batching_floor)
 
 
 def _decide_on_signals(spec: AutoscalingSpec, current: int, reading: Reading,
-                       state: ScalingState, now: float) -> ScaleDecision:
+                       state: ScalingState, now: float,
+                       batching_floor: int | None = None) -> ScaleDecision:
     queue = _queue_proposal(spec, current, reading)
     serving = _serving(current, state)
-    latency = _latency_proposal(spec, current, reading, serving)
+    latency = _latency_proposal(spec, current, reading, serving, batching_floor)
     pods = reading.queue_pods
     if (pods is not None and pods < current and queue.replicas is not None
             and latency.replicas is not None and latency.replicas > max(queue.replicas, current)
@@ -126,6 +130,18 @@ def _decide_on_signals(spec: AutoscalingSpec, current: int, reading: Reading,
             notes.append("not scaling in while a signal is missing" if missing else
                          "not scaling in while the latency cannot be compared with its target")
         raw = max(raw, current)
+    recommendations = state.recommendations
+    if raw < current and (window := seconds(spec.scale_down.stabilization)) > 0 and (
+            not recommendations or recommendations[-1].time <= now - window):
+        # Nothing recommended within the scale-down window (a first evaluation, autoscaling
+        # enabled again, another targetRef, an operator or metrics outage longer than the
+        # window): the current count counts as a recommendation made now, as HPA starts the
+        # window of a target it sees for the first time, and is stored with the state. An
+        # empty window let a new tuning take a busy Deployment from 10 replicas to
+        # minReplicas at its first evaluation.
+        state = state._replace(recommendations=(*recommendations, Recommendation(now, current)))
+        notes.append(f"no recommendation in the last {spec.scale_down.stabilization} before "
+                     f"this one, so the current {current} counts as one")
     stabilized, why = stabilize(current, raw, state.recommendations, spec.scale_up,
                                 spec.scale_down, now)
     notes += [why] if why else []
@@ -158,6 +174,15 @@ def _queue_proposal(spec: AutoscalingSpec, current: int, reading: Reading) -> _P
                 f"waiting, {current} replicas) vs target {target:g} (ratio {shown})")
     if abs(ratio - 1) <= spec.tolerance + FLOAT_NOISE:  # 1.1 - 1 is 0.10000000000000009
         return _Proposal(current, f"{said}, within tolerance {spec.tolerance:g}")
+    if ratio > 1 and base < current:
+        # Over every replica, as HPA takes the pods without a metric on a scale-up (at 0):
+        # one scrape that failed of 10 pods turned a queue 1.0125 times the target into +1.
+        overall = base * ratio / current
+        if abs(overall - 1) <= spec.tolerance + FLOAT_NOISE:
+            shown = distinct(overall, 1 + spec.tolerance if overall >= 1 else
+                             1 - spec.tolerance, 2)
+            return _Proposal(current, f"{said}; over all {current} replicas ratio {shown}, "
+                             f"within tolerance {spec.tolerance:g}")
     proposed = _ceil(base * ratio)
     silent = _silent(current, reading)
     if ratio < 1 and silent:
@@ -220,10 +245,12 @@ def _serving(current: int, state: ScalingState) -> int:
 
 
 def _latency_proposal(spec: AutoscalingSpec, current: int, reading: Reading,
-                      serving: int) -> _Proposal:
+                      serving: int, batching_floor: int | None = None) -> _Proposal:
     signal = spec.latency
     kind, target = reading.latency_kind, signal.target
     if reading.latency_quiet:
+        if reading.request_rate is not None and reading.request_rate >= signal.min_request_rate:
+            return _Proposal(None, "latency: no requests (0 req/s), quantile ignored")
         return _Proposal(None, f"latency: {reading.request_rate:.2f} req/s is below "
                          f"minRequestRate {signal.min_request_rate:g}, quantile ignored")
     if reading.latency_s is None:
@@ -251,9 +278,13 @@ def _latency_proposal(spec: AutoscalingSpec, current: int, reading: Reading,
         return _Proposal(current, f"{said}, action TuneBatching: tune batching",
                          tune_batching=True)
     if signal.action is LatencyAction.AUTO and queue_is_low(spec, reading):
-        return _Proposal(current, f"{said}, queue {reading.queue_per_replica:.1f}/replica is "
-                         f"not above target {spec.queue.target_per_replica:g} so the latency "
-                         "comes from batching: tune batching", tune_batching=True)
+        low = (f"{said}, queue {reading.queue_per_replica:.1f}/replica is not above target "
+               f"{spec.queue.target_per_replica:g} so the latency comes from batching")
+        if batching_floor is None:
+            return _Proposal(current, f"{low}: tune batching", tune_batching=True)
+        # Handed to batching at its minimum, the breach was acted on by nothing for as long
+        # as it lasted: replicas are the lever left.
+        said = f"{low}, but batching is at its minimum {batching_floor}: scale out"
     proposed = max(serving + 1, _ceil(serving * reading.latency_s / seconds(target)))
     if serving == current:
         return _Proposal(proposed, f"{said} -> {proposed}")

@@ -96,7 +96,10 @@ def read_signals(spec: AutoscalingSpec, signals: TargetSignals, now: float,
     latency_now = signals.latency.latest(read_at)
     rate_now = signals.request_rate.latest(read_at)
     floor = _floor_above_target(spec, signals)
-    quiet = rate_now is not None and rate_now < spec.latency.min_request_rate
+    # No requests at all is quiet too: with minRequestRate 0 the NaN quantile of an idle
+    # Deployment read as a missing signal, which held every scale-in for as long.
+    quiet = rate_now is not None and (rate_now < spec.latency.min_request_rate
+                                      or rate_now <= 0)
     unknown = signals.latency_floor_unknown and latency_now is not None and not quiet
     breaches = 0 if unknown else _consecutive_breaches(spec, signals, floor)
     problems = signals.problems()
