@@ -1165,3 +1165,44 @@ def test_an_http_error_page_is_said_in_words_not_in_markup(status: int, says: st
         got = PrometheusSource(url).fetch([target("a", "b")], time.time())["a/b"]
     assert got.queue.problem is not None and got.queue.problem.endswith(says), got.queue.problem
     assert "<" not in got.queue.problem
+
+
+def test_series_that_carry_the_operators_own_labels_fail_no_other_tuning(
+        prometheus: PrometheusServer) -> None:
+    """A pod exporting two copies of its gauges and histogram that differ only in
+    `infertune_target` (any tenant can): set to its Deployment, they were one label set, and
+    Prometheus refused the whole shared query (422 "vector cannot contain metrics with the
+    same labelset"): every tuning of the batch lost its queue pod count, its running batch
+    and the bounds of its latency histogram."""
+    registry = CollectorRegistry()
+    labels = ["namespace", "pod", promql.TARGET_LABEL]
+    waiting = Gauge("vllm:num_requests_waiting", "waiting", labels, registry=registry)
+    running = Gauge("vllm:num_requests_running", "running", labels, registry=registry)
+    latency = Histogram("vllm:e2e_request_latency_seconds", "e2e", labels, buckets=BUCKETS,
+                        registry=registry)
+    for value in ("x", "y"):
+        waiting.labels("spoof", "app-5d4f8b9c7-bcdfg", value).set(1)
+        running.labels("spoof", "app-5d4f8b9c7-bcdfg", value).set(1)
+        latency.labels("spoof", "app-5d4f8b9c7-bcdfg", value).observe(OBSERVED)
+    llm = target("serving", "llm", want_running=True)
+    spoof = target("spoof", "app", want_running=True)
+    source = PrometheusSource(prometheus.url)
+    with MetricsEndpoint(registry) as endpoint:
+        prometheus.add_scrape_job("spoof", [endpoint.target])
+        try:
+            prometheus.wait_for_targets_up("spoof")
+
+            def fetched() -> dict[str, TargetSignals] | None:
+                got = source.fetch([llm, spoof], time.time())
+                return got if got[spoof.key].running.available else None
+
+            got = wait_for(fetched, "the spoofing pod's running batch", timeout_s=20)
+        finally:
+            prometheus.remove_scrape_job("spoof")
+    mine = got[llm.key]
+    assert mine.queue.problem is None and mine.queue.pods == 2, mine.queue.problem
+    assert not mine.latency_floor_unknown and mine.latency_floor_s == BUCKETS[0]
+    # The spoofing pod's own copies are taken once, as copies of a double scrape are (the
+    # running batch is a mean over series: refused with the rest before).
+    theirs = got[spoof.key]
+    assert (theirs.queue.pods, theirs.running.last) == (1, 1.0), theirs.running.problem

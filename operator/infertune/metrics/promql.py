@@ -215,10 +215,15 @@ def _copies_merged(scope: Scope, expr: str) -> str:
     other label kept: for a mean over series, which copies of every series leave as it is
     (the running batch of each data-parallel rank of a pod). A limit: when only some pods
     are scraped by two jobs that add labels of their own besides (`container`, a labelmap's
-    pod labels), their copies stay apart and weigh twice in the mean."""
-    drop = [label for label in SCRAPE_LABELS
+    pod labels), their copies stay apart and weigh twice in the mean.
+
+    The operator's own labels go too: an exporter's series that carry `infertune_target`
+    (two of a pod, differing only in it) became one label set once `_per_target` set it, and
+    Prometheus refused the whole query (422 "vector cannot contain metrics with the same
+    labelset"), which every tuning of the batch shares, in every namespace."""
+    drop = [label for label in (*SCRAPE_LABELS, TARGET_LABEL, STAT_LABEL)
             if label not in (scope.namespace_label, scope.pod_label)]
-    return f"max without ({', '.join(drop)}) ({expr})" if drop else expr
+    return f"max without ({', '.join(drop)}) ({expr})"
 
 
 def _gauge(scope: Scope, name: str | Template, window: str, summed: bool = True) -> str:
