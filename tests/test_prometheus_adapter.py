@@ -94,6 +94,7 @@ def exporters() -> Iterator[tuple[Exporter, Exporter, Exporter]]:
         Pod("serving", "llmx-5d4f8b9c7-bcdfg", 900),  # not llm's: must not be counted
         Pod("serving", "llm-node-x7k2p", 500),  # DaemonSet llm-node: not llm's either
         Pod("serving", "llm-warmup-q8z4w", 700),  # Job llm-warmup: nor this one
+        Pod("serving", "llm-sft-x2z4k", 800),  # Job llm-sft (no vowel): nor this one
         Pod("idle", "quiet-6c7d8-kkkkk", 3, observe=False),
         Pod("serving", "nan-6c7d8-kkkkk", float("nan")),
         Pod(HOSTILE_NS, "llm-5d4f8b9c7-zzzzz", 7),

@@ -161,8 +161,11 @@ def test_pod_pattern_matches_only_the_deployments_pods() -> None:
     # Other workloads named after the Deployment: Kubernetes never generates a vowel, 0, 1 or
     # 3, so a word (DaemonSet llm-node, Job llm-warmup) or a CronJob's minute stamp is no
     # pod-template-hash.
+    # Nor a word of up to three of its characters (Job llm-sft, DaemonSet llm-dp): the hash
+    # is the decimal digits of a uint32, at least 4 but for a hash under 1000.
+    assert re.fullmatch(pattern, "llm-5d4f-bcdfg")
     for other in ("llm-node-x7k2p", "llm-warmup-q8z4w", "llm-28501234-q8z4w",
-                  "llm-5d4f8b9c7-bcdfa"):
+                  "llm-5d4f8b9c7-bcdfa", "llm-sft-x2z4k", "llm-dp-bcdfg", "llm-v2-bcdfg"):
         assert not re.fullmatch(pattern, other), other
 
 

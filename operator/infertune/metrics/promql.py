@@ -46,8 +46,11 @@ from infertune.metrics.presets import EngineMetrics, HistogramLatency, Template,
 # suffix) are not taken for the Deployment's. A limit: a CronJob named like the Deployment
 # names its Jobs <cronjob>-<minutes since 1970>, so its pods (qwen-29244456-bcdfg) match when
 # those digits avoid 0, 1 and 3, and are counted if they export the same metric.
+# The hash is the decimal digits of a uint32, each encoded as one character: at least 4 of
+# them but for one ReplicaSet in 4 million (a hash under 1000), so a word of up to three
+# consonants (a Job qwen-sft, a DaemonSet llm-dp) is no hash either.
 GENERATED = "[bcdfghjklmnpqrstvwxz2456789]"
-POD_SUFFIX = f"-{GENERATED}{{1,10}}-{GENERATED}{{5}}"
+POD_SUFFIX = f"-{GENERATED}{{4,10}}-{GENERATED}{{5}}"
 # Kubernetes truncates generated names to 58 characters before the random suffix, so longer
 # Deployment names leave pod names the suffix pattern cannot split.
 MAX_DEPLOYMENT_NAME = 58 - len("-0123456789-")
