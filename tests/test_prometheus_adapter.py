@@ -12,6 +12,8 @@ import dataclasses
 import json
 import math
 import socket
+import subprocess
+import sys
 import threading
 import time
 import urllib.parse
@@ -367,24 +369,7 @@ def test_an_answer_sent_slowly_is_no_data_after_the_cycles_longest_wait() -> Non
                                                      "result": []}}).encode()
     stop = threading.Event()
 
-    class Trickle(QuietHandler):
-        def do_GET(self) -> None:
-            padded = b" " * 40 + body  # JSON allows leading whitespace
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(padded)))
-            self.end_headers()
-            try:
-                for byte in padded[:40]:
-                    if stop.wait(0.2):  # a byte every 0.2 s: 8 s in all
-                        return
-                    self.wfile.write(bytes([byte]))
-                    self.wfile.flush()
-                self.wfile.write(padded[40:])
-            except OSError:
-                pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Trickle)
+    server = ThreadingHTTPServer(("127.0.0.1", 0), trickling(body, stop))
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         source = PrometheusSource(f"http://127.0.0.1:{server.server_address[1]}",
@@ -392,14 +377,69 @@ def test_an_answer_sent_slowly_is_no_data_after_the_cycles_longest_wait() -> Non
         started = time.monotonic()
         got = source.fetch([target("a", "b")], time.time())["a/b"]
         took = time.monotonic() - started
+        # The queries' threads stop reading too: one that read on after the batch gave up
+        # held a thread of the pool for the whole body (the next cycles' queries were not
+        # started within their budget).
+        source._pool.shutdown(wait=True)
+        freed = time.monotonic() - started
     finally:
         stop.set()
         server.shutdown()
         server.server_close()
-    assert took < 5, took  # 1.5 timeouts from its start (0.75 s), not the 8 s of the body
+    assert took < 5, took  # 1.5 timeouts from its start (0.75 s), not the 20 s of the body
+    assert freed < 10, freed
     assert got.queue.problem is not None and got.queue.problem.endswith(
         "failed: its answer did not arrive in full within 0.75s (it answers, but slowly)"), \
         got.queue.problem
+
+
+def trickling(body: bytes, stop: threading.Event) -> type[QuietHandler]:
+    """A fake Prometheus that answers at once, then sends `body` after 100 spaces, one every
+    0.2 s (20 s in all, each within a timeout of 0.5 s) until `stop` is set."""
+
+    class Trickle(QuietHandler):
+        def do_GET(self) -> None:
+            padded = b" " * 100 + body  # JSON allows leading whitespace
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(padded)))
+            self.end_headers()
+            try:
+                for byte in padded[:100]:
+                    if stop.wait(0.2):
+                        return
+                    self.wfile.write(bytes([byte]))
+                    self.wfile.flush()
+                self.wfile.write(padded[100:])
+            except OSError:
+                pass
+
+    return Trickle
+
+
+def test_cli_evaluate_exits_when_prometheus_answers_slowly() -> None:
+    """It printed its answer (no data, exit 3), then waited for the query's thread to read
+    the rest of the body before the process could end."""
+    body = json.dumps({"status": "success", "data": {"resultType": "vector",
+                                                     "result": []}}).encode()
+    stop = threading.Event()
+    server = ThreadingHTTPServer(("127.0.0.1", 0), trickling(body, stop))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    example = Path(__file__).resolve().parent.parent / "examples" / "vllm-qwen2-7b-h200-mig.yaml"
+    try:
+        started = time.monotonic()
+        done = subprocess.run(
+            [sys.executable, "-m", "infertune", "autoscale", "evaluate", str(example),
+             "--prometheus", f"http://127.0.0.1:{server.server_address[1]}", "--timeout",
+             "0.5", "--output", "json"], capture_output=True, text=True, timeout=60)
+        took = time.monotonic() - started
+    finally:
+        stop.set()
+        server.shutdown()
+        server.server_close()
+    assert done.returncode == 3, done.stderr
+    assert "did not arrive in full within 0.75s" in done.stdout
+    assert took < 15, took  # not the 20 s of the body
 
 
 def test_the_queries_of_a_batch_wait_for_a_hanging_prometheus_together() -> None:

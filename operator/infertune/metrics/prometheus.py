@@ -22,8 +22,10 @@ from urllib.parse import urlsplit
 import requests
 from prometheus_api_client import PrometheusConnect
 from prometheus_api_client.exceptions import PrometheusApiClientException
+from requests.adapters import HTTPAdapter
+from urllib3.exceptions import DecodeError, NewConnectionError, ProtocolError, ReadTimeoutError
 from urllib3.exceptions import HTTPError as Urllib3Error
-from urllib3.exceptions import NewConnectionError
+from urllib3.exceptions import SSLError as Urllib3SSLError
 from urllib3.exceptions import TimeoutError as Urllib3Timeout
 from urllib3.util.retry import Retry
 
@@ -123,6 +125,9 @@ class PrometheusSource:
         # instead of one slow Prometheus holding every tuning's evaluation for several timeouts.
         self._client = PrometheusConnect(url=self.url, headers=dict(access.headers),
                                          session=session, retry=Retry(total=False))
+        # In place of the client's adapter for the URL (no retries either): the answer is
+        # read whole within ANSWER_TIMEOUTS, or the request ends (`_AnswerWithin`).
+        session.mount(self.url, _AnswerWithin(timeout_s * ANSWER_TIMEOUTS))
         self._planned: tuple[tuple[MetricsTarget, ...], list[tuple[QueryPlan, _Query]]] = (
             (), [])
         self._pool = ThreadPoolExecutor(max_workers=PARALLEL_QUERIES,
@@ -406,6 +411,56 @@ class PrometheusSource:
         except (ValueError, LookupError, TypeError, ArithmeticError, AttributeError) as exc:
             return _Answer(plan, {}, f"Prometheus at {self.shown_url} failed: {_not_a_result(exc)}")
         return _Answer(plan, found, None)
+
+
+ANSWER_READ = 64 * 1024
+"""The most read from the socket at once while an answer is read within its time."""
+
+
+class _AnswerWithin(HTTPAdapter):
+    """requests' adapter, which reads each answer whole within `within_s` of the request or
+    ends it (closing the connection), without retries. requests' timeout applies to each
+    read: an answer sent a little at a time (a slow proxy or link) never reaches it, so the
+    query's thread read it for as long as it took after the batch had given up on it; a few
+    held the pool (the next cycles' queries were not started within their budget), and
+    `autoscale evaluate` printed its answer and then did not exit."""
+
+    def __init__(self, within_s: float) -> None:
+        super().__init__(max_retries=Retry(total=False))
+        self.within_s = within_s
+
+    def send(self, request: requests.PreparedRequest, stream: bool = False,
+             timeout: Any = None, verify: Any = True, cert: Any = None,
+             proxies: Any = None) -> requests.Response:
+        started = time.monotonic()
+        response = super().send(request, stream=True, timeout=timeout, verify=verify,
+                                cert=cert, proxies=proxies)
+        if stream:
+            return response
+        body = bytearray()
+        try:
+            # read1: at most one read of the socket, each within the request's timeout.
+            while chunk := response.raw.read1(ANSWER_READ, decode_content=True):
+                body += chunk
+                if time.monotonic() - started > self.within_s:
+                    raise requests.exceptions.ReadTimeout(
+                        f"the answer did not arrive in full within {self.within_s:g}s",
+                        request=request)
+        except BaseException as exc:
+            response.close()
+            # As requests says them when it reads a body (Response.iter_content).
+            if isinstance(exc, ProtocolError):
+                raise requests.exceptions.ChunkedEncodingError(exc) from exc
+            if isinstance(exc, DecodeError):
+                raise requests.exceptions.ContentDecodingError(exc) from exc
+            if isinstance(exc, ReadTimeoutError):
+                raise requests.exceptions.ReadTimeout(exc, request=request) from exc
+            if isinstance(exc, Urllib3SSLError):
+                raise requests.exceptions.SSLError(exc, request=request) from exc
+            raise
+        response._content = bytes(body)
+        response.raw.release_conn()
+        return response
 
 
 class _Answer:
