@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import socket
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -178,3 +181,72 @@ def test_batching_off_over_a_stored_batching_block_is_previewed(
     result = evaluate(tuning(), "http://127.0.0.1:9", None, 1.0, NOW,
                       live=Live(tuning(), 3, stored, 1, None))
     assert result["batching"] is None
+
+
+def _kubeconfig(path: Path, url: str) -> Path:
+    path.write_text("apiVersion: v1\nkind: Config\ncurrent-context: x\n"
+                    f"clusters: [{{name: c, cluster: {{server: '{url}'}}}}]\n"
+                    "users: [{name: u, user: {token: t}}]\n"
+                    "contexts: [{name: x, context: {cluster: c, user: u}}]\n")
+    return path
+
+
+def test_an_api_server_that_never_answers_costs_the_timeout(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A server that takes the connection and says nothing (a load balancer without a
+    backend): --timeout was Prometheus's only, and each read waited the client's 60 s, sent
+    again three times."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(8)  # connections are taken by the kernel, never answered
+        url = f"http://127.0.0.1:{listener.getsockname()[1]}"
+        started = time.monotonic()
+        try:
+            code = main(["autoscale", "evaluate", "--live", "ml/qwen", "--kubeconfig",
+                         str(_kubeconfig(tmp_path / "kubeconfig", url)), "--prometheus",
+                         "http://127.0.0.1:1", "--timeout", "0.5"])
+        finally:
+            client.ApiClient.set_default(None)  # type: ignore[no-untyped-call]
+        took = time.monotonic() - started
+    err = capsys.readouterr().err
+    assert code == 1
+    assert "--live: the cluster cannot be reached (" in err and "timed out" in err, err
+    assert took < 30, took  # a few reads of 0.5 s, not minutes
+
+
+class _ApiServerButTheDeployment(_NotAnApiServer):
+    """The tuning as an API server has it; the Deployment read answered by a web page."""
+
+    def do_GET(self) -> None:
+        if "/inferencetunings/" not in self.path:
+            super().do_GET()
+            return
+        body = json.dumps({"apiVersion": "infertune.io/v1alpha1", "kind": "InferenceTuning",
+                           "metadata": {"name": "qwen", "namespace": "ml", "generation": 1},
+                           "spec": tuning().spec.model_dump(mode="json", by_alias=True,
+                                                            exclude_none=True)}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+def test_a_deployment_read_that_is_no_api_answer_is_named(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """It said "Expecting value: line 1 column 1 (char 0)" and nothing else."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _ApiServerButTheDeployment)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        code = main(["autoscale", "evaluate", "--live", "ml/qwen", "--kubeconfig",
+                     str(_kubeconfig(tmp_path / "kubeconfig", url)), "--prometheus",
+                     "http://127.0.0.1:1"])
+    finally:
+        client.ApiClient.set_default(None)  # type: ignore[no-untyped-call]
+        server.shutdown()
+        server.server_close()
+    err = capsys.readouterr().err
+    assert code == 1
+    assert (f"--live: the server at {url} did not answer as a Kubernetes API server "
+            "(Deployment ml/") in err, err

@@ -876,23 +876,24 @@ def test_cli_reports_bad_input_without_a_traceback(
     assert "Traceback" not in err and str(path) in err
 
 
-@pytest.mark.parametrize(("where", "says"), [
-    ([], "give either TUNING.yaml or --live NAMESPACE/NAME"),
-    (["tuning.yaml", "--live", "serving/llm"], "give either TUNING.yaml or --live"),
-    (["tuning.yaml", "--kubeconfig", "k"], "--kubeconfig is only read with --live"),
-    (["--live", "llm"], "expected NAMESPACE/NAME"),
-    (["--live", "serving/llm/x"], "expected NAMESPACE/NAME"),
-    (["--live", "/llm"], "expected NAMESPACE/NAME"),
+@pytest.mark.parametrize(("where", "says", "code"), [
+    # Options that do not go together: a command line error, exit 2 as argparse's own.
+    ([], "give either TUNING.yaml or --live NAMESPACE/NAME", 2),
+    (["tuning.yaml", "--live", "serving/llm"], "give either TUNING.yaml or --live", 2),
+    (["tuning.yaml", "--kubeconfig", "k"], "--kubeconfig is only read with --live", 2),
+    (["--live", "llm"], "expected NAMESPACE/NAME", 1),
+    (["--live", "serving/llm/x"], "expected NAMESPACE/NAME", 1),
+    (["--live", "/llm"], "expected NAMESPACE/NAME", 1),
     # Both parts go into the request's path: ".." reached another resource.
-    (["--live", "../llm"], "'..' is not a namespace name"),
-    (["--live", "serving/.."], "'..' is not an object name"),
+    (["--live", "../llm"], "'..' is not a namespace name", 1),
+    (["--live", "serving/.."], "'..' is not an object name", 1),
 ])
 def test_cli_says_where_the_tuning_comes_from_before_reading_anything(
-        where: list[str], says: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-        capsys: pytest.CaptureFixture[str]) -> None:
+        where: list[str], says: str, code: int, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.chdir(tmp_path)
     (tmp_path / "tuning.yaml").write_text(TUNING)
-    assert run_cli(["autoscale", "evaluate", *where, "--prometheus", "http://x:1"]) == 1
+    assert run_cli(["autoscale", "evaluate", *where, "--prometheus", "http://x:1"]) == code
     assert says in capsys.readouterr().err
 
 

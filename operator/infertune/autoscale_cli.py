@@ -68,7 +68,8 @@ def add_autoscale_commands(commands: argparse._SubParsersAction) -> None:  # typ
                           "with --live, the Deployment's own)")
     evaluate.add_argument("--output", choices=("text", "json"), default="text")
     evaluate.add_argument("--timeout", type=seconds_type(most=3600), default=5.0,
-                          metavar="SECONDS", help="per-query timeout (default 5, at most 3600)")
+                          metavar="SECONDS", help="per-query timeout, and with --live of each "
+                          "Kubernetes API request (default 5, at most 3600)")
     evaluate.set_defaults(handler=evaluate_command)
 
 
@@ -78,15 +79,18 @@ def evaluate_command(args: argparse.Namespace) -> int:
     from infertune.planning import PlanInputError, load_tuning_and_template
     from infertune.scaling.signals import seconds
 
+    # Command-line errors, exit 2 as argparse's own (README: exit codes).
+    if (args.tuning is None) == (args.live is None):
+        print("give either TUNING.yaml or --live NAMESPACE/NAME", file=sys.stderr)
+        return 2
+    if args.live is None and args.kubeconfig is not None:
+        print("--kubeconfig is only read with --live", file=sys.stderr)
+        return 2
     try:
-        if (args.tuning is None) == (args.live is None):
-            raise ValueError("give either TUNING.yaml or --live NAMESPACE/NAME")
         if args.live is None:
-            if args.kubeconfig is not None:
-                raise ValueError("--kubeconfig is only read with --live")
             (tuning, beside), live = load_tuning_and_template(Path(args.tuning)), None
         else:
-            live = read_live(args.live, args.kubeconfig)
+            live = read_live(args.live, args.kubeconfig, args.timeout)
             tuning, beside = live.tuning, None
         result = evaluate(tuning, args.prometheus, args.replicas, args.timeout, time.time(),
                           access_from_args(args), live,

@@ -64,14 +64,15 @@ class Live(NamedTuple):
                           self.fight(current, now), now)
 
 
-def read_live(ref: str, kubeconfig: str | None) -> Live:
+def read_live(ref: str, kubeconfig: str | None, timeout_s: float | None = None) -> Live:
     """The tuning NAMESPACE/NAME and what its evaluation reads; ValueError says what is
-    missing, or that the cluster cannot be reached."""
+    missing, or that the cluster cannot be reached. `timeout_s`: of each request (the
+    client's API_TIMEOUT_S when None)."""
     import yaml
     from urllib3.exceptions import HTTPError
 
     try:
-        return _read_live(ref, kubeconfig)
+        return _read_live(ref, kubeconfig, timeout_s)
     except yaml.YAMLError as exc:
         raise ValueError(f"--live: the kubeconfig is not valid YAML "
                          f"({str(exc).splitlines()[0]}); check --kubeconfig") from None
@@ -84,7 +85,7 @@ def read_live(ref: str, kubeconfig: str | None) -> Live:
                          "and that the API server is up") from None
 
 
-def _read_live(ref: str, kubeconfig: str | None) -> Live:
+def _read_live(ref: str, kubeconfig: str | None, timeout_s: float | None = None) -> Live:
     from kubernetes import client
     from kubernetes.client.exceptions import ApiException
     from kubernetes.config import ConfigException
@@ -124,7 +125,7 @@ def _read_live(ref: str, kubeconfig: str | None) -> Live:
     what = f"InferenceTuning {namespace}/{name}"
     try:
         answer: object = client.CustomObjectsApi().get_namespaced_custom_object(
-            GROUP, VERSION, namespace, PLURAL, name)
+            GROUP, VERSION, namespace, PLURAL, name, _request_timeout=timeout_s)
         if not (isinstance(answer, dict) and answer.get("kind") == KIND
                 and answer.get("apiVersion") == f"{GROUP}/{VERSION}"):
             # A 200 from something else at that address (a web page, a proxy's login form):
@@ -140,7 +141,12 @@ def _read_live(ref: str, kubeconfig: str | None) -> Live:
                              f"validate: {problems}")
         target = tuning.spec.target_ref.name
         what = f"Deployment {namespace}/{target} (spec.targetRef)"
-        read = deployment_replicas(namespace, target)
+        try:
+            read = deployment_replicas(namespace, target, timeout_s)
+        except ValueError:  # JSON (or UTF-8) that is not: a 200 from something else
+            raise ValueError(f"--live: the server at {api_server_url()} did not answer as a "
+                             f"Kubernetes API server ({what}); check the server in the "
+                             "kubeconfig (--kubeconfig)") from None
     except ApiException as exc:
         found = "not found" if exc.status == 404 else f"not readable (HTTP {exc.status})"
         raise ValueError(f"--live: {what} {found}") from None
@@ -148,7 +154,8 @@ def _read_live(ref: str, kubeconfig: str | None) -> Live:
     notes: tuple[str, ...] = ()
     try:
         hpa = next((str(h.metadata.name) for h in client.AutoscalingV2Api()
-                    .list_namespaced_horizontal_pod_autoscaler(namespace).items
+                    .list_namespaced_horizontal_pod_autoscaler(
+                        namespace, _request_timeout=timeout_s).items
                     if h.metadata and h.spec.scale_target_ref.kind == "Deployment"
                     and h.spec.scale_target_ref.name == target), None)
     except ApiException as exc:
@@ -156,7 +163,7 @@ def _read_live(ref: str, kubeconfig: str | None) -> Live:
                  "one on the same Deployment would stop the operator's writes",)
     try:
         listed = cast(dict[str, Any], client.CustomObjectsApi().list_namespaced_custom_object(
-            GROUP, VERSION, namespace, PLURAL))["items"]
+            GROUP, VERSION, namespace, PLURAL, _request_timeout=timeout_s))["items"]
         rivals = autoscaling_rivals((t for t in listed if ((t.get("spec") or {}).get(
             "targetRef") or {}).get("name") == target), name)
     except ApiException as exc:

@@ -187,13 +187,14 @@ def replicas_owners(body: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
     return tuple(owners)
 
 
-def deployment_replicas(namespace: str, name: str) -> DeploymentReplicas:
+def deployment_replicas(namespace: str, name: str,
+                        timeout_s: float | None = None) -> DeploymentReplicas:
     """The replicas, ready count and pod template of a Deployment, from one read (its scale
     subresource has no ready count). Read as JSON: the client's models cost about a
     millisecond to build for a whole Deployment, and the autoscaler reads one per
-    evaluation."""
+    evaluation. `timeout_s`: of the request, API_TIMEOUT_S when None."""
     response: Any = client.AppsV1Api().read_namespaced_deployment(
-        name, namespace, _preload_content=False)
+        name, namespace, _preload_content=False, _request_timeout=timeout_s)
     body = json.loads(response.data)
     spec, status = body.get("spec") or {}, body.get("status") or {}
     return DeploymentReplicas(int(spec.get("replicas") or 0),
