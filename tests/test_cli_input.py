@@ -66,6 +66,12 @@ def test_plan_takes_the_deployment_the_tuning_targets(
                                             "resources": {"limits": {"cpu": "abc"}}}]}}},
      "spec.template.spec.containers[0].resources.limits.cpu: 'abc' is not a Kubernetes "
      "quantity"),
+    # The API server takes strings only; a nested list was printed out in full.
+    ({"template": {"spec": {"containers": [{"name": "vllm", "command": ["vllm"],
+                                            "args": ["--port", 8000]}]}}},
+     "spec.template.spec.containers[0].args[1] must be a string (quote a number"),
+    ({"template": {"spec": {"containers": [{"name": "vllm", "command": [["vllm"]]}]}}},
+     "spec.template.spec.containers[0].command[0] must be a string"),
 ])
 def test_plan_names_a_malformed_pod_template(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                              spec: Any, says: str) -> None:

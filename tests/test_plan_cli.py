@@ -181,6 +181,20 @@ def test_plan_says_when_the_files_only_deployment_is_not_the_target(
                    for p in json.loads(capsys.readouterr().out)["problems"])
 
 
+def test_plan_prints_names_from_the_files_escaped(tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """A Deployment named with a newline and terminal escapes printed a line of its own
+    ("reason: all good") and cleared the screen, as `validate` no longer did."""
+    deployment, _ = _example()
+    deployment["metadata"]["name"] = "x\x1b[2J\nreason: all good"
+    pod = tmp_path / "pod.yaml"
+    pod.write_text(yaml.safe_dump(deployment))
+    assert main(["plan", str(EXAMPLE), "--pod", str(pod)]) == 0
+    out = capsys.readouterr().out
+    assert "\x1b" not in out and "\nreason: all good" not in out
+    assert "problem: Deployment x\\x1b[2J\\nreason: all good is not the tuning's target" in out
+
+
 def _example(**changes: Any) -> tuple[dict[str, Any], dict[str, Any]]:
     """The example's Deployment and tuning (copies), with `changes` to the serving container."""
     docs = [d for d in yaml.safe_load_all(EXAMPLE.read_text()) if d]

@@ -275,3 +275,25 @@ def test_output_into_a_pipe_closed_early_ends_quietly_with_141(tmp_path: Path) -
     assert writer.wait(timeout=120) == 141, err
     assert head.stdout.decode().endswith("InferenceTuning ns/tuning-0: valid\n")
     assert err == "", err
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
+@pytest.mark.parametrize("argv", [["crds"], ["validate", "examples/canary-vllm.yaml"]])
+def test_output_to_a_full_device_is_said_without_a_traceback(argv: list[str]) -> None:
+    """`infertune crds > /dev/full`: an OSError traceback came out, exit 1."""
+    root = Path(__file__).resolve().parent.parent
+    with open("/dev/full", "w") as full:
+        done = subprocess.run([sys.executable, "-m", "infertune", *argv], cwd=root,
+                              stdout=full, stderr=subprocess.PIPE, text=True, timeout=120)
+    assert done.returncode == 1, done.stderr
+    assert done.stderr == "infertune: cannot write the output: No space left on device\n"
+
+
+def test_crds_takes_a_file_to_write_or_one_to_check_not_both(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Given both, the file to write was silently not written."""
+    written = tmp_path / "crd.yaml"
+    with pytest.raises(SystemExit) as exit_:
+        main(["crds", "-o", str(written), "--check", "crds/infertune.io_inferencetunings.yaml"])
+    assert exit_.value.code == 2 and not written.exists()
+    assert "argument --check: not allowed with argument -o/--output" in capsys.readouterr().err

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import math
 import os
 import re
@@ -230,8 +231,10 @@ def build_parser() -> argparse.ArgumentParser:
     validate.set_defaults(handler=_validate)
 
     crds = commands.add_parser("crds", help="print the CustomResourceDefinition")
-    crds.add_argument("-o", "--output", help="write to this file instead of stdout")
-    crds.add_argument("--check", metavar="FILE", help="exit 1 if FILE differs from the models")
+    # One or the other: given both, the file was silently not written.
+    where = crds.add_mutually_exclusive_group()
+    where.add_argument("-o", "--output", help="write to this file instead of stdout")
+    where.add_argument("--check", metavar="FILE", help="exit 1 if FILE differs from the models")
     crds.set_defaults(handler=_crds)
 
     _add_run_command(commands)
@@ -396,12 +399,30 @@ def main(argv: Sequence[str] | None = None) -> int:
         # `infertune validate many.yaml | head -1`: the reader has what it wanted. Quiet, as
         # a shell tool that SIGPIPE ends; stdout goes to /dev/null so that flushing what is
         # left at exit cannot fail again.
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        with contextlib.suppress(OSError, ValueError):  # stdout is no file (a test's capture)
-            os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)
+        _output_to_devnull()
         return CLOSED_OUTPUT
+    except OSError as exc:
+        if exc.errno not in OUTPUT_FULL:
+            raise
+        # `infertune crds > /dev/full`, a full disk: said, not a traceback.
+        _output_to_devnull()
+        print(f"infertune: cannot write the output: {exc.strerror}", file=sys.stderr)
+        return 1
     return code
+
+
+OUTPUT_FULL = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO})
+"""The errors of a write to standard output that end a command with a message: the output's
+device is full or failing."""
+
+
+def _output_to_devnull() -> None:
+    """Standard output goes to /dev/null, so that flushing what is left at exit cannot fail
+    again."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    with contextlib.suppress(OSError, ValueError):  # stdout is no file (a test's capture)
+        os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -9,7 +9,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from infertune.api.errors import field_errors
-from infertune.api.manifests import load_documents, source_name
+from infertune.api.manifests import load_documents, printable, source_name
 from infertune.api.spec import KIND, InferenceTuning
 from infertune.api.tuning import MigSpec, MigStrategy
 from infertune.tuning.mig import (
@@ -187,8 +187,10 @@ def render(plan: PodPlan, *, as_json: bool) -> str:
                            "problems": plan.problems}, indent=2) + "\n"
     lines = [f"revision {plan.revision}" + (" (refused: pod admitted unchanged)"
                                             if plan.refused else "")]
-    lines += [f"reason: {r}" for r in plan.reasons]
-    lines += [f"problem: {p}" for p in plan.problems]
+    # Escaped: they hold names from the files (a Deployment named with a newline and
+    # terminal escapes printed a line of its own, "reason: all good").
+    lines += [f"reason: {printable(r)}" for r in plan.reasons]
+    lines += [f"problem: {printable(p)}" for p in plan.problems]
     lines += [f"patch: {json.dumps(op)}" for op in plan.patch]
     return "\n".join(lines) + "\n"
 

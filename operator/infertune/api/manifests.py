@@ -38,10 +38,10 @@ class Document:
         name = meta.get("name", "<no name>") if isinstance(meta, dict) else "<no name>"
         namespace = meta.get("namespace") if isinstance(meta, dict) else None
         where = f"{namespace}/{name}" if namespace else str(name)
-        return _printable(f"{self.body.get('kind', '<no kind>')} {where}")
+        return printable(f"{self.body.get('kind', '<no kind>')} {where}")
 
 
-def _printable(text: str) -> str:
+def printable(text: str) -> str:
     """`text` with its control characters escaped: a name holding a newline printed a second
     line that read like another object's result ("prod.yaml: ... valid")."""
     if text.isprintable():

@@ -72,6 +72,13 @@ def pod_problem(node: dict[str, Any], prefix: str = "") -> str | None:
         for key in ("env", "volumeMounts"):
             if not all(isinstance(item, dict) for item in container.get(key) or []):
                 return f"{where}.{key} must be a list of mappings"
+        for key in ("command", "args"):
+            # As the API server takes them. A list in there (YAML aliases nest them
+            # cheaply: 9^9 items in a few lines) took a minute and all the memory to print.
+            for j, item in enumerate(container.get(key) or []):
+                if not isinstance(item, str):
+                    return (f"{where}.{key}[{j}] must be a string (quote a number: the API "
+                            "server takes only strings there)")
         resources = container.get("resources") or {}
         for key in ("limits", "requests"):
             amounts = resources.get(key)
