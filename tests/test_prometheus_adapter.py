@@ -1171,15 +1171,20 @@ def test_two_engine_processes_on_two_ports_of_a_pod_add_up(
     assert (got.last, got.pods) == (30.0, 1)
 
 
-def test_a_password_in_the_url_is_not_in_the_messages() -> None:
-    """requests sends user:password@ in the URL as Basic credentials, and the problems go into
-    MetricsAvailable, which whoever can read the tuning reads."""
-    llm = target("serving", "llm")
-    source = PrometheusSource("http://user:s3cret@127.0.0.1:1", timeout_s=0.5)
-    got = source.fetch([llm], time.time())[llm.key]
-    problems = got.queue.problem or ""
-    assert problems.startswith("Prometheus at http://***@127.0.0.1:1 failed: cannot connect")
-    assert "s3cret" not in repr(got)
+@pytest.mark.parametrize("url", ["http://user:s3cret@127.0.0.1:1", "user:s3cret@prometheus:1"])
+def test_a_password_in_the_url_is_refused_and_not_repeated(url: str) -> None:
+    """requests sent user:password@ in the URL as Basic credentials, from a command line every
+    process list shows (and the chart's Deployment), where the Authorization header is
+    refused for that reason. Without a scheme, the message repeated the password."""
+    with pytest.raises(ValueError) as refused:
+        PrometheusSource(url, timeout_s=0.5)
+    assert "s3cret" not in str(refused.value) and "***@" in str(refused.value)
+    if url.startswith("http"):
+        assert str(refused.value).startswith(
+            "Prometheus URL 'http://***@127.0.0.1:1' holds a user and password, and a "
+            "command-line argument is shown in every process list")
+        assert "--prometheus-credentials-file and --prometheus-auth-type Basic" in \
+            str(refused.value)
 
 
 @pytest.mark.parametrize(("status", "says"), [

@@ -98,6 +98,14 @@ class PrometheusSource:
         if not parts.hostname:
             raise ValueError(f"Prometheus URL {shown!r} names no host; for example "
                              "http://prometheus:9090")
+        if parts.username is not None or parts.password is not None:
+            # As the Authorization header on the command line is refused (access.py):
+            # requests sends them as Basic credentials.
+            raise ValueError(f"Prometheus URL {shown!r} holds a user and password, and a "
+                             "command-line argument is shown in every process list (the "
+                             "chart's in its Deployment too); put base64 of user:password in "
+                             f"a file and give it with {CREDENTIALS_OPTION} and "
+                             f"{AUTH_TYPE_OPTION} Basic (chart: prometheus.credentialsSecret)")
         if resolution_s <= 0 or timeout_s <= 0:
             raise ValueError("timeout_s and resolution_s must be above 0")
         for option, given in ((CA_OPTION, access.ca_file), (CERT_OPTION, access.client_cert)):
@@ -587,7 +595,8 @@ def _windows(result: list[dict[str, Any]], plan: QueryPlan,
 
 def _without_userinfo(url: str) -> str:
     """`url` with a user and password in it replaced by `***`."""
-    return re.sub(r"^([A-Za-z][A-Za-z0-9+.-]*://)[^/?#]*@", r"\1***@", url)
+    # Without a scheme too: "user:pw@prometheus:9090" is refused with the URL in the message.
+    return re.sub(r"^((?:[A-Za-z][A-Za-z0-9+.-]*://)?)[^/?#@]*@", r"\1***@", url)
 
 
 def _describe(exc: Exception, timeout_s: float) -> str:
