@@ -156,10 +156,13 @@ def test_the_text_says_no_data_and_rounds(
 def test_usage_errors_exit_2_as_the_help_says(capsys: pytest.CaptureFixture[str]) -> None:
     """The help listed 0, 1 and 3; argparse ends a command line it cannot parse with 2, as
     for every command."""
-    with pytest.raises(SystemExit) as exited:
-        main(["autoscale", "evaluate", "t.yaml", "--prometheus", "http://p:9090",
-              "--replicas", "two"])
-    assert exited.value.code == 2
+    for replicas in ("two", "-1", "999999999999999999999"):  # spec.replicas is 32-bit
+        with pytest.raises(SystemExit) as exited:
+            main(["autoscale", "evaluate", "t.yaml", "--prometheus", "http://p:9090",
+                  "--replicas", replicas])
+        assert exited.value.code == 2
+    assert "argument --replicas: 999999999999999999999 is not a Deployment's replica count " \
+        "(0 to 2147483647)" in capsys.readouterr().err
     assert "2 a command line that does not parse" in EXIT_STATUS
     with pytest.raises(SystemExit):
         main(["autoscale", "evaluate", "--help"])

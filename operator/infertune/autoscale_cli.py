@@ -63,7 +63,7 @@ def add_autoscale_commands(commands: argparse._SubParsersAction) -> None:  # typ
                           help="Prometheus base URL, for example http://prometheus:9090")
     add_access_options(evaluate)
     add_templates_option(evaluate)
-    evaluate.add_argument("--replicas", type=int, metavar="N",
+    evaluate.add_argument("--replicas", type=_replicas, metavar="N",
                           help="current replicas of the Deployment (default: minReplicas; "
                           "with --live, the Deployment's own)")
     evaluate.add_argument("--output", choices=("text", "json"), default="text")
@@ -71,6 +71,23 @@ def add_autoscale_commands(commands: argparse._SubParsersAction) -> None:  # typ
                           metavar="SECONDS", help="per-query timeout, and with --live of each "
                           "Kubernetes API request (default 5, at most 3600)")
     evaluate.set_defaults(handler=evaluate_command)
+
+
+MOST_REPLICAS = 2**31 - 1
+"""A Deployment's spec.replicas is a 32-bit integer."""
+
+
+def _replicas(text: str) -> int:
+    """--replicas: a count a Deployment can have, 0..2^31-1 (a larger one read as a write of
+    the maximum the tuning allows)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if not 0 <= value <= MOST_REPLICAS:
+        raise argparse.ArgumentTypeError(f"{value} is not a Deployment's replica count (0 to "
+                                         f"{MOST_REPLICAS})")
+    return value
 
 
 def evaluate_command(args: argparse.Namespace) -> int:
