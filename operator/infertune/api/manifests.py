@@ -285,6 +285,8 @@ def _str(value: Any) -> str | None:
 def _check_tuning(document: Document) -> tuple[InferenceTuning | None, list[FieldError]]:
     body = document.body
     api_version = body.get("apiVersion")
+    if api_version is None:
+        return None, [FieldError("apiVersion", f"is missing; set it to {API_VERSION}")]
     if api_version != API_VERSION:
         return None, [FieldError("apiVersion", f"{api_version!r} is not served; use "
                                  f"{API_VERSION}")]
