@@ -414,6 +414,18 @@ def test_a_window_with_no_recommendation_in_it_starts_with_the_current_count() -
     # A recommendation within the window decides as before (the highest in it).
     recent = ScalingState(recommendations=(Recommendation(NOW - 100, 6),))
     assert decide(idle, current=10, state=recent).desired_replicas == 6
+    # A window no longer than the interval is empty at every evaluation (the last one's
+    # recommendation is an interval old): the last evaluation's counts, nothing is started
+    # again. Started at every evaluation, it held every scale-in for good.
+    for interval, window in (("15s", "15s"), ("15s", "10s"), ("60s", "30s")):
+        short = {"interval": interval, "scaleDown": {"stabilization": window}}
+        last = ScalingState(recommendations=(
+            Recommendation(NOW - float(interval[:-1]), 10),))
+        assert decide(idle, current=10, state=last, **short).desired_replicas == 1
+        # ... and after a missed evaluation, it is started again.
+        missed = ScalingState(recommendations=(
+            Recommendation(NOW - 2 * float(interval[:-1]), 10),))
+        assert decide(idle, current=10, state=missed, **short).desired_replicas == 10
     # No window, nothing to start: at once, as before.
     assert decide(idle, current=10, scaleDown={"stabilization": "0s"}).desired_replicas == 1
     # A scale-out is not held by it (the scale-up window is HPA's 0s by default).

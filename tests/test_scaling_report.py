@@ -418,6 +418,17 @@ def test_a_breach_the_batch_cannot_take_any_more_scales_out_with_latency_action_
     # Not known (no flag on the template): the recommender starts from what it reads.
     unknown = plan_evaluation(recommend, 1, {}, breach, 4, None, NOW)
     assert unknown.decision.action is ScaleAction.TUNE_BATCHING
+    # Lowered to the minimum just now: nothing is decided on the strength of the old value's
+    # latency until the pods run the new one and it is measured (a scale-out then came on top
+    # of the re-creation of every pod).
+    lowered = plan_evaluation(auto, 1, applied_long_ago(auto, 20), breach, 4, None, NOW)
+    assert lowered.status["batching"]["applied"] == 16 and lowered.write is None
+    status = merge_patch(applied_long_ago(auto, 20), lowered.status)
+    status["tuning"] = pods_at(auto, 20, outdated=4, tuned=0)  # no pod runs 16 yet
+    waiting = plan_evaluation(auto, 1, status, signals(queue=10.0, latency_s=0.3,
+                                                       now=NOW + 15), 4, None, NOW + 15)
+    assert (waiting.decision.action, waiting.write) == (ScaleAction.TUNE_BATCHING, None), \
+        waiting.decision.reason
     # latency.action TuneBatching never adds replicas: the reason says nothing acts on it.
     only = spec(batching={"mode": "Auto", "min": 16, "max": 256},
                 autoscaling={"minReplicas": 1, "maxReplicas": 20,

@@ -152,7 +152,8 @@ def plan_evaluation(spec: InferenceTuningSpec, generation: int, status: Mapping[
     if decision.action is ScaleAction.TUNE_BATCHING:
         if spec.batching.mode is BatchingMode.OFF:
             decision = with_reason(decision, decision.reason + NOTHING_TUNES_BATCHING)
-        elif (floor := _batching_floor(spec, status, template)) is None:
+        elif (floor := _batching_floor(spec, status, template, now, signals.fresh_at(now),
+                                       current, ready)) is None:
             pass
         elif spec.autoscaling.latency.action is LatencyAction.AUTO:
             # Decided again, rarely: the breach scales out (engine._latency_proposal).
@@ -455,16 +456,24 @@ def _applied_in_effect(spec: InferenceTuningSpec, stored: Mapping[str, Any],
 
 
 def _batching_floor(spec: InferenceTuningSpec, status: Mapping[str, Any],
-                    template: TemplateBatching | None) -> int | None:
+                    template: TemplateBatching | None, now: float, read_at: float,
+                    replicas: int, ready: int | None) -> int | None:
     """The batching value in use (as `_batching_block` starts its step from it) when it is
     already spec.batching.min, so a breach the batch causes cannot lower it; None when it is
-    not, or not known (the recommender then starts from the running requests or max)."""
+    not, or not known (the recommender then starts from the running requests or max), or
+    when mode Auto applied it and its effect is not measured yet (`_serving`): the latency
+    is still the old value's, and a scale-out on it came on top of the pods' re-creation."""
     knob = batching_knob(spec.batching, spec.engine)
     if spec.batching.mode is BatchingMode.OFF or knob is None:
         return None
     _, in_effect = _applied_in_effect(spec, status.get("batching") or {}, knob.value)
     start = in_effect if in_effect is not None else template_start(spec, template)[0]
-    return start if start is not None and start <= spec.batching.min else None
+    if start is None or start > spec.batching.min:
+        return None
+    if in_effect is not None and _serving(spec, status, in_effect, now, read_at, replicas,
+                                          ready)[2] is not None:
+        return None
+    return start
 
 
 def template_start(spec: InferenceTuningSpec,

@@ -131,14 +131,16 @@ def _decide_on_signals(spec: AutoscalingSpec, current: int, reading: Reading,
                          "not scaling in while the latency cannot be compared with its target")
         raw = max(raw, current)
     recommendations = state.recommendations
-    if raw < current and (window := seconds(spec.scale_down.stabilization)) > 0 and (
-            not recommendations or recommendations[-1].time <= now - window):
-        # Nothing recommended within the scale-down window (a first evaluation, autoscaling
-        # enabled again, another targetRef, an operator or metrics outage longer than the
-        # window): the current count counts as a recommendation made now, as HPA starts the
-        # window of a target it sees for the first time, and is stored with the state. An
-        # empty window let a new tuning take a busy Deployment from 10 replicas to
-        # minReplicas at its first evaluation.
+    window = seconds(spec.scale_down.stabilization)
+    if raw < current and window > 0 and (not recommendations or recommendations[-1].time < (
+            now - max(window, SEEN_INTERVALS * spec.interval.seconds))):
+        # Nothing recommended within the scale-down window, nor at the last interval (a first
+        # evaluation, autoscaling enabled again, another targetRef, an operator or metrics
+        # outage longer than the window): the current count counts as a recommendation made
+        # now, as HPA starts the window of a target it sees for the first time, and is
+        # stored with the state. An empty window let a new tuning take a busy Deployment from
+        # 10 replicas to minReplicas at its first evaluation. A window no longer than the
+        # interval is empty at every evaluation: seeded then, it held every scale-in.
         state = state._replace(recommendations=(*recommendations, Recommendation(now, current)))
         notes.append(f"no recommendation in the last {spec.scale_down.stabilization} before "
                      f"this one, so the current {current} counts as one")
@@ -295,6 +297,10 @@ def _latency_proposal(spec: AutoscalingSpec, current: int, reading: Reading,
                          "Ready")
     return _Proposal(proposed, said)
 
+
+SEEN_INTERVALS = 1.5
+"""A recommendation at most this many intervals old is the last evaluation's: the scale-down
+window is not seeded after it, however short the window."""
 
 UNBOUNDED = 2**31 - 1
 """The replicas proposed for a ratio past float's range (a queue over a targetPerReplica of
