@@ -196,9 +196,21 @@ def test_an_api_server_that_never_answers_costs_the_timeout(
     """A server that takes the connection and says nothing (a load balancer without a
     backend): --timeout was Prometheus's only, and each read waited the client's 60 s, sent
     again three times."""
+    held: list[socket.socket] = []
     with socket.socket() as listener:
         listener.bind(("127.0.0.1", 0))
-        listener.listen(8)  # connections are taken by the kernel, never answered
+        listener.listen(8)
+        listener.settimeout(0.1)
+
+        def accept() -> None:  # taken, never answered
+            while not stop.is_set():
+                try:
+                    held.append(listener.accept()[0])
+                except OSError:
+                    continue
+
+        stop = threading.Event()
+        threading.Thread(target=accept, daemon=True).start()
         url = f"http://127.0.0.1:{listener.getsockname()[1]}"
         started = time.monotonic()
         try:
@@ -207,11 +219,15 @@ def test_an_api_server_that_never_answers_costs_the_timeout(
                          "http://127.0.0.1:1", "--timeout", "0.5"])
         finally:
             client.ApiClient.set_default(None)  # type: ignore[no-untyped-call]
+            stop.set()
         took = time.monotonic() - started
+        for connection in held:
+            connection.close()
     err = capsys.readouterr().err
     assert code == 1
     assert "--live: the cluster cannot be reached (" in err and "timed out" in err, err
-    assert took < 30, took  # a few reads of 0.5 s, not minutes
+    assert len(held) == 1  # sent once: not again after its read timed out
+    assert took < 30, took  # one read of 0.5 s, not minutes
 
 
 class _ApiServerButTheDeployment(_NotAnApiServer):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import gzip
 import json
 import math
 import socket
@@ -18,6 +19,7 @@ import threading
 import time
 import urllib.parse
 import urllib.request
+import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -34,6 +36,7 @@ from e2e.fixtures.prometheus import PROMETHEUS_BINARY, MetricsEndpoint, Promethe
 from e2e.fixtures.waiting import wait_for
 from prometheus_client import CollectorRegistry, Gauge, Histogram, start_http_server
 from prometheus_client.parser import text_string_to_metric_families
+from urllib3.exceptions import DecodeError
 
 from infertune.api.spec import Engine, InferenceTuning
 from infertune.autoscale_cli import add_autoscale_commands
@@ -361,7 +364,8 @@ def test_a_hanging_prometheus_times_out_as_no_data() -> None:
     assert "timed out after 0.3s" in (got["a/b"].queue.problem or "")
 
 
-def test_an_answer_sent_slowly_is_no_data_after_the_cycles_longest_wait() -> None:
+@pytest.mark.parametrize("gzipped", [False, True])
+def test_an_answer_sent_slowly_is_no_data_after_the_cycles_longest_wait(gzipped: bool) -> None:
     """requests' timeout applies to each read: a Prometheus (or a proxy) that answers at once
     and then sends its body a byte at a time never reached it, and the fetch, which every
     evaluation waits for, took as long as the body did."""
@@ -369,7 +373,7 @@ def test_an_answer_sent_slowly_is_no_data_after_the_cycles_longest_wait() -> Non
                                                      "result": []}}).encode()
     stop = threading.Event()
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), trickling(body, stop))
+    server = ThreadingHTTPServer(("127.0.0.1", 0), trickling(body, stop, gzipped))
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         source = PrometheusSource(f"http://127.0.0.1:{server.server_address[1]}",
@@ -393,37 +397,52 @@ def test_an_answer_sent_slowly_is_no_data_after_the_cycles_longest_wait() -> Non
         got.queue.problem
 
 
-def trickling(body: bytes, stop: threading.Event) -> type[QuietHandler]:
-    """A fake Prometheus that answers at once, then sends `body` after 100 spaces, one every
-    0.2 s (20 s in all, each within a timeout of 0.5 s) until `stop` is set."""
+def trickling(body: bytes, stop: threading.Event, gzipped: bool) -> type[QuietHandler]:
+    """A fake Prometheus that answers at once, then sends its answer a byte at a time for
+    20 s, each byte within a timeout of 0.5 s, until `stop` is set: 100 spaces before `body`,
+    or, gzipped (as Prometheus answers), the bytes before any of it decodes (the gzip header
+    and the block's code tables), the answer holding enough series to have them."""
+    if not gzipped:
+        sent, slow = b" " * 100 + body, 100  # JSON allows leading whitespace
+    else:
+        sent = gzip.compress(json.dumps({"status": "success", "data": {
+            "resultType": "vector", "result": [
+                {"metric": {"namespace": f"team-{i}", "infertune_target": f"m-{i * 7919 % 997}"},
+                 "value": [1700000000 + i, str(i * 0.37)]} for i in range(40)]}}).encode())
+        inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)
+        slow = next(i for i in range(1, len(sent)) if inflate.decompress(sent[i - 1:i]))
+    delay = 20 / slow
+    assert delay < 0.5, slow
 
     class Trickle(QuietHandler):
         def do_GET(self) -> None:
-            padded = b" " * 100 + body  # JSON allows leading whitespace
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(padded)))
+            if gzipped:
+                self.send_header("Content-Encoding", "gzip")
+            self.send_header("Content-Length", str(len(sent)))
             self.end_headers()
             try:
-                for byte in padded[:100]:
-                    if stop.wait(0.2):
+                for byte in sent[:slow]:
+                    if stop.wait(delay):
                         return
                     self.wfile.write(bytes([byte]))
                     self.wfile.flush()
-                self.wfile.write(padded[100:])
+                self.wfile.write(sent[slow:])
             except OSError:
                 pass
 
     return Trickle
 
 
-def test_cli_evaluate_exits_when_prometheus_answers_slowly() -> None:
+@pytest.mark.parametrize("gzipped", [False, True])
+def test_cli_evaluate_exits_when_prometheus_answers_slowly(gzipped: bool) -> None:
     """It printed its answer (no data, exit 3), then waited for the query's thread to read
     the rest of the body before the process could end."""
     body = json.dumps({"status": "success", "data": {"resultType": "vector",
                                                      "result": []}}).encode()
     stop = threading.Event()
-    server = ThreadingHTTPServer(("127.0.0.1", 0), trickling(body, stop))
+    server = ThreadingHTTPServer(("127.0.0.1", 0), trickling(body, stop, gzipped))
     threading.Thread(target=server.serve_forever, daemon=True).start()
     example = Path(__file__).resolve().parent.parent / "examples" / "vllm-qwen2-7b-h200-mig.yaml"
     try:
@@ -1171,7 +1190,8 @@ def test_two_engine_processes_on_two_ports_of_a_pod_add_up(
     assert (got.last, got.pods) == (30.0, 1)
 
 
-@pytest.mark.parametrize("url", ["http://user:s3cret@127.0.0.1:1", "user:s3cret@prometheus:1"])
+@pytest.mark.parametrize("url", ["http://user:s3cret@127.0.0.1:1", "user:s3cret@prometheus:1",
+                                 "http://user:s3c@s3cret@127.0.0.1:1"])
 def test_a_password_in_the_url_is_refused_and_not_repeated(url: str) -> None:
     """requests sent user:password@ in the URL as Basic credentials, from a command line every
     process list shows (and the chart's Deployment), where the Authorization header is
@@ -1253,3 +1273,19 @@ def test_series_that_carry_the_operators_own_labels_fail_no_other_tuning(
     # running batch is a mean over series: refused with the rest before).
     theirs = got[spoof.key]
     assert (theirs.queue.pods, theirs.running.last) == (1, 1.0), theirs.running.problem
+
+
+def test_answers_are_decoded_as_their_content_encoding_says() -> None:
+    """The adapter decodes what it reads itself (to keep the reading within its time)."""
+    body = b'{"status": "success"}'
+    decoded = prometheus_adapter._decoded
+    assert decoded(gzip.compress(body), "gzip") == body
+    assert decoded(gzip.compress(body[:5]) + gzip.compress(body[5:]), "x-gzip") == body
+    assert decoded(zlib.compress(body), "deflate") == body
+    raw = zlib.compressobj(wbits=-zlib.MAX_WBITS)
+    assert decoded(raw.compress(body) + raw.flush(), "deflate") == body  # as some servers do
+    assert decoded(body, "") == decoded(body, "identity") == body
+    with pytest.raises(DecodeError, match="cut short"):
+        decoded(gzip.compress(body)[:-12], "gzip")
+    with pytest.raises(DecodeError, match="'br' was not asked for"):
+        decoded(body, "br")

@@ -93,6 +93,7 @@ def _read_live(ref: str, kubeconfig: str | None, timeout_s: float | None = None)
     from infertune.api.errors import validate_stored
     from infertune.api.spec import GROUP, KIND, PLURAL, VERSION, is_dns_label, is_dns_subdomain
     from infertune.kube.client import (
+        RETRIES,
         api_server_url,
         configure,
         deployment_replicas,
@@ -110,7 +111,9 @@ def _read_live(ref: str, kubeconfig: str | None, timeout_s: float | None = None)
         raise ValueError(f"--live {ref!r}: {name!r} is not an object name (a-z, 0-9, '-' and "
                          "'.', at most 253, starting and ending with a letter or digit)")
     try:
-        configure(kubeconfig)
+        # Each request once, within `timeout_s`: sent again after a read that timed out, one
+        # that never answered cost four timeouts.
+        configure(kubeconfig, RETRIES if timeout_s is None else RETRIES.new(total=0))
     except (ConfigException, OSError) as exc:
         if kubeconfig is None:
             raise ValueError(f"--live: no cluster credentials ({exc}); pass --kubeconfig"

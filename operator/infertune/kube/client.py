@@ -64,7 +64,7 @@ def kubeconfig_missing(kubeconfig: str) -> bool:
                    for path in kubeconfig.split(os.pathsep))
 
 
-def configure(kubeconfig: str | None) -> None:
+def configure(kubeconfig: str | None, retries: Retry = RETRIES) -> None:
     """Load credentials: the given kubeconfig, else in-cluster, else $KUBECONFIG/~/.kube.
 
     Then one ApiClient is made the default that every `client.XxxApi()` uses. Without it, the
@@ -72,7 +72,8 @@ def configure(kubeconfig: str | None) -> None:
     object, so every call of the operator paid a TLS handshake with the API server: at 1000
     tunings that was a fifth of the operator's CPU (bench/results/operator.md). Its calls time
     out (API_TIMEOUT_S) unless they set their own timeout, and a write that may have gone
-    out is never sent again (RETRIES).
+    out is never sent again (RETRIES; `retries` in its place: a command that bounds each
+    request by its own timeout sends none again).
     """
     if kubeconfig:
         config.load_kube_config(config_file=kubeconfig)  # type: ignore[no-untyped-call]
@@ -85,7 +86,7 @@ def configure(kubeconfig: str | None) -> None:
     # Enough pooled connections for every thread that calls the API at once (the autoscaling
     # workers and kopf's executor): a full pool drops connections and reconnects over TLS.
     shared.connection_pool_maxsize = POOL_SIZE
-    shared.retries = RETRIES
+    shared.retries = retries
     api = _TimedApiClient(shared)
     # The API server names the field manager of every write after the user agent: the
     # Deployment's managedFields then say that infertune set its replicas (subresource

@@ -11,6 +11,7 @@ import math
 import operator
 import re
 import time
+import zlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -431,7 +432,12 @@ class _AnswerWithin(HTTPAdapter):
     read: an answer sent a little at a time (a slow proxy or link) never reaches it, so the
     query's thread read it for as long as it took after the batch had given up on it; a few
     held the pool (the next cycles' queries were not started within their budget), and
-    `autoscale evaluate` printed its answer and then did not exit."""
+    `autoscale evaluate` printed its answer and then did not exit.
+
+    The body is read as it comes (one read of the socket at a time, each within the request's
+    timeout) and decoded once whole: urllib3, decoding as it reads, reads on by itself until
+    the decoder has something to give, which a gzip header and block tables sent slowly never
+    did. So only what this decodes is asked for (Prometheus gzips)."""
 
     def __init__(self, within_s: float) -> None:
         super().__init__(max_retries=Retry(total=False))
@@ -441,34 +447,62 @@ class _AnswerWithin(HTTPAdapter):
              timeout: Any = None, verify: Any = True, cert: Any = None,
              proxies: Any = None) -> requests.Response:
         started = time.monotonic()
+        request.headers["Accept-Encoding"] = ACCEPTED_ENCODINGS
         response = super().send(request, stream=True, timeout=timeout, verify=verify,
                                 cert=cert, proxies=proxies)
         if stream:
             return response
         body = bytearray()
         try:
-            # read1: at most one read of the socket, each within the request's timeout.
-            while chunk := response.raw.read1(ANSWER_READ, decode_content=True):
+            while chunk := response.raw.read1(ANSWER_READ, decode_content=False):
                 body += chunk
                 if time.monotonic() - started > self.within_s:
                     raise requests.exceptions.ReadTimeout(
                         f"the answer did not arrive in full within {self.within_s:g}s",
                         request=request)
+            content = _decoded(bytes(body), response.headers.get("Content-Encoding", ""))
         except BaseException as exc:
             response.close()
             # As requests says them when it reads a body (Response.iter_content).
             if isinstance(exc, ProtocolError):
                 raise requests.exceptions.ChunkedEncodingError(exc) from exc
-            if isinstance(exc, DecodeError):
+            if isinstance(exc, DecodeError | zlib.error):
                 raise requests.exceptions.ContentDecodingError(exc) from exc
             if isinstance(exc, ReadTimeoutError):
                 raise requests.exceptions.ReadTimeout(exc, request=request) from exc
             if isinstance(exc, Urllib3SSLError):
                 raise requests.exceptions.SSLError(exc, request=request) from exc
             raise
-        response._content = bytes(body)
+        response._content = content
         response.raw.release_conn()
         return response
+
+
+ACCEPTED_ENCODINGS = "gzip, deflate"
+"""What `_AnswerWithin` asks for and decodes (requests would also ask for br and zstd where
+their modules are installed)."""
+
+
+def _decoded(body: bytes, content_encoding: str) -> bytes:
+    """`body` decoded as its Content-Encoding says (the last applied first)."""
+    for coding in reversed([c.strip().lower() for c in content_encoding.split(",")]):
+        if coding in ("gzip", "x-gzip"):
+            members = []
+            while body:  # several gzip members follow one another
+                inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)
+                members.append(inflate.decompress(body) + inflate.flush())
+                if not inflate.eof:
+                    raise DecodeError("the gzip stream is cut short")
+                body = inflate.unused_data
+            body = b"".join(members)
+        elif coding == "deflate":
+            try:  # zlib-wrapped, as the RFC says; raw deflate, as some servers send
+                body = zlib.decompress(body)
+            except zlib.error:
+                body = zlib.decompress(body, -zlib.MAX_WBITS)
+        elif coding not in ("", "identity"):
+            raise DecodeError(f"Content-Encoding {coding!r} was not asked for")
+    return body
 
 
 class _Answer:
@@ -596,7 +630,9 @@ def _windows(result: list[dict[str, Any]], plan: QueryPlan,
 def _without_userinfo(url: str) -> str:
     """`url` with a user and password in it replaced by `***`."""
     # Without a scheme too: "user:pw@prometheus:9090" is refused with the URL in the message.
-    return re.sub(r"^((?:[A-Za-z][A-Za-z0-9+.-]*://)?)[^/?#@]*@", r"\1***@", url)
+    # Up to the last "@" of the authority, where urlsplit ends the user info (a password may
+    # hold one).
+    return re.sub(r"^((?:[A-Za-z][A-Za-z0-9+.-]*://)?)[^/?#]*@", r"\1***@", url)
 
 
 def _describe(exc: Exception, timeout_s: float) -> str:
