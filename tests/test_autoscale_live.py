@@ -266,3 +266,39 @@ def test_a_deployment_read_that_is_no_api_answer_is_named(
     assert code == 1
     assert (f"--live: the server at {url} did not answer as a Kubernetes API server "
             "(Deployment ml/") in err, err
+
+
+def test_a_request_the_api_server_asks_to_send_again_is_sent_again(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """API Priority and Fairness answers 429 with Retry-After under load: sent once only, the
+    read ended as "not readable (HTTP 429)", which reads like a missing permission."""
+    asked: list[str] = []
+
+    class Busy(_NotAnApiServer):
+        def do_GET(self) -> None:
+            asked.append(self.path)
+            status, extra = (429, [("Retry-After", "0")]) if len(asked) == 1 else (404, [])
+            body = json.dumps({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                               "code": status}).encode()
+            self.send_response(status)
+            for name, value in extra:
+                self.send_header(name, value)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Busy)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        code = main(["autoscale", "evaluate", "--live", "ml/qwen", "--kubeconfig",
+                     str(_kubeconfig(tmp_path / "kubeconfig", url)), "--prometheus",
+                     "http://127.0.0.1:1"])
+    finally:
+        client.ApiClient.set_default(None)  # type: ignore[no-untyped-call]
+        server.shutdown()
+        server.server_close()
+    err = capsys.readouterr().err
+    assert code == 1 and len(asked) == 2, asked
+    assert "--live: InferenceTuning ml/qwen not found" in err, err

@@ -42,6 +42,7 @@ from infertune.api.spec import Engine, InferenceTuning
 from infertune.autoscale_cli import add_autoscale_commands
 from infertune.metrics import prometheus as prometheus_adapter
 from infertune.metrics import promql
+from infertune.metrics.access import PrometheusAccess
 from infertune.metrics.presets import PRESETS, EngineMetrics, HistogramLatency, Template
 from infertune.metrics.prometheus import PrometheusSource
 from infertune.metrics.promql import Scope
@@ -1285,7 +1286,53 @@ def test_answers_are_decoded_as_their_content_encoding_says() -> None:
     raw = zlib.compressobj(wbits=-zlib.MAX_WBITS)
     assert decoded(raw.compress(body) + raw.flush(), "deflate") == body  # as some servers do
     assert decoded(body, "") == decoded(body, "identity") == body
+    # What follows the last member and is none is left, as urllib3 leaves it.
+    for tail in (b"\n", b"\x00" * 8):
+        assert decoded(gzip.compress(body) + tail, "gzip") == body
     with pytest.raises(DecodeError, match="cut short"):
         decoded(gzip.compress(body)[:-12], "gzip")
     with pytest.raises(DecodeError, match="'br' was not asked for"):
         decoded(body, "br")
+
+
+def test_the_answers_encoding_is_asked_for_as_given_or_as_the_adapter_decodes() -> None:
+    """requests asks for br and zstd too where their modules are installed, which the
+    adapter does not decode; an Accept-Encoding given with --prometheus-header goes as it is."""
+    seen: list[str | None] = []
+
+    class Recording(QuietHandler):
+        def do_GET(self) -> None:
+            seen.append(self.headers.get("Accept-Encoding"))
+            body = b'{"status": "success", "data": {"resultType": "vector", "result": []}}'
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    with served(Recording) as url:
+        PrometheusSource(url, timeout_s=2.0)._client.custom_query("up")
+        given = PrometheusAccess.parse(headers=["Accept-Encoding: identity"])
+        PrometheusSource(url, timeout_s=2.0, access=given)._client.custom_query("up")
+    assert seen == ["gzip, deflate", "identity"]
+
+
+def test_an_answer_that_cannot_be_decoded_is_said_so() -> None:
+    """A proxy that answers with an encoding not asked for: Prometheus (or the proxy)
+    answered, and MetricsAvailable said it could not be connected to."""
+
+    class Brotli(QuietHandler):
+        def do_GET(self) -> None:
+            body = b"not really brotli"
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Encoding", "br")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    with served(Brotli) as url:
+        got = PrometheusSource(url, timeout_s=2.0).fetch([target("a", "b")], time.time())
+    problem = got["a/b"].queue.problem or ""
+    assert "failed: answered, but its answer could not be decoded (" in problem, problem
+    assert "'br' was not asked for" in problem

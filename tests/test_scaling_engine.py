@@ -426,6 +426,12 @@ def test_a_window_with_no_recommendation_in_it_starts_with_the_current_count() -
         missed = ScalingState(recommendations=(
             Recommendation(NOW - 2 * float(interval[:-1]), 10),))
         assert decide(idle, current=10, state=missed, **short).desired_replicas == 10
+    # A recommendation exactly a window old is out of it (stabilize counts those after
+    # now - window): after a restart that skips one slot, or an outage of whole slots.
+    for window, gap in (("300s", 300.0), ("30s", 30.0)):
+        edge = ScalingState(recommendations=(Recommendation(NOW - gap, 10),))
+        assert decide(idle, current=10, state=edge, interval="15s",
+                      scaleDown={"stabilization": window}).desired_replicas == 10
     # No window, nothing to start: at once, as before.
     assert decide(idle, current=10, scaleDown={"stabilization": "0s"}).desired_replicas == 1
     # A scale-out is not held by it (the scale-up window is HPA's 0s by default).

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from infertune.api.scaling import STARTING_S
 from infertune.api.spec import InferenceTuningSpec
 from infertune.api.status import (
     MAX_DECISIONS,
@@ -429,6 +430,13 @@ def test_a_breach_the_batch_cannot_take_any_more_scales_out_with_latency_action_
                                                        now=NOW + 15), 4, None, NOW + 15)
     assert (waiting.decision.action, waiting.write) == (ScaleAction.TUNE_BATCHING, None), \
         waiting.decision.reason
+    # Not for longer than a re-creation takes: one that cannot end (a PodDisruptionBudget that
+    # allows no eviction) held the breach with nothing acting on it.
+    stuck_at = NOW + STARTING_S + 15
+    stuck = plan_evaluation(auto, 1, status, signals(queue=10.0, latency_s=0.3, now=stuck_at),
+                            4, None, stuck_at)
+    assert (stuck.decision.action, stuck.write) == (ScaleAction.SCALE_OUT, 8), \
+        stuck.decision.reason
     # latency.action TuneBatching never adds replicas: the reason says nothing acts on it.
     only = spec(batching={"mode": "Auto", "min": 16, "max": 256},
                 autoscaling={"minReplicas": 1, "maxReplicas": 20,

@@ -112,8 +112,10 @@ def _read_live(ref: str, kubeconfig: str | None, timeout_s: float | None = None)
                          "'.', at most 253, starting and ending with a letter or digit)")
     try:
         # Each request once, within `timeout_s`: sent again after a read that timed out, one
-        # that never answered cost four timeouts.
-        configure(kubeconfig, RETRIES if timeout_s is None else RETRIES.new(total=0))
+        # that never answered cost four timeouts. Once more after the API server's "wait and
+        # send it again" (429 with Retry-After, API Priority and Fairness).
+        configure(kubeconfig, RETRIES if timeout_s is None else RETRIES.new(
+            connect=0, read=0, other=0, status=1))
     except (ConfigException, OSError) as exc:
         if kubeconfig is None:
             raise ValueError(f"--live: no cluster credentials ({exc}); pass --kubeconfig"

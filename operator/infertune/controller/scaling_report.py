@@ -461,17 +461,23 @@ def _batching_floor(spec: InferenceTuningSpec, status: Mapping[str, Any],
     """The batching value in use (as `_batching_block` starts its step from it) when it is
     already spec.batching.min, so a breach the batch causes cannot lower it; None when it is
     not, or not known (the recommender then starts from the running requests or max), or
-    when mode Auto applied it and its effect is not measured yet (`_serving`): the latency
-    is still the old value's, and a scale-out on it came on top of the pods' re-creation."""
+    when mode Auto lowered it there for a breach less than STARTING_S ago and its effect is
+    not measured yet (`_serving`): the latency is still the old value's, and a scale-out on
+    it came on top of the pods' re-creation. Not for longer: a re-creation that cannot end (a
+    PodDisruptionBudget that allows no eviction, pods the webhook refuses) held the breach
+    with nothing acting on it."""
     knob = batching_knob(spec.batching, spec.engine)
     if spec.batching.mode is BatchingMode.OFF or knob is None:
         return None
-    _, in_effect = _applied_in_effect(spec, status.get("batching") or {}, knob.value)
+    stored: Mapping[str, Any] = status.get("batching") or {}
+    _, in_effect = _applied_in_effect(spec, stored, knob.value)
     start = in_effect if in_effect is not None else template_start(spec, template)[0]
     if start is None or start > spec.batching.min:
         return None
-    if in_effect is not None and _serving(spec, status, in_effect, now, read_at, replicas,
-                                          ready)[2] is not None:
+    breach = _breached(stored, knob.value, now)
+    lowered_at = None if breach is None else breach[1] - BREACH_MEMORY_S
+    if (in_effect is not None and lowered_at is not None and now - lowered_at < STARTING_S
+            and _serving(spec, status, in_effect, now, read_at, replicas, ready)[2] is not None):
         return None
     return start
 

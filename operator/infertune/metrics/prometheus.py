@@ -447,7 +447,10 @@ class _AnswerWithin(HTTPAdapter):
              timeout: Any = None, verify: Any = True, cert: Any = None,
              proxies: Any = None) -> requests.Response:
         started = time.monotonic()
-        request.headers["Accept-Encoding"] = ACCEPTED_ENCODINGS
+        if request.headers.get("Accept-Encoding") == requests.utils.DEFAULT_ACCEPT_ENCODING:
+            # requests' own (br and zstd too, where their modules are installed); one given
+            # with --prometheus-header is sent as it is.
+            request.headers["Accept-Encoding"] = ACCEPTED_ENCODINGS
         response = super().send(request, stream=True, timeout=timeout, verify=verify,
                                 cert=cert, proxies=proxies)
         if stream:
@@ -478,6 +481,7 @@ class _AnswerWithin(HTTPAdapter):
         return response
 
 
+GZIP_MAGIC = b"\x1f\x8b"
 ACCEPTED_ENCODINGS = "gzip, deflate"
 """What `_AnswerWithin` asks for and decodes (requests would also ask for br and zstd where
 their modules are installed)."""
@@ -487,12 +491,22 @@ def _decoded(body: bytes, content_encoding: str) -> bytes:
     """`body` decoded as its Content-Encoding says (the last applied first)."""
     for coding in reversed([c.strip().lower() for c in content_encoding.split(",")]):
         if coding in ("gzip", "x-gzip"):
-            members = []
-            while body:  # several gzip members follow one another
+            members: list[bytes] = []
+            # Several gzip members may follow one another; what follows the first that is no
+            # member (a newline, padding) is left, as urllib3 leaves it.
+            while body and (not members or body.startswith(GZIP_MAGIC)):
                 inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)
-                members.append(inflate.decompress(body) + inflate.flush())
+                try:
+                    member = inflate.decompress(body) + inflate.flush()
+                except zlib.error:
+                    if not members:
+                        raise
+                    break
                 if not inflate.eof:
-                    raise DecodeError("the gzip stream is cut short")
+                    if not members:
+                        raise DecodeError("the gzip stream is cut short")
+                    break
+                members.append(member)
                 body = inflate.unused_data
             body = b"".join(members)
         elif coding == "deflate":
@@ -648,6 +662,10 @@ def _describe(exc: Exception, timeout_s: float) -> str:
     if isinstance(exc, requests.exceptions.JSONDecodeError):  # before OSError, one of its bases
         return ("answered with something other than JSON (a login page, or another service at "
                 "that address?); check the URL")
+    if isinstance(exc, requests.exceptions.ContentDecodingError):  # an OSError too
+        return f"answered, but its answer could not be decoded ({str(exc)[:200]})"
+    if isinstance(exc, requests.exceptions.ChunkedEncodingError):  # an OSError too
+        return "answered, but its answer was cut off before its end"
     if isinstance(exc, LookupError | TypeError):  # the client's ["data"]["result"]
         return _not_a_result(exc)
     if isinstance(exc, requests.ConnectionError | OSError):

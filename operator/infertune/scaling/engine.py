@@ -132,8 +132,10 @@ def _decide_on_signals(spec: AutoscalingSpec, current: int, reading: Reading,
         raw = max(raw, current)
     recommendations = state.recommendations
     window = seconds(spec.scale_down.stabilization)
-    if raw < current and window > 0 and (not recommendations or recommendations[-1].time < (
-            now - max(window, SEEN_INTERVALS * spec.interval.seconds))):
+    newest = recommendations[-1].time if recommendations else -math.inf
+    # Out of the window at its edge too (stabilize counts those after now - window).
+    if raw < current and window > 0 and newest <= now - window and (
+            newest < now - SEEN_INTERVALS * spec.interval.seconds):
         # Nothing recommended within the scale-down window, nor at the last interval (a first
         # evaluation, autoscaling enabled again, another targetRef, an operator or metrics
         # outage longer than the window): the current count counts as a recommendation made
