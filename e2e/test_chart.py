@@ -133,7 +133,8 @@ def test_promql_templates_can_be_turned_off() -> None:
 @pytest.mark.parametrize("value", ["prometheus:9090", "ftp://prometheus:9090",
                                    'http://x" --kubeconfig=/etc/evil',
                                    # In the Deployment's args: prometheus.credentialsSecret.
-                                   "http://user:s3cret@prometheus:9090"])
+                                   "http://user:s3cret@prometheus:9090",
+                                   "http://user:s3c/ret@prometheus:9090"])
 def test_a_bad_prometheus_url_is_refused_naming_the_value(value: str) -> None:
     refused = helm("template", "t", str(CHART), "--set-string", f"prometheus.url={value}",
                    check=False)

@@ -644,9 +644,10 @@ def _windows(result: list[dict[str, Any]], plan: QueryPlan,
 def _without_userinfo(url: str) -> str:
     """`url` with a user and password in it replaced by `***`."""
     # Without a scheme too: "user:pw@prometheus:9090" is refused with the URL in the message.
-    # Up to the last "@" of the authority, where urlsplit ends the user info (a password may
-    # hold one).
-    return re.sub(r"^((?:[A-Za-z][A-Za-z0-9+.-]*://)?)[^/?#]*@", r"\1***@", url)
+    # Up to the last "@" of all: a password may hold one, or a "/" urlsplit ends the host at
+    # (refused then for its port, with this in the message). An "@" in a path is rare, and
+    # is better hidden than a password shown.
+    return re.sub(r"^((?:[A-Za-z][A-Za-z0-9+.-]*://)?).*@", r"\1***@", url, flags=re.DOTALL)
 
 
 def _describe(exc: Exception, timeout_s: float) -> str:
