@@ -134,7 +134,8 @@ def test_promql_templates_can_be_turned_off() -> None:
                                    'http://x" --kubeconfig=/etc/evil',
                                    # In the Deployment's args: prometheus.credentialsSecret.
                                    "http://user:s3cret@prometheus:9090",
-                                   "http://user:s3c/ret@prometheus:9090"])
+                                   "http://user:s3c/ret@prometheus:9090",
+                                   "http:///prometheus"])  # no host
 def test_a_bad_prometheus_url_is_refused_naming_the_value(value: str) -> None:
     refused = helm("template", "t", str(CHART), "--set-string", f"prometheus.url={value}",
                    check=False)

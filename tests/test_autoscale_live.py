@@ -268,21 +268,31 @@ def test_a_deployment_read_that_is_no_api_answer_is_named(
             "(Deployment ml/") in err, err
 
 
+@pytest.mark.parametrize(("answers", "says"), [
+    # Sent again once, after the wait (at most --timeout, not the 30 s asked for).
+    ([(429, "30"), (404, None)], "--live: InferenceTuning ml/qwen not found"),
+    ([(503, "1"), (404, None)], "--live: InferenceTuning ml/qwen not found"),
+    # Throttled twice: said so (it read "cannot be reached" once urllib3 gave up).
+    ([(429, "0"), (429, "0")], "--live: InferenceTuning ml/qwen not read: the API server is "
+                               "throttling requests (HTTP 429); try again in a moment"),
+])
 def test_a_request_the_api_server_asks_to_send_again_is_sent_again(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        answers: list[tuple[int, str | None]], says: str) -> None:
     """API Priority and Fairness answers 429 with Retry-After under load: sent once only, the
-    read ended as "not readable (HTTP 429)", which reads like a missing permission."""
+    read ended as "not readable (HTTP 429)", which reads like a missing permission; sent
+    again, it waited whatever the server asked (hours), whatever --timeout said."""
     asked: list[str] = []
 
     class Busy(_NotAnApiServer):
         def do_GET(self) -> None:
             asked.append(self.path)
-            status, extra = (429, [("Retry-After", "0")]) if len(asked) == 1 else (404, [])
+            status, after = answers[min(len(asked), len(answers)) - 1]
             body = json.dumps({"kind": "Status", "apiVersion": "v1", "status": "Failure",
                                "code": status}).encode()
             self.send_response(status)
-            for name, value in extra:
-                self.send_header(name, value)
+            if after is not None:
+                self.send_header("Retry-After", after)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(body)))
             self.end_headers()
@@ -291,14 +301,17 @@ def test_a_request_the_api_server_asks_to_send_again_is_sent_again(
     server = ThreadingHTTPServer(("127.0.0.1", 0), Busy)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     url = f"http://127.0.0.1:{server.server_address[1]}"
+    started = time.monotonic()
     try:
         code = main(["autoscale", "evaluate", "--live", "ml/qwen", "--kubeconfig",
                      str(_kubeconfig(tmp_path / "kubeconfig", url)), "--prometheus",
-                     "http://127.0.0.1:1"])
+                     "http://127.0.0.1:1", "--timeout", "1"])
     finally:
         client.ApiClient.set_default(None)  # type: ignore[no-untyped-call]
         server.shutdown()
         server.server_close()
+    took = time.monotonic() - started
     err = capsys.readouterr().err
     assert code == 1 and len(asked) == 2, asked
-    assert "--live: InferenceTuning ml/qwen not found" in err, err
+    assert says in err, err
+    assert took < 15, took

@@ -1302,6 +1302,22 @@ def test_answers_are_decoded_as_their_content_encoding_says() -> None:
         decoded(body, "br")
 
 
+def test_an_answer_is_decoded_within_its_time_and_size(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A few MiB of gzip that decode to GiB (a hostile or broken proxy) took 6 GiB and 20 s,
+    decoded whole after the time the batch had given up on it."""
+    monkeypatch.setattr(prometheus_adapter, "MOST_DECODED", 1 << 20)
+    monkeypatch.setattr(prometheus_adapter, "DECODE_STEP", 1 << 16)
+    bomb = gzip.compress(b"\0" * (4 << 20))
+    with pytest.raises(DecodeError, match="decodes to more than 1 MiB"):
+        prometheus_adapter._decoded(bomb, "gzip")
+    with pytest.raises(DecodeError, match="decodes to more than 1 MiB"):
+        prometheus_adapter._decoded(zlib.compress(b"\0" * (4 << 20)), "deflate")
+    with pytest.raises(requests.exceptions.ReadTimeout, match="not decoded within its time"):
+        prometheus_adapter._decoded(gzip.compress(b"{}"), "gzip", time.monotonic() - 1)
+    assert prometheus_adapter._decoded(gzip.compress(b"\0" * (1 << 19)), "gzip") == \
+        b"\0" * (1 << 19)
+
+
 def test_the_answers_encoding_is_asked_for_as_given_or_as_the_adapter_decodes() -> None:
     """requests asks for br and zstd too where their modules are installed, which the
     adapter does not decode; an Accept-Encoding given with --prometheus-header goes as it is."""

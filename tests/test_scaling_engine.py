@@ -432,6 +432,13 @@ def test_a_window_with_no_recommendation_in_it_starts_with_the_current_count() -
         edge = ScalingState(recommendations=(Recommendation(NOW - gap, 10),))
         assert decide(idle, current=10, state=edge, interval="15s",
                       scaleDown={"stabilization": window}).desired_replicas == 10
+    # A pass more than SLOT_LATENESS_S late is stamped with the clock: two evaluations in a
+    # row 15.1 s apart at a 10 s interval are no missed slot (seeded, a 12 s window held
+    # every other scale-in for good).
+    late = ScalingState(recommendations=(Recommendation(NOW - 10, 1),))
+    later = signals(steady(0, now=NOW + 5.1), now=NOW + 5.1)
+    assert decide(later, current=10, state=late, now=NOW + 5.1, interval="10s",
+                  scaleDown={"stabilization": "12s"}).desired_replicas == 1
     # No window, nothing to start: at once, as before.
     assert decide(idle, current=10, scaleDown={"stabilization": "0s"}).desired_replicas == 1
     # A scale-out is not held by it (the scale-up window is HPA's 0s by default).

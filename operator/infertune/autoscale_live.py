@@ -95,6 +95,7 @@ def _read_live(ref: str, kubeconfig: str | None, timeout_s: float | None = None)
     from infertune.kube.client import (
         RETRIES,
         api_server_url,
+        bounded_retries,
         configure,
         deployment_replicas,
         kubeconfig_missing,
@@ -111,11 +112,7 @@ def _read_live(ref: str, kubeconfig: str | None, timeout_s: float | None = None)
         raise ValueError(f"--live {ref!r}: {name!r} is not an object name (a-z, 0-9, '-' and "
                          "'.', at most 253, starting and ending with a letter or digit)")
     try:
-        # Each request once, within `timeout_s`: sent again after a read that timed out, one
-        # that never answered cost four timeouts. Once more after the API server's "wait and
-        # send it again" (429 with Retry-After, API Priority and Fairness).
-        configure(kubeconfig, RETRIES if timeout_s is None else RETRIES.new(
-            connect=0, read=0, other=0, status=1))
+        configure(kubeconfig, RETRIES if timeout_s is None else bounded_retries(timeout_s))
     except (ConfigException, OSError) as exc:
         if kubeconfig is None:
             raise ValueError(f"--live: no cluster credentials ({exc}); pass --kubeconfig"
@@ -153,7 +150,9 @@ def _read_live(ref: str, kubeconfig: str | None, timeout_s: float | None = None)
                              f"Kubernetes API server ({what}); check the server in the "
                              "kubeconfig (--kubeconfig)") from None
     except ApiException as exc:
-        found = "not found" if exc.status == 404 else f"not readable (HTTP {exc.status})"
+        found = ("not found" if exc.status == 404 else
+                 "not read: the API server is throttling requests (HTTP 429); try again in a "
+                 "moment" if exc.status == 429 else f"not readable (HTTP {exc.status})")
         raise ValueError(f"--live: {what} {found}") from None
     hpa: str | None = None
     notes: tuple[str, ...] = ()

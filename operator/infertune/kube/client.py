@@ -52,6 +52,24 @@ connect or read error (a TLS error on the answer), and a PUT or DELETE after a r
 write that had landed then went out twice and its second copy was refused as a conflict
 (the scale patch's test of the replicas, a Lease's resourceVersion): the operator took its
 own write for another writer's."""
+
+
+def bounded_retries(timeout_s: float) -> Retry:
+    """RETRIES for a command that bounds each request by `timeout_s` (`autoscale evaluate
+    --live`): nothing sent again after an error (a read that timed out cost four timeouts),
+    and once after the API server's "wait and send it again" (429 or 503 with Retry-After,
+    API Priority and Fairness), waiting at most `timeout_s`; the answer of a second one is
+    the request's (an ApiException with its status, not "cannot be reached")."""
+
+    class Bounded(_ReadsOnlyAfterAnError):
+        def get_retry_after(self, response: Any) -> float | None:
+            after = super().get_retry_after(response)
+            return None if after is None else min(after, timeout_s)
+
+    return Bounded(total=3, connect=0, read=0, other=0, status=1, raise_on_status=False,
+                   allowed_methods=RETRIES.allowed_methods)
+
+
 USER_AGENT = f"infertune/{__version__}"
 FIELD_MANAGER = "infertune"
 """The manager of the operator's writes in managedFields (the user agent up to the "/")."""

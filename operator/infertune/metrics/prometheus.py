@@ -463,7 +463,8 @@ class _AnswerWithin(HTTPAdapter):
                     raise requests.exceptions.ReadTimeout(
                         f"the answer did not arrive in full within {self.within_s:g}s",
                         request=request)
-            content = _decoded(bytes(body), response.headers.get("Content-Encoding", ""))
+            content = _decoded(bytes(body), response.headers.get("Content-Encoding", ""),
+                               started + self.within_s)
         except BaseException as exc:
             response.close()
             # As requests says them when it reads a body (Response.iter_content).
@@ -487,36 +488,62 @@ ACCEPTED_ENCODINGS = "gzip, deflate"
 their modules are installed)."""
 
 
-def _decoded(body: bytes, content_encoding: str) -> bytes:
-    """`body` decoded as its Content-Encoding says (the last applied first)."""
+def _decoded(body: bytes, content_encoding: str, deadline: float = math.inf) -> bytes:
+    """`body` decoded as its Content-Encoding says (the last applied first), a step at a time:
+    within `deadline` (monotonic) and MOST_DECODED, or not at all (a few MiB of gzip that
+    decode to GiB took the operator's memory, and the time the batch had given up on)."""
     for coding in reversed([c.strip().lower() for c in content_encoding.split(",")]):
+        out = bytearray()
         if coding in ("gzip", "x-gzip"):
-            members: list[bytes] = []
             # Several gzip members may follow one another; what follows the first that is no
             # member (a newline, padding) is left, as urllib3 leaves it.
-            while body and (not members or body.startswith(GZIP_MAGIC)):
-                inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)
+            rest = body
+            while rest and (not out or rest.startswith(GZIP_MAGIC)):
+                member = bytearray()
                 try:
-                    member = inflate.decompress(body) + inflate.flush()
+                    rest, ended = _inflate(rest, 16 + zlib.MAX_WBITS, member, deadline)
                 except zlib.error:
-                    if not members:
+                    if not out:
                         raise
                     break
-                if not inflate.eof:
-                    if not members:
+                if not ended:
+                    if not out:
                         raise DecodeError("the gzip stream is cut short")
                     break
-                members.append(member)
-                body = inflate.unused_data
-            body = b"".join(members)
+                out += member
         elif coding == "deflate":
             try:  # zlib-wrapped, as the RFC says; raw deflate, as some servers send
-                body = zlib.decompress(body)
+                _inflate(body, zlib.MAX_WBITS, out, deadline)
             except zlib.error:
-                body = zlib.decompress(body, -zlib.MAX_WBITS)
-        elif coding not in ("", "identity"):
+                out = bytearray()
+                _inflate(body, -zlib.MAX_WBITS, out, deadline)
+        elif coding in ("", "identity"):
+            continue
+        else:
             raise DecodeError(f"Content-Encoding {coding!r} was not asked for")
+        body = bytes(out)
     return body
+
+
+DECODE_STEP = 1 << 20
+"""How much is decoded at once (then the time and the size are checked)."""
+MOST_DECODED = 256 << 20
+"""The most an answer may decode to: a 1000-tuning batch's are a few MiB."""
+
+
+def _inflate(data: bytes, wbits: int, out: bytearray, deadline: float) -> tuple[bytes, bool]:
+    """Append to `out` what the zlib stream (`wbits`) at the start of `data` decodes to, a
+    step at a time; (what follows the stream, whether it ended)."""
+    inflate = zlib.decompressobj(wbits)
+    while data and not inflate.eof:
+        out += inflate.decompress(data, DECODE_STEP)
+        if len(out) > MOST_DECODED:
+            raise DecodeError(f"the answer decodes to more than {MOST_DECODED >> 20} MiB")
+        if time.monotonic() > deadline:
+            raise requests.exceptions.ReadTimeout("the answer was not decoded within its time")
+        data = inflate.unconsumed_tail
+    out += inflate.flush()
+    return inflate.unused_data, inflate.eof
 
 
 class _Answer:

@@ -133,9 +133,13 @@ def _decide_on_signals(spec: AutoscalingSpec, current: int, reading: Reading,
     recommendations = state.recommendations
     window = seconds(spec.scale_down.stabilization)
     newest = recommendations[-1].time if recommendations else -math.inf
-    # Out of the window at its edge too (stabilize counts those after now - window).
+    interval = spec.interval.seconds
+    # Out of the window at its edge too (stabilize counts those after now - window), and not
+    # from the last slot: a pass more than SLOT_LATENESS_S late is stamped with the clock,
+    # so two evaluations in a row may be more than an interval apart.
     if raw < current and window > 0 and newest <= now - window and (
-            newest < now - SEEN_INTERVALS * spec.interval.seconds):
+            not recommendations
+            or math.floor(newest / interval) < math.floor(now / interval) - 1):
         # Nothing recommended within the scale-down window, nor at the last interval (a first
         # evaluation, autoscaling enabled again, another targetRef, an operator or metrics
         # outage longer than the window): the current count counts as a recommendation made
@@ -299,10 +303,6 @@ def _latency_proposal(spec: AutoscalingSpec, current: int, reading: Reading,
                          "Ready")
     return _Proposal(proposed, said)
 
-
-SEEN_INTERVALS = 1.5
-"""A recommendation at most this many intervals old is the last evaluation's: the scale-down
-window is not seeded after it, however short the window."""
 
 UNBOUNDED = 2**31 - 1
 """The replicas proposed for a ratio past float's range (a queue over a targetPerReplica of
