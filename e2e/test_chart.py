@@ -135,7 +135,8 @@ def test_promql_templates_can_be_turned_off() -> None:
                                    # In the Deployment's args: prometheus.credentialsSecret.
                                    "http://user:s3cret@prometheus:9090",
                                    "http://user:s3c/ret@prometheus:9090",
-                                   "http:///prometheus"])  # no host
+                                   "http:///prometheus", "http://:9090",  # no host
+                                   "http://prometheus:99999", "http://[::1"])
 def test_a_bad_prometheus_url_is_refused_naming_the_value(value: str) -> None:
     refused = helm("template", "t", str(CHART), "--set-string", f"prometheus.url={value}",
                    check=False)

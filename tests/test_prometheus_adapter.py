@@ -12,6 +12,7 @@ import dataclasses
 import gzip
 import json
 import math
+import os
 import socket
 import subprocess
 import sys
@@ -1316,6 +1317,20 @@ def test_an_answer_is_decoded_within_its_time_and_size(monkeypatch: pytest.Monke
         prometheus_adapter._decoded(gzip.compress(b"{}"), "gzip", time.monotonic() - 1)
     assert prometheus_adapter._decoded(gzip.compress(b"\0" * (1 << 19)), "gzip") == \
         b"\0" * (1 << 19)
+    # The limit is the whole answer's, not each gzip member's.
+    many = b"".join(gzip.compress(b"\0" * (1 << 18)) for _ in range(8))
+    with pytest.raises(DecodeError, match="decodes to more than 1 MiB"):
+        prometheus_adapter._decoded(many, "gzip")
+    # A member longer than a step ends within a step: what follows it was read twice (the
+    # next member decoded twice, or for ever when it was as long).
+    two = gzip.compress(b"A" * 300_000) + gzip.compress(b"tail")
+    assert prometheus_adapter._decoded(two, "gzip") == b"A" * 300_000 + b"tail"
+    both_long = gzip.compress(b"A" * 300_000) + gzip.compress(b"B" * 300_000)
+    assert prometheus_adapter._decoded(both_long, "gzip", time.monotonic() + 60) == \
+        b"A" * 300_000 + b"B" * 300_000
+    # A deflate stream cut short is said so, as a gzip one is.
+    with pytest.raises(DecodeError, match="deflate stream is cut short"):
+        prometheus_adapter._decoded(zlib.compress(os.urandom(20_000))[:5_000], "deflate")
 
 
 def test_the_answers_encoding_is_asked_for_as_given_or_as_the_adapter_decodes() -> None:

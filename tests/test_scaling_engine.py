@@ -8,6 +8,7 @@ does, `Window.of_points`), latency and request rate one point per evaluation int
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -439,6 +440,12 @@ def test_a_window_with_no_recommendation_in_it_starts_with_the_current_count() -
     later = signals(steady(0, now=NOW + 5.1), now=NOW + 5.1)
     assert decide(later, current=10, state=late, now=NOW + 5.1, interval="10s",
                   scaleDown={"stabilization": "12s"}).desired_replicas == 1
+    # A slot start read back from status (microseconds) may be just under it: still the
+    # last slot's (at 1.1 s, 60% of them read as the slot before, and seeded).
+    slot = math.floor(NOW / 1.1) * 1.1  # a slot start, as slot_start computes it
+    under = ScalingState(recommendations=(Recommendation(slot - 1.1 - 1e-6, 1),))
+    assert decide(signals(steady(0, now=slot), now=slot), current=10, state=under, now=slot,
+                  interval="1100ms", scaleDown={"stabilization": "1s"}).desired_replicas == 1
     # No window, nothing to start: at once, as before.
     assert decide(idle, current=10, scaleDown={"stabilization": "0s"}).desired_replicas == 1
     # A scale-out is not held by it (the scale-up window is HPA's 0s by default).

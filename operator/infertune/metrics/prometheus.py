@@ -497,26 +497,29 @@ def _decoded(body: bytes, content_encoding: str, deadline: float = math.inf) -> 
         if coding in ("gzip", "x-gzip"):
             # Several gzip members may follow one another; what follows the first that is no
             # member (a newline, padding) is left, as urllib3 leaves it.
-            rest = body
-            while rest and (not out or rest.startswith(GZIP_MAGIC)):
-                member = bytearray()
+            rest, first = body, True
+            while rest and (first or rest.startswith(GZIP_MAGIC)):
+                mark = len(out)
                 try:
-                    rest, ended = _inflate(rest, 16 + zlib.MAX_WBITS, member, deadline)
+                    rest, ended = _inflate(rest, 16 + zlib.MAX_WBITS, out, deadline)
                 except zlib.error:
-                    if not out:
+                    if first:
                         raise
-                    break
+                    ended = False
                 if not ended:
-                    if not out:
+                    if first:
                         raise DecodeError("the gzip stream is cut short")
+                    del out[mark:]
                     break
-                out += member
+                first = False
         elif coding == "deflate":
             try:  # zlib-wrapped, as the RFC says; raw deflate, as some servers send
-                _inflate(body, zlib.MAX_WBITS, out, deadline)
+                _, ended = _inflate(body, zlib.MAX_WBITS, out, deadline)
             except zlib.error:
                 out = bytearray()
-                _inflate(body, -zlib.MAX_WBITS, out, deadline)
+                _, ended = _inflate(body, -zlib.MAX_WBITS, out, deadline)
+            if not ended:
+                raise DecodeError("the deflate stream is cut short")
         elif coding in ("", "identity"):
             continue
         else:
@@ -533,7 +536,8 @@ MOST_DECODED = 256 << 20
 
 def _inflate(data: bytes, wbits: int, out: bytearray, deadline: float) -> tuple[bytes, bool]:
     """Append to `out` what the zlib stream (`wbits`) at the start of `data` decodes to, a
-    step at a time; (what follows the stream, whether it ended)."""
+    step at a time, `out` at most MOST_DECODED in all; (what follows the stream, whether it
+    ended)."""
     inflate = zlib.decompressobj(wbits)
     while data and not inflate.eof:
         out += inflate.decompress(data, DECODE_STEP)
@@ -542,7 +546,10 @@ def _inflate(data: bytes, wbits: int, out: bytearray, deadline: float) -> tuple[
         if time.monotonic() > deadline:
             raise requests.exceptions.ReadTimeout("the answer was not decoded within its time")
         data = inflate.unconsumed_tail
-    out += inflate.flush()
+    if not inflate.eof:
+        # Ended (it has nothing more to give then): flushed, zlib added what follows the
+        # stream to unused_data a second time.
+        out += inflate.flush()
     return inflate.unused_data, inflate.eof
 
 

@@ -139,7 +139,8 @@ def _decide_on_signals(spec: AutoscalingSpec, current: int, reading: Reading,
     # so two evaluations in a row may be more than an interval apart.
     if raw < current and window > 0 and newest <= now - window and (
             not recommendations
-            or math.floor(newest / interval) < math.floor(now / interval) - 1):
+            # 1 ms: a slot start read back from status (microseconds) may be just under it.
+            or math.floor((newest + 1e-3) / interval) < math.floor((now + 1e-3) / interval) - 1):
         # Nothing recommended within the scale-down window, nor at the last interval (a first
         # evaluation, autoscaling enabled again, another targetRef, an operator or metrics
         # outage longer than the window): the current count counts as a recommendation made
