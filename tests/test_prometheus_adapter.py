@@ -1294,6 +1294,8 @@ def test_answers_are_decoded_as_their_content_encoding_says() -> None:
     raw = zlib.compressobj(wbits=-zlib.MAX_WBITS)
     assert decoded(raw.compress(body) + raw.flush(), "deflate") == body  # as some servers do
     assert decoded(body, "") == decoded(body, "identity") == body
+    # An empty body (a proxy's 401 or 503) is empty whatever its encoding: its status says.
+    assert decoded(b"", "gzip") == decoded(b"", "deflate") == b""
     # What follows the last member and is none is left, as urllib3 leaves it.
     for tail in (b"\n", b"\x00" * 8):
         assert decoded(gzip.compress(body) + tail, "gzip") == body

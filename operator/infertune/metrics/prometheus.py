@@ -513,6 +513,8 @@ def _decoded(body: bytes, content_encoding: str, deadline: float = math.inf) -> 
                     break
                 first = False
         elif coding == "deflate":
+            if not body:  # an error page without one (its status says what went wrong)
+                continue
             try:  # zlib-wrapped, as the RFC says; raw deflate, as some servers send
                 _, ended = _inflate(body, zlib.MAX_WBITS, out, deadline)
             except zlib.error:
