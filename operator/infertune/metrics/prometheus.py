@@ -435,9 +435,10 @@ class _AnswerWithin(HTTPAdapter):
     `autoscale evaluate` printed its answer and then did not exit.
 
     The body is read as it comes (one read of the socket at a time, each within the request's
-    timeout) and decoded once whole: urllib3, decoding as it reads, reads on by itself until
-    the decoder has something to give, which a gzip header and block tables sent slowly never
-    did. So only what this decodes is asked for (Prometheus gzips)."""
+    timeout) and decoded once it is all there (`_decoded`, a step at a time within the same
+    time): urllib3, decoding as it reads, reads on by itself until the decoder has something
+    to give, which a gzip header and block tables sent slowly never did. So only what this
+    decodes is asked for (Prometheus gzips)."""
 
     def __init__(self, within_s: float) -> None:
         super().__init__(max_retries=Retry(total=False))

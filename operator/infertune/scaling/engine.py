@@ -130,17 +130,7 @@ def _decide_on_signals(spec: AutoscalingSpec, current: int, reading: Reading,
             notes.append("not scaling in while a signal is missing" if missing else
                          "not scaling in while the latency cannot be compared with its target")
         raw = max(raw, current)
-    recommendations = state.recommendations
-    window = seconds(spec.scale_down.stabilization)
-    newest = recommendations[-1].time if recommendations else -math.inf
-    interval = spec.interval.seconds
-    # Out of the window at its edge too (stabilize counts those after now - window), and not
-    # from the last slot: a pass more than SLOT_LATENESS_S late is stamped with the clock,
-    # so two evaluations in a row may be more than an interval apart.
-    if raw < current and window > 0 and newest <= now - window and (
-            not recommendations
-            # 1 ms: a slot start read back from status (microseconds) may be just under it.
-            or math.floor((newest + 1e-3) / interval) < math.floor((now + 1e-3) / interval) - 1):
+    if raw < current and _window_empty(spec, state.recommendations, now):
         # Nothing recommended within the scale-down window, nor at the last interval (a first
         # evaluation, autoscaling enabled again, another targetRef, an operator or metrics
         # outage longer than the window): the current count counts as a recommendation made
@@ -148,7 +138,8 @@ def _decide_on_signals(spec: AutoscalingSpec, current: int, reading: Reading,
         # stored with the state. An empty window let a new tuning take a busy Deployment from
         # 10 replicas to minReplicas at its first evaluation. A window no longer than the
         # interval is empty at every evaluation: seeded then, it held every scale-in.
-        state = state._replace(recommendations=(*recommendations, Recommendation(now, current)))
+        state = state._replace(
+            recommendations=(*state.recommendations, Recommendation(now, current)))
         notes.append(f"no recommendation in the last {spec.scale_down.stabilization} before "
                      f"this one, so the current {current} counts as one")
     stabilized, why = stabilize(current, raw, state.recommendations, spec.scale_up,
@@ -160,6 +151,24 @@ def _decide_on_signals(spec: AutoscalingSpec, current: int, reading: Reading,
     tune = latency.tune_batching and desired == current
     return _applied(spec, current, desired, "; ".join(notes), reading, state, now, record=raw,
                     tune_batching=tune)
+
+
+def _window_empty(spec: AutoscalingSpec, recommendations: tuple[Recommendation, ...],
+                  now: float) -> bool:
+    """Whether the scale-down window (when it is not 0s) holds no recommendation and the
+    newest is not the last slot's."""
+    window = seconds(spec.scale_down.stabilization)
+    if window <= 0:
+        return False
+    if not recommendations:
+        return True
+    newest, interval = recommendations[-1].time, spec.interval.seconds
+    # Out of the window at its edge too (stabilize counts those after now - window), and not
+    # from the last slot: a pass more than SLOT_LATENESS_S late is stamped with the clock,
+    # so two evaluations in a row may be more than an interval apart. 1 ms: a slot start
+    # read back from status (microseconds) may be just under it.
+    return newest <= now - window and (
+        math.floor((newest + 1e-3) / interval) < math.floor((now + 1e-3) / interval) - 1)
 
 
 def _queue_proposal(spec: AutoscalingSpec, current: int, reading: Reading) -> _Proposal:
