@@ -140,22 +140,7 @@ def test_a_server_that_is_no_api_server_is_named(
     """A kubeconfig pointing at a web server that answers 200: its page was validated as the
     tuning, and the message said that the spec's metadata was required."""
     handler = type("Handler", (_NotAnApiServer,), {"body": body, "content_type": content_type})
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    url = f"http://127.0.0.1:{server.server_address[1]}"
-    path = tmp_path / "kubeconfig"
-    path.write_text("apiVersion: v1\nkind: Config\ncurrent-context: x\n"
-                    f"clusters: [{{name: c, cluster: {{server: '{url}'}}}}]\n"
-                    "users: [{name: u, user: {token: t}}]\n"
-                    "contexts: [{name: x, context: {cluster: c, user: u}}]\n")
-    try:
-        code = main(["autoscale", "evaluate", "--live", "ml/qwen", "--kubeconfig", str(path),
-                     "--prometheus", "http://127.0.0.1:1"])
-    finally:
-        client.ApiClient.set_default(None)  # type: ignore[no-untyped-call]
-        server.shutdown()
-        server.server_close()
+    code, url = _evaluate_live_against(handler, tmp_path)
     err = capsys.readouterr().err
     assert code == 1
     assert f"--live: the server at {url} did not answer as a Kubernetes API server" in err, err
@@ -189,6 +174,23 @@ def _kubeconfig(path: Path, url: str) -> Path:
                     "users: [{name: u, user: {token: t}}]\n"
                     "contexts: [{name: x, context: {cluster: c, user: u}}]\n")
     return path
+
+
+def _evaluate_live_against(handler: type[BaseHTTPRequestHandler], tmp_path: Path,
+                           *options: str) -> tuple[int, str]:
+    """(the exit code of `autoscale evaluate --live ml/qwen` against `handler` served as the
+    API server, the server's URL)."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        return main(["autoscale", "evaluate", "--live", "ml/qwen", "--kubeconfig",
+                     str(_kubeconfig(tmp_path / "kubeconfig", url)), "--prometheus",
+                     "http://127.0.0.1:1", *options]), url
+    finally:
+        client.ApiClient.set_default(None)  # type: ignore[no-untyped-call]
+        server.shutdown()
+        server.server_close()
 
 
 def test_an_api_server_that_never_answers_costs_the_timeout(
@@ -251,17 +253,7 @@ class _ApiServerButTheDeployment(_NotAnApiServer):
 def test_a_deployment_read_that_is_no_api_answer_is_named(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """It said "Expecting value: line 1 column 1 (char 0)" and nothing else."""
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _ApiServerButTheDeployment)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    url = f"http://127.0.0.1:{server.server_address[1]}"
-    try:
-        code = main(["autoscale", "evaluate", "--live", "ml/qwen", "--kubeconfig",
-                     str(_kubeconfig(tmp_path / "kubeconfig", url)), "--prometheus",
-                     "http://127.0.0.1:1"])
-    finally:
-        client.ApiClient.set_default(None)  # type: ignore[no-untyped-call]
-        server.shutdown()
-        server.server_close()
+    code, url = _evaluate_live_against(_ApiServerButTheDeployment, tmp_path)
     err = capsys.readouterr().err
     assert code == 1
     assert (f"--live: the server at {url} did not answer as a Kubernetes API server "
@@ -298,18 +290,8 @@ def test_a_request_the_api_server_asks_to_send_again_is_sent_again(
             self.end_headers()
             self.wfile.write(body)
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Busy)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    url = f"http://127.0.0.1:{server.server_address[1]}"
     started = time.monotonic()
-    try:
-        code = main(["autoscale", "evaluate", "--live", "ml/qwen", "--kubeconfig",
-                     str(_kubeconfig(tmp_path / "kubeconfig", url)), "--prometheus",
-                     "http://127.0.0.1:1", "--timeout", "1"])
-    finally:
-        client.ApiClient.set_default(None)  # type: ignore[no-untyped-call]
-        server.shutdown()
-        server.server_close()
+    code, _ = _evaluate_live_against(Busy, tmp_path, "--timeout", "1")
     took = time.monotonic() - started
     err = capsys.readouterr().err
     assert code == 1 and len(asked) == 2, asked
