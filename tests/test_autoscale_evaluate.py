@@ -69,19 +69,27 @@ def evaluated(tmp_path: Path, capsys: pytest.CaptureFixture[str], output: str = 
 def test_a_file_gets_the_reason_the_operator_gives(
         tmp_path: Path, capsys: pytest.CaptureFixture[str],
         prometheus: Callable[[Answer], None]) -> None:
-    """A breach with a low queue is TuneBatching; with batching Off (the default) the
-    operator's reason says that nothing acts on it. The file's decision came from the engine
-    alone and left that out."""
+    """A breach with a low queue is the batching's to act on. With batching Off (the
+    default) nothing lowers the batch, so latency.action Auto scales out; with action
+    TuneBatching the operator's reason says that nothing acts on it. The file's decision came
+    from the engine alone and left both out."""
     prometheus(measured(queue=5.0, latency_s=0.15))
     code, out = evaluated(tmp_path, capsys)
     result = json.loads(out)
     assert code == 0
     assert {"signals", "desiredReplicas", "action", "reason"} <= set(result)
+    assert (result["action"], result["desiredReplicas"]) == ("ScaleOut", 8)
+    assert "but spec.batching.mode is Off, so nothing lowers the batch: scale out -> 8" \
+        in result["reason"]
+    assert result["batching"] is None  # Off: no step
+    code, out = evaluated(tmp_path, capsys, autoscaling={
+        "minReplicas": 1, "maxReplicas": 20, "latency": {"action": "TuneBatching"}})
+    result = json.loads(out)
     assert (result["action"], result["desiredReplicas"]) == ("TuneBatching", 4)
     assert result["reason"].endswith(NOTHING_TUNES_BATCHING)
-    assert result["batching"] is None  # Off: no step
     code, out = evaluated(tmp_path, capsys, batching={"mode": "Recommend"})
     result = json.loads(out)
+    assert (result["action"], result["desiredReplicas"]) == ("TuneBatching", 4)
     assert "spec.batching.mode" not in result["reason"]
     assert "lower max-num-seqs" in result["batching"]["reason"]
 

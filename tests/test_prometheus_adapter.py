@@ -845,8 +845,10 @@ def test_cli_evaluate_prints_signals_decision_and_reason(
     assert out["signals"]["queuePerReplica"] == 30.0
     assert out["signals"]["queuePods"] == 2  # llm's two pods, not llmx's
     assert out["signals"]["latencyBreaches"] == 2  # p99 0.199s against a 100ms target
-    # Latency breached with the queue at target (Auto): the batch is the cause, not the load.
-    assert (out["action"], out["desiredReplicas"]) == ("TuneBatching", 2)
+    # Latency breached with the queue at target (Auto): the batch is the cause, not the load,
+    # but with batching Off nothing lowers it, so replicas do: ceil(2 x 0.199s / 100ms).
+    assert (out["action"], out["desiredReplicas"]) == ("ScaleOut", 4)
+    assert "nothing lowers the batch: scale out -> 4" in out["reason"]
     assert "queue 30.0/replica vs target 32" in out["reason"]
 
 

@@ -20,7 +20,7 @@ from infertune.scaling.batching import recommend_batching
 from infertune.scaling.engine import ScaleAction, ScaleDecision, decide_scale
 from infertune.scaling.reading import read_signals
 from infertune.scaling.signals import Series, TargetSignals, Window
-from infertune.scaling.state import Recommendation, ScaleEvent, ScalingState, Serving
+from infertune.scaling.state import Breach, Recommendation, ScaleEvent, ScalingState, Serving
 
 NOW = 1_700_000_000.0
 
@@ -1084,3 +1084,122 @@ def test_a_ratio_past_floats_range_proposes_the_most_replicas_instead_of_raising
     assert evaluation.decision.action is ScaleAction.SCALE_OUT
     assert 2 < evaluation.decision.desired_replicas <= 6
     assert evaluation.decision.wanted == 6  # capped at maxReplicas
+
+
+def _hockey_stick_p99_s(rate: float, replicas: int) -> float:
+    """A P99 flat at 50 ms up to 8 req/s per replica, then growing with the square of the load:
+    78 ms at 10, 312 ms at 20. Nothing waits (the engine's batch takes every request), so the
+    queue proposes minReplicas whatever the load."""
+    per_replica = rate / replicas
+    return 0.05 if per_replica <= 8 else 0.05 * (per_replica / 8) ** 2
+
+
+def _closed_loop(rates: list[float], replicas: int, restart_every_cycle: bool = False,
+                 **fields: Any) -> tuple[list[int], list[ScaleDecision]]:
+    """Evaluate every 15s a Deployment whose P99 follows its load per replica (the replicas
+    the last decision left), the request rate of each interval given; (replicas after each
+    evaluation, the decisions)."""
+    fields = {"latency": {"action": "ScaleOut"}} | fields
+    state, history, decisions, p99s = ScalingState(), [], [], []
+    for i, rate in enumerate(rates):
+        now = NOW + 15 * i
+        p99s.append(_hockey_stick_p99_s(rate, replicas))
+        sig = TargetSignals(steady(0, now=now), per_interval(*p99s[-3:], now=now),
+                            per_interval(*rates[max(0, i - 2):i + 1], now=now))
+        decision = decide(sig, replicas, state, now, **fields)
+        state, replicas = decision.state, decision.desired_replicas
+        if restart_every_cycle:
+            state = ScalingState.from_json(json.loads(json.dumps(state.to_json())))
+        history.append(replicas)
+        decisions.append(decision)
+    return history, decisions
+
+
+def _scale_outs(decisions: list[ScaleDecision]) -> int:
+    return sum(1 for d in decisions if d.action is ScaleAction.SCALE_OUT)
+
+
+def test_a_scale_in_does_not_take_away_the_replicas_a_breach_needed() -> None:
+    """The oscillation of a latency scale-out under a queue at 0: a healthy latency has no
+    opinion, so the queue took the replicas the breach had added away after each
+    stabilization window, and the P99 breached again, 312 ms every 5.5 minutes for as long as
+    the load lasted. The breach's request rate per replica is remembered: no scale-in leaves
+    the replicas carrying it again. One more breach finds the count (a scale-in to 2 carries
+    10 req/s each, under the 20 of the first breach), then it holds."""
+    history, decisions = _closed_loop([20.0] * 240, 3)  # an hour at 20 req/s
+    assert _scale_outs(decisions) == 2, [d.reason for d in decisions if d.action.value != "Hold"]
+    assert history[-190:] == [3] * 190
+    limited = next(d for d in decisions if d.action is ScaleAction.SCALE_IN and
+                   d.current_replicas == 5)
+    assert ("p99 breached 5m ago at 20.0 req/s per replica (20.0 req/s on 1): 20.0 req/s now "
+            "keeps at least 2; 5 -> 2") in limited.reason
+    # Turned off, the queue takes them away every window.
+    _, cycling = _closed_loop([20.0] * 240, 3, latency={"action": "ScaleOut",
+                                                         "breachMemory": "0s"})
+    assert _scale_outs(cycling) >= 10
+
+
+def test_the_breach_memory_lets_replicas_go_with_the_load_and_ends() -> None:
+    # The load drops to 4 req/s: 4 req/s on 1 replica is under the breach's 10 per replica,
+    # so the queue takes them back after the scale-down window, with no breach.
+    rates = [20.0] * 60 + [4.0] * 60
+    history, decisions = _closed_loop(rates, 3)
+    assert history[45:79] == [3] * 34  # held while the load lasts, then the window
+    assert history[-1] == 1 and _scale_outs(decisions) == 2
+    assert _hockey_stick_p99_s(4.0, 1) <= 0.075
+    # The memory lasts breachMemory after the newest breach: a scale-in then may try the
+    # load again (and learn it again from the breach).
+    history, decisions = _closed_loop([20.0] * 120, 3, latency={
+        "action": "ScaleOut", "breachMemory": "10m"})
+    outs = [i for i, d in enumerate(decisions) if d.action is ScaleAction.SCALE_OUT]
+    assert outs[:2] == [22, 44] and history[45:84] == [3] * 39  # 10 minutes at 3
+    assert len(outs) > 2 and outs[2] > 84
+    # ... and an operator restarted at every evaluation decides the same (stored in status).
+    assert _closed_loop([20.0] * 120, 3, restart_every_cycle=True, latency={
+        "action": "ScaleOut", "breachMemory": "10m"})[0] == history
+
+
+def test_the_breach_memory_keeps_the_lowest_rate_per_replica() -> None:
+    up = steady(0)
+    breaching = TargetSignals(up, per_interval(0.2, 0.2), per_interval(30.0, 30.0))
+    first = decide(breaching, current=2)  # 15 req/s per replica
+    assert first.state.breach == Breach(NOW, 30.0, 2)
+    # A later breach at a higher rate per replica (20) refreshes the time, keeps the lowest.
+    later = decide(TargetSignals(steady(0, now=NOW + 60), per_interval(0.2, 0.2, now=NOW + 60),
+                                 per_interval(40.0, 40.0, now=NOW + 60)),
+                   current=2, state=first.state, now=NOW + 60)
+    assert later.state.breach == Breach(NOW + 60, 30.0, 2)
+    # One at a lower rate per replica replaces it.
+    lower = decide(TargetSignals(steady(0, now=NOW + 120), per_interval(0.2, 0.2, now=NOW + 120),
+                                 per_interval(40.0, 40.0, now=NOW + 120)),
+                   current=4, state=later.state, now=NOW + 120)
+    assert lower.state.breach == Breach(NOW + 120, 40.0, 4)
+    # Past breachMemory, it is forgotten at the next evaluation.
+    calm = NOW + 120 + 3600
+    gone = decide(signals(steady(0, now=calm), now=calm), current=4, state=lower.state, now=calm)
+    assert gone.state.breach is None
+
+
+def test_with_the_request_rate_unknown_a_remembered_breach_holds_every_scale_in() -> None:
+    state = ScalingState(breach=Breach(NOW - 60, 20.0, 1))
+    unknown = TargetSignals(steady(0), per_interval(0.05, 0.05),
+                            Series.missing("no series", "rate"))
+    decision = decide(unknown, current=4, state=state, scaleDown={"stabilization": "0s"})
+    assert decision.desired_replicas == 4
+    assert "the request rate now is not known: no scale-in" in decision.reason
+    # Quiet traffic lets the replicas go: 0.5 req/s needs one replica.
+    quiet = TargetSignals(steady(0), per_interval(0.05, 0.05), per_interval(0.5, 0.5))
+    assert decide(quiet, current=4, state=state,
+                  scaleDown={"stabilization": "0s"}).desired_replicas == 1
+
+
+@pytest.mark.parametrize(("rate", "floor"), [(20.0, 3), (18.0, 3), (17.0, 2), (0.0, 1),
+                                             (1e308, 8)])
+def test_the_breach_floor_is_the_rate_per_replica_less_the_tolerance(rate: float,
+                                                                      floor: int) -> None:
+    """Breached at 10 req/s per replica: with tolerance 0.1 a replica may carry less than 9."""
+    state = ScalingState(breach=Breach(NOW - 60, 20.0, 2))
+    sig = TargetSignals(steady(0), per_interval(0.05, 0.05), per_interval(rate, rate))
+    decision = decide(sig, current=8, state=state, scaleDown={"stabilization": "0s"},
+                      latency={"minRequestRate": 0})
+    assert decision.desired_replicas == floor, decision.reason

@@ -459,19 +459,36 @@ def test_batching_auto_steps_from_the_applied_value_inside_bounds_that_changed()
     assert (block["applied"], block["current"], block["recommended"]) == (180, 180, 180)
 
 
-def test_tune_batching_with_batching_off_says_that_nothing_acts_on_it() -> None:
-    """The default spec: latency action Auto, batching Off. A breach with a low queue is a
-    TuneBatching decision, and the reason, the status and the Event say what to change."""
+def test_a_breach_with_batching_off_scales_out_with_action_auto() -> None:
+    """The default spec: latency action Auto, batching Off. A breach with a low queue was a
+    TuneBatching decision that nothing acted on: a queue at 0 waiting (vLLM's, while its batch
+    takes every request) took the replicas away and the latency stayed above its target for
+    good. Nothing lowers the batch, so replicas do; with action TuneBatching the reason, the
+    status and the Event say what to change instead."""
     breach = signals(queue=5.0, latency_s=0.15)
     planned = plan_evaluation(spec(), 1, {}, breach, 4, None, NOW)
     block = planned.status["autoscaling"]
-    assert (block["action"], planned.write) == ("TuneBatching", None)
-    assert block["reason"].endswith("or latency.action to ScaleOut to add replicas instead")
-    assert planned.event is not None and "spec.batching.mode is Off" in planned.event[1]
+    assert (block["action"], planned.write) == ("ScaleOut", 8)
+    assert ("so the latency comes from batching, but spec.batching.mode is Off, so nothing "
+            "lowers the batch: scale out -> 8") in block["reason"]
+    told = plan_evaluation(spec(autoscaling={"latency": {"action": "TuneBatching"}}), 1, {},
+                           breach, 4, None, NOW)
+    block = told.status["autoscaling"]
+    assert (block["action"], told.write) == ("TuneBatching", None)
+    assert block["reason"].endswith("or latency.action to Auto or ScaleOut to add replicas "
+                                    "instead")
+    assert told.event is not None and "spec.batching.mode is Off" in told.event[1]
     recommending = plan_evaluation(spec(batching={"mode": "Recommend"}), 1, {}, breach, 4, None,
                                    NOW)
+    assert recommending.decision.action is ScaleAction.TUNE_BATCHING
     assert "spec.batching.mode" not in recommending.status["autoscaling"]["reason"]
     assert "lower max-num-seqs" in recommending.status["batching"]["reason"]
+    # An engine without a batching knob: nothing to lower either.
+    custom = spec(engine="custom", batching={"mode": "Recommend"}, metrics={
+        "queueDepth": "my_queue", "latencyHistogram": "my_latency_seconds"})
+    planned = plan_evaluation(custom, 1, {}, breach, 4, None, NOW)
+    assert planned.decision.action is ScaleAction.SCALE_OUT, planned.decision.reason
+    assert "engine custom has no batching knob" in planned.decision.reason
 
 
 def test_built_again_over_a_newer_status_the_shared_lists_keep_the_other_writers_entries() -> None:
@@ -1026,3 +1043,34 @@ def test_ready_pods_that_stop_reporting_count_at_target_probed_or_not(
                               10, None, NOW, ready=10, unprobed=unprobed)
     assert planned.write == 7, planned.decision.reason
     assert "6 Ready pods not reporting, counted at target" in planned.decision.reason
+
+
+def test_the_default_spec_neither_leaves_a_breach_alone_nor_cycles() -> None:
+    """An hour at 20 req/s on a Deployment whose P99 rises past 8 req/s per replica while
+    nothing waits (the engine's batch takes every request): the queue at 0 scales it in, the
+    P99 breaches, and the default spec (latency action Auto, batching Off) used to hand the
+    breach to nothing and stay at 312 ms for good. Now the breach scales out, and the
+    remembered breach keeps the next scale-in from carrying its load again."""
+    tuning = spec()
+    status: dict[str, Any] = {}
+    replicas, p99s, history, actions = 3, [], [], []
+    for i in range(240):
+        now = NOW + 15 * i
+        per_replica = 20.0 / replicas
+        p99s.append(0.05 if per_replica <= 8 else 0.05 * (per_replica / 8) ** 2)
+        window = Window.of_points([(now - 30 + k, 0.0) for k in range(31)], now, 30.0, 1.0,
+                                  32.0)
+        latency = tuple((now - 15 * k, p) for k, p in zip(range(len(p99s[-2:]) - 1, -1, -1),
+                                                         p99s[-2:], strict=True))
+        rates = tuple((t, 20.0) for t, _ in latency)
+        planned = plan_evaluation(tuning, 1, status, TargetSignals(
+            window, Series(latency, 15.0), Series(rates, 15.0)), replicas, None, now)
+        status = {**status, **planned.status}
+        replicas = planned.write if planned.write is not None else replicas
+        history.append(replicas)
+        actions.append(planned.decision.action)
+    breaching = [i for i, p in enumerate(p99s) if p > 0.075]
+    assert actions.count(ScaleAction.SCALE_OUT) == 2, history
+    assert len(breaching) <= 6 and max(breaching) < 60, breaching
+    assert history[-180:] == [3] * 180
+    assert status["autoscaling"]["state"]["latencyBreach"]["requestRate"] == 20.0

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import json
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from infertune.api.scaling import ScalingRules
 from infertune.api.units import Duration
 from infertune.scaling.behavior import stabilize
-from infertune.scaling.state import Recommendation, ScaleEvent, ScalingState
+from infertune.scaling.state import Breach, Recommendation, ScaleEvent, ScalingState
 
 NOW = 1_700_000_000.0
 
@@ -109,3 +111,28 @@ def test_a_stored_entry_that_cannot_be_read_is_left_out_not_raised() -> None:
     assert [r.replicas for r in state.recommendations] == [3]
     assert state.scale_events == () and state.metrics_missing_since is None
     assert state.serving is None
+
+
+def test_a_latency_breach_round_trips_and_a_broken_one_is_left_out() -> None:
+    from infertune.api.status import AutoscalingState
+
+    state = ScalingState(breach=Breach(NOW, 20.5, 2))
+    stored = state.to_json()
+    assert stored["latencyBreach"] == {"time": "2023-11-14T22:13:20Z", "requestRate": 20.5,
+                                       "replicas": 2}
+    AutoscalingState.model_validate(stored)
+    assert ScalingState.from_json(json.loads(json.dumps(stored))) == state
+    good = {"time": "2026-12-03T10:00:00Z", "replicas": 3}
+    for broken in ({"time": "soon", "requestRate": 1, "replicas": 1},
+                   {"time": good["time"], "requestRate": 0, "replicas": 1},
+                   {"time": good["time"], "requestRate": "NaN", "replicas": 1},
+                   {"time": good["time"], "requestRate": 5, "replicas": 0},
+                   {"time": good["time"], "requestRate": 5}, "a breach"):
+        read = ScalingState.from_json({"recommendations": [good], "latencyBreach": broken})
+        assert read.breach is None and [r.replicas for r in read.recommendations] == [3], broken
+    # A breach stored in the future (a clock that stepped back) counts as made now.
+    future = ScalingState(breach=Breach(NOW + 600, 20.0, 1)).as_of(NOW)
+    assert future.breach == Breach(NOW, 20.0, 1)
+    # Kept through the pruning of recommendations and scale events.
+    kept = state.recorded(NOW + 15, Recommendation(NOW + 15, 2), 300, 15)
+    assert kept.breach == state.breach

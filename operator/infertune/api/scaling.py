@@ -22,6 +22,14 @@ MAX_STABILIZATION_S = 3600
 MAX_INTERVAL_S = 3600
 MIN_INTERVAL_S = 1
 MAX_CONSECUTIVE_SAMPLES = 100
+MAX_BREACH_MEMORY_S = 86400
+
+
+def _no_schema_default(schema: dict[str, Any]) -> None:
+    """The field's default stays out of the CRD, so the API server does not write it into
+    stored objects: an operator rolled back to a version without the field (the CRD stays,
+    Helm never downgrades it) would refuse every object holding it as an unknown field."""
+    schema.pop("default", None)
 
 
 class QueueSignal(ApiModel):
@@ -74,14 +82,25 @@ class LatencySignal(ApiModel):
     min_request_rate: Annotated[float, Field(ge=0), NUMBER] = 1.0
     """Requests per second across the target below which the quantile is treated as noise."""
 
+    breach_memory: Annotated[Duration, Field(
+        json_schema_extra=_no_schema_default)] = Duration("1h")
+    """How long a breach limits scaling in after it: no scale-in leaves the replicas carrying
+    the request rate per replica at which the latency breached (less the tolerance), so the
+    queue does not take away the replicas a breach needed and breach again. Counted from
+    the newest breach; 0s turns it off. At most 24h."""
+
     @model_validator(mode="after")
     def _target_above_zero(self) -> LatencySignal:
+        problems = CrossFieldProblems()
         if self.target.seconds <= 0:
-            problems = CrossFieldProblems()
             problems.add("target", f"{self.target} would count every request as a breach and "
                          "sizes replicas by dividing by it; use a latency above 0, for example "
                          "75ms")
-            problems.raise_if_any()
+        if self.breach_memory.seconds > MAX_BREACH_MEMORY_S:
+            problems.add("breachMemory", f"{self.breach_memory} is longer than 24h; a "
+                         "breach that old says little of the load the replicas carry now "
+                         "(1h is the default)")
+        problems.raise_if_any()
         return self
 
 
@@ -94,13 +113,6 @@ class SelectPolicy(StrEnum):
     """The limit that allows the smaller change."""
     DISABLED = "Disabled"
     """No scaling in this direction at all (the bounds are still enforced)."""
-
-
-def _no_schema_default(schema: dict[str, Any]) -> None:
-    """The field's default stays out of the CRD, so the API server does not write it into
-    stored objects: an operator rolled back to a version without the field (the CRD stays,
-    Helm never downgrades it) would refuse every object holding it as an unknown field."""
-    schema.pop("default", None)
 
 
 class ScalingRules(ApiModel):

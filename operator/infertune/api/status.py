@@ -176,6 +176,17 @@ class ServingRecord(ApiModel):
     without a change, every replica counts."""
 
 
+class BreachRecord(ApiModel):
+    time: str
+    """The newest latency breach: the record is kept for latency.breachMemory after it."""
+    request_rate: Annotated[float, Field(gt=0)]
+    """Requests per second across the Deployment at the breach with the lowest rate per
+    replica."""
+    replicas: Annotated[int, Field(ge=1)]
+    """The replicas serving then; no scale-in leaves them carrying that rate per replica
+    again."""
+
+
 class AutoscalingState(ApiModel):
     """What the decision engine remembers, so a restarted operator decides the same way."""
 
@@ -191,6 +202,9 @@ class AutoscalingState(ApiModel):
     serving: ServingRecord | None = None
     """The replicas known to serve, on which a latency breach is sized (pods added later
     join once Ready)."""
+    latency_breach: BreachRecord | None = None
+    """The lowest request rate per replica at which the latency breached within
+    latency.breachMemory, which limits scaling in."""
 
 
 class ReplicaFight(ApiModel):

@@ -43,8 +43,10 @@ APPLY_STEP = MIN_STEP
 reaches a bound): every change re-creates the pods."""
 NOTHING_TUNES_BATCHING = (
     "; spec.batching.mode is Off, so nothing acts on it: set it to Recommend (a batch size in "
-    "status.batching) or Auto (applied), or latency.action to ScaleOut to add replicas instead")
-"""Said after a TuneBatching decision that no batching mode acts on (the default spec)."""
+    "status.batching) or Auto (applied), or latency.action to Auto or ScaleOut to add replicas "
+    "instead")
+"""Said after a TuneBatching decision (latency.action TuneBatching) that no batching mode acts
+on."""
 EVENT_REASONS = {ScaleAction.SCALE_OUT: "ScaledOut", ScaleAction.SCALE_IN: "ScaledIn",
                  ScaleAction.FALLBACK: "ScaledToFallback",
                  ScaleAction.TUNE_BATCHING: "TuneBatching"}
@@ -149,20 +151,17 @@ def plan_evaluation(spec: InferenceTuningSpec, generation: int, status: Mapping[
         kubelet_ready, ready = ready, reporting_ready(ready, signals, now, state.serving)
     decision = decide_scale(spec.autoscaling, current, signals, state, now, ready,
                             kubelet_ready)
-    if decision.action is ScaleAction.TUNE_BATCHING:
-        if spec.batching.mode is BatchingMode.OFF:
-            decision = with_reason(decision, decision.reason + NOTHING_TUNES_BATCHING)
-        elif (floor := _batching_floor(spec, status, template, now, signals.fresh_at(now),
-                                       current, ready)) is None:
-            pass
-        elif spec.autoscaling.latency.action is LatencyAction.AUTO:
-            # Decided again, rarely: the breach scales out (engine._latency_proposal).
+    if decision.action is ScaleAction.TUNE_BATCHING and (stuck := _batching_stuck(
+            spec, status, template, now, signals.fresh_at(now), current, ready)) is not None:
+        if spec.autoscaling.latency.action is LatencyAction.AUTO:
+            # Decided again, rarely: the breach scales out (engine._latency_proposal). With
+            # batching Off (the default) it was handed to nothing: a queue at 0 (vLLM's, while
+            # its batch takes every request) took the replicas away, and the latency stayed
+            # above its target for good.
             decision = decide_scale(spec.autoscaling, current, signals, state, now, ready,
-                                    kubelet_ready, floor)
+                                    kubelet_ready, stuck[0])
         else:
-            decision = with_reason(decision, decision.reason + (
-                f"; batching is at its minimum {floor} (spec.batching.min), so nothing acts "
-                "on it: set latency.action to Auto or ScaleOut to add replicas instead"))
+            decision = with_reason(decision, decision.reason + stuck[1])
     stamp = format_time(now)
     changes = decision.desired_replicas != current
     applied = changes and spec.mode is Mode.ENFORCE and blocked is None
@@ -453,6 +452,27 @@ def _applied_in_effect(spec: InferenceTuningSpec, stored: Mapping[str, Any],
     # one: 64 requests are not 64 tokens.
     return auto, (_within(spec, stored.get("applied"))
                   if auto and stored.get("knob") == knob else None)
+
+
+def _batching_stuck(spec: InferenceTuningSpec, status: Mapping[str, Any],
+                    template: TemplateBatching | None, now: float, read_at: float,
+                    replicas: int, ready: int | None) -> tuple[str, str] | None:
+    """Why the batch is not lowered for a breach that TuneBatching hands to it, None when it
+    is (mode Recommend recommends it): (the words for latency.action Auto, which scales out
+    instead, and the note for TuneBatching, which leaves the breach to nothing)."""
+    if spec.batching.mode is BatchingMode.OFF:
+        return "spec.batching.mode is Off, so nothing lowers the batch", NOTHING_TUNES_BATCHING
+    if batching_knob(spec.batching, spec.engine) is None:
+        return (f"engine {spec.engine} has no batching knob, so nothing lowers the batch",
+                f"; engine {spec.engine} has no batching knob, so nothing acts on it: set "
+                "spec.batching.knob, or latency.action to Auto or ScaleOut to add replicas "
+                "instead")
+    floor = _batching_floor(spec, status, template, now, read_at, replicas, ready)
+    if floor is None:
+        return None
+    return (f"batching is at its minimum {floor}",
+            f"; batching is at its minimum {floor} (spec.batching.min), so nothing acts on it: "
+            "set latency.action to Auto or ScaleOut to add replicas instead")
 
 
 def _batching_floor(spec: InferenceTuningSpec, status: Mapping[str, Any],

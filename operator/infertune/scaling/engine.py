@@ -28,7 +28,13 @@ from infertune.scaling.signals import (
     latency_text,
     seconds,
 )
-from infertune.scaling.state import Recommendation, ScaleEvent, ScalingState, Serving
+from infertune.scaling.state import (
+    Breach,
+    Recommendation,
+    ScaleEvent,
+    ScalingState,
+    Serving,
+)
 
 
 class ScaleAction(StrEnum):
@@ -67,11 +73,11 @@ class _Proposal(NamedTuple):
 def decide_scale(spec: AutoscalingSpec, current_replicas: int, signals: TargetSignals,
                  state: ScalingState, now: float, ready: int | None = None,
                  ready_pods: int | None = None,
-                 batching_floor: int | None = None) -> ScaleDecision:
+                 batching_stuck: str | None = None) -> ScaleDecision:
     """`ready` is the Deployment's status.readyReplicas, None when not known; `ready_pods`
     that count where `ready` is what is taken for serving instead (Reading.ready_pods);
-    `batching_floor` the batching value in use when it is already spec.batching.min (the
-    batch cannot be lowered for a breach: latency.action Auto scales out instead)."""
+    `batching_stuck` why nothing lowers the batch for a breach (batching is Off, or already
+    at spec.batching.min), for the reason: latency.action Auto scales out instead."""
     reading = read_signals(spec, signals, now, ready)
     if ready_pods is not None:
         reading = reading._replace(ready_pods=ready_pods)
@@ -94,15 +100,16 @@ def decide_scale(spec: AutoscalingSpec, current_replicas: int, signals: TargetSi
                         reading, state, now, record=bound)
     if reading.queue_missing and reading.latency_missing:
         return _metrics_unavailable(spec, current_replicas, reading, state, now)
-    return _decide_on_signals(spec, current_replicas, reading, state, now, batching_floor)
+    return _decide_on_signals(spec, current_replicas, reading, state, now, batching_stuck)
 
 
 def _decide_on_signals(spec: AutoscalingSpec, current: int, reading: Reading,
                        state: ScalingState, now: float,
-                       batching_floor: int | None = None) -> ScaleDecision:
+                       batching_stuck: str | None = None) -> ScaleDecision:
     queue = _queue_proposal(spec, current, reading)
     serving = _serving(current, state)
-    latency = _latency_proposal(spec, current, reading, serving, batching_floor)
+    latency = _latency_proposal(spec, current, reading, serving, batching_stuck)
+    state = _remember_breach(spec, state, reading, serving, now)
     pods = reading.queue_pods
     if (pods is not None and pods < current and queue.replicas is not None
             and latency.replicas is not None and latency.replicas > max(queue.replicas, current)
@@ -130,6 +137,11 @@ def _decide_on_signals(spec: AutoscalingSpec, current: int, reading: Reading,
             notes.append("not scaling in while a signal is missing" if missing else
                          "not scaling in while the latency cannot be compared with its target")
         raw = max(raw, current)
+    if raw < current and state.breach is not None:
+        floor, held = _breach_floor(spec, state.breach, reading, current, now)
+        if floor > raw:
+            raw = floor
+            notes.append(held)
     if raw < current and _window_empty(spec, state.recommendations, now):
         # Nothing recommended within the scale-down window, nor at the last interval (a first
         # evaluation, autoscaling enabled again, another targetRef, an operator or metrics
@@ -239,6 +251,45 @@ def _silent(current: int, reading: Reading) -> int:
     return max(0, min(ready, current) - pods)
 
 
+def _remember_breach(spec: AutoscalingSpec, state: ScalingState, reading: Reading,
+                     serving: int, now: float) -> ScalingState:
+    """The state with this reading's latency breach remembered (ScalingState.breach): the
+    lowest request rate per serving replica that breached, kept for latency.breachMemory
+    after the newest breach, and forgotten after that."""
+    breach, memory = state.breach, seconds(spec.latency.breach_memory)
+    if breach is not None and now - breach.time >= memory:
+        breach = None
+    rate = reading.request_rate
+    if (memory > 0 and reading.latency_breached and rate is not None and rate > 0
+            and serving > 0):
+        if breach is None or rate / serving <= breach.per_replica:
+            breach = Breach(now, rate, serving)
+        else:
+            breach = breach._replace(time=now)
+    return state if breach is state.breach else state._replace(breach=breach)
+
+
+def _breach_floor(spec: AutoscalingSpec, breach: Breach, reading: Reading, current: int,
+                  now: float) -> tuple[int, str]:
+    """The fewest replicas a scale-in may leave after a latency breach (within
+    latency.breachMemory), and why: enough that each carries less than the request rate per
+    replica that breached, less the tolerance. A healthy latency has no opinion of its own,
+    so the queue alone took the replicas a breach had added away again (a queue at 0 waiting,
+    as vLLM's is while its batch takes every request), and the latency breached again: a
+    scale-out and a scale-in every stabilization window, each with a breach. The rate, not
+    the replicas: the load that goes away with the traffic lets them go with it."""
+    said = (f"{reading.latency_kind} breached {format_duration(now - breach.time)} ago at "
+            f"{breach.per_replica:.1f} req/s per replica ({breach.rate:.1f} req/s on "
+            f"{breach.replicas})")
+    rate = reading.request_rate
+    if rate is None:
+        return current, f"{said}, and the request rate now is not known: no scale-in"
+    needed = rate / (breach.per_replica * (1 - spec.tolerance))
+    floor = current if not math.isfinite(needed) else min(
+        current, math.floor(min(needed, current) + FLOAT_NOISE) + 1)
+    return floor, f"{said}: {rate:.1f} req/s now keeps at least {floor}"
+
+
 def _track_serving(state: ScalingState, current: int, ready: int, now: float) -> ScalingState:
     """The replicas known to serve, with this reading of the Deployment's ready count. Ready
     pods serve; those that served stay counted; a scale-in removes the pods not Ready first.
@@ -263,7 +314,7 @@ def _serving(current: int, state: ScalingState) -> int:
 
 
 def _latency_proposal(spec: AutoscalingSpec, current: int, reading: Reading,
-                      serving: int, batching_floor: int | None = None) -> _Proposal:
+                      serving: int, batching_stuck: str | None = None) -> _Proposal:
     signal = spec.latency
     kind, target = reading.latency_kind, signal.target
     if reading.latency_quiet:
@@ -298,11 +349,12 @@ def _latency_proposal(spec: AutoscalingSpec, current: int, reading: Reading,
     if signal.action is LatencyAction.AUTO and queue_is_low(spec, reading):
         low = (f"{said}, queue {reading.queue_per_replica:.1f}/replica is not above target "
                f"{spec.queue.target_per_replica:g} so the latency comes from batching")
-        if batching_floor is None:
+        if batching_stuck is None:
             return _Proposal(current, f"{low}: tune batching", tune_batching=True)
-        # Handed to batching at its minimum, the breach was acted on by nothing for as long
-        # as it lasted: replicas are the lever left.
-        said = f"{low}, but batching is at its minimum {batching_floor}: scale out"
+        # Handed to a batching that does not lower the batch (Off, the default, or already
+        # at its minimum), the breach was acted on by nothing for as long as it lasted:
+        # replicas are the lever left.
+        said = f"{low}, but {batching_stuck}: scale out"
     proposed = max(serving + 1, _ceil(serving * reading.latency_s / seconds(target)))
     if serving == current:
         return _Proposal(proposed, f"{said} -> {proposed}")

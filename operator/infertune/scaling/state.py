@@ -7,6 +7,7 @@ resumes with the same window and the same rate-limit periods.
 
 from __future__ import annotations
 
+import math
 from bisect import bisect_right
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -70,6 +71,24 @@ class Serving(NamedTuple):
     """Since when both have been as they are."""
 
 
+class Breach(NamedTuple):
+    """What the latency breaches within spec.autoscaling.latency.breachMemory say of the load a
+    replica can carry (engine._breach_floor): the lowest request rate per replica at which
+    the latency stayed above its target."""
+
+    time: float
+    """The newest breach: the memory lasts breachMemory after it."""
+    rate: float
+    """Requests per second across the target at the breach with the lowest rate per
+    replica."""
+    replicas: int
+    """The replicas serving then (the latency was measured on them)."""
+
+    @property
+    def per_replica(self) -> float:
+        return self.rate / self.replicas
+
+
 _time: Callable[[Recommendation | ScaleEvent], float] = itemgetter(0)
 """An entry's time (the first field of both), as a sort and bisect key: a C function, called
 for each entry of every state read back."""
@@ -85,6 +104,8 @@ class ScalingState(NamedTuple):
     """When every signal went missing; None while at least one signal has data."""
     serving: Serving | None = None
     """None until an evaluation reads the Deployment's readiness."""
+    breach: Breach | None = None
+    """The latency breaches within breachMemory; None when there was none."""
 
     def recorded(self, now: float, recommendation: Recommendation, keep_recommendations_s: float,
                  keep_events_s: float) -> ScalingState:
@@ -112,7 +133,7 @@ class ScalingState(NamedTuple):
         kept.reverse()
         first_event = bisect_right(self.scale_events, now - keep_events_s, key=_time)
         return ScalingState(tuple(kept), self.scale_events[first_event:],
-                            self.metrics_missing_since, self.serving)
+                            self.metrics_missing_since, self.serving, self.breach)
 
     def as_of(self, now: float) -> ScalingState:
         """This state with no time after `now`. A stored time in the future means the clock
@@ -124,14 +145,17 @@ class ScalingState(NamedTuple):
         recs, events, missing = self.recommendations, self.scale_events, self.metrics_missing_since
         if ((not recs or recs[-1].time <= now) and (not events or events[-1].time <= now)
                 and (missing is None or missing <= now)
-                and (self.serving is None or self.serving.since <= now)):
+                and (self.serving is None or self.serving.since <= now)
+                and (self.breach is None or self.breach.time <= now)):
             return self
         return ScalingState(
             tuple(r if r.time <= now else Recommendation(now, r.replicas) for r in recs),
             tuple(e if e.time <= now else ScaleEvent(now, e.change) for e in events),
             None if missing is None else min(missing, now),
             serving if (serving := self.serving) is None or serving.since <= now
-            else serving._replace(since=now))
+            else serving._replace(since=now),
+            breach if (breach := self.breach) is None or breach.time <= now
+            else breach._replace(time=now))
 
     def to_json(self) -> dict[str, Any]:
         """The shape stored in status (camelCase, RFC 3339 times)."""
@@ -145,6 +169,9 @@ class ScalingState(NamedTuple):
             "serving": None if (serving := self.serving) is None else {
                 "replicas": serving.replicas, "of": serving.of,
                 "since": format_time(serving.since)},
+            "latencyBreach": None if (breach := self.breach) is None else {
+                "time": format_time(breach.time), "requestRate": breach.rate,
+                "replicas": breach.replicas},
         }
 
     @classmethod
@@ -162,12 +189,14 @@ class ScalingState(NamedTuple):
     @classmethod
     def _read(cls, data: dict[str, Any], tolerant: bool = False) -> ScalingState:
         missing, serving = data.get("metricsMissingSince"), data.get("serving")
+        breach = data.get("latencyBreach")
         if tolerant:
             data = {
                 "recommendations": _readable(data.get("recommendations"), ("time", "replicas")),
                 "scaleEvents": _readable(data.get("scaleEvents"), ("time", "change"))}
             missing = missing if _readable([{"time": missing}], ("time",)) else None
             serving = serving if _readable([serving], ("since", "replicas", "of")) else None
+            breach = breach if _breach_readable(breach) else None
         # Sorted: a state stored across a clock step, or edited by hand, may be out of order,
         # and `recorded` drops old entries as a prefix.
         return cls(
@@ -178,6 +207,7 @@ class ScalingState(NamedTuple):
             None if missing is None else parse_time(missing),
             None if not serving else Serving(int(serving["replicas"]), int(serving["of"]),
                                              parse_time(serving["since"])),
+            None if not breach else _breach(breach),
         )
 
 
@@ -193,3 +223,20 @@ def _readable(entries: Any, fields: tuple[str, ...]) -> list[dict[str, Any]]:
             continue
         out.append(entry)
     return out
+
+
+def _breach(data: dict[str, Any]) -> Breach:
+    """The stored latencyBreach; ValueError when it cannot be one (a rate per replica needs a
+    finite rate and at least one replica)."""
+    breach = Breach(parse_time(data["time"]), float(data["requestRate"]), int(data["replicas"]))
+    if not (math.isfinite(breach.rate) and breach.rate > 0 and breach.replicas >= 1):
+        raise ValueError(f"latencyBreach {data} is not a breach")
+    return breach
+
+
+def _breach_readable(data: Any) -> bool:
+    try:
+        _breach(data)
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return False
+    return True
