@@ -222,10 +222,11 @@ def test_latency_spike_with_a_low_queue_tunes_batching(
     assert status["p99Ms"] > 75
     assert replicas(api_client, namespace) == 1
     # The breach is remembered in status, as the API server's schema takes it.
-    breach = wait_for(lambda: (autoscaling_status(api_client, namespace).get("state") or {})
-                      .get("latencyBreach"), "the breach in status.autoscaling.state",
-                      timeout_s=10)
-    assert breach["replicas"] == 1 and breach["requestRate"] > 0
+    breaches = wait_for(lambda: (autoscaling_status(api_client, namespace).get("state") or {})
+                        .get("latencyBreaches"), "the breach in status.autoscaling.state",
+                        timeout_s=10)
+    assert breaches[-1]["replicas"] == 1 and breaches[-1]["requestRate"] > 0
+    assert breaches[-1]["outcome"] == "Open"
     batching = get_tuning(api_client, namespace, "qwen")["status"].get("batching") or {}
     assert batching.get("knob") == "max-num-seqs" and batching.get("recommended")
 

@@ -895,8 +895,10 @@ def test_a_latency_breach_is_sized_on_the_replicas_known_to_serve(
         serving: int | None, current: int, ready: int | None, known: int | None,
         desired: int) -> None:
     stored = None if serving is None else Serving(serving, 4, NOW - 60)
+    # One sample: the newest is measured after the pods that serve changed (now, in some).
     out = decide(signals(steady(5), latency_ms=(150, 150)), current=current,
-                 state=ScalingState(serving=stored), latency={"action": "ScaleOut"},
+                 state=ScalingState(serving=stored),
+                 latency={"action": "ScaleOut", "consecutiveSamples": 1},
                  ready=ready, maxReplicas=20,
                  scaleUp={"pods": 20, "percent": 0, "stabilization": "0s"})
     assert out.desired_replicas == desired, out.reason
@@ -922,7 +924,8 @@ def test_a_scale_in_lowers_the_replicas_known_to_serve_at_once() -> None:
     down = {"scaleDown": {"pods": 0, "percent": 100, "stabilization": "0s"}}
     scaled_in = decide(signals(steady(0)), current=8,
                        state=ScalingState(serving=Serving(8, 8, NOW - 600)), ready=6, **down)
-    assert scaled_in.desired_replicas == 1 and scaled_in.state.serving == Serving(1, 1, NOW)
+    assert scaled_in.desired_replicas == 1
+    assert scaled_in.state.serving == Serving(1, 1, NOW, changed=NOW)
     # The count not written (DryRun, blocked): the pods are all still there.
     assert scaled_in.held_state.serving == Serving(8, 8, NOW - 600)
     again = decide(signals(steady(5), latency_ms=(150, 150)), current=8,
@@ -1094,19 +1097,36 @@ def _hockey_stick_p99_s(rate: float, replicas: int) -> float:
     return 0.05 if per_replica <= 8 else 0.05 * (per_replica / 8) ** 2
 
 
-def _closed_loop(rates: list[float], replicas: int, restart_every_cycle: bool = False,
+def _closed_loop(rates: list[float], replicas: int, p99: Any = _hockey_stick_p99_s,
+                 ready_after_s: float = 120.0, window_s: float = 60.0,
+                 restart_every_cycle: bool = False, batching_stuck: str | None = None,
+                 told_window_s: float | None = None,
                  **fields: Any) -> tuple[list[int], list[ScaleDecision]]:
-    """Evaluate every 15s a Deployment whose P99 follows its load per replica (the replicas
-    the last decision left), the request rate of each interval given; (replicas after each
-    evaluation, the decisions)."""
-    fields = {"latency": {"action": "ScaleOut"}} | fields
-    state, history, decisions, p99s = ScalingState(), [], [], []
+    """Evaluate every 15s a Deployment whose P99 follows its load per Ready replica: each
+    sample is the worst of the last `window_s` (a quantile over a window holds the requests
+    served before), new pods are Ready `ready_after_s` after the write, a scale-in removes
+    pods at once. `rates` gives the request rate of each interval; the signals say the window
+    is `told_window_s` (default `window_s`). (Replicas after each evaluation, the
+    decisions.)"""
+    spec_fields = {"latency": {"action": "ScaleOut"}} | fields
+    state, ready, pending = ScalingState(), replicas, []
+    history, decisions, instant, samples = [], [], [], []
     for i, rate in enumerate(rates):
         now = NOW + 15 * i
-        p99s.append(_hockey_stick_p99_s(rate, replicas))
-        sig = TargetSignals(steady(0, now=now), per_interval(*p99s[-3:], now=now),
-                            per_interval(*rates[max(0, i - 2):i + 1], now=now))
-        decision = decide(sig, replicas, state, now, **fields)
+        ready = min(replicas, ready + sum(n for at, n in pending if at <= now))
+        pending = [(at, n) for at, n in pending if at > now]
+        instant.append(p99(rate, max(ready, 1)))
+        samples.append(max(instant[-max(1, int(window_s // 15)):]))
+        sig = TargetSignals(steady(0, now=now), per_interval(*samples[-3:], now=now),
+                            per_interval(*rates[max(0, i - 2):i + 1], now=now),
+                            latency_window_s=window_s if told_window_s is None
+                            else told_window_s)
+        decision = decide_scale(spec(**spec_fields), replicas, sig, state, now, ready,
+                                batching_stuck=batching_stuck)
+        if decision.desired_replicas > replicas:
+            pending.append((now + ready_after_s, decision.desired_replicas - replicas))
+        else:
+            ready = min(ready, decision.desired_replicas)
         state, replicas = decision.state, decision.desired_replicas
         if restart_every_cycle:
             state = ScalingState.from_json(json.loads(json.dumps(state.to_json())))
@@ -1115,73 +1135,105 @@ def _closed_loop(rates: list[float], replicas: int, restart_every_cycle: bool = 
     return history, decisions
 
 
-def _scale_outs(decisions: list[ScaleDecision]) -> int:
-    return sum(1 for d in decisions if d.action is ScaleAction.SCALE_OUT)
+def _scale_outs(decisions: list[ScaleDecision]) -> list[int]:
+    return [i for i, d in enumerate(decisions) if d.action is ScaleAction.SCALE_OUT]
 
 
 def test_a_scale_in_does_not_take_away_the_replicas_a_breach_needed() -> None:
     """The oscillation of a latency scale-out under a queue at 0: a healthy latency has no
     opinion, so the queue took the replicas the breach had added away after each
-    stabilization window, and the P99 breached again, 312 ms every 5.5 minutes for as long as
+    stabilization window, and the P99 breached again, 312 ms every 6 minutes for as long as
     the load lasted. The breach's request rate per replica is remembered: no scale-in leaves
     the replicas carrying it again. One more breach finds the count (a scale-in to 2 carries
     10 req/s each, under the 20 of the first breach), then it holds."""
     history, decisions = _closed_loop([20.0] * 240, 3)  # an hour at 20 req/s
-    assert _scale_outs(decisions) == 2, [d.reason for d in decisions if d.action.value != "Hold"]
-    assert history[-190:] == [3] * 190
+    outs = _scale_outs(decisions)
+    assert len(outs) == 2, [d.reason for d in decisions if d.action is not ScaleAction.HOLD]
+    assert history[outs[1]:] == [3] * (240 - outs[1])
     limited = next(d for d in decisions if d.action is ScaleAction.SCALE_IN and
                    d.current_replicas == 5)
-    assert ("p99 breached 5m ago at 20.0 req/s per replica (20.0 req/s on 1): 20.0 req/s now "
+    assert ("p99 breached 345s ago at 20.0 req/s per replica (20.0 req/s on 1): 20.0 req/s now "
             "keeps at least 2; 5 -> 2") in limited.reason
     # Turned off, the queue takes them away every window.
     _, cycling = _closed_loop([20.0] * 240, 3, latency={"action": "ScaleOut",
                                                          "breachMemory": "0s"})
-    assert _scale_outs(cycling) >= 10
+    assert len(_scale_outs(cycling)) >= 6  # every 35 intervals
+
+
+def test_a_breach_measured_before_the_pods_that_serve_changed_is_not_one() -> None:
+    """A quantile over a 1m window still holds the slow requests of before a scale-out once
+    the new pods are Ready: counted as a breach on them, it sized another scale-out (1 to 5
+    to 20 replicas for a load 3 carry), and was remembered as a breach at 4 req/s per
+    replica. It counts once its window lies after the pods changed."""
+    history, decisions = _closed_loop([20.0] * 60, 1, ready_after_s=120.0)
+    outs = _scale_outs(decisions)
+    assert max(history) == 5 and history[outs[0]] == 5, history
+    first = decisions[outs[0]]
+    assert first.state.breaches[0][1:3] == (20.0, 1)  # the breach on the 1 replica
+    # The samples after the 4 new pods were Ready: unsettled ones held, never sized.
+    assert all(d.state.breaches[0][1:3] == (20.0, 1) for d in decisions[outs[0]:outs[0] + 20])
+    # Not told the window, the lagged samples breach on the new pods and size on them.
+    lagged, _ = _closed_loop([20.0] * 60, 1, ready_after_s=120.0, told_window_s=0.0)
+    assert max(lagged) > 5
 
 
 def test_the_breach_memory_lets_replicas_go_with_the_load_and_ends() -> None:
     # The load drops to 4 req/s: 4 req/s on 1 replica is under the breach's 10 per replica,
     # so the queue takes them back after the scale-down window, with no breach.
-    rates = [20.0] * 60 + [4.0] * 60
+    rates = [20.0] * 80 + [4.0] * 60
     history, decisions = _closed_loop(rates, 3)
-    assert history[45:79] == [3] * 34  # held while the load lasts, then the window
-    assert history[-1] == 1 and _scale_outs(decisions) == 2
-    assert _hockey_stick_p99_s(4.0, 1) <= 0.075
+    outs = _scale_outs(decisions)
+    assert len(outs) == 2 and history[outs[1]:80] == [3] * (80 - outs[1])
+    assert history[-1] == 1 and _hockey_stick_p99_s(4.0, 1) <= 0.075
     # The memory lasts breachMemory after the newest breach: a scale-in then may try the
     # load again (and learn it again from the breach).
-    history, decisions = _closed_loop([20.0] * 120, 3, latency={
-        "action": "ScaleOut", "breachMemory": "10m"})
-    outs = [i for i, d in enumerate(decisions) if d.action is ScaleAction.SCALE_OUT]
-    assert outs[:2] == [22, 44] and history[45:84] == [3] * 39  # 10 minutes at 3
-    assert len(outs) > 2 and outs[2] > 84
+    ten = {"latency": {"action": "ScaleOut", "breachMemory": "10m"}}
+    history, decisions = _closed_loop([20.0] * 160, 3, **ten)
+    outs = _scale_outs(decisions)
+    assert history[outs[1]:outs[1] + 40] == [3] * 40  # 10 minutes at 3
+    assert len(outs) > 2 and outs[2] > outs[1] + 40
     # ... and an operator restarted at every evaluation decides the same (stored in status).
-    assert _closed_loop([20.0] * 120, 3, restart_every_cycle=True, latency={
-        "action": "ScaleOut", "breachMemory": "10m"})[0] == history
+    assert _closed_loop([20.0] * 160, 3, restart_every_cycle=True, **ten)[0] == history
 
 
-def test_the_breach_memory_keeps_the_lowest_rate_per_replica() -> None:
-    up = steady(0)
-    breaching = TargetSignals(up, per_interval(0.2, 0.2), per_interval(30.0, 30.0))
-    first = decide(breaching, current=2)  # 15 req/s per replica
-    assert first.state.breach == Breach(NOW, 30.0, 2)
-    # A later breach at a higher rate per replica (20) refreshes the time, keeps the lowest.
-    later = decide(TargetSignals(steady(0, now=NOW + 60), per_interval(0.2, 0.2, now=NOW + 60),
-                                 per_interval(40.0, 40.0, now=NOW + 60)),
-                   current=2, state=first.state, now=NOW + 60)
-    assert later.state.breach == Breach(NOW + 60, 30.0, 2)
-    # One at a lower rate per replica replaces it.
-    lower = decide(TargetSignals(steady(0, now=NOW + 120), per_interval(0.2, 0.2, now=NOW + 120),
-                                 per_interval(40.0, 40.0, now=NOW + 120)),
-                   current=4, state=later.state, now=NOW + 120)
-    assert lower.state.breach == Breach(NOW + 120, 40.0, 4)
-    # Past breachMemory, it is forgotten at the next evaluation.
-    calm = NOW + 120 + 3600
-    gone = decide(signals(steady(0, now=calm), now=calm), current=4, state=lower.state, now=calm)
-    assert gone.state.breach is None
+def _breach_signals(rate: float, now: float = NOW, p99_s: float = 0.2) -> TargetSignals:
+    return TargetSignals(steady(0, now=now), per_interval(p99_s, p99_s, now=now),
+                         per_interval(rate, rate, now=now))
+
+
+def test_the_breaches_remembered_are_the_lowest_rate_per_replica_and_the_newest() -> None:
+    first = decide(_breach_signals(30.0), current=2)  # 15 req/s per replica
+    assert first.state.breaches == (Breach(NOW, 30.0, 2, "75ms", 0.99),)
+    # A later one at a higher rate per replica (20) is kept beside it: it takes over when
+    # the lowest is forgotten.
+    later = decide(_breach_signals(40.0, NOW + 60), current=2, state=first.state, now=NOW + 60)
+    assert later.state.breaches == (Breach(NOW, 30.0, 2, "75ms", 0.99),
+                                    Breach(NOW + 60, 40.0, 2, "75ms", 0.99))
+    # A latency under the target on the same pods cures them (the floor still counts them).
+    healthy = decide(signals(steady(0, now=NOW + 90), now=NOW + 90), current=2,
+                     state=later.state, now=NOW + 90)
+    assert [b.outcome for b in healthy.state.breaches] == ["Cured", "Cured"]
+    # One at a lower rate per replica (10) replaces both.
+    lower = decide(_breach_signals(40.0, NOW + 120), current=4, state=healthy.state,
+                   now=NOW + 120)
+    assert lower.state.breaches == (Breach(NOW + 120, 40.0, 4, "75ms", 0.99),)
+    calm = NOW + 180
+    cured = decide(signals(steady(0, now=calm), now=calm), current=4, state=lower.state,
+                   now=calm)
+    assert cured.state.breaches == (Breach(NOW + 120, 40.0, 4, "75ms", 0.99, "Cured"),)
+    # Past breachMemory, it is forgotten; so it is at once when the target or the quantile
+    # changes (a breach of 75ms says nothing of a 500ms target).
+    gone = decide(signals(steady(0, now=calm + 3600), now=calm + 3600), current=4,
+                  state=cured.state, now=calm + 3600)
+    assert gone.state.breaches == ()
+    for latency in ({"target": "500ms"}, {"quantile": 0.9}):
+        moved = decide(signals(steady(0, now=calm), now=calm), current=4, state=cured.state,
+                       now=calm, latency=latency, scaleDown={"stabilization": "0s"})
+        assert moved.state.breaches == () and moved.desired_replicas == 1, moved.reason
 
 
 def test_with_the_request_rate_unknown_a_remembered_breach_holds_every_scale_in() -> None:
-    state = ScalingState(breach=Breach(NOW - 60, 20.0, 1))
+    state = ScalingState(breaches=(Breach(NOW - 60, 20.0, 1, "75ms", 0.99, "Cured"),))
     unknown = TargetSignals(steady(0), per_interval(0.05, 0.05),
                             Series.missing("no series", "rate"))
     decision = decide(unknown, current=4, state=state, scaleDown={"stabilization": "0s"})
@@ -1198,8 +1250,60 @@ def test_with_the_request_rate_unknown_a_remembered_breach_holds_every_scale_in(
 def test_the_breach_floor_is_the_rate_per_replica_less_the_tolerance(rate: float,
                                                                       floor: int) -> None:
     """Breached at 10 req/s per replica: with tolerance 0.1 a replica may carry less than 9."""
-    state = ScalingState(breach=Breach(NOW - 60, 20.0, 2))
+    state = ScalingState(breaches=(Breach(NOW - 60, 20.0, 2, "75ms", 0.99, "Cured"),))
     sig = TargetSignals(steady(0), per_interval(0.05, 0.05), per_interval(rate, rate))
     decision = decide(sig, current=8, state=state, scaleDown={"stabilization": "0s"},
                       latency={"minRequestRate": 0})
     assert decision.desired_replicas == floor, decision.reason
+
+
+STUCK = "spec.batching.mode is Off, so nothing lowers the batch"
+
+
+def test_a_breach_more_replicas_did_not_lower_adds_none_with_nothing_lowering_the_batch(
+) -> None:
+    """latency.action Auto with nothing to lower the batch sizes replicas on the latency. A
+    P99 at 150 ms whatever the replicas (a slow dependency, a bad release) took 3 to 20, and
+    the breaches, each at a lower rate per replica, held them for an hour. The first scale-out
+    that does not lower it ends that: the breach is not the load's."""
+    def flat(rate: float, replicas: int) -> float:
+        return 0.15
+
+    history, decisions = _closed_loop([20.0] * 60, 3, p99=flat, batching_stuck=STUCK,
+                                      latency={})
+    assert max(history) == 6 and len(_scale_outs(decisions)) == 1, history
+    held = decisions[-1]
+    assert ("but spec.batching.mode is Off, so nothing lowers the batch; it breached at 6.7 "
+            "req/s per replica (20.0 req/s on 3) and breaches at 3.3 now: the replicas added "
+            "did not lower it, so none are added for it") in held.reason
+    assert held.state.breaches[0].outcome == "NotLoad"
+    # Once it is under the target again, it is forgotten: the replicas go with the queue.
+    rates = [20.0] * 100
+
+    def episode(rate: float, replicas: int, calls: list[int] = []) -> float:  # noqa: B006
+        calls.append(1)
+        return 0.15 if len(calls) <= 40 else 0.05
+
+    history, decisions = _closed_loop(rates, 3, p99=episode, batching_stuck=STUCK,
+                                      latency={})
+    assert history[-1] == 1 and decisions[-1].state.breaches == ()
+    # action ScaleOut sizes on it all the same: the user's call.
+    scaled, _ = _closed_loop([20.0] * 60, 3, p99=flat)
+    assert max(scaled) == 20
+
+
+def test_a_quantile_of_too_few_requests_adds_no_replicas_with_nothing_lowering_the_batch(
+) -> None:
+    """A P99 of 72 requests (1.2 req/s over 1m) is their slowest one: one slow request took 2
+    replicas to 6 with nothing to lower the batch, and 3 were kept for an hour."""
+    def one_slow_request(rate: float, replicas: int, calls: list[int] = []) -> float:  # noqa: B006
+        calls.append(1)
+        return 0.4 if len(calls) == 10 else 0.05
+
+    history, decisions = _closed_loop([1.2] * 60, 2, p99=one_slow_request,
+                                      batching_stuck=STUCK, latency={})
+    assert max(history) == 2 and not _scale_outs(decisions)
+    said = next(d.reason for d in decisions if "slowest" in d.reason)
+    assert "the p99 is of about 72 requests (under 100), the slowest of them, so no replicas " \
+        "are added for it" in said
+    assert all(d.state.breaches == () for d in decisions)

@@ -345,11 +345,21 @@ def test_batching_auto_steps_again_only_once_every_pod_runs_the_value_for_a_wind
     tuning = spec(batching={"mode": "Auto", "min": 8, "max": 256})
     breach = signals(5.0, 0.15)  # p99 at twice the target, queue low: halve
     status: dict[str, Any] = {}
-    # Nothing known of the setting in use: a "lower" from max may raise it, so nothing.
-    unknown = plan_evaluation(tuning, 1, status, breach, 4, None, NOW)
+    # Nothing known of the setting in use: a "lower" from max may raise it, so nothing; the
+    # breach is left to nothing with action TuneBatching, and scaled out with Auto.
+    told = spec(batching={"mode": "Auto", "min": 8, "max": 256},
+                autoscaling={"latency": {"action": "TuneBatching"}})
+    unknown = plan_evaluation(told, 1, status, breach, 4, None, NOW)
     assert "applied" not in unknown.status["batching"]
     assert "not applied: the value the pods run is not known, set --max-num-seqs on the " \
         "pod template" in unknown.status["batching"]["reason"]
+    assert ("batching mode Auto cannot lower max-num-seqs (the value of max-num-seqs the pods "
+            "run is not known; set --max-num-seqs on the pod template), so nothing acts on "
+            "it") in unknown.decision.reason
+    scaled = plan_evaluation(tuning, 1, status, breach, 4, None, NOW)
+    assert scaled.decision.action is ScaleAction.SCALE_OUT and scaled.write == 8
+    assert "but batching mode Auto cannot lower max-num-seqs (status.batching says why), so " \
+        "nothing lowers the batch: scale out" in scaled.decision.reason
     first = plan_evaluation(tuning, 1, status, breach, 4, None, NOW,
                             template=TemplateBatching(256, None))
     status = merge_patch(status, first.status)
@@ -936,8 +946,9 @@ def test_without_a_readiness_probe_the_pods_reporting_metrics_count_as_ready() -
     they start, while the engine still loads its model: counted Ready, the 4 new replicas
     were taken to serve and the breach went 8 -> 16. The pods that report the queue stand in
     for Ready then, and ScalingActive says why."""
+    # One sample: the newest is measured after the pods that serve changed (now).
     scale_out = spec(autoscaling={"minReplicas": 1, "maxReplicas": 32,
-                                  "latency": {"action": "ScaleOut"}})
+                                  "latency": {"action": "ScaleOut", "consecutiveSamples": 1}})
     loading = breach_with_pods_loading(pods=4)
     probed = plan_evaluation(scale_out, 1, just_scaled_to_8(), loading, 8, None, NOW, ready=8)
     assert probed.write == 16  # what Ready alone says: every replica serves
@@ -1045,32 +1056,66 @@ def test_ready_pods_that_stop_reporting_count_at_target_probed_or_not(
     assert "6 Ready pods not reporting, counted at target" in planned.decision.reason
 
 
+def _default_spec_loop(p99: Any, ticks: int = 240, start: int = 3
+                       ) -> tuple[list[int], list[ScaleAction], list[float], dict[str, Any]]:
+    """Evaluations every 15s of the default spec at 20 req/s, as the operator runs them: the
+    status each leaves is the next one's, new pods are Ready 2 minutes after the write, and
+    each P99 sample is the worst of the last minute (the quantile's window). (Replicas,
+    actions, the P99 samples, the last status.)"""
+    tuning, status = spec(), {}
+    replicas, ready, pending = start, start, []
+    history, actions, instant, samples = [], [], [], []
+    for i in range(ticks):
+        now = NOW + 15 * i
+        ready = min(replicas, ready + sum(n for at, n in pending if at <= now))
+        pending = [(at, n) for at, n in pending if at > now]
+        instant.append(p99(20.0 / max(ready, 1)))
+        samples.append(max(instant[-4:]))
+        points = tuple((now - 15 * k, p) for k, p in zip((1, 0), samples[-2:], strict=False))
+        window = Window.of_points([(now - 30 + k, 0.0) for k in range(31)], now, 30.0, 1.0,
+                                  32.0)
+        planned = plan_evaluation(tuning, 1, status, TargetSignals(
+            window, Series(points, 15.0), Series(tuple((t, 20.0) for t, _ in points), 15.0),
+            latency_window_s=60.0), replicas, None, now, ready=ready)
+        status = {**status, **planned.status}
+        if planned.write is not None:
+            if planned.write > replicas:
+                pending.append((now + 120, planned.write - replicas))
+            else:
+                ready = min(ready, planned.write)
+            replicas = planned.write
+        history.append(replicas)
+        actions.append(planned.decision.action)
+    return history, actions, samples, status
+
+
 def test_the_default_spec_neither_leaves_a_breach_alone_nor_cycles() -> None:
     """An hour at 20 req/s on a Deployment whose P99 rises past 8 req/s per replica while
     nothing waits (the engine's batch takes every request): the queue at 0 scales it in, the
     P99 breaches, and the default spec (latency action Auto, batching Off) used to hand the
     breach to nothing and stay at 312 ms for good. Now the breach scales out, and the
     remembered breach keeps the next scale-in from carrying its load again."""
-    tuning = spec()
-    status: dict[str, Any] = {}
-    replicas, p99s, history, actions = 3, [], [], []
-    for i in range(240):
-        now = NOW + 15 * i
-        per_replica = 20.0 / replicas
-        p99s.append(0.05 if per_replica <= 8 else 0.05 * (per_replica / 8) ** 2)
-        window = Window.of_points([(now - 30 + k, 0.0) for k in range(31)], now, 30.0, 1.0,
-                                  32.0)
-        latency = tuple((now - 15 * k, p) for k, p in zip(range(len(p99s[-2:]) - 1, -1, -1),
-                                                         p99s[-2:], strict=True))
-        rates = tuple((t, 20.0) for t, _ in latency)
-        planned = plan_evaluation(tuning, 1, status, TargetSignals(
-            window, Series(latency, 15.0), Series(rates, 15.0)), replicas, None, now)
-        status = {**status, **planned.status}
-        replicas = planned.write if planned.write is not None else replicas
-        history.append(replicas)
-        actions.append(planned.decision.action)
-    breaching = [i for i, p in enumerate(p99s) if p > 0.075]
-    assert actions.count(ScaleAction.SCALE_OUT) == 2, history
-    assert len(breaching) <= 6 and max(breaching) < 60, breaching
-    assert history[-180:] == [3] * 180
-    assert status["autoscaling"]["state"]["latencyBreach"]["requestRate"] == 20.0
+    def hockey(per_replica: float) -> float:
+        return 0.05 if per_replica <= 8 else 0.05 * (per_replica / 8) ** 2
+
+    history, actions, samples, status = _default_spec_loop(hockey)
+    outs = [i for i, a in enumerate(actions) if a is ScaleAction.SCALE_OUT]
+    assert len(outs) == 2, history
+    # The last breach ends once the second scale-out's pod is Ready (8 intervals) and its
+    # minute has left the window (4).
+    assert max(i for i, p in enumerate(samples) if p > 0.075) <= outs[1] + 12
+    assert history[outs[1]:] == [3] * (240 - outs[1])
+    assert status["autoscaling"]["state"]["latencyBreaches"][0]["requestRate"] == 20.0
+
+
+def test_the_default_spec_adds_replicas_once_for_a_latency_they_do_not_lower() -> None:
+    """A P99 at 150 ms whatever the replicas: one scale-out (3 -> 6), then none, where each
+    breach sized another up to maxReplicas; once it is healthy, the queue takes them back."""
+    def flat(per_replica: float, calls: list[int] = []) -> float:  # noqa: B006
+        calls.append(1)
+        return 0.15 if len(calls) <= 80 else 0.05
+
+    history, actions, _, status = _default_spec_loop(flat, ticks=120)
+    assert max(history) == 6 and actions.count(ScaleAction.SCALE_OUT) == 1, history
+    assert history[-1] == 1
+    assert status["autoscaling"]["state"].get("latencyBreaches") in (None, [])

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from infertune.api.scaling import ScalingRules
 from infertune.api.units import Duration
 from infertune.scaling.behavior import stabilize
-from infertune.scaling.state import Breach, Recommendation, ScaleEvent, ScalingState
+from infertune.scaling.state import Breach, Recommendation, ScaleEvent, ScalingState, Serving
 
 NOW = 1_700_000_000.0
 
@@ -113,26 +113,38 @@ def test_a_stored_entry_that_cannot_be_read_is_left_out_not_raised() -> None:
     assert state.serving is None
 
 
-def test_a_latency_breach_round_trips_and_a_broken_one_is_left_out() -> None:
+def test_latency_breaches_round_trip_and_a_broken_one_is_left_out() -> None:
     from infertune.api.status import AutoscalingState
 
-    state = ScalingState(breach=Breach(NOW, 20.5, 2))
+    state = ScalingState(breaches=(Breach(NOW - 60, 20.5, 2, "75ms", 0.99, "Cured"),
+                                   Breach(NOW, 30.0, 2, "75ms", 0.99)),
+                         serving=Serving(2, 3, NOW - 30, NOW - 90))
     stored = state.to_json()
-    assert stored["latencyBreach"] == {"time": "2023-11-14T22:13:20Z", "requestRate": 20.5,
-                                       "replicas": 2}
+    assert stored["latencyBreaches"][1] == {
+        "time": "2023-11-14T22:13:20Z", "requestRate": 30.0, "replicas": 2, "target": "75ms",
+        "quantile": 0.99, "outcome": "Open"}
+    assert stored["serving"]["changed"] == "2023-11-14T22:11:50Z"
     AutoscalingState.model_validate(stored)
     assert ScalingState.from_json(json.loads(json.dumps(stored))) == state
-    good = {"time": "2026-12-03T10:00:00Z", "replicas": 3}
-    for broken in ({"time": "soon", "requestRate": 1, "replicas": 1},
-                   {"time": good["time"], "requestRate": 0, "replicas": 1},
-                   {"time": good["time"], "requestRate": "NaN", "replicas": 1},
-                   {"time": good["time"], "requestRate": 5, "replicas": 0},
-                   {"time": good["time"], "requestRate": 5}, "a breach"):
-        read = ScalingState.from_json({"recommendations": [good], "latencyBreach": broken})
-        assert read.breach is None and [r.replicas for r in read.recommendations] == [3], broken
-    # A breach stored in the future (a clock that stepped back) counts as made now.
-    future = ScalingState(breach=Breach(NOW + 600, 20.0, 1)).as_of(NOW)
-    assert future.breach == Breach(NOW, 20.0, 1)
+    good = {"time": "2026-12-03T10:00:00Z", "requestRate": 5, "replicas": 1, "target": "75ms",
+            "quantile": 0.99, "outcome": "Open"}
+    for broken in ({**good, "time": "soon"}, {**good, "requestRate": 0},
+                   {**good, "requestRate": "NaN"}, {**good, "replicas": 0},
+                   {**good, "requestRate": 5e-324, "replicas": 2},  # 0 per replica
+                   {**good, "target": "soon"}, {**good, "outcome": "Maybe"},
+                   {k: v for k, v in good.items() if k != "quantile"}, "a breach"):
+        read = ScalingState.from_json({"recommendations": [{"time": good["time"], "replicas": 3}],
+                                       "latencyBreaches": [good, broken]})
+        assert len(read.breaches) == 1 and [r.replicas for r in read.recommendations] == [3], \
+            broken
+    assert ScalingState.from_json({"latencyBreaches": {"a": 1}}).breaches == ()
+    # Stored before serving said when it changed: not known.
+    older = ScalingState.from_json({"serving": {"replicas": 2, "of": 2, "since": good["time"]}})
+    assert older.serving is not None and older.serving.changed is None
+    # A time in the future (a clock that stepped back) counts as now.
+    future = ScalingState(breaches=(Breach(NOW + 600, 20.0, 1, "75ms", 0.99),),
+                          serving=Serving(1, 1, NOW + 60, NOW + 60)).as_of(NOW)
+    assert future.breaches[0].time == NOW and future.serving == Serving(1, 1, NOW, NOW)
     # Kept through the pruning of recommendations and scale events.
     kept = state.recorded(NOW + 15, Recommendation(NOW + 15, 2), 300, 15)
-    assert kept.breach == state.breach
+    assert kept.breaches == state.breaches

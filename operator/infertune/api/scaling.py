@@ -23,6 +23,9 @@ MAX_INTERVAL_S = 3600
 MIN_INTERVAL_S = 1
 MAX_CONSECUTIVE_SAMPLES = 100
 MAX_BREACH_MEMORY_S = 86400
+MAX_BREACHES = 2
+"""Latency breaches remembered (scaling.state.ScalingState.breaches): the lowest rate per
+replica, and the newest when it is higher (it takes over when the lowest is forgotten)."""
 
 
 def _no_schema_default(schema: dict[str, Any]) -> None:

@@ -7,12 +7,17 @@ still writes a valid status, and a restarted operator resumes from what is here.
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import Field
 
 from infertune.api.base import ApiModel
-from infertune.api.scaling import MAX_PERIOD_S, MAX_STABILIZATION_S, MIN_INTERVAL_S
+from infertune.api.scaling import (
+    MAX_BREACHES,
+    MAX_PERIOD_S,
+    MAX_STABILIZATION_S,
+    MIN_INTERVAL_S,
+)
 
 MAX_DECISIONS = 10
 """Decisions kept in status; older ones are in the Events."""
@@ -174,17 +179,28 @@ class ServingRecord(ApiModel):
     since: str
     """Since when both have been as they are; after 10 minutes short of the replicas
     without a change, every replica counts."""
+    changed: str | None = None
+    """When the pods that serve last changed (Ready pods joined, a scale-in removed some): a
+    latency sample reaching back before it is not counted as a breach."""
 
 
 class BreachRecord(ApiModel):
     time: str
-    """The newest latency breach: the record is kept for latency.breachMemory after it."""
+    """When the latency breached; kept for latency.breachMemory after it."""
     request_rate: Annotated[float, Field(gt=0)]
-    """Requests per second across the Deployment at the breach with the lowest rate per
-    replica."""
+    """Requests per second across the Deployment then."""
     replicas: Annotated[int, Field(ge=1)]
     """The replicas serving then; no scale-in leaves them carrying that rate per replica
     again."""
+    target: str
+    """latency.target then (a breach of another target or quantile no longer counts)."""
+    quantile: float
+    """latency.quantile then."""
+    outcome: Literal["Open", "Cured", "NotLoad"] = "Open"
+    """Open until a latency at or under the target is measured on the pods then serving;
+    Cured after that; NotLoad when a lower rate per replica breached before it was cured
+    (the replicas added did not lower it: it is not the load's, and is forgotten once
+    cured)."""
 
 
 class AutoscalingState(ApiModel):
@@ -202,9 +218,10 @@ class AutoscalingState(ApiModel):
     serving: ServingRecord | None = None
     """The replicas known to serve, on which a latency breach is sized (pods added later
     join once Ready)."""
-    latency_breach: BreachRecord | None = None
-    """The lowest request rate per replica at which the latency breached within
-    latency.breachMemory, which limits scaling in."""
+    latency_breaches: list[BreachRecord] = Field(default_factory=list,
+                                                  max_length=MAX_BREACHES)
+    """Latency breaches within latency.breachMemory, which limit scaling in: the one at the
+    lowest request rate per replica, and the newest when it is higher."""
 
 
 class ReplicaFight(ApiModel):

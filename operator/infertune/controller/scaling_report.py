@@ -32,8 +32,9 @@ from infertune.controller.conditions import (
     stored_condition,
     stored_reason,
 )
-from infertune.scaling.batching import MIN_STEP, recommend_batching
+from infertune.scaling.batching import MIN_STEP, REQUEST_KNOBS, recommend_batching
 from infertune.scaling.engine import ScaleAction, ScaleDecision, decide_scale, with_reason
+from infertune.scaling.reading import Reading
 from infertune.scaling.signals import TargetSignals, latency_text, seconds
 from infertune.scaling.state import ScalingState, Serving, format_time, stored_time
 from infertune.tuning.pod_patch import TemplateBatching, planned_mig, tuning_revision
@@ -152,7 +153,8 @@ def plan_evaluation(spec: InferenceTuningSpec, generation: int, status: Mapping[
     decision = decide_scale(spec.autoscaling, current, signals, state, now, ready,
                             kubelet_ready)
     if decision.action is ScaleAction.TUNE_BATCHING and (stuck := _batching_stuck(
-            spec, status, template, now, signals.fresh_at(now), current, ready)) is not None:
+            spec, status, template, now, signals.fresh_at(now), current, ready,
+            decision.signals)) is not None:
         if spec.autoscaling.latency.action is LatencyAction.AUTO:
             # Decided again, rarely: the breach scales out (engine._latency_proposal). With
             # batching Off (the default) it was handed to nothing: a queue at 0 (vLLM's, while
@@ -456,17 +458,39 @@ def _applied_in_effect(spec: InferenceTuningSpec, stored: Mapping[str, Any],
 
 def _batching_stuck(spec: InferenceTuningSpec, status: Mapping[str, Any],
                     template: TemplateBatching | None, now: float, read_at: float,
-                    replicas: int, ready: int | None) -> tuple[str, str] | None:
+                    replicas: int, ready: int | None,
+                    reading: Reading | None = None) -> tuple[str, str] | None:
     """Why the batch is not lowered for a breach that TuneBatching hands to it, None when it
     is (mode Recommend recommends it): (the words for latency.action Auto, which scales out
-    instead, and the note for TuneBatching, which leaves the breach to nothing)."""
+    instead, and the note for TuneBatching, which leaves the breach to nothing). Mode Auto
+    lowers nothing where `_batching_block` only recommends: a knob or a template it cannot
+    set, or a value in use it does not know."""
     if spec.batching.mode is BatchingMode.OFF:
         return "spec.batching.mode is Off, so nothing lowers the batch", NOTHING_TUNES_BATCHING
-    if batching_knob(spec.batching, spec.engine) is None:
+    knob = batching_knob(spec.batching, spec.engine)
+    if knob is None:
         return (f"engine {spec.engine} has no batching knob, so nothing lowers the batch",
                 f"; engine {spec.engine} has no batching knob, so nothing acts on it: set "
                 "spec.batching.knob, or latency.action to Auto or ScaleOut to add replicas "
                 "instead")
+    if spec.batching.mode is BatchingMode.AUTO:
+        problem = auto_batching_problem(spec.batching, knob)
+        if problem is None and template is not None:
+            problem = template.problem
+        stored: Mapping[str, Any] = status.get("batching") or {}
+        on_pods = None if template is None else template.value
+        applied = (_within(spec, stored.get("applied")) if stored.get("knob") == knob.value
+                   else None)
+        if problem is None and on_pods is None and applied is None and not (
+                knob in REQUEST_KNOBS and reading is not None
+                and reading.running_peak is not None):
+            problem = (f"the value of {knob.value} the pods run is not known; set "
+                       f"--{knob.value} on the pod template")
+        if problem is not None:
+            return (f"batching mode Auto cannot lower {knob.value} (status.batching says why), "
+                    "so nothing lowers the batch",
+                    f"; batching mode Auto cannot lower {knob.value} ({problem}), so nothing "
+                    "acts on it: set latency.action to Auto or ScaleOut to add replicas instead")
     floor = _batching_floor(spec, status, template, now, read_at, replicas, ready)
     if floor is None:
         return None

@@ -30,6 +30,7 @@ from urllib3.exceptions import SSLError as Urllib3SSLError
 from urllib3.exceptions import TimeoutError as Urllib3Timeout
 from urllib3.util.retry import Retry
 
+from infertune.api.units import duration_seconds
 from infertune.metrics.access import (
     AUTH_TYPE_OPTION,
     CA_OPTION,
@@ -191,7 +192,7 @@ class PrometheusSource:
             window = queue.get(key)
             out[key] = self._unsupported(t) if window is None else TargetSignals(
                 window, latency[key], rate[key], running.get(key, NOT_READ), t.latency_kind,
-                floors.get(key), key in unknown, now)
+                floors.get(key), key in unknown, now, _window_s(t.window))
         return out
 
     def _latency_floors(self, plans: list[tuple[QueryPlan, _Query]],
@@ -738,3 +739,12 @@ def _not_a_result(exc: Exception) -> str:
 _STATUS = "HTTP Status Code "
 _REFUSED = (f"{_STATUS}401", f"{_STATUS}403")
 """How prometheus-api-client words a refusal (PrometheusApiClientException)."""
+
+
+def _window_s(window: str) -> float:
+    """spec.metrics.window in seconds (TargetSignals.latency_window_s); 0 for one that does not
+    read as a duration (a window the queries refuse already says so in MetricsAvailable)."""
+    try:
+        return duration_seconds(window)
+    except ValueError:
+        return 0.0

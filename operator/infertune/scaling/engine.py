@@ -13,6 +13,7 @@ from enum import StrEnum
 from typing import NamedTuple
 
 from infertune.api.scaling import (
+    MAX_BREACHES,
     STARTING_S,
     AutoscalingSpec,
     LatencyAction,
@@ -29,6 +30,8 @@ from infertune.scaling.signals import (
     seconds,
 )
 from infertune.scaling.state import (
+    CURED,
+    NOT_LOAD,
     Breach,
     Recommendation,
     ScaleEvent,
@@ -78,12 +81,13 @@ def decide_scale(spec: AutoscalingSpec, current_replicas: int, signals: TargetSi
     that count where `ready` is what is taken for serving instead (Reading.ready_pods);
     `batching_stuck` why nothing lowers the batch for a breach (batching is Off, or already
     at spec.batching.min), for the reason: latency.action Auto scales out instead."""
-    reading = read_signals(spec, signals, now, ready)
-    if ready_pods is not None:
-        reading = reading._replace(ready_pods=ready_pods)
-    state = _track_missing(state.as_of(now), reading, now)
+    state = state.as_of(now)
     if ready is not None:
         state = _track_serving(state, current_replicas, ready, now)
+    reading = read_signals(spec, signals, now, ready, _settled_at(state))
+    if ready_pods is not None:
+        reading = reading._replace(ready_pods=ready_pods)
+    state = _track_missing(state, reading, now)
     if not spec.enabled:
         return _held(current_replicas, ScaleAction.DISABLED, "autoscaling.enabled is false; "
                      f"keeping {current_replicas} replicas", reading, state)
@@ -108,8 +112,10 @@ def _decide_on_signals(spec: AutoscalingSpec, current: int, reading: Reading,
                        batching_stuck: str | None = None) -> ScaleDecision:
     queue = _queue_proposal(spec, current, reading)
     serving = _serving(current, state)
-    latency = _latency_proposal(spec, current, reading, serving, batching_stuck)
-    state = _remember_breach(spec, state, reading, serving, now)
+    breaches, not_load = _breach_outcomes(spec, state.breaches, reading, serving, now)
+    latency = _latency_proposal(spec, current, reading, serving, batching_stuck, not_load)
+    if breaches != state.breaches:
+        state = state._replace(breaches=breaches)
     pods = reading.queue_pods
     if (pods is not None and pods < current and queue.replicas is not None
             and latency.replicas is not None and latency.replicas > max(queue.replicas, current)
@@ -137,8 +143,8 @@ def _decide_on_signals(spec: AutoscalingSpec, current: int, reading: Reading,
             notes.append("not scaling in while a signal is missing" if missing else
                          "not scaling in while the latency cannot be compared with its target")
         raw = max(raw, current)
-    if raw < current and state.breach is not None:
-        floor, held = _breach_floor(spec, state.breach, reading, current, now)
+    if raw < current and (load := tuple(b for b in state.breaches if b.outcome != NOT_LOAD)):
+        floor, held = _breach_floor(spec, load, reading, current, now)
         if floor > raw:
             raw = floor
             notes.append(held)
@@ -251,42 +257,109 @@ def _silent(current: int, reading: Reading) -> int:
     return max(0, min(ready, current) - pods)
 
 
-def _remember_breach(spec: AutoscalingSpec, state: ScalingState, reading: Reading,
-                     serving: int, now: float) -> ScalingState:
-    """The state with this reading's latency breach remembered (ScalingState.breach): the
-    lowest request rate per serving replica that breached, kept for latency.breachMemory
-    after the newest breach, and forgotten after that."""
-    breach, memory = state.breach, seconds(spec.latency.breach_memory)
-    if breach is not None and now - breach.time >= memory:
-        breach = None
+def _settled_at(state: ScalingState) -> float | None:
+    """Since when the pods that serve have been the same, as far as the state knows: their
+    last change (Serving.changed) once the Deployment's readiness is read, else the newest
+    scale event. None when it knows neither."""
+    if state.serving is not None:
+        return state.serving.changed
+    return state.scale_events[-1].time if state.scale_events else None
+
+
+def _breach_outcomes(spec: AutoscalingSpec, stored: tuple[Breach, ...], reading: Reading,
+                     serving: int, now: float) -> tuple[tuple[Breach, ...], str | None]:
+    """The breaches remembered after this reading (ScalingState.breaches), and why the
+    breach it reads, if any, is not the load's (None when it is, or there is none).
+
+    Remembered: within latency.breachMemory, and of the latency target and quantile the spec
+    has now. A latency measured at or under the target on the replicas there are now cures
+    the open breaches (and forgets those found not the load's). A breach at a rate per
+    replica below an uncured one's (beyond the tolerance) is not the load's: the replicas
+    added since did not lower the latency (a slow dependency, a bad release, longer
+    requests); the uncured ones are marked so, for breachMemory from now, and it is not
+    remembered. Any other breach
+    is: the older ones at a rate per replica as high or higher are dropped (it is lower and
+    newer), and of more than MAX_BREACHES the lowest and the newest are kept, so the lowest
+    is remembered for breachMemory after it and the newest takes over then."""
+    memory = seconds(spec.latency.breach_memory)
+    if memory <= 0:
+        return (), None
+    target = seconds(spec.latency.target)
+    breaches = stored
+    if breaches:
+        breaches = tuple(b for b in breaches if now - b.time < memory
+                         and b.quantile == spec.latency.quantile and seconds(b.target) == target)
+        latency = reading.latency_s
+        if (latency is not None and latency <= target and reading.latency_settled
+                and reading.latency_floor_s is None and not reading.latency_bounds_unknown):
+            breaches = tuple(b if b.outcome == CURED else b._replace(outcome=CURED)
+                             for b in breaches if b.outcome != NOT_LOAD)
     rate = reading.request_rate
-    if (memory > 0 and reading.latency_breached and rate is not None and rate > 0
-            and serving > 0):
-        if breach is None or rate / serving <= breach.per_replica:
-            breach = Breach(now, rate, serving)
-        else:
-            breach = breach._replace(time=now)
-    return state if breach is state.breach else state._replace(breach=breach)
+    if (not reading.latency_breached or rate is None or rate <= 0 or serving <= 0
+            or _too_few(spec, reading) is not None):
+        return (stored if breaches == stored else breaches), None
+    per_replica = rate / serving
+    if not per_replica > 0:
+        return (stored if breaches == stored else breaches), None
+    beyond = per_replica * (1 + spec.tolerance)
+    uncured = [b for b in breaches if b.outcome != CURED and b.per_replica > beyond]
+    if uncured:
+        highest = max(uncured, key=_per_replica)
+        # Kept while the breach lasts: forgotten an hour into it, the next breach added
+        # replicas again, every hour.
+        breaches = tuple(b._replace(outcome=NOT_LOAD, time=now) if b in uncured else b
+                         for b in breaches)
+        return breaches, (
+            f"it breached at {_per_replica_text(highest.per_replica)} req/s per replica "
+            f"({highest.rate:.1f} req/s on {highest.replicas}) and breaches at "
+            f"{_per_replica_text(per_replica)} now: the replicas added did not lower it, so "
+            "none are added for it")
+    new = Breach(now, rate, serving, str(spec.latency.target), spec.latency.quantile)
+    breaches = (*[b for b in breaches if b.per_replica < per_replica], new)
+    if len(breaches) > MAX_BREACHES:
+        breaches = (breaches[0], breaches[-1])
+    return breaches, None
 
 
-def _breach_floor(spec: AutoscalingSpec, breach: Breach, reading: Reading, current: int,
-                  now: float) -> tuple[int, str]:
+def _too_few(spec: AutoscalingSpec, reading: Reading) -> str | None:
+    """Why the latency quantile is too few requests' to size replicas on without the queue,
+    None when it is not: under 1 / (1 - quantile) requests in its window (100 for P99), it is
+    the slowest one or two of them, and one slow request reads as a breach."""
+    requests, needed = reading.latency_requests, 1 / (1 - spec.latency.quantile) - FLOAT_NOISE
+    if requests is None or requests >= needed:
+        return None
+    return (f"the {reading.latency_kind} is of about {requests:.0f} requests (under "
+            f"{needed:.0f}), the slowest of them")
+
+
+def _per_replica(breach: Breach) -> float:
+    return breach.per_replica
+
+
+def _per_replica_text(rate: float) -> str:
+    return f"{rate:.1f}" if rate >= 0.1 else f"{rate:.2g}"
+
+
+def _breach_floor(spec: AutoscalingSpec, breaches: tuple[Breach, ...], reading: Reading,
+                  current: int, now: float) -> tuple[int, str]:
     """The fewest replicas a scale-in may leave after a latency breach (within
-    latency.breachMemory), and why: enough that each carries less than the request rate per
-    replica that breached, less the tolerance. A healthy latency has no opinion of its own,
-    so the queue alone took the replicas a breach had added away again (a queue at 0 waiting,
-    as vLLM's is while its batch takes every request), and the latency breached again: a
-    scale-out and a scale-in every stabilization window, each with a breach. The rate, not
-    the replicas: the load that goes away with the traffic lets them go with it."""
+    latency.breachMemory), and why: enough that each carries less than the lowest request
+    rate per replica that breached, less the tolerance. A healthy latency has no opinion of
+    its own, so the queue alone took the replicas a breach had added away again (a queue at
+    0 waiting, as vLLM's is while its batch takes every request), and the latency breached
+    again: a scale-out and a scale-in every stabilization window, each with a breach. The
+    rate, not the replicas: the load that goes away with the traffic lets them go with it."""
+    breach = min(breaches, key=_per_replica)
     said = (f"{reading.latency_kind} breached {format_duration(now - breach.time)} ago at "
-            f"{breach.per_replica:.1f} req/s per replica ({breach.rate:.1f} req/s on "
-            f"{breach.replicas})")
+            f"{_per_replica_text(breach.per_replica)} req/s per replica ({breach.rate:.1f} "
+            f"req/s on {breach.replicas})")
     rate = reading.request_rate
     if rate is None:
         return current, f"{said}, and the request rate now is not known: no scale-in"
-    needed = rate / (breach.per_replica * (1 - spec.tolerance))
-    floor = current if not math.isfinite(needed) else min(
-        current, math.floor(min(needed, current) + FLOAT_NOISE) + 1)
+    carried = breach.per_replica * (1 - spec.tolerance)
+    needed = rate / carried if carried > 0 else math.inf
+    floor = current if not needed < current else math.floor(needed + FLOAT_NOISE) + 1
+    floor = min(floor, current)
     return floor, f"{said}: {rate:.1f} req/s now keeps at least {floor}"
 
 
@@ -296,13 +369,16 @@ def _track_serving(state: ScalingState, current: int, ready: int, now: float) ->
     The first reading takes every replica to serve, as before it. Short of the replicas and
     unchanged for STARTING_S, every replica counts again."""
     before = state.serving
-    known = current if before is None else before.replicas
-    count = min(current, max(known, ready))
-    if before is not None and count == before.replicas and current == before.of:
+    if before is None:
+        return state._replace(serving=Serving(min(current, max(current, ready)), current, now))
+    count = min(current, max(before.replicas, ready))
+    if count == before.replicas and current == before.of:
         if count < current and now - before.since >= STARTING_S:
-            return state._replace(serving=Serving(current, current, now))
+            # Counted again, not changed: the pods that serve are the same.
+            return state._replace(serving=Serving(current, current, now, before.changed))
         return state
-    return state._replace(serving=Serving(count, current, now))
+    changed = now if count != before.replicas else before.changed
+    return state._replace(serving=Serving(count, current, now, changed))
 
 
 def _serving(current: int, state: ScalingState) -> int:
@@ -314,7 +390,8 @@ def _serving(current: int, state: ScalingState) -> int:
 
 
 def _latency_proposal(spec: AutoscalingSpec, current: int, reading: Reading,
-                      serving: int, batching_stuck: str | None = None) -> _Proposal:
+                      serving: int, batching_stuck: str | None = None,
+                      not_load: str | None = None) -> _Proposal:
     signal = spec.latency
     kind, target = reading.latency_kind, signal.target
     if reading.latency_quiet:
@@ -353,8 +430,13 @@ def _latency_proposal(spec: AutoscalingSpec, current: int, reading: Reading,
             return _Proposal(current, f"{low}: tune batching", tune_batching=True)
         # Handed to a batching that does not lower the batch (Off, the default, or already
         # at its minimum), the breach was acted on by nothing for as long as it lasted:
-        # replicas are the lever left.
-        said = f"{low}, but {batching_stuck}: scale out"
+        # replicas are the lever left, while they lower it.
+        said = f"{low}, but {batching_stuck}"
+        if not_load is not None:
+            return _Proposal(current, f"{said}; {not_load}")
+        if (few := _too_few(spec, reading)) is not None:
+            return _Proposal(current, f"{said}; {few}, so no replicas are added for it")
+        said = f"{said}: scale out"
     proposed = max(serving + 1, _ceil(serving * reading.latency_s / seconds(target)))
     if serving == current:
         return _Proposal(proposed, f"{said} -> {proposed}")
@@ -434,7 +516,7 @@ def _applied(spec: AutoscalingSpec, current: int, desired: int, reason: str, rea
         if serving is not None and serving.replicas > desired:
             # The scale-in removes the pods not Ready first: no more serve than remain, even
             # if someone scales out again before the next reading.
-            applied = applied._replace(serving=Serving(desired, desired, now))
+            applied = applied._replace(serving=Serving(desired, desired, now, now))
     if desired > current:
         action = ScaleAction.SCALE_OUT
     elif desired < current:

@@ -58,6 +58,12 @@ class Reading(NamedTuple):
     """The Deployment's readyReplicas as the kubelet counts them, where `ready_replicas` is
     the count taken for serving instead (a container without a readiness probe); None: the
     same as `ready_replicas`."""
+    latency_settled: bool = True
+    """The newest latency sample was measured on the replicas there are now: its window
+    starts after they last changed (`settled_at`)."""
+    latency_requests: float | None = None
+    """About how many requests the newest latency sample is a quantile of (the request rate
+    over the window); None when the window or the rate is not known."""
 
     @property
     def queue_missing(self) -> bool:
@@ -88,7 +94,9 @@ class Reading(NamedTuple):
 
 
 def read_signals(spec: AutoscalingSpec, signals: TargetSignals, now: float,
-                 ready: int | None = None) -> Reading:
+                 ready: int | None = None, settled_at: float | None = None) -> Reading:
+    """`settled_at`: since when the replicas have been as they are (engine._settled_at); a
+    latency sample whose window reaches back before it is not counted as a breach."""
     # Fresh as of the fetch they come from: a pass later in the slot reads the slot's batch.
     read_at = signals.fresh_at(now)
     queue_now = signals.queue.latest(read_at)
@@ -101,7 +109,7 @@ def read_signals(spec: AutoscalingSpec, signals: TargetSignals, now: float,
     quiet = rate_now is not None and (rate_now < spec.latency.min_request_rate
                                       or rate_now <= 0)
     unknown = signals.latency_floor_unknown and latency_now is not None and not quiet
-    breaches = 0 if unknown else _consecutive_breaches(spec, signals, floor)
+    breaches = 0 if unknown else _consecutive_breaches(spec, signals, floor, settled_at)
     problems = signals.problems()
     if unknown:
         problems = (*problems, (
@@ -132,7 +140,15 @@ def read_signals(spec: AutoscalingSpec, signals: TargetSignals, now: float,
         signals.running.latest(read_at),
         signals.running.peak if signals.running.available else None,
         problems, signals.queue.pods if queue_now is not None else None, ready, unjudged,
-        unknown)
+        unknown, None, _settled(signals, settled_at),
+        None if rate_now is None or not signals.latency_window_s
+        else rate_now * signals.latency_window_s)
+
+
+def _settled(signals: TargetSignals, settled_at: float | None) -> bool:
+    points = signals.latency.points
+    return settled_at is None or (
+        bool(points) and points[-1][0] >= settled_at + signals.latency_window_s)
 
 
 def _too_old(signals: TargetSignals, queue: float | None, latency: float | None,
@@ -187,17 +203,22 @@ def _queue_sustain(spec: AutoscalingSpec, signals: TargetSignals, now: float,
 
 
 def _consecutive_breaches(spec: AutoscalingSpec, signals: TargetSignals,
-                          floor: float | None = None) -> int:
+                          floor: float | None = None, settled_at: float | None = None) -> int:
     """Newest-first run of samples above target, each at an evaluation interval, each with at
     least minRequestRate behind it (a quantile over a handful of requests is noise). Samples
     are `step` apart; a missing one (dropped as NaN) breaks the run, since it is not known to
-    be above target, and so does one at or under `floor` (`_floor_above_target`)."""
+    be above target, and so does one at or under `floor` (`_floor_above_target`), and one
+    whose window (`latency_window_s`) reaches back before `settled_at`: its quantile still
+    holds the requests served before the replicas changed. Counted, the slow requests of
+    before a scale-out read as a breach on the new replicas once they were Ready, and sized
+    another scale-out on them (1 to 5 to 20 replicas for a load 3 carry)."""
     target, min_rate = seconds(spec.latency.target), spec.latency.min_request_rate
     longest_gap = signals.latency.step * 1.5  # a sample missing (NaN, a failed rule) ends a run
     points = signals.latency.points
     count, newer = 0, points[-1][0] if points else 0.0
+    first = -math.inf if settled_at is None else settled_at + signals.latency_window_s
     for t, latency in reversed(points):
-        if (latency <= target or newer - t > longest_gap
+        if (latency <= target or newer - t > longest_gap or t < first
                 or (floor is not None and latency <= floor + FLOAT_NOISE)):
             break
         rate = signals.request_rate.value_at(t)

@@ -199,6 +199,10 @@ class TargetSignals(NamedTuple):
     A tuning whose pass ran later in the slot reads the batch fetched at its start: its
     signals are as fresh as that fetch, not stale by the time the pass waited."""
 
+    latency_window_s: float = 0.0
+    """How far back each latency sample reaches (spec.metrics.window): a sample taken less
+    than this after the replicas changed still holds requests served before."""
+
     def fresh_at(self, now: float) -> float:
         """The time the signals are judged fresh at, for an evaluation at `now`: when they
         were read, or `now` (not given, or a clock that stepped back since)."""

@@ -15,6 +15,8 @@ from functools import lru_cache
 from operator import itemgetter
 from typing import Any, NamedTuple
 
+from infertune.api.units import duration_seconds
+
 TIME_CACHE = 65536
 """Entries of the time caches: the stored states of 1000 tunings hold ~21,000 distinct times
 (20 recommendations each at the default interval), and each evaluation reads and writes them
@@ -69,27 +71,38 @@ class Serving(NamedTuple):
     """The Deployment's replicas when `replicas` was counted."""
     since: float
     """Since when both have been as they are."""
+    changed: float | None = None
+    """When the pods that serve last changed (Ready pods joined, or a scale-in removed some):
+    a latency sample reaching back before it was measured on other pods. None when no change
+    was seen since the first reading."""
 
 
 class Breach(NamedTuple):
-    """What the latency breaches within spec.autoscaling.latency.breachMemory say of the load a
-    replica can carry (engine._breach_floor): the lowest request rate per replica at which
-    the latency stayed above its target."""
+    """A latency breach, for what it says of the load a replica can carry
+    (engine._breach_floor): the request rate per replica at which the latency stayed above
+    its target."""
 
     time: float
-    """The newest breach: the memory lasts breachMemory after it."""
+    """When: it is remembered for spec.autoscaling.latency.breachMemory after it."""
     rate: float
-    """Requests per second across the target at the breach with the lowest rate per
-    replica."""
+    """Requests per second across the target (finite, above 0)."""
     replicas: int
-    """The replicas serving then (the latency was measured on them)."""
+    """The replicas serving then (the latency was measured on them; at least 1)."""
+    target: str
+    """latency.target then: a breach of another target says nothing of this one."""
+    quantile: float
+    """latency.quantile then."""
+    outcome: str = "Open"
+    """OPEN while no latency at or under the target was measured since, CURED once one was,
+    NOT_LOAD once a lower rate per replica breached before that: the replicas added did not
+    lower the latency, which is then not the load's."""
 
     @property
     def per_replica(self) -> float:
         return self.rate / self.replicas
 
 
-_time: Callable[[Recommendation | ScaleEvent], float] = itemgetter(0)
+_time: Callable[[Recommendation | ScaleEvent | Breach], float] = itemgetter(0)
 """An entry's time (the first field of both), as a sort and bisect key: a C function, called
 for each entry of every state read back."""
 
@@ -104,8 +117,9 @@ class ScalingState(NamedTuple):
     """When every signal went missing; None while at least one signal has data."""
     serving: Serving | None = None
     """None until an evaluation reads the Deployment's readiness."""
-    breach: Breach | None = None
-    """The latency breaches within breachMemory; None when there was none."""
+    breaches: tuple[Breach, ...] = ()
+    """Latency breaches within breachMemory, oldest first, each at a higher rate per replica
+    than the one before (engine._remember_breach)."""
 
     def recorded(self, now: float, recommendation: Recommendation, keep_recommendations_s: float,
                  keep_events_s: float) -> ScalingState:
@@ -133,7 +147,7 @@ class ScalingState(NamedTuple):
         kept.reverse()
         first_event = bisect_right(self.scale_events, now - keep_events_s, key=_time)
         return ScalingState(tuple(kept), self.scale_events[first_event:],
-                            self.metrics_missing_since, self.serving, self.breach)
+                            self.metrics_missing_since, self.serving, self.breaches)
 
     def as_of(self, now: float) -> ScalingState:
         """This state with no time after `now`. A stored time in the future means the clock
@@ -145,17 +159,18 @@ class ScalingState(NamedTuple):
         recs, events, missing = self.recommendations, self.scale_events, self.metrics_missing_since
         if ((not recs or recs[-1].time <= now) and (not events or events[-1].time <= now)
                 and (missing is None or missing <= now)
-                and (self.serving is None or self.serving.since <= now)
-                and (self.breach is None or self.breach.time <= now)):
+                and (self.serving is None or (self.serving.since <= now and (
+                    self.serving.changed is None or self.serving.changed <= now)))
+                and (not self.breaches or self.breaches[-1].time <= now)):
             return self
         return ScalingState(
             tuple(r if r.time <= now else Recommendation(now, r.replicas) for r in recs),
             tuple(e if e.time <= now else ScaleEvent(now, e.change) for e in events),
             None if missing is None else min(missing, now),
-            serving if (serving := self.serving) is None or serving.since <= now
-            else serving._replace(since=now),
-            breach if (breach := self.breach) is None or breach.time <= now
-            else breach._replace(time=now))
+            None if (serving := self.serving) is None else serving._replace(
+                since=min(serving.since, now),
+                changed=None if serving.changed is None else min(serving.changed, now)),
+            tuple(b if b.time <= now else b._replace(time=now) for b in self.breaches))
 
     def to_json(self) -> dict[str, Any]:
         """The shape stored in status (camelCase, RFC 3339 times)."""
@@ -168,10 +183,12 @@ class ScalingState(NamedTuple):
                                     else format_time(self.metrics_missing_since)),
             "serving": None if (serving := self.serving) is None else {
                 "replicas": serving.replicas, "of": serving.of,
-                "since": format_time(serving.since)},
-            "latencyBreach": None if (breach := self.breach) is None else {
-                "time": format_time(breach.time), "requestRate": breach.rate,
-                "replicas": breach.replicas},
+                "since": format_time(serving.since),
+                "changed": None if serving.changed is None else format_time(serving.changed)},
+            "latencyBreaches": [{"time": format_time(b.time), "requestRate": b.rate,
+                                 "replicas": b.replicas, "target": b.target,
+                                 "quantile": b.quantile, "outcome": b.outcome}
+                                for b in self.breaches],
         }
 
     @classmethod
@@ -189,14 +206,18 @@ class ScalingState(NamedTuple):
     @classmethod
     def _read(cls, data: dict[str, Any], tolerant: bool = False) -> ScalingState:
         missing, serving = data.get("metricsMissingSince"), data.get("serving")
-        breach = data.get("latencyBreach")
+        breaches = data.get("latencyBreaches")
         if tolerant:
             data = {
                 "recommendations": _readable(data.get("recommendations"), ("time", "replicas")),
                 "scaleEvents": _readable(data.get("scaleEvents"), ("time", "change"))}
             missing = missing if _readable([{"time": missing}], ("time",)) else None
             serving = serving if _readable([serving], ("since", "replicas", "of")) else None
-            breach = breach if _breach_readable(breach) else None
+            if serving and serving.get("changed") is not None and not _readable(
+                    [{"time": serving.get("changed")}], ("time",)):
+                serving = {**serving, "changed": None}
+            breaches = [b for b in breaches if _breach_readable(b)] \
+                if isinstance(breaches, list) else None
         # Sorted: a state stored across a clock step, or edited by hand, may be out of order,
         # and `recorded` drops old entries as a prefix.
         return cls(
@@ -205,9 +226,10 @@ class ScalingState(NamedTuple):
             tuple(sorted([ScaleEvent(parse_time(e["time"]), int(e["change"]))
                           for e in data.get("scaleEvents") or ()], key=_time)),
             None if missing is None else parse_time(missing),
-            None if not serving else Serving(int(serving["replicas"]), int(serving["of"]),
-                                             parse_time(serving["since"])),
-            None if not breach else _breach(breach),
+            None if not serving else Serving(
+                int(serving["replicas"]), int(serving["of"]), parse_time(serving["since"]),
+                None if serving.get("changed") is None else parse_time(serving["changed"])),
+            tuple(sorted([_breach(b) for b in breaches or ()], key=_time)),
         )
 
 
@@ -225,12 +247,21 @@ def _readable(entries: Any, fields: tuple[str, ...]) -> list[dict[str, Any]]:
     return out
 
 
+OPEN, CURED, NOT_LOAD = "Open", "Cured", "NotLoad"
+OUTCOMES = (OPEN, CURED, NOT_LOAD)
+
+
 def _breach(data: dict[str, Any]) -> Breach:
-    """The stored latencyBreach; ValueError when it cannot be one (a rate per replica needs a
-    finite rate and at least one replica)."""
-    breach = Breach(parse_time(data["time"]), float(data["requestRate"]), int(data["replicas"]))
-    if not (math.isfinite(breach.rate) and breach.rate > 0 and breach.replicas >= 1):
-        raise ValueError(f"latencyBreach {data} is not a breach")
+    """A stored latencyBreaches entry; ValueError when it cannot be one (a rate per replica
+    needs a finite rate and at least one replica, and a rate per replica that is a number
+    above 0)."""
+    breach = Breach(parse_time(data["time"]), float(data["requestRate"]), int(data["replicas"]),
+                    str(data["target"]), float(data["quantile"]), str(data["outcome"]))
+    duration_seconds(breach.target)  # compared with the spec's as a duration
+    if breach.outcome not in OUTCOMES:
+        raise ValueError(f"latencyBreaches entry {data} has no outcome of {OUTCOMES}")
+    if not (math.isfinite(breach.rate) and breach.replicas >= 1 and breach.per_replica > 0):
+        raise ValueError(f"latencyBreaches entry {data} is not a breach")
     return breach
 
 
