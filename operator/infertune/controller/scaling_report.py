@@ -150,20 +150,24 @@ def plan_evaluation(spec: InferenceTuningSpec, generation: int, status: Mapping[
         # Serving is counted from the pods that report; a Ready pod that stops reporting
         # (its scrape times out under load) still counts at the target on a scale-in.
         kubelet_ready, ready = ready, reporting_ready(ready, signals, now, state.serving)
+    def stuck(reading: Reading) -> tuple[str, str] | None:
+        return _batching_stuck(spec, status, template, now, signals.fresh_at(now), current,
+                               ready, reading)
+
+    def auto_stuck(reading: Reading) -> str | None:
+        # Asked by the engine for a breach latency.action Auto would hand to batching: with
+        # batching Off (the default) it was handed to nothing, a queue at 0 (vLLM's, while
+        # its batch takes every request) took the replicas away, and the latency stayed
+        # above its target for good; the breach scales out instead (_latency_proposal).
+        got = stuck(reading)
+        return None if got is None else got[0]
+
     decision = decide_scale(spec.autoscaling, current, signals, state, now, ready,
-                            kubelet_ready)
-    if decision.action is ScaleAction.TUNE_BATCHING and (stuck := _batching_stuck(
-            spec, status, template, now, signals.fresh_at(now), current, ready,
-            decision.signals)) is not None:
-        if spec.autoscaling.latency.action is LatencyAction.AUTO:
-            # Decided again, rarely: the breach scales out (engine._latency_proposal). With
-            # batching Off (the default) it was handed to nothing: a queue at 0 (vLLM's, while
-            # its batch takes every request) took the replicas away, and the latency stayed
-            # above its target for good.
-            decision = decide_scale(spec.autoscaling, current, signals, state, now, ready,
-                                    kubelet_ready, stuck[0])
-        else:
-            decision = with_reason(decision, decision.reason + stuck[1])
+                            kubelet_ready, auto_stuck)
+    if (decision.action is ScaleAction.TUNE_BATCHING
+            and spec.autoscaling.latency.action is LatencyAction.TUNE_BATCHING
+            and (told := stuck(decision.signals)) is not None):
+        decision = with_reason(decision, decision.reason + told[1])
     stamp = format_time(now)
     changes = decision.desired_replicas != current
     applied = changes and spec.mode is Mode.ENFORCE and blocked is None

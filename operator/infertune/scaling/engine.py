@@ -9,6 +9,7 @@ are applied afterwards (`behavior.py`). Every decision carries a reason with its
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from enum import StrEnum
 from typing import NamedTuple
 
@@ -66,6 +67,11 @@ class ScaleDecision(NamedTuple):
     metrics missing)."""
 
 
+Stuck = str | Callable[[Reading], str | None] | None
+"""Why nothing lowers the batch (decide_scale's `batching_stuck`), or how to tell from the
+reading."""
+
+
 class _Proposal(NamedTuple):
     replicas: int | None
     """None: this signal has no opinion (healthy latency, quiet traffic, missing data)."""
@@ -76,11 +82,13 @@ class _Proposal(NamedTuple):
 def decide_scale(spec: AutoscalingSpec, current_replicas: int, signals: TargetSignals,
                  state: ScalingState, now: float, ready: int | None = None,
                  ready_pods: int | None = None,
-                 batching_stuck: str | None = None) -> ScaleDecision:
+                 batching_stuck: Stuck = None) -> ScaleDecision:
     """`ready` is the Deployment's status.readyReplicas, None when not known; `ready_pods`
     that count where `ready` is what is taken for serving instead (Reading.ready_pods);
     `batching_stuck` why nothing lowers the batch for a breach (batching is Off, or already
-    at spec.batching.min), for the reason: latency.action Auto scales out instead."""
+    at spec.batching.min), for the reason: latency.action Auto scales out instead. As a
+    function of the reading, it is called only for a breach that Auto would hand to
+    batching."""
     state = state.as_of(now)
     if ready is not None:
         state = _track_serving(state, current_replicas, ready, now)
@@ -109,13 +117,16 @@ def decide_scale(spec: AutoscalingSpec, current_replicas: int, signals: TargetSi
 
 def _decide_on_signals(spec: AutoscalingSpec, current: int, reading: Reading,
                        state: ScalingState, now: float,
-                       batching_stuck: str | None = None) -> ScaleDecision:
+                       batching_stuck: Stuck = None) -> ScaleDecision:
     queue = _queue_proposal(spec, current, reading)
     serving = _serving(current, state)
-    breaches, not_load = _breach_outcomes(spec, state.breaches, reading, serving, now)
+    not_load = None
+    if state.breaches or reading.latency_breached:  # the usual case: neither
+        breaches, not_load = _breach_outcomes(spec, state.breaches, reading, serving, now)
+        if breaches != state.breaches:  # positional: _replace costs several times more
+            state = ScalingState(state.recommendations, state.scale_events,
+                                 state.metrics_missing_since, state.serving, breaches)
     latency = _latency_proposal(spec, current, reading, serving, batching_stuck, not_load)
-    if breaches != state.breaches:
-        state = state._replace(breaches=breaches)
     pods = reading.queue_pods
     if (pods is not None and pods < current and queue.replicas is not None
             and latency.replicas is not None and latency.replicas > max(queue.replicas, current)
@@ -390,7 +401,7 @@ def _serving(current: int, state: ScalingState) -> int:
 
 
 def _latency_proposal(spec: AutoscalingSpec, current: int, reading: Reading,
-                      serving: int, batching_stuck: str | None = None,
+                      serving: int, batching_stuck: Stuck = None,
                       not_load: str | None = None) -> _Proposal:
     signal = spec.latency
     kind, target = reading.latency_kind, signal.target
@@ -426,6 +437,8 @@ def _latency_proposal(spec: AutoscalingSpec, current: int, reading: Reading,
     if signal.action is LatencyAction.AUTO and queue_is_low(spec, reading):
         low = (f"{said}, queue {reading.queue_per_replica:.1f}/replica is not above target "
                f"{spec.queue.target_per_replica:g} so the latency comes from batching")
+        if callable(batching_stuck):
+            batching_stuck = batching_stuck(reading)
         if batching_stuck is None:
             return _Proposal(current, f"{low}: tune batching", tune_batching=True)
         # Handed to a batching that does not lower the batch (Off, the default, or already

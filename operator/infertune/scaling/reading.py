@@ -140,15 +140,11 @@ def read_signals(spec: AutoscalingSpec, signals: TargetSignals, now: float,
         signals.running.latest(read_at),
         signals.running.peak if signals.running.available else None,
         problems, signals.queue.pods if queue_now is not None else None, ready, unjudged,
-        unknown, None, _settled(signals, settled_at),
+        unknown, None, settled_at is None or (
+            bool(signals.latency.points)
+            and signals.latency.points[-1][0] >= settled_at + signals.latency_window_s),
         None if rate_now is None or not signals.latency_window_s
         else rate_now * signals.latency_window_s)
-
-
-def _settled(signals: TargetSignals, settled_at: float | None) -> bool:
-    points = signals.latency.points
-    return settled_at is None or (
-        bool(points) and points[-1][0] >= settled_at + signals.latency_window_s)
 
 
 def _too_old(signals: TargetSignals, queue: float | None, latency: float | None,
