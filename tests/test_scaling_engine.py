@@ -1203,12 +1203,12 @@ def _breach_signals(rate: float, now: float = NOW, p99_s: float = 0.2) -> Target
 
 def test_the_breaches_remembered_are_the_lowest_rate_per_replica_and_the_newest() -> None:
     first = decide(_breach_signals(30.0), current=2)  # 15 req/s per replica
-    assert first.state.breaches == (Breach(NOW, 30.0, 2, "75ms", 0.99),)
+    assert first.state.breaches == (Breach(NOW, 30.0, 2, "75ms", 0.99, latency=0.2),)
     # A later one at a higher rate per replica (20) is kept beside it: it takes over when
     # the lowest is forgotten.
     later = decide(_breach_signals(40.0, NOW + 60), current=2, state=first.state, now=NOW + 60)
-    assert later.state.breaches == (Breach(NOW, 30.0, 2, "75ms", 0.99),
-                                    Breach(NOW + 60, 40.0, 2, "75ms", 0.99))
+    assert later.state.breaches == (Breach(NOW, 30.0, 2, "75ms", 0.99, latency=0.2),
+                                    Breach(NOW + 60, 40.0, 2, "75ms", 0.99, latency=0.2))
     # A latency under the target on the same pods cures them (the floor still counts them).
     healthy = decide(signals(steady(0, now=NOW + 90), now=NOW + 90), current=2,
                      state=later.state, now=NOW + 90)
@@ -1216,11 +1216,11 @@ def test_the_breaches_remembered_are_the_lowest_rate_per_replica_and_the_newest(
     # One at a lower rate per replica (10) replaces both.
     lower = decide(_breach_signals(40.0, NOW + 120), current=4, state=healthy.state,
                    now=NOW + 120)
-    assert lower.state.breaches == (Breach(NOW + 120, 40.0, 4, "75ms", 0.99),)
+    assert lower.state.breaches == (Breach(NOW + 120, 40.0, 4, "75ms", 0.99, latency=0.2),)
     calm = NOW + 180
     cured = decide(signals(steady(0, now=calm), now=calm), current=4, state=lower.state,
                    now=calm)
-    assert cured.state.breaches == (Breach(NOW + 120, 40.0, 4, "75ms", 0.99, "Cured"),)
+    assert cured.state.breaches == (Breach(NOW + 120, 40.0, 4, "75ms", 0.99, "Cured", 0.2),)
     # Past breachMemory, it is forgotten; so it is at once when the target or the quantile
     # changes (a breach of 75ms says nothing of a 500ms target).
     gone = decide(signals(steady(0, now=calm + 3600), now=calm + 3600), current=4,
@@ -1273,9 +1273,10 @@ def test_a_breach_more_replicas_did_not_lower_adds_none_with_nothing_lowering_th
                                       latency={})
     assert max(history) == 6 and len(_scale_outs(decisions)) == 1, history
     held = decisions[-1]
-    assert ("but spec.batching.mode is Off, so nothing lowers the batch; it breached at 6.7 "
-            "req/s per replica (20.0 req/s on 3) and breaches at 3.3 now: the replicas added "
-            "did not lower it, so none are added for it") in held.reason
+    assert ("but spec.batching.mode is Off, so nothing lowers the batch; it breached at 150ms "
+            "with 6.7 req/s per replica (20.0 req/s on 3) and is at 150ms with 3.3 req/s per "
+            "replica now: the replicas added did not lower it, so none are added for it") \
+        in held.reason
     assert held.state.breaches[0].outcome == "NotLoad"
     # Once it is under the target again, it is forgotten: the replicas go with the queue.
     rates = [20.0] * 100
@@ -1307,3 +1308,54 @@ def test_a_quantile_of_too_few_requests_adds_no_replicas_with_nothing_lowering_t
     assert "the p99 is of about 72 requests (under 100), the slowest of them, so no replicas " \
         "are added for it" in said
     assert all(d.state.breaches == () for d in decisions)
+
+
+def test_a_scale_out_too_small_to_end_a_breach_is_still_the_loads() -> None:
+    """A breach on more replicas at a lower rate per replica is not the load's only when the
+    latency did not come down with it: a scale-out held to one pod by the rate limits (312
+    to 78 ms), or a latency with a fixed part (50 ms + 5 ms per req/s per replica, which
+    sizing on the ratio always falls short of), read as "did not lower it", and the
+    Deployment stayed above its target with nothing acting."""
+    limited, decisions = _closed_loop([20.0] * 120, 1, batching_stuck=STUCK, latency={},
+                                      scaleUp={"pods": 1, "percent": 0, "period": "2m"})
+    assert limited[-1] == 3 and all(d.state.breaches == () or d.state.breaches[0].outcome
+                                    != "NotLoad" for d in decisions), limited
+
+    def fixed_part(rate: float, replicas: int) -> float:
+        return 0.05 + 0.005 * rate / replicas
+
+    history, decisions = _closed_loop([40.0] * 240, 5, p99=fixed_part, batching_stuck=STUCK,
+                                      latency={})
+    assert fixed_part(40.0, history[-1]) <= 0.075, history
+    assert not any("did not lower it" in d.reason for d in decisions)
+
+
+def test_a_dip_in_the_request_rate_on_the_same_pods_is_not_a_breach_replicas_missed() -> None:
+    """No replica added (pods still loading, DryRun, a blocked write): a breach at 17 req/s
+    after one at 20 on the same 2 pods said "the replicas added did not lower it"."""
+    first = decide_scale(spec(), 2, _breach_signals(20.0), ScalingState(), NOW, 2,
+                         batching_stuck=STUCK)
+    dip = decide_scale(spec(), 2, _breach_signals(17.0, NOW + 15), first.state, NOW + 15, 2,
+                       batching_stuck=STUCK)
+    assert dip.action is ScaleAction.SCALE_OUT and "did not lower" not in dip.reason
+    assert [b.outcome for b in dip.state.breaches] == ["Open"]
+
+
+def test_a_mean_latency_is_not_a_quantile_of_too_few_requests() -> None:
+    few = TargetSignals(steady(0), per_interval(0.3, 0.3), per_interval(1.5, 1.5),
+                        latency_kind="mean", latency_window_s=60.0)
+    decision = decide_scale(spec(), 2, few, ScalingState(), NOW, batching_stuck=STUCK)
+    assert decision.action is ScaleAction.SCALE_OUT, decision.reason
+    p99 = few._replace(latency_kind="p99")
+    held = decide_scale(spec(), 2, p99, ScalingState(), NOW, batching_stuck=STUCK)
+    assert held.action is ScaleAction.HOLD and "of about 90 requests" in held.reason
+
+
+def test_without_a_breach_memory_replicas_that_did_not_lower_a_breach_are_still_seen() -> None:
+    """breachMemory 0s turns off the scale-in limit, not the check that ended a runaway."""
+    def flat(rate: float, replicas: int) -> float:
+        return 0.15
+
+    history, decisions = _closed_loop([20.0] * 60, 3, p99=flat, batching_stuck=STUCK,
+                                      latency={"breachMemory": "0s"})
+    assert max(history) == 6 and len(_scale_outs(decisions)) == 1, history

@@ -90,7 +90,7 @@ class LatencySignal(ApiModel):
     """How long a breach limits scaling in after it: no scale-in leaves the replicas carrying
     the request rate per replica at which the latency breached (less the tolerance), so the
     queue does not take away the replicas a breach needed and breach again. Counted from
-    the newest breach; 0s turns it off. At most 24h."""
+    each breach; 0s turns the limit off. At most 24h."""
 
     @model_validator(mode="after")
     def _target_above_zero(self) -> LatencySignal:

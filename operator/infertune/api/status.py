@@ -198,9 +198,10 @@ class BreachRecord(ApiModel):
     """latency.quantile then."""
     outcome: Literal["Open", "Cured", "NotLoad"] = "Open"
     """Open until a latency at or under the target is measured on the pods then serving;
-    Cured after that; NotLoad when a lower rate per replica breached before it was cured
-    (the replicas added did not lower it: it is not the load's, and is forgotten once
-    cured)."""
+    Cured after that; NotLoad when the replicas added did not lower it (it is not the
+    load's, and is forgotten once cured)."""
+    latency_seconds: Annotated[float, Field(ge=0)]
+    """The latency then (0: not known)."""
 
 
 class AutoscalingState(ApiModel):

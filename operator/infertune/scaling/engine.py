@@ -33,6 +33,7 @@ from infertune.scaling.signals import (
 from infertune.scaling.state import (
     CURED,
     NOT_LOAD,
+    OPEN,
     Breach,
     Recommendation,
     ScaleEvent,
@@ -154,7 +155,8 @@ def _decide_on_signals(spec: AutoscalingSpec, current: int, reading: Reading,
             notes.append("not scaling in while a signal is missing" if missing else
                          "not scaling in while the latency cannot be compared with its target")
         raw = max(raw, current)
-    if raw < current and (load := tuple(b for b in state.breaches if b.outcome != NOT_LOAD)):
+    if raw < current and seconds(spec.latency.breach_memory) > 0 and (
+            load := tuple(b for b in state.breaches if b.outcome != NOT_LOAD)):
         floor, held = _breach_floor(spec, load, reading, current, now)
         if floor > raw:
             raw = floor
@@ -277,55 +279,65 @@ def _settled_at(state: ScalingState) -> float | None:
     return state.scale_events[-1].time if state.scale_events else None
 
 
+UNCURED_KEPT_S = 3600.0
+"""How long an uncured breach is kept with latency.breachMemory shorter than it (0s: no
+scale-in limit), for telling a breach the replicas added did not lower (NOT_LOAD)."""
+
+
 def _breach_outcomes(spec: AutoscalingSpec, stored: tuple[Breach, ...], reading: Reading,
                      serving: int, now: float) -> tuple[tuple[Breach, ...], str | None]:
     """The breaches remembered after this reading (ScalingState.breaches), and why the
     breach it reads, if any, is not the load's (None when it is, or there is none).
 
-    Remembered: within latency.breachMemory, and of the latency target and quantile the spec
-    has now. A latency measured at or under the target on the replicas there are now cures
-    the open breaches (and forgets those found not the load's). A breach at a rate per
-    replica below an uncured one's (beyond the tolerance) is not the load's: the replicas
-    added since did not lower the latency (a slow dependency, a bad release, longer
-    requests); the uncured ones are marked so, for breachMemory from now, and it is not
-    remembered. Any other breach
-    is: the older ones at a rate per replica as high or higher are dropped (it is lower and
+    Remembered: within latency.breachMemory (an uncured one for UNCURED_KEPT_S at least), and
+    of the latency target and quantile the spec has now. A latency measured at or under the
+    target on the pods that serve now cures the open breaches (and forgets those found not
+    the load's). A breach on more replicas than an uncured one, at a rate per replica lower
+    beyond the tolerance, whose latency came down by less than a quarter of what that rate
+    says (`latency x rate per replica now / then`), is not the load's: the replicas added
+    did not lower it (a slow dependency, a bad release, longer requests). The uncured ones
+    are marked so (and kept while it lasts), and it is not remembered. Any other breach is:
+    the older ones at a rate per replica as high or higher are dropped (it is lower and
     newer), and of more than MAX_BREACHES the lowest and the newest are kept, so the lowest
     is remembered for breachMemory after it and the newest takes over then."""
     memory = seconds(spec.latency.breach_memory)
-    if memory <= 0:
-        return (), None
     target = seconds(spec.latency.target)
     breaches = stored
     if breaches:
-        breaches = tuple(b for b in breaches if now - b.time < memory
+        kept = memory if memory >= UNCURED_KEPT_S else UNCURED_KEPT_S
+        breaches = tuple(b for b in breaches
+                         if now - b.time < (memory if b.outcome == CURED else kept)
                          and b.quantile == spec.latency.quantile and seconds(b.target) == target)
         latency = reading.latency_s
         if (latency is not None and latency <= target and reading.latency_settled
                 and reading.latency_floor_s is None and not reading.latency_bounds_unknown):
             breaches = tuple(b if b.outcome == CURED else b._replace(outcome=CURED)
                              for b in breaches if b.outcome != NOT_LOAD)
-    rate = reading.request_rate
+    rate, latency = reading.request_rate, reading.latency_s
     if (not reading.latency_breached or rate is None or rate <= 0 or serving <= 0
-            or _too_few(spec, reading) is not None):
+            or latency is None or _too_few(spec, reading) is not None):
         return (stored if breaches == stored else breaches), None
     per_replica = rate / serving
     if not per_replica > 0:
         return (stored if breaches == stored else breaches), None
     beyond = per_replica * (1 + spec.tolerance)
-    uncured = [b for b in breaches if b.outcome != CURED and b.per_replica > beyond]
+    uncured = [b for b in breaches if b.outcome != CURED and serving > b.replicas
+               and b.per_replica > beyond
+               and latency > b.latency * (0.75 + 0.25 * per_replica / b.per_replica)]
     if uncured:
-        highest = max(uncured, key=_per_replica)
+        first = min(uncured, key=_per_replica)
         # Kept while the breach lasts: forgotten an hour into it, the next breach added
         # replicas again, every hour.
         breaches = tuple(b._replace(outcome=NOT_LOAD, time=now) if b in uncured else b
                          for b in breaches)
         return breaches, (
-            f"it breached at {_per_replica_text(highest.per_replica)} req/s per replica "
-            f"({highest.rate:.1f} req/s on {highest.replicas}) and breaches at "
-            f"{_per_replica_text(per_replica)} now: the replicas added did not lower it, so "
-            "none are added for it")
-    new = Breach(now, rate, serving, str(spec.latency.target), spec.latency.quantile)
+            f"it breached at {latency_text(first.latency)} with "
+            f"{_per_replica_text(first.per_replica)} req/s per replica ({first.rate:.1f} req/s "
+            f"on {first.replicas}) and is at {latency_text(latency)} with "
+            f"{_per_replica_text(per_replica)} req/s per replica now: the replicas added did "
+            "not lower it, so none are added for it")
+    new = Breach(now, rate, serving, str(spec.latency.target), spec.latency.quantile, OPEN,
+                 latency)
     breaches = (*[b for b in breaches if b.per_replica < per_replica], new)
     if len(breaches) > MAX_BREACHES:
         breaches = (breaches[0], breaches[-1])
@@ -337,8 +349,8 @@ def _too_few(spec: AutoscalingSpec, reading: Reading) -> str | None:
     None when it is not: under 1 / (1 - quantile) requests in its window (100 for P99), it is
     the slowest one or two of them, and one slow request reads as a breach."""
     requests, needed = reading.latency_requests, 1 / (1 - spec.latency.quantile) - FLOAT_NOISE
-    if requests is None or requests >= needed:
-        return None
+    if requests is None or requests >= needed or reading.latency_kind == "mean":
+        return None  # a mean is not its slowest requests
     return (f"the {reading.latency_kind} is of about {requests:.0f} requests (under "
             f"{needed:.0f}), the slowest of them")
 

@@ -94,8 +94,10 @@ class Breach(NamedTuple):
     """latency.quantile then."""
     outcome: str = "Open"
     """OPEN while no latency at or under the target was measured since, CURED once one was,
-    NOT_LOAD once a lower rate per replica breached before that: the replicas added did not
-    lower the latency, which is then not the load's."""
+    NOT_LOAD once the replicas added did not lower it (engine._breach_outcomes): the latency
+    is then not the load's."""
+    latency: float = 0.0
+    """The latency then, in seconds (0: not known)."""
 
     @property
     def per_replica(self) -> float:
@@ -187,7 +189,8 @@ class ScalingState(NamedTuple):
                 "changed": None if serving.changed is None else format_time(serving.changed)},
             "latencyBreaches": [{"time": format_time(b.time), "requestRate": b.rate,
                                  "replicas": b.replicas, "target": b.target,
-                                 "quantile": b.quantile, "outcome": b.outcome}
+                                 "quantile": b.quantile, "outcome": b.outcome,
+                                 "latencySeconds": b.latency}
                                 for b in self.breaches],
         }
 
@@ -256,11 +259,13 @@ def _breach(data: dict[str, Any]) -> Breach:
     needs a finite rate and at least one replica, and a rate per replica that is a number
     above 0)."""
     breach = Breach(parse_time(data["time"]), float(data["requestRate"]), int(data["replicas"]),
-                    str(data["target"]), float(data["quantile"]), str(data["outcome"]))
+                    str(data["target"]), float(data["quantile"]), str(data["outcome"]),
+                    float(data["latencySeconds"]))
     duration_seconds(breach.target)  # compared with the spec's as a duration
     if breach.outcome not in OUTCOMES:
         raise ValueError(f"latencyBreaches entry {data} has no outcome of {OUTCOMES}")
-    if not (math.isfinite(breach.rate) and breach.replicas >= 1 and breach.per_replica > 0):
+    if not (math.isfinite(breach.rate) and breach.replicas >= 1 and breach.per_replica > 0
+            and math.isfinite(breach.latency) and breach.latency >= 0):
         raise ValueError(f"latencyBreaches entry {data} is not a breach")
     return breach
 
