@@ -1152,8 +1152,9 @@ def test_a_scale_in_does_not_take_away_the_replicas_a_breach_needed() -> None:
     assert history[outs[1]:] == [3] * (240 - outs[1])
     limited = next(d for d in decisions if d.action is ScaleAction.SCALE_IN and
                    d.current_replicas == 5)
-    assert ("p99 breached 345s ago at 20.0 req/s per replica (20.0 req/s on 1): 20.0 req/s now "
-            "keeps at least 2; 5 -> 2") in limited.reason
+    assert ("p99 breached at 20.0 req/s per replica (20.0 req/s on 1), and was under its "
+            "target at 4.0 req/s per replica: 20.0 req/s now keeps at least 2; 5 -> 2") \
+        in limited.reason
     # Turned off, the queue takes them away every window.
     _, cycling = _closed_loop([20.0] * 240, 3, latency={"action": "ScaleOut",
                                                          "breachMemory": "0s"})
@@ -1185,15 +1186,19 @@ def test_the_breach_memory_lets_replicas_go_with_the_load_and_ends() -> None:
     outs = _scale_outs(decisions)
     assert len(outs) == 2 and history[outs[1]:80] == [3] * (80 - outs[1])
     assert history[-1] == 1 and _hockey_stick_p99_s(4.0, 1) <= 0.075
-    # The memory lasts breachMemory after the newest breach: a scale-in then may try the
-    # load again (and learn it again from the breach).
+    # The memory lasts breachMemory after the breach or the last scale-in it limited: at
+    # the same load it keeps the count with no further breach; once the load no longer
+    # needs it, it ends 10 minutes later.
     ten = {"latency": {"action": "ScaleOut", "breachMemory": "10m"}}
-    history, decisions = _closed_loop([20.0] * 160, 3, **ten)
+    history, decisions = _closed_loop([20.0] * 160 + [4.0] * 80, 3, **ten)
     outs = _scale_outs(decisions)
-    assert history[outs[1]:outs[1] + 40] == [3] * 40  # 10 minutes at 3
-    assert len(outs) > 2 and outs[2] > outs[1] + 40
+    assert len(outs) == 2 and history[outs[1]:160] == [3] * (160 - outs[1])
+    assert history[-1] == 1 and decisions[-1].state.breaches == ()
+    # The last scale-in it limited was the last interval at 20 req/s (159): 10 minutes on.
+    assert decisions[198].state.breaches != () and decisions[199].state.breaches == ()
     # ... and an operator restarted at every evaluation decides the same (stored in status).
-    assert _closed_loop([20.0] * 160, 3, restart_every_cycle=True, **ten)[0] == history
+    assert _closed_loop([20.0] * 160 + [4.0] * 80, 3, restart_every_cycle=True,
+                        **ten)[0] == history
 
 
 def _breach_signals(rate: float, now: float = NOW, p99_s: float = 0.2) -> TargetSignals:
@@ -1213,14 +1218,18 @@ def test_the_breaches_remembered_are_the_lowest_rate_per_replica_and_the_newest(
     healthy = decide(signals(steady(0, now=NOW + 90), now=NOW + 90), current=2,
                      state=later.state, now=NOW + 90)
     assert [b.outcome for b in healthy.state.breaches] == ["Cured", "Cured"]
-    # One at a lower rate per replica (10) replaces both.
+    # ... and the rate per replica it carried (10 req/s on 2) is known to be fine.
+    assert [b.healthy for b in healthy.state.breaches] == [5.0, 5.0]
+    # One at a lower rate per replica (10) replaces both, and keeps what was fine under it.
     lower = decide(_breach_signals(40.0, NOW + 120), current=4, state=healthy.state,
                    now=NOW + 120)
-    assert lower.state.breaches == (Breach(NOW + 120, 40.0, 4, "75ms", 0.99, latency=0.2),)
+    assert lower.state.breaches == (Breach(NOW + 120, 40.0, 4, "75ms", 0.99, latency=0.2,
+                                           healthy=5.0),)
     calm = NOW + 180
     cured = decide(signals(steady(0, now=calm), now=calm), current=4, state=lower.state,
                    now=calm)
-    assert cured.state.breaches == (Breach(NOW + 120, 40.0, 4, "75ms", 0.99, "Cured", 0.2),)
+    # (Its time is now: it limited this evaluation's scale-in, 1 -> 2.)
+    assert cured.state.breaches == (Breach(calm, 40.0, 4, "75ms", 0.99, "Cured", 0.2, 5.0),)
     # Past breachMemory, it is forgotten; so it is at once when the target or the quantile
     # changes (a breach of 75ms says nothing of a 500ms target).
     gone = decide(signals(steady(0, now=calm + 3600), now=calm + 3600), current=4,
@@ -1250,7 +1259,7 @@ def test_with_the_request_rate_unknown_a_remembered_breach_holds_every_scale_in(
 def test_the_breach_floor_is_the_rate_per_replica_less_the_tolerance(rate: float,
                                                                       floor: int) -> None:
     """Breached at 10 req/s per replica: with tolerance 0.1 a replica may carry less than 9."""
-    state = ScalingState(breaches=(Breach(NOW - 60, 20.0, 2, "75ms", 0.99, "Cured"),))
+    state = ScalingState(breaches=(Breach(NOW - 60, 20.0, 2, "75ms", 0.99, "Cured", 0.1, 9.0),))
     sig = TargetSignals(steady(0), per_interval(0.05, 0.05), per_interval(rate, rate))
     decision = decide(sig, current=8, state=state, scaleDown={"stabilization": "0s"},
                       latency={"minRequestRate": 0})
@@ -1359,3 +1368,16 @@ def test_without_a_breach_memory_replicas_that_did_not_lower_a_breach_are_still_
     history, decisions = _closed_loop([20.0] * 60, 3, p99=flat, batching_stuck=STUCK,
                                       latency={"breachMemory": "0s"})
     assert max(history) == 6 and len(_scale_outs(decisions)) == 1, history
+
+
+def test_after_a_step_in_load_the_count_is_found_in_a_few_breaches_and_then_kept() -> None:
+    """4 to 60 req/s on 1 replica: each scale-in goes halfway between the load per replica
+    that breached and the most that was fine since, so three breaches find the count where
+    just under the breach took six; and the count is kept at the same load (the memory lasts
+    an hour after the last scale-in it limited), where it was tried again every hour and a
+    half, three breaches each time."""
+    history, decisions = _closed_loop([4.0] * 40 + [60.0] * 440, 1)
+    outs = _scale_outs(decisions)
+    episodes = [i for i in outs if i - 1 not in outs]
+    assert len(episodes) <= 3 and outs[-1] < 130, outs
+    assert len(set(history[130:])) == 1 and _hockey_stick_p99_s(60.0, history[-1]) <= 0.075

@@ -116,23 +116,25 @@ def test_a_stored_entry_that_cannot_be_read_is_left_out_not_raised() -> None:
 def test_latency_breaches_round_trip_and_a_broken_one_is_left_out() -> None:
     from infertune.api.status import AutoscalingState
 
-    state = ScalingState(breaches=(Breach(NOW - 60, 20.5, 2, "75ms", 0.99, "Cured", 0.2),
+    state = ScalingState(breaches=(Breach(NOW - 60, 20.5, 2, "75ms", 0.99, "Cured", 0.2, 3.5),
                                    Breach(NOW, 30.0, 2, "75ms", 0.99, latency=0.15)),
                          serving=Serving(2, 3, NOW - 30, NOW - 90))
     stored = state.to_json()
     assert stored["latencyBreaches"][1] == {
         "time": "2023-11-14T22:13:20Z", "requestRate": 30.0, "replicas": 2, "target": "75ms",
-        "quantile": 0.99, "outcome": "Open", "latencySeconds": 0.15}
+        "quantile": 0.99, "outcome": "Open", "latencySeconds": 0.15, "healthyPerReplica": 0.0}
     assert stored["serving"]["changed"] == "2023-11-14T22:11:50Z"
     AutoscalingState.model_validate(stored)
     assert ScalingState.from_json(json.loads(json.dumps(stored))) == state
     good = {"time": "2026-12-03T10:00:00Z", "requestRate": 5, "replicas": 1, "target": "75ms",
-            "quantile": 0.99, "outcome": "Open", "latencySeconds": 0.1}
+            "quantile": 0.99, "outcome": "Open", "latencySeconds": 0.1,
+            "healthyPerReplica": 0}
     for broken in ({**good, "time": "soon"}, {**good, "requestRate": 0},
                    {**good, "requestRate": "NaN"}, {**good, "replicas": 0},
                    {**good, "requestRate": 5e-324, "replicas": 2},  # 0 per replica
                    {**good, "target": "soon"}, {**good, "outcome": "Maybe"},
                    {**good, "latencySeconds": -1}, {**good, "latencySeconds": "inf"},
+                   {**good, "healthyPerReplica": -1},
                    {k: v for k, v in good.items() if k != "quantile"}, "a breach"):
         read = ScalingState.from_json({"recommendations": [{"time": good["time"], "replicas": 3}],
                                        "latencyBreaches": [good, broken]})

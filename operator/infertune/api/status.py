@@ -202,6 +202,10 @@ class BreachRecord(ApiModel):
     load's, and is forgotten once cured)."""
     latency_seconds: Annotated[float, Field(ge=0)]
     """The latency then (0: not known)."""
+    healthy_per_replica: Annotated[float, Field(ge=0)]
+    """The most requests per second per replica under the breach's that the latency was
+    measured at or under the target with since (0: none): a scale-in goes halfway between
+    it and the breach's."""
 
 
 class AutoscalingState(ApiModel):

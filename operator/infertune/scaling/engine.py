@@ -157,10 +157,17 @@ def _decide_on_signals(spec: AutoscalingSpec, current: int, reading: Reading,
         raw = max(raw, current)
     if raw < current and seconds(spec.latency.breach_memory) > 0 and (
             load := tuple(b for b in state.breaches if b.outcome != NOT_LOAD)):
-        floor, held = _breach_floor(spec, load, reading, current, now)
-        if floor > raw:
+        floor, held, used = _breach_floor(spec, load, reading, current, now)
+        if floor > raw and floor > spec.min_replicas:  # minReplicas holds those anyway
             raw = floor
             notes.append(held)
+            # Remembered for breachMemory after the last scale-in it limited, too: forgotten
+            # an hour after the breach, the queue took the replicas away under the same
+            # load, and it breached again every hour and a half.
+            state = ScalingState(state.recommendations, state.scale_events,
+                                 state.metrics_missing_since, state.serving,
+                                 tuple(b._replace(time=now) if b is used else b
+                                       for b in state.breaches))
     if raw < current and _window_empty(spec, state.recommendations, now):
         # Nothing recommended within the scale-down window, nor at the last interval (a first
         # evaluation, autoscaling enabled again, another targetRef, an operator or metrics
@@ -299,7 +306,8 @@ def _breach_outcomes(spec: AutoscalingSpec, stored: tuple[Breach, ...], reading:
     are marked so (and kept while it lasts), and it is not remembered. Any other breach is:
     the older ones at a rate per replica as high or higher are dropped (it is lower and
     newer), and of more than MAX_BREACHES the lowest and the newest are kept, so the lowest
-    is remembered for breachMemory after it and the newest takes over then."""
+    is remembered for breachMemory after it (or after the last scale-in it limited) and the
+    newest takes over then."""
     memory = seconds(spec.latency.breach_memory)
     target = seconds(spec.latency.target)
     breaches = stored
@@ -311,8 +319,7 @@ def _breach_outcomes(spec: AutoscalingSpec, stored: tuple[Breach, ...], reading:
         latency = reading.latency_s
         if (latency is not None and latency <= target and reading.latency_settled
                 and reading.latency_floor_s is None and not reading.latency_bounds_unknown):
-            breaches = tuple(b if b.outcome == CURED else b._replace(outcome=CURED)
-                             for b in breaches if b.outcome != NOT_LOAD)
+            breaches = _cured(breaches, reading.request_rate, serving)
     rate, latency = reading.request_rate, reading.latency_s
     if (not reading.latency_breached or rate is None or rate <= 0 or serving <= 0
             or latency is None or _too_few(spec, reading) is not None):
@@ -336,12 +343,31 @@ def _breach_outcomes(spec: AutoscalingSpec, stored: tuple[Breach, ...], reading:
             f"on {first.replicas}) and is at {latency_text(latency)} with "
             f"{_per_replica_text(per_replica)} req/s per replica now: the replicas added did "
             "not lower it, so none are added for it")
+    healthy = max((b.healthy for b in breaches if b.healthy < per_replica), default=0.0)
     new = Breach(now, rate, serving, str(spec.latency.target), spec.latency.quantile, OPEN,
-                 latency)
+                 latency, healthy)
     breaches = (*[b for b in breaches if b.per_replica < per_replica], new)
     if len(breaches) > MAX_BREACHES:
-        breaches = (breaches[0], breaches[-1])
+        breaches = (min(breaches, key=_per_replica), new)
     return breaches, None
+
+
+def _cured(breaches: tuple[Breach, ...], rate: float | None,
+           serving: int) -> tuple[Breach, ...]:
+    """The breaches after a latency at or under the target on the pods that serve now: the
+    open ones cured, those not the load's forgotten, and the rate per replica carried now
+    kept as `healthy` where it is the most under each breach's."""
+    per_replica = rate / serving if rate is not None and serving > 0 else 0.0
+    out = []
+    for b in breaches:
+        if b.outcome == NOT_LOAD:
+            continue
+        healthy = per_replica if b.healthy < per_replica < b.per_replica else b.healthy
+        if b.outcome != CURED or healthy != b.healthy:
+            b = Breach(b.time, b.rate, b.replicas, b.target, b.quantile, CURED, b.latency,
+                       healthy)
+        out.append(b)
+    return breaches if out == list(breaches) else tuple(out)
 
 
 def _too_few(spec: AutoscalingSpec, reading: Reading) -> str | None:
@@ -364,7 +390,7 @@ def _per_replica_text(rate: float) -> str:
 
 
 def _breach_floor(spec: AutoscalingSpec, breaches: tuple[Breach, ...], reading: Reading,
-                  current: int, now: float) -> tuple[int, str]:
+                  current: int, now: float) -> tuple[int, str, Breach]:
     """The fewest replicas a scale-in may leave after a latency breach (within
     latency.breachMemory), and why: enough that each carries less than the lowest request
     rate per replica that breached, less the tolerance. A healthy latency has no opinion of
@@ -373,17 +399,24 @@ def _breach_floor(spec: AutoscalingSpec, breaches: tuple[Breach, ...], reading: 
     again: a scale-out and a scale-in every stabilization window, each with a breach. The
     rate, not the replicas: the load that goes away with the traffic lets them go with it."""
     breach = min(breaches, key=_per_replica)
-    said = (f"{reading.latency_kind} breached {format_duration(now - breach.time)} ago at "
-            f"{_per_replica_text(breach.per_replica)} req/s per replica ({breach.rate:.1f} "
-            f"req/s on {breach.replicas})")
+    said = (f"{reading.latency_kind} breached at {_per_replica_text(breach.per_replica)} req/s "
+            f"per replica ({breach.rate:.1f} req/s on {breach.replicas})")
     rate = reading.request_rate
     if rate is None:
-        return current, f"{said}, and the request rate now is not known: no scale-in"
+        return current, f"{said}, and the request rate now is not known: no scale-in", breach
     carried = breach.per_replica * (1 - spec.tolerance)
+    # Halfway to the most a replica carried under the target since (bisected by the breaches
+    # and the healthy readings that follow): just under the breach, a step in load 15 times
+    # what the replicas carried took six breaches to find the count, one replica each.
+    good = max((b.healthy for b in breaches if b.healthy < carried), default=0.0)
+    if good > 0:
+        carried = (good + carried) / 2
+        said = (f"{said}, and was under its target at {_per_replica_text(good)} req/s per "
+                "replica")
     needed = rate / carried if carried > 0 else math.inf
     floor = current if not needed < current else math.floor(needed + FLOAT_NOISE) + 1
     floor = min(floor, current)
-    return floor, f"{said}: {rate:.1f} req/s now keeps at least {floor}"
+    return floor, f"{said}: {rate:.1f} req/s now keeps at least {floor}", breach
 
 
 def _track_serving(state: ScalingState, current: int, ready: int, now: float) -> ScalingState:

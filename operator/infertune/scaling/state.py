@@ -98,6 +98,9 @@ class Breach(NamedTuple):
     is then not the load's."""
     latency: float = 0.0
     """The latency then, in seconds (0: not known)."""
+    healthy: float = 0.0
+    """The most requests per second per replica, under this breach's, that the latency was
+    measured at or under the target with since (0: none)."""
 
     @property
     def per_replica(self) -> float:
@@ -190,7 +193,8 @@ class ScalingState(NamedTuple):
             "latencyBreaches": [{"time": format_time(b.time), "requestRate": b.rate,
                                  "replicas": b.replicas, "target": b.target,
                                  "quantile": b.quantile, "outcome": b.outcome,
-                                 "latencySeconds": b.latency}
+                                 "latencySeconds": b.latency,
+                                 "healthyPerReplica": b.healthy}
                                 for b in self.breaches],
         }
 
@@ -260,12 +264,13 @@ def _breach(data: dict[str, Any]) -> Breach:
     above 0)."""
     breach = Breach(parse_time(data["time"]), float(data["requestRate"]), int(data["replicas"]),
                     str(data["target"]), float(data["quantile"]), str(data["outcome"]),
-                    float(data["latencySeconds"]))
+                    float(data["latencySeconds"]), float(data["healthyPerReplica"]))
     duration_seconds(breach.target)  # compared with the spec's as a duration
     if breach.outcome not in OUTCOMES:
         raise ValueError(f"latencyBreaches entry {data} has no outcome of {OUTCOMES}")
     if not (math.isfinite(breach.rate) and breach.replicas >= 1 and breach.per_replica > 0
-            and math.isfinite(breach.latency) and breach.latency >= 0):
+            and math.isfinite(breach.latency) and breach.latency >= 0
+            and math.isfinite(breach.healthy) and breach.healthy >= 0):
         raise ValueError(f"latencyBreaches entry {data} is not a breach")
     return breach
 
