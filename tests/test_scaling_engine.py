@@ -1152,8 +1152,8 @@ def test_a_scale_in_does_not_take_away_the_replicas_a_breach_needed() -> None:
     assert history[outs[1]:] == [3] * (240 - outs[1])
     limited = next(d for d in decisions if d.action is ScaleAction.SCALE_IN and
                    d.current_replicas == 5)
-    assert ("p99 breached at 20.0 req/s per replica (20.0 req/s on 1), and was under its "
-            "target at 4.0 req/s per replica: 20.0 req/s now keeps at least 2; 5 -> 2") \
+    assert ("p99 breached 345s ago at 20.0 req/s per replica (20.0 req/s on 1), and was under "
+            "its target at 4.0 req/s per replica: 20.0 req/s now keeps at least 2; 5 -> 2") \
         in limited.reason
     # Turned off, the queue takes them away every window.
     _, cycling = _closed_loop([20.0] * 240, 3, latency={"action": "ScaleOut",
@@ -1208,12 +1208,13 @@ def _breach_signals(rate: float, now: float = NOW, p99_s: float = 0.2) -> Target
 
 def test_the_breaches_remembered_are_the_lowest_rate_per_replica_and_the_newest() -> None:
     first = decide(_breach_signals(30.0), current=2)  # 15 req/s per replica
-    assert first.state.breaches == (Breach(NOW, 30.0, 2, "75ms", 0.99, latency=0.2),)
+    assert first.state.breaches == (Breach(NOW, 30.0, 2, "75ms", 0.99, latency=0.2, since=NOW),)
     # A later one at a higher rate per replica (20) is kept beside it: it takes over when
     # the lowest is forgotten.
     later = decide(_breach_signals(40.0, NOW + 60), current=2, state=first.state, now=NOW + 60)
-    assert later.state.breaches == (Breach(NOW, 30.0, 2, "75ms", 0.99, latency=0.2),
-                                    Breach(NOW + 60, 40.0, 2, "75ms", 0.99, latency=0.2))
+    assert later.state.breaches == (Breach(NOW, 30.0, 2, "75ms", 0.99, latency=0.2, since=NOW),
+                                    Breach(NOW + 60, 40.0, 2, "75ms", 0.99, latency=0.2,
+                                           since=NOW + 60))
     # A latency under the target on the same pods cures them (the floor still counts them).
     healthy = decide(signals(steady(0, now=NOW + 90), now=NOW + 90), current=2,
                      state=later.state, now=NOW + 90)
@@ -1224,12 +1225,13 @@ def test_the_breaches_remembered_are_the_lowest_rate_per_replica_and_the_newest(
     lower = decide(_breach_signals(40.0, NOW + 120), current=4, state=healthy.state,
                    now=NOW + 120)
     assert lower.state.breaches == (Breach(NOW + 120, 40.0, 4, "75ms", 0.99, latency=0.2,
-                                           healthy=5.0),)
+                                           healthy=5.0, since=NOW + 120),)
     calm = NOW + 180
     cured = decide(signals(steady(0, now=calm), now=calm), current=4, state=lower.state,
                    now=calm)
     # (Its time is now: it limited this evaluation's scale-in, 1 -> 2.)
-    assert cured.state.breaches == (Breach(calm, 40.0, 4, "75ms", 0.99, "Cured", 0.2, 5.0),)
+    assert cured.state.breaches == (Breach(calm, 40.0, 4, "75ms", 0.99, "Cured", 0.2, 5.0,
+                                           NOW + 120),)
     # Past breachMemory, it is forgotten; so it is at once when the target or the quantile
     # changes (a breach of 75ms says nothing of a 500ms target).
     gone = decide(signals(steady(0, now=calm + 3600), now=calm + 3600), current=4,
@@ -1254,8 +1256,7 @@ def test_with_the_request_rate_unknown_a_remembered_breach_holds_every_scale_in(
                   scaleDown={"stabilization": "0s"}).desired_replicas == 1
 
 
-@pytest.mark.parametrize(("rate", "floor"), [(20.0, 3), (18.0, 3), (17.0, 2), (0.0, 1),
-                                             (1e308, 8)])
+@pytest.mark.parametrize(("rate", "floor"), [(20.0, 3), (18.0, 3), (17.0, 2), (0.0, 1)])
 def test_the_breach_floor_is_the_rate_per_replica_less_the_tolerance(rate: float,
                                                                       floor: int) -> None:
     """Breached at 10 req/s per replica: with tolerance 0.1 a replica may carry less than 9."""
@@ -1264,6 +1265,14 @@ def test_the_breach_floor_is_the_rate_per_replica_less_the_tolerance(rate: float
     decision = decide(sig, current=8, state=state, scaleDown={"stabilization": "0s"},
                       latency={"minRequestRate": 0})
     assert decision.desired_replicas == floor, decision.reason
+
+
+def test_a_rate_past_what_a_replica_count_can_hold_keeps_every_replica() -> None:
+    from infertune.scaling.engine import _breach_floor
+    breach = Breach(NOW - 60, 20.0, 2, "75ms", 0.99, "Cured", 0.1)
+    reading = read_signals(spec(), TargetSignals(steady(0), per_interval(0.05, 0.05),
+                                                 per_interval(1e308, 1e308)), NOW)
+    assert _breach_floor(spec(), (breach,), reading, 8, NOW)[0] == 8
 
 
 STUCK = "spec.batching.mode is Off, so nothing lowers the batch"
@@ -1381,3 +1390,76 @@ def test_after_a_step_in_load_the_count_is_found_in_a_few_breaches_and_then_kept
     episodes = [i for i in outs if i - 1 not in outs]
     assert len(episodes) <= 3 and outs[-1] < 130, outs
     assert len(set(history[130:])) == 1 and _hockey_stick_p99_s(60.0, history[-1]) <= 0.075
+
+
+def test_bursts_of_slow_requests_at_a_load_known_fine_do_not_ratchet_the_replicas() -> None:
+    """A burst breaches at the load per replica the latency was fine at just before: taken as
+    the load's, each one lowered the remembered rate per replica, and a burst every 2.5
+    hours took a Deployment that 5 replicas carry to 20 within 18 hours, held there."""
+    bursts = {i for i in range(300, 5760, 600)}  # every 2.5 hours, for a day
+
+    def bursty(rate: float, replicas: int, calls: list[int] = []) -> float:  # noqa: B006
+        calls.append(1)
+        return 0.3 if len(calls) - 1 in bursts else _hockey_stick_p99_s(rate, replicas)
+
+    history, _ = _closed_loop([40.0] * 5760, 5, p99=bursty)
+    # Each burst scales out (action ScaleOut sizes on it); between them it comes back to 5.
+    assert [history[b - 1] for b in sorted(bursts)] == [5] * len(bursts), history[::300]
+    assert history[-1] == 5
+
+
+def test_a_breach_the_load_per_replica_is_carried_past_is_forgotten() -> None:
+    """A latency at or under the target at the rate per replica of a breach says the breach
+    no longer measures what a replica carries (a burst, a batch lowered since, a faster
+    release): it was kept, and held replicas the load no longer needed."""
+    state = ScalingState(breaches=(Breach(NOW - 600, 20.0, 2, "75ms", 0.99, "Cured", 0.2, 6.0,
+                                          NOW - 600),))
+    carried = decide(signals(steady(0), latency_ms=(20, 20)), current=3, state=state,
+                     now=NOW, ready=3)  # 10 req/s on 3 replicas: 3.3 each
+    # Under the breach's 10 per replica: still a measure (kept; it limited this scale-in).
+    assert [b[1:] for b in carried.state.breaches] == [b[1:] for b in state.breaches]
+    past = decide(TargetSignals(steady(0), per_interval(0.02, 0.02), per_interval(30.0, 30.0)),
+                  current=3, state=state, now=NOW, ready=3)  # 10 req/s each, fine
+    assert past.state.breaches == ()
+
+
+def test_a_breach_kept_by_the_scale_ins_it_limits_ends_a_day_after_it() -> None:
+    breach = Breach(NOW - 60, 20.0, 2, "75ms", 0.99, "Cured", 0.1, 0.0, NOW - 86000)
+    held = decide(signals(steady(0)), current=4, state=ScalingState(breaches=(breach,)),
+                  scaleDown={"stabilization": "0s"}, latency={"minRequestRate": 0})
+    assert held.desired_replicas == 2 and held.state.breaches[0].time == NOW
+    later = NOW + 400  # 86,460 s after the breach
+    gone = decide(signals(steady(0, now=later), now=later), current=2, state=held.state,
+                  now=later, scaleDown={"stabilization": "0s"})
+    assert gone.state.breaches == () and gone.desired_replicas == 1
+
+
+def test_with_action_scale_out_a_breach_of_few_requests_is_remembered() -> None:
+    """ScaleOut added the replicas for it: not remembered, the queue took them away after
+    each window and the latency breached again."""
+    def low_rate(rate: float, replicas: int) -> float:
+        return _hockey_stick_p99_s(rate * 16, replicas)  # the knee at 0.5 req/s per replica
+
+    _, decisions = _closed_loop([1.5] * 240, 1, p99=low_rate)
+    outs = _scale_outs(decisions)
+    assert len([i for i in outs if i - 1 not in outs]) <= 2, outs
+    assert any(d.state.breaches for d in decisions)
+
+
+def test_a_slower_release_is_learnt_at_the_second_breach_at_a_load_known_fine() -> None:
+    """The first breach at a load per replica the latency was fine at is taken for a burst;
+    a second within breachMemory is a measure (a release that carries less per replica):
+    never taken, the queue took the replicas back to the old count after every scale-out."""
+    calls: list[int] = []
+
+    def release(rate: float, replicas: int) -> float:
+        calls.append(1)
+        knee = 8 if len(calls) <= 400 else 4  # a release that carries half per replica
+        per_replica = rate / replicas
+        return 0.05 if per_replica <= knee else 0.05 * (per_replica / knee) ** 2
+
+    history, decisions = _closed_loop([40.0] * 1200, 5, p99=release)
+    outs = _scale_outs(decisions)
+    after = [i for i in outs if i >= 400 and i - 1 not in outs]
+    assert len(after) <= 3 and after[-1] < 500, outs
+    assert len(set(history[500:])) == 1 and release(40.0, history[-1]) <= 0.075

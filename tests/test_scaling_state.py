@@ -116,25 +116,28 @@ def test_a_stored_entry_that_cannot_be_read_is_left_out_not_raised() -> None:
 def test_latency_breaches_round_trip_and_a_broken_one_is_left_out() -> None:
     from infertune.api.status import AutoscalingState
 
-    state = ScalingState(breaches=(Breach(NOW - 60, 20.5, 2, "75ms", 0.99, "Cured", 0.2, 3.5),
-                                   Breach(NOW, 30.0, 2, "75ms", 0.99, latency=0.15)),
+    state = ScalingState(breaches=(Breach(NOW - 60, 20.5, 2, "75ms", 0.99, "Cured", 0.2, 3.5,
+                                          NOW - 300),
+                                   Breach(NOW, 30.0, 2, "75ms", 0.99, latency=0.15, since=NOW)),
                          serving=Serving(2, 3, NOW - 30, NOW - 90))
     stored = state.to_json()
     assert stored["latencyBreaches"][1] == {
         "time": "2023-11-14T22:13:20Z", "requestRate": 30.0, "replicas": 2, "target": "75ms",
-        "quantile": 0.99, "outcome": "Open", "latencySeconds": 0.15, "healthyPerReplica": 0.0}
+        "quantile": 0.99, "outcome": "Open", "latencySeconds": 0.15, "healthyPerReplica": 0.0,
+        "since": "2023-11-14T22:13:20Z", "doubted": None}
     assert stored["serving"]["changed"] == "2023-11-14T22:11:50Z"
     AutoscalingState.model_validate(stored)
     assert ScalingState.from_json(json.loads(json.dumps(stored))) == state
     good = {"time": "2026-12-03T10:00:00Z", "requestRate": 5, "replicas": 1, "target": "75ms",
             "quantile": 0.99, "outcome": "Open", "latencySeconds": 0.1,
-            "healthyPerReplica": 0}
+            "healthyPerReplica": 0, "since": "2026-12-03T10:00:00Z"}
     for broken in ({**good, "time": "soon"}, {**good, "requestRate": 0},
                    {**good, "requestRate": "NaN"}, {**good, "replicas": 0},
                    {**good, "requestRate": 5e-324, "replicas": 2},  # 0 per replica
                    {**good, "target": "soon"}, {**good, "outcome": "Maybe"},
                    {**good, "latencySeconds": -1}, {**good, "latencySeconds": "inf"},
-                   {**good, "healthyPerReplica": -1},
+                   {**good, "healthyPerReplica": -1}, {**good, "since": "then"},
+                   {**good, "doubted": "then"},
                    {k: v for k, v in good.items() if k != "quantile"}, "a breach"):
         read = ScalingState.from_json({"recommendations": [{"time": good["time"], "replicas": 3}],
                                        "latencyBreaches": [good, broken]})
@@ -145,9 +148,9 @@ def test_latency_breaches_round_trip_and_a_broken_one_is_left_out() -> None:
     older = ScalingState.from_json({"serving": {"replicas": 2, "of": 2, "since": good["time"]}})
     assert older.serving is not None and older.serving.changed is None
     # A time in the future (a clock that stepped back) counts as now.
-    future = ScalingState(breaches=(Breach(NOW + 600, 20.0, 1, "75ms", 0.99),),
+    future = ScalingState(breaches=(Breach(NOW + 600, 20.0, 1, "75ms", 0.99, since=NOW + 500),),
                           serving=Serving(1, 1, NOW + 60, NOW + 60)).as_of(NOW)
-    assert future.breaches[0].time == NOW and future.serving == Serving(1, 1, NOW, NOW)
+    assert future.breaches[0][0::8] == (NOW, NOW) and future.serving == Serving(1, 1, NOW, NOW)
     # Kept through the pruning of recommendations and scale events.
     kept = state.recorded(NOW + 15, Recommendation(NOW + 15, 2), 300, 15)
     assert kept.breaches == state.breaches

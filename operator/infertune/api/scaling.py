@@ -90,7 +90,8 @@ class LatencySignal(ApiModel):
     """How long a breach limits scaling in after it: no scale-in leaves the replicas carrying
     the request rate per replica at which the latency breached (less the tolerance), so the
     queue does not take away the replicas a breach needed and breach again. Counted from
-    each breach; 0s turns the limit off. At most 24h."""
+    the breach or the last scale-in it limited, whichever is later, and never more than 24h
+    after the breach; 0s turns the limit off. At most 24h."""
 
     @model_validator(mode="after")
     def _target_above_zero(self) -> LatencySignal:

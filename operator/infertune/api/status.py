@@ -186,7 +186,13 @@ class ServingRecord(ApiModel):
 
 class BreachRecord(ApiModel):
     time: str
-    """When the latency breached; kept for latency.breachMemory after it."""
+    """When it last mattered (the breach, or the last scale-in it limited); kept for
+    latency.breachMemory after it, and at most 24h after `since`."""
+    since: str
+    """When the latency breached."""
+    doubted: str | None = None
+    """When a breach at a load per replica the latency was fine at since was taken for a
+    burst and not remembered (a second one within breachMemory is)."""
     request_rate: Annotated[float, Field(gt=0)]
     """Requests per second across the Deployment then."""
     replicas: Annotated[int, Field(ge=1)]

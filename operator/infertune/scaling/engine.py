@@ -14,6 +14,7 @@ from enum import StrEnum
 from typing import NamedTuple
 
 from infertune.api.scaling import (
+    MAX_BREACH_MEMORY_S,
     MAX_BREACHES,
     STARTING_S,
     AutoscalingSpec,
@@ -161,9 +162,10 @@ def _decide_on_signals(spec: AutoscalingSpec, current: int, reading: Reading,
         if floor > raw and floor > spec.min_replicas:  # minReplicas holds those anyway
             raw = floor
             notes.append(held)
-            # Remembered for breachMemory after the last scale-in it limited, too: forgotten
-            # an hour after the breach, the queue took the replicas away under the same
-            # load, and it breached again every hour and a half.
+            # Remembered for breachMemory after the last scale-in it limited, too (and at
+            # most MAX_BREACH_MEMORY_S after the breach): forgotten an hour after the breach,
+            # the queue took the replicas away under the same load, and it breached again
+            # every hour or so (9% of the samples above target with a noisy load).
             state = ScalingState(state.recommendations, state.scale_events,
                                  state.metrics_missing_since, state.serving,
                                  tuple(b._replace(time=now) if b is used else b
@@ -306,8 +308,13 @@ def _breach_outcomes(spec: AutoscalingSpec, stored: tuple[Breach, ...], reading:
     are marked so (and kept while it lasts), and it is not remembered. Any other breach is:
     the older ones at a rate per replica as high or higher are dropped (it is lower and
     newer), and of more than MAX_BREACHES the lowest and the newest are kept, so the lowest
-    is remembered for breachMemory after it (or after the last scale-in it limited) and the
-    newest takes over then."""
+    is remembered for breachMemory after it (or after the last scale-in it limited, and at
+    most MAX_BREACH_MEMORY_S after it) and the newest takes over then. A breach at a rate per
+    replica the latency was measured fine at since an earlier one (its `healthy`) is not
+    remembered the first time (a burst of slow requests), and clears that: the next one
+    is (a slower release). A breach on too
+    few requests (`_too_few`) is remembered only with action ScaleOut, which added replicas
+    for it."""
     memory = seconds(spec.latency.breach_memory)
     target = seconds(spec.latency.target)
     breaches = stored
@@ -315,6 +322,7 @@ def _breach_outcomes(spec: AutoscalingSpec, stored: tuple[Breach, ...], reading:
         kept = memory if memory >= UNCURED_KEPT_S else UNCURED_KEPT_S
         breaches = tuple(b for b in breaches
                          if now - b.time < (memory if b.outcome == CURED else kept)
+                         and now - b.breached_at < MAX_BREACH_MEMORY_S
                          and b.quantile == spec.latency.quantile and seconds(b.target) == target)
         latency = reading.latency_s
         if (latency is not None and latency <= target and reading.latency_settled
@@ -322,7 +330,8 @@ def _breach_outcomes(spec: AutoscalingSpec, stored: tuple[Breach, ...], reading:
             breaches = _cured(breaches, reading.request_rate, serving)
     rate, latency = reading.request_rate, reading.latency_s
     if (not reading.latency_breached or rate is None or rate <= 0 or serving <= 0
-            or latency is None or _too_few(spec, reading) is not None):
+            or latency is None or (spec.latency.action is not LatencyAction.SCALE_OUT
+                                   and _too_few(spec, reading) is not None)):
         return (stored if breaches == stored else breaches), None
     per_replica = rate / serving
     if not per_replica > 0:
@@ -343,9 +352,25 @@ def _breach_outcomes(spec: AutoscalingSpec, stored: tuple[Breach, ...], reading:
             f"on {first.replicas}) and is at {latency_text(latency)} with "
             f"{_per_replica_text(per_replica)} req/s per replica now: the replicas added did "
             "not lower it, so none are added for it")
-    healthy = max((b.healthy for b in breaches if b.healthy < per_replica), default=0.0)
+    known_fine = [b for b in breaches if b.outcome == CURED and b.healthy >= per_replica]
+    if known_fine:
+        # Fine at this load since: a burst of slow requests, most likely, and not a measure
+        # of the load (taken as one, each burst lowered the remembered rate per replica, up
+        # to maxReplicas). A second episode within breachMemory is (a slower release).
+        episode = max(seconds(spec.scale_down.stabilization),
+                      (spec.latency.consecutive_samples + 4) * seconds(spec.interval))
+        doubts = [b.doubted for b in known_fine if b.doubted is not None
+                  and now - b.doubted < memory]
+        if not doubts or now - max(doubts) < episode:
+            if doubts:
+                return (stored if breaches == stored else breaches), None
+            return tuple(b._replace(doubted=now) if b in known_fine else b
+                         for b in breaches), None
+        breaches = tuple(b._replace(healthy=0.0, doubted=None) if b in known_fine else b
+                         for b in breaches)
+    healthy = max((b.healthy for b in breaches if b.healthy <= per_replica), default=0.0)
     new = Breach(now, rate, serving, str(spec.latency.target), spec.latency.quantile, OPEN,
-                 latency, healthy)
+                 latency, healthy, now)
     breaches = (*[b for b in breaches if b.per_replica < per_replica], new)
     if len(breaches) > MAX_BREACHES:
         breaches = (min(breaches, key=_per_replica), new)
@@ -356,16 +381,18 @@ def _cured(breaches: tuple[Breach, ...], rate: float | None,
            serving: int) -> tuple[Breach, ...]:
     """The breaches after a latency at or under the target on the pods that serve now: the
     open ones cured, those not the load's forgotten, and the rate per replica carried now
-    kept as `healthy` where it is the most under each breach's."""
+    kept as `healthy` where it is the most under each breach's. A breach whose rate per
+    replica is carried now is forgotten: it no longer says what a replica carries (a burst
+    of slow requests, a batch lowered since, a faster release)."""
     per_replica = rate / serving if rate is not None and serving > 0 else 0.0
     out = []
     for b in breaches:
-        if b.outcome == NOT_LOAD:
+        if b.outcome == NOT_LOAD or per_replica >= b.per_replica:
             continue
         healthy = per_replica if b.healthy < per_replica < b.per_replica else b.healthy
         if b.outcome != CURED or healthy != b.healthy:
             b = Breach(b.time, b.rate, b.replicas, b.target, b.quantile, CURED, b.latency,
-                       healthy)
+                       healthy, b.since, b.doubted)
         out.append(b)
     return breaches if out == list(breaches) else tuple(out)
 
@@ -399,8 +426,9 @@ def _breach_floor(spec: AutoscalingSpec, breaches: tuple[Breach, ...], reading: 
     again: a scale-out and a scale-in every stabilization window, each with a breach. The
     rate, not the replicas: the load that goes away with the traffic lets them go with it."""
     breach = min(breaches, key=_per_replica)
-    said = (f"{reading.latency_kind} breached at {_per_replica_text(breach.per_replica)} req/s "
-            f"per replica ({breach.rate:.1f} req/s on {breach.replicas})")
+    said = (f"{reading.latency_kind} breached {format_duration(now - breach.breached_at)} ago at "
+            f"{_per_replica_text(breach.per_replica)} req/s per replica ({breach.rate:.1f} "
+            f"req/s on {breach.replicas})")
     rate = reading.request_rate
     if rate is None:
         return current, f"{said}, and the request rate now is not known: no scale-in", breach

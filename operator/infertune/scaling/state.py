@@ -101,6 +101,17 @@ class Breach(NamedTuple):
     healthy: float = 0.0
     """The most requests per second per replica, under this breach's, that the latency was
     measured at or under the target with since (0: none)."""
+    since: float | None = None
+    """When it breached (`time` is when it last mattered: the breach, or the last scale-in
+    it limited); None: at `time`."""
+
+    doubted: float | None = None
+    """When a breach at a rate per replica under `healthy` was taken for a burst and not
+    remembered (engine._breach_outcomes); None when none was within breachMemory."""
+
+    @property
+    def breached_at(self) -> float:
+        return self.time if self.since is None else self.since
 
     @property
     def per_replica(self) -> float:
@@ -166,7 +177,7 @@ class ScalingState(NamedTuple):
                 and (missing is None or missing <= now)
                 and (self.serving is None or (self.serving.since <= now and (
                     self.serving.changed is None or self.serving.changed <= now)))
-                and (not self.breaches or self.breaches[-1].time <= now)):
+                and all(b.time <= now and b.breached_at <= now for b in self.breaches)):
             return self
         return ScalingState(
             tuple(r if r.time <= now else Recommendation(now, r.replicas) for r in recs),
@@ -175,7 +186,9 @@ class ScalingState(NamedTuple):
             None if (serving := self.serving) is None else serving._replace(
                 since=min(serving.since, now),
                 changed=None if serving.changed is None else min(serving.changed, now)),
-            tuple(b if b.time <= now else b._replace(time=now) for b in self.breaches))
+            tuple(b if b.time <= now and b.breached_at <= now
+                  else b._replace(time=min(b.time, now), since=min(b.breached_at, now))
+                  for b in self.breaches))
 
     def to_json(self) -> dict[str, Any]:
         """The shape stored in status (camelCase, RFC 3339 times)."""
@@ -194,7 +207,10 @@ class ScalingState(NamedTuple):
                                  "replicas": b.replicas, "target": b.target,
                                  "quantile": b.quantile, "outcome": b.outcome,
                                  "latencySeconds": b.latency,
-                                 "healthyPerReplica": b.healthy}
+                                 "healthyPerReplica": b.healthy,
+                                 "since": format_time(b.breached_at),
+                                 "doubted": None if b.doubted is None
+                                 else format_time(b.doubted)}
                                 for b in self.breaches],
         }
 
@@ -264,7 +280,9 @@ def _breach(data: dict[str, Any]) -> Breach:
     above 0)."""
     breach = Breach(parse_time(data["time"]), float(data["requestRate"]), int(data["replicas"]),
                     str(data["target"]), float(data["quantile"]), str(data["outcome"]),
-                    float(data["latencySeconds"]), float(data["healthyPerReplica"]))
+                    float(data["latencySeconds"]), float(data["healthyPerReplica"]),
+                    parse_time(data["since"]),
+                    None if data.get("doubted") is None else parse_time(data["doubted"]))
     duration_seconds(breach.target)  # compared with the spec's as a duration
     if breach.outcome not in OUTCOMES:
         raise ValueError(f"latencyBreaches entry {data} has no outcome of {OUTCOMES}")
