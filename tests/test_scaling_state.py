@@ -10,7 +10,14 @@ from hypothesis import strategies as st
 from infertune.api.scaling import ScalingRules
 from infertune.api.units import Duration
 from infertune.scaling.behavior import stabilize
-from infertune.scaling.state import Breach, Recommendation, ScaleEvent, ScalingState, Serving
+from infertune.scaling.state import (
+    Breach,
+    Recommendation,
+    ScaleEvent,
+    ScalingState,
+    Serving,
+    parse_time,
+)
 
 NOW = 1_700_000_000.0
 
@@ -148,9 +155,19 @@ def test_latency_breaches_round_trip_and_a_broken_one_is_left_out() -> None:
     older = ScalingState.from_json({"serving": {"replicas": 2, "of": 2, "since": good["time"]}})
     assert older.serving is not None and older.serving.changed is None
     # A time in the future (a clock that stepped back) counts as now.
-    future = ScalingState(breaches=(Breach(NOW + 600, 20.0, 1, "75ms", 0.99, since=NOW + 500),),
+    future = ScalingState(breaches=(Breach(NOW + 600, 20.0, 1, "75ms", 0.99, since=NOW + 500,
+                                           doubted=NOW + 550),),
                           serving=Serving(1, 1, NOW + 60, NOW + 60)).as_of(NOW)
-    assert future.breaches[0][0::8] == (NOW, NOW) and future.serving == Serving(1, 1, NOW, NOW)
+    breach = future.breaches[0]
+    assert (breach.time, breach.since, breach.doubted) == (NOW, NOW, NOW)
+    assert future.serving == Serving(1, 1, NOW, NOW)
+    doubted = ScalingState(breaches=(Breach(NOW - 60, 20.0, 1, "75ms", 0.99, since=NOW - 60,
+                                            doubted=NOW + 550),)).as_of(NOW)
+    assert doubted.breaches[0].doubted == NOW
+    # An entry written without `since` breached at its `time`.
+    undated = {k: v for k, v in good.items() if k != "since"}
+    assert ScalingState.from_json({"latencyBreaches": [undated]}).breaches[0].breached_at == \
+        parse_time(good["time"])
     # Kept through the pruning of recommendations and scale events.
     kept = state.recorded(NOW + 15, Recommendation(NOW + 15, 2), 300, 15)
     assert kept.breaches == state.breaches

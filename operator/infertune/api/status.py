@@ -188,8 +188,8 @@ class BreachRecord(ApiModel):
     time: str
     """When it last mattered (the breach, or the last scale-in it limited); kept for
     latency.breachMemory after it, and at most 24h after `since`."""
-    since: str
-    """When the latency breached."""
+    since: str | None = None
+    """When the latency breached; left out: at `time`."""
     doubted: str | None = None
     """When a breach at a load per replica the latency was fine at since was taken for a
     burst and not remembered (a second one within breachMemory is)."""

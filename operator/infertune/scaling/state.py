@@ -177,7 +177,8 @@ class ScalingState(NamedTuple):
                 and (missing is None or missing <= now)
                 and (self.serving is None or (self.serving.since <= now and (
                     self.serving.changed is None or self.serving.changed <= now)))
-                and all(b.time <= now and b.breached_at <= now for b in self.breaches)):
+                and all(b.time <= now and b.breached_at <= now
+                        and (b.doubted is None or b.doubted <= now) for b in self.breaches)):
             return self
         return ScalingState(
             tuple(r if r.time <= now else Recommendation(now, r.replicas) for r in recs),
@@ -187,7 +188,9 @@ class ScalingState(NamedTuple):
                 since=min(serving.since, now),
                 changed=None if serving.changed is None else min(serving.changed, now)),
             tuple(b if b.time <= now and b.breached_at <= now
-                  else b._replace(time=min(b.time, now), since=min(b.breached_at, now))
+                  and (b.doubted is None or b.doubted <= now)
+                  else b._replace(time=min(b.time, now), since=min(b.breached_at, now),
+                                  doubted=None if b.doubted is None else min(b.doubted, now))
                   for b in self.breaches))
 
     def to_json(self) -> dict[str, Any]:
@@ -281,7 +284,7 @@ def _breach(data: dict[str, Any]) -> Breach:
     breach = Breach(parse_time(data["time"]), float(data["requestRate"]), int(data["replicas"]),
                     str(data["target"]), float(data["quantile"]), str(data["outcome"]),
                     float(data["latencySeconds"]), float(data["healthyPerReplica"]),
-                    parse_time(data["since"]),
+                    None if data.get("since") is None else parse_time(data["since"]),
                     None if data.get("doubted") is None else parse_time(data["doubted"]))
     duration_seconds(breach.target)  # compared with the spec's as a duration
     if breach.outcome not in OUTCOMES:
