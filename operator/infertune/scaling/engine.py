@@ -310,11 +310,11 @@ def _breach_outcomes(spec: AutoscalingSpec, stored: tuple[Breach, ...], reading:
     newer), and of more than MAX_BREACHES the lowest and the newest are kept, so the lowest
     is remembered for breachMemory after it (or after the last scale-in it limited, and at
     most MAX_BREACH_MEMORY_S after it) and the newest takes over then. A breach at a rate per
-    replica the latency was measured fine at since an earlier one (its `healthy`) is not
-    remembered the first time (a burst of slow requests), and clears that: the next one
-    is (a slower release). A breach on too
-    few requests (`_too_few`) is remembered only with action ScaleOut, which added replicas
-    for it."""
+    replica the latency was measured fine at since an earlier one (its `healthy`) is taken
+    for a burst of slow requests and not remembered (the earlier one `doubted`); a second
+    such episode within breachMemory is remembered, and clears that `healthy` (a slower
+    release). A breach on too few requests (`_too_few`) is remembered only with action
+    ScaleOut, which added replicas for it."""
     memory = seconds(spec.latency.breach_memory)
     target = seconds(spec.latency.target)
     breaches = stored
