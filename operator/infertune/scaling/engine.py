@@ -125,9 +125,8 @@ def _decide_on_signals(spec: AutoscalingSpec, current: int, reading: Reading,
     not_load = None
     if state.breaches or reading.latency_breached:  # the usual case: neither
         breaches, not_load = _breach_outcomes(spec, state.breaches, reading, serving, now)
-        if breaches != state.breaches:  # positional: _replace costs several times more
-            state = ScalingState(state.recommendations, state.scale_events,
-                                 state.metrics_missing_since, state.serving, breaches)
+        if breaches != state.breaches:
+            state = state.with_breaches(breaches)
     latency = _latency_proposal(spec, current, reading, serving, batching_stuck, not_load)
     pods = reading.queue_pods
     if (pods is not None and pods < current and queue.replicas is not None
@@ -166,10 +165,8 @@ def _decide_on_signals(spec: AutoscalingSpec, current: int, reading: Reading,
             # most MAX_BREACH_MEMORY_S after the breach): forgotten an hour after the breach,
             # the queue took the replicas away under the same load, and it breached again
             # every hour or so (9% of the samples above target with a noisy load).
-            state = ScalingState(state.recommendations, state.scale_events,
-                                 state.metrics_missing_since, state.serving,
-                                 tuple(b._replace(time=now) if b is used else b
-                                       for b in state.breaches))
+            state = state.with_breaches(tuple(b._replace(time=now) if b is used else b
+                                              for b in state.breaches))
     if raw < current and _window_empty(spec, state.recommendations, now):
         # Nothing recommended within the scale-down window, nor at the last interval (a first
         # evaluation, autoscaling enabled again, another targetRef, an operator or metrics
@@ -293,7 +290,7 @@ UNCURED_KEPT_S = 3600.0
 scale-in limit), for telling a breach the replicas added did not lower (NOT_LOAD)."""
 
 
-def _breach_outcomes(spec: AutoscalingSpec, stored: tuple[Breach, ...], reading: Reading,
+def _breach_outcomes(spec: AutoscalingSpec, breaches: tuple[Breach, ...], reading: Reading,
                      serving: int, now: float) -> tuple[tuple[Breach, ...], str | None]:
     """The breaches remembered after this reading (ScalingState.breaches), and why the
     breach it reads, if any, is not the load's (None when it is, or there is none).
@@ -317,7 +314,6 @@ def _breach_outcomes(spec: AutoscalingSpec, stored: tuple[Breach, ...], reading:
     ScaleOut, which added replicas for it."""
     memory = seconds(spec.latency.breach_memory)
     target = seconds(spec.latency.target)
-    breaches = stored
     if breaches:
         kept = memory if memory >= UNCURED_KEPT_S else UNCURED_KEPT_S
         breaches = tuple(b for b in breaches
@@ -332,10 +328,10 @@ def _breach_outcomes(spec: AutoscalingSpec, stored: tuple[Breach, ...], reading:
     if (not reading.latency_breached or rate is None or rate <= 0 or serving <= 0
             or latency is None or (spec.latency.action is not LatencyAction.SCALE_OUT
                                    and _too_few(spec, reading) is not None)):
-        return (stored if breaches == stored else breaches), None
+        return breaches, None
     per_replica = rate / serving
     if not per_replica > 0:
-        return (stored if breaches == stored else breaches), None
+        return breaches, None
     beyond = per_replica * (1 + spec.tolerance)
     uncured = [b for b in breaches if b.outcome != CURED and serving > b.replicas
                and b.per_replica > beyond
@@ -363,7 +359,7 @@ def _breach_outcomes(spec: AutoscalingSpec, stored: tuple[Breach, ...], reading:
                   and now - b.doubted < memory]
         if not doubts or now - max(doubts) < episode:
             if doubts:
-                return (stored if breaches == stored else breaches), None
+                return breaches, None
             return tuple(b._replace(doubted=now) if b in known_fine else b
                          for b in breaches), None
         breaches = tuple(b._replace(healthy=0.0, doubted=None) if b in known_fine else b
@@ -394,7 +390,7 @@ def _cured(breaches: tuple[Breach, ...], rate: float | None,
             b = Breach(b.time, b.rate, b.replicas, b.target, b.quantile, CURED, b.latency,
                        healthy, b.since, b.doubted)
         out.append(b)
-    return breaches if out == list(breaches) else tuple(out)
+    return tuple(out)
 
 
 def _too_few(spec: AutoscalingSpec, reading: Reading) -> str | None:

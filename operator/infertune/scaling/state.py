@@ -77,13 +77,19 @@ class Serving(NamedTuple):
     was seen since the first reading."""
 
 
+OPEN, CURED, NOT_LOAD = "Open", "Cured", "NotLoad"
+OUTCOMES = (OPEN, CURED, NOT_LOAD)
+"""What a Breach's `outcome` may be."""
+
+
 class Breach(NamedTuple):
     """A latency breach, for what it says of the load a replica can carry
     (engine._breach_floor): the request rate per replica at which the latency stayed above
     its target."""
 
     time: float
-    """When: it is remembered for spec.autoscaling.latency.breachMemory after it."""
+    """When it last mattered (the breach, or the last scale-in it limited): it is remembered
+    for spec.autoscaling.latency.breachMemory after it."""
     rate: float
     """Requests per second across the target (finite, above 0)."""
     replicas: int
@@ -92,7 +98,7 @@ class Breach(NamedTuple):
     """latency.target then: a breach of another target says nothing of this one."""
     quantile: float
     """latency.quantile then."""
-    outcome: str = "Open"
+    outcome: str = OPEN
     """OPEN while no latency at or under the target was measured since, CURED once one was,
     NOT_LOAD once the replicas added did not lower it (engine._breach_outcomes): the latency
     is then not the load's."""
@@ -134,8 +140,13 @@ class ScalingState(NamedTuple):
     serving: Serving | None = None
     """None until an evaluation reads the Deployment's readiness."""
     breaches: tuple[Breach, ...] = ()
-    """Latency breaches within breachMemory, oldest first, each at a higher rate per replica
-    than the one before (engine._remember_breach)."""
+    """Latency breaches within breachMemory, at most MAX_BREACHES (engine._breach_outcomes)."""
+
+    def with_breaches(self, breaches: tuple[Breach, ...]) -> ScalingState:
+        """This state with `breaches` (positional: NamedTuple._replace costs several times
+        more, once per tuning per cycle)."""
+        return ScalingState(self.recommendations, self.scale_events, self.metrics_missing_since,
+                            self.serving, breaches)
 
     def recorded(self, now: float, recommendation: Recommendation, keep_recommendations_s: float,
                  keep_events_s: float) -> ScalingState:
@@ -271,10 +282,6 @@ def _readable(entries: Any, fields: tuple[str, ...]) -> list[dict[str, Any]]:
             continue
         out.append(entry)
     return out
-
-
-OPEN, CURED, NOT_LOAD = "Open", "Cured", "NotLoad"
-OUTCOMES = (OPEN, CURED, NOT_LOAD)
 
 
 def _breach(data: dict[str, Any]) -> Breach:
