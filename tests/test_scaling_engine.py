@@ -1152,7 +1152,7 @@ def test_a_scale_in_does_not_take_away_the_replicas_a_breach_needed() -> None:
     assert history[outs[1]:] == [3] * (240 - outs[1])
     limited = next(d for d in decisions if d.action is ScaleAction.SCALE_IN and
                    d.current_replicas == 5)
-    assert ("p99 breached 345s ago at 20.0 req/s per replica (20.0 req/s on 1), and was under "
+    assert ("p99 breached 5m45s ago at 20.0 req/s per replica (20.0 req/s on 1), and was under "
             "its target at 4.0 req/s per replica: 20.0 req/s now keeps at least 2; 5 -> 2") \
         in limited.reason
     # Turned off, the queue takes them away every window.

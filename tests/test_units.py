@@ -71,6 +71,15 @@ def test_bad_durations_are_rejected(text: str) -> None:
         parse_duration(text)
 
 
+@pytest.mark.parametrize(("seconds", "text"), [
+    (0, "0s"), (0.5, "500ms"), (1.5, "1.5s"), (90, "1m30s"), (3600, "1h"), (3601, "1h1s"),
+    (5400, "1h30m"), (33675, "9h21m15s"), (33675.25, "9h21m15.25s"), (-3, "-3s"),
+])
+def test_format_duration_spells_each_unit(seconds: float, text: str) -> None:
+    # A breach 9 hours old read "33675s ago" in a reason.
+    assert format_duration(seconds) == text
+
+
 @given(st.integers(min_value=0, max_value=10**9))
 def test_format_duration_round_trips(millis: int) -> None:
     assert parse_duration(format_duration(millis / 1000)) * 1000 == millis

@@ -144,16 +144,24 @@ def duration_seconds(duration: str) -> float:
 
 
 def format_duration(seconds: float) -> str:
-    """The shortest exact Go-style spelling of a number of seconds, for messages and status."""
+    """The shortest exact Go-style spelling of a number of seconds, for messages and status:
+    `1h30m`, `9h21m15s`, `1.5s`, `500ms`. A breach 9 hours old was written `33675s` when only
+    the largest unit that divided it evenly was used, which a person reading the reason at
+    night has to work out."""
     millis = round(seconds * 1000)
-    if millis % 1000:
-        return f"{millis}ms"
-    whole = millis // 1000
-    if whole and whole % 3600 == 0:
-        return f"{whole // 3600}h"
-    if whole and whole % 60 == 0:
-        return f"{whole // 60}m"
-    return f"{whole}s"
+    if millis < 0:
+        return "-" + format_duration(-millis / 1000)
+    whole, fraction = divmod(millis, 1000)
+    if not whole:
+        return f"{fraction}ms" if fraction else "0s"
+    hours, rest = divmod(whole, 3600)
+    minutes, secs = divmod(rest, 60)
+    text = (f"{hours}h" if hours else "") + (f"{minutes}m" if minutes else "")
+    if fraction:
+        text += f"{secs}.{fraction:03d}".rstrip("0") + "s"
+    elif secs or not text:
+        text += f"{secs}s"
+    return text
 
 
 class Quantity(str):

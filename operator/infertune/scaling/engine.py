@@ -422,7 +422,8 @@ def _breach_floor(spec: AutoscalingSpec, breaches: tuple[Breach, ...], reading: 
     again: a scale-out and a scale-in every stabilization window, each with a breach. The
     rate, not the replicas: the load that goes away with the traffic lets them go with it."""
     breach = min(breaches, key=_per_replica)
-    said = (f"{reading.latency_kind} breached {format_duration(now - breach.breached_at)} ago at "
+    age = format_duration(round(now - breach.breached_at))  # whole seconds are enough
+    said = (f"{reading.latency_kind} breached {age} ago at "
             f"{_per_replica_text(breach.per_replica)} req/s per replica ({breach.rate:.1f} "
             f"req/s on {breach.replicas})")
     rate = reading.request_rate
