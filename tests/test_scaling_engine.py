@@ -1201,6 +1201,22 @@ def test_the_breach_memory_lets_replicas_go_with_the_load_and_ends() -> None:
                         **ten)[0] == history
 
 
+def test_an_uncured_breach_limits_scale_ins_for_breach_memory_only() -> None:
+    # Kept an hour to tell a breach the replicas did not lower, an uncured breach held the
+    # scale-ins that long too, whatever breachMemory said: nothing cures it while the
+    # traffic is under minRequestRate.
+    quiet = {"latency": {"breachMemory": "10m", "minRequestRate": 25},
+             "scaleDown": {"stabilization": "0s"}}
+    for age_s, floor in ((5 * 60, 3), (20 * 60, 1), (50 * 60, 1)):
+        state = ScalingState(breaches=(Breach(NOW - age_s, 20.0, 2, "75ms", 0.99,
+                                              since=NOW - age_s),))
+        decision = decide(signals(steady(0), rate=20.0), current=5, state=state, **quiet)
+        assert decision.desired_replicas == floor, (age_s, decision.reason)
+        # Still kept for the check it is kept for (its time is now where it limited one).
+        assert [(b.rate, b.outcome, b.since) for b in decision.state.breaches] == [
+            (20.0, "Open", NOW - age_s)]
+
+
 def _breach_signals(rate: float, now: float = NOW, p99_s: float = 0.2) -> TargetSignals:
     return TargetSignals(steady(0, now=now), per_interval(p99_s, p99_s, now=now),
                          per_interval(rate, rate, now=now))

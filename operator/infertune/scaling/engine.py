@@ -155,8 +155,14 @@ def _decide_on_signals(spec: AutoscalingSpec, current: int, reading: Reading,
             notes.append("not scaling in while a signal is missing" if missing else
                          "not scaling in while the latency cannot be compared with its target")
         raw = max(raw, current)
-    if raw < current and seconds(spec.latency.breach_memory) > 0 and (
-            load := tuple(b for b in state.breaches if b.outcome != NOT_LOAD)):
+    memory = seconds(spec.latency.breach_memory)
+    if raw < current and memory > 0 and (
+            load := tuple(b for b in state.breaches
+                          if b.outcome != NOT_LOAD and now - b.time < memory)):
+        # Within breachMemory only: an uncured breach is kept longer (UNCURED_KEPT_S) to tell
+        # a breach the replicas did not lower, and with breachMemory 10m it held scale-ins
+        # for an hour while nothing measured the latency fine (traffic under
+        # minRequestRate).
         floor, held, used = _breach_floor(spec, load, reading, current, now)
         if floor > raw and floor > spec.min_replicas:  # minReplicas holds those anyway
             raw = floor
