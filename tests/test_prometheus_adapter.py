@@ -36,6 +36,7 @@ from e2e.fixtures.loopback import LoopbackServer
 from e2e.fixtures.prometheus import PROMETHEUS_BINARY, MetricsEndpoint, PrometheusServer
 from e2e.fixtures.waiting import wait_for
 from prometheus_client import CollectorRegistry, Gauge, Histogram, start_http_server
+from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.parser import text_string_to_metric_families
 from urllib3.exceptions import DecodeError
 
@@ -1160,6 +1161,45 @@ def test_the_lowest_bound_is_one_every_pod_of_the_target_has(
         finally:
             prometheus.remove_scrape_job("mixed-fine")
             prometheus.remove_scrape_job("mixed-coarse")
+
+
+class _BoundNotANumber:
+    """A bucket series whose `le` is no number, as a tenant's exporter may serve it."""
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        bucket = GaugeMetricFamily("vllm:e2e_request_latency_seconds_bucket", "not a bound",
+                                   labels=["namespace", "pod", "le"])
+        bucket.add_metric(["tenant", "evil-5d4f8b9c7-bcdfg", "abc"], 1)
+        yield bucket
+
+
+def test_a_bound_that_is_no_number_costs_no_other_target_its_bounds(
+        prometheus: PrometheusServer) -> None:
+    """One pod's `le="abc"` failed the whole read of the bounds, which every namespace of a
+    latency plan shares: none of their latencies was compared with its target, and none
+    scaled in, for as long as the pod served it."""
+    registry = CollectorRegistry()
+    Histogram("vllm:e2e_request_latency_seconds", "e2e", ["namespace", "pod"],
+              buckets=BUCKETS, registry=registry).labels(
+        "victim", "llm-5d4f8b9c7-bcdfg").observe(0.05)
+    registry.register(_BoundNotANumber())  # type: ignore[arg-type]
+    victim, tenant = target("victim", "llm"), target("tenant", "evil")
+    scope = Scope("namespace", "pod", ("tenant", "victim"), ("evil", "llm"))
+    text = promql.latency_floor_query(scope, PRESETS[Engine.VLLM], "5s")
+    assert text is not None
+    with MetricsEndpoint(registry) as endpoint:
+        prometheus.add_scrape_job("bound-not-a-number", [endpoint.target])
+        try:
+            prometheus.wait_for_targets_up("bound-not-a-number")
+            wait_for(lambda: {s["metric"]["le"] for s in prometheus.query(text)
+                              if s["metric"]["namespace"] == "tenant"} == {"abc"},
+                     "the tenant's bucket in the bounds query")
+            floors = PrometheusSource(prometheus.url)._read_floors(text, "namespace",
+                                                                   time.time())
+        finally:
+            prometheus.remove_scrape_job("bound-not-a-number")
+    assert floors == {victim.series_key: BUCKETS[0]}
+    assert tenant.series_key not in floors
 
 
 def mixed_scope(t: MetricsTarget) -> Scope:

@@ -278,7 +278,13 @@ class PrometheusSource:
         floors: dict[SeriesKey, float] = {}
         for item in result:
             labels = item["metric"]
-            bound = float(labels.get("le", "nan"))
+            try:
+                bound = float(labels.get("le", "nan"))
+            except ValueError:
+                # An exporter's `le` that is no number (histogram_quantile skips its series
+                # too): one pod's failed the read that every namespace of the plan shares,
+                # and none of their latencies was compared with its target.
+                continue
             if math.isfinite(bound) and bound > 0:
                 key = (labels.get(namespace_label, ""), labels.get(TARGET_LABEL, ""))
                 floors[key] = min(bound, floors.get(key, math.inf))
