@@ -136,7 +136,10 @@ def test_promql_templates_can_be_turned_off() -> None:
                                    "http://user:s3cret@prometheus:9090",
                                    "http://user:s3c/ret@prometheus:9090",
                                    "http:///prometheus", "http://:9090",  # no host
-                                   "http://prometheus:99999", "http://[::1"])
+                                   "http://prometheus:99999", "http://[::1",
+                                   # The operator refuses them too (the API paths follow).
+                                   "http://prometheus:9090?x=1",
+                                   "http://prometheus:9090/#graph"])
 def test_a_bad_prometheus_url_is_refused_naming_the_value(value: str) -> None:
     refused = helm("template", "t", str(CHART), "--set-string", f"prometheus.url={value}",
                    check=False)

@@ -205,6 +205,9 @@ def test_evaluate_exits_3_when_it_decided_without_metrics(
     ("http://prometheus:web", "the port is not a number from 1 to 65535"),
     ("http://:9090", "names no host"),
     ("prometheus:9090", "must start with http:// or https://"),
+    ("http://prometheus:9090 ", "holds a space or a line break"),
+    ("http://prometheus:9090?x=1", "has a query string or a fragment"),
+    ("http://prometheus:9090/#graph", "has a query string or a fragment"),
 ])
 def test_evaluate_refuses_a_prometheus_url_no_query_could_reach(
         url: str, says: str, capsys: pytest.CaptureFixture[str]) -> None:

@@ -13,6 +13,7 @@ import gzip
 import json
 import math
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -464,6 +465,26 @@ def test_cli_evaluate_exits_when_prometheus_answers_slowly(gzipped: bool) -> Non
     assert took < 15, took  # not the 20 s of the body
 
 
+def test_cli_evaluate_ends_at_ctrl_c_while_prometheus_does_not_answer(
+        silent_server: str) -> None:
+    """Ctrl-C printed a traceback, and the process went on until the query's timeout (the
+    interpreter joins the query threads before it exits); a second one printed another."""
+    example = Path(__file__).resolve().parent.parent / "examples" / "vllm-qwen2-7b-h200-mig.yaml"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "infertune", "autoscale", "evaluate", str(example),
+         "--prometheus", silent_server, "--timeout", "60"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        # Once the queries are sent (the server holds their connections), not during imports.
+        time.sleep(3)
+        process.send_signal(signal.SIGINT)
+        _, err = process.communicate(timeout=30)  # not the 60 s of the query's timeout
+    finally:
+        process.kill()
+    assert process.returncode == 130, err
+    assert err.strip() == "infertune: interrupted"
+
+
 def test_the_queries_of_a_batch_wait_for_a_hanging_prometheus_together() -> None:
     """Every tuning's evaluation waits for the batch: its plans are in flight at once, so a
     Prometheus that hangs costs one timeout, not one per plan."""
@@ -637,6 +658,35 @@ def test_custom_templates_read_what_the_preset_reads(prometheus: PrometheusServe
     assert got[broken.key].latency.problem is None  # only the refused query fails
 
 
+def test_a_negative_value_is_no_data(prometheus: PrometheusServer) -> None:
+    """A template's subtraction (or delta()) can answer below 0, which no queue or rate can
+    be: taken as it was, a queue of -30 per replica proposed fewer replicas, with no word
+    of the template being wrong."""
+    tuning = InferenceTuning.model_validate({
+        "metadata": {"name": "negative", "namespace": "serving"},
+        "spec": {"targetRef": {"name": "llm"}, "engine": "custom", "metrics": {
+            "window": "5s", "queries": {
+                "queueDepth": "-sum by (namespace, pod) (vllm:num_requests_waiting{$selector})",
+                "latencyBuckets": "rate(vllm:e2e_request_latency_seconds_bucket{$selector}"
+                                  "[$window])",
+                "requestRate": "-rate(vllm:e2e_request_latency_seconds_count{$selector}"
+                               "[$window])"}}}})
+    negative = dataclasses.replace(target_for_tuning(tuning), queue_history_s=3.0,
+                                   latency_step_s=2.0, queue_target=5.0)
+    source = PrometheusSource(prometheus.url)
+
+    def read() -> TargetSignals | None:
+        got = source.fetch([negative], time.time())[negative.key]
+        return got if len(got.latency.points) >= 2 else None
+
+    got = wait_for(read, "two latency samples", timeout_s=20)
+    assert got.queue.problem is not None and got.queue.problem.startswith(
+        prometheus_adapter.NEGATIVE + " (-30)"), got.queue.problem
+    assert got.request_rate.problem is not None and prometheus_adapter.NEGATIVE in \
+        got.request_rate.problem
+    assert got.latency.points[-1][1] == pytest.approx(P99)  # the latency is still read
+
+
 @pytest.mark.parametrize("long", [False, True])
 def test_a_template_that_fails_on_one_namespaces_data_fails_that_namespace_only(
         prometheus: PrometheusServer, long: bool) -> None:
@@ -795,6 +845,16 @@ def test_an_answer_that_is_not_prometheus_is_no_data_that_says_so(answer: bytes,
         assert problem is not None and says in problem and "check the URL" in problem, problem
 
 
+def test_a_host_name_that_does_not_resolve_is_said_to_be_one() -> None:
+    """A mistyped Service name read "cannot connect (refused or unreachable)", as a
+    Prometheus that is down does. `.invalid` never resolves (RFC 6761)."""
+    got = PrometheusSource("http://prometheus.no-such-namespace.invalid:9090").fetch(
+        [target("a", "b")], time.time())["a/b"]
+    for problem in (got.queue.problem, got.latency.problem):
+        assert problem is not None and "cannot resolve its host name" in problem, problem
+        assert "refused" not in problem
+
+
 def test_a_long_deployment_name_is_refused_with_a_reason(prometheus: PrometheusServer) -> None:
     long = replace(target("serving", "x" * 50), key="serving/long")
     got = PrometheusSource(prometheus.url).fetch([long], time.time())["serving/long"]
@@ -851,6 +911,19 @@ def test_cli_evaluate_prints_signals_decision_and_reason(
     assert (out["action"], out["desiredReplicas"]) == ("ScaleOut", 4)
     assert "nothing lowers the batch: scale out -> 4" in out["reason"]
     assert "queue 30.0/replica vs target 32" in out["reason"]
+    # The queries, with every signal found too (they were "" then), each as a person would
+    # paste it: for llm alone, and answering with its numbers.
+    queries = out["queries"]
+    assert set(queries) == {"queue", "latency", "requestRate"}
+    last = [s for s in prometheus.query(queries["queue"])
+            if s["metric"].get("infertune_stat") == "last"]
+    assert [(s["metric"]["infertune_target"], float(s["value"][1])) for s in last] == [
+        ("llm", 30.0)]
+    for name in ("latency", "requestRate"):
+        assert {s["metric"]["infertune_target"] for s in prometheus.query(queries[name])} \
+            == {"llm"}, name
+    assert run_cli(argv[:-2]) == 0
+    assert f"query (queue): {queries['queue']}" in capsys.readouterr().out
 
 
 DEPLOYMENT = """
@@ -1194,6 +1267,8 @@ def test_a_bound_that_is_no_number_costs_no_other_target_its_bounds(
             wait_for(lambda: {s["metric"]["le"] for s in prometheus.query(text)
                               if s["metric"]["namespace"] == "tenant"} == {"abc"},
                      "the tenant's bucket in the bounds query")
+            # Read at a whole second (as _read_floors asks): one after the first scrape.
+            time.sleep(2.0)
             floors = PrometheusSource(prometheus.url)._read_floors(text, "namespace",
                                                                    time.time())
         finally:

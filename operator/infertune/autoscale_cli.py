@@ -142,6 +142,7 @@ def evaluate(tuning: InferenceTuning, prometheus: str, replicas: int | None,
     Deployment)."""
     from infertune.controller.fights import written_replicas
     from infertune.controller.scaling_report import plan_evaluation
+    from infertune.metrics.plan import Signal
     from infertune.metrics.prometheus import PrometheusSource
     from infertune.metrics.source import target_for_tuning
     from infertune.tuning.pod_patch import template_batching
@@ -158,6 +159,7 @@ def evaluate(tuning: InferenceTuning, prometheus: str, replicas: int | None,
     source = PrometheusSource(prometheus, timeout_s=timeout_s, access=access,
                               templates=templates)
     signals = source.fetch([target], now)[target.key]
+    queries = source.queries_for(target)
     if live is None:
         # The operator's evaluation of a new tuning: nothing stored, no replica fight, and no
         # writer known to stop it (a file shows neither HPAs nor other tunings). Deciding
@@ -196,8 +198,11 @@ def evaluate(tuning: InferenceTuning, prometheus: str, replicas: int | None,
         "action": decision.action.value,
         "reason": decision.reason,
         "signals": decision.signals.to_json(),
-        "queries": {"queue": signals.queue.query, "latency": signals.latency.query,
-                    "requestRate": signals.request_rate.query},
+        # Always, not only for a signal without data: checking a number by hand needs them.
+        "queries": {"queue": signals.queue.query or queries.get(Signal.QUEUE, ""),
+                    "latency": signals.latency.query or queries.get(Signal.LATENCY, ""),
+                    "requestRate": (signals.request_rate.query
+                                    or queries.get(Signal.REQUEST_RATE, ""))},
         "batching": shown,
     }
 
@@ -244,6 +249,9 @@ def _text(result: dict[str, Any], target_s: float) -> str:
     if result["batching"] is not None:
         b = result["batching"]
         lines.append(f"batching: {b['knob']} -> {b['recommended']} ({b['reason']})")
+    # Last, as they are long: for this Deployment alone, to paste into Prometheus.
+    lines += [f"query ({signal}): {query}" for signal, query in result["queries"].items()
+              if query]
     return "\n".join(lines)
 
 

@@ -19,6 +19,8 @@ DEFAULT_LAUNCHER_IMAGE = f"ghcr.io/infertune/infertune:{__version__}"
 CLOSED_OUTPUT = 128 + 13
 """Exit status when the reader of the output closed it early: 128 + SIGPIPE, as a shell
 reports a command that SIGPIPE ended."""
+INTERRUPTED = 128 + 2
+"""Exit status after Ctrl-C: 128 + SIGINT, as a shell reports a command that SIGINT ended."""
 
 
 def seconds_type(*, zero: bool = False, most: float = 86400.0) -> Callable[[str], float]:
@@ -395,6 +397,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         # Flushed here, so that a reader that went away is seen below and not by the
         # interpreter's final flush (which prints a traceback and exits 120).
         sys.stdout.flush()
+    except KeyboardInterrupt:
+        # Ctrl-C while a query waits for a Prometheus that does not answer: one line and the
+        # shell's code for SIGINT, at once. It printed a traceback and then waited out the
+        # query's timeout, as the interpreter joins the query threads before it exits.
+        with contextlib.suppress(OSError):
+            sys.stdout.flush()
+        print("infertune: interrupted", file=sys.stderr, flush=True)
+        os._exit(INTERRUPTED)
     except BrokenPipeError:
         # `infertune validate many.yaml | head -1`: the reader has what it wanted. Quiet, as
         # a shell tool that SIGPIPE ends; stdout goes to /dev/null so that flushing what is

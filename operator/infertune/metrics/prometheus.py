@@ -24,7 +24,13 @@ import requests
 from prometheus_api_client import PrometheusConnect
 from prometheus_api_client.exceptions import PrometheusApiClientException
 from requests.adapters import HTTPAdapter
-from urllib3.exceptions import DecodeError, NewConnectionError, ProtocolError, ReadTimeoutError
+from urllib3.exceptions import (
+    DecodeError,
+    NameResolutionError,
+    NewConnectionError,
+    ProtocolError,
+    ReadTimeoutError,
+)
 from urllib3.exceptions import HTTPError as Urllib3Error
 from urllib3.exceptions import SSLError as Urllib3SSLError
 from urllib3.exceptions import TimeoutError as Urllib3Timeout
@@ -44,7 +50,15 @@ from infertune.metrics.access import (
 from infertune.metrics.plan import QueryPlan, Signal, plan_queries, unsupported
 from infertune.metrics.promql import STAT_LABEL, TARGET_LABEL, duration
 from infertune.metrics.source import MetricsTarget
-from infertune.scaling.signals import NOT_READ, ONLY_NAN, STALE, Series, TargetSignals, Window
+from infertune.scaling.signals import (
+    NEGATIVE,
+    NOT_READ,
+    ONLY_NAN,
+    STALE,
+    Series,
+    TargetSignals,
+    Window,
+)
 from infertune.scaling.state import format_time
 
 PARALLEL_QUERIES = 4
@@ -85,6 +99,10 @@ class PrometheusSource:
         shown = _without_userinfo(url)
         if not url.startswith(("http://", "https://")):
             raise ValueError(f"Prometheus URL {shown!r} must start with http:// or https://")
+        if any(c.isspace() for c in url):
+            # A paste's trailing space read as "the port is not a number".
+            raise ValueError(f"Prometheus URL {shown!r} holds a space or a line break; "
+                             "remove it")
         try:
             parts = urlsplit(url)
         except ValueError as exc:  # "Invalid IPv6 URL"
@@ -100,6 +118,13 @@ class PrometheusSource:
         if not parts.hostname:
             raise ValueError(f"Prometheus URL {shown!r} names no host; for example "
                              "http://prometheus:9090")
+        if "?" in url or "#" in url:
+            # The API's paths are appended to it: every query then went to a wrong URL and
+            # read as "answered with something other than JSON".
+            raise ValueError(f"Prometheus URL {shown!r} has a query string or a fragment "
+                             "('?' or '#'), which the query API's paths cannot follow; give "
+                             "the server's base URL, with its path prefix if it has one "
+                             "(http://prometheus:9090, https://example.com/prometheus)")
         if parts.username is not None or parts.password is not None:
             # As the Authorization header on the command line is refused (access.py):
             # requests sends them as Basic credentials.
@@ -194,6 +219,17 @@ class PrometheusSource:
                 window, latency[key], rate[key], running.get(key, NOT_READ), t.latency_kind,
                 floors.get(key), key in unknown, now, _window_s(t.window))
         return out
+
+    def queries_for(self, target: MetricsTarget) -> dict[Signal, str]:
+        """Each signal's query for `target` alone, as a person would paste it into Prometheus
+        (a batch asks for many targets at once); "" where none can be built."""
+        queries: dict[Signal, str] = {}
+        for plan in plan_queries([target], self.resolution_s):
+            try:
+                queries[plan.signal] = plan.query_for(target)
+            except (ValueError, ArithmeticError):  # the fetch says why
+                queries[plan.signal] = ""
+        return queries
 
     def _latency_floors(self, plans: list[tuple[QueryPlan, _Query]],
                         with_latency: list[tuple[QueryPlan, Iterable[SeriesKey]]],
@@ -644,12 +680,18 @@ def _series(result: list[dict[str, Any]], plan: QueryPlan,
                         if isfinite(value := float(v))])
         if not points:
             out[key] = Series.missing(ONLY_NAN)
+        elif (low := min(points, key=_value)[1]) < 0:
+            out[key] = Series.missing(f"{NEGATIVE} ({low:g})")
         elif points[-1][0] < fresh:
             newest = format_time(points[-1][0])
             out[key] = Series.missing(f"{STALE}the newest sample is from {newest}")
         else:
             out[key] = Series(points, step)
     return out
+
+
+_value = operator.itemgetter(1)
+"""A point's value."""
 
 
 def _windows(result: list[dict[str, Any]], plan: QueryPlan,
@@ -676,6 +718,9 @@ def _windows(result: list[dict[str, Any]], plan: QueryPlan,
         if not isfinite(last):
             out[key] = Window.missing(ONLY_NAN)
             continue
+        if last < 0:
+            out[key] = Window.missing(f"{NEGATIVE} ({last:g})")
+            continue
         pods = got.get("pods")
         # Positional (last, end, span, step, threshold, dip, samples, peak, query, problem,
         # pods): keywords cost more, once per target per cycle.
@@ -696,7 +741,14 @@ def _without_userinfo(url: str) -> str:
 
 def _describe(exc: Exception, timeout_s: float) -> str:
     """A short cause: requests puts the whole (long) query URL into its messages."""
-    # Checked first: urllib3 2 makes NewConnectionError a subclass of its TimeoutError.
+    # Checked first: urllib3 2 makes NameResolutionError a NewConnectionError, and that a
+    # subclass of its TimeoutError.
+    reason = getattr(exc.args[0], "reason", None) if exc.args else None  # a MaxRetryError's
+    if isinstance(exc, NameResolutionError) or isinstance(reason, NameResolutionError):
+        # A Service name mistyped, or without its namespace: it read as Prometheus being
+        # down ("refused or unreachable").
+        return ("cannot resolve its host name; check the URL (a Service in another "
+                "namespace is <name>.<namespace>, for example prometheus.monitoring)")
     if isinstance(exc, NewConnectionError | ConnectionRefusedError):
         return "cannot connect (refused or unreachable)"
     if isinstance(exc, requests.exceptions.SSLError):  # before ConnectionError, its base

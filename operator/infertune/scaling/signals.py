@@ -17,6 +17,10 @@ from infertune.api.units import duration_seconds
 
 ONLY_NAN = "only NaN or infinite values"
 """The problem of a signal whose every point was NaN or infinite (no data, not zero)."""
+NEGATIVE = ("a negative value, which no queue, latency or request rate can be: the query is "
+            "wrong (a PromQL template's delta() or subtraction?)")
+"""The problem of a signal with a negative value (no data: taken as it is, a queue of -1
+scaled the Deployment in)."""
 STALE = "stale: "
 """How the problem of a series whose newest sample is too old starts."""
 FLOAT_NOISE = 1e-9
