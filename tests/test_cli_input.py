@@ -181,6 +181,26 @@ def test_standard_input_is_named_in_errors(stdin: Any,
         "Deployment)" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(("documents", "says"), [
+    ([{**TUNING, "kind": "InferenceTunning"}],
+     "found 0 (the file holds kind InferenceTunning; use kind InferenceTuning)"),
+    ([{**TUNING, "kind": "inferencetuning"}],
+     "found 0 (the file holds kind inferencetuning; use kind InferenceTuning)"),
+    ([{"replicaCount": 2, "image": {"tag": "v1"}}],
+     "found 0 (the file holds no kind: is it a Helm values file?"),
+    ([TUNING, {**TUNING, "metadata": {**TUNING["metadata"], "name": "second"}}],
+     "found 2 (inference/qwen2-7b, inference/second); give a file with one"),
+])
+def test_a_file_without_one_tuning_says_what_it_holds(
+        stdin: Any, capsys: pytest.CaptureFixture[str], documents: list[dict[str, Any]],
+        says: str) -> None:
+    """A kind misspelt, a values file and two tunings read "found 0 (the file holds
+    InferenceTunning)", "(the file holds None)" and "found 2", naming neither."""
+    stdin(yaml.safe_dump_all(documents).encode())
+    assert main(["autoscale", "evaluate", "-", "--prometheus", "http://127.0.0.1:9"]) == 1
+    assert f"<stdin>: expected exactly one InferenceTuning, {says}" in capsys.readouterr().err
+
+
 def test_evaluate_exits_3_when_it_decided_without_metrics(
         stdin: Any, capsys: pytest.CaptureFixture[str]) -> None:
     """Every query failed (nothing listens there): the decision is still printed, and the

@@ -654,6 +654,9 @@ def test_custom_templates_read_what_the_preset_reads(prometheus: PrometheusServe
         theirs.request_rate.points[-1][1])
     refused = got[broken.key].queue
     assert refused.problem is not None and "bad_data" in refused.problem, refused.problem
+    # Prometheus's words, not the client's dump of the answer's bytes (b'{"status":...').
+    assert "HTTP Status Code 400 (bad_data): " in refused.problem and "parse error" in \
+        refused.problem and "b'" not in refused.problem, refused.problem
     assert "vllm:num_requests_waiting{namespace=~" in (refused.query or "")
     assert got[broken.key].latency.problem is None  # only the refused query fails
 
@@ -685,6 +688,21 @@ def test_a_negative_value_is_no_data(prometheus: PrometheusServer) -> None:
     assert got.request_rate.problem is not None and prometheus_adapter.NEGATIVE in \
         got.request_rate.problem
     assert got.latency.points[-1][1] == pytest.approx(P99)  # the latency is still read
+
+
+def test_a_template_that_drops_the_pod_label_is_told_so(prometheus: PrometheusServer) -> None:
+    """Its result had series, which cannot be told apart by Deployment; it read "no series
+    for Deployment", as a selector that matches nothing does."""
+    tuning = InferenceTuning.model_validate({
+        "metadata": {"name": "summed", "namespace": "serving"},
+        "spec": {"targetRef": {"name": "llm"}, "engine": "vllm", "metrics": {
+            "queries": {"queueDepth": "sum(vllm:num_requests_waiting{$selector})"}}}})
+    summed = dataclasses.replace(target_for_tuning(tuning), queue_history_s=3.0,
+                                 queue_target=5.0)
+    got = PrometheusSource(prometheus.url).fetch([summed], time.time())[summed.key]
+    assert got.queue.problem is not None and got.queue.problem.startswith(
+        "no series for Deployment serving/llm: the template's result has series without the "
+        "'pod' label"), got.queue.problem
 
 
 @pytest.mark.parametrize("long", [False, True])

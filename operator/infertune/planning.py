@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import json
 from pathlib import Path
 from typing import Any
@@ -63,13 +64,34 @@ def load_tuning_and_template(path: Path) -> tuple[InferenceTuning, dict[str, Any
     return tuning, _deployment_pod(named[0], source_name(path))["spec"]
 
 
+def _shown_name(document: dict[str, Any]) -> str:
+    metadata = document.get("metadata")
+    metadata = metadata if isinstance(metadata, dict) else {}
+    return f"{metadata.get('namespace') or '?'}/{metadata.get('name') or '?'}"
+
+
 def _tuning_of(documents: list[dict[str, Any]], source: str) -> InferenceTuning:
     found = [d for d in documents if d.get("kind") == KIND]
-    if len(found) != 1:
-        others = sorted({str(d.get("kind")) for d in documents if d.get("kind") != KIND})
-        seen = f" (the file holds {', '.join(others)})" if others and not found else ""
+    if len(found) > 1:
+        names = ", ".join(_shown_name(d) for d in found)
         raise PlanInputError(f"{source}: expected exactly one InferenceTuning, found "
-                             f"{len(found)}{seen}")
+                             f"{len(found)} ({names}); give a file with one (`kubectl get "
+                             "inferencetuning NAME -n NAMESPACE -o yaml` prints one, and `-` "
+                             "reads it from standard input)")
+    if not found:
+        kinds = sorted({str(d["kind"]) for d in documents if d.get("kind")})
+        near = [k for k in kinds if k.lower() != KIND.lower()
+                and difflib.get_close_matches(k.lower(), [KIND.lower()], cutoff=0.8)]
+        if near or any(k.lower() == KIND.lower() for k in kinds):
+            seen = f" (the file holds kind {', '.join(kinds)}; use kind {KIND})"
+        elif kinds:
+            seen = f" (the file holds {', '.join(kinds)})"
+        elif documents:
+            seen = (" (the file holds no kind: is it a Helm values file? give the "
+                    "InferenceTuning manifest)")
+        else:
+            seen = " (the file is empty)"
+        raise PlanInputError(f"{source}: expected exactly one InferenceTuning, found 0{seen}")
     # A status in the file is not read, as validate does not read it: the API server's
     # copy (`kubectl get -o yaml | infertune autoscale evaluate -`) may hold one that
     # another version of the operator wrote, which is no reason to refuse the spec.

@@ -7,6 +7,8 @@ timeout, a refused connection, an HTTP error.
 
 from __future__ import annotations
 
+import ast
+import json
 import math
 import operator
 import re
@@ -620,8 +622,15 @@ class _Answer:
             return missing(self.error, query)
         if got is not None:
             return missing(got.problem or "", query)
-        return missing(f"no series for Deployment {target.namespace}/{target.deployment}",
-                       query)
+        said = f"no series for Deployment {target.namespace}/{target.deployment}"
+        if self.plan.templated and any(not deployment for _, deployment in self.found):
+            # Its answer has series, which cannot be told apart by Deployment: the template
+            # summed the pod label away (the docs ask it to keep it).
+            said += (f": the template's result has series without the {target.pod_label!r} "
+                     "label (spec.metrics.podLabel); keep it and "
+                     f"{target.namespace_label!r} in the result, for example sum by "
+                     f"({target.namespace_label}, {target.pod_label}) (...)")
+        return missing(said, query)
 
 
 class _Floors(NamedTuple):
@@ -786,7 +795,28 @@ def _describe(exc: Exception, timeout_s: float) -> str:
             # A proxy's or another service's page: its markup says nothing (and it filled
             # the condition with 300 characters of escaped HTML).
             return f"{status}, with an HTML page instead of Prometheus's answer; check the URL"
+        said = _prometheus_error(text)
+        if said is not None:
+            # Its words, not the client's dump of the body's bytes (b'{"status":"error",...
+            # \\u003cby\\u003e...').
+            return f"{status} ({said[0]}): {said[1][:300]}"
     return text if len(text) <= 300 else text[:300] + "..."
+
+
+def _prometheus_error(text: str) -> tuple[str, str] | None:
+    """(errorType, error) of the error answer prometheus-api-client puts into its message as
+    the body's bytes (`HTTP Status Code 400 (b'{"status":"error",...}')`); None when it holds
+    none."""
+    found = re.search(r"\((b'.*'|b\".*\")\)\s*$", text, flags=re.DOTALL)
+    if found is None:
+        return None
+    try:
+        answer = json.loads(ast.literal_eval(found.group(1)))
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return None
+    if not isinstance(answer, dict) or not isinstance(answer.get("error"), str):
+        return None
+    return str(answer.get("errorType") or "error"), answer["error"]
 
 
 def _not_a_result(exc: Exception) -> str:
