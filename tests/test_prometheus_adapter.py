@@ -1142,11 +1142,17 @@ def test_a_latency_whose_bounds_could_not_be_read_is_marked_unknown(
     got = fetch_when(source, [llm], llm.key)
     assert got[llm.key].latency.available
     assert got[llm.key].latency_floor_s is None and got[llm.key].latency_floor_unknown
+    # Why, and the query, for MetricsAvailable: that the latency is not compared holds
+    # every scale-in, and it said only "could not be read".
+    problem = got[llm.key].latency_floor_problem
+    assert problem.startswith("the last read failed: cannot connect"), problem
+    assert "(query: " in problem and 'infertune_target' in problem and "llm" in problem
     monkeypatch.undo()
     later = time.monotonic() + prometheus_adapter.FLOOR_RETRY_S
     monkeypatch.setattr(prometheus_adapter.time, "monotonic", lambda: later)
     read = source.fetch([llm], time.time())[llm.key]
     assert read.latency_floor_s == BUCKETS[0] and not read.latency_floor_unknown
+    assert read.latency_floor_problem == ""
     refuse_bounds_reads(monkeypatch, source)
     even_later = later + prometheus_adapter.FLOOR_REFRESH_S
     monkeypatch.setattr(prometheus_adapter.time, "monotonic", lambda: even_later)

@@ -997,6 +997,10 @@ def test_a_latency_whose_histogram_bounds_are_not_known_is_not_compared() -> Non
             "latency: the bucket bounds of the latency histogram could not be read, so the "
             "p99 may be an artefact of its lowest bucket; it is compared with the target "
             "once they are (read again every minute)",)
+    # With why, as the adapter says it (the read's failure and the query).
+    told = decide(unknown._replace(latency_floor_problem="the last read failed: timed out"))
+    assert told.signals.problems[0].endswith(
+        "(read again every minute): the last read failed: timed out")
     # Quiet traffic: nothing to compare anyway, and nothing to report.
     quiet = decide(signals(steady(10), latency_ms=(297, 297), rate=0.01)._replace(
         latency_floor_unknown=True))

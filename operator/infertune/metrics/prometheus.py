@@ -219,7 +219,8 @@ class PrometheusSource:
             window = queue.get(key)
             out[key] = self._unsupported(t) if window is None else TargetSignals(
                 window, latency[key], rate[key], running.get(key, NOT_READ), t.latency_kind,
-                floors.get(key), key in unknown, now, _window_s(t.window))
+                floors.get(key), key in unknown, now, _window_s(t.window),
+                unknown.get(key, ""))
         return out
 
     def queries_for(self, target: MetricsTarget) -> dict[Signal, str]:
@@ -235,7 +236,7 @@ class PrometheusSource:
 
     def _latency_floors(self, plans: list[tuple[QueryPlan, _Query]],
                         with_latency: list[tuple[QueryPlan, Iterable[SeriesKey]]],
-                        now: float, deadline: float) -> tuple[dict[str, float], set[str]]:
+                        now: float, deadline: float) -> tuple[dict[str, float], dict[str, str]]:
         """(target key -> the lowest finite bucket bound of its latency histogram, where
         known; the keys with latency data whose bounds are not known). The bounds of the
         histograms that answered are read when due, at once and within the batch's longest
@@ -245,7 +246,7 @@ class PrometheusSource:
         self._floors_read(reading, deadline)
         clock = time.monotonic()
         floors: dict[str, float] = {}
-        unknown: set[str] = set()
+        unknown: dict[str, str] = {}
         with_data = {id(plan): keys for plan, keys in with_latency}
         for plan, _ in plans:
             text = self._floor_texts.get(id(plan))
@@ -267,7 +268,7 @@ class PrometheusSource:
                 if floor is not None:
                     floors[target.key] = floor
                 elif key in answered:
-                    unknown.add(target.key)
+                    unknown[target.key] = _why_no_bounds(plan, target, known)
         for text in [t for t, used in self._floor_used.items()
                      if clock - used > FLOOR_FORGET_S]:
             # The bounds of a set of targets no batch asks for any more (tunings come and
@@ -340,10 +341,12 @@ class PrometheusSource:
             known = self._floors.get(text)
             try:
                 floors = future.result(timeout=max(0.0, deadline - time.monotonic()))
-            except Exception:  # any failure: keep the last bounds, and try again later
+            except Exception as exc:  # any failure: keep the last bounds, and try again later
                 future.cancel()
+                why = ("not answered within the batch's budget" if isinstance(exc, FutureTimeout)
+                       else _describe(exc, self.timeout_s))
                 self._floors[text] = _Floors(clock, clock + FLOOR_RETRY_S,
-                                             {} if known is None else known.bounds, asked)
+                                             {} if known is None else known.bounds, asked, why)
                 continue
             self._floors[text] = _Floors(clock, clock + FLOOR_REFRESH_S, floors, asked)
 
@@ -643,6 +646,24 @@ class _Floors(NamedTuple):
     asked: frozenset[SeriesKey] = frozenset()
     """The targets that had latency data when they were read: one that has data now and
     was not among them is read at once."""
+    error: str = ""
+    """Why the last read failed ("" when it did not)."""
+
+
+def _why_no_bounds(plan: QueryPlan, target: MetricsTarget, known: _Floors | None) -> str:
+    """Why the bucket bounds of `target`'s histogram are not known (for MetricsAvailable: a
+    latency not compared holds every scale-in), with the query of its bounds."""
+    if known is None:
+        why = "not read yet"
+    elif known.error:
+        why = f"the last read failed: {known.error}"
+    else:
+        why = "the last read found no bucket bounds for it"
+    try:
+        query = None if plan.floor is None else plan.floor(plan.scope([target]))
+    except (ValueError, ArithmeticError):
+        query = None
+    return why if not query else f"{why} (query: {query})"
 
 
 class _Unbuildable(NamedTuple):

@@ -115,7 +115,8 @@ def read_signals(spec: AutoscalingSpec, signals: TargetSignals, now: float,
         problems = (*problems, (
             "latency: the bucket bounds of the latency histogram could not be read, so the "
             f"{signals.latency_kind} may be an artefact of its lowest bucket; it is compared "
-            "with the target once they are (read again every minute)"))
+            "with the target once they are (read again every minute)"
+            + (f": {signals.latency_floor_problem}" if signals.latency_floor_problem else "")))
     if queue_now is None or latency_now is None or rate_now is None:
         problems = (*problems, *_too_old(signals, queue_now, latency_now, rate_now))
     unjudged = None

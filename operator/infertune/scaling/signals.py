@@ -207,6 +207,10 @@ class TargetSignals(NamedTuple):
     """How far back each latency sample reaches (spec.metrics.window): a sample taken less
     than this after the replicas changed still holds requests served before."""
 
+    latency_floor_problem: str = ""
+    """Why the bounds are not known (with `latency_floor_unknown`), for MetricsAvailable:
+    the read's failure, or that it found none for this target, and the query."""
+
     def fresh_at(self, now: float) -> float:
         """The time the signals are judged fresh at, for an evaluation at `now`: when they
         were read, or `now` (not given, or a clock that stepped back since)."""
