@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import base64
 import datetime as dt
+import socket
+import ssl
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -411,3 +413,92 @@ def test_nothing_is_registered_once_removed(monkeypatch: pytest.MonkeyPatch) -> 
     monkeypatch.setattr(WebhookRegistration, "_apply",
                         lambda self, config: pytest.fail("registered after the removal"))
     registration.apply({"url": "https://10.0.0.5:9443"})
+
+
+class _Recording:
+    """Records what is registered; the API server always holds it."""
+
+    name = "infertune-pod-tuning"
+
+    def __init__(self) -> None:
+        self.applied: list[dict[str, Any]] = []
+
+    def apply(self, config: dict[str, Any], keep_owner: bool = False) -> None:
+        self.applied.append(config)
+
+    def still_registered(self, config: dict[str, Any]) -> bool:
+        return True
+
+    def serves(self, config: dict[str, Any]) -> bool:
+        return True
+
+    def remove(self) -> None:
+        pass
+
+
+def _served_certificate(port: int) -> bytes:
+    context = ssl.create_default_context()
+    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as raw, \
+            context.wrap_socket(raw) as tls:
+        served = tls.getpeercert(binary_form=True)
+    assert served is not None
+    return served
+
+
+def test_a_certificate_renewed_in_its_files_is_served_and_its_ca_registered(
+        tmp_path: Path) -> None:
+    """cert-manager renews the Secret's files in place (90-day certificates, renewed 30
+    days early): the server must serve the new certificate and register its CA while it
+    runs, or every pod is admitted untuned once the first one expires."""
+    from infertune.kube.webhooks import RegisteringWebhookServer
+
+    cert, key = write_self_signed(tmp_path / "live", ["127.0.0.1", "localhost"])
+    renewed = write_self_signed(tmp_path / "renewed", ["127.0.0.1", "localhost"])
+    registration = _Recording()
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+
+    async def scenario() -> tuple[list[Any], bytes, bytes]:
+        server = RegisteringWebhookServer(
+            registration=registration, addr="127.0.0.1", port=port, host="127.0.0.1",
+            certfile=cert, pkeyfile=key, cafile=cert, check_s=0.2, file_check_interval=0.2)
+
+        async def review(*_: Any, **__: Any) -> dict[str, Any]:
+            return {}
+
+        configs = server(review)
+        first = await configs.__anext__()
+        before = await asyncio.to_thread(_served_certificate, port)
+        # As kopf's consumer does, ask for the next configuration before the files change.
+        following = asyncio.ensure_future(configs.__anext__())
+        await asyncio.sleep(0.5)
+        for source, live in zip(renewed, (cert, key), strict=True):
+            live.write_bytes(source.read_bytes())
+        second = await asyncio.wait_for(following, timeout=30)
+        after = await asyncio.to_thread(_served_certificate, port)
+        await configs.aclose()
+        return [first, second], before, after
+
+    (first, second), before, after = asyncio.run(scenario())
+    assert before != after
+    assert base64.b64decode(second["caBundle"]) == renewed[0].read_bytes()
+    assert first["caBundle"] != second["caBundle"]
+    assert [c["caBundle"] for c in registration.applied][-1] == second["caBundle"]
+
+
+def test_the_operator_reads_the_certificate_files_at_each_check(tmp_path: Path) -> None:
+    """kopf's own default is a minute, whatever --webhook-check-interval says."""
+    from contextlib import ExitStack
+
+    from infertune.cli import build_parser
+    from infertune.controller.main import _webhook_server
+
+    cert, key = write_self_signed(tmp_path, ["127.0.0.1"])
+    args = build_parser().parse_args([
+        "run", "--webhook-cert", str(cert), "--webhook-key", str(key),
+        "--webhook-host", "127.0.0.1", "--webhook-check-interval", "7"])
+    with ExitStack() as cleanup:
+        server = _webhook_server(args, "infertune-system", cleanup)
+    assert server.file_check_interval == server.check_s == 7.0

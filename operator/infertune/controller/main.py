@@ -73,6 +73,9 @@ def _webhook_server(args: argparse.Namespace, own_namespace: str, cleanup: ExitS
                                          service=service, owned_by=args.webhook_owner),
         addr=args.webhook_addr, port=args.webhook_port, host=host,
         certfile=cert, pkeyfile=key, cafile=args.webhook_ca or cert,
+        # The files are read again at each check, as the registration is: kopf serves a
+        # certificate cert-manager renewed (and registers its CA) once it sees them change.
+        file_check_interval=args.webhook_check_interval,
         check_s=args.webhook_check_interval, ready_file=args.ready_file, loaded=loaded,
         leads=leads,
     )
