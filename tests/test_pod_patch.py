@@ -320,6 +320,14 @@ def _with(pod: dict[str, Any], **spec: Any) -> dict[str, Any]:
     (_with(_pod(volumeMounts=[{"name": "models", "mountPath": "/infertune/"}]),
            volumes=[{"name": "models", "emptyDir": {}}]),
      "container vllm mounts volume models at /infertune, where the launcher goes"),
+    # Inside the launcher's read-only volume the runtime cannot make the mount point: the
+    # container failed at every start.
+    (_with(_pod(volumeMounts=[{"name": "cache", "mountPath": "/infertune/cache"}]),
+           volumes=[{"name": "cache", "emptyDir": {}}]),
+     "container vllm mounts volume cache at /infertune/cache, inside /infertune"),
+    (_with(_pod(volumeMounts=[{"name": "cache", "mountPath": "//infertune//x/"}]),
+           volumes=[{"name": "cache", "emptyDir": {}}]),
+     "container vllm mounts volume cache at //infertune//x/, inside /infertune"),
 ])
 def test_a_pod_whose_names_or_paths_the_launcher_needs_is_admitted_unchanged(
         pod: dict[str, Any], says: str) -> None:

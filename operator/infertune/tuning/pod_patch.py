@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import posixpath
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -624,6 +625,14 @@ def _launcher_clash(pod_spec: Mapping[str, Any], serving: Mapping[str, Any]) -> 
             return (f"container {serving.get('name')} mounts volume {mount.get('name')} at "
                     f"{LAUNCHER_DIR}, where the launcher goes, and a path is mounted once; "
                     "mount it elsewhere")
+        path = str(mount.get("mountPath") or "")
+        if ("/" + posixpath.normpath(path).lstrip("/")).startswith(LAUNCHER_DIR + "/"):
+            # Inside the launcher's read-only emptyDir, the runtime cannot make the mount
+            # point (kubernetes/kubernetes#121294): the container would fail at every start,
+            # which failurePolicy: Ignore does not cover.
+            return (f"container {serving.get('name')} mounts volume {mount.get('name')} at "
+                    f"{path}, inside {LAUNCHER_DIR} where the launcher's read-only volume "
+                    "goes, and the runtime cannot make a mount point in it; mount it elsewhere")
     return None
 
 
