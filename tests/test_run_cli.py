@@ -67,10 +67,76 @@ def test_a_lease_name_that_cannot_work_is_refused_before_anything_starts(
     (["--webhook-cert", "/nonexistent/tls.crt", "--webhook-key", "/nonexistent/tls.key"],
      "--webhook-cert: /nonexistent/tls.crt cannot be read"),
     (["--webhook-port", "70000"], "--webhook-port: 70000 is not from 0 (any free port) to"),
+    # Dropped without a word (the Service is what the API server calls).
+    (["--webhook-host", "1.2.3.4", "--webhook-service", "infertune-system/webhook:443"],
+     "--webhook-host is the address of a webhook the API server calls by URL"),
+    # The API server's 422 dump, once kopf had started.
+    (["--webhook-host", "bad host"], "--webhook-host: 'bad host' is not a host name or IP"),
+    # kopf's bind: a socket.gaierror traceback.
+    (["--webhook-addr", "notanip"], "--webhook-addr: 'notanip' is not an IP address"),
 ])
 def test_webhook_options_that_cannot_work_are_refused_before_anything_starts(
         options: list[str], says: str, monkeypatch: pytest.MonkeyPatch) -> None:
     assert says in refused_run(monkeypatch, *options)
+
+
+@pytest.mark.parametrize(("url", "says"), [
+    ("foo", "must start with http://"),
+    ("https://0.0.0.0:8080/healthz", "must start with http://"),
+    ("http://0.0.0.0:99999/healthz", "Port out of range"),
+    ("http://0.0.0.0/healthz", "needs a port from 1 to 65535"),
+    ("http://:8080/healthz", "names no address to listen on"),
+])
+def test_a_liveness_url_kopf_cannot_serve_is_refused_by_name(
+        url: str, says: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """kopf's traceback after the operator had started ("Unsupported scheme: foo")."""
+    message = refused_run(monkeypatch, "--webhook-port", "0", "--liveness", url)
+    assert message.startswith("--liveness: ") and says in message, message
+
+
+def test_a_liveness_port_another_process_listens_on_is_refused(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    with socket.socket() as other:
+        other.bind(("127.0.0.1", 0))
+        other.listen()
+        port = other.getsockname()[1]
+        message = refused_run(monkeypatch, "--webhook-port", "0", "--liveness",
+                              f"http://127.0.0.1:{port}/healthz")
+    assert message.startswith(f"--liveness: 127.0.0.1 port {port} is in use"), message
+
+
+def test_webhook_certificate_files_that_cannot_serve_are_refused(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A CA that did not issue the certificate, or an empty one, was registered: the API
+    server trusted no answer and every pod was admitted untuned, while the operator was
+    Ready. Files that hold no certificate and key ended in ssl.SSLError's traceback."""
+    from infertune.controller import main as controller
+    from infertune.controller.main import check_webhook_options
+    from infertune.kube.webhook_tls import write_self_signed
+
+    monkeypatch.setattr(controller, "_port_taken", lambda addr, port: None)  # 9443 may be busy
+    cert, key = write_self_signed(tmp_path / "ours", ["127.0.0.1"])
+    other, _ = write_self_signed(tmp_path / "other", ["127.0.0.1"])
+    empty = tmp_path / "empty.crt"
+    empty.write_text("")
+
+    def refused(*options: str | Path) -> str:
+        args = build_parser().parse_args(["run", *map(str, options)])
+        with pytest.raises(SystemExit) as stopped:
+            check_webhook_options(args)
+        return str(stopped.value)
+
+    given = ("--webhook-cert", cert, "--webhook-key", key)
+    assert check_webhook_options(build_parser().parse_args(
+        ["run", *map(str, given), "--webhook-ca", str(cert)])) is None  # its own CA
+    assert refused(*given, "--webhook-ca", other).startswith(
+        f"--webhook-ca: no certificate in {other} issued {cert}")
+    assert refused(*given, "--webhook-ca", empty) == f"--webhook-ca: {empty} holds no PEM " \
+        "certificate"
+    assert refused("--webhook-cert", key, "--webhook-key", cert).startswith(
+        "--webhook-cert/--webhook-key: ")
+    assert refused("--webhook-cert", cert, "--webhook-key", other).startswith(
+        "--webhook-cert/--webhook-key: ")
 
 
 def test_a_webhook_port_another_process_listens_on_is_refused(

@@ -10,13 +10,17 @@ import ipaddress
 import logging
 import os
 import socket
+import ssl
 import tempfile
 from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
 from types import ModuleType
+from urllib.parse import urlsplit
 
 import kopf
+from cryptography import x509
+from cryptography.exceptions import InvalidSignature
 from kubernetes.client.exceptions import ApiException
 
 from infertune.api.spec import is_dns_label, is_dns_subdomain
@@ -128,16 +132,29 @@ def check_webhook_options(args: argparse.Namespace) -> None:
                          "certificate is its own CA; the API server would not trust it)")
     host = args.webhook_host
     if host:
+        if args.webhook_service:
+            # It was dropped without a word: the Service is what the API server calls.
+            raise SystemExit("--webhook-host is the address of a webhook the API server calls "
+                             "by URL, and --webhook-service has it call the Service; give one")
         if host.startswith("[") or host.endswith("]"):
             raise SystemExit(f"--webhook-host: give an IPv6 address without brackets "
                              f"({host} -> {host.strip('[]')})")
         if ":" in host and not _is_ip(host):
             raise SystemExit(f"--webhook-host: {host!r} is not a host name or IP address; the "
                              "port is --webhook-port")
+        if not _is_ip(host) and not is_dns_subdomain(host.lower()):
+            # The API server refused the registration (a 422 dump, after kopf had started).
+            raise SystemExit(f"--webhook-host: {host!r} is not a host name or IP address")
+    if not _is_ip(str(args.webhook_addr)):
+        # kopf's bind failed with a traceback (socket.gaierror).
+        raise SystemExit(f"--webhook-addr: {args.webhook_addr!r} is not an IP address to "
+                         "listen on (0.0.0.0 or :: for every one)")
     for option, path in (("--webhook-cert", args.webhook_cert), ("--webhook-key", args.webhook_key),
                          ("--webhook-ca", args.webhook_ca)):
         if path and not os.access(path, os.R_OK):
             raise SystemExit(f"{option}: {path} cannot be read")
+    if args.webhook_cert and args.webhook_key:
+        _check_certificate(args.webhook_cert, args.webhook_key, args.webhook_ca)
     if not 0 <= args.webhook_port <= 65535:
         raise SystemExit(f"--webhook-port: {args.webhook_port} is not from 0 (any free port) "
                          "to 65535")
@@ -147,6 +164,63 @@ def check_webhook_options(args: argparse.Namespace) -> None:
                          f"use ({taken}); another infertune run there? kopf's server shares "
                          "a port silently (SO_REUSEPORT), and the API server's calls would be "
                          "split between the two")
+
+
+def _check_liveness(url: str) -> None:
+    """--liveness as kopf serves it (http://ADDRESS:PORT/PATH): a wrong one stopped the
+    operator with kopf's traceback ("Unsupported scheme", "Port out of range", a port in use)
+    after it had started."""
+    example = "for example http://0.0.0.0:8080/healthz"
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as exc:
+        raise SystemExit(f"--liveness: {url!r}: {exc}; {example}") from None
+    if parts.scheme != "http":
+        raise SystemExit(f"--liveness: {url!r} must start with http:// (kopf serves the "
+                         f"probe without TLS); {example}")
+    host = parts.hostname or ""
+    if not _is_ip(host) and not is_dns_subdomain(host.lower()):
+        raise SystemExit(f"--liveness: {url!r} names no address to listen on; {example}")
+    if port is None or not 0 < port <= 65535:
+        raise SystemExit(f"--liveness: {url!r} needs a port from 1 to 65535; {example}")
+    taken = _port_taken(host, port)
+    if taken is not None:
+        raise SystemExit(f"--liveness: {host} port {port} is in use ({taken})")
+
+
+def _check_certificate(cert: str, key: str, ca: str | None) -> None:
+    """--webhook-cert and --webhook-key load as a certificate and its key, and --webhook-ca
+    (when given) issued the certificate: a CA that did not (or an empty file) was registered,
+    the API server trusted no answer, and every pod was admitted untuned while the operator
+    reported Ready."""
+    try:
+        ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(cert, key)
+    except (ssl.SSLError, ValueError) as exc:
+        raise SystemExit(f"--webhook-cert/--webhook-key: {cert} and {key} are not a PEM "
+                         f"certificate and its private key ({exc})") from None
+    if ca is None:
+        return
+    try:
+        authorities = x509.load_pem_x509_certificates(Path(ca).read_bytes())
+    except ValueError:
+        authorities = []
+    if not authorities:
+        raise SystemExit(f"--webhook-ca: {ca} holds no PEM certificate")
+    chain = x509.load_pem_x509_certificates(Path(cert).read_bytes())
+    for issued in chain:  # the certificate, then any intermediates it comes with
+        for authority in authorities:
+            if issued == authority:
+                return
+            try:
+                issued.verify_directly_issued_by(authority)
+            except (ValueError, TypeError, InvalidSignature):
+                continue
+            return
+    raise SystemExit(f"--webhook-ca: no certificate in {ca} issued {cert}: the API server "
+                     "would trust none of the webhook's answers, and every pod would be "
+                     "admitted untuned; give the CA of the certificate (cert-manager: the "
+                     "Secret's ca.crt)")
 
 
 def _port_taken(addr: str, port: int) -> str | None:
@@ -328,6 +402,8 @@ def run_operator(args: argparse.Namespace) -> int:
         raise SystemExit(f"--prometheus-url (or $INFERTUNE_PROMETHEUS_URL): {exc}") from None
     _check_lease_name(args)
     check_webhook_options(args)
+    if args.liveness:
+        _check_liveness(args.liveness)
     if source is None:
         logger.warning("no --prometheus-url (or $INFERTUNE_PROMETHEUS_URL): spec.autoscaling is "
                        "not evaluated, and tunings that have it report ScalingActive=False "
