@@ -1039,3 +1039,26 @@ def test_without_mig_partitioning_a_pod_keeps_its_gpu_request(
     limits = jsonpatch.apply_patch(_pod(), plan.patch)["spec"]["containers"][0]["resources"][
         "limits"]
     assert limits["nvidia.com/gpu"] == "1" and not any("mig-" in k for k in limits)
+
+
+@pytest.mark.parametrize("command", [
+    ["taskset", "-c", "0-7", "vllm", "serve", "Qwen/Qwen2-7B-Instruct"],
+    ["/usr/bin/tini", "--", "numactl", "--interleave=all", "--", "vllm", "serve", "q"],
+    ["env", "OMP_NUM_THREADS=8", "/usr/bin/numactl", "-N", "0", "vllm", "serve", "q"],
+])
+def test_a_command_that_binds_itself_is_not_wrapped(command: list[str]) -> None:
+    """Inside the launcher, taskset replaced its CPUs and left memory bound to its node
+    (CPUs on node 0, memory on node 1), and numactl its whole policy, while the launcher
+    logged action=bind: the binding the operator reported was not the one in effect."""
+    spec = _spec(numa={"policy": "node", "node": 1})
+    pod = _pod(command=command)
+    plan = plan_pod_patch(spec, pod, CONTEXT)
+    assert not plan.refused, plan.problems
+    tuned = jsonpatch.apply_patch(pod, plan.patch)
+    serving = tuned["spec"]["containers"][0]
+    assert serving["command"] == command
+    assert "INFERTUNE_NUMA_POLICY" not in {e["name"] for e in serving.get("env") or []}
+    assert not tuned["spec"].get("initContainers")
+    binder = "taskset" if "taskset" in command else "numactl"
+    assert any(p.startswith(f"container vllm runs its command under {binder}, which binds "
+                            "it itself") for p in plan.problems), plan.problems

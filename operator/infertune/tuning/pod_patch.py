@@ -793,17 +793,7 @@ def _runs_shell_script(container: Mapping[str, Any]) -> bool:
     our launcher): the command line is one string to a shell, where a flag appended after it
     would only become the script's $0. Only the shell's own options count: in
     `sh entrypoint.sh -c x` the -c is the script's."""
-    argv = [str(a) for a in (*(container.get("command") or []), *(container.get("args") or []))]
-    if argv[:1] == [LAUNCHER_PATH]:
-        argv = argv[2:] if argv[1:2] == ["--"] else argv[1:]
-    while argv and _program(argv[0]) in INIT_WRAPPERS:
-        env = _program(argv[0]) == "env"
-        argv = argv[1:]
-        while argv and (argv[0].startswith("-") or (env and "=" in argv[0])):
-            if argv[0] == "--":
-                argv = argv[1:]
-                break
-            argv = argv[1:]
+    argv = _after_wrappers(container)
     if not argv or _program(argv[0]) not in SHELLS:
         return False
     options = iter(argv[1:])
@@ -815,6 +805,37 @@ def _runs_shell_script(container: Mapping[str, Any]) -> bool:
         elif not word.startswith("--") and "c" in word[1:]:
             return True
     return False
+
+
+def _after_wrappers(container: Mapping[str, Any]) -> list[str]:
+    """The container's command line from the program the init wrappers (and our launcher)
+    run on."""
+    argv = [str(a) for a in (*(container.get("command") or []), *(container.get("args") or []))]
+    if argv[:1] == [LAUNCHER_PATH]:
+        argv = argv[2:] if argv[1:2] == ["--"] else argv[1:]
+    while argv and _program(argv[0]) in INIT_WRAPPERS:
+        env = _program(argv[0]) == "env"
+        argv = argv[1:]
+        while argv and (argv[0].startswith("-") or (env and "=" in argv[0])):
+            if argv[0] == "--":
+                argv = argv[1:]
+                break
+            argv = argv[1:]
+    return argv
+
+
+SELF_BINDING = frozenset({"numactl", "taskset"})
+"""Programs that set the CPUs or memory policy of the command they run: inside the launcher
+they replace its binding in part (taskset the CPUs, leaving memory bound to the launcher's
+node) or whole."""
+
+
+def _binds_itself(container: Mapping[str, Any]) -> str | None:
+    """The program in the container's command that binds it itself (numactl, taskset), if
+    any."""
+    argv = _after_wrappers(container)
+    program = _program(argv[0]) if argv else ""
+    return program if program in SELF_BINDING else None
 
 
 def _program(word: str) -> str:
@@ -861,7 +882,7 @@ def plan_pod_patch(spec: InferenceTuningSpec, pod: dict[str, Any],
     refusal = _allocator(spec, env, _cpu_limit(serving), reasons, problems,
                          bool(serving.get("envFrom")),
                          pins=(spec.numa.policy in (NumaPolicy.NODE, NumaPolicy.GPU_LOCAL)
-                               and bool(serving.get("command")))
+                               and bool(serving.get("command")) and not _binds_itself(serving))
                          or (context.static_cpu_manager and _exclusive_cpus(pod_spec, serving)))
     if refusal is not None:
         return PodPlan(revision, refused=True, problems=[refusal])
@@ -888,7 +909,8 @@ def plan_pod_patch(spec: InferenceTuningSpec, pod: dict[str, Any],
         problems.append(f"{refused}: {gets}; add SYS_NICE to its "
                         "securityContext.capabilities.add for the whole binding")
 
-    launcher = spec.numa.policy is not NumaPolicy.NONE and bool(serving.get("command"))
+    launcher = (spec.numa.policy is not NumaPolicy.NONE and bool(serving.get("command"))
+                and _binds_itself(serving) is None)
     clash = _launcher_clash(pod_spec, serving) if launcher else None
     if clash is not None:
         # Patched, the pod is one the API server refuses (a duplicate name, a mountPath twice),
@@ -968,7 +990,8 @@ def _gpu_local_without_gpu(spec: InferenceTuningSpec, pod_spec: Mapping[str, Any
     share; no MIG from the spec; no dynamic resource claim; no NVIDIA_VISIBLE_DEVICES of its
     own or from envFrom; not privileged), so the launcher is unlikely to find a GPU to take
     the NUMA node from."""
-    if spec.numa.policy is not NumaPolicy.GPU_LOCAL or not serving.get("command"):
+    if (spec.numa.policy is not NumaPolicy.GPU_LOCAL or not serving.get("command")
+            or _binds_itself(serving) is not None):
         return None
     if spec.mig is not None or pod_spec.get("resourceClaims") or serving.get("envFrom"):
         return None
@@ -998,7 +1021,8 @@ def _memory_policy_refused(spec: InferenceTuningSpec, pod_spec: Mapping[str, Any
     contrib/seccomp/seccomp_default.go), which containers do not get by default. (A kubelet
     that defaults every pod to RuntimeDefault, seccompDefault, cannot be seen here: the
     launcher then binds the CPUs only, or under strict exits 78 at every start.)"""
-    if spec.numa.policy is NumaPolicy.NONE or not serving.get("command"):
+    if (spec.numa.policy is NumaPolicy.NONE or not serving.get("command")
+            or _binds_itself(serving) is not None):
         return None
     context = serving.get("securityContext") or {}
     profile = (context.get("seccompProfile")
@@ -1023,6 +1047,14 @@ def _numa_ops(spec: InferenceTuningSpec, pod_spec: dict[str, Any], index: int,
         problems.append(f"container {serving.get('name')} has no command: the image entrypoint "
                         "cannot be known at admission, so it is not wrapped and NUMA binding "
                         "is skipped; set command in the Deployment's pod template")
+        return []
+    binder = _binds_itself(serving)
+    if binder is not None:
+        problems.append(f"container {serving.get('name')} runs its command under {binder}, "
+                        "which binds it itself and would replace the launcher's binding in "
+                        "part or whole (CPUs on one NUMA node, memory bound to another): it is "
+                        f"not wrapped and NUMA binding is skipped; remove {binder} from the "
+                        "command to have spec.numa bind it, or set spec.numa.policy to none")
         return []
     env.set("INFERTUNE_NUMA_POLICY", _numa_env(spec))
     env.set("INFERTUNE_NUMA_STRICT", "true" if spec.numa.strict else "false")
