@@ -595,6 +595,7 @@ RUNTIME_DEFAULT = {"seccompProfile": {"type": "RuntimeDefault"}}
      False),
     ({"securityContext": {**RUNTIME_DEFAULT, "capabilities": {"add": ["CAP_SYS_NICE"]}}}, None,
      False),
+    ({"securityContext": {**RUNTIME_DEFAULT, "capabilities": {"add": ["ALL"]}}}, None, False),
     ({"securityContext": {**RUNTIME_DEFAULT, "privileged": True}}, None, False),
     ({"securityContext": {"seccompProfile": {"type": "Unconfined"}}}, RUNTIME_DEFAULT, False),
     ({}, None, False),

@@ -4,6 +4,7 @@ indexes hold their first listing."""
 from __future__ import annotations
 
 import asyncio
+import copy
 from typing import Any
 
 import kopf
@@ -52,6 +53,14 @@ def test_a_pod_admitted_while_the_indexes_load_waits_for_them(
 
     patch, warnings = asyncio.run(scenario())
     assert patch.fns, warnings  # tuned: the JSON patch is queued for kopf
+    # ... and it tunes the pod as kopf applies it (in place, on the body it is given): a
+    # patch that changed a copy passed every unit test.
+    pod = copy.deepcopy(POD)
+    for fn in patch.fns:
+        fn(pod)
+    (serving,) = pod["spec"]["containers"]
+    assert serving["command"][:2] == ["/infertune/infertune-launch", "--"], serving
+    assert pod["metadata"]["labels"]["infertune.io/tuned-by"] == "qwen"
     # Once loaded, nothing waits.
     assert asyncio.run(asyncio.wait_for(admit(memo, loaded), 0.5))[0].fns
 

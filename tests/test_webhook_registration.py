@@ -16,6 +16,7 @@ from cryptography import x509
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import ReadTimeoutError
 
+from infertune.controller import pods
 from infertune.kube.webhook_tls import write_self_signed
 from infertune.kube.webhooks import OPT_OUT_LABEL, WebhookRegistration, bundle_with
 
@@ -59,6 +60,10 @@ def test_the_rest_of_the_registration_fails_safe() -> None:
     webhook = WebhookRegistration(excluded_namespaces=("kube-system",),
                                   included_namespaces=("team-a",)).body(KOPF)["webhooks"][0]
     assert webhook["failurePolicy"] == "Ignore"
+    # What an operator that hangs adds to every pod creation; the admission's wait for the
+    # indexes (pods.INDEX_WAIT_S) must fit inside it.
+    assert webhook["timeoutSeconds"] == 5
+    assert pods.INDEX_WAIT_S < webhook["timeoutSeconds"]
     assert webhook["objectSelector"]["matchExpressions"] == [
         {"key": OPT_OUT_LABEL, "operator": "NotIn", "values": ["disabled"]}]
     assert webhook["clientConfig"] == {"caBundle": "Q0E=",
