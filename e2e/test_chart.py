@@ -441,6 +441,12 @@ def test_prometheus_access_values_that_cannot_work_are_refused(
     (["--set", "webhook.certsecret=cert-manager-tls"], "'certsecret' not allowed"),
     (["--set", "imagePullSecret=regcred"], "'imagePullSecret' not allowed"),
     (["--set", "nodeSelector=gpu"], "/nodeSelector"),
+    # Rendered, and the install failed on the API server's words (a release left failed).
+    (["--set", "resources.limits.memory=lots"], "/resources/limits/memory"),
+    (["--set", "resources.requests.cpu=abc"], "/resources/requests/cpu"),
+    # Not a namespace name: the operator refused it at start, in a crash loop.
+    (["--set", "watchNamespaces={team-}"], "/watchNamespaces/0"),
+    (["--set", "watchNamespaces={" + "a" * 64 + "}"], "/watchNamespaces/0"),
 ])
 def test_values_that_would_break_or_subvert_the_operator_are_refused(
         values: list[str], says: str) -> None:
