@@ -654,8 +654,12 @@ def test_the_revision_of_running_pods_survives_an_operator_upgrade(
 @pytest.mark.parametrize(("own", "numa", "refused", "says"), [
     # Pinned to a node's CPUs by the launcher, with no CPU limit to size narenas from:
     # jemalloc cannot count the CPUs, and under abort_conf aborts every process, on a node
-    # with several NUMA nodes (with one, the binding covers every CPU): reported.
-    ("abort_conf:true,percpu_arena:percpu", "gpu-local", False,
+    # with several NUMA nodes (most GPU nodes): reported only, it was a crash loop there.
+    ("abort_conf:true,percpu_arena:percpu", "gpu-local", True,
+     "makes jemalloc abort (abort_conf or abort) in a process pinned to some of the node's "
+     "CPUs, as the NUMA binding pins it"),
+    # Without abort_conf it only warns there (per-CPU arenas off): reported.
+    ("percpu_arena:percpu", "gpu-local", False,
      "in a process pinned to some of the node's CPUs (NUMA binding, static CPU manager): "
      "percpu_arena on a process pinned"),
     ("abort_conf:true,percpu_arena:percpu", "none", False, None),  # not pinned

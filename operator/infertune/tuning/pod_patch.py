@@ -355,9 +355,10 @@ def _allocator(spec: InferenceTuningSpec, env: _EnvPlan, cpu: float | None,
             read = sized
             # What jemalloc reads: the container's settings and the spec's together (a
             # check across options can fail on the two and on neither alone). What it would
-            # abort on anywhere leaves the pod untuned. What depends on the node is
-            # reported, not refused: per-CPU arenas in a process pinned to some of its CPUs
-            # (the launcher's binding on a node with several NUMA nodes, or the static CPU
+            # abort on anywhere leaves the pod untuned, and so does what it would abort on
+            # in a pinned process (below). What depends on the node and only warns is
+            # reported: per-CPU arenas in a process pinned to some of its CPUs (the
+            # launcher's binding on a node with several NUMA nodes, or the static CPU
             # manager) need narenas.
             complaints = check_malloc_conf(read)
             fatal = aborting(read, complaints)
@@ -379,6 +380,17 @@ def _allocator(spec: InferenceTuningSpec, env: _EnvPlan, cpu: float | None,
                     + "; check the image's libjemalloc2 version")
             seen = set(complaints)
             pinned = [p for p in check_malloc_conf(read, pinned=pins) if p not in seen]
+            fatal = next((p for p in pinned if aborting(read, [p])), None)
+            if fatal is not None:
+                # On a node with several NUMA nodes (most GPU nodes) the launcher pins it to
+                # some of the node's CPUs, and every process of the container aborted there:
+                # a crash loop the tuning caused, reported only.
+                return (f"MALLOC_CONF {_quoted(read)} makes jemalloc abort (abort_conf or "
+                        "abort) in a process pinned to some of the node's CPUs, as the NUMA "
+                        "binding pins it on a node with several NUMA nodes (or the static CPU "
+                        f"manager does), on {fatal.key}: {fatal.message}; set narenas (or a "
+                        "CPU limit, which sets it), drop percpu_arena, or set spec.numa.policy "
+                        "to interleave or none")
             problems += _at_most(
                 [f"MALLOC_CONF {_quoted(read)} in a process pinned to some of the node's CPUs "
                  f"(NUMA binding, static CPU manager): {p.message}"
