@@ -13,6 +13,7 @@ import pytest
 
 from infertune.cli import build_parser
 from infertune.controller import main
+from infertune.kube.webhook_tls import write_self_signed
 
 
 @pytest.mark.parametrize(("argv", "namespaces"), [
@@ -22,9 +23,8 @@ def test_the_scope_reaches_kopf_the_mig_loop_and_the_webhook(
         monkeypatch: pytest.MonkeyPatch, argv: list[str], namespaces: tuple[str, ...],
         tmp_path: Path) -> None:
     started: dict[str, Any] = {}
-    cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"  # read by kopf only at its start
-    cert.write_text("")
-    key.write_text("")
+    # Loaded at start (a file that holds no certificate is refused before kopf runs).
+    cert, key = write_self_signed(tmp_path, ["127.0.0.1"])
     monkeypatch.delenv("INFERTUNE_NAMESPACE", raising=False)
     monkeypatch.setattr(main, "configure", lambda kubeconfig: None)
     monkeypatch.setattr(main, "_port_taken", lambda addr, port: None)  # 9443 may be busy
