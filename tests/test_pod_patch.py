@@ -1067,3 +1067,16 @@ def test_a_command_that_binds_itself_is_not_wrapped(command: list[str]) -> None:
     binder = "taskset" if "taskset" in command else "numactl"
     assert any(p.startswith(f"container vllm runs its command under {binder}, which binds "
                             "it itself") for p in plan.problems), plan.problems
+
+
+@pytest.mark.parametrize("command", [["taskset", "-c", "0-7", "vllm", "serve", "q"],
+                                     ["numactl", "-N", "0", "--", "vllm", "serve", "q"]])
+def test_a_command_that_pins_itself_is_checked_as_pinned(command: list[str]) -> None:
+    """Not wrapped (it binds itself), it was not checked as a pinned process either: jemalloc
+    aborted every process under abort_conf with per-CPU arenas and no narenas."""
+    pod = _pod(command=command,
+               resources={"requests": {"memory": "32Gi"}, "limits": {"memory": "32Gi"}},
+               env=[{"name": "MALLOC_CONF", "value": "abort_conf:true,percpu_arena:percpu"}])
+    plan = plan_pod_patch(_spec(numa={"policy": "none"}), pod, CONTEXT)
+    assert plan.refused and "in a process pinned to some of the node's CPUs" in \
+        plan.problems[0], plan.problems

@@ -73,7 +73,8 @@ def test_a_lease_name_that_cannot_work_is_refused_before_anything_starts(
     # The API server's 422 dump, once kopf had started.
     (["--webhook-host", "bad host"], "--webhook-host: 'bad host' is not a host name or IP"),
     # kopf's bind: a socket.gaierror traceback.
-    (["--webhook-addr", "notanip"], "--webhook-addr: 'notanip' is not an IP address"),
+    (["--webhook-addr", "webhook.invalid"],
+     "--webhook-addr: 'webhook.invalid' is not an address to listen on"),
 ])
 def test_webhook_options_that_cannot_work_are_refused_before_anything_starts(
         options: list[str], says: str, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -84,8 +85,8 @@ def test_webhook_options_that_cannot_work_are_refused_before_anything_starts(
     ("foo", "must start with http://"),
     ("https://0.0.0.0:8080/healthz", "must start with http://"),
     ("http://0.0.0.0:99999/healthz", "Port out of range"),
-    ("http://0.0.0.0/healthz", "needs a port from 1 to 65535"),
-    ("http://:8080/healthz", "names no address to listen on"),
+    ("http://0.0.0.0:0/healthz", "needs a port from 1 to 65535"),
+    ("http://liveness.invalid:8080/healthz", "names no address to listen on"),
 ])
 def test_a_liveness_url_kopf_cannot_serve_is_refused_by_name(
         url: str, says: str, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -103,6 +104,22 @@ def test_a_liveness_port_another_process_listens_on_is_refused(
         message = refused_run(monkeypatch, "--webhook-port", "0", "--liveness",
                               f"http://127.0.0.1:{port}/healthz")
     assert message.startswith(f"--liveness: 127.0.0.1 port {port} is in use"), message
+
+
+@pytest.mark.parametrize("options", [
+    ["--webhook-addr", "localhost"],  # kopf binds a host name
+    ["--webhook-host", "host.docker.internal."],
+    ["--webhook-host", "my_host"],
+    ["--liveness", "http://:8080/healthz"],  # kopf: localhost
+])
+def test_addresses_kopf_and_the_api_server_take_are_not_refused(
+        options: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """They worked before the start-up checks: the run goes on to the cluster credentials."""
+    from infertune.controller import main as controller
+
+    monkeypatch.setattr(controller, "_port_taken", lambda addr, port: None)
+    assert refused_run(monkeypatch, "--webhook-port", "0", *options).startswith(
+        "no cluster credentials")
 
 
 def test_webhook_certificate_files_that_cannot_serve_are_refused(

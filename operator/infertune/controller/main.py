@@ -142,13 +142,15 @@ def check_webhook_options(args: argparse.Namespace) -> None:
         if ":" in host and not _is_ip(host):
             raise SystemExit(f"--webhook-host: {host!r} is not a host name or IP address; the "
                              "port is --webhook-port")
-        if not _is_ip(host) and not is_dns_subdomain(host.lower()):
+        if any(c.isspace() or c in "/?#@" for c in host):
             # The API server refused the registration (a 422 dump, after kopf had started).
             raise SystemExit(f"--webhook-host: {host!r} is not a host name or IP address")
-    if not _is_ip(str(args.webhook_addr)):
+    try:
+        socket.getaddrinfo(str(args.webhook_addr), None, flags=socket.AI_PASSIVE)
+    except (OSError, UnicodeError):
         # kopf's bind failed with a traceback (socket.gaierror).
-        raise SystemExit(f"--webhook-addr: {args.webhook_addr!r} is not an IP address to "
-                         "listen on (0.0.0.0 or :: for every one)")
+        raise SystemExit(f"--webhook-addr: {args.webhook_addr!r} is not an address to listen "
+                         "on (0.0.0.0 or :: for every one)") from None
     for option, path in (("--webhook-cert", args.webhook_cert), ("--webhook-key", args.webhook_key),
                          ("--webhook-ca", args.webhook_ca)):
         if path and not os.access(path, os.R_OK):
@@ -179,11 +181,15 @@ def _check_liveness(url: str) -> None:
     if parts.scheme != "http":
         raise SystemExit(f"--liveness: {url!r} must start with http:// (kopf serves the "
                          f"probe without TLS); {example}")
-    host = parts.hostname or ""
-    if not _is_ip(host) and not is_dns_subdomain(host.lower()):
-        raise SystemExit(f"--liveness: {url!r} names no address to listen on; {example}")
-    if port is None or not 0 < port <= 65535:
+    # As kopf reads it: no host is localhost, no port 80.
+    host, port = parts.hostname or "localhost", 80 if port is None else port
+    if port == 0:
         raise SystemExit(f"--liveness: {url!r} needs a port from 1 to 65535; {example}")
+    try:
+        socket.getaddrinfo(host, port, flags=socket.AI_PASSIVE)
+    except (OSError, UnicodeError):
+        raise SystemExit(f"--liveness: {url!r} names no address to listen on; "
+                         f"{example}") from None
     taken = _port_taken(host, port)
     if taken is not None:
         raise SystemExit(f"--liveness: {host} port {port} is in use ({taken})")

@@ -387,10 +387,11 @@ def _allocator(spec: InferenceTuningSpec, env: _EnvPlan, cpu: float | None,
                 # a crash loop the tuning caused, reported only.
                 return (f"MALLOC_CONF {_quoted(read)} makes jemalloc abort (abort_conf or "
                         "abort) in a process pinned to some of the node's CPUs, as the NUMA "
-                        "binding pins it on a node with several NUMA nodes (or the static CPU "
-                        f"manager does), on {fatal.key}: {fatal.message}; set narenas (or a "
-                        "CPU limit, which sets it), drop percpu_arena, or set spec.numa.policy "
-                        "to interleave or none")
+                        "binding pins it on a node with several NUMA nodes (or the command's "
+                        "own taskset or numactl, or the static CPU manager), on "
+                        f"{fatal.key}: {fatal.message}; set narenas (or a CPU limit, which "
+                        "sets it), drop percpu_arena, or set spec.numa.policy to interleave "
+                        "or none")
             problems += _at_most(
                 [f"MALLOC_CONF {_quoted(read)} in a process pinned to some of the node's CPUs "
                  f"(NUMA binding, static CPU manager): {p.message}"
@@ -893,8 +894,10 @@ def plan_pod_patch(spec: InferenceTuningSpec, pod: dict[str, Any],
     env = _EnvPlan(_pointer("spec", "containers", index), serving.get("env"))
     refusal = _allocator(spec, env, _cpu_limit(serving), reasons, problems,
                          bool(serving.get("envFrom")),
+                         # The launcher pins it, or the command's own taskset or numactl.
                          pins=(spec.numa.policy in (NumaPolicy.NODE, NumaPolicy.GPU_LOCAL)
-                               and bool(serving.get("command")) and not _binds_itself(serving))
+                               and bool(serving.get("command")))
+                         or _binds_itself(serving) is not None
                          or (context.static_cpu_manager and _exclusive_cpus(pod_spec, serving)))
     if refusal is not None:
         return PodPlan(revision, refused=True, problems=[refusal])
