@@ -465,22 +465,26 @@ def test_cli_evaluate_exits_when_prometheus_answers_slowly(gzipped: bool) -> Non
     assert took < 15, took  # not the 20 s of the body
 
 
-def test_cli_evaluate_ends_at_ctrl_c_while_prometheus_does_not_answer(
-        silent_server: str) -> None:
+def test_cli_evaluate_ends_at_ctrl_c_while_prometheus_does_not_answer() -> None:
     """Ctrl-C printed a traceback, and the process went on until the query's timeout (the
     interpreter joins the query threads before it exits); a second one printed another."""
     example = Path(__file__).resolve().parent.parent / "examples" / "vllm-qwen2-7b-h200-mig.yaml"
-    process = subprocess.Popen(
-        [sys.executable, "-m", "infertune", "autoscale", "evaluate", str(example),
-         "--prometheus", silent_server, "--timeout", "60"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        # Once the queries are sent (the server holds their connections), not during imports.
-        time.sleep(3)
-        process.send_signal(signal.SIGINT)
-        _, err = process.communicate(timeout=30)  # not the 60 s of the query's timeout
-    finally:
-        process.kill()
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        listener.settimeout(60)
+        # SIGINT as a terminal has it: a shell's background job (a CI runner's) ignores it,
+        # and a child that inherits that never sees the signal.
+        process = subprocess.Popen(
+            [sys.executable, "-m", "infertune", "autoscale", "evaluate", str(example),
+             "--prometheus", f"http://127.0.0.1:{listener.getsockname()[1]}", "--timeout",
+             "60"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+        try:
+            held, _ = listener.accept()  # a query is in flight, and never answered
+            with held:
+                process.send_signal(signal.SIGINT)
+                _, err = process.communicate(timeout=30)  # not the query's 60 s timeout
+        finally:
+            process.kill()
     assert process.returncode == 130, err
     assert err.strip() == "infertune: interrupted"
 
