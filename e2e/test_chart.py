@@ -436,6 +436,8 @@ def test_prometheus_access_values_that_cannot_work_are_refused(
     # The chart's Role grants only its own Lease: another name crash-looped the operator.
     (["--set", "extraArgs={--leader-elect-lease=mine}"], "leave it out"),
     (["--set", "extraArgs={--no-mig}"], "sets from mig.enabled"),
+    # Not an option: the operator exited on argparse's error, in a crash loop.
+    (["--set", "extraArgs={--no-such-flag}"], "is not an option of infertune run"),
     (["--set", "webhook.certSecret=a b"], "/webhook/certSecret"),
     # A misspelt value was ignored: here the operator fell back to a self-signed certificate.
     (["--set", "webhook.certsecret=cert-manager-tls"], "'certsecret' not allowed"),

@@ -74,8 +74,20 @@ its probes, its mounts or its Roles no longer match what the operator does. An a
   "webhook-service" "" "webhook-owner" "" "webhook-host" "" "operator-namespace" ""
   "ready-file" "" "no-mig" "mig.enabled" "leader-elect" "" "leader-elect-lease" ""
   "standalone" "" -}}
+{{- /* The options of infertune run the chart leaves to extraArgs (tests/test_chart_options.py
+keeps both lists equal to the command's): another one ended the operator at start, in a crash
+loop, and `helm upgrade --wait` waited out its timeout. */ -}}
+{{- $userSets := list "kubeconfig" "mig-config-delay" "no-static-cpu-manager" "verbose"
+  "webhook-check-interval" -}}
 {{- range $arg := .Values.extraArgs -}}
 {{- $name := trimPrefix "--" $arg | regexFind "^[^=]*" -}}
+{{- $known := false -}}
+{{- range $option := concat (keys $chartSets) $userSets -}}
+{{- if hasPrefix $name $option -}}{{- $known = true -}}{{- end -}}
+{{- end -}}
+{{- if not $known -}}
+{{- fail (printf "extraArgs: %s is not an option of infertune run; the ones left to extraArgs are --%s" $arg (join ", --" $userSets)) -}}
+{{- end -}}
 {{- range $option, $value := $chartSets -}}
 {{- if hasPrefix $name $option -}}
 {{- if $value -}}
