@@ -218,6 +218,13 @@ def test_mig_can_be_turned_off_with_the_permissions_only_it_needs() -> None:
         assert grants.allows("watch", "", "pods", "team-a")
         assert grants.allows("watch", "", "nodes")  # the indexes-loaded event
     assert on.allows("patch", "", "nodes") and not off.allows("patch", "", "nodes")
+    # The mig-parted ConfigMap in the operator's namespace, MIG's alone (with create, which
+    # cannot be limited by name).
+    for verb, name in (("create", None), ("patch", "infertune-mig-parted-config")):
+        assert on.allows(verb, "", "configmaps", "infertune-system", name)
+        assert not off.allows(verb, "", "configmaps", "infertune-system", name)
+    assert off.allows("update", "coordination.k8s.io", "leases", "infertune-system",
+                      "infertune-operator")
     for verb, resource in (("create", "pods/eviction"), ("watch", "pods")):
         assert on.allows(verb, "", resource, "kube-system")
         assert not off.allows(verb, "", resource, "kube-system"), (verb, resource)
