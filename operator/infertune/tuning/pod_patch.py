@@ -384,7 +384,7 @@ def _allocator(spec: InferenceTuningSpec, env: _EnvPlan, cpu: float | None,
             if fatal is not None:
                 # On a node with several NUMA nodes (most GPU nodes) the launcher pins it to
                 # some of the node's CPUs, and every process of the container aborted there:
-                # a crash loop the tuning caused, reported only.
+                # a crash loop the tuning caused, which was only reported.
                 return (f"MALLOC_CONF {_quoted(read)} makes jemalloc abort (abort_conf or "
                         "abort) in a process pinned to some of the node's CPUs, as the NUMA "
                         "binding pins it on a node with several NUMA nodes (or the command's "
