@@ -112,6 +112,10 @@ class QueryPlan:
         """The same query for one target alone, for a person to paste into Prometheus."""
         return self.build(self.scope([target])) or ""
 
+    def floor_query_for(self, target: MetricsTarget) -> str:
+        """The bucket bounds' query (`floor_query`) for one target alone, as `query_for`."""
+        return "" if self.floor is None else self.floor(self.scope([target])) or ""
+
 
 def unsupported(target: MetricsTarget) -> str | None:
     if len(target.deployment) > promql.MAX_DEPLOYMENT_NAME:
