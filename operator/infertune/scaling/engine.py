@@ -457,7 +457,7 @@ def _track_serving(state: ScalingState, current: int, ready: int, now: float) ->
     unchanged for STARTING_S, every replica counts again."""
     before = state.serving
     if before is None:
-        return state._replace(serving=Serving(min(current, max(current, ready)), current, now))
+        return state._replace(serving=Serving(current, current, now))
     count = min(current, max(before.replicas, ready))
     if count == before.replicas and current == before.of:
         if count < current and now - before.since >= STARTING_S:
