@@ -80,9 +80,8 @@ def _tuning_of(documents: list[dict[str, Any]], source: str) -> InferenceTuning:
                              "reads it from standard input)")
     if not found:
         kinds = sorted({str(d["kind"]) for d in documents if d.get("kind")})
-        near = [k for k in kinds if k.lower() != KIND.lower()
-                and difflib.get_close_matches(k.lower(), [KIND.lower()], cutoff=0.8)]
-        if near or any(k.lower() == KIND.lower() for k in kinds):
+        if any(difflib.get_close_matches(k.lower(), [KIND.lower()], cutoff=0.8)
+               for k in kinds):  # InferenceTunning, inferencetuning
             seen = f" (the file holds kind {', '.join(kinds)}; use kind {KIND})"
         elif kinds:
             seen = f" (the file holds {', '.join(kinds)})"
