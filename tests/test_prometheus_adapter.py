@@ -163,6 +163,17 @@ def target(namespace: str, deployment: str, engine: Engine = Engine.VLLM,
     return MetricsTarget(f"{namespace}/{deployment}", namespace, deployment, **(base | fields))
 
 
+def templated(name: str, engine: str, queries: dict[str, str]) -> MetricsTarget:
+    """Tuning serving/`name` of Deployment llm, with `queries` as its spec.metrics.queries,
+    as a target with the short windows of `target`."""
+    tuning = InferenceTuning.model_validate({
+        "metadata": {"name": name, "namespace": "serving"},
+        "spec": {"targetRef": {"name": "llm"}, "engine": engine,
+                 "metrics": {"window": "5s", "queries": queries}}})
+    return dataclasses.replace(target_for_tuning(tuning), queue_history_s=3.0,
+                               latency_step_s=2.0, queue_target=5.0)
+
+
 class QuietHandler(BaseHTTPRequestHandler):
     """A fake Prometheus's request handler, without a log line per request."""
 
@@ -629,19 +640,12 @@ def test_custom_templates_read_what_the_preset_reads(prometheus: PrometheusServe
     """engine custom with PromQL templates over the same vLLM series: the same queue, pods,
     p99 and request rate as the preset, through the real Prometheus. A template Prometheus
     refuses fails its own tunings only, with Prometheus's words and the query."""
-    tuning = InferenceTuning.model_validate({
-        "metadata": {"name": "custom", "namespace": "serving"},
-        "spec": {"targetRef": {"name": "llm"}, "engine": "custom", "metrics": {
-            "window": "5s", "queries": {
-                "queueDepth": "sum by (namespace, pod) "
-                              "(vllm:num_requests_waiting{model_name=~'.+', $selector})"
-                              " # a comment at the end",
-                "latencyBuckets": "rate(vllm:e2e_request_latency_seconds_bucket{$selector}"
-                                  "[$window])",
-                "requestRate": "rate(vllm:e2e_request_latency_seconds_count{$selector}"
-                               "[$window])"}}}})
-    custom = dataclasses.replace(target_for_tuning(tuning), queue_history_s=3.0,
-                                 latency_step_s=2.0, queue_target=5.0)
+    custom = templated("custom", "custom", {
+        "queueDepth": "sum by (namespace, pod) "
+                      "(vllm:num_requests_waiting{model_name=~'.+', $selector})"
+                      " # a comment at the end",
+        "latencyBuckets": "rate(vllm:e2e_request_latency_seconds_bucket{$selector}[$window])",
+        "requestRate": "rate(vllm:e2e_request_latency_seconds_count{$selector}[$window])"})
     broken = MetricsTarget("serving/broken", "serving", "llm", EngineMetrics(
         Template("vllm:num_requests_waiting{$selector} +"), None, custom.metrics.latency),
         window="5s", queue_history_s=3.0, latency_step_s=2.0, queue_target=5.0)
@@ -669,17 +673,10 @@ def test_a_negative_value_is_no_data(prometheus: PrometheusServer) -> None:
     """A template's subtraction (or delta()) can answer below 0, which no queue or rate can
     be: taken as it was, a queue of -30 per replica proposed fewer replicas, with no word
     of the template being wrong."""
-    tuning = InferenceTuning.model_validate({
-        "metadata": {"name": "negative", "namespace": "serving"},
-        "spec": {"targetRef": {"name": "llm"}, "engine": "custom", "metrics": {
-            "window": "5s", "queries": {
-                "queueDepth": "-sum by (namespace, pod) (vllm:num_requests_waiting{$selector})",
-                "latencyBuckets": "rate(vllm:e2e_request_latency_seconds_bucket{$selector}"
-                                  "[$window])",
-                "requestRate": "-rate(vllm:e2e_request_latency_seconds_count{$selector}"
-                               "[$window])"}}}})
-    negative = dataclasses.replace(target_for_tuning(tuning), queue_history_s=3.0,
-                                   latency_step_s=2.0, queue_target=5.0)
+    negative = templated("negative", "custom", {
+        "queueDepth": "-sum by (namespace, pod) (vllm:num_requests_waiting{$selector})",
+        "latencyBuckets": "rate(vllm:e2e_request_latency_seconds_bucket{$selector}[$window])",
+        "requestRate": "-rate(vllm:e2e_request_latency_seconds_count{$selector}[$window])"})
     source = PrometheusSource(prometheus.url)
 
     def read() -> TargetSignals | None:
@@ -697,12 +694,8 @@ def test_a_negative_value_is_no_data(prometheus: PrometheusServer) -> None:
 def test_a_template_that_drops_the_pod_label_is_told_so(prometheus: PrometheusServer) -> None:
     """Its result had series, which cannot be told apart by Deployment; it read "no series
     for Deployment", as a selector that matches nothing does."""
-    tuning = InferenceTuning.model_validate({
-        "metadata": {"name": "summed", "namespace": "serving"},
-        "spec": {"targetRef": {"name": "llm"}, "engine": "vllm", "metrics": {
-            "queries": {"queueDepth": "sum(vllm:num_requests_waiting{$selector})"}}}})
-    summed = dataclasses.replace(target_for_tuning(tuning), queue_history_s=3.0,
-                                 queue_target=5.0)
+    summed = templated("summed", "vllm",
+                       {"queueDepth": "sum(vllm:num_requests_waiting{$selector})"})
     got = PrometheusSource(prometheus.url).fetch([summed], time.time())[summed.key]
     assert got.queue.problem is not None and got.queue.problem.startswith(
         "no series for Deployment serving/llm: the template's result has series without the "
