@@ -262,6 +262,26 @@ def test_validate_takes_numbers_flags_and_nulls_as_the_api_server_does(
         assert field in server.stderr and field in ours.stderr, (server.stderr, ours.stderr)
 
 
+@pytest.mark.parametrize(("high", "refused"), [
+    # Each matched controller-gen's quantity pattern, so the API server stored it and the
+    # operator then refused the tuning (InvalidSpec) after the GitOps sync had passed.
+    ("-1Gi", True), ("3e1.5", True), ("30000000000e", True), ("0" * 61 + "28Gi", True),
+    ("0" * 60 + "28Gi", False), ("3e10", False), ("+28Gi", False), ("28.5Gi", False), ("30000000000", False),
+])
+def test_validate_takes_quantities_as_the_api_server_does(
+    operator: OperatorProcess, kubectl: Kubectl, namespace: str, tmp_path: Path, high: str,
+    refused: bool
+) -> None:
+    manifest = tmp_path / "q.yaml"
+    manifest.write_text(yaml.safe_dump(tuning("q", "qwen", memory={"high": high})))
+    server, ours = read_by_both(kubectl, namespace, manifest)
+    assert (server.returncode != 0) is refused, server.stdout + server.stderr
+    assert (ours.returncode != 0) is refused, ours.stdout + ours.stderr
+    if refused:
+        assert "spec.memory.high" in server.stderr and "spec.memory.high" in ours.stderr, (
+            server.stderr, ours.stderr)
+
+
 @pytest.mark.parametrize(("spec", "refused"), [
     ("  targetRef: {name: qwen}\n  container: n\n", True),  # false to both
     ("  targetRef: {name: qwen}\n  autoscaling: {maxReplicas: 1:30}\n", True),  # a string

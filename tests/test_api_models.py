@@ -195,6 +195,10 @@ def test_values_round_trip_as_written() -> None:
          "metrics.queries.queueDepth: a control character (U+000D) at character 15"),
         ({"metrics": {"queueDepth": "q", "queries": {"queueDepth": "q{$selector}"}}},
          "metrics.queueDepth: give the metric name or queries.queueDepth, not both"),
+        # The CRD's maxLength: the API server refuses it, validate passed it.
+        ({"memory": {"minHeadroom": "0" * 61 + "28Gi"}},
+         "memory.minHeadroom: '0000000000000000000000000000000000000000'... (65 characters): "
+         "a quantity is at most 64 characters"),
     ],
 )
 def test_cross_field_and_range_rules(sections: dict[str, Any], expected: str) -> None:

@@ -42,7 +42,10 @@ def test_quantity_values(text: str, value: Decimal | int) -> None:
      ("9Ei", "larger than any resource Kubernetes counts"),
      # Python's int() refused the exponent in its own words (sys.set_int_max_str_digits).
      ("1e-" + "9" * 5000, "smaller than any quantity Kubernetes keeps"),
-     ("1e" + "9" * 5000, "larger than any resource Kubernetes counts")],
+     ("1e" + "9" * 5000, "larger than any resource Kubernetes counts"),
+     # An exponent without digits: 30e read as 30 (bytes), 1eM failed in int()'s words.
+     ("30e", "unknown suffix 'e'"), ("1eM", "unknown suffix 'eM'"),
+     ("3e1.5", "not a Kubernetes quantity")],
 )
 def test_bad_quantities_say_what_to_write(text: str, hint: str) -> None:
     with pytest.raises(ValueError, match=hint) as info:

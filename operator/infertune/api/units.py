@@ -33,9 +33,16 @@ _QUANTITY = re.compile(
     r"^(?P<num>[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))(?P<suffix>[eE][+-]?[0-9]+|[A-Za-z]*)$"
 )
 
-QUANTITY_PATTERN = (r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|"
-                    r"([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$")
-"""k8s.io/apimachinery's resource.Quantity, as controller-gen writes it into CRDs."""
+_EXPONENT = re.compile(r"[eE][+-]?[0-9]+")
+"""A decimal exponent: digits required (`30e` is not 30, `1eM` is no quantity)."""
+
+QUANTITY_PATTERN = r"^\+?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?[0-9]+))?$"
+"""k8s.io/apimachinery's resource.Quantity as controller-gen writes it into CRDs, narrowed to
+what the operator takes: no sign but `+` (every quantity here is a size, >= 0), and a whole
+exponent (`3e1.5` matched controller-gen's pattern, so the API server stored it and the
+operator then refused the tuning)."""
+MAX_QUANTITY_TEXT = 64
+"""The longest quantity text, as the CRD's maxLength (Kubernetes' own limit on a quantity)."""
 
 # Go's time.ParseDuration units, the format kubectl and every Kubernetes API use.
 _DURATION_UNITS = {
@@ -67,7 +74,7 @@ def parse_quantity(text: str) -> Decimal:
         value = number * _BINARY[suffix]
     elif suffix in _DECIMAL:
         value = number * _DECIMAL[suffix]
-    elif suffix[:1] in ("e", "E"):
+    elif _EXPONENT.fullmatch(suffix):
         if len(suffix.lstrip("eE+-").lstrip("0")) > 4:  # 1e00005 is 1e5
             # int() of thousands of digits is refused in Python's own words; no quantity
             # needs an exponent past 18 or below -9 (nano).
@@ -183,6 +190,11 @@ class Quantity(str):
                 {"kind": type(raw).__name__},
             )
         text = str(raw)
+        if len(text) > MAX_QUANTITY_TEXT:
+            # As the API server refuses it (the CRD's maxLength): validate said valid.
+            raise PydanticCustomError(
+                "quantity", f"{shown(text)}: a quantity is at most {MAX_QUANTITY_TEXT} "
+                "characters; write it with a suffix such as 28Gi")
         try:
             value = parse_quantity(text)
         except ValueError as exc:
@@ -210,7 +222,7 @@ class Quantity(str):
         return {
             "anyOf": [{"type": "integer"}, {"type": "string"}],
             "pattern": QUANTITY_PATTERN,
-            "maxLength": 64,
+            "maxLength": MAX_QUANTITY_TEXT,
             "x-kubernetes-int-or-string": True,
         }
 
