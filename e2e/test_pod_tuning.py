@@ -161,6 +161,25 @@ def test_pods_of_a_namespace_with_a_limit_range_are_tuned_within_it(
     assert pod.spec.containers[0].command[0] == LAUNCHER
 
 
+def test_a_limit_range_default_gives_the_launcher_no_gpu(
+    api_client: client.ApiClient, namespace: str, operator: OperatorProcess
+) -> None:
+    """LimitRanger fills its defaults into containers again after the webhook changed the
+    pod: the init container got the max as its GPU limit, and a pod that asked for one GPU
+    held eight."""
+    client.CoreV1Api(api_client).create_namespaced_limit_range(namespace, {
+        "metadata": {"name": "gpus"}, "spec": {"limits": [{
+            "type": "Container", "max": {"nvidia.com/gpu": "8"}}]}})
+    create_tuning_first(api_client, namespace, operator, tuning("qwen", "qwen"))
+    create(api_client, namespace, deployment("qwen"))
+    pod = wait_pods(api_client, namespace, "qwen", 1)[0]
+    (init,) = pod.spec.init_containers
+    assert init.name == "infertune-launcher"
+    assert init.resources.requests["nvidia.com/gpu"] == "0"
+    assert init.resources.limits["nvidia.com/gpu"] == "0"
+    assert pod.spec.containers[0].command[0] == LAUNCHER
+
+
 def test_changed_tuning_re_creates_pods_by_eviction(
     api_client: client.ApiClient, namespace: str, operator: OperatorProcess
 ) -> None:

@@ -1002,10 +1002,26 @@ def test_the_launcher_is_sized_within_the_namespaces_limit_ranges() -> None:
                                         "ephemeral-storage": "1Mi"}
 
 
+def test_every_resource_a_limit_range_names_is_set_on_the_launcher() -> None:
+    """LimitRanger fills its defaults into the init container after the webhook: left out, a
+    GPU max of 8 made a one-GPU pod hold eight."""
+    named = dataclasses.replace(CONTEXT, limit_ranges=(
+        _limits("gpus", max={"nvidia.com/gpu": "8"}, default={"hugepages-2Mi": "1Gi"}),
+        _limits("storage", defaultRequest={"ephemeral-storage": "1Gi"}),
+        _limits("each", min={"example.com/nic": "1"}, maxLimitRequestRatio={
+            "example.com/nic": "1"})))
+    assert _init_resources(named) == {
+        "cpu": "50m", "memory": "64Mi", "ephemeral-storage": "1Mi", "nvidia.com/gpu": "0",
+        "hugepages-2Mi": "0", "example.com/nic": "1"}
+
+
 @pytest.mark.parametrize(("limits", "said"), [
     ({"max": {"memory": "16Mi"}}, "LimitRange tiny allows at most 16Mi memory per container, "
      "and the launcher's init container needs 32Mi or more"),
     ({"min": {"cpu": "2"}, "max": {"cpu": "1"}}, "needs 10m or more (and at least 2"),
+    # Every container must then request some, and the launcher has no use for a GPU.
+    ({"maxLimitRequestRatio": {"nvidia.com/gpu": "1"}}, "LimitRange tiny sets a "
+     "maxLimitRequestRatio for nvidia.com/gpu, so every container must request some"),
 ])
 def test_a_limit_range_the_launcher_cannot_fit_refuses_the_patch(
         limits: dict[str, dict[str, str]], said: str) -> None:
@@ -1023,6 +1039,9 @@ def test_only_container_limits_of_a_limit_range_count() -> None:
     assert container_limits("pods-only", {"limits": [
         {"type": "Pod", "min": {"cpu": "1"}},
         {"type": "PersistentVolumeClaim", "min": {"storage": "1Gi"}}]}) is None
+    defaults = container_limits("defaults", {"limits": [
+        {"type": "Container", "defaultRequest": {"cpu": "1"}}]})
+    assert defaults is not None and defaults.named == ("cpu",)
 
 
 def test_without_mig_partitioning_a_pod_keeps_its_gpu_request(

@@ -78,6 +78,15 @@ class LimitRangeView(NamedTuple):
     """(resource, quantity): the most each container may limit (and request)."""
     ratios: tuple[str, ...] = ()
     """Resources with a maxLimitRequestRatio: a container must request and limit them."""
+    named: tuple[str, ...] = ()
+    """Every resource the LimitRange names for containers (also in `default` and
+    `defaultRequest`): LimitRanger fills in a default for each one a container leaves out,
+    the webhook's init container too (it runs again after the webhooks)."""
+
+
+DEFAULTING = ("default", "defaultRequest")
+"""A LimitRange item's fields that LimitRanger fills into a container that leaves a resource
+out (`max` and `min` do too, as the default limit and request)."""
 
 
 def container_limits(name: str, spec: Mapping[str, Any]) -> LimitRangeView | None:
@@ -85,6 +94,7 @@ def container_limits(name: str, spec: Mapping[str, Any]) -> LimitRangeView | Non
     minimum: dict[str, str] = {}
     maximum: dict[str, str] = {}
     ratios: set[str] = set()
+    named: set[str] = set()
     for item in spec.get("limits") or ():
         if not isinstance(item, Mapping) or item.get("type") != "Container":
             continue
@@ -92,10 +102,13 @@ def container_limits(name: str, spec: Mapping[str, Any]) -> LimitRangeView | Non
             for resource, quantity in (item.get(field_name) or {}).items():
                 target[str(resource)] = str(quantity)
         ratios.update(str(r) for r in item.get("maxLimitRequestRatio") or {})
-    if not (minimum or maximum or ratios):
+        for field_name in DEFAULTING:
+            named.update(str(r) for r in item.get(field_name) or {})
+    named.update(minimum, maximum, ratios)
+    if not named:
         return None
     return LimitRangeView(name, tuple(sorted(minimum.items())), tuple(sorted(maximum.items())),
-                          tuple(sorted(ratios)))
+                          tuple(sorted(ratios)), tuple(sorted(named)))
 
 
 def planned_mig(status_mig: Mapping[str, Any]) -> tuple[str | None, str]:
@@ -513,22 +526,27 @@ LAUNCHER_RESOURCES = {"cpu": ("50m", "10m"), "memory": ("64Mi", "32Mi"),
                       "ephemeral-storage": ("1Mi", "0")}
 """Per resource, (what the launcher's init container asks, the least it can do with): it
 copies a small file (about 15 MB of memory at its peak). Ephemeral storage is set only where a
-LimitRange asks for it: the container writes nothing of its own."""
+LimitRange names it: the container writes nothing of its own. Any other resource a LimitRange
+names (a GPU, huge pages) is set to 0, or to the LimitRange's min: left out, LimitRanger gave
+the init container its default, and `max: {nvidia.com/gpu: 8}` made a one-GPU pod hold a
+node's eight GPUs."""
 
 
 def launcher_resources(limit_ranges: tuple[LimitRangeView, ...]) -> dict[str, str] | str:
     """The launcher's requests (== limits, so a Guaranteed pod stays Guaranteed) within the
     namespace's LimitRanges, or why no such values exist. LimitRanger checks containers after
-    the webhooks, and fills in its defaults before them: an init container outside min..max
-    made a pod the API server refuses, and the ReplicaSet could create none."""
+    the webhooks: an init container outside min..max made a pod the API server refuses, and the
+    ReplicaSet could create none. It also fills in its defaults again after a webhook changed
+    the pod (the API server runs its own mutating plugins again), so every resource a
+    LimitRange names is set here."""
     chosen: dict[str, str] = {}
     for resource, (wanted, least) in LAUNCHER_RESOURCES.items():
         lows = [(parse_quantity(q), q, r.name) for r in limit_ranges for res, q in r.minimum
                 if res == resource]
         highs = [(parse_quantity(q), q, r.name) for r in limit_ranges for res, q in r.maximum
                  if res == resource]
-        if resource == "ephemeral-storage" and not (lows or highs or any(
-                resource in r.ratios for r in limit_ranges)):
+        if resource == "ephemeral-storage" and not any(
+                resource in r.named for r in limit_ranges):
             continue
         value, text = parse_quantity(wanted), wanted
         low = max(lows, default=None)
@@ -544,6 +562,24 @@ def launcher_resources(limit_ranges: tuple[LimitRangeView, ...]) -> dict[str, st
                         + "; raise the LimitRange's max, or set spec.numa.policy to none")
             value, text = high[0], high[1]
         chosen[resource] = text
+    others = sorted({res for r in limit_ranges for res in r.named} - set(LAUNCHER_RESOURCES))
+    for resource in others:
+        # The least the LimitRange allows: a min is at most what the pod's own containers
+        # request (it holds for them too), and an init container's request counts only as
+        # far as it exceeds theirs, so the pod asks for no more than before.
+        lows = [(parse_quantity(q), q) for r in limit_ranges for res, q in r.minimum
+                if res == resource]
+        low = max(lows, default=None)
+        if low is None or low[0] <= 0:
+            ratio = next((r.name for r in limit_ranges if resource in r.ratios), None)
+            if ratio is not None:
+                return (f"LimitRange {ratio} sets a maxLimitRequestRatio for {resource}, so "
+                        f"every container must request some, and the launcher's init "
+                        f"container uses none; remove {resource} from the LimitRange's "
+                        "maxLimitRequestRatio, or set spec.numa.policy to none")
+            chosen[resource] = "0"
+        else:
+            chosen[resource] = low[1]
     return chosen
 
 
