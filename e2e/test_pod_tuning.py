@@ -180,6 +180,34 @@ def test_a_limit_range_default_gives_the_launcher_no_gpu(
     assert pod.spec.containers[0].command[0] == LAUNCHER
 
 
+def test_pods_of_an_invalid_edit_are_tuned_as_the_last_valid_spec_said(
+    api_client: client.ApiClient, namespace: str, operator: OperatorProcess
+) -> None:
+    """The API server takes an edit the operator refuses (a cross-field rule: min above
+    max): new pods were admitted untuned while the tuning said InvalidSpec, and a scale-out
+    brought back pods without their binding and allocator."""
+    create_tuning_first(api_client, namespace, operator,
+                        tuning("qwen", "qwen", memory={"high": "6Gi"}))
+    wait_for(lambda: get_tuning(api_client, namespace, "qwen")["status"].get("appliedSpec"),
+             "status.appliedSpec")
+    client.CustomObjectsApi(api_client).patch_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL, "qwen", {"spec": {
+            "memory": {"high": "7Gi"}, "autoscaling": {"minReplicas": 5, "maxReplicas": 3}}})
+
+    def invalid() -> str | None:
+        status = get_tuning(api_client, namespace, "qwen").get("status", {})
+        ready = next((c for c in status.get("conditions", []) if c["type"] == "Ready"), {})
+        return ready.get("message") if ready.get("reason") == "InvalidSpec" else None
+
+    message = wait_for(invalid, "Ready=False InvalidSpec")
+    assert message.endswith("Meanwhile new pods are tuned as generation 1 of the spec said "
+                            "(status.appliedSpec)"), message
+    create(api_client, namespace, deployment("qwen"))
+    pod = wait_pods(api_client, namespace, "qwen", 1)[0]
+    assert pod.metadata.annotations["infertune.io/memory-high"] == str(6 * 2**30)
+    assert pod.spec.containers[0].command[0] == LAUNCHER
+
+
 def test_changed_tuning_re_creates_pods_by_eviction(
     api_client: client.ApiClient, namespace: str, operator: OperatorProcess
 ) -> None:

@@ -114,3 +114,42 @@ def test_the_webhook_records_what_it_did_with_each_tunings_last_pod() -> None:
     got_revision, why = memo.pod_tuning.admitted["ml/qwen"]
     assert got_revision == tuning_revision(InferenceTuningSpec.model_validate(refused["spec"]))
     assert why is not None and why.startswith("spec.memory.highRatio"), why
+
+
+def test_a_pod_of_an_invalid_tuning_is_tuned_as_its_last_valid_generation_said() -> None:
+    """An invalid edit anywhere in the spec (here, autoscaling's min above its max) left every
+    new pod untuned, with no word on the pod: a scale-out or a lost node brought back pods
+    without their binding and allocator while the old ones kept them."""
+    from infertune.api.spec import InferenceTuningSpec
+    from infertune.tuning.pod_patch import tuning_revision
+
+    memo = kopf.Memo(pod_tuning=PodTuningSettings(launcher_image="infertune:test"))
+    memo.pod_tuning.indexed.set()
+    valid = {**TUNING["spec"], "memory": {"high": "6Gi"}}
+    invalid = {**valid, "memory": {"high": "7Gi"},
+               "autoscaling": {"minReplicas": 5, "maxReplicas": 3}}
+    broken = {**TUNING, "uid": "u-invalid", "generation": 4, "spec": invalid,
+              "applied": {"generation": 3, "spec": valid}}
+    loaded = {"owners": {("ml", "qwen-5d4f8b9c7"): ["qwen"]},
+              "tunings": {("ml", "qwen"): [broken]}}
+    patch, warnings = asyncio.run(admit(memo, loaded))
+    pod = copy.deepcopy(POD)
+    for fn in patch.fns:
+        fn(pod)
+    assert pod["metadata"]["annotations"]["infertune.io/memory-high"] == str(6 * 2**30)
+    assert pod["metadata"]["labels"]["infertune.io/revision"] == tuning_revision(
+        InferenceTuningSpec.model_validate(valid))
+    assert ("infertune: InferenceTuning qwen generation 4 is invalid (see its Ready "
+            "condition); the pod is tuned as generation 3 said") in warnings, warnings
+
+    # No valid generation before it (or one this operator finds invalid too): untuned, and
+    # the pod says so.
+    cases = (None, {"generation": 3, "spec": invalid}, {"generation": 4, "spec": valid})
+    for number, applied in enumerate(cases):
+        # A uid each: a (uid, generation) names one spec (SPECS caches it so).
+        loaded["tunings"][("ml", "qwen")] = [{**broken, "uid": f"u-{number}",
+                                              "applied": applied}]
+        patch, warnings = asyncio.run(admit(memo, loaded))
+        assert not patch.fns, applied
+        assert any("no earlier generation was valid; the pod is not tuned" in w
+                   for w in warnings), warnings

@@ -264,6 +264,38 @@ def test_an_invalid_spec_is_posted_as_a_warning() -> None:
         "InvalidSpec"]
 
 
+def test_the_last_valid_spec_is_kept_for_the_pods_of_an_invalid_one() -> None:
+    """status.appliedSpec: the pod webhook tunes new pods by it while a newer generation is
+    invalid. Each valid generation replaces it whole (a section removed from the spec goes
+    from it too); an invalid one, or an older assessment landing late, leaves it."""
+    stored = _body(generation=3, memory={"high": "6Gi"}, mig={"profile": "3g.71gb"})
+    # Its own uid: a (uid, generation) names one spec, and the other tests' differ.
+    stored["metadata"]["uid"] = "u-applied"
+    _written(assess(stored, TARGET, "2026-12-03T10:00:00Z"), stored)
+    assert stored["status"]["appliedSpec"] == {"generation": 3, "spec": stored["spec"]}
+    invalid = _body(generation=4, status=stored["status"], memory={"high": "6Gi"},
+                    autoscaling={"minReplicas": 9, "maxReplicas": 2})
+    invalid["metadata"]["uid"] = "u-applied"
+    result = assess(invalid, TARGET, "2026-12-03T10:05:00Z")
+    _written(result, invalid)
+    assert invalid["status"]["appliedSpec"]["generation"] == 3
+    ready = find(result.status.conditions, ConditionType.READY)
+    assert ready is not None and ready.message.endswith(
+        "Meanwhile new pods are tuned as generation 3 of the spec said (status.appliedSpec)")
+    fixed = _body(generation=5, status=invalid["status"], memory={"high": "7Gi"})
+    _written(assess(fixed, TARGET, "2026-12-03T10:06:00Z"), fixed)
+    assert fixed["status"]["appliedSpec"] == {"generation": 5, "spec": {
+        "targetRef": {"name": "qwen"}, "engine": "vllm", "memory": {"high": "7Gi"}}}
+    late = assess(_body(generation=3, memory={"high": "6Gi"}), TARGET, "2026-12-03T10:07:00Z")
+    late.merge_lists(fixed)
+    assert fixed["status"]["appliedSpec"]["generation"] == 5
+    never = assess(_body(autoscaling={"minReplicas": 9, "maxReplicas": 2}), TARGET,
+                   "2026-12-03T10:00:00Z")
+    ready = find(never.status.conditions, ConditionType.READY)
+    assert ready is not None and ready.message.endswith(
+        "Meanwhile new pods are admitted untuned (no earlier generation of the spec was valid)")
+
+
 def test_a_decision_another_writer_recorded_meanwhile_is_not_recorded_twice() -> None:
     """Two writers that read the status before either wrote (both operators of a rolling
     upgrade; the resume handler and the Deployment watch at a start) each appended it."""

@@ -7,7 +7,7 @@ still writes a valid status, and a restarted operator resumes from what is here.
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
@@ -359,6 +359,24 @@ class CanaryStatus(ApiModel):
     message: str = ""
 
 
+def _free_form(schema: dict[str, Any]) -> None:
+    """An object the API server keeps as it is given (a stored spec of any version)."""
+    schema.clear()
+    schema.update({"type": "object", "x-kubernetes-preserve-unknown-fields": True})
+
+
+class AppliedSpec(ApiModel):
+    """The newest spec the operator found valid, as stored. While a newer generation is
+    invalid (Ready=False, InvalidSpec), the pod webhook tunes new pods as this one says, as if
+    the invalid edit had been refused: left untuned, every pod a scale-out or a lost node
+    re-created lost its NUMA binding and allocator because of a typo in another section."""
+
+    generation: Annotated[int, Field(ge=1)]
+    """The metadata.generation of `spec`."""
+
+    spec: Annotated[dict[str, Any], Field(json_schema_extra=_free_form)]
+
+
 class InferenceTuningStatus(ApiModel):
     """What the operator observed and did."""
 
@@ -375,3 +393,5 @@ class InferenceTuningStatus(ApiModel):
     autoscaling: AutoscalingStatus | None = None
     batching: BatchingStatus | None = None
     canary: CanaryStatus | None = None
+    applied_spec: AppliedSpec | None = None
+    """The spec the pod webhook tunes pods by while the stored one is invalid."""

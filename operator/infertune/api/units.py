@@ -36,7 +36,8 @@ _QUANTITY = re.compile(
 _EXPONENT = re.compile(r"[eE][+-]?[0-9]+")
 """A decimal exponent: digits required (`30e` is not 30, `1eM` is no quantity)."""
 
-QUANTITY_PATTERN = r"^\+?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?[0-9]+))?$"
+QUANTITY_PATTERN = (r"^\+?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))"
+                    r"(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?[0-9]+))?$")
 """k8s.io/apimachinery's resource.Quantity as controller-gen writes it into CRDs, narrowed to
 what the operator takes: no sign but `+` (every quantity here is a size, >= 0), and a whole
 exponent (`3e1.5` matched controller-gen's pattern, so the API server stored it and the

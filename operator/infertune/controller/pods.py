@@ -33,7 +33,7 @@ from infertune.api.status import ConditionType, TuningStatus
 from infertune.api.tuning import RetuneStrategy
 from infertune.controller.conditions import MAX_EVENT_MESSAGE, stored_reason
 from infertune.controller.loops import STOP_TIMEOUT_S, Work, every, leader_of, snapshot
-from infertune.controller.spec_cache import SPECS
+from infertune.controller.spec_cache import SPECS, applied_spec
 from infertune.kube.client import evict_pod, read_deployment, server_message
 from infertune.kube.webhooks import HANDLER_ID, OPT_OUT_LABEL, OPT_OUT_VALUE
 from infertune.tuning.pod_patch import (
@@ -131,7 +131,8 @@ async def tunings_by_target(namespace: str, name: str, uid: str, body: kopf.Body
     return {(namespace, target): {"name": name, "uid": uid, "spec": spec,
                                   "generation": int(meta.get("generation") or 0),
                                   "mig": dict(status.get("mig") or {}),
-                                  "batching": applied_batching(status, spec), "ready": ready}}
+                                  "batching": applied_batching(status, spec), "ready": ready,
+                                  "applied": status.get("appliedSpec")}}
 
 
 def applied_batching(status: Mapping[str, Any], spec: Mapping[str, Any]) -> int | None:
@@ -269,10 +270,25 @@ def _tune_pod(body: kopf.Body, patch: kopf.Patch, warnings: list[str], memo: kop
                         "the pod is not tuned until only one does")
         return
     entry = entries[0]
-    spec = SPECS.get(str(entry.get("uid") or ""), int(entry.get("generation") or 0),
-                     entry["spec"])
+    uid, generation = str(entry.get("uid") or ""), int(entry.get("generation") or 0)
+    spec = SPECS.get(uid, generation, entry["spec"])
     if spec is None:
-        return  # the controller reports the invalid spec on the InferenceTuning itself
+        # The controller reports the invalid spec on the tuning (Ready=False, InvalidSpec).
+        # The pod is tuned as the last valid generation said, as if the edit had been
+        # refused: untuned, every pod a scale-out or a lost node re-created lost its binding
+        # and allocator because of a mistake anywhere in the spec.
+        fallback = applied_spec(entry.get("applied"), generation, uid)
+        if fallback is None:
+            warnings.append(f"infertune: InferenceTuning {entry['name']} is invalid (see its "
+                            "Ready condition) and no earlier generation was valid; the pod is "
+                            "not tuned")
+            logger.warning("pod of %s/%s: not tuned, InferenceTuning %s is invalid",
+                           namespace, deployment, entry["name"])
+            return
+        warnings.append(f"infertune: InferenceTuning {entry['name']} generation {generation} "
+                        f"is invalid (see its Ready condition); the pod is tuned as generation "
+                        f"{fallback[0]} said")
+        spec = fallback[1]
     settings: PodTuningSettings = memo.pod_tuning
     mig_profile, mig_strategy = planned_mig(entry.get("mig") or {})
     plan = plan_pod_patch(spec, dict(body), PodContext(

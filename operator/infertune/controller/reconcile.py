@@ -16,6 +16,7 @@ from infertune.api.errors import validate_stored
 from infertune.api.spec import InferenceTuningSpec, Mode
 from infertune.api.status import (
     MAX_DECISIONS,
+    AppliedSpec,
     AutoscalingStatus,
     Condition,
     ConditionStatus,
@@ -31,6 +32,7 @@ from infertune.controller.conditions import (
     phase_of,
     set_condition,
 )
+from infertune.controller.spec_cache import applied_spec
 from infertune.tuning.pod_mig import mig_off
 
 RETRY_TARGET_SECONDS = 15.0
@@ -94,6 +96,8 @@ class Assessment:
     wrote (its conditions, status.autoscaling) if the newest body has none either. Nothing
     else would ever update them, and a block left from then would take the replicas someone
     set meanwhile for a revert once autoscaling is back."""
+    applied: AppliedSpec | None = None
+    """The valid spec assessed, for status.appliedSpec (`merge_lists` writes it)."""
 
     def patch(self) -> dict[str, Any]:
         """The status merge patch of the owned fields no one else writes, and the target's
@@ -129,6 +133,14 @@ class Assessment:
         merged = merge_condition_dicts(kept, *own)
         if merged is not None or len(kept) != len(stored):
             status["conditions"] = kept if merged is None else merged
+        if self.applied is not None:
+            ours = self.applied.model_dump(by_alias=True, mode="json")
+            held = status.get("appliedSpec")
+            older = not isinstance(held, dict) or not isinstance(held.get("generation"), int) \
+                or held["generation"] <= self.applied.generation
+            # Whole, not merged: a field removed from the spec goes from this copy too.
+            if older and held != ours:
+                status["appliedSpec"] = ours
         if self.decision is not None:
             record = self.decision.model_dump(by_alias=True, mode="json", exclude_none=True)
             decisions = status.get("decisions") or []
@@ -204,9 +216,16 @@ def assess(body: dict[str, Any], target: TargetState | None, now: str) -> Assess
     before = previous_status(body.get("status"))
     tuning, problems = validate_stored(body)
     if tuning is None:
+        fallback = applied_spec(before.applied_spec, generation,
+                                str((body.get("metadata") or {}).get("uid") or ""))
+        meanwhile = ("new pods are admitted untuned (no earlier generation of the spec was "
+                     "valid)" if fallback is None else
+                     f"new pods are tuned as generation {fallback[0]} of the spec said "
+                     "(status.appliedSpec)")
         invalid = make_condition(
             ConditionType.READY, ConditionStatus.FALSE, "InvalidSpec",
-            f"nothing is applied until the spec is fixed: {problems}", generation, now)
+            f"the spec is not acted on until it is fixed: {problems}. Meanwhile {meanwhile}",
+            generation, now)
         conditions = set_condition(list(before.conditions), invalid)
         idle = _not_evaluated(before, "InvalidSpec", "the spec is invalid (see Ready)",
                               generation, now)
@@ -244,10 +263,11 @@ def assess(body: dict[str, Any], target: TargetState | None, now: str) -> Assess
     notices, decision = ([], None) if news is None else ([news[0]], news[1])
     if decision is not None:
         status = status.model_copy(update={"decisions": _with_decision(status, decision)})
+    applied = AppliedSpec(generation=generation, spec=dict(body.get("spec") or {}))
     return Assessment(status, notices, RETRY_TARGET_SECONDS if target is None else None,
                       None if shown is None else shown.replicas,
                       _owned(conditions, [c.type for c in own]), decision,
-                      spec.autoscaling is None)
+                      spec.autoscaling is None, applied if generation > 0 else None)
 
 
 def _target_conditions(spec: InferenceTuningSpec, target: TargetState | None, generation: int,

@@ -16,6 +16,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from infertune.api.spec import InferenceTuningSpec
+from infertune.api.status import AppliedSpec
 
 SIZE = 4096
 """Entries kept: more than the tunings one operator is meant for; the least recently used
@@ -58,3 +59,21 @@ class SpecCache:
 
 SPECS = SpecCache()
 """The operator's one cache, shared by the loops and the pod webhook."""
+
+
+def applied_spec(applied: AppliedSpec | Mapping[str, Any] | None, generation: int,
+                 uid: str) -> tuple[int, InferenceTuningSpec] | None:
+    """(generation, spec) of status.appliedSpec when it is an earlier generation than
+    `generation` and valid (to this operator: one an older operator stored may not be); the
+    pod webhook tunes new pods by it while the stored spec is invalid."""
+    if applied is None:
+        return None
+    if not isinstance(applied, AppliedSpec):
+        try:
+            applied = AppliedSpec.model_validate(applied)
+        except ValidationError:
+            return None
+    if applied.generation >= generation:
+        return None
+    spec = SPECS.get(uid, applied.generation, applied.spec)
+    return None if spec is None else (applied.generation, spec)

@@ -567,10 +567,10 @@ def launcher_resources(limit_ranges: tuple[LimitRangeView, ...]) -> dict[str, st
         # The least the LimitRange allows: a min is at most what the pod's own containers
         # request (it holds for them too), and an init container's request counts only as
         # far as it exceeds theirs, so the pod asks for no more than before.
-        lows = [(parse_quantity(q), q) for r in limit_ranges for res, q in r.minimum
+        mins = [(parse_quantity(q), q) for r in limit_ranges for res, q in r.minimum
                 if res == resource]
-        low = max(lows, default=None)
-        if low is None or low[0] <= 0:
+        floor = max(mins, default=None)
+        if floor is None or floor[0] <= 0:
             ratio = next((r.name for r in limit_ranges if resource in r.ratios), None)
             if ratio is not None:
                 return (f"LimitRange {ratio} sets a maxLimitRequestRatio for {resource}, so "
@@ -579,7 +579,7 @@ def launcher_resources(limit_ranges: tuple[LimitRangeView, ...]) -> dict[str, st
                         "maxLimitRequestRatio, or set spec.numa.policy to none")
             chosen[resource] = "0"
         else:
-            chosen[resource] = low[1]
+            chosen[resource] = floor[1]
     return chosen
 
 
