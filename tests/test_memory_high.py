@@ -40,6 +40,10 @@ GI = 2**30
         ({}, "8Gi", "8Gi", 7 * GI),
         ({}, "1Gi", "4Gi", 3 * GI),  # Burstable, capped above its request
         ({"minHeadroom": "128Mi"}, "1100Mi", "1100Mi", 972 * 2**20),
+        # Set in the spec: half the limit is the least a container that requests it all
+        # takes; a Burstable one only has to stay above its request.
+        ({"high": "16Gi"}, "32Gi", "32Gi", 16 * GI),
+        ({"high": "2Gi"}, "1Gi", "32Gi", 2 * GI),
     ],
 )
 def test_resolved_values(spec: dict[str, object], mem_request: str | None, limit: str | None,
@@ -57,6 +61,11 @@ def test_resolved_values(spec: dict[str, object], mem_request: str | None, limit
         ({"high": "4Gi"}, "8Gi", "32Gi", "memory.high", "below the container's memory request"),
         ({"high": "256Mi"}, "512Mi", "512Mi", "memory.high",
          "the memory limit 512Mi leaves no room"),
+        # The incident's setting, on a container that requests 32Gi: it was taken.
+        ({"high": "64Mi"}, "32Gi", "32Gi", "memory.high",
+         "64Mi is under half the memory limit 32Gi, which the container requests whole"),
+        ({"highRatio": 0.01}, None, "32Gi", "memory.highRatio", "use at least 16Gi, or lower "
+         "the memory limit instead"),
     ],
 )
 def test_refused_values_name_the_field(spec: dict[str, object], mem_request: str | None,
@@ -79,3 +88,11 @@ def test_the_value_an_error_suggests_is_accepted(limit: str, suggested: str) -> 
     with pytest.raises(MemoryHighError, match="is below 64Mi"):
         resolve_memory_high(MemorySpec.model_validate({"highRatio": 0.01}), request=None,
                             limit=limit)
+
+
+def test_the_least_value_an_error_suggests_is_accepted() -> None:
+    with pytest.raises(MemoryHighError, match="use at least 1501Mi, or lower"):
+        resolve_memory_high(MemorySpec.model_validate({"high": "1Gi"}), request=None,
+                            limit="3001Mi")
+    assert resolve_memory_high(MemorySpec.model_validate({"high": "1501Mi"}), request=None,
+                               limit="3001Mi").value == 1501 * 2**20

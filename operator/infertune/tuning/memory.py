@@ -33,7 +33,8 @@ DEFAULT_FLOOR_OF_LIMIT = Decimal("0.5")
 """The default memory.high is never under this fraction of the memory limit: on a small
 limit, minHeadroom takes most of it (76Mi of a 1100Mi Guaranteed container), which throttles
 the server far below what it was given, as in the incident (64M); memory.high then stays at
-max."""
+max. A value the spec sets for a container whose request is its limit is refused under it:
+`memory.high: 64Mi` on a 32Gi container was taken, the incident's own setting."""
 
 
 class MemoryHighError(ValueError):
@@ -53,6 +54,12 @@ def _at_most(value: Decimal | int) -> str:
     """`value` as a quantity no larger than it, to write into the spec: a rounded 1.93Gi was
     above the 1.9297Gi it stood for, and refused in turn."""
     mib = int(value) // 2**20
+    return f"{mib // 1024}Gi" if mib % 1024 == 0 else f"{mib}Mi"
+
+
+def _at_least(value: Decimal | int) -> str:
+    """`value` as a quantity no smaller than it, to write into the spec."""
+    mib = -(-int(value) // 2**20)
     return f"{mib // 1024}Gi" if mib % 1024 == 0 else f"{mib}Mi"
 
 
@@ -93,6 +100,12 @@ def resolve_memory_high(
         raise MemoryHighError(field, f"{how} is below the container's memory "
                               f"request {request}, so it would be throttled while using what it "
                               "asked for; raise it above the request")
+    floor = None if limit_bytes is None else DEFAULT_FLOOR_OF_LIMIT * limit_bytes
+    if not burstable and floor is not None and value < floor:
+        raise MemoryHighError(field, f"{how} is under half the memory limit {limit}, which the "
+                              "container requests whole, so it would be throttled far below "
+                              f"what it was given (the incident's 64M); use at least "
+                              f"{_at_least(floor)}, or lower the memory limit instead")
     return MemoryHigh(_pages(value), f"memory.high {how}")
 
 
