@@ -109,12 +109,16 @@ def test_pods_of_a_tuned_deployment_arrive_tuned(
 def test_pods_nobody_targets_are_left_alone(
     api_client: client.ApiClient, namespace: str, operator: OperatorProcess
 ) -> None:
-    create(api_client, namespace, tuning("qwen", "qwen"))
+    create_tuning_first(api_client, namespace, operator, tuning("qwen", "qwen"))
     create(api_client, namespace, deployment("other"))
+    create(api_client, namespace, deployment("qwen"))
     pod = wait_pods(api_client, namespace, "other", 1)[0]
     assert pod.spec.init_containers is None
     assert pod.spec.containers[0].command[0] == "vllm"
     assert REVISION not in (pod.metadata.labels or {})
+    # The webhook saw the tuning: its own Deployment's pod, beside it, is tuned.
+    targeted = wait_pods(api_client, namespace, "qwen", 1)[0]
+    assert REVISION in targeted.metadata.labels
 
 
 def test_dry_run_pods_only_carry_the_plan(

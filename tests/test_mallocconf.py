@@ -8,12 +8,13 @@ import signal
 import subprocess
 import sys
 import textwrap
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, given, reject, settings
 from hypothesis import strategies as st
 
 from infertune.tuning.mallocconf import (
@@ -68,10 +69,12 @@ CPUS = len(os.sched_getaffinity(0))
 NODE_CPUS = os.sysconf("SC_NPROCESSORS_CONF")
 
 
-def run_jemalloc(conf: str, cwd: Path, cpus: int | None = None) -> JemallocRun:
+def run_jemalloc(conf: str, cwd: Path, cpus: int | None = None,
+                 on_machine: Callable[[str], Any] = pytest.skip) -> JemallocRun:
     """/bin/true with jemalloc preloaded: what it printed about `conf`, on the first `cpus`
     CPUs of ours when given. exec, not a wrapper such as timeout or taskset, because every
-    preloaded process prints its own copy."""
+    preloaded process prints its own copy. A remark on the machine, not on `conf`, is given to
+    `on_machine` (a skip, by default), which must raise."""
     env = {"PATH": "/usr/bin:/bin", "LD_PRELOAD": str(JEMALLOC), "MALLOC_CONF": conf}
     mask = sorted(os.sched_getaffinity(0))[:cpus]
     done = subprocess.run(["/bin/true"], env=env, cwd=cwd, capture_output=True, text=True,
@@ -81,7 +84,8 @@ def run_jemalloc(conf: str, cwd: Path, cpus: int | None = None) -> JemallocRun:
     lines = [line for line in done.stderr.splitlines() if line.startswith("<jemalloc>:")]
     machine = [line for line in lines if line.startswith(ENVIRONMENT_LINES)]
     if machine:
-        pytest.skip(f"jemalloc reports on this machine, not on {conf!r}: {machine}")
+        on_machine(f"jemalloc reports on this machine, not on {conf!r}: {machine}")
+        raise AssertionError("on_machine must raise")
     return JemallocRun(done.returncode,
                        [line for line in lines if not line.startswith(CONFIRMATION_LINES)])
 
@@ -297,7 +301,10 @@ CONFS = st.lists(PAIRS, min_size=1, max_size=3).map(",".join)
 @given(CONFS)
 def test_generated_confs_get_jemallocs_verdict(tmp_path: Path, conf: str) -> None:
     problems = check_malloc_conf(conf, cpus=CPUS, pinned=CPUS != NODE_CPUS)
-    assert (problems == []) is (run_jemalloc(conf, tmp_path).complaints == []), problems
+    # One example jemalloc has a remark on the machine for (a background thread it cannot
+    # start) is left out; a skip there skipped all forty.
+    run = run_jemalloc(conf, tmp_path, on_machine=lambda _: reject())
+    assert (problems == []) is (run.complaints == []), problems
 
 
 DEFAULT_ARENA_CONFS = [
@@ -443,12 +450,14 @@ def test_per_cpu_arenas_in_a_pinned_process_abort_under_abort_conf(tmp_path: Pat
 
 @needs_jemalloc
 def test_phycpu_on_an_odd_cpu_count_aborts_under_abort_only(tmp_path: Path) -> None:
-    for conf, aborts in (("abort_conf:true,percpu_arena:phycpu,narenas:2", False),
-                         ("abort:true,percpu_arena:phycpu,narenas:2", True)):
+    cases = (("abort_conf:true,percpu_arena:phycpu,narenas:2", False),
+             ("abort:true,percpu_arena:phycpu,narenas:2", True))
+    for conf, aborts in cases:
         found = check_malloc_conf(conf, cpus=1, pinned=True)
         assert found and (aborting(conf, found) is not None) is aborts
-        if CPUS < 2:
-            continue
+    if CPUS < 2:
+        pytest.skip("one CPU here: pinned to it, jemalloc sees every CPU it may use")
+    for conf, aborts in cases:
         # Run here directly: run_jemalloc takes this warning for a remark on the machine.
         cpu = sorted(os.sched_getaffinity(0))[0]
         done = subprocess.run(["/bin/true"], env={"LD_PRELOAD": str(JEMALLOC),
