@@ -1106,3 +1106,30 @@ def test_a_command_that_pins_itself_is_checked_as_pinned(command: list[str]) -> 
     plan = plan_pod_patch(_spec(numa={"policy": "none"}), pod, CONTEXT)
     assert plan.refused and "in a process pinned to some of the node's CPUs" in \
         plan.problems[0], plan.problems
+
+
+def _refusal(pod: dict[str, Any], spec: InferenceTuningSpec | None = None) -> str:
+    plan = plan_pod_patch(spec or _spec(), pod, CONTEXT)
+    assert plan.refused and plan.patch == [], plan
+    return plan.problems[0]
+
+
+def test_pods_the_api_server_would_refuse_once_patched_are_admitted_unchanged() -> None:
+    """Each was patched, and the API server then refused the pod (failurePolicy: Ignore does
+    not cover that): the ReplicaSet could create none."""
+    windows = _pod()
+    windows["spec"]["os"] = {"name": "windows"}  # no seccomp profile, no capabilities there
+    assert "the pod runs on Windows (spec.os.name)" in _refusal(windows)
+    for path in ("/infertune", "/infertune/disk"):
+        device = _pod(volumeDevices=[{"name": "raw", "devicePath": path}])
+        assert (f"attaches volume raw as the device {path}, where the launcher's volume goes"
+                in _refusal(device))
+    small = _pod()
+    small["spec"]["resources"] = {"requests": {"cpu": "40m"}}  # pod-level resources
+    assert ("the pod's own resources.requests.cpu is 40m, under the 50m the launcher's init "
+            "container asks for") in _refusal(small)
+    # Room for it, or no launcher at all: tuned.
+    small["spec"]["resources"] = {"requests": {"cpu": "9", "memory": "33Gi"}}
+    assert not plan_pod_patch(_spec(), small, CONTEXT).refused
+    small["spec"]["resources"] = {"requests": {"cpu": "40m"}}
+    assert not plan_pod_patch(_spec(numa={"policy": "none"}), small, CONTEXT).refused

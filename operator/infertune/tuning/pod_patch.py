@@ -682,6 +682,36 @@ def _launcher_clash(pod_spec: Mapping[str, Any], serving: Mapping[str, Any]) -> 
             return (f"container {serving.get('name')} mounts volume {mount.get('name')} at "
                     f"{path}, inside {LAUNCHER_DIR} where the launcher's read-only volume "
                     "goes, and the runtime cannot make a mount point in it; mount it elsewhere")
+    for device in serving.get("volumeDevices") or []:
+        path = "/" + posixpath.normpath(str(device.get("devicePath") or "")).lstrip("/")
+        if path == LAUNCHER_DIR or path.startswith(LAUNCHER_DIR + "/"):
+            # The API server refuses a mountPath that is a devicePath too, and a device node
+            # cannot be made inside the launcher's read-only volume.
+            return (f"container {serving.get('name')} attaches volume {device.get('name')} as "
+                    f"the device {path}, where the launcher's volume goes; attach it elsewhere")
+    return None
+
+
+def _pod_level_shortfall(pod_spec: Mapping[str, Any], resources: Mapping[str, str]) -> str | None:
+    """Why the pod's own resources (spec.resources, pod-level) cannot hold the launcher's init
+    container, None when they can or set none: the API server refuses a pod whose pod-level
+    request or limit is under what a container asks."""
+    own = pod_spec.get("resources")
+    if not isinstance(own, Mapping):
+        return None
+    for kind in ("requests", "limits"):
+        for resource, value in (own.get(kind) or {}).items():
+            wanted = resources.get(str(resource))
+            if wanted is None:
+                continue
+            try:
+                short = parse_quantity(str(value)) < parse_quantity(wanted)
+            except ValueError:
+                continue  # the API server took it: not a number this parser reads
+            if short:
+                return (f"the pod's own resources.{kind}.{resource} is {value}, under the "
+                        f"{wanted} the launcher's init container asks for; raise it, or set "
+                        "spec.numa.policy to none")
     return None
 
 
@@ -908,6 +938,13 @@ def plan_pod_patch(spec: InferenceTuningSpec, pod: dict[str, Any],
     if labels.get(keys.REVISION) == revision:
         return PodPlan(revision, reasons=[f"already tuned to revision {revision}"])
     pod_spec = pod.get("spec") or {}
+    if str((pod_spec.get("os") or {}).get("name") or "").lower() == "windows":
+        # The launcher is a shell script, and the API server refuses a Windows pod whose
+        # container has a seccomp profile or Linux capabilities, as the launcher's has.
+        return PodPlan(revision, refused=True, problems=[
+            "the pod runs on Windows (spec.os.name): NUMA binding, the launcher and the "
+            "allocator settings are for Linux, so it is left as it is; point spec.targetRef "
+            "at a Linux Deployment"])
     containers = pod_spec.get("containers") or []
     index = _serving_index(spec, containers)
     if index is None:
@@ -973,6 +1010,9 @@ def plan_pod_patch(spec: InferenceTuningSpec, pod: dict[str, Any],
         resources = f"a LimitRange of the namespace cannot be read: {exc}"
     if isinstance(resources, str):
         return PodPlan(revision, refused=True, problems=[resources])
+    shortfall = _pod_level_shortfall(pod_spec, resources)
+    if shortfall is not None:
+        return PodPlan(revision, refused=True, problems=[shortfall])
     ops: list[Op] = []
     for op in _batching_ops(spec, _pointer("spec", "containers", index), serving, context,
                             reasons, problems):
