@@ -1133,3 +1133,30 @@ def test_pods_the_api_server_would_refuse_once_patched_are_admitted_unchanged() 
     assert not plan_pod_patch(_spec(), small, CONTEXT).refused
     small["spec"]["resources"] = {"requests": {"cpu": "40m"}}
     assert not plan_pod_patch(_spec(numa={"policy": "none"}), small, CONTEXT).refused
+
+
+@pytest.mark.parametrize(("env", "env_from", "read"), [
+    # Defined after it: the kubelet leaves $(EXTRA) as written, and jemalloc reads that.
+    ([{"name": "MALLOC_CONF", "value": "$(EXTRA)"},
+      {"name": "EXTRA", "value": "abort_conf:true"}], False, "syntax"),
+    # What envFrom or a Service may define is not known at admission: not checked.
+    ([{"name": "MALLOC_CONF", "value": "$(EXTRA)"}], True, "unknown"),
+    ([{"name": "MALLOC_CONF", "value": "$(CACHE_SERVICE_HOST)"}], False, "unknown"),
+    ([{"name": "EXTRA", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+      {"name": "MALLOC_CONF", "value": "$(EXTRA)"}], False, "unknown"),
+])
+def test_a_reference_is_read_as_the_kubelet_expands_it(
+        env: list[dict[str, Any]], env_from: bool, read: str) -> None:
+    """A $(VAR) to a variable defined later in the list is not expanded by the kubelet: it
+    was taken for one whose value comes from elsewhere, and the string jemalloc reads (and
+    drops whole, with the spec's settings) was not checked."""
+    pod = _pod(env=env, **({"envFrom": [{"configMapRef": {"name": "c"}}]} if env_from else {}))
+    plan = plan_pod_patch(_spec(allocator={"mallocConf": "background_thread:true"}), pod,
+                          CONTEXT)
+    said = " ".join(plan.problems)
+    if read == "syntax":
+        assert "has a syntax error" in said, plan.problems
+        assert _env(jsonpatch.apply_patch(pod, plan.patch)["spec"]["containers"][0])[
+            "MALLOC_CONF"].startswith("background_thread:true")
+    else:
+        assert "whose values are not known here" in said, plan.problems

@@ -12,7 +12,8 @@ import hashlib
 import json
 import math
 import posixpath
-from collections.abc import Mapping
+import re
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -205,8 +206,9 @@ def _exclusive_cpus(pod_spec: dict[str, Any], serving: dict[str, Any]) -> bool:
 class _EnvPlan:
     """Env changes on one container as patch ops, keeping variables the user set elsewhere."""
 
-    def __init__(self, base: str, env: list[dict[str, Any]] | None) -> None:
-        self.base, self.env = base, env
+    def __init__(self, base: str, env: list[dict[str, Any]] | None,
+                 env_from: bool = False) -> None:
+        self.base, self.env, self.env_from = base, env, env_from
         self.values: dict[str, str] = {}
 
     def _last(self, name: str) -> int | None:
@@ -222,22 +224,28 @@ class _EnvPlan:
 
     def expanded(self, name: str) -> tuple[str, bool]:
         """The value of `name` as the kubelet gives it to the process: `$(VAR)` replaced by
-        the value of a plain entry before it, `$$` by `$`; and whether every reference could
-        be (one to a valueFrom or envFrom variable cannot be at admission)."""
+        the value of a plain entry before it, `$$` by `$`, and left as written when nothing
+        before it can define VAR (one defined later in the list is not expanded); and whether
+        every reference could be read (one to a valueFrom or envFrom variable, or to a
+        Service's, cannot be at admission)."""
         env = self.env or []
         index = self._last(name)
         if index is None:
             return "", True
         known: dict[str, str] = {}
+        unknown: set[str] = set()
         for entry in env[:index]:
             before = str(entry.get("name"))
             # No value and no valueFrom: the API server left out an empty value.
-            value, resolved = _expand(str(entry.get("value") or ""), known)
+            value, resolved = _expand(str(entry.get("value") or ""), known, unknown,
+                                      self.env_from)
             if "valueFrom" in entry or not resolved:
                 known.pop(before, None)  # its value is not known here, nor what refers to it
+                unknown.add(before)
             else:
                 known[before] = value
-        return _expand(str(env[index].get("value") or ""), known)
+                unknown.discard(before)
+        return _expand(str(env[index].get("value") or ""), known, unknown, self.env_from)
 
     def set(self, name: str, value: str) -> None:
         self.values[name] = value
@@ -258,9 +266,19 @@ class _EnvPlan:
         return ops
 
 
-def _expand(text: str, known: Mapping[str, str]) -> tuple[str, bool]:
+SERVICE_VARIABLE = re.compile(r"_SERVICE_(HOST|PORT)|_PORT(_[0-9]+_(TCP|UDP|SCTP)"
+                              r"(_(PROTO|PORT|ADDR))?)?$")
+"""The names of the variables the kubelet gives a container for each Service of its
+namespace (FOO_SERVICE_HOST, FOO_PORT_80_TCP_ADDR): an env value may refer to them."""
+
+
+def _expand(text: str, known: Mapping[str, str], unknown: Collection[str] = (),
+            env_from: bool = True) -> tuple[str, bool]:
     """Kubernetes' expansion of an env value: `$(VAR)` by `known[VAR]` (left as it is when
-    unknown), `$$` by `$`; and whether every reference was known. Cut past
+    unknown), `$$` by `$`; and whether every reference was read. One to a variable nothing
+    before it defines is left as written by the kubelet too, so it is read as written, unless
+    it may come from what is not known here: `unknown` (valueFrom entries, or ones that refer
+    to such), `env_from` (the container's envFrom may define any name), a Service's. Cut past
     MAX_CONTAINER_MALLOC_CONF characters (a string that long is only said to be too long):
     each variable may refer to the one before it twice, and 22 entries of 1.3 kB in all
     expanded to half a gigabyte on the operator's event loop."""
@@ -278,7 +296,8 @@ def _expand(text: str, known: Mapping[str, str]) -> tuple[str, bool]:
                 piece = known[name]
             else:
                 piece = text[i:end + 1]
-                resolved = False
+                if env_from or name in unknown or SERVICE_VARIABLE.search(name):
+                    resolved = False
             i = end + 1
         else:
             piece, i = "$", i + 1
@@ -497,7 +516,8 @@ def _merged_conf(env: _EnvPlan, spec_conf: str | None,
         return spec_part, spec_part
     if not known:
         problems.append(f"the serving container's MALLOC_CONF {raw!r} refers to variables "
-                        "that are not plain values in its env (valueFrom, envFrom), so the "
+                        "whose values are not known here (valueFrom, envFrom, a Service's), "
+                        "so the "
                         "string jemalloc reads is not known here: it is not checked, and no "
                         "narenas is added to it")
         return _joined(own, spec_part), None
@@ -964,7 +984,8 @@ def plan_pod_patch(spec: InferenceTuningSpec, pod: dict[str, Any],
         return PodPlan(revision, refused=True, problems=[f"spec.{exc.field}: {exc.message}"])
     reasons.append(f"memory: {memory_high.reason}")
 
-    env = _EnvPlan(_pointer("spec", "containers", index), serving.get("env"))
+    env = _EnvPlan(_pointer("spec", "containers", index), serving.get("env"),
+                   bool(serving.get("envFrom")))
     refusal = _allocator(spec, env, _cpu_limit(serving), reasons, problems,
                          bool(serving.get("envFrom")),
                          # The launcher pins it, or the command's own taskset or numactl.
