@@ -260,7 +260,8 @@ def test_output_into_a_pipe_closed_early_ends_quietly_with_141(tmp_path: Path) -
     pipe, and a BrokenPipeError traceback came out with exit 1."""
     items = "".join(f"- apiVersion: infertune.io/v1alpha1\n  kind: InferenceTuning\n"
                     f"  metadata: {{name: tuning-{i}, namespace: ns}}\n"
-                    "  spec: {targetRef: {name: d}, engine: vllm}\n" for i in range(3000))
+                    f"  spec: {{targetRef: {{name: d-{i}}}, engine: vllm}}\n"  # one each
+                    for i in range(3000))
     many = tmp_path / "many.yaml"
     many.write_text("apiVersion: v1\nkind: List\nitems:\n" + items)
     # Some 150 KB of "valid" lines: more than the pipe holds, so writes are still going on
@@ -297,3 +298,52 @@ def test_crds_takes_a_file_to_write_or_one_to_check_not_both(
         main(["crds", "-o", str(written), "--check", "crds/infertune.io_inferencetunings.yaml"])
     assert exit_.value.code == 2 and not written.exists()
     assert "argument --check: not allowed with argument -o/--output" in capsys.readouterr().err
+
+
+def _doc(kind: str, name: str, namespace: str | None, body: str) -> str:
+    meta = f"{{name: {name}" + (f", namespace: {namespace}}}" if namespace else "}")
+    version = "apps/v1" if kind == "Deployment" else "infertune.io/v1alpha1"
+    return f"---\napiVersion: {version}\nkind: {kind}\nmetadata: {meta}\n{body}"
+
+
+DEPLOYMENT_32GI = ("spec:\n  selector: {matchLabels: {app: q}}\n  template:\n"
+                   "    metadata: {labels: {app: q}}\n    spec:\n      containers:\n"
+                   "      - {name: vllm, image: v, command: [vllm], resources: {limits: "
+                   "{memory: 32Gi}}}\n")
+
+
+@pytest.mark.parametrize(("tuning_ns", "deployment_ns"), [
+    (None, "inference"), ("inference", None), ("inference", "inference")])
+def test_a_namespace_left_unset_on_one_side_is_the_others(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], tuning_ns: str | None,
+        deployment_ns: str | None) -> None:
+    """`kubectl apply -n inference` puts both there: validate took the unset one for
+    `default`, skipped the Deployment check and said valid, and `plan` (and the webhook)
+    refused the pods for a memory.high above the limit."""
+    manifest = tmp_path / "t.yaml"
+    manifest.write_text(
+        _doc("InferenceTuning", "q", tuning_ns,
+             "spec: {targetRef: {name: q}, engine: vllm, memory: {high: 40Gi}}\n")
+        + _doc("Deployment", "q", deployment_ns, DEPLOYMENT_32GI))
+    assert main(["validate", str(manifest)]) == 1
+    assert "spec.memory.high: 40Gi is above the memory limit 32Gi" in capsys.readouterr().err
+
+
+def test_two_tunings_of_one_deployment_are_each_an_error(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Both were valid, and the webhook tuned the pods of neither."""
+    spec = "spec: {targetRef: {name: q}, engine: vllm}\n"
+    manifest = tmp_path / "t.yaml"
+    manifest.write_text(_doc("InferenceTuning", "a", "ml", spec)
+                        + _doc("InferenceTuning", "b", None, spec)
+                        + _doc("InferenceTuning", "c", "other", spec))
+    assert main(["validate", str(manifest)]) == 1
+    err = capsys.readouterr().err
+    assert "ml/a: spec.targetRef.name: InferenceTuning b also targets Deployment q" in err, err
+    # b, without a namespace, meets both.
+    assert "InferenceTuning a, c also target Deployment q" in err, err
+    assert "other/c: spec.targetRef.name: InferenceTuning b also targets" in err, err
+    # In namespaces of their own, they are two Deployments.
+    manifest.write_text(_doc("InferenceTuning", "a", "ml", spec)
+                        + _doc("InferenceTuning", "c", "other", spec))
+    assert main(["validate", str(manifest)]) == 0, capsys.readouterr().err

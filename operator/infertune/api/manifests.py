@@ -240,11 +240,64 @@ def load_documents(path: Path) -> tuple[list[Document], list[str]]:
     return docs, []
 
 
-def _deployment_key(body: dict[str, Any]) -> tuple[str, str]:
+def _deployment_key(body: dict[str, Any]) -> tuple[str | None, str]:
+    """(namespace, None when unset; name) of a manifest."""
     meta = body.get("metadata") or {}
     if not isinstance(meta, dict):
-        return "default", ""  # no name: matches no tuning's targetRef
-    return str(meta.get("namespace") or "default"), str(meta.get("name"))
+        return None, ""  # no name: matches no tuning's targetRef
+    return (str(meta["namespace"]) if meta.get("namespace") else None), str(meta.get("name"))
+
+
+def _same_namespace(one: str | None, other: str | None) -> bool:
+    """One left unset is taken as the other's: kubectl puts both into the namespace of the
+    context, or of --namespace (as `infertune plan` takes them)."""
+    return one is None or other is None or one == other
+
+
+def _target_of(tuning: InferenceTuning,
+               deployments: list[tuple[tuple[str | None, str], dict[str, Any]]]
+               ) -> dict[str, Any] | None:
+    """The Deployment of the files the tuning targets: one of its namespace first, then one
+    whose namespace (or the tuning's) is left unset. Only `default` on both counted, and a
+    tuning without a namespace applied beside a Deployment of `inference` was called valid
+    while `plan` refused its pods."""
+    namespace = tuning.metadata.namespace
+    found = [(key, body) for key, body in deployments
+             if key[1] == tuning.spec.target_ref.name and _same_namespace(key[0], namespace)]
+    found.sort(key=lambda item: item[0][0] != namespace)
+    return found[0][1] if found else None
+
+
+SHOWN_RIVALS = 3
+"""How many of the other tunings of a Deployment an error names; the rest are counted."""
+
+
+def _rivals(tunings: list[InferenceTuning]) -> dict[int, list[FieldError]]:
+    """By id of the tuning: an error naming the other tunings of the files that target the
+    same Deployment (the webhook tunes the pods of none of them while more than one does)."""
+    groups: dict[str, dict[str | None, list[InferenceTuning]]] = {}
+    for tuning in tunings:
+        by_namespace = groups.setdefault(tuning.spec.target_ref.name, {})
+        by_namespace.setdefault(tuning.metadata.namespace, []).append(tuning)
+    errors: dict[int, list[FieldError]] = {}
+    for target, by_namespace in groups.items():
+        for namespace, members in by_namespace.items():
+            # One without a namespace lands in any: it meets every one of the target's.
+            seen = ([t for ns in by_namespace.values() for t in ns] if namespace is None else
+                    members + by_namespace.get(None, []))
+            if len(seen) < 2:
+                continue
+            for tuning in members:
+                others = [t.metadata.name for t in seen if t is not tuning]
+                shown = ", ".join(others[:SHOWN_RIVALS]) + (
+                    f" and {len(others) - SHOWN_RIVALS} more" if len(others) > SHOWN_RIVALS
+                    else "")
+                errors[id(tuning)] = [FieldError(
+                    "spec.targetRef.name", f"InferenceTuning {shown} also target"
+                    f"{'s' if len(others) == 1 else ''} Deployment {target}, and the pods of "
+                    "a Deployment more than one tuning targets are tuned by none; keep one "
+                    "tuning per Deployment")]
+    return errors
 
 
 def _check_against_deployment(tuning: InferenceTuning, deployment: dict[str, Any]) -> list[
@@ -306,12 +359,13 @@ def _check_tuning(document: Document) -> tuple[InferenceTuning | None, list[Fiel
 def validate_documents(documents: Iterable[Document]) -> list[Report]:
     """A report per document; documents of other kinds are read for cross-checks only."""
     documents = list(documents)
-    deployments = {
-        _deployment_key(doc.body): doc.body
+    deployments = [
+        (_deployment_key(doc.body), doc.body)
         for doc in documents
         if isinstance(doc.body, dict) and doc.body.get("kind") == "Deployment"
         and str(doc.body.get("apiVersion")) == "apps/v1"
-    }
+    ]
+    checked: list[tuple[Document, InferenceTuning | None, list[FieldError]]] = []
     reports: list[Report] = []
     for doc in documents:
         if not isinstance(doc.body, dict):
@@ -329,11 +383,17 @@ def validate_documents(documents: Iterable[Document]) -> list[Report]:
             continue
         tuning, errors = _check_tuning(doc)
         if tuning is not None:
-            namespace = tuning.metadata.namespace or "default"
-            target = deployments.get((namespace, tuning.spec.target_ref.name))
+            target = _target_of(tuning, deployments)
             if target is not None:
                 errors = _check_against_deployment(tuning, target)
+        checked.append((doc, tuning, errors))
         reports.append(Report(doc, errors))
+    rivals = _rivals([tuning for _, tuning, _ in checked if tuning is not None])
+    by_document = {id(doc): (tuning, errors) for doc, tuning, errors in checked}
+    for number, report in enumerate(reports):
+        tuning, errors = by_document.get(id(report.document), (None, []))
+        if tuning is not None and id(tuning) in rivals:
+            reports[number] = Report(report.document, errors + rivals[id(tuning)])
     return reports
 
 
