@@ -195,6 +195,22 @@ def test_plan_prints_names_from_the_files_escaped(tmp_path: Path,
     assert "problem: Deployment x\\x1b[2J\\nreason: all good is not the tuning's target" in out
 
 
+def test_what_plan_refuses_is_said_one_line_per_problem_escaped(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The errors of a tuning plan cannot read were printed as the file held them: an escape
+    sequence in a field name reached the terminal, a newline made a line of its own."""
+    _, tuning = _example()
+    tuning["spec"]["bad\x1b[2Jkey\nx"] = 1
+    tuning["spec"]["other"] = 2
+    path = tmp_path / "t.yaml"
+    path.write_text(yaml.safe_dump(tuning))
+    assert main(["plan", str(path), "--pod", str(EXAMPLE)]) == 1
+    lines = capsys.readouterr().err.splitlines()
+    assert "\x1b" not in "".join(lines)
+    assert [line.split(": ", 2)[1] for line in lines] == [
+        "spec.bad\\x1b[2Jkey\\nx", "spec.other"], lines
+
+
 def _example(**changes: Any) -> tuple[dict[str, Any], dict[str, Any]]:
     """The example's Deployment and tuning (copies), with `changes` to the serving container."""
     docs = [d for d in yaml.safe_load_all(EXAMPLE.read_text()) if d]

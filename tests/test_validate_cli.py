@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -347,3 +348,26 @@ def test_two_tunings_of_one_deployment_are_each_an_error(
     manifest.write_text(_doc("InferenceTuning", "a", "ml", spec)
                         + _doc("InferenceTuning", "c", "other", spec))
     assert main(["validate", str(manifest)]) == 0, capsys.readouterr().err
+
+
+def test_what_validate_prints_is_one_line_per_problem_whatever_the_file_holds(
+        tmp_path: Path) -> None:
+    """A field name holding an escape sequence cleared the screen, and a newline in it began
+    a line of its own; a file name that is not UTF-8 was a UnicodeEncodeError traceback where
+    the output is strict UTF-8 (PYTHONIOENCODING, most desktop locales)."""
+    name = os.fsdecode(b"bad\xffname.yaml")
+    manifest = tmp_path / name
+    manifest.write_text("apiVersion: infertune.io/v1alpha1\nkind: InferenceTuning\n"
+                        "metadata: {name: q}\nspec: {targetRef: {name: q}, engine: vllm, "
+                        '"bad\\e[2Jkey\\nx": 1}\n')
+    done = subprocess.run([sys.executable, "-m", "infertune", "validate", str(manifest)],
+                          capture_output=True, text=True, check=False,
+                          env={**os.environ, "PYTHONIOENCODING": "utf-8"})
+    assert done.returncode == 1, done.stderr
+    assert "Traceback" not in done.stderr and "\x1b" not in done.stderr, done.stderr
+    first, summary = done.stderr.splitlines()
+    assert first.endswith(r"bad\udcffname.yaml: InferenceTuning q: spec.bad\x1b[2Jkey\nx: "
+                          "unknown field; remove it (valid here: targetRef, engine, mode, "
+                          "container, metrics, numa, memory, allocator, retune, mig, "
+                          "autoscaling, batching, canary)"), first
+    assert summary == "1 of 1 failed"

@@ -65,11 +65,11 @@ def image_type(text: str) -> str:
 
 
 def _validate(args: argparse.Namespace) -> int:
-    from infertune.api.manifests import validate_paths
+    from infertune.api.manifests import printable, validate_paths
 
     reports, unreadable = validate_paths(Path(p) for p in args.files)
     for line in unreadable:
-        print(line, file=sys.stderr)
+        print(printable(line), file=sys.stderr)
     checked = failed = 0
     for report in reports:
         if not report.checked:
@@ -78,9 +78,9 @@ def _validate(args: argparse.Namespace) -> int:
         if report.errors:
             failed += 1
             for line in report.lines():
-                print(line, file=sys.stderr)
+                print(printable(line), file=sys.stderr)
         elif not args.quiet:
-            print(f"{report.document.source}: {report.document.label}: valid")
+            print(printable(f"{report.document.source}: {report.document.label}: valid"))
     if checked == 0 and not unreadable:
         print("no InferenceTuning found in the given files", file=sys.stderr)
         return 1
@@ -139,10 +139,11 @@ def _plan(args: argparse.Namespace) -> int:
                                static_cpu_manager=not args.no_static_cpu_manager,
                                mig_profile=args.mig_profile, mig_strategy=args.mig_strategy)
     except PlanInputError as exc:
-        print(str(exc), file=sys.stderr)
+        print(str(exc), file=sys.stderr)  # each line escaped (PlanInputError)
         return 1
     sys.stdout.write(text)
     return 0
+
 
 
 def _allocator_check(args: argparse.Namespace) -> int:

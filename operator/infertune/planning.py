@@ -34,13 +34,18 @@ from infertune.tuning.pod_shape import (
 
 
 class PlanInputError(ValueError):
-    """The files given to `infertune plan` do not hold what it needs."""
+    """The files given to `infertune plan` do not hold what it needs: one problem per line,
+    each with its control characters escaped (a Deployment named "x\nreason: all good"
+    printed a forged line of its own)."""
+
+    def __init__(self, *problems: str) -> None:
+        super().__init__("\n".join(printable(problem) for problem in problems))
 
 
 def _documents(path: Path) -> list[dict[str, Any]]:
     docs, problems = load_documents(path)
     if problems:
-        raise PlanInputError("\n".join(problems))
+        raise PlanInputError(*problems)
     return [d.body for d in docs if isinstance(d.body, dict)]
 
 
@@ -99,7 +104,7 @@ def _tuning_of(documents: list[dict[str, Any]], source: str) -> InferenceTuning:
         return InferenceTuning.model_validate(body, by_name=False)  # as validate
     except ValidationError as exc:
         lines = [f"{source}: {e}" for e in field_errors(exc, InferenceTuning)]
-        raise PlanInputError("\n".join(lines)) from None
+        raise PlanInputError(*lines) from None
 
 
 def load_pod(path: Path, target: str | None = None,

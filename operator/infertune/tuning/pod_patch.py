@@ -967,6 +967,8 @@ def plan_pod_patch(spec: InferenceTuningSpec, pod: dict[str, Any],
             "at a Linux Deployment"])
     containers = pod_spec.get("containers") or []
     index = _serving_index(spec, containers)
+    if not containers:
+        return PodPlan(revision, refused=True, problems=["the pod has no containers"])
     if index is None:
         names = ", ".join(str(c.get("name")) for c in containers)
         return PodPlan(revision, refused=True, problems=[
