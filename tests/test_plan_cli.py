@@ -420,3 +420,18 @@ def test_plan_says_when_the_webhook_would_leave_a_pod_alone(
         assert not any("Pod " in p for p in problems), problems
     else:
         assert any(says in p for p in problems), problems
+
+
+@pytest.mark.parametrize(("text", "said"), [
+    ("", "found 0 (the file is empty)"),
+    ("- a\n- b\n", "holds no manifest (a YAML mapping with apiVersion, kind and metadata), "
+     "only a list or a scalar"),
+    ("hello\n", "holds no manifest"),
+])
+def test_a_tuning_file_without_a_manifest_says_what_it_holds(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, said: str) -> None:
+    """A list or a scalar was called empty."""
+    path = tmp_path / "t.yaml"
+    path.write_text(text)
+    assert main(["plan", str(path), "--pod", str(EXAMPLE)]) == 1
+    assert said in capsys.readouterr().err

@@ -442,6 +442,16 @@ def test_mixed_strategy_requests_the_mig_slice_by_name() -> None:
     for section in ("limits", "requests"):
         assert resources[section]["nvidia.com/mig-2g.35gb"] == "1"
         assert "nvidia.com/gpu" not in resources[section]
+    assert "mig: nvidia.com/gpu replaced by nvidia.com/mig-2g.35gb (mixed strategy)" in (
+        plan.reasons)
+    # A pod that asks for the slice already: nothing is replaced, and the reason says so.
+    sliced = _gpu_pod()
+    for section in ("limits", "requests"):
+        sliced["spec"]["containers"][0]["resources"][section] = {
+            "nvidia.com/mig-2g.35gb": "1"}
+    again = plan_pod_patch(spec, sliced, context)
+    assert "mig: the container already requests nvidia.com/mig-2g.35gb (mixed strategy)" in (
+        again.reasons)
 
 
 def test_a_media_extensions_slice_is_requested_as_the_device_plugin_names_it() -> None:

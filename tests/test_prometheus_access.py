@@ -21,7 +21,6 @@ from e2e.fixtures.waiting import wait_for
 from prometheus_client import CollectorRegistry, Gauge, Histogram
 
 from infertune.api.spec import Engine
-from infertune.autoscale_cli import METRICS_MISSING
 from infertune.cli import build_parser
 from infertune.kube.webhook_tls import write_self_signed
 from infertune.metrics.access import AccessError, Credentials, PrometheusAccess
@@ -281,15 +280,16 @@ def test_autoscale_evaluate_takes_the_same_access_options(
             "--prometheus-ca-file", str(secured.ca_file), "--prometheus-auth-type", "Basic",
             "--prometheus-credentials-file", str(secret), "--replicas", "1", "--output", "json"]
     args = build_parser().parse_args(argv)
+    # The latency and the request rate are rates over a window: they come a few scrapes
+    # after the queue (this said "the exporter serves the queue only", and passed while they
+    # had not come yet).
     wait_for(lambda: fetched(PrometheusSource(secured.url, access=PrometheusAccess.parse(
         ca_file=str(secured.ca_file), auth_type="Basic", credentials_file=str(secret))
-    )).queue.last, "the queue")
-    # Read through TLS and Basic auth; the exporter serves the queue only, so the latency is
-    # missing and the exit status says so.
-    assert args.handler(args) == METRICS_MISSING
+    )).problems() == (), "every signal", timeout_s=30)
+    assert args.handler(args) == 0  # read through TLS and Basic auth
     signals = json.loads(capsys.readouterr().out)["signals"]
     assert signals["queuePerReplica"] == 12.0
-    assert [p.split(":")[0] for p in signals["problems"]] == ["latency", "requestRate"]
+    assert signals["problems"] == [] and signals["latencySeconds"] is not None
     bad = build_parser().parse_args([*argv[:5], "--prometheus-header", "X: a\nY: b"])
     assert bad.handler(bad) == 1
     assert "--prometheus-header: the value of X holds a control character" in \

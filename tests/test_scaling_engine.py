@@ -464,7 +464,17 @@ BATCHING_CASES = [
      "lower max-num-seqs"),
     ("small_breach_lowers_by_the_overshoot", steady(5), (100, 100), 128, 96, "x0.75"),
     ("headroom_with_sustained_queue_raises", steady(48), (30, 30), 128, 160, "raise"),
-    ("healthy_signals_keep_the_setting", steady(10), (60, 60), 128, 128, "do not call"),
+    ("healthy_signals_keep_the_setting", steady(10), (60, 60), 128, 128,
+     "p99 60ms has headroom under 75ms, but the queue does not stay above its target"),
+    # Each "no change" says why in its numbers: "do not call for a change" read as a
+    # contradiction beside a P99 many times its target.
+    ("a_breach_under_load_is_the_replicas", steady(100), (2495, 2495), 64, 64,
+     "p99 2495ms is above 75ms with the queue at 100 per replica, above its target 32: "
+     "replicas are short, not the batch"),
+    ("near_the_target_neither_way", steady(10), (70, 70), 128, 128,
+     "p99 70ms is within 20% of 75ms: no headroom to raise it, and no breach to lower it"),
+    ("one_sample_above_is_not_yet_a_breach", steady(5), (60, 150), 128, 128,
+     "p99 150ms is above 75ms for 1 of 2 samples: no change yet"),
     ("never_above_max", steady(48), (10, 10), 250, 256, "kept within 1..256"),
     ("never_below_min", steady(5), (600, 600), 1, 1, "kept within 1..256"),
 ]

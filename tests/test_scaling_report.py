@@ -636,7 +636,8 @@ def test_switching_to_batching_auto_changes_nothing_until_the_signals_call_for_i
     quiet = plan_evaluation(tuning, 1, {}, signals(5.0, 0.05), 4, None, NOW, template=on_pods)
     block = quiet.status["batching"]
     assert "applied" not in block and quiet.batching_news is None
-    assert "do not call for a change; from 64 (on the pod template) to 64" in block["reason"]
+    assert ("but the queue does not stay above its target: a larger batch would gain "
+            "nothing; from 64 (on the pod template) to 64") in block["reason"]
     breach = plan_evaluation(tuning, 1, {}, signals(5.0, 0.15), 4, None, NOW,
                              template=on_pods)
     assert breach.status["batching"]["applied"] == 32  # halved from what the pods run

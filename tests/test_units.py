@@ -64,7 +64,7 @@ def test_durations(text: str, seconds: Decimal | int) -> None:
 
 
 def test_bare_number_duration_suggests_seconds() -> None:
-    with pytest.raises(ValueError, match="did you mean '30s'"):
+    with pytest.raises(ValueError, match="did you mean '30s' or '30ms'"):
         parse_duration("30")
 
 

@@ -46,7 +46,11 @@ def _documents(path: Path) -> list[dict[str, Any]]:
     docs, problems = load_documents(path)
     if problems:
         raise PlanInputError(*problems)
-    return [d.body for d in docs if isinstance(d.body, dict)]
+    mappings = [d.body for d in docs if isinstance(d.body, dict)]
+    if docs and not mappings:  # it was said to be empty
+        raise PlanInputError(f"{source_name(path)}: holds no manifest (a YAML mapping with "
+                             "apiVersion, kind and metadata), only a list or a scalar")
+    return mappings
 
 
 def load_tuning(path: Path) -> InferenceTuning:

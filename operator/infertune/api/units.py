@@ -120,7 +120,8 @@ def shown(text: str, limit: int = 40) -> str:
 def parse_duration(text: str) -> Decimal:
     """Return seconds for a Go-style duration such as `30s`, `1m30s` or `75ms`."""
     if not re.fullmatch(DURATION_PATTERN, text):
-        hint = (f"; did you mean '{text}s'?"
+        # Both: a latency target of 500 is 500ms, a sustain of 30 is 30s.
+        hint = (f"; did you mean '{text}s' or '{text}ms'?"
                 if len(text) <= 40 and re.fullmatch(r"[0-9]+(\.[0-9]+)?", text) else "")
         raise ValueError(
             f"{shown(text)} is not a duration; write a number with a unit (ms, s, m, h), "

@@ -92,16 +92,39 @@ def recommend_batching(batching: BatchingSpec, engine: Engine, autoscaling: Auto
                f"by x{factor:.2f}")
     else:
         proposed, direction = base, 0
-        why = "latency and queue do not call for a change"
-        if (reading.latency_breached and queue_is_low(autoscaling, reading)
-                and autoscaling.latency.action is LatencyAction.SCALE_OUT):
-            why = "the latency breach is scaled out (latency.action ScaleOut), not batched"
+        why = _unchanged(autoscaling, reading, target)
     recommended = min(max(proposed, batching.min), batching.max)
     if recommended != proposed:
         why += f" (kept within {batching.min}..{batching.max})"
     return BatchingRecommendation(knob, current, recommended,
                                   f"{why}; from {base} ({origin}) to {recommended}", direction,
                                   current is None and origin == FROM_MAX)
+
+
+def _unchanged(autoscaling: AutoscalingSpec, reading: Reading, target: float) -> str:
+    """Why the latency and queue call for no change, in their numbers: "do not call for a
+    change" read as a contradiction beside a P99 five times its target."""
+    latency = reading.latency_s
+    if latency is None:
+        return "no latency reading calls for a change"
+    shown = f"{reading.latency_kind} {latency_text(latency, target)}"
+    low = queue_is_low(autoscaling, reading)
+    if reading.latency_breached and low:
+        return "the latency breach is scaled out (latency.action ScaleOut), not batched"
+    if reading.latency_breached:
+        queue = ("no queue reading" if reading.queue_per_replica is None else
+                 f"the queue at {reading.queue_per_replica:.4g} per replica, above its "
+                 f"target {autoscaling.queue.target_per_replica:g}")
+        return (f"{shown} is above {latency_text(target)} with {queue}: replicas are short, "
+                "not the batch, so it is not changed")
+    if latency > target:
+        return (f"{shown} is above {latency_text(target)} for {reading.breaches} of "
+                f"{autoscaling.latency.consecutive_samples} samples: no change yet")
+    if latency > HEADROOM * target:
+        return (f"{shown} is within {1 - HEADROOM:.0%} of {latency_text(target)}: no headroom "
+                "to raise it, and no breach to lower it")
+    return (f"{shown} has headroom under {latency_text(target)}, but the queue does not stay "
+            "above its target: a larger batch would gain nothing")
 
 
 def _base(batching: BatchingSpec, knob: BatchingKnob, reading: Reading,

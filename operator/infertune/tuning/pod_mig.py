@@ -77,7 +77,9 @@ def mig_ops(spec: InferenceTuningSpec, base: str, serving: dict[str, Any],
                         f"gets {max(counts)} {profile} slices, but a CUDA process "
                         "uses only one MIG device: tensor parallelism across them fails; give "
                         "each pod one slice, or leave this Deployment out of MIG")
-    reasons.append(f"mig: {GPU_RESOURCE} replaced by {wanted} (mixed strategy)")
+    replaced = any(op["op"] == "remove" for op in ops)
+    reasons.append(f"mig: {GPU_RESOURCE} replaced by {wanted} (mixed strategy)" if replaced else
+                   f"mig: the container already requests {wanted} (mixed strategy)")
     return ops
 
 
