@@ -83,6 +83,16 @@ FLAG = BeforeValidator(_flag)
 """Put in the Annotated of every bool field."""
 
 
+def no_schema_default(schema: dict[str, Any]) -> None:
+    """A field's `json_schema_extra`: its default stays out of the CRD, so the API server does
+    not write it into stored objects (the operator applies it when it reads them). For a field
+    an older release does not know: rolled back to it (the CRD stays, Helm never downgrades
+    it), the operator would refuse every object holding it as an unknown field. For a field of
+    a list item: Argo CD compares a list whole, and the value the API server filled into each
+    item (`pause: 1m` of a canary step) showed as a drift from Git that never settles."""
+    schema.pop("default", None)
+
+
 class ApiModel(BaseModel):
     """Base of the InferenceTuning models: fields are camelCase in YAML, unknown ones rejected."""
 

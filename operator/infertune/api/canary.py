@@ -7,7 +7,14 @@ from typing import Annotated
 
 from pydantic import AfterValidator, Field, model_validator
 
-from infertune.api.base import FLAG, NUMBER, ApiModel, CrossFieldProblems, int64
+from infertune.api.base import (
+    FLAG,
+    NUMBER,
+    ApiModel,
+    CrossFieldProblems,
+    int64,
+    no_schema_default,
+)
 from infertune.api.units import Duration
 
 _DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
@@ -20,8 +27,9 @@ class CanaryStep(ApiModel):
     weight: Annotated[int, Field(ge=1, le=100), NUMBER]
     """Percent of traffic on the canary during this step."""
 
-    pause: Duration = Duration("1m")
-    """How long to hold this weight, analysing every analysis interval, before the next step."""
+    pause: Annotated[Duration, Field(json_schema_extra=no_schema_default)] = Duration("1m")
+    """How long to hold this weight, analysing every analysis interval, before the next step.
+    Default 1m."""
 
 
 class CanaryAnalysis(ApiModel):

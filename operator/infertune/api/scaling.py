@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from decimal import Decimal
 from enum import StrEnum
-from typing import Annotated, Any
+from typing import Annotated
 
 from pydantic import Field, model_validator
 
-from infertune.api.base import FLAG, NUMBER, ApiModel, CrossFieldProblems
+from infertune.api.base import FLAG, NUMBER, ApiModel, CrossFieldProblems, no_schema_default
 from infertune.api.units import Duration, parse_duration
 
 MAX_SUSTAIN_S = 600
@@ -26,13 +26,6 @@ MAX_BREACH_MEMORY_S = 86400
 MAX_BREACHES = 2
 """Latency breaches remembered (scaling.state.ScalingState.breaches): the lowest rate per
 replica, and the newest when it is higher (it takes over when the lowest is forgotten)."""
-
-
-def _no_schema_default(schema: dict[str, Any]) -> None:
-    """The field's default stays out of the CRD, so the API server does not write it into
-    stored objects: an operator rolled back to a version without the field (the CRD stays,
-    Helm never downgrades it) would refuse every object holding it as an unknown field."""
-    schema.pop("default", None)
 
 
 class QueueSignal(ApiModel):
@@ -86,7 +79,7 @@ class LatencySignal(ApiModel):
     """Requests per second across the target below which the quantile is treated as noise."""
 
     breach_memory: Annotated[Duration, Field(
-        json_schema_extra=_no_schema_default)] = Duration("1h")
+        json_schema_extra=no_schema_default)] = Duration("1h")
     """How long a breach limits scaling in after it: no scale-in leaves the replicas carrying
     the request rate per replica at which the latency breached (less the tolerance), so the
     queue does not take away the replicas a breach needed and breach again. Counted from
@@ -132,7 +125,7 @@ class ScalingRules(ApiModel):
     """At most this percentage of the current replicas per period (0 disables this limit)."""
 
     select_policy: Annotated[SelectPolicy, Field(
-        json_schema_extra=_no_schema_default)] = SelectPolicy.MAX
+        json_schema_extra=no_schema_default)] = SelectPolicy.MAX
     """Max (default): when both limits are set, the larger change is allowed, as HPA's
     default; Min: the smaller one; Disabled: replicas never change in this direction on the
     metrics, as with HPA (`scaleDown.selectPolicy: Disabled` keeps every replica that was

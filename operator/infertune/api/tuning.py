@@ -7,7 +7,14 @@ from typing import Annotated
 
 from pydantic import BeforeValidator, Field, model_validator
 
-from infertune.api.base import FLAG, NUMBER, ApiModel, CrossFieldProblems, without_nulls
+from infertune.api.base import (
+    FLAG,
+    NUMBER,
+    ApiModel,
+    CrossFieldProblems,
+    no_schema_default,
+    without_nulls,
+)
 from infertune.api.units import Quantity
 
 # Debian/Ubuntu libjemalloc2 on amd64; the path most serving images based on them have.
@@ -119,8 +126,8 @@ class MigSlice(ApiModel):
     profile: Annotated[str, Field(pattern=r"^[1-7]g\.[0-9]+gb(\+me)?$")]
     """A MIG profile name as NVIDIA writes it, for example 3g.71gb or 1g.18gb+me."""
 
-    count: Annotated[int, Field(ge=1, le=7), NUMBER] = 1
-    """Instances of the profile per GPU."""
+    count: Annotated[int, Field(ge=1, le=7, json_schema_extra=no_schema_default), NUMBER] = 1
+    """Instances of the profile per GPU. Default 1."""
 
 
 class MigSpec(ApiModel):
