@@ -106,7 +106,7 @@ def test_values_round_trip_as_written() -> None:
         ({"mig": {"profile": "3g.71gb", "layout": [{"profile": "2g.35gb"},
                                                    {"profile": "2g.35gb"}]}},
          "mig.layout: names a profile twice"),
-        ({"mig": {"profile": "71gb"}}, "mig.profile: '71gb' does not match the pattern"),
+        ({"mig": {"profile": "71gb"}}, "mig.profile: '71gb' is not a MIG profile name"),
         ({"allocator": {"type": "jemalloc", "arenaMax": 4}},
          "allocator.arenaMax: only applies to type glibc"),
         ({"allocator": {"libraryPath": "lib/libjemalloc.so"}},
@@ -195,6 +195,14 @@ def test_values_round_trip_as_written() -> None:
          "metrics.queries.queueDepth: a control character (U+000D) at character 15"),
         ({"metrics": {"queueDepth": "q", "queries": {"queueDepth": "q{$selector}"}}},
          "metrics.queueDepth: give the metric name or queries.queueDepth, not both"),
+        # pydantic's words: a raw pattern, "1e+20: unable to parse input string", and
+        # "write it without quotes" for digits the API server does not read as a number.
+        ({"mig": {"profile": "3g.71GB"}}, "mig.profile: '3g.71GB' is not a MIG profile name: "
+         "lowercase, as NVIDIA writes it"),
+        ({"autoscaling": {"maxReplicas": 1e20}}, "autoscaling.maxReplicas: 1e+20 is larger "
+         "than any integer the API server stores (at most 2^63-1); give a smaller number"),
+        ({"autoscaling": {"maxReplicas": "\uff13"}}, "autoscaling.maxReplicas: '\uff13' is not a "
+         "number; give a number"),
         # The CRD's maxLength: the API server refuses it, validate passed it.
         ({"memory": {"minHeadroom": "0" * 61 + "28Gi"}},
          "memory.minHeadroom: '0000000000000000000000000000000000000000'... (65 characters): "

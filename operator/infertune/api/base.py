@@ -24,7 +24,10 @@ def _number(value: Any) -> Any:
             number = math.nan
         # Not a number in quotes (and inf or nan, which YAML spells .inf and .nan): "write it
         # without quotes" misled.
-        if math.isnan(number) or value.strip().lstrip("+-")[:1].isalpha():
+        # Digits of another script (U+FF13, a fullwidth 3) are a number to Python, not to
+        # the API server: "write it without quotes" did not help.
+        if (math.isnan(number) or value.strip().lstrip("+-")[:1].isalpha()
+                or not value.isascii()):
             raise PydanticCustomError(
                 "infertune_not_a_number", "{shown} is not a number; give a number",
                 {"shown": repr(value)[:60]})

@@ -20,6 +20,7 @@ from infertune.api.spec import (
     PROM_WINDOW,
     InferenceTuning,
 )
+from infertune.api.tuning import MIG_PROFILE
 
 # What each naming pattern means, so an error says the rule instead of a regex.
 _PATTERN_HINTS = {
@@ -33,6 +34,9 @@ _PATTERN_HINTS = {
                      "with '__', which Prometheus keeps for its own labels)",
     PROM_WINDOW: "is not a PromQL range: a whole number above 0 and one unit, ms, s, m or h "
                  "(for example 1m or 90s)",
+    MIG_PROFILE: "is not a MIG profile name: lowercase, as NVIDIA writes it (for example "
+                 "3g.71gb, or 1g.18gb+me with media extensions); `infertune mig profiles` "
+                 "lists them",
 }
 
 
@@ -112,6 +116,11 @@ def _message(error: Any, model: type[BaseModel]) -> str:
             return f"unknown field; did you mean {close[0]}?"
         listing = f" (valid here: {', '.join(known)})" if known else ""
         return f"unknown field; remove it{listing}"
+    if kind == "int_parsing_size":
+        # pydantic's words showed 1e+20 for the 99999999999999999999 the user wrote (the
+        # reader keeps it as kubectl does, a float), and said neither the bound nor the fix.
+        return (f"{_shown(error['input'])} is larger than any integer the API server stores "
+                "(at most 2^63-1); give a smaller number")
     if kind == "string_pattern_mismatch":
         hint = _PATTERN_HINTS.get(str(ctx.get("pattern")))
         shown = f"{_shown(error['input'])} "

@@ -120,10 +120,14 @@ class MigSizing(ApiModel):
     """Extra fraction on top of weights + kvCache for activations and the CUDA context."""
 
 
+MIG_PROFILE = r"^[1-7]g\.[0-9]+gb(\+me)?$"
+"""A MIG profile name as NVIDIA writes it: 3g.71gb, 1g.18gb+me."""
+
+
 class MigSlice(ApiModel):
     """A MIG profile and how many instances of it one GPU gets."""
 
-    profile: Annotated[str, Field(pattern=r"^[1-7]g\.[0-9]+gb(\+me)?$")]
+    profile: Annotated[str, Field(pattern=MIG_PROFILE)]
     """A MIG profile name as NVIDIA writes it, for example 3g.71gb or 1g.18gb+me."""
 
     count: Annotated[int, Field(ge=1, le=7, json_schema_extra=no_schema_default), NUMBER] = 1
@@ -133,7 +137,7 @@ class MigSlice(ApiModel):
 class MigSpec(ApiModel):
     """MIG partitioning through the NVIDIA GPU Operator and the slice each pod requests."""
 
-    profile: Annotated[str, Field(pattern=r"^[1-7]g\.[0-9]+gb(\+me)?$")] | None = None
+    profile: Annotated[str, Field(pattern=MIG_PROFILE)] | None = None
     """The MIG profile each serving pod requests, for example 3g.71gb on an H200. Mutually
     exclusive with sizing."""
 
