@@ -36,8 +36,6 @@ class ConditionType(StrEnum):
     DRY_RUN = "DryRun"
     TARGET_FOUND = "TargetFound"
     METRICS_AVAILABLE = "MetricsAvailable"
-    PODS_TUNED = "PodsTuned"
-    MIG_CONFIGURED = "MigConfigured"
     SCALING_ACTIVE = "ScalingActive"
     CANARY_HEALTHY = "CanaryHealthy"
 
