@@ -171,6 +171,22 @@ def test_usage_errors_exit_2_as_the_help_says(capsys: pytest.CaptureFixture[str]
         assert exited.value.code == 2
     assert "argument --replicas: 999999999999999999999 is not a Deployment's replica count " \
         "(0 to 2147483647)" in capsys.readouterr().err
+    # A value of the wrong form is such a command line too: these ended with 1, as bad input.
+    for option, said in (
+            (["--prometheus", "ftp://p"], "argument --prometheus: Prometheus URL 'ftp://p' must "
+             "start with http:// or https://"),
+            (["--prometheus", "http://p:99999"], "the port is not a number from 1 to 65535"),
+            (["--prometheus", "http://me:secret@p:9090"], "'http://***@p:9090' holds a user "
+             "and password"),
+            (["--prometheus", "http://p:9090", "--live", "ab"], "argument --live: expected "
+             "NAMESPACE/NAME, for example serving/qwen"),
+            (["--prometheus", "http://p:9090", "--live", "ns/.x"], "argument --live: "
+             "'.x' is not an object name")):
+        with pytest.raises(SystemExit) as exited:
+            main(["autoscale", "evaluate", *(["t.yaml"] if "--live" not in option else []),
+                  *option])
+        err = capsys.readouterr().err
+        assert exited.value.code == 2 and said in err and "secret" not in err, err
     assert "2 a command line that does not parse" in EXIT_STATUS
     with pytest.raises(SystemExit):
         main(["autoscale", "evaluate", "--help"])

@@ -54,12 +54,12 @@ def add_autoscale_commands(commands: argparse._SubParsersAction) -> None:  # typ
     evaluate.add_argument("tuning", metavar="TUNING.yaml", nargs="?",
                           help="file with one InferenceTuning, - for standard input (or "
                           "--live)")
-    evaluate.add_argument("--live", metavar="NAMESPACE/NAME",
+    evaluate.add_argument("--live", metavar="NAMESPACE/NAME", type=_live_ref,
                           help="read the InferenceTuning, its stored autoscaling state and the "
                                "Deployment's replicas from the cluster instead of a file")
     evaluate.add_argument("--kubeconfig", help="with --live: kubeconfig file (default: "
                           "in-cluster, then $KUBECONFIG, then ~/.kube/config)")
-    evaluate.add_argument("--prometheus", required=True, metavar="URL",
+    evaluate.add_argument("--prometheus", required=True, metavar="URL", type=_prometheus_url,
                           help="Prometheus base URL, for example http://prometheus:9090")
     add_access_options(evaluate)
     add_templates_option(evaluate)
@@ -88,6 +88,28 @@ def _replicas(text: str) -> int:
         raise argparse.ArgumentTypeError(f"{value} is not a Deployment's replica count (0 to "
                                          f"{MOST_REPLICAS})")
     return value
+
+
+def _live_ref(text: str) -> str:
+    """--live: NAMESPACE/NAME, checked as the command line is parsed (exit 2, as a value of
+    the wrong type: a malformed one was exit 1, as bad input)."""
+    from infertune.autoscale_live import split_ref
+
+    try:
+        split_ref(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix(f"--live {text!r}: ")) from None
+    return text
+
+
+def _prometheus_url(text: str) -> str:
+    """--prometheus: a base URL the adapter can use, checked as the command line is parsed."""
+    from infertune.metrics.prometheus import url_problem
+
+    problem = url_problem(text)
+    if problem is not None:
+        raise argparse.ArgumentTypeError(problem)
+    return text
 
 
 def evaluate_command(args: argparse.Namespace) -> int:

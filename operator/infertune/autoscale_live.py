@@ -64,6 +64,23 @@ class Live(NamedTuple):
                           self.fight(current, now), now)
 
 
+def split_ref(ref: str) -> tuple[str, str]:
+    """(namespace, name) of --live's NAMESPACE/NAME, or ValueError saying what is wrong with
+    it. Both go into the request's path: `..` there reached another resource."""
+    from infertune.api.spec import is_dns_label, is_dns_subdomain
+
+    namespace, slash, name = ref.partition("/")
+    if not (slash and namespace and name) or "/" in name:
+        raise ValueError(f"--live {ref!r}: expected NAMESPACE/NAME, for example serving/qwen")
+    if not is_dns_label(namespace):
+        raise ValueError(f"--live {ref!r}: {namespace!r} is not a namespace name (a-z, 0-9 and "
+                         "'-', at most 63, starting and ending with a letter or digit)")
+    if not is_dns_subdomain(name):
+        raise ValueError(f"--live {ref!r}: {name!r} is not an object name (a-z, 0-9, '-' and "
+                         "'.', at most 253, starting and ending with a letter or digit)")
+    return namespace, name
+
+
 def read_live(ref: str, kubeconfig: str | None, timeout_s: float | None = None) -> Live:
     """The tuning NAMESPACE/NAME and what its evaluation reads; ValueError says what is
     missing, or that the cluster cannot be reached. `timeout_s`: of each request (the
@@ -91,7 +108,7 @@ def _read_live(ref: str, kubeconfig: str | None, timeout_s: float | None = None)
     from kubernetes.config import ConfigException
 
     from infertune.api.errors import validate_stored
-    from infertune.api.spec import GROUP, KIND, PLURAL, VERSION, is_dns_label, is_dns_subdomain
+    from infertune.api.spec import GROUP, KIND, PLURAL, VERSION
     from infertune.kube.client import (
         RETRIES,
         api_server_url,
@@ -101,16 +118,7 @@ def _read_live(ref: str, kubeconfig: str | None, timeout_s: float | None = None)
         kubeconfig_missing,
     )
 
-    namespace, slash, name = ref.partition("/")
-    if not (slash and namespace and name) or "/" in name:
-        raise ValueError(f"--live {ref!r}: expected NAMESPACE/NAME, for example serving/qwen")
-    # Both go into the request's path: `..` there reached another resource.
-    if not is_dns_label(namespace):
-        raise ValueError(f"--live {ref!r}: {namespace!r} is not a namespace name (a-z, 0-9 and "
-                         "'-', at most 63, starting and ending with a letter or digit)")
-    if not is_dns_subdomain(name):
-        raise ValueError(f"--live {ref!r}: {name!r} is not an object name (a-z, 0-9, '-' and "
-                         "'.', at most 253, starting and ending with a letter or digit)")
+    namespace, name = split_ref(ref)
     try:
         configure(kubeconfig, RETRIES if timeout_s is None else bounded_retries(timeout_s))
     except (ConfigException, OSError) as exc:

@@ -91,6 +91,50 @@ SeriesKey = tuple[str, str]
 SignalData = Series | Window
 
 
+def url_problem(url: str) -> str | None:
+    """What makes `url` no Prometheus base URL the adapter can use, None when it is one
+    (`infertune autoscale evaluate --prometheus` refuses it as a command line that does not
+    parse; the adapter as a ValueError)."""
+    shown = _without_userinfo(url)
+    if not url.startswith(("http://", "https://")):
+        return f"Prometheus URL {shown!r} must start with http:// or https://"
+    if any(c.isspace() for c in url):
+        # A paste's trailing space read as "the port is not a number".
+        return (f"Prometheus URL {shown!r} holds a space or a line break; "
+                "remove it")
+    try:
+        parts = urlsplit(url)
+    except ValueError as exc:  # "Invalid IPv6 URL"
+        return (f"Prometheus URL {shown!r}: {exc}; for example "
+                "http://[fd00::1]:9090")
+    try:
+        port = parts.port  # ValueError: not a number, or above 65535
+    except ValueError:
+        port = 0
+    if port == 0:
+        return (f"Prometheus URL {shown!r}: the port is not a number from 1 to "
+                "65535")
+    if not parts.hostname:
+        return (f"Prometheus URL {shown!r} names no host; for example "
+                "http://prometheus:9090")
+    if "?" in url or "#" in url:
+        # The API's paths are appended to it: every query then went to a wrong URL and
+        # read as "answered with something other than JSON".
+        return (f"Prometheus URL {shown!r} has a query string or a fragment "
+                "('?' or '#'), which the query API's paths cannot follow; give "
+                "the server's base URL, with its path prefix if it has one "
+                "(http://prometheus:9090, https://example.com/prometheus)")
+    if parts.username is not None or parts.password is not None:
+        # As the Authorization header on the command line is refused (access.py):
+        # requests sends them as Basic credentials.
+        return (f"Prometheus URL {shown!r} holds a user and password, and a "
+                "command-line argument is shown in every process list (the "
+                "chart's in its Deployment too); put base64 of user:password in "
+                f"a file and give it with {CREDENTIALS_OPTION} and "
+                f"{AUTH_TYPE_OPTION} Basic (chart: prometheus.credentialsSecret)")
+    return None
+
+
 class PrometheusSource:
     """Fetches signals from the Prometheus HTTP API at `url`, reached as `access` says. A
     `session` passed in is used as it is: its TLS settings (verify, cert) are the caller's."""
@@ -98,43 +142,10 @@ class PrometheusSource:
     def __init__(self, url: str, *, timeout_s: float = 5.0, resolution_s: float = 1.0,
                  access: PrometheusAccess = NO_ACCESS_OPTIONS,
                  session: requests.Session | None = None, templates: bool = True) -> None:
+        problem = url_problem(url)
+        if problem is not None:
+            raise ValueError(problem)
         shown = _without_userinfo(url)
-        if not url.startswith(("http://", "https://")):
-            raise ValueError(f"Prometheus URL {shown!r} must start with http:// or https://")
-        if any(c.isspace() for c in url):
-            # A paste's trailing space read as "the port is not a number".
-            raise ValueError(f"Prometheus URL {shown!r} holds a space or a line break; "
-                             "remove it")
-        try:
-            parts = urlsplit(url)
-        except ValueError as exc:  # "Invalid IPv6 URL"
-            raise ValueError(f"Prometheus URL {shown!r}: {exc}; for example "
-                             "http://[fd00::1]:9090") from None
-        try:
-            port = parts.port  # ValueError: not a number, or above 65535
-        except ValueError:
-            port = 0
-        if port == 0:
-            raise ValueError(f"Prometheus URL {shown!r}: the port is not a number from 1 to "
-                             "65535")
-        if not parts.hostname:
-            raise ValueError(f"Prometheus URL {shown!r} names no host; for example "
-                             "http://prometheus:9090")
-        if "?" in url or "#" in url:
-            # The API's paths are appended to it: every query then went to a wrong URL and
-            # read as "answered with something other than JSON".
-            raise ValueError(f"Prometheus URL {shown!r} has a query string or a fragment "
-                             "('?' or '#'), which the query API's paths cannot follow; give "
-                             "the server's base URL, with its path prefix if it has one "
-                             "(http://prometheus:9090, https://example.com/prometheus)")
-        if parts.username is not None or parts.password is not None:
-            # As the Authorization header on the command line is refused (access.py):
-            # requests sends them as Basic credentials.
-            raise ValueError(f"Prometheus URL {shown!r} holds a user and password, and a "
-                             "command-line argument is shown in every process list (the "
-                             "chart's in its Deployment too); put base64 of user:password in "
-                             f"a file and give it with {CREDENTIALS_OPTION} and "
-                             f"{AUTH_TYPE_OPTION} Basic (chart: prometheus.credentialsSecret)")
         if resolution_s <= 0 or timeout_s <= 0:
             raise ValueError("timeout_s and resolution_s must be above 0")
         for option, given in ((CA_OPTION, access.ca_file), (CERT_OPTION, access.client_cert)):
