@@ -231,10 +231,11 @@ def test_evaluate_exits_3_when_it_decided_without_metrics(
 ])
 def test_evaluate_refuses_a_prometheus_url_no_query_could_reach(
         url: str, says: str, capsys: pytest.CaptureFixture[str]) -> None:
-    """Bad input (exit 1), not a decision made without metrics (exit 3) after three
-    failed queries."""
-    code = main(["autoscale", "evaluate", str(EXAMPLE), "--prometheus", url])
-    assert code == 1
+    """A command line that does not parse (exit 2, as a value of the wrong type), not a
+    decision made without metrics (exit 3) after three failed queries."""
+    with pytest.raises(SystemExit) as exited:
+        main(["autoscale", "evaluate", str(EXAMPLE), "--prometheus", url])
+    assert exited.value.code == 2
     err = capsys.readouterr().err
     assert says in err and url in err, err
 

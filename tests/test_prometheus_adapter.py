@@ -901,9 +901,13 @@ TUNING = (Path(__file__).parent / "fixtures" / "autoscale" / "tuning.yaml").read
 
 
 def run_cli(argv: list[str]) -> int:
+    """The exit status, argparse's own (2, a command line that does not parse) included."""
     parser = argparse.ArgumentParser(prog="infertune")
     add_autoscale_commands(parser.add_subparsers(dest="command", required=True))
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exited:
+        return int(exited.code or 0)
     result: int = args.handler(args)
     return result
 
@@ -993,12 +997,13 @@ def test_cli_reports_bad_input_without_a_traceback(
     ([], "give either TUNING.yaml or --live NAMESPACE/NAME", 2),
     (["tuning.yaml", "--live", "serving/llm"], "give either TUNING.yaml or --live", 2),
     (["tuning.yaml", "--kubeconfig", "k"], "--kubeconfig is only read with --live", 2),
-    (["--live", "llm"], "expected NAMESPACE/NAME", 1),
-    (["--live", "serving/llm/x"], "expected NAMESPACE/NAME", 1),
-    (["--live", "/llm"], "expected NAMESPACE/NAME", 1),
+    # A reference of the wrong form: a value of the wrong type, exit 2 too.
+    (["--live", "llm"], "expected NAMESPACE/NAME", 2),
+    (["--live", "serving/llm/x"], "expected NAMESPACE/NAME", 2),
+    (["--live", "/llm"], "expected NAMESPACE/NAME", 2),
     # Both parts go into the request's path: ".." reached another resource.
-    (["--live", "../llm"], "'..' is not a namespace name", 1),
-    (["--live", "serving/.."], "'..' is not an object name", 1),
+    (["--live", "../llm"], "'..' is not a namespace name", 2),
+    (["--live", "serving/.."], "'..' is not an object name", 2),
 ])
 def test_cli_says_where_the_tuning_comes_from_before_reading_anything(
         where: list[str], says: str, code: int, tmp_path: Path,

@@ -149,7 +149,7 @@ CASES = [
          spec={"latency": {"action": "ScaleOut"}}),
     Case("replicas_below_min_are_raised_to_min_without_metrics",
          NO_SIGNALS, 3, ScaleAction.SCALE_OUT, current=1, spec={"minReplicas": 3},
-         reason_has=("1 replicas is outside minReplicas..maxReplicas (3..20)",)),
+         reason_has=("1 replica is outside minReplicas..maxReplicas (3..20)",)),
     Case("replicas_above_max_are_lowered_to_max_without_metrics",
          NO_SIGNALS, 20, ScaleAction.SCALE_IN, current=25,
          spec={"metricsUnavailable": {"action": "Fallback", "fallbackReplicas": 6}},

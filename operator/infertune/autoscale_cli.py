@@ -47,7 +47,8 @@ def add_autoscale_commands(commands: argparse._SubParsersAction) -> None:  # typ
     from infertune.metrics.access import add_access_options, add_templates_option
 
     autoscale = commands.add_parser("autoscale", help="preview autoscaling decisions")
-    verbs = autoscale.add_subparsers(dest="autoscale_command", required=True)
+    verbs = autoscale.add_subparsers(dest="autoscale_command", required=True,
+                                     metavar="COMMAND")
     evaluate = verbs.add_parser(
         "evaluate", help="read the signals of one InferenceTuning and print the decision",
         epilog=EXIT_STATUS)

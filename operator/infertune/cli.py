@@ -101,12 +101,22 @@ def _crds(args: argparse.Namespace) -> int:
                 print(f"{args.check} does not exist; give the CRD file to compare (or write "
                       "it with `make crds`)", file=sys.stderr)
                 return 1
-            if check.read_text(encoding="utf-8") != text:
+            try:
+                held = check.read_text(encoding="utf-8")
+            except UnicodeDecodeError:
+                print(f"{args.check} is not UTF-8 text; give the CRD file to compare (or write "
+                      "it with `make crds`)", file=sys.stderr)
+                return 1
+            if held != text:
                 print(f"{args.check} is out of date with the models; run `make crds`",
                       file=sys.stderr)
                 return 1
             return 0
-        if args.output is not None:
+        if args.output == "":
+            print("crds -o: the file name is empty; give the file to write, or leave -o out "
+                  "to print to standard output", file=sys.stderr)
+            return 1
+        if args.output is not None and args.output != "-":  # -: standard output, as kubectl
             Path(args.output).write_text(text, encoding="utf-8")
             return 0
     except (OSError, UnicodeDecodeError) as exc:
@@ -152,9 +162,11 @@ def _allocator_check(args: argparse.Namespace) -> int:
     if args.pinned and args.cpus is None:
         print("--pinned needs --cpus N", file=sys.stderr)
         return 2
+    from infertune.api.manifests import printable
+
     problems = check_malloc_conf(args.conf, cpus=args.cpus, pinned=args.pinned)
     for problem in problems:
-        print(f"MALLOC_CONF: {problem.message}", file=sys.stderr)
+        print(printable(f"MALLOC_CONF: {problem.message}"), file=sys.stderr)
     if not problems:
         print(f"MALLOC_CONF {args.conf!r}: valid for jemalloc 5.3")
         newer = new_in_5_3(args.conf)
@@ -165,14 +177,19 @@ def _allocator_check(args: argparse.Namespace) -> int:
     return 1 if problems else 0
 
 
+MOST_CPUS = 2**16
+"""The most CPUs --cpus takes (Linux's NR_CPUS is at most 8192): jemalloc counts them in an
+unsigned, and a count past it wrapped around in what the check said."""
+
+
 def _positive_int(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
         value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number of CPUs, 1 or more; got "
-                                         f"{text!r}")
+    if not 1 <= value <= MOST_CPUS:
+        raise argparse.ArgumentTypeError(f"expected a whole number of CPUs, 1 to {MOST_CPUS}; "
+                                         f"got {text[:30]!r}")
     return value
 
 
@@ -192,6 +209,10 @@ def _launcher_install(args: argparse.Namespace) -> int:
     # Copied beside it and renamed over it: the init container runs again after a sandbox
     # restart, into the same emptyDir, where the copy it made is read-only (0555).
     staged = target.with_name(f".{target.name}.{os.getpid()}")
+    if target.parent.exists() and not target.parent.is_dir():
+        print(f"launcher install {args.directory}: not a directory; give the directory the "
+              "serving container mounts (the init container's emptyDir)", file=sys.stderr)
+        return 1
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(_launcher_file(), staged)
@@ -236,7 +257,8 @@ def build_parser() -> argparse.ArgumentParser:
     crds = commands.add_parser("crds", help="print the CustomResourceDefinition")
     # One or the other: given both, the file was silently not written.
     where = crds.add_mutually_exclusive_group()
-    where.add_argument("-o", "--output", help="write to this file instead of stdout")
+    where.add_argument("-o", "--output", help="write to this file instead of stdout (- for "
+                       "stdout)")
     where.add_argument("--check", metavar="FILE", help="exit 1 if FILE differs from the models")
     crds.set_defaults(handler=_crds)
 
@@ -358,7 +380,8 @@ def _add_plan_command(commands: argparse._SubParsersAction) -> None:  # type: ig
 
 def _add_allocator_command(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     allocator = commands.add_parser("allocator", help="allocator tools")
-    allocator_commands = allocator.add_subparsers(dest="allocator_command", required=True)
+    allocator_commands = allocator.add_subparsers(dest="allocator_command", required=True,
+                                                  metavar="COMMAND")
     check = allocator_commands.add_parser(
         "check", help="check a jemalloc 5.3 MALLOC_CONF string (exit 1 if invalid)")
     check.add_argument("conf", metavar="STRING")
@@ -373,7 +396,8 @@ def _add_allocator_command(commands: argparse._SubParsersAction) -> None:  # typ
 
 def _add_launcher_command(commands: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     launcher = commands.add_parser("launcher", help="the in-container NUMA launcher")
-    launcher_commands = launcher.add_subparsers(dest="launcher_command", required=True)
+    launcher_commands = launcher.add_subparsers(dest="launcher_command", required=True,
+                                                metavar="COMMAND")
     install = launcher_commands.add_parser(
         "install", help="copy the launcher into DIR (the init container runs this)")
     install.add_argument("directory", metavar="DIR")

@@ -109,7 +109,7 @@ def decide_scale(spec: AutoscalingSpec, current_replicas: int, signals: TargetSi
         # As HPA: a count outside the bounds is brought inside them before any metric counts,
         # with metrics or without (the bounds are the spec's, not a reading of the data).
         bound = min(max(current_replicas, spec.min_replicas), spec.max_replicas)
-        return _applied(spec, current_replicas, bound, f"{current_replicas} replicas is outside "
+        return _applied(spec, current_replicas, bound, f"{_count(current_replicas)} is outside "
                         f"minReplicas..maxReplicas ({spec.min_replicas}..{spec.max_replicas})",
                         reading, state, now, record=bound)
     if reading.queue_missing and reading.latency_missing:
@@ -551,12 +551,18 @@ def _ceil(replicas: float) -> int:
     return math.ceil(replicas - FLOAT_NOISE)
 
 
+def _count(replicas: int) -> str:
+    """"1 replica", "3 replicas"."""
+    return f"{replicas} replica" + ("" if replicas == 1 else "s")
+
+
 def _metrics_unavailable(spec: AutoscalingSpec, current: int, reading: Reading,
                          state: ScalingState, now: float) -> ScaleDecision:
     since = state.metrics_missing_since if state.metrics_missing_since is not None else now
     missing_for = now - since
     rule = spec.metrics_unavailable
-    said = f"no usable metrics for {format_duration(missing_for)}"
+    said = ("no usable metrics" if missing_for < 1 else
+            f"no usable metrics for {format_duration(missing_for)}")
     fallback = rule.fallback_replicas
     if rule.action is MetricsUnavailableAction.FALLBACK and fallback is not None and (
         missing_for >= seconds(rule.after)
@@ -577,7 +583,7 @@ def _metrics_unavailable(spec: AutoscalingSpec, current: int, reading: Reading,
         return decision._replace(action=ScaleAction.FALLBACK)
     wait = (f", fallback to {fallback} after {rule.after}"
             if rule.action is MetricsUnavailableAction.FALLBACK else "")
-    return _held(current, ScaleAction.HOLD, f"{said}: holding {current} replicas{wait}",
+    return _held(current, ScaleAction.HOLD, f"{said}: holding {_count(current)}{wait}",
                  reading, state)
 
 

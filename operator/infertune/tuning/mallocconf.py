@@ -78,15 +78,17 @@ def _words(*names: str, prefix: bool = False) -> Check:
 
 
 def _number(low: int | None = None, high: int | None = None, *, signed: bool = False,
-            hint: str = "") -> Check:
-    """An integer handler. Options that jemalloc clips get no bounds here: they never fail."""
+            hint: str = "", shown_high: int | None = None) -> Check:
+    """An integer handler. Options that jemalloc clips get no bounds here: they never fail.
+    `shown_high`: the most the message suggests where jemalloc takes more but cuts it."""
     def check(key: str, value: str) -> str | None:
         number = read_number(value, signed)
         if number is None:
             return f"{key} needs a whole number ({_NUMBER_FORMS}){hint}"
         if (low is not None and number < low) or (high is not None and number > high):
             shown = "" if number == read_number(value.strip(), False) else f" (read as {number})"
-            limits = f"{low}..{high if high is not None else 'max'}"
+            most = high if high is not None else shown_high
+            limits = f"{low}..{most if most is not None else 'max'}"
             return f"{key}:{value}{shown} is out of range; use {limits}{hint}"
         return None
     return check
@@ -141,7 +143,9 @@ def _size_range(text: str) -> tuple[int, int] | None:
 def _narenas(key: str, value: str) -> str | None:
     if value == "default":
         return None
-    return _number(1, hint="; 'default' gives jemalloc's 4 per CPU")(key, value)
+    return _number(1, hint=f" (above {NARENAS_LIMIT}, jemalloc cuts it to {NARENAS_LIMIT} with a "
+                   "warning); 'default' gives jemalloc's 4 per CPU", shown_high=NARENAS_LIMIT)(
+        key, value)
 
 
 def _any(key: str, value: str) -> str | None:
