@@ -669,6 +669,22 @@ def test_custom_templates_read_what_the_preset_reads(prometheus: PrometheusServe
     assert got[broken.key].latency.problem is None  # only the refused query fails
 
 
+def test_prometheus_errors_keep_other_series_label_values_out_of_status(
+        prometheus: PrometheusServer) -> None:
+    """A template that meets other series in an error ("found duplicate series ...") had
+    Prometheus name them, label values and all, in the tuning's status: a tenant read what
+    only numbers were to give back."""
+    leaking = MetricsTarget("serving/leak", "serving", "llm", EngineMetrics(
+        Template('(vector(1) or vllm:num_requests_waiting{$selector}) + on() group_left() '
+                 '{__name__="up"}'), None, target("serving", "llm").metrics.latency),
+        window="5s", queue_history_s=3.0, latency_step_s=2.0, queue_target=5.0)
+    source = PrometheusSource(prometheus.url)
+    problem = wait_for(lambda: source.fetch([leaking], time.time())[leaking.key].queue.problem,
+                       "the template refused")
+    assert "(execution)" in problem and "{...}" in problem, problem
+    assert "instance=" not in problem and "job=" not in problem, problem
+
+
 def test_a_negative_value_is_no_data(prometheus: PrometheusServer) -> None:
     """A template's subtraction (or delta()) can answer below 0, which no queue or rate can
     be: taken as it was, a queue of -30 per replica proposed fewer replicas, with no word

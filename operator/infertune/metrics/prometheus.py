@@ -843,8 +843,21 @@ def _describe(exc: Exception, timeout_s: float) -> str:
         if said is not None:
             # Its words, not the client's dump of the body's bytes (b'{"status":"error",...
             # \\u003cby\\u003e...').
-            return f"{status} ({said[0]}): {said[1][:300]}"
+            return f"{status} ({said[0]}): {_without_label_sets(said[1])[:300]}"
+    text = _without_label_sets(text)
     return text if len(text) <= 300 else text[:300] + "..."
+
+
+_LABEL_SET = re.compile(r"\{[^{}]*=[^{}]*\}")
+
+
+def _without_label_sets(text: str) -> str:
+    """`text` with every label set in it (`{__name__="up", team="payments"}`) cut to `{...}`.
+    A Prometheus error names the series it met ("found duplicate series ... [{...}]"), and
+    it goes into the tuning's status: a tenant's PromQL template that met another's series
+    read their label values there, where only numbers were meant to come back. The query is
+    in the message; Prometheus itself shows the series to whoever may read them."""
+    return _LABEL_SET.sub("{...}", text)
 
 
 def _prometheus_error(text: str) -> tuple[str, str] | None:
