@@ -354,6 +354,60 @@ def test_api_server_rejects_what_the_schema_forbids(
                                                                  "minHeadroom": 1000000}))
 
 
+def test_the_documented_policy_keeps_spec_mig_to_the_namespaces_allowed(
+    api_client: client.ApiClient, namespace: str, operator: OperatorProcess
+) -> None:
+    """docs/policies/mig-namespaces.yaml, as the API server runs it: a tuning with spec.mig
+    is refused in a namespace not labelled infertune.io/mig=allowed, and taken in one that is
+    (bound here to the test's namespace only, so other tests are not affected)."""
+    policy, binding = yaml.safe_load_all(
+        (Path(__file__).resolve().parent.parent / "docs" / "policies" /
+         "mig-namespaces.yaml").read_text())
+    suffix = f"-{namespace}"
+    policy["metadata"]["name"] += suffix
+    binding["metadata"]["name"] += suffix
+    binding["spec"]["policyName"] += suffix
+    binding["spec"]["matchResources"] = {"namespaceSelector": {"matchLabels": {
+        "kubernetes.io/metadata.name": namespace}}}
+    admission = client.AdmissionregistrationV1Api(api_client)
+    admission.create_validating_admission_policy(policy)
+    try:
+        admission.create_validating_admission_policy_binding(binding)
+        try:
+            def refused() -> str | None:
+                try:
+                    create(api_client, namespace, tuning("mig", "qwen", mode="DryRun",
+                                                         mig={"profile": "3g.71gb"}))
+                except ApiException as exc:  # the policy is seen a moment after it is made
+                    return str(exc.body) if exc.status == 403 else None
+                delete_tuning_and_wait(api_client, namespace, "mig", "the tuning deleted",
+                                       timeout_s=30)
+                return None
+
+            body = wait_for(refused, "the policy to refuse spec.mig")
+            assert "allowed only in namespaces labelled infertune.io/mig=allowed" in body
+            create(api_client, namespace, tuning("plain", "qwen"))  # no spec.mig: taken
+            client.CoreV1Api(api_client).patch_namespace(namespace, {"metadata": {
+                "labels": {"infertune.io/mig": "allowed"}}})
+            wait_for(lambda: _created(api_client, namespace, tuning(
+                "mig", "qwen", mode="DryRun", mig={"profile": "3g.71gb"})),
+                "spec.mig taken once the namespace is labelled")
+        finally:
+            admission.delete_validating_admission_policy_binding(binding["metadata"]["name"])
+    finally:
+        admission.delete_validating_admission_policy(policy["metadata"]["name"])
+
+
+def _created(api_client: client.ApiClient, namespace: str, body: dict[str, Any]) -> bool:
+    try:
+        create(api_client, namespace, body)
+    except ApiException as exc:
+        if exc.status == 403:
+            return False
+        raise
+    return True
+
+
 def test_a_partial_scaling_block_keeps_hpas_defaults_for_what_it_leaves_out(
     api_client: client.ApiClient, namespace: str, operator: OperatorProcess
 ) -> None:

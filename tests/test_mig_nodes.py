@@ -549,3 +549,26 @@ def test_a_drain_lapses_without_spec_mig_but_a_claim_holds_while_its_tuning_exis
     assert [r.node for r in cordons_to_release(
         [claimed], (), owner="ml/qwen", exists=lambda t: True,
         partitions=lambda t: t == "ml/edited")] == []  # a claimant that partitions: its own
+
+
+def test_a_tuning_drains_only_its_own_namespaces_gpu_pods_unless_allowed() -> None:
+    """Whoever could create a tuning with allowDisruption could cordon any MIG-capable node
+    its selector matched and evict other teams' GPU pods there."""
+    mixed = _node("a", pods=("team-a/p", "team-b/q"))
+    own = _node("b", pods=("team-a/r",))
+    step = plan_mig_nodes([mixed, own], CONFIGS, allow_disruption=True, labelled_at={},
+                          now=100.0, drains_namespace="team-a")
+    assert (step.kind, step.node) == (StepKind.DRAIN, "b")
+    (report,) = [r for r in step.reports if r.node == "a"]
+    assert report.state is NodeState.BUSY
+    assert report.message.startswith("runs GPU pods of other namespaces (team-b/q); not "
+                                     "drained: a tuning evicts only its own namespace's pods "
+                                     "(team-a) unless the operator runs with "
+                                     "--mig-drain-other-namespaces")
+    # team-a's prefix is not a namespace: team-ab's pods are another's.
+    prefixed = plan_mig_nodes([_node("c", pods=("team-ab/s",))], CONFIGS, allow_disruption=True,
+                              labelled_at={}, now=100.0, drains_namespace="team-a")
+    assert prefixed.kind is StepKind.NONE
+    # Allowed (--mig-drain-other-namespaces): every namespace's.
+    anyone = plan_mig_nodes([mixed], CONFIGS, allow_disruption=True, labelled_at={}, now=100.0)
+    assert (anyone.kind, anyone.node) == (StepKind.DRAIN, "a")

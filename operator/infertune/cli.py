@@ -314,6 +314,12 @@ def _add_run_command(commands: argparse._SubParsersAction) -> None:  # type: ign
                      help="how long after a config goes into the mig-parted ConfigMap before "
                           "a node is labelled for it: the kubelet updates mig-manager's "
                           "mounted copy within about a minute (default 120)")
+    run.add_argument("--mig-drain-other-namespaces", action="store_true",
+                     help="let a tuning with spec.mig.allowDisruption evict the GPU pods of "
+                          "every namespace on the nodes it drains; without it, a node that "
+                          "runs another namespace's GPU pods is left alone (busy), so that "
+                          "whoever may create an InferenceTuning cannot evict other teams' "
+                          "pods (the chart's mig.drainOtherNamespaces)")
     run.add_argument("--no-mig", action="store_true",
                      help="no MIG partitioning: spec.mig is not acted on, and nodes are never "
                           "patched nor pods evicted outside the tunings' namespaces (the "

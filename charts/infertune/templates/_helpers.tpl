@@ -72,7 +72,8 @@ its probes, its mounts or its Roles no longer match what the operator does. An a
   "prometheus-credentials-file" "prometheus.credentialsSecret (or credentialsFile)"
   "prometheus-auth-type" "prometheus.authType" "prometheus-header" "prometheus.headers"
   "webhook-service" "" "webhook-owner" "" "webhook-host" "" "operator-namespace" ""
-  "ready-file" "" "no-mig" "mig.enabled" "leader-elect" "" "leader-elect-lease" ""
+  "ready-file" "" "no-mig" "mig.enabled" "mig-drain-other-namespaces" "mig.drainOtherNamespaces"
+  "leader-elect" "" "leader-elect-lease" ""
   "standalone" "" -}}
 {{- /* The options of infertune run the chart leaves to extraArgs (tests/test_chart_options.py
 keeps both lists equal to the command's): another one ended the operator at start, in a crash

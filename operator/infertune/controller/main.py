@@ -443,7 +443,8 @@ def run_operator(args: argparse.Namespace) -> int:
                                            leader.leads),
             mig=None if mig is None else mig.MigSettings.watching(
                 own_namespace, namespaces, *([] if args.mig_config_delay is None
-                                             else [args.mig_config_delay])),
+                                             else [args.mig_config_delay]),
+                drain_other_namespaces=args.mig_drain_other_namespaces),
             autoscaling=scaling,
             leader=leader,
         )

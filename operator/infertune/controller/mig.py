@@ -103,14 +103,19 @@ class MigSettings:
     for the task a startup handler starts)."""
     config_delay_s: float = CONFIG_DELAY_S
     """CONFIG_DELAY_S, or --mig-config-delay."""
+    drain_other_namespaces: bool = False
+    """--mig-drain-other-namespaces: a tuning may evict any namespace's GPU pods on the nodes
+    it drains, not only its own namespace's (mig_nodes.DRAIN_OTHER_NAMESPACES)."""
 
     @classmethod
     def watching(cls, namespace: str, namespaces: Sequence[str],
-                 config_delay_s: float = CONFIG_DELAY_S) -> MigSettings:
+                 config_delay_s: float = CONFIG_DELAY_S,
+                 drain_other_namespaces: bool = False) -> MigSettings:
         """The settings of an operator in `namespace` watching `namespaces` (--namespace;
         none is every namespace)."""
         return cls(namespace, cluster_wide=not namespaces, watched=frozenset(
-            n for n in namespaces if not is_pattern(n)), config_delay_s=config_delay_s)
+            n for n in namespaces if not is_pattern(n)), config_delay_s=config_delay_s,
+            drain_other_namespaces=drain_other_namespaces)
 
     def sees(self, tuning: str) -> bool:
         """Whether the tuning NAMESPACE/NAME would be in the operator's index if it existed:
@@ -468,7 +473,9 @@ def reconcile_mig(namespace: str, name: str, spec: InferenceTuningSpec, settings
         config_error = exc
     step = plan_mig_nodes(selected, configs, allow_disruption=spec.mig.allow_disruption,
                           labelled_at=settings.labelled_at, now=now, owner=owner,
-                          exists=exists, config_ready_at=ready_at, holds=holds)
+                          exists=exists, config_ready_at=ready_at, holds=holds,
+                          drains_namespace=None if settings.drain_other_namespaces
+                          else namespace)
     first = next(iter(plans.values()))
     strategies = {n.labels.get(MIG_STRATEGY_LABEL) for n in selected} - {None}
     status = MigStatus(

@@ -186,19 +186,28 @@ def _clock(t: float) -> str:
         return f"unix time {t:g}"
 
 
+DRAIN_OTHER_NAMESPACES = "--mig-drain-other-namespaces"
+"""The `infertune run` option that lets a tuning with spec.mig.allowDisruption evict the GPU
+pods of every namespace on the nodes it selects. Without it, a node that runs another
+namespace's GPU pods is left alone (busy): whoever may create an InferenceTuning could
+otherwise drain any MIG-capable node of the cluster and evict other teams' pods."""
+
+
 def plan_mig_nodes(nodes: Sequence[NodeView], configs: Mapping[str, str], *,
                    allow_disruption: bool, labelled_at: Mapping[str, float],
                    now: float, owner: str = "",
                    exists: Callable[[str], bool] = lambda claimant: True,
                    config_ready_at: Mapping[str, float] | None = None,
                    holds: Callable[[str, NodeView], bool] = lambda t, n: True,
+                   drains_namespace: str | None = None,
                    ) -> MigNodeStep:
     """The next step over the selected `nodes`; `configs` maps GPU product -> config name.
-    `labelled_at` and `now` are unix times (a node's own annotation stands in for a time this
-    process did not see). `owner` is the tuning planning (NAMESPACE/NAME), and `exists` says
-    whether the tuning a node is claimed by is still there (a deleted one's claim lapses),
-    and `holds(tuning, node)` whether its spec.mig still selects the node (when it no
-    longer does, its claim lapses too).
+    `drains_namespace`: the tuning's namespace, whose GPU pods alone it may evict (None: any
+    namespace's, DRAIN_OTHER_NAMESPACES). `labelled_at` and `now` are unix times (a node's own
+    annotation stands in for a time this process did not see). `owner` is the tuning
+    planning (NAMESPACE/NAME), and `exists` says whether the tuning a node is claimed by is
+    still there (a deleted one's claim lapses), and `holds(tuning, node)` whether its
+    spec.mig still selects the node (when it no longer does, its claim lapses too).
     `config_ready_at`: config name -> when mig-manager's copy of the ConfigMap holds it for
     sure; no node is labelled for a config before then (mig-manager fails a config its copy
     does not have, and does not try again until the label changes)."""
@@ -233,6 +242,15 @@ def plan_mig_nodes(nodes: Sequence[NodeView], configs: Mapping[str, str], *,
             reports.append(NodeReport(node.name, NodeState.BUSY, (
                 f"runs GPU pods ({', '.join(node.gpu_pods[:3])}); not reconfigured: set "
                 "spec.mig.allowDisruption to cordon, drain and partition it")))
+            continue
+        foreign = [] if drains_namespace is None else [
+            pod for pod in node.gpu_pods if not pod.startswith(f"{drains_namespace}/")]
+        if foreign:
+            reports.append(NodeReport(node.name, NodeState.BUSY, (
+                f"runs GPU pods of other namespaces ({', '.join(foreign[:3])}); not drained: "
+                f"a tuning evicts only its own namespace's pods ({drains_namespace}) unless "
+                f"the operator runs with {DRAIN_OTHER_NAMESPACES} (chart: "
+                "mig.drainOtherNamespaces)")))
             continue
         if step is not None:
             reports.append(_waiting(node, step.node or ""))
