@@ -56,6 +56,14 @@ def test_a_malformed_header_is_named_without_echoing_what_may_be_a_secret() -> N
     with pytest.raises(AccessError) as caught:
         PrometheusAccess.parse(headers=["Authorization Bearer s3cr3t-token"])
     assert "'Authorization'" in str(caught.value) and "s3cr3t" not in str(caught.value)
+    # A value given without its name: none of it is shown (its start was, 40 characters).
+    with pytest.raises(AccessError) as caught:
+        PrometheusAccess.parse(headers=["s3cr3tvalueNoColonWhatever1234567890abcd"])
+    assert "s3cr3t" not in str(caught.value) and "has no ':'" in str(caught.value)
+    # Credentials under another common header name are refused as Authorization is.
+    for header in ("X-Api-Key: s3cr3t", "Cookie: session=s3cr3t"):
+        with pytest.raises(AccessError, match="carries credentials"):
+            PrometheusAccess.parse(headers=[header])
 
 
 def test_a_header_given_twice_is_refused() -> None:

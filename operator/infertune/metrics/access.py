@@ -32,7 +32,8 @@ CA_OPTION = "--prometheus-ca-file"
 CERT_OPTION = "--prometheus-cert-file"
 KEY_OPTION = "--prometheus-key-file"
 HEADER_OPTION = "--prometheus-header"
-CREDENTIAL_HEADERS = frozenset({"authorization", "proxy-authorization"})
+CREDENTIAL_HEADERS = frozenset({"authorization", "proxy-authorization", "cookie", "x-api-key",
+                                "x-auth-token", "api-key"})
 """Headers that carry credentials: never taken from the command line, which every process
 list shows (and the chart would write into its Deployment)."""
 
@@ -96,10 +97,18 @@ NO_ACCESS_OPTIONS = PrometheusAccess()
 def _header(text: str) -> tuple[str, str]:
     name, colon, value = text.partition(":")
     name, value = name.strip(), value.strip()
-    if not colon or not _TOKEN.fullmatch(name):
-        start = re.split(r"[\s:]", text.strip(), maxsplit=1)[0][:40]  # the rest may be secret
-        raise AccessError(HEADER_OPTION, f"the header starting {start!r} is not NAME: VALUE with "
-                          "an HTTP header name, for example 'X-Scope-OrgID: team-a'")
+    if not colon:
+        # Not even its start: a value given without its name may be the secret itself. A
+        # credential header's name, which is no secret, is said.
+        words = text.split()
+        named = (f" ({words[0]!r} with no ':' after it)"
+                 if words and words[0].lower() in CREDENTIAL_HEADERS else "")
+        raise AccessError(HEADER_OPTION, f"a header is not NAME: VALUE{named}: it has no ':' "
+                          "(the rest is not shown, in case it is a secret); for example "
+                          "'X-Scope-OrgID: team-a'")
+    if not _TOKEN.fullmatch(name):
+        raise AccessError(HEADER_OPTION, f"a header is not NAME: VALUE: {name[:40]!r} is not an "
+                          "HTTP header name; for example 'X-Scope-OrgID: team-a'")
     if name.lower() in CREDENTIAL_HEADERS:
         raise AccessError(HEADER_OPTION, f"{name} carries credentials, and a command-line "
                           "argument is shown in every process list; put them in a file and give "
