@@ -199,8 +199,9 @@ def test_values_round_trip_as_written() -> None:
         # "write it without quotes" for digits the API server does not read as a number.
         ({"mig": {"profile": "3g.71GB"}}, "mig.profile: '3g.71GB' is not a MIG profile name: "
          "lowercase, as NVIDIA writes it"),
-        ({"autoscaling": {"maxReplicas": 1e20}}, "autoscaling.maxReplicas: 1e+20 is larger "
-         "than any integer the API server stores (at most 2^63-1); give a smaller number"),
+        ({"autoscaling": {"maxReplicas": 1e20}}, "autoscaling.maxReplicas: 1e+20 is beyond "
+         "any integer the API server stores (-2^63 to 2^63-1); give a number within the "
+         "field's bounds"),
         ({"autoscaling": {"maxReplicas": "\uff13"}}, "autoscaling.maxReplicas: '\uff13' is not a "
          "number; give a number"),
         # The CRD's maxLength: the API server refuses it, validate passed it.

@@ -1129,7 +1129,7 @@ def test_pods_the_api_server_would_refuse_once_patched_are_admitted_unchanged() 
     not cover that): the ReplicaSet could create none."""
     windows = _pod()
     windows["spec"]["os"] = {"name": "windows"}  # no seccomp profile, no capabilities there
-    assert "the pod runs on Windows (spec.os.name)" in _refusal(windows)
+    assert "the pod runs on Windows (spec.os.name, or its nodeSelector)" in _refusal(windows)
     for path in ("/infertune", "/infertune/disk"):
         device = _pod(volumeDevices=[{"name": "raw", "devicePath": path}])
         assert (f"attaches volume raw as the device {path}, where the launcher's volume goes"
@@ -1143,6 +1143,18 @@ def test_pods_the_api_server_would_refuse_once_patched_are_admitted_unchanged() 
     assert not plan_pod_patch(_spec(), small, CONTEXT).refused
     small["spec"]["resources"] = {"requests": {"cpu": "40m"}}
     assert not plan_pod_patch(_spec(numa={"policy": "none"}), small, CONTEXT).refused
+    # Pod-level limits are checked against the regular containers only (the API server takes
+    # an init container's limit above them).
+    small["spec"]["resources"] = {"requests": {"cpu": "9"}, "limits": {"cpu": "9",
+                                                                       "memory": "33Gi"}}
+    assert not plan_pod_patch(_spec(), small, CONTEXT).refused
+    # Pinned to Windows nodes by its selector, the pod is one too.
+    pinned = _pod()
+    pinned["spec"]["nodeSelector"] = {"kubernetes.io/os": "windows"}
+    assert "the pod runs on Windows" in _refusal(pinned)
+    empty = _pod()
+    empty["spec"]["containers"] = []
+    assert _refusal(empty) == "the pod has no containers"
 
 
 @pytest.mark.parametrize(("env", "env_from", "read"), [
@@ -1170,3 +1182,17 @@ def test_a_reference_is_read_as_the_kubelet_expands_it(
             "MALLOC_CONF"].startswith("background_thread:true")
     else:
         assert "whose values are not known here" in said, plan.problems
+
+
+def test_a_memory_high_under_half_a_guaranteed_limit_leaves_only_memory_high_out() -> None:
+    """Refused whole, as the other misfits are, it took the binding and the allocator from
+    the new pods of a tuning an earlier release had tuned fully."""
+    plan = plan_pod_patch(_spec(memory={"high": "10Gi"}), _pod(), CONTEXT)  # limit 32Gi
+    assert not plan.refused
+    assert any(p.startswith("spec.memory.high: 10Gi is under half the memory limit 32Gi")
+               and p.endswith("memory.high stays at max, and the rest of the tuning is applied")
+               for p in plan.problems), plan.problems
+    pod = jsonpatch.apply_patch(_pod(), plan.patch)
+    assert keys.MEMORY_HIGH not in (pod["metadata"].get("annotations") or {})
+    assert pod["spec"]["containers"][0]["command"][0] == LAUNCHER_PATH
+    assert "MALLOC_CONF" in _env(pod["spec"]["containers"][0])

@@ -153,3 +153,29 @@ def test_a_pod_of_an_invalid_tuning_is_tuned_as_its_last_valid_generation_said()
         assert not patch.fns, applied
         assert any("no earlier generation was valid; the pod is not tuned" in w
                    for w in warnings), warnings
+
+
+def test_an_invalid_edit_of_the_target_leaves_the_last_valid_target_tuned() -> None:
+    """The index filed the tuning under the Deployment the invalid spec names: that one's pods
+    were tuned with a spec written for another, and the one it tuned was left untuned without
+    a word."""
+    valid = {"targetRef": {"name": "qwen"}, "engine": "vllm", "memory": {"high": "6Gi"}}
+    invalid = {**valid, "targetRef": {"name": "other"},
+               "autoscaling": {"minReplicas": 5, "maxReplicas": 3}}
+    body = {"metadata": {"name": "qwen", "namespace": "ml", "uid": "u-retarget",
+                         "generation": 2},
+            "spec": invalid, "status": {"appliedSpec": {"generation": 1, "spec": valid}}}
+    index = asyncio.run(pods.tunings_by_target(namespace="ml", name="qwen", uid="u-retarget",
+                                               body=kopf.Body(body)))
+    assert list(index) == [("ml", "qwen")]
+    memo = kopf.Memo(pod_tuning=PodTuningSettings(launcher_image="infertune:test"))
+    memo.pod_tuning.indexed.set()
+    loaded = {"owners": {("ml", "qwen-5d4f8b9c7"): ["qwen"]},
+              "tunings": {key: [entry] for key, entry in index.items()}}
+    patch, warnings = asyncio.run(admit(memo, loaded))
+    assert patch.fns and any("tuned as generation 1 said" in w for w in warnings), warnings
+    # Valid again, it is filed under the target it names.
+    body["spec"], body["metadata"]["generation"] = {**valid, "targetRef": {"name": "other"}}, 3
+    index = asyncio.run(pods.tunings_by_target(namespace="ml", name="qwen", uid="u-retarget",
+                                               body=kopf.Body(body)))
+    assert list(index) == [("ml", "other")]

@@ -410,3 +410,13 @@ def test_a_tuning_with_spec_mig_says_mig_is_off_in_an_operator_without_it(
                  if c.type == "Ready")
     assert ready.status.value == "True"
     assert "MIG not acted on: this operator runs without MIG partitioning" in ready.message
+
+
+def test_a_status_block_this_release_does_not_know_is_left_out_not_the_whole_status() -> None:
+    """A newer operator's block, kept after a rollback (the CRD stays): the whole status was
+    unreadable, so every assessment started afresh and posted its Ready Event again."""
+    stored = _body()
+    _written(assess(stored, TARGET, "2026-12-03T10:00:00Z"), stored)
+    stored["status"]["fromANewerRelease"] = {"x": 1}
+    again = assess(stored, TARGET, "2026-12-03T10:05:00Z")
+    assert again.notices == [] and again.decision is None

@@ -1493,3 +1493,23 @@ def test_a_slower_release_is_learnt_at_the_second_breach_at_a_load_known_fine() 
     after = [i for i in outs if i >= 400 and i - 1 not in outs]
     assert len(after) <= 3 and after[-1] < 500, outs
     assert len(set(history[500:])) == 1 and release(40.0, history[-1]) <= 0.075
+
+
+@pytest.mark.parametrize(("change", "latency", "said"), [
+    ({"latency_floor_s": 0.3, "breaches": 0, "latency_breached": False}, (200, 200),
+     "p99 200ms is not compared with 75ms (under the histogram's lowest bucket"),
+    ({"latency_bounds_unknown": True, "breaches": 0, "latency_breached": False}, (200, 200),
+     "is not compared with 75ms (the histogram's bucket bounds are not known)"),
+    ({"latency_quiet": True, "breaches": 0, "latency_breached": False}, (200, 200),
+     "is over too few requests to call for a change"),
+    ({"queue_per_replica": None, "queue_sustained": False}, (30, 30),
+     "but there is no queue reading to say whether requests wait"),
+])
+def test_no_change_says_why_in_what_the_engine_read(change: dict[str, Any],
+                                                    latency: tuple[float, ...], said: str) -> None:
+    """"above 75ms for 0 of 2 samples: no change yet" for a latency that is never compared,
+    and "the queue does not stay above its target" with no queue reading at all."""
+    reading = _reading(steady(5), latency)._replace(**change)
+    rec = recommend_batching(BatchingSpec(mode="Recommend"), Engine.VLLM, spec(), reading, 64)
+    assert rec is not None and rec.recommended == 64
+    assert said in rec.reason, rec.reason

@@ -43,3 +43,19 @@ def test_the_least_recently_used_spec_goes_first() -> None:
     assert cache.validations == 3
     cache.get("b", 1, SPEC)
     assert cache.validations == 4
+
+
+def test_the_applied_spec_stands_in_only_for_a_later_generation() -> None:
+    """status.appliedSpec is the newest valid generation: one at or past the stored spec's
+    own generation is not an earlier valid one to fall back on."""
+    from infertune.controller.spec_cache import applied_spec
+
+    valid = {"targetRef": {"name": "qwen"}, "engine": "vllm"}
+    # Fresh uids: nothing is in the cache for them, so only the rule decides.
+    assert applied_spec({"generation": 4, "spec": valid}, 4, "applied-same") is None
+    assert applied_spec({"generation": 5, "spec": valid}, 4, "applied-newer") is None
+    got = applied_spec({"generation": 3, "spec": valid}, 4, "applied-older")
+    assert got is not None and got[0] == 3 and got[1].target_ref.name == "qwen"
+    assert applied_spec({"generation": 3, "spec": {"engine": "vllm"}}, 4, "bad") is None
+    assert applied_spec({"generation": "x"}, 4, "malformed") is None
+    assert applied_spec(None, 4, "none") is None

@@ -371,3 +371,25 @@ def test_what_validate_prints_is_one_line_per_problem_whatever_the_file_holds(
                           "container, metrics, numa, memory, allocator, retune, mig, "
                           "autoscaling, batching, canary)"), first
     assert summary == "1 of 1 failed"
+
+
+def test_one_tuning_given_twice_is_not_its_own_rival(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`validate base.yaml rendered.yaml` with the same tuning in both: one object, which
+    targets its Deployment once."""
+    manifest = tmp_path / "t.yaml"
+    manifest.write_text(_doc("InferenceTuning", "a", "ml",
+                             "spec: {targetRef: {name: q}, engine: vllm}\n"))
+    assert main(["validate", str(manifest), str(manifest)]) == 0, capsys.readouterr().err
+
+
+def test_the_deployment_of_the_tunings_own_namespace_is_checked_first(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    small = DEPLOYMENT_32GI.replace("32Gi", "8Gi")
+    manifest = tmp_path / "t.yaml"
+    manifest.write_text(
+        _doc("InferenceTuning", "q", "ml",
+             "spec: {targetRef: {name: q}, engine: vllm, memory: {high: 20Gi}}\n")
+        + _doc("Deployment", "q", None, small)  # lands in ml only with kubectl apply -n ml
+        + _doc("Deployment", "q", "ml", DEPLOYMENT_32GI))
+    assert main(["validate", str(manifest)]) == 0, capsys.readouterr().err

@@ -119,8 +119,8 @@ def _message(error: Any, model: type[BaseModel]) -> str:
     if kind == "int_parsing_size":
         # pydantic's words showed 1e+20 for the 99999999999999999999 the user wrote (the
         # reader keeps it as kubectl does, a float), and said neither the bound nor the fix.
-        return (f"{_shown(error['input'])} is larger than any integer the API server stores "
-                "(at most 2^63-1); give a smaller number")
+        return (f"{_shown(error['input'])} is beyond any integer the API server stores "
+                "(-2^63 to 2^63-1); give a number within the field's bounds")
     if kind == "string_pattern_mismatch":
         hint = _PATTERN_HINTS.get(str(ctx.get("pattern")))
         shown = f"{_shown(error['input'])} "

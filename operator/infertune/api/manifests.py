@@ -288,7 +288,12 @@ def _rivals(tunings: list[InferenceTuning]) -> dict[int, list[FieldError]]:
             if len(seen) < 2:
                 continue
             for tuning in members:
-                others = [t.metadata.name for t in seen if t is not tuning]
+                # One name is one object, given twice (two files, a base and a copy): it
+                # targets the Deployment once.
+                others = sorted({t.metadata.name for t in seen
+                                 if t.metadata.name != tuning.metadata.name})
+                if not others:
+                    continue
                 shown = ", ".join(others[:SHOWN_RIVALS]) + (
                     f" and {len(others) - SHOWN_RIVALS} more" if len(others) > SHOWN_RIVALS
                     else "")

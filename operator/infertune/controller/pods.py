@@ -127,12 +127,22 @@ async def tunings_by_target(namespace: str, name: str, uid: str, body: kopf.Body
                             **_: Any) -> dict[tuple[str, str], dict[str, Any]]:
     spec, status, meta = snapshot(body)
     target = str((spec.get("targetRef") or {}).get("name") or "")
+    generation = int(meta.get("generation") or 0)
+    applied = status.get("appliedSpec")
+    if applied is not None and SPECS.get(uid, generation, spec) is None:
+        # While the spec is invalid, the pods the last valid one targets are the ones tuned
+        # by it (as if the edit had been refused): filed under the new, invalid target, the
+        # tuning tuned that Deployment's pods with a spec written for another, and left its
+        # own untuned without a word.
+        fallback = applied_spec(applied, generation, uid)
+        if fallback is not None:
+            target = fallback[1].target_ref.name
     ready = stored_reason(status, ConditionType.READY)
     return {(namespace, target): {"name": name, "uid": uid, "spec": spec,
-                                  "generation": int(meta.get("generation") or 0),
+                                  "generation": generation,
                                   "mig": dict(status.get("mig") or {}),
                                   "batching": applied_batching(status, spec), "ready": ready,
-                                  "applied": status.get("appliedSpec")}}
+                                  "applied": applied}}
 
 
 def applied_batching(status: Mapping[str, Any], spec: Mapping[str, Any]) -> int | None:
@@ -278,6 +288,8 @@ def _tune_pod(body: kopf.Body, patch: kopf.Patch, warnings: list[str], memo: kop
         # refused: untuned, every pod a scale-out or a lost node re-created lost its binding
         # and allocator because of a mistake anywhere in the spec.
         fallback = applied_spec(entry.get("applied"), generation, uid)
+        if fallback is not None and fallback[1].target_ref.name != deployment:
+            fallback = None  # the index files it under that one's target: not reached
         if fallback is None:
             warnings.append(f"infertune: InferenceTuning {entry['name']} is invalid (see its "
                             "Ready condition) and no earlier generation was valid; the pod is "

@@ -179,8 +179,17 @@ def _not_evaluated(before: InferenceTuningStatus, reason: str, why: str, generat
                            "NotEvaluated", f"not read while {why}", generation, now))
 
 
+_STATUS_FIELDS = frozenset(info.alias or name
+                           for name, info in InferenceTuningStatus.model_fields.items())
+
+
 def previous_status(raw: Any) -> InferenceTuningStatus:
-    """The status as last written; an unreadable one (an older operator's) starts afresh."""
+    """The status as last written; an unreadable one starts afresh. A block this release does
+    not know (a newer operator's, kept after a rollback) is left out rather than making the
+    whole status unreadable: starting afresh re-posted the Ready Event at every assessment,
+    and wrote the Deployment's replicas over the autoscaler's own count."""
+    if isinstance(raw, dict):
+        raw = {key: value for key, value in raw.items() if key in _STATUS_FIELDS}
     try:
         return InferenceTuningStatus.model_validate(raw or {})
     except ValidationError:

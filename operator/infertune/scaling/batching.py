@@ -111,6 +111,13 @@ def _unchanged(autoscaling: AutoscalingSpec, reading: Reading, target: float) ->
     low = queue_is_low(autoscaling, reading)
     if reading.latency_breached and low:
         return "the latency breach is scaled out (latency.action ScaleOut), not batched"
+    if reading.latency_floor_s is not None or reading.latency_bounds_unknown:
+        why = ("under the histogram's lowest bucket, where it cannot be told from the target"
+               if reading.latency_floor_s is not None else
+               "the histogram's bucket bounds are not known")
+        return f"{shown} is not compared with {latency_text(target)} ({why})"
+    if reading.latency_quiet:
+        return f"{shown} is over too few requests to call for a change"
     if reading.latency_breached:
         queue = ("no queue reading" if reading.queue_per_replica is None else
                  f"the queue at {reading.queue_per_replica:.4g} per replica, above its "
@@ -123,6 +130,9 @@ def _unchanged(autoscaling: AutoscalingSpec, reading: Reading, target: float) ->
     if latency > HEADROOM * target:
         return (f"{shown} is within {1 - HEADROOM:.0%} of {latency_text(target)}: no headroom "
                 "to raise it, and no breach to lower it")
+    if reading.queue_per_replica is None:
+        return (f"{shown} has headroom under {latency_text(target)}, but there is no queue "
+                "reading to say whether requests wait")
     return (f"{shown} has headroom under {latency_text(target)}, but the queue does not stay "
             "above its target: a larger batch would gain nothing")
 

@@ -38,12 +38,15 @@ max. A value the spec sets for a container whose request is its limit is refused
 
 
 class MemoryHighError(ValueError):
-    """The spec asks for a memory.high that the container's resources cannot take."""
+    """The spec asks for a memory.high that the container's resources cannot take. `partial`:
+    the pod can still get the rest of the tuning, with memory.high left at max (the webhook
+    reports it; `validate` refuses it all the same)."""
 
-    def __init__(self, field: str, message: str) -> None:
+    def __init__(self, field: str, message: str, *, partial: bool = False) -> None:
         super().__init__(f"{field}: {message}")
         self.field = field
         self.message = message
+        self.partial = partial
 
 
 def _gib(value: Decimal | int) -> str:
@@ -102,10 +105,13 @@ def resolve_memory_high(
                               "asked for; raise it above the request")
     floor = None if limit_bytes is None else DEFAULT_FLOOR_OF_LIMIT * limit_bytes
     if not burstable and floor is not None and value < floor:
+        # Partial: an earlier release applied such a value, and refusing the whole patch on
+        # an upgrade took the binding and the allocator from new pods too.
         raise MemoryHighError(field, f"{how} is under half the memory limit {limit}, which the "
                               "container requests whole, so it would be throttled far below "
                               f"what it was given (the incident's 64M); use at least "
-                              f"{_at_least(floor)}, or lower the memory limit instead")
+                              f"{_at_least(floor)}, or lower the memory limit instead",
+                              partial=True)
     return MemoryHigh(_pages(value), f"memory.high {how}")
 
 

@@ -35,7 +35,7 @@ from infertune.tuning.mallocconf import (
     new_in_5_3,
 )
 from infertune.tuning.mallocconf_syntax import scan
-from infertune.tuning.memory import MemoryHighError, resolve_memory_high
+from infertune.tuning.memory import MemoryHigh, MemoryHighError, resolve_memory_high
 from infertune.tuning.pod_mig import Op, mig_off, mig_ops
 from infertune.tuning.pod_mig import pointer as _pointer
 
@@ -715,11 +715,12 @@ def _launcher_clash(pod_spec: Mapping[str, Any], serving: Mapping[str, Any]) -> 
 def _pod_level_shortfall(pod_spec: Mapping[str, Any], resources: Mapping[str, str]) -> str | None:
     """Why the pod's own resources (spec.resources, pod-level) cannot hold the launcher's init
     container, None when they can or set none: the API server refuses a pod whose pod-level
-    request or limit is under what a container asks."""
+    requests are under what its containers ask, the first init container's included (its
+    limits are checked against the regular containers only)."""
     own = pod_spec.get("resources")
     if not isinstance(own, Mapping):
         return None
-    for kind in ("requests", "limits"):
+    for kind in ("requests",):
         for resource, value in (own.get(kind) or {}).items():
             wanted = resources.get(str(resource))
             if wanted is None:
@@ -958,11 +959,14 @@ def plan_pod_patch(spec: InferenceTuningSpec, pod: dict[str, Any],
     if labels.get(keys.REVISION) == revision:
         return PodPlan(revision, reasons=[f"already tuned to revision {revision}"])
     pod_spec = pod.get("spec") or {}
-    if str((pod_spec.get("os") or {}).get("name") or "").lower() == "windows":
+    selector = pod_spec.get("nodeSelector") or {}
+    if (str((pod_spec.get("os") or {}).get("name") or "").lower() == "windows"
+            or str(selector.get("kubernetes.io/os") or "").lower() == "windows"):
         # The launcher is a shell script, and the API server refuses a Windows pod whose
         # container has a seccomp profile or Linux capabilities, as the launcher's has.
         return PodPlan(revision, refused=True, problems=[
-            "the pod runs on Windows (spec.os.name): NUMA binding, the launcher and the "
+            "the pod runs on Windows (spec.os.name, or its nodeSelector): NUMA binding, the "
+            "launcher and the "
             "allocator settings are for Linux, so it is left as it is; point spec.targetRef "
             "at a Linux Deployment"])
     containers = pod_spec.get("containers") or []
@@ -983,7 +987,11 @@ def plan_pod_patch(spec: InferenceTuningSpec, pod: dict[str, Any],
     try:
         memory_high = resolve_memory_high(spec.memory, request=request, limit=limit)
     except MemoryHighError as exc:
-        return PodPlan(revision, refused=True, problems=[f"spec.{exc.field}: {exc.message}"])
+        if not exc.partial:
+            return PodPlan(revision, refused=True, problems=[f"spec.{exc.field}: {exc.message}"])
+        memory_high = MemoryHigh(None, "memory.high stays at max (see the problem)")
+        problems.append(f"spec.{exc.field}: {exc.message}; memory.high stays at max, and the "
+                        "rest of the tuning is applied")
     reasons.append(f"memory: {memory_high.reason}")
 
     env = _EnvPlan(_pointer("spec", "containers", index), serving.get("env"),
