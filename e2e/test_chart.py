@@ -397,9 +397,6 @@ def test_without_access_values_nothing_is_mounted_or_passed() -> None:
     (["--set", f"prometheus.url={PROMETHEUS}",
       "--set-string", "prometheus.headers.Proxy-Authorization=Basic eA=="],
      "prometheus.headers: Proxy-Authorization carries credentials"),
-    (["--set", f"prometheus.url={PROMETHEUS}",
-      "--set-string", "prometheus.headers.X-Api-Key=s3cr3t"],
-     "prometheus.headers: X-Api-Key carries credentials"),
     # Not Latin-1: the operator refuses it at start (an HTTP header cannot carry it).
     (["--set", f"prometheus.url={PROMETHEUS}", "--set-string", "prometheus.headers.X-Team=t→a"],
      "/prometheus/headers/X-Team"),

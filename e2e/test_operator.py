@@ -369,6 +369,10 @@ def test_the_documented_policy_keeps_spec_mig_to_the_namespaces_allowed(
     binding["spec"]["policyName"] += suffix
     binding["spec"]["matchResources"] = {"namespaceSelector": {"matchLabels": {
         "kubernetes.io/metadata.name": namespace}}}
+    # One made before the policy: it must still take updates that leave spec.mig alone (its
+    # finalizer's removal), or it stays Terminating for good.
+    create(api_client, namespace, tuning("before", "qwen", mode="DryRun",
+                                         mig={"profile": "3g.71gb"}))
     admission = client.AdmissionregistrationV1Api(api_client)
     admission.create_validating_admission_policy(policy)
     try:
@@ -386,6 +390,10 @@ def test_the_documented_policy_keeps_spec_mig_to_the_namespaces_allowed(
 
             body = wait_for(refused, "the policy to refuse spec.mig")
             assert "allowed only in namespaces labelled infertune.io/mig=allowed" in body
+            client.CustomObjectsApi(api_client).patch_namespaced_custom_object(
+                GROUP, VERSION, namespace, PLURAL, "before", {"metadata": {"labels": {"a": "b"}}})
+            delete_tuning_and_wait(api_client, namespace, "before", "the tuning made before "
+                                   "the policy deleted (its finalizer removed)", timeout_s=30)
             create(api_client, namespace, tuning("plain", "qwen"))  # no spec.mig: taken
             client.CoreV1Api(api_client).patch_namespace(namespace, {"metadata": {
                 "labels": {"infertune.io/mig": "allowed"}}})

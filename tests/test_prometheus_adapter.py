@@ -685,6 +685,19 @@ def test_prometheus_errors_keep_other_series_label_values_out_of_status(
     assert "instance=" not in problem and "job=" not in problem, problem
 
 
+@pytest.mark.parametrize(("said", "shown"), [
+    ('duplicate series [{__name__="up", uri="/users/{id}", team="payments"}, {pod="a"}] end',
+     "duplicate series [{...}, {...}] end"),
+    ('x {a="a}b", c="d"} y {} z {a}', "x {...} y {} z {a}"),  # a brace in a quoted value
+    ('x {a="q\\"}", b="c"} y', "x {...} y"),  # an escaped quote
+    ('cut short {a="b', "cut short {...}"),
+])
+def test_label_sets_are_cut_whatever_their_values_hold(said: str, shown: str) -> None:
+    """A value with a brace of its own (Micrometer's uri="/users/{id}") ended the set early,
+    and the labels after it went into status."""
+    assert prometheus_adapter._without_label_sets(said) == shown
+
+
 def test_a_negative_value_is_no_data(prometheus: PrometheusServer) -> None:
     """A template's subtraction (or delta()) can answer below 0, which no queue or rate can
     be: taken as it was, a queue of -30 per replica proposed fewer replicas, with no word

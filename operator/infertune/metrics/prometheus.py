@@ -848,16 +848,36 @@ def _describe(exc: Exception, timeout_s: float) -> str:
     return text if len(text) <= 300 else text[:300] + "..."
 
 
-_LABEL_SET = re.compile(r"\{[^{}]*=[^{}]*\}")
-
-
 def _without_label_sets(text: str) -> str:
     """`text` with every label set in it (`{__name__="up", team="payments"}`) cut to `{...}`.
     A Prometheus error names the series it met ("found duplicate series ... [{...}]"), and
     it goes into the tuning's status: a tenant's PromQL template that met another's series
     read their label values there, where only numbers were meant to come back. The query is
-    in the message; Prometheus itself shows the series to whoever may read them."""
-    return _LABEL_SET.sub("{...}", text)
+    in the message; Prometheus itself shows the series to whoever may read them. A set ends
+    at the `}` outside its quoted values (`uri="/users/{id}"` holds braces of its own)."""
+    out: list[str] = []
+    i = 0
+    while (start := text.find("{", i)) != -1:
+        end, quoted, j = -1, False, start + 1
+        while j < len(text):
+            c = text[j]
+            if quoted and c == "\\":
+                j += 2
+                continue
+            if c == '"':
+                quoted = not quoted
+            elif c == "}" and not quoted:
+                end = j
+                break
+            j += 1
+        if end == -1:  # not closed: the rest is cut (it may hold a value)
+            out.append(text[i:start] + ("{...}" if "=" in text[start:] else text[start:]))
+            return "".join(out)
+        inner = text[start + 1:end]
+        out.append(text[i:start] + ("{...}" if "=" in inner else text[start:end + 1]))
+        i = end + 1
+    out.append(text[i:])
+    return "".join(out)
 
 
 def _prometheus_error(text: str) -> tuple[str, str] | None:
