@@ -34,7 +34,12 @@ from e2e.test_operator import (
 )
 from infertune.kube.client import evict_pod
 from infertune.kube.webhook_tls import write_self_signed
-from infertune.kube.webhooks import REGISTERED_BY, WebhookRegistration
+from infertune.kube.webhooks import (
+    MATCH_REPLICASET,
+    REGISTERED_BY,
+    WEBHOOK_CONFIGURATION,
+    WebhookRegistration,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -96,6 +101,12 @@ def test_pods_of_a_tuned_deployment_arrive_tuned(
         assert pod.metadata.annotations["infertune.io/memory-high"] == str(7 * 2**30)
         assert pod.metadata.labels["infertune.io/tuned-by"] == "qwen"
         assert REVISION in pod.metadata.labels
+    # Sent to the webhook through its matchCondition (a pod a ReplicaSet controls), which the
+    # API server compiled and kept: other pod creations never wait on the operator.
+    registration = client.AdmissionregistrationV1Api(
+        api_client).read_mutating_webhook_configuration(WEBHOOK_CONFIGURATION)
+    assert [(c.name, c.expression) for c in registration.webhooks[0].match_conditions] == [
+        ("replicaset-pods", MATCH_REPLICASET)]
     body = wait_for(lambda: (b := get_tuning(api_client, namespace, "qwen")).get(
         "status", {}).get("tuning", {}).get("tunedPods") == 2 and b, "status.tuning.tunedPods=2")
     assert body["status"]["tuning"]["outdatedPods"] == 0

@@ -47,6 +47,12 @@ LOAD_WAIT_S = 900.0
 """How long readiness waits for kopf's indexes to load (RegisteringWebhookServer.loaded): the
 first listing of every pod took six minutes in a cluster of 10,000 pods."""
 REQUEST_TIMEOUT_S = 10.0
+MATCH_REPLICASET = ("has(object.metadata.ownerReferences) && "
+                    "object.metadata.ownerReferences.exists(r, r.kind == 'ReplicaSet' && "
+                    "has(r.controller) && r.controller)")
+"""The CEL matchCondition of the webhook: a pod a ReplicaSet controls (tuning/pod_shape.py's
+controlling_replicaset). Kubernetes 1.30 makes matchConditions GA; an older API server that
+does not know the field drops it, and every pod is sent, as before."""
 OPT_OUT_LABEL = f"{keys.PREFIX}/tuning"
 """Pods labelled infertune.io/tuning=disabled are never sent to the webhook."""
 OPT_OUT_VALUE = "disabled"
@@ -133,6 +139,10 @@ class WebhookRegistration:
                 "namespaceSelector": {"matchExpressions": self._namespace_expressions()},
                 "objectSelector": {"matchExpressions": [{
                     "key": OPT_OUT_LABEL, "operator": "NotIn", "values": [OPT_OUT_VALUE]}]},
+                # Only the pods a ReplicaSet creates (the webhook tunes no other): every
+                # other pod creation (a DaemonSet's, the CNI's, a Job's) was sent too, and
+                # waited up to the timeout while the operator was slow or gone.
+                "matchConditions": [{"name": "replicaset-pods", "expression": MATCH_REPLICASET}],
                 "timeoutSeconds": self.timeout_seconds,
                 "admissionReviewVersions": ["v1"],
             }],
