@@ -416,6 +416,20 @@ def test_a_drain_that_allow_disruption_no_longer_allows_is_undone() -> None:
                              "evicted")
 
 
+def test_a_drain_another_namespaces_pods_stop_is_undone_and_says_so() -> None:
+    """A node drained for ml/qwen that runs another namespace's GPU pods (one that tolerates
+    the cordon, or a drain begun before the upgrade) is released with that reason: it read
+    "allowDisruption is off now", which it was not."""
+    node = _drained("a", "ml/qwen", pods=("ml/own-1", "other/pod-1"))
+    step = plan_mig_nodes([node], CONFIGS, allow_disruption=True, labelled_at={}, now=100.0,
+                          owner="ml/qwen", exists=lambda c: False, drains_namespace="ml")
+    (release,) = cordons_to_release([node], step.reports, owner="ml/qwen",
+                                    exists=lambda c: False)
+    assert release.message == ("a uncordoned: drained for ml/qwen, and it runs GPU pods of "
+                               "other namespaces, which InferenceTuning ml/qwen does not evict "
+                               "(the operator runs without --mig-drain-other-namespaces)")
+
+
 def test_a_drain_is_undone_when_its_tuning_is_in_dry_run() -> None:
     """DryRun with allowDisruption still on: the node stayed cordoned, drained for a tuning
     that would never finish the drain."""

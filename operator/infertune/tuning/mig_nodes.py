@@ -186,6 +186,8 @@ def _clock(t: float) -> str:
         return f"unix time {t:g}"
 
 
+FOREIGN_PODS = "runs GPU pods of other namespaces"
+"""How a node a tuning leaves alone for another namespace's GPU pods is reported (busy)."""
 DRAIN_OTHER_NAMESPACES = "--mig-drain-other-namespaces"
 """The `infertune run` option that lets a tuning with spec.mig.allowDisruption evict the GPU
 pods of every namespace on the nodes it selects. Without it, a node that runs another
@@ -247,7 +249,7 @@ def plan_mig_nodes(nodes: Sequence[NodeView], configs: Mapping[str, str], *,
             pod for pod in node.gpu_pods if not pod.startswith(f"{drains_namespace}/")]
         if foreign:
             reports.append(NodeReport(node.name, NodeState.BUSY, (
-                f"runs GPU pods of other namespaces ({', '.join(foreign[:3])}); not drained: "
+                f"{FOREIGN_PODS} ({', '.join(foreign[:3])}); not drained: "
                 f"a tuning evicts only its own namespace's pods ({drains_namespace}) unless "
                 f"the operator runs with {DRAIN_OTHER_NAMESPACES} (chart: "
                 "mig.drainOtherNamespaces)")))
@@ -374,6 +376,7 @@ def cordons_to_release(nodes: Sequence[NodeView], reports: Sequence[NodeReport],
     lapsed keeps no node cordoned: the claimant's pass does not look at it).
     """
     planned = {r.node: r.state for r in reports}
+    foreign = {r.node for r in reports if r.message.startswith(FOREIGN_PODS)}
     still_partitions = exists if partitions is None else partitions
     released: list[Release] = []
     for node in nodes:
@@ -400,6 +403,9 @@ def cordons_to_release(nodes: Sequence[NodeView], reports: Sequence[NodeReport],
             why = gone if drained_for == owner else (
                 f"InferenceTuning {drained_for}, which drained it, no longer exists or no "
                 "longer has spec.mig")
+        elif state is NodeState.BUSY and node.name in foreign:
+            why = (f"it runs GPU pods of other namespaces, which InferenceTuning {owner} does "
+                   f"not evict (the operator runs without {DRAIN_OTHER_NAMESPACES})")
         elif state is NodeState.BUSY:
             why = "spec.mig.allowDisruption is off now, so its GPU pods are not evicted"
         elif dry_run and state is not NodeState.CONFIGURED:
