@@ -695,7 +695,7 @@ def _launcher_clash(pod_spec: Mapping[str, Any], serving: Mapping[str, Any]) -> 
                     f"{LAUNCHER_DIR}, where the launcher goes, and a path is mounted once; "
                     "mount it elsewhere")
         path = str(mount.get("mountPath") or "")
-        if ("/" + posixpath.normpath(path).lstrip("/")).startswith(LAUNCHER_DIR + "/"):
+        if _absolute(path).startswith(LAUNCHER_DIR + "/"):
             # Inside the launcher's read-only emptyDir, the runtime cannot make the mount
             # point (kubernetes/kubernetes#121294): the container would fail at every start,
             # which failurePolicy: Ignore does not cover.
@@ -703,13 +703,19 @@ def _launcher_clash(pod_spec: Mapping[str, Any], serving: Mapping[str, Any]) -> 
                     f"{path}, inside {LAUNCHER_DIR} where the launcher's read-only volume "
                     "goes, and the runtime cannot make a mount point in it; mount it elsewhere")
     for device in serving.get("volumeDevices") or []:
-        path = "/" + posixpath.normpath(str(device.get("devicePath") or "")).lstrip("/")
+        path = _absolute(str(device.get("devicePath") or ""))
         if path == LAUNCHER_DIR or path.startswith(LAUNCHER_DIR + "/"):
             # The API server refuses a mountPath that is a devicePath too, and a device node
             # cannot be made inside the launcher's read-only volume.
             return (f"container {serving.get('name')} attaches volume {device.get('name')} as "
                     f"the device {path}, where the launcher's volume goes; attach it elsewhere")
     return None
+
+
+def _absolute(path: str) -> str:
+    """`path` normalized and read from `/` (`/infertune/./a//b` is `/infertune/a/b`), to be
+    compared with LAUNCHER_DIR."""
+    return "/" + posixpath.normpath(path).lstrip("/")
 
 
 def _pod_level_shortfall(pod_spec: Mapping[str, Any], resources: Mapping[str, str]) -> str | None:
@@ -720,19 +726,18 @@ def _pod_level_shortfall(pod_spec: Mapping[str, Any], resources: Mapping[str, st
     own = pod_spec.get("resources")
     if not isinstance(own, Mapping):
         return None
-    for kind in ("requests",):
-        for resource, value in (own.get(kind) or {}).items():
-            wanted = resources.get(str(resource))
-            if wanted is None:
-                continue
-            try:
-                short = parse_quantity(str(value)) < parse_quantity(wanted)
-            except ValueError:
-                continue  # the API server took it: not a number this parser reads
-            if short:
-                return (f"the pod's own resources.{kind}.{resource} is {value}, under the "
-                        f"{wanted} the launcher's init container asks for; raise it, or set "
-                        "spec.numa.policy to none")
+    for resource, value in (own.get("requests") or {}).items():
+        wanted = resources.get(str(resource))
+        if wanted is None:
+            continue
+        try:
+            short = parse_quantity(str(value)) < parse_quantity(wanted)
+        except ValueError:
+            continue  # the API server took it: not a number this parser reads
+        if short:
+            return (f"the pod's own resources.requests.{resource} is {value}, under the "
+                    f"{wanted} the launcher's init container asks for; raise it, or set "
+                    "spec.numa.policy to none")
     return None
 
 
@@ -994,6 +999,10 @@ def plan_pod_patch(spec: InferenceTuningSpec, pod: dict[str, Any],
                         "rest of the tuning is applied")
     reasons.append(f"memory: {memory_high.reason}")
 
+    binder = _binds_itself(serving)
+    # Whether the launcher wraps the serving command (and binds it).
+    launcher = (spec.numa.policy is not NumaPolicy.NONE and bool(serving.get("command"))
+                and binder is None)
     env = _EnvPlan(_pointer("spec", "containers", index), serving.get("env"),
                    bool(serving.get("envFrom")))
     refusal = _allocator(spec, env, _cpu_limit(serving), reasons, problems,
@@ -1001,12 +1010,12 @@ def plan_pod_patch(spec: InferenceTuningSpec, pod: dict[str, Any],
                          # The launcher pins it, or the command's own taskset or numactl.
                          pins=(spec.numa.policy in (NumaPolicy.NODE, NumaPolicy.GPU_LOCAL)
                                and bool(serving.get("command")))
-                         or _binds_itself(serving) is not None
+                         or binder is not None
                          or (context.static_cpu_manager and _exclusive_cpus(pod_spec, serving)))
     if refusal is not None:
         return PodPlan(revision, refused=True, problems=[refusal])
 
-    gpuless = _gpu_local_without_gpu(spec, pod_spec, serving)
+    gpuless = _gpu_local_without_gpu(spec, pod_spec, serving) if launcher else None
     if gpuless is not None:
         # Reported, not refused: a GPU can come another way the webhook cannot see (a
         # runtime's default, an image's ENV), and the launcher finds it at start.
@@ -1014,7 +1023,7 @@ def plan_pod_patch(spec: InferenceTuningSpec, pod: dict[str, Any],
                 "it runs unbound")
         problems.append(f"{gpuless}: {fate}; request nvidia.com/gpu (or set spec.mig), or "
                         "set spec.numa.policy to node or interleave")
-    refused = _memory_policy_refused(spec, pod_spec, serving)
+    refused = _memory_policy_refused(pod_spec, serving) if launcher else None
     if refused is not None and spec.numa.strict:
         return PodPlan(revision, refused=True, problems=[
             f"{refused}, and numa.strict would stop the container (exit 78) at every start; "
@@ -1028,8 +1037,6 @@ def plan_pod_patch(spec: InferenceTuningSpec, pod: dict[str, Any],
         problems.append(f"{refused}: {gets}; add SYS_NICE to its "
                         "securityContext.capabilities.add for the whole binding")
 
-    launcher = (spec.numa.policy is not NumaPolicy.NONE and bool(serving.get("command"))
-                and _binds_itself(serving) is None)
     clash = _launcher_clash(pod_spec, serving) if launcher else None
     if clash is not None:
         # Patched, the pod is one the API server refuses (a duplicate name, a mountPath twice),
@@ -1052,7 +1059,7 @@ def plan_pod_patch(spec: InferenceTuningSpec, pod: dict[str, Any],
             serving = {**serving, "command": op["value"]}
         else:
             ops.append(op)
-    ops += _numa_ops(spec, pod_spec, index, serving, context, env, reasons, problems,
+    ops += _numa_ops(spec, pod_spec, index, serving, binder, context, env, reasons, problems,
                      resources)
     ops += env.build()
     ops += mig_ops(spec, _pointer("spec", "containers", index), serving,
@@ -1111,9 +1118,8 @@ def _gpu_local_without_gpu(spec: InferenceTuningSpec, pod_spec: Mapping[str, Any
     device at all (no extended resource, such as nvidia.com/gpu or another vendor's GPU
     share; no MIG from the spec; no dynamic resource claim; no NVIDIA_VISIBLE_DEVICES of its
     own or from envFrom; not privileged), so the launcher is unlikely to find a GPU to take
-    the NUMA node from."""
-    if (spec.numa.policy is not NumaPolicy.GPU_LOCAL or not serving.get("command")
-            or _binds_itself(serving) is not None):
+    the NUMA node from. Asked only of a command the launcher wraps."""
+    if spec.numa.policy is not NumaPolicy.GPU_LOCAL:
         return None
     if spec.mig is not None or pod_spec.get("resourceClaims") or serving.get("envFrom"):
         return None
@@ -1135,17 +1141,15 @@ def _privileged(container: Mapping[str, Any]) -> bool:
     return bool((container.get("securityContext") or {}).get("privileged"))
 
 
-def _memory_policy_refused(spec: InferenceTuningSpec, pod_spec: Mapping[str, Any],
+def _memory_policy_refused(pod_spec: Mapping[str, Any],
                            serving: Mapping[str, Any]) -> str | None:
     """Why the serving container cannot have numactl's memory binding, if it is known at
     admission: the runtimes' default seccomp profile (RuntimeDefault) allows the memory policy
     calls (set_mempolicy, mbind) only with CAP_SYS_NICE (containerd,
     contrib/seccomp/seccomp_default.go), which containers do not get by default. (A kubelet
     that defaults every pod to RuntimeDefault, seccompDefault, cannot be seen here: the
-    launcher then binds the CPUs only, or under strict exits 78 at every start.)"""
-    if (spec.numa.policy is NumaPolicy.NONE or not serving.get("command")
-            or _binds_itself(serving) is not None):
-        return None
+    launcher then binds the CPUs only, or under strict exits 78 at every start.) Asked only
+    of a command the launcher wraps."""
     context = serving.get("securityContext") or {}
     profile = (context.get("seccompProfile")
                or (pod_spec.get("securityContext") or {}).get("seccompProfile") or {})
@@ -1160,9 +1164,11 @@ def _memory_policy_refused(spec: InferenceTuningSpec, pod_spec: Mapping[str, Any
 
 
 def _numa_ops(spec: InferenceTuningSpec, pod_spec: dict[str, Any], index: int,
-              serving: dict[str, Any], context: PodContext, env: _EnvPlan, reasons: list[str],
-              problems: list[str], resources: Mapping[str, str]) -> list[Op]:
-    """The launcher that binds the serving command to its NUMA node, and its settings."""
+              serving: dict[str, Any], binder: str | None, context: PodContext,
+              env: _EnvPlan, reasons: list[str], problems: list[str],
+              resources: Mapping[str, str]) -> list[Op]:
+    """The launcher that binds the serving command to its NUMA node, and its settings.
+    `binder`: the program of the command that binds it itself (`_binds_itself`)."""
     if spec.numa.policy is NumaPolicy.NONE:
         return []
     if not serving.get("command"):
@@ -1170,7 +1176,6 @@ def _numa_ops(spec: InferenceTuningSpec, pod_spec: dict[str, Any], index: int,
                         "cannot be known at admission, so it is not wrapped and NUMA binding "
                         "is skipped; set command in the Deployment's pod template")
         return []
-    binder = _binds_itself(serving)
     if binder is not None:
         problems.append(f"container {serving.get('name')} runs its command under {binder}, "
                         "which binds it itself and would replace the launcher's binding in "
