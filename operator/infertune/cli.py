@@ -155,15 +155,13 @@ def _plan(args: argparse.Namespace) -> int:
     return 0
 
 
-
 def _allocator_check(args: argparse.Namespace) -> int:
+    from infertune.api.manifests import printable
     from infertune.tuning.mallocconf import check_malloc_conf, new_in_5_3
 
     if args.pinned and args.cpus is None:
         print("--pinned needs --cpus N", file=sys.stderr)
         return 2
-    from infertune.api.manifests import printable
-
     problems = check_malloc_conf(args.conf, cpus=args.cpus, pinned=args.pinned)
     for problem in problems:
         print(printable(f"MALLOC_CONF: {problem.message}"), file=sys.stderr)

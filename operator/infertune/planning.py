@@ -10,7 +10,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from infertune.api.errors import field_errors
-from infertune.api.manifests import load_documents, printable, source_name
+from infertune.api.manifests import load_documents, printable, same_namespace, source_name
 from infertune.api.spec import KIND, InferenceTuning
 from infertune.api.tuning import MigSpec, MigStrategy
 from infertune.tuning.mig import (
@@ -204,10 +204,8 @@ def _namespace(doc: dict[str, Any]) -> str | None:
 
 
 def _same_namespace(doc: dict[str, Any], namespace: str | None) -> bool:
-    """Whether `doc` is in `namespace`; one left unset on either side is taken as the same
-    (kubectl puts both into the namespace of the context, or of --namespace)."""
-    theirs = _namespace(doc)
-    return theirs is None or namespace is None or theirs == namespace
+    """Whether `doc` is in `namespace` (manifests.same_namespace)."""
+    return same_namespace(_namespace(doc), namespace)
 
 
 def render(plan: PodPlan, *, as_json: bool) -> str:

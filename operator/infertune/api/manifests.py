@@ -248,9 +248,10 @@ def _deployment_key(body: dict[str, Any]) -> tuple[str | None, str]:
     return (str(meta["namespace"]) if meta.get("namespace") else None), str(meta.get("name"))
 
 
-def _same_namespace(one: str | None, other: str | None) -> bool:
-    """One left unset is taken as the other's: kubectl puts both into the namespace of the
-    context, or of --namespace (as `infertune plan` takes them)."""
+def same_namespace(one: str | None, other: str | None) -> bool:
+    """Whether two manifests' namespaces (None: unset) are the same one: one left unset is
+    taken as the other's, as kubectl puts both into the namespace of the context, or of
+    --namespace (`validate` and `plan` match a tuning and its Deployment so)."""
     return one is None or other is None or one == other
 
 
@@ -263,7 +264,7 @@ def _target_of(tuning: InferenceTuning,
     while `plan` refused its pods."""
     namespace = tuning.metadata.namespace
     found = [(key, body) for key, body in deployments
-             if key[1] == tuning.spec.target_ref.name and _same_namespace(key[0], namespace)]
+             if key[1] == tuning.spec.target_ref.name and same_namespace(key[0], namespace)]
     found.sort(key=lambda item: item[0][0] != namespace)
     return found[0][1] if found else None
 

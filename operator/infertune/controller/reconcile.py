@@ -179,38 +179,31 @@ def _not_evaluated(before: InferenceTuningStatus, reason: str, why: str, generat
                            "NotEvaluated", f"not read while {why}", generation, now))
 
 
-_STATUS_FIELDS = frozenset(info.alias or name
-                           for name, info in InferenceTuningStatus.model_fields.items())
-
-
 def previous_status(raw: Any) -> InferenceTuningStatus:
-    """The status as last written; an unreadable one starts afresh. A block this release does
-    not know (a newer operator's, kept after a rollback) is left out rather than making the
-    whole status unreadable: starting afresh re-posted the Ready Event at every assessment,
-    and wrote the Deployment's replicas over the autoscaler's own count."""
-    if isinstance(raw, dict):
-        raw = {key: value for key, value in raw.items() if key in _STATUS_FIELDS}
+    """The status as last written; an unreadable one starts afresh. A block this release
+    cannot read (one a newer operator added, or a field it added to one; kept after a
+    rollback) is left out rather than making the whole status unreadable: starting afresh
+    re-posted the Ready Event at every assessment, and wrote the Deployment's replicas over
+    the autoscaler's own count."""
+    if not isinstance(raw, dict):
+        raw = {}
     try:
-        return InferenceTuningStatus.model_validate(raw or {})
+        return InferenceTuningStatus.model_validate(raw)
     except ValidationError as exc:
-        if not isinstance(raw, dict):
-            return InferenceTuningStatus()
-        # A block that holds what this release cannot read (a field a newer one added):
-        # that block is left out, and the rest (conditions, observedGeneration) kept.
         unreadable = {str(error["loc"][0]) for error in exc.errors() if error["loc"]}
-        try:
-            status = InferenceTuningStatus.model_validate(
-                {key: value for key, value in raw.items() if key not in unreadable})
-        except ValidationError:
-            return InferenceTuningStatus()
-        evaluated = (raw.get("autoscaling") or {}).get("evaluated") \
-            if isinstance(raw.get("autoscaling"), dict) else None
-        if "autoscaling" in unreadable and isinstance(evaluated, str):
-            # Still the autoscaler's: the replicas there are its count, not to be written
-            # over with the Deployment's (a scale event it did not record would be lost).
-            status = status.model_copy(update={"autoscaling": AutoscalingStatus(
-                evaluated=evaluated)})
-        return status
+    try:
+        status = InferenceTuningStatus.model_validate(
+            {key: value for key, value in raw.items() if key not in unreadable})
+    except ValidationError:
+        return InferenceTuningStatus()
+    autoscaling = raw.get("autoscaling")
+    evaluated = autoscaling.get("evaluated") if isinstance(autoscaling, dict) else None
+    if "autoscaling" in unreadable and isinstance(evaluated, str):
+        # Still the autoscaler's: the replicas there are its count, not to be written over
+        # with the Deployment's (a scale event it did not record would be lost).
+        status = status.model_copy(update={"autoscaling": AutoscalingStatus(
+            evaluated=evaluated)})
+    return status
 
 
 def _summary(spec: InferenceTuningSpec) -> str:

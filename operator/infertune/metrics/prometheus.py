@@ -100,38 +100,34 @@ def url_problem(url: str) -> str | None:
         return f"Prometheus URL {shown!r} must start with http:// or https://"
     if any(c.isspace() for c in url):
         # A paste's trailing space read as "the port is not a number".
-        return (f"Prometheus URL {shown!r} holds a space or a line break; "
-                "remove it")
+        return f"Prometheus URL {shown!r} holds a space or a line break; remove it"
     try:
         parts = urlsplit(url)
     except ValueError as exc:  # "Invalid IPv6 URL"
-        return (f"Prometheus URL {shown!r}: {exc}; for example "
-                "http://[fd00::1]:9090")
+        return f"Prometheus URL {shown!r}: {exc}; for example http://[fd00::1]:9090"
     try:
         port = parts.port  # ValueError: not a number, or above 65535
     except ValueError:
         port = 0
     if port == 0:
-        return (f"Prometheus URL {shown!r}: the port is not a number from 1 to "
-                "65535")
+        return f"Prometheus URL {shown!r}: the port is not a number from 1 to 65535"
     if not parts.hostname:
-        return (f"Prometheus URL {shown!r} names no host; for example "
-                "http://prometheus:9090")
+        return f"Prometheus URL {shown!r} names no host; for example http://prometheus:9090"
     if "?" in url or "#" in url:
         # The API's paths are appended to it: every query then went to a wrong URL and
         # read as "answered with something other than JSON".
-        return (f"Prometheus URL {shown!r} has a query string or a fragment "
-                "('?' or '#'), which the query API's paths cannot follow; give "
-                "the server's base URL, with its path prefix if it has one "
-                "(http://prometheus:9090, https://example.com/prometheus)")
+        return (f"Prometheus URL {shown!r} has a query string or a fragment ('?' or '#'), "
+                "which the query API's paths cannot follow; give the server's base URL, with "
+                "its path prefix if it has one (http://prometheus:9090, "
+                "https://example.com/prometheus)")
     if parts.username is not None or parts.password is not None:
         # As the Authorization header on the command line is refused (access.py):
         # requests sends them as Basic credentials.
-        return (f"Prometheus URL {shown!r} holds a user and password, and a "
-                "command-line argument is shown in every process list (the "
-                "chart's in its Deployment too); put base64 of user:password in "
-                f"a file and give it with {CREDENTIALS_OPTION} and "
-                f"{AUTH_TYPE_OPTION} Basic (chart: prometheus.credentialsSecret)")
+        return (f"Prometheus URL {shown!r} holds a user and password, and a command-line "
+                "argument is shown in every process list (the chart's in its Deployment "
+                f"too); put base64 of user:password in a file and give it with "
+                f"{CREDENTIALS_OPTION} and {AUTH_TYPE_OPTION} Basic (chart: "
+                "prometheus.credentialsSecret)")
     return None
 
 
@@ -685,8 +681,6 @@ class _Floors(NamedTuple):
     was not among them is read at once."""
     error: str = ""
     """Why the last read failed ("" when it did not)."""
-
-
 
 
 class _Unbuildable(NamedTuple):

@@ -79,6 +79,9 @@ class NodeReport:
     node: str
     state: NodeState
     message: str
+    foreign_pods: bool = False
+    """Busy because it runs GPU pods of another namespace than the tuning's, which the
+    tuning may not evict (DRAIN_OTHER_NAMESPACES)."""
 
 
 class StepKind(StrEnum):
@@ -186,8 +189,6 @@ def _clock(t: float) -> str:
         return f"unix time {t:g}"
 
 
-FOREIGN_PODS = "runs GPU pods of other namespaces"
-"""How a node a tuning leaves alone for another namespace's GPU pods is reported (busy)."""
 DRAIN_OTHER_NAMESPACES = "--mig-drain-other-namespaces"
 """The `infertune run` option that lets a tuning with spec.mig.allowDisruption evict the GPU
 pods of every namespace on the nodes it selects. Without it, a node that runs another
@@ -249,10 +250,10 @@ def plan_mig_nodes(nodes: Sequence[NodeView], configs: Mapping[str, str], *,
             pod for pod in node.gpu_pods if not pod.startswith(f"{drains_namespace}/")]
         if foreign:
             reports.append(NodeReport(node.name, NodeState.BUSY, (
-                f"{FOREIGN_PODS} ({', '.join(foreign[:3])}); not drained: "
+                f"runs GPU pods of other namespaces ({', '.join(foreign[:3])}); not drained: "
                 f"a tuning evicts only its own namespace's pods ({drains_namespace}) unless "
                 f"the operator runs with {DRAIN_OTHER_NAMESPACES} (chart: "
-                "mig.drainOtherNamespaces)")))
+                "mig.drainOtherNamespaces)"), foreign_pods=True))
             continue
         if step is not None:
             reports.append(_waiting(node, step.node or ""))
@@ -376,7 +377,7 @@ def cordons_to_release(nodes: Sequence[NodeView], reports: Sequence[NodeReport],
     lapsed keeps no node cordoned: the claimant's pass does not look at it).
     """
     planned = {r.node: r.state for r in reports}
-    foreign = {r.node for r in reports if r.message.startswith(FOREIGN_PODS)}
+    foreign = {r.node for r in reports if r.foreign_pods}
     still_partitions = exists if partitions is None else partitions
     released: list[Release] = []
     for node in nodes:
