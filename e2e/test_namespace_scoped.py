@@ -160,6 +160,10 @@ def test_another_namespace_is_left_alone(scoped: Scoped) -> None:
     expressions = registration.webhooks[0].namespace_selector.match_expressions
     assert ("kubernetes.io/metadata.name", "In", [scoped.watched]) in [
         (e.key, e.operator, e.values) for e in expressions], expressions
+    # Nor are its tunings to the admission check: they are not this operator's to refuse.
+    check = next(w for w in registration.webhooks if w.name == "inferencetunings.infertune.io")
+    assert [(e.key, e.operator, e.values) for e in check.namespace_selector.match_expressions
+            ] == [("kubernetes.io/metadata.name", "In", [scoped.watched])]
     pods = client.CoreV1Api(api).list_namespaced_pod(namespace, label_selector="app=qwen").items
     assert pods and not any((p.metadata.labels or {}).get("infertune.io/tuned-by")
                             for p in pods), [p.metadata.labels for p in pods]

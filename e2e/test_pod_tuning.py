@@ -21,6 +21,7 @@ from kubernetes.client.exceptions import ApiException
 from e2e.fixtures.access import exists
 from e2e.fixtures.operator import OperatorProcess
 from e2e.fixtures.waiting import wait_for
+from e2e.test_admission import without_the_check
 from e2e.test_operator import (
     GROUP,
     PLURAL,
@@ -198,16 +199,18 @@ def test_a_limit_range_default_gives_the_launcher_no_gpu(
 def test_pods_of_an_invalid_edit_are_tuned_as_the_last_valid_spec_said(
     api_client: client.ApiClient, namespace: str, operator: OperatorProcess
 ) -> None:
-    """The API server takes an edit the operator refuses (a cross-field rule: min above
-    max): new pods were admitted untuned while the tuning said InvalidSpec, and a scale-out
-    brought back pods without their binding and allocator."""
+    """An edit the operator refuses (a cross-field rule: min above max) that the API server
+    stored, while the admission check was not there (the operator down: its failurePolicy
+    is Ignore): new pods were admitted untuned while the tuning said InvalidSpec, and a
+    scale-out brought back pods without their binding and allocator."""
     create_tuning_first(api_client, namespace, operator,
                         tuning("qwen", "qwen", memory={"high": "6Gi"}))
     wait_for(lambda: get_tuning(api_client, namespace, "qwen")["status"].get("appliedSpec"),
              "status.appliedSpec")
-    client.CustomObjectsApi(api_client).patch_namespaced_custom_object(
-        GROUP, VERSION, namespace, PLURAL, "qwen", {"spec": {
-            "memory": {"high": "7Gi"}, "autoscaling": {"minReplicas": 5, "maxReplicas": 3}}})
+    with without_the_check(api_client):
+        client.CustomObjectsApi(api_client).patch_namespaced_custom_object(
+            GROUP, VERSION, namespace, PLURAL, "qwen", {"spec": {
+                "memory": {"high": "7Gi"}, "autoscaling": {"minReplicas": 5, "maxReplicas": 3}}})
 
     def invalid() -> str | None:
         status = get_tuning(api_client, namespace, "qwen").get("status", {})
@@ -405,14 +408,17 @@ def test_a_registration_left_by_a_local_run_is_replaced_by_the_charts(
     try:
         local.apply({"url": "https://192.0.2.2:9443", "caBundle": "Q0E="})
         chart.apply({"url": "https://0.0.0.0:9443", "caBundle": "Q0I="})
-        (webhook,) = admission.read_mutating_webhook_configuration(name).webhooks
-        assert webhook.client_config.url is None
-        assert webhook.client_config.service.name == "infertune-webhook"
-        assert webhook.client_config.ca_bundle == "Q0I="
+        hooks = admission.read_mutating_webhook_configuration(name).webhooks
+        assert len(hooks) == 2  # the pods' and the tunings' check
+        for webhook in hooks:
+            assert webhook.client_config.url is None
+            assert webhook.client_config.service.name == "infertune-webhook"
+            assert webhook.client_config.ca_bundle == "Q0I="
         local.apply({"url": "https://192.0.2.2:9443", "caBundle": "Q0E="})  # and back
-        (webhook,) = admission.read_mutating_webhook_configuration(name).webhooks
-        assert webhook.client_config.service is None
-        assert webhook.client_config.url == "https://192.0.2.2:9443/tune-pods"
+        hooks = admission.read_mutating_webhook_configuration(name).webhooks
+        assert {w.name: (w.client_config.service, w.client_config.url) for w in hooks} == {
+            "pods.infertune.io": (None, "https://192.0.2.2:9443/tune-pods"),
+            "inferencetunings.infertune.io": (None, "https://192.0.2.2:9443/check-tunings")}
     finally:
         client.ApiClient.set_default(None)  # type: ignore[no-untyped-call]
         if exists(lambda: admission.read_mutating_webhook_configuration(name)):
@@ -438,10 +444,11 @@ def test_an_upgrade_keeps_the_old_pods_ca_trusted_next_to_the_new_ones(
     try:
         old.apply({"url": "https://0.0.0.0:9443", "caBundle": bundles[0]})
         new.apply({"url": "https://0.0.0.0:9443", "caBundle": bundles[1]})
-        (webhook,) = admission.read_mutating_webhook_configuration(name).webhooks
-        trusted = x509.load_pem_x509_certificates(base64.b64decode(webhook.client_config.ca_bundle))
         wanted = [x509.load_pem_x509_certificate(base64.b64decode(b)) for b in bundles]
-        assert trusted == [wanted[1], wanted[0]]
+        for webhook in admission.read_mutating_webhook_configuration(name).webhooks:
+            trusted = x509.load_pem_x509_certificates(
+                base64.b64decode(webhook.client_config.ca_bundle))
+            assert trusted == [wanted[1], wanted[0]], webhook.name
     finally:
         client.ApiClient.set_default(None)  # type: ignore[no-untyped-call]
         if exists(lambda: admission.read_mutating_webhook_configuration(name)):

@@ -163,11 +163,17 @@ def validate_stored(body: Mapping[str, Any]) -> tuple[InferenceTuning | None, st
     """The InferenceTuning in an object as the API server returns it (its status and anything
     else the server adds are left out), or None and its problems in one line,
     `field.path: message; ...`."""
+    tuning, problems = stored_problems(body)
+    return tuning, "; ".join(str(e) for e in problems)
+
+
+def stored_problems(body: Mapping[str, Any]) -> tuple[InferenceTuning | None, list[FieldError]]:
+    """`validate_stored` with the problems one by one."""
     try:
         return InferenceTuning.model_validate(
-            {k: body[k] for k in ("apiVersion", "kind", "metadata", "spec") if k in body}), ""
+            {k: body[k] for k in ("apiVersion", "kind", "metadata", "spec") if k in body}), []
     except ValidationError as exc:
-        return None, "; ".join(str(e) for e in field_errors(exc, InferenceTuning))
+        return None, field_errors(exc, InferenceTuning)
 
 
 _SHOWN = reprlib.Repr()

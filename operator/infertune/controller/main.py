@@ -320,7 +320,7 @@ def register_handlers(mig: bool = True) -> ModuleType | None:
     watches every namespace's pods or patches nodes, and tunings with spec.mig say so."""
     if not mig:
         os.environ[MIG_OFF_ENV] = "off"  # read by the webhook and the controller's messages
-    from infertune.controller import autoscaling, handlers, pods  # noqa: F401
+    from infertune.controller import admission, autoscaling, handlers, pods  # noqa: F401
 
     if not mig:
         return None

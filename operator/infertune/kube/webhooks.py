@@ -4,6 +4,10 @@ kopf can manage webhook configurations itself, but it writes no namespaceSelecto
 webhook must never see kube-system or the operator's own namespace (a broken operator must not
 stop its own pods from starting). So kopf serves the webhook and this module registers it,
 with kopf's client config (URL and caBundle) and the selectors DESIGN.md asks for.
+
+The same configuration holds a second webhook, the admission check of InferenceTunings
+(controller/admission.py): one registration, CA and lifetime for both. It refuses an invalid
+spec and changes nothing.
 """
 
 from __future__ import annotations
@@ -31,11 +35,14 @@ from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError as Urllib3Error
 
 from infertune import keys
+from infertune.api.spec import GROUP, PLURAL, VERSION
 
 logger = logging.getLogger(__name__)
 
 WEBHOOK_CONFIGURATION = "infertune-pod-tuning"
 HANDLER_ID = "tune-pods"
+TUNING_HANDLER_ID = "check-tunings"
+"""The path and kopf handler id of the InferenceTuning admission check."""
 REGISTER_ATTEMPTS = 3
 REGISTRATION_CHECK_S = 30.0
 """How often a running operator checks that its webhook configuration is still there: an
@@ -53,6 +60,13 @@ MATCH_REPLICASET = ("has(object.metadata.ownerReferences) && "
 """The CEL matchCondition of the webhook: a pod a ReplicaSet controls (tuning/pod_shape.py's
 controlling_replicaset). Kubernetes 1.30 makes matchConditions GA; an older API server that
 does not know the field drops it, and every pod is sent, as before."""
+SPEC_CHANGED = ("request.operation == 'CREATE' || "
+                "(!has(object.metadata.deletionTimestamp) && object.spec != oldObject.spec)")
+"""The CEL matchCondition of the InferenceTuning check: a create, or an update that changes
+the spec of an object not being deleted. kopf's own updates (its finalizer, its annotations)
+and a deletion are never sent: a slow operator does not slow them, a stopped one does not
+add its timeout to them. The check itself does the same (admission.verdict) for an API
+server that drops matchConditions."""
 OPT_OUT_LABEL = f"{keys.PREFIX}/tuning"
 """Pods labelled infertune.io/tuning=disabled are never sent to the webhook."""
 OPT_OUT_VALUE = "disabled"
@@ -101,16 +115,17 @@ class WebhookRegistration:
     configuration with it even when the operator's permissions are deleted before the
     operator has stopped and removed it itself."""
 
-    def client_config(self, kopf_config: dict[str, Any]) -> dict[str, Any]:
+    def client_config(self, kopf_config: dict[str, Any],
+                      handler: str = HANDLER_ID) -> dict[str, Any]:
         config: dict[str, Any] = {}
         if kopf_config.get("caBundle"):
             config["caBundle"] = kopf_config["caBundle"]
         if self.service is not None:
             namespace, name, port = self.service
             config["service"] = {"namespace": namespace, "name": name, "port": port,
-                                 "path": f"/{HANDLER_ID}"}
+                                 "path": f"/{handler}"}
         else:
-            config["url"] = f"{str(kopf_config['url']).rstrip('/')}/{HANDLER_ID}"
+            config["url"] = f"{str(kopf_config['url']).rstrip('/')}/{handler}"
         return config
 
     def body(self, kopf_config: dict[str, Any],
@@ -145,12 +160,32 @@ class WebhookRegistration:
                 "matchConditions": [{"name": "replicaset-pods", "expression": MATCH_REPLICASET}],
                 "timeoutSeconds": self.timeout_seconds,
                 "admissionReviewVersions": ["v1"],
+            }, {
+                "name": f"{PLURAL}.{keys.PREFIX}",
+                "clientConfig": self.client_config(kopf_config, TUNING_HANDLER_ID),
+                "rules": [{"apiGroups": [GROUP], "apiVersions": [VERSION], "resources": [PLURAL],
+                           "operations": ["CREATE", "UPDATE"], "scope": "Namespaced"}],
+                # A stopped operator never blocks an apply: the controller reports an
+                # invalid spec in the tuning's status all the same.
+                "failurePolicy": "Ignore",
+                "sideEffects": "None",
+                "matchPolicy": "Equivalent",
+                "reinvocationPolicy": "Never",
+                # Only where this operator acts on tunings (--namespace); no exclusions: a
+                # refused InferenceTuning stops no pod.
+                "namespaceSelector": {"matchExpressions": self._namespace_expressions(
+                    excluding=False)},
+                "matchConditions": [{"name": "spec-changed", "expression": SPEC_CHANGED}],
+                "timeoutSeconds": self.timeout_seconds,
+                "admissionReviewVersions": ["v1"],
             }],
         }
 
-    def _namespace_expressions(self) -> list[dict[str, Any]]:
+    def _namespace_expressions(self, excluding: bool = True) -> list[dict[str, Any]]:
+        """The namespaceSelector's expressions: the namespaces this operator watches, and
+        (`excluding`) none of the excluded ones."""
         name = "kubernetes.io/metadata.name"  # set by the API server on every namespace
-        expressions: list[dict[str, Any]] = [
+        expressions: list[dict[str, Any]] = [] if not excluding else [
             {"key": name, "operator": "NotIn", "values": sorted(set(self.excluded_namespaces))}]
         if self.included_namespaces and not any(map(is_pattern, self.included_namespaces)):
             expressions.append({"key": name, "operator": "In",
@@ -211,8 +246,10 @@ class WebhookRegistration:
         new one registers: trusting only the new one, the API server failed those calls, and
         the pods created meanwhile were admitted untuned."""
         config = webhook["clientConfig"]
-        before = next((w.client_config for w in current.webhooks or []
-                       if w.name == webhook["name"] and w.client_config is not None), None)
+        # A webhook this release adds (the tunings' check) trusts what the others trust.
+        configs = sorted((w for w in current.webhooks or [] if w.client_config is not None),
+                         key=lambda w: w.name != webhook["name"])
+        before = configs[0].client_config if configs else None
         if before is None or before.service is None or not before.ca_bundle:
             return webhook
         if (self.service is None or not config.get("caBundle")

@@ -1,0 +1,140 @@
+"""Admission check of InferenceTunings: an invalid spec is refused when it is applied.
+
+Without it the API server stored any spec its schema took (`minReplicas` above
+`maxReplicas`, a sustain past its bound), the sync that applied it succeeded, and the
+tuning only said Ready=False (InvalidSpec) afterwards, where GitOps does not look. The check
+is the one the controller makes (api/errors.stored_problems) plus what `infertune validate`
+refuses in a spec the models take (api/spec.apply_problems), so a refusal here is the same
+message the status or `validate` would give.
+
+It ratchets, as Kubernetes' own validation does: an update is refused only for a problem the
+stored object did not have. An object stored before a release tightened a rule can still be
+edited (a label, another field) and deleted; the problem it keeps is returned as a warning,
+and its status says InvalidSpec as before.
+
+The check is a second webhook of the pod tuning's configuration (kube/webhooks.py): one
+registration, CA and lifetime for both. A mutating webhook may refuse a request; this one
+changes nothing. Its failurePolicy is Ignore, so a stopped operator never blocks an apply:
+the controller still reports what this would have refused.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import kopf
+
+from infertune.api.errors import stored_problems
+from infertune.api.spec import GROUP, PLURAL, VERSION, apply_problems
+from infertune.kube.webhooks import TUNING_HANDLER_ID
+
+logger = logging.getLogger(__name__)
+
+PLACEHOLDER_NAME = "generated"
+"""Stands in for the name of an object created with metadata.generateName: the API server
+generates the name after the mutating webhooks have run."""
+MAX_MESSAGE = 4000
+"""Characters of the refusal's message; the problems past it are counted."""
+MAX_WARNING = 250
+"""Characters of one warning: the API server may truncate longer ones."""
+
+
+@dataclass(frozen=True)
+class Verdict:
+    refused: tuple[str, ...]
+    """Problems the stored object did not have: the request is refused for them."""
+    kept: tuple[str, ...]
+    """Problems the stored object had already: let through, as a warning."""
+
+
+def problems(obj: Mapping[str, Any]) -> list[str]:
+    """What is wrong with the spec of `obj` (an object as the API server sends it), each as
+    `field.path: message`. Metadata is the API server's to check; only the name and
+    namespace are read."""
+    meta = obj.get("metadata") or {}
+    body = {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"),
+            "metadata": {"name": meta.get("name") or PLACEHOLDER_NAME,
+                         "namespace": meta.get("namespace")},
+            "spec": obj.get("spec")}
+    tuning, errors = stored_problems(body)
+    if tuning is None:
+        return [str(e) for e in errors]
+    return [f"{field}: {problem}" for field, problem in apply_problems(tuning)]
+
+
+def verdict(obj: Mapping[str, Any], old: Mapping[str, Any] | None) -> Verdict:
+    """The problems of `obj`, split by whether `old` (the stored object, None on a create)
+    had them already. An update that leaves the spec as it was, or of an object being
+    deleted, is not checked: kopf's finalizer and annotations must always go through."""
+    if old is not None and (old.get("spec") == obj.get("spec")
+                            or (obj.get("metadata") or {}).get("deletionTimestamp")):
+        return Verdict((), ())
+    found = problems(obj)
+    before = set(problems(old)) if old is not None and found else set()
+    return Verdict(tuple(p for p in found if p not in before),
+                   tuple(p for p in found if p in before))
+
+
+def refusal(name: str, refused: tuple[str, ...]) -> str:
+    """The message of a refusal: every problem (those past MAX_MESSAGE counted), then what to
+    do."""
+    shown: list[str] = []
+    for problem in refused:
+        if shown and sum(len(p) + 2 for p in shown) + len(problem) > MAX_MESSAGE:
+            break
+        shown.append(problem[:MAX_MESSAGE])
+    left = len(refused) - len(shown)
+    text = "; ".join(shown) + (f"; and {left} more" if left else "")
+    return (f"InferenceTuning {name or '(generated name)'}: {text}. Fix the spec and apply it "
+            "again; `infertune validate FILE` shows the same problems before an apply")
+
+
+def rivals_warning(name: str, target: str, entries: Any) -> str | None:
+    """A warning when other tunings of the namespace target the same Deployment: the pods of
+    a Deployment two tunings target are tuned by neither (api/manifests._rivals)."""
+    others = sorted({str(e.get("name")) for e in entries or () if e.get("name") != name})
+    if not others:
+        return None
+    shown = ", ".join(others[:3]) + (f" and {len(others) - 3} more" if len(others) > 3 else "")
+    one = len(others) == 1
+    return (f"InferenceTuning{'' if one else 's'} {shown} target{'s' if one else ''} "
+            f"Deployment {target} too: its new pods are tuned by none of them until only one "
+            "does")[:MAX_WARNING]
+
+
+@kopf.on.validate(GROUP, VERSION, PLURAL, id=TUNING_HANDLER_ID,  # type: ignore[arg-type]
+                  operations=["CREATE", "UPDATE"])
+async def check_tuning(body: kopf.Body, old: kopf.Body | None, operation: str,
+                       warnings: list[str],
+                       tunings_by_target: kopf.Index[tuple[str, str], dict[str, Any]],
+                       **_: Any) -> None:
+    """Refuse a spec with a problem the stored object did not have (`verdict`). It runs on
+    the event loop (no I/O). A failure of the check itself admits the object with a warning:
+    kopf answers an exception other than AdmissionError by refusing the request."""
+    meta = body.get("metadata") or {}
+    name = str(meta.get("name") or "")
+    try:
+        found = verdict(body, old if operation == "UPDATE" else None)
+        target = str(((body.get("spec") or {}).get("targetRef") or {}).get("name") or "")
+        rivals = None
+        if not found.refused and target and (
+                old is None or ((old.get("spec") or {}).get("targetRef") or {}).get("name")
+                != target):
+            rivals = rivals_warning(
+                name, target, tunings_by_target.get((str(meta.get("namespace") or ""),
+                                                     target)))
+    except Exception:
+        logger.exception("could not check InferenceTuning %s; it is admitted", name)
+        warnings.append("infertune: the spec could not be checked; it is admitted, and the "
+                        "tuning's Ready condition says whether it is valid")
+        return
+    if found.refused:
+        raise kopf.AdmissionError(refusal(name, found.refused), code=422)
+    for problem in found.kept:
+        warnings.append(f"infertune: the stored spec had this problem already and still has "
+                        f"it: {problem}"[:MAX_WARNING])
+    if rivals is not None:
+        warnings.append(f"infertune: {rivals}")

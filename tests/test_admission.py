@@ -1,0 +1,278 @@
+"""The admission check of InferenceTunings (controller/admission.py) and its registration."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from pathlib import Path
+from typing import Any
+
+import kopf
+import pytest
+from kubernetes import client
+
+from infertune.controller import admission
+from infertune.controller.admission import (
+    MAX_MESSAGE,
+    MAX_WARNING,
+    check_tuning,
+    refusal,
+    rivals_warning,
+    verdict,
+)
+from infertune.kube.webhook_tls import write_self_signed
+from infertune.kube.webhooks import (
+    HANDLER_ID,
+    SPEC_CHANGED,
+    TUNING_HANDLER_ID,
+    WebhookRegistration,
+)
+
+VALID: dict[str, Any] = {
+    "apiVersion": "infertune.io/v1alpha1", "kind": "InferenceTuning",
+    "metadata": {"name": "llama", "namespace": "serving"},
+    "spec": {"targetRef": {"name": "vllm"}, "engine": "vllm",
+             "autoscaling": {"minReplicas": 1, "maxReplicas": 4}},
+}
+BOUNDS = "spec.autoscaling.minReplicas: 5 is above maxReplicas 2"
+
+
+def tuning(**spec: Any) -> dict[str, Any]:
+    body = copy.deepcopy(VALID)
+    body["spec"].update(spec)
+    return body
+
+
+def inverted() -> dict[str, Any]:
+    return tuning(autoscaling={"minReplicas": 5, "maxReplicas": 2})
+
+
+def test_a_valid_spec_is_admitted() -> None:
+    assert verdict(VALID, None) == admission.Verdict((), ())
+
+
+def test_an_invalid_spec_is_refused_with_the_field_and_what_to_do() -> None:
+    found = verdict(inverted(), None)
+    assert len(found.refused) == 1
+    assert found.refused[0].startswith(BOUNDS)
+    assert "lower minReplicas or raise maxReplicas" in found.refused[0]
+    message = refusal("llama", found.refused)
+    assert message.startswith(f"InferenceTuning llama: {BOUNDS}")
+    assert "infertune validate" in message
+
+
+def test_every_problem_is_named() -> None:
+    body = inverted()
+    del body["spec"]["engine"]
+    found = verdict(body, None)
+    assert [p.split(":")[0] for p in found.refused] == ["spec.engine",
+                                                        "spec.autoscaling.minReplicas"]
+
+
+def test_a_spec_validate_refuses_but_the_models_take_is_refused_on_create() -> None:
+    """api/spec.apply_problems: a selector no node can carry picks no node, without a word."""
+    body = tuning(mig={"profile": "3g.40gb", "nodeSelector": {"gpu type": "a100"}})
+    found = verdict(body, None)
+    assert [p.split(":")[0] for p in found.refused] == ["spec.mig.nodeSelector['gpu type']"]
+
+
+def test_a_missing_spec_is_refused() -> None:
+    body = copy.deepcopy(VALID)
+    del body["spec"]
+    assert verdict(body, None).refused == ("spec: is required; add it",)
+
+
+def test_a_generated_name_is_not_a_problem() -> None:
+    """The API server generates the name after the mutating webhooks have run."""
+    body = copy.deepcopy(VALID)
+    body["metadata"] = {"generateName": "llama-", "namespace": "serving"}
+    assert verdict(body, None) == admission.Verdict((), ())
+    assert verdict({**inverted(), "metadata": body["metadata"]}, None).refused
+    assert refusal("", ("x: y",)).startswith("InferenceTuning (generated name): x: y.")
+
+
+def test_an_update_that_leaves_the_spec_is_not_checked() -> None:
+    """kopf's finalizer and annotations on a tuning stored before a rule was tightened."""
+    stored = inverted()
+    labelled = copy.deepcopy(stored)
+    labelled["metadata"]["labels"] = {"team": "a"}
+    assert verdict(labelled, stored) == admission.Verdict((), ())
+
+
+def test_an_object_being_deleted_is_not_checked() -> None:
+    stored = tuning()
+    going = inverted()
+    going["metadata"]["deletionTimestamp"] = "2026-12-06T10:00:00Z"
+    assert verdict(going, stored) == admission.Verdict((), ())
+
+
+def test_an_update_is_refused_only_for_problems_the_stored_object_did_not_have() -> None:
+    stored = inverted()
+    edited = copy.deepcopy(stored)
+    edited["spec"]["mode"] = "DryRun"
+    kept = verdict(edited, stored)
+    assert kept.refused == ()
+    assert len(kept.kept) == 1 and kept.kept[0].startswith(BOUNDS)
+
+    worse = copy.deepcopy(edited)
+    del worse["spec"]["engine"]
+    found = verdict(worse, stored)
+    assert [p.split(":")[0] for p in found.refused] == ["spec.engine"]
+    assert len(found.kept) == 1
+
+    # A problem the stored object had, with other numbers, is a new one.
+    other = copy.deepcopy(stored)
+    other["spec"]["autoscaling"]["minReplicas"] = 6
+    assert verdict(other, stored).refused[0].startswith(
+        "spec.autoscaling.minReplicas: 6 is above maxReplicas 2")
+
+
+def test_an_update_that_breaks_a_valid_spec_is_refused() -> None:
+    assert verdict(inverted(), tuning()).refused[0].startswith(BOUNDS)
+
+
+def test_a_long_refusal_counts_the_problems_it_leaves_out() -> None:
+    problems = tuple(f"spec.x[{i}]: " + "y" * 300 for i in range(40))
+    message = refusal("t", problems)
+    shown = sum(f"spec.x[{i}]:" in message for i in range(40))
+    assert 0 < shown < 40
+    assert f"; and {40 - shown} more." in message
+    assert len(message) < MAX_MESSAGE + 300
+    # One problem longer than the whole is cut, not dropped.
+    assert "spec.z: " in refusal("t", ("spec.z: " + "w" * (2 * MAX_MESSAGE),))
+
+
+def test_rivals_are_named_and_the_tuning_itself_is_not() -> None:
+    assert rivals_warning("a", "vllm", [{"name": "a"}]) is None
+    assert rivals_warning("a", "vllm", None) is None
+    assert rivals_warning("a", "vllm", [{"name": "a"}, {"name": "b"}]) == (
+        "InferenceTuning b targets Deployment vllm too: its new pods are tuned by none of "
+        "them until only one does")
+    many = rivals_warning("a", "vllm", [{"name": n} for n in "edcbf"])
+    assert many is not None
+    assert many.startswith("InferenceTunings b, c, d and 2 more target Deployment vllm too")
+    long = rivals_warning("a", "v" * 253, [{"name": "b" * 253}])
+    assert long is not None and len(long) == MAX_WARNING
+
+
+class Index(dict[tuple[str, str], list[dict[str, Any]]]):
+    """Stands in for kopf's index: a mapping of keys to the stored values (kopf.Index)."""
+
+
+def check(body: dict[str, Any], old: dict[str, Any] | None = None,
+          index: dict[tuple[str, str], list[dict[str, Any]]] | None = None) -> list[str]:
+    warnings: list[str] = []
+    asyncio.run(check_tuning(body=kopf.Body(body), old=None if old is None else kopf.Body(old),
+                             operation="CREATE" if old is None else "UPDATE",
+                             warnings=warnings, tunings_by_target=Index(index or {})))
+    return warnings
+
+
+def test_the_handler_refuses_with_a_422_admission_error() -> None:
+    with pytest.raises(kopf.AdmissionError) as refused:
+        check(inverted())
+    assert refused.value.code == 422
+    assert str(refused.value).startswith(f"InferenceTuning llama: {BOUNDS}")
+
+
+def test_the_handler_warns_of_kept_problems_and_rivals() -> None:
+    assert check(VALID) == []
+    stored = inverted()
+    edited = copy.deepcopy(stored)
+    edited["spec"]["mode"] = "DryRun"
+    warnings = check(edited, stored)
+    assert len(warnings) == 1
+    assert warnings[0].startswith("infertune: the stored spec had this problem already and "
+                                  f"still has it: {BOUNDS}")
+    assert all(len(w) <= MAX_WARNING for w in warnings)
+
+    rivals = {("serving", "vllm"): [{"name": "other"}]}
+    assert check(VALID, None, rivals) == [
+        "infertune: InferenceTuning other targets Deployment vllm too: its new pods are tuned "
+        "by none of them until only one does"]
+    # Said when the target is chosen, not at every edit of a tuning that has one.
+    moved = copy.deepcopy(VALID)
+    moved["spec"]["mode"] = "DryRun"
+    assert check(moved, VALID, rivals) == []
+    # Not in another namespace.
+    assert check(VALID, None, {("other", "vllm"): [{"name": "other"}]}) == []
+
+
+def test_a_failure_of_the_check_admits_the_tuning(monkeypatch: pytest.MonkeyPatch,
+                                                   caplog: pytest.LogCaptureFixture) -> None:
+    """kopf refuses the request on any other exception: a bug in the check must not stop
+    every apply."""
+    def broken(*_: Any) -> admission.Verdict:
+        raise RuntimeError("bug")
+
+    monkeypatch.setattr(admission, "verdict", broken)
+    warnings = check(inverted())
+    assert warnings == ["infertune: the spec could not be checked; it is admitted, and the "
+                        "tuning's Ready condition says whether it is valid"]
+    assert "could not check InferenceTuning llama" in caplog.text
+
+
+KOPF = {"url": "https://10.0.0.5:9443", "caBundle": "Q0E="}
+
+
+def hooks(registration: WebhookRegistration) -> dict[str, dict[str, Any]]:
+    return {w["name"]: w for w in registration.body(KOPF)["webhooks"]}
+
+
+def test_the_check_is_registered_next_to_the_pod_webhook() -> None:
+    registration = WebhookRegistration(excluded_namespaces=("kube-system", "infertune-system"))
+    found = hooks(registration)
+    assert set(found) == {"pods.infertune.io", "inferencetunings.infertune.io"}
+    hook = found["inferencetunings.infertune.io"]
+    assert hook["rules"] == [{"apiGroups": ["infertune.io"], "apiVersions": ["v1alpha1"],
+                              "resources": ["inferencetunings"],
+                              "operations": ["CREATE", "UPDATE"], "scope": "Namespaced"}]
+    assert hook["clientConfig"] == {"caBundle": "Q0E=",
+                                    "url": f"https://10.0.0.5:9443/{TUNING_HANDLER_ID}"}
+    assert found["pods.infertune.io"]["clientConfig"]["url"].endswith(f"/{HANDLER_ID}")
+    # A stopped operator never blocks an apply.
+    assert hook["failurePolicy"] == "Ignore"
+    assert hook["sideEffects"] == "None"
+    assert hook["matchConditions"] == [{"name": "spec-changed", "expression": SPEC_CHANGED}]
+    # Cluster-wide: every namespace, the operator's and kube-system too (a refused tuning
+    # stops no pod).
+    assert hook["namespaceSelector"] == {"matchExpressions": []}
+
+    namespaced = hooks(WebhookRegistration(excluded_namespaces=("kube-system",),
+                                           included_namespaces=("team-b", "team-a")))
+    assert namespaced["inferencetunings.infertune.io"]["namespaceSelector"] == {
+        "matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "In",
+                              "values": ["team-a", "team-b"]}]}
+
+    service = WebhookRegistration(excluded_namespaces=(),
+                                  service=("infertune-system", "infertune-webhook", 443))
+    assert hooks(service)["inferencetunings.infertune.io"]["clientConfig"] == {
+        "caBundle": "Q0E=", "service": {"namespace": "infertune-system",
+                                        "name": "infertune-webhook", "port": 443,
+                                        "path": f"/{TUNING_HANDLER_ID}"}}
+
+
+def test_a_check_added_by_an_upgrade_trusts_the_ca_the_pod_webhook_trusted(
+        tmp_path: Path) -> None:
+    """Registered by the new pod of a rolling upgrade from a release without the check: the
+    old pod, which still answers through the same Service, is trusted for it too."""
+    import base64
+
+    old_cert, _ = write_self_signed(tmp_path / "old", ["infertune-webhook.infertune-system.svc"],
+                                    days=30)
+    new_cert, _ = write_self_signed(tmp_path / "new", ["infertune-webhook.infertune-system.svc"],
+                                    days=30)
+    old_ca = base64.b64encode(old_cert.read_bytes()).decode()
+    new_ca = base64.b64encode(new_cert.read_bytes()).decode()
+    registration = WebhookRegistration(
+        excluded_namespaces=(), service=("infertune-system", "infertune-webhook", 443))
+    current = client.V1MutatingWebhookConfiguration(webhooks=[client.V1MutatingWebhook(
+        name="pods.infertune.io", admission_review_versions=["v1"], side_effects="None",
+        client_config=client.AdmissionregistrationV1WebhookClientConfig(
+            ca_bundle=old_ca, service=client.AdmissionregistrationV1ServiceReference(
+                namespace="infertune-system", name="infertune-webhook", port=443)))])
+    for hook in registration.body({"caBundle": new_ca})["webhooks"]:
+        bundle = registration._also_trusting(hook, current)["clientConfig"]["caBundle"]
+        held = base64.b64decode(bundle)
+        assert old_cert.read_bytes().strip() in held, hook["name"]
+        assert held.startswith(new_cert.read_bytes().strip()), hook["name"]
