@@ -67,6 +67,21 @@ def test_the_preview_counts_a_revert_as_the_operator_would() -> None:
     assert changed.blocked(4, NOW) is None  # generation 2: the fight ended with the spec
 
 
+def test_the_preview_counts_no_revert_where_the_operator_counts_none() -> None:
+    """The operator's own scale write set the replicas last (its status write was lost), or
+    the tuning is in DryRun: the operator counts no revert, and the preview said it had
+    stopped writing (ReplicaFight) at 3 a.m., in exactly the crash it was run to look at."""
+    once = Fight(1, NOW - 100, NOW - 100, 1, None).to_json()
+    status = {"autoscaling": {"replicaFight": once, "writtenReplicas": 4}}
+    own = Live(tuning(), 6, status, 1, None, own_write_last=True)
+    assert own.blocked(6, NOW) is None
+    dry = Live(tuning("DryRun"), 6, status, 1, None)
+    assert dry.blocked(6, NOW) is None
+    # Neither: the same counts are a second revert.
+    blocked = Live(tuning(), 6, status, 1, None).blocked(6, NOW)
+    assert blocked is not None and blocked.reason == "ReplicaFight"
+
+
 def decision(current: int, desired: int) -> ScaleDecision:
     action = ScaleAction.HOLD if current == desired else ScaleAction.SCALE_OUT
     return ScaleDecision(current, desired, action, "why", None, ScalingState(),  # type: ignore[arg-type]

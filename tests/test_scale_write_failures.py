@@ -14,6 +14,7 @@ from urllib3.exceptions import ReadTimeoutError
 
 from infertune.api.spec import InferenceTuningSpec, Mode
 from infertune.controller import autoscaling
+from infertune.controller import fights as fights_module
 from infertune.controller.autoscaling import OWN_SCALE_WRITE
 from infertune.controller.fights import Writers
 from infertune.controller.status_patch import merge_patch
@@ -507,6 +508,64 @@ def test_a_writer_reverting_each_write_of_a_slow_rate_limit_is_a_fight(
     # Writes at 0 and 15 min make the fight; then one retry after each backoff of 5, 10,
     # 20, 40, 60 and 60 min.
     assert writes == 8, writes
+
+
+def _reverted_every(monkeypatch: pytest.MonkeyPatch, minutes: int,
+                    hours: int = 12) -> tuple[Cluster, int, int, int]:
+    """A busy tuning whose replicas another writer puts back to 2 every `minutes`: the
+    cluster, the writes, the reverts, and the most reverts one fight counted."""
+    cluster = Cluster(monkeypatch, replicas=2)
+    settings = autoscaling.AutoscalingSettings(source=None)
+    writes = reverts = most = 0
+    for i in range(hours * 240):  # at 15 s
+        now = T0 + 15 * i
+        before = cluster.replicas
+        cluster.evaluate(settings, now)
+        writes += cluster.replicas != before
+        most = max(most, (cluster.status["autoscaling"].get("replicaFight") or {}).get(
+            "reverts", 0))
+        if i and i % (minutes * 4) == 0:  # the reconcile puts Git's 2 back
+            reverts += cluster.replicas != 2
+            cluster.replicas = 2
+    return cluster, writes, reverts, most
+
+
+@pytest.mark.parametrize(("every_min", "fewer_writes"), [(20, True), (60, True), (150, False)])
+def test_a_writer_reverting_now_and_then_is_a_fight_and_each_revert_is_said(
+        monkeypatch: pytest.MonkeyPatch, every_min: int, fewer_writes: bool) -> None:
+    """Flux corrects drift at each reconcile of its Kustomization (`interval: 1h` is
+    common): with a 10 minute quiet time every revert was the fight's first, writes never
+    stopped, and nothing said that the replicas were being taken away."""
+    cluster, writes, reverts, most = _reverted_every(monkeypatch, every_min)
+    assert most == reverts > 2
+    said = cluster.events.count("ReplicasReverted")
+    fights = cluster.events.count("ReplicaFight")
+    # The first revert is said as a Warning; the second stops writes and says so.
+    assert (said, fights) == (1, reverts - 1), cluster.events
+    # Side by side with the 10 minute quiet time: the writes the backoff saved.
+    monkeypatch.setattr(fights_module, "QUIET_S", 600.0)
+    before, writes_before, _, most_before = _reverted_every(monkeypatch, every_min)
+    assert most_before == 1 and "ReplicaFight" not in before.events
+    if fewer_writes:
+        assert writes < writes_before * 0.8, (writes, writes_before)
+    else:
+        # Reverts further apart than the longest backoff so far: the replicas are back
+        # before the next one either way; the fight says what goes on.
+        assert writes == writes_before
+
+
+def test_one_revert_is_said_once_and_does_not_stop_writes(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    cluster = Cluster(monkeypatch, replicas=2)
+    settings = autoscaling.AutoscalingSettings(source=None)
+    assert cluster.evaluate(settings, T0) == 3 and cluster.replicas == 3
+    cluster.replicas = 2  # a person, a script
+    for i in range(1, 8):
+        cluster.evaluate(settings, T0 + 15 * i)
+    assert cluster.events.count("ReplicasReverted") == 1, cluster.events
+    assert "ReplicaFight" not in cluster.events
+    assert cluster.replicas > 2  # writes went on
+    assert cluster.status["autoscaling"]["replicaFight"]["reverts"] == 1
 
 
 @pytest.mark.parametrize("between", ["re-created", "autoscaling removed"])

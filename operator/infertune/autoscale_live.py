@@ -8,12 +8,13 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple, cast
 
-from infertune.api.spec import InferenceTuning
+from infertune.api.spec import InferenceTuning, Mode
 from infertune.controller.fights import (
     Fight,
     Writers,
     autoscaling_rivals,
     blocked_by,
+    is_revert,
     next_fight,
     quiet_hold,
     written_replicas,
@@ -46,17 +47,22 @@ class Live(NamedTuple):
     unprobed: str | None = None
     """The serving container when it has no readiness or startup probe (its pods' Ready
     then says only that they started: pod_patch.unprobed_container)."""
+    own_write_last: bool = False
+    """The Deployment's managedFields say the operator's scale write set its replicas last
+    (kube.client.OWN_SCALE_WRITE)."""
 
     def fight(self, current: int, now: float) -> Fight | None:
         """The replica fight as the operator's evaluation now would see it: the stored one,
-        counting a revert when the replicas are not the ones it wrote last, and ended by a
-        spec change or a quiet time (fights.next_fight)."""
+        counting a revert as the operator counts one (fights.is_revert), and ended by a spec
+        change or a quiet time (fights.next_fight)."""
+        spec = self.tuning.spec
         autoscaling = self.status.get("autoscaling") or {}
-        written = written_replicas(self.status, self.tuning.spec.target_ref.name)
-        enabled = self.tuning.spec.autoscaling is None or self.tuning.spec.autoscaling.enabled
+        written = written_replicas(self.status, spec.target_ref.name)
+        writes = (spec.autoscaling is not None and spec.autoscaling.enabled
+                  and spec.mode is Mode.ENFORCE)
         return next_fight(Fight.from_json(autoscaling.get("replicaFight")), self.generation,
-                          enabled and written is not None and current != written, now,
-                          quiet_hold(self.tuning.spec))
+                          is_revert(written, current, writes, self.own_write_last), now,
+                          quiet_hold(spec))
 
     def blocked(self, current: int, now: float) -> Blocked | None:
         """Why the operator would not write replicas now, as it decides it."""
@@ -110,6 +116,7 @@ def _read_live(ref: str, kubeconfig: str | None, timeout_s: float | None = None)
     from infertune.api.errors import validate_stored
     from infertune.api.spec import GROUP, KIND, PLURAL, VERSION
     from infertune.kube.client import (
+        OWN_SCALE_WRITE,
         RETRIES,
         api_server_url,
         bounded_retries,
@@ -185,4 +192,5 @@ def _read_live(ref: str, kubeconfig: str | None, timeout_s: float | None = None)
     return Live(tuning, read.replicas, dict(body.get("status") or {}),
                 int((body.get("metadata") or {}).get("generation") or 0), hpa, notes, rivals,
                 read.ready, template_batching(tuning.spec, read.pod_spec),
-                unprobed_container(tuning.spec, read.pod_spec))
+                unprobed_container(tuning.spec, read.pod_spec),
+                read.replicas_by == (OWN_SCALE_WRITE,))

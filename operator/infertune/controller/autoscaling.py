@@ -51,12 +51,15 @@ from infertune.api.spec import (
 from infertune.api.status import ConditionStatus, ConditionType
 from infertune.controller.conditions import condition_dict, merge_condition_dicts
 from infertune.controller.fights import (
+    REPLICAS_REVERTED,
     Fight,
     Writers,
     autoscaling_rivals,
     blocked_by,
+    is_revert,
     next_fight,
     quiet_hold,
+    revert_message,
     written_replicas,
 )
 from infertune.controller.loops import pause, snapshot, until_stopped
@@ -72,7 +75,7 @@ from infertune.controller.scaling_report import (
 )
 from infertune.controller.status_patch import Build, merge_patch, write_status
 from infertune.kube.client import (
-    FIELD_MANAGER,
+    OWN_SCALE_WRITE,
     DeploymentReplicas,
     deployment_replicas,
     server_message,
@@ -103,8 +106,6 @@ SLOT_MARGIN_S = 0.005
 """Woken this much after a slot starts, so the clock reads the new slot."""
 SLOT_LATENESS_S = 5.0
 """A pass at most this late evaluates as of the start of its slot (`_evaluate_if_due`)."""
-OWN_SCALE_WRITE = (FIELD_MANAGER, "scale")
-"""How the Deployment's managedFields name the operator's replicas writes."""
 SCALE_WRITE_ATTEMPTS = 2
 """Decisions per slot when another writer changes the scale between the read and the write."""
 logger = logging.getLogger(__name__)
@@ -349,22 +350,18 @@ def _reverted(settings: AutoscalingSettings, key: str, current: int,
     remembered = _remembers(settings, key, deployment)
     written = settings.written[key] if remembered else written_replicas(status, deployment)
     settings.written_to[key] = deployment
-    if not enabled:
+    if is_revert(written, current, enabled, owners == (OWN_SCALE_WRITE,)):
         settings.written[key] = None
-        return False
-    if written is None or current == written:
-        settings.written[key] = written
-        return False
-    if owners == (OWN_SCALE_WRITE,):
-        # Our own scale write that the status does not hold: the process that made it
-        # stopped before its status write (a crash, a rolling upgrade), or a write of this
-        # process with an unknown outcome landed late (after its read-back, even while the
-        # next evaluation wrote). The API server says the operator changed them last; taken
-        # for a revert, it started a fight.
-        settings.written[key] = current
-        return False
-    settings.written[key] = None
-    return True
+        return True
+    # Disabled, nothing is written (the count is the user's); a count other than the one
+    # written is then our own scale write that the status does not hold: the process that
+    # made it stopped before its status write (a crash, a rolling upgrade), or a write of
+    # this process with an unknown outcome landed late (after its read-back, even while the
+    # next evaluation wrote). The API server says the operator changed them last; taken for
+    # a revert, it started a fight.
+    settings.written[key] = None if not enabled else written if written in (None, current) \
+        else current
+    return False
 
 
 def _remembers(settings: AutoscalingSettings, key: str, deployment: str) -> bool:
@@ -612,6 +609,11 @@ def evaluate(namespace: str, name: str, generation: int, spec: InferenceTuningSp
     if landed is not None and planned.blocked_news is not None:
         kopf.event(body, type="Warning", reason=planned.blocked_news[0],
                    message=planned.blocked_news[1])
+    elif landed is not None and reverted and fight is not None and fight.retry_at is None:
+        # One revert does not stop writes: said all the same, at each one, so that a writer
+        # that reverts now and then is seen before it is counted twice.
+        kopf.event(body, type="Warning", reason=REPLICAS_REVERTED,
+                   message=revert_message(fight, deployment, current))
     if landed is not None and planned.batching_news is not None:
         # The applied value the webhook sets: it re-creates the pods, so it says why.
         reason, message = planned.batching_news[1]

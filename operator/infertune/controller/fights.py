@@ -2,7 +2,8 @@
 
 When something else puts the replicas back after the operator wrote them (GitOps without
 `ignoreDifferences` on /spec/replicas, a person, a script), writing again would only make the
-two oscillate. After FIGHT_LIMIT reverts the operator stops writing and says why. The fight is
+two oscillate. Each revert below FIGHT_LIMIT is said in a Warning Event; at FIGHT_LIMIT the
+operator stops writing and says why. The fight is
 kept in `status.autoscaling.replicaFight`, not in memory, so a restarted operator does not
 start the oscillation over. It does not last forever either: writes are tried again after a
 backoff that doubles with each further revert (so fixing the other writer is enough to resume),
@@ -26,15 +27,20 @@ from infertune.controller.scaling_report import HPA_PRESENT, SEVERAL_TUNINGS, Bl
 from infertune.scaling.state import format_time, parse_time
 
 FIGHT_LIMIT = 2
+REPLICAS_REVERTED = "ReplicasReverted"
+"""The reason of the Warning Event of a revert that does not stop writes yet."""
 """Reverts by another writer before the operator stops writing replicas."""
 BACKOFF_S = 300.0
 """How long writes stop at FIGHT_LIMIT reverts; doubled for each revert after it."""
 MAX_BACKOFF_S = 3600.0
 MAX_DOUBLINGS = math.ceil(math.log2(MAX_BACKOFF_S / BACKOFF_S))
 """Doublings of the backoff that reach MAX_BACKOFF_S; more would not change it."""
-QUIET_S = 600.0
-"""A fight with no revert for this long (and no longer blocking) is over. Longer than Argo CD's
-default refresh (3 min), so a revert on its next sync still counts."""
+QUIET_S = 3 * 3600.0
+"""A fight with no revert for this long (and no longer blocking) is over. Longer than the
+intervals GitOps tools put replicas back at: Argo CD's refresh (3 min), and a Flux
+Kustomization's `interval`, which corrects drift at each reconcile (10 min to an hour is
+common, plus jitter). At 10 minutes, a writer reverting every hour was never counted twice,
+and each of its reverts took the replicas away again, without a word."""
 
 
 class Fight(NamedTuple):
@@ -102,6 +108,14 @@ def written_replicas(status: Mapping[str, Any], deployment: str) -> int | None:
     return stored if isinstance(stored, int) and not isinstance(stored, bool) else None
 
 
+def is_revert(written: int | None, current: int, writes: bool, own_write_last: bool) -> bool:
+    """Whether `current` replicas undo the `written` ones the operator wrote last: only while
+    it writes replicas (`writes`: autoscaling enabled, mode Enforce; otherwise they are the
+    user's), and not when the Deployment's managedFields say its own scale write set them
+    last (`own_write_last`: a write whose status write was lost, or that landed late)."""
+    return writes and written is not None and current != written and not own_write_last
+
+
 def next_fight(stored: Fight | None, generation: int, reverted: bool, now: float,
                hold_s: float = 0.0) -> Fight | None:
     """The fight after this evaluation: `reverted` says whether another writer changed the
@@ -130,6 +144,15 @@ def quiet_hold(spec: InferenceTuningSpec) -> float:
     if scaling is None:
         return 0.0
     return max(scaling.scale_up.period.seconds, scaling.scale_down.period.seconds)
+
+
+def revert_message(fight: Fight, deployment: str, current: int) -> str:
+    """The Warning Event of a revert that does not stop writes yet (below FIGHT_LIMIT)."""
+    left = FIGHT_LIMIT - fight.reverts
+    return (f"another writer changed the replicas of {deployment} the operator had written "
+            f"(now {current}); {left} more within {QUIET_S / 3600:g}h and the operator stops "
+            f"writing them for {BACKOFF_S / 60:g} min (GitOps without ignoreDifferences on "
+            "/spec/replicas? docs/autoscaling.md, Argo CD)")
 
 
 def fight_message(fight: Fight, deployment: str) -> str:

@@ -73,6 +73,8 @@ def bounded_retries(timeout_s: float) -> Retry:
 USER_AGENT = f"infertune/{__version__}"
 FIELD_MANAGER = "infertune"
 """The manager of the operator's writes in managedFields (the user agent up to the "/")."""
+OWN_SCALE_WRITE = (FIELD_MANAGER, "scale")
+"""How the Deployment's managedFields name the operator's replicas writes."""
 
 
 def kubeconfig_missing(kubeconfig: str) -> bool:
