@@ -590,3 +590,52 @@ def test_annotations_over_the_api_servers_total_are_refused_by_validate() -> Non
     assert apply_problems(tuning(wide)) == [(
         "metadata.annotations", f"{MAX_ANNOTATIONS_BYTES + 2} bytes in all; the API server "
         f"takes at most {MAX_ANNOTATIONS_BYTES} (keys and values together)")]
+
+
+@pytest.mark.parametrize(("name", "unit", "problem"), [
+    ("nv_inference_first_response_histogram_ms", "s", "set latencyHistogramUnit: ms"),
+    ("engine_latency_milliseconds", "s", "set latencyHistogramUnit: ms"),
+    ("engine_latency_us", "ms", "set latencyHistogramUnit: us"),
+    ("engine_latency_microseconds", "s", "set latencyHistogramUnit: us"),
+    ("nv_inference_first_response_histogram_ms", "ms", None),
+    ("engine_latency_seconds", "s", None),
+    ("engine_latency_seconds", "ms", None),  # the user's word against no suffix
+    ("engine_terms", "s", None),  # "ms" as part of a word is no unit
+])
+def test_a_histogram_named_in_another_unit_than_its_unit_is_refused_by_validate(
+        name: str, unit: str, problem: str | None) -> None:
+    """Triton's nv_inference_first_response_histogram_ms read in seconds: 150 ms was 150 s,
+    and the tuning scaled to maxReplicas."""
+    from infertune.api.spec import apply_problems
+
+    tuning = InferenceTuning.model_validate(_manifest(
+        engine="triton", metrics={"latencyHistogram": name, "latencyHistogramUnit": unit}))
+    found = [f"{field}: {message}" for field, message in apply_problems(tuning)]
+    if problem is None:
+        assert found == []
+    else:
+        (only,) = found
+        assert only.startswith("spec.metrics.latencyHistogramUnit: ") and problem in only
+
+
+def test_a_latency_unit_without_a_histogram_is_refused() -> None:
+    with pytest.raises(ValidationError) as refused:
+        InferenceTuningSpec.model_validate(_spec(metrics={"latencyHistogramUnit": "ms"}))
+    assert "latencyHistogramUnit" in str(refused.value)
+    assert "name the histogram, or remove the unit" in str(refused.value)
+
+
+def test_the_unit_reaches_the_query_and_the_preset_stays_in_seconds() -> None:
+    from infertune.metrics import promql
+    from infertune.metrics.presets import engine_metrics
+    from infertune.metrics.promql import Scope
+
+    ms = engine_metrics(InferenceTuningSpec.model_validate(_spec(engine="triton", metrics={
+        "latencyHistogram": "nv_inference_first_response_histogram_ms",
+        "latencyHistogramUnit": "ms"})))
+    scope = Scope("namespace", "pod", ("serving",), ("tri",))
+    text = promql.latency_query(scope, ms, 0.99, "1m")
+    assert text.startswith("histogram_quantile(0.99, ") and text.endswith(") * 0.001")
+    preset = engine_metrics(InferenceTuningSpec.model_validate(_spec()))
+    in_seconds = promql.latency_query(scope, preset, 0.99, "1m")
+    assert in_seconds.startswith("histogram_quantile(0.99, ") and in_seconds.endswith("))")

@@ -1239,6 +1239,42 @@ def test_bounds_of_another_histogram_are_not_borrowed(
     assert got.latency_floor_s is None and got.latency_floor_unknown
 
 
+def test_a_histogram_in_milliseconds_is_read_in_seconds(prometheus: PrometheusServer) -> None:
+    """Triton's nv_inference_first_response_histogram_ms (spec.metrics.latencyHistogramUnit:
+    ms): read as seconds, its 50 ms were 50 s, and its lowest bound 10 s."""
+    registry = CollectorRegistry()
+    ms = Histogram("nv_inference_first_response_histogram_ms", "first response", [
+        "namespace", "pod"], buckets=(10.0, 50.0, 100.0, 500.0), registry=registry)
+    pod = ms.labels("triton", "tri-5d4f8b9c7-bcdfg")
+    stop = threading.Event()
+
+    def observe() -> None:
+        while not stop.wait(OBSERVE_EVERY_S):
+            pod.observe(40.0)
+
+    threading.Thread(target=observe, daemon=True).start()
+    source = PrometheusSource(prometheus.url)
+    base = target("triton", "tri")
+    tri = replace(base, metrics=replace(base.metrics, latency=HistogramLatency(
+        "nv_inference_first_response_histogram_ms", 1e-3)))
+    try:
+        with MetricsEndpoint(registry) as endpoint:
+            prometheus.add_scrape_job("ms", [endpoint.target])
+            try:
+                prometheus.wait_for_targets_up("ms")
+                got = wait_for(lambda: (lambda s: s if len(s.latency.points) >= 2
+                                        and s.latency_floor_s is not None else None)(
+                    source.fetch([tri], time.time())[tri.key]), "the ms histogram",
+                    timeout_s=30)
+            finally:
+                prometheus.remove_scrape_job("ms")
+    finally:
+        stop.set()
+    # Every request in (10, 50] ms: the quantile interpolates to 49.6 ms.
+    assert got.latency.points[-1][1] == pytest.approx(0.0496)
+    assert got.latency_floor_s == pytest.approx(0.010)
+
+
 def test_bounds_no_batch_uses_any_more_are_forgotten(prometheus: PrometheusServer,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     """The bounds are kept per floor query, which names the batch's Deployments: with

@@ -172,6 +172,24 @@ class MetricQueries(ApiModel):
         return self
 
 
+class LatencyUnit(StrEnum):
+    """The unit of a latency histogram's observations and bucket bounds (`le`)."""
+
+    SECONDS = "s"
+    MILLISECONDS = "ms"
+    MICROSECONDS = "us"
+
+    @property
+    def to_seconds(self) -> float:
+        return {"s": 1.0, "ms": 1e-3, "us": 1e-6}[self.value]
+
+
+LATENCY_UNIT_SUFFIXES = {LatencyUnit.MILLISECONDS: ("_ms", "_milliseconds"),
+                         LatencyUnit.MICROSECONDS: ("_us", "_microseconds")}
+"""The name endings that say a histogram is not in seconds (Triton's
+nv_inference_first_response_histogram_ms)."""
+
+
 class MetricsSpec(ApiModel):
     """Where the engine's metrics are found. Every name overrides the engine preset; with
     engine custom, queueDepth and latencyHistogram are required (a name, or a template in
@@ -184,8 +202,12 @@ class MetricsSpec(ApiModel):
     """Gauge of requests being served per pod, for example vllm:num_requests_running."""
 
     latency_histogram: Annotated[str, Field(pattern=METRIC_NAME, max_length=200)] | None = None
-    """End-to-end latency histogram in seconds, without the _bucket suffix, for example
-    vllm:e2e_request_latency_seconds."""
+    """End-to-end latency histogram, without the _bucket suffix, for example
+    vllm:e2e_request_latency_seconds; in seconds unless latencyHistogramUnit says otherwise."""
+
+    latency_histogram_unit: LatencyUnit = LatencyUnit.SECONDS
+    """The unit of latencyHistogram's observations and bucket bounds: s (Prometheus'
+    convention), ms or us (Triton's nv_inference_first_response_histogram_ms is in ms)."""
 
     pod_label: Annotated[str, Field(pattern=PROM_LABEL_NAME, max_length=100)] = "pod"
     """The Prometheus label that holds the pod name."""
@@ -211,6 +233,11 @@ class MetricsSpec(ApiModel):
                 problems.add(to_camel(field), f"{name!r} is a PromQL keyword or number, which "
                              "a query cannot use as a name here; rename the metric or the "
                              "label in the exporter or with a relabeling rule")
+        if (self.latency_histogram_unit is not LatencyUnit.SECONDS
+                and self.latency_histogram is None):
+            problems.add("latencyHistogramUnit", f"{self.latency_histogram_unit.value} is the "
+                         "unit of latencyHistogram, which is not set (the engines' presets are "
+                         "in seconds); name the histogram, or remove the unit")
         if parse_duration(self.window) > MAX_RATE_WINDOW_S:
             problems.add("window", f"{self.window} is longer than 1h; every evaluation computes "
                          "rate() over it for each pod (1m is the default)")
@@ -242,6 +269,16 @@ def query_name_problems(metrics: MetricsSpec) -> list[tuple[str, str]]:
                              "an underscore), a PromQL keyword, which no query can use as a "
                              "name; rename the metric in the exporter or with a relabeling "
                              "rule"))
+    name = metrics.latency_histogram
+    if name is not None:
+        for unit, endings in LATENCY_UNIT_SUFFIXES.items():
+            if name.lower().endswith(endings) and metrics.latency_histogram_unit is not unit:
+                # Read in seconds, 150 ms was 150 s: a breach ratio of thousands, and the
+                # tuning scaled to maxReplicas.
+                problems.append(("latencyHistogramUnit", f"{name!r} says it is in "
+                                 f"{unit.name.lower()}, and latencyHistogramUnit is "
+                                 f"{metrics.latency_histogram_unit.value}; set "
+                                 f"latencyHistogramUnit: {unit.value}"))
     return problems + query_label_problems(metrics.pod_label, metrics.namespace_label)
 
 

@@ -24,9 +24,11 @@ from infertune.api.spec import Engine, InferenceTuningSpec
 
 @dataclass(frozen=True)
 class HistogramLatency:
-    """A latency histogram in seconds; `name` without the _bucket/_count suffix."""
+    """A latency histogram; `name` without the _bucket/_count suffix. Its observations and
+    bucket bounds times `to_seconds` are seconds (spec.metrics.latencyHistogramUnit)."""
 
     name: str
+    to_seconds: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -105,7 +107,8 @@ def engine_metrics(spec: InferenceTuningSpec) -> EngineMetrics:
              or (preset.queue_depth if preset else None))
     running = template("running") or names.running or (preset.running if preset else None)
     latency: Latency | None = (
-        HistogramLatency(names.latency_histogram) if names.latency_histogram
+        HistogramLatency(names.latency_histogram, names.latency_histogram_unit.to_seconds)
+        if names.latency_histogram
         else (preset.latency if preset else None))
     if queries is not None and queries.latency_buckets and queries.request_rate:
         latency = TemplateLatency(Template(queries.latency_buckets),

@@ -50,6 +50,7 @@ from infertune.metrics.access import (
     PrometheusAccess,
 )
 from infertune.metrics.plan import QueryPlan, Signal, plan_queries, unsupported
+from infertune.metrics.presets import HistogramLatency
 from infertune.metrics.promql import STAT_LABEL, TARGET_LABEL, duration
 from infertune.metrics.source import MetricsTarget
 from infertune.scaling.signals import (
@@ -269,6 +270,9 @@ class PrometheusSource:
             if known is not None:
                 self._floor_used[text] = clock
             answered = with_data.get(id(plan), ())
+            latency = plan.members[0].metrics.latency
+            # The bounds are in the histogram's unit (`le`), the floor in seconds.
+            to_seconds = latency.to_seconds if isinstance(latency, HistogramLatency) else 1.0
             for target in plan.members:
                 key = target.series_key
                 floor = bounds.get(key)
@@ -278,7 +282,7 @@ class PrometheusSource:
                     # the batch.
                     floor = self._bound_elsewhere(key, self._floor_family.get(text))
                 if floor is not None:
-                    floors[target.key] = floor
+                    floors[target.key] = floor * to_seconds
                 elif key in answered:
                     unknown[target.key] = self._why_no_bounds(plan, target, known)
         for text in [t for t, used in self._floor_used.items()

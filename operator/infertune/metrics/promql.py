@@ -325,7 +325,10 @@ def latency_query(scope: Scope, metrics: EngineMetrics, quantile: float, window:
         buckets = (_rate(scope, latency.buckets, window) if isinstance(latency, TemplateLatency)
                    else _rate(scope, f"{latency.name}_bucket", window))
         summed = f"sum by ({scope.by('le')}) ({_per_target(scope, buckets)})"
-        return f"histogram_quantile({quantile!r}, {summed})"
+        quantile_of = f"histogram_quantile({quantile!r}, {summed})"
+        if isinstance(latency, HistogramLatency) and latency.to_seconds != 1.0:
+            return f"{quantile_of} * {latency.to_seconds!r}"
+        return quantile_of
     total = _rate(scope, latency.total, window)
     count = _rate(scope, latency.requests, window)
     return (f"sum by ({scope.by()}) ({_per_target(scope, total)}) / "
