@@ -1273,13 +1273,28 @@ def test_the_breaches_remembered_are_the_lowest_rate_per_replica_and_the_newest(
         assert moved.state.breaches == () and moved.desired_replicas == 1, moved.reason
 
 
+def test_with_the_request_rate_unknown_no_scale_in_is_made() -> None:
+    """The request rate is a query of its own, and failed alone: MetricsAvailable said a
+    signal was missing while a low queue took 8 replicas to 1 (missing data never scales
+    down)."""
+    unknown = TargetSignals(steady(0), per_interval(0.05, 0.05),
+                            Series.missing("no series", "rate"))
+    decision = decide(unknown, current=8, scaleDown={"stabilization": "0s"})
+    assert decision.desired_replicas == 8, decision.reason
+    assert decision.reason.endswith("not scaling in while a signal is missing; 8 -> 8")
+    # Scaling out on the queue goes on.
+    busy = TargetSignals(steady(96), per_interval(0.05, 0.05),
+                         Series.missing("no series", "rate"))
+    assert decide(busy, current=2, scaleDown={"stabilization": "0s"}).desired_replicas > 2
+
+
 def test_with_the_request_rate_unknown_a_remembered_breach_holds_every_scale_in() -> None:
     state = ScalingState(breaches=(Breach(NOW - 60, 20.0, 1, "75ms", 0.99, "Cured"),))
     unknown = TargetSignals(steady(0), per_interval(0.05, 0.05),
                             Series.missing("no series", "rate"))
     decision = decide(unknown, current=4, state=state, scaleDown={"stabilization": "0s"})
     assert decision.desired_replicas == 4
-    assert "the request rate now is not known: no scale-in" in decision.reason
+    assert "not scaling in while a signal is missing" in decision.reason
     # Quiet traffic lets the replicas go: 0.5 req/s needs one replica.
     quiet = TargetSignals(steady(0), per_interval(0.05, 0.05), per_interval(0.5, 0.5))
     assert decide(quiet, current=4, state=state,
@@ -1513,3 +1528,34 @@ def test_no_change_says_why_in_what_the_engine_read(change: dict[str, Any],
     rec = recommend_batching(BatchingSpec(mode="Recommend"), Engine.VLLM, spec(), reading, 64)
     assert rec is not None and rec.recommended == 64
     assert said in rec.reason, rec.reason
+
+
+def test_the_breaches_counted_are_at_most_the_tunings_own_samples() -> None:
+    """The latency query is shared with tunings that ask for more samples, so its lookback
+    holds more points: the reason said "5/2 samples above target", and the count in status
+    changed with other teams' settings."""
+    five = signals(steady(0), latency_ms=(150, 150, 150, 150, 150))
+    decision = decide(five, current=4, latency={"consecutiveSamples": 2})
+    assert decision.signals.breaches == 2
+    assert "2/2 samples above target" in decision.reason, decision.reason
+    assert decide(five, current=4, latency={"consecutiveSamples": 5}).signals.breaches == 5
+    # Fewer than asked are counted as they are.
+    assert decide(signals(steady(0), latency_ms=(50, 150, 150)), current=4,
+                  latency={"consecutiveSamples": 5}).signals.breaches == 2
+
+
+def test_a_breach_measured_before_the_replicas_changed_says_why_it_is_not_counted() -> None:
+    """Both samples above target, and the reason said "0/2 samples above target": their
+    window reaches back before the last scale event, which the reason did not say."""
+    from infertune.scaling.state import ScaleEvent
+
+    state = ScalingState(scale_events=(ScaleEvent(NOW - 30, 1),))
+    early = signals(steady(0), latency_ms=(150, 150))._replace(latency_window_s=60.0)
+    decision = decide(early, current=4, state=state)
+    assert decision.desired_replicas == 4 and decision.signals.breaches == 0
+    assert ("0/2 samples above target (a sample counts once its window starts after the "
+            "replicas last changed; the newest does not yet)") in decision.reason
+    # Long after the change, the samples count and say nothing of it.
+    settled = decide(early, current=4, state=ScalingState(
+        scale_events=(ScaleEvent(NOW - 600, 1),)))
+    assert settled.signals.breaches == 2 and "replicas last changed" not in settled.reason

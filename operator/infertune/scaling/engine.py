@@ -146,7 +146,9 @@ def _decide_on_signals(spec: AutoscalingSpec, current: int, reading: Reading,
     opinions = [p.replicas for p in (queue, latency) if p.replicas is not None]
     raw = max(opinions, default=current)
     notes = [queue.why, latency.why]
-    missing = reading.queue_missing or reading.latency_missing
+    # The request rate is a query of its own, which can fail alone: unknown, a low latency
+    # may be one of too few requests, and a breach cannot be told the load's.
+    missing = reading.queue_missing or reading.latency_missing or reading.request_rate is None
     if missing or reading.latency_bounds_unknown:
         # A latency that cannot be compared with its target (the histogram's bounds are not
         # known yet; read again every minute) is no data either: left to the queue alone, a
@@ -433,8 +435,8 @@ def _breach_floor(spec: AutoscalingSpec, breaches: tuple[Breach, ...], reading: 
             f"{_per_replica_text(breach.per_replica)} req/s per replica ({breach.rate:.1f} "
             f"req/s on {breach.replicas})")
     rate = reading.request_rate
-    if rate is None:
-        return current, f"{said}, and the request rate now is not known: no scale-in", breach
+    # A rate that is not known holds every scale-in before this (_decide_on_signals).
+    assert rate is not None
     carried = breach.per_replica * (1 - spec.tolerance)
     # Halfway to the most a replica carried under the target since (bisected by the breaches
     # and the healthy readings that follow): just under the breach, a step in load 15 times
@@ -504,6 +506,11 @@ def _latency_proposal(spec: AutoscalingSpec, current: int, reading: Reading,
     said = f"{said}, {reading.breaches}/{signal.consecutive_samples} samples above target"
     if rate is None:
         said += " (a sample counts with minRequestRate behind it, and the rate is unknown)"
+    elif not reading.latency_settled and not reading.latency_breached:
+        # "0/2 samples above target" under two samples above it: they were measured
+        # (their rate window) partly before the replicas last changed.
+        said += (" (a sample counts once its window starts after the replicas last changed; "
+                 "the newest does not yet)")
     if not reading.latency_breached:
         # An elevated latency vetoes scaling in even before it counts as a breach.
         return _Proposal(current, said)

@@ -222,6 +222,10 @@ def _consecutive_breaches(spec: AutoscalingSpec, signals: TargetSignals,
         if rate is None or rate < min_rate:
             break
         count, newer = count + 1, t
+        if count == spec.latency.consecutive_samples:
+            # The query is shared by tunings that ask for more samples (its lookback is the
+            # longest), and a count past this tuning's own said "5/2 samples above target".
+            break
     return count
 
 
