@@ -889,6 +889,24 @@ def test_an_answer_that_is_not_prometheus_is_no_data_that_says_so(answer: bytes,
         assert problem is not None and says in problem and "check the URL" in problem, problem
 
 
+def test_a_connection_closed_without_an_answer_is_not_said_to_be_refused() -> None:
+    """A Prometheus (or proxy) that accepts the connection and closes it without answering
+    (crashing, restarting) read "cannot connect (refused or unreachable)", which sends the
+    reader to the network."""
+    class Hangup(QuietHandler):
+        def do_GET(self) -> None:
+            self.close_connection = True
+            self.connection.shutdown(socket.SHUT_RDWR)
+
+        do_POST = do_GET
+
+    with served(Hangup) as url:
+        got = PrometheusSource(url).fetch([target("a", "b")], time.time())["a/b"]
+    for problem in (got.queue.problem, got.latency.problem):
+        assert problem is not None and "closed without an answer" in problem, problem
+        assert "refused" not in problem
+
+
 def test_a_host_name_that_does_not_resolve_is_said_to_be_one() -> None:
     """A mistyped Service name read "cannot connect (refused or unreachable)", as a
     Prometheus that is down does. `.invalid` never resolves (RFC 6761)."""

@@ -816,6 +816,12 @@ def _describe(exc: Exception, timeout_s: float) -> str:
         return "answered, but its answer was cut off before its end"
     if isinstance(exc, LookupError | TypeError):  # the client's ["data"]["result"]
         return _not_a_result(exc)
+    if isinstance(exc, requests.ConnectionError) and isinstance(reason or (
+            exc.args[0] if exc.args else None), ProtocolError):
+        # Connected, and the other end closed without an answer: "refused or unreachable"
+        # sent the reader to the network, not to a Prometheus (or proxy) that crashed.
+        return ("connected, but the connection was closed without an answer (Prometheus, or "
+                "a proxy in front of it, restarting or failing?)")
     if isinstance(exc, requests.ConnectionError | OSError):
         return "cannot connect (refused or unreachable)"
     if isinstance(exc, PrometheusApiClientException) and str(exc).startswith(_REFUSED):
