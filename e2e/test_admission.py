@@ -106,8 +106,8 @@ def test_a_tuning_stored_invalid_can_still_be_edited_labelled_and_deleted(
                                  autoscaling={"minReplicas": 5, "maxReplicas": 2})
     doc["metadata"]["labels"] = {"team": "a"}
     edited = kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(doc))
-    assert "infertune: the stored spec had this problem already and still has it: " \
-        f"{BOUNDS}" in edited.stderr, edited.stderr
+    assert f"infertune: stored with this problem before: {BOUNDS}" in edited.stderr, (
+        edited.stderr)
     assert get_tuning(api_client, namespace, "old")["spec"]["mode"] == "DryRun"
     doc["spec"]["autoscaling"]["maxReplicas"] = 1
     worse = kubectl("apply", "-n", namespace, "-f", "-", input=yaml.safe_dump(doc),

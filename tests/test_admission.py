@@ -127,6 +127,52 @@ def test_an_update_is_refused_only_for_problems_the_stored_object_did_not_have()
         "spec.autoscaling.minReplicas: 6 is above maxReplicas 2")
 
 
+def test_a_problem_the_stored_object_hid_is_refused_in_the_section_edited_only() -> None:
+    """pydantic skips a model's cross-field rules while one of its fields fails: the stored
+    tuning's min above max was never listed, and the edit that fixed its sustain was
+    refused for it as a new problem, while the docs promised otherwise."""
+    stored = tuning(autoscaling={"minReplicas": 5, "maxReplicas": 2,
+                                 "queue": {"sustain": "20m"}},
+                    mig={"profile": "3g.40gb", "nodeSelector": {"gpu type": "a100"}})
+    assert [p.split(":")[0] for p in verdict(stored, None).refused] == [
+        "spec.autoscaling.queue.sustain"]  # the rest hidden behind it
+    fixed = copy.deepcopy(stored)
+    fixed["spec"]["autoscaling"]["queue"]["sustain"] = "30s"
+    found = verdict(fixed, stored)
+    # Its own section's hidden problem is said now; another section's is left as it was.
+    assert [p.split(":")[0] for p in found.refused] == ["spec.autoscaling.minReplicas"]
+    relabelled = copy.deepcopy(stored)
+    relabelled["spec"]["mode"] = "DryRun"
+    assert verdict(relabelled, stored).refused == ()
+    # The autoscaling fixed whole: the MIG selector it hid (a problem only validate and this
+    # check refuse) is kept, with a warning.
+    whole = copy.deepcopy(fixed)
+    whole["spec"]["autoscaling"]["minReplicas"] = 1
+    found = verdict(whole, stored)
+    assert found.refused == ()
+    assert [p.split(":")[0] for p in found.kept] == ["spec.mig.nodeSelector['gpu type']"]
+
+
+def test_an_edit_of_a_tuning_stored_invalid_is_checked_in_the_sections_it_changes() -> None:
+    stored = inverted()
+    edited = copy.deepcopy(stored)
+    edited["spec"]["mig"] = {"nodeSelector": {"pool": "a100"}}  # neither profile nor sizing
+    found = verdict(edited, stored)
+    assert [p.split(":")[0] for p in found.refused] == ["spec.mig.profile"]
+    assert len(found.kept) == 1 and found.kept[0].startswith(BOUNDS)
+
+
+@pytest.mark.parametrize(("problem", "field"), [
+    ("spec.autoscaling.minReplicas: 5 is above", "autoscaling"),
+    ("spec.mig.nodeSelector['a.b/c']: x", "mig"),
+    ("spec.canary.steps[1].weight: x", "canary"),
+    ("spec.engine: is required; add it", "engine"),
+    ("spec: is required; add it", None),
+])
+def test_a_problem_is_tied_to_its_section_of_the_spec(problem: str, field: str | None) -> None:
+    assert admission.section(problem) == field
+
+
 def test_an_update_that_breaks_a_valid_spec_is_refused() -> None:
     assert verdict(inverted(), tuning()).refused[0].startswith(BOUNDS)
 
@@ -160,11 +206,13 @@ class Index(dict[tuple[str, str], list[dict[str, Any]]]):
 
 
 def check(body: dict[str, Any], old: dict[str, Any] | None = None,
-          index: dict[tuple[str, str], list[dict[str, Any]]] | None = None) -> list[str]:
+          index: dict[tuple[str, str], list[dict[str, Any]]] | None = None,
+          memo: kopf.Memo | None = None) -> list[str]:
     warnings: list[str] = []
     asyncio.run(check_tuning(body=kopf.Body(body), old=None if old is None else kopf.Body(old),
                              operation="CREATE" if old is None else "UPDATE",
-                             warnings=warnings, tunings_by_target=Index(index or {})))
+                             warnings=warnings, tunings_by_target=Index(index or {}),
+                             memo=memo or kopf.Memo()))
     return warnings
 
 
@@ -182,8 +230,7 @@ def test_the_handler_warns_of_kept_problems_and_rivals() -> None:
     edited["spec"]["mode"] = "DryRun"
     warnings = check(edited, stored)
     assert len(warnings) == 1
-    assert warnings[0].startswith("infertune: the stored spec had this problem already and "
-                                  f"still has it: {BOUNDS}")
+    assert warnings[0].startswith(f"infertune: stored with this problem before: {BOUNDS}")
     assert all(len(w) <= MAX_WARNING for w in warnings)
 
     rivals = {("serving", "vllm"): [{"name": "other"}]}
@@ -196,6 +243,37 @@ def test_the_handler_warns_of_kept_problems_and_rivals() -> None:
     assert check(moved, VALID, rivals) == []
     # Not in another namespace.
     assert check(VALID, None, {("other", "vllm"): [{"name": "other"}]}) == []
+
+
+def test_tunings_outside_the_watched_namespaces_are_not_checked() -> None:
+    """--namespace 'team-*' cannot be a namespaceSelector, so the API server sends every
+    namespace's tunings: another operator's (or none's) were refused."""
+    # kopf's reading: each --namespace is a pattern of its own, a namespace is watched when
+    # one matches (so `-n 'team-*' -n '!team-test'` would be every namespace but team-test).
+    registration = WebhookRegistration(excluded_namespaces=(),
+                                       included_namespaces=("team-*,!team-test", "ml"))
+
+    class Server:
+        pass
+
+    server = Server()
+    server.registration = registration  # type: ignore[attr-defined]
+    memo = kopf.Memo(webhook_server=server)
+    outside = inverted()
+    outside["metadata"]["namespace"] = "other"
+    assert check(outside, memo=memo) == []
+    excluded = copy.deepcopy(outside)
+    excluded["metadata"]["namespace"] = "team-test"
+    assert check(excluded, memo=memo) == []
+    for namespace in ("team-a", "ml"):
+        inside = copy.deepcopy(outside)
+        inside["metadata"]["namespace"] = namespace
+        with pytest.raises(kopf.AdmissionError):
+            check(inside, memo=memo)
+    # Cluster-wide: every namespace.
+    with pytest.raises(kopf.AdmissionError):
+        check(outside, memo=kopf.Memo(webhook_server=type("S", (), {
+            "registration": WebhookRegistration(excluded_namespaces=())})()))
 
 
 def test_a_failure_of_the_check_admits_the_tuning(monkeypatch: pytest.MonkeyPatch,

@@ -48,6 +48,51 @@ def test_the_crd_text_spells_out_every_node_without_yaml_aliases() -> None:
                 or getattr(e, "anchor", None) is not None]
 
 
+SERVER_SIDE_DEFAULTS = frozenset({
+    ".spec.targetRef.apiVersion", ".spec.targetRef.kind", ".spec.mode", ".spec.metrics",
+    ".spec.metrics.podLabel", ".spec.metrics.namespaceLabel", ".spec.metrics.window",
+    ".spec.numa", ".spec.numa.policy", ".spec.numa.strict", ".spec.memory",
+    ".spec.memory.throttlingFactor", ".spec.memory.minHeadroom", ".spec.allocator",
+    ".spec.allocator.type", ".spec.allocator.libraryPath", ".spec.retune",
+    ".spec.retune.strategy", ".spec.retune.maxUnavailable", ".spec.mig.sizing.kvCache",
+    ".spec.mig.sizing.headroomRatio", ".spec.mig.layout", ".spec.mig.strategy",
+    ".spec.mig.nodeSelector", ".spec.mig.allowDisruption", ".spec.autoscaling.enabled",
+    ".spec.autoscaling.minReplicas", ".spec.autoscaling.maxReplicas",
+    ".spec.autoscaling.interval", ".spec.autoscaling.tolerance", ".spec.autoscaling.queue",
+    ".spec.autoscaling.queue.targetPerReplica", ".spec.autoscaling.queue.sustain",
+    ".spec.autoscaling.latency", ".spec.autoscaling.latency.quantile",
+    ".spec.autoscaling.latency.target", ".spec.autoscaling.latency.consecutiveSamples",
+    ".spec.autoscaling.latency.action", ".spec.autoscaling.latency.minRequestRate",
+    ".spec.autoscaling.scaleUp", ".spec.autoscaling.scaleUp.pods",
+    ".spec.autoscaling.scaleUp.percent", ".spec.autoscaling.scaleUp.period",
+    ".spec.autoscaling.scaleUp.stabilization", ".spec.autoscaling.scaleDown",
+    ".spec.autoscaling.scaleDown.pods", ".spec.autoscaling.scaleDown.percent",
+    ".spec.autoscaling.scaleDown.period", ".spec.autoscaling.scaleDown.stabilization",
+    ".spec.autoscaling.metricsUnavailable", ".spec.autoscaling.metricsUnavailable.action",
+    ".spec.autoscaling.metricsUnavailable.after", ".spec.batching", ".spec.batching.mode",
+    ".spec.batching.min", ".spec.batching.max", ".spec.canary.enabled", ".spec.canary.steps",
+    ".spec.canary.analysis", ".spec.canary.analysis.interval",
+    ".spec.canary.analysis.maxP99Regression", ".spec.canary.analysis.maxErrorRate",
+    ".spec.canary.analysis.minRequestCount", ".spec.canary.analysis.failureLimit",
+    ".spec.canary.routing", ".spec.canary.routing.type",
+})
+"""The fields the API server fills in when they are left out, as of the first release. A
+field added since must not join them (api/base.no_schema_default): the API server writes a
+default into every stored object, also into those of a section that defaults to {} (such as
+spec.metrics), and an operator a rollback (or the old pod of an upgrade, once the new CRD is
+applied) brings back refuses every tuning holding a field it does not know."""
+
+
+def test_no_field_added_since_the_first_release_gets_a_server_side_default() -> None:
+    """spec.metrics.latencyHistogramUnit went into the CRD with `default: s`: under the
+    previous operator every tuning became InvalidSpec (an unknown field) while an upgrade
+    waited for the new pod, and for good after a rollback."""
+    defaults = {path for path, node in _walk(_schema()) if "default" in node}
+    assert defaults - SERVER_SIDE_DEFAULTS == set(), (
+        "a new field with a server-side default; use json_schema_extra=no_schema_default")
+    assert SERVER_SIDE_DEFAULTS - defaults == set()  # a default removed: a list to update
+
+
 def test_select_policy_has_no_server_side_default() -> None:
     """A default the API server writes into every stored object: an operator rolled back to a
     version without the field (Helm never downgrades the CRD) refuses each of them as holding

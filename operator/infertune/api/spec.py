@@ -9,7 +9,12 @@ from typing import Annotated, Any, Literal
 from pydantic import BeforeValidator, Field, model_validator
 from pydantic.alias_generators import to_camel, to_snake
 
-from infertune.api.base import ApiModel, CrossFieldProblems, without_nulls
+from infertune.api.base import (
+    ApiModel,
+    CrossFieldProblems,
+    no_schema_default,
+    without_nulls,
+)
 from infertune.api.canary import CanarySpec
 from infertune.api.scaling import (
     AutoscalingSpec,
@@ -205,7 +210,8 @@ class MetricsSpec(ApiModel):
     """End-to-end latency histogram, without the _bucket suffix, for example
     vllm:e2e_request_latency_seconds; in seconds unless latencyHistogramUnit says otherwise."""
 
-    latency_histogram_unit: LatencyUnit = LatencyUnit.SECONDS
+    latency_histogram_unit: Annotated[LatencyUnit, Field(
+        json_schema_extra=no_schema_default)] = LatencyUnit.SECONDS
     """The unit of latencyHistogram's observations and bucket bounds: s (Prometheus'
     convention), ms or us (Triton's nv_inference_first_response_histogram_ms is in ms)."""
 

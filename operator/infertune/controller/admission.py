@@ -7,10 +7,14 @@ is the one the controller makes (api/errors.stored_problems) plus what `infertun
 refuses in a spec the models take (api/spec.apply_problems), so a refusal here is the same
 message the status or `validate` would give.
 
-It ratchets, as Kubernetes' own validation does: an update is refused only for a problem the
-stored object did not have. An object stored before a release tightened a rule can still be
-edited (a label, another field) and deleted; the problem it keeps is returned as a warning,
-and its status says InvalidSpec as before.
+It ratchets, as Kubernetes' own validation does, so that an object stored with a problem
+(before a release tightened a rule, or while the operator was down) can still be edited (a
+label, another section) and deleted: an update of such an object is refused only for a
+problem in a section of the spec it changes (spec.autoscaling, spec.mig, ...) that the stored
+object did not show. A problem the check cannot tie to the stored one exactly (pydantic skips
+a model's cross-field rules while one of its fields fails, so the stored object's list is not
+complete) is judged by its section. The problems it keeps are returned as warnings, and the
+status says InvalidSpec as before. An update of a valid object is refused any problem.
 
 The check is a second webhook of the pod tuning's configuration (kube/webhooks.py): one
 registration, CA and lifetime for both. A mutating webhook may refuse a request; this one
@@ -21,11 +25,16 @@ the controller still reports what this would have refused.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import kopf
+from kopf._cogs.structs.references import (  # how kopf matches --namespace
+    NamespaceName,
+    match_namespace,
+)
 
 from infertune.api.errors import stored_problems
 from infertune.api.spec import GROUP, PLURAL, VERSION, apply_problems
@@ -48,6 +57,15 @@ class Verdict:
     """Problems the stored object did not have: the request is refused for them."""
     kept: tuple[str, ...]
     """Problems the stored object had already: let through, as a warning."""
+
+
+def section(problem: str) -> str | None:
+    """The field of the spec a problem (`spec.<field>...: message`) is in; None for one of the
+    spec as a whole."""
+    path = problem.split(": ", 1)[0]
+    if not path.startswith("spec."):
+        return None
+    return re.split(r"[.\[]", path[len("spec."):], maxsplit=1)[0]
 
 
 def problems(obj: Mapping[str, Any]) -> list[str]:
@@ -73,9 +91,19 @@ def verdict(obj: Mapping[str, Any], old: Mapping[str, Any] | None) -> Verdict:
                             or (obj.get("metadata") or {}).get("deletionTimestamp")):
         return Verdict((), ())
     found = problems(obj)
-    before = set(problems(old)) if old is not None and found else set()
-    return Verdict(tuple(p for p in found if p not in before),
-                   tuple(p for p in found if p in before))
+    if old is None or not found:
+        return Verdict(tuple(found), ())
+    before = set(problems(old))
+    if not before:  # stored valid: every check ran on it, so each problem is new
+        return Verdict(tuple(found), ())
+    spec, stored = obj.get("spec") or {}, old.get("spec") or {}
+
+    def kept(problem: str) -> bool:
+        field = section(problem)
+        return problem in before or (field is not None
+                                     and spec.get(field) == stored.get(field))
+
+    return Verdict(tuple(p for p in found if not kept(p)), tuple(p for p in found if kept(p)))
 
 
 def refusal(name: str, refused: tuple[str, ...]) -> str:
@@ -105,18 +133,29 @@ def rivals_warning(name: str, target: str, entries: Any) -> str | None:
             "does")[:MAX_WARNING]
 
 
+def watched(namespace: str, memo: kopf.Memo) -> bool:
+    """Whether this operator acts on tunings in `namespace` (--namespace, kopf's patterns
+    too: a registration cannot select by a glob, so the API server sends every namespace's
+    tunings then)."""
+    server = getattr(memo, "webhook_server", None)
+    included = () if server is None else server.registration.included_namespaces
+    return not included or any(match_namespace(NamespaceName(namespace), p) for p in included)
+
+
 @kopf.on.validate(GROUP, VERSION, PLURAL, id=TUNING_HANDLER_ID,  # type: ignore[arg-type]
                   operations=["CREATE", "UPDATE"])
 async def check_tuning(body: kopf.Body, old: kopf.Body | None, operation: str,
                        warnings: list[str],
                        tunings_by_target: kopf.Index[tuple[str, str], dict[str, Any]],
-                       **_: Any) -> None:
+                       memo: kopf.Memo, **_: Any) -> None:
     """Refuse a spec with a problem the stored object did not have (`verdict`). It runs on
     the event loop (no I/O). A failure of the check itself admits the object with a warning:
     kopf answers an exception other than AdmissionError by refusing the request."""
     meta = body.get("metadata") or {}
     name = str(meta.get("name") or "")
     try:
+        if not watched(str(meta.get("namespace") or ""), memo):
+            return  # another operator's to check, or none's
         found = verdict(body, old if operation == "UPDATE" else None)
         target = str(((body.get("spec") or {}).get("targetRef") or {}).get("name") or "")
         rivals = None
@@ -134,7 +173,6 @@ async def check_tuning(body: kopf.Body, old: kopf.Body | None, operation: str,
     if found.refused:
         raise kopf.AdmissionError(refusal(name, found.refused), code=422)
     for problem in found.kept:
-        warnings.append(f"infertune: the stored spec had this problem already and still has "
-                        f"it: {problem}"[:MAX_WARNING])
+        warnings.append(f"infertune: stored with this problem before: {problem}"[:MAX_WARNING])
     if rivals is not None:
         warnings.append(f"infertune: {rivals}")

@@ -613,7 +613,7 @@ def evaluate(namespace: str, name: str, generation: int, spec: InferenceTuningSp
         # One revert does not stop writes: said all the same, at each one, so that a writer
         # that reverts now and then is seen before it is counted twice.
         kopf.event(body, type="Warning", reason=REPLICAS_REVERTED,
-                   message=revert_message(fight, deployment, current))
+                   message=revert_message(fight, deployment, current, quiet_hold(spec)))
     if landed is not None and planned.batching_news is not None:
         # The applied value the webhook sets: it re-creates the pods, so it says why.
         reason, message = planned.batching_news[1]

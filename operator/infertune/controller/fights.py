@@ -23,13 +23,14 @@ from typing import Any, NamedTuple
 from pydantic import ValidationError
 
 from infertune.api.spec import InferenceTuningSpec, Mode
+from infertune.api.units import format_duration
 from infertune.controller.scaling_report import HPA_PRESENT, SEVERAL_TUNINGS, Blocked
 from infertune.scaling.state import format_time, parse_time
 
 FIGHT_LIMIT = 2
+"""Reverts by another writer before the operator stops writing replicas."""
 REPLICAS_REVERTED = "ReplicasReverted"
 """The reason of the Warning Event of a revert that does not stop writes yet."""
-"""Reverts by another writer before the operator stops writing replicas."""
 BACKOFF_S = 300.0
 """How long writes stop at FIGHT_LIMIT reverts; doubled for each revert after it."""
 MAX_BACKOFF_S = 3600.0
@@ -146,11 +147,13 @@ def quiet_hold(spec: InferenceTuningSpec) -> float:
     return max(scaling.scale_up.period.seconds, scaling.scale_down.period.seconds)
 
 
-def revert_message(fight: Fight, deployment: str, current: int) -> str:
-    """The Warning Event of a revert that does not stop writes yet (below FIGHT_LIMIT)."""
+def revert_message(fight: Fight, deployment: str, current: int, hold_s: float = 0.0) -> str:
+    """The Warning Event of a revert that does not stop writes yet (below FIGHT_LIMIT);
+    `hold_s` as for `next_fight`."""
     left = FIGHT_LIMIT - fight.reverts
+    within = format_duration(QUIET_S + hold_s)
     return (f"another writer changed the replicas of {deployment} the operator had written "
-            f"(now {current}); {left} more within {QUIET_S / 3600:g}h and the operator stops "
+            f"(now {current}); {left} more within {within} and the operator stops "
             f"writing them for {BACKOFF_S / 60:g} min (GitOps without ignoreDifferences on "
             "/spec/replicas? docs/autoscaling.md, Argo CD)")
 
