@@ -216,7 +216,12 @@ def test_cross_field_and_range_rules(sections: dict[str, Any], expected: str) ->
 
 
 @pytest.mark.parametrize("engine,batching,problem", [
-    ("tgi", {"mode": "Auto", "min": 2048, "max": 32000}, None),
+    # TGI sizes its batch at warmup for Flash Attention models, and logs the flag as
+    # deprecated: each change re-created the pods for nothing, walking the knob to min.
+    ("tgi", {"mode": "Auto", "min": 2048, "max": 32000}, "TGI ignores --max-batch-total-tokens "
+     "for Flash Attention models"),
+    ("custom", {"mode": "Auto", "knob": "max-batch-total-tokens", "min": 2048, "max": 32000},
+     None),
     ("vllm", {"mode": "Auto", "knob": "max-num-batched-tokens", "min": 1024, "max": 16384},
      None),
     ("vllm", {"mode": "Auto"}, None),  # max-num-seqs counts requests: 1..256 fits it
@@ -224,8 +229,9 @@ def test_cross_field_and_range_rules(sections: dict[str, Any], expected: str) ->
      "config"),
     ("tgi", {"mode": "Auto", "knob": "max-concurrent-requests"},
      "TGI refuses the requests above max-concurrent-requests"),
-    ("tgi", {"mode": "Auto"}, "spec.batching.min 1 is a request count, but "
-     "max-batch-total-tokens counts tokens"),
+    ("tgi", {"mode": "Auto"}, "TGI ignores --max-batch-total-tokens"),
+    ("custom", {"mode": "Auto", "knob": "max-batch-total-tokens"}, "spec.batching.min 1 is a "
+     "request count, but max-batch-total-tokens counts tokens"),
     ("vllm", {"mode": "Auto", "knob": "max-num-batched-tokens", "min": 512, "max": 8192},
      "spec.batching.min 512 is a request count"),
 ])
@@ -233,8 +239,11 @@ def test_knobs_auto_must_not_drive_validate_and_are_refused_when_applied(
         engine: str, batching: dict[str, Any], problem: str | None) -> None:
     """Not a validation error: a stored tuning that validated before must keep its pod
     tuning after an upgrade. Auto then only recommends, and says why."""
-    spec = InferenceTuningSpec.model_validate(_spec(engine=engine, batching=batching))
-    found = auto_batching_problem(spec.batching, batching_knob(spec.batching, spec.engine))
+    metrics = ({"metrics": {"queueDepth": "engine_queue", "latencyHistogram": "engine_seconds"}}
+               if engine == "custom" else {})
+    spec = InferenceTuningSpec.model_validate(_spec(engine=engine, batching=batching, **metrics))
+    found = auto_batching_problem(spec.batching, batching_knob(spec.batching, spec.engine),
+                                  spec.engine)
     assert (found is None) if problem is None else (problem in str(found)), found
 
 
@@ -639,3 +648,23 @@ def test_the_unit_reaches_the_query_and_the_preset_stays_in_seconds() -> None:
     preset = engine_metrics(InferenceTuningSpec.model_validate(_spec()))
     in_seconds = promql.latency_query(scope, preset, 0.99, "1m")
     assert in_seconds.startswith("histogram_quantile(0.99, ") and in_seconds.endswith("))")
+
+
+@pytest.mark.parametrize(("engine", "batching", "refused"), [
+    ("tgi", {"mode": "Recommend"}, True),  # 1..256 tokens: no TGI starts with 128
+    ("tgi", {"mode": "Recommend", "min": 4096, "max": 65536}, False),
+    ("vllm", {"mode": "Recommend"}, False),  # max-num-seqs counts requests
+    ("vllm", {"mode": "Recommend", "knob": "max-num-batched-tokens"}, True),
+    ("tgi", {"mode": "Off"}, False),
+])
+def test_a_token_knob_recommended_within_request_counts_is_refused_by_validate(
+        engine: str, batching: dict[str, Any], refused: bool) -> None:
+    from infertune.api.spec import apply_problems
+
+    tuning = InferenceTuning.model_validate(_manifest(engine=engine, autoscaling={},
+                                                      batching=batching))
+    found = [f"{field}: {message}" for field, message in apply_problems(tuning)]
+    assert bool(found) is refused, found
+    if refused:
+        (only,) = found
+        assert only.startswith("spec.batching.min: spec.batching.min 1 is a request count")

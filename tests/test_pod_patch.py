@@ -549,6 +549,19 @@ def test_batching_auto_rewrites_the_knob_inside_the_wrapped_command() -> None:
         LAUNCHER_PATH, "--", "vllm", "serve", "m", "--max-num-seqs", "96"]
 
 
+@pytest.mark.parametrize("binder", [["numactl", "--interleave=all"], ["taskset", "-c", "0-7"]])
+def test_batching_auto_edits_a_command_that_binds_itself(binder: list[str]) -> None:
+    """No launcher wraps a command that binds itself, and the edit was held back for one:
+    the pods kept --max-num-seqs 64 under a revision (and a reason) that said 96, and Auto
+    re-created them at every step for nothing, walking the knob down to its min."""
+    spec = _spec(batching={"mode": "Auto", "knob": "max-num-seqs", "min": 8, "max": 128})
+    pod = _pod(command=[*binder, "vllm", "serve", "m", "--max-num-seqs", "64"])
+    plan = plan_pod_patch(spec, pod, PodContext("qwen", "img", batching_value=96))
+    tuned = jsonpatch.apply_patch(pod, plan.patch)
+    assert tuned["spec"]["containers"][0]["command"] == [
+        *binder, "vllm", "serve", "m", "--max-num-seqs", "96"]
+
+
 def test_batching_auto_adds_the_flag_within_bounds() -> None:
     spec = _spec(batching={"mode": "Auto", "min": 8, "max": 128})
     context = PodContext("qwen", "img", batching_value=500)

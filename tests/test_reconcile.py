@@ -207,13 +207,15 @@ def test_what_the_autoscaler_wrote_goes_with_spec_autoscaling() -> None:
     stored = {"conditions": [AUTOSCALER_CONDITION, {**AUTOSCALER_CONDITION,
                                                     "type": "ScalingActive"}],
               "decisions": [AUTOSCALER_DECISION],
-              "autoscaling": {"writtenReplicas": 6, "currentReplicas": 6}}
+              "autoscaling": {"writtenReplicas": 6, "currentReplicas": 6},
+              # Batching Auto's applied value came back with Auto, re-creating every pod.
+              "batching": {"knob": "max-num-seqs", "applied": 32}}
     result = assess(_body(generation=2, status=stored), TARGET, "2026-12-03T10:00:00Z")
     newest = _body(generation=2, status=copy.deepcopy(stored))
     result.merge_lists(newest)
     assert [c["type"] for c in newest["status"]["conditions"]] == [
         "TargetFound", "Ready", "DryRun"]
-    assert "autoscaling" not in newest["status"]
+    assert "autoscaling" not in newest["status"] and "batching" not in newest["status"]
     assert newest["status"]["decisions"][0] == AUTOSCALER_DECISION  # history stays
     # Handled from an older event, while the newest body has spec.autoscaling again: kept.
     back = _body(generation=3, status=copy.deepcopy(stored), autoscaling={"maxReplicas": 8})
@@ -221,6 +223,7 @@ def test_what_the_autoscaler_wrote_goes_with_spec_autoscaling() -> None:
     assert {"MetricsAvailable", "ScalingActive"} <= {
         c["type"] for c in back["status"]["conditions"]}
     assert back["status"]["autoscaling"] == stored["autoscaling"]
+    assert back["status"]["batching"] == stored["batching"]
 
 
 def _written(result: Any, body: dict[str, Any]) -> None:

@@ -856,7 +856,22 @@ def test_batching_auto_changes_nothing_that_goes_against_the_call_or_adds_to_a_s
     block = first(signals(5.0, 0.15), None, tgi)
     assert "applied" not in block
     assert block["reason"].startswith("mode Auto cannot apply it, so it is only recommended: "
-                                      "spec.batching.min 1 is a request count")
+                                      "TGI ignores --max-batch-total-tokens")
+
+
+def test_with_autoscaling_disabled_batching_starts_from_the_value_the_pods_run() -> None:
+    """Auto's applied 32 is what the webhook still sets with autoscaling disabled; the step
+    started from the template's 128, and said "lower from 128 to 64": a raise of the 32 the
+    pods run."""
+    paused = spec(autoscaling={"minReplicas": 1, "maxReplicas": 20, "enabled": False},
+                  batching={"mode": "Auto", "min": 8, "max": 256})
+    stored = {"batching": {"knob": "max-num-seqs", "applied": 32}}
+    planned = plan_evaluation(paused, 1, stored, signals(5.0, 0.15), 4, None, NOW,
+                              template=TemplateBatching(128, None))
+    block = planned.status["batching"]
+    assert block["current"] == 32 and block["recommended"] <= 32, block
+    assert "applied" not in block  # left as stored: nothing is applied while disabled
+    assert "from 128" not in block["reason"], block["reason"]
 
 
 def test_a_value_applied_for_another_knob_is_neither_set_on_pods_nor_kept() -> None:

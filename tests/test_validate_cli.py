@@ -213,7 +213,7 @@ def test_an_empty_namespace_is_unset_as_kubectl_takes_it(
 
 
 @pytest.mark.parametrize(("engine", "said"), [
-    ("tgi", "max-batch-total-tokens counts tokens"),
+    ("tgi", "TGI ignores --max-batch-total-tokens for Flash Attention models"),
     ("triton", "Triton reads max-queue-delay-microseconds from the model config"),
 ])
 def test_batching_auto_that_can_never_apply_is_refused(

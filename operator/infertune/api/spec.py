@@ -400,7 +400,8 @@ when max-num-batched-tokens is below max-model-len without chunked prefill."""
 TOKEN_KNOBS = frozenset({BatchingKnob.MAX_NUM_BATCHED_TOKENS, BatchingKnob.MAX_BATCH_TOTAL_TOKENS})
 
 
-def auto_batching_problem(batching: BatchingSpec, knob: BatchingKnob | None) -> str | None:
+def auto_batching_problem(batching: BatchingSpec, knob: BatchingKnob | None,
+                          engine: Engine) -> str | None:
     """Why batching mode Auto must not drive `knob` with these bounds (each change it applies
     re-creates the pods), None when it may. Checked when Auto would apply a value, not by the
     spec validation: a stored tuning that validated before must keep its pod tuning (NUMA,
@@ -413,7 +414,20 @@ def auto_batching_problem(batching: BatchingSpec, knob: BatchingKnob | None) -> 
                 "use mode Recommend")
     if knob is BatchingKnob.MAX_CONCURRENT_REQUESTS:
         return ("TGI refuses the requests above max-concurrent-requests instead of queueing "
-                "them, so lowering it turns latency into errors; use max-batch-total-tokens")
+                "them, so lowering it turns latency into errors; use mode Recommend")
+    if knob is BatchingKnob.MAX_BATCH_TOTAL_TOKENS and engine is Engine.TGI:
+        # TGI's router (backends/v3/src/lib.rs, connect_backend) logs it as deprecated and
+        # uses the budget its warmup measured whenever the model reports one.
+        return ("TGI ignores --max-batch-total-tokens for Flash Attention models (nearly all "
+                "it serves: it sizes the batch from the GPU memory at warmup), so each change "
+                "would re-create the pods without effect; use mode Recommend, or engine custom "
+                "with its metric names for a model TGI serves without Flash Attention")
+    return token_bounds_problem(batching, knob)
+
+
+def token_bounds_problem(batching: BatchingSpec, knob: BatchingKnob) -> str | None:
+    """Why min..max cannot bound `knob`, a token budget, None when they can: the defaults
+    (1..256) are request counts."""
     if knob in TOKEN_KNOBS and batching.min < MIN_TOKEN_BUDGET:
         return (f"spec.batching.min {batching.min} is a request count, but {knob.value} counts "
                 "tokens and must hold the longest request (TGI's --max-total-tokens, vLLM's "
@@ -486,10 +500,16 @@ def apply_problems(tuning: InferenceTuning) -> list[tuple[str, str]]:
     batching = tuning.spec.batching
     if batching.mode is BatchingMode.AUTO and tuning.spec.autoscaling is not None and (
             problem := auto_batching_problem(
-                batching, batching_knob(batching, tuning.spec.engine))) is not None:
+                batching, batching_knob(batching, tuning.spec.engine),
+                tuning.spec.engine)) is not None:
         # The API server takes it, and the operator then only recommends, for good.
         problems.append(("spec.batching.mode", f"Auto can never apply a value here, only "
                          f"recommend one: {problem}"))
+    elif (batching.mode is BatchingMode.RECOMMEND and tuning.spec.autoscaling is not None
+          and (knob := batching_knob(batching, tuning.spec.engine)) is not None
+          and (problem := token_bounds_problem(batching, knob)) is not None):
+        # Recommended within 1..256, a token budget of 128 that no engine starts with.
+        problems.append(("spec.batching.min", problem))
     if tuning.spec.mig is not None:
         for key, value in tuning.spec.mig.node_selector.items():
             if (problem := label_problem(key, value)) is not None:

@@ -204,8 +204,8 @@ def reassess(namespace: str, name: str, gone: bool) -> None:
         said_before[0] = result.said_in(stored)
         holder = {"spec": body.get("spec") or {}, "status": copy.deepcopy(dict(stored))}
         result.merge_lists(holder)
-        removed = {"autoscaling": None} if "autoscaling" in stored and \
-            "autoscaling" not in holder["status"] else {}
+        removed = {block: None for block in ("autoscaling", "batching")
+                   if block in stored and block not in holder["status"]}
         return {**result.patch(), **removed, **{k: holder["status"][k] for k in SHARED
                                                 if k in holder["status"]}}
 

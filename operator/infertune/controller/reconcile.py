@@ -93,7 +93,8 @@ class Assessment:
     """The decision record to append, when the assessment is news."""
     autoscaling_gone: bool = False
     """The assessed spec has no spec.autoscaling: `merge_lists` removes what the autoscaler
-    wrote (its conditions, status.autoscaling) if the newest body has none either. Nothing
+    wrote (its conditions, status.autoscaling and status.batching) if the newest body has
+    none either. Nothing
     else would ever update them, and a block left from then would take the replicas someone
     set meanwhile for a revert once autoscaling is back."""
     applied: AppliedSpec | None = None
@@ -130,6 +131,10 @@ class Assessment:
             kept = [c for c in stored
                     if not isinstance(c, dict) or c.get("type") not in AUTOSCALER_CONDITIONS]
             status.pop("autoscaling", None)
+            # The autoscaler's too, and nothing updates it without autoscaling: its applied
+            # value came back at once when batching Auto did, re-creating every pod with
+            # it without an Event or a decision.
+            status.pop("batching", None)
         merged = merge_condition_dicts(kept, *own)
         if merged is not None or len(kept) != len(stored):
             status["conditions"] = kept if merged is None else merged

@@ -380,7 +380,7 @@ def _batching_block(spec: InferenceTuningSpec, status: Mapping[str, Any],
     if rec is None:
         return None
     recommended, reason, since, ready_since = rec.recommended, rec.reason, None, None
-    problem = auto_batching_problem(spec.batching, knob)
+    problem = auto_batching_problem(spec.batching, knob, spec.engine)
     if problem is None and template is not None:
         problem = template.problem
     if auto and problem is not None:
@@ -452,12 +452,14 @@ def _applied_in_effect(spec: InferenceTuningSpec, stored: Mapping[str, Any],
     """(whether batching mode Auto applies values now, the value it applied for `knob` that
     the pods run, within min..max; None when none)."""
     assert spec.autoscaling is not None
-    auto = (spec.batching.mode is BatchingMode.AUTO and spec.mode is not Mode.DRY_RUN
-            and spec.autoscaling.enabled)
+    # The webhook sets the applied value in mode Auto whether or not autoscaling is enabled:
+    # with it disabled the steps started from the pod template's value, and a "lower" from
+    # 128 to 64 there raised the 32 the pods ran.
+    sets = spec.batching.mode is BatchingMode.AUTO and spec.mode is not Mode.DRY_RUN
     # A value applied for another knob (the knob or the engine changed) says nothing of this
     # one: 64 requests are not 64 tokens.
-    return auto, (_within(spec, stored.get("applied"))
-                  if auto and stored.get("knob") == knob else None)
+    return sets and spec.autoscaling.enabled, (
+        _within(spec, stored.get("applied")) if sets and stored.get("knob") == knob else None)
 
 
 def _batching_stuck(spec: InferenceTuningSpec, status: Mapping[str, Any],
@@ -478,7 +480,7 @@ def _batching_stuck(spec: InferenceTuningSpec, status: Mapping[str, Any],
                 "spec.batching.knob, or latency.action to Auto or ScaleOut to add replicas "
                 "instead")
     if spec.batching.mode is BatchingMode.AUTO:
-        problem = auto_batching_problem(spec.batching, knob)
+        problem = auto_batching_problem(spec.batching, knob, spec.engine)
         if problem is None and template is not None:
             problem = template.problem
         stored: Mapping[str, Any] = status.get("batching") or {}

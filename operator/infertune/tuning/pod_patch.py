@@ -777,7 +777,7 @@ def _flag_problem(spec: InferenceTuningSpec, serving: Mapping[str, Any]) -> str 
     None when it can."""
     driven = batching_knob(spec.batching, spec.engine)
     knob = None if driven is None else driven.value
-    problem = auto_batching_problem(spec.batching, driven)
+    problem = auto_batching_problem(spec.batching, driven, spec.engine)
     if problem is not None or knob is None:
         return f"batching mode Auto cannot drive {knob or 'a knob'}: {problem}"
     flag = f"--{knob}"
@@ -1054,8 +1054,11 @@ def plan_pod_patch(spec: InferenceTuningSpec, pod: dict[str, Any],
     ops: list[Op] = []
     for op in _batching_ops(spec, _pointer("spec", "containers", index), serving, context,
                             reasons, problems):
-        if op["path"].endswith("/command") and spec.numa.policy is not NumaPolicy.NONE:
-            # The launcher rewrites the command anyway; let it wrap the edited one.
+        if op["path"].endswith("/command") and launcher:
+            # The launcher rewrites the command anyway; let it wrap the edited one. Without
+            # it (a command that binds itself with numactl or taskset) the edit is the
+            # command's only change: held back for a launcher that never came, the new value
+            # was dropped, while the pods were labelled as running it.
             serving = {**serving, "command": op["value"]}
         else:
             ops.append(op)
