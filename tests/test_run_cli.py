@@ -156,6 +156,42 @@ def test_webhook_certificate_files_that_cannot_serve_are_refused(
         "--webhook-cert/--webhook-key: ")
 
 
+@pytest.mark.parametrize(("hosts", "called", "refused"), [
+    (["infertune-webhook.infertune-system.svc"], "service", False),
+    (["*.infertune-system.svc"], "service", False),  # a wildcard for one label
+    (["wrong.example"], "service", True),
+    (["infertune-webhook.other.svc"], "service", True),
+    (["*.svc"], "service", True),  # not two labels
+    (["127.0.0.1"], "192.0.2.7", True),
+    (["192.0.2.7"], "192.0.2.7", False),
+    (["operator.example"], "OPERATOR.example.", False),
+])
+def test_a_webhook_certificate_for_another_name_is_refused(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, hosts: list[str], called: str,
+        refused: bool) -> None:
+    """cert-manager's Certificate without the Service's dnsNames: trusted by its CA, the
+    certificate was refused by the API server for its name at every call, and every pod was
+    admitted untuned while the operator was Ready."""
+    from infertune.controller import main as controller
+    from infertune.controller.main import check_webhook_options
+    from infertune.kube.webhook_tls import write_self_signed
+
+    monkeypatch.setattr(controller, "_port_taken", lambda addr, port: None)
+    cert, key = write_self_signed(tmp_path, hosts)
+    where = (["--webhook-service", "infertune-system/infertune-webhook:443"]
+             if called == "service" else ["--webhook-host", called])
+    args = build_parser().parse_args(["run", "--webhook-cert", str(cert), "--webhook-key",
+                                      str(key), *where])
+    if not refused:
+        assert check_webhook_options(args) is None
+        return
+    with pytest.raises(SystemExit) as stopped:
+        check_webhook_options(args)
+    wanted = ("infertune-webhook.infertune-system.svc" if called == "service" else called)
+    assert str(stopped.value).startswith(f"--webhook-cert: {cert} is for {hosts[0]}, not "
+                                         f"{wanted}"), stopped.value
+
+
 def test_a_webhook_port_another_process_listens_on_is_refused(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """kopf's server binds with SO_REUSEPORT: a second operator on the same port started,

@@ -340,7 +340,9 @@ class _FakeAdmission:
         type(self).stored = None
 
 
-def _stored(ca: str | None, service: tuple[str, str, int] | None, url: str | None = None) -> Any:
+def _stored(ca: str | None, service: tuple[str, str, int] | None, url: str | None = None,
+            hooks: tuple[str, ...] = ("pods.infertune.io", "inferencetunings.infertune.io"),
+            ) -> Any:
     from kubernetes import client as k8s
 
     ref = None if service is None else k8s.AdmissionregistrationV1ServiceReference(
@@ -349,9 +351,9 @@ def _stored(ca: str | None, service: tuple[str, str, int] | None, url: str | Non
         metadata=k8s.V1ObjectMeta(name="infertune-pod-tuning", resource_version="7",
                                   annotations={}),
         webhooks=[k8s.V1MutatingWebhook(
-            name="pods.infertune.io", admission_review_versions=["v1"], side_effects="None",
+            name=name, admission_review_versions=["v1"], side_effects="None",
             client_config=k8s.AdmissionregistrationV1WebhookClientConfig(
-                ca_bundle=ca, service=ref, url=url))])
+                ca_bundle=ca, service=ref, url=url)) for name in hooks])
 
 
 SERVICE = ("infertune-system", "infertune-webhook", 443)
@@ -371,6 +373,11 @@ def test_still_registered_says_when_to_register_again(tmp_path: Path,
     assert through.still_registered(config) is True  # trusts ours (and the other's)
     _FakeAdmission.stored = _stored(other, SERVICE)
     assert through.still_registered(config) is False  # replaced without ours
+    # Trusting ours, but with the pods' webhook alone: an older release's pod registered
+    # again during an upgrade, and the tunings went unchecked until a restart.
+    _FakeAdmission.stored = _stored(bundle_with(ours, other), SERVICE,
+                                    hooks=("pods.infertune.io",))
+    assert through.still_registered(config) is False
     _FakeAdmission.stored = _stored(other, ("elsewhere", "webhook", 443))
     assert through.still_registered(config) is True  # another Service's: not fought over
     at_url = WebhookRegistration(excluded_namespaces=("kube-system",))

@@ -157,6 +157,15 @@ def check_webhook_options(args: argparse.Namespace) -> None:
             raise SystemExit(f"{option}: {path} cannot be read")
     if args.webhook_cert and args.webhook_key:
         _check_certificate(args.webhook_cert, args.webhook_key, args.webhook_ca)
+        service = webhook_service(args.webhook_service)
+        # The name the API server checks the certificate against: the Service's, or the host
+        # of the URL (kopf finds one itself when --webhook-host is not given).
+        called = (f"{service[1]}.{service[0]}.svc" if service is not None
+                  else args.webhook_host)
+        problem = None if called is None else certificate_name_problem(
+            Path(args.webhook_cert), called)
+        if problem is not None:
+            raise SystemExit(f"--webhook-cert: {problem}")
     if not 0 <= args.webhook_port <= 65535:
         raise SystemExit(f"--webhook-port: {args.webhook_port} is not from 0 (any free port) "
                          "to 65535")
@@ -227,6 +236,38 @@ def _check_certificate(cert: str, key: str, ca: str | None) -> None:
                      "would trust none of the webhook's answers, and every pod would be "
                      "admitted untuned; give the CA of the certificate (cert-manager: the "
                      "Secret's ca.crt)")
+
+
+def certificate_name_problem(cert: Path, host: str) -> str | None:
+    """Why the API server, calling `host`, would refuse the certificate in `cert` for its
+    names, None when it would not: Go checks the subject alternative names only (not the
+    common name), a wildcard for one DNS label. Trusted by its CA but for another name (a
+    cert-manager Certificate without the Service's dnsNames), every call failed, and every pod
+    was admitted untuned while the operator reported Ready."""
+    certificate = x509.load_pem_x509_certificates(cert.read_bytes())[0]
+    try:
+        names = certificate.extensions.get_extension_for_class(
+            x509.SubjectAlternativeName).value
+    except x509.ExtensionNotFound:
+        names = x509.SubjectAlternativeName([])
+    dns = [n.lower().rstrip(".") for n in names.get_values_for_type(x509.DNSName)]
+    ips = names.get_values_for_type(x509.IPAddress)
+    wanted = host.lower().rstrip(".")
+    try:
+        address = ipaddress.ip_address(wanted.strip("[]"))
+    except ValueError:
+        address = None
+    if address is not None and address in ips:
+        return None
+    if address is None and any(
+            name == wanted or (name.startswith("*.") and "." in wanted
+                               and wanted.split(".", 1)[1] == name[2:])
+            for name in dns):
+        return None
+    held = ", ".join([*dns, *map(str, ips)]) or "no subject alternative name"
+    return (f"{cert} is for {held}, not {host}, the name the API server calls the webhook "
+            f"by: it would refuse every call, and pods would be admitted untuned; issue it "
+            f"for {host} (cert-manager: a dnsNames entry)")
 
 
 def _port_taken(addr: str, port: int) -> str | None:

@@ -292,6 +292,12 @@ class WebhookRegistration:
             return True  # at a URL now: another process's
         if _service_of(there) != self.service:
             return True
+        if ({w.name for w in current.webhooks or []}
+                != {w["name"] for w in self.body(kopf_config)["webhooks"]}):
+            # Through this Service, but not with this release's webhooks: the old pod of an
+            # upgrade registered again, with the pods' webhook alone, and the tunings were
+            # left unchecked until this process restarted.
+            return False
         return _holds(str(there.ca_bundle or ""), ours["caBundle"])
 
     def serves(self, kopf_config: dict[str, Any]) -> bool:
@@ -454,9 +460,10 @@ class RegisteringWebhookServer(kopf.WebhookServer):
                 logger.debug("could not read %s: %s", self.registration.name, exc)
                 continue
             if registered:
-                logger.warning("%s is gone, or no longer trusts this process's certificate "
-                               "(another operator process removed or replaced it): "
-                               "registering again", self.registration.name)
+                logger.warning("%s is gone, no longer trusts this process's certificate, "
+                               "or lacks one of its webhooks (another operator process "
+                               "removed or replaced it): registering again",
+                               self.registration.name)
             try:
                 # Registered before: only its CA is put back, the process that registered
                 # since stays the one that removes it (WebhookRegistration.apply).
