@@ -216,6 +216,10 @@ def test_what_the_autoscaler_wrote_goes_with_spec_autoscaling() -> None:
     assert [c["type"] for c in newest["status"]["conditions"]] == [
         "TargetFound", "Ready", "DryRun"]
     assert "autoscaling" not in newest["status"] and "batching" not in newest["status"]
+    # The pods' revision changes with it: said.
+    assert [(n.reason, n.message) for n in result.notices if n.reason == "BatchingApplied"] == [
+        ("BatchingApplied", "spec.autoscaling was removed, so batching mode Auto no longer "
+         "sets --max-num-seqs 32: re-tuning replaces the pods with the pod template's value")]
     assert newest["status"]["decisions"][0] == AUTOSCALER_DECISION  # history stays
     # Handled from an older event, while the newest body has spec.autoscaling again: kept.
     back = _body(generation=3, status=copy.deepcopy(stored), autoscaling={"maxReplicas": 8})

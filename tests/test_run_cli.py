@@ -165,6 +165,7 @@ def test_webhook_certificate_files_that_cannot_serve_are_refused(
     (["127.0.0.1"], "192.0.2.7", True),
     (["192.0.2.7"], "192.0.2.7", False),
     (["operator.example"], "OPERATOR.example.", False),
+    (["infertune-webhook.infertune-system.svc."], "service", True),  # Go refuses it
 ])
 def test_a_webhook_certificate_for_another_name_is_refused(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, hosts: list[str], called: str,

@@ -865,13 +865,38 @@ def test_with_autoscaling_disabled_batching_starts_from_the_value_the_pods_run()
     pods run."""
     paused = spec(autoscaling={"minReplicas": 1, "maxReplicas": 20, "enabled": False},
                   batching={"mode": "Auto", "min": 8, "max": 256})
-    stored = {"batching": {"knob": "max-num-seqs", "applied": 32}}
-    planned = plan_evaluation(paused, 1, stored, signals(5.0, 0.15), 4, None, NOW,
-                              template=TemplateBatching(128, None))
+    # The pods have run 32 for an hour.
+    settled = format_time(NOW - 3600)
+    stored: dict[str, Any] = {"batching": {"knob": "max-num-seqs", "applied": 32,
+                                           "servingSince": settled, "readySince": settled},
+                              "tuning": pods_at(paused, 32)}
+    for i in range(3):  # the wait for the value's effect does not start again each time
+        now = NOW + 15 * i
+        planned = plan_evaluation(paused, 1, stored, signals(5.0, 0.15, now=now), 4, None, now,
+                                  template=TemplateBatching(128, None), ready=4)
+        block = planned.status["batching"]
+        assert block["current"] == 32 and block["recommended"] < 32, block
+        assert "applied" not in block  # left as stored: nothing is applied while disabled
+        assert "from 128" not in block["reason"], block["reason"]
+        assert block["servingSince"] == settled, block
+        stored = merge_patch(stored, planned.status)
+
+
+def test_a_value_auto_can_no_longer_set_is_not_where_the_step_starts() -> None:
+    """TGI's max-batch-total-tokens applied by an earlier release: the webhook no longer sets
+    it (TGI ignores it), so new pods run the template's 16000, and the step went on from
+    the stored 20000. Kept in status (the pods are not re-created for nothing), it is not
+    the value in use."""
+    tgi = spec(engine="tgi", batching={"mode": "Auto", "min": 4096, "max": 65536})
+    stored = {"batching": {"knob": "max-batch-total-tokens", "applied": 20000}}
+    template = TemplateBatching(16000, None)
+    planned = plan_evaluation(tgi, 1, stored, signals(5.0, 0.15), 4, None, NOW,
+                              template=template)
     block = planned.status["batching"]
-    assert block["current"] == 32 and block["recommended"] <= 32, block
-    assert "applied" not in block  # left as stored: nothing is applied while disabled
-    assert "from 128" not in block["reason"], block["reason"]
+    assert block["current"] == 16000, block
+    assert "applied" not in block and planned.batching_news is None  # left as stored
+    assert block["reason"].startswith("mode Auto cannot apply it, so it is only "
+                                      "recommended: TGI ignores --max-batch-total-tokens")
 
 
 def test_a_value_applied_for_another_knob_is_neither_set_on_pods_nor_kept() -> None:

@@ -378,6 +378,10 @@ def test_still_registered_says_when_to_register_again(tmp_path: Path,
     _FakeAdmission.stored = _stored(bundle_with(ours, other), SERVICE,
                                     hooks=("pods.infertune.io",))
     assert through.still_registered(config) is False
+    # A newer release's, with one more: not fought over (the two would take turns).
+    _FakeAdmission.stored = _stored(bundle_with(ours, other), SERVICE, hooks=(
+        "pods.infertune.io", "inferencetunings.infertune.io", "later.infertune.io"))
+    assert through.still_registered(config) is True
     _FakeAdmission.stored = _stored(other, ("elsewhere", "webhook", 443))
     assert through.still_registered(config) is True  # another Service's: not fought over
     at_url = WebhookRegistration(excluded_namespaces=("kube-system",))

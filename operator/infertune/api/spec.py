@@ -418,10 +418,13 @@ def auto_batching_problem(batching: BatchingSpec, knob: BatchingKnob | None,
     if knob is BatchingKnob.MAX_BATCH_TOTAL_TOKENS and engine is Engine.TGI:
         # TGI's router (backends/v3/src/lib.rs, connect_backend) logs it as deprecated and
         # uses the budget its warmup measured whenever the model reports one.
+        bounds = token_bounds_problem(batching, knob)
         return ("TGI ignores --max-batch-total-tokens for Flash Attention models (nearly all "
                 "it serves: it sizes the batch from the GPU memory at warmup), so each change "
-                "would re-create the pods without effect; use mode Recommend, or engine custom "
-                "with its metric names for a model TGI serves without Flash Attention")
+                "would re-create the pods without effect; use mode Recommend"
+                + ("" if bounds is None else f" (and there too, {bounds})")
+                + ", or engine custom with its metric names for a model TGI serves without "
+                "Flash Attention")
     return token_bounds_problem(batching, knob)
 
 

@@ -250,7 +250,9 @@ def certificate_name_problem(cert: Path, host: str) -> str | None:
             x509.SubjectAlternativeName).value
     except x509.ExtensionNotFound:
         names = x509.SubjectAlternativeName([])
-    dns = [n.lower().rstrip(".") for n in names.get_values_for_type(x509.DNSName)]
+    # Only the host loses a trailing dot: Go refuses a name written with one in the
+    # certificate.
+    dns = [n.lower() for n in names.get_values_for_type(x509.DNSName)]
     ips = names.get_values_for_type(x509.IPAddress)
     wanted = host.lower().rstrip(".")
     try:

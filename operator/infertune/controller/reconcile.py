@@ -285,6 +285,15 @@ def assess(body: dict[str, Any], target: TargetState | None, now: str) -> Assess
     status = _status(before, conditions, generation, shown)
     news = _ready_news(before, status, generation, spec, now)
     notices, decision = ([], None) if news is None else ([news[0]], news[1])
+    held = before.batching
+    if spec.autoscaling is None and held is not None and held.applied is not None:
+        # merge_lists drops status.batching with the autoscaler's other blocks: the pods'
+        # revision changes with it, and re-tuning replaces them; said, as every change of
+        # the applied value is.
+        notices.append(Notice("Normal", "BatchingApplied", (
+            f"spec.autoscaling was removed, so batching mode Auto no longer sets "
+            f"--{held.knob} {held.applied}: re-tuning replaces the pods with the pod "
+            "template's value")))
     if decision is not None:
         status = status.model_copy(update={"decisions": _with_decision(status, decision)})
     applied = AppliedSpec(generation=generation, spec=dict(body.get("spec") or {}))

@@ -370,6 +370,15 @@ def _batching_block(spec: InferenceTuningSpec, status: Mapping[str, Any],
     stored: Mapping[str, Any] = status.get("batching") or {}
     auto, in_effect = _applied_in_effect(spec, stored, knob.value)
     on_pods = None if template is None else template.value
+    problem = auto_batching_problem(spec.batching, knob, spec.engine)
+    if problem is None and template is not None:
+        problem = template.problem
+    if problem is not None:
+        # The webhook does not set the value applied before (TGI's token budget since it is
+        # known to be ignored, a template turned into a shell script): the pods run the
+        # template's, and the step starts from it. The applied value stays in status, so
+        # that the pods' revision does not change and they are not re-created for nothing.
+        in_effect = None
     start: int | None = in_effect
     if in_effect is not None:
         origin = "applied"
@@ -380,9 +389,6 @@ def _batching_block(spec: InferenceTuningSpec, status: Mapping[str, Any],
     if rec is None:
         return None
     recommended, reason, since, ready_since = rec.recommended, rec.reason, None, None
-    problem = auto_batching_problem(spec.batching, knob, spec.engine)
-    if problem is None and template is not None:
-        problem = template.problem
     if auto and problem is not None:
         # As mode Recommend: a value the webhook cannot set (or must not) would re-create the
         # pods at every step, and they would still run the old one.
@@ -424,7 +430,7 @@ def _batching_block(spec: InferenceTuningSpec, status: Mapping[str, Any],
         applied = _applied_knob(spec, in_effect, recommended, rec.direction, on_pods)
     else:
         applied = None
-    if applied != in_effect:
+    if auto and applied != in_effect:
         since = ready_since = None  # new pods: measured from when they all run it
     block = {"knob": rec.knob.value, "current": rec.current, "recommended": recommended,
              "applied": applied, "servingSince": since, "readySince": ready_since,

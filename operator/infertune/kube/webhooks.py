@@ -292,11 +292,12 @@ class WebhookRegistration:
             return True  # at a URL now: another process's
         if _service_of(there) != self.service:
             return True
-        if ({w.name for w in current.webhooks or []}
-                != {w["name"] for w in self.body(kopf_config)["webhooks"]}):
-            # Through this Service, but not with this release's webhooks: the old pod of an
-            # upgrade registered again, with the pods' webhook alone, and the tunings were
-            # left unchecked until this process restarted.
+        if {w["name"] for w in self.body(kopf_config)["webhooks"]} - {
+                w.name for w in current.webhooks or []}:
+            # Through this Service, but without one of this release's webhooks: the old pod
+            # of an upgrade registered again, with the pods' webhook alone, and the tunings
+            # were left unchecked until this process restarted. (More webhooks than this
+            # release's, a newer one's, are left alone: the two would take turns.)
             return False
         return _holds(str(there.ca_bundle or ""), ours["caBundle"])
 
