@@ -19,9 +19,9 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from e2e.fixtures.access import exists
+from e2e.fixtures.admission import without_the_check
 from e2e.fixtures.operator import OperatorProcess
 from e2e.fixtures.waiting import wait_for
-from e2e.test_admission import without_the_check
 from e2e.test_operator import (
     GROUP,
     PLURAL,

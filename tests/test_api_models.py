@@ -606,6 +606,7 @@ def test_annotations_over_the_api_servers_total_are_refused_by_validate() -> Non
     ("engine_latency_milliseconds", "s", "set latencyHistogramUnit: ms"),
     ("engine_latency_us", "ms", "set latencyHistogramUnit: us"),
     ("engine_latency_microseconds", "s", "set latencyHistogramUnit: us"),
+    ("Engine_Latency_MS", "s", "set latencyHistogramUnit: ms"),  # Prometheus allows case
     ("nv_inference_first_response_histogram_ms", "ms", None),
     ("engine_latency_seconds", "s", None),
     ("engine_latency_seconds", "ms", None),  # the user's word against no suffix

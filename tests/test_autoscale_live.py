@@ -82,6 +82,44 @@ def test_the_preview_counts_no_revert_where_the_operator_counts_none() -> None:
     assert blocked is not None and blocked.reason == "ReplicaFight"
 
 
+@pytest.mark.parametrize(("owners", "blocks"), [
+    ((("infertune", "scale"),), False), ((("argocd-controller", ""),), True)])
+def test_read_live_passes_on_who_set_the_replicas_last(
+        monkeypatch: pytest.MonkeyPatch, owners: tuple[tuple[str, str], ...],
+        blocks: bool) -> None:
+    """The preview reads the Deployment's managedFields as the operator does: its own scale
+    write last is no revert."""
+    from infertune import autoscale_live
+    from infertune.kube import client as kube_client
+    from infertune.kube.client import DeploymentReplicas
+
+    once = Fight(1, NOW - 100, NOW - 100, 1, None).to_json()
+    body = {"apiVersion": "infertune.io/v1alpha1", "kind": "InferenceTuning",
+            "metadata": {"name": "qwen", "namespace": "serving", "generation": 1},
+            "spec": {"targetRef": {"name": "qwen"}, "engine": "vllm", "autoscaling": {}},
+            "status": {"autoscaling": {"replicaFight": once, "writtenReplicas": 4}}}
+
+    class Tunings:
+        def get_namespaced_custom_object(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+            return body
+
+        def list_namespaced_custom_object(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+            return {"items": [body]}
+
+    class Autoscalers:
+        def list_namespaced_horizontal_pod_autoscaler(self, *args: Any, **kwargs: Any) -> Any:
+            return client.V2HorizontalPodAutoscalerList(items=[])
+
+    monkeypatch.setattr(kube_client, "configure", lambda *args: None)
+    monkeypatch.setattr(kube_client, "deployment_replicas", lambda *args: DeploymentReplicas(
+        6, 6, {"containers": [{"name": "vllm", "image": "v"}]}, owners))
+    monkeypatch.setattr(client, "CustomObjectsApi", Tunings)
+    monkeypatch.setattr(client, "AutoscalingV2Api", Autoscalers)
+    live = autoscale_live.read_live("serving/qwen", None)
+    blocked = live.blocked(6, NOW)
+    assert (blocked is not None and blocked.reason == "ReplicaFight") is blocks, blocked
+
+
 def decision(current: int, desired: int) -> ScaleDecision:
     action = ScaleAction.HOLD if current == desired else ScaleAction.SCALE_OUT
     return ScaleDecision(current, desired, action, "why", None, ScalingState(),  # type: ignore[arg-type]

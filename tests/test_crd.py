@@ -76,14 +76,15 @@ SERVER_SIDE_DEFAULTS = frozenset({
     ".spec.canary.analysis.minRequestCount", ".spec.canary.analysis.failureLimit",
     ".spec.canary.routing", ".spec.canary.routing.type",
 })
-"""The fields the API server fills in when they are left out, as of the first release. A
-field added since must not join them (api/base.no_schema_default): the API server writes a
-default into every stored object, also into those of a section that defaults to {} (such as
-spec.metrics), and an operator a rollback (or the old pod of an upgrade, once the new CRD is
-applied) brings back refuses every tuning holding a field it does not know."""
+"""The fields the API server fills in when they are left out, as of the release before
+spec.metrics.latencyHistogramUnit (57c3154). A field added since must not join them
+(api/base.no_schema_default): the API server writes a default into every stored object,
+also into those of a section that defaults to {} (such as spec.metrics), and an operator a
+rollback (or the old pod of an upgrade, once the new CRD is applied) brings back refuses
+every tuning holding a field it does not know."""
 
 
-def test_no_field_added_since_the_first_release_gets_a_server_side_default() -> None:
+def test_no_field_added_since_gets_a_server_side_default() -> None:
     """spec.metrics.latencyHistogramUnit went into the CRD with `default: s`: under the
     previous operator every tuning became InvalidSpec (an unknown field) while an upgrade
     waited for the new pod, and for good after a rollback."""

@@ -530,13 +530,14 @@ def _reverted_every(monkeypatch: pytest.MonkeyPatch, minutes: int,
     return cluster, writes, reverts, most
 
 
-@pytest.mark.parametrize(("every_min", "fewer_writes"), [(20, True), (60, True), (150, False)])
+@pytest.mark.parametrize(("every_min", "hours", "fewer_writes"), [
+    (20, 3, True), (60, 12, True), (150, 10, False)])
 def test_a_writer_reverting_now_and_then_is_a_fight_and_each_revert_is_said(
-        monkeypatch: pytest.MonkeyPatch, every_min: int, fewer_writes: bool) -> None:
+        monkeypatch: pytest.MonkeyPatch, every_min: int, hours: int, fewer_writes: bool) -> None:
     """Flux corrects drift at each reconcile of its Kustomization (`interval: 1h` is
     common): with a 10 minute quiet time every revert was the fight's first, writes never
     stopped, and nothing said that the replicas were being taken away."""
-    cluster, writes, reverts, most = _reverted_every(monkeypatch, every_min)
+    cluster, writes, reverts, most = _reverted_every(monkeypatch, every_min, hours)
     assert most == reverts > 2
     said = cluster.events.count("ReplicasReverted")
     fights = cluster.events.count("ReplicaFight")
@@ -544,7 +545,7 @@ def test_a_writer_reverting_now_and_then_is_a_fight_and_each_revert_is_said(
     assert (said, fights) == (1, reverts - 1), cluster.events
     # Side by side with the 10 minute quiet time: the writes the backoff saved.
     monkeypatch.setattr(fights_module, "QUIET_S", 600.0)
-    before, writes_before, _, most_before = _reverted_every(monkeypatch, every_min)
+    before, writes_before, _, most_before = _reverted_every(monkeypatch, every_min, hours)
     assert most_before == 1 and "ReplicaFight" not in before.events
     if fewer_writes:
         assert writes < writes_before * 0.8, (writes, writes_before)

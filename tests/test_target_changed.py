@@ -39,3 +39,45 @@ def test_each_tuning_is_assessed_again_and_a_failure_is_retried(
     for record in records:
         assert "[ml/b] Deployment qwen deleted, and the tuning could not be assessed again " \
             "(500 for b)" in record.getMessage()
+
+
+def test_reassessing_a_tuning_without_autoscaling_removes_the_autoscalers_blocks(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """spec.autoscaling removed: the re-assessment of a Deployment's change sends the
+    removal of status.autoscaling and status.batching (a merge patch leaves out what it does
+    not name); batching's applied value was kept, and came back with Auto."""
+    from typing import Any
+
+    from infertune.api.spec import GROUP, PLURAL, VERSION
+
+    stored = {"autoscaling": {"writtenReplicas": 6, "currentReplicas": 6},
+              "batching": {"knob": "max-num-seqs", "applied": 32}}
+    body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "InferenceTuning",
+            "metadata": {"name": "t", "namespace": "ml", "generation": 2, "uid": "u",
+                         "resourceVersion": "9"},
+            "spec": {"targetRef": {"name": "qwen"}, "engine": "vllm"}, "status": stored}
+    sent: list[dict[str, Any]] = []
+    posted: list[str] = []
+
+    class Tunings:
+        def get_namespaced_custom_object(self, *args: Any) -> dict[str, Any]:
+            assert args[:4] == (GROUP, VERSION, "ml", PLURAL)
+            return body
+
+    def write_status(namespace: str, name: str, status: Any, version: str, build: Any,
+                     still: Any = None) -> dict[str, Any]:
+        patch = build(stored)
+        sent.append(patch)
+        return dict(patch)
+
+    monkeypatch.setattr(handlers.client, "CustomObjectsApi", Tunings)
+    monkeypatch.setattr(handlers, "write_status", write_status)
+    monkeypatch.setattr(handlers, "read_deployment", lambda namespace, name: None)
+    def event(_body: Any, *, type: str, reason: str, message: str) -> None:
+        posted.append(reason)
+
+    monkeypatch.setattr(handlers.kopf, "event", event)
+    handlers.reassess("ml", "t", gone=True)
+    (patch,) = sent
+    assert patch["autoscaling"] is None and patch["batching"] is None, patch
+    assert "BatchingApplied" in posted
