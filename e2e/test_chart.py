@@ -445,6 +445,12 @@ def test_prometheus_access_values_that_cannot_work_are_refused(
     (["--set", "extraArgs={--no-mig}"], "sets from mig.enabled"),
     # Not an option: the operator exited on argparse's error, in a crash loop.
     (["--set", "extraArgs={--no-such-flag}"], "is not an option of infertune run"),
+    # A flag with a value, an option without one: argparse's error too.
+    (["--set", "extraArgs={--verbose=true}"], "--verbose takes no value"),
+    (["--set", "extraArgs={--no-static=1}"], "--no-static-cpu-manager takes no value"),
+    (["--set", "extraArgs={--webhook-check-interval}"],
+     "--webhook-check-interval takes a value, in the same item"),
+    (["--set", "extraArgs={--kubeconfig}"], "--kubeconfig takes a value"),
     (["--set", "webhook.certSecret=a b"], "/webhook/certSecret"),
     # A misspelt value was ignored: here the operator fell back to a self-signed certificate.
     (["--set", "webhook.certsecret=cert-manager-tls"], "'certsecret' not allowed"),

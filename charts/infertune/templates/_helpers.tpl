@@ -80,6 +80,9 @@ keeps both lists equal to the command's): another one ended the operator at star
 loop, and `helm upgrade --wait` waited out its timeout. */ -}}
 {{- $userSets := list "kubeconfig" "mig-config-delay" "no-static-cpu-manager" "verbose"
   "webhook-check-interval" -}}
+{{- /* Of those, the flags: argparse ends the operator on `--verbose=true` ("ignored explicit
+argument"), and on an option that takes a value given without one. */ -}}
+{{- $flags := list "no-static-cpu-manager" "verbose" -}}
 {{- range $arg := .Values.extraArgs -}}
 {{- $name := trimPrefix "--" $arg | regexFind "^[^=]*" -}}
 {{- $known := false -}}
@@ -88,6 +91,15 @@ loop, and `helm upgrade --wait` waited out its timeout. */ -}}
 {{- end -}}
 {{- if not $known -}}
 {{- fail (printf "extraArgs: %s is not an option of infertune run; the ones left to extraArgs are --%s" $arg (join ", --" $userSets)) -}}
+{{- end -}}
+{{- range $option := $userSets -}}
+{{- if hasPrefix $name $option -}}
+{{- if and (has $option $flags) (contains "=" $arg) -}}
+{{- fail (printf "extraArgs: %s: --%s takes no value; give it alone" $arg $option) -}}
+{{- else if and (not (has $option $flags)) (not (contains "=" $arg)) -}}
+{{- fail (printf "extraArgs: %s: --%s takes a value, in the same item: --%s=VALUE" $arg $option $option) -}}
+{{- end -}}
+{{- end -}}
 {{- end -}}
 {{- range $option, $value := $chartSets -}}
 {{- if hasPrefix $name $option -}}
