@@ -206,6 +206,23 @@ def fetch_when(source: PrometheusSource, targets: list[MetricsTarget],
     return wait_for(attempt, f"signals for {ready}", timeout_s=20)
 
 
+@contextmanager
+def observing(child: Any, value: float) -> Iterator[None]:
+    """`value` observed by the histogram `child` every OBSERVE_EVERY_S (a steady latency)
+    until the block ends."""
+    stop = threading.Event()
+
+    def observe() -> None:
+        while not stop.wait(OBSERVE_EVERY_S):
+            child.observe(value)
+
+    threading.Thread(target=observe, daemon=True).start()
+    try:
+        yield
+    finally:
+        stop.set()
+
+
 def test_adapter_reads_queue_latency_and_rate_of_the_deployments_pods(
         prometheus: PrometheusServer) -> None:
     llm = target("serving", "llm")
@@ -1150,17 +1167,10 @@ def test_each_deployment_gets_its_own_histograms_lowest_bucket(
     Gauge("vllm:num_requests_waiting", "waiting", labels, registry=registry).labels(
         "serving", "coarse-5d4f8b9c7-bcdfg", "qwen").set(1)
     pod = latency.labels("serving", "coarse-5d4f8b9c7-bcdfg", "qwen")
-    stop = threading.Event()
-
-    def observe() -> None:
-        while not stop.wait(OBSERVE_EVERY_S):
-            pod.observe(0.05)
-
-    threading.Thread(target=observe, daemon=True).start()
     coarse, fine = target("serving", "coarse"), target("serving", "llm")
     source = PrometheusSource(prometheus.url)
-    fetch_when(source, [coarse, fine], fine.key)  # the bounds read: none for coarse yet
-    try:
+    with observing(pod, 0.05):
+        fetch_when(source, [coarse, fine], fine.key)  # the bounds read: none for coarse yet
         with MetricsEndpoint(registry) as endpoint:
             prometheus.add_scrape_job("coarse", [endpoint.target])
             prometheus.wait_for_targets_up("coarse")
@@ -1171,8 +1181,6 @@ def test_each_deployment_gets_its_own_histograms_lowest_bucket(
                                   for t in (coarse, fine)) else None
 
             got = wait_for(latency_of_both, "latency of both", timeout_s=30)
-    finally:
-        stop.set()
     assert got[coarse.key].latency.points[-1][1] == pytest.approx(0.99 * 0.3)
     # Read with the new Deployment's first latency data, not FLOOR_RETRY_S after the last
     # read: for a minute its 297 ms counted as a breach of 75 ms.
@@ -1231,28 +1239,19 @@ def test_bounds_of_another_histogram_are_not_borrowed(
     coarse = Histogram("other_latency_seconds", "coarse", ["namespace", "pod"],
                        buckets=(0.3, 1.0, 5.0), registry=registry)
     pod = coarse.labels("serving", "llm-5d4f8b9c7-bcdfg")
-    stop = threading.Event()
-
-    def observe() -> None:
-        while not stop.wait(OBSERVE_EVERY_S):
-            pod.observe(0.05)
-
-    threading.Thread(target=observe, daemon=True).start()
     source = PrometheusSource(prometheus.url)
     llm = target("serving", "llm")
-    assert fetch_when(source, [llm], llm.key)[llm.key].latency_floor_s == BUCKETS[0]
     other = replace(llm, metrics=replace(
         llm.metrics, latency=HistogramLatency("other_latency_seconds")))
-    refuse_bounds_reads(monkeypatch, source)
-    try:
+    with observing(pod, 0.05):
+        assert fetch_when(source, [llm], llm.key)[llm.key].latency_floor_s == BUCKETS[0]
+        refuse_bounds_reads(monkeypatch, source)
         with MetricsEndpoint(registry) as endpoint:
             prometheus.add_scrape_job("other", [endpoint.target])
             prometheus.wait_for_targets_up("other")
             got = wait_for(lambda: (lambda s: s if len(s.latency.points) >= 2 else None)(
                 source.fetch([other], time.time())[other.key]), "the other histogram",
                 timeout_s=30)
-    finally:
-        stop.set()
     assert got.latency.points[-1][1] == pytest.approx(0.99 * 0.3)
     assert got.latency_floor_s is None and got.latency_floor_unknown
 
@@ -1264,30 +1263,20 @@ def test_a_histogram_in_milliseconds_is_read_in_seconds(prometheus: PrometheusSe
     ms = Histogram("nv_inference_first_response_histogram_ms", "first response", [
         "namespace", "pod"], buckets=(10.0, 50.0, 100.0, 500.0), registry=registry)
     pod = ms.labels("triton", "tri-5d4f8b9c7-bcdfg")
-    stop = threading.Event()
-
-    def observe() -> None:
-        while not stop.wait(OBSERVE_EVERY_S):
-            pod.observe(40.0)
-
-    threading.Thread(target=observe, daemon=True).start()
     source = PrometheusSource(prometheus.url)
     base = target("triton", "tri")
     tri = replace(base, metrics=replace(base.metrics, latency=HistogramLatency(
         "nv_inference_first_response_histogram_ms", 1e-3)))
-    try:
-        with MetricsEndpoint(registry) as endpoint:
-            prometheus.add_scrape_job("ms", [endpoint.target])
-            try:
-                prometheus.wait_for_targets_up("ms")
-                got = wait_for(lambda: (lambda s: s if len(s.latency.points) >= 2
-                                        and s.latency_floor_s is not None else None)(
-                    source.fetch([tri], time.time())[tri.key]), "the ms histogram",
-                    timeout_s=30)
-            finally:
-                prometheus.remove_scrape_job("ms")
-    finally:
-        stop.set()
+    with observing(pod, 40.0), MetricsEndpoint(registry) as endpoint:
+        prometheus.add_scrape_job("ms", [endpoint.target])
+        try:
+            prometheus.wait_for_targets_up("ms")
+            got = wait_for(lambda: (lambda s: s if len(s.latency.points) >= 2
+                                    and s.latency_floor_s is not None else None)(
+                source.fetch([tri], time.time())[tri.key]), "the ms histogram",
+                timeout_s=30)
+        finally:
+            prometheus.remove_scrape_job("ms")
     # Every request in (10, 50] ms: the quantile interpolates to 49.6 ms.
     assert got.latency.points[-1][1] == pytest.approx(0.0496)
     assert got.latency_floor_s == pytest.approx(0.010)
