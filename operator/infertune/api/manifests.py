@@ -273,6 +273,12 @@ SHOWN_RIVALS = 3
 """How many of the other tunings of a Deployment an error names; the rest are counted."""
 
 
+def shown_rivals(names: list[str]) -> str:
+    """The first SHOWN_RIVALS of `names`, the rest counted."""
+    left = len(names) - SHOWN_RIVALS
+    return ", ".join(names[:SHOWN_RIVALS]) + (f" and {left} more" if left > 0 else "")
+
+
 def _rivals(tunings: list[InferenceTuning]) -> dict[int, list[FieldError]]:
     """By id of the tuning: an error naming the other tunings of the files that target the
     same Deployment (the webhook tunes the pods of none of them while more than one does)."""
@@ -295,11 +301,8 @@ def _rivals(tunings: list[InferenceTuning]) -> dict[int, list[FieldError]]:
                                  if t.metadata.name != tuning.metadata.name})
                 if not others:
                     continue
-                shown = ", ".join(others[:SHOWN_RIVALS]) + (
-                    f" and {len(others) - SHOWN_RIVALS} more" if len(others) > SHOWN_RIVALS
-                    else "")
                 errors[id(tuning)] = [FieldError(
-                    "spec.targetRef.name", f"InferenceTuning {shown} also target"
+                    "spec.targetRef.name", f"InferenceTuning {shown_rivals(others)} also target"
                     f"{'s' if len(others) == 1 else ''} Deployment {target}, and the pods of "
                     "a Deployment more than one tuning targets are tuned by none; keep one "
                     "tuning per Deployment")]

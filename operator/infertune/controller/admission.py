@@ -37,6 +37,7 @@ from kopf._cogs.structs.references import (  # how kopf matches --namespace
 )
 
 from infertune.api.errors import stored_problems
+from infertune.api.manifests import shown_rivals
 from infertune.api.spec import GROUP, PLURAL, VERSION, apply_problems
 from infertune.kube.webhooks import TUNING_HANDLER_ID
 
@@ -126,9 +127,9 @@ def rivals_warning(name: str, target: str, entries: Any) -> str | None:
     others = sorted({str(e.get("name")) for e in entries or () if e.get("name") != name})
     if not others:
         return None
-    shown = ", ".join(others[:3]) + (f" and {len(others) - 3} more" if len(others) > 3 else "")
     one = len(others) == 1
-    return (f"InferenceTuning{'' if one else 's'} {shown} target{'s' if one else ''} "
+    return (f"InferenceTuning{'' if one else 's'} {shown_rivals(others)} "
+            f"target{'s' if one else ''} "
             f"Deployment {target} too: its new pods are tuned by none of them until only one "
             "does")[:MAX_WARNING]
 
