@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
-from infertune.api.scaling import STARTING_S, BatchingMode, LatencyAction
+from infertune.api.scaling import STARTING_S, BatchingKnob, BatchingMode, LatencyAction
 from infertune.api.spec import (
     InferenceTuningSpec,
     Mode,
@@ -370,9 +370,7 @@ def _batching_block(spec: InferenceTuningSpec, status: Mapping[str, Any],
     stored: Mapping[str, Any] = status.get("batching") or {}
     auto, in_effect = _applied_in_effect(spec, stored, knob.value)
     on_pods = None if template is None else template.value
-    problem = auto_batching_problem(spec.batching, knob, spec.engine)
-    if problem is None and template is not None:
-        problem = template.problem
+    problem = _auto_problem(spec, knob, template)
     if problem is not None:
         # The webhook does not set the value applied before (TGI's token budget since it is
         # known to be ignored, a template turned into a shell script): the pods run the
@@ -453,6 +451,16 @@ def _batching_block(spec: InferenceTuningSpec, status: Mapping[str, Any],
     return block
 
 
+def _auto_problem(spec: InferenceTuningSpec, knob: BatchingKnob,
+                  template: TemplateBatching | None) -> str | None:
+    """Why mode Auto cannot set `knob` on the pods (the knob and its bounds, then the pod
+    template: a shell script, no command line), None when it can."""
+    problem = auto_batching_problem(spec.batching, knob, spec.engine)
+    if problem is None and template is not None:
+        problem = template.problem
+    return problem
+
+
 def _applied_in_effect(spec: InferenceTuningSpec, stored: Mapping[str, Any],
                        knob: str) -> tuple[bool, int | None]:
     """(whether batching mode Auto applies values now, the value it applied for `knob` that
@@ -486,9 +494,7 @@ def _batching_stuck(spec: InferenceTuningSpec, status: Mapping[str, Any],
                 "spec.batching.knob, or latency.action to Auto or ScaleOut to add replicas "
                 "instead")
     if spec.batching.mode is BatchingMode.AUTO:
-        problem = auto_batching_problem(spec.batching, knob, spec.engine)
-        if problem is None and template is not None:
-            problem = template.problem
+        problem = _auto_problem(spec, knob, template)
         stored: Mapping[str, Any] = status.get("batching") or {}
         on_pods = None if template is None else template.value
         applied = (_within(spec, stored.get("applied")) if stored.get("knob") == knob.value
