@@ -114,7 +114,7 @@ def check_webhook_options(args: argparse.Namespace) -> None:
     """What goes into the webhook registration and its certificate, checked before anything
     starts: refused by the API server, it stopped the operator with a traceback after it had
     started; some was accepted and left every pod untuned without a word."""
-    webhook_service(args.webhook_service)
+    service = webhook_service(args.webhook_service)
     for name in args.namespaces or []:
         # Names go into the registration's namespaceSelector; kopf patterns do not.
         if not is_pattern(name) and not is_dns_label(name):
@@ -157,7 +157,6 @@ def check_webhook_options(args: argparse.Namespace) -> None:
             raise SystemExit(f"{option}: {path} cannot be read")
     if args.webhook_cert and args.webhook_key:
         _check_certificate(args.webhook_cert, args.webhook_key, args.webhook_ca)
-        service = webhook_service(args.webhook_service)
         # The name the API server checks the certificate against: the Service's, or the host
         # of the URL (kopf finds one itself when --webhook-host is not given).
         called = (f"{service[1]}.{service[0]}.svc" if service is not None
