@@ -179,3 +179,17 @@ def test_an_invalid_edit_of_the_target_leaves_the_last_valid_target_tuned() -> N
     index = asyncio.run(pods.tunings_by_target(namespace="ml", name="qwen", uid="u-retarget",
                                                body=kopf.Body(body)))
     assert list(index) == [("ml", "other")]
+
+
+def test_a_pod_several_tunings_target_is_not_tuned_and_the_warning_counts_them() -> None:
+    """Every rival was named, a warning as long as their list (validate and the admission
+    check name three and count the rest, as it does now)."""
+    memo = kopf.Memo(pod_tuning=PodTuningSettings(launcher_image="infertune:test"))
+    rivals = [{**TUNING, "name": f"qwen-{i:02d}", "uid": f"u{i}"} for i in range(40)]
+    loaded = {"owners": {("ml", "qwen-5d4f8b9c7"): ["qwen"]},
+              "tunings": {("ml", "qwen"): rivals}}
+    asyncio.run(indexes_loaded(memo=memo))
+    patch, warnings = asyncio.run(admit(memo, loaded))
+    assert not patch.fns
+    assert warnings == ["infertune: several InferenceTunings (qwen-00, qwen-01, qwen-02 and 37 "
+                        "more) target qwen; the pod is not tuned until only one does"]

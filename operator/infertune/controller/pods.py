@@ -20,6 +20,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from infertune import keys
+from infertune.api.manifests import shown_rivals
 from infertune.api.spec import (
     DEFAULT_BATCHING_KNOB,
     GROUP,
@@ -275,7 +276,7 @@ def _tune_pod(body: kopf.Body, patch: kopf.Patch, warnings: list[str], memo: kop
     if not entries:
         return
     if len(entries) > 1:
-        names = ", ".join(sorted(e["name"] for e in entries))
+        names = shown_rivals(sorted(str(e["name"]) for e in entries))
         warnings.append(f"infertune: several InferenceTunings ({names}) target {deployment}; "
                         "the pod is not tuned until only one does")
         return
