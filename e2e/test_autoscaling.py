@@ -60,6 +60,7 @@ class FakeVllm:
         self.queue_per_pod = 0.0
         self.latency_s = 0.02
         self.requests_per_s = 20
+        self.running_per_pod = 8.0
         self.stop = threading.Event()
         self.pods: set[str] = set()
         self.thread = threading.Thread(target=self._run, daemon=True)
@@ -74,7 +75,7 @@ class FakeVllm:
             for pod in live:
                 labels = (self.namespace, pod, "qwen")
                 self.waiting.labels(*labels).set(self.queue_per_pod)
-                self.running.labels(*labels).set(8)
+                self.running.labels(*labels).set(self.running_per_pod)
                 for _ in range(max(1, self.requests_per_s // 4)):
                     self.latency.labels(*labels).observe(self.latency_s)
 
@@ -297,6 +298,52 @@ def test_batching_auto_re_tunes_pods_with_the_applied_batch_size(
     # Written with the evaluation that stepped: at least the settle time after `since`.
     elapsed = parse_time(stepped["autoscaling"]["evaluated"]) - parse_time(since)
     assert elapsed >= 10 + 2 * 2, (since, stepped["autoscaling"]["evaluated"])
+
+
+def test_batching_auto_stops_changing_a_knob_the_pods_run_past(
+    api_client: client.ApiClient, namespace: str, operator: OperatorProcess,
+    fake_vllm: FakeVllm,
+) -> None:
+    """An engine whose entrypoint drops the flag the webhook appends runs more requests at
+    once than the value applied: the exporter serves 40 running per pod while every pod is
+    re-created with --max-num-seqs 24. Once every pod runs it and its effect could have been
+    measured, the operator records it (status.batching.ignored), says so with a Warning
+    Event, and changes the knob no more: each step would have been a rollout for nothing,
+    down to min."""
+    create(api_client, namespace, deployment("qwen", args=["--max-num-seqs", "48"]))
+    # One replica at most: a rollout of one pod (re-tuning never evicts the only Ready one,
+    # so the Deployment rolls it through the pod template annotation).
+    one = {**SPEC, "autoscaling": {**SPEC["autoscaling"], "maxReplicas": 1}}
+    create(api_client, namespace, tuning("qwen", "qwen", batching={
+        "mode": "Auto", "knob": "max-num-seqs", "min": 4, "max": 64},
+        retune={"strategy": "PodTemplateAnnotation"}, **one))
+    fake_vllm.queue_per_pod = 1.0
+    fake_vllm.latency_s = 0.4
+    fake_vllm.running_per_pod = 40.0
+
+    def batching() -> dict[str, Any]:
+        status = get_tuning(api_client, namespace, "qwen").get("status") or {}
+        return dict(status.get("batching") or {})
+
+    assert wait_for(lambda: batching().get("applied"), "status.batching.applied",
+                    timeout_s=45) == 24
+    ignored = wait_for(lambda: batching().get("ignored"), "status.batching.ignored",
+                       timeout_s=60)
+    assert (ignored["knob"], ignored["value"], ignored["peak"]) == ("max-num-seqs", 24, 40.0)
+
+    def warned() -> list[Any]:
+        return [e for e in client.CoreV1Api(api_client).list_namespaced_event(namespace).items
+                if e.reason == "BatchingFlagIgnored" and e.involved_object.name == "qwen"]
+
+    event = wait_for(warned, "a BatchingFlagIgnored Event", timeout_s=30)[0]
+    assert event.type == "Warning"
+    assert "with --max-num-seqs=24 set, which allows at most 24" in event.message
+    # Intervals later, with the latency still above target: the knob stays where it is.
+    time.sleep(10)
+    after = batching()
+    assert after["applied"] == 24 and after["ignored"] == ignored
+    assert after["reason"].startswith("mode Auto cannot apply it, so it is only recommended")
+    assert len(warned()) == 1
 
 
 def wait_scaling_inactive(api_client: client.ApiClient, namespace: str,

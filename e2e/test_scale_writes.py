@@ -21,12 +21,14 @@ from e2e.fixtures.operator import OperatorProcess
 from e2e.fixtures.waiting import wait_for
 from e2e.test_operator import create, deployment
 from e2e.test_operator import tuning as tuning_body
+from infertune.api.scaling import BatchingMode
 from infertune.api.spec import GROUP, PLURAL, VERSION, InferenceTuningSpec
 from infertune.controller import autoscaling
 from infertune.controller.fights import Writers
-from infertune.kube.client import DeploymentReplicas
+from infertune.kube.client import DeploymentReplicas, deployment_replicas
 from infertune.scaling.engine import ScaleDecision
 from infertune.scaling.signals import Series, TargetSignals, Window
+from infertune.tuning.pod_patch import template_batching
 
 pytestmark = pytest.mark.e2e
 
@@ -345,3 +347,37 @@ def test_a_latency_breach_is_sized_on_the_ready_replicas_until_those_added_are_r
            "replicas cover it once they are Ready" in second.reason
     assert scale_of(api_client, target) == 4
     assert [e[1] for e in events] == ["ScaledOut"]
+
+
+def test_the_read_says_whether_every_pod_runs_the_current_template(
+    api_client: client.ApiClient, target: str, default_client: None,
+) -> None:
+    """Batching mode Auto concludes that the pods ignore the flag it set only when every pod
+    runs the template it reads (`DeploymentReplicas.rolled_out`): during a rollout, the
+    running requests are partly the old pods'. As the real Deployment controller reports it:
+    a template change it has not rolled out (the Deployment paused) is not rolled out."""
+    apps = client.AppsV1Api(api_client)
+    wait_for(lambda: deployment_replicas(target, "llm").rolled_out
+             and deployment_replicas(target, "llm").ready == 2, "the 2 pods Ready",
+             timeout_s=60)
+    tuning = SPEC.model_copy(update={"batching": SPEC.batching.model_copy(
+        update={"mode": BatchingMode.AUTO})})
+    before = deployment_replicas(target, "llm")
+    digest = template_batching(tuning, before.pod_spec, before.rolled_out).container
+    assert digest is not None
+    apps.patch_namespaced_deployment("llm", target, {"spec": {"paused": True}})
+    apps.patch_namespaced_deployment("llm", target, {"spec": {"template": {"spec": {
+        "containers": [{"name": "vllm", "args": ["--max-num-seqs", "32"]}]}}}})
+    generation = int(apps.read_namespaced_deployment("llm", target).metadata.generation)
+    wait_for(lambda: (apps.read_namespaced_deployment("llm", target).status
+                      .observed_generation or 0) >= generation, "the template change seen",
+             timeout_s=30)
+    paused = deployment_replicas(target, "llm")
+    assert not paused.rolled_out
+    assert template_batching(tuning, paused.pod_spec, paused.rolled_out).container is None
+    apps.patch_namespaced_deployment("llm", target, {"spec": {"paused": False}})
+    wait_for(lambda: deployment_replicas(target, "llm").rolled_out, "the rollout done",
+             timeout_s=60)
+    after = deployment_replicas(target, "llm")
+    changed = template_batching(tuning, after.pod_spec, after.rolled_out)
+    assert changed.container not in (None, digest) and changed.value == 32

@@ -23,7 +23,12 @@ from infertune.api.status import (
 )
 from infertune.controller.conditions import condition_dict, make_condition, merge_condition_dicts
 from infertune.controller.fights import Fight, fight_message
-from infertune.controller.scaling_report import Blocked, plan_evaluation, status_over
+from infertune.controller.scaling_report import (
+    Blocked,
+    batching_event_type,
+    plan_evaluation,
+    status_over,
+)
 from infertune.controller.status_patch import merge_patch
 from infertune.scaling.engine import ScaleAction
 from infertune.scaling.signals import Series, TargetSignals, Window
@@ -1160,3 +1165,100 @@ def test_the_default_spec_adds_replicas_once_for_a_latency_they_do_not_lower() -
     assert max(history) == 6 and actions.count(ScaleAction.SCALE_OUT) == 1, history
     assert history[-1] == 1
     assert status["autoscaling"]["state"].get("latencyBreaches") in (None, [])
+
+
+def running_at(peak: float, now: float = NOW, queue: float = 5.0,
+               latency_s: float = 0.15) -> TargetSignals:
+    """`signals` with the running requests per engine at `peak` over the last 30 s."""
+    return signals(queue, latency_s, now)._replace(
+        running=Window.of_points([(now - 30 + i, peak) for i in range(31)], now, 30.0, 1.0))
+
+
+def test_a_knob_the_pods_run_past_is_no_longer_changed_until_the_container_changes() -> None:
+    """An entrypoint script that drops its arguments (`command: ["/start.sh"]`) never passed
+    the appended --max-num-seqs on: the engine ran its own default, the latency did not
+    move, and mode Auto lowered the knob again at each settled step down to min, every step
+    a rollout of every pod. vLLM never runs more requests at once than max-num-seqs, so more
+    running than the value every pod runs says the flag is not read."""
+    tuning = spec(batching={"mode": "Auto", "min": 8, "max": 256})
+    script = TemplateBatching(None, None, "digest-of-start-sh")
+    stored = applied_long_ago(tuning, 32)
+    # Within the value: nothing said, the breach lowers the knob as usual.
+    within = plan_evaluation(tuning, 1, stored, running_at(32.0), 4, None, NOW,
+                             template=script)
+    assert within.status["batching"]["applied"] == 16
+    assert within.status["batching"]["ignored"] is None
+    # While re-tuning still counts pods at another value, or the settle is not over, the
+    # running requests may be the old pods': nothing is concluded.
+    for status in ({**stored, "tuning": pods_at(tuning, 32, outdated=1, tuned=3)},
+                   {**stored, "batching": {**stored["batching"],
+                                           "readySince": format_time(NOW - 60)}}):
+        early = plan_evaluation(tuning, 1, status, running_at(60.0), 4, None, NOW,
+                                template=script)
+        assert early.status["batching"]["ignored"] is None
+    # Nor while the Deployment rolls out another template (its pods are not all this one's).
+    rolling = plan_evaluation(tuning, 1, stored, running_at(60.0), 4, None, NOW,
+                              template=script._replace(container=None))
+    assert rolling.status["batching"]["ignored"] is None
+    seen = plan_evaluation(tuning, 1, stored, running_at(60.0), 4, None, NOW,
+                           template=script)
+    block = seen.status["batching"]
+    assert BatchingStatus.model_validate(block).ignored is not None
+    assert block["ignored"] == {"knob": "max-num-seqs", "value": 32, "peak": 60.0,
+                                "since": STAMP, "container": "digest-of-start-sh"}
+    assert "applied" not in block  # the stored 32 stays: the pods are not re-created
+    assert block["reason"].startswith(
+        "mode Auto cannot apply it, so it is only recommended: the pods ran 60.0 requests at "
+        "once per engine with --max-num-seqs=32 set, which allows at most 32")
+    # The breach is not handed to a batch nothing lowers: latency.action Auto scales out.
+    assert seen.decision.action is ScaleAction.SCALE_OUT and seen.write is not None
+    assert "batching mode Auto cannot lower max-num-seqs" in seen.decision.reason
+    # Said once, as a Warning with a decision record.
+    assert seen.batching_news is not None
+    record, (reason, message) = seen.batching_news
+    assert (reason, batching_event_type(reason)) == ("BatchingFlagIgnored", "Warning")
+    assert message.startswith("batching mode Auto stops changing max-num-seqs: the pods ran "
+                              "60.0 requests")
+    Decision.model_validate(record)
+    assert record["applied"] is False
+    after = merge_patch(stored, status_over(seen, stored))
+    assert after["decisions"][-1] == record
+    # Later, with the running requests down under the value, it holds: a knob walked down
+    # again at the next quiet hour would start the same rollouts.
+    later = plan_evaluation(tuning, 1, after, running_at(20.0, NOW + 600), 4, None,
+                            NOW + 600, template=script)
+    assert later.status["batching"]["ignored"] == block["ignored"]
+    assert "applied" not in later.status["batching"] and later.batching_news is None
+    held_while_rolling = plan_evaluation(tuning, 1, after, running_at(20.0, NOW + 600), 4,
+                                         None, NOW + 600, template=script._replace(
+                                             container=None))
+    assert held_while_rolling.status["batching"]["ignored"] == block["ignored"]
+    # Recommend forgets it (and Auto tries again when it comes back).
+    recommend = plan_evaluation(spec(batching={"mode": "Recommend", "min": 8, "max": 256}),
+                                1, after, running_at(60.0, NOW + 600), 4, None, NOW + 600,
+                                template=script)
+    assert recommend.status["batching"]["ignored"] is None
+
+
+def test_a_knob_seen_ignored_is_applied_again_once_the_container_changes() -> None:
+    """A fixed entrypoint (a new image, or args passed on): Auto applies again, and the wait
+    for a value's effect starts again, so the pods of the old container, which may still
+    finish their requests after the rollout, are not read as the new one ignoring it."""
+    tuning = spec(batching={"mode": "Auto", "min": 8, "max": 256})
+    stored = applied_long_ago(tuning, 32)
+    stored["batching"]["ignored"] = {"knob": "max-num-seqs", "value": 32, "peak": 60.0,
+                                     "since": format_time(NOW - 900), "container": "old"}
+    fixed = TemplateBatching(None, None, "new")
+    retried = plan_evaluation(tuning, 1, stored, running_at(60.0), 4, None, NOW,
+                              template=fixed)
+    block = retried.status["batching"]
+    assert block["ignored"] is None and block["applied"] == 16  # stepped from 32 again
+    assert block["servingSince"] is None and block["readySince"] is None
+    assert retried.batching_news is not None
+    assert retried.batching_news[1][0] == "BatchingApplied"
+    # The same value kept (a breach no longer there): no new record until it settles again.
+    status = merge_patch(stored, retried.status)
+    status["batching"]["applied"] = 32  # as if the step had not been taken
+    waiting = plan_evaluation(tuning, 1, status, running_at(60.0, NOW + 15, latency_s=0.05),
+                              4, None, NOW + 15, template=fixed)
+    assert waiting.status["batching"]["ignored"] is None

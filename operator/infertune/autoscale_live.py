@@ -191,6 +191,6 @@ def _read_live(ref: str, kubeconfig: str | None, timeout_s: float | None = None)
                   "one autoscaling the same Deployment would stop the operator's writes",)
     return Live(tuning, read.replicas, dict(body.get("status") or {}),
                 int((body.get("metadata") or {}).get("generation") or 0), hpa, notes, rivals,
-                read.ready, template_batching(tuning.spec, read.pod_spec),
+                read.ready, template_batching(tuning.spec, read.pod_spec, read.rolled_out),
                 unprobed_container(tuning.spec, read.pod_spec),
                 read.replicas_by == (OWN_SCALE_WRITE,))

@@ -302,6 +302,24 @@ class AutoscalingStatus(ApiModel):
     target's count is not taken for a revert."""
 
 
+class BatchingIgnored(ApiModel):
+    """Mode Auto: a value the pods were seen to run past, so the engine did not take the
+    flag the webhook set."""
+
+    knob: str
+    """The engine flag, for example max-num-seqs."""
+    value: int
+    """The value applied, which every pod ran when it was seen."""
+    peak: float
+    """The most requests an engine ran at once over the queue's sustain window, above
+    `value`."""
+    since: str
+    """When it was seen."""
+    container: str | None = None
+    """A digest of the serving container's image, command and args then: mode Auto applies
+    values again once they change."""
+
+
 class BatchingStatus(ApiModel):
     """Batching recommendation, and in mode Auto the value pods are tuned with."""
 
@@ -326,6 +344,11 @@ class BatchingStatus(ApiModel):
     raises stay under it until breachedUntil."""
     breached_until: str | None = None
     """Until when `breached` caps the raises (an hour after the breach)."""
+    ignored: BatchingIgnored | None = None
+    """Mode Auto, knobs counted in requests: the engine ran more requests at once than the
+    value applied allows, so it does not read the flag from the container's arguments (an
+    entrypoint script that drops them). Mode Auto then only recommends, until the
+    container's image, command or args change."""
     reason: str = ""
 
 

@@ -69,6 +69,7 @@ from infertune.controller.scaling_report import (
     Blocked,
     Evaluation,
     appended_decisions,
+    batching_event_type,
     plan_evaluation,
     status_over,
     stored_write_failure,
@@ -460,7 +461,8 @@ def evaluate(namespace: str, name: str, generation: int, spec: InferenceTuningSp
         plan = functools.partial(plan_evaluation, spec, generation, status, signals, current,
                                  now=now, fight=None if fight is None else fight.to_json(),
                                  written=settings.written.get(key), ready=ready,
-                                 template=_template_batching(spec, read.pod_spec),
+                                 template=_template_batching(spec, read.pod_spec,
+                                                             read.rolled_out),
                                  unprobed=unprobed_container(spec, read.pod_spec))
         blocked = blocked_by(deployment, writers, fight, now)
         planned = plan(blocked)
@@ -590,7 +592,7 @@ def evaluate(namespace: str, name: str, generation: int, spec: InferenceTuningSp
                            message=planned.event[1])
             if planned.batching_news is not None:
                 reason, message = planned.batching_news[1]
-                kopf.event(body, type="Normal", reason=reason, message=message)
+                kopf.event(body, type=batching_event_type(reason), reason=reason, message=message)
         if isinstance(exc, NoLongerLeading):
             logger.info("%s: no longer leading; the status is left to the new leader", key)
             return planned.decision
@@ -617,7 +619,7 @@ def evaluate(namespace: str, name: str, generation: int, spec: InferenceTuningSp
     if landed is not None and planned.batching_news is not None:
         # The applied value the webhook sets: it re-creates the pods, so it says why.
         reason, message = planned.batching_news[1]
-        kopf.event(body, type="Normal", reason=reason, message=message)
+        kopf.event(body, type=batching_event_type(reason), reason=reason, message=message)
     return planned.decision
 
 
@@ -657,12 +659,12 @@ def _may_have_landed(exc: ApiException) -> bool:
     return isinstance(exc.status, int) and exc.status >= 500
 
 
-def _template_batching(spec: InferenceTuningSpec,
-                       pod_spec: Mapping[str, Any]) -> TemplateBatching | None:
+def _template_batching(spec: InferenceTuningSpec, pod_spec: Mapping[str, Any],
+                       rolled_out: bool) -> TemplateBatching | None:
     """The batching knob on the target's pod template, read only when batching is on."""
     if spec.batching.mode is BatchingMode.OFF:
         return None
-    return template_batching(spec, pod_spec)
+    return template_batching(spec, pod_spec, rolled_out)
 
 
 class Unwritten(NamedTuple):

@@ -35,7 +35,7 @@ from infertune.controller.conditions import (
 from infertune.scaling.batching import MIN_STEP, REQUEST_KNOBS, recommend_batching
 from infertune.scaling.engine import ScaleAction, ScaleDecision, decide_scale, with_reason
 from infertune.scaling.reading import Reading
-from infertune.scaling.signals import TargetSignals, latency_text, seconds
+from infertune.scaling.signals import FLOAT_NOISE, TargetSignals, latency_text, seconds
 from infertune.scaling.state import ScalingState, Serving, format_time, stored_time
 from infertune.tuning.pod_patch import TemplateBatching, planned_mig, tuning_revision
 
@@ -48,6 +48,9 @@ NOTHING_TUNES_BATCHING = (
     "instead")
 """Said after a TuneBatching decision (latency.action TuneBatching) that no batching mode acts
 on."""
+FLAG_IGNORED = "BatchingFlagIgnored"
+"""Warning Event and decision record when mode Auto finds that the pods run past the value
+it applied (status.batching.ignored)."""
 EVENT_REASONS = {ScaleAction.SCALE_OUT: "ScaledOut", ScaleAction.SCALE_IN: "ScaledIn",
                  ScaleAction.FALLBACK: "ScaledToFallback",
                  ScaleAction.TUNE_BATCHING: "TuneBatching"}
@@ -92,10 +95,16 @@ class Evaluation(NamedTuple):
     """The decision record to append to status.decisions, if the evaluation is news."""
     batching_news: tuple[dict[str, Any], tuple[str, str]] | None = None
     """(decision record, (reason, message) of the Event) when mode Auto changes the applied
-    batching value: each change re-creates the pods, so it is recorded as a scale is."""
+    batching value (each change re-creates the pods, so it is recorded as a scale is), or
+    finds that the pods ignore it (FLAG_IGNORED, a Warning: `batching_event_type`)."""
     blocked_news: tuple[str, str] | None = None
     """(reason, message) of a Warning Event when replicas stop being written (a fight, an
     HPA, another tuning): said once, when ScalingActive turns to it, even on a Hold."""
+
+
+def batching_event_type(reason: str) -> str:
+    """The type of the Event of an Evaluation's batching_news."""
+    return "Warning" if reason == FLAG_IGNORED else "Normal"
 
 
 def status_over(evaluation: Evaluation, stored: Mapping[str, Any]) -> dict[str, Any]:
@@ -370,7 +379,10 @@ def _batching_block(spec: InferenceTuningSpec, status: Mapping[str, Any],
     stored: Mapping[str, Any] = status.get("batching") or {}
     auto, in_effect = _applied_in_effect(spec, stored, knob.value)
     on_pods = None if template is None else template.value
-    problem = _auto_problem(spec, knob, template)
+    ignored, retried = _ignored(spec, status, knob, template, decision.signals, now,
+                                now if read_at is None else read_at,
+                                decision.current_replicas, ready)
+    problem = _auto_problem(spec, knob, template, ignored)
     if problem is not None:
         # The webhook does not set the value applied before (TGI's token budget since it is
         # known to be ignored, a template turned into a shell script): the pods run the
@@ -393,7 +405,7 @@ def _batching_block(spec: InferenceTuningSpec, status: Mapping[str, Any],
         block = {"knob": rec.knob.value, "current": rec.current, "recommended": recommended,
                  "servingSince": None, "readySince": None,
                  "reason": f"mode Auto cannot apply it, so it is only recommended: {problem}. "
-                           f"{reason}"}
+                           f"{reason}", "ignored": ignored}
         if stored.get("knob") not in (None, knob.value):
             block["applied"] = None  # another knob's: it would come back as this one's
         return block
@@ -428,11 +440,11 @@ def _batching_block(spec: InferenceTuningSpec, status: Mapping[str, Any],
         applied = _applied_knob(spec, in_effect, recommended, rec.direction, on_pods)
     else:
         applied = None
-    if auto and applied != in_effect:
+    if (auto and applied != in_effect) or retried:
         since = ready_since = None  # new pods: measured from when they all run it
     block = {"knob": rec.knob.value, "current": rec.current, "recommended": recommended,
              "applied": applied, "servingSince": since, "readySince": ready_since,
-             "reason": reason}
+             "reason": reason, "ignored": ignored}
     if auto:
         block.update(_breach_memory(stored, knob.value,
                                     in_effect if in_effect is not None else on_pods, applied,
@@ -452,13 +464,74 @@ def _batching_block(spec: InferenceTuningSpec, status: Mapping[str, Any],
 
 
 def _auto_problem(spec: InferenceTuningSpec, knob: BatchingKnob,
-                  template: TemplateBatching | None) -> str | None:
+                  template: TemplateBatching | None,
+                  ignored: Mapping[str, Any] | None = None) -> str | None:
     """Why mode Auto cannot set `knob` on the pods (the knob and its bounds, then the pod
-    template: a shell script, no command line), None when it can."""
+    template: a shell script, no command line; then the pods seen to ignore it, `_ignored`),
+    None when it can."""
     problem = auto_batching_problem(spec.batching, knob, spec.engine)
     if problem is None and template is not None:
         problem = template.problem
+    if problem is None and ignored is not None:
+        problem = ignored_problem(ignored)
     return problem
+
+
+def ignored_problem(ignored: Mapping[str, Any]) -> str:
+    """What status.batching.ignored means, and what to do."""
+    knob, value = ignored.get("knob"), ignored.get("value")
+    return (f"the pods ran {ignored.get('peak')} requests at once per engine with "
+            f"--{knob}={value} set, which allows at most {value}, so the engine does not read "
+            "the flag from the container's arguments (an entrypoint script that drops "
+            "them?) and each change would only re-create the pods; have the entrypoint pass "
+            "its arguments on (mode Auto tries again once the container's image, command or "
+            "args change), or set the value in the engine's configuration and use mode "
+            "Recommend")
+
+
+class Ignored(NamedTuple):
+    """status.batching.ignored after a reading (`_ignored`)."""
+
+    record: dict[str, Any] | None
+    """The record, None when there is none (which removes a stored one)."""
+    retried: bool = False
+    """A stored record was dropped because the container changed: the wait for a value's
+    effect starts again (servingSince), so that the next record is read only from pods of
+    the new container (the last old ones finish their requests after the rollout)."""
+
+
+def _ignored(spec: InferenceTuningSpec, status: Mapping[str, Any], knob: BatchingKnob,
+             template: TemplateBatching | None, reading: Reading | None, now: float,
+             read_at: float, replicas: int, ready: int | None) -> Ignored:
+    """status.batching.ignored after this reading, in mode Auto (None otherwise, which
+    removes it): the one stored while the serving container's image, command and args are
+    those it was seen with (or are not known: not read, or the Deployment rolls out), else
+    a new one when every pod runs the value applied for a knob counted in requests, on the
+    current container, for as long as the next step waits (`_serving`), and the running
+    requests per engine went above it in the queue's sustain window, which lies in that
+    time (the span of the running query). vLLM and SGLang never run more requests at once
+    than `max-num-seqs` and `max-running-requests` allow, nor TGI more than
+    `max-concurrent-requests`: an engine started by a script that drops its arguments ran
+    its own default, and Auto walked the knob down to `min`, re-creating every pod at each
+    step while the latency did not move."""
+    if spec.batching.mode is not BatchingMode.AUTO:
+        return Ignored(None)
+    stored: Mapping[str, Any] = status.get("batching") or {}
+    held = stored.get("ignored")
+    container = None if template is None else template.container
+    if isinstance(held, Mapping) and held.get("knob") == knob.value:
+        seen_with = held.get("container")
+        if container is None or seen_with is None or seen_with == container:
+            return Ignored(dict(held))
+        return Ignored(None, True)  # the container changed: it may pass the flag on now
+    auto, in_effect = _applied_in_effect(spec, stored, knob.value)
+    peak = None if reading is None else reading.running_peak
+    if (not auto or in_effect is None or container is None or knob not in REQUEST_KNOBS
+            or peak is None or peak <= in_effect + FLOAT_NOISE
+            or _serving(spec, status, in_effect, now, read_at, replicas, ready)[2] is not None):
+        return Ignored(None)
+    return Ignored({"knob": knob.value, "value": in_effect, "peak": round(peak, 1),
+                    "since": format_time(now), "container": container})
 
 
 def _applied_in_effect(spec: InferenceTuningSpec, stored: Mapping[str, Any],
@@ -494,7 +567,9 @@ def _batching_stuck(spec: InferenceTuningSpec, status: Mapping[str, Any],
                 "spec.batching.knob, or latency.action to Auto or ScaleOut to add replicas "
                 "instead")
     if spec.batching.mode is BatchingMode.AUTO:
-        problem = _auto_problem(spec, knob, template)
+        problem = _auto_problem(spec, knob, template,
+                                _ignored(spec, status, knob, template, reading, now, read_at,
+                                         replicas, ready).record)
         stored: Mapping[str, Any] = status.get("batching") or {}
         on_pods = None if template is None else template.value
         applied = (_within(spec, stored.get("applied")) if stored.get("knob") == knob.value
@@ -600,6 +675,14 @@ def _batching_news(status: Mapping[str, Any], block: Mapping[str, Any],
     evaluation."""
     applied = block.get("applied")
     stored: Mapping[str, Any] = status.get("batching") or {}
+    ignored = block.get("ignored")
+    if ignored is not None and stored.get("ignored") != ignored:
+        problem = ignored_problem(ignored)
+        record = {"time": stamp, "feature": "batching",
+                  "action": f"{ignored['knob']} {ignored['value']} not applied by the pods",
+                  "reason": problem[:1000], "applied": False}
+        return record, (FLAG_IGNORED, f"batching mode Auto stops changing {ignored['knob']}: "
+                        f"{problem}"[:MAX_EVENT_MESSAGE])
     before = stored.get("applied") if stored.get("knob") == block["knob"] else None
     if applied is None or applied == before:
         return None

@@ -194,6 +194,10 @@ class DeploymentReplicas(NamedTuple):
     replicas_by: tuple[tuple[str, str], ...] = ()
     """(manager, subresource) of each writer that owns spec.replicas now (managedFields):
     ("infertune", "scale") when the operator's scale write is the last word on them."""
+    rolled_out: bool = True
+    """Whether every pod of the Deployment runs its current template: the Deployment
+    controller has seen the template (status.observedGeneration) and counts each of its pods
+    as updated (status.updatedReplicas is status.replicas)."""
 
 
 def replicas_owners(body: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
@@ -218,10 +222,13 @@ def deployment_replicas(namespace: str, name: str,
         name, namespace, _preload_content=False, _request_timeout=timeout_s)
     body = json.loads(response.data)
     spec, status = body.get("spec") or {}, body.get("status") or {}
+    generation = int((body.get("metadata") or {}).get("generation") or 0)
+    rolled_out = (int(status.get("observedGeneration") or 0) >= generation
+                  and int(status.get("updatedReplicas") or 0) == int(status.get("replicas") or 0))
     return DeploymentReplicas(int(spec.get("replicas") or 0),
                               int(status.get("readyReplicas") or 0),
                               dict((spec.get("template") or {}).get("spec") or {}),
-                              replicas_owners(body))
+                              replicas_owners(body), rolled_out)
 
 
 def connection_info() -> dict[str, Any]:

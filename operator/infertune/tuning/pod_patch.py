@@ -829,13 +829,18 @@ class TemplateBatching(NamedTuple):
     (the engine's default applies) or is not a number."""
     problem: str | None
     """Why mode Auto cannot set the knob on these pods; None when it can."""
+    container: str | None = None
+    """A digest of the serving container's image, command and args; None when not read, or
+    while the Deployment rolls out (some pods still run another template). A knob the pods
+    were seen to ignore (status.batching.ignored) is tried again once it changes."""
 
 
-def template_batching(spec: InferenceTuningSpec,
-                      pod_spec: Mapping[str, Any]) -> TemplateBatching:
+def template_batching(spec: InferenceTuningSpec, pod_spec: Mapping[str, Any],
+                      rolled_out: bool = True) -> TemplateBatching:
     """The batching knob as the pods of `pod_spec` (a Deployment's spec.template.spec) run it,
     and whether mode Auto can change it there. Without this, a knob the webhook cannot set was
-    stepped all the same: every step re-created the pods, which still ran the old value."""
+    stepped all the same: every step re-created the pods, which still ran the old value.
+    `rolled_out`: every pod of the Deployment runs this template (DeploymentReplicas)."""
     containers = list(pod_spec.get("containers") or [])
     index = _serving_index(spec, containers)
     if index is None:
@@ -853,7 +858,15 @@ def template_batching(spec: InferenceTuningSpec,
                 text = text if equals else str(argv[at + 1])
                 value = int(text) if text.isascii() and text.isdigit() else None
                 break
-    return TemplateBatching(value, _flag_problem(spec, serving))
+    return TemplateBatching(value, _flag_problem(spec, serving),
+                            container_digest(serving) if rolled_out else None)
+
+
+def container_digest(container: Mapping[str, Any]) -> str:
+    """A digest of what decides how a container's arguments reach its program: its image
+    (the entrypoint), command and args."""
+    what = [container.get("image"), container.get("command"), container.get("args")]
+    return hashlib.sha256(json.dumps(what, default=str).encode()).hexdigest()[:16]
 
 
 def _batching_ops(spec: InferenceTuningSpec, base: str, serving: dict[str, Any],
