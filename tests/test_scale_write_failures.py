@@ -880,3 +880,28 @@ def test_a_reported_failure_is_not_written_over_a_tuning_without_autoscaling(
     assert seen["still"] is not None
     assert seen["still"]({"spec": {"autoscaling": {"enabled": True}}})
     assert not seen["still"]({"spec": {"targetRef": {"name": "llm"}}})
+
+
+def test_a_revert_seen_by_a_pass_whose_status_write_fails_is_seen_again(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The second revert should stop the writes, but the status write of the pass that saw
+    it failed (it wrote nothing: the rate limit): its fight was in no status and the count
+    the operator wrote was forgotten, so the next pass saw no revert and wrote again, one
+    more pod started and killed, with no ReplicaFight."""
+    cluster = Cluster(monkeypatch, replicas=2)
+    settings = autoscaling.AutoscalingSettings(source=None)
+    assert cluster.evaluate(settings, T0) == 3 and cluster.replicas == 3
+    cluster.replicas = 2  # reverted
+    cluster.evaluate(settings, T0 + 75)  # revert 1 seen and said; writes 3 again
+    assert cluster.replicas == 3 and cluster.events[-1] == "ReplicasReverted"
+    cluster.replicas = 2  # reverted again
+    cluster.status_fails = True
+    with pytest.raises(ApiException):
+        cluster.evaluate(settings, T0 + 90)  # revert 2 seen; the rate limit writes nothing
+    assert cluster.replicas == 2
+    cluster.evaluate(settings, T0 + 105)
+    assert cluster.replicas == 2  # no write: the fight stops them
+    fight = cluster.status["autoscaling"]["replicaFight"]
+    assert fight["reverts"] == 2 and fight.get("retryAt"), fight
+    assert _scaling_active(cluster)["reason"] == "ReplicaFight"
+    assert cluster.events.count("ReplicaFight") == 1, cluster.events

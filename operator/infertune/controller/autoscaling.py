@@ -593,6 +593,12 @@ def evaluate(namespace: str, name: str, generation: int, spec: InferenceTuningSp
             if planned.batching_news is not None:
                 reason, message = planned.batching_news[1]
                 kopf.event(body, type=batching_event_type(reason), reason=reason, message=message)
+        elif reverted:
+            # A revert seen by a pass that wrote nothing (a rate limit, the fight's limit):
+            # its fight is in no status, and `_reverted` forgot the count it took back.
+            # Forgotten here too, the next evaluation sees the revert again from the status;
+            # kept, it saw none, and a second revert never stopped the writes.
+            settings.written.pop(key, None)
         if isinstance(exc, NoLongerLeading):
             logger.info("%s: no longer leading; the status is left to the new leader", key)
             return planned.decision
