@@ -72,12 +72,32 @@ def test_plan_takes_the_deployment_the_tuning_targets(
      "spec.template.spec.containers[0].args[1] must be a string (quote a number"),
     ({"template": {"spec": {"containers": [{"name": "vllm", "command": [["vllm"]]}]}}},
      "spec.template.spec.containers[0].command[0] must be a string"),
+    # These failed inside the planner with a traceback too.
+    ({"template": {"spec": {"nodeSelector": ["gpu"], "containers": [{"name": "vllm"}]}}},
+     "spec.template.spec.nodeSelector must be a mapping"),
+    ({"template": {"spec": {"containers": [{"name": "vllm"}],
+                            "initContainers": [{"name": "fetch", "resources": [1]}]}}},
+     "spec.template.spec.initContainers[0].resources must be a mapping"),
+    ({"template": {"spec": {"containers": [{"name": "vllm", "envFrom": ["secret"]}]}}},
+     "spec.template.spec.containers[0].envFrom must be a list of mappings"),
 ])
 def test_plan_names_a_malformed_pod_template(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                              spec: Any, says: str) -> None:
     path = written(tmp_path, deployment("qwen2-7b", spec), TUNING)
     assert main(["plan", str(EXAMPLE), "--pod", path]) == 1
     assert says in capsys.readouterr().err
+
+
+def test_plan_takes_init_containers_left_empty(tmp_path: Path,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """`initContainers:` with no value (YAML's null), which kubectl takes: `plan` failed
+    with a TypeError."""
+    template = {"template": {"spec": {"initContainers": None, "containers": [{
+        "name": "vllm", "command": ["vllm", "serve", "qwen"],
+        "resources": {"limits": {"cpu": "4", "memory": "48Gi"}}}]}}}
+    path = written(tmp_path, deployment("qwen2-7b", template), TUNING)
+    assert main(["plan", str(EXAMPLE), "--pod", path]) == 0
+    assert "serving container: vllm" in capsys.readouterr().out
 
 
 def test_plan_names_a_deployment_whose_metadata_is_not_a_mapping(

@@ -605,6 +605,9 @@ def test_template_batching_reads_the_knob_the_pods_run_and_what_auto_cannot_set(
             *vllm, "--max_num_seqs", "48"]}]}, 48, None),
         "not a number": ({"containers": [{"name": "vllm", "command": [
             *vllm, "--max-num-seqs", "\u00b2"]}]}, None, None),
+        # Past 4300 digits int() raised, and every evaluation of the tuning failed.
+        "digits": ({"containers": [{"name": "vllm", "command": [
+            *vllm, "--max-num-seqs", "9" * 5000]}]}, None, None),
     }
     for name, (pod_spec, value, problem) in cases.items():
         got = template_batching(tuning, pod_spec)

@@ -175,7 +175,8 @@ def _memory(container: dict[str, Any]) -> tuple[str | None, str | None]:
 def _qos_problems(pod_spec: dict[str, Any], serving: dict[str, Any]) -> list[str]:
     """Why kubelet's static CPU manager would not give the serving container exclusive CPUs."""
     problems: list[str] = []
-    for container in [*pod_spec.get("containers", []), *pod_spec.get("initContainers", [])]:
+    for container in [*(pod_spec.get("containers") or []),
+                      *(pod_spec.get("initContainers") or [])]:
         resources = container.get("resources") or {}
         limits, requests = resources.get("limits") or {}, resources.get("requests") or {}
         for resource in ("cpu", "memory"):
@@ -856,7 +857,10 @@ def template_batching(spec: InferenceTuningSpec, pod_spec: Mapping[str, Any],
             if at is not None:
                 _, equals, text = str(argv[at]).partition("=")
                 text = text if equals else str(argv[at + 1])
-                value = int(text) if text.isascii() and text.isdigit() else None
+                # At most 9 digits: a longer one is no batch size, and past 4300 digits
+                # int() raised, failing every evaluation of the tuning.
+                value = (int(text) if text.isascii() and text.isdigit() and len(text) <= 9
+                         else None)
                 break
     return TemplateBatching(value, _flag_problem(spec, serving),
                             container_digest(serving) if rolled_out else None)

@@ -59,17 +59,24 @@ def pod_problem(node: dict[str, Any], prefix: str = "") -> str | None:
     for key in ("labels", "annotations"):
         if not _absent_or(meta.get(key), dict):
             return f"{prefix}metadata.{key} must be a mapping"
-    for key in ("containers", "initContainers", "volumes"):
+    for key in ("containers", "initContainers", "volumes", "resourceClaims"):
         items = spec.get(key)
         if not _absent_or(items, list) or not all(isinstance(i, dict) for i in items or []):
             return f"{prefix}spec.{key} must be a list of mappings"
-    for i, container in enumerate(spec.get("containers") or []):
-        where = f"{prefix}spec.containers[{i}]"
-        for key in ("resources", "env", "command", "args", "volumeMounts"):
-            value, wanted = container.get(key), dict if key == "resources" else list
+    for key in ("nodeSelector", "os", "securityContext", "resources"):
+        if not _absent_or(spec.get(key), dict):
+            return f"{prefix}spec.{key} must be a mapping"
+    containers = [(f"{prefix}spec.{kind}[{i}]", container)
+                  for kind in ("containers", "initContainers")
+                  for i, container in enumerate(spec.get(kind) or [])]
+    for where, container in containers:
+        for key in ("resources", "securityContext", "env", "envFrom", "command", "args",
+                    "volumeMounts", "volumeDevices"):
+            value = container.get(key)
+            wanted = dict if key in ("resources", "securityContext") else list
             if not _absent_or(value, wanted):
                 return f"{where}.{key} must be {'a mapping' if wanted is dict else 'a list'}"
-        for key in ("env", "volumeMounts"):
+        for key in ("env", "envFrom", "volumeMounts", "volumeDevices"):
             if not all(isinstance(item, dict) for item in container.get(key) or []):
                 return f"{where}.{key} must be a list of mappings"
         for key in ("command", "args"):
