@@ -1099,6 +1099,17 @@ def test_without_mig_partitioning_a_pod_keeps_its_gpu_request(
     ["taskset", "-c", "0-7", "vllm", "serve", "Qwen/Qwen2-7B-Instruct"],
     ["/usr/bin/tini", "--", "numactl", "--interleave=all", "--", "vllm", "serve", "q"],
     ["env", "OMP_NUM_THREADS=8", "/usr/bin/numactl", "-N", "0", "vllm", "serve", "q"],
+    # Wrapper options that take a value: the value was read as the program, and the
+    # numactl or taskset after it was wrapped in the launcher.
+    ["tini", "-p", "SIGTERM", "--", "numactl", "-N", "0", "vllm", "serve", "q"],
+    ["tini", "-gpSIGTERM", "-e", "143", "taskset", "-c", "0-7", "vllm", "serve", "q"],
+    ["dumb-init", "--rewrite", "15:2", "--", "taskset", "-c", "0-7", "vllm", "serve", "q"],
+    ["dumb-init", "-c", "-r", "15:2", "taskset", "-c", "0-7", "vllm", "serve", "q"],
+    ["env", "-u", "CUDA_VISIBLE_DEVICES", "-C", "/models", "numactl", "-N", "0", "vllm"],
+    ["/usr/bin/env", "-S", "HF_HOME=/data numactl -N 0", "vllm", "serve", "q"],
+    ["env", "--split-string=numactl --interleave=all", "vllm", "serve", "q"],
+    ["gosu", "vllm", "taskset", "-c", "0-7", "vllm", "serve", "q"],
+    ["nice", "-n", "5", "numactl", "-N", "0", "vllm", "serve", "q"],
 ])
 def test_a_command_that_binds_itself_is_not_wrapped(command: list[str]) -> None:
     """Inside the launcher, taskset replaced its CPUs and left memory bound to its node

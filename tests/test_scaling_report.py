@@ -589,6 +589,17 @@ def test_template_batching_reads_the_knob_the_pods_run_and_what_auto_cannot_set(
             "bash", "-o", "pipefail", "-c", "vllm serve qwen"]}]}, None, "shell script"),
         "tini -g": ({"containers": [{"name": "vllm", "command": [
             "tini", "-g", "sh", "-c", "vllm serve qwen"]}]}, None, "shell script"),
+        # SIGTERM was taken for the program, and the flag appended after the script.
+        "tini -p": ({"containers": [{"name": "vllm", "command": [
+            "tini", "-p", "SIGTERM", "--", "sh", "-c", "vllm serve qwen"]}]}, None,
+            "shell script"),
+        "env -S": ({"containers": [{"name": "vllm", "command": [
+            "env", "-S", "bash -c", "vllm serve qwen"]}]}, None, "shell script"),
+        "gosu": ({"containers": [{"name": "vllm", "command": [
+            "gosu", "app", "sh", "-c", "vllm serve qwen"]}]}, None, "shell script"),
+        # Not a shell: a wrapper's options before the engine leave the flag to it.
+        "tini -p vllm": ({"containers": [{"name": "vllm", "command": [
+            "tini", "-p", "SIGTERM", "--", *vllm, "--max-num-seqs", "16"]}]}, 16, None),
         "dumb-init": ({"containers": [{"name": "vllm", "command": [
             "dumb-init", "--single-child", "sh", "-c", "vllm serve qwen"]}]}, None,
             "shell script"),

@@ -13,6 +13,7 @@ import json
 import math
 import posixpath
 import re
+import shlex
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -905,9 +906,35 @@ def _batching_ops(spec: InferenceTuningSpec, base: str, serving: dict[str, Any],
 
 
 SHELLS = frozenset({"sh", "bash", "dash", "ash", "zsh", "ksh"})
-INIT_WRAPPERS = frozenset({"tini", "tini-static", "dumb-init", "catatonit", "env"})
-"""Programs that run the command after them (after their options, `--`, or, for env,
-VAR=value assignments)."""
+class Wrapper(NamedTuple):
+    """How a program that runs the command after it takes its own options."""
+
+    valued: str = ""
+    """Its short options that take a value (`-p SIGTERM` or `-pSIGTERM`)."""
+    valued_long: frozenset[str] = frozenset()
+    """Its long options that take a value (`--rewrite 15:2` or `--rewrite=15:2`)."""
+    users: int = 0
+    """Words it takes before the command (gosu's and su-exec's user)."""
+    assignments: bool = False
+    """VAR=value words before the command (env)."""
+    split: str = ""
+    """The option whose value is split into more words of its command line (env -S)."""
+
+
+INIT_WRAPPERS: dict[str, Wrapper] = {
+    # tini: -p SIGNAL (parent death signal), -e CODE (an exit code taken for success).
+    "tini": Wrapper("pe"), "tini-static": Wrapper("pe"),
+    "dumb-init": Wrapper("r", frozenset({"rewrite"})),
+    "catatonit": Wrapper(),
+    # GNU env: -u NAME, -C DIR, -a ARG0, -S STRING (split into words, as a shebang line).
+    "env": Wrapper("uCaS", frozenset({"unset", "chdir", "argv0", "split-string"}),
+                   assignments=True, split="S"),
+    "nice": Wrapper("n", frozenset({"adjustment"})),
+    "gosu": Wrapper(users=1), "su-exec": Wrapper(users=1),
+}
+"""Programs that run the command after them, after their options (`--` ends them), and how
+they take those. An option that takes a value and was read as a flag made its value the
+program: `tini -p SIGTERM -- numactl ...` hid the numactl from the checks."""
 
 
 def _runs_shell_script(container: Mapping[str, Any]) -> bool:
@@ -935,15 +962,48 @@ def _after_wrappers(container: Mapping[str, Any]) -> list[str]:
     argv = [str(a) for a in (*(container.get("command") or []), *(container.get("args") or []))]
     if argv[:1] == [LAUNCHER_PATH]:
         argv = argv[2:] if argv[1:2] == ["--"] else argv[1:]
-    while argv and _program(argv[0]) in INIT_WRAPPERS:
-        env = _program(argv[0]) == "env"
-        argv = argv[1:]
-        while argv and (argv[0].startswith("-") or (env and "=" in argv[0])):
-            if argv[0] == "--":
-                argv = argv[1:]
-                break
-            argv = argv[1:]
+    while argv and (wrapper := INIT_WRAPPERS.get(_program(argv[0]))) is not None:
+        argv = _wrapped(wrapper, argv[1:])
     return argv
+
+
+def _wrapped(wrapper: Wrapper, argv: list[str]) -> list[str]:
+    """The command line a wrapper runs, from the words after its name (as getopt reads
+    them: options up to the first other word, or up to `--`)."""
+    while argv:
+        word = argv[0]
+        if word == "--":
+            return argv[1:]
+        if word.startswith("--"):
+            name, equals, value = word[2:].partition("=")
+            taken = 2 if name in wrapper.valued_long and not equals else 1
+            if name == "split-string" and "split-string" in wrapper.valued_long:
+                argv = _split(value if equals else "".join(argv[1:2])) + argv[taken:]
+                continue
+            argv = argv[taken:]
+        elif word.startswith("-") and word != "-":
+            for at, letter in enumerate(word[1:], start=2):
+                if letter in wrapper.valued:
+                    value = word[at:] or "".join(argv[1:2])
+                    rest = argv[1:] if word[at:] else argv[2:]
+                    argv = (_split(value) + rest) if letter == wrapper.split else rest
+                    break
+            else:
+                argv = argv[1:]
+        elif wrapper.assignments and "=" in word:
+            argv = argv[1:]
+        else:
+            return argv[wrapper.users:]
+    return argv
+
+
+def _split(value: str) -> list[str]:
+    """env -S's string as its words (quotes as a shell takes them; one that does not split
+    stays one word)."""
+    try:
+        return shlex.split(value)
+    except ValueError:
+        return [value]
 
 
 SELF_BINDING = frozenset({"numactl", "taskset"})
