@@ -236,6 +236,28 @@ def test_a_write_that_lands_after_its_read_back_is_still_ours(
     assert cluster.evaluate(settings, T0 + 140) == 5
 
 
+def test_a_failed_write_is_reported_by_holds_for_ten_minutes_not_for_good(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """One 503, then a healthy API server and a load that no longer calls for more: every
+    Hold kept ScalingActive=False ScaleWriteFailed, a day later still, and alerts on it kept
+    firing for an operator that writes fine. A refusal (RBAC, a policy) stays: it lasts."""
+    cluster = Cluster(monkeypatch, replicas=2)
+    settings = autoscaling.AutoscalingSettings(source=None)
+    cluster.scale_refusal = ApiException(status=503, reason="Service Unavailable")
+    assert cluster.evaluate(settings, T0) == 3 and cluster.replicas == 2
+    cluster.scale_refusal = None
+
+    def hold(now: float) -> str:
+        autoscaling.evaluate("ns", "t", 1, SPEC, copy.deepcopy(cluster.status), _steady(now),
+                             settings, Writers(), {}, now, "1")
+        return str(_scaling_active(cluster)["reason"])
+
+    assert hold(T0 + 15) == "ScaleWriteFailed"
+    assert hold(T0 + 590) == "ScaleWriteFailed"
+    assert hold(T0 + 615) == "Scaling"
+    assert cluster.replicas == 2 and cluster.events == ["ScaleWriteFailed"]
+
+
 def test_a_refused_write_stays_reported_until_a_write_lands(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """ScalingActive said Scaling again at the next Hold although RBAC still refused, and the
@@ -255,8 +277,11 @@ def test_a_refused_write_stays_reported_until_a_write_lands(
     assert cluster.events == ["ScaleWriteRefused"] * 2
     assert [d["action"] for d in cluster.status["decisions"]] == ["ScaleOut 2 -> 3"] * 2
     assert _scaling_active(cluster) == refused
+    autoscaling.evaluate("ns", "t", 1, SPEC, copy.deepcopy(cluster.status), _steady(T0 + 3600),
+                         settings, Writers(), {}, T0 + 3600, "1")
+    assert _scaling_active(cluster) == refused  # an hour of Holds later: still refused
     cluster.scale_refusal = None  # the RBAC is fixed: the next write lands
-    assert cluster.evaluate(settings, T0 + 60) == 3 and cluster.replicas == 3
+    assert cluster.evaluate(settings, T0 + 3615) == 3 and cluster.replicas == 3
     assert _scaling_active(cluster)["reason"] == "Scaling"
 
 

@@ -472,7 +472,7 @@ def evaluate(namespace: str, name: str, generation: int, spec: InferenceTuningSp
             # and the next refused write was news again (a Warning, a decision record).
             # Only while the Deployment and its count are the ones that write was for: a
             # failed write that landed late, or a new targetRef, ends it.
-            kept = stored_write_failure(status)
+            kept = stored_write_failure(status, now)
             before = status.get("autoscaling") or {}
             if (kept is not None and before.get("target") in (None, deployment)
                     and before.get("currentReplicas") == current):

@@ -218,14 +218,26 @@ def plan_evaluation(spec: InferenceTuningSpec, generation: int, status: Mapping[
                       own, record, batching_news, blocked_news)
 
 
-def stored_write_failure(status: Mapping[str, Any]) -> Blocked | None:
+FAILED_KEPT_S = 600.0
+"""How long a Hold keeps reporting a replicas write that met a server error
+(SCALE_WRITE_FAILED), from when ScalingActive turned to it."""
+
+
+def stored_write_failure(status: Mapping[str, Any], now: float) -> Blocked | None:
     """The refused or failed replicas write ScalingActive reports in `status`, if it does: a
-    Hold after it keeps reporting it (the last write did not land) until a write lands."""
+    Hold after it keeps reporting it (the last write did not land) until a write lands, so
+    that the next refusal is not news again. A server error (5xx) is kept FAILED_KEPT_S at
+    most: it passes, and one 503 said ScalingActive=False for as long as the decision held,
+    a day later still."""
     condition = stored_condition(status, ConditionType.SCALING_ACTIVE) or {}
     reason, message = condition.get("reason"), condition.get("message")
-    if reason in WRITE_FAILURES and isinstance(message, str):
-        return Blocked(str(reason), message)
-    return None
+    if reason not in WRITE_FAILURES or not isinstance(message, str):
+        return None
+    if reason == SCALE_WRITE_FAILED:
+        since = stored_time(condition.get("lastTransitionTime"))
+        if since is None or not now - FAILED_KEPT_S <= since <= now:
+            return None
+    return Blocked(str(reason), message)
 
 
 def reporting_ready(ready: int, signals: TargetSignals, now: float,
