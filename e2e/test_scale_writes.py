@@ -363,6 +363,10 @@ def test_the_read_says_whether_every_pod_runs_the_current_template(
     tuning = SPEC.model_copy(update={"batching": SPEC.batching.model_copy(
         update={"mode": BatchingMode.AUTO})})
     before = deployment_replicas(target, "llm")
+    # Its creation time too, which tells a Deployment created again from the one the
+    # operator wrote to (fights.recreated).
+    created = apps.read_namespaced_deployment("llm", target).metadata.creation_timestamp
+    assert before.created == created.timestamp()
     digest = template_batching(tuning, before.pod_spec, before.rolled_out).container
     assert digest is not None
     apps.patch_namespaced_deployment("llm", target, {"spec": {"paused": True}})

@@ -46,6 +46,8 @@ class Cluster:
         self.status_fails = False
         self.owners: tuple[tuple[str, str], ...] = ()
         """Who owns spec.replicas in the Deployment's managedFields."""
+        self.created: float | None = None
+        """The Deployment's creationTimestamp."""
         self.scale_answer_lost = False
         self.scale_answer_error: ApiException | None = None
         """Raised after the replicas write lands (an API server that timed out on etcd)."""
@@ -87,7 +89,7 @@ class Cluster:
         monkeypatch.setattr(autoscaling.client, "CustomObjectsApi", Tunings)
         monkeypatch.setattr(autoscaling, "deployment_replicas", lambda namespace, name:
                             DeploymentReplicas(cluster.replicas, cluster.replicas, {},
-                                               cluster.owners))
+                                               cluster.owners, created=cluster.created))
         monkeypatch.setattr(autoscaling, "write_status", write_status)
         monkeypatch.setattr(kopf, "event", event)
 
@@ -930,3 +932,31 @@ def test_a_revert_seen_by_a_pass_whose_status_write_fails_is_seen_again(
     assert fight["reverts"] == 2 and fight.get("retryAt"), fight
     assert _scaling_active(cluster)["reason"] == "ReplicaFight"
     assert cluster.events.count("ReplicaFight") == 1, cluster.events
+
+
+def test_a_deployment_created_again_is_another_object_not_a_revert(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Argo CD's Replace=true (or `helm --force`, a selector change) deletes the Deployment
+    and creates it again from Git with its 2 replicas: each time was taken for a revert of
+    the operator's 3, and the second made a ReplicaFight that blamed GitOps and stopped the
+    writes for 5 minutes."""
+    cluster = Cluster(monkeypatch, replicas=2)
+    cluster.created = T0 - 86400
+    settings = autoscaling.AutoscalingSettings(source=None)
+    assert cluster.evaluate(settings, T0) == 3 and cluster.replicas == 3
+    for again in (T0 + 600, T0 + 1200):
+        cluster.replicas, cluster.created = 2, again - 5  # deleted, created from Git
+        cluster.evaluate(settings, again)
+        assert cluster.replicas == 3  # scaled as a new target is
+        cluster.evaluate(settings, again + 75)
+    assert "ReplicasReverted" not in cluster.events and "ReplicaFight" not in cluster.events
+    assert cluster.status["autoscaling"].get("replicaFight") is None
+    # The same object put back to 2 is still a revert, as before.
+    cluster.replicas = 2
+    cluster.evaluate(settings, T0 + 1400)
+    assert cluster.events[-1] == "ReplicasReverted", cluster.events
+    # And a process that restarted reads the stored count the same way.
+    fresh = autoscaling.AutoscalingSettings(source=None)
+    cluster.replicas, cluster.created = 2, T0 + 1500
+    cluster.evaluate(fresh, T0 + 1510)
+    assert cluster.events.count("ReplicasReverted") == 1

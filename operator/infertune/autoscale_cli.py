@@ -194,7 +194,7 @@ def evaluate(tuning: InferenceTuning, prometheus: str, replicas: int | None,
         notes = [FILE_WRITE_NOTE] if planned.write is not None else []
     else:
         blocked, fight = live.blocked(current, now), live.fight(current, now)
-        written = written_replicas(live.status, tuning.spec.target_ref.name)
+        written = written_replicas(live.status, tuning.spec.target_ref.name, live.created)
         # The ready count is the Deployment's, so it says nothing about --replicas.
         planned = plan_evaluation(tuning.spec, live.generation, live.status, signals, current,
                                   blocked, now, None if fight is None else fight.to_json(),

@@ -50,6 +50,8 @@ class Live(NamedTuple):
     own_write_last: bool = False
     """The Deployment's managedFields say the operator's scale write set its replicas last
     (kube.client.OWN_SCALE_WRITE)."""
+    created: float | None = None
+    """The Deployment's creationTimestamp (fights.recreated)."""
 
     def fight(self, current: int, now: float) -> Fight | None:
         """The replica fight as the operator's evaluation now would see it: the stored one,
@@ -57,7 +59,7 @@ class Live(NamedTuple):
         change or a quiet time (fights.next_fight)."""
         spec = self.tuning.spec
         autoscaling = self.status.get("autoscaling") or {}
-        written = written_replicas(self.status, spec.target_ref.name)
+        written = written_replicas(self.status, spec.target_ref.name, self.created)
         writes = (spec.autoscaling is not None and spec.autoscaling.enabled
                   and spec.mode is Mode.ENFORCE)
         return next_fight(Fight.from_json(autoscaling.get("replicaFight")), self.generation,
@@ -193,4 +195,4 @@ def _read_live(ref: str, kubeconfig: str | None, timeout_s: float | None = None)
                 int((body.get("metadata") or {}).get("generation") or 0), hpa, notes, rivals,
                 read.ready, template_batching(tuning.spec, read.pod_spec, read.rolled_out),
                 unprobed_container(tuning.spec, read.pod_spec),
-                read.replicas_by == (OWN_SCALE_WRITE,))
+                read.replicas_by == (OWN_SCALE_WRITE,), read.created)

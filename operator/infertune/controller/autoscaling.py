@@ -59,6 +59,7 @@ from infertune.controller.fights import (
     is_revert,
     next_fight,
     quiet_hold,
+    recreated,
     revert_message,
     written_replicas,
 )
@@ -342,14 +343,16 @@ async def hpas_by_target(namespace: str, name: str, body: kopf.Body,
 
 def _reverted(settings: AutoscalingSettings, key: str, current: int,
               status: Mapping[str, Any], deployment: str, enabled: bool = True,
-              owners: tuple[tuple[str, str], ...] = ()) -> bool:
+              owners: tuple[tuple[str, str], ...] = (), created: float | None = None) -> bool:
     """Whether another writer changed the replicas the operator last wrote to `deployment`
     (seen once). With autoscaling.enabled false nothing is written and nothing is a revert:
     the replicas are the user's. `owners` are the writers that own spec.replicas now
-    (`replicas_owners`)."""
+    (`replicas_owners`); `created` the Deployment's creationTimestamp (one created again
+    since the last evaluation is another object: `fights.recreated`)."""
     # A process that has not written yet takes what the last one stored.
-    remembered = _remembers(settings, key, deployment)
-    written = settings.written[key] if remembered else written_replicas(status, deployment)
+    remembered = _remembers(settings, key, deployment) and not recreated(status, created)
+    written = (settings.written[key] if remembered
+               else written_replicas(status, deployment, created))
     settings.written_to[key] = deployment
     if is_revert(written, current, enabled, owners == (OWN_SCALE_WRITE,)):
         settings.written[key] = None
@@ -456,7 +459,7 @@ def evaluate(namespace: str, name: str, generation: int, spec: InferenceTuningSp
         reverted = _reverted(settings, key, current, status, deployment,
                              spec.autoscaling is not None and spec.autoscaling.enabled
                              and spec.mode is Mode.ENFORCE,
-                             read.replicas_by) or reverted
+                             read.replicas_by, read.created) or reverted
         fight = next_fight(stored_fight, generation, reverted, now, quiet_hold(spec))
         plan = functools.partial(plan_evaluation, spec, generation, status, signals, current,
                                  now=now, fight=None if fight is None else fight.to_json(),

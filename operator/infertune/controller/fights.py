@@ -25,7 +25,7 @@ from pydantic import ValidationError
 from infertune.api.spec import InferenceTuningSpec, Mode
 from infertune.api.units import format_duration
 from infertune.controller.scaling_report import HPA_PRESENT, SEVERAL_TUNINGS, Blocked
-from infertune.scaling.state import format_time, parse_time
+from infertune.scaling.state import format_time, parse_time, stored_time
 
 FIGHT_LIMIT = 2
 """Reverts by another writer before the operator stops writing replicas."""
@@ -98,15 +98,27 @@ def backoff(reverts: int) -> float:
     return min(BACKOFF_S * 2.0 ** doublings, MAX_BACKOFF_S)
 
 
-def written_replicas(status: Mapping[str, Any], deployment: str) -> int | None:
+def written_replicas(status: Mapping[str, Any], deployment: str,
+                     created: float | None = None) -> int | None:
     """status.autoscaling.writtenReplicas: the replicas the operator wrote to `deployment`
     that still stood at its last evaluation; None when unset, not a count, or written to
-    another Deployment (spec.targetRef changed since: the new target's count is no revert)."""
+    another Deployment (spec.targetRef changed since: the new target's count is no revert;
+    or the Deployment was created again since, `recreated`)."""
     block = status.get("autoscaling") or {}
     stored = block.get("writtenReplicas")
-    if block.get("writtenTarget", deployment) != deployment:
+    if block.get("writtenTarget", deployment) != deployment or recreated(status, created):
         return None
     return stored if isinstance(stored, int) and not isinstance(stored, bool) else None
+
+
+def recreated(status: Mapping[str, Any], created: float | None) -> bool:
+    """Whether the target Deployment, created at `created` (its creationTimestamp, None
+    when not known), is newer than the last evaluation the status holds: deleted and
+    created again since (Argo CD's Replace=true, `helm --force`, a selector change), it is
+    another object, whose replicas come from its manifest and revert nothing. Taken for a
+    revert, two re-creations made a ReplicaFight that blamed GitOps and stopped the writes."""
+    evaluated = stored_time((status.get("autoscaling") or {}).get("evaluated"))
+    return created is not None and evaluated is not None and created > evaluated
 
 
 def is_revert(written: int | None, current: int, writes: bool, own_write_last: bool) -> bool:

@@ -16,6 +16,7 @@ from urllib3.exceptions import MaxRetryError
 from urllib3.util.retry import Retry
 
 from infertune import __version__
+from infertune.scaling.state import stored_time
 
 POOL_SIZE = 32
 API_TIMEOUT_S = (10.0, 60.0)
@@ -198,6 +199,9 @@ class DeploymentReplicas(NamedTuple):
     """Whether every pod of the Deployment runs its current template: the Deployment
     controller has seen the template (status.observedGeneration) and counts each of its pods
     as updated (status.updatedReplicas is status.replicas)."""
+    created: float | None = None
+    """metadata.creationTimestamp (seconds since the epoch), None when not read: a
+    Deployment deleted and created again under the same name is another object."""
 
 
 def replicas_owners(body: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
@@ -222,13 +226,15 @@ def deployment_replicas(namespace: str, name: str,
         name, namespace, _preload_content=False, _request_timeout=timeout_s)
     body = json.loads(response.data)
     spec, status = body.get("spec") or {}, body.get("status") or {}
-    generation = int((body.get("metadata") or {}).get("generation") or 0)
+    meta = body.get("metadata") or {}
+    generation = int(meta.get("generation") or 0)
     rolled_out = (int(status.get("observedGeneration") or 0) >= generation
                   and int(status.get("updatedReplicas") or 0) == int(status.get("replicas") or 0))
     return DeploymentReplicas(int(spec.get("replicas") or 0),
                               int(status.get("readyReplicas") or 0),
                               dict((spec.get("template") or {}).get("spec") or {}),
-                              replicas_owners(body), rolled_out)
+                              replicas_owners(body), rolled_out,
+                              stored_time(meta.get("creationTimestamp")))
 
 
 def connection_info() -> dict[str, Any]:
