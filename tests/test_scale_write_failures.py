@@ -960,3 +960,35 @@ def test_a_deployment_created_again_is_another_object_not_a_revert(
     cluster.replicas, cluster.created = 2, T0 + 1500
     cluster.evaluate(fresh, T0 + 1510)
     assert cluster.events.count("ReplicasReverted") == 1
+
+
+def test_status_writes_that_keep_failing_after_replicas_writes_say_replicas_are_written(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The replicas writes land and only the status writes fail (a status the CRD's schema
+    refuses, an etcd that times out on it): ScalingActive said "replicas are neither
+    decided nor written" while they were, each with its Event."""
+    import asyncio
+
+    cluster = Cluster(monkeypatch, replicas=2)
+    settings = autoscaling.AutoscalingSettings(source=None)
+    reported: list[dict[str, Any]] = []
+
+    def write(namespace: str, name: str, status: Any, version: Any, build: Any) -> None:
+        reported.append(build(status))
+
+    async def report(exc: Exception) -> None:
+        await autoscaling._after_failure(asyncio.get_running_loop(), settings, "ns", "t", 1,
+                                         cluster.status, "1", exc)
+
+    monkeypatch.setattr(autoscaling, "_write_if_present", write)
+    for now in (T0, T0 + 60):
+        cluster.status_fails = True
+        with pytest.raises(ApiException) as raised:
+            cluster.evaluate(settings, now)
+        asyncio.run(report(raised.value))
+    assert cluster.replicas == 4 and cluster.events == ["ScaledOut", "ScaledOut"]
+    conditions = {c["type"]: c for c in reported[-1]["conditions"]}
+    assert conditions["ScalingActive"]["message"].startswith(
+        "the status of evaluations cannot be written: 500 ")
+    assert "replicas are still decided and written" in conditions["ScalingActive"]["message"]
+    assert conditions["MetricsAvailable"]["message"] == "not recorded: see ScalingActive"

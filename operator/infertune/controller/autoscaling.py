@@ -871,11 +871,22 @@ async def _report_failure(loop: asyncio.AbstractEventLoop, settings: Autoscaling
     """ScalingActive False (EvaluationFailed, with the error) and MetricsAvailable Unknown."""
     cause = (f"{exc.status} {server_message(exc)}" if isinstance(exc, ApiException)
              else f"{type(exc).__name__}: {exc}")
+    if f"{namespace}/{name}" in settings.unwritten:
+        # The evaluations decide and write replicas; only their status write fails (it is
+        # kept for the next one, `Unwritten`). "Neither decided nor written" was false.
+        scaling = (f"the status of evaluations cannot be written: {cause[:500]}; replicas "
+                   "are still decided and written (each change with its Event), and the "
+                   "status catches up once a write lands (the operator log has the "
+                   "traceback)")
+        metrics = "not recorded: see ScalingActive"
+    else:
+        scaling = (f"evaluations keep failing, so replicas are neither decided nor written: "
+                   f"{cause[:500]}; tried again every interval (the operator log has the "
+                   "traceback)")
+        metrics = "not evaluated: see ScalingActive"
     await _report_not_evaluated(
         loop, settings, namespace, name, generation, status, resource_version,
-        EVALUATION_FAILED, f"evaluations keep failing, so replicas are neither decided nor "
-        f"written: {cause[:500]}; tried again every interval (the operator log has the "
-        "traceback)", "not evaluated: see ScalingActive")
+        EVALUATION_FAILED, scaling, metrics)
 
 
 def _write_if_present(namespace: str, name: str, status: dict[str, Any],
