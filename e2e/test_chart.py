@@ -451,6 +451,9 @@ def test_prometheus_access_values_that_cannot_work_are_refused(
     (["--set", "extraArgs={--webhook-check-interval}"],
      "--webhook-check-interval takes a value, in the same item"),
     (["--set", "extraArgs={--kubeconfig}"], "--kubeconfig takes a value"),
+    # An abbreviation argparse refuses as ambiguous: it blamed --mig-config-delay's value.
+    (["--set", "extraArgs={--mig}"], "--mig is ambiguous: --mig-config-delay, "
+     "--mig-drain-other-namespaces begin with it"),
     (["--set", "webhook.certSecret=a b"], "/webhook/certSecret"),
     # A misspelt value was ignored: here the operator fell back to a self-signed certificate.
     (["--set", "webhook.certsecret=cert-manager-tls"], "'certsecret' not allowed"),

@@ -668,4 +668,5 @@ def test_a_token_knob_recommended_within_request_counts_is_refused_by_validate(
     assert bool(found) is refused, found
     if refused:
         (only,) = found
-        assert only.startswith("spec.batching.min: spec.batching.min 1 is a request count")
+        # The field once: "spec.batching.min: spec.batching.min 1 is ..." said it twice.
+        assert only.startswith("spec.batching.min: 1 is a request count, but "), only

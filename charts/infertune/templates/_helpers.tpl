@@ -85,12 +85,17 @@ argument"), and on an option that takes a value given without one. */ -}}
 {{- $flags := list "no-static-cpu-manager" "verbose" -}}
 {{- range $arg := .Values.extraArgs -}}
 {{- $name := trimPrefix "--" $arg | regexFind "^[^=]*" -}}
-{{- $known := false -}}
+{{- $matches := list -}}
 {{- range $option := concat (keys $chartSets) $userSets -}}
-{{- if hasPrefix $name $option -}}{{- $known = true -}}{{- end -}}
+{{- if hasPrefix $name $option -}}{{- $matches = append $matches $option -}}{{- end -}}
 {{- end -}}
-{{- if not $known -}}
+{{- if not $matches -}}
 {{- fail (printf "extraArgs: %s is not an option of infertune run; the ones left to extraArgs are --%s" $arg (join ", --" $userSets)) -}}
+{{- end -}}
+{{- /* argparse takes an abbreviation only when one option begins with it: --mig was read
+as --mig-config-delay here, where the operator stopped at start on it. */ -}}
+{{- if and (gt (len $matches) 1) (not (has $name $matches)) -}}
+{{- fail (printf "extraArgs: %s is ambiguous: --%s begin with it, and infertune run stops at start on it; write the option in full" $arg (join ", --" (sortAlpha $matches))) -}}
 {{- end -}}
 {{- range $option := $userSets -}}
 {{- if hasPrefix $name $option -}}

@@ -428,11 +428,14 @@ def auto_batching_problem(batching: BatchingSpec, knob: BatchingKnob | None,
     return token_bounds_problem(batching, knob)
 
 
-def token_bounds_problem(batching: BatchingSpec, knob: BatchingKnob) -> str | None:
+def token_bounds_problem(batching: BatchingSpec, knob: BatchingKnob,
+                         named: bool = True) -> str | None:
     """Why min..max cannot bound `knob`, a token budget, None when they can: the defaults
-    (1..256) are request counts."""
+    (1..256) are request counts. `named`: the message names spec.batching.min (not when it
+    is given under that field)."""
     if knob in TOKEN_KNOBS and batching.min < MIN_TOKEN_BUDGET:
-        return (f"spec.batching.min {batching.min} is a request count, but {knob.value} counts "
+        field = "spec.batching.min " if named else ""
+        return (f"{field}{batching.min} is a request count, but {knob.value} counts "
                 "tokens and must hold the longest request (TGI's --max-total-tokens, vLLM's "
                 f"--max-model-len without chunked prefill): set min to at least that and at "
                 f"least {MIN_TOKEN_BUDGET}, and max above it")
@@ -510,7 +513,7 @@ def apply_problems(tuning: InferenceTuning) -> list[tuple[str, str]]:
                          f"recommend one: {problem}"))
     elif (batching.mode is BatchingMode.RECOMMEND and tuning.spec.autoscaling is not None
           and (knob := batching_knob(batching, tuning.spec.engine)) is not None
-          and (problem := token_bounds_problem(batching, knob)) is not None):
+          and (problem := token_bounds_problem(batching, knob, named=False)) is not None):
         # Recommended within 1..256, a token budget of 128 that no engine starts with.
         problems.append(("spec.batching.min", problem))
     if tuning.spec.mig is not None:
