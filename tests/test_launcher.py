@@ -46,6 +46,7 @@ class Machine:
     # the minors of the /dev/nvidia<N> the container has: under CDI, only its own GPUs'
     dev_minors: tuple[int, ...] = ()
     memory_max: str | None = None  # cgroup v2 memory.max, bytes or "max"; None: no file
+    cpu_max: str | None = None  # cgroup v2 cpu.max, "QUOTA PERIOD" or "max PERIOD"
     node_memory_kb: int | None = None  # each node's MemTotal in node<N>/meminfo; None: no file
     # each node's huge page pools: page size in kB -> nr_hugepages as written; None: no file
     node_hugepages: dict[int, str | None] = field(default_factory=dict)
@@ -74,6 +75,8 @@ class Machine:
             write(cgroup / "cpuset.mems.effective", self.mems)
         if self.memory_max is not None:
             write(cgroup / "memory.max", self.memory_max)
+        if self.cpu_max is not None:
+            write(cgroup / "cpu.max", self.cpu_max)
         for gpu in self.gpus:
             write(proc / f"driver/nvidia/gpus/{gpu.pci}/information",
                   f"Model: \t\t NVIDIA A100-SXM4-40GB\nIRQ:   \t\t 42\nGPU UUID: \t {gpu.uuid}\n"
@@ -259,6 +262,23 @@ CASES = {
         "only"),
     "cpuset_within_the_gpu_node_binds_quietly": Case(
         Machine(gpus=(GPU1,), cpuset="8-11"), {"NVIDIA_VISIBLE_DEVICES": GPU1.uuid},
+        ("--cpunodebind=1", "--membind=1"), {"level": "info", "action": "bind"}),
+    # No exclusive CPUs (the cpuset is the machine): the GPU's node all the same, but a CPU
+    # limit it cannot hold is said at warning level (it was logged at info).
+    "cpu_limit_above_the_gpu_node_binds_with_a_warning": Case(
+        Machine(gpus=(GPU1,), cpu_max="1200000 100000"), {"NVIDIA_VISIBLE_DEVICES": GPU1.uuid},
+        ("--cpunodebind=1", "--membind=1"), {"level": "warning", "action": "bind"},
+        "node 1 holds 8 CPUs the container may use, fewer than the 12 of its CPU limit "
+        "(cpu.max), and runs on those only"),
+    "cpu_limit_within_the_gpu_node_binds_quietly": Case(
+        Machine(gpus=(GPU1,), cpu_max="750000 100000"), {"NVIDIA_VISIBLE_DEVICES": GPU1.uuid},
+        ("--cpunodebind=1", "--membind=1"), {"level": "info", "action": "bind"}),
+    "no_cpu_limit_binds_quietly": Case(
+        Machine(gpus=(GPU1,), cpu_max="max 100000"), {"NVIDIA_VISIBLE_DEVICES": GPU1.uuid},
+        ("--cpunodebind=1", "--membind=1"), {"level": "info", "action": "bind"}),
+    "an_unreadable_cpu_limit_is_no_limit": Case(
+        Machine(gpus=(GPU1,), cpu_max="99999999999999999999 100000"),
+        {"NVIDIA_VISIBLE_DEVICES": GPU1.uuid},
         ("--cpunodebind=1", "--membind=1"), {"level": "info", "action": "bind"}),
     "cpus_from_proc_status_without_a_cgroup_file": Case(
         Machine(gpus=(GPU1,), cpuset=None, status_cpus="2-5"),
