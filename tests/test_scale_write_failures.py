@@ -260,6 +260,26 @@ def test_a_failed_write_is_reported_by_holds_for_ten_minutes_not_for_good(
     assert cluster.replicas == 2 and cluster.events == ["ScaleWriteFailed"]
 
 
+def test_a_failed_write_after_another_false_reason_is_kept_from_its_own_time(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """ScalingActive False for an hour already (evaluations failing on a degraded API
+    server), then a write answered 503: the condition keeps the hour-old transition time,
+    and timed from it the failure was forgotten at the next Hold, each later 503 news again."""
+    cluster = Cluster(monkeypatch, replicas=2)
+    settings = autoscaling.AutoscalingSettings(source=None)
+    cluster.status = {"conditions": [{
+        "type": "ScalingActive", "status": "False", "reason": "EvaluationFailed",
+        "message": "evaluations keep failing", "observedGeneration": 1,
+        "lastTransitionTime": format_time(T0 - 3600)}]}
+    cluster.scale_refusal = ApiException(status=503, reason="Service Unavailable")
+    cluster.evaluate(settings, T0)
+    cluster.scale_refusal = None
+    assert _scaling_active(cluster)["lastTransitionTime"] == format_time(T0 - 3600)
+    autoscaling.evaluate("ns", "t", 1, SPEC, copy.deepcopy(cluster.status), _steady(T0 + 15),
+                         settings, Writers(), {}, T0 + 15, "1")
+    assert _scaling_active(cluster)["reason"] == "ScaleWriteFailed"
+
+
 def test_a_refused_write_stays_reported_until_a_write_lands(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """ScalingActive said Scaling again at the next Hold although RBAC still refused, and the
@@ -955,6 +975,13 @@ def test_a_deployment_created_again_is_another_object_not_a_revert(
     cluster.replicas = 2
     cluster.evaluate(settings, T0 + 1400)
     assert cluster.events[-1] == "ReplicasReverted", cluster.events
+    # Created again in the very second of the last evaluation (creationTimestamp has whole
+    # seconds): still another object.
+    cluster.evaluate(settings, T0 + 1430.4)  # the replicas as written (the rate limit)
+    cluster.replicas, cluster.created = 1, float(int(T0 + 1430.4))
+    cluster.evaluate(settings, T0 + 1445)
+    assert cluster.events.count("ReplicasReverted") == 1, cluster.events
+    assert "ReplicaFight" not in cluster.events
     # And a process that restarted reads the stored count the same way.
     fresh = autoscaling.AutoscalingSettings(source=None)
     cluster.replicas, cluster.created = 2, T0 + 1500
@@ -992,3 +1019,44 @@ def test_status_writes_that_keep_failing_after_replicas_writes_say_replicas_are_
         "the status of evaluations cannot be written: 500 ")
     assert "replicas are still decided and written" in conditions["ScalingActive"]["message"]
     assert conditions["MetricsAvailable"]["message"] == "not recorded: see ScalingActive"
+    # Then the passes fail before deciding (the Deployment cannot be read): no longer said
+    # to decide and write, though the unwritten status is still kept for the next one.
+    monkeypatch.setattr(autoscaling, "deployment_replicas", lambda namespace, name: (
+        _ for _ in ()).throw(ApiException(status=403, reason="Forbidden")))
+    for now in (T0 + 75, T0 + 90):
+        with pytest.raises(ApiException) as raised:
+            cluster.evaluate(settings, now)
+        asyncio.run(report(raised.value))
+    assert "ns/t" in settings.unwritten
+    conditions = {c["type"]: c for c in reported[-1]["conditions"]}
+    assert conditions["ScalingActive"]["message"].startswith(
+        "evaluations keep failing, so replicas are neither decided nor written: 403")
+
+
+def test_the_last_pod_seen_terminating_reaches_the_plan_and_is_remembered(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Batching mode Auto reads the running requests for a flag the engine ignores only from
+    after the last terminating pod is gone (scaling_report._ignored): its deletionTimestamp
+    stays remembered once kopf's index has dropped the pod, and a process that just started,
+    which saw none, counts from its start."""
+    from infertune.tuning.retune import PodView
+
+    cluster = Cluster(monkeypatch, replicas=2)
+    settings = autoscaling.AutoscalingSettings(source=None)
+    settings.started = T0 - 3600
+    settings.saw_pods("ns/t", [PodView("a", "r2", True),
+                               PodView("b", "r1", True, terminating=True, gone_by=T0 + 30)])
+    settings.saw_pods("ns/t", [PodView("a", "r2", True)])  # b is gone from the index
+    passed: list[float | None] = []
+    real = autoscaling.plan_evaluation
+
+    def plan(*args: Any, **kwargs: Any) -> Any:
+        passed.append(kwargs.get("pods_gone_by"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(autoscaling, "plan_evaluation", plan)
+    cluster.evaluate(settings, T0 + 45)
+    assert passed == [T0 + 30]
+    fresh = autoscaling.AutoscalingSettings(source=None)
+    fresh.saw_pods("ns/t", [PodView("a", "r2", True)])
+    assert fresh.pods_gone_by["ns/t"] == fresh.started

@@ -597,6 +597,13 @@ def test_template_batching_reads_the_knob_the_pods_run_and_what_auto_cannot_set(
             "env", "-S", "bash -c", "vllm serve qwen"]}]}, None, "shell script"),
         "gosu": ({"containers": [{"name": "vllm", "command": [
             "gosu", "app", "sh", "-c", "vllm serve qwen"]}]}, None, "shell script"),
+        # env's `-` (its old -i), and VAR=value words after `--`, which GNU env reads too.
+        "env -": ({"containers": [{"name": "vllm", "command": [
+            "env", "-", "PATH=/usr/bin", "sh", "-c", "vllm serve qwen"]}]}, None,
+            "shell script"),
+        "env -i --": ({"containers": [{"name": "vllm", "command": [
+            "env", "-i", "--", "PATH=/usr/bin", "bash", "-c", "vllm serve qwen"]}]}, None,
+            "shell script"),
         # Not a shell: a wrapper's options before the engine leave the flag to it.
         "tini -p vllm": ({"containers": [{"name": "vllm", "command": [
             "tini", "-p", "SIGTERM", "--", *vllm, "--max-num-seqs", "16"]}]}, 16, None),
@@ -1255,24 +1262,73 @@ def test_a_knob_the_pods_run_past_is_no_longer_changed_until_the_container_chang
 
 
 def test_a_knob_seen_ignored_is_applied_again_once_the_container_changes() -> None:
-    """A fixed entrypoint (a new image, or args passed on): Auto applies again, and the wait
-    for a value's effect starts again, so the pods of the old container, which may still
-    finish their requests after the rollout, are not read as the new one ignoring it."""
+    """A fixed entrypoint (a new image, or args passed on): Auto applies again, once the
+    wait for a value's effect has started over, so that the pods of the old container, which
+    may still finish their requests after the rollout, are not read as the new one ignoring
+    it; and if the new container ignores it too, that is said again."""
+    tuning = spec(batching={"mode": "Auto", "min": 8, "max": 256})
+    # As the operator leaves it: the applied 32 kept, no serving period (the problem path).
+    stored: dict[str, Any] = {
+        "batching": {"knob": "max-num-seqs", "applied": 32, "ignored": {
+            "knob": "max-num-seqs", "value": 32, "peak": 60.0,
+            "since": format_time(NOW - 900), "container": "old"}},
+        "tuning": pods_at(tuning, 32)}
+    fixed = TemplateBatching(None, None, "new")
+    status = stored
+
+    def at(now: float, running: float) -> dict[str, Any]:
+        nonlocal status
+        planned = plan_evaluation(tuning, 1, status, running_at(running, now), 4, None, now,
+                                  template=fixed)
+        status = merge_patch(status, planned.status)
+        assert planned.batching_news is None or planned.batching_news[1][0] in (
+            "BatchingApplied", "BatchingFlagIgnored")
+        return dict(status["batching"])
+
+    retried = at(NOW, 60.0)
+    assert "ignored" not in retried and retried["applied"] == 32  # no step yet: it waits
+    assert "servingSince" not in retried
+    waiting = at(NOW + 15, 60.0)
+    assert waiting["servingSince"] == format_time(NOW + 15) and "ignored" not in waiting
+    # Settled on the new container, which now runs at most 32 at once: Auto steps again.
+    stepped = at(NOW + 15 + 90, 30.0)
+    assert stepped["applied"] == 16 and "ignored" not in stepped
+    # The other way: the new container ignores it too, and is recorded with its digest.
+    status = merge_patch(stored, {})
+    at(NOW, 60.0)
+    at(NOW + 15, 60.0)
+    again = at(NOW + 15 + 90, 60.0)
+    assert again["ignored"]["container"] == "new" and again["applied"] == 32
+
+
+def test_a_pod_still_terminating_is_not_read_as_the_engine_ignoring_the_knob() -> None:
+    """Re-tuning counts no terminating pod, nor does the Deployment's status: the last old
+    pod finishing its requests at the engine's default weighed in the mean of the running
+    requests, and the check concluded that the new pods ignored the flag. Read only from
+    after every pod seen terminating is gone (its deletionTimestamp)."""
     tuning = spec(batching={"mode": "Auto", "min": 8, "max": 256})
     stored = applied_long_ago(tuning, 32)
-    stored["batching"]["ignored"] = {"knob": "max-num-seqs", "value": 32, "peak": 60.0,
-                                     "since": format_time(NOW - 900), "container": "old"}
-    fixed = TemplateBatching(None, None, "new")
-    retried = plan_evaluation(tuning, 1, stored, running_at(60.0), 4, None, NOW,
-                              template=fixed)
-    block = retried.status["batching"]
-    assert block["ignored"] is None and block["applied"] == 16  # stepped from 32 again
-    assert block["servingSince"] is None and block["readySince"] is None
-    assert retried.batching_news is not None
-    assert retried.batching_news[1][0] == "BatchingApplied"
-    # The same value kept (a breach no longer there): no new record until it settles again.
-    status = merge_patch(stored, retried.status)
-    status["batching"]["applied"] = 32  # as if the step had not been taken
-    waiting = plan_evaluation(tuning, 1, status, running_at(60.0, NOW + 15, latency_s=0.05),
-                              4, None, NOW + 15, template=fixed)
-    assert waiting.status["batching"]["ignored"] is None
+    script = TemplateBatching(None, None, "c")
+    for gone_by, concluded in ((NOW - 10, False), (NOW - 31, True), (None, True)):
+        planned = plan_evaluation(tuning, 1, stored, running_at(60.0), 4, None, NOW,
+                                  template=script, pods_gone_by=gone_by)
+        assert (planned.status["batching"]["ignored"] is not None) is concluded, gone_by
+
+
+@pytest.mark.parametrize("fields", [
+    {"metrics": {"running": "my_running_requests"}},
+    {"metrics": {"queries": {"running": "sum by (namespace, pod) (vllm:num_requests_running"
+                                        "{$selector})"}}},
+    {"engine": "custom", "metrics": {"queueDepth": "q", "latencyHistogram": "l",
+                                     "running": "r"},
+     "batching": {"mode": "Auto", "min": 8, "max": 256, "knob": "max-num-seqs"}},
+])
+def test_a_running_gauge_of_the_users_is_not_read_for_a_flag_ignored(
+        fields: dict[str, Any]) -> None:
+    """A gauge per pod (a template summing a pod's data-parallel ranks, which each take
+    max-num-seqs) runs above the value with the flag read: only the engine's own gauge,
+    per engine process, says the flag is not."""
+    tuning = spec(**{"batching": {"mode": "Auto", "min": 8, "max": 256}, **fields})
+    planned = plan_evaluation(tuning, 1, applied_long_ago(tuning, 32), running_at(60.0), 4,
+                              None, NOW, template=TemplateBatching(None, None, "c"))
+    assert planned.status["batching"]["ignored"] is None

@@ -316,8 +316,8 @@ class BatchingIgnored(ApiModel):
     since: str
     """When it was seen."""
     container: str | None = None
-    """A digest of the serving container's image, command and args then: mode Auto applies
-    values again once they change."""
+    """A digest of the serving container's image, command, args and environment then: mode
+    Auto applies values again once they change."""
 
 
 class BatchingStatus(ApiModel):
@@ -348,7 +348,7 @@ class BatchingStatus(ApiModel):
     """Mode Auto, knobs counted in requests: the engine ran more requests at once than the
     value applied allows, so it does not read the flag from the container's arguments (an
     entrypoint script that drops them). Mode Auto then only recommends, until the
-    container's image, command or args change."""
+    container's image, command, args or environment change (or mode Auto is left)."""
     reason: str = ""
 
 

@@ -65,6 +65,7 @@ from infertune.controller.fights import (
 )
 from infertune.controller.loops import pause, snapshot, until_stopped
 from infertune.controller.scaling_report import (
+    FAILED_KEPT_S,
     SCALE_WRITE_FAILED,
     SCALE_WRITE_REFUSED,
     Blocked,
@@ -92,6 +93,7 @@ from infertune.tuning.pod_patch import (
     template_batching,
     unprobed_container,
 )
+from infertune.tuning.retune import PodView
 
 RESOURCE = (GROUP, VERSION, PLURAL)
 WORKERS = 16
@@ -154,6 +156,17 @@ class AutoscalingSettings:
     """key -> what an evaluation whose replicas were written could not write into the
     status: the next evaluation decides over it (its scale event counts in the rate limits,
     its decision record is kept) until the stored status is as new."""
+    status_unwritable: set[str] = field(default_factory=set)
+    """Keys whose last evaluation decided and then failed to write its status (for the
+    message of EvaluationFailed)."""
+    write_failed_at: dict[str, float] = field(default_factory=dict)
+    """key -> when this process's last replicas write met a server error (ScaleWriteFailed,
+    kept by Holds for FAILED_KEPT_S from then)."""
+    pods_gone_by: dict[str, float] = field(default_factory=dict)
+    """key -> when the last pod of the target seen terminating is gone at the latest (its
+    deletionTimestamp), or when this process started: no metric of an older pod is newer
+    (batching mode Auto reads the running requests only from after it)."""
+    started: float = field(default_factory=time.time)
     fetches: int = 0
     """Batches fetched since start (for the benchmark and the logs)."""
     listings: dict[float, tuple[int, Listed]] = field(default_factory=dict)
@@ -195,11 +208,21 @@ class AutoscalingSettings:
         """Drop what this process keeps of `key`'s evaluations and writes; with `signals`,
         its fetched signals and parsed spec too (a tuning gone from the listing)."""
         tables: list[dict[str, Any]] = [self.written, self.written_to, self.unwritten,
-                                        self.evaluated_at, self.last_slot, self.failures]
+                                        self.evaluated_at, self.last_slot, self.failures,
+                                        self.write_failed_at]
+        self.status_unwritable.discard(key)
         if signals:
             tables += [self.batch, self.fetched_at, self.fetched_for, self.parsed]
         for table in tables:
             table.pop(key, None)
+
+    def saw_pods(self, key: str, pods: Iterable[PodView]) -> None:
+        """Take in the target's pods as kopf's index holds them now (`pods_gone_by`)."""
+        gone_by = self.pods_gone_by.get(key, self.started)
+        for pod in pods:
+            if pod.gone_by is not None and pod.gone_by > gone_by:
+                gone_by = pod.gone_by
+        self.pods_gone_by[key] = gone_by
 
     def begin_term(self) -> None:
         """What this process remembers of its writes, forgotten when it leads again after
@@ -435,6 +458,7 @@ def evaluate(namespace: str, name: str, generation: int, spec: InferenceTuningSp
     one that API Priority and Fairness did not take (429) is left to the next slot. The status
     is written only while this process leads, and never over a later evaluation."""
     key, deployment = f"{namespace}/{name}", spec.target_ref.name
+    settings.status_unwritable.discard(key)
     apps = client.AppsV1Api()
     stored_status = status
     unwritten = settings.unwritten.get(key)
@@ -466,7 +490,8 @@ def evaluate(namespace: str, name: str, generation: int, spec: InferenceTuningSp
                                  written=settings.written.get(key), ready=ready,
                                  template=_template_batching(spec, read.pod_spec,
                                                              read.rolled_out),
-                                 unprobed=unprobed_container(spec, read.pod_spec))
+                                 unprobed=unprobed_container(spec, read.pod_spec),
+                                 pods_gone_by=settings.pods_gone_by.get(key))
         blocked = blocked_by(deployment, writers, fight, now)
         planned = plan(blocked)
         if blocked is None and planned.write is None and spec.mode is Mode.ENFORCE:
@@ -475,7 +500,15 @@ def evaluate(namespace: str, name: str, generation: int, spec: InferenceTuningSp
             # and the next refused write was news again (a Warning, a decision record).
             # Only while the Deployment and its count are the ones that write was for: a
             # failed write that landed late, or a new targetRef, ends it.
-            kept = stored_write_failure(status, now)
+            kept = stored_write_failure(status)
+            if (kept is not None and kept.reason == SCALE_WRITE_FAILED
+                    and not now - settings.write_failed_at.get(key, -math.inf)
+                    <= FAILED_KEPT_S):
+                # A server error passes: kept by Holds for FAILED_KEPT_S after this
+                # process met it (after a restart, not at all), not for as long as the
+                # decision holds. Timed from the write, not from the condition, which keeps
+                # the time it turned False for an earlier reason.
+                kept = None
             before = status.get("autoscaling") or {}
             if (kept is not None and before.get("target") in (None, deployment)
                     and before.get("currentReplicas") == current):
@@ -539,6 +572,7 @@ def evaluate(namespace: str, name: str, generation: int, spec: InferenceTuningSp
                     # before is forgotten (`_read_back`), so that a late landing is taken
                     # for the operator's own write, not for another writer's revert.
                     settings.written.pop(key, None)
+                    settings.write_failed_at[key] = now
                     refused = Blocked(SCALE_WRITE_FAILED, (
                         f"writing {planned.write} replicas to deployments/scale of "
                         f"{deployment} failed ({exc.status}): {server_message(exc)}; a "
@@ -581,6 +615,7 @@ def evaluate(namespace: str, name: str, generation: int, spec: InferenceTuningSp
         landed = write_status(namespace, name, stored_status, resource_version, build,
                               still=_still_autoscaled)
     except Exception as exc:
+        settings.status_unwritable.add(key)
         wrote = planned.write is not None and refused is None
         # `status` is not the stored one also when this pass found a lost scale event: kept
         # too, or the next evaluation (remembering its count) never looked for it again.
@@ -747,7 +782,9 @@ def _still_autoscaled(stored: Mapping[str, Any]) -> bool:
 async def autoscale(stopped: kopf.DaemonStopped, namespace: str, name: str, body: kopf.Body,
                     memo: kopf.Memo, logger: kopf.Logger,
                     tunings_by_target: kopf.Index[tuple[str, str], dict[str, Any]],
-                    hpas_by_target: kopf.Index[tuple[str, str], str], **_: Any) -> None:
+                    hpas_by_target: kopf.Index[tuple[str, str], str],
+                    pods_by_deployment: kopf.Index[tuple[str, str], PodView],
+                    **_: Any) -> None:
     """The tuning's autoscaling loop: asleep until the next slot of its interval, then one
     evaluation. `body` is kopf's live view, so every pass reads the tuning as it is now
     (`loops.snapshot`). It ends when kopf says stop (the tuning is deleted or loses
@@ -786,6 +823,7 @@ async def autoscale(stopped: kopf.DaemonStopped, namespace: str, name: str, body
         target = (namespace, parsed.spec.target_ref.name)
         writers = Writers(next(iter(hpas_by_target.get(target, [])), None),
                           autoscaling_rivals(tunings_by_target.get(target, []), name))
+        settings.saw_pods(key, pods_by_deployment.get(target, []))
         # The worker thread gets this context: kopf.event finds kopf's event queue through it.
         # Status and resourceVersion are read together here, on the loop, so they match.
         run = functools.partial(contextvars.copy_context().run, _evaluate_if_due, settings, key,
@@ -871,7 +909,7 @@ async def _report_failure(loop: asyncio.AbstractEventLoop, settings: Autoscaling
     """ScalingActive False (EvaluationFailed, with the error) and MetricsAvailable Unknown."""
     cause = (f"{exc.status} {server_message(exc)}" if isinstance(exc, ApiException)
              else f"{type(exc).__name__}: {exc}")
-    if f"{namespace}/{name}" in settings.unwritten:
+    if f"{namespace}/{name}" in settings.status_unwritable:
         # The evaluations decide and write replicas; only their status write fails (it is
         # kept for the next one, `Unwritten`). "Neither decided nor written" was false.
         scaling = (f"the status of evaluations cannot be written: {cause[:500]}; replicas "

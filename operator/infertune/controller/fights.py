@@ -118,7 +118,9 @@ def recreated(status: Mapping[str, Any], created: float | None) -> bool:
     another object, whose replicas come from its manifest and revert nothing. Taken for a
     revert, two re-creations made a ReplicaFight that blamed GitOps and stopped the writes."""
     evaluated = stored_time((status.get("autoscaling") or {}).get("evaluated"))
-    return created is not None and evaluated is not None and created > evaluated
+    # creationTimestamp is in whole seconds: one in the second of the evaluation counts as
+    # after it (at worst, a revert in the Deployment's first interval goes uncounted).
+    return created is not None and evaluated is not None and created >= math.floor(evaluated)
 
 
 def is_revert(written: int | None, current: int, writes: bool, own_write_last: bool) -> bool:

@@ -37,6 +37,7 @@ from infertune.controller.loops import STOP_TIMEOUT_S, Work, every, leader_of, s
 from infertune.controller.spec_cache import SPECS, applied_spec
 from infertune.kube.client import evict_pod, read_deployment, server_message
 from infertune.kube.webhooks import HANDLER_ID, OPT_OUT_LABEL, OPT_OUT_VALUE
+from infertune.scaling.state import stored_time
 from infertune.tuning.pod_patch import (
     LimitRangeView,
     PodContext,
@@ -205,9 +206,10 @@ async def pods_by_deployment(namespace: str, name: str, body: kopf.Body,
         return None
     ready = any(c.get("type") == "Ready" and c.get("status") == "True"
                 for c in status.get("conditions") or [])
+    deleted = meta.get("deletionTimestamp")
     return {(namespace, deployment): PodView(
         name=name, revision=(meta.get("labels") or {}).get(keys.REVISION), ready=ready,
-        terminating=meta.get("deletionTimestamp") is not None)}
+        terminating=deleted is not None, gone_by=stored_time(deleted))}
 
 
 def _owner_ref(namespace: str, entry: dict[str, Any]) -> dict[str, Any]:

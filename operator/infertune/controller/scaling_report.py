@@ -19,6 +19,7 @@ from typing import Any, NamedTuple
 
 from infertune.api.scaling import STARTING_S, BatchingKnob, BatchingMode, LatencyAction
 from infertune.api.spec import (
+    Engine,
     InferenceTuningSpec,
     Mode,
     auto_batching_problem,
@@ -140,14 +141,18 @@ def plan_evaluation(spec: InferenceTuningSpec, generation: int, status: Mapping[
                     now: float, fight: Mapping[str, Any] | None = None,
                     written: int | None = None, ready: int | None = None,
                     template: TemplateBatching | None = None,
-                    unprobed: str | None = None) -> Evaluation:
+                    unprobed: str | None = None,
+                    pods_gone_by: float | None = None) -> Evaluation:
     """Decide from the state stored in `status`, and say what to write and report. `fight` is
     the replica fight to store (fights.Fight.to_json), None when there is none; `written`
     the replicas the operator wrote before that still stand; `ready` the Deployment's
     status.readyReplicas, None when not known; `template` the batching knob as the
     Deployment's pod template has it (pod_patch.template_batching), None when not read;
     `unprobed` the serving container when it has no readiness or startup probe
-    (pod_patch.unprobed_container): its pods' Ready then says only that they started."""
+    (pod_patch.unprobed_container): its pods' Ready then says only that they started;
+    `pods_gone_by` when the last pod of the target seen terminating is gone at the latest
+    (None when not known): the running requests are read for batching's `_ignored` only
+    from after it."""
     assert spec.autoscaling is not None
     previous: Mapping[str, Any] = status.get("autoscaling") or {}
     # The state of another Deployment (spec.targetRef changed) is not this one's; a status
@@ -159,9 +164,12 @@ def plan_evaluation(spec: InferenceTuningSpec, generation: int, status: Mapping[
         # Serving is counted from the pods that report; a Ready pod that stops reporting
         # (its scrape times out under load) still counts at the target on a scale-in.
         kubelet_ready, ready = ready, reporting_ready(ready, signals, now, state.serving)
+    running = signals.running
+    drained = pods_gone_by is None or running.end - running.span > pods_gone_by
+
     def stuck(reading: Reading) -> tuple[str, str] | None:
         return _batching_stuck(spec, status, template, now, signals.fresh_at(now), current,
-                               ready, reading)
+                               ready, reading, drained)
 
     def auto_stuck(reading: Reading) -> str | None:
         # Asked by the engine for a breach latency.action Auto would hand to batching: with
@@ -196,7 +204,7 @@ def plan_evaluation(spec: InferenceTuningSpec, generation: int, status: Mapping[
                  was_scaling == own[1]["reason"], blocked)
     record, event = news if news is not None else (None, None)
     batching = _batching_block(spec, status, decision, now, ready, template,
-                               signals.fresh_at(now))
+                               signals.fresh_at(now), drained)
     batching_news = None
     if batching is not None:
         patch["batching"] = batching
@@ -219,25 +227,20 @@ def plan_evaluation(spec: InferenceTuningSpec, generation: int, status: Mapping[
 
 
 FAILED_KEPT_S = 600.0
-"""How long a Hold keeps reporting a replicas write that met a server error
-(SCALE_WRITE_FAILED), from when ScalingActive turned to it."""
+"""How long Holds keep reporting a replicas write that met a server error
+(SCALE_WRITE_FAILED): it passes, and one 503 said ScalingActive=False for as long as the
+decision held, a day later still."""
 
 
-def stored_write_failure(status: Mapping[str, Any], now: float) -> Blocked | None:
+def stored_write_failure(status: Mapping[str, Any]) -> Blocked | None:
     """The refused or failed replicas write ScalingActive reports in `status`, if it does: a
     Hold after it keeps reporting it (the last write did not land) until a write lands, so
-    that the next refusal is not news again. A server error (5xx) is kept FAILED_KEPT_S at
-    most: it passes, and one 503 said ScalingActive=False for as long as the decision held,
-    a day later still."""
+    that the next refusal is not news again (a server error FAILED_KEPT_S at most)."""
     condition = stored_condition(status, ConditionType.SCALING_ACTIVE) or {}
     reason, message = condition.get("reason"), condition.get("message")
-    if reason not in WRITE_FAILURES or not isinstance(message, str):
-        return None
-    if reason == SCALE_WRITE_FAILED:
-        since = stored_time(condition.get("lastTransitionTime"))
-        if since is None or not now - FAILED_KEPT_S <= since <= now:
-            return None
-    return Blocked(str(reason), message)
+    if reason in WRITE_FAILURES and isinstance(message, str):
+        return Blocked(str(reason), message)
+    return None
 
 
 def reporting_ready(ready: int, signals: TargetSignals, now: float,
@@ -368,7 +371,7 @@ def _news(spec: InferenceTuningSpec, status: Mapping[str, Any], decision: ScaleD
 def _batching_block(spec: InferenceTuningSpec, status: Mapping[str, Any],
                     decision: ScaleDecision, now: float, ready: int | None = None,
                     template: TemplateBatching | None = None,
-                    read_at: float | None = None) -> dict[str, Any] | None:
+                    read_at: float | None = None, drained: bool = True) -> dict[str, Any] | None:
     """`status.batching` (api.status.BatchingStatus), or None when batching is Off.
 
     Each step starts from the value in use: in mode Auto the value applied (for this knob),
@@ -393,7 +396,7 @@ def _batching_block(spec: InferenceTuningSpec, status: Mapping[str, Any],
     on_pods = None if template is None else template.value
     ignored, retried = _ignored(spec, status, knob, template, decision.signals, now,
                                 now if read_at is None else read_at,
-                                decision.current_replicas, ready)
+                                decision.current_replicas, ready, drained)
     problem = _auto_problem(spec, knob, template, ignored)
     if problem is not None:
         # The webhook does not set the value applied before (TGI's token budget since it is
@@ -496,8 +499,9 @@ def ignored_problem(ignored: Mapping[str, Any]) -> str:
             f"--{knob}={value} set, which allows at most {value}, so the engine does not read "
             "the flag from the container's arguments (an entrypoint script that drops "
             "them?) and each change would only re-create the pods; have the entrypoint pass "
-            "its arguments on (mode Auto tries again once the container's image, command or "
-            "args change), or set the value in the engine's configuration and use mode "
+            "its arguments on (mode Auto tries again once the container's image, command, "
+            "args or environment change on the pod template, or after leaving mode Auto and "
+            "coming back), or set the value in the engine's configuration and use mode "
             "Recommend")
 
 
@@ -514,14 +518,19 @@ class Ignored(NamedTuple):
 
 def _ignored(spec: InferenceTuningSpec, status: Mapping[str, Any], knob: BatchingKnob,
              template: TemplateBatching | None, reading: Reading | None, now: float,
-             read_at: float, replicas: int, ready: int | None) -> Ignored:
+             read_at: float, replicas: int, ready: int | None,
+             drained: bool = True) -> Ignored:
     """status.batching.ignored after this reading, in mode Auto (None otherwise, which
     removes it): the one stored while the serving container's image, command and args are
     those it was seen with (or are not known: not read, or the Deployment rolls out), else
     a new one when every pod runs the value applied for a knob counted in requests, on the
     current container, for as long as the next step waits (`_serving`), and the running
     requests per engine went above it in the queue's sustain window, which lies in that
-    time (the span of the running query). vLLM and SGLang never run more requests at once
+    time (the span of the running query) and after every pod seen terminating was gone
+    (`drained`: re-tuning does not count those, and an old pod finishing its requests after
+    a rollout weighs in the mean until then). Only with the engine's own running gauge,
+    read per engine process: a name or template of the user's may count a pod's
+    data-parallel ranks together. vLLM and SGLang never run more requests at once
     than `max-num-seqs` and `max-running-requests` allow, nor TGI more than
     `max-concurrent-requests`: an engine started by a script that drops its arguments ran
     its own default, and Auto walked the knob down to `min`, re-creating every pod at each
@@ -538,7 +547,10 @@ def _ignored(spec: InferenceTuningSpec, status: Mapping[str, Any], knob: Batchin
         return Ignored(None, True)  # the container changed: it may pass the flag on now
     auto, in_effect = _applied_in_effect(spec, stored, knob.value)
     peak = None if reading is None else reading.running_peak
+    own_gauge = spec.metrics.running is None and (
+        spec.metrics.queries is None or spec.metrics.queries.running is None)
     if (not auto or in_effect is None or container is None or knob not in REQUEST_KNOBS
+            or not drained or not own_gauge or spec.engine is Engine.CUSTOM
             or peak is None or peak <= in_effect + FLOAT_NOISE
             or _serving(spec, status, in_effect, now, read_at, replicas, ready)[2] is not None):
         return Ignored(None)
@@ -564,7 +576,8 @@ def _applied_in_effect(spec: InferenceTuningSpec, stored: Mapping[str, Any],
 def _batching_stuck(spec: InferenceTuningSpec, status: Mapping[str, Any],
                     template: TemplateBatching | None, now: float, read_at: float,
                     replicas: int, ready: int | None,
-                    reading: Reading | None = None) -> tuple[str, str] | None:
+                    reading: Reading | None = None,
+                    drained: bool = True) -> tuple[str, str] | None:
     """Why the batch is not lowered for a breach that TuneBatching hands to it, None when it
     is (mode Recommend recommends it): (the words for latency.action Auto, which scales out
     instead, and the note for TuneBatching, which leaves the breach to nothing). Mode Auto
@@ -581,7 +594,7 @@ def _batching_stuck(spec: InferenceTuningSpec, status: Mapping[str, Any],
     if spec.batching.mode is BatchingMode.AUTO:
         problem = _auto_problem(spec, knob, template,
                                 _ignored(spec, status, knob, template, reading, now, read_at,
-                                         replicas, ready).record)
+                                         replicas, ready, drained).record)
         stored: Mapping[str, Any] = status.get("batching") or {}
         on_pods = None if template is None else template.value
         applied = (_within(spec, stored.get("applied")) if stored.get("knob") == knob.value

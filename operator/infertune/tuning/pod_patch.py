@@ -832,9 +832,10 @@ class TemplateBatching(NamedTuple):
     problem: str | None
     """Why mode Auto cannot set the knob on these pods; None when it can."""
     container: str | None = None
-    """A digest of the serving container's image, command and args; None when not read, or
-    while the Deployment rolls out (some pods still run another template). A knob the pods
-    were seen to ignore (status.batching.ignored) is tried again once it changes."""
+    """A digest of the serving container's image, command, args and environment; None when
+    not read, or while the Deployment rolls out (some pods still run another template). A
+    knob the pods were seen to ignore (status.batching.ignored) is tried again once it
+    changes."""
 
 
 def template_batching(spec: InferenceTuningSpec, pod_spec: Mapping[str, Any],
@@ -869,8 +870,9 @@ def template_batching(spec: InferenceTuningSpec, pod_spec: Mapping[str, Any],
 
 def container_digest(container: Mapping[str, Any]) -> str:
     """A digest of what decides how a container's arguments reach its program: its image
-    (the entrypoint), command and args."""
-    what = [container.get("image"), container.get("command"), container.get("args")]
+    (the entrypoint), command and args, and its environment (an entrypoint that reads its
+    flags from a variable)."""
+    what = [container.get(key) for key in ("image", "command", "args", "env", "envFrom")]
     return hashlib.sha256(json.dumps(what, default=str).encode()).hexdigest()[:16]
 
 
@@ -973,7 +975,14 @@ def _wrapped(wrapper: Wrapper, argv: list[str]) -> list[str]:
     while argv:
         word = argv[0]
         if word == "--":
-            return argv[1:]
+            argv = argv[1:]
+            # GNU env takes VAR=value words after `--` too (`env -i -- PATH=/bin cmd`).
+            while wrapper.assignments and argv and "=" in argv[0]:
+                argv = argv[1:]
+            return argv[wrapper.users:]
+        if word == "-" and wrapper.assignments:
+            argv = argv[1:]  # env's old spelling of -i
+            continue
         if word.startswith("--"):
             name, equals, value = word[2:].partition("=")
             taken = 2 if name in wrapper.valued_long and not equals else 1

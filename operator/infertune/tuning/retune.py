@@ -20,6 +20,9 @@ class PodView:
     """The infertune.io/revision label; None for pods that were never tuned."""
     ready: bool
     terminating: bool = False
+    gone_by: float | None = None
+    """metadata.deletionTimestamp of a terminating pod (seconds since the epoch): the kubelet
+    has stopped its containers by then, so no metric of it is newer."""
 
 
 @dataclass(frozen=True)
