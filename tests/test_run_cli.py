@@ -164,6 +164,10 @@ def test_webhook_certificate_files_that_cannot_serve_are_refused(
     (["*.svc"], "service", True),  # not two labels
     (["127.0.0.1"], "192.0.2.7", True),
     (["192.0.2.7"], "192.0.2.7", False),
+    # The same address as Go compares them (net.IP.Equal): IPv4 and its IPv4-mapped form.
+    (["192.0.2.7"], "::ffff:192.0.2.7", False),
+    (["::ffff:192.0.2.7"], "192.0.2.7", False),
+    (["::ffff:192.0.2.8"], "192.0.2.7", True),
     (["operator.example"], "OPERATOR.example.", False),
     (["infertune-webhook.infertune-system.svc."], "service", True),  # Go refuses it
 ])

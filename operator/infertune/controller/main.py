@@ -237,6 +237,13 @@ def _check_certificate(cert: str, key: str, ca: str | None) -> None:
                      "Secret's ca.crt)")
 
 
+def _unmapped(address: ipaddress.IPv4Address | ipaddress.IPv6Address
+              ) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
+    """`address`, an IPv4-mapped IPv6 address as its IPv4 one."""
+    mapped = getattr(address, "ipv4_mapped", None)
+    return address if mapped is None else mapped
+
+
 def certificate_name_problem(cert: Path, host: str) -> str | None:
     """Why the API server, calling `host`, would refuse the certificate in `cert` for its
     names, None when it would not: Go checks the subject alternative names only (not the
@@ -258,17 +265,24 @@ def certificate_name_problem(cert: Path, host: str) -> str | None:
         address = ipaddress.ip_address(wanted.strip("[]"))
     except ValueError:
         address = None
-    if address is not None and address in ips:
+    # As Go's net.IP.Equal: an IPv4 address and its IPv4-mapped IPv6 form (::ffff:a.b.c.d)
+    # are the same address.
+    if address is not None and _unmapped(address) in {
+            _unmapped(ip) for ip in ips
+            if isinstance(ip, ipaddress.IPv4Address | ipaddress.IPv6Address)}:
         return None
     if address is None and any(
             name == wanted or (name.startswith("*.") and "." in wanted
                                and wanted.split(".", 1)[1] == name[2:])
             for name in dns):
         return None
-    held = ", ".join([*dns, *map(str, ips)]) or "no subject alternative name"
+    shown = [f"::ffff:{ip.ipv4_mapped}" if isinstance(ip, ipaddress.IPv6Address)
+             and ip.ipv4_mapped is not None else str(ip) for ip in ips]
+    held = ", ".join([*dns, *shown]) or "no subject alternative name"
+    entry = "a dnsNames entry" if address is None else "an ipAddresses entry"
     return (f"{cert} is for {held}, not {host}, the name the API server calls the webhook "
             f"by: it would refuse every call, and pods would be admitted untuned; issue it "
-            f"for {host} (cert-manager: a dnsNames entry)")
+            f"for {host} (cert-manager: {entry})")
 
 
 def _port_taken(addr: str, port: int) -> str | None:
