@@ -64,7 +64,7 @@ def test_an_edit_is_checked_and_kopfs_own_updates_are_not_sent(
     # The check is sent only what changes a spec (its matchCondition, as the API server
     # evaluates it): pointed at an address nothing answers, with failurePolicy Fail, a
     # label, an annotation (kopf's) and a finalizer go through; a spec change fails.
-    with check_unreachable(api_client):
+    with check_unreachable(api_client, namespace):
         custom.patch_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "t", {
             "metadata": {"labels": {"team": "a"}, "annotations": {"note": "x"},
                          "finalizers": ["example.com/test"]}})
@@ -85,7 +85,7 @@ def test_a_tuning_stored_invalid_can_still_be_edited_labelled_and_deleted(
     release), the tuning keeps its problem; an edit that adds none passes with a warning,
     and so does kopf's finalizer, and its deletion."""
     custom = client.CustomObjectsApi(api_client)
-    with without_the_check(api_client):
+    with without_the_check(api_client, namespace):
         create(api_client, namespace, tuning("old", "qwen",
                                              autoscaling={"minReplicas": 5, "maxReplicas": 2}))
     custom.patch_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "old", {

@@ -207,7 +207,7 @@ def test_pods_of_an_invalid_edit_are_tuned_as_the_last_valid_spec_said(
                         tuning("qwen", "qwen", memory={"high": "6Gi"}))
     wait_for(lambda: get_tuning(api_client, namespace, "qwen")["status"].get("appliedSpec"),
              "status.appliedSpec")
-    with without_the_check(api_client):
+    with without_the_check(api_client, namespace):
         client.CustomObjectsApi(api_client).patch_namespaced_custom_object(
             GROUP, VERSION, namespace, PLURAL, "qwen", {"spec": {
                 "memory": {"high": "7Gi"}, "autoscaling": {"minReplicas": 5, "maxReplicas": 3}}})
