@@ -265,7 +265,7 @@ def test_batching_auto_re_tunes_pods_with_the_applied_batch_size(
 
     # Each change re-creates the pods, so it says why, as a scale does.
     event = wait_for(announced, "a BatchingApplied Event", timeout_s=30)[0]  # kopf queues it
-    assert event.message.startswith("max-num-seqs unset -> 24, the pods are re-created")
+    assert event.message.startswith("max-num-seqs unset -> 24: new pods get it")
 
     def flag(pod: Any) -> int:
         args = list(pod.spec.containers[0].args)

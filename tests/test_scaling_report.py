@@ -826,7 +826,8 @@ def test_a_change_of_the_applied_batching_value_is_recorded_and_announced() -> N
     assert record["feature"] == "batching" and record["action"] == "max-num-seqs 128 -> 64"
     assert record in planned.status["decisions"]
     assert reason == "BatchingApplied"
-    assert message.startswith("max-num-seqs 128 -> 64, the pods are re-created with it: ")
+    assert message.startswith("max-num-seqs 128 -> 64: new pods get it, and re-tuning replaces "
+                              "the running ones (status.tuning): ")
     again = plan_evaluation(tuning, 1, merge_patch(stored, planned.status), signals(5.0, 0.15), 4,
                             None, NOW + 15)
     assert again.batching_news is None  # waiting for the pods: no change, no news
@@ -1332,3 +1333,37 @@ def test_a_running_gauge_of_the_users_is_not_read_for_a_flag_ignored(
     planned = plan_evaluation(tuning, 1, applied_long_ago(tuning, 32), running_at(60.0), 4,
                               None, NOW, template=TemplateBatching(None, None, "c"))
     assert planned.status["batching"]["ignored"] is None
+
+
+def test_a_batching_value_the_pods_never_take_up_stops_holding_the_breach() -> None:
+    """One replica and re-tuning by eviction, which never evicts the only Ready pod (or a
+    PodDisruptionBudget that allows none): mode Auto set 64, the pods kept the old value,
+    and the breach waited on it for hours with nothing acting on it. After STARTING_S the
+    breach is not handed to batching any more: latency.action Auto scales out."""
+    tuning = spec(batching={"mode": "Auto", "min": 16, "max": 256})
+    breach = signals(queue=2.0, latency_s=0.3)
+    first = plan_evaluation(tuning, 1, {}, breach, 1, None, NOW,
+                            template=TemplateBatching(128, None))
+    assert first.status["batching"]["applied"] == 64
+    assert first.status["batching"]["appliedSince"] == STAMP
+    assert first.decision.action is ScaleAction.TUNE_BATCHING
+    status = merge_patch({}, first.status)
+    status["tuning"] = pods_at(tuning, 128, outdated=1, tuned=0)  # the old pod stays
+    status["tuning"]["revision"] = "old"
+
+    def at(now: float) -> Any:
+        nonlocal status
+        planned = plan_evaluation(tuning, 1, status, signals(2.0, 0.3, now), 1, None, now,
+                                  template=TemplateBatching(128, None))
+        status = merge_patch(status, planned.status)
+        return planned
+
+    waiting = at(NOW + STARTING_S - 15)
+    assert waiting.decision.action is ScaleAction.TUNE_BATCHING
+    assert status["batching"]["appliedSince"] == STAMP  # kept while the value is
+    stuck = at(NOW + STARTING_S)
+    assert stuck.decision.action is ScaleAction.SCALE_OUT and stuck.write == 4  # 300ms / 75ms
+    assert (f"but batching mode Auto set max-num-seqs 64 at {STAMP} and the pods do not run "
+            "it yet (re-tuning has not counted the pods at this value yet: see "
+            "status.tuning), so nothing lowers the batch: scale out") in stuck.decision.reason
+    assert status["batching"]["applied"] == 64  # not stepped again meanwhile

@@ -333,6 +333,10 @@ class BatchingStatus(ApiModel):
     applied: int | None = None
     """Mode Auto: the value the webhook sets on new pods (re-tuning replaces the others). It
     follows the recommendation only when that moves by 25% or more, so pods are not churned."""
+    applied_since: str | None = None
+    """Mode Auto: when the applied value was set. A latency breach that mode Auto hands to
+    batching stops waiting for it 10 minutes later if the pods still do not run it
+    (latency.action Auto then scales out)."""
     serving_since: str | None = None
     """Mode Auto: since when re-tuning counts every pod at the applied value."""
     ready_since: str | None = None

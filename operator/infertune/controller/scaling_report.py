@@ -475,6 +475,10 @@ def _batching_block(spec: InferenceTuningSpec, status: Mapping[str, Any],
         # re-created them without it): kept, it came back when Auto did, and the pods were
         # re-created with an old value without an Event or a decision.
         block["applied"] = None
+    if auto and applied is not None and applied != in_effect:
+        block["appliedSince"] = format_time(now)
+    elif block.get("applied", True) is None:
+        block["appliedSince"] = None
     return block
 
 
@@ -609,6 +613,18 @@ def _batching_stuck(spec: InferenceTuningSpec, status: Mapping[str, Any],
                     "so nothing lowers the batch",
                     f"; batching mode Auto cannot lower {knob.value} ({problem}), so nothing "
                     "acts on it: set latency.action to Auto or ScaleOut to add replicas instead")
+        since = stored_time(stored.get("appliedSince"))
+        if (applied is not None and since is not None and now - since >= STARTING_S
+                and (counted := _not_on_pods(spec, status, applied)) is not None):
+            # A value the pods do not take up (re-tuning never evicts the only Ready pod; a
+            # PodDisruptionBudget that allows no eviction): the breach waited on it for
+            # hours, with ScalingActive saying Scaling. Not for longer than a pod takes to
+            # load its model.
+            said = (f"batching mode Auto set {knob.value} {applied} at {format_time(since)} "
+                    f"and the pods do not run it yet ({counted}: see status.tuning)")
+            return (f"{said}, so nothing lowers the batch",
+                    f"; {said}, so nothing acts on it: set latency.action to Auto or ScaleOut "
+                    "to add replicas instead")
     floor = _batching_floor(spec, status, template, now, read_at, replicas, ready)
     if floor is None:
         return None
@@ -716,7 +732,8 @@ def _batching_news(status: Mapping[str, Any], block: Mapping[str, Any],
     record = {"time": stamp, "feature": "batching", "action": change,
               "reason": reason[:1000], "applied": True}
     return record, ("BatchingApplied",
-                    f"{change}, the pods are re-created with it: {reason}"[:MAX_EVENT_MESSAGE])
+                    f"{change}: new pods get it, and re-tuning replaces the running ones "
+                    f"(status.tuning): {reason}"[:MAX_EVENT_MESSAGE])
 
 
 def _within(spec: InferenceTuningSpec, value: Any) -> int | None:
@@ -725,6 +742,20 @@ def _within(spec: InferenceTuningSpec, value: Any) -> int | None:
     if value is None:
         return None
     return min(max(int(value), spec.batching.min), spec.batching.max)
+
+
+def _not_on_pods(spec: InferenceTuningSpec, status: Mapping[str, Any],
+                 value: int) -> str | None:
+    """Why re-tuning does not count every pod at the applied `value` (status.tuning), None
+    when it does."""
+    tuning: Mapping[str, Any] = status.get("tuning") or {}
+    revision = tuning_revision(spec, value, planned_mig(status.get("mig") or {}))
+    outdated, tuned = int(tuning.get("outdatedPods") or 0), int(tuning.get("tunedPods") or 0)
+    if tuning.get("revision") == revision and not outdated and tuned:
+        return None
+    return (f"{outdated} of {outdated + tuned} pods still run another tuning"
+            if tuning.get("revision") == revision else "re-tuning has not counted the pods "
+            "at this value yet")
 
 
 def _serving(spec: InferenceTuningSpec, status: Mapping[str, Any], value: int,
@@ -738,13 +769,8 @@ def _serving(spec: InferenceTuningSpec, status: Mapping[str, Any], value: int,
     and its samples, the queue over its sustain window, all ending at `read_at` (when the
     signals were read, TargetSignals.fresh_at)."""
     assert spec.autoscaling is not None
-    tuning: Mapping[str, Any] = status.get("tuning") or {}
-    revision = tuning_revision(spec, value, planned_mig(status.get("mig") or {}))
-    outdated, tuned = int(tuning.get("outdatedPods") or 0), int(tuning.get("tunedPods") or 0)
-    if tuning.get("revision") != revision or outdated or not tuned:
-        counted = (f"{outdated} of {outdated + tuned} pods still run another tuning"
-                   if tuning.get("revision") == revision else "re-tuning has not counted the "
-                   "pods at this value yet")
+    counted = _not_on_pods(spec, status, value)
+    if counted is not None:
         return None, None, f"waiting for the pods to run it ({counted}; see status.tuning)"
     stored: Mapping[str, Any] = status.get("batching") or {}
     since = stored_time(stored.get("servingSince"))
