@@ -496,8 +496,17 @@ def test_a_breach_with_batching_off_scales_out_with_action_auto() -> None:
     recommending = plan_evaluation(spec(batching={"mode": "Recommend"}), 1, {}, breach, 4, None,
                                    NOW)
     assert recommending.decision.action is ScaleAction.TUNE_BATCHING
-    assert "spec.batching.mode" not in recommending.status["autoscaling"]["reason"]
+    assert "spec.batching.mode is Off" not in recommending.status["autoscaling"]["reason"]
     assert "lower max-num-seqs" in recommending.status["batching"]["reason"]
+    # Nothing applies the recommendation: the breach's reason (and its Event) says the
+    # value to set, where "tune batching" read as if something did.
+    recommended = recommending.status["batching"]["recommended"]
+    assert recommending.status["autoscaling"]["reason"].endswith(
+        f"tune batching; 4 -> 4; mode Recommend applies nothing: set --max-num-seqs="
+        f"{recommended} on the pod template (status.batching.recommended), or "
+        "spec.batching.mode to Auto")
+    assert recommending.event is not None and (
+        f"--max-num-seqs={recommended}" in recommending.event[1])
     # An engine without a batching knob: nothing to lower either.
     custom = spec(engine="custom", batching={"mode": "Recommend"}, metrics={
         "queueDepth": "my_queue", "latencyHistogram": "my_latency_seconds"})

@@ -185,6 +185,16 @@ def plan_evaluation(spec: InferenceTuningSpec, generation: int, status: Mapping[
             and spec.autoscaling.latency.action is LatencyAction.TUNE_BATCHING
             and (told := stuck(decision.signals)) is not None):
         decision = with_reason(decision, decision.reason + told[1])
+    batching = _batching_block(spec, status, decision, now, ready, template,
+                               signals.fresh_at(now), drained)
+    if (decision.action is ScaleAction.TUNE_BATCHING and batching is not None
+            and spec.batching.mode is BatchingMode.RECOMMEND):
+        # Said where the breach is: "tune batching" read as if something did, while the
+        # value to set was only in status.batching.
+        decision = with_reason(decision, (
+            f"{decision.reason}; mode Recommend applies nothing: set --{batching['knob']}="
+            f"{batching['recommended']} on the pod template (status.batching.recommended), "
+            "or spec.batching.mode to Auto"))
     stamp = format_time(now)
     changes = decision.desired_replicas != current
     applied = changes and spec.mode is Mode.ENFORCE and blocked is None
@@ -203,8 +213,6 @@ def plan_evaluation(spec: InferenceTuningSpec, generation: int, status: Mapping[
     news = _news(spec, status, decision, changes, applied, stamp,
                  was_scaling == own[1]["reason"], blocked)
     record, event = news if news is not None else (None, None)
-    batching = _batching_block(spec, status, decision, now, ready, template,
-                               signals.fresh_at(now), drained)
     batching_news = None
     if batching is not None:
         patch["batching"] = batching
