@@ -90,7 +90,10 @@ def test_a_file_gets_the_reason_the_operator_gives(
     code, out = evaluated(tmp_path, capsys, batching={"mode": "Recommend"})
     result = json.loads(out)
     assert (result["action"], result["desiredReplicas"]) == ("TuneBatching", 4)
-    assert "spec.batching.mode" not in result["reason"]
+    assert "spec.batching.mode is Off" not in result["reason"]
+    assert result["reason"].endswith(
+        f"mode Recommend applies nothing: set --max-num-seqs={result['batching']['recommended']}"
+        " on the pod template (status.batching.recommended), or spec.batching.mode to Auto")
     assert "lower max-num-seqs" in result["batching"]["reason"]
 
 

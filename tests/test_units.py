@@ -75,11 +75,13 @@ def test_bad_durations_are_rejected(text: str) -> None:
 
 
 @pytest.mark.parametrize(("seconds", "text"), [
-    (0, "0s"), (0.5, "500ms"), (1.5, "1.5s"), (90, "1m30s"), (3600, "1h"), (3601, "1h1s"),
+    (0, "0s"), (0.5, "500ms"), (1.5, "1.5s"), (90, "1m30s"), (3600, "1h"), (3601, "1h0m1s"),
     (5400, "1h30m"), (33675, "9h21m15s"), (33675.25, "9h21m15.25s"), (-3, "-3s"),
+    (10815, "3h0m15s"), (3600.5, "1h0m0.5s"),
 ])
 def test_format_duration_spells_each_unit(seconds: float, text: str) -> None:
-    # A breach 9 hours old read "33675s ago" in a reason.
+    # A breach 9 hours old read "33675s ago" in a reason; 3 hours and 15 seconds read
+    # "3h15s", taken for 3 h 15 min at night (Go writes 3h0m15s).
     assert format_duration(seconds) == text
 
 

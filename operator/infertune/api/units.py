@@ -154,7 +154,7 @@ def duration_seconds(duration: str) -> float:
 
 def format_duration(seconds: float) -> str:
     """The shortest exact Go-style spelling of a number of seconds, for messages and status:
-    `1h30m`, `9h21m15s`, `1.5s`, `500ms`. A breach 9 hours old was written `33675s` when only
+    `1h30m`, `9h21m15s`, `3h0m15s`, `1.5s`, `500ms`. A breach 9 hours old was written `33675s` when only
     the largest unit that divided it evenly was used, which a person reading the reason at
     night has to work out."""
     millis = round(seconds * 1000)
@@ -165,7 +165,9 @@ def format_duration(seconds: float) -> str:
         return f"{fraction}ms" if fraction else "0s"
     hours, rest = divmod(whole, 3600)
     minutes, secs = divmod(rest, 60)
-    text = (f"{hours}h" if hours else "") + (f"{minutes}m" if minutes else "")
+    # 3h0m15s, as Go writes it: "3h15s" read as 3 hours 15 minutes.
+    text = (f"{hours}h" if hours else "") + (
+        f"{minutes}m" if minutes or (hours and (secs or fraction)) else "")
     if fraction:
         text += f"{secs}.{fraction:03d}".rstrip("0") + "s"
     elif secs or not text:
