@@ -1060,3 +1060,47 @@ def test_the_last_pod_seen_terminating_reaches_the_plan_and_is_remembered(
     fresh = autoscaling.AutoscalingSettings(source=None)
     fresh.saw_pods("ns/t", [PodView("a", "r2", True)])
     assert fresh.pods_gone_by["ns/t"] == fresh.started
+
+
+def test_a_fight_names_the_writer_the_deployment_says_set_the_replicas(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fight blamed "GitOps without ignoreDifferences?" while the Deployment's
+    managedFields said a person's `kubectl scale` had set the replicas: the operator reads
+    them (for its own writes) and now names the writer in the Warning, the condition and
+    status.autoscaling.replicaFight.by."""
+    import kopf
+
+    cluster = Cluster(monkeypatch, replicas=2)
+    said: list[tuple[str, str]] = []
+
+    def event(_body: Any, *, type: str, reason: str, message: str) -> None:
+        said.append((reason, message))
+
+    monkeypatch.setattr(kopf, "event", event)
+    settings = autoscaling.AutoscalingSettings(source=None)
+    cluster.evaluate(settings, T0)
+    for now in (T0 + 75, T0 + 150):
+        cluster.replicas, cluster.owners = 2, (("kubectl", "scale"),)
+        cluster.evaluate(settings, now)
+    reverted = next(m for r, m in said if r == "ReplicasReverted")
+    assert reverted.startswith("another writer (kubectl through the scale subresource, as "
+                               "the Deployment's managedFields say) changed the replicas of "
+                               "llm the operator had written (now 2); 1 more within 3h1m "
+                               "and the operator stops writing them"), reverted
+    assert cluster.status["autoscaling"]["replicaFight"]["by"] == (
+        "kubectl through the scale subresource")
+    active = _scaling_active(cluster)
+    assert active["reason"] == "ReplicaFight" and active["message"].startswith(
+        "another writer (kubectl through the scale subresource, as the Deployment's "
+        "managedFields say) reverted the replicas of llm 2 times; replicas are not written "
+        "until "), active["message"]
+    assert "GitOps" not in active["message"]
+
+
+def test_writer_of_names_the_managers_of_the_replicas() -> None:
+    from infertune.controller.fights import writer_of
+
+    assert writer_of([("argocd-controller", "")]) == "argocd-controller"
+    assert writer_of([("kubectl", "scale"), ("flux", "")]) == (
+        "kubectl through the scale subresource, flux")
+    assert writer_of([]) is None and writer_of([("", "")]) is None

@@ -17,6 +17,7 @@ from infertune.controller.fights import (
     is_revert,
     next_fight,
     quiet_hold,
+    writer_of,
     written_replicas,
 )
 from infertune.controller.scaling_report import Blocked
@@ -52,6 +53,8 @@ class Live(NamedTuple):
     (kube.client.OWN_SCALE_WRITE)."""
     created: float | None = None
     """The Deployment's creationTimestamp (fights.recreated)."""
+    writer: str | None = None
+    """Who set its replicas, as its managedFields say (fights.writer_of)."""
 
     def fight(self, current: int, now: float) -> Fight | None:
         """The replica fight as the operator's evaluation now would see it: the stored one,
@@ -64,7 +67,7 @@ class Live(NamedTuple):
                   and spec.mode is Mode.ENFORCE)
         return next_fight(Fight.from_json(autoscaling.get("replicaFight")), self.generation,
                           is_revert(written, current, writes, self.own_write_last), now,
-                          quiet_hold(spec))
+                          quiet_hold(spec), self.writer)
 
     def blocked(self, current: int, now: float) -> Blocked | None:
         """Why the operator would not write replicas now, as it decides it."""
@@ -195,4 +198,5 @@ def _read_live(ref: str, kubeconfig: str | None, timeout_s: float | None = None)
                 int((body.get("metadata") or {}).get("generation") or 0), hpa, notes, rivals,
                 read.ready, template_batching(tuning.spec, read.pod_spec, read.rolled_out),
                 unprobed_container(tuning.spec, read.pod_spec),
-                read.replicas_by == (OWN_SCALE_WRITE,), read.created)
+                read.replicas_by == (OWN_SCALE_WRITE,), read.created,
+                writer_of(o for o in read.replicas_by if o != OWN_SCALE_WRITE))

@@ -245,6 +245,9 @@ class ReplicaFight(ApiModel):
     """The tuning's generation at the last revert; a spec change ends the fight."""
     retry_at: str | None = None
     """Replicas are not written until then; unset while still writing."""
+    by: str | None = None
+    """Who set the replicas at the last revert, as the Deployment's managedFields say (its
+    field manager, and the subresource it wrote through)."""
 
 
 class AutoscalingStatus(ApiModel):

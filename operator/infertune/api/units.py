@@ -154,9 +154,9 @@ def duration_seconds(duration: str) -> float:
 
 def format_duration(seconds: float) -> str:
     """The shortest exact Go-style spelling of a number of seconds, for messages and status:
-    `1h30m`, `9h21m15s`, `3h0m15s`, `1.5s`, `500ms`. A breach 9 hours old was written `33675s` when only
-    the largest unit that divided it evenly was used, which a person reading the reason at
-    night has to work out."""
+    `1h30m`, `9h21m15s`, `3h0m15s`, `1.5s`, `500ms`. A breach 9 hours old was written
+    `33675s` when only the largest unit that divided it evenly was used, which a person
+    reading the reason at night has to work out."""
     millis = round(seconds * 1000)
     if millis < 0:
         return "-" + format_duration(-millis / 1000)

@@ -61,6 +61,7 @@ from infertune.controller.fights import (
     quiet_hold,
     recreated,
     revert_message,
+    writer_of,
     written_replicas,
 )
 from infertune.controller.loops import pause, snapshot, until_stopped
@@ -484,7 +485,8 @@ def evaluate(namespace: str, name: str, generation: int, spec: InferenceTuningSp
                              spec.autoscaling is not None and spec.autoscaling.enabled
                              and spec.mode is Mode.ENFORCE,
                              read.replicas_by, read.created) or reverted
-        fight = next_fight(stored_fight, generation, reverted, now, quiet_hold(spec))
+        fight = next_fight(stored_fight, generation, reverted, now, quiet_hold(spec),
+                           writer_of(o for o in read.replicas_by if o != OWN_SCALE_WRITE))
         plan = functools.partial(plan_evaluation, spec, generation, status, signals, current,
                                  now=now, fight=None if fight is None else fight.to_json(),
                                  written=settings.written.get(key), ready=ready,

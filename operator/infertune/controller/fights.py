@@ -53,6 +53,9 @@ class Fight(NamedTuple):
     """The tuning's generation when it was last reverted; a new one ends the fight."""
     retry_at: float | None
     """Writes stop until then (None: below FIGHT_LIMIT, still writing)."""
+    by: str | None = None
+    """Who set the replicas at the last revert, as the Deployment's managedFields say
+    (`writer_of`); None when they do not say."""
 
     def blocks(self, now: float) -> bool:
         return self.retry_at is not None and now < self.retry_at
@@ -76,7 +79,8 @@ class Fight(NamedTuple):
         return {"reverts": self.reverts, "since": format_time(self.since),
                 "lastRevert": format_time(self.last_revert),
                 "observedGeneration": self.generation,
-                "retryAt": None if self.retry_at is None else format_time(self.retry_at)}
+                "retryAt": None if self.retry_at is None else format_time(self.retry_at),
+                "by": self.by}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any] | None) -> Fight | None:
@@ -84,10 +88,11 @@ class Fight(NamedTuple):
         if not data:
             return None
         try:
-            retry = data.get("retryAt")
+            retry, by = data.get("retryAt"), data.get("by")
             return cls(int(data["reverts"]), parse_time(data["since"]),
                        parse_time(data["lastRevert"]), int(data["observedGeneration"]),
-                       None if retry is None else parse_time(retry))
+                       None if retry is None else parse_time(retry),
+                       by if isinstance(by, str) else None)
         except (KeyError, TypeError, ValueError):
             return None
 
@@ -132,19 +137,20 @@ def is_revert(written: int | None, current: int, writes: bool, own_write_last: b
 
 
 def next_fight(stored: Fight | None, generation: int, reverted: bool, now: float,
-               hold_s: float = 0.0) -> Fight | None:
+               hold_s: float = 0.0, by: str | None = None) -> Fight | None:
     """The fight after this evaluation: `reverted` says whether another writer changed the
     replicas the operator last wrote. `hold_s` is how long the rate limits may hold the next
     write back (the longer of the scale periods, `quiet_hold`): a quiet time in which no write
     could be reverted proves nothing, and with a 15 min period the fight ended before the
-    next write, so the other writer was never counted twice and the two oscillated for good."""
+    next write, so the other writer was never counted twice and the two oscillated for good.
+    `by`: who set the replicas now (`writer_of`), kept with a revert."""
     fight = (stored.as_of(now) if stored is not None and stored.generation == generation
              else None)
     if reverted:
         reverts = (fight.reverts if fight is not None else 0) + 1
         retry_at = now + backoff(reverts) if reverts >= FIGHT_LIMIT else None
         since = fight.since if fight is not None else now
-        return Fight(reverts, since, now, generation, retry_at)
+        return Fight(reverts, since, now, generation, retry_at, by)
     if fight is not None and not fight.blocks(now) and (
         now - max(fight.last_revert, fight.retry_at or 0.0) >= QUIET_S + hold_s
     ):
@@ -161,25 +167,39 @@ def quiet_hold(spec: InferenceTuningSpec) -> float:
     return max(scaling.scale_up.period.seconds, scaling.scale_down.period.seconds)
 
 
+def writer_of(owners: Iterable[tuple[str, str]]) -> str | None:
+    """Who owns a Deployment's spec.replicas, from its managedFields entries (manager,
+    subresource) (kube.client.replicas_owners), for a message: "kubectl through the scale
+    subresource", "argocd-controller"; None when no one does."""
+    said = [f"{manager} through the {subresource} subresource" if subresource else manager
+            for manager, subresource in owners if manager]
+    return ", ".join(said[:3]) or None
+
+
+def _writer(fight: Fight) -> str:
+    """Who reverted, for the messages: named when the managedFields said, else a guess."""
+    if fight.by is not None:
+        return f"another writer ({fight.by}, as the Deployment's managedFields say)"
+    return "another writer (GitOps without ignoreDifferences on /spec/replicas?)"
+
+
 def revert_message(fight: Fight, deployment: str, current: int, hold_s: float = 0.0) -> str:
     """The Warning Event of a revert that does not stop writes yet (below FIGHT_LIMIT);
     `hold_s` as for `next_fight`."""
     left = FIGHT_LIMIT - fight.reverts
     within = format_duration(QUIET_S + hold_s)
-    return (f"another writer changed the replicas of {deployment} the operator had written "
+    return (f"{_writer(fight)} changed the replicas of {deployment} the operator had written "
             f"(now {current}); {left} more within {within} and the operator stops "
-            f"writing them for {BACKOFF_S / 60:g} min (GitOps without ignoreDifferences on "
-            "/spec/replicas? docs/autoscaling.md, Argo CD)")
+            f"writing them for {BACKOFF_S / 60:g} min (docs/autoscaling.md, Argo CD)")
 
 
 def fight_message(fight: Fight, deployment: str) -> str:
     """Why replicas are not written, and when they will be again (a condition message: it
     changes only with the fight)."""
     assert fight.retry_at is not None
-    return (f"another writer reverted the replicas of {deployment} {fight.reverts} times "
-            "(GitOps without ignoreDifferences on /spec/replicas?); replicas are not written "
-            f"until {format_time(fight.retry_at)}, then tried again (at once if the spec "
-            "changes)")
+    return (f"{_writer(fight)} reverted the replicas of {deployment} {fight.reverts} times; "
+            f"replicas are not written until {format_time(fight.retry_at)}, then tried "
+            "again (at once if the spec changes)")
 
 
 class Writers(NamedTuple):
