@@ -374,7 +374,11 @@ def test_a_writer_that_keeps_reverting_replicas_is_reported_not_fought(
         "qwen", namespace))
     assert (FIELD_MANAGER, "scale") not in replicas_owners(body)
     found = wait_scaling_inactive(api_client, namespace, "ReplicaFight")
-    assert found["status"] == "False" and "/spec/replicas" in found["message"]
+    # Named as the Deployment's managedFields say: this client's manager, through the scale
+    # subresource (a guess at GitOps before).
+    assert found["status"] == "False" and "through the scale subresource, as the " \
+        "Deployment's managedFields say) reverted the replicas of qwen" in found["message"], \
+        found["message"]
     # Remembered in status (a restarted operator keeps to it), with when writes resume.
     fight = autoscaling_status(api_client, namespace)["replicaFight"]
     assert fight["reverts"] == 2 and fight["retryAt"] in found["message"]
