@@ -249,7 +249,8 @@ def blocked_by(deployment: str, writers: Writers, fight: Fight | None,
     hpa = writers.hpa
     if hpa is not None:
         return Blocked(HPA_PRESENT, f"HorizontalPodAutoscaler {hpa} also "
-                       f"scales {deployment}; remove it or disable spec.autoscaling")
+                       f"scales {deployment}; remove the HPA, or set "
+                       "spec.autoscaling.enabled to false")
     if fight is not None and fight.blocks(now):
         return Blocked("ReplicaFight", fight_message(fight, deployment))
     return None

@@ -99,7 +99,7 @@ def decide_scale(spec: AutoscalingSpec, current_replicas: int, signals: TargetSi
         reading = reading._replace(ready_pods=ready_pods)
     state = _track_missing(state, reading, now)
     if not spec.enabled:
-        return _held(current_replicas, ScaleAction.DISABLED, "autoscaling.enabled is false; "
+        return _held(current_replicas, ScaleAction.DISABLED, "spec.autoscaling.enabled is false; "
                      f"keeping {current_replicas} replicas", reading, state)
     if current_replicas == 0:
         # As HPA: a target scaled to zero by someone else is left alone.
