@@ -1376,3 +1376,17 @@ def test_a_batching_value_the_pods_never_take_up_stops_holding_the_breach() -> N
             "it yet (re-tuning has not counted the pods at this value yet: see "
             "status.tuning), so nothing lowers the batch: scale out") in stuck.decision.reason
     assert status["batching"]["applied"] == 64  # not stepped again meanwhile
+
+
+def test_a_target_at_zero_replicas_is_not_said_to_be_scaling() -> None:
+    """ScalingActive said "Scaling" beside a reason saying scaling was paused at 0."""
+    planned = plan_evaluation(spec(), 1, {}, signals(), 0, None, NOW)
+    assert planned.write is None and planned.decision.desired_replicas == 0
+    active = next(c for c in planned.status["conditions"] if c["type"] == "ScalingActive")
+    assert (active["status"], active["reason"]) == ("False", "ScaledToZero")
+    assert active["message"].startswith("Deployment llm has 0 replicas: it is left at 0")
+    Condition.model_validate(active)
+    scaled_up = plan_evaluation(spec(), 1, merge_patch({}, planned.status), signals(), 2,
+                                None, NOW + 15)
+    assert next(c for c in scaled_up.status["conditions"]
+                if c["type"] == "ScalingActive")["reason"] == "Scaling"

@@ -300,6 +300,12 @@ def _conditions(spec: InferenceTuningSpec, generation: int, decision: ScaleDecis
     elif blocked is not None:
         scaling = condition_dict(ConditionType.SCALING_ACTIVE, ConditionStatus.FALSE,
                                  blocked.reason, blocked.message, generation, stamp)
+    elif decision.current_replicas == 0:
+        # As HPA (ScalingDisabled): it said Scaling beside a reason saying it was paused.
+        scaling = condition_dict(ConditionType.SCALING_ACTIVE, ConditionStatus.FALSE,
+                                 "ScaledToZero", f"Deployment {spec.target_ref.name} has 0 "
+                                 "replicas: it is left at 0 until someone scales it up, as an "
+                                 "HPA leaves it", generation, stamp)
     else:
         scaling = condition_dict(ConditionType.SCALING_ACTIVE, ConditionStatus.TRUE, "Scaling",
                                  f"scaling Deployment {spec.target_ref.name}; the last decision "
