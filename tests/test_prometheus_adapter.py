@@ -275,7 +275,11 @@ def test_no_data_is_never_zero(prometheus: PrometheusServer) -> None:
     assert got[quiet.key].request_rate.points[-1][1] == 0.0
     assert got[nan.key].queue.problem == "only NaN or infinite values"
     missing = got[ghost.key].queue
-    assert missing.problem == "no series for Deployment serving/ghost"
+    # The metric first, in both spellings of the colon trap, and what to check.
+    assert missing.problem == ("no series of vllm:num_requests_waiting or "
+                               "vllm_num_requests_waiting for the pods of Deployment "
+                               "serving/ghost (ghost-*): are they scraped, and do they export "
+                               "it?"), missing.problem
     assert "(?:ghost)" in missing.query and "(?:llm" not in missing.query
 
 
@@ -584,14 +588,19 @@ def test_slow_templates_hold_neither_the_presets_nor_the_batch_past_its_budget()
         source = PrometheusSource(url, timeout_s=1)
         for _ in range(2):
             got = source.fetch([target("t", "p"), *slow], time.time())
-            assert got["t/p"].queue.problem == "no series for Deployment t/p"  # answered
+            assert (got["t/p"].queue.problem or "").startswith(  # answered
+                "no series of vllm:num_requests_waiting or vllm_num_requests_waiting for "
+                "the pods of Deployment t/p")
             problems = {t.key: got[t.key].queue.problem or "" for t in slow}
             timed_out = [k for k, p in problems.items() if "timed out after 1s" in p]
             not_started = [k for k, p in problems.items()
                            if "not started within 1.5s, this cycle's budget" in p]
             assert (len(timed_out), len(not_started)) == (8, 4), problems
             latency = {t.key: got[t.key].latency.problem for t in slow}
-            assert latency == {t.key: f"no series for Deployment {t.namespace}/{t.deployment}"
+            assert latency == {t.key: "no series of vllm:e2e_request_latency_seconds_bucket "
+                               "or vllm_e2e_request_latency_seconds_bucket for the pods of "
+                               f"Deployment {t.namespace}/{t.deployment} ({t.deployment}-*): "
+                               "are they scraped, and do they export it?"
                                for t in slow}, latency  # the preset's query
             left_out.append(set(not_started))
     assert left_out[0] != left_out[1]  # not the same tunings every cycle
@@ -863,7 +872,8 @@ def test_every_query_carries_the_timeout_to_prometheus(prometheus: PrometheusSer
     # Prometheus takes it: "2.5s" was refused as a duration, and every query with it.
     got = PrometheusSource(prometheus.url, timeout_s=2.5).fetch([target("serving", "nobody")],
                                                                  time.time())["serving/nobody"]
-    assert got.queue.problem == "no series for Deployment serving/nobody", got.queue.problem
+    assert "for the pods of Deployment serving/nobody" in (got.queue.problem or ""), \
+        got.queue.problem
 
 
 def test_an_http_error_is_no_data() -> None:

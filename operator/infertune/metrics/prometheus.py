@@ -50,8 +50,8 @@ from infertune.metrics.access import (
     PrometheusAccess,
 )
 from infertune.metrics.plan import QueryPlan, Signal, plan_queries, unsupported
-from infertune.metrics.presets import HistogramLatency
-from infertune.metrics.promql import STAT_LABEL, TARGET_LABEL, duration
+from infertune.metrics.presets import HistogramLatency, MeanLatency
+from infertune.metrics.promql import STAT_LABEL, TARGET_LABEL, duration, spellings
 from infertune.metrics.source import MetricsTarget
 from infertune.scaling.signals import (
     NEGATIVE,
@@ -663,6 +663,13 @@ class _Answer:
         if got is not None:
             return missing(got.problem or "", query)
         said = f"no series for Deployment {target.namespace}/{target.deployment}"
+        names = _metric_names(self.plan.signal, target)
+        if names:
+            # The metric first: the query that follows is long, and what a person checks is
+            # whether the pods export that name and are scraped.
+            said = (f"no series of {' or '.join(names)} for the pods of Deployment "
+                    f"{target.namespace}/{target.deployment} ({target.deployment}-*): are "
+                    "they scraped, and do they export it?")
         if self.plan.templated and any(not deployment for _, deployment in self.found):
             # Its answer has series, which cannot be told apart by Deployment: the template
             # summed the pod label away (the docs ask it to keep it).
@@ -671,6 +678,27 @@ class _Answer:
                      f"{target.namespace_label!r} in the result, for example sum by "
                      f"({target.namespace_label}, {target.pod_label}) (...)")
         return missing(said, query)
+
+
+def _metric_names(signal: Signal, target: MetricsTarget) -> tuple[str, ...]:
+    """The metric names a preset's (or spec.metrics') query of `signal` reads for `target`,
+    each in both spellings of the colon trap; () for a template's."""
+    metrics = target.metrics
+    read: object = {Signal.QUEUE: metrics.queue_depth, Signal.RUNNING: metrics.running}.get(
+        signal, metrics.latency)
+    base: tuple[str, ...]
+    if isinstance(read, str):
+        base = (read,)
+    elif isinstance(read, HistogramLatency):
+        base = (f"{read.name}_bucket",) if signal is Signal.LATENCY else (f"{read.name}_count",)
+    elif isinstance(read, MeanLatency):
+        base = (read.total, read.requests) if signal is Signal.LATENCY else (read.requests,)
+    else:
+        return ()
+    try:
+        return tuple(spelling for name in base for spelling in spellings(name))
+    except ValueError:
+        return ()
 
 
 class _Floors(NamedTuple):
