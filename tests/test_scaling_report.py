@@ -1087,6 +1087,28 @@ def test_the_p99_column_is_written_as_the_reasons_write_it(latency_s: float,
     assert planned.status["autoscaling"]["p99"] == column
 
 
+def test_a_target_below_the_histograms_resolution_is_said_steadily_for_what_it_is() -> None:
+    """A P99 around vLLM's lowest bucket (300 ms) with a 75 ms target: MetricsAvailable
+    flipped between False (MetricsMissing, though every series was there) and True at every
+    interval, and the Latency column showed 297ms, a fraction of the bucket, not the
+    latency."""
+    status: dict[str, Any] = {}
+    seen = []
+    for i, p99 in enumerate((0.297, 0.31, 0.297, 0.31)):
+        now = NOW + 15 * i
+        planned = plan_evaluation(spec(), 1, status, signals(5.0, p99, now)._replace(
+            latency_floor_s=0.3), 4, None, now)
+        status = merge_patch(status, planned.status)
+        metrics = next(c for c in status["conditions"] if c["type"] == "MetricsAvailable")
+        seen.append((metrics["status"], metrics["reason"], metrics["lastTransitionTime"],
+                     status["autoscaling"]["p99"]))
+    assert {s[:3] for s in seen} == {("False", "LatencyTargetBelowResolution", STAMP)}
+    assert [s[3] for s in seen] == ["<=300ms", "310ms", "<=300ms", "310ms"]
+    assert metrics["message"].startswith("latency: the lowest bucket of the latency histogram "
+                                         "is 300ms, above the target 75ms, so a p99 under it "
+                                         "cannot be compared with the target")
+
+
 def test_replicas_that_stop_being_written_are_announced_once_even_on_a_hold() -> None:
     """A fight or an HPA turned ScalingActive False without any Event when the decision was
     a Hold, and a blocked scale's Event said only "not applied"."""

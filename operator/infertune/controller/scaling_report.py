@@ -35,7 +35,7 @@ from infertune.controller.conditions import (
 )
 from infertune.scaling.batching import MIN_STEP, REQUEST_KNOBS, recommend_batching
 from infertune.scaling.engine import ScaleAction, ScaleDecision, decide_scale, with_reason
-from infertune.scaling.reading import Reading
+from infertune.scaling.reading import FLOOR_PROBLEM, Reading
 from infertune.scaling.signals import FLOAT_NOISE, TargetSignals, latency_text, seconds
 from infertune.scaling.state import ScalingState, Serving, format_time, stored_time
 from infertune.tuning.pod_patch import TemplateBatching, planned_mig, tuning_revision
@@ -277,9 +277,11 @@ def _conditions(spec: InferenceTuningSpec, generation: int, decision: ScaleDecis
     the situation does, as conditions are meant to.
     """
     problems = "; ".join(decision.signals.problems)
+    resolution = all(p.startswith(FLOOR_PROBLEM) for p in decision.signals.problems)
     metrics = condition_dict(ConditionType.METRICS_AVAILABLE,
                              ConditionStatus.FALSE if problems else ConditionStatus.TRUE,
-                             "MetricsMissing" if problems else "Found",
+                             ("LatencyTargetBelowResolution" if resolution else
+                              "MetricsMissing") if problems else "Found",
                              problems or "queue and latency series found", generation, stamp)
     if spec.autoscaling is not None and not spec.autoscaling.enabled:
         scaling = condition_dict(ConditionType.SCALING_ACTIVE, ConditionStatus.FALSE,
@@ -335,7 +337,10 @@ def _autoscaling_block(decision: ScaleDecision, state: ScalingState, stamp: str,
         "p99Ms": None if latency is None else round(latency * 1000, 1),
         # As the reasons write it: whole milliseconds showed "75ms" for a breach of 75ms,
         # and "0s" for 0.4ms.
-        "p99": None if latency is None else latency_text(latency, target_s),
+        "p99": None if latency is None else (
+            latency_text(latency, target_s) if reading.latency_floor_s is None
+            # Under the lowest bucket the quantile is a fraction of it, not the latency.
+            else f"<={latency_text(reading.latency_floor_s)}"),
         "queueDepth": None if queue is None else round(queue, 2),
         "lastScaleTime": last_scale,
         "breaches": reading.breaches,

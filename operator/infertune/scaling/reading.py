@@ -120,14 +120,16 @@ def read_signals(spec: AutoscalingSpec, signals: TargetSignals, now: float,
     if queue_now is None or latency_now is None or rate_now is None:
         problems = (*problems, *_too_old(signals, queue_now, latency_now, rate_now))
     unjudged = None
-    if floor is not None and latency_now is not None and not quiet and (
-            latency_now <= floor + FLOAT_NOISE):
-        unjudged = floor
+    if floor is not None and latency_now is not None and not quiet:
+        if latency_now <= floor + FLOAT_NOISE:
+            unjudged = floor
+        # Said whether or not this reading is under it (the same words either way): said
+        # only then, MetricsAvailable flapped at every interval with a P99 around the bound.
         problems = (*problems, (
-            f"latency: the {signals.latency_kind} is under {latency_text(floor)}, the lowest "
-            f"bucket of the latency histogram, so it cannot be compared with the target "
-            f"{spec.latency.target}; set latency.target to {latency_text(floor)} or more, or "
-            "export the histogram with finer buckets (spec.metrics)"))
+            f"{FLOOR_PROBLEM} {latency_text(floor)}, above the target {spec.latency.target}, "
+            f"so a {signals.latency_kind} under it cannot be compared with the target; set "
+            f"latency.target to {latency_text(floor)} or more, or export the histogram with "
+            "finer buckets (spec.metrics)"))
     if quiet and (signals.latency.problem == ONLY_NAN
                   or str(signals.latency.problem).startswith(STALE)):
         # Without requests the quantile is NaN (0/0): quiet traffic, not a missing signal;
@@ -163,6 +165,11 @@ def _too_old(signals: TargetSignals, queue: float | None, latency: float | None,
             out.append(f"{name}: {STALE}the newest sample is more than a step "
                        f"({signal.step:g}s) older than the time it was read for")
     return tuple(out)
+
+
+FLOOR_PROBLEM = "latency: the lowest bucket of the latency histogram is"
+"""How a problem of the histogram's resolution starts (Reading.problems): a setting to
+change, not a signal missing."""
 
 
 def _floor_above_target(spec: AutoscalingSpec, signals: TargetSignals) -> float | None:
