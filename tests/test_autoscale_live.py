@@ -20,7 +20,7 @@ from infertune.cli import main
 from infertune.controller.fights import Fight
 from infertune.controller.scaling_report import Blocked
 from infertune.scaling.engine import ScaleAction, ScaleDecision
-from infertune.scaling.state import ScalingState
+from infertune.scaling.state import ScalingState, format_time
 
 NOW = 1_800_000_000.0
 
@@ -350,3 +350,49 @@ def test_a_request_the_api_server_asks_to_send_again_is_sent_again(
     assert code == 1 and len(asked) == 2, asked
     assert says in err, err
     assert took < 15, took
+
+
+@pytest.mark.parametrize(("created", "blocks"), [
+    (NOW - 86400, True),  # the Deployment the operator wrote to: a second revert
+    (NOW - 50, False),  # created again after the last evaluation: another object
+    (float(int(NOW - 99.6)), False),  # ... in the very second of it
+])
+def test_read_live_sees_a_deployment_created_again_as_the_operator_does(
+        monkeypatch: pytest.MonkeyPatch, created: float, blocks: bool) -> None:
+    """evaluate --live counted a revert where the operator counts none: the Deployment was
+    deleted and created again from Git since the last evaluation. And the writer named in
+    the fight is the one the managedFields say, as in the operator's condition."""
+    from infertune import autoscale_live
+    from infertune.kube import client as kube_client
+    from infertune.kube.client import DeploymentReplicas
+
+    once = Fight(1, NOW - 100, NOW - 100, 1, None).to_json()
+    body = {"apiVersion": "infertune.io/v1alpha1", "kind": "InferenceTuning",
+            "metadata": {"name": "qwen", "namespace": "serving", "generation": 1},
+            "spec": {"targetRef": {"name": "qwen"}, "engine": "vllm", "autoscaling": {}},
+            "status": {"autoscaling": {"replicaFight": once, "writtenReplicas": 4,
+                                       "evaluated": format_time(NOW - 99.6)}}}
+
+    class Tunings:
+        def get_namespaced_custom_object(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+            return body
+
+        def list_namespaced_custom_object(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+            return {"items": [body]}
+
+    class Autoscalers:
+        def list_namespaced_horizontal_pod_autoscaler(self, *args: Any, **kwargs: Any) -> Any:
+            return client.V2HorizontalPodAutoscalerList(items=[])
+
+    monkeypatch.setattr(kube_client, "configure", lambda *args: None)
+    monkeypatch.setattr(kube_client, "deployment_replicas", lambda *args: DeploymentReplicas(
+        6, 6, {"containers": [{"name": "vllm", "image": "v"}]}, (("argocd-controller", ""),),
+        created=created))
+    monkeypatch.setattr(client, "CustomObjectsApi", Tunings)
+    monkeypatch.setattr(client, "AutoscalingV2Api", Autoscalers)
+    live = autoscale_live.read_live("serving/qwen", None)
+    blocked = live.blocked(6, NOW)
+    assert (blocked is not None and blocked.reason == "ReplicaFight") is blocks, blocked
+    if blocked is not None:
+        assert blocked.message.startswith("another writer (argocd-controller, as the "
+                                          "Deployment's managedFields say)")

@@ -276,6 +276,13 @@ CASES = {
     "no_cpu_limit_binds_quietly": Case(
         Machine(gpus=(GPU1,), cpu_max="max 100000"), {"NVIDIA_VISIBLE_DEVICES": GPU1.uuid},
         ("--cpunodebind=1", "--membind=1"), {"level": "info", "action": "bind"}),
+    "a_cpu_limit_is_rounded_up": Case(
+        Machine(gpus=(GPU1,), cpu_max="850000 100000"), {"NVIDIA_VISIBLE_DEVICES": GPU1.uuid},
+        ("--cpunodebind=1", "--membind=1"), {"level": "warning", "action": "bind"},
+        "fewer than the 9 of its CPU limit (cpu.max)"),
+    "a_zero_period_is_no_limit": Case(
+        Machine(gpus=(GPU1,), cpu_max="100000 0"), {"NVIDIA_VISIBLE_DEVICES": GPU1.uuid},
+        ("--cpunodebind=1", "--membind=1"), {"level": "info", "action": "bind"}),
     "an_unreadable_cpu_limit_is_no_limit": Case(
         Machine(gpus=(GPU1,), cpu_max="99999999999999999999 100000"),
         {"NVIDIA_VISIBLE_DEVICES": GPU1.uuid},

@@ -1110,6 +1110,11 @@ def test_without_mig_partitioning_a_pod_keeps_its_gpu_request(
     ["env", "--split-string=numactl --interleave=all", "vllm", "serve", "q"],
     ["gosu", "vllm", "taskset", "-c", "0-7", "vllm", "serve", "q"],
     ["nice", "-n", "5", "numactl", "-N", "0", "vllm", "serve", "q"],
+    ["su-exec", "app:app", "numactl", "-N", "0", "vllm", "serve", "q"],
+    ["stdbuf", "-oL", "-e", "L", "taskset", "-c", "0-7", "vllm", "serve", "q"],
+    ["timeout", "-s", "TERM", "-k", "30", "24h", "numactl", "-N", "0", "vllm", "serve"],
+    ["chrt", "-r", "10", "taskset", "-c", "0-7", "vllm", "serve", "q"],
+    ["tini", "--", "env", "--", "numactl", "-N", "0", "vllm", "serve", "q"],
 ])
 def test_a_command_that_binds_itself_is_not_wrapped(command: list[str]) -> None:
     """Inside the launcher, taskset replaced its CPUs and left memory bound to its node
@@ -1220,3 +1225,11 @@ def test_a_memory_high_under_half_a_guaranteed_limit_leaves_only_memory_high_out
     assert keys.MEMORY_HIGH not in (pod["metadata"].get("annotations") or {})
     assert pod["spec"]["containers"][0]["command"][0] == LAUNCHER_PATH
     assert "MALLOC_CONF" in _env(pod["spec"]["containers"][0])
+
+
+def test_an_env_split_string_that_does_not_split_is_no_failure() -> None:
+    """env -S with an unbalanced quote: shlex raised, and a failure there fails the webhook's
+    planning of every pod of the target (and every evaluation reading the template)."""
+    pod = _pod(command=["env", "-S", "'unbalanced numactl", "vllm", "serve", "q"])
+    plan = plan_pod_patch(_spec(), pod, CONTEXT)
+    assert not plan.refused, plan.problems

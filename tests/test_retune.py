@@ -413,3 +413,29 @@ def test_what_is_kept_of_a_deleted_tuning_goes_with_it(monkeypatch: pytest.Monke
     for table in (settings.unreported, settings.latest_problems, settings.reported,
                   settings.last_evictions, settings.admitted):
         assert list(table) == ["chat/other"]
+
+
+def test_a_terminating_pod_is_indexed_with_when_it_is_gone_at_the_latest() -> None:
+    """Its deletionTimestamp: batching mode Auto reads the running requests for a flag the
+    engine ignores only from after it (an old pod finishing its requests weighs in the
+    mean of the running requests until then)."""
+    import asyncio
+
+    from infertune.controller.pods import pods_by_deployment
+    from infertune.scaling.state import parse_time
+
+    pod: dict[str, Any] = {"metadata": {
+        "name": "mistral-7b-6b7c9d-abcde", "namespace": "chat",
+        "ownerReferences": [{"kind": "ReplicaSet", "name": "mistral-7b-6b7c9d",
+                             "controller": True}]}, "status": {"phase": "Running"}}
+    running = asyncio.run(pods_by_deployment(namespace="chat", name="p", body=pod,
+                                             replicaset_owners=OWNED))
+    assert running is not None
+    (view,) = running.values()
+    assert not view.terminating and view.gone_by is None
+    pod["metadata"]["deletionTimestamp"] = "2026-12-06T12:00:30Z"
+    leaving = asyncio.run(pods_by_deployment(namespace="chat", name="p", body=pod,
+                                             replicaset_owners=OWNED))
+    assert leaving is not None
+    (view,) = leaving.values()
+    assert view.terminating and view.gone_by == parse_time("2026-12-06T12:00:30Z")

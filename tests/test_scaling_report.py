@@ -1412,3 +1412,56 @@ def test_a_target_at_zero_replicas_is_not_said_to_be_scaling() -> None:
                                 None, NOW + 15)
     assert next(c for c in scaled_up.status["conditions"]
                 if c["type"] == "ScalingActive")["reason"] == "Scaling"
+
+
+def test_the_container_digest_follows_what_decides_the_engines_arguments() -> None:
+    """status.batching.ignored is tried again when the digest changes: the image (its
+    entrypoint), command, args and environment (an entrypoint reading its flags from a
+    variable); not resources, and not while the Deployment rolls out another template."""
+    tuning = spec(batching={"mode": "Auto", "min": 8, "max": 256})
+    base = {"name": "vllm", "image": "vllm/vllm-openai:v0.11.0", "command": ["/start.sh"],
+            "env": [{"name": "EXTRA_ARGS", "value": ""}],
+            "resources": {"limits": {"cpu": "8"}}}
+
+    def digest(**changed: Any) -> str | None:
+        return template_batching(tuning, {"containers": [{**base, **changed}]}).container
+
+    first = digest()
+    assert first is not None and digest() == first
+    assert digest(resources={"limits": {"cpu": "16"}}) == first
+    for changed in ({"image": "vllm/vllm-openai:v0.11.1"}, {"command": ["/start2.sh"]},
+                    {"args": ["--max-num-seqs", "32"]},
+                    {"env": [{"name": "EXTRA_ARGS", "value": "$(ARGS)"}]},
+                    {"envFrom": [{"configMapRef": {"name": "engine"}}]}):
+        assert digest(**changed) not in (None, first), changed
+    rolling = template_batching(tuning, {"containers": [base]}, rolled_out=False)
+    assert rolling.container is None and rolling.value is None
+
+
+def test_a_knob_seen_ignored_is_another_knobs_once_the_knob_changes() -> None:
+    """The record is the knob's it was seen with: after spec.batching.knob changes it is
+    dropped, and the new knob's own values decide."""
+    auto = {"mode": "Auto", "min": 8, "max": 256}
+    stored = applied_long_ago(spec(batching=auto), 32)
+    stored["batching"]["ignored"] = {"knob": "max-num-seqs", "value": 32, "peak": 60.0,
+                                     "since": format_time(NOW - 900), "container": "c"}
+    tokens = spec(batching={**auto, "knob": "max-num-batched-tokens", "min": 2048,
+                            "max": 16384})
+    planned = plan_evaluation(tokens, 1, stored, running_at(60.0), 4, None, NOW,
+                              template=TemplateBatching(None, None, "c"))
+    assert planned.status["batching"]["ignored"] is None  # a token knob has no such check
+
+
+def test_a_replica_re_tuning_does_not_count_leaves_the_flag_unjudged() -> None:
+    """Four replicas, one counted at the value (the others opted out of the webhook, or not
+    created yet): they run the engine's default and weigh in the mean, so nothing is
+    concluded of the flag."""
+    tuning = spec(batching={"mode": "Auto", "min": 8, "max": 256})
+    stored = applied_long_ago(tuning, 32)
+    stored["tuning"] = pods_at(tuning, 32, tuned=1)
+    planned = plan_evaluation(tuning, 1, stored, running_at(60.0), 4, None, NOW,
+                              template=TemplateBatching(None, None, "c"))
+    assert planned.status["batching"]["ignored"] is None
+    counted = plan_evaluation(tuning, 1, applied_long_ago(tuning, 32), running_at(60.0), 4,
+                              None, NOW, template=TemplateBatching(None, None, "c"))
+    assert counted.status["batching"]["ignored"] is not None

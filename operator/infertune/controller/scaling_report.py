@@ -570,10 +570,13 @@ def _ignored(spec: InferenceTuningSpec, status: Mapping[str, Any], knob: Batchin
         return Ignored(None, True)  # the container changed: it may pass the flag on now
     auto, in_effect = _applied_in_effect(spec, stored, knob.value)
     peak = None if reading is None else reading.running_peak
+    # Every replica counted at the value: a pod re-tuning leaves out (opted out of the
+    # webhook) runs the engine's default, and weighs in the mean all the same.
+    counted = int((status.get("tuning") or {}).get("tunedPods") or 0) >= replicas
     own_gauge = spec.metrics.running is None and (
         spec.metrics.queries is None or spec.metrics.queries.running is None)
     if (not auto or in_effect is None or container is None or knob not in REQUEST_KNOBS
-            or not drained or not own_gauge or spec.engine is Engine.CUSTOM
+            or not drained or not own_gauge or not counted or spec.engine is Engine.CUSTOM
             or peak is None or peak <= in_effect + FLOAT_NOISE
             or _serving(spec, status, in_effect, now, read_at, replicas, ready)[2] is not None):
         return Ignored(None)

@@ -933,6 +933,11 @@ INIT_WRAPPERS: dict[str, Wrapper] = {
                    assignments=True, split="S"),
     "nice": Wrapper("n", frozenset({"adjustment"})),
     "gosu": Wrapper(users=1), "su-exec": Wrapper(users=1),
+    # stdbuf -o L; timeout [-s SIG] [-k D] DURATION; chrt [-f|-r|...] PRIORITY.
+    "stdbuf": Wrapper("ioe", frozenset({"input", "output", "error"})),
+    "timeout": Wrapper("sk", frozenset({"signal", "kill-after"}), users=1),
+    "chrt": Wrapper("TPD", frozenset({"sched-runtime", "sched-period", "sched-deadline"}),
+                    users=1),
 }
 """Programs that run the command after them, after their options (`--` ends them), and how
 they take those. An option that takes a value and was read as a flag made its value the
