@@ -95,6 +95,11 @@ def test_dry_run_and_blocked_writes_report_the_decision_without_writing(
     assert "lastScaleTime" not in merge_patch({}, planned.status["autoscaling"])
     scaling = next(c for c in planned.status["conditions"] if c["type"] == "ScalingActive")
     assert scaling["reason"] == reason
+    # The reason in status says it too where something blocks the write (it ended
+    # "4 -> 6" while nothing was written); DryRun says so in ScalingActive and DryRun.
+    stored_reason = planned.status["autoscaling"]["reason"]
+    assert stored_reason.startswith(prefix) is (blocked is not None), stored_reason
+    assert stored_reason.endswith(planned.decision.reason)
 
 
 @pytest.mark.parametrize("blocked", [

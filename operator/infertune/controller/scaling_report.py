@@ -204,6 +204,10 @@ def plan_evaluation(spec: InferenceTuningSpec, generation: int, status: Mapping[
             stamp if applied else previous.get("lastScaleTime"), fight,
             None if spec.autoscaling is None else seconds(spec.autoscaling.latency.target)),
     }
+    if changes and blocked is not None and spec.mode is Mode.ENFORCE:
+        # As the Event says it: the reason ended "4 -> 6" while nothing was written.
+        patch["autoscaling"]["reason"] = (f"not applied ({blocked.reason}: see "
+                                          f"ScalingActive): {decision.reason}")
     kept = decision.desired_replicas if applied else written
     patch["autoscaling"]["target"] = spec.target_ref.name
     patch["autoscaling"]["writtenReplicas"] = kept
