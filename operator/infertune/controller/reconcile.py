@@ -335,7 +335,8 @@ def _mode_condition(spec: InferenceTuningSpec, generation: int, now: str) -> Con
         ConditionType.DRY_RUN, ConditionStatus.TRUE if dry_run else ConditionStatus.FALSE,
         "DryRunMode" if dry_run else "Enforcing",
         "decisions are computed and reported; nothing is changed" if dry_run
-        else "decisions are applied", generation, now)
+        else "decisions are applied, except where a condition says what stops them "
+        "(ScalingActive for replicas, status.tuning for pods)", generation, now)
 
 
 def _ready_news(before: InferenceTuningStatus, status: InferenceTuningStatus, generation: int,
