@@ -346,6 +346,35 @@ def test_batching_auto_stops_changing_a_knob_the_pods_run_past(
     assert len(warned()) == 1
 
 
+def test_batching_auto_reads_the_running_requests_per_engine_not_per_deployment(
+    api_client: client.ApiClient, namespace: str, operator: OperatorProcess,
+    fake_vllm: FakeVllm,
+) -> None:
+    """Two replicas at 20 running requests each, under the 24 applied: the flag is read (40
+    in all is not one engine past 24), so Auto steps on to 12 rather than concluding that
+    the engine ignores it. Summed per Deployment, every multi-replica vLLM would have been
+    taken for one that ignores the flag, and Auto would have stopped."""
+    create(api_client, namespace, deployment("qwen", replicas=2,
+                                             args=["--max-num-seqs", "48"]))
+    two = {**SPEC, "autoscaling": {**SPEC["autoscaling"], "minReplicas": 2,
+                                   "maxReplicas": 2}}
+    create(api_client, namespace, tuning("qwen", "qwen", batching={
+        "mode": "Auto", "knob": "max-num-seqs", "min": 4, "max": 64}, **two))
+    fake_vllm.queue_per_pod = 1.0
+    fake_vllm.latency_s = 0.4
+    fake_vllm.running_per_pod = 20.0
+
+    def batching() -> dict[str, Any]:
+        status = get_tuning(api_client, namespace, "qwen").get("status") or {}
+        return dict(status.get("batching") or {})
+
+    assert wait_for(lambda: batching().get("applied"), "status.batching.applied",
+                    timeout_s=45) == 24
+    stepped = wait_for(lambda: (b := batching()).get("applied") != 24 and b,
+                       "the next step, once both pods run 24", timeout_s=120)
+    assert stepped["applied"] == 12 and not stepped.get("ignored"), stepped
+
+
 def wait_scaling_inactive(api_client: client.ApiClient, namespace: str,
                           reason: str, name: str = "qwen") -> dict[str, Any]:
     """The ScalingActive condition of tuning `name`, once its reason is `reason`."""
