@@ -548,10 +548,11 @@ def _ignored(spec: InferenceTuningSpec, status: Mapping[str, Any], knob: Batchin
              read_at: float, replicas: int, ready: int | None,
              drained: bool = True) -> Ignored:
     """status.batching.ignored after this reading, in mode Auto (None otherwise, which
-    removes it): the one stored while the serving container's image, command and args are
-    those it was seen with (or are not known: not read, or the Deployment rolls out), else
-    a new one when every pod runs the value applied for a knob counted in requests, on the
-    current container, for as long as the next step waits (`_serving`), and the running
+    removes it): the one stored while the serving container's image, command, args and
+    environment are those it was seen with (or are not known: not read, or the Deployment
+    rolls out), else a new one when every replica runs the value applied for a knob counted
+    in requests (re-tuning counts each at it), on the current container, for as long as the
+    next step waits (`_serving`), and the running
     requests per engine went above it in the queue's sustain window, which lies in that
     time (the span of the running query) and after every pod seen terminating was gone
     (`drained`: re-tuning does not count those, and an old pod finishing its requests after
