@@ -164,12 +164,11 @@ def plan_evaluation(spec: InferenceTuningSpec, generation: int, status: Mapping[
         # Serving is counted from the pods that report; a Ready pod that stops reporting
         # (its scrape times out under load) still counts at the target on a scale-in.
         kubelet_ready, ready = ready, reporting_ready(ready, signals, now, state.serving)
-    running = signals.running
-    drained = pods_gone_by is None or running.end - running.span > pods_gone_by
+    ignored = _ignored(spec, status, template, signals, now, current, ready, pods_gone_by)
 
     def stuck(reading: Reading) -> tuple[str, str] | None:
         return _batching_stuck(spec, status, template, now, signals.fresh_at(now), current,
-                               ready, reading, drained)
+                               ready, reading, ignored.record)
 
     def auto_stuck(reading: Reading) -> str | None:
         # Asked by the engine for a breach latency.action Auto would hand to batching: with
@@ -186,7 +185,7 @@ def plan_evaluation(spec: InferenceTuningSpec, generation: int, status: Mapping[
             and (told := stuck(decision.signals)) is not None):
         decision = with_reason(decision, decision.reason + told[1])
     batching = _batching_block(spec, status, decision, now, ready, template,
-                               signals.fresh_at(now), drained)
+                               signals.fresh_at(now), ignored)
     if (decision.action is ScaleAction.TUNE_BATCHING and batching is not None
             and spec.batching.mode is BatchingMode.RECOMMEND):
         # Said where the breach is: "tune batching" read as if something did, while the
@@ -394,7 +393,8 @@ def _news(spec: InferenceTuningSpec, status: Mapping[str, Any], decision: ScaleD
 def _batching_block(spec: InferenceTuningSpec, status: Mapping[str, Any],
                     decision: ScaleDecision, now: float, ready: int | None = None,
                     template: TemplateBatching | None = None,
-                    read_at: float | None = None, drained: bool = True) -> dict[str, Any] | None:
+                    read_at: float | None = None,
+                    ignored: Ignored | None = None) -> dict[str, Any] | None:
     """`status.batching` (api.status.BatchingStatus), or None when batching is Off.
 
     Each step starts from the value in use: in mode Auto the value applied (for this knob),
@@ -417,10 +417,8 @@ def _batching_block(spec: InferenceTuningSpec, status: Mapping[str, Any],
     stored: Mapping[str, Any] = status.get("batching") or {}
     auto, in_effect = _applied_in_effect(spec, stored, knob.value)
     on_pods = None if template is None else template.value
-    ignored, retried = _ignored(spec, status, knob, template, decision.signals, now,
-                                now if read_at is None else read_at,
-                                decision.current_replicas, ready, drained)
-    problem = _auto_problem(spec, knob, template, ignored)
+    seen, retried = NOT_IGNORED if ignored is None else ignored
+    problem = _auto_problem(spec, knob, template, seen)
     if problem is not None:
         # The webhook does not set the value applied before (TGI's token budget since it is
         # known to be ignored, a template turned into a shell script): the pods run the
@@ -443,7 +441,7 @@ def _batching_block(spec: InferenceTuningSpec, status: Mapping[str, Any],
         block = {"knob": rec.knob.value, "current": rec.current, "recommended": recommended,
                  "servingSince": None, "readySince": None,
                  "reason": f"mode Auto cannot apply it, so it is only recommended: {problem}. "
-                           f"{reason}", "ignored": ignored}
+                           f"{reason}", "ignored": seen}
         if stored.get("knob") not in (None, knob.value):
             block["applied"] = None  # another knob's: it would come back as this one's
         return block
@@ -482,7 +480,7 @@ def _batching_block(spec: InferenceTuningSpec, status: Mapping[str, Any],
         since = ready_since = None  # new pods: measured from when they all run it
     block = {"knob": rec.knob.value, "current": rec.current, "recommended": recommended,
              "applied": applied, "servingSince": since, "readySince": ready_since,
-             "reason": reason, "ignored": ignored}
+             "reason": reason, "ignored": seen}
     if auto:
         block.update(_breach_memory(stored, knob.value,
                                     in_effect if in_effect is not None else on_pods, applied,
@@ -543,28 +541,33 @@ class Ignored(NamedTuple):
     the new container (the last old ones finish their requests after the rollout)."""
 
 
-def _ignored(spec: InferenceTuningSpec, status: Mapping[str, Any], knob: BatchingKnob,
-             template: TemplateBatching | None, reading: Reading | None, now: float,
-             read_at: float, replicas: int, ready: int | None,
-             drained: bool = True) -> Ignored:
-    """status.batching.ignored after this reading, in mode Auto (None otherwise, which
-    removes it): the one stored while the serving container's image, command, args and
-    environment are those it was seen with (or are not known: not read, or the Deployment
-    rolls out), else a new one when every replica runs the value applied for a knob counted
-    in requests (re-tuning counts each at it), on the current container, for as long as the
-    next step waits (`_serving`), and the running
+NOT_IGNORED = Ignored(None)
+
+
+def _ignored(spec: InferenceTuningSpec, status: Mapping[str, Any],
+             template: TemplateBatching | None, signals: TargetSignals, now: float,
+             replicas: int, ready: int | None, pods_gone_by: float | None) -> Ignored:
+    """status.batching.ignored after these signals, in mode Auto (None otherwise, which
+    removes it), for `_batching_block` and `_batching_stuck` alike: the one stored while the
+    serving container's image, command, args and environment are those it was seen with (or
+    are not known: not read, or the Deployment rolls out), else a new one when every replica
+    runs the value applied for a knob counted in requests (re-tuning counts each at it), on
+    the current container, for as long as the next step waits (`_serving`), and the running
     requests per engine went above it in the queue's sustain window, which lies in that
     time (the span of the running query) and after every pod seen terminating was gone
-    (`drained`: re-tuning does not count those, and an old pod finishing its requests after
-    a rollout weighs in the mean until then). Only with the engine's own running gauge,
-    read per engine process: a name or template of the user's may count a pod's
-    data-parallel ranks together. vLLM and SGLang never run more requests at once
+    (`pods_gone_by`, when known: re-tuning does not count those, and an old pod finishing
+    its requests after a rollout weighs in the mean until then). Only with the engine's own
+    running gauge, read per engine process: a name or template of the user's may count a
+    pod's data-parallel ranks together. vLLM and SGLang never run more requests at once
     than `max-num-seqs` and `max-running-requests` allow, nor TGI more than
     `max-concurrent-requests`: an engine started by a script that drops its arguments ran
     its own default, and Auto walked the knob down to `min`, re-creating every pod at each
     step while the latency did not move."""
     if spec.batching.mode is not BatchingMode.AUTO:
-        return Ignored(None)
+        return NOT_IGNORED  # the usual case: first, and nothing else read
+    knob = batching_knob(spec.batching, spec.engine)
+    if knob is None:
+        return NOT_IGNORED
     stored: Mapping[str, Any] = status.get("batching") or {}
     held = stored.get("ignored")
     container = None if template is None else template.container
@@ -574,7 +577,9 @@ def _ignored(spec: InferenceTuningSpec, status: Mapping[str, Any], knob: Batchin
             return Ignored(dict(held))
         return Ignored(None, True)  # the container changed: it may pass the flag on now
     auto, in_effect = _applied_in_effect(spec, stored, knob.value)
-    peak = None if reading is None else reading.running_peak
+    running, read_at = signals.running, signals.fresh_at(now)
+    peak = running.peak if running.available else None  # as Reading.running_peak
+    drained = pods_gone_by is None or running.end - running.span > pods_gone_by
     # Every replica counted at the value: a pod re-tuning leaves out (opted out of the
     # webhook) runs the engine's default, and weighs in the mean all the same.
     counted = int((status.get("tuning") or {}).get("tunedPods") or 0) >= replicas
@@ -584,7 +589,7 @@ def _ignored(spec: InferenceTuningSpec, status: Mapping[str, Any], knob: Batchin
             or not drained or not own_gauge or not counted or spec.engine is Engine.CUSTOM
             or peak is None or peak <= in_effect + FLOAT_NOISE
             or _serving(spec, status, in_effect, now, read_at, replicas, ready)[2] is not None):
-        return Ignored(None)
+        return NOT_IGNORED
     return Ignored({"knob": knob.value, "value": in_effect, "peak": round(peak, 1),
                     "since": format_time(now), "container": container})
 
@@ -608,7 +613,7 @@ def _batching_stuck(spec: InferenceTuningSpec, status: Mapping[str, Any],
                     template: TemplateBatching | None, now: float, read_at: float,
                     replicas: int, ready: int | None,
                     reading: Reading | None = None,
-                    drained: bool = True) -> tuple[str, str] | None:
+                    ignored: Mapping[str, Any] | None = None) -> tuple[str, str] | None:
     """Why the batch is not lowered for a breach that TuneBatching hands to it, None when it
     is (mode Recommend recommends it): (the words for latency.action Auto, which scales out
     instead, and the note for TuneBatching, which leaves the breach to nothing). Mode Auto
@@ -623,9 +628,7 @@ def _batching_stuck(spec: InferenceTuningSpec, status: Mapping[str, Any],
                 "spec.batching.knob, or latency.action to Auto or ScaleOut to add replicas "
                 "instead")
     if spec.batching.mode is BatchingMode.AUTO:
-        problem = _auto_problem(spec, knob, template,
-                                _ignored(spec, status, knob, template, reading, now, read_at,
-                                         replicas, ready, drained).record)
+        problem = _auto_problem(spec, knob, template, ignored)
         stored: Mapping[str, Any] = status.get("batching") or {}
         on_pods = None if template is None else template.value
         applied = (_within(spec, stored.get("applied")) if stored.get("knob") == knob.value
