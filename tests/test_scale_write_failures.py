@@ -1104,3 +1104,4 @@ def test_writer_of_names_the_managers_of_the_replicas() -> None:
     assert writer_of([("kubectl", "scale"), ("flux", "")]) == (
         "kubectl through the scale subresource, flux")
     assert writer_of([]) is None and writer_of([("", "")]) is None
+    assert writer_of([("infertune", "scale"), ("kubectl", "")]) == "kubectl"  # not itself

@@ -199,4 +199,4 @@ def _read_live(ref: str, kubeconfig: str | None, timeout_s: float | None = None)
                 read.ready, template_batching(tuning.spec, read.pod_spec, read.rolled_out),
                 unprobed_container(tuning.spec, read.pod_spec),
                 read.replicas_by == (OWN_SCALE_WRITE,), read.created,
-                writer_of(o for o in read.replicas_by if o != OWN_SCALE_WRITE))
+                writer_of(read.replicas_by))

@@ -486,7 +486,7 @@ def evaluate(namespace: str, name: str, generation: int, spec: InferenceTuningSp
                              and spec.mode is Mode.ENFORCE,
                              read.replicas_by, read.created) or reverted
         fight = next_fight(stored_fight, generation, reverted, now, quiet_hold(spec),
-                           writer_of(o for o in read.replicas_by if o != OWN_SCALE_WRITE))
+                           writer_of(read.replicas_by))
         plan = functools.partial(plan_evaluation, spec, generation, status, signals, current,
                                  now=now, fight=None if fight is None else fight.to_json(),
                                  written=settings.written.get(key), ready=ready,

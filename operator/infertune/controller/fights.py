@@ -25,6 +25,7 @@ from pydantic import ValidationError
 from infertune.api.spec import InferenceTuningSpec, Mode
 from infertune.api.units import format_duration
 from infertune.controller.scaling_report import HPA_PRESENT, SEVERAL_TUNINGS, Blocked
+from infertune.kube.client import OWN_SCALE_WRITE
 from infertune.scaling.state import format_time, parse_time, stored_time
 
 FIGHT_LIMIT = 2
@@ -168,11 +169,12 @@ def quiet_hold(spec: InferenceTuningSpec) -> float:
 
 
 def writer_of(owners: Iterable[tuple[str, str]]) -> str | None:
-    """Who owns a Deployment's spec.replicas, from its managedFields entries (manager,
-    subresource) (kube.client.replicas_owners), for a message: "kubectl through the scale
-    subresource", "argocd-controller"; None when no one does."""
+    """Who other than the operator owns a Deployment's spec.replicas, from its managedFields
+    entries (manager, subresource) (kube.client.replicas_owners), for a message: "kubectl
+    through the scale subresource", "argocd-controller"; None when no one does."""
     said = [f"{manager} through the {subresource} subresource" if subresource else manager
-            for manager, subresource in owners if manager]
+            for manager, subresource in owners
+            if manager and (manager, subresource) != OWN_SCALE_WRITE]
     return ", ".join(said[:3]) or None
 
 
