@@ -51,7 +51,13 @@ from infertune.metrics.access import (
 )
 from infertune.metrics.plan import QueryPlan, Signal, plan_queries, unsupported
 from infertune.metrics.presets import HistogramLatency, MeanLatency
-from infertune.metrics.promql import STAT_LABEL, TARGET_LABEL, duration, spellings
+from infertune.metrics.promql import (
+    STAT_LABEL,
+    TARGET_LABEL,
+    duration,
+    requests_counter,
+    spellings,
+)
 from infertune.metrics.source import MetricsTarget
 from infertune.scaling.signals import (
     NEGATIVE,
@@ -684,15 +690,16 @@ def _metric_names(signal: Signal, target: MetricsTarget) -> tuple[str, ...]:
     """The metric names a preset's (or spec.metrics') query of `signal` reads for `target`,
     each in both spellings of the colon trap; () for a template's."""
     metrics = target.metrics
-    read: object = {Signal.QUEUE: metrics.queue_depth, Signal.RUNNING: metrics.running}.get(
+    read: object = {Signal.QUEUE: metrics.queue_depth, Signal.RUNNING: metrics.running,
+                    Signal.REQUEST_RATE: requests_counter(metrics.latency)}.get(
         signal, metrics.latency)
     base: tuple[str, ...]
     if isinstance(read, str):
         base = (read,)
     elif isinstance(read, HistogramLatency):
-        base = (f"{read.name}_bucket",) if signal is Signal.LATENCY else (f"{read.name}_count",)
+        base = (f"{read.name}_bucket",)
     elif isinstance(read, MeanLatency):
-        base = (read.total, read.requests) if signal is Signal.LATENCY else (read.requests,)
+        base = (read.total, read.requests)
     else:
         return ()
     try:

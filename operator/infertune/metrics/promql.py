@@ -37,7 +37,13 @@ from infertune.api.spec import (
 from infertune.api.spec import STAT_LABEL as STAT_LABEL
 from infertune.api.spec import TARGET_LABEL as TARGET_LABEL
 from infertune.api.templates import fill
-from infertune.metrics.presets import EngineMetrics, HistogramLatency, Template, TemplateLatency
+from infertune.metrics.presets import (
+    EngineMetrics,
+    HistogramLatency,
+    Latency,
+    Template,
+    TemplateLatency,
+)
 
 # Pods of a Deployment are named <deployment>-<pod-template-hash>-<5 random> (the hash is at
 # most 10 characters, names.SimpleNameGenerator adds 5). Both parts are drawn from the
@@ -356,8 +362,12 @@ def latency_floor_query(scope: Scope, metrics: EngineMetrics, window: str) -> st
     return f"{pods_with} == on ({scope.by()}) group_left () {pods}"
 
 
+def requests_counter(latency: Latency) -> str | Template:
+    """The counter of requests the request rate is read from: a histogram's _count, else
+    the latency's own."""
+    return f"{latency.name}_count" if isinstance(latency, HistogramLatency) else latency.requests
+
+
 def request_rate_query(scope: Scope, metrics: EngineMetrics, window: str) -> str:
-    latency = metrics.latency
-    counter: str | Template = (
-        f"{latency.name}_count" if isinstance(latency, HistogramLatency) else latency.requests)
+    counter = requests_counter(metrics.latency)
     return f"sum by ({scope.by()}) ({_per_target(scope, _rate(scope, counter, window))})"
