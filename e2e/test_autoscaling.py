@@ -209,6 +209,12 @@ def test_prometheus_outage_holds_replicas(
         prometheus.resume()
 
 
+def batching_of(api_client: client.ApiClient, namespace: str) -> dict[str, Any]:
+    """status.batching of tuning qwen ({} when it has none)."""
+    status = get_tuning(api_client, namespace, "qwen").get("status") or {}
+    return dict(status.get("batching") or {})
+
+
 def test_latency_spike_with_a_low_queue_tunes_batching(
     api_client: client.ApiClient, namespace: str, operator: OperatorProcess,
     fake_vllm: FakeVllm,
@@ -250,14 +256,10 @@ def test_batching_auto_re_tunes_pods_with_the_applied_batch_size(
     fake_vllm.queue_per_pod = 1.0
     fake_vllm.latency_s = 0.4
 
-    def batching() -> dict[str, Any]:
-        status = get_tuning(api_client, namespace, "qwen").get("status") or {}
-        return dict(status.get("batching") or {})
-
-    applied = wait_for(lambda: batching().get("applied"), "status.batching.applied",
-                       timeout_s=45)
+    applied = wait_for(lambda: batching_of(api_client, namespace).get("applied"),
+                       "status.batching.applied", timeout_s=45)
     assert applied == 24  # the template's 48, halved for a p99 at over twice the target
-    assert "from 48 (on the pod template) to 24" in batching()["reason"]
+    assert "from 48 (on the pod template) to 24" in batching_of(api_client, namespace)["reason"]
 
     def announced() -> list[Any]:
         return [e for e in client.CoreV1Api(api_client).list_namespaced_event(namespace).items
@@ -278,9 +280,9 @@ def test_batching_auto_re_tunes_pods_with_the_applied_batch_size(
     pods = wait_for(carries_flag, "pods re-created with --max-num-seqs", timeout_s=60)
     values = {flag(p) for p in pods}
     assert values == {applied}  # spec.batching bounds hold, and no step while they rolled
-    assert batching()["applied"] == applied
-    since = wait_for(lambda: batching().get("servingSince"), "status.batching.servingSince",
-                     timeout_s=30)
+    assert batching_of(api_client, namespace)["applied"] == applied
+    since = wait_for(lambda: batching_of(api_client, namespace).get("servingSince"),
+                     "status.batching.servingSince", timeout_s=30)
     wait_for(lambda: autoscaling_status(api_client, namespace).get("breaches", 0) >= 2,
              "the new pods' latency above target again", timeout_s=10)
     live = evaluate_cli(capsys, "--live", f"{namespace}/qwen", "--kubeconfig", str(kubeconfig),
@@ -321,14 +323,10 @@ def test_batching_auto_stops_changing_a_knob_the_pods_run_past(
     fake_vllm.latency_s = 0.4
     fake_vllm.running_per_pod = 40.0
 
-    def batching() -> dict[str, Any]:
-        status = get_tuning(api_client, namespace, "qwen").get("status") or {}
-        return dict(status.get("batching") or {})
-
-    assert wait_for(lambda: batching().get("applied"), "status.batching.applied",
-                    timeout_s=45) == 24
-    ignored = wait_for(lambda: batching().get("ignored"), "status.batching.ignored",
-                       timeout_s=60)
+    assert wait_for(lambda: batching_of(api_client, namespace).get("applied"),
+                    "status.batching.applied", timeout_s=45) == 24
+    ignored = wait_for(lambda: batching_of(api_client, namespace).get("ignored"),
+                       "status.batching.ignored", timeout_s=60)
     assert (ignored["knob"], ignored["value"], ignored["peak"]) == ("max-num-seqs", 24, 40.0)
 
     def warned() -> list[Any]:
@@ -340,7 +338,7 @@ def test_batching_auto_stops_changing_a_knob_the_pods_run_past(
     assert "with --max-num-seqs=24 set, which allows at most 24" in event.message
     # Intervals later, with the latency still above target: the knob stays where it is.
     time.sleep(10)
-    after = batching()
+    after = batching_of(api_client, namespace)
     assert after["applied"] == 24 and after["ignored"] == ignored
     assert after["reason"].startswith("mode Auto cannot apply it, so it is only recommended")
     assert len(warned()) == 1
@@ -364,14 +362,11 @@ def test_batching_auto_reads_the_running_requests_per_engine_not_per_deployment(
     fake_vllm.latency_s = 0.4
     fake_vllm.running_per_pod = 20.0
 
-    def batching() -> dict[str, Any]:
-        status = get_tuning(api_client, namespace, "qwen").get("status") or {}
-        return dict(status.get("batching") or {})
-
-    assert wait_for(lambda: batching().get("applied"), "status.batching.applied",
-                    timeout_s=45) == 24
-    stepped = wait_for(lambda: (b := batching()).get("applied") != 24 and b,
-                       "the next step, once both pods run 24", timeout_s=120)
+    assert wait_for(lambda: batching_of(api_client, namespace).get("applied"),
+                    "status.batching.applied", timeout_s=45) == 24
+    stepped = wait_for(
+        lambda: (b := batching_of(api_client, namespace)).get("applied") != 24 and b,
+        "the next step, once both pods run 24", timeout_s=120)
     assert stepped["applied"] == 12 and not stepped.get("ignored"), stepped
 
 

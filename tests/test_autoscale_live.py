@@ -89,15 +89,26 @@ def test_read_live_passes_on_who_set_the_replicas_last(
         blocks: bool) -> None:
     """The preview reads the Deployment's managedFields as the operator does: its own scale
     write last is no revert."""
+    from infertune.kube.client import DeploymentReplicas
+
+    live = live_of(monkeypatch, {"writtenReplicas": 4}, DeploymentReplicas(
+        6, 6, {"containers": [{"name": "vllm", "image": "v"}]}, owners))
+    blocked = live.blocked(6, NOW)
+    assert (blocked is not None and blocked.reason == "ReplicaFight") is blocks, blocked
+
+
+def live_of(monkeypatch: pytest.MonkeyPatch, autoscaling: dict[str, Any],
+            read: Any) -> Live:
+    """`read_live` of tuning serving/qwen, with one revert stored beside `autoscaling` (its
+    status.autoscaling), over a cluster whose Deployment reads as `read` and has no HPA."""
     from infertune import autoscale_live
     from infertune.kube import client as kube_client
-    from infertune.kube.client import DeploymentReplicas
 
     once = Fight(1, NOW - 100, NOW - 100, 1, None).to_json()
     body = {"apiVersion": "infertune.io/v1alpha1", "kind": "InferenceTuning",
             "metadata": {"name": "qwen", "namespace": "serving", "generation": 1},
             "spec": {"targetRef": {"name": "qwen"}, "engine": "vllm", "autoscaling": {}},
-            "status": {"autoscaling": {"replicaFight": once, "writtenReplicas": 4}}}
+            "status": {"autoscaling": {"replicaFight": once, **autoscaling}}}
 
     class Tunings:
         def get_namespaced_custom_object(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
@@ -111,13 +122,10 @@ def test_read_live_passes_on_who_set_the_replicas_last(
             return client.V2HorizontalPodAutoscalerList(items=[])
 
     monkeypatch.setattr(kube_client, "configure", lambda *args: None)
-    monkeypatch.setattr(kube_client, "deployment_replicas", lambda *args: DeploymentReplicas(
-        6, 6, {"containers": [{"name": "vllm", "image": "v"}]}, owners))
+    monkeypatch.setattr(kube_client, "deployment_replicas", lambda *args: read)
     monkeypatch.setattr(client, "CustomObjectsApi", Tunings)
     monkeypatch.setattr(client, "AutoscalingV2Api", Autoscalers)
-    live = autoscale_live.read_live("serving/qwen", None)
-    blocked = live.blocked(6, NOW)
-    assert (blocked is not None and blocked.reason == "ReplicaFight") is blocks, blocked
+    return autoscale_live.read_live("serving/qwen", None)
 
 
 def decision(current: int, desired: int) -> ScaleDecision:
@@ -362,35 +370,11 @@ def test_read_live_sees_a_deployment_created_again_as_the_operator_does(
     """evaluate --live counted a revert where the operator counts none: the Deployment was
     deleted and created again from Git since the last evaluation. And the writer named in
     the fight is the one the managedFields say, as in the operator's condition."""
-    from infertune import autoscale_live
-    from infertune.kube import client as kube_client
     from infertune.kube.client import DeploymentReplicas
 
-    once = Fight(1, NOW - 100, NOW - 100, 1, None).to_json()
-    body = {"apiVersion": "infertune.io/v1alpha1", "kind": "InferenceTuning",
-            "metadata": {"name": "qwen", "namespace": "serving", "generation": 1},
-            "spec": {"targetRef": {"name": "qwen"}, "engine": "vllm", "autoscaling": {}},
-            "status": {"autoscaling": {"replicaFight": once, "writtenReplicas": 4,
-                                       "evaluated": format_time(NOW - 99.6)}}}
-
-    class Tunings:
-        def get_namespaced_custom_object(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
-            return body
-
-        def list_namespaced_custom_object(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
-            return {"items": [body]}
-
-    class Autoscalers:
-        def list_namespaced_horizontal_pod_autoscaler(self, *args: Any, **kwargs: Any) -> Any:
-            return client.V2HorizontalPodAutoscalerList(items=[])
-
-    monkeypatch.setattr(kube_client, "configure", lambda *args: None)
-    monkeypatch.setattr(kube_client, "deployment_replicas", lambda *args: DeploymentReplicas(
-        6, 6, {"containers": [{"name": "vllm", "image": "v"}]}, (("argocd-controller", ""),),
-        created=created))
-    monkeypatch.setattr(client, "CustomObjectsApi", Tunings)
-    monkeypatch.setattr(client, "AutoscalingV2Api", Autoscalers)
-    live = autoscale_live.read_live("serving/qwen", None)
+    live = live_of(monkeypatch, {"writtenReplicas": 4, "evaluated": format_time(NOW - 99.6)},
+                   DeploymentReplicas(6, 6, {"containers": [{"name": "vllm", "image": "v"}]},
+                                      (("argocd-controller", ""),), created=created))
     blocked = live.blocked(6, NOW)
     assert (blocked is not None and blocked.reason == "ReplicaFight") is blocks, blocked
     if blocked is not None:
