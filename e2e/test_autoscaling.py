@@ -160,6 +160,10 @@ def test_queue_scales_out_then_in_after_stabilization(
         client.AppsV1Api(api_client).read_namespaced_deployment("qwen", namespace))
     assert replicas_owners(body) == ((FIELD_MANAGER, "scale"),), body["metadata"].get(
         "managedFields")
+    # 100 waiting on each of 4 replicas calls for 13: maxReplicas holds it, and says so.
+    limited = wait_for(lambda: limited_by(api_client, namespace, "TooManyReplicas"),
+                       "ScalingLimited TooManyReplicas at maxReplicas")
+    assert limited["status"] == "True" and "maxReplicas (4)" in limited["message"]
 
     fake_vllm.queue_per_pod = 0.0
     loaded: list[str] = []  # `evaluated` of each evaluation that still saw the load
@@ -180,6 +184,16 @@ def test_queue_scales_out_then_in_after_stabilization(
     # or up to an interval before the exporter's change reached Prometheus.
     assert loaded, "no evaluation saw the load after it was raised"
     assert seconds_between(loaded[-1], scale_in["time"]) >= 8
+    # Idle at minReplicas: as HPA says it.
+    assert wait_for(lambda: limited_by(api_client, namespace, "TooFewReplicas"),
+                    "ScalingLimited TooFewReplicas at minReplicas")["status"] == "True"
+
+
+def limited_by(api_client: client.ApiClient, namespace: str,
+               reason: str) -> dict[str, Any] | None:
+    """The ScalingLimited condition of tuning qwen, once its reason is `reason`."""
+    found = condition(get_tuning(api_client, namespace, "qwen"), "ScalingLimited")
+    return found if found is not None and found["reason"] == reason else None
 
 
 def test_prometheus_outage_holds_replicas(
@@ -205,8 +219,14 @@ def test_prometheus_outage_holds_replicas(
         assert body["status"]["autoscaling"]["action"] == "Hold"
         assert "holding 2 replicas" in body["status"]["autoscaling"]["reason"]
         assert replicas(api_client, namespace) == 2
+        # Not "Scaling" while nothing is read, as HPA says it.
+        scaling = condition(body, "ScalingActive")
+        assert scaling is not None and (scaling["status"], scaling["reason"]) == (
+            "False", "MetricsUnavailable"), scaling
+        assert (condition(body, "ScalingLimited") or {}).get("status") == "Unknown"
     finally:
         prometheus.resume()
+    wait_scaling_reason(api_client, namespace, "Scaling")  # and back once it answers
 
 
 def batching_of(api_client: client.ApiClient, namespace: str) -> dict[str, Any]:
@@ -370,7 +390,7 @@ def test_batching_auto_reads_the_running_requests_per_engine_not_per_deployment(
     assert stepped["applied"] == 12 and not stepped.get("ignored"), stepped
 
 
-def wait_scaling_inactive(api_client: client.ApiClient, namespace: str,
+def wait_scaling_reason(api_client: client.ApiClient, namespace: str,
                           reason: str, name: str = "qwen") -> dict[str, Any]:
     """The ScalingActive condition of tuning `name`, once its reason is `reason`."""
     def observe() -> dict[str, Any] | None:
@@ -397,7 +417,7 @@ def test_a_writer_that_keeps_reverting_replicas_is_reported_not_fought(
     body = api_client.sanitize_for_serialization(apps.read_namespaced_deployment(
         "qwen", namespace))
     assert (FIELD_MANAGER, "scale") not in replicas_owners(body)
-    found = wait_scaling_inactive(api_client, namespace, "ReplicaFight")
+    found = wait_scaling_reason(api_client, namespace, "ReplicaFight")
     # Named as the Deployment's managedFields say: this client's manager, through the scale
     # subresource (a guess at GitOps before).
     assert found["status"] == "False" and "through the scale subresource, as the " \
@@ -431,10 +451,10 @@ def test_two_tunings_autoscaling_one_deployment_write_nothing(
         **SPEC, "autoscaling": {**spec, "minReplicas": 3, "maxReplicas": 4}}))
     create(api_client, namespace, tuning("qwen-small", "qwen", **{
         **SPEC, "autoscaling": {**spec, "minReplicas": 1, "maxReplicas": 2}}))
-    found = wait_scaling_inactive(api_client, namespace, "SeveralTunings")
+    found = wait_scaling_reason(api_client, namespace, "SeveralTunings")
     assert "InferenceTunings qwen-small also autoscale qwen" in found["message"]
     # Each tuning's evaluation writes its own status: the other's may land a moment later.
-    wait_scaling_inactive(api_client, namespace, "SeveralTunings", "qwen-small")
+    wait_scaling_reason(api_client, namespace, "SeveralTunings", "qwen-small")
     time.sleep(5)  # two intervals more
     assert replicas(api_client, namespace) == 1
     delete_tuning_and_wait(api_client, namespace, "qwen-small", "qwen-small deleted",
@@ -456,7 +476,7 @@ def test_an_hpa_on_the_same_deployment_stops_writes(
                                     "name": "qwen"}, "minReplicas": 1, "maxReplicas": 3}})
     create(api_client, namespace, tuning("qwen", "qwen", **SPEC))
     fake_vllm.queue_per_pod = 100.0
-    found = wait_scaling_inactive(api_client, namespace, "HorizontalPodAutoscalerPresent")
+    found = wait_scaling_reason(api_client, namespace, "HorizontalPodAutoscalerPresent")
     assert found["status"] == "False" and "HorizontalPodAutoscaler qwen" in found["message"]
     wait_for(lambda: autoscaling_status(api_client, namespace).get("desiredReplicas", 0) > 1,
              "a decision to scale out (which must not be written)", timeout_s=30)

@@ -204,8 +204,9 @@ def test_what_the_autoscaler_wrote_goes_with_spec_autoscaling() -> None:
     """spec.autoscaling removed: ScalingActive and MetricsAvailable stayed as last written
     (an older observedGeneration, forever), and status.autoscaling with its writtenReplicas,
     which took the replicas someone set meanwhile for a revert once autoscaling was back."""
-    stored = {"conditions": [AUTOSCALER_CONDITION, {**AUTOSCALER_CONDITION,
-                                                    "type": "ScalingActive"}],
+    stored = {"conditions": [AUTOSCALER_CONDITION,
+                             {**AUTOSCALER_CONDITION, "type": "ScalingActive"},
+                             {**AUTOSCALER_CONDITION, "type": "ScalingLimited"}],
               "decisions": [AUTOSCALER_DECISION],
               "autoscaling": {"writtenReplicas": 6, "currentReplicas": 6},
               # Batching Auto's applied value came back with Auto, re-creating every pod.
@@ -224,7 +225,7 @@ def test_what_the_autoscaler_wrote_goes_with_spec_autoscaling() -> None:
     # Handled from an older event, while the newest body has spec.autoscaling again: kept.
     back = _body(generation=3, status=copy.deepcopy(stored), autoscaling={"maxReplicas": 8})
     result.merge_lists(back)
-    assert {"MetricsAvailable", "ScalingActive"} <= {
+    assert {"MetricsAvailable", "ScalingActive", "ScalingLimited"} <= {
         c["type"] for c in back["status"]["conditions"]}
     assert back["status"]["autoscaling"] == stored["autoscaling"]
     assert back["status"]["batching"] == stored["batching"]
@@ -377,7 +378,9 @@ def test_the_autoscalers_conditions_say_when_it_evaluates_nothing(
         {"type": "ScalingActive", "status": "True", "reason": "Scaling", "message": "m",
          "lastTransitionTime": stamp, "observedGeneration": 1},
         {"type": "MetricsAvailable", "status": "True", "reason": "Found", "message": "m",
-         "lastTransitionTime": stamp, "observedGeneration": 1}]}
+         "lastTransitionTime": stamp, "observedGeneration": 1},
+        {"type": "ScalingLimited", "status": "True", "reason": "TooManyReplicas",
+         "message": "m", "lastTransitionTime": stamp, "observedGeneration": 1}]}
     body = _body(generation=2, status=stored, **spec)
     result = assess(body, target, "2026-12-03T10:00:00Z")
     result.merge_lists(body)
@@ -385,11 +388,14 @@ def test_the_autoscalers_conditions_say_when_it_evaluates_nothing(
     assert (by_type["ScalingActive"]["status"], by_type["ScalingActive"]["reason"]) == (
         "False", reason)
     assert by_type["MetricsAvailable"]["status"] == "Unknown"
+    # Not TooManyReplicas from the last evaluation either.
+    assert (by_type["ScalingLimited"]["status"], by_type["ScalingLimited"]["reason"]) == (
+        "Unknown", "NotEvaluated")
     # A tuning the autoscaler never reported on gets none of them.
     fresh = _body(generation=2, **spec)
     assess(fresh, target, "2026-12-03T10:00:00Z").merge_lists(fresh)
     assert {c["type"] for c in fresh["status"]["conditions"]}.isdisjoint(
-        {"ScalingActive", "MetricsAvailable"})
+        {"ScalingActive", "MetricsAvailable", "ScalingLimited"})
 
 
 def test_a_deployment_edit_is_no_news_to_a_tuning_whose_spec_is_invalid() -> None:

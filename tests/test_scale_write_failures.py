@@ -840,6 +840,9 @@ def test_evaluations_that_keep_failing_say_so_in_scaling_active(
         'deployments.apps "llm" is forbidden')
     assert (conditions["MetricsAvailable"]["status"],
             conditions["MetricsAvailable"]["reason"]) == ("Unknown", "EvaluationFailed")
+    assert (conditions["ScalingLimited"]["status"], conditions["ScalingLimited"]["reason"],
+            conditions["ScalingLimited"]["message"]) == (
+        "Unknown", "EvaluationFailed", "nothing is decided (see ScalingActive)")
     asyncio.run(fail(3, {"conditions": writes[0]["conditions"]}))
     assert len(writes) == 1  # said once while the same error lasts
     settings.forget("ns/t")  # (an evaluation that runs resets the count the same way)
@@ -1019,6 +1022,8 @@ def test_status_writes_that_keep_failing_after_replicas_writes_say_replicas_are_
         "the status of evaluations cannot be written: 500 ")
     assert "replicas are still decided and written" in conditions["ScalingActive"]["message"]
     assert conditions["MetricsAvailable"]["message"] == "not recorded: see ScalingActive"
+    # Decided all the same: ScalingLimited does not say nothing is.
+    assert conditions["ScalingLimited"]["message"] == "not recorded: see ScalingActive"
     # Then the passes fail before deciding (the Deployment cannot be read): no longer said
     # to decide and write, though the unwritten status is still kept for the next one.
     monkeypatch.setattr(autoscaling, "deployment_replicas", lambda namespace, name: (

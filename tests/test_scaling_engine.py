@@ -17,7 +17,8 @@ import pytest
 from infertune.api.scaling import AutoscalingSpec, BatchingSpec
 from infertune.api.spec import Engine
 from infertune.scaling.batching import recommend_batching
-from infertune.scaling.engine import ScaleAction, ScaleDecision, decide_scale
+from infertune.scaling.behavior import Limit
+from infertune.scaling.engine import Outage, ScaleAction, ScaleDecision, decide_scale, with_reason
 from infertune.scaling.reading import read_signals
 from infertune.scaling.signals import Series, TargetSignals, Window
 from infertune.scaling.state import Breach, Recommendation, ScaleEvent, ScalingState, Serving
@@ -73,6 +74,8 @@ class Case:
     state: ScalingState = field(default_factory=ScalingState)
     reason_has: tuple[str, ...] = ()
     reason_lacks: tuple[str, ...] = ()
+    limited: Limit | None = None
+    """What the ScalingLimited condition will say kept the replicas from the signals' count."""
 
 
 CASES = [
@@ -94,28 +97,34 @@ CASES = [
                              "stabilization": "0s"}}),
     Case("scale_up_is_limited_to_the_larger_of_pods_and_percent",
          signals(steady(320)), 8, ScaleAction.SCALE_OUT,
-         reason_has=("scale-up limited to 8 by max(+4 pods, +100%) per 15s",)),
+         reason_has=("scale-up limited to 8 by max(+4 pods, +100%) per 15s",),
+         limited=Limit.SCALE_UP),
     Case("scale_up_counts_changes_already_made_in_the_period",
          signals(steady(320)), 8, ScaleAction.SCALE_OUT, current=6,
          spec={"scaleUp": {"pods": 4, "percent": 0, "period": "60s", "stabilization": "0s"}},
          state=ScalingState(scale_events=(ScaleEvent(NOW - 30, 2),)),
          reason_has=("scale-up limited to 8 by +4 pods per 60s (from 4 at the start of the "
-                     "period, now 6)",)),
+                     "period, now 6)",),
+         limited=Limit.SCALE_UP),
     Case("scale_up_blocked_until_the_period_passes",
          signals(steady(320)), 4, ScaleAction.HOLD,
          spec={"scaleUp": {"pods": 2, "percent": 0, "period": "60s", "stabilization": "0s"}},
-         state=ScalingState(scale_events=(ScaleEvent(NOW - 30, 2),)), current=4),
+         state=ScalingState(scale_events=(ScaleEvent(NOW - 30, 2),)), current=4,
+         limited=Limit.SCALE_UP),
     Case("scale_down_limited_by_pods_per_period",
          signals(steady(0)), 3, ScaleAction.SCALE_IN, current=4,
          spec={"scaleDown": {"pods": 1, "percent": 0, "period": "15s", "stabilization": "0s"}},
-         reason_has=("scale-down limited to 3 by -1 pods per 15s",)),
+         reason_has=("scale-down limited to 3 by -1 pods per 15s",),
+         limited=Limit.SCALE_DOWN),
     Case("max_replicas_caps_the_proposal",
          signals(steady(320)), 5, ScaleAction.SCALE_OUT, spec={"maxReplicas": 5},
-         reason_has=("capped at maxReplicas 5",)),
+         reason_has=("capped at maxReplicas 5",),
+         limited=Limit.TOO_MANY),
     Case("min_replicas_floors_the_proposal",
          signals(steady(0)), 2, ScaleAction.SCALE_IN,
          spec={"minReplicas": 2, "scaleDown": {"pods": 0, "percent": 100, "period": "15s",
-                                               "stabilization": "0s"}}),
+                                               "stabilization": "0s"}},
+         limited=Limit.TOO_FEW),
     Case("replicas_below_min_are_raised_to_min_first",
          signals(steady(0)), 3, ScaleAction.SCALE_OUT, current=1, spec={"minReplicas": 3}),
     Case("replicas_above_max_are_lowered_to_max_first",
@@ -178,7 +187,8 @@ CASES = [
                                                "stabilization": "0s"}}),
     Case("missing_queue_still_scales_out_on_latency",
          TargetSignals(NO_QUEUE, per_interval(0.3, 0.3), per_interval(10, 10)), 8,
-         ScaleAction.SCALE_OUT),
+         ScaleAction.SCALE_OUT,
+         limited=Limit.SCALE_UP),
     Case("stale_queue_is_missing_not_zero",
          signals(steady(0, now=NOW - 120)), 4, ScaleAction.HOLD,
          spec={"scaleDown": {"pods": 0, "percent": 100, "period": "15s",
@@ -198,7 +208,8 @@ CASES = [
                "scaleUp": {"pods": 1, "percent": 0, "period": "60s", "stabilization": "0s"}},
          state=ScalingState(metrics_missing_since=NOW - 120),
          reason_has=("fallback to 10 replicas, keeping 2", "scale-up limited to 2 by +1 pods "
-                     "per 60s")),
+                     "per 60s"),
+         limited=Limit.SCALE_UP),
     Case("fallback_never_lowers_replicas",
          NO_SIGNALS, 9, ScaleAction.HOLD, current=9,
          spec={"metricsUnavailable": {"action": "Fallback", "fallbackReplicas": 6}},
@@ -209,28 +220,33 @@ CASES = [
          signals(steady(320)), 14, ScaleAction.SCALE_OUT, current=10,
          spec={"scaleUp": {"pods": 4, "percent": 100, "period": "15s", "stabilization": "0s",
                            "selectPolicy": "Min"}},
-         reason_has=("scale-up limited to 14 by min(+4 pods, +100%) per 15s",)),
+         reason_has=("scale-up limited to 14 by min(+4 pods, +100%) per 15s",),
+         limited=Limit.SCALE_UP),
     Case("select_policy_max_scales_up_by_the_larger_limit",
          signals(steady(320)), 20, ScaleAction.SCALE_OUT, current=10,
          spec={"scaleUp": {"pods": 4, "percent": 100, "period": "15s", "stabilization": "0s",
                            "selectPolicy": "Max"}},
-         reason_has=("capped at maxReplicas 20",)),
+         reason_has=("capped at maxReplicas 20",),
+         limited=Limit.TOO_MANY),
     Case("select_policy_min_scales_down_by_the_smaller_change",
          signals(steady(0)), 8, ScaleAction.SCALE_IN, current=10,
          spec={"scaleDown": {"pods": 2, "percent": 50, "period": "15s", "stabilization": "0s",
                              "selectPolicy": "Min"}},
-         reason_has=("scale-down limited to 8 by min(-2 pods, -50%) per 15s",)),
+         reason_has=("scale-down limited to 8 by min(-2 pods, -50%) per 15s",),
+         limited=Limit.SCALE_DOWN),
     Case("select_policy_max_scales_down_by_the_larger_change",
          signals(steady(0)), 5, ScaleAction.SCALE_IN, current=10,
          spec={"scaleDown": {"pods": 2, "percent": 50, "period": "15s", "stabilization": "0s"}},
-         reason_has=("scale-down limited to 5 by max(-2 pods, -50%) per 15s",)),
+         reason_has=("scale-down limited to 5 by max(-2 pods, -50%) per 15s",),
+         limited=Limit.SCALE_DOWN),
     Case("scale_down_disabled_keeps_the_replicas",
          signals(steady(0)), 10, ScaleAction.HOLD, current=10,
          spec={"minReplicas": 2, "scaleDown": {"pods": 0, "percent": 0, "period": "15s",
                                                "stabilization": "0s",
                                                "selectPolicy": "Disabled"}},
          reason_has=("scale-down to 2 disabled by scaleDown.selectPolicy Disabled",
-                     "10 -> 10")),
+                     "10 -> 10"),
+         limited=Limit.SCALE_DOWN),
     Case("scale_down_disabled_still_scales_up",
          signals(steady(48)), 6, ScaleAction.SCALE_OUT,
          spec={"scaleDown": {"pods": 1, "percent": 0, "period": "15s", "stabilization": "0s",
@@ -240,7 +256,8 @@ CASES = [
          spec={"scaleUp": {"pods": 4, "percent": 100, "period": "15s", "stabilization": "0s",
                            "selectPolicy": "Disabled"}},
          reason_has=("2/2 samples above target -> 8",
-                     "scale-up to 8 disabled by scaleUp.selectPolicy Disabled")),
+                     "scale-up to 8 disabled by scaleUp.selectPolicy Disabled"),
+         limited=Limit.SCALE_UP),
     Case("scale_up_disabled_holds_the_fallback",
          NO_SIGNALS, 4, ScaleAction.HOLD,
          spec={"metricsUnavailable": {"action": "Fallback", "fallbackReplicas": 6},
@@ -248,7 +265,8 @@ CASES = [
                            "selectPolicy": "Disabled"}},
          state=ScalingState(metrics_missing_since=NOW - 120),
          reason_has=("fallback to 6 replicas, keeping 4",
-                     "scale-up to 6 disabled by scaleUp.selectPolicy Disabled")),
+                     "scale-up to 6 disabled by scaleUp.selectPolicy Disabled"),
+         limited=Limit.SCALE_UP),
     Case("scale_down_disabled_still_brings_replicas_within_max",  # as HPA
          signals(steady(100)), 20, ScaleAction.SCALE_IN, current=25,
          spec={"scaleDown": {"pods": 1, "percent": 0, "period": "15s", "stabilization": "0s",
@@ -261,11 +279,13 @@ CASES = [
     Case("a_scale_up_pods_limit_given_alone_keeps_the_percent_default",
          signals(steady(320)), 8, ScaleAction.SCALE_OUT,
          spec={"scaleUp": {"pods": 2}},
-         reason_has=("scale-up limited to 8 by max(+2 pods, +100%) per 15s",)),
+         reason_has=("scale-up limited to 8 by max(+2 pods, +100%) per 15s",),
+         limited=Limit.SCALE_UP),
     Case("a_scale_up_pods_limit_alone_with_percent_0",
          signals(steady(320)), 6, ScaleAction.SCALE_OUT,
          spec={"scaleUp": {"pods": 2, "percent": 0}},
-         reason_has=("scale-up limited to 6 by +2 pods per 15s",)),
+         reason_has=("scale-up limited to 6 by +2 pods per 15s",),
+         limited=Limit.SCALE_UP),
     Case("scale_down_waits_for_the_stabilization_window",
          signals(steady(8)), 4, ScaleAction.HOLD,
          state=ScalingState(recommendations=(Recommendation(NOW - 200, 4),)),
@@ -282,6 +302,7 @@ def test_decision(case: Case) -> None:
     decision = decide_scale(spec(**case.spec), case.current, case.signals, case.state, NOW)
     assert (decision.desired_replicas, decision.action) == (case.desired, case.action), \
         decision.reason
+    assert decision.limited == case.limited, decision.reason
     for text in case.reason_has:
         assert text in decision.reason
     for text in case.reason_lacks:
@@ -1561,3 +1582,37 @@ def test_a_breach_measured_before_the_replicas_changed_says_why_it_is_not_counte
     settled = decide(early, current=4, state=ScalingState(
         scale_events=(ScaleEvent(NOW - 600, 1),)))
     assert settled.signals.breaches == 2 and "replicas last changed" not in settled.reason
+
+
+def test_the_bound_is_the_limit_where_a_stabilization_window_keeps_the_count_at_it() -> None:
+    """At maxReplicas with a scale-up window holding a lower recommendation, the signals call
+    for more all the same: ScalingLimited must say maxReplicas, not "within range"."""
+    rules = {"maxReplicas": 10, "scaleUp": {"pods": 4, "percent": 100, "period": "15s",
+                                            "stabilization": "1m"}}
+    state = ScalingState(recommendations=(Recommendation(NOW - 30, 8),))
+    decision = decide(signals(steady(320)), current=10, state=state, **rules)
+    assert (decision.desired_replicas, decision.limited) == (10, Limit.TOO_MANY), \
+        decision.reason
+    # Kept above minReplicas by the scale-down window: stabilized, not limited.
+    held = decide(signals(steady(0)), current=5,
+                  state=ScalingState(recommendations=(Recommendation(NOW - 30, 5),)))
+    assert (held.desired_replicas, held.limited) == (5, None), held.reason
+    assert "scale-down stabilized at 5" in held.reason
+
+
+def test_a_decision_without_signals_says_what_it_does_about_the_outage() -> None:
+    rules = {"metricsUnavailable": {"action": "Fallback", "fallbackReplicas": 6,
+                                    "after": "1m"}}
+    held = decide(NO_SIGNALS, current=2, **rules)
+    assert (held.outage, held.wanted, held.limited) == (Outage.HOLD, None, None)
+    raised = decide(NO_SIGNALS, current=2, state=held.state, now=NOW + 60, **rules)
+    assert (raised.action, raised.outage, raised.desired_replicas) == (
+        ScaleAction.FALLBACK, Outage.FALLBACK, 6)
+    # At the fallback count already: a Hold, with the fallback still in effect.
+    kept = decide(NO_SIGNALS, current=6, state=raised.state, now=NOW + 75, **rules)
+    assert (kept.action, kept.outage) == (ScaleAction.HOLD, Outage.FALLBACK)
+    assert decide(signals(steady(20)), current=2).outage is None
+    # A new reason keeps the rest (the report adds to reasons after the decision).
+    assert with_reason(kept, "other")._replace(reason=kept.reason) == kept
+    capped = decide(signals(steady(320)), current=10, maxReplicas=10)
+    assert with_reason(capped, "other").limited is Limit.TOO_MANY

@@ -149,7 +149,7 @@ def test_conditions_keep_their_transition_time_and_the_others_untouched() -> Non
     first = plan_evaluation(spec(), 1, {"conditions": [ready]}, signals(queue=30.0), 4, None,
                             NOW - 15).status
     assert {c["type"] for c in first["conditions"]} == {
-        "Ready", "MetricsAvailable", "ScalingActive"}
+        "Ready", "MetricsAvailable", "ScalingActive", "ScalingLimited"}
     # Other numbers, the same situation: the conditions are not sent again.
     again = plan_evaluation(spec(), 1, first, signals(queue=31.0), 4, None, NOW).status
     assert "conditions" not in again
@@ -165,11 +165,15 @@ def test_conditions_keep_their_transition_time_and_the_others_untouched() -> Non
     assert metrics["message"] == ("queue: no series for Deployment ns/llm (query: q); "
                                   "latency: no series for Deployment ns/llm (query: l); "
                                   "requestRate: no series for Deployment ns/llm (query: l)")
-    assert by_type["ScalingActive"]["lastTransitionTime"] == format_time(NOW - 15)
-    # A new generation is a change even when nothing else is.
+    scaling = by_type["ScalingActive"]
+    assert (scaling["status"], scaling["reason"], scaling["lastTransitionTime"]) == (
+        "False", "MetricsUnavailable", format_time(NOW + 15))
+    # A new generation is a change even when nothing else is; the transition times stay.
     newer = plan_evaluation(spec(), 2, merge_patch(stored, lost), signals(queue=None), 4, None,
                             NOW + 30).status
     assert {c["observedGeneration"] for c in newer["conditions"] if c["type"] != "Ready"} == {2}
+    assert {c["lastTransitionTime"] for c in newer["conditions"] if c["type"] != "Ready"} == {
+        format_time(NOW + 15)}
 
 
 def test_merge_condition_dicts_appends_new_types_and_keeps_foreign_entries() -> None:
@@ -536,7 +540,7 @@ def test_built_again_over_a_newer_status_the_shared_lists_keep_the_other_writers
     patch = status_over(planned, newer)
     by_type = {c["type"]: c for c in patch["conditions"]}
     assert by_type["Ready"] == newer_ready  # not the copy the plan was built from
-    assert set(by_type) == {"Ready", "MetricsAvailable", "ScalingActive"}
+    assert set(by_type) == {"Ready", "MetricsAvailable", "ScalingActive", "ScalingLimited"}
     assert patch["decisions"] == [theirs, planned.record]
     # The autoscaler's own blocks are what was planned.
     assert patch["autoscaling"] == planned.status["autoscaling"]
@@ -1470,3 +1474,118 @@ def test_a_replica_re_tuning_does_not_count_leaves_the_flag_unjudged() -> None:
     counted = plan_evaluation(tuning, 1, applied_long_ago(tuning, 32), running_at(60.0), 4,
                               None, NOW, template=TemplateBatching(None, None, "c"))
     assert counted.status["batching"]["ignored"] is not None
+
+
+def conditions_of(status: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {c["type"]: c for c in status.get("conditions") or []}
+
+
+def test_scaling_limited_says_when_max_replicas_holds_the_count_and_stays_while_it_does() -> None:
+    """As HPA's ScalingLimited: at 3 a.m. the P99 breaches and the Deployment is at
+    maxReplicas; only status.autoscaling.reason said so, and an alert on the condition could
+    not be written."""
+    capped = spec(autoscaling={"minReplicas": 1, "maxReplicas": 5})
+    first = plan_evaluation(capped, 1, {}, signals(queue=200.0), 4, None, NOW)
+    assert first.write == 5
+    limited = conditions_of(first.status)["ScalingLimited"]
+    Condition.model_validate(limited)
+    assert (limited["status"], limited["reason"]) == ("True", "TooManyReplicas")
+    assert limited["message"].startswith("the signals call for more replicas than "
+                                         "maxReplicas (5); raise spec.autoscaling.maxReplicas")
+    # At the bound, the load higher still: the same situation, so the conditions are not
+    # written again (the numbers are in the reason).
+    stored = merge_patch({}, first.status)
+    again = plan_evaluation(capped, 1, stored, signals(queue=400.0, now=NOW + 15), 5, None,
+                            NOW + 15)
+    assert again.write is None and "conditions" not in again.status
+    assert "capped at maxReplicas 5" in again.status["autoscaling"]["reason"]
+    # The load goes: within range again, the transition said once.
+    calm = plan_evaluation(capped, 1, merge_patch(stored, again.status),
+                           signals(queue=30.0, now=NOW + 30), 5, None, NOW + 30)
+    limited = conditions_of(calm.status)["ScalingLimited"]
+    assert (limited["status"], limited["reason"], limited["lastTransitionTime"]) == (
+        "False", "DesiredWithinRange", format_time(NOW + 30))
+    assert limited["message"] == ("the replicas the signals call for are within "
+                                  "minReplicas..maxReplicas (1..5) and the rate limits")
+
+
+@pytest.mark.parametrize(("autoscaling", "queue", "current", "reason", "message"), [
+    ({"scaleUp": {"pods": 2, "percent": 0, "period": "1m"}}, 320.0, 4, "ScaleUpLimit",
+     "scale-up limited by spec.autoscaling.scaleUp (+2 pods per 1m): the replicas move "
+     "toward what the signals call for in steps (the numbers are in "
+     "status.autoscaling.reason)"),
+    ({"scaleUp": {"selectPolicy": "Disabled"}}, 320.0, 4, "ScaleUpLimit",
+     "scale-up disabled by spec.autoscaling.scaleUp.selectPolicy Disabled: the replicas "
+     "move toward what the signals call for in steps (the numbers are in "
+     "status.autoscaling.reason)"),
+    ({"scaleDown": {"pods": 1, "percent": 0, "period": "15s", "stabilization": "0s"}}, 0.0,
+     4, "ScaleDownLimit",
+     "scale-down limited by spec.autoscaling.scaleDown (-1 pods per 15s): the replicas move "
+     "toward what the signals call for in steps (the numbers are in "
+     "status.autoscaling.reason)"),
+    # Idle at the minimum: HPA says TooFewReplicas too.
+    ({"minReplicas": 2}, 0.0, 2, "TooFewReplicas",
+     "the signals call for fewer replicas than minReplicas (2), which are kept"),
+])
+def test_scaling_limited_names_the_setting_that_held_the_replicas(
+        autoscaling: dict[str, Any], queue: float, current: int, reason: str,
+        message: str) -> None:
+    tuned = spec(autoscaling={"minReplicas": 1, "maxReplicas": 20} | autoscaling)
+    planned = plan_evaluation(tuned, 1, {}, signals(queue=queue), current, None, NOW)
+    limited = conditions_of(planned.status)["ScalingLimited"]
+    assert (limited["status"], limited["reason"], limited["message"]) == (
+        "True", reason, message), planned.decision.reason
+
+
+def test_a_metrics_outage_turns_scaling_active_false_and_scaling_limited_unknown() -> None:
+    """ScalingActive said True "Scaling" for as long as Prometheus was down, as if the
+    signals drove the replicas; HPA says False (FailedGetExternalMetric)."""
+    before = plan_evaluation(spec(), 1, {}, signals(queue=30.0), 4, None, NOW - 15).status
+    outage = plan_evaluation(spec(), 1, before, signals(queue=None), 4, None, NOW)
+    assert outage.write is None and outage.decision.action is ScaleAction.HOLD
+    by_type = conditions_of(outage.status)
+    scaling, limited = by_type["ScalingActive"], by_type["ScalingLimited"]
+    assert (scaling["status"], scaling["reason"], scaling["message"]) == (
+        "False", "MetricsUnavailable", "no usable metrics (see MetricsAvailable): replicas are "
+        "held at their count, never scaled in on missing data")
+    assert (limited["status"], limited["reason"]) == ("Unknown", "NotDecided")
+    # The outage goes on: the same words, not written again; then the data is back.
+    stored = merge_patch(before, outage.status)
+    later = plan_evaluation(spec(), 1, stored, signals(queue=None), 4, None, NOW + 15)
+    assert "conditions" not in later.status
+    assert "no usable metrics for 15s" in later.status["autoscaling"]["reason"]
+    back = plan_evaluation(spec(), 1, merge_patch(stored, later.status),
+                           signals(queue=30.0, now=NOW + 30), 4, None, NOW + 30)
+    scaling = conditions_of(back.status)["ScalingActive"]
+    assert (scaling["status"], scaling["reason"]) == ("True", "Scaling")
+
+
+def test_a_fallback_in_effect_is_scaling_active_with_reason_fallback() -> None:
+    rules = {"minReplicas": 1, "maxReplicas": 20, "metricsUnavailable": {
+        "action": "Fallback", "fallbackReplicas": 6, "after": "1m"}}
+    first = plan_evaluation(spec(autoscaling=rules), 1, {}, signals(queue=None), 2, None, NOW)
+    scaling = conditions_of(first.status)["ScalingActive"]
+    assert (scaling["status"], scaling["reason"]) == ("False", "MetricsUnavailable")
+    assert scaling["message"].endswith(
+        "never scaled in on missing data; after 1m without them, they are raised to "
+        "fallbackReplicas (6)")
+    stored = merge_patch({}, first.status)
+    raised = plan_evaluation(spec(autoscaling=rules), 1, stored, signals(queue=None), 2, None,
+                             NOW + 60)
+    assert raised.write == 6 and raised.decision.action is ScaleAction.FALLBACK
+    by_type = conditions_of(raised.status)
+    assert (by_type["ScalingActive"]["status"], by_type["ScalingActive"]["reason"]) == (
+        "True", "Fallback")
+    assert "fallbackReplicas (6)" in by_type["ScalingActive"]["message"]
+    assert (by_type["ScalingLimited"]["status"], by_type["ScalingLimited"]["reason"]) == (
+        "False", "DesiredWithinRange")
+
+
+@pytest.mark.parametrize(("mode", "blocked", "reason"), [
+    ("DryRun", None, "DryRun"),
+    ("Enforce", Blocked("ReplicaFight", "another writer"), "ReplicaFight"),
+])
+def test_a_dry_run_or_a_block_is_said_before_a_metrics_outage(
+        mode: str, blocked: Blocked | None, reason: str) -> None:
+    planned = plan_evaluation(spec(mode=mode), 1, {}, signals(queue=None), 4, blocked, NOW)
+    assert conditions_of(planned.status)["ScalingActive"]["reason"] == reason

@@ -37,6 +37,7 @@ class ConditionType(StrEnum):
     TARGET_FOUND = "TargetFound"
     METRICS_AVAILABLE = "MetricsAvailable"
     SCALING_ACTIVE = "ScalingActive"
+    SCALING_LIMITED = "ScalingLimited"
     CANARY_HEALTHY = "CanaryHealthy"
 
 

@@ -860,16 +860,19 @@ async def _report_no_prometheus(loop: asyncio.AbstractEventLoop, settings: Autos
 async def _report_not_evaluated(loop: asyncio.AbstractEventLoop, settings: AutoscalingSettings,
                                 namespace: str, name: str, generation: int,
                                 status: dict[str, Any], resource_version: str | None,
-                                reason: str, scaling: str, metrics: str) -> None:
-    """ScalingActive False and MetricsAvailable Unknown with `reason` and these messages,
-    unless they say so already (written once while it lasts), and only while this process
-    leads."""
+                                reason: str, scaling: str, metrics: str,
+                                limited: str = "nothing is decided (see ScalingActive)") -> None:
+    """ScalingActive False, MetricsAvailable and ScalingLimited Unknown with `reason` and
+    these messages, unless they say so already (written once while it lasts), and only while
+    this process leads."""
     stamp = format_time(time.time())
     conditions = (
         condition_dict(ConditionType.SCALING_ACTIVE, ConditionStatus.FALSE, reason, scaling,
                        generation, stamp),
         condition_dict(ConditionType.METRICS_AVAILABLE, ConditionStatus.UNKNOWN, reason,
-                       metrics, generation, stamp))
+                       metrics, generation, stamp),
+        condition_dict(ConditionType.SCALING_LIMITED, ConditionStatus.UNKNOWN, reason,
+                       limited, generation, stamp))
 
     def build(stored: Mapping[str, Any]) -> dict[str, Any] | None:
         if not settings.leader.leads():
@@ -918,15 +921,16 @@ async def _report_failure(loop: asyncio.AbstractEventLoop, settings: Autoscaling
                    "are still decided and written (each change with its Event), and the "
                    "status catches up once a write lands (the operator log has the "
                    "traceback)")
-        metrics = "not recorded: see ScalingActive"
+        metrics = limited = "not recorded: see ScalingActive"
     else:
         scaling = (f"evaluations keep failing, so replicas are neither decided nor written: "
                    f"{cause[:500]}; tried again every interval (the operator log has the "
                    "traceback)")
         metrics = "not evaluated: see ScalingActive"
+        limited = "nothing is decided (see ScalingActive)"
     await _report_not_evaluated(
         loop, settings, namespace, name, generation, status, resource_version,
-        EVALUATION_FAILED, scaling, metrics)
+        EVALUATION_FAILED, scaling, metrics, limited)
 
 
 def _write_if_present(namespace: str, name: str, status: dict[str, Any],

@@ -70,7 +70,8 @@ OWNED = ("observedGeneration", "phase", "conditions", "decisions")
 controller handled could undo a newer write (an autoscaler's scale event, say)."""
 SHARED = ("conditions", "decisions")
 AUTOSCALER_CONDITIONS = (ConditionType.SCALING_ACTIVE.value,
-                         ConditionType.METRICS_AVAILABLE.value)
+                         ConditionType.METRICS_AVAILABLE.value,
+                         ConditionType.SCALING_LIMITED.value)
 """The conditions only the autoscaler sets."""
 """Owned fields the autoscaler writes too, so they are merged into the stored lists
 (`Assessment.merge_lists`) instead of being sent whole from the handled event's copy."""
@@ -172,16 +173,20 @@ class Assessment:
 
 def _not_evaluated(before: InferenceTuningStatus, reason: str, why: str, generation: int,
                    now: str) -> tuple[Condition, ...]:
-    """ScalingActive and MetricsAvailable while the autoscaler evaluates nothing (the target
-    is gone, the spec invalid), where it reported before: it writes nothing then, and they
-    went on saying Scaling and Found. Its next evaluation sets them again."""
+    """ScalingActive, MetricsAvailable and ScalingLimited while the autoscaler evaluates
+    nothing (the target is gone, the spec invalid), where it reported before: it writes
+    nothing then, and they went on saying Scaling, Found and TooManyReplicas. Its next
+    evaluation sets them again."""
     if find(before.conditions, ConditionType.SCALING_ACTIVE) is None:
         return ()
     return (make_condition(ConditionType.SCALING_ACTIVE, ConditionStatus.FALSE, reason,
                            f"autoscaling evaluates nothing while {why}; replicas are not "
                            "written", generation, now),
             make_condition(ConditionType.METRICS_AVAILABLE, ConditionStatus.UNKNOWN,
-                           "NotEvaluated", f"not read while {why}", generation, now))
+                           "NotEvaluated", f"not read while {why}", generation, now),
+            make_condition(ConditionType.SCALING_LIMITED, ConditionStatus.UNKNOWN,
+                           "NotEvaluated", f"nothing is decided while {why}", generation,
+                           now))
 
 
 def previous_status(raw: Any) -> InferenceTuningStatus:

@@ -17,7 +17,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
-from infertune.api.scaling import STARTING_S, BatchingKnob, BatchingMode, LatencyAction
+from infertune.api.scaling import (
+    STARTING_S,
+    BatchingKnob,
+    BatchingMode,
+    LatencyAction,
+    MetricsUnavailableAction,
+    SelectPolicy,
+)
 from infertune.api.spec import (
     Engine,
     InferenceTuningSpec,
@@ -34,7 +41,14 @@ from infertune.controller.conditions import (
     stored_reason,
 )
 from infertune.scaling.batching import MIN_STEP, REQUEST_KNOBS, recommend_batching
-from infertune.scaling.engine import ScaleAction, ScaleDecision, decide_scale, with_reason
+from infertune.scaling.behavior import Limit, rule_text
+from infertune.scaling.engine import (
+    Outage,
+    ScaleAction,
+    ScaleDecision,
+    decide_scale,
+    with_reason,
+)
 from infertune.scaling.reading import FLOOR_PROBLEM, Reading
 from infertune.scaling.signals import FLOAT_NOISE, TargetSignals, latency_text, seconds
 from infertune.scaling.state import ScalingState, Serving, format_time, stored_time
@@ -91,7 +105,7 @@ class Evaluation(NamedTuple):
     event: tuple[str, str] | None
     """(reason, message) of the Event to post, if the evaluation is news."""
     conditions: tuple[dict[str, Any], ...] = ()
-    """MetricsAvailable and ScalingActive as they are now."""
+    """MetricsAvailable, ScalingActive and ScalingLimited as they are now."""
     record: dict[str, Any] | None = None
     """The decision record to append to status.decisions, if the evaluation is news."""
     batching_news: tuple[dict[str, Any], tuple[str, str]] | None = None
@@ -271,9 +285,9 @@ def reporting_ready(ready: int, signals: TargetSignals, now: float,
 
 def _conditions(spec: InferenceTuningSpec, generation: int, decision: ScaleDecision,
                 blocked: Blocked | None, stamp: str,
-                unprobed: str | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
-    """MetricsAvailable and ScalingActive as they are now; merged into the stored list, they
-    leave it out of the patch when both already say so.
+                unprobed: str | None = None) -> tuple[dict[str, Any], ...]:
+    """MetricsAvailable, ScalingActive and ScalingLimited as they are now; merged into the
+    stored list, they leave it out of the patch when all already say so.
 
     Their messages are stable while nothing changes: the reason of each decision, with its
     numbers, is in status.autoscaling.reason, so conditions change (and are written) only when
@@ -311,12 +325,83 @@ def _conditions(spec: InferenceTuningSpec, generation: int, decision: ScaleDecis
                                  "ScaledToZero", f"Deployment {spec.target_ref.name} has 0 "
                                  "replicas: it is left at 0 until someone scales it up, as an "
                                  "HPA leaves it", generation, stamp)
+    elif decision.outage is not None:
+        # As HPA's FailedGetExternalMetric: True "Scaling" read as if the signals were
+        # driving replicas while nothing was read.
+        scaling = _outage_condition(spec, decision.outage, generation, stamp)
     else:
         scaling = condition_dict(ConditionType.SCALING_ACTIVE, ConditionStatus.TRUE, "Scaling",
                                  f"scaling Deployment {spec.target_ref.name}; the last decision "
                                  "and its reason are in status.autoscaling"
                                  + _unprobed_note(unprobed), generation, stamp)
-    return metrics, scaling
+    return metrics, scaling, _limited_condition(spec, decision, generation, stamp)
+
+
+METRICS_UNAVAILABLE = "MetricsUnavailable"
+"""ScalingActive's reason while no signal has usable data and replicas are held."""
+
+
+def _outage_condition(spec: InferenceTuningSpec, outage: Outage, generation: int,
+                      stamp: str) -> dict[str, Any]:
+    """ScalingActive while no signal has usable data (ScaleDecision.outage): its message says
+    what happens to the replicas, without the time it has lasted (that is in
+    status.autoscaling.reason), so that it is written once per outage."""
+    assert spec.autoscaling is not None
+    rule = spec.autoscaling.metrics_unavailable
+    if outage is Outage.FALLBACK:
+        return condition_dict(
+            ConditionType.SCALING_ACTIVE, ConditionStatus.TRUE, "Fallback",
+            f"no usable metrics for {rule.after} or longer (see MetricsAvailable): replicas "
+            f"are raised to spec.autoscaling.metricsUnavailable.fallbackReplicas "
+            f"({rule.fallback_replicas}) within the scale-up rate limits, never lowered, until "
+            "the signals are back", generation, stamp)
+    later = ("" if rule.action is not MetricsUnavailableAction.FALLBACK
+             or rule.fallback_replicas is None else
+             f"; after {rule.after} without them, they are raised to fallbackReplicas "
+             f"({rule.fallback_replicas})")
+    return condition_dict(
+        ConditionType.SCALING_ACTIVE, ConditionStatus.FALSE, METRICS_UNAVAILABLE,
+        "no usable metrics (see MetricsAvailable): replicas are held at their count, never "
+        f"scaled in on missing data{later}", generation, stamp)
+
+
+def _limited_condition(spec: InferenceTuningSpec, decision: ScaleDecision, generation: int,
+                       stamp: str) -> dict[str, Any]:
+    """ScalingLimited as HPA sets it: True when maxReplicas, minReplicas or a rate limit kept
+    the replicas from what the signals called for (ScaleDecision.limited), Unknown when
+    nothing was decided from them. Its messages name the setting, not the numbers of the
+    cycle (those are in status.autoscaling.reason)."""
+    assert spec.autoscaling is not None
+    scaling = spec.autoscaling
+    if decision.wanted is None:
+        return condition_dict(ConditionType.SCALING_LIMITED, ConditionStatus.UNKNOWN,
+                              "NotDecided", "replicas are not decided from the signals now "
+                              "(see ScalingActive)", generation, stamp)
+    limited = decision.limited
+    if limited is None:
+        return condition_dict(
+            ConditionType.SCALING_LIMITED, ConditionStatus.FALSE, "DesiredWithinRange",
+            "the replicas the signals call for are within minReplicas..maxReplicas "
+            f"({scaling.min_replicas}..{scaling.max_replicas}) and the rate limits",
+            generation, stamp)
+    if limited is Limit.TOO_MANY:
+        message = (f"the signals call for more replicas than maxReplicas "
+                   f"({scaling.max_replicas}); raise spec.autoscaling.maxReplicas if the "
+                   "Deployment may have more (the numbers are in status.autoscaling.reason)")
+    elif limited is Limit.TOO_FEW:
+        message = (f"the signals call for fewer replicas than minReplicas "
+                   f"({scaling.min_replicas}), which are kept")
+    else:
+        up = limited is Limit.SCALE_UP
+        rules, field = ((scaling.scale_up, "scaleUp") if up else (scaling.scale_down, "scaleDown"))
+        said = (f"disabled by spec.autoscaling.{field}.selectPolicy Disabled"
+                if rules.select_policy is SelectPolicy.DISABLED else
+                f"limited by spec.autoscaling.{field} ({rule_text(rules, '+' if up else '-')})")
+        message = (f"{'scale-up' if up else 'scale-down'} {said}: the "
+                   "replicas move toward what the signals call for in steps (the numbers are "
+                   "in status.autoscaling.reason)")
+    return condition_dict(ConditionType.SCALING_LIMITED, ConditionStatus.TRUE, str(limited),
+                          message, generation, stamp)
 
 
 def _unprobed_note(container: str | None) -> str:

@@ -8,9 +8,25 @@ recommendations and events passed in instead of kept in the controller.
 
 from __future__ import annotations
 
+from enum import StrEnum
+
 from infertune.api.scaling import ScalingRules, SelectPolicy
 from infertune.scaling.signals import seconds
 from infertune.scaling.state import Recommendation, ScaleEvent
+
+
+class Limit(StrEnum):
+    """What kept the replicas from the count the signals called for, as HPA's ScalingLimited
+    condition names it (its reason)."""
+
+    TOO_MANY = "TooManyReplicas"
+    """More than maxReplicas was called for."""
+    TOO_FEW = "TooFewReplicas"
+    """Fewer than minReplicas was called for (an idle Deployment at its minimum)."""
+    SCALE_UP = "ScaleUpLimit"
+    """The scale-up rate limits (spec.autoscaling.scaleUp) allowed fewer replicas."""
+    SCALE_DOWN = "ScaleDownLimit"
+    """The scale-down rate limits (spec.autoscaling.scaleDown) took fewer away."""
 
 
 def stabilize(current: int, desired: int, recommendations: tuple[Recommendation, ...],
@@ -98,29 +114,30 @@ def scale_down_limit(current: int, events: tuple[ScaleEvent, ...], rules: Scalin
 
 def limit_rate(current: int, desired: int, events: tuple[ScaleEvent, ...], up: ScalingRules,
                down: ScalingRules, min_replicas: int, max_replicas: int,
-               now: float) -> tuple[int, str | None]:
-    """`desired` within minReplicas..maxReplicas and the rate limits, and why if it moved."""
+               now: float) -> tuple[int, str | None, Limit | None]:
+    """`desired` within minReplicas..maxReplicas and the rate limits, why if it moved, and
+    which of them moved it."""
     if desired > current:
         limit, start = scale_up_limit(current, events, up, now)
         if limit < max_replicas and desired > limit:
             if up.select_policy is SelectPolicy.DISABLED:  # the limit is the current count
                 return limit, (f"scale-up to {min(desired, max_replicas)} disabled by "
-                               "scaleUp.selectPolicy Disabled")
-            return limit, (f"scale-up limited to {limit} by {_rule_text(up, '+')} "
-                           f"({_counted_from(start, current)})")
+                               "scaleUp.selectPolicy Disabled"), Limit.SCALE_UP
+            return limit, (f"scale-up limited to {limit} by {rule_text(up, '+')} "
+                           f"({_counted_from(start, current)})"), Limit.SCALE_UP
         if desired > max_replicas:
-            return max_replicas, f"capped at maxReplicas {max_replicas}"
+            return max_replicas, f"capped at maxReplicas {max_replicas}", Limit.TOO_MANY
     elif desired < current:
         limit, start = scale_down_limit(current, events, down, now)
         if limit > min_replicas and desired < limit:
             if down.select_policy is SelectPolicy.DISABLED:  # the limit is the current count
                 return limit, (f"scale-down to {max(desired, min_replicas)} disabled by "
-                               "scaleDown.selectPolicy Disabled")
-            return limit, (f"scale-down limited to {limit} by {_rule_text(down, '-')} "
-                           f"({_counted_from(start, current)})")
+                               "scaleDown.selectPolicy Disabled"), Limit.SCALE_DOWN
+            return limit, (f"scale-down limited to {limit} by {rule_text(down, '-')} "
+                           f"({_counted_from(start, current)})"), Limit.SCALE_DOWN
         if desired < min_replicas:
-            return min_replicas, f"floored at minReplicas {min_replicas}"
-    return desired, None
+            return min_replicas, f"floored at minReplicas {min_replicas}", Limit.TOO_FEW
+    return desired, None, None
 
 
 def _counted_from(start: int, current: int) -> str:
@@ -134,7 +151,9 @@ def _counted_from(start: int, current: int) -> str:
     return f"from {start} at the start of the period, now {current}"
 
 
-def _rule_text(rules: ScalingRules, sign: str) -> str:
+def rule_text(rules: ScalingRules, sign: str) -> str:
+    """The rate limits of `rules` as a person writes them: "+4 pods per 1m",
+    "max(+4 pods, +100%) per 15s"."""
     parts = [f"{sign}{rules.pods} pods"] if rules.pods else []
     parts += [f"{sign}{rules.percent}%"] if rules.percent else []
     pick = "min" if rules.select_policy is SelectPolicy.MIN else "max"

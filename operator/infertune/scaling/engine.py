@@ -22,7 +22,7 @@ from infertune.api.scaling import (
     MetricsUnavailableAction,
 )
 from infertune.api.units import format_duration
-from infertune.scaling.behavior import limit_rate, stabilize
+from infertune.scaling.behavior import Limit, limit_rate, stabilize
 from infertune.scaling.reading import Reading, queue_is_low, read_signals
 from infertune.scaling.signals import (
     FLOAT_NOISE,
@@ -52,6 +52,15 @@ class ScaleAction(StrEnum):
     DISABLED = "Disabled"
 
 
+class Outage(StrEnum):
+    """What a decision made without any usable signal does (ScaleDecision.outage)."""
+
+    HOLD = "Hold"
+    """Replicas are held where they are (never scaled in on missing data)."""
+    FALLBACK = "Fallback"
+    """metricsUnavailable.action Fallback is in effect: replicas are raised to its count."""
+
+
 class ScaleDecision(NamedTuple):
     current_replicas: int
     desired_replicas: int
@@ -67,6 +76,12 @@ class ScaleDecision(NamedTuple):
     limits, at most maxReplicas (the state records the recommendation uncapped, and a window
     of 0s does not keep it); None when nothing was decided from them (disabled, 0 replicas,
     metrics missing)."""
+    limited: Limit | None = None
+    """What kept the replicas from `wanted` (maxReplicas, minReplicas, a rate limit), for the
+    ScalingLimited condition; None when nothing did, or nothing was decided from the
+    signals."""
+    outage: Outage | None = None
+    """Set when no signal had usable data: what the decision does about it."""
 
 
 Stuck = str | Callable[[Reading], str | None] | None
@@ -190,12 +205,20 @@ def _decide_on_signals(spec: AutoscalingSpec, current: int, reading: Reading,
     stabilized, why = stabilize(current, raw, state.recommendations, spec.scale_up,
                                 spec.scale_down, now)
     notes += [why] if why else []
-    desired, why = limit_rate(current, stabilized, state.scale_events, spec.scale_up,
-                              spec.scale_down, spec.min_replicas, spec.max_replicas, now)
+    desired, why, limited = limit_rate(current, stabilized, state.scale_events, spec.scale_up,
+                                       spec.scale_down, spec.min_replicas, spec.max_replicas,
+                                       now)
     notes += [why] if why else []
+    if limited is None:
+        # Held where maxReplicas or minReplicas would have held it anyway (a stabilization
+        # window kept the count at the bound): still the bound that keeps it there.
+        if raw > spec.max_replicas and desired == spec.max_replicas:
+            limited = Limit.TOO_MANY
+        elif raw < spec.min_replicas and desired == spec.min_replicas:
+            limited = Limit.TOO_FEW
     tune = latency.tune_batching and desired == current
     return _applied(spec, current, desired, "; ".join(notes), reading, state, now, record=raw,
-                    tune_batching=tune)
+                    tune_batching=tune, limited=limited)
 
 
 def _window_empty(spec: AutoscalingSpec, recommendations: tuple[Recommendation, ...],
@@ -576,22 +599,23 @@ def _metrics_unavailable(spec: AutoscalingSpec, current: int, reading: Reading,
     ):
         wanted = max(current, fallback)  # Fallback raises replicas, never lowers them
         # At the scale-up rate limits, as KEDA's fallback goes through the HPA's behavior.
-        desired, limited = limit_rate(current, wanted, state.scale_events, spec.scale_up,
-                                      spec.scale_down, spec.min_replicas, spec.max_replicas,
-                                      now)
+        desired, why, limited = limit_rate(current, wanted, state.scale_events, spec.scale_up,
+                                           spec.scale_down, spec.min_replicas,
+                                           spec.max_replicas, now)
         reason = (f"{said} (>= {rule.after}): fallback to {fallback} replicas, keeping "
-                  f"{desired}" + (f"; {limited}" if limited else ""))
+                  f"{desired}" + (f"; {why}" if why else ""))
         # The count it raises to is recorded, as HPA records the recommendation KEDA's
         # fallback makes: data that comes back does not take it away before the scale-down
         # stabilization window has passed.
-        decision = _applied(spec, current, desired, reason, reading, state, now, record=wanted)
+        decision = _applied(spec, current, desired, reason, reading, state, now, record=wanted,
+                            limited=limited, outage=Outage.FALLBACK)
         if desired == current:
             return decision
         return decision._replace(action=ScaleAction.FALLBACK)
     wait = (f", fallback to {fallback} after {rule.after}"
             if rule.action is MetricsUnavailableAction.FALLBACK else "")
     return _held(current, ScaleAction.HOLD, f"{said}: holding {_count(current)}{wait}",
-                 reading, state)
+                 reading, state, Outage.HOLD)
 
 
 def _track_missing(state: ScalingState, reading: Reading, now: float) -> ScalingState:
@@ -606,7 +630,8 @@ def _track_missing(state: ScalingState, reading: Reading, now: float) -> Scaling
 
 def _applied(spec: AutoscalingSpec, current: int, desired: int, reason: str, reading: Reading,
              state: ScalingState, now: float, record: int,
-             tune_batching: bool = False) -> ScaleDecision:
+             tune_batching: bool = False, limited: Limit | None = None,
+             outage: Outage | None = None) -> ScaleDecision:
     keep_recs = max(seconds(spec.scale_up.stabilization), seconds(spec.scale_down.stabilization))
     keep_events = max(seconds(spec.scale_up.period), seconds(spec.scale_down.period))
     held = state.recorded(now, Recommendation(now, record), keep_recs, keep_events)
@@ -626,16 +651,18 @@ def _applied(spec: AutoscalingSpec, current: int, desired: int, reason: str, rea
     else:
         action = ScaleAction.TUNE_BATCHING if tune_batching else ScaleAction.HOLD
     return ScaleDecision(current, desired, action, f"{reason}; {current} -> {desired}",
-                         reading, applied, held, min(record, spec.max_replicas))
+                         reading, applied, held, min(record, spec.max_replicas), limited,
+                         outage)
 
 
 def with_reason(decision: ScaleDecision, reason: str) -> ScaleDecision:
     """`decision` with another reason (NamedTuple._replace costs several times more)."""
     return ScaleDecision(decision.current_replicas, decision.desired_replicas, decision.action,
                          reason, decision.signals, decision.state, decision.held_state,
-                         decision.wanted)
+                         decision.wanted, decision.limited, decision.outage)
 
 
 def _held(current: int, action: ScaleAction, reason: str, reading: Reading,
-          state: ScalingState) -> ScaleDecision:
-    return ScaleDecision(current, current, action, reason, reading, state, state)
+          state: ScalingState, outage: Outage | None = None) -> ScaleDecision:
+    return ScaleDecision(current, current, action, reason, reading, state, state, None, None,
+                         outage)
