@@ -22,6 +22,7 @@ import yaml
 from kubernetes import client
 from prometheus_client import CollectorRegistry, Gauge, Histogram
 
+from e2e.fixtures.access import Kubectl
 from e2e.fixtures.operator import OperatorProcess
 from e2e.fixtures.prometheus import MetricsEndpoint, PrometheusServer
 from e2e.fixtures.waiting import wait_for
@@ -198,7 +199,7 @@ def limited_by(api_client: client.ApiClient, namespace: str,
 
 def test_prometheus_outage_holds_replicas(
     api_client: client.ApiClient, namespace: str, operator: OperatorProcess,
-    fake_vllm: FakeVllm, prometheus: PrometheusServer,
+    fake_vllm: FakeVllm, prometheus: PrometheusServer, kubectl: Kubectl,
 ) -> None:
     create(api_client, namespace, deployment("qwen", replicas=2))
     create(api_client, namespace, tuning("qwen", "qwen", **SPEC))
@@ -224,9 +225,21 @@ def test_prometheus_outage_holds_replicas(
         assert scaling is not None and (scaling["status"], scaling["reason"]) == (
             "False", "MetricsUnavailable"), scaling
         assert (condition(body, "ScalingLimited") or {}).get("status") == "Unknown"
+        # And where `kubectl get` shows it (a printer column the API server takes).
+        table = kubectl("get", "itune", "qwen", "-n", namespace, "-o", "wide").stdout
+        assert column(table, "SCALING") == "MetricsUnavailable", table
+        assert column(table, "LIMITED") == "NotDecided", table
     finally:
         prometheus.resume()
     wait_scaling_reason(api_client, namespace, "Scaling")  # and back once it answers
+
+
+def column(table: str, name: str) -> str:
+    """The value in column `name` of the first row of `kubectl get` output (a cell with no
+    value is blank, so the row cannot be split on spaces)."""
+    header, row = table.splitlines()[:2]
+    start = header.index(f" {name} ") + 1 if f" {name} " in header else header.index(name)
+    return row[start:].split(" ", 1)[0]
 
 
 def batching_of(api_client: client.ApiClient, namespace: str) -> dict[str, Any]:

@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from infertune.api.crd import PRINTER_COLUMNS, custom_resource_definition, render_crds
+from infertune.api.status import ConditionType
 
 CRD_FILE = Path(__file__).resolve().parent.parent / "crds" / "infertune.io_inferencetunings.yaml"
 
@@ -181,10 +182,19 @@ def test_printer_columns_point_at_real_fields() -> None:
     names = [c["name"] for c in PRINTER_COLUMNS]
     for wanted in ("Target", "Mode", "Replicas", "Latency", "Queue", "Canary", "Age"):
         assert wanted in names
+    conditions = {str(kind) for kind in ConditionType}
     for column in PRINTER_COLUMNS:
-        if column["jsonPath"].startswith(".metadata"):
+        path = column["jsonPath"]
+        if path.startswith(".metadata"):
             continue
-        assert column["jsonPath"] in nodes, column
+        if path.startswith(".status.conditions[?("):
+            # A condition's reason: a condition type the operator sets, and fields the
+            # condition model has.
+            kind = path.split('"')[1]
+            assert kind in conditions and path.endswith(f'"{kind}")].reason'), column
+            assert ".status.conditions[].reason" in nodes
+            continue
+        assert path in nodes, column
 
 
 def test_names_subresources_and_short_name() -> None:

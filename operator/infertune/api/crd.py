@@ -16,11 +16,16 @@ from pydantic.json_schema import GenerateJsonSchema
 from pydantic_core import core_schema, to_jsonable_python
 
 from infertune.api import spec as api
-from infertune.api.status import InferenceTuningStatus
+from infertune.api.status import ConditionType, InferenceTuningStatus
 
 Schema = dict[str, Any]
 
 # Printer columns for `kubectl get itune`; paths point into the models above.
+def _condition_reason(kind: ConditionType) -> str:
+    """The JSONPath of the reason of condition `kind`, for a printer column."""
+    return f'.status.conditions[?(@.type=="{kind}")].reason'
+
+
 PRINTER_COLUMNS: list[Schema] = [
     {"name": "Target", "type": "string", "jsonPath": ".spec.targetRef.name",
      "description": "The Deployment being tuned"},
@@ -28,6 +33,12 @@ PRINTER_COLUMNS: list[Schema] = [
      "description": "Enforce or DryRun"},
     {"name": "Phase", "type": "string", "jsonPath": ".status.phase",
      "description": "Summary of the conditions"},
+    # The phase sums up the controller's conditions; at 3 a.m. the question is whether the
+    # autoscaler writes replicas, and if not why (MetricsUnavailable, ReplicaFight, ...).
+    {"name": "Scaling", "type": "string",
+     "jsonPath": _condition_reason(ConditionType.SCALING_ACTIVE),
+     "description": "The ScalingActive condition's reason: Scaling when replicas follow the "
+                    "signals, else why not"},
     {"name": "Replicas", "type": "integer", "jsonPath": ".status.autoscaling.currentReplicas",
      "description": "Replicas at the last evaluation"},
     {"name": "Desired", "type": "integer", "jsonPath": ".status.autoscaling.desiredReplicas",
@@ -39,6 +50,10 @@ PRINTER_COLUMNS: list[Schema] = [
                     "status.autoscaling.latencyKind says which"},
     {"name": "Queue", "type": "number", "jsonPath": ".status.autoscaling.queueDepth",
      "description": "Requests waiting per replica at the last evaluation"},
+    {"name": "Limited", "type": "string",
+     "jsonPath": _condition_reason(ConditionType.SCALING_LIMITED),
+     "description": "The ScalingLimited condition's reason: TooManyReplicas when the signals "
+                    "call for more than maxReplicas", "priority": 1},
     {"name": "Canary", "type": "string", "jsonPath": ".status.canary.phase",
      "description": "Canary rollout phase"},
     {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
