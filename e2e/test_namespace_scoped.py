@@ -124,8 +124,11 @@ def test_the_watched_namespace_is_tuned_and_autoscaled(scoped: Scoped) -> None:
              timeout_s=30)
     body = wait_for(lambda: (b := get_tuning(api, namespace, "qwen")).get("status", {}).get(
         "autoscaling", {}).get("desiredReplicas") == 3 and b, "status.autoscaling written")
+    # Nothing the Role withholds blocks it: Scaling, or, from the second evaluation,
+    # MetricsUnavailable (nothing exports this Deployment's metrics here).
     scaling = condition(body, "ScalingActive")
-    assert scaling is not None and scaling["status"] == "True", scaling
+    assert scaling is not None and scaling["reason"] in ("Scaling", "MetricsUnavailable"), \
+        scaling
     # The pods it admitted are tuned (the webhook's indexes read pods of this namespace).
     pods = wait_for(lambda: [p for p in client.CoreV1Api(api).list_namespaced_pod(
         namespace, label_selector="app=qwen").items

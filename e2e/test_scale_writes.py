@@ -252,7 +252,7 @@ def test_a_pass_planned_before_autoscaling_was_removed_writes_nothing(
         status = api.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL,
                                                   "llm").get("status") or {}
         return "autoscaling" not in status and not any(
-            c["type"] in ("ScalingActive", "MetricsAvailable")
+            c["type"] in ("ScalingActive", "MetricsAvailable", "ScalingLimited")
             for c in status.get("conditions") or [])
 
     wait_for(cleaned, "no autoscaler status for a tuning without spec.autoscaling")

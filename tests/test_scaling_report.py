@@ -1515,9 +1515,17 @@ def test_scaling_limited_says_when_max_replicas_holds_the_count_and_stays_while_
      "toward what the signals call for in steps (the numbers are in "
      "status.autoscaling.reason)"),
     ({"scaleUp": {"selectPolicy": "Disabled"}}, 320.0, 4, "ScaleUpLimit",
-     "scale-up disabled by spec.autoscaling.scaleUp.selectPolicy Disabled: the replicas "
-     "move toward what the signals call for in steps (the numbers are in "
+     "scale-up is disabled by spec.autoscaling.scaleUp.selectPolicy Disabled: no replicas "
+     "are added, whatever the signals call for (the numbers are in "
      "status.autoscaling.reason)"),
+    ({"scaleDown": {"selectPolicy": "Disabled", "stabilization": "0s"}}, 0.0, 4,
+     "ScaleDownLimit",
+     "scale-down is disabled by spec.autoscaling.scaleDown.selectPolicy Disabled: no "
+     "replicas are removed, whatever the signals call for (the numbers are in "
+     "status.autoscaling.reason)"),
+    # Brought inside the bounds before any signal counts: not decided from them.
+    ({"minReplicas": 3}, 30.0, 1, "NotDecided",
+     "replicas are not decided from the signals now (see ScalingActive)"),
     ({"scaleDown": {"pods": 1, "percent": 0, "period": "15s", "stabilization": "0s"}}, 0.0,
      4, "ScaleDownLimit",
      "scale-down limited by spec.autoscaling.scaleDown (-1 pods per 15s): the replicas move "
@@ -1534,7 +1542,8 @@ def test_scaling_limited_names_the_setting_that_held_the_replicas(
     planned = plan_evaluation(tuned, 1, {}, signals(queue=queue), current, None, NOW)
     limited = conditions_of(planned.status)["ScalingLimited"]
     assert (limited["status"], limited["reason"], limited["message"]) == (
-        "True", reason, message), planned.decision.reason
+        "Unknown" if reason == "NotDecided" else "True", reason, message), \
+        planned.decision.reason
 
 
 def test_a_metrics_outage_turns_scaling_active_false_and_scaling_limited_unknown() -> None:
@@ -1577,8 +1586,16 @@ def test_a_fallback_in_effect_is_scaling_active_with_reason_fallback() -> None:
     assert (by_type["ScalingActive"]["status"], by_type["ScalingActive"]["reason"]) == (
         "True", "Fallback")
     assert "fallbackReplicas (6)" in by_type["ScalingActive"]["message"]
+    # Not "the replicas the signals call for": there are none.
     assert (by_type["ScalingLimited"]["status"], by_type["ScalingLimited"]["reason"]) == (
-        "False", "DesiredWithinRange")
+        "Unknown", "NotDecided")
+    # With scale-up disabled, the fallback raises nothing, and says so.
+    frozen = {**rules, "scaleUp": {"selectPolicy": "Disabled"}}
+    stuck = plan_evaluation(spec(autoscaling=frozen), 1, stored, signals(queue=None), 2, None,
+                            NOW + 60)
+    assert stuck.write is None
+    assert "but scaleUp.selectPolicy is Disabled, so none are added" in conditions_of(
+        stuck.status)["ScalingActive"]["message"]
 
 
 @pytest.mark.parametrize(("mode", "blocked", "reason"), [

@@ -349,12 +349,15 @@ def _outage_condition(spec: InferenceTuningSpec, outage: Outage, generation: int
     assert spec.autoscaling is not None
     rule = spec.autoscaling.metrics_unavailable
     if outage is Outage.FALLBACK:
+        raised = ("within the scale-up rate limits"
+                  if spec.autoscaling.scale_up.select_policy is not SelectPolicy.DISABLED else
+                  "but scaleUp.selectPolicy is Disabled, so none are added")
         return condition_dict(
             ConditionType.SCALING_ACTIVE, ConditionStatus.TRUE, "Fallback",
             f"no usable metrics for {rule.after} or longer (see MetricsAvailable): replicas "
             f"are raised to spec.autoscaling.metricsUnavailable.fallbackReplicas "
-            f"({rule.fallback_replicas}) within the scale-up rate limits, never lowered, until "
-            "the signals are back", generation, stamp)
+            f"({rule.fallback_replicas}) {raised}, never lowered, until the signals are back",
+            generation, stamp)
     later = ("" if rule.action is not MetricsUnavailableAction.FALLBACK
              or rule.fallback_replicas is None else
              f"; after {rule.after} without them, they are raised to fallbackReplicas "
@@ -369,11 +372,12 @@ def _limited_condition(spec: InferenceTuningSpec, decision: ScaleDecision, gener
                        stamp: str) -> dict[str, Any]:
     """ScalingLimited as HPA sets it: True when maxReplicas, minReplicas or a rate limit kept
     the replicas from what the signals called for (ScaleDecision.limited), Unknown when
-    nothing was decided from them. Its messages name the setting, not the numbers of the
-    cycle (those are in status.autoscaling.reason)."""
+    nothing was decided from them (a fallback in effect included: ScalingActive says so).
+    Its messages name the setting, not the numbers of the cycle (those are in
+    status.autoscaling.reason)."""
     assert spec.autoscaling is not None
     scaling = spec.autoscaling
-    if decision.wanted is None:
+    if decision.wanted is None or decision.outage is not None:
         return condition_dict(ConditionType.SCALING_LIMITED, ConditionStatus.UNKNOWN,
                               "NotDecided", "replicas are not decided from the signals now "
                               "(see ScalingActive)", generation, stamp)
@@ -394,12 +398,16 @@ def _limited_condition(spec: InferenceTuningSpec, decision: ScaleDecision, gener
     else:
         up = limited is Limit.SCALE_UP
         rules, field = ((scaling.scale_up, "scaleUp") if up else (scaling.scale_down, "scaleDown"))
-        said = (f"disabled by spec.autoscaling.{field}.selectPolicy Disabled"
-                if rules.select_policy is SelectPolicy.DISABLED else
-                f"limited by spec.autoscaling.{field} ({rule_text(rules, '+' if up else '-')})")
-        message = (f"{'scale-up' if up else 'scale-down'} {said}: the "
-                   "replicas move toward what the signals call for in steps (the numbers are "
-                   "in status.autoscaling.reason)")
+        if rules.select_policy is SelectPolicy.DISABLED:
+            message = (f"{'scale-up' if up else 'scale-down'} is disabled by "
+                       f"spec.autoscaling.{field}.selectPolicy Disabled: no replicas are "
+                       f"{'added' if up else 'removed'}, whatever the signals call for (the "
+                       "numbers are in status.autoscaling.reason)")
+        else:
+            message = (f"{'scale-up' if up else 'scale-down'} limited by "
+                       f"spec.autoscaling.{field} ({rule_text(rules, '+' if up else '-')}): "
+                       "the replicas move toward what the signals call for in steps (the "
+                       "numbers are in status.autoscaling.reason)")
     return condition_dict(ConditionType.SCALING_LIMITED, ConditionStatus.TRUE, str(limited),
                           message, generation, stamp)
 

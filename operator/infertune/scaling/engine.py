@@ -75,7 +75,7 @@ class ScaleDecision(NamedTuple):
     """The replicas the signals call for, before the stabilization window and the rate
     limits, at most maxReplicas (the state records the recommendation uncapped, and a window
     of 0s does not keep it); None when nothing was decided from them (disabled, 0 replicas,
-    metrics missing)."""
+    a count outside minReplicas..maxReplicas brought inside them, metrics missing)."""
     limited: Limit | None = None
     """What kept the replicas from `wanted` (maxReplicas, minReplicas, a rate limit), for the
     ScalingLimited condition; None when nothing did, or nothing was decided from the
@@ -126,7 +126,7 @@ def decide_scale(spec: AutoscalingSpec, current_replicas: int, signals: TargetSi
         bound = min(max(current_replicas, spec.min_replicas), spec.max_replicas)
         return _applied(spec, current_replicas, bound, f"{_count(current_replicas)} is outside "
                         f"minReplicas..maxReplicas ({spec.min_replicas}..{spec.max_replicas})",
-                        reading, state, now, record=bound)
+                        reading, state, now, record=bound)._replace(wanted=None)
     if reading.queue_missing and reading.latency_missing:
         return _metrics_unavailable(spec, current_replicas, reading, state, now)
     return _decide_on_signals(spec, current_replicas, reading, state, now, batching_stuck)
