@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+import urllib.request
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
@@ -21,6 +22,7 @@ import pytest
 import yaml
 from kubernetes import client
 from prometheus_client import CollectorRegistry, Gauge, Histogram
+from prometheus_client.parser import text_string_to_metric_families
 
 from e2e.fixtures.access import Kubectl
 from e2e.fixtures.operator import OperatorProcess
@@ -165,6 +167,23 @@ def test_queue_scales_out_then_in_after_stabilization(
     limited = wait_for(lambda: limited_by(api_client, namespace, "TooManyReplicas"),
                        "ScalingLimited TooManyReplicas at maxReplicas")
     assert limited["status"] == "True" and "maxReplicas (4)" in limited["message"]
+    # The operator's own metrics say the same, for an alert.
+    if operator.metrics_url is not None:
+        labels = {"namespace": namespace, "name": "qwen", "deployment": "qwen"}
+        limited_series = frozenset((labels | {"type": "ScalingLimited", "status": "True",
+                                              "reason": "TooManyReplicas"}).items())
+
+        def exported() -> dict[str, dict[frozenset[tuple[str, str]], float]] | None:
+            got = operator_samples(operator.metrics_url or "")
+            return got if limited_series in got.get("infertune_autoscaling_condition", {}) \
+                else None
+
+        samples = wait_for(exported, "the TooManyReplicas condition in the operator's metrics")
+        key = frozenset(labels.items())
+        assert samples["infertune_autoscaling_current_replicas"][key] == 4
+        assert samples["infertune_autoscaling_queue_per_replica"][key] == 100
+        assert samples["infertune_autoscaling_scale_writes_total"][frozenset(
+            {"namespace": namespace, "name": "qwen", "direction": "out"}.items())] >= 1
 
     fake_vllm.queue_per_pod = 0.0
     loaded: list[str] = []  # `evaluated` of each evaluation that still saw the load
@@ -188,6 +207,17 @@ def test_queue_scales_out_then_in_after_stabilization(
     # Idle at minReplicas: as HPA says it.
     assert wait_for(lambda: limited_by(api_client, namespace, "TooFewReplicas"),
                     "ScalingLimited TooFewReplicas at minReplicas")["status"] == "True"
+
+
+def operator_samples(url: str) -> dict[str, dict[frozenset[tuple[str, str]], float]]:
+    """The operator's metrics as Prometheus parses them: name -> labels -> value."""
+    with urllib.request.urlopen(url, timeout=5) as answer:
+        text = answer.read().decode()
+    out: dict[str, dict[frozenset[tuple[str, str]], float]] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            out.setdefault(sample.name, {})[frozenset(sample.labels.items())] = sample.value
+    return out
 
 
 def limited_by(api_client: client.ApiClient, namespace: str,

@@ -119,6 +119,28 @@ def test_an_ipv6_cluster_gets_the_webhook_and_health_endpoint_on_ipv6() -> None:
     refused = helm("template", "t", str(CHART), "--set", "ipFamily=v6", check=False)
     assert refused.returncode != 0 and "/ipFamily" in refused.stderr
 
+def test_the_operators_metrics_are_served_on_their_port_and_can_be_turned_off() -> None:
+    on = rendered_deployment()
+    pod = on["spec"]["template"]
+    container = pod["spec"]["containers"][0]
+    assert {"--metrics-addr=0.0.0.0", "--metrics-port=8081"} <= set(container["args"])
+    assert {"name": "metrics", "containerPort": 8081} in container["ports"]
+    assert pod["metadata"]["annotations"] == {
+        "prometheus.io/scrape": "true", "prometheus.io/port": "8081",
+        "prometheus.io/path": "/metrics"}
+    ipv6 = operator_args(helm("template", "t", str(CHART), "--set", "ipFamily=IPv6").stdout)
+    assert "--metrics-addr=::" in ipv6
+    off = rendered_deployment("--set", "metrics.enabled=false")
+    container = off["spec"]["template"]["spec"]["containers"][0]
+    assert not any(arg.startswith("--metrics") for arg in container["args"])
+    assert all(port["name"] != "metrics" for port in container["ports"])
+    assert "annotations" not in off["spec"]["template"]["metadata"]
+    clash = helm("template", "t", str(CHART), "--set", "metrics.port=9443", check=False)
+    assert clash.returncode != 0 and "metrics.port 9443 is webhook.port too" in clash.stderr
+    health = helm("template", "t", str(CHART), "--set", "metrics.port=8080", check=False)
+    assert health.returncode != 0 and "/metrics/port" in health.stderr
+
+
 def test_promql_templates_can_be_turned_off() -> None:
     on = operator_args(helm("template", "t", str(CHART)).stdout)
     assert "--no-promql-templates" not in on
@@ -481,7 +503,8 @@ def test_values_that_would_break_or_subvert_the_operator_are_refused(
     ("webhook", "/webhook"), ("image.repository", "/image/repository"),
     ("image.pullPolicy", "/image/pullPolicy"), ("image", "/image"), ("replicas", "/replicas"),
     ("ipFamily", "/ipFamily"), ("resources", "/resources"), ("prometheus", "/prometheus"),
-    ("image.tag", "/image/tag"),
+    ("image.tag", "/image/tag"), ("metrics", "/metrics"), ("metrics.port", "/metrics/port"),
+    ("metrics.enabled", "/metrics/enabled"),
     ("prometheus.templates", "/prometheus/templates"),
     ("prometheus.authType", "/prometheus/authType"),
     ("prometheus.caConfigMap", "/prometheus/caConfigMap"),

@@ -289,6 +289,12 @@ def _add_run_command(commands: argparse._SubParsersAction) -> None:  # type: ign
                        "(the default)")
     run.add_argument("--liveness", default=None, metavar="URL",
                      help="serve kopf's liveness probe, for example http://0.0.0.0:8080/healthz")
+    run.add_argument("--metrics-port", type=int, default=None, metavar="PORT",
+                     help="serve the operator's own Prometheus metrics (each tuning's replicas, "
+                     "signals, conditions, scale writes) at http://ADDR:PORT/metrics; "
+                     "default: not served")
+    run.add_argument("--metrics-addr", default="0.0.0.0", metavar="ADDR",
+                     help="the address --metrics-port listens on (default 0.0.0.0)")
     run.add_argument("--standalone", action="store_true",
                      help="do not take part in kopf's peering (the chart runs the operator so)")
     run.add_argument("--leader-elect", action="store_true",

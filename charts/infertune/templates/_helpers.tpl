@@ -74,7 +74,7 @@ its probes, its mounts or its Roles no longer match what the operator does. An a
   "webhook-service" "" "webhook-owner" "" "webhook-host" "" "operator-namespace" ""
   "ready-file" "" "no-mig" "mig.enabled" "mig-drain-other-namespaces" "mig.drainOtherNamespaces"
   "leader-elect" "" "leader-elect-lease" ""
-  "standalone" "" -}}
+  "standalone" "" "metrics-port" "metrics.port (and metrics.enabled)" "metrics-addr" "ipFamily" -}}
 {{- /* The options of infertune run the chart leaves to extraArgs (tests/test_chart_options.py
 keeps both lists equal to the command's): another one ended the operator at start, in a crash
 loop, and `helm upgrade --wait` waited out its timeout. */ -}}

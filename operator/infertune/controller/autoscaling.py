@@ -50,6 +50,7 @@ from infertune.api.spec import (
 )
 from infertune.api.status import ConditionStatus, ConditionType
 from infertune.controller.conditions import condition_dict, merge_condition_dicts
+from infertune.controller.exported import Counts, Reported, reported_of
 from infertune.controller.fights import (
     REPLICAS_REVERTED,
     Fight,
@@ -180,6 +181,24 @@ class AutoscalingSettings:
     """The operator's leader election: only the process that leads evaluates."""
     term: int = 0
     """The leader's term `written` and `evaluated_at` belong to (`begin_term`)."""
+    reported: dict[str, Reported] = field(default_factory=dict)
+    """key -> its last evaluation, for the operator's metrics (exported.py)."""
+    scale_writes: dict[tuple[str, str], int] = field(default_factory=dict)
+    """(key, "out" or "in") -> replicas writes that landed since start (metrics)."""
+    failed_total: dict[str, int] = field(default_factory=dict)
+    """key -> evaluations that raised since start (metrics; `failures` counts those in a
+    row)."""
+
+    def counts(self) -> Counts:
+        """The running totals the operator's metrics export."""
+        return Counts(dict(self.scale_writes), dict(self.failed_total), self.fetches)
+
+    def wrote(self, key: str, replicas: int, current: int) -> None:
+        """A replicas write of the operator landed (read back, or answered)."""
+        self.written[key] = replicas
+        if replicas != current:
+            counted = (key, "out" if replicas > current else "in")
+            self.scale_writes[counted] = self.scale_writes.get(counted, 0) + 1
 
     def parse(self, namespace: str, name: str, uid: str, generation: int,
               spec: dict[str, Any]) -> Parsed | None:
@@ -210,8 +229,11 @@ class AutoscalingSettings:
         its fetched signals and parsed spec too (a tuning gone from the listing)."""
         tables: list[dict[str, Any]] = [self.written, self.written_to, self.unwritten,
                                         self.evaluated_at, self.last_slot, self.failures,
-                                        self.write_failed_at]
+                                        self.write_failed_at, self.reported,
+                                        self.failed_total]
         self.status_unwritable.discard(key)
+        for counted in [c for c in self.scale_writes if c[0] == key]:
+            del self.scale_writes[counted]
         if signals:
             tables += [self.batch, self.fetched_at, self.fetched_for, self.parsed]
         for table in tables:
@@ -534,7 +556,7 @@ def evaluate(namespace: str, name: str, generation: int, spec: InferenceTuningSp
             # this process, leading again in the same term) sees it again from the status.
             settings.written.pop(key, None)
             return planned.decision
-        if planned.write is not None:
+        if (to_write := planned.write) is not None:
             # Written before the status: if this call fails, the status keeps the old state.
             try:
                 apps.patch_namespaced_deployment_scale(deployment, namespace, [
@@ -549,7 +571,7 @@ def evaluate(namespace: str, name: str, generation: int, spec: InferenceTuningSp
                     # the request): forgotten, as when the read fails (`_read_back`).
                     settings.written.pop(key, None)
                     raise
-                settings.written[key] = planned.write
+                settings.wrote(key, to_write, current)
             except ApiException as exc:
                 if exc.status == 429:
                     # API Priority and Fairness turned it away unprocessed: the API server
@@ -567,7 +589,7 @@ def evaluate(namespace: str, name: str, generation: int, spec: InferenceTuningSp
                 found = (_read_back(settings, key, namespace, deployment)
                          if uncertain or exc.status in (409, 422) else None)
                 if uncertain and found == planned.write:
-                    settings.written[key] = planned.write  # as with a lost answer
+                    settings.wrote(key, to_write, current)  # as with a lost answer
                 elif uncertain:
                     # Not there when read again, and it may land later (a 504 "may still be
                     # processing"): not reported as refused, and what this process wrote
@@ -596,7 +618,7 @@ def evaluate(namespace: str, name: str, generation: int, spec: InferenceTuningSp
                     settings.written.pop(key, None)
                     return planned.decision
             else:
-                settings.written[key] = planned.write
+                settings.wrote(key, to_write, current)
         break
     # Over an evaluation whose status was not written, its blocks this one does not write
     # again, and its decision records, go with this one: the records onto the stored list
@@ -644,6 +666,13 @@ def evaluate(namespace: str, name: str, generation: int, spec: InferenceTuningSp
             return planned.decision
         raise
     settings.unwritten.pop(key, None)
+    if landed is not None:
+        decision = planned.decision
+        reading = decision.signals
+        settings.reported[key] = reported_of(
+            deployment, decision.current_replicas, decision.desired_replicas,
+            str(decision.action), reading.latency_s, reading.latency_kind,
+            reading.queue_per_replica, now, planned.conditions, spec.mode is Mode.DRY_RUN)
     if landed is None and (planned.write is None or refused is not None):
         # spec.autoscaling went meanwhile, and nothing was written: nothing to announce. A
         # count that was written is announced all the same (DESIGN #8: every scale says why).
@@ -899,6 +928,7 @@ async def _after_failure(loop: asyncio.AbstractEventLoop, settings: AutoscalingS
     in a row (by the leader only: another process's evaluations may be going well)."""
     key = f"{namespace}/{name}"
     failures = settings.failures[key] = settings.failures.get(key, 0) + 1
+    settings.failed_total[key] = settings.failed_total.get(key, 0) + 1
     if failures < FAILURES_REPORTED or not settings.leader.leads():
         return
     try:

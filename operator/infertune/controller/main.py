@@ -16,6 +16,7 @@ from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
 from types import ModuleType
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 import kopf
@@ -42,6 +43,9 @@ from infertune.kube.lease import (
 from infertune.kube.webhook_tls import write_self_signed
 from infertune.kube.webhooks import RegisteringWebhookServer, WebhookRegistration, is_pattern
 from infertune.tuning.pod_mig import MIG_OFF_ENV
+
+if TYPE_CHECKING:  # imported where the handlers are registered (register_handlers)
+    from infertune.controller.autoscaling import AutoscalingSettings
 
 DEFAULT_NAMESPACE = "infertune-system"
 WEBHOOK_CERT_DAYS = 3650
@@ -201,6 +205,51 @@ def _check_liveness(url: str) -> None:
     taken = _port_taken(host, port)
     if taken is not None:
         raise SystemExit(f"--liveness: {host} port {port} is in use ({taken})")
+
+
+def check_metrics_options(args: argparse.Namespace) -> None:
+    """--metrics-port and --metrics-addr, checked before anything starts: a port in use
+    stopped the operator with a traceback from the metrics server's thread."""
+    if args.metrics_port is None:
+        if args.metrics_addr != "0.0.0.0":
+            raise SystemExit("--metrics-addr needs --metrics-port: without it nothing is "
+                             "served")
+        return
+    if not 1 <= args.metrics_port <= 65535:
+        raise SystemExit(f"--metrics-port: {args.metrics_port} is not from 1 to 65535")
+    if args.metrics_port == args.webhook_port:
+        raise SystemExit(f"--metrics-port: {args.metrics_port} is the webhook's port "
+                         "(--webhook-port); give each its own")
+    if args.liveness:
+        try:
+            live = urlsplit(args.liveness).port
+        except ValueError:
+            live = None  # _check_liveness says what is wrong with it
+        if live == args.metrics_port:
+            raise SystemExit(f"--metrics-port: {args.metrics_port} is the port of "
+                             "--liveness; give each its own")
+    try:
+        socket.getaddrinfo(args.metrics_addr, args.metrics_port, flags=socket.AI_PASSIVE)
+    except (OSError, UnicodeError):
+        raise SystemExit(f"--metrics-addr: {args.metrics_addr!r} is not an address to listen "
+                         "on") from None
+    taken = _port_taken(args.metrics_addr, args.metrics_port)
+    if taken is not None:
+        raise SystemExit(f"--metrics-port: {args.metrics_addr} port {args.metrics_port} is in "
+                         f"use ({taken})")
+
+
+def _serve_metrics(args: argparse.Namespace, scaling: AutoscalingSettings) -> None:
+    """The operator's metrics (controller/exported.py) with the process's own (CPU, memory,
+    the garbage collector), from a thread of the Prometheus client."""
+    from prometheus_client import REGISTRY, start_http_server
+
+    from infertune.controller.exported import AutoscalerCollector
+
+    REGISTRY.register(AutoscalerCollector(lambda: scaling.reported, scaling.counts,
+                                          scaling.leader.leads))
+    start_http_server(args.metrics_port, args.metrics_addr, registry=REGISTRY)
+    logger.info("metrics served at http://%s:%d/metrics", args.metrics_addr, args.metrics_port)
 
 
 def _check_certificate(cert: str, key: str, ca: str | None) -> None:
@@ -466,6 +515,7 @@ def run_operator(args: argparse.Namespace) -> int:
     check_webhook_options(args)
     if args.liveness:
         _check_liveness(args.liveness)
+    check_metrics_options(args)
     if source is None:
         logger.warning("no --prometheus-url (or $INFERTUNE_PROMETHEUS_URL): spec.autoscaling is "
                        "not evaluated, and tunings that have it report ScalingActive=False "
@@ -504,6 +554,8 @@ def run_operator(args: argparse.Namespace) -> int:
             autoscaling=scaling,
             leader=leader,
         )
+        if args.metrics_port is not None:
+            _serve_metrics(args, scaling)
         prepare_garbage_collector()
         kopf.run(
             standalone=args.standalone,

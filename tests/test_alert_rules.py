@@ -1,0 +1,102 @@
+"""The alert rules of docs/prometheus-alerts.yaml, run by promtool (Prometheus's own rule
+engine) over series in the shape the operator exports (controller/exported.py)."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+from tests.conftest import ROOT
+
+RULES = ROOT / "docs" / "prometheus-alerts.yaml"
+PROMTOOL = shutil.which("promtool")
+pytestmark = pytest.mark.skipif(PROMTOOL is None,
+                                reason="needs promtool (apt-get install prometheus)")
+
+TUNING = 'namespace="prod", name="qwen", deployment="qwen-vllm"'
+
+
+def condition(kind: str, status: str, reason: str) -> str:
+    return (f'infertune_autoscaling_condition{{{TUNING}, type="{kind}", status="{status}", '
+            f'reason="{reason}"}}')
+
+
+def promtool_test(tmp_path: Path, series: list[dict[str, str]],
+                  alerts: list[dict[str, object]]) -> subprocess.CompletedProcess[str]:
+    tests = {"rule_files": [str(RULES)], "evaluation_interval": "1m",
+             "tests": [{"interval": "1m", "input_series": series, "alert_rule_test": alerts}]}
+    path = tmp_path / "test.yaml"
+    path.write_text(yaml.safe_dump(tests), encoding="utf-8")
+    assert PROMTOOL is not None
+    return subprocess.run([PROMTOOL, "test", "rules", str(path)], capture_output=True,
+                          text=True, timeout=60, check=False)
+
+
+def test_the_rules_are_valid() -> None:
+    assert PROMTOOL is not None
+    checked = subprocess.run([PROMTOOL, "check", "rules", str(RULES)], capture_output=True,
+                             text=True, timeout=60, check=False)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+
+
+def at(alert: str, minutes: int, *expected: dict[str, object]) -> dict[str, object]:
+    return {"alertname": alert, "eval_time": f"{minutes}m", "exp_alerts": list(expected)}
+
+
+def test_held_at_max_replicas_for_ten_minutes_alerts(tmp_path: Path) -> None:
+    labels = {"severity": "warning", "namespace": "prod", "name": "qwen",
+              "deployment": "qwen-vllm"}
+    ran = promtool_test(tmp_path, [
+        {"series": condition("ScalingLimited", "True", "TooManyReplicas"),
+         "values": "1x20"},
+    ], [at("InferenceTuningAtMaxReplicas", 5),
+        at("InferenceTuningAtMaxReplicas", 12, {"exp_labels": labels, "exp_annotations": {
+            "summary": "prod/qwen is held at maxReplicas",
+            "description": "The signals of Deployment qwen-vllm call for more replicas than "
+                           "spec.autoscaling.maxReplicas allows; status.autoscaling.reason has "
+                           "the numbers. Raise maxReplicas if the cluster has room."}})])
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+
+
+def test_a_tuning_that_does_not_write_replicas_alerts_but_not_a_disabled_one(
+        tmp_path: Path) -> None:
+    fight = {"severity": "warning", "namespace": "prod", "name": "qwen",
+             "deployment": "qwen-vllm", "reason": "ReplicaFight"}
+    other = 'namespace="prod", name="off", deployment="off"'
+    ran = promtool_test(tmp_path, [
+        {"series": condition("ScalingActive", "False", "ReplicaFight"), "values": "1x10"},
+        {"series": (f'infertune_autoscaling_condition{{{other}, type="ScalingActive", '
+                    'status="False", reason="Disabled"}'), "values": "1x10"},
+    ], [at("InferenceTuningNotScaling", 3),
+        at("InferenceTuningNotScaling", 7, {"exp_labels": fight, "exp_annotations": {
+            "summary": "prod/qwen does not scale: ReplicaFight",
+            "description": "The ScalingActive condition of the InferenceTuning says why "
+                           "(kubectl describe itune -n prod qwen)."}})])
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+
+
+def test_a_tuning_no_longer_evaluated_alerts(tmp_path: Path) -> None:
+    # Evaluated at 0s, 60s, ... until 5m, then no more (the value is the evaluation time).
+    ran = promtool_test(tmp_path, [
+        {"series": f"infertune_autoscaling_last_evaluation_timestamp_seconds{{{TUNING}}}",
+         "values": "0+60x5 300x10"},
+    ], [at("InferenceTuningNotEvaluated", 5),
+        at("InferenceTuningNotEvaluated", 10, {"exp_labels": {
+            "severity": "warning", "namespace": "prod", "name": "qwen",
+            "deployment": "qwen-vllm"}, "exp_annotations": {
+                "summary": "prod/qwen was last evaluated 5m 0s ago"}})])
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+
+
+def test_evaluations_that_keep_failing_alert(tmp_path: Path) -> None:
+    ran = promtool_test(tmp_path, [
+        {"series": 'infertune_autoscaling_evaluation_failures_total{namespace="prod", '
+                   'name="qwen"}', "values": "0 0 0 1 3 5 7 9"},
+    ], [at("InferenceTuningEvaluationsFailing", 3),
+        at("InferenceTuningEvaluationsFailing", 7, {"exp_labels": {
+            "severity": "warning", "namespace": "prod", "name": "qwen"}, "exp_annotations": {
+                "summary": "prod/qwen: 9 evaluations failed in 10 minutes"}})])
+    assert ran.returncode == 0, ran.stdout + ran.stderr
