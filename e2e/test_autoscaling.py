@@ -24,7 +24,7 @@ from kubernetes import client
 from prometheus_client import CollectorRegistry, Gauge, Histogram
 from prometheus_client.parser import text_string_to_metric_families
 
-from e2e.fixtures.access import Kubectl
+from e2e.fixtures.access import Kubectl, column
 from e2e.fixtures.operator import OperatorProcess
 from e2e.fixtures.prometheus import MetricsEndpoint, PrometheusServer
 from e2e.fixtures.waiting import wait_for
@@ -262,14 +262,6 @@ def test_prometheus_outage_holds_replicas(
     finally:
         prometheus.resume()
     wait_scaling_reason(api_client, namespace, "Scaling")  # and back once it answers
-
-
-def column(table: str, name: str) -> str:
-    """The value in column `name` of the first row of `kubectl get` output (a cell with no
-    value is blank, so the row cannot be split on spaces)."""
-    header, row = table.splitlines()[:2]
-    start = header.index(f" {name} ") + 1 if f" {name} " in header else header.index(name)
-    return row[start:].split(" ", 1)[0]
 
 
 def batching_of(api_client: client.ApiClient, namespace: str) -> dict[str, Any]:

@@ -17,7 +17,7 @@ import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from e2e.fixtures.access import Kubectl
+from e2e.fixtures.access import Kubectl, column
 from e2e.fixtures.operator import OperatorProcess
 from e2e.fixtures.rbac import REPO_ROOT
 from e2e.fixtures.waiting import wait_for
@@ -132,10 +132,10 @@ def test_operator_reports_status_condition_and_event(
 
     table = kubectl("get", "itune", "-n", namespace).stdout
     header = table.splitlines()[0].split()
-    assert header == ["NAME", "TARGET", "MODE", "PHASE", "REPLICAS", "LATENCY", "QUEUE", "CANARY",
-                      "AGE"]
-    row = table.splitlines()[1].split()
-    assert row[:5] == ["qwen", "qwen", "Enforce", "Active", "1"]
+    assert header == ["NAME", "TARGET", "MODE", "PHASE", "SCALING", "REPLICAS", "LATENCY",
+                      "QUEUE", "CANARY", "AGE"]
+    assert [column(table, name) for name in ("NAME", "TARGET", "MODE", "PHASE", "REPLICAS")] == [
+        "qwen", "qwen", "Enforce", "Active", "1"], table
 
 
 def test_spec_change_moves_observed_generation(

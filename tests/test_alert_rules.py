@@ -78,23 +78,44 @@ def test_a_tuning_that_does_not_write_replicas_alerts_but_not_a_disabled_one(
     assert ran.returncode == 0, ran.stdout + ran.stderr
 
 
-def test_a_tuning_no_longer_evaluated_alerts(tmp_path: Path) -> None:
-    # Evaluated at 0s, 60s, ... until 5m, then no more (the value is the evaluation time).
+def test_a_tuning_no_longer_evaluated_alerts_after_three_of_its_intervals(
+        tmp_path: Path) -> None:
+    """Evaluated every 15 s until 5m, then no more; a second tuning with a 10m interval,
+    evaluated on time, never alerts (a fixed threshold fired on it every cycle)."""
+    slow = 'namespace="prod", name="batch", deployment="batch"'
     ran = promtool_test(tmp_path, [
+        # The value is the time of the last evaluation, scraped each minute.
         {"series": f"infertune_autoscaling_last_evaluation_timestamp_seconds{{{TUNING}}}",
-         "values": "0+60x5 300x10"},
-    ], [at("InferenceTuningNotEvaluated", 5),
-        at("InferenceTuningNotEvaluated", 10, {"exp_labels": {
+         "values": "0+60x5 300x15"},
+        {"series": f"infertune_autoscaling_interval_seconds{{{TUNING}}}", "values": "15x20"},
+        {"series": f"infertune_autoscaling_last_evaluation_timestamp_seconds{{{slow}}}",
+         "values": "0x9 600x10 1200"},
+        {"series": f"infertune_autoscaling_interval_seconds{{{slow}}}", "values": "600x20"},
+    ], [at("InferenceTuningNotEvaluated", 6),
+        *(at("InferenceTuningNotEvaluated", minutes, {"exp_labels": {
             "severity": "warning", "namespace": "prod", "name": "qwen",
             "deployment": "qwen-vllm"}, "exp_annotations": {
-                "summary": "prod/qwen was last evaluated 5m 0s ago"}})])
+                "summary": f"prod/qwen was last evaluated {ago} ago"}})
+          for minutes, ago in ((8, "3m 0s"), (19, "14m 0s")))])
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+
+
+def test_no_leading_operator_alerts(tmp_path: Path) -> None:
+    ran = promtool_test(tmp_path, [
+        {"series": "infertune_autoscaling_prometheus_fetches_total", "values": "1+4x3"},
+    ], [at("InfertuneAutoscalerAbsent", 3),
+        # Gone after 3m: stale 5m later, then absent for 5m.
+        at("InfertuneAutoscalerAbsent", 15, {"exp_labels": {"severity": "critical"},
+                                             "exp_annotations": {
+            "summary": "no infertune operator leads, or none is scraped: nothing is "
+                       "autoscaled"}})])
     assert ran.returncode == 0, ran.stdout + ran.stderr
 
 
 def test_evaluations_that_keep_failing_alert(tmp_path: Path) -> None:
     ran = promtool_test(tmp_path, [
         {"series": 'infertune_autoscaling_evaluation_failures_total{namespace="prod", '
-                   'name="qwen"}', "values": "0 0 0 1 3 5 7 9"},
+                   'name="qwen"}', "values": "_ _ _ 1 3 5 7 9"},
     ], [at("InferenceTuningEvaluationsFailing", 3),
         at("InferenceTuningEvaluationsFailing", 7, {"exp_labels": {
             "severity": "warning", "namespace": "prod", "name": "qwen"}, "exp_annotations": {

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import socket
+import urllib.request
 from typing import Any
 
 import pytest
@@ -12,7 +13,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 from tests.test_scale_write_failures import T0, Cluster
 
-from infertune.controller import autoscaling
+from infertune.controller import autoscaling, main
 from infertune.controller.exported import AutoscalerCollector, Counts, Reported
 from infertune.controller.main import check_metrics_options
 
@@ -34,10 +35,10 @@ def scrape(collector: AutoscalerCollector) -> dict[str, list[tuple[dict[str, str
 def test_each_tunings_last_evaluation_is_a_set_of_samples() -> None:
     reported = {
         "prod/qwen": Reported("qwen-vllm", 8, 8, "Hold", 2.1, "p99", 80.0, T0, CONDITIONS,
-                              False),
+                              False, 15.0),
         # An outage: no latency, no queue; a DryRun trial.
         "prod/trial": Reported("llama", 2, 2, "Hold", None, "p99", None, T0 + 1,
-                               (("ScalingActive", "False", "MetricsUnavailable"),), True),
+                               (("ScalingActive", "False", "MetricsUnavailable"),), True, 60.0),
     }
     counts = Counts({("prod/qwen", "out"): 3, ("prod/qwen", "in"): 1}, {"prod/trial": 2}, 40)
     got = scrape(AutoscalerCollector(lambda: reported, lambda: counts, lambda: True))
@@ -48,6 +49,7 @@ def test_each_tunings_last_evaluation_is_a_set_of_samples() -> None:
     assert got["infertune_autoscaling_queue_per_replica"] == [(qwen, 80.0)]
     assert got["infertune_autoscaling_last_evaluation_timestamp_seconds"] == [
         (qwen, T0), (trial, T0 + 1)]
+    assert got["infertune_autoscaling_interval_seconds"] == [(qwen, 15.0), (trial, 60.0)]
     assert (trial | {"action": "Hold", "mode": "DryRun"}, 1.0) in got[
         "infertune_autoscaling_action"]
     assert (qwen | {"type": "ScalingLimited", "status": "True", "reason": "TooManyReplicas"},
@@ -64,7 +66,8 @@ def test_each_tunings_last_evaluation_is_a_set_of_samples() -> None:
 def test_a_process_that_does_not_lead_exports_no_autoscaler_series() -> None:
     """It evaluates nothing; one that lost the Lease would export what it decided before,
     beside the leader's."""
-    reported = {"prod/qwen": Reported("qwen", 8, 8, "Hold", 2.1, "p99", 80.0, T0, (), False)}
+    reported = {"prod/qwen": Reported("qwen", 8, 8, "Hold", 2.1, "p99", 80.0, T0, (), False,
+                                      15.0)}
     got = scrape(AutoscalerCollector(lambda: reported, lambda: Counts({}, {}, 1),
                                      lambda: False))
     assert got == {}
@@ -74,8 +77,9 @@ def test_evaluations_record_what_they_decided_and_count_the_writes_that_landed(
         monkeypatch: pytest.MonkeyPatch) -> None:
     cluster = Cluster(monkeypatch, replicas=2)
     settings = autoscaling.AutoscalingSettings(source=None)
+    settings.autoscaled.add("ns/t")  # its loop runs
     assert cluster.evaluate(settings, T0) == 3
-    got = settings.reported["ns/t"]
+    got = settings.exported()["ns/t"]
     assert (got.deployment, got.current, got.desired, got.action, got.evaluated) == (
         "llm", 2, 3, "ScaleOut", T0)
     assert ("ScalingActive", "True", "Scaling") in got.conditions
@@ -90,9 +94,76 @@ def test_evaluations_record_what_they_decided_and_count_the_writes_that_landed(
     assert ("ScalingActive", "False", "ScaleWriteRefused") in settings.reported[
         "ns/t"].conditions
     assert settings.counts().scale_writes == {("ns/t", "out"): 1}
-    # A tuning gone: its series go with it.
-    settings.forget("ns/t", signals=True)
-    assert settings.reported == {} and settings.counts().scale_writes == {}
+    # A write whose answer was lost, found when read back, counts once.
+    cluster.scale_refusal = None
+    cluster.scale_answer_lost = True
+    assert cluster.evaluate(settings, T0 + 150) == 4
+    assert settings.counts().scale_writes == {("ns/t", "out"): 2}
+    # Its loop ends (the tuning deleted, spec.autoscaling removed): its series go, and an
+    # evaluation that ends in its worker thread after that is not exported.
+    settings.stopped("ns/t")
+    assert settings.exported() == {} and settings.counts() == Counts({}, {}, 0)
+    cluster.evaluate(settings, T0 + 225)
+    assert "ns/t" in settings.reported and settings.exported() == {}
+    # A new term (another process led meanwhile): what it decided before is not exported.
+    settings.autoscaled.add("ns/t")
+    settings.leader = FlippingLeader()
+    settings.begin_term()
+    assert settings.exported() == {}
+
+
+class FlippingLeader:
+    """A leader in its second term."""
+
+    term = 2
+
+    def leads(self) -> bool:
+        return True
+
+
+def test_evaluations_that_keep_failing_say_so_in_the_metrics_too(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """EvaluationFailed was written to the tuning while the metrics kept ScalingActive=True
+    from the last evaluation that ran: the NotScaling alert could not fire."""
+    import asyncio
+
+    monkeypatch.setattr(autoscaling, "_write_if_present", lambda *args: None)
+    settings = autoscaling.AutoscalingSettings(source=None)
+    settings.autoscaled.add("ns/t")
+    settings.reported["ns/t"] = Reported("llm", 2, 2, "Hold", 0.05, "p99", 1.0, T0,
+                                         CONDITIONS, False, 15.0)
+
+    async def fail() -> None:
+        for _ in range(2):
+            await autoscaling._after_failure(asyncio.get_running_loop(), settings, "ns", "t",
+                                             1, {}, "1", RuntimeError("boom"))
+
+    asyncio.run(fail())
+    assert ("ScalingActive", "False", "EvaluationFailed") in settings.exported()[
+        "ns/t"].conditions
+    assert settings.counts().failures == {"ns/t": 2}
+
+
+def test_the_metrics_server_serves_the_autoscaler_and_the_process(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    settings = autoscaling.AutoscalingSettings(source=None)
+    settings.autoscaled.add("prod/qwen")
+    settings.reported["prod/qwen"] = Reported("qwen", 3, 4, "ScaleOut", 0.2, "p99", 40.0, T0,
+                                              CONDITIONS, False, 15.0)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    main._serve_metrics(args(metrics_port=port, metrics_addr="127.0.0.1"), settings)
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as answer:
+        text = answer.read().decode()
+    assert ('infertune_autoscaling_desired_replicas{deployment="qwen",name="qwen",'
+            'namespace="prod"} 4.0') in text
+    assert "process_cpu_seconds_total" in text
+    # Its port taken since (by itself here): refused with the reason, not a traceback.
+    with pytest.raises(SystemExit) as refused:
+        main._serve_metrics(args(metrics_port=port, metrics_addr="127.0.0.1"), settings)
+    assert str(refused.value).startswith(f"--metrics-port: cannot listen on 127.0.0.1 port "
+                                         f"{port}: ")
 
 
 def args(**given: Any) -> argparse.Namespace:
@@ -108,6 +179,8 @@ def args(**given: Any) -> argparse.Namespace:
     ({"metrics_port": 9443}, "--metrics-port: 9443 is the webhook's port (--webhook-port)"),
     ({"metrics_port": 8080, "liveness": "http://0.0.0.0:8080/healthz"},
      "--metrics-port: 8080 is the port of --liveness"),
+    ({"metrics_port": 80, "liveness": "http://0.0.0.0/healthz"},
+     "--metrics-port: 80 is the port of --liveness"),
     ({"metrics_port": 8081, "metrics_addr": "no such host.invalid"},
      "--metrics-addr: 'no such host.invalid' is not an address to listen on"),
 ])

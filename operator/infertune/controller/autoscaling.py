@@ -50,7 +50,12 @@ from infertune.api.spec import (
 )
 from infertune.api.status import ConditionStatus, ConditionType
 from infertune.controller.conditions import condition_dict, merge_condition_dicts
-from infertune.controller.exported import Counts, Reported, reported_of
+from infertune.controller.exported import (
+    Counts,
+    Reported,
+    reported_conditions,
+    reported_of,
+)
 from infertune.controller.fights import (
     REPLICAS_REVERTED,
     Fight,
@@ -183,22 +188,44 @@ class AutoscalingSettings:
     """The leader's term `written` and `evaluated_at` belong to (`begin_term`)."""
     reported: dict[str, Reported] = field(default_factory=dict)
     """key -> its last evaluation, for the operator's metrics (exported.py)."""
-    scale_writes: dict[tuple[str, str], int] = field(default_factory=dict)
-    """(key, "out" or "in") -> replicas writes that landed since start (metrics)."""
+    scale_writes: dict[str, tuple[int, int]] = field(default_factory=dict)
+    """key -> replicas writes that landed since start, (out, in) (metrics)."""
     failed_total: dict[str, int] = field(default_factory=dict)
     """key -> evaluations that raised since start (metrics; `failures` counts those in a
     row)."""
+    autoscaled: set[str] = field(default_factory=set)
+    """Keys whose autoscaling loop runs: the metrics export only these (an evaluation that
+    ends in its worker thread after the loop stopped records it all the same)."""
+
+    def exported(self) -> dict[str, Reported]:
+        """`reported` of the tunings autoscaled now, for the metrics (a copy: the loops change
+        both in other threads)."""
+        live = self.autoscaled.copy()
+        return {key: got for key, got in self.reported.copy().items() if key in live}
 
     def counts(self) -> Counts:
         """The running totals the operator's metrics export."""
-        return Counts(dict(self.scale_writes), dict(self.failed_total), self.fetches)
+        live = self.autoscaled.copy()
+        writes = {(key, direction): count
+                  for key, (out, in_) in self.scale_writes.copy().items() if key in live
+                  for direction, count in (("out", out), ("in", in_)) if count}
+        failed = {key: count for key, count in self.failed_total.copy().items()
+                  if key in live}
+        return Counts(writes, failed, self.fetches)
 
     def wrote(self, key: str, replicas: int, current: int) -> None:
         """A replicas write of the operator landed (read back, or answered)."""
         self.written[key] = replicas
         if replicas != current:
-            counted = (key, "out" if replicas > current else "in")
-            self.scale_writes[counted] = self.scale_writes.get(counted, 0) + 1
+            out, in_ = self.scale_writes.get(key, (0, 0))
+            self.scale_writes[key] = (out + 1, in_) if replicas > current else (out, in_ + 1)
+
+    def stopped(self, key: str) -> None:
+        """The tuning's autoscaling loop ended (deleted, spec.autoscaling removed, the
+        operator stopping): its series go."""
+        self.autoscaled.discard(key)
+        for table in (self.reported, self.scale_writes, self.failed_total):
+            table.pop(key, None)
 
     def parse(self, namespace: str, name: str, uid: str, generation: int,
               spec: dict[str, Any]) -> Parsed | None:
@@ -230,10 +257,8 @@ class AutoscalingSettings:
         tables: list[dict[str, Any]] = [self.written, self.written_to, self.unwritten,
                                         self.evaluated_at, self.last_slot, self.failures,
                                         self.write_failed_at, self.reported,
-                                        self.failed_total]
+                                        self.failed_total, self.scale_writes]
         self.status_unwritable.discard(key)
-        for counted in [c for c in self.scale_writes if c[0] == key]:
-            del self.scale_writes[counted]
         if signals:
             tables += [self.batch, self.fetched_at, self.fetched_for, self.parsed]
         for table in tables:
@@ -257,6 +282,8 @@ class AutoscalingSettings:
             self.written_to.clear()
             self.unwritten.clear()
             self.evaluated_at.clear()
+            # What it decided before: another leader decided since.
+            self.reported.clear()
 
     def due(self, key: str, parsed: Parsed, now: float) -> bool:
         return self.last_slot.get(key) != math.floor(now / parsed.interval_s)
@@ -672,7 +699,8 @@ def evaluate(namespace: str, name: str, generation: int, spec: InferenceTuningSp
         settings.reported[key] = reported_of(
             deployment, decision.current_replicas, decision.desired_replicas,
             str(decision.action), reading.latency_s, reading.latency_kind,
-            reading.queue_per_replica, now, planned.conditions, spec.mode is Mode.DRY_RUN)
+            reading.queue_per_replica, now, planned.conditions, spec.mode is Mode.DRY_RUN,
+            0.0 if spec.autoscaling is None else spec.autoscaling.interval.seconds)
     if landed is None and (planned.write is None or refused is not None):
         # spec.autoscaling went meanwhile, and nothing was written: nothing to announce. A
         # count that was written is announced all the same (DESIGN #8: every scale says why).
@@ -822,7 +850,22 @@ async def autoscale(stopped: kopf.DaemonStopped, namespace: str, name: str, body
     spec.autoscaling, or the operator exits): kopf waits for that before it removes its
     finalizer, and cancels the loop if it does not return at once (`loops.pause`)."""
     settings: AutoscalingSettings = memo.autoscaling
-    key, loop = f"{namespace}/{name}", asyncio.get_running_loop()
+    key = f"{namespace}/{name}"
+    settings.autoscaled.add(key)
+    try:
+        await _autoscale(stopped, namespace, name, body, settings, key, logger,
+                         tunings_by_target, hpas_by_target, pods_by_deployment)
+    finally:
+        settings.stopped(key)
+
+
+async def _autoscale(stopped: kopf.DaemonStopped, namespace: str, name: str, body: kopf.Body,
+                     settings: AutoscalingSettings, key: str, logger: kopf.Logger,
+                     tunings_by_target: kopf.Index[tuple[str, str], dict[str, Any]],
+                     hpas_by_target: kopf.Index[tuple[str, str], str],
+                     pods_by_deployment: kopf.Index[tuple[str, str], PodView]) -> None:
+    """The loop of `autoscale`."""
+    loop = asyncio.get_running_loop()
     while not stopped:
         spec_now, status_now, meta_now = snapshot(body)
         generation = int(meta_now.get("generation") or 0)
@@ -902,6 +945,11 @@ async def _report_not_evaluated(loop: asyncio.AbstractEventLoop, settings: Autos
                        metrics, generation, stamp),
         condition_dict(ConditionType.SCALING_LIMITED, ConditionStatus.UNKNOWN, reason,
                        limited, generation, stamp))
+
+    key = f"{namespace}/{name}"
+    if (last := settings.reported.get(key)) is not None:
+        # The metrics say it too: they kept the last evaluation's ScalingActive=True.
+        settings.reported[key] = last._replace(conditions=reported_conditions(conditions))
 
     def build(stored: Mapping[str, Any]) -> dict[str, Any] | None:
         if not settings.leader.leads():

@@ -34,6 +34,8 @@ class Reported(NamedTuple):
     conditions: tuple[tuple[str, str, str], ...]
     """(type, status, reason) of the autoscaler's conditions as it set them."""
     dry_run: bool
+    interval_s: float
+    """spec.autoscaling.interval: how often it is evaluated."""
 
 
 class Counts(NamedTuple):
@@ -82,6 +84,8 @@ def _families(reported: Mapping[str, Reported], counts: Counts) -> Iterator[Metr
                   "evaluation; absent without data.")
     evaluated = gauge("last_evaluation_timestamp_seconds", "When the tuning was last "
                       "evaluated (Unix time): alert when it falls behind the interval.")
+    interval = gauge("interval_seconds", "spec.autoscaling.interval: how often the tuning "
+                     "is evaluated.")
     action = gauge("action", "1 for the action of the last evaluation (ScaleOut, ScaleIn, "
                    "Hold, TuneBatching, Fallback, Disabled).", ("action", "mode"))
     condition = gauge("condition", "1 for each of the autoscaler's conditions "
@@ -97,6 +101,7 @@ def _families(reported: Mapping[str, Reported], counts: Counts) -> Iterator[Metr
         if r.queue is not None:
             queue.add_metric(labels, r.queue)
         evaluated.add_metric(labels, r.evaluated)
+        interval.add_metric(labels, r.interval_s)
         action.add_metric([*labels, r.action, "DryRun" if r.dry_run else "Enforce"], 1)
         for kind, status, reason in r.conditions:
             condition.add_metric([*labels, kind, status, reason], 1)
@@ -115,15 +120,20 @@ def _families(reported: Mapping[str, Reported], counts: Counts) -> Iterator[Metr
     fetches = CounterMetricFamily(PREFIX + "prometheus_fetches", "Batched reads of "
                                   "Prometheus, one per interval slot for every tuning.")
     fetches.add_metric([], counts.fetches)
-    yield from (current, desired, latency, queue, evaluated, action, condition, writes,
-                failures, fetches)
+    yield from (current, desired, latency, queue, evaluated, interval, action, condition,
+                writes, failures, fetches)
 
 
 def reported_of(deployment: str, current: int, desired: int, action: str,
                 latency_s: float | None, latency_kind: str, queue: float | None,
                 evaluated: float, conditions: tuple[Mapping[str, object], ...],
-                dry_run: bool) -> Reported:
+                dry_run: bool, interval_s: float) -> Reported:
     """A `Reported` from an evaluation's values and its condition dicts."""
     return Reported(deployment, current, desired, action, latency_s, latency_kind, queue,
-                    evaluated, tuple((str(c["type"]), str(c["status"]), str(c["reason"]))
-                                     for c in conditions), dry_run)
+                    evaluated, reported_conditions(conditions), dry_run, interval_s)
+
+
+def reported_conditions(conditions: tuple[Mapping[str, object], ...]
+                        ) -> tuple[tuple[str, str, str], ...]:
+    """(type, status, reason) of condition dicts as stored in status."""
+    return tuple((str(c["type"]), str(c["status"]), str(c["reason"])) for c in conditions)

@@ -222,7 +222,7 @@ def check_metrics_options(args: argparse.Namespace) -> None:
                          "(--webhook-port); give each its own")
     if args.liveness:
         try:
-            live = urlsplit(args.liveness).port
+            live = urlsplit(args.liveness).port or 80  # as kopf reads it
         except ValueError:
             live = None  # _check_liveness says what is wrong with it
         if live == args.metrics_port:
@@ -242,13 +242,29 @@ def check_metrics_options(args: argparse.Namespace) -> None:
 def _serve_metrics(args: argparse.Namespace, scaling: AutoscalingSettings) -> None:
     """The operator's metrics (controller/exported.py) with the process's own (CPU, memory,
     the garbage collector), from a thread of the Prometheus client."""
-    from prometheus_client import REGISTRY, start_http_server
+    from prometheus_client import (
+        GCCollector,
+        PlatformCollector,
+        ProcessCollector,
+        start_http_server,
+    )
+    from prometheus_client.registry import CollectorRegistry
 
     from infertune.controller.exported import AutoscalerCollector
 
-    REGISTRY.register(AutoscalerCollector(lambda: scaling.reported, scaling.counts,
+    registry = CollectorRegistry()  # its own: the process-wide one holds one set at most
+    ProcessCollector(registry=registry)
+    PlatformCollector(registry=registry)
+    GCCollector(registry=registry)
+    registry.register(AutoscalerCollector(scaling.exported, scaling.counts,
                                           scaling.leader.leads))
-    start_http_server(args.metrics_port, args.metrics_addr, registry=REGISTRY)
+    try:
+        start_http_server(args.metrics_port, args.metrics_addr, registry=registry)
+    except OSError as exc:
+        # The check before could not see all of it (another process listening on the same
+        # port of the other address family, where "::" takes both).
+        raise SystemExit(f"--metrics-port: cannot listen on {args.metrics_addr} port "
+                         f"{args.metrics_port}: {exc.strerror or exc}") from None
     logger.info("metrics served at http://%s:%d/metrics", args.metrics_addr, args.metrics_port)
 
 
