@@ -577,10 +577,23 @@ def test_a_tuning_being_autoscaled_is_deleted_at_once(
     create(api_client, namespace, tuning("qwen", "qwen", **SPEC))
     wait_for(lambda: autoscaling_status(api_client, namespace).get("evaluated"),
              "a first evaluation", timeout_s=30)
+    series = frozenset({"namespace": namespace, "name": "qwen", "deployment": "qwen"}.items())
+
+    def exported() -> bool:
+        assert operator.metrics_url is not None
+        return series in operator_samples(operator.metrics_url).get(
+            "infertune_autoscaling_current_replicas", {})
+
+    if operator.metrics_url is not None:
+        wait_for(exported, "the tuning's series in the operator's metrics")
     delete_tuning_and_wait(api_client, namespace, "qwen",
                            "the tuning deleted (its finalizer removed)", timeout_s=15)
     operator.check_running()
     assert replicas(api_client, namespace) == 1  # the Deployment is left as it was
+    if operator.metrics_url is not None:
+        # Its series go with it (they stayed until a restart, and a NotEvaluated alert
+        # fired for good on a tuning that no longer existed).
+        wait_for(lambda: not exported(), "the deleted tuning's series gone", timeout_s=10)
 
 
 def test_autoscale_evaluate_live_decides_with_the_operators_stored_windows(
