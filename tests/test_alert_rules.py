@@ -49,8 +49,23 @@ def at(alert: str, minutes: int, *expected: dict[str, object]) -> dict[str, obje
 def test_held_at_max_replicas_for_ten_minutes_alerts(tmp_path: Path) -> None:
     labels = {"severity": "warning", "namespace": "prod", "name": "qwen",
               "deployment": "qwen-vllm"}
+    trial = 'namespace="prod", name="trial", deployment="trial"'
+    blocked = 'namespace="prod", name="hpa", deployment="hpa"'
+    limited = 'type="ScalingLimited", status="True", reason="TooManyReplicas"'
     ran = promtool_test(tmp_path, [
         {"series": condition("ScalingLimited", "True", "TooManyReplicas"),
+         "values": "1x20"},
+        {"series": f'infertune_autoscaling_action{{{TUNING}, action="Hold", mode="Enforce"}}',
+         "values": "1x20"},
+        # A DryRun trial and a tuning an HPA keeps from writing: not paged as at max.
+        {"series": f"infertune_autoscaling_condition{{{trial}, {limited}}}", "values": "1x20"},
+        {"series": f'infertune_autoscaling_action{{{trial}, action="Hold", mode="DryRun"}}',
+         "values": "1x20"},
+        {"series": f"infertune_autoscaling_condition{{{blocked}, {limited}}}", "values": "1x20"},
+        {"series": f'infertune_autoscaling_action{{{blocked}, action="Hold", mode="Enforce"}}',
+         "values": "1x20"},
+        {"series": f'infertune_autoscaling_condition{{{blocked}, type="ScalingActive", '
+                   'status="False", reason="HorizontalPodAutoscalerPresent"}',
          "values": "1x20"},
     ], [at("InferenceTuningAtMaxReplicas", 5),
         at("InferenceTuningAtMaxReplicas", 12, {"exp_labels": labels, "exp_annotations": {
@@ -70,6 +85,9 @@ def test_a_tuning_that_does_not_write_replicas_alerts_but_not_a_disabled_one(
         {"series": condition("ScalingActive", "False", "ReplicaFight"), "values": "1x10"},
         {"series": (f'infertune_autoscaling_condition{{{other}, type="ScalingActive", '
                     'status="False", reason="Disabled"}'), "values": "1x10"},
+        {"series": ('infertune_autoscaling_condition{namespace="prod", name="zero", '
+                    'deployment="zero", type="ScalingActive", status="False", '
+                    'reason="ScaledToZero"}'), "values": "1x10"},
     ], [at("InferenceTuningNotScaling", 3),
         at("InferenceTuningNotScaling", 7, {"exp_labels": fight, "exp_annotations": {
             "summary": "prod/qwen does not scale: ReplicaFight",
@@ -104,6 +122,7 @@ def test_no_leading_operator_alerts(tmp_path: Path) -> None:
     ran = promtool_test(tmp_path, [
         {"series": "infertune_autoscaling_prometheus_fetches_total", "values": "1+4x3"},
     ], [at("InfertuneAutoscalerAbsent", 3),
+        # (Exported for 10 minutes: quiet all along, or the rule watches another name.)
         # Gone after 3m: stale 5m later, then absent for 5m.
         at("InfertuneAutoscalerAbsent", 15, {"exp_labels": {"severity": "critical"},
                                              "exp_annotations": {
@@ -120,4 +139,28 @@ def test_evaluations_that_keep_failing_alert(tmp_path: Path) -> None:
         at("InferenceTuningEvaluationsFailing", 7, {"exp_labels": {
             "severity": "warning", "namespace": "prod", "name": "qwen"}, "exp_annotations": {
                 "summary": "prod/qwen: 9 evaluations failed in 10 minutes"}})])
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+
+
+def test_a_leading_operator_is_not_absent(tmp_path: Path) -> None:
+    ran = promtool_test(tmp_path, [
+        {"series": "infertune_autoscaling_prometheus_fetches_total", "values": "1+4x12"},
+    ], [at("InfertuneAutoscalerAbsent", 11)])
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+
+
+def test_a_fallback_and_a_missing_signal_alert(tmp_path: Path) -> None:
+    ran = promtool_test(tmp_path, [
+        {"series": condition("ScalingActive", "True", "Fallback"), "values": "1x12"},
+        {"series": condition("MetricsAvailable", "False", "MetricsMissing"),
+         "values": "1x12"},
+    ], [at("InferenceTuningOnFallback", 3), at("InferenceTuningMetricsMissing", 8),
+        at("InferenceTuningOnFallback", 7, {"exp_labels": {
+            "severity": "warning", "namespace": "prod", "name": "qwen",
+            "deployment": "qwen-vllm"}, "exp_annotations": {
+                "summary": "prod/qwen runs on fallbackReplicas: no metrics"}}),
+        at("InferenceTuningMetricsMissing", 12, {"exp_labels": {
+            "severity": "warning", "namespace": "prod", "name": "qwen",
+            "deployment": "qwen-vllm", "reason": "MetricsMissing"}, "exp_annotations": {
+                "summary": "prod/qwen: MetricsMissing (see its MetricsAvailable condition)"}})])
     assert ran.returncode == 0, ran.stdout + ran.stderr

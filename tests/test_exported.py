@@ -84,6 +84,7 @@ def test_evaluations_record_what_they_decided_and_count_the_writes_that_landed(
         "llm", 2, 3, "ScaleOut", T0)
     assert ("ScalingActive", "True", "Scaling") in got.conditions
     assert got.queue == 64.0 and got.latency_s == 0.05
+    assert got.interval_s == 15.0  # the NotEvaluated alert's measure
     assert settings.counts().scale_writes == {("ns/t", "out"): 1}
     # Refused: decided, reported, not counted as a write.
     refusal = ApiException(status=403, reason="Forbidden")
@@ -104,7 +105,11 @@ def test_evaluations_record_what_they_decided_and_count_the_writes_that_landed(
     settings.stopped("ns/t")
     assert settings.exported() == {} and settings.counts() == Counts({}, {}, 0)
     cluster.evaluate(settings, T0 + 225)
-    assert "ns/t" in settings.reported and settings.exported() == {}
+    assert settings.reported == {} and settings.exported() == {}
+    # The same name autoscaled again: no counts of the one deleted.
+    settings.autoscaled.add("ns/t")
+    assert settings.counts().scale_writes == {}
+    settings.stopped("ns/t")
     # A new term (another process led meanwhile): what it decided before is not exported.
     settings.autoscaled.add("ns/t")
     settings.leader = FlippingLeader()

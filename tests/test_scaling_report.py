@@ -1531,8 +1531,8 @@ def test_scaling_limited_says_when_max_replicas_holds_the_count_and_stays_while_
      "scale-down limited by spec.autoscaling.scaleDown (-1 pods per 15s): the replicas move "
      "toward what the signals call for in steps (the numbers are in "
      "status.autoscaling.reason)"),
-    # Idle at the minimum: HPA says TooFewReplicas too.
-    ({"minReplicas": 2}, 0.0, 2, "TooFewReplicas",
+    # Idle at the minimum, the scale-down window passed: HPA says TooFewReplicas too.
+    ({"minReplicas": 2, "scaleDown": {"stabilization": "0s"}}, 0.0, 2, "TooFewReplicas",
      "the signals call for fewer replicas than minReplicas (2), which are kept"),
 ])
 def test_scaling_limited_names_the_setting_that_held_the_replicas(
@@ -1606,3 +1606,21 @@ def test_a_dry_run_or_a_block_is_said_before_a_metrics_outage(
         mode: str, blocked: Blocked | None, reason: str) -> None:
     planned = plan_evaluation(spec(mode=mode), 1, {}, signals(queue=None), 4, blocked, NOW)
     assert conditions_of(planned.status)["ScalingActive"]["reason"] == reason
+
+
+def test_scaling_limited_does_not_flap_with_a_quiet_queue_at_min_replicas_one() -> None:
+    """Overnight at minReplicas 1, a queue between 0 and 3 per replica read TooFewReplicas
+    (a proposal of 0) and DesiredWithinRange (1) in turn: a condition write each interval.
+    Judged on the stabilized count, as HPA does, it says the same all night."""
+    idle = spec(autoscaling={"minReplicas": 1, "maxReplicas": 8})
+    status: dict[str, Any] = {}
+    said = set()
+    for i, queue in enumerate([0.0, 3.0, 0.0, 2.0, 0.0, 3.0, 0.0, 1.0]):
+        now = NOW + 15 * i
+        planned = plan_evaluation(idle, 1, status, signals(queue=queue, now=now), 1, None, now)
+        status = merge_patch(status, planned.status)
+        limited = conditions_of(status)["ScalingLimited"]
+        said.add((limited["status"], limited["reason"]))
+        if i:
+            assert "conditions" not in planned.status, (i, planned.status.get("conditions"))
+    assert len(said) == 1, said

@@ -216,7 +216,9 @@ class AutoscalingSettings:
     def wrote(self, key: str, replicas: int, current: int) -> None:
         """A replicas write of the operator landed (read back, or answered)."""
         self.written[key] = replicas
-        if replicas != current:
+        # Not for a tuning whose loop stopped while this pass ran in its worker thread: a
+        # tuning of the same name created next would start with its count.
+        if replicas != current and key in self.autoscaled:
             out, in_ = self.scale_writes.get(key, (0, 0))
             self.scale_writes[key] = (out + 1, in_) if replicas > current else (out, in_ + 1)
 
@@ -693,7 +695,7 @@ def evaluate(namespace: str, name: str, generation: int, spec: InferenceTuningSp
             return planned.decision
         raise
     settings.unwritten.pop(key, None)
-    if landed is not None:
+    if landed is not None and key in settings.autoscaled:  # (see `wrote`)
         decision = planned.decision
         reading = decision.signals
         settings.reported[key] = reported_of(
@@ -1068,7 +1070,10 @@ def _evaluate_if_due(settings: AutoscalingSettings, key: str, parsed: Parsed, tu
         settings.evaluated_at[key] = now
     except ApiException as exc:
         if exc.status == 404:
-            return  # the target (or the tuning) is missing; the controller reports it
+            # The target (or the tuning) is missing; the controller reports it. Its series
+            # go: they said Scaling and TooManyReplicas for a Deployment gone.
+            settings.reported.pop(key, None)
+            return
         raise
 
 

@@ -209,13 +209,12 @@ def _decide_on_signals(spec: AutoscalingSpec, current: int, reading: Reading,
                                        spec.scale_down, spec.min_replicas, spec.max_replicas,
                                        now)
     notes += [why] if why else []
-    if limited is None:
-        # Held where maxReplicas or minReplicas would have held it anyway (a stabilization
-        # window kept the count at the bound): still the bound that keeps it there.
-        if raw > spec.max_replicas and desired == spec.max_replicas:
-            limited = Limit.TOO_MANY
-        elif raw < spec.min_replicas and desired == spec.min_replicas:
-            limited = Limit.TOO_FEW
+    if limited is None and raw > spec.max_replicas and desired == spec.max_replicas:
+        # Held where maxReplicas would have held it anyway (a scale-up window kept the count
+        # at the bound): still the bound that keeps it there. Not so at minReplicas, which
+        # is judged on the stabilized count, as HPA does: a quiet queue moving between 0 and
+        # 3 per replica at minReplicas 1 turned TooFewReplicas on and off every interval.
+        limited = Limit.TOO_MANY
     tune = latency.tune_batching and desired == current
     return _applied(spec, current, desired, "; ".join(notes), reading, state, now, record=raw,
                     tune_batching=tune, limited=limited)
