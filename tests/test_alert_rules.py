@@ -16,12 +16,30 @@ PROMTOOL = shutil.which("promtool")
 pytestmark = pytest.mark.skipif(PROMTOOL is None,
                                 reason="needs promtool (apt-get install prometheus)")
 
-TUNING = 'namespace="prod", name="qwen", deployment="qwen-vllm"'
+QWEN = {"namespace": "prod", "name": "qwen", "deployment": "qwen-vllm"}
+"""The tuning most tests alert on."""
+WARNING = {"severity": "warning", **QWEN}
+"""The labels of a warning about it."""
 
 
-def condition(kind: str, status: str, reason: str) -> str:
-    return (f'infertune_autoscaling_condition{{{TUNING}, type="{kind}", status="{status}", '
-            f'reason="{reason}"}}')
+def series(metric: str, values: str, tuning: dict[str, str] | None = None,
+           **labels: str) -> dict[str, str]:
+    """An input series of `metric` for `tuning` (QWEN; {} for none) with `labels`."""
+    given = {**(QWEN if tuning is None else tuning), **labels}
+    text = ", ".join(f'{name}="{value}"' for name, value in given.items())
+    return {"series": f"{metric}{{{text}}}" if text else metric, "values": values}
+
+
+def condition(kind: str, status: str, reason: str, values: str,
+              tuning: dict[str, str] | None = None) -> dict[str, str]:
+    """An input series of the autoscaler's condition `kind` as the operator exports it."""
+    return series("infertune_autoscaling_condition", values, tuning, type=kind,
+                  status=status, reason=reason)
+
+
+def other(name: str) -> dict[str, str]:
+    """Another tuning of namespace prod, with a Deployment of its name."""
+    return {"namespace": "prod", "name": name, "deployment": name}
 
 
 def promtool_test(tmp_path: Path, series: list[dict[str, str]],
@@ -47,28 +65,18 @@ def at(alert: str, minutes: int, *expected: dict[str, object]) -> dict[str, obje
 
 
 def test_held_at_max_replicas_for_ten_minutes_alerts(tmp_path: Path) -> None:
-    labels = {"severity": "warning", "namespace": "prod", "name": "qwen",
-              "deployment": "qwen-vllm"}
-    trial = 'namespace="prod", name="trial", deployment="trial"'
-    blocked = 'namespace="prod", name="hpa", deployment="hpa"'
-    limited = 'type="ScalingLimited", status="True", reason="TooManyReplicas"'
+    trial, blocked = other("trial"), other("hpa")
     ran = promtool_test(tmp_path, [
-        {"series": condition("ScalingLimited", "True", "TooManyReplicas"),
-         "values": "1x20"},
-        {"series": f'infertune_autoscaling_action{{{TUNING}, action="Hold", mode="Enforce"}}',
-         "values": "1x20"},
+        condition("ScalingLimited", "True", "TooManyReplicas", "1x20"),
+        series("infertune_autoscaling_action", "1x20", action="Hold", mode="Enforce"),
         # A DryRun trial and a tuning an HPA keeps from writing: not paged as at max.
-        {"series": f"infertune_autoscaling_condition{{{trial}, {limited}}}", "values": "1x20"},
-        {"series": f'infertune_autoscaling_action{{{trial}, action="Hold", mode="DryRun"}}',
-         "values": "1x20"},
-        {"series": f"infertune_autoscaling_condition{{{blocked}, {limited}}}", "values": "1x20"},
-        {"series": f'infertune_autoscaling_action{{{blocked}, action="Hold", mode="Enforce"}}',
-         "values": "1x20"},
-        {"series": f'infertune_autoscaling_condition{{{blocked}, type="ScalingActive", '
-                   'status="False", reason="HorizontalPodAutoscalerPresent"}',
-         "values": "1x20"},
+        condition("ScalingLimited", "True", "TooManyReplicas", "1x20", trial),
+        series("infertune_autoscaling_action", "1x20", trial, action="Hold", mode="DryRun"),
+        condition("ScalingLimited", "True", "TooManyReplicas", "1x20", blocked),
+        series("infertune_autoscaling_action", "1x20", blocked, action="Hold", mode="Enforce"),
+        condition("ScalingActive", "False", "HorizontalPodAutoscalerPresent", "1x20", blocked),
     ], [at("InferenceTuningAtMaxReplicas", 5),
-        at("InferenceTuningAtMaxReplicas", 12, {"exp_labels": labels, "exp_annotations": {
+        at("InferenceTuningAtMaxReplicas", 12, {"exp_labels": WARNING, "exp_annotations": {
             "summary": "prod/qwen is held at maxReplicas",
             "description": "The signals of Deployment qwen-vllm call for more replicas than "
                            "spec.autoscaling.maxReplicas allows; status.autoscaling.reason has "
@@ -78,21 +86,16 @@ def test_held_at_max_replicas_for_ten_minutes_alerts(tmp_path: Path) -> None:
 
 def test_a_tuning_that_does_not_write_replicas_alerts_but_not_a_disabled_one(
         tmp_path: Path) -> None:
-    fight = {"severity": "warning", "namespace": "prod", "name": "qwen",
-             "deployment": "qwen-vllm", "reason": "ReplicaFight"}
-    other = 'namespace="prod", name="off", deployment="off"'
     ran = promtool_test(tmp_path, [
-        {"series": condition("ScalingActive", "False", "ReplicaFight"), "values": "1x10"},
-        {"series": (f'infertune_autoscaling_condition{{{other}, type="ScalingActive", '
-                    'status="False", reason="Disabled"}'), "values": "1x10"},
-        {"series": ('infertune_autoscaling_condition{namespace="prod", name="zero", '
-                    'deployment="zero", type="ScalingActive", status="False", '
-                    'reason="ScaledToZero"}'), "values": "1x10"},
+        condition("ScalingActive", "False", "ReplicaFight", "1x10"),
+        condition("ScalingActive", "False", "Disabled", "1x10", other("off")),
+        condition("ScalingActive", "False", "ScaledToZero", "1x10", other("zero")),
     ], [at("InferenceTuningNotScaling", 3),
-        at("InferenceTuningNotScaling", 7, {"exp_labels": fight, "exp_annotations": {
-            "summary": "prod/qwen does not scale: ReplicaFight",
-            "description": "The ScalingActive condition of the InferenceTuning says why "
-                           "(kubectl describe itune -n prod qwen)."}})])
+        at("InferenceTuningNotScaling", 7, {
+            "exp_labels": {**WARNING, "reason": "ReplicaFight"}, "exp_annotations": {
+                "summary": "prod/qwen does not scale: ReplicaFight",
+                "description": "The ScalingActive condition of the InferenceTuning says why "
+                               "(kubectl describe itune -n prod qwen)."}})])
     assert ran.returncode == 0, ran.stdout + ran.stderr
 
 
@@ -100,29 +103,28 @@ def test_a_tuning_no_longer_evaluated_alerts_after_three_of_its_intervals(
         tmp_path: Path) -> None:
     """Evaluated every 15 s until 5m, then no more; a second tuning with a 10m interval,
     evaluated on time, never alerts (a fixed threshold fired on it every cycle)."""
-    slow = 'namespace="prod", name="batch", deployment="batch"'
+    slow = other("batch")
+    evaluated = "infertune_autoscaling_last_evaluation_timestamp_seconds"
     ran = promtool_test(tmp_path, [
         # The value is the time of the last evaluation, scraped each minute.
-        {"series": f"infertune_autoscaling_last_evaluation_timestamp_seconds{{{TUNING}}}",
-         "values": "0+60x5 300x15"},
-        {"series": f"infertune_autoscaling_interval_seconds{{{TUNING}}}", "values": "15x20"},
-        {"series": f"infertune_autoscaling_last_evaluation_timestamp_seconds{{{slow}}}",
-         "values": "0x9 600x10 1200"},
-        {"series": f"infertune_autoscaling_interval_seconds{{{slow}}}", "values": "600x20"},
+        series(evaluated, "0+60x5 300x15"),
+        series("infertune_autoscaling_interval_seconds", "15x20"),
+        series(evaluated, "0x9 600x10 1200", slow),
+        series("infertune_autoscaling_interval_seconds", "600x20", slow),
     ], [at("InferenceTuningNotEvaluated", 6),
-        *(at("InferenceTuningNotEvaluated", minutes, {"exp_labels": {
-            "severity": "warning", "namespace": "prod", "name": "qwen",
-            "deployment": "qwen-vllm"}, "exp_annotations": {
-                "summary": f"prod/qwen was last evaluated {ago} ago"}})
+        *(at("InferenceTuningNotEvaluated", minutes, {"exp_labels": WARNING, "exp_annotations": {
+            "summary": f"prod/qwen was last evaluated {ago} ago"}})
           for minutes, ago in ((8, "3m 0s"), (19, "14m 0s")))])
     assert ran.returncode == 0, ran.stdout + ran.stderr
 
 
+FETCHES = "infertune_autoscaling_prometheus_fetches_total"
+"""Exported by the process that leads only (InfertuneAutoscalerAbsent)."""
+
+
 def test_no_leading_operator_alerts(tmp_path: Path) -> None:
-    ran = promtool_test(tmp_path, [
-        {"series": "infertune_autoscaling_prometheus_fetches_total", "values": "1+4x3"},
-    ], [at("InfertuneAutoscalerAbsent", 3),
-        # (Exported for 10 minutes: quiet all along, or the rule watches another name.)
+    ran = promtool_test(tmp_path, [series(FETCHES, "1+4x3", {})], [
+        at("InfertuneAutoscalerAbsent", 3),
         # Gone after 3m: stale 5m later, then absent for 5m.
         at("InfertuneAutoscalerAbsent", 15, {"exp_labels": {"severity": "critical"},
                                              "exp_annotations": {
@@ -131,10 +133,17 @@ def test_no_leading_operator_alerts(tmp_path: Path) -> None:
     assert ran.returncode == 0, ran.stdout + ran.stderr
 
 
+def test_a_leading_operator_is_not_absent(tmp_path: Path) -> None:
+    # Exported for 12 minutes: quiet all along, or the rule watches another name.
+    ran = promtool_test(tmp_path, [series(FETCHES, "1+4x12", {})],
+                        [at("InfertuneAutoscalerAbsent", 11)])
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+
+
 def test_evaluations_that_keep_failing_alert(tmp_path: Path) -> None:
     ran = promtool_test(tmp_path, [
-        {"series": 'infertune_autoscaling_evaluation_failures_total{namespace="prod", '
-                   'name="qwen"}', "values": "_ _ _ 1 3 5 7 9"},
+        series("infertune_autoscaling_evaluation_failures_total", "_ _ _ 1 3 5 7 9",
+               {"namespace": "prod", "name": "qwen"}),
     ], [at("InferenceTuningEvaluationsFailing", 3),
         at("InferenceTuningEvaluationsFailing", 7, {"exp_labels": {
             "severity": "warning", "namespace": "prod", "name": "qwen"}, "exp_annotations": {
@@ -142,25 +151,14 @@ def test_evaluations_that_keep_failing_alert(tmp_path: Path) -> None:
     assert ran.returncode == 0, ran.stdout + ran.stderr
 
 
-def test_a_leading_operator_is_not_absent(tmp_path: Path) -> None:
-    ran = promtool_test(tmp_path, [
-        {"series": "infertune_autoscaling_prometheus_fetches_total", "values": "1+4x12"},
-    ], [at("InfertuneAutoscalerAbsent", 11)])
-    assert ran.returncode == 0, ran.stdout + ran.stderr
-
-
 def test_a_fallback_and_a_missing_signal_alert(tmp_path: Path) -> None:
     ran = promtool_test(tmp_path, [
-        {"series": condition("ScalingActive", "True", "Fallback"), "values": "1x12"},
-        {"series": condition("MetricsAvailable", "False", "MetricsMissing"),
-         "values": "1x12"},
+        condition("ScalingActive", "True", "Fallback", "1x12"),
+        condition("MetricsAvailable", "False", "MetricsMissing", "1x12"),
     ], [at("InferenceTuningOnFallback", 3), at("InferenceTuningMetricsMissing", 8),
-        at("InferenceTuningOnFallback", 7, {"exp_labels": {
-            "severity": "warning", "namespace": "prod", "name": "qwen",
-            "deployment": "qwen-vllm"}, "exp_annotations": {
-                "summary": "prod/qwen runs on fallbackReplicas: no metrics"}}),
-        at("InferenceTuningMetricsMissing", 12, {"exp_labels": {
-            "severity": "warning", "namespace": "prod", "name": "qwen",
-            "deployment": "qwen-vllm", "reason": "MetricsMissing"}, "exp_annotations": {
+        at("InferenceTuningOnFallback", 7, {"exp_labels": WARNING, "exp_annotations": {
+            "summary": "prod/qwen runs on fallbackReplicas: no metrics"}}),
+        at("InferenceTuningMetricsMissing", 12, {
+            "exp_labels": {**WARNING, "reason": "MetricsMissing"}, "exp_annotations": {
                 "summary": "prod/qwen: MetricsMissing (see its MetricsAvailable condition)"}})])
     assert ran.returncode == 0, ran.stdout + ran.stderr
