@@ -214,11 +214,12 @@ class AutoscalingSettings:
         return Counts(writes, failed, self.fetches)
 
     def wrote(self, key: str, replicas: int, current: int) -> None:
-        """A replicas write of the operator landed (read back, or answered)."""
+        """A replicas write of the operator landed (read back, or answered); it is made only
+        for a change, so `replicas` differs from `current`."""
         self.written[key] = replicas
         # Not for a tuning whose loop stopped while this pass ran in its worker thread: a
         # tuning of the same name created next would start with its count.
-        if replicas != current and key in self.autoscaled:
+        if key in self.autoscaled:
             out, in_ = self.scale_writes.get(key, (0, 0))
             self.scale_writes[key] = (out + 1, in_) if replicas > current else (out, in_ + 1)
 
