@@ -41,6 +41,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.parser import text_string_to_metric_families
 from urllib3.exceptions import DecodeError
 
+from infertune import cli
 from infertune.api.spec import Engine, InferenceTuning
 from infertune.autoscale_cli import add_autoscale_commands
 from infertune.metrics import prometheus as prometheus_adapter
@@ -519,6 +520,53 @@ def test_cli_evaluate_ends_at_ctrl_c_while_prometheus_does_not_answer() -> None:
             process.kill()
     assert process.returncode == 130, err
     assert err.strip() == "infertune: interrupted"
+
+
+INTERRUPTED_INSIDE_A_LOCK = """
+import argparse, os, signal, threading
+from infertune import cli
+
+def handler(args):
+    try:
+        os.kill(os.getpid(), signal.SIGINT)
+        threading.Event().wait(5)  # the interrupt lands here
+    except KeyboardInterrupt:
+        # What a KeyboardInterrupt inside a lock's release leaves behind (Thread.start() in
+        # the main thread, starting a query's thread): the lock is broken.
+        raise RuntimeError("release unlocked lock") from None
+    return 0
+
+parser = argparse.ArgumentParser()
+parser.set_defaults(handler=handler)
+cli.build_parser = lambda: parser
+raise SystemExit(cli.main([]))
+"""
+
+
+@pytest.mark.parametrize("sigint", ["default", "ignored"])
+def test_ctrl_c_that_breaks_a_lock_still_ends_the_command_as_interrupted(sigint: str) -> None:
+    """Ctrl-C that landed while the main thread started a query's thread left that thread's
+    lock broken: a RuntimeError traceback, then a wait for the query's 60 s timeout (one run
+    in about a hundred of the test above). Where SIGINT is ignored (a background job), the
+    command is left alone."""
+    ignore = sigint == "ignored"
+    done = subprocess.run(
+        [sys.executable, "-c", INTERRUPTED_INSIDE_A_LOCK], capture_output=True, text=True,
+        timeout=60, preexec_fn=lambda: signal.signal(
+            signal.SIGINT, signal.SIG_IGN if ignore else signal.SIG_DFL))
+    if ignore:
+        assert (done.returncode, done.stderr) == (0, "")
+    else:
+        assert (done.returncode, done.stderr) == (130, "infertune: interrupted\n")
+
+
+def test_the_interrupt_handler_is_put_back_after_a_command(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """main() is called in-process too (tests, `python -m infertune` in a debugger): Python's
+    own SIGINT handler is back when it returns."""
+    assert cli.main(["mig", "profiles", "NVIDIA-H100-80GB-HBM3"]) == 0
+    assert "1g.10gb" in capsys.readouterr().out
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
 def test_the_queries_of_a_batch_wait_for_a_hanging_prometheus_together() -> None:

@@ -8,9 +8,13 @@ import errno
 import math
 import os
 import re
+import signal
 import sys
+import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from types import FrameType
+from typing import Any, NoReturn
 
 from infertune import __version__
 
@@ -427,19 +431,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     handler: Command = args.handler
     if handler is _run:  # a broken pipe there is a connection's, not the output's
         return handler(args)
+    interrupts = _Interrupts()
     try:
-        code = handler(args)
+        with interrupts:
+            code = handler(args)
         # Flushed here, so that a reader that went away is seen below and not by the
         # interpreter's final flush (which prints a traceback and exits 120).
         sys.stdout.flush()
     except KeyboardInterrupt:
-        # Ctrl-C while a query waits for a Prometheus that does not answer: one line and the
-        # shell's code for SIGINT, at once. It printed a traceback and then waited out the
-        # query's timeout, as the interpreter joins the query threads before it exits.
-        with contextlib.suppress(OSError):
-            sys.stdout.flush()
-        print("infertune: interrupted", file=sys.stderr, flush=True)
-        os._exit(INTERRUPTED)
+        _interrupted()
     except BrokenPipeError:
         # `infertune validate many.yaml | head -1`: the reader has what it wanted. Quiet, as
         # a shell tool that SIGPIPE ends; stdout goes to /dev/null so that flushing what is
@@ -447,13 +447,56 @@ def main(argv: Sequence[str] | None = None) -> int:
         _output_to_devnull()
         return CLOSED_OUTPUT
     except OSError as exc:
+        if interrupts.seen:
+            _interrupted()
         if exc.errno not in OUTPUT_FULL:
             raise
         # `infertune crds > /dev/full`, a full disk: said, not a traceback.
         _output_to_devnull()
         print(f"infertune: cannot write the output: {exc.strerror}", file=sys.stderr)
         return 1
+    except BaseException:
+        if interrupts.seen:
+            _interrupted()
+        raise
     return code
+
+
+def _interrupted() -> NoReturn:
+    """Ctrl-C while a query waits for a Prometheus that does not answer: one line and the
+    shell's code for SIGINT, at once. It printed a traceback and then waited out the query's
+    timeout, as the interpreter joins the query threads before it exits."""
+    with contextlib.suppress(OSError, ValueError):
+        sys.stdout.flush()
+    print("infertune: interrupted", file=sys.stderr, flush=True)
+    os._exit(INTERRUPTED)
+
+
+class _Interrupts:
+    """While entered, Ctrl-C raises KeyboardInterrupt as Python's own handler does, and is
+    remembered (`seen`): one that lands inside a lock's release (the main thread starting a
+    query's thread) leaves the lock broken, and what reaches main() is "RuntimeError:
+    release unlocked lock" instead; it printed a traceback, and the process then waited out
+    the query's timeout. Left alone where SIGINT is not Python's (ignored, as in a shell's
+    background job), and off the main thread, where no handler can be set."""
+
+    def __init__(self) -> None:
+        self.seen = False
+        self._before: Any = None
+
+    def __enter__(self) -> None:
+        if (threading.current_thread() is threading.main_thread()
+                and signal.getsignal(signal.SIGINT) is signal.default_int_handler):
+            self._before = signal.signal(signal.SIGINT, self._interrupt)
+
+    def __exit__(self, *exc: object) -> None:
+        if self._before is not None:
+            signal.signal(signal.SIGINT, self._before)
+            self._before = None
+
+    def _interrupt(self, signum: int, frame: FrameType | None) -> None:
+        self.seen = True
+        raise KeyboardInterrupt
 
 
 OUTPUT_FULL = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO})
