@@ -10,6 +10,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,7 @@ import yaml
 from kubernetes import client
 
 from e2e.cluster.helm import helm_binary
+from e2e.cluster.monitoring import monitoring_crds as monitoring_crds_files
 from e2e.fixtures.access import ClusterInfo, Kubectl, exists
 from e2e.fixtures.waiting import wait_for
 from infertune.cli import build_parser
@@ -139,6 +141,140 @@ def test_the_operators_metrics_are_served_on_their_port_and_can_be_turned_off() 
     assert clash.returncode != 0 and "metrics.port 9443 is webhook.port too" in clash.stderr
     health = helm("template", "t", str(CHART), "--set", "metrics.port=8080", check=False)
     assert health.returncode != 0 and "/metrics/port" in health.stderr
+
+
+ALERTS = CHART / "files" / "prometheus-alerts.yaml"
+MONITORING = ["--set", "metrics.podMonitor.enabled=true",
+              "--set", "metrics.prometheusRule.enabled=true"]
+"""Both Prometheus Operator objects on."""
+
+
+def monitoring_objects(*values: str, namespace: str = "infertune-system",
+                       release: str = "t") -> dict[str, Any]:
+    """The chart's monitoring.coreos.com objects by kind, as `helm template` renders them."""
+    rendered = helm("template", release, str(CHART), "--namespace", namespace, *values).stdout
+    return {d["kind"]: d for d in yaml.safe_load_all(rendered)
+            if d and d["apiVersion"].startswith("monitoring.coreos.com/")}
+
+
+def test_the_prometheus_operator_objects_are_made_only_when_asked_for() -> None:
+    assert monitoring_objects() == {}
+    assert monitoring_objects("--set", "metrics.podMonitor.enabled=true").keys() == {
+        "PodMonitor"}
+    assert monitoring_objects("--set", "metrics.prometheusRule.enabled=true").keys() == {
+        "PrometheusRule"}
+    # helm upgrade --reuse-values from a release before these settings: neither is made.
+    assert monitoring_objects("--set", "metrics.podMonitor=null",
+                              "--set", "metrics.prometheusRule=null") == {}
+
+
+def test_the_podmonitor_scrapes_every_operator_pod_on_its_metrics_port() -> None:
+    values = [*MONITORING, "--set", "metrics.port=9100", "--set", "metrics.podMonitor.interval=1m",
+              "--set", "metrics.podMonitor.labels.release=kube-prometheus-stack"]
+    monitor = monitoring_objects(*values, namespace="ops")["PodMonitor"]
+    pod = rendered_deployment("--namespace", "ops", *values)["spec"]["template"]
+    # It selects the operator's pods, in the release's namespace only, by the port's name.
+    selector = monitor["spec"]["selector"]["matchLabels"]
+    assert selector.items() <= pod["metadata"]["labels"].items()
+    assert monitor["metadata"]["namespace"] == "ops"
+    assert monitor["spec"]["namespaceSelector"] == {"matchNames": ["ops"]}
+    (endpoint,) = monitor["spec"]["podMetricsEndpoints"]
+    (container,) = pod["spec"]["containers"]
+    assert {"name": endpoint["port"], "containerPort": 9100} in container["ports"]
+    assert "--metrics-port=9100" in container["args"]
+    # The tuning's own namespace label is kept (docs/autoscaling.md, "The operator's metrics").
+    assert endpoint == {"port": "metrics", "path": "/metrics", "interval": "1m",
+                        "honorLabels": True}
+    assert monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    assert monitor["metadata"]["labels"]["app.kubernetes.io/instance"] == "t"
+    assert monitoring_objects(*MONITORING)["PodMonitor"]["spec"]["podMetricsEndpoints"][0][
+        "interval"] == "30s"
+
+
+def test_the_prometheusrule_holds_the_alerts_the_tests_run() -> None:
+    """The rule file tests/test_alert_rules.py runs through promtool, as it is: its
+    annotations' {{ $labels.x }} are left for Prometheus, not taken by Helm."""
+    rule = monitoring_objects(
+        *MONITORING, "--set", "metrics.prometheusRule.labels.role=alert-rules",
+        "--set", "metrics.prometheusRule.labels.rules\\.example\\.com/team=sre",
+    )["PrometheusRule"]
+    assert rule["spec"] == yaml.safe_load(ALERTS.read_text())
+    assert "{{ $labels.namespace }}" in json.dumps(rule["spec"])
+    assert {"role": "alert-rules", "rules.example.com/team": "sre"}.items() <= \
+        rule["metadata"]["labels"].items()
+
+
+@pytest.fixture
+def monitoring_crds(kubectl: Kubectl) -> Iterator[None]:
+    """The Prometheus Operator's PodMonitor and PrometheusRule CRDs, established."""
+    crds = monitoring_crds_files()
+    if not crds:
+        pytest.fail("the Prometheus Operator's CRDs are not fetched; run "
+                    "`python -m e2e.cluster build`", pytrace=False)
+    names = [yaml.safe_load(path.read_text())["metadata"]["name"] for path in crds]
+    for path in crds:  # server-side: a client-side apply's annotation would not fit
+        kubectl("apply", "--server-side", "-f", str(path))
+    try:
+        for name in names:
+            kubectl("wait", "--for=condition=Established", f"crd/{name}", "--timeout=60s")
+        yield
+    finally:
+        for name in names:
+            kubectl("delete", "crd", name, "--ignore-not-found", "--wait=false")
+
+
+def test_the_prometheus_operator_objects_install_against_its_own_crds(
+        cluster: ClusterInfo, kubectl: Kubectl, namespace: str, monitoring_crds: None) -> None:
+    """The API server checks them against the Prometheus Operator's CRD schemas; read back,
+    they are as rendered (a field the schema does not know would have been pruned)."""
+    release = "infertune-monitoring"
+    values = [*MONITORING, "--set", "image.pullPolicy=Never",
+              "--set", "metrics.podMonitor.labels.release=kube-prometheus-stack"]
+    rendered = monitoring_objects(*values, namespace=namespace, release=release)
+    helm("install", release, str(CHART), "--kubeconfig", str(cluster.kubeconfig),
+         "--namespace", namespace, *values)
+    try:
+        for kind, resource in (("PodMonitor", "podmonitors"),
+                               ("PrometheusRule", "prometheusrules")):
+            stored = json.loads(kubectl("get", f"{resource}.monitoring.coreos.com",
+                                        "infertune-operator", "-n", namespace,
+                                        "-o", "json").stdout)
+            assert stored["spec"] == rendered[kind]["spec"], kind
+            assert rendered[kind]["metadata"]["labels"].items() <= \
+                stored["metadata"]["labels"].items()
+    finally:
+        helm("uninstall", release, "--kubeconfig", str(cluster.kubeconfig),
+             "--namespace", namespace)
+    for resource in ("podmonitors", "prometheusrules"):
+        left = kubectl("get", f"{resource}.monitoring.coreos.com", "-n", namespace, "-o",
+                       "name").stdout
+        assert left.strip() == "", left
+
+
+@pytest.mark.parametrize(("values", "says"), [
+    (["--set", "metrics.enabled=false", "--set", "metrics.podMonitor.enabled=true"],
+     "metrics.podMonitor.enabled needs metrics.enabled"),
+    (["--set", "metrics.enabled=false", "--set", "metrics.prometheusRule.enabled=true"],
+     "metrics.prometheusRule.enabled needs metrics.enabled"),
+    (["--set", "metrics.podMonitor.labels.app\\.kubernetes\\.io/name=x"],
+     "metrics.podMonitor.labels: app.kubernetes.io/name is one of the chart's own labels"),
+    (["--set", "metrics.prometheusRule.labels.app\\.kubernetes\\.io/instance=x"],
+     "metrics.prometheusRule.labels: app.kubernetes.io/instance is one of the chart's own"),
+    (["--set", "metrics.podMonitor.interval=30"], "/metrics/podMonitor/interval"),
+    (["--set", "metrics.podMonitor.interval=half a minute"], "/metrics/podMonitor/interval"),
+    (["--set-string", "metrics.podMonitor.labels.release=kube prometheus"],
+     "/metrics/podMonitor/labels/release"),
+    (["--set", "metrics.prometheusRule.labels.bad\\ key=x"],
+     'metrics.prometheusRule.labels: "bad key" is not a label key'),
+    (["--set", f"metrics.podMonitor.labels.{'a' * 64}=x"],
+     f"metrics.podMonitor.labels: \"{'a' * 64}\" is not a label key"),
+    (["--set", "metrics.podMonitor.labels.-x=x"], 'metrics.podMonitor.labels: "-x" is not'),
+    (["--set", "metrics.podMonitor.scrapeEvery=30s"], "scrapeEvery"),
+])
+def test_prometheus_operator_values_that_cannot_work_are_refused(values: list[str],
+                                                                 says: str) -> None:
+    refused = helm("template", "t", str(CHART), *values, check=False)
+    assert refused.returncode != 0 and says in refused.stderr, refused.stderr
 
 
 def test_promql_templates_can_be_turned_off() -> None:
@@ -399,7 +535,7 @@ def test_without_access_values_nothing_is_mounted_or_passed() -> None:
     (["--set", f"prometheus.url={PROMETHEUS}", "--set-string",
       "prometheus.headers.X-Scope-OrgID=a\nX-Evil: 1"], "/prometheus/headers/X-Scope-OrgID"),
     (["--set", f"prometheus.url={PROMETHEUS}", "--set-string", "prometheus.headers.X A=a"],
-     "does not match pattern"),
+     'prometheus.headers: "X A" is not an HTTP header name'),
     (["--set", f"prometheus.url={PROMETHEUS}", "--set-string",
       'prometheus.credentialsFile=/t" --kubeconfig=/etc/evil'], "/prometheus/credentialsFile"),
     # What `infertune run` refuses at start, refused at render instead of a crash loop:

@@ -1,4 +1,5 @@
-"""The alert rules of docs/prometheus-alerts.yaml, run by promtool (Prometheus's own rule
+"""The alert rules of charts/infertune/files/prometheus-alerts.yaml (the chart's PrometheusRule
+with metrics.prometheusRule.enabled), run by promtool (Prometheus's own rule
 engine) over series in the shape the operator exports (controller/exported.py)."""
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import pytest
 import yaml
 from tests.conftest import ROOT
 
-RULES = ROOT / "docs" / "prometheus-alerts.yaml"
+RULES = ROOT / "charts" / "infertune" / "files" / "prometheus-alerts.yaml"
 PROMTOOL = shutil.which("promtool")
 pytestmark = pytest.mark.skipif(PROMTOOL is None,
                                 reason="needs promtool (apt-get install prometheus)")

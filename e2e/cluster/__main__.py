@@ -12,6 +12,7 @@ from types import FrameType
 
 from e2e.cluster.build import BuildError, build, cached_bin_dir, missing_binaries
 from e2e.cluster.helm import build_helm
+from e2e.cluster.monitoring import fetch_monitoring_crds
 from e2e.cluster.processes import ClusterError
 from e2e.cluster.runtime import Cluster
 from e2e.cluster.topology import DEFAULT_NODES_FILE, TopologyError
@@ -22,7 +23,8 @@ READY_LINE = "infertune e2e cluster ready:"
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m e2e.cluster", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
-    commands.add_parser("build", help="build the control-plane binaries and Helm into the cache")
+    commands.add_parser("build", help="build the control-plane binaries and Helm (and fetch "
+                        "the Prometheus Operator's CRDs) into the cache")
     commands.add_parser("path", help="print the bin dir for the current go.sum (exit 1 if absent)")
     up = commands.add_parser("up", help="run a cluster until SIGINT/SIGTERM")
     up.add_argument("--kubeconfig", type=Path, required=True, help="admin kubeconfig to write")
@@ -42,6 +44,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "build":
             build()
             build_helm()  # for the chart tests
+            fetch_monitoring_crds()  # the chart's monitoring objects are checked against them
             return 0
         if args.command == "path":
             return _path()

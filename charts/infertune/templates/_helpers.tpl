@@ -26,6 +26,10 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end -}}
 {{- $seen := dict -}}
 {{- range $name, $value := $p.headers -}}
+{{- /* Here, not in the schema: Helm names the wrong field for a propertyNames failure. */}}
+{{- if not (regexMatch "^[!#$%&'*+.^_`|~0-9A-Za-z-]+$" $name) -}}
+{{- fail (printf "prometheus.headers: %q is not an HTTP header name (letters, digits and !#$%%&'*+.^_`|~-, no spaces)" $name) -}}
+{{- end -}}
 {{- $key := lower $name -}}
 {{- if hasKey $seen $key -}}
 {{- fail (printf "prometheus.headers: %s is given twice (header names are case-insensitive); keep one" $name) -}}
