@@ -1509,6 +1509,31 @@ def test_scaling_limited_says_when_max_replicas_holds_the_count_and_stays_while_
                                   "minReplicas..maxReplicas (1..5) and the rate limits")
 
 
+@pytest.mark.parametrize(("batching", "action", "engine", "hints"), [
+    ("Off", "Auto", "vllm", True),  # the default: a breach of batching's is scaled out
+    ("Recommend", "Auto", "vllm", False),
+    ("Auto", "Auto", "vllm", False),
+    ("Off", "ScaleOut", "vllm", False),  # every breach is scaled out, whatever batching does
+    ("Off", "Auto", "custom", False),  # no knob to lower
+])
+def test_too_many_replicas_points_at_batching_where_only_batching_being_off_adds_replicas(
+        batching: str, action: str, engine: str, hints: bool) -> None:
+    """With batching Off, a P99 breach with a low queue (the batch's, not the load's) is
+    scaled out: the lever left. At maxReplicas the condition said only to raise it."""
+    tuning = spec(autoscaling={"minReplicas": 1, "maxReplicas": 4,
+                               "latency": {"action": action}},
+                  batching={"mode": batching}, engine=engine,
+                  **({"metrics": {"queueDepth": "my_queue",
+                                  "latencyHistogram": "my_latency_seconds"}}
+                     if engine == "custom" else {}))
+    planned = plan_evaluation(tuning, 1, {}, signals(queue=200.0), 4, None, NOW)
+    limited = conditions_of(planned.status)["ScalingLimited"]
+    assert limited["reason"] == "TooManyReplicas"
+    assert limited["message"].endswith(
+        "; where that reason says the latency comes from batching, spec.batching.mode Auto "
+        "lowers the batch instead of adding replicas") is hints, limited["message"]
+
+
 @pytest.mark.parametrize(("autoscaling", "queue", "current", "reason", "message"), [
     ({"scaleUp": {"pods": 2, "percent": 0, "period": "1m"}}, 320.0, 4, "ScaleUpLimit",
      "scale-up limited by spec.autoscaling.scaleUp (+2 pods per 1m): the replicas move "

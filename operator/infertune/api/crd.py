@@ -38,7 +38,9 @@ PRINTER_COLUMNS: list[Schema] = [
     {"name": "Scaling", "type": "string",
      "jsonPath": _condition_reason(ConditionType.SCALING_ACTIVE),
      "description": "The ScalingActive condition's reason: Scaling when replicas follow the "
-                    "signals, else why not"},
+                    "signals, Fallback when no metrics raise them to fallbackReplicas, DryRun "
+                    "when decisions are not written; any other says why replicas are not "
+                    "written"},
     {"name": "Replicas", "type": "integer", "jsonPath": ".status.autoscaling.currentReplicas",
      "description": "Replicas at the last evaluation"},
     {"name": "Desired", "type": "integer", "jsonPath": ".status.autoscaling.desiredReplicas",

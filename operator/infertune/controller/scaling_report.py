@@ -392,6 +392,12 @@ def _limited_condition(spec: InferenceTuningSpec, decision: ScaleDecision, gener
         message = (f"the signals call for more replicas than maxReplicas "
                    f"({scaling.max_replicas}); raise spec.autoscaling.maxReplicas if the "
                    "Deployment may have more (the numbers are in status.autoscaling.reason)")
+        if (scaling.latency.action is LatencyAction.AUTO
+                and spec.batching.mode is BatchingMode.OFF
+                and batching_knob(spec.batching, spec.engine) is not None):
+            # Replicas are the lever left only because batching is off: said where it lasts.
+            message += ("; where that reason says the latency comes from batching, "
+                        "spec.batching.mode Auto lowers the batch instead of adding replicas")
     elif limited is Limit.TOO_FEW:
         message = (f"the signals call for fewer replicas than minReplicas "
                    f"({scaling.min_replicas}), which are kept")
