@@ -32,7 +32,8 @@ PRINTER_COLUMNS: list[Schema] = [
     {"name": "Mode", "type": "string", "jsonPath": ".spec.mode",
      "description": "Enforce or DryRun"},
     {"name": "Phase", "type": "string", "jsonPath": ".status.phase",
-     "description": "Summary of the conditions"},
+     "description": "Whether the spec is accepted for its Deployment (Ready, DryRun): "
+                    "Pending, Active, DryRun or Error"},
     # The phase sums up the controller's conditions; at 3 a.m. the question is whether the
     # autoscaler writes replicas, and if not why (MetricsUnavailable, ReplicaFight, ...).
     {"name": "Scaling", "type": "string",

@@ -65,12 +65,13 @@ class Condition(ApiModel):
 
 
 class Phase(StrEnum):
-    """A one-word summary of the conditions, for kubectl and dashboards."""
+    """A one-word summary of Ready and DryRun, for kubectl and dashboards: whether the spec
+    is accepted for its Deployment (the autoscaler's state is ScalingActive, the SCALING
+    column; the pods' is status.tuning)."""
 
     PENDING = "Pending"
     ACTIVE = "Active"
     DRY_RUN = "DryRun"
-    DEGRADED = "Degraded"
     ERROR = "Error"
 
 
