@@ -187,6 +187,9 @@ def test_the_podmonitor_scrapes_every_operator_pod_on_its_metrics_port() -> None
                         "honorLabels": True}
     assert monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
     assert monitor["metadata"]["labels"]["app.kubernetes.io/instance"] == "t"
+    # Not also by the prometheus.io annotations: a Prometheus that discovers pods by them
+    # too would scrape it a second time, without honorLabels.
+    assert "annotations" not in pod["metadata"]
     assert monitoring_objects(*MONITORING)["PodMonitor"]["spec"]["podMetricsEndpoints"][0][
         "interval"] == "30s"
 

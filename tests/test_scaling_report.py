@@ -1510,19 +1510,27 @@ def test_scaling_limited_says_when_max_replicas_holds_the_count_and_stays_while_
 
 
 @pytest.mark.parametrize(("batching", "action", "engine", "hints"), [
-    ("Off", "Auto", "vllm", True),  # the default: a breach of batching's is scaled out
-    ("Recommend", "Auto", "vllm", False),
-    ("Auto", "Auto", "vllm", False),
-    ("Off", "ScaleOut", "vllm", False),  # every breach is scaled out, whatever batching does
-    ("Off", "Auto", "custom", False),  # no knob to lower
+    ({"mode": "Off"}, "Auto", "vllm", True),  # the default: a breach of batching's scales out
+    ({"mode": "Off", "knob": "max-num-batched-tokens", "min": 2048, "max": 16384}, "Auto",
+     "vllm", True),
+    ({"mode": "Recommend"}, "Auto", "vllm", False),
+    ({"mode": "Auto"}, "Auto", "vllm", False),
+    ({"mode": "Off"}, "ScaleOut", "vllm", False),  # every breach scales out, whatever batching
+    ({"mode": "Off"}, "Auto", "custom", False),  # no knob to lower
+    # Knobs mode Auto does not drive (auto_batching_problem): it would scale out all the same.
+    ({"mode": "Off"}, "Auto", "tgi", False),
+    ({"mode": "Off"}, "Auto", "triton", False),
+    ({"mode": "Off", "knob": "max-concurrent-requests"}, "Auto", "tgi", False),
+    ({"mode": "Off", "knob": "max-num-batched-tokens"}, "Auto", "vllm", False),  # min 1
 ])
 def test_too_many_replicas_points_at_batching_where_only_batching_being_off_adds_replicas(
-        batching: str, action: str, engine: str, hints: bool) -> None:
+        batching: dict[str, Any], action: str, engine: str, hints: bool) -> None:
     """With batching Off, a P99 breach with a low queue (the batch's, not the load's) is
-    scaled out: the lever left. At maxReplicas the condition said only to raise it."""
+    scaled out: the lever left. At maxReplicas the condition said only to raise it. Said only
+    where mode Auto would lower the batch instead."""
     tuning = spec(autoscaling={"minReplicas": 1, "maxReplicas": 4,
                                "latency": {"action": action}},
-                  batching={"mode": batching}, engine=engine,
+                  batching=batching, engine=engine,
                   **({"metrics": {"queueDepth": "my_queue",
                                   "latencyHistogram": "my_latency_seconds"}}
                      if engine == "custom" else {}))

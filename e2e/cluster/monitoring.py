@@ -56,9 +56,11 @@ def fetch_monitoring_crds(out: TextIO = sys.stdout) -> Path:
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".fetch-", dir=target.parent))
     try:
-        # Outside any module (the temporary directory), so no go.mod is read or changed.
+        staging.chmod(0o755)  # it becomes the cache directory (mkdtemp makes it 0700)
+        # Outside any module or workspace (the temporary directory), so no go.mod is read or
+        # changed, and without the caller's GOFLAGS (-mod=vendor would be refused here).
         done = subprocess.run([go, "mod", "download", "-json", module],
-                              env={**os.environ, "GOFLAGS": "-mod=mod"},
+                              env={**os.environ, "GOFLAGS": "", "GOWORK": "off"},
                               capture_output=True, text=True, cwd=staging)
         if done.returncode != 0:
             raise BuildError(f"go mod download {module} failed:\n"
@@ -69,7 +71,12 @@ def fetch_monitoring_crds(out: TextIO = sys.stdout) -> Path:
                 raise BuildError(f"{module} has no {CRD_DIR}/{name}")
             shutil.copyfile(source / name, staging / name)
         shutil.rmtree(target, ignore_errors=True)  # a copy with a file missing
-        os.replace(staging, target)  # whole or not at all
+        try:
+            os.replace(staging, target)  # whole or not at all
+        except OSError as exc:
+            if monitoring_crds():  # another build put them there meanwhile
+                return target
+            raise BuildError(f"cannot move the CRDs into {target}: {exc}") from exc
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     print(f"fetched the prometheus-operator CRDs into {target}", file=out)

@@ -441,6 +441,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         _interrupted()
     except BrokenPipeError:
+        if interrupts.seen:
+            _interrupted()
         # `infertune validate many.yaml | head -1`: the reader has what it wanted. Quiet, as
         # a shell tool that SIGPIPE ends; stdout goes to /dev/null so that flushing what is
         # left at exit cannot fail again.
@@ -459,6 +461,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if interrupts.seen:
             _interrupted()
         raise
+    if interrupts.seen:
+        # The exception the interrupt left (a lock broken under it) was caught in the
+        # command, which went on to its end: it was interrupted all the same.
+        _interrupted()
     return code
 
 

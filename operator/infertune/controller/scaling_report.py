@@ -392,10 +392,13 @@ def _limited_condition(spec: InferenceTuningSpec, decision: ScaleDecision, gener
         message = (f"the signals call for more replicas than maxReplicas "
                    f"({scaling.max_replicas}); raise spec.autoscaling.maxReplicas if the "
                    "Deployment may have more (the numbers are in status.autoscaling.reason)")
+        knob = batching_knob(spec.batching, spec.engine)
         if (scaling.latency.action is LatencyAction.AUTO
                 and spec.batching.mode is BatchingMode.OFF
-                and batching_knob(spec.batching, spec.engine) is not None):
-            # Replicas are the lever left only because batching is off: said where it lasts.
+                and auto_batching_problem(spec.batching, knob, spec.engine) is None):
+            # Replicas are the lever left only because batching is off, and mode Auto could
+            # drive this knob within these bounds (not Triton's, TGI's, nor a token knob
+            # bounded by request counts: _batching_stuck scales those out in Auto too).
             message += ("; where that reason says the latency comes from batching, "
                         "spec.batching.mode Auto lowers the batch instead of adding replicas")
     elif limited is Limit.TOO_FEW:
