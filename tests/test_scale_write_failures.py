@@ -1110,3 +1110,33 @@ def test_writer_of_names_the_managers_of_the_replicas() -> None:
         "kubectl through the scale subresource, flux")
     assert writer_of([]) is None and writer_of([("", "")]) is None
     assert writer_of([("infertune", "scale"), ("kubectl", "")]) == "kubectl"  # not itself
+
+
+def test_scaling_to_zero_by_hand_is_a_pause_not_a_revert(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """`kubectl scale --replicas=0` is how a Deployment is paused (left alone at 0, as HPA
+    leaves it): it was taken for a revert of the operator's count, so pausing twice in three
+    hours made a ReplicaFight, ScalingActive said ReplicaFight instead of ScaledToZero, and
+    after the resume a queue twice the target got no scale-out for 5 minutes."""
+    cluster = Cluster(monkeypatch, replicas=2)
+    settings = autoscaling.AutoscalingSettings(source=None)
+    assert cluster.evaluate(settings, T0) == 3 and cluster.replicas == 3
+    at = T0
+    for _ in range(2):  # paused, resumed, twice
+        cluster.replicas = 0
+        cluster.evaluate(settings, at + 75)
+        assert cluster.replicas == 0
+        assert _scaling_active(cluster)["reason"] == "ScaledToZero"
+        # Nothing stored as written either: a process started during the pause counts no
+        # revert at the resume.
+        assert cluster.status["autoscaling"].get("writtenReplicas") is None
+        cluster.replicas = 1
+        cluster.evaluate(settings, at + 150)
+        assert cluster.replicas == 2, cluster.events  # scaled out at once, a pod a minute
+        at += 600
+    assert "ReplicasReverted" not in cluster.events and "ReplicaFight" not in cluster.events
+    assert cluster.status["autoscaling"].get("replicaFight") is None
+    # Put back to another count than 0: still a revert.
+    cluster.replicas = 1
+    cluster.evaluate(settings, at + 75)
+    assert cluster.events[-1] == "ReplicasReverted", cluster.events

@@ -332,6 +332,70 @@ def test_missing_since_is_remembered_and_cleared() -> None:
     assert back.state.metrics_missing_since is None
 
 
+def test_time_at_zero_replicas_is_no_metrics_outage() -> None:
+    """A Deployment scaled to 0 (paused) has no pods, so no metrics: counted as an outage, an
+    hour at 0 and a resume with the new pod still loading its model scaled 1 -> 5 -> 8 at
+    once, "no usable metrics for 1h (>= 2m): fallback to 8 replicas"."""
+    rules = {"metricsUnavailable": {"action": "Fallback", "fallbackReplicas": 8,
+                                    "after": "2m"}}
+    state, t = ScalingState(), NOW
+    for _ in range(240):  # an hour at 0
+        paused = decide(NO_SIGNALS, current=0, state=state, now=t, **rules)
+        assert paused.desired_replicas == 0
+        state, t = paused.state, t + 15
+    assert state.metrics_missing_since is None
+    resumed = decide(NO_SIGNALS, current=1, state=state, now=t, **rules)
+    assert (resumed.action, resumed.desired_replicas, resumed.outage) == (
+        ScaleAction.HOLD, 1, Outage.HOLD), resumed.reason
+    assert resumed.state.metrics_missing_since == t  # the outage starts with the pods
+    # Missing since before the pause: the pause does not carry it over either.
+    outage = decide(NO_SIGNALS, current=4, now=NOW - 600, **rules)
+    assert outage.state.metrics_missing_since == NOW - 600
+    zero = decide(NO_SIGNALS, current=0, state=outage.state, now=NOW, **rules)
+    assert zero.state.metrics_missing_since is None
+
+
+def test_with_min_request_rate_zero_a_missing_request_rate_does_not_void_the_latency() -> None:
+    """The request-rate query failed alone (a timeout, a broken template): every latency
+    sample was not counted, "0/2 samples above target (a sample counts with minRequestRate
+    behind it, and the rate is unknown)", even with minRequestRate 0, which asks for no
+    rate behind a sample; a P99 3 times its target held 4 replicas for as long."""
+    slow = (150, 150)
+    without_rate = TargetSignals(steady(0), per_interval(*(ms / 1000 for ms in slow)),
+                                 MISSING)
+    counted = decide(without_rate, latency={"minRequestRate": 0, "action": "ScaleOut"})
+    assert (counted.signals.breaches, counted.action, counted.desired_replicas) == (
+        2, ScaleAction.SCALE_OUT, 8), counted.reason
+    assert "minRequestRate behind it" not in counted.reason
+    assert "at an unknown request rate" in counted.reason
+    # With a minimum, a sample needs the rate to be known to count, as before.
+    held = decide(without_rate, latency={"action": "ScaleOut"})
+    assert (held.signals.breaches, held.desired_replicas) == (0, 4), held.reason
+    assert "(a sample counts with minRequestRate behind it, and the rate is unknown)" in \
+        held.reason
+
+
+def test_too_many_replicas_holds_at_the_bound_while_the_window_calls_for_more() -> None:
+    """Saturated at maxReplicas, the queue per replica noisy around 1.1 times the target:
+    each reading within the tolerance said DesiredWithinRange, so ScalingLimited turned off
+    and on and the 10-minute alert on TooManyReplicas never fired. Within the scale-down
+    window of a call for more, it is still the bound; past it, within range."""
+    busy = decide(signals(steady(48)), current=8, maxReplicas=8)
+    assert (busy.desired_replicas, busy.limited) == (8, Limit.TOO_MANY), busy.reason
+    near = decide(signals(steady(34, now=NOW + 15), now=NOW + 15), current=8,
+                  state=busy.state, now=NOW + 15, maxReplicas=8)
+    assert "within tolerance" in near.reason
+    assert (near.desired_replicas, near.limited) == (8, Limit.TOO_MANY), near.reason
+    later = NOW + 300  # the call for 12 leaves the default 300s window
+    past = decide(signals(steady(34, now=later), now=later), current=8, state=near.state,
+                  now=later, maxReplicas=8)
+    assert (past.desired_replicas, past.limited) == (8, None), past.reason
+    # Below the bound, a high recommendation in the window is stabilization, not a limit.
+    below = decide(signals(steady(34, now=NOW + 15), now=NOW + 15), current=6,
+                   state=busy.state, now=NOW + 15, maxReplicas=8)
+    assert below.limited is None, below.reason
+
+
 def test_a_fallback_count_is_held_by_the_scale_down_window_when_data_returns() -> None:
     """Fallback records the count it raises to, as HPA records the recommendation KEDA's
     fallback makes: data back after the outage does not take it away at once (it recorded

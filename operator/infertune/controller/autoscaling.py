@@ -439,8 +439,10 @@ def _reverted(settings: AutoscalingSettings, key: str, current: int,
     # this process with an unknown outcome landed late (after its read-back, even while the
     # next evaluation wrote). The API server says the operator changed them last; taken for
     # a revert, it started a fight.
-    settings.written[key] = None if not enabled else written if written in (None, current) \
-        else current
+    # At 0 the Deployment is paused, and its count the user's until it is scaled up: the
+    # count it is scaled up to is theirs too (remembered as written, the resume was a revert).
+    settings.written[key] = None if not enabled or current == 0 else written \
+        if written in (None, current) else current
     return False
 
 

@@ -133,8 +133,11 @@ def is_revert(written: int | None, current: int, writes: bool, own_write_last: b
     """Whether `current` replicas undo the `written` ones the operator wrote last: only while
     it writes replicas (`writes`: autoscaling enabled, mode Enforce; otherwise they are the
     user's), and not when the Deployment's managedFields say its own scale write set them
-    last (`own_write_last`: a write whose status write was lost, or that landed late)."""
-    return writes and written is not None and current != written and not own_write_last
+    last (`own_write_last`: a write whose status write was lost, or that landed late). Nor
+    at 0: scaling the Deployment to 0 is how it is paused (left alone, as HPA leaves it), and
+    a pause twice in three hours read as a fight that held the scale-out after the resume."""
+    return (writes and written is not None and current != written and current != 0
+            and not own_write_last)
 
 
 def next_fight(stored: Fight | None, generation: int, reverted: bool, now: float,

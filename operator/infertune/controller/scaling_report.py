@@ -349,14 +349,15 @@ def _outage_condition(spec: InferenceTuningSpec, outage: Outage, generation: int
     assert spec.autoscaling is not None
     rule = spec.autoscaling.metrics_unavailable
     if outage is Outage.FALLBACK:
-        raised = ("within the scale-up rate limits"
+        raised = ("raised to it within the scale-up rate limits"
                   if spec.autoscaling.scale_up.select_policy is not SelectPolicy.DISABLED else
-                  "but scaleUp.selectPolicy is Disabled, so none are added")
+                  "none added: scaleUp.selectPolicy is Disabled")
         return condition_dict(
             ConditionType.SCALING_ACTIVE, ConditionStatus.TRUE, "Fallback",
             f"no usable metrics for {rule.after} or longer (see MetricsAvailable): replicas "
-            f"are raised to spec.autoscaling.metricsUnavailable.fallbackReplicas "
-            f"({rule.fallback_replicas}) {raised}, never lowered, until the signals are back",
+            f"are kept at spec.autoscaling.metricsUnavailable.fallbackReplicas "
+            f"({rule.fallback_replicas}) or more ({raised}; more are not removed) until the "
+            "signals are back",
             generation, stamp)
     later = ("" if rule.action is not MetricsUnavailableAction.FALLBACK
              or rule.fallback_replicas is None else

@@ -117,7 +117,11 @@ def decide_scale(spec: AutoscalingSpec, current_replicas: int, signals: TargetSi
         return _held(current_replicas, ScaleAction.DISABLED, "spec.autoscaling.enabled is false; "
                      f"keeping {current_replicas} replicas", reading, state)
     if current_replicas == 0:
-        # As HPA: a target scaled to zero by someone else is left alone.
+        # As HPA: a target scaled to zero by someone else is left alone. It has no pods, so no
+        # metrics is no outage: counted, an hour at 0 read as an hour without metrics, and
+        # the Fallback raised a Deployment to fallbackReplicas the moment it was scaled up.
+        if state.metrics_missing_since is not None:
+            state = state._replace(metrics_missing_since=None)
         return _held(0, ScaleAction.HOLD, "the target has 0 replicas; scaling is paused until "
                      "it is scaled up", reading, state)
     if not spec.min_replicas <= current_replicas <= spec.max_replicas:
@@ -209,15 +213,29 @@ def _decide_on_signals(spec: AutoscalingSpec, current: int, reading: Reading,
                                        spec.scale_down, spec.min_replicas, spec.max_replicas,
                                        now)
     notes += [why] if why else []
-    if limited is None and raw > spec.max_replicas and desired == spec.max_replicas:
+    if limited is None and desired == spec.max_replicas and (
+            raw > spec.max_replicas
+            or _highest_in_window(spec, state.recommendations, now) > spec.max_replicas):
         # Held where maxReplicas would have held it anyway (a scale-up window kept the count
-        # at the bound): still the bound that keeps it there. Not so at minReplicas, which
-        # is judged on the stabilized count, as HPA does: a quiet queue moving between 0 and
-        # 3 per replica at minReplicas 1 turned TooFewReplicas on and off every interval.
+        # at the bound), or at the bound with the signals calling for more within the
+        # scale-down window: still the bound that keeps it there. On this reading alone, a
+        # saturated Deployment whose queue fell within the tolerance now and then turned
+        # TooManyReplicas off and on (58 times in an hour, never 10 minutes on end: the
+        # alert on it never fired). Not so at minReplicas, which is judged on the stabilized
+        # count, as HPA does: a quiet queue moving between 0 and 3 per replica at
+        # minReplicas 1 turned TooFewReplicas on and off every interval.
         limited = Limit.TOO_MANY
     tune = latency.tune_batching and desired == current
     return _applied(spec, current, desired, "; ".join(notes), reading, state, now, record=raw,
                     tune_batching=tune, limited=limited)
+
+
+def _highest_in_window(spec: AutoscalingSpec, recommendations: tuple[Recommendation, ...],
+                       now: float) -> int:
+    """The highest recommendation within the scale-down stabilization window (0: none), as
+    `stabilize` counts them."""
+    cutoff = now - seconds(spec.scale_down.stabilization)
+    return max((r.replicas for r in recommendations if r.time > cutoff), default=0)
 
 
 def _window_empty(spec: AutoscalingSpec, recommendations: tuple[Recommendation, ...],
@@ -526,7 +544,7 @@ def _latency_proposal(spec: AutoscalingSpec, current: int, reading: Reading,
     if reading.latency_s <= seconds(target):
         return _Proposal(None, said)
     said = f"{said}, {reading.breaches}/{signal.consecutive_samples} samples above target"
-    if rate is None:
+    if rate is None and signal.min_request_rate > 0:
         said += " (a sample counts with minRequestRate behind it, and the rate is unknown)"
     elif not reading.latency_settled and not reading.latency_breached:
         # "0/2 samples above target" under two samples above it: they were measured

@@ -209,7 +209,9 @@ def _queue_sustain(spec: AutoscalingSpec, signals: TargetSignals, now: float,
 def _consecutive_breaches(spec: AutoscalingSpec, signals: TargetSignals,
                           floor: float | None = None, settled_at: float | None = None) -> int:
     """Newest-first run of samples above target, each at an evaluation interval, each with at
-    least minRequestRate behind it (a quantile over a handful of requests is noise). Samples
+    least minRequestRate behind it (a quantile over a handful of requests is noise; with
+    minRequestRate 0 the rate is not read, so a request rate query that fails alone does
+    not void every sample). Samples
     are `step` apart; a missing one (dropped as NaN) breaks the run, since it is not known to
     be above target, and so does one at or under `floor` (`_floor_above_target`), and one
     whose window (`latency_window_s`) reaches back before `settled_at`: its quantile still
@@ -225,9 +227,10 @@ def _consecutive_breaches(spec: AutoscalingSpec, signals: TargetSignals,
         if (latency <= target or newer - t > longest_gap or t < first
                 or (floor is not None and latency <= floor + FLOAT_NOISE)):
             break
-        rate = signals.request_rate.value_at(t)
-        if rate is None or rate < min_rate:
-            break
+        if min_rate > 0:  # with minRequestRate 0, a sample counts whatever the rate
+            rate = signals.request_rate.value_at(t)
+            if rate is None or rate < min_rate:
+                break
         count, newer = count + 1, t
         if count == spec.latency.consecutive_samples:
             # The query is shared by tunings that ask for more samples (its lookback is the
