@@ -153,20 +153,28 @@ def test_evaluations_that_keep_failing_alert(tmp_path: Path) -> None:
 
 
 def test_a_fallback_and_a_missing_signal_alert(tmp_path: Path) -> None:
-    """Not a Deployment paused at 0 replicas, which has no pods to export metrics, nor a
-    tuning whose autoscaling is disabled."""
-    paused, off = other("paused"), other("off")
+    """Not a Deployment paused at 0 replicas, which has no pods to export metrics (whatever
+    ScalingActive says first: a DryRun trial at 0 says DryRun), nor a tuning whose
+    autoscaling is disabled."""
+    paused, trial, off = other("paused"), other("trial"), other("off")
+    replicas = "infertune_autoscaling_current_replicas"
     ran = promtool_test(tmp_path, [
         condition("ScalingActive", "True", "Fallback", "1x12"),
         condition("MetricsAvailable", "False", "MetricsMissing", "1x12"),
+        series(replicas, "3x12"),
         condition("ScalingActive", "False", "ScaledToZero", "1x12", paused),
         condition("MetricsAvailable", "False", "MetricsMissing", "1x12", paused),
+        series(replicas, "0x12", paused),
+        condition("ScalingActive", "True", "DryRun", "1x12", trial),
+        condition("MetricsAvailable", "False", "MetricsMissing", "1x12", trial),
+        series(replicas, "0x12", trial),
         condition("ScalingActive", "False", "Disabled", "1x12", off),
         condition("MetricsAvailable", "False", "MetricsMissing", "1x12", off),
+        series(replicas, "2x12", off),
     ], [at("InferenceTuningOnFallback", 3), at("InferenceTuningMetricsMissing", 8),
         at("InferenceTuningOnFallback", 7, {"exp_labels": WARNING, "exp_annotations": {
-            "summary": "prod/qwen is on its metrics fallback: replicas at fallbackReplicas "
-                       "or more, none removed"}}),
+            "summary": "prod/qwen is on its metrics fallback: raised toward "
+                       "fallbackReplicas, none removed"}}),
         at("InferenceTuningMetricsMissing", 12, {
             "exp_labels": {**WARNING, "reason": "MetricsMissing"}, "exp_annotations": {
                 "summary": "prod/qwen: MetricsMissing (see its MetricsAvailable condition)"}})])

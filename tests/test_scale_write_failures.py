@@ -1125,6 +1125,7 @@ def test_scaling_to_zero_by_hand_is_a_pause_not_a_revert(
     for _ in range(2):  # paused, resumed, twice
         cluster.replicas = 0
         cluster.evaluate(settings, at + 75)
+        cluster.evaluate(settings, at + 90)
         assert cluster.replicas == 0
         assert _scaling_active(cluster)["reason"] == "ScaledToZero"
         # Nothing stored as written either: a process started during the pause counts no
@@ -1136,6 +1137,9 @@ def test_scaling_to_zero_by_hand_is_a_pause_not_a_revert(
         at += 600
     assert "ReplicasReverted" not in cluster.events and "ReplicaFight" not in cluster.events
     assert cluster.status["autoscaling"].get("replicaFight") is None
+    # Said once per pause (a Warning naming the writer, where managedFields say), since no
+    # revert says who stopped the serving.
+    assert cluster.events.count("ScaledToZero") == 2, cluster.events
     # Put back to another count than 0: still a revert.
     cluster.replicas = 1
     cluster.evaluate(settings, at + 75)

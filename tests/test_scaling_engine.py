@@ -353,6 +353,11 @@ def test_time_at_zero_replicas_is_no_metrics_outage() -> None:
     assert outage.state.metrics_missing_since == NOW - 600
     zero = decide(NO_SIGNALS, current=0, state=outage.state, now=NOW, **rules)
     assert zero.state.metrics_missing_since is None
+    # Paused with autoscaling disabled, then enabled and resumed: the same.
+    off = decide(NO_SIGNALS, current=0, state=outage.state, now=NOW, enabled=False, **rules)
+    assert off.state.metrics_missing_since is None
+    on = decide(NO_SIGNALS, current=1, state=off.state, now=NOW + 3600, **rules)
+    assert (on.action, on.desired_replicas) == (ScaleAction.HOLD, 1), on.reason
 
 
 def test_with_min_request_rate_zero_a_missing_request_rate_does_not_void_the_latency() -> None:
@@ -368,6 +373,15 @@ def test_with_min_request_rate_zero_a_missing_request_rate_does_not_void_the_lat
         2, ScaleAction.SCALE_OUT, 8), counted.reason
     assert "minRequestRate behind it" not in counted.reason
     assert "at an unknown request rate" in counted.reason
+    # Action Auto with a low queue (a breach of batching's, batching Off): neither a breach
+    # the replicas added did not lower nor one of a handful of requests can be told without
+    # the rate, so it adds none (each would have scaled out again, up to maxReplicas).
+    auto = decide_scale(spec(latency={"minRequestRate": 0}), 4, without_rate, ScalingState(),
+                        NOW, batching_stuck="spec.batching.mode is Off, so nothing lowers the "
+                        "batch")
+    assert (auto.signals.breaches, auto.desired_replicas) == (2, 4), auto.reason
+    assert "the request rate is unknown, so whether it is the load's cannot be told: no " \
+           "replicas are added for it" in auto.reason
     # With a minimum, a sample needs the rate to be known to count, as before.
     held = decide(without_rate, latency={"action": "ScaleOut"})
     assert (held.signals.breaches, held.desired_replicas) == (0, 4), held.reason
@@ -394,6 +408,17 @@ def test_too_many_replicas_holds_at_the_bound_while_the_window_calls_for_more() 
     below = decide(signals(steady(34, now=NOW + 15), now=NOW + 15), current=6,
                    state=busy.state, now=NOW + 15, maxReplicas=8)
     assert below.limited is None, below.reason
+    # The load gone: the window holds the count at the bound, but the signals call for
+    # fewer, so the bound is not what keeps them (the alert told to raise maxReplicas for a
+    # load of 1 replica, for the whole window).
+    gone = decide(signals(steady(2, now=NOW + 15), now=NOW + 15), current=8,
+                  state=busy.state, now=NOW + 15, maxReplicas=8)
+    assert (gone.desired_replicas, gone.limited) == (8, None), gone.reason
+    assert "scale-down stabilized at 8" in gone.reason
+    # maxReplicas lowered under an older call (12 recorded with maxReplicas 20): the same.
+    lowered = decide(signals(steady(12, now=NOW + 15), now=NOW + 15), current=6,
+                     state=busy.state, now=NOW + 15, maxReplicas=6)
+    assert (lowered.desired_replicas, lowered.limited) == (6, None), lowered.reason
 
 
 def test_a_fallback_count_is_held_by_the_scale_down_window_when_data_returns() -> None:

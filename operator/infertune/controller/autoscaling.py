@@ -49,7 +49,11 @@ from infertune.api.spec import (
     Mode,
 )
 from infertune.api.status import ConditionStatus, ConditionType
-from infertune.controller.conditions import condition_dict, merge_condition_dicts
+from infertune.controller.conditions import (
+    condition_dict,
+    merge_condition_dicts,
+    stored_reason,
+)
 from infertune.controller.exported import (
     Counts,
     Reported,
@@ -75,6 +79,7 @@ from infertune.controller.scaling_report import (
     FAILED_KEPT_S,
     SCALE_WRITE_FAILED,
     SCALE_WRITE_REFUSED,
+    SCALED_TO_ZERO,
     Blocked,
     Evaluation,
     appended_decisions,
@@ -724,6 +729,15 @@ def evaluate(namespace: str, name: str, generation: int, spec: InferenceTuningSp
         # that reverts now and then is seen before it is counted twice.
         kopf.event(body, type="Warning", reason=REPLICAS_REVERTED,
                    message=revert_message(fight, deployment, current, quiet_hold(spec)))
+    if (landed is not None and planned.conditions[1]["reason"] == SCALED_TO_ZERO
+            and stored_reason(status, ConditionType.SCALING_ACTIVE) != SCALED_TO_ZERO):
+        # A scale to 0 is no revert (a pause), so nothing else says who stopped the serving
+        # (a script, a Git manifest with replicas: 0): said once, with the writer.
+        by = writer_of(read.replicas_by)
+        kopf.event(body, type="Warning", reason=SCALED_TO_ZERO, message=(
+            f"Deployment {deployment} was scaled to 0 replicas"
+            + (f" (by {by}, as its managedFields say)" if by else "")
+            + "; autoscaling leaves it at 0 until someone scales it up"))
     if landed is not None and planned.batching_news is not None:
         # The applied value the webhook sets: it re-creates the pods, so it says why.
         reason, message = planned.batching_news[1]

@@ -322,7 +322,7 @@ def _conditions(spec: InferenceTuningSpec, generation: int, decision: ScaleDecis
     elif decision.current_replicas == 0:
         # As HPA (ScalingDisabled): it said Scaling beside a reason saying it was paused.
         scaling = condition_dict(ConditionType.SCALING_ACTIVE, ConditionStatus.FALSE,
-                                 "ScaledToZero", f"Deployment {spec.target_ref.name} has 0 "
+                                 SCALED_TO_ZERO, f"Deployment {spec.target_ref.name} has 0 "
                                  "replicas: it is left at 0 until someone scales it up, as an "
                                  "HPA leaves it", generation, stamp)
     elif decision.outage is not None:
@@ -337,6 +337,10 @@ def _conditions(spec: InferenceTuningSpec, generation: int, decision: ScaleDecis
     return metrics, scaling, _limited_condition(spec, decision, generation, stamp)
 
 
+SCALED_TO_ZERO = "ScaledToZero"
+"""ScalingActive's reason, and a Warning Event's when it turns to it, while the Deployment
+has 0 replicas (left alone until someone scales it up, as an HPA leaves it)."""
+
 METRICS_UNAVAILABLE = "MetricsUnavailable"
 """ScalingActive's reason while no signal has usable data and replicas are held."""
 
@@ -349,16 +353,17 @@ def _outage_condition(spec: InferenceTuningSpec, outage: Outage, generation: int
     assert spec.autoscaling is not None
     rule = spec.autoscaling.metrics_unavailable
     if outage is Outage.FALLBACK:
-        raised = ("raised to it within the scale-up rate limits"
-                  if spec.autoscaling.scale_up.select_policy is not SelectPolicy.DISABLED else
-                  "none added: scaleUp.selectPolicy is Disabled")
-        return condition_dict(
-            ConditionType.SCALING_ACTIVE, ConditionStatus.TRUE, "Fallback",
-            f"no usable metrics for {rule.after} or longer (see MetricsAvailable): replicas "
-            f"are kept at spec.autoscaling.metricsUnavailable.fallbackReplicas "
-            f"({rule.fallback_replicas}) or more ({raised}; more are not removed) until the "
-            "signals are back",
-            generation, stamp)
+        said = (f"no usable metrics for {rule.after} or longer (see MetricsAvailable): "
+                f"spec.autoscaling.metricsUnavailable.fallbackReplicas "
+                f"({rule.fallback_replicas}) is in effect")
+        if spec.autoscaling.scale_up.select_policy is SelectPolicy.DISABLED:
+            said += (", but scaleUp.selectPolicy is Disabled, so no replicas are added; none "
+                     "are removed")
+        else:
+            said += (": fewer replicas are raised to it within the scale-up rate limits, and "
+                     "none are removed")
+        return condition_dict(ConditionType.SCALING_ACTIVE, ConditionStatus.TRUE, "Fallback",
+                              f"{said}, until the signals are back", generation, stamp)
     later = ("" if rule.action is not MetricsUnavailableAction.FALLBACK
              or rule.fallback_replicas is None else
              f"; after {rule.after} without them, they are raised to fallbackReplicas "

@@ -113,15 +113,16 @@ def decide_scale(spec: AutoscalingSpec, current_replicas: int, signals: TargetSi
     if ready_pods is not None:
         reading = reading._replace(ready_pods=ready_pods)
     state = _track_missing(state, reading, now)
+    if current_replicas == 0 and state.metrics_missing_since is not None:
+        # A Deployment at 0 has no pods, so no metrics is no outage (autoscaling disabled
+        # or not): counted, an hour at 0 read as an hour without metrics, and the Fallback
+        # raised the Deployment to fallbackReplicas the moment it was scaled up.
+        state = state._replace(metrics_missing_since=None)
     if not spec.enabled:
         return _held(current_replicas, ScaleAction.DISABLED, "spec.autoscaling.enabled is false; "
                      f"keeping {current_replicas} replicas", reading, state)
     if current_replicas == 0:
-        # As HPA: a target scaled to zero by someone else is left alone. It has no pods, so no
-        # metrics is no outage: counted, an hour at 0 read as an hour without metrics, and
-        # the Fallback raised a Deployment to fallbackReplicas the moment it was scaled up.
-        if state.metrics_missing_since is not None:
-            state = state._replace(metrics_missing_since=None)
+        # As HPA: a target scaled to zero by someone else is left alone.
         return _held(0, ScaleAction.HOLD, "the target has 0 replicas; scaling is paused until "
                      "it is scaled up", reading, state)
     if not spec.min_replicas <= current_replicas <= spec.max_replicas:
@@ -213,17 +214,19 @@ def _decide_on_signals(spec: AutoscalingSpec, current: int, reading: Reading,
                                        spec.scale_down, spec.min_replicas, spec.max_replicas,
                                        now)
     notes += [why] if why else []
-    if limited is None and desired == spec.max_replicas and (
+    if limited is None and desired == spec.max_replicas and raw >= spec.max_replicas and (
             raw > spec.max_replicas
             or _highest_in_window(spec, state.recommendations, now) > spec.max_replicas):
         # Held where maxReplicas would have held it anyway (a scale-up window kept the count
-        # at the bound), or at the bound with the signals calling for more within the
-        # scale-down window: still the bound that keeps it there. On this reading alone, a
-        # saturated Deployment whose queue fell within the tolerance now and then turned
+        # at the bound), or at the bound, the signals calling for it now and for more within
+        # the scale-down window: still the bound that keeps it there. On this reading alone,
+        # a saturated Deployment whose queue fell within the tolerance now and then turned
         # TooManyReplicas off and on (58 times in an hour, never 10 minutes on end: the
-        # alert on it never fired). Not so at minReplicas, which is judged on the stabilized
-        # count, as HPA does: a quiet queue moving between 0 and 3 per replica at
-        # minReplicas 1 turned TooFewReplicas on and off every interval.
+        # alert on it never fired). Not once the signals call for fewer (the load gone, or
+        # maxReplicas lowered under an older call): the window holds the count then, not
+        # the bound. Not so at minReplicas, which is judged on the stabilized count, as HPA
+        # does: a quiet queue moving between 0 and 3 per replica at minReplicas 1 turned
+        # TooFewReplicas on and off every interval.
         limited = Limit.TOO_MANY
     tune = latency.tune_batching and desired == current
     return _applied(spec, current, desired, "; ".join(notes), reading, state, now, record=raw,
@@ -572,6 +575,12 @@ def _latency_proposal(spec: AutoscalingSpec, current: int, reading: Reading,
             return _Proposal(current, f"{said}; {not_load}")
         if (few := _too_few(spec, reading)) is not None:
             return _Proposal(current, f"{said}; {few}, so no replicas are added for it")
+        if reading.request_rate is None:
+            # Counted without the rate only with minRequestRate 0 (_consecutive_breaches):
+            # without it, neither a breach the replicas added did not lower nor one of a
+            # handful of requests can be told, and each scaled out again up to maxReplicas.
+            return _Proposal(current, f"{said}; the request rate is unknown, so whether it "
+                             "is the load's cannot be told: no replicas are added for it")
         said = f"{said}: scale out"
     proposed = max(serving + 1, _ceil(serving * reading.latency_s / seconds(target)))
     if serving == current:
