@@ -98,7 +98,7 @@ def fake_vllm(api_client: client.ApiClient, namespace: str,
 
 def replicas(api_client: client.ApiClient, namespace: str) -> int:
     scale = client.AppsV1Api(api_client).read_namespaced_deployment_scale("qwen", namespace)
-    return int(scale.spec.replicas)
+    return int(scale.spec.replicas or 0)  # the scale's replicas are left out at 0
 
 
 def seconds_between(earlier: str, later: str) -> float:
@@ -472,6 +472,46 @@ def test_a_writer_that_keeps_reverting_replicas_is_reported_not_fought(
              timeout_s=30)
     wait_for(lambda: "replicaFight" not in autoscaling_status(api_client, namespace),
              "status.autoscaling.replicaFight removed", timeout_s=10)
+
+
+def test_a_deployment_paused_at_zero_is_left_alone_and_resumes_without_a_fight(
+    api_client: client.ApiClient, namespace: str, operator: OperatorProcess,
+    fake_vllm: FakeVllm,
+) -> None:
+    """`kubectl scale --replicas=0` pauses a Deployment: taken for a revert of the operator's
+    count, two pauses made a ReplicaFight that held the scale-out after the resume. Said
+    once instead, with who scaled it (its managedFields)."""
+    create(api_client, namespace, deployment("qwen"))
+    create(api_client, namespace, tuning("qwen", "qwen", **SPEC))
+    fake_vllm.queue_per_pod = 100.0
+    apps = client.AppsV1Api(api_client)
+    for pause in (apps.patch_namespaced_deployment_scale, apps.patch_namespaced_deployment):
+        wait_for(lambda: replicas(api_client, namespace) > 1, "the operator scaling out",
+                 timeout_s=40)
+        # As `kubectl scale` does, then as a Git manifest with replicas: 0 does.
+        pause("qwen", namespace, {"spec": {"replicas": 0}})
+        found = wait_scaling_reason(api_client, namespace, "ScaledToZero")
+        assert found["status"] == "False"
+        time.sleep(4)  # two intervals at 0: left there
+        assert replicas(api_client, namespace) == 0
+        apps.patch_namespaced_deployment_scale("qwen", namespace, {"spec": {"replicas": 1}})
+    # Resumed twice: the load scales it out as before, with no revert counted.
+    wait_for(lambda: replicas(api_client, namespace) > 1, "scaled out after the second resume",
+             timeout_s=40)
+    events = client.CoreV1Api(api_client).list_namespaced_event(
+        namespace, field_selector="involvedObject.name=qwen").items
+    reasons = [e.reason for e in events]
+    assert "ReplicasReverted" not in reasons and "ReplicaFight" not in reasons, reasons
+    paused = sorted((e for e in events if e.reason == "ScaledToZero"),
+                    key=lambda e: e.event_time or e.first_timestamp)
+    assert [(e.type, e.count or 1) for e in paused] == [("Warning", 1)] * 2, paused
+    # Through the scale subresource a 0 is left out of the Scale object, so its managedFields
+    # name no writer of it; a Deployment patched to 0 names its writer.
+    assert paused[0].message == ("Deployment qwen was scaled to 0 replicas; autoscaling "
+                                 "leaves it at 0 until someone scales it up")
+    assert "was scaled to 0 replicas (by " in paused[1].message and \
+        "as its managedFields say)" in paused[1].message, paused[1].message
+    assert "replicaFight" not in autoscaling_status(api_client, namespace)
 
 
 def test_two_tunings_autoscaling_one_deployment_write_nothing(
