@@ -574,10 +574,19 @@ def test_ctrl_c_that_breaks_a_lock_still_ends_the_command_as_interrupted(
 def test_the_interrupt_handler_is_put_back_after_a_command(
         capsys: pytest.CaptureFixture[str]) -> None:
     """main() is called in-process too (tests, `python -m infertune` in a debugger): Python's
-    own SIGINT handler is back when it returns."""
-    assert cli.main(["mig", "profiles", "NVIDIA-H100-80GB-HBM3"]) == 0
+    own SIGINT handler is back when it returns. Set here: a CI runner's background job
+    starts with SIGINT ignored, where main() leaves it alone."""
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        assert cli.main(["mig", "profiles", "NVIDIA-H100-80GB-HBM3"]) == 0
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        # Ignored (a background job): left ignored.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        assert cli.main(["mig", "profiles", "NVIDIA-H100-80GB-HBM3"]) == 0
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGINT, before)
     assert "1g.10gb" in capsys.readouterr().out
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
 def test_the_queries_of_a_batch_wait_for_a_hanging_prometheus_together() -> None:
