@@ -485,11 +485,23 @@ def test_a_deployment_paused_at_zero_is_left_alone_and_resumes_without_a_fight(
     create(api_client, namespace, tuning("qwen", "qwen", **SPEC))
     fake_vllm.queue_per_pod = 100.0
     apps = client.AppsV1Api(api_client)
-    for pause in (apps.patch_namespaced_deployment_scale, apps.patch_namespaced_deployment):
+    core = client.CoreV1Api(api_client)
+
+    def pauses() -> list[Any]:
+        return [e for e in core.list_namespaced_event(
+            namespace, field_selector="involvedObject.name=qwen").items
+            if e.reason == "ScaledToZero"]
+
+    for said, pause in enumerate((apps.patch_namespaced_deployment_scale,
+                                  apps.patch_namespaced_deployment), start=1):
         wait_for(lambda: replicas(api_client, namespace) > 1, "the operator scaling out",
                  timeout_s=40)
         # As `kubectl scale` does, then as a Git manifest with replicas: 0 does.
         pause("qwen", namespace, {"spec": {"replicas": 0}})
+        # This pause's Warning (the condition may still be the last pause's: the replicas
+        # write lands before its evaluation's status write).
+        wait_for(lambda said=said: len(pauses()) >= said, f"ScaledToZero Event {said}",
+                 timeout_s=30)
         found = wait_scaling_reason(api_client, namespace, "ScaledToZero")
         assert found["status"] == "False"
         time.sleep(4)  # two intervals at 0: left there
@@ -498,12 +510,11 @@ def test_a_deployment_paused_at_zero_is_left_alone_and_resumes_without_a_fight(
     # Resumed twice: the load scales it out as before, with no revert counted.
     wait_for(lambda: replicas(api_client, namespace) > 1, "scaled out after the second resume",
              timeout_s=40)
-    events = client.CoreV1Api(api_client).list_namespaced_event(
-        namespace, field_selector="involvedObject.name=qwen").items
+    events = core.list_namespaced_event(namespace,
+                                        field_selector="involvedObject.name=qwen").items
     reasons = [e.reason for e in events]
     assert "ReplicasReverted" not in reasons and "ReplicaFight" not in reasons, reasons
-    paused = sorted((e for e in events if e.reason == "ScaledToZero"),
-                    key=lambda e: e.event_time or e.first_timestamp)
+    paused = sorted(pauses(), key=lambda e: e.event_time or e.first_timestamp)
     assert [(e.type, e.count or 1) for e in paused] == [("Warning", 1)] * 2, paused
     # Through the scale subresource a 0 is left out of the Scale object, so its managedFields
     # name no writer of it; a Deployment patched to 0 names its writer.

@@ -1144,3 +1144,53 @@ def test_scaling_to_zero_by_hand_is_a_pause_not_a_revert(
     cluster.replicas = 1
     cluster.evaluate(settings, at + 75)
     assert cluster.events[-1] == "ReplicasReverted", cluster.events
+
+
+def test_a_pause_is_said_once_whatever_scaling_active_says_meanwhile(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The ScaledToZero Warning was keyed on ScalingActive's reason: an evaluation that failed
+    in the middle of a pause (EvaluationFailed) had it said again, and a ReplicaFight in its
+    backoff (said first) held it back until the backoff ended. Said once per pause, at the
+    pause, also when the status write after it fails."""
+    cluster = Cluster(monkeypatch, replicas=2)
+    settings = autoscaling.AutoscalingSettings(source=None)
+    assert cluster.evaluate(settings, T0) == 3
+    cluster.replicas = 0
+    cluster.status_fails = True  # the status write of the pause's first evaluation fails
+    with pytest.raises(ApiException):
+        cluster.evaluate(settings, T0 + 75)
+    assert cluster.events.count("ScaledToZero") == 1, cluster.events
+    cluster.evaluate(settings, T0 + 90)
+    # Something else said in between (here: an evaluation failure, as _report_failure
+    # writes it): not a new pause.
+    cluster.status["conditions"] = [
+        c if c["type"] != "ScalingActive" else {**c, "reason": "EvaluationFailed"}
+        for c in cluster.status["conditions"]]
+    cluster.evaluate(settings, T0 + 105)
+    assert cluster.events.count("ScaledToZero") == 1, cluster.events
+    # A new process (a restart, a new leader) goes by the stored reason.
+    fresh = autoscaling.AutoscalingSettings(source=None)
+    cluster.evaluate(fresh, T0 + 120)
+    assert cluster.events.count("ScaledToZero") == 1, cluster.events
+    # Resumed and paused again: a new pause.
+    cluster.replicas = 1
+    cluster.evaluate(settings, T0 + 135)
+    cluster.replicas = 0
+    cluster.evaluate(settings, T0 + 150)
+    assert cluster.events.count("ScaledToZero") == 2, cluster.events
+
+
+def test_a_pause_during_a_replica_fight_is_said_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """GitOps that fought the operator, then sets replicas: 0 in Git: ScalingActive says
+    ReplicaFight while its backoff lasts (up to an hour), and the Warning waited for it."""
+    cluster = Cluster(monkeypatch, replicas=2)
+    settings = autoscaling.AutoscalingSettings(source=None)
+    assert cluster.evaluate(settings, T0) == 3
+    for at in (T0 + 75, T0 + 150):  # reverted twice: a fight
+        cluster.replicas = 2
+        cluster.evaluate(settings, at)
+    assert _scaling_active(cluster)["reason"] == "ReplicaFight"
+    cluster.replicas = 0
+    cluster.evaluate(settings, T0 + 165)
+    assert _scaling_active(cluster)["reason"] == "ReplicaFight"  # said first
+    assert cluster.events.count("ScaledToZero") == 1, cluster.events

@@ -415,6 +415,13 @@ def test_too_many_replicas_holds_at_the_bound_while_the_window_calls_for_more() 
                   state=busy.state, now=NOW + 15, maxReplicas=8)
     assert (gone.desired_replicas, gone.limited) == (8, None), gone.reason
     assert "scale-down stabilized at 8" in gone.reason
+    # The same with a signal missing (the request rate's query failing), which holds the
+    # count where it is: no call for the bound either.
+    gone_rate = TargetSignals(steady(2, now=NOW + 15),
+                              per_interval(0.05, 0.05, now=NOW + 15), MISSING)
+    missing = decide(gone_rate, current=8, state=busy.state, now=NOW + 15, maxReplicas=8)
+    assert "not scaling in while a signal is missing" in missing.reason
+    assert (missing.desired_replicas, missing.limited) == (8, None), missing.reason
     # maxReplicas lowered under an older call (12 recorded with maxReplicas 20): the same.
     lowered = decide(signals(steady(12, now=NOW + 15), now=NOW + 15), current=6,
                      state=busy.state, now=NOW + 15, maxReplicas=6)

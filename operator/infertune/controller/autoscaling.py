@@ -201,6 +201,9 @@ class AutoscalingSettings:
     autoscaled: set[str] = field(default_factory=set)
     """Keys whose autoscaling loop runs: the metrics export only these (an evaluation that
     ends in its worker thread after the loop stopped records it all the same)."""
+    paused: dict[str, bool] = field(default_factory=dict)
+    """key -> whether its Deployment was at 0 replicas at this process's last evaluation
+    (`_announce_pause`)."""
 
     def exported(self) -> dict[str, Reported]:
         """`reported` of the tunings autoscaled now, for the metrics (a copy: the loops change
@@ -232,7 +235,7 @@ class AutoscalingSettings:
         """The tuning's autoscaling loop ended (deleted, spec.autoscaling removed, the
         operator stopping): its series go."""
         self.autoscaled.discard(key)
-        for table in (self.reported, self.scale_writes, self.failed_total):
+        for table in (self.reported, self.scale_writes, self.failed_total, self.paused):
             table.pop(key, None)
 
     def parse(self, namespace: str, name: str, uid: str, generation: int,
@@ -672,6 +675,7 @@ def evaluate(namespace: str, name: str, generation: int, spec: InferenceTuningSp
         patch = planned.status if stored is stored_status else status_over(planned, stored)
         return unwritten.under(patch, stored, planned)
 
+    _announce_pause(settings, key, body, status, deployment, current, read.replicas_by)
     try:
         landed = write_status(namespace, name, stored_status, resource_version, build,
                               still=_still_autoscaled)
@@ -729,20 +733,33 @@ def evaluate(namespace: str, name: str, generation: int, spec: InferenceTuningSp
         # that reverts now and then is seen before it is counted twice.
         kopf.event(body, type="Warning", reason=REPLICAS_REVERTED,
                    message=revert_message(fight, deployment, current, quiet_hold(spec)))
-    if (landed is not None and planned.conditions[1]["reason"] == SCALED_TO_ZERO
-            and stored_reason(status, ConditionType.SCALING_ACTIVE) != SCALED_TO_ZERO):
-        # A scale to 0 is no revert (a pause), so nothing else says who stopped the serving
-        # (a script, a Git manifest with replicas: 0): said once, with the writer.
-        by = writer_of(read.replicas_by)
-        kopf.event(body, type="Warning", reason=SCALED_TO_ZERO, message=(
-            f"Deployment {deployment} was scaled to 0 replicas"
-            + (f" (by {by}, as its managedFields say)" if by else "")
-            + "; autoscaling leaves it at 0 until someone scales it up"))
     if landed is not None and planned.batching_news is not None:
         # The applied value the webhook sets: it re-creates the pods, so it says why.
         reason, message = planned.batching_news[1]
         kopf.event(body, type=batching_event_type(reason), reason=reason, message=message)
     return planned.decision
+
+
+def _announce_pause(settings: AutoscalingSettings, key: str, body: Any,
+                   status: Mapping[str, Any], deployment: str, current: int,
+                   owners: tuple[tuple[str, str], ...]) -> None:
+    """A Warning Event when the Deployment turns to 0 replicas. A scale to 0 is no revert (a
+    pause, left alone as an HPA leaves it), so nothing else says who stopped the serving (a
+    script, a Git manifest with replicas: 0): said once per pause, with the writer where its
+    managedFields name one, before the status write (whether or not that lands), in DryRun
+    and disabled too. Told by what this process saw at its last evaluation; a process that
+    saw none (a restart, a new leader) goes by the stored ScalingActive reason."""
+    was = settings.paused.get(key)
+    settings.paused[key] = current == 0
+    if current != 0 or was or (
+            was is None and stored_reason(status, ConditionType.SCALING_ACTIVE)
+            == SCALED_TO_ZERO):
+        return
+    by = writer_of(owners)
+    kopf.event(body, type="Warning", reason=SCALED_TO_ZERO, message=(
+        f"Deployment {deployment} was scaled to 0 replicas"
+        + (f" (by {by}, as its managedFields say)" if by else "")
+        + "; autoscaling leaves it at 0 until someone scales it up"))
 
 
 class NoLongerLeading(Exception):

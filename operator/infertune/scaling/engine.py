@@ -165,6 +165,7 @@ def _decide_on_signals(spec: AutoscalingSpec, current: int, reading: Reading,
                             f"pods report): {capped}", latency.tune_batching)
     opinions = [p.replicas for p in (queue, latency) if p.replicas is not None]
     raw = max(opinions, default=current)
+    called = raw  # what the signals call for, before a missing one or a breach holds it
     notes = [queue.why, latency.why]
     # The request rate is a query of its own, which can fail alone: unknown, a low latency
     # may be one of too few requests, and a breach cannot be told the load's.
@@ -214,7 +215,7 @@ def _decide_on_signals(spec: AutoscalingSpec, current: int, reading: Reading,
                                        spec.scale_down, spec.min_replicas, spec.max_replicas,
                                        now)
     notes += [why] if why else []
-    if limited is None and desired == spec.max_replicas and raw >= spec.max_replicas and (
+    if limited is None and desired == spec.max_replicas and called >= spec.max_replicas and (
             raw > spec.max_replicas
             or _highest_in_window(spec, state.recommendations, now) > spec.max_replicas):
         # Held where maxReplicas would have held it anyway (a scale-up window kept the count
@@ -223,7 +224,8 @@ def _decide_on_signals(spec: AutoscalingSpec, current: int, reading: Reading,
         # a saturated Deployment whose queue fell within the tolerance now and then turned
         # TooManyReplicas off and on (58 times in an hour, never 10 minutes on end: the
         # alert on it never fired). Not once the signals call for fewer (the load gone, or
-        # maxReplicas lowered under an older call): the window holds the count then, not
+        # maxReplicas lowered under an older call), a signal missing or not (`called`: it
+        # holds the count, which is no call for it): the window holds the count then, not
         # the bound. Not so at minReplicas, which is judged on the stabilized count, as HPA
         # does: a quiet queue moving between 0 and 3 per replica at minReplicas 1 turned
         # TooFewReplicas on and off every interval.
