@@ -1154,6 +1154,7 @@ def test_a_pause_is_said_once_whatever_scaling_active_says_meanwhile(
     pause, also when the status write after it fails."""
     cluster = Cluster(monkeypatch, replicas=2)
     settings = autoscaling.AutoscalingSettings(source=None)
+    settings.autoscaled.add("ns/t")  # its loop runs (what it saw is kept for it only)
     assert cluster.evaluate(settings, T0) == 3
     cluster.replicas = 0
     cluster.status_fails = True  # the status write of the pause's first evaluation fails
@@ -1171,6 +1172,12 @@ def test_a_pause_is_said_once_whatever_scaling_active_says_meanwhile(
     # A new process (a restart, a new leader) goes by the stored reason.
     fresh = autoscaling.AutoscalingSettings(source=None)
     cluster.evaluate(fresh, T0 + 120)
+    assert cluster.events.count("ScaledToZero") == 1, cluster.events
+    # So does this one when it leads again after another (which may have said it since).
+    settings.paused["ns/t"] = False  # as seen before another leader's term
+    settings.leader = type("Again", (), {"term": 2, "leads": lambda self: True})()
+    settings.begin_term()
+    cluster.evaluate(settings, T0 + 122)
     assert cluster.events.count("ScaledToZero") == 1, cluster.events
     # Resumed and paused again: a new pause.
     cluster.replicas = 1

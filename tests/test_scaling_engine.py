@@ -422,6 +422,10 @@ def test_too_many_replicas_holds_at_the_bound_while_the_window_calls_for_more() 
     missing = decide(gone_rate, current=8, state=busy.state, now=NOW + 15, maxReplicas=8)
     assert "not scaling in while a signal is missing" in missing.reason
     assert (missing.desired_replicas, missing.limited) == (8, None), missing.reason
+    # No opinion at all (the queue's query failing, the latency fine): no call either.
+    silent = TargetSignals(NO_QUEUE, per_interval(0.05, 0.05, now=NOW + 15), MISSING)
+    quiet = decide(silent, current=8, state=busy.state, now=NOW + 15, maxReplicas=8)
+    assert (quiet.desired_replicas, quiet.limited) == (8, None), quiet.reason
     # maxReplicas lowered under an older call (12 recorded with maxReplicas 20): the same.
     lowered = decide(signals(steady(12, now=NOW + 15), now=NOW + 15), current=6,
                      state=busy.state, now=NOW + 15, maxReplicas=6)

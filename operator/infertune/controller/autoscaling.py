@@ -295,6 +295,9 @@ class AutoscalingSettings:
             self.evaluated_at.clear()
             # What it decided before: another leader decided since.
             self.reported.clear()
+            # What it saw of pauses: another leader may have said them since (the stored
+            # ScalingActive reason tells).
+            self.paused.clear()
 
     def due(self, key: str, parsed: Parsed, now: float) -> bool:
         return self.last_slot.get(key) != math.floor(now / parsed.interval_s)
@@ -750,7 +753,8 @@ def _announce_pause(settings: AutoscalingSettings, key: str, body: Any,
     and disabled too. Told by what this process saw at its last evaluation; a process that
     saw none (a restart, a new leader) goes by the stored ScalingActive reason."""
     was = settings.paused.get(key)
-    settings.paused[key] = current == 0
+    if key in settings.autoscaled:  # not for a loop that stopped meanwhile (as `wrote`)
+        settings.paused[key] = current == 0
     if current != 0 or was or (
             was is None and stored_reason(status, ConditionType.SCALING_ACTIVE)
             == SCALED_TO_ZERO):

@@ -165,7 +165,9 @@ def _decide_on_signals(spec: AutoscalingSpec, current: int, reading: Reading,
                             f"pods report): {capped}", latency.tune_batching)
     opinions = [p.replicas for p in (queue, latency) if p.replicas is not None]
     raw = max(opinions, default=current)
-    called = raw  # what the signals call for, before a missing one or a breach holds it
+    # What the signals call for, before a missing one or a breach holds the count (no
+    # opinion at all, the queue missing and the latency quiet, is no call for anything).
+    called = max(opinions, default=0)
     notes = [queue.why, latency.why]
     # The request rate is a query of its own, which can fail alone: unknown, a low latency
     # may be one of too few requests, and a breach cannot be told the load's.
