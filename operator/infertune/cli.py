@@ -441,30 +441,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         _interrupted()
     except BrokenPipeError:
-        if interrupts.seen:
-            _interrupted()
         # `infertune validate many.yaml | head -1`: the reader has what it wanted. Quiet, as
         # a shell tool that SIGPIPE ends; stdout goes to /dev/null so that flushing what is
         # left at exit cannot fail again.
         _output_to_devnull()
         return CLOSED_OUTPUT
     except OSError as exc:
-        if interrupts.seen:
-            _interrupted()
         if exc.errno not in OUTPUT_FULL:
             raise
         # `infertune crds > /dev/full`, a full disk: said, not a traceback.
         _output_to_devnull()
         print(f"infertune: cannot write the output: {exc.strerror}", file=sys.stderr)
         return 1
-    except BaseException:
-        if interrupts.seen:
-            _interrupted()
-        raise
-    if interrupts.seen:
-        # The exception the interrupt left (a lock broken under it) was caught in the
-        # command, which went on to its end: it was interrupted all the same.
-        _interrupted()
     return code
 
 
@@ -480,11 +468,13 @@ def _interrupted() -> NoReturn:
 
 class _Interrupts:
     """While entered, Ctrl-C raises KeyboardInterrupt as Python's own handler does, and is
-    remembered (`seen`): one that lands inside a lock's release (the main thread starting a
+    remembered (`seen`): leaving the block after one ends the command as interrupted,
+    whatever follows it. One that lands inside a lock's release (the main thread starting a
     query's thread) leaves the lock broken, and what reaches main() is "RuntimeError:
-    release unlocked lock" instead; it printed a traceback, and the process then waited out
-    the query's timeout. Left alone where SIGINT is not Python's (ignored, as in a shell's
-    background job), and off the main thread, where no handler can be set."""
+    release unlocked lock" instead (or nothing, where the command catches it and goes on);
+    it printed a traceback, and the process then waited out the query's timeout. Left alone
+    where SIGINT is not Python's (ignored, as in a shell's background job), and off the main
+    thread, where no handler can be set."""
 
     def __init__(self) -> None:
         self.seen = False
@@ -499,6 +489,8 @@ class _Interrupts:
         if self._before is not None:
             signal.signal(signal.SIGINT, self._before)
             self._before = None
+        if self.seen:
+            _interrupted()
 
     def _interrupt(self, signum: int, frame: FrameType | None) -> None:
         self.seen = True
