@@ -112,12 +112,7 @@ def decide_scale(spec: AutoscalingSpec, current_replicas: int, signals: TargetSi
     reading = read_signals(spec, signals, now, ready, _settled_at(state))
     if ready_pods is not None:
         reading = reading._replace(ready_pods=ready_pods)
-    state = _track_missing(state, reading, now)
-    if current_replicas == 0 and state.metrics_missing_since is not None:
-        # A Deployment at 0 has no pods, so no metrics is no outage (autoscaling disabled
-        # or not): counted, an hour at 0 read as an hour without metrics, and the Fallback
-        # raised the Deployment to fallbackReplicas the moment it was scaled up.
-        state = state._replace(metrics_missing_since=None)
+    state = _track_missing(state, reading, now, current_replicas)
     if not spec.enabled:
         return _held(current_replicas, ScaleAction.DISABLED, "spec.autoscaling.enabled is false; "
                      f"keeping {current_replicas} replicas", reading, state)
@@ -218,7 +213,7 @@ def _decide_on_signals(spec: AutoscalingSpec, current: int, reading: Reading,
                                        now)
     notes += [why] if why else []
     if limited is None and desired == spec.max_replicas and called >= spec.max_replicas and (
-            raw > spec.max_replicas
+            called > spec.max_replicas
             or _highest_in_window(spec, state.recommendations, now) > spec.max_replicas):
         # Held where maxReplicas would have held it anyway (a scale-up window kept the count
         # at the bound), or at the bound, the signals calling for it now and for more within
@@ -226,11 +221,12 @@ def _decide_on_signals(spec: AutoscalingSpec, current: int, reading: Reading,
         # a saturated Deployment whose queue fell within the tolerance now and then turned
         # TooManyReplicas off and on (58 times in an hour, never 10 minutes on end: the
         # alert on it never fired). Not once the signals call for fewer (the load gone, or
-        # maxReplicas lowered under an older call), a signal missing or not (`called`: it
-        # holds the count, which is no call for it): the window holds the count then, not
-        # the bound. Not so at minReplicas, which is judged on the stabilized count, as HPA
-        # does: a quiet queue moving between 0 and 3 per replica at minReplicas 1 turned
-        # TooFewReplicas on and off every interval.
+        # maxReplicas lowered under an older call), a signal missing or not: `called`, not
+        # `raw`, which a missing signal or a breach holds at the current count (no call for
+        # it), and which is above maxReplicas only where `called` is. The window holds the
+        # count then, not the bound. Not so at minReplicas, which is judged on the
+        # stabilized count, as HPA does: a quiet queue moving between 0 and 3 per replica at
+        # minReplicas 1 turned TooFewReplicas on and off every interval.
         limited = Limit.TOO_MANY
     tune = latency.tune_batching and desired == current
     return _applied(spec, current, desired, "; ".join(notes), reading, state, now, record=raw,
@@ -648,8 +644,13 @@ def _metrics_unavailable(spec: AutoscalingSpec, current: int, reading: Reading,
                  reading, state, Outage.HOLD)
 
 
-def _track_missing(state: ScalingState, reading: Reading, now: float) -> ScalingState:
-    if reading.queue_missing and reading.latency_missing:
+def _track_missing(state: ScalingState, reading: Reading, now: float,
+                   current: int) -> ScalingState:
+    """The state with since when no signal has had data. A Deployment at 0 has no pods, so no
+    metrics is no outage there (autoscaling disabled or not): counted, an hour at 0 read as
+    an hour without metrics, and the Fallback raised the Deployment to fallbackReplicas the
+    moment it was scaled up."""
+    if current > 0 and reading.queue_missing and reading.latency_missing:
         if state.metrics_missing_since is None:
             return state._replace(metrics_missing_since=now)
         return state
