@@ -1,3 +1,10 @@
+{{- /* The operator's pods: the Deployment's selector and template, the webhook Service's
+selector and the PodMonitor's select them by these. */}}
+{{- define "infertune.operatorSelector" -}}
+app.kubernetes.io/name: infertune
+app.kubernetes.io/component: operator
+{{- end -}}
+
 {{- define "infertune.labels" -}}
 app.kubernetes.io/name: infertune
 app.kubernetes.io/instance: {{ .Release.Name | quote }}
