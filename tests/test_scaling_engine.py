@@ -382,6 +382,13 @@ def test_with_min_request_rate_zero_a_missing_request_rate_does_not_void_the_lat
     assert (auto.signals.breaches, auto.desired_replicas) == (2, 4), auto.reason
     assert "the request rate is unknown, so whether it is the load's cannot be told: no " \
            "replicas are added for it" in auto.reason
+    # The same with no queue data (not low, so Auto scales out): nothing tells it is the
+    # load's either.
+    blind = decide(TargetSignals(NO_QUEUE, without_rate.latency, MISSING),
+                   latency={"minRequestRate": 0, "action": "Auto"})
+    assert (blind.signals.breaches, blind.desired_replicas) == (2, 4), blind.reason
+    assert "with no queue data; the request rate is unknown, so whether it is the load's " \
+           "cannot be told: no replicas are added for it" in blind.reason
     # With a minimum, a sample needs the rate to be known to count, as before.
     held = decide(without_rate, latency={"action": "ScaleOut"})
     assert (held.signals.breaches, held.desired_replicas) == (0, 4), held.reason
@@ -1237,14 +1244,14 @@ def _hockey_stick_p99_s(rate: float, replicas: int) -> float:
 def _closed_loop(rates: list[float], replicas: int, p99: Any = _hockey_stick_p99_s,
                  ready_after_s: float = 120.0, window_s: float = 60.0,
                  restart_every_cycle: bool = False, batching_stuck: str | None = None,
-                 told_window_s: float | None = None,
+                 told_window_s: float | None = None, queue_missing: bool = False,
                  **fields: Any) -> tuple[list[int], list[ScaleDecision]]:
     """Evaluate every 15s a Deployment whose P99 follows its load per Ready replica: each
     sample is the worst of the last `window_s` (a quantile over a window holds the requests
     served before), new pods are Ready `ready_after_s` after the write, a scale-in removes
     pods at once. `rates` gives the request rate of each interval; the signals say the window
-    is `told_window_s` (default `window_s`). (Replicas after each evaluation, the
-    decisions.)"""
+    is `told_window_s` (default `window_s`); the queue is 0, or missing with `queue_missing`.
+    (Replicas after each evaluation, the decisions.)"""
     spec_fields = {"latency": {"action": "ScaleOut"}} | fields
     state, ready, pending = ScalingState(), replicas, []
     history, decisions, instant, samples = [], [], [], []
@@ -1254,7 +1261,8 @@ def _closed_loop(rates: list[float], replicas: int, p99: Any = _hockey_stick_p99
         pending = [(at, n) for at, n in pending if at > now]
         instant.append(p99(rate, max(ready, 1)))
         samples.append(max(instant[-max(1, int(window_s // 15)):]))
-        sig = TargetSignals(steady(0, now=now), per_interval(*samples[-3:], now=now),
+        sig = TargetSignals(NO_QUEUE if queue_missing else steady(0, now=now),
+                            per_interval(*samples[-3:], now=now),
                             per_interval(*rates[max(0, i - 2):i + 1], now=now),
                             latency_window_s=window_s if told_window_s is None
                             else told_window_s)
@@ -1479,6 +1487,36 @@ def test_a_breach_more_replicas_did_not_lower_adds_none_with_nothing_lowering_th
     assert max(scaled) == 20
 
 
+def test_a_breach_more_replicas_did_not_lower_adds_none_without_queue_data_in_auto() -> None:
+    """latency.action Auto with no queue data scales out on a breach (no queue data is not
+    low), and a P99 that no replica count lowers took 3 to maxReplicas (20): the check that
+    the replicas added lowered it held only where a low queue had handed the breach to a
+    batching that does nothing. Without the queue, it is the only sign of whether the
+    breach is the load's, and it ends the climb at the first scale-out that did not."""
+    def flat(rate: float, replicas: int) -> float:
+        return 0.15
+
+    history, decisions = _closed_loop([20.0] * 60, 3, p99=flat, queue_missing=True,
+                                      latency={"action": "Auto"})
+    assert max(history) == 6 and len(_scale_outs(decisions)) == 1, history
+    held = decisions[-1]
+    assert held.desired_replicas == 6 and held.action is ScaleAction.HOLD, held.reason
+    assert ("with no queue data; it breached at 150ms with 6.7 req/s per replica (20.0 req/s "
+            "on 3) and is at 150ms with 3.3 req/s per replica now: the replicas added did "
+            "not lower it, so none are added for it") in held.reason, held.reason
+    # A breach the replicas do lower is the load's: 200 ms at 6.7 req/s per replica, 75 ms
+    # at 2.5 (8 replicas) ends it.
+    def load(rate: float, replicas: int) -> float:
+        return 0.03 * rate / replicas
+
+    loaded, _ = _closed_loop([20.0] * 60, 3, p99=load, queue_missing=True,
+                             latency={"action": "Auto"})
+    assert max(loaded) == loaded[-1] == 8, loaded
+    # action ScaleOut sizes on it all the same: the user's call.
+    scaled, _ = _closed_loop([20.0] * 60, 3, p99=flat, queue_missing=True)
+    assert max(scaled) == 20
+
+
 def test_a_quantile_of_too_few_requests_adds_no_replicas_with_nothing_lowering_the_batch(
 ) -> None:
     """A P99 of 72 requests (1.2 req/s over 1m) is their slowest one: one slow request took 2
@@ -1494,6 +1532,18 @@ def test_a_quantile_of_too_few_requests_adds_no_replicas_with_nothing_lowering_t
     assert "the p99 is of about 72 requests (under 100), the slowest of them, so no replicas " \
         "are added for it" in said
     assert all(d.state.breaches == () for d in decisions)
+    # The same with no queue data in Auto: one slow request is no more the load's.
+    def another_slow_request(rate: float, replicas: int, calls: list[int] = []) -> float:  # noqa: B006
+        calls.append(1)
+        return 0.4 if len(calls) == 10 else 0.05
+
+    history, decisions = _closed_loop([1.2] * 60, 2, p99=another_slow_request,
+                                      queue_missing=True,
+                                      latency={"action": "Auto"})
+    assert max(history) == 2 and not _scale_outs(decisions), history
+    said = next(d.reason for d in decisions if "slowest" in d.reason)
+    assert "with no queue data; the p99 is of about 72 requests (under 100), the slowest of " \
+        "them, so no replicas are added for it" in said
 
 
 def test_a_scale_out_too_small_to_end_a_breach_is_still_the_loads() -> None:

@@ -560,17 +560,25 @@ def _latency_proposal(spec: AutoscalingSpec, current: int, reading: Reading,
     if signal.action is LatencyAction.TUNE_BATCHING:
         return _Proposal(current, f"{said}, action TuneBatching: tune batching",
                          tune_batching=True)
-    if signal.action is LatencyAction.AUTO and queue_is_low(spec, reading):
-        low = (f"{said}, queue {reading.queue_per_replica:.1f}/replica is not above target "
-               f"{spec.queue.target_per_replica:g} so the latency comes from batching")
-        if callable(batching_stuck):
-            batching_stuck = batching_stuck(reading)
-        if batching_stuck is None:
-            return _Proposal(current, f"{low}: tune batching", tune_batching=True)
-        # Handed to a batching that does not lower the batch (Off, the default, or already
-        # at its minimum), the breach was acted on by nothing for as long as it lasted:
-        # replicas are the lever left, while they lower it.
-        said = f"{low}, but {batching_stuck}"
+    if signal.action is LatencyAction.AUTO and (
+            reading.queue_per_replica is None or queue_is_low(spec, reading)):
+        if reading.queue_per_replica is None:
+            # No queue data is not low: Auto scales out, the SLO is the safe side, but with
+            # the same checks as below, which then alone tell whether the breach is the
+            # load's (without them a P99 no replica count lowers took it to maxReplicas).
+            said, out = f"{said}, with no queue data", ""
+        else:
+            low = (f"{said}, queue {reading.queue_per_replica:.1f}/replica is not above "
+                   f"target {spec.queue.target_per_replica:g} so the latency comes from "
+                   "batching")
+            if callable(batching_stuck):
+                batching_stuck = batching_stuck(reading)
+            if batching_stuck is None:
+                return _Proposal(current, f"{low}: tune batching", tune_batching=True)
+            # Handed to a batching that does not lower the batch (Off, the default, or
+            # already at its minimum), the breach was acted on by nothing for as long as it
+            # lasted: replicas are the lever left, while they lower it.
+            said, out = f"{low}, but {batching_stuck}", ": scale out"
         if not_load is not None:
             return _Proposal(current, f"{said}; {not_load}")
         if (few := _too_few(spec, reading)) is not None:
@@ -581,7 +589,7 @@ def _latency_proposal(spec: AutoscalingSpec, current: int, reading: Reading,
             # handful of requests can be told, and each scaled out again up to maxReplicas.
             return _Proposal(current, f"{said}; the request rate is unknown, so whether it "
                              "is the load's cannot be told: no replicas are added for it")
-        said = f"{said}: scale out"
+        said += out
     proposed = max(serving + 1, _ceil(serving * reading.latency_s / seconds(target)))
     if serving == current:
         return _Proposal(proposed, f"{said} -> {proposed}")

@@ -242,6 +242,7 @@ def _consecutive_breaches(spec: AutoscalingSpec, signals: TargetSignals,
 def queue_is_low(spec: AutoscalingSpec, reading: Reading) -> bool:
     """The queue is at or below its target per replica: a latency breach then comes from
     batching, not from load (action Auto tunes batching, and the batching recommender lowers
-    the batch). No queue data is not low: Auto then scales out, the SLO is the safe side."""
+    the batch). No queue data is not low: Auto then scales out, the SLO is the safe side (unless the
+    breach is found not the load's: engine._latency_proposal)."""
     queue = reading.queue_per_replica
     return queue is not None and queue <= spec.queue.target_per_replica
