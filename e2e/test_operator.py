@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -354,56 +356,178 @@ def test_api_server_rejects_what_the_schema_forbids(
                                                                  "minHeadroom": 1000000}))
 
 
-def test_the_documented_policy_keeps_spec_mig_to_the_namespaces_allowed(
-    api_client: client.ApiClient, namespace: str, operator: OperatorProcess
-) -> None:
-    """docs/policies/mig-namespaces.yaml, as the API server runs it: a tuning with spec.mig
-    is refused in a namespace not labelled infertune.io/mig=allowed, and taken in one that is
-    (bound here to the test's namespace only, so other tests are not affected)."""
+@contextmanager
+def documented_policy(api_client: client.ApiClient, namespace: str,
+                      filename: str) -> Iterator[None]:
+    """The ValidatingAdmissionPolicy of docs/policies/`filename` and its binding, in force
+    while the block runs: named for the test and bound to its namespace only, so that other
+    tests are not affected. The API server applies it a moment after it is made."""
     policy, binding = yaml.safe_load_all(
-        (Path(__file__).resolve().parent.parent / "docs" / "policies" /
-         "mig-namespaces.yaml").read_text())
+        (REPO_ROOT / "docs" / "policies" / filename).read_text())
     suffix = f"-{namespace}"
     policy["metadata"]["name"] += suffix
     binding["metadata"]["name"] += suffix
     binding["spec"]["policyName"] += suffix
     binding["spec"]["matchResources"] = {"namespaceSelector": {"matchLabels": {
         "kubernetes.io/metadata.name": namespace}}}
-    # One made before the policy: it must still take updates that leave spec.mig alone (its
-    # finalizer's removal), or it stays Terminating for good.
-    create(api_client, namespace, tuning("before", "qwen", mode="DryRun",
-                                         mig={"profile": "3g.71gb"}))
     admission = client.AdmissionregistrationV1Api(api_client)
     admission.create_validating_admission_policy(policy)
     try:
         admission.create_validating_admission_policy_binding(binding)
         try:
-            def refused() -> str | None:
-                try:
-                    create(api_client, namespace, tuning("mig", "qwen", mode="DryRun",
-                                                         mig={"profile": "3g.71gb"}))
-                except ApiException as exc:  # the policy is seen a moment after it is made
-                    return str(exc.body) if exc.status == 403 else None
-                delete_tuning_and_wait(api_client, namespace, "mig", "the tuning deleted",
-                                       timeout_s=30)
-                return None
-
-            body = wait_for(refused, "the policy to refuse spec.mig")
-            assert "allowed only in namespaces labelled infertune.io/mig=allowed" in body
-            client.CustomObjectsApi(api_client).patch_namespaced_custom_object(
-                GROUP, VERSION, namespace, PLURAL, "before", {"metadata": {"labels": {"a": "b"}}})
-            delete_tuning_and_wait(api_client, namespace, "before", "the tuning made before "
-                                   "the policy deleted (its finalizer removed)", timeout_s=30)
-            create(api_client, namespace, tuning("plain", "qwen"))  # no spec.mig: taken
-            client.CoreV1Api(api_client).patch_namespace(namespace, {"metadata": {
-                "labels": {"infertune.io/mig": "allowed"}}})
-            wait_for(lambda: _created(api_client, namespace, tuning(
-                "mig", "qwen", mode="DryRun", mig={"profile": "3g.71gb"})),
-                "spec.mig taken once the namespace is labelled")
+            yield
         finally:
             admission.delete_validating_admission_policy_binding(binding["metadata"]["name"])
     finally:
         admission.delete_validating_admission_policy(policy["metadata"]["name"])
+
+
+def test_the_documented_policy_keeps_spec_mig_to_the_namespaces_allowed(
+    api_client: client.ApiClient, namespace: str, operator: OperatorProcess
+) -> None:
+    """docs/policies/mig-namespaces.yaml, as the API server runs it: a tuning with spec.mig
+    is refused in a namespace not labelled infertune.io/mig=allowed, and taken in one that is."""
+    # One made before the policy: it must still take updates that leave spec.mig alone (its
+    # finalizer's removal), or it stays Terminating for good.
+    create(api_client, namespace, tuning("before", "qwen", mode="DryRun",
+                                         mig={"profile": "3g.71gb"}))
+    with documented_policy(api_client, namespace, "mig-namespaces.yaml"):
+        def refused() -> str | None:
+            try:
+                create(api_client, namespace, tuning("mig", "qwen", mode="DryRun",
+                                                     mig={"profile": "3g.71gb"}))
+            except ApiException as exc:  # the policy is seen a moment after it is made
+                return str(exc.body) if exc.status == 403 else None
+            delete_tuning_and_wait(api_client, namespace, "mig", "the tuning deleted",
+                                   timeout_s=30)
+            return None
+
+        body = wait_for(refused, "the policy to refuse spec.mig")
+        assert "allowed only in namespaces labelled infertune.io/mig=allowed" in body
+        client.CustomObjectsApi(api_client).patch_namespaced_custom_object(
+            GROUP, VERSION, namespace, PLURAL, "before", {"metadata": {"labels": {"a": "b"}}})
+        delete_tuning_and_wait(api_client, namespace, "before", "the tuning made before "
+                               "the policy deleted (its finalizer removed)", timeout_s=30)
+        create(api_client, namespace, tuning("plain", "qwen"))  # no spec.mig: taken
+        client.CoreV1Api(api_client).patch_namespace(namespace, {"metadata": {
+            "labels": {"infertune.io/mig": "allowed"}}})
+        wait_for(lambda: _created(api_client, namespace, tuning(
+            "mig", "qwen", mode="DryRun", mig={"profile": "3g.71gb"})),
+            "spec.mig taken once the namespace is labelled")
+
+
+def test_the_documented_policy_asks_the_author_for_what_the_operator_does(
+    api_client: client.ApiClient, namespace: str, operator: OperatorProcess
+) -> None:
+    """docs/policies/author-permissions.yaml, as the API server runs it: a user allowed to
+    create InferenceTunings but not to change a Deployment cannot have the operator change
+    it. Each permission is asked for where the spec has the operator use it; an update that
+    leaves the spec alone (a label, the operator's finalizer) is not checked."""
+    rbac = client.RbacAuthorizationV1Api(api_client)
+
+    def grant(user: str, name: str, rules: list[dict[str, Any]]) -> None:
+        role = f"{user}-{name}"
+        rbac.create_namespaced_role(namespace, {"metadata": {"name": role}, "rules": rules})
+        rbac.create_namespaced_role_binding(namespace, {
+            "metadata": {"name": role},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": role},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User",
+                          "name": user}]})
+
+    def as_user(user: str) -> client.ApiClient:
+        api = client.ApiClient(api_client.configuration)
+        api.set_default_header("Impersonate-User", user)
+        return api
+
+    tunings = [{"apiGroups": [GROUP], "resources": [PLURAL],
+                "verbs": ["create", "get", "update", "patch"]}]
+    grant("alice", "tunings", tunings)
+    alice = as_user("alice")
+
+    def answer(body: dict[str, Any]) -> str:
+        """The policy's refusal of alice's `body`; "" when it is taken (then deleted)."""
+        try:
+            create(alice, namespace, body)
+        except ApiException as exc:
+            if exc.status != 403:
+                raise
+            return str(exc.body)
+        delete_tuning_and_wait(api_client, namespace, body["metadata"]["name"],
+                               "alice's tuning deleted", timeout_s=30)
+        return ""
+
+    def refused(body: dict[str, Any], said: str) -> None:
+        # RBAC and the policy are applied a moment after they are made: wait for the answer.
+        found = wait_for(lambda: got if said in (got := answer(body)) else None,
+                         f"the policy to refuse with {said!r}")
+        assert "infertune-author-permissions" in found, found
+
+    def taken(body: dict[str, Any]) -> None:
+        wait_for(lambda: answer(body) == "", f"{body['spec']} taken")
+
+    enforce = tuning("t", "qwen", autoscaling={"maxReplicas": 4})
+    dry_run = tuning("t", "qwen", mode="DryRun", autoscaling={"maxReplicas": 4})
+    with documented_policy(api_client, namespace, "author-permissions.yaml"):
+        refused(enforce, f"alice may not patch Deployment qwen in namespace {namespace}, "
+                "which this InferenceTuning has the operator change (it tunes and re-creates "
+                "its pods)")
+        refused(dry_run, f"alice may not get Deployment qwen in namespace {namespace}")
+        grant("alice", "reader", [{"apiGroups": ["apps"], "resources": ["deployments"],
+                                   "verbs": ["get"]}])
+        taken(dry_run)
+        # Allowed to change that Deployment only: evicting its pods and scaling it are
+        # each asked for, where the spec has the operator do them.
+        grant("alice", "editor", [{"apiGroups": ["apps"], "resources": ["deployments"],
+                                   "resourceNames": ["qwen"], "verbs": ["patch"]}])
+        refused(tuning("t", "other"), "alice may not patch Deployment other")
+        refused(tuning("t", "qwen"), "alice may not evict pods")
+        by_template = {"retune": {"strategy": "PodTemplateAnnotation"}}
+        taken(tuning("t", "qwen", **by_template))
+        refused(tuning("t", "qwen", **by_template, autoscaling={"maxReplicas": 4}),
+                "alice may not scale Deployment qwen")
+        taken(tuning("t", "qwen", **by_template,
+                     autoscaling={"maxReplicas": 4, "enabled": False}))
+        grant("alice", "evictor", [{"apiGroups": [""], "resources": ["pods/eviction"],
+                                    "verbs": ["create"]}])
+        grant("alice", "scaler", [{"apiGroups": ["apps"], "resources": ["deployments/scale"],
+                                   "resourceNames": ["qwen"], "verbs": ["patch"]}])
+        taken(enforce)
+        # The edit ClusterRole, bound in the namespace, has every permission asked for.
+        rbac.create_namespaced_role_binding(namespace, {
+            "metadata": {"name": "carol-edit"},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                        "name": "edit"},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User",
+                          "name": "carol"}]})
+        grant("carol", "tunings", tunings)
+        carol = as_user("carol")
+        wait_for(lambda: _created(carol, namespace, {**enforce, "metadata": {"name": "c"}}),
+                 "carol's tuning taken")
+
+        # Bob may edit InferenceTunings only: a label is his to change, the spec is not.
+        grant("bob", "tunings", tunings)
+        create(api_client, namespace, enforce)  # its author is allowed (cluster admin)
+        bob = client.CustomObjectsApi(as_user("bob"))
+
+        def labelled() -> bool:
+            try:
+                bob.patch_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "t",
+                                                   {"metadata": {"labels": {"team": "b"}}})
+            except ApiException as exc:  # bob's Role is applied a moment after it is made
+                if exc.status != 403 or "infertune-author-permissions" in str(exc.body):
+                    raise
+                return False
+            return True
+
+        wait_for(labelled, "bob's label taken")
+        with pytest.raises(ApiException) as info:
+            bob.patch_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "t",
+                                               {"spec": {"autoscaling": {"maxReplicas": 40}}})
+        assert info.value.status == 403 and "bob may not patch Deployment qwen" in \
+            str(info.value.body)
+        # The operator's finalizer comes off as the tuning is deleted.
+        delete_tuning_and_wait(api_client, namespace, "t", "the tuning deleted (its "
+                               "finalizer removed under the policy)", timeout_s=30)
 
 
 def _created(api_client: client.ApiClient, namespace: str, body: dict[str, Any]) -> bool:
