@@ -259,6 +259,76 @@ def test_the_prometheus_operator_objects_install_against_its_own_crds(
         assert left.strip() == "", left
 
 
+POLICY_FILES = {"authorPermissions": CHART / "files" / "policies" / "author-permissions.yaml",
+                "migNamespaces": CHART / "files" / "policies" / "mig-namespaces.yaml"}
+POLICIES = ["--set", "policies.authorPermissions=true", "--set", "policies.migNamespaces=true"]
+
+
+def policy_objects(*values: str, release: str = "t") -> dict[tuple[str, str], dict[str, Any]]:
+    """The chart's ValidatingAdmissionPolicies and bindings by (kind, name), as rendered."""
+    rendered = helm("template", release, str(CHART), *values).stdout
+    return {(d["kind"], d["metadata"]["name"]): d for d in yaml.safe_load_all(rendered)
+            if d and d["apiVersion"].startswith("admissionregistration.k8s.io/")
+            and d["kind"].startswith("ValidatingAdmissionPolicy")}
+
+
+def test_the_policies_are_their_files_and_made_only_when_asked_for() -> None:
+    """The end-to-end tests run the files (e2e/test_operator.py); the chart renders them as
+    they are, with its labels."""
+    assert policy_objects() == {}
+    # helm upgrade --reuse-values from a release before the setting: none is made.
+    assert policy_objects("--set", "policies=null") == {}
+    for name, path in POLICY_FILES.items():
+        made = policy_objects("--set", f"policies.{name}=true")
+        files = list(yaml.safe_load_all(path.read_text()))
+        assert made.keys() == {(f["kind"], f["metadata"]["name"]) for f in files}, name
+        for expected in files:
+            got = made[(expected["kind"], expected["metadata"]["name"])]
+            assert got["spec"] == expected["spec"], name
+            assert got["metadata"]["labels"]["app.kubernetes.io/instance"] == "t"
+    assert len(policy_objects(*POLICIES)) == 4
+    assert "policies.authorPermissions needs Kubernetes 1.30 or later" in refusal(
+        "--set", "policies.authorPermissions=true", "--kube-version", "1.29.0")
+    assert "/policies/migNamespaces" in refusal("--set-string", "policies.migNamespaces=yes")
+    assert "/policies" in refusal("--set", "policies.other=true")
+
+
+def _within(expected: Any, stored: Any) -> bool:
+    """Whether `stored` is `expected` with the API server's defaults added (keys of its own
+    in objects, at any depth)."""
+    if isinstance(expected, dict):
+        return isinstance(stored, dict) and all(
+            k in stored and _within(v, stored[k]) for k, v in expected.items())
+    if isinstance(expected, list):
+        return (isinstance(stored, list) and len(stored) == len(expected)
+                and all(map(_within, expected, stored)))
+    return bool(expected == stored)
+
+
+def test_the_policies_install_on_the_api_server(cluster: ClusterInfo, kubectl: Kubectl,
+                                               namespace: str) -> None:
+    """The API server compiles their CEL at creation (a misspelt function fails the
+    install); read back, they are as rendered. A Helm release removes them with it."""
+    release = "infertune-policies"
+    values = [*POLICIES, "--set", "image.pullPolicy=Never"]
+    rendered = policy_objects(*values, release=release)
+    helm("install", release, str(CHART), "--kubeconfig", str(cluster.kubeconfig),
+         "--namespace", namespace, *values)
+    try:
+        for (kind, name), expected in rendered.items():
+            resource = ("validatingadmissionpolicies" if kind == "ValidatingAdmissionPolicy"
+                        else "validatingadmissionpolicybindings")
+            stored = json.loads(kubectl("get", f"{resource}.admissionregistration.k8s.io",
+                                        name, "-o", "json").stdout)
+            assert _within(expected["spec"], stored["spec"]), (name, stored["spec"])
+    finally:
+        helm("uninstall", release, "--kubeconfig", str(cluster.kubeconfig),
+             "--namespace", namespace)
+    left = kubectl("get", "validatingadmissionpolicies.admissionregistration.k8s.io",
+                   "-o", "name").stdout
+    assert "infertune-" not in left, left
+
+
 @pytest.mark.parametrize(("values", "says"), [
     (["--set", "metrics.enabled=false", "--set", "metrics.podMonitor.enabled=true"],
      "metrics.podMonitor.enabled needs metrics.enabled"),

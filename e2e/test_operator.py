@@ -356,14 +356,18 @@ def test_api_server_rejects_what_the_schema_forbids(
                                                                  "minHeadroom": 1000000}))
 
 
+POLICIES = REPO_ROOT / "charts" / "infertune" / "files" / "policies"
+"""The ValidatingAdmissionPolicies the chart installs with `policies.*` (README.md)."""
+
+
 @contextmanager
 def documented_policy(api_client: client.ApiClient, namespace: str,
                       filename: str) -> Iterator[None]:
-    """The ValidatingAdmissionPolicy of docs/policies/`filename` and its binding, in force
-    while the block runs: named for the test and bound to its namespace only, so that other
-    tests are not affected. The API server applies it a moment after it is made."""
-    policy, binding = yaml.safe_load_all(
-        (REPO_ROOT / "docs" / "policies" / filename).read_text())
+    """The ValidatingAdmissionPolicy of the chart's files/policies/`filename` and its
+    binding, in force while the block runs: named for the test and bound to its namespace
+    only, so that other tests are not affected. The API server applies it a moment after it
+    is made."""
+    policy, binding = yaml.safe_load_all((POLICIES / filename).read_text())
     suffix = f"-{namespace}"
     policy["metadata"]["name"] += suffix
     binding["metadata"]["name"] += suffix
@@ -385,7 +389,7 @@ def documented_policy(api_client: client.ApiClient, namespace: str,
 def test_the_documented_policy_keeps_spec_mig_to_the_namespaces_allowed(
     api_client: client.ApiClient, namespace: str, operator: OperatorProcess
 ) -> None:
-    """docs/policies/mig-namespaces.yaml, as the API server runs it: a tuning with spec.mig
+    """The chart's mig-namespaces policy, as the API server runs it: a tuning with spec.mig
     is refused in a namespace not labelled infertune.io/mig=allowed, and taken in one that is."""
     # One made before the policy: it must still take updates that leave spec.mig alone (its
     # finalizer's removal), or it stays Terminating for good.
@@ -419,7 +423,7 @@ def test_the_documented_policy_keeps_spec_mig_to_the_namespaces_allowed(
 def test_the_documented_policy_asks_the_author_for_what_the_operator_does(
     api_client: client.ApiClient, namespace: str, operator: OperatorProcess
 ) -> None:
-    """docs/policies/author-permissions.yaml, as the API server runs it: a user allowed to
+    """The chart's author-permissions policy, as the API server runs it: a user allowed to
     create InferenceTunings but not to change a Deployment cannot have the operator change
     it. Each permission is asked for where the spec has the operator use it; an update that
     leaves the spec alone (a label, the operator's finalizer) is not checked."""
