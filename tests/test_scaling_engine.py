@@ -382,13 +382,12 @@ def test_with_min_request_rate_zero_a_missing_request_rate_does_not_void_the_lat
     assert (auto.signals.breaches, auto.desired_replicas) == (2, 4), auto.reason
     assert "the request rate is unknown, so whether it is the load's cannot be told: no " \
            "replicas are added for it" in auto.reason
-    # The same with no queue data (not low, so Auto scales out): nothing tells it is the
-    # load's either.
+    # With no queue data as well, nothing says it is not the load's (the queue low did):
+    # Auto scales out, as on a breach with no queue data at a known rate.
     blind = decide(TargetSignals(NO_QUEUE, without_rate.latency, MISSING),
                    latency={"minRequestRate": 0, "action": "Auto"})
-    assert (blind.signals.breaches, blind.desired_replicas) == (2, 4), blind.reason
-    assert "with no queue data; the request rate is unknown, so whether it is the load's " \
-           "cannot be told: no replicas are added for it" in blind.reason
+    assert (blind.signals.breaches, blind.desired_replicas) == (2, 8), blind.reason
+    assert "cannot be told" not in blind.reason
     # With a minimum, a sample needs the rate to be known to count, as before.
     held = decide(without_rate, latency={"action": "ScaleOut"})
     assert (held.signals.breaches, held.desired_replicas) == (0, 4), held.reason
@@ -1512,6 +1511,13 @@ def test_a_breach_more_replicas_did_not_lower_adds_none_without_queue_data_in_au
     loaded, _ = _closed_loop([20.0] * 60, 3, p99=load, queue_missing=True,
                              latency={"action": "Auto"})
     assert max(loaded) == loaded[-1] == 8, loaded
+    # At 1.5 req/s the P99 is of too few requests (90 in the window), which Auto with no
+    # queue data scales out all the same: remembered for it, it is found not the load's
+    # too (not remembered, it went on to maxReplicas).
+    few, decisions = _closed_loop([1.5] * 60, 1, p99=flat, queue_missing=True,
+                                  latency={"action": "Auto"})
+    assert max(few) == 2 and len(_scale_outs(decisions)) == 1, few
+    assert "the replicas added did not lower it" in decisions[-1].reason
     # action ScaleOut sizes on it all the same: the user's call.
     scaled, _ = _closed_loop([20.0] * 60, 3, p99=flat, queue_missing=True)
     assert max(scaled) == 20
@@ -1532,18 +1538,16 @@ def test_a_quantile_of_too_few_requests_adds_no_replicas_with_nothing_lowering_t
     assert "the p99 is of about 72 requests (under 100), the slowest of them, so no replicas " \
         "are added for it" in said
     assert all(d.state.breaches == () for d in decisions)
-    # The same with no queue data in Auto: one slow request is no more the load's.
-    def another_slow_request(rate: float, replicas: int, calls: list[int] = []) -> float:  # noqa: B006
-        calls.append(1)
-        return 0.4 if len(calls) == 10 else 0.05
+    # With no queue data, nothing but the quantile tells a real overload at a low rate: a
+    # P99 three times the target at 1.5 req/s on 1 replica (90 requests in the window) is
+    # scaled out, not held as one of too few requests (taken for one, it was held for good).
+    def overloaded(rate: float, replicas: int) -> float:
+        return 0.15 * rate / replicas
 
-    history, decisions = _closed_loop([1.2] * 60, 2, p99=another_slow_request,
-                                      queue_missing=True,
+    history, decisions = _closed_loop([1.5] * 60, 1, p99=overloaded, queue_missing=True,
                                       latency={"action": "Auto"})
-    assert max(history) == 2 and not _scale_outs(decisions), history
-    said = next(d.reason for d in decisions if "slowest" in d.reason)
-    assert "with no queue data; the p99 is of about 72 requests (under 100), the slowest of " \
-        "them, so no replicas are added for it" in said
+    assert history[-1] == max(history) == 3, history
+    assert not any("slowest" in d.reason for d in decisions)
 
 
 def test_a_scale_out_too_small_to_end_a_breach_is_still_the_loads() -> None:

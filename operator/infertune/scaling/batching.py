@@ -122,8 +122,10 @@ def _unchanged(autoscaling: AutoscalingSpec, reading: Reading, target: float) ->
         queue = ("no queue reading" if reading.queue_per_replica is None else
                  f"the queue at {reading.queue_per_replica:.4g} per replica, above its "
                  f"target {autoscaling.queue.target_per_replica:g}")
-        return (f"{shown} is above {latency_text(target)} with {queue}: replicas are short, "
-                "not the batch, so it is not changed")
+        cause = ("it is not taken for the batch's" if reading.queue_per_replica is None else
+                 "replicas are short, not the batch")
+        return (f"{shown} is above {latency_text(target)} with {queue}: {cause}, so it is not "
+                "changed")
     if latency > target:
         return (f"{shown} is above {latency_text(target)} for {reading.breaches} of "
                 f"{autoscaling.latency.consecutive_samples} samples: no change yet")

@@ -361,8 +361,8 @@ def _breach_outcomes(spec: AutoscalingSpec, breaches: tuple[Breach, ...], readin
     replica the latency was measured fine at since an earlier one (its `healthy`) is taken
     for a burst of slow requests and not remembered (the earlier one `doubted`); a second
     such episode within breachMemory is remembered, and clears that `healthy` (a slower
-    release). A breach on too few requests (`_too_few`) is remembered only with action
-    ScaleOut, which added replicas for it."""
+    release). A breach on too few requests (`_too_few`) is remembered only where replicas
+    are added for it (`_scales_out_on_few`)."""
     memory = seconds(spec.latency.breach_memory)
     target = seconds(spec.latency.target)
     if breaches:
@@ -377,7 +377,7 @@ def _breach_outcomes(spec: AutoscalingSpec, breaches: tuple[Breach, ...], readin
             breaches = _cured(breaches, reading.request_rate, serving)
     rate, latency = reading.request_rate, reading.latency_s
     if (not reading.latency_breached or rate is None or rate <= 0 or serving <= 0
-            or latency is None or (spec.latency.action is not LatencyAction.SCALE_OUT
+            or latency is None or (not _scales_out_on_few(spec, reading)
                                    and _too_few(spec, reading) is not None)):
         return breaches, None
     per_replica = rate / serving
@@ -422,6 +422,15 @@ def _breach_outcomes(spec: AutoscalingSpec, breaches: tuple[Breach, ...], readin
     if len(breaches) > MAX_BREACHES:
         breaches = (min(breaches, key=_per_replica), new)
     return breaches, None
+
+
+def _scales_out_on_few(spec: AutoscalingSpec, reading: Reading) -> bool:
+    """Whether a breach on too few requests (`_too_few`) adds replicas: with action ScaleOut,
+    and with Auto when there is no queue data (nothing else would tell a real overload at a
+    low rate from it); not with Auto and a low queue (_latency_proposal)."""
+    action = spec.latency.action
+    return action is LatencyAction.SCALE_OUT or (
+        action is LatencyAction.AUTO and reading.queue_per_replica is None)
 
 
 def _cured(breaches: tuple[Breach, ...], rate: float | None,
@@ -560,25 +569,17 @@ def _latency_proposal(spec: AutoscalingSpec, current: int, reading: Reading,
     if signal.action is LatencyAction.TUNE_BATCHING:
         return _Proposal(current, f"{said}, action TuneBatching: tune batching",
                          tune_batching=True)
-    if signal.action is LatencyAction.AUTO and (
-            reading.queue_per_replica is None or queue_is_low(spec, reading)):
-        if reading.queue_per_replica is None:
-            # No queue data is not low: Auto scales out, the SLO is the safe side, but with
-            # the same checks as below, which then alone tell whether the breach is the
-            # load's (without them a P99 no replica count lowers took it to maxReplicas).
-            said, out = f"{said}, with no queue data", ""
-        else:
-            low = (f"{said}, queue {reading.queue_per_replica:.1f}/replica is not above "
-                   f"target {spec.queue.target_per_replica:g} so the latency comes from "
-                   "batching")
-            if callable(batching_stuck):
-                batching_stuck = batching_stuck(reading)
-            if batching_stuck is None:
-                return _Proposal(current, f"{low}: tune batching", tune_batching=True)
-            # Handed to a batching that does not lower the batch (Off, the default, or
-            # already at its minimum), the breach was acted on by nothing for as long as it
-            # lasted: replicas are the lever left, while they lower it.
-            said, out = f"{low}, but {batching_stuck}", ": scale out"
+    if signal.action is LatencyAction.AUTO and queue_is_low(spec, reading):
+        low = (f"{said}, queue {reading.queue_per_replica:.1f}/replica is not above target "
+               f"{spec.queue.target_per_replica:g} so the latency comes from batching")
+        if callable(batching_stuck):
+            batching_stuck = batching_stuck(reading)
+        if batching_stuck is None:
+            return _Proposal(current, f"{low}: tune batching", tune_batching=True)
+        # Handed to a batching that does not lower the batch (Off, the default, or already
+        # at its minimum), the breach was acted on by nothing for as long as it lasted:
+        # replicas are the lever left, while they lower it.
+        said = f"{low}, but {batching_stuck}"
         if not_load is not None:
             return _Proposal(current, f"{said}; {not_load}")
         if (few := _too_few(spec, reading)) is not None:
@@ -589,7 +590,15 @@ def _latency_proposal(spec: AutoscalingSpec, current: int, reading: Reading,
             # handful of requests can be told, and each scaled out again up to maxReplicas.
             return _Proposal(current, f"{said}; the request rate is unknown, so whether it "
                              "is the load's cannot be told: no replicas are added for it")
-        said += out
+        said = f"{said}: scale out"
+    elif (signal.action is LatencyAction.AUTO and reading.queue_per_replica is None
+          and not_load is not None):
+        # No queue data is not low, so Auto scales out (the SLO is the safe side), but a
+        # breach the replicas added did not lower is known not to be the load's (without
+        # this check a P99 no replica count lowers took it to maxReplicas). The guards that
+        # only doubt a breach (too few requests, the rate unknown) would hold a real
+        # overload with nothing else to tell it: not here.
+        return _Proposal(current, f"{said}, with no queue data; {not_load}")
     proposed = max(serving + 1, _ceil(serving * reading.latency_s / seconds(target)))
     if serving == current:
         return _Proposal(proposed, f"{said} -> {proposed}")
