@@ -426,7 +426,8 @@ def test_the_documented_policy_asks_the_author_for_what_the_operator_does(
     """The chart's author-permissions policy, as the API server runs it: a user allowed to
     create InferenceTunings but not to change a Deployment cannot have the operator change
     it. Each permission is asked for where the spec has the operator use it; an update that
-    leaves the spec alone (a label, the operator's finalizer) is not checked."""
+    leaves the spec alone (a label, the operator's finalizer) is not checked, and a write of
+    status.appliedSpec (which the pod webhook tunes by) is checked as a spec is."""
     rbac = client.RbacAuthorizationV1Api(api_client)
 
     def grant(user: str, name: str, rules: list[dict[str, Any]]) -> None:
@@ -471,22 +472,28 @@ def test_the_documented_policy_asks_the_author_for_what_the_operator_does(
 
     enforce = tuning("t", "qwen", autoscaling={"maxReplicas": 4})
     dry_run = tuning("t", "qwen", mode="DryRun", autoscaling={"maxReplicas": 4})
+    by_template = {"retune": {"strategy": "PodTemplateAnnotation"}}
     with documented_policy(api_client, namespace, "author-permissions.yaml"):
         refused(enforce, f"alice may not patch Deployment qwen in namespace {namespace}, "
-                "which this InferenceTuning has the operator change (it tunes and re-creates "
-                "its pods)")
-        refused(dry_run, f"alice may not get Deployment qwen in namespace {namespace}")
-        grant("alice", "reader", [{"apiGroups": ["apps"], "resources": ["deployments"],
-                                   "verbs": ["get"]}])
-        taken(dry_run)
-        # Allowed to change that Deployment only: evicting its pods and scaling it are
-        # each asked for, where the spec has the operator do them.
+                "whose pods this InferenceTuning (spec) has the operator tune and re-create: "
+                "ask for patch on deployments")
+        # A trial annotates the pods, and keeps another tuning of them from tuning them.
+        refused(dry_run, "alice may not patch Deployment qwen in namespace "
+                f"{namespace}, whose pods this InferenceTuning (spec) has the operator "
+                "annotate with its plan (mode DryRun)")
+        # Allowed to change that Deployment only: evicting pods and scaling it are each
+        # asked for where the spec has the operator do them.
         grant("alice", "editor", [{"apiGroups": ["apps"], "resources": ["deployments"],
                                    "resourceNames": ["qwen"], "verbs": ["patch"]}])
+        taken(dry_run)
         refused(tuning("t", "other"), "alice may not patch Deployment other")
-        refused(tuning("t", "qwen"), "alice may not evict pods")
-        by_template = {"retune": {"strategy": "PodTemplateAnnotation"}}
+        refused(tuning("t", "qwen"), "alice may not evict pods in namespace "
+                f"{namespace}, which this InferenceTuning (spec) has the operator do "
+                "(retune.strategy Evict, the default,")
         taken(tuning("t", "qwen", **by_template))
+        refused(tuning("t", "qwen", **by_template, mig={"profile": "3g.71gb",
+                                                        "allowDisruption": True}),
+                "(mig.allowDisruption drains the nodes it partitions)")
         refused(tuning("t", "qwen", **by_template, autoscaling={"maxReplicas": 4}),
                 "alice may not scale Deployment qwen")
         taken(tuning("t", "qwen", **by_template,
@@ -508,8 +515,11 @@ def test_the_documented_policy_asks_the_author_for_what_the_operator_does(
         wait_for(lambda: _created(carol, namespace, {**enforce, "metadata": {"name": "c"}}),
                  "carol's tuning taken")
 
-        # Bob may edit InferenceTunings only: a label is his to change, the spec is not.
-        grant("bob", "tunings", tunings)
+        # Bob may edit InferenceTunings and their status only: a label is his to change, the
+        # spec is not, nor the spec the pod webhook falls back to (status.appliedSpec).
+        grant("bob", "tunings", [*tunings, {"apiGroups": [GROUP],
+                                           "resources": [f"{PLURAL}/status"],
+                                           "verbs": ["update", "patch"]}])
         create(api_client, namespace, enforce)  # its author is allowed (cluster admin)
         bob = client.CustomObjectsApi(as_user("bob"))
 
@@ -529,6 +539,21 @@ def test_the_documented_policy_asks_the_author_for_what_the_operator_does(
                                                {"spec": {"autoscaling": {"maxReplicas": 40}}})
         assert info.value.status == 403 and "bob may not patch Deployment qwen" in \
             str(info.value.body)
+        forged = {"status": {"appliedSpec": {"generation": 1, "spec": {
+            "targetRef": {"name": "other"}, "engine": "vllm", "mode": "Enforce",
+            "retune": {"strategy": "PodTemplateAnnotation"}, "autoscaling": None}}}}
+        with pytest.raises(ApiException) as info:
+            bob.patch_namespaced_custom_object_status(GROUP, VERSION, namespace, PLURAL, "t",
+                                                      forged)
+        assert info.value.status == 403 and "bob may not patch Deployment other in " \
+            f"namespace {namespace}, whose pods this InferenceTuning " \
+            "(status.appliedSpec.spec) has the operator tune" in str(info.value.body)
+        # Another field of the status is not checked; the same appliedSpec from someone
+        # allowed is taken.
+        bob.patch_namespaced_custom_object_status(GROUP, VERSION, namespace, PLURAL, "t",
+                                                  {"status": {"phase": "Pending"}})
+        client.CustomObjectsApi(api_client).patch_namespaced_custom_object_status(
+            GROUP, VERSION, namespace, PLURAL, "t", forged)
         # The operator's finalizer comes off as the tuning is deleted.
         delete_tuning_and_wait(api_client, namespace, "t", "the tuning deleted (its "
                                "finalizer removed under the policy)", timeout_s=30)
