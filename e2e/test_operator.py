@@ -521,6 +521,11 @@ def test_the_documented_policy_asks_the_author_for_what_the_operator_does(
                                            "resources": [f"{PLURAL}/status"],
                                            "verbs": ["update", "patch"]}])
         create(api_client, namespace, enforce)  # its author is allowed (cluster admin)
+        # The operator's own write of status.appliedSpec goes through the policy's check (an
+        # expression that failed on it would refuse it: failurePolicy Fail).
+        wait_for(lambda: ((get_tuning(api_client, namespace, "t").get("status") or {})
+                          .get("appliedSpec") or {}).get("generation") == 1,
+                 "the operator's status.appliedSpec written under the policy")
         bob = client.CustomObjectsApi(as_user("bob"))
 
         def labelled() -> bool:

@@ -1511,13 +1511,14 @@ def test_a_breach_more_replicas_did_not_lower_adds_none_without_queue_data_in_au
     loaded, _ = _closed_loop([20.0] * 60, 3, p99=load, queue_missing=True,
                              latency={"action": "Auto"})
     assert max(loaded) == loaded[-1] == 8, loaded
-    # At 1.5 req/s the P99 is of too few requests (90 in the window), which Auto with no
-    # queue data scales out all the same: remembered for it, it is found not the load's
-    # too (not remembered, it went on to maxReplicas).
+    # At 1.5 req/s the P99 is of too few requests (90 in the window): Auto with no queue data
+    # scales out for it (nothing else tells a real overload at a low rate), and does not
+    # remember it, so it cannot be found not the load's (docs/autoscaling.md): remembered,
+    # one slow request in an outage of the queue's metric held replicas for a day after.
     few, decisions = _closed_loop([1.5] * 60, 1, p99=flat, queue_missing=True,
                                   latency={"action": "Auto"})
-    assert max(few) == 2 and len(_scale_outs(decisions)) == 1, few
-    assert "the replicas added did not lower it" in decisions[-1].reason
+    assert all(d.state.breaches == () for d in decisions)
+    assert few[-1] == 20, few
     # action ScaleOut sizes on it all the same: the user's call.
     scaled, _ = _closed_loop([20.0] * 60, 3, p99=flat, queue_missing=True)
     assert max(scaled) == 20

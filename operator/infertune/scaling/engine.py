@@ -361,8 +361,10 @@ def _breach_outcomes(spec: AutoscalingSpec, breaches: tuple[Breach, ...], readin
     replica the latency was measured fine at since an earlier one (its `healthy`) is taken
     for a burst of slow requests and not remembered (the earlier one `doubted`); a second
     such episode within breachMemory is remembered, and clears that `healthy` (a slower
-    release). A breach on too few requests (`_too_few`) is remembered only where replicas
-    are added for it (`_scales_out_on_few`)."""
+    release). A breach on too few requests (`_too_few`) is remembered only with action
+    ScaleOut, which added replicas for it (Auto with no queue data adds them too, but does
+    not remember it: it would limit the scale-ins for up to a day once the queue is back,
+    for one slow request)."""
     memory = seconds(spec.latency.breach_memory)
     target = seconds(spec.latency.target)
     if breaches:
@@ -377,7 +379,7 @@ def _breach_outcomes(spec: AutoscalingSpec, breaches: tuple[Breach, ...], readin
             breaches = _cured(breaches, reading.request_rate, serving)
     rate, latency = reading.request_rate, reading.latency_s
     if (not reading.latency_breached or rate is None or rate <= 0 or serving <= 0
-            or latency is None or (not _scales_out_on_few(spec, reading)
+            or latency is None or (spec.latency.action is not LatencyAction.SCALE_OUT
                                    and _too_few(spec, reading) is not None)):
         return breaches, None
     per_replica = rate / serving
@@ -422,15 +424,6 @@ def _breach_outcomes(spec: AutoscalingSpec, breaches: tuple[Breach, ...], readin
     if len(breaches) > MAX_BREACHES:
         breaches = (min(breaches, key=_per_replica), new)
     return breaches, None
-
-
-def _scales_out_on_few(spec: AutoscalingSpec, reading: Reading) -> bool:
-    """Whether a breach on too few requests (`_too_few`) adds replicas: with action ScaleOut,
-    and with Auto when there is no queue data (nothing else would tell a real overload at a
-    low rate from it); not with Auto and a low queue (_latency_proposal)."""
-    action = spec.latency.action
-    return action is LatencyAction.SCALE_OUT or (
-        action is LatencyAction.AUTO and reading.queue_per_replica is None)
 
 
 def _cured(breaches: tuple[Breach, ...], rate: float | None,
