@@ -477,7 +477,7 @@ def test_the_documented_policy_asks_the_author_for_what_the_operator_does(
         refused(enforce, f"alice may not patch Deployment qwen in namespace {namespace}, "
                 "whose pods this InferenceTuning (spec) has the operator tune and re-create: "
                 "ask for patch on deployments")
-        # A trial annotates the pods, and keeps another tuning of them from tuning them.
+        # A trial annotates the pods with its plan.
         refused(dry_run, "alice may not patch Deployment qwen in namespace "
                 f"{namespace}, whose pods this InferenceTuning (spec) has the operator "
                 "annotate with its plan (mode DryRun)")

@@ -145,6 +145,34 @@ def test_dry_run_pods_only_carry_the_plan(
     assert any(op["path"] == "/spec/containers/0/command" for op in plan["patch"])
 
 
+def test_a_trial_beside_the_tuning_in_force_leaves_it_the_pods(
+    api_client: client.ApiClient, namespace: str, operator: OperatorProcess
+) -> None:
+    """DESIGN.md #7: a trial (mode DryRun) changes nothing. Made beside the tuning in force,
+    it was a second tuning of the Deployment: every new pod came up untuned, and re-tuning
+    stopped. The pods stay the one in force's, and the trial says so."""
+    create_tuning_first(api_client, namespace, operator, tuning("qwen", "qwen"))
+    create_tuning_first(api_client, namespace, operator,
+                        tuning("qwen-trial", "qwen", mode="DryRun", memory={"high": "6Gi"}))
+    create(api_client, namespace, deployment("qwen", replicas=2))
+    pods = wait_pods(api_client, namespace, "qwen", 2)
+    for pod in pods:
+        assert pod.metadata.labels["infertune.io/tuned-by"] == "qwen"
+        assert [c.name for c in pod.spec.init_containers] == ["infertune-launcher"]
+        assert "infertune.io/dry-run-plan" not in (pod.metadata.annotations or {})
+    def trial_says() -> str | None:
+        said = str(((get_tuning(api_client, namespace, "qwen-trial").get("status") or {})
+                    .get("tuning") or {}).get("message"))
+        return said if "tuned by InferenceTuning qwen" in said else None
+
+    assert wait_for(trial_says, "the trial's status.tuning naming qwen") == (
+        "dry run: 2 pods outdated, none replaced; the pods are tuned by InferenceTuning qwen "
+        "(mode Enforce): this trial reports its plan here and does not annotate them")
+    live = wait_for(lambda: (b := get_tuning(api_client, namespace, "qwen")).get(
+        "status", {}).get("tuning", {}).get("tunedPods") == 2 and b, "qwen tunes both pods")
+    assert live["status"]["tuning"]["outdatedPods"] == 0
+
+
 def test_a_tuning_the_pod_cannot_take_admits_it_unchanged_and_says_why(
     api_client: client.ApiClient, namespace: str, operator: OperatorProcess
 ) -> None:

@@ -201,6 +201,27 @@ def test_rivals_are_named_and_the_tuning_itself_is_not() -> None:
     assert long is not None and len(long) == MAX_WARNING
 
 
+def test_a_trial_beside_the_tuning_in_force_is_no_rival() -> None:
+    """A trial (mode DryRun) changes nothing: the one in force tunes the pods beside it."""
+    trial = {"name": "t", "spec": {"mode": "DryRun"}}
+    live = {"name": "a", "spec": {}}
+    assert rivals_warning("a", "vllm", [live, trial]) is None
+    assert rivals_warning("t", "vllm", [live, trial], forced=False) == (
+        "InferenceTuning a (mode Enforce) tunes the pods of Deployment vllm: this trial "
+        "reports its plan in status and does not annotate them")
+    # Two in force: only they are named, beside the trial too.
+    both = [live, {"name": "b", "spec": {"mode": "Enforce"}}, trial]
+    assert rivals_warning("a", "vllm", both) == (
+        "InferenceTuning b targets Deployment vllm too: its new pods are tuned by none of "
+        "them until only one does")
+    assert rivals_warning("t", "vllm", both, forced=False) == (
+        "InferenceTunings a, b target Deployment vllm too: its new pods are tuned by none of "
+        "them until only one does")
+    # Two trials alone annotate none.
+    assert rivals_warning("t", "vllm", [trial, {"name": "u", "spec": {"mode": "DryRun"}}],
+                          forced=False) is not None
+
+
 class Index(dict[tuple[str, str], list[dict[str, Any]]]):
     """Stands in for kopf's index: a mapping of keys to the stored values (kopf.Index)."""
 
@@ -239,8 +260,15 @@ def test_the_handler_warns_of_kept_problems_and_rivals() -> None:
         "by none of them until only one does"]
     # Said when the target is chosen, not at every edit of a tuning that has one.
     moved = copy.deepcopy(VALID)
-    moved["spec"]["mode"] = "DryRun"
+    moved["spec"]["numa"] = {"policy": "none"}
     assert check(moved, VALID, rivals) == []
+    # ... and when it goes out of force, or into it (mode).
+    trial = copy.deepcopy(VALID)
+    trial["spec"]["mode"] = "DryRun"
+    assert check(trial, VALID, rivals) == [
+        "infertune: InferenceTuning other (mode Enforce) tunes the pods of Deployment vllm: "
+        "this trial reports its plan in status and does not annotate them"]
+    assert check(VALID, trial, rivals) != []
     # Not in another namespace.
     assert check(VALID, None, {("other", "vllm"): [{"name": "other"}]}) == []
 

@@ -192,4 +192,36 @@ def test_a_pod_several_tunings_target_is_not_tuned_and_the_warning_counts_them()
     patch, warnings = asyncio.run(admit(memo, loaded))
     assert not patch.fns
     assert warnings == ["infertune: several InferenceTunings (qwen-00, qwen-01, qwen-02 and 37 "
-                        "more) target qwen; the pod is not tuned until only one does"]
+                        "more) target qwen; the pod is not tuned until only one of them is in "
+                        "mode Enforce"]
+
+
+def _admitted(entries: list[dict[str, Any]]) -> dict[str, Any]:
+    """POD as the webhook admits it with `entries` targeting its Deployment."""
+    memo = kopf.Memo(pod_tuning=PodTuningSettings(launcher_image="infertune:test"))
+    loaded = {"owners": {("ml", "qwen-5d4f8b9c7"): ["qwen"]}, "tunings": {("ml", "qwen"): entries}}
+    asyncio.run(indexes_loaded(memo=memo))
+    patch, _ = asyncio.run(admit(memo, loaded))
+    pod = copy.deepcopy(POD)
+    for fn in patch.fns:
+        fn(pod)
+    return pod
+
+
+def test_a_trial_beside_the_tuning_in_force_leaves_it_the_pods() -> None:
+    """DESIGN.md #7, DryRun changes nothing: a trial created beside the tuning in force made
+    every new pod of the Deployment untuned (a scale-out under load came up without its NUMA
+    binding and allocator). Beside it, the one in force tunes them; two trials alone
+    annotate none."""
+    trial = {**TUNING, "name": "qwen-trial", "uid": "u2",
+             "spec": {**TUNING["spec"], "mode": "DryRun"}}
+    for entries in ([TUNING, trial], [trial, TUNING]):
+        pod = _admitted(entries)
+        assert pod["metadata"]["labels"]["infertune.io/tuned-by"] == "qwen"
+        assert "infertune.io/dry-run-plan" not in (pod["metadata"].get("annotations") or {})
+    alone = _admitted([trial])
+    assert "infertune.io/dry-run-plan" in alone["metadata"]["annotations"]
+    two = _admitted([trial, {**trial, "name": "other-trial", "uid": "u3"}])
+    assert two == POD
+    forced = _admitted([TUNING, {**TUNING, "name": "qwen-2", "uid": "u4"}, trial])
+    assert forced == POD

@@ -235,6 +235,22 @@ def test_two_tunings_of_one_deployment_replace_nothing_and_say_so(controller: An
         message
 
 
+def test_a_trial_beside_the_tuning_in_force_says_whose_the_pods_are(controller: Any) -> None:
+    """The webhook tunes them by the one in force; the trial (mode DryRun) replaces nothing
+    and says so, rather than that both target the Deployment and none tunes it."""
+    from infertune.api.spec import Mode
+    from infertune.controller import pods as controller_pods
+    trial = controller["spec"].model_copy(update={"mode": Mode.DRY_RUN})
+    status = controller_pods.retune("chat", "mistral-7b", "uid-1", trial, _outdated(3),
+                                    controller["memo"], rivals=("mistral-7b-live",),
+                                    tuned_by="mistral-7b-live")
+    assert controller["evicted"] == [] and controller["events"] == []
+    assert status.message == (
+        "dry run: 3 pods outdated, none replaced; the pods are tuned by InferenceTuning "
+        "mistral-7b-live (mode Enforce): this trial reports its plan here and does not "
+        "annotate them")
+
+
 def test_a_missing_deployment_is_reported_not_an_eviction(controller: Any) -> None:
     controller["exists"] = False
     message = controller["run"](_outdated(2))

@@ -340,14 +340,43 @@ def test_two_tunings_of_one_deployment_are_each_an_error(
                         + _doc("InferenceTuning", "c", "other", spec))
     assert main(["validate", str(manifest)]) == 1
     err = capsys.readouterr().err
-    assert "ml/a: spec.targetRef.name: InferenceTuning b also targets Deployment q" in err, err
+    assert "ml/a: spec.targetRef.name: InferenceTuning b in mode Enforce also targets " \
+        "Deployment q" in err, err
     # b, without a namespace, meets both.
-    assert "InferenceTuning a, c also target Deployment q" in err, err
-    assert "other/c: spec.targetRef.name: InferenceTuning b also targets" in err, err
+    assert "InferenceTuning a, c in mode Enforce also target Deployment q" in err, err
+    assert "other/c: spec.targetRef.name: InferenceTuning b in mode Enforce also targets" \
+        in err, err
     # In namespaces of their own, they are two Deployments.
     manifest.write_text(_doc("InferenceTuning", "a", "ml", spec)
                         + _doc("InferenceTuning", "c", "other", spec))
     assert main(["validate", str(manifest)]) == 0, capsys.readouterr().err
+
+
+def test_a_trial_beside_the_tuning_in_force_is_no_rival(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A trial (mode DryRun) changes nothing: beside the tuning in force, the pods are that
+    one's (a trial stopped them being tuned). Two in force are still an error, the trial
+    beside them is not one; two trials alone are (neither annotates the pods)."""
+    spec = "spec: {targetRef: {name: q}, engine: vllm}\n"
+    trial = "spec: {targetRef: {name: q}, engine: vllm, mode: DryRun}\n"
+    manifest = tmp_path / "t.yaml"
+    manifest.write_text(_doc("InferenceTuning", "a", "ml", spec)
+                        + _doc("InferenceTuning", "t", "ml", trial))
+    assert main(["validate", str(manifest)]) == 0, capsys.readouterr().err
+    manifest.write_text(_doc("InferenceTuning", "a", "ml", spec)
+                        + _doc("InferenceTuning", "b", "ml", spec)
+                        + _doc("InferenceTuning", "t", "ml", trial))
+    assert main(["validate", str(manifest)]) == 1
+    err = capsys.readouterr().err
+    assert "ml/a: spec.targetRef.name: InferenceTuning b in mode Enforce also targets" in err
+    assert "ml/b: spec.targetRef.name: InferenceTuning a in mode Enforce also targets" in err
+    assert "ml/t:" not in err, err
+    manifest.write_text(_doc("InferenceTuning", "t", "ml", trial)
+                        + _doc("InferenceTuning", "u", "ml", trial))
+    assert main(["validate", str(manifest)]) == 1
+    err = capsys.readouterr().err
+    assert "ml/t: spec.targetRef.name: InferenceTuning u also targets Deployment q, and the " \
+        "pods of a Deployment more than one tuning targets are tuned by none" in err, err
 
 
 def test_what_validate_prints_is_one_line_per_problem_whatever_the_file_holds(

@@ -17,7 +17,7 @@ import yaml
 from pydantic import ValidationError
 
 from infertune.api.errors import FieldError, field_errors
-from infertune.api.spec import API_VERSION, GROUP, KIND, InferenceTuning, apply_problems
+from infertune.api.spec import API_VERSION, GROUP, KIND, InferenceTuning, Mode, apply_problems
 from infertune.tuning.memory import MemoryHighError, resolve_memory_high
 from infertune.tuning.pod_shape import pod_from_deployment, template_problem
 
@@ -279,9 +279,32 @@ def shown_rivals(names: list[str]) -> str:
     return ", ".join(names[:SHOWN_RIVALS]) + (f" and {left} more" if left > 0 else "")
 
 
+def in_force(spec: Any) -> bool:
+    """Whether a tuning's spec (a plain dict, as stored) is in force: mode Enforce, the
+    default. A trial (mode DryRun) changes nothing (DESIGN.md #7)."""
+    return not isinstance(spec, dict) or spec.get("mode") != Mode.DRY_RUN.value
+
+
+def pods_tuned_by(tunings: Iterable[tuple[str, bool]]) -> str | None:
+    """Of the tunings of one Deployment, as (name, in force) pairs (a name given twice is one
+    tuning), the one whose spec the pod webhook tunes its pods by: the only one, or the only
+    one in force beside trials (mode DryRun), which change nothing: a trial beside the
+    tuning in force stopped its pods being tuned. None when two or more in force, or two or
+    more trials and none in force, target it: the pods are then tuned (or, by trials,
+    annotated with a plan) by none of them."""
+    named: dict[str, bool] = {}
+    for name, forced in tunings:
+        named[name] = named.get(name, False) or forced
+    if len(named) == 1:
+        return next(iter(named))
+    forced_names = [name for name, forced in named.items() if forced]
+    return forced_names[0] if len(forced_names) == 1 else None
+
+
 def _rivals(tunings: list[InferenceTuning]) -> dict[int, list[FieldError]]:
     """By id of the tuning: an error naming the other tunings of the files that target the
-    same Deployment (the webhook tunes the pods of none of them while more than one does)."""
+    same Deployment when the webhook tunes its pods by none of them (`pods_tuned_by`); a
+    trial beside the one tuning in force is none."""
     groups: dict[str, dict[str | None, list[InferenceTuning]]] = {}
     for tuning in tunings:
         by_namespace = groups.setdefault(tuning.spec.target_ref.name, {})
@@ -292,20 +315,27 @@ def _rivals(tunings: list[InferenceTuning]) -> dict[int, list[FieldError]]:
             # One without a namespace lands in any: it meets every one of the target's.
             seen = ([t for ns in by_namespace.values() for t in ns] if namespace is None else
                     members + by_namespace.get(None, []))
-            if len(seen) < 2:
+            if len(seen) < 2 or pods_tuned_by(
+                    (t.metadata.name, t.spec.mode is Mode.ENFORCE) for t in seen) is not None:
                 continue
+            any_forced = any(t.spec.mode is Mode.ENFORCE for t in seen)
             for tuning in members:
+                if any_forced and tuning.spec.mode is not Mode.ENFORCE:
+                    continue  # a trial: the ones in force are the problem
                 # One name is one object, given twice (two files, a base and a copy): it
                 # targets the Deployment once.
                 others = sorted({t.metadata.name for t in seen
-                                 if t.metadata.name != tuning.metadata.name})
+                                 if t.metadata.name != tuning.metadata.name
+                                 and (t.spec.mode is Mode.ENFORCE or not any_forced)})
                 if not others:
                     continue
+                kind = "in mode Enforce " if any_forced else ""
                 errors[id(tuning)] = [FieldError(
-                    "spec.targetRef.name", f"InferenceTuning {shown_rivals(others)} also target"
-                    f"{'s' if len(others) == 1 else ''} Deployment {target}, and the pods of "
-                    "a Deployment more than one tuning targets are tuned by none; keep one "
-                    "tuning per Deployment")]
+                    "spec.targetRef.name", f"InferenceTuning {shown_rivals(others)} "
+                    f"{kind}also target{'s' if len(others) == 1 else ''} Deployment {target}, "
+                    f"and the pods of a Deployment more than one tuning {kind}targets are "
+                    "tuned by none; keep one tuning per Deployment (and trials in mode DryRun "
+                    "beside it, if any)")]
     return errors
 
 

@@ -37,7 +37,7 @@ from kopf._cogs.structs.references import (  # how kopf matches --namespace
 )
 
 from infertune.api.errors import stored_problems
-from infertune.api.manifests import shown_rivals
+from infertune.api.manifests import in_force, pods_tuned_by, shown_rivals
 from infertune.api.spec import GROUP, PLURAL, VERSION, apply_problems
 from infertune.kube.webhooks import TUNING_HANDLER_ID
 
@@ -121,12 +121,22 @@ def refusal(name: str, refused: tuple[str, ...]) -> str:
             "again; `infertune validate FILE` shows the same problems before an apply")
 
 
-def rivals_warning(name: str, target: str, entries: Any) -> str | None:
-    """A warning when other tunings of the namespace target the same Deployment: the pods of
-    a Deployment two tunings target are tuned by neither (api/manifests._rivals)."""
-    others = sorted({str(e.get("name")) for e in entries or () if e.get("name") != name})
-    if not others:
+def rivals_warning(name: str, target: str, entries: Any, forced: bool = True) -> str | None:
+    """A warning when other tunings of the namespace target the same Deployment and its pods
+    are then tuned by another one or by none (manifests.pods_tuned_by: the pods of a
+    Deployment two tunings in force target are tuned by neither; a trial, mode DryRun, beside
+    the one in force leaves them to it). `forced`: this tuning is in force."""
+    modes = {str(e.get("name")): in_force(e.get("spec")) for e in entries or ()
+             if e.get("name") != name}
+    owner = pods_tuned_by([(name, forced), *modes.items()])
+    if not modes or owner == name:
         return None
+    if owner is not None:
+        return (f"InferenceTuning {owner} (mode Enforce) tunes the pods of Deployment "
+                f"{target}: this trial reports its plan in status and does not annotate "
+                "them")[:MAX_WARNING]
+    # Named: the ones in force beside one in force, every one beside a trial of trials.
+    others = sorted(n for n, other_forced in modes.items() if other_forced or not forced)
     one = len(others) == 1
     return (f"InferenceTuning{'' if one else 's'} {shown_rivals(others)} "
             f"target{'s' if one else ''} "
@@ -158,14 +168,17 @@ async def check_tuning(body: kopf.Body, old: kopf.Body | None, operation: str,
         if not watched(str(meta.get("namespace") or ""), memo):
             return  # another operator's to check, or none's
         found = verdict(body, old if operation == "UPDATE" else None)
-        target = str(((body.get("spec") or {}).get("targetRef") or {}).get("name") or "")
+        spec = body.get("spec") or {}
+        target = str((spec.get("targetRef") or {}).get("name") or "")
+        before = (old.get("spec") or {}) if old is not None else None
         rivals = None
+        # Said when the tuning comes to the Deployment, or into force (DryRun to Enforce).
         if not found.refused and target and (
-                old is None or ((old.get("spec") or {}).get("targetRef") or {}).get("name")
-                != target):
+                before is None or (before.get("targetRef") or {}).get("name") != target
+                or in_force(before) != in_force(spec)):
             rivals = rivals_warning(
                 name, target, tunings_by_target.get((str(meta.get("namespace") or ""),
-                                                     target)))
+                                                     target)), in_force(spec))
     except Exception:
         logger.exception("could not check InferenceTuning %s; it is admitted", name)
         warnings.append("infertune: the spec could not be checked; it is admitted, and the "

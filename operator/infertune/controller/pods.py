@@ -20,7 +20,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from infertune import keys
-from infertune.api.manifests import shown_rivals
+from infertune.api.manifests import in_force, pods_tuned_by, shown_rivals
 from infertune.api.spec import (
     DEFAULT_BATCHING_KNOB,
     GROUP,
@@ -277,12 +277,15 @@ def _tune_pod(body: kopf.Body, patch: kopf.Patch, warnings: list[str], memo: kop
     entries = list(tunings_by_target.get((namespace, deployment), []))
     if not entries:
         return
-    if len(entries) > 1:
+    owner = pods_tuned_by((str(e["name"]), in_force(e.get("spec"))) for e in entries)
+    if owner is None:
         names = shown_rivals(sorted(str(e["name"]) for e in entries))
         warnings.append(f"infertune: several InferenceTunings ({names}) target {deployment}; "
-                        "the pod is not tuned until only one does")
+                        "the pod is not tuned until only one of them is in mode Enforce")
         return
-    entry = entries[0]
+    # The only one, or the only one in force beside trials (mode DryRun), which change
+    # nothing: a trial beside it kept every new pod from being tuned.
+    entry = next(e for e in entries if str(e["name"]) == owner)
     uid, generation = str(entry.get("uid") or ""), int(entry.get("generation") or 0)
     spec = SPECS.get(uid, generation, entry["spec"])
     if spec is None:
@@ -411,11 +414,12 @@ def _replace_outdated(namespace: str, spec: InferenceTuningSpec, step: RetuneSte
 def retune(namespace: str, name: str, uid: str, spec: InferenceTuningSpec,
            pods: list[PodView], memo: kopf.Memo, batching_value: int | None = None,
            mig: tuple[str | None, str] = (None, "mixed"),
-           rivals: tuple[str, ...] = ()) -> TuningStatus:
+           rivals: tuple[str, ...] = (), tuned_by: str | None = None) -> TuningStatus:
     """One re-tuning pass: report the counts and replace outdated pods as the spec says.
     `mig` is the planned (profile, strategy) from status.mig (`planned_mig`); `rivals` the
-    names of the other InferenceTunings of the same Deployment (the webhook tunes none of its
-    pods then, so none is replaced)."""
+    names of the other InferenceTunings of the same Deployment when the webhook does not tune
+    its pods by this one (manifests.pods_tuned_by), so none is replaced; `tuned_by` the one
+    in force it tunes them by instead, when this one is a trial beside it."""
     revision = tuning_revision(spec, batching_value, mig)
     entry = {"name": name, "uid": uid}
     settings: PodTuningSettings = memo.pod_tuning
@@ -441,10 +445,15 @@ def retune(namespace: str, name: str, uid: str, spec: InferenceTuningSpec,
     deployment = read_deployment(namespace, target) if step.outdated and not rivals else None
     if not step.outdated:
         pass
+    elif tuned_by is not None:
+        message = (f"dry run: {step.outdated} pods outdated, none replaced; the pods are "
+                   f"tuned by InferenceTuning {tuned_by} (mode Enforce): this trial reports "
+                   "its plan here and does not annotate them")
     elif rivals:
         message = (f"{step.outdated} pods outdated, none replaced: InferenceTunings "
                    f"{', '.join(sorted((name, *rivals)))} all target Deployment {target}, and "
-                   "the webhook tunes its pods only when one does; delete the others")
+                   "the webhook tunes its pods only when one of them is in mode Enforce; "
+                   "delete the others (or set them to mode DryRun)")
     elif deployment is None:
         message = (f"{step.outdated} pods outdated, none replaced: Deployment "
                    f"{namespace}/{target} not found")
@@ -502,13 +511,17 @@ async def retune_pods(stopped: kopf.DaemonStopped, namespace: str, name: str, ui
             return None  # the controller reports the invalid spec
         target = (namespace, parsed.target_ref.name)
         pods = list(pods_by_deployment.get(target, []))
-        rivals = tuple(sorted(str(e["name"]) for e in tunings_by_target.get(target, [])
-                              if e.get("uid") != uid))
+        entries: list[dict[str, Any]] = list(tunings_by_target.get(target, []))
+        owner = pods_tuned_by([(name, in_force(spec)), *(
+            (str(e["name"]), in_force(e.get("spec"))) for e in entries if e.get("uid") != uid)])
+        rivals = () if owner == name else tuple(sorted(
+            str(e["name"]) for e in entries if e.get("uid") != uid))
+        tuned_by = None if owner == name else owner
         batching = applied_batching(status, spec)
         mig = planned_mig(status.get("mig") or {})
         return lambda: {"tuning": retune(namespace, name, uid, parsed, pods, memo,
-                                         batching, mig, rivals).model_dump(by_alias=True,
-                                                                           mode="json")}
+                                         batching, mig, rivals, tuned_by).model_dump(
+                                             by_alias=True, mode="json")}
 
     try:
         await every(RETUNE_INTERVAL, read, what="re-tuning", stopped=stopped,
