@@ -268,7 +268,9 @@ def test_the_handler_warns_of_kept_problems_and_rivals() -> None:
     assert check(trial, VALID, rivals) == [
         "infertune: InferenceTuning other (mode Enforce) tunes the pods of Deployment vllm: "
         "this trial reports its plan in status and does not annotate them"]
-    assert check(VALID, trial, rivals) != []
+    assert check(VALID, trial, rivals) == [
+        "infertune: InferenceTuning other targets Deployment vllm too: its new pods are tuned "
+        "by none of them until only one does"]
     # Not in another namespace.
     assert check(VALID, None, {("other", "vllm"): [{"name": "other"}]}) == []
 

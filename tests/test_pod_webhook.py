@@ -225,3 +225,27 @@ def test_a_trial_beside_the_tuning_in_force_leaves_it_the_pods() -> None:
     assert two == POD
     forced = _admitted([TUNING, {**TUNING, "name": "qwen-2", "uid": "u4"}, trial])
     assert forced == POD
+
+
+def test_an_invalid_edit_counts_in_the_mode_of_the_spec_it_is_tuned_by() -> None:
+    """While the stored spec is invalid, the pods are tuned by the last valid generation (as
+    if the edit had been refused), and so is its mode: an invalid edit to DryRun, beside a
+    trial, left the pods untuned as a second trial would."""
+    valid = {"targetRef": {"name": "qwen"}, "engine": "vllm"}
+    invalid = {**valid, "mode": "DryRun", "autoscaling": {"minReplicas": 5, "maxReplicas": 3}}
+    body = {"metadata": {"name": "qwen", "namespace": "ml", "uid": "u-live", "generation": 2},
+            "spec": invalid, "status": {"appliedSpec": {"generation": 1, "spec": valid}}}
+    index = asyncio.run(pods.tunings_by_target(namespace="ml", name="qwen", uid="u-live",
+                                               body=kopf.Body(body)))
+    (entry,) = index.values()
+    assert entry["forced"] is True
+    trial = {**TUNING, "name": "qwen-trial", "uid": "u2",
+             "spec": {**TUNING["spec"], "mode": "DryRun"}}
+    pod = _admitted([entry, trial])
+    assert pod["metadata"]["labels"]["infertune.io/tuned-by"] == "qwen"
+    # The other way: an invalid edit to Enforce of a trial stays a trial.
+    body["spec"] = {**invalid, "mode": "Enforce"}
+    body["status"]["appliedSpec"]["spec"] = {**valid, "mode": "DryRun"}
+    (entry,) = asyncio.run(pods.tunings_by_target(namespace="ml", name="qwen", uid="u-trial",
+                                                  body=kopf.Body(body))).values()
+    assert entry["forced"] is False

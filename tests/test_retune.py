@@ -249,6 +249,70 @@ def test_a_trial_beside_the_tuning_in_force_says_whose_the_pods_are(controller: 
         "dry run: 3 pods outdated, none replaced; the pods are tuned by InferenceTuning "
         "mistral-7b-live (mode Enforce): this trial reports its plan here and does not "
         "annotate them")
+    # Beside two in force, which tune none; beside trials only, which annotate none.
+    beside_two = controller_pods.retune("chat", "mistral-7b", "uid-1", trial, _outdated(3),
+                                        controller["memo"], rivals=("a", "b"))
+    assert beside_two.message == (
+        "dry run: 3 pods outdated, none replaced; InferenceTunings a, b all target Deployment "
+        "mistral-7b in mode Enforce, and the webhook tunes its pods by none of them")
+    trials = controller_pods.retune("chat", "mistral-7b", "uid-1", trial, _outdated(3),
+                                    controller["memo"], rivals=("u",), rivals_forced=False)
+    assert trials.message == (
+        "dry run: 3 pods outdated, none replaced; InferenceTunings mistral-7b, u are all "
+        "trials (mode DryRun) of Deployment mistral-7b, and none annotates its pods until "
+        "only one is left")
+    assert controller["evicted"] == []
+
+
+@pytest.mark.parametrize(("own", "entries", "passed"), [
+    # The one in force beside a trial replaces its pods (it stopped before).
+    ("a", "aT", ((), None, True)),
+    ("a", "Ta", ((), None, True)),
+    # The trial beside it leaves them to it.
+    ("t", "aT", (("a",), "a", True)),
+    # Two in force: each is the other's rival, the trial is no one's.
+    ("a", "abT", (("b",), None, True)),
+    ("t", "abT", (("a", "b"), None, True)),
+    # Two trials alone.
+    ("t", "TU", (("u",), None, False)),
+])
+def test_retuning_counts_a_trial_beside_the_tuning_in_force_as_no_rival(
+        monkeypatch: pytest.MonkeyPatch, own: str, entries: str,
+        passed: tuple[Any, ...]) -> None:
+    """What the re-tuning daemon hands `retune` (rivals, tuned_by, rivals_forced), read from
+    the index as kopf gives it. Upper case: a trial (mode DryRun)."""
+    import asyncio
+    import logging
+
+    import kopf
+
+    from infertune.controller import pods as controller_pods
+
+    captured: dict[str, Any] = {}
+
+    async def every(interval: float, read: Any, **_: Any) -> None:
+        captured["read"] = read
+
+    calls: list[tuple[Any, ...]] = []
+    monkeypatch.setattr(controller_pods, "every", every)
+    monkeypatch.setattr(controller_pods, "retune", lambda *args: calls.append(args) or
+                        controller_pods.TuningStatus(revision="r", tuned_pods=0,
+                                                     outdated_pods=0, message=""))
+
+    def spec_of(letter: str) -> dict[str, Any]:
+        return {"targetRef": {"name": "qwen"}, "engine": "vllm",
+                **({"mode": "DryRun"} if letter.isupper() else {})}
+
+    index = {("ml", "qwen"): [{"name": e.lower(), "uid": f"u-{e.lower()}", "generation": 1,
+                               "spec": spec_of(e)} for e in entries]}
+    asyncio.run(controller_pods.retune_pods(
+        stopped=None, namespace="ml", name=own, uid=f"u-{own}", body=kopf.Body({}),
+        memo=kopf.Memo(pod_tuning=controller_pods.PodTuningSettings(launcher_image="l:1")),
+        logger=logging.getLogger("test"), pods_by_deployment={}, tunings_by_target=index))
+    own_spec = spec_of(next(e for e in entries if e.lower() == own))
+    work = captured["read"](own_spec, {}, {"generation": 1})
+    work()
+    assert calls[-1][8:] == passed
 
 
 def test_a_missing_deployment_is_reported_not_an_eviction(controller: Any) -> None:

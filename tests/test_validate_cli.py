@@ -376,7 +376,8 @@ def test_a_trial_beside_the_tuning_in_force_is_no_rival(
     assert main(["validate", str(manifest)]) == 1
     err = capsys.readouterr().err
     assert "ml/t: spec.targetRef.name: InferenceTuning u also targets Deployment q, and the " \
-        "pods of a Deployment more than one tuning targets are tuned by none" in err, err
+        "pods of a Deployment more than one tuning targets are annotated with a trial's plan " \
+        "by none" in err, err
 
 
 def test_what_validate_prints_is_one_line_per_problem_whatever_the_file_holds(

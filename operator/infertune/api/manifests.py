@@ -285,6 +285,15 @@ def in_force(spec: Any) -> bool:
     return not isinstance(spec, dict) or spec.get("mode") != Mode.DRY_RUN.value
 
 
+def entry_in_force(entry: Any) -> bool:
+    """Whether a tuning of the operator's tunings_by_target index is in force: by the spec
+    the webhook tunes by (its `forced`, the last valid generation's mode while the stored
+    spec is invalid), else by its stored spec."""
+    forced = entry.get("forced") if isinstance(entry, dict) else None
+    return forced if isinstance(forced, bool) else in_force(
+        entry.get("spec") if isinstance(entry, dict) else None)
+
+
 def pods_tuned_by(tunings: Iterable[tuple[str, bool]]) -> str | None:
     """Of the tunings of one Deployment, as (name, in force) pairs (a name given twice is one
     tuning), the one whose spec the pod webhook tunes its pods by: the only one, or the only
@@ -330,12 +339,13 @@ def _rivals(tunings: list[InferenceTuning]) -> dict[int, list[FieldError]]:
                 if not others:
                     continue
                 kind = "in mode Enforce " if any_forced else ""
+                tuned = "tuned" if any_forced else "annotated with a trial's plan"
                 errors[id(tuning)] = [FieldError(
                     "spec.targetRef.name", f"InferenceTuning {shown_rivals(others)} "
                     f"{kind}also target{'s' if len(others) == 1 else ''} Deployment {target}, "
                     f"and the pods of a Deployment more than one tuning {kind}targets are "
-                    "tuned by none; keep one tuning per Deployment (and trials in mode DryRun "
-                    "beside it, if any)")]
+                    f"{tuned} by none; keep one tuning per Deployment (and trials in mode "
+                    "DryRun beside it, if any)")]
     return errors
 
 

@@ -37,7 +37,7 @@ from kopf._cogs.structs.references import (  # how kopf matches --namespace
 )
 
 from infertune.api.errors import stored_problems
-from infertune.api.manifests import in_force, pods_tuned_by, shown_rivals
+from infertune.api.manifests import entry_in_force, in_force, pods_tuned_by, shown_rivals
 from infertune.api.spec import GROUP, PLURAL, VERSION, apply_problems
 from infertune.kube.webhooks import TUNING_HANDLER_ID
 
@@ -126,7 +126,7 @@ def rivals_warning(name: str, target: str, entries: Any, forced: bool = True) ->
     are then tuned by another one or by none (manifests.pods_tuned_by: the pods of a
     Deployment two tunings in force target are tuned by neither; a trial, mode DryRun, beside
     the one in force leaves them to it). `forced`: this tuning is in force."""
-    modes = {str(e.get("name")): in_force(e.get("spec")) for e in entries or ()
+    modes = {str(e.get("name")): entry_in_force(e) for e in entries or ()
              if e.get("name") != name}
     owner = pods_tuned_by([(name, forced), *modes.items()])
     if not modes or owner == name:

@@ -20,7 +20,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from infertune import keys
-from infertune.api.manifests import in_force, pods_tuned_by, shown_rivals
+from infertune.api.manifests import entry_in_force, in_force, pods_tuned_by, shown_rivals
 from infertune.api.spec import (
     DEFAULT_BATCHING_KNOB,
     GROUP,
@@ -131,16 +131,18 @@ async def tunings_by_target(namespace: str, name: str, uid: str, body: kopf.Body
     target = str((spec.get("targetRef") or {}).get("name") or "")
     generation = int(meta.get("generation") or 0)
     applied = status.get("appliedSpec")
+    forced = in_force(spec)
     if applied is not None and SPECS.get(uid, generation, spec) is None:
         # While the spec is invalid, the pods the last valid one targets are the ones tuned
         # by it (as if the edit had been refused): filed under the new, invalid target, the
         # tuning tuned that Deployment's pods with a spec written for another, and left its
-        # own untuned without a word.
+        # own untuned without a word. Its mode is that one's too (pods_tuned_by).
         fallback = applied_spec(applied, generation, uid)
         if fallback is not None:
             target = fallback[1].target_ref.name
+            forced = fallback[1].mode is Mode.ENFORCE
     ready = stored_reason(status, ConditionType.READY)
-    return {(namespace, target): {"name": name, "uid": uid, "spec": spec,
+    return {(namespace, target): {"name": name, "uid": uid, "spec": spec, "forced": forced,
                                   "generation": generation,
                                   "mig": dict(status.get("mig") or {}),
                                   "batching": applied_batching(status, spec), "ready": ready,
@@ -277,7 +279,7 @@ def _tune_pod(body: kopf.Body, patch: kopf.Patch, warnings: list[str], memo: kop
     entries = list(tunings_by_target.get((namespace, deployment), []))
     if not entries:
         return
-    owner = pods_tuned_by((str(e["name"]), in_force(e.get("spec"))) for e in entries)
+    owner = pods_tuned_by((str(e["name"]), entry_in_force(e)) for e in entries)
     if owner is None:
         names = shown_rivals(sorted(str(e["name"]) for e in entries))
         warnings.append(f"infertune: several InferenceTunings ({names}) target {deployment}; "
@@ -414,12 +416,14 @@ def _replace_outdated(namespace: str, spec: InferenceTuningSpec, step: RetuneSte
 def retune(namespace: str, name: str, uid: str, spec: InferenceTuningSpec,
            pods: list[PodView], memo: kopf.Memo, batching_value: int | None = None,
            mig: tuple[str | None, str] = (None, "mixed"),
-           rivals: tuple[str, ...] = (), tuned_by: str | None = None) -> TuningStatus:
+           rivals: tuple[str, ...] = (), tuned_by: str | None = None,
+           rivals_forced: bool = True) -> TuningStatus:
     """One re-tuning pass: report the counts and replace outdated pods as the spec says.
     `mig` is the planned (profile, strategy) from status.mig (`planned_mig`); `rivals` the
     names of the other InferenceTunings of the same Deployment when the webhook does not tune
-    its pods by this one (manifests.pods_tuned_by), so none is replaced; `tuned_by` the one
-    in force it tunes them by instead, when this one is a trial beside it."""
+    its pods by this one (manifests.pods_tuned_by), so none is replaced (`rivals_forced`:
+    they are in mode Enforce; else trials, as this one); `tuned_by` the one in force it
+    tunes them by instead, when this one is a trial beside it."""
     revision = tuning_revision(spec, batching_value, mig)
     entry = {"name": name, "uid": uid}
     settings: PodTuningSettings = memo.pod_tuning
@@ -449,11 +453,19 @@ def retune(namespace: str, name: str, uid: str, spec: InferenceTuningSpec,
         message = (f"dry run: {step.outdated} pods outdated, none replaced; the pods are "
                    f"tuned by InferenceTuning {tuned_by} (mode Enforce): this trial reports "
                    "its plan here and does not annotate them")
+    elif rivals and spec.mode is Mode.DRY_RUN and not rivals_forced:
+        message = (f"dry run: {step.outdated} pods outdated, none replaced; InferenceTunings "
+                   f"{', '.join(sorted((name, *rivals)))} are all trials (mode DryRun) of "
+                   f"Deployment {target}, and none annotates its pods until only one is left")
+    elif rivals and spec.mode is Mode.DRY_RUN:
+        message = (f"dry run: {step.outdated} pods outdated, none replaced; InferenceTunings "
+                   f"{', '.join(rivals)} all target Deployment {target} in mode Enforce, and "
+                   "the webhook tunes its pods by none of them")
     elif rivals:
         message = (f"{step.outdated} pods outdated, none replaced: InferenceTunings "
-                   f"{', '.join(sorted((name, *rivals)))} all target Deployment {target}, and "
-                   "the webhook tunes its pods only when one of them is in mode Enforce; "
-                   "delete the others (or set them to mode DryRun)")
+                   f"{', '.join(sorted((name, *rivals)))} all target Deployment {target} in "
+                   "mode Enforce, and the webhook tunes its pods only when exactly one does; "
+                   "delete the others, or set them to mode DryRun")
     elif deployment is None:
         message = (f"{step.outdated} pods outdated, none replaced: Deployment "
                    f"{namespace}/{target} not found")
@@ -491,8 +503,10 @@ def retune(namespace: str, name: str, uid: str, spec: InferenceTuningSpec,
             evictions[key] = step.eviction(revision, pods, done, clock, last)
             retuned(f"evicted {', '.join(done)} to re-create them with revision {revision} "
                     f"({step.outdated} pods were outdated)")
+    # A trial beside the one in force admits no pod: what it last said of one is not now.
+    said = [] if tuned_by is not None else settings.latest_problems.get(key, [])[:20]
     return TuningStatus(revision=revision, tuned_pods=step.tuned, outdated_pods=step.outdated,
-                        message=message, problems=settings.latest_problems.get(key, [])[:20])
+                        message=message, problems=said)
 
 
 @kopf.daemon(*RESOURCE, cancellation_timeout=STOP_TIMEOUT_S)  # type: ignore[arg-type]
@@ -511,17 +525,23 @@ async def retune_pods(stopped: kopf.DaemonStopped, namespace: str, name: str, ui
             return None  # the controller reports the invalid spec
         target = (namespace, parsed.target_ref.name)
         pods = list(pods_by_deployment.get(target, []))
-        entries: list[dict[str, Any]] = list(tunings_by_target.get(target, []))
-        owner = pods_tuned_by([(name, in_force(spec)), *(
-            (str(e["name"]), in_force(e.get("spec"))) for e in entries if e.get("uid") != uid)])
+        others = {str(e["name"]): entry_in_force(e)
+                  for e in tunings_by_target.get(target, []) if e.get("uid") != uid}
+        forced = parsed.mode is Mode.ENFORCE
+        owner = pods_tuned_by([(name, forced), *others.items()])
+        # The tunings that keep the pods from this one's: beside one in force, the others in
+        # force (two trials alone: the other trials); a trial beside the one in force: it.
         rivals = () if owner == name else tuple(sorted(
-            str(e["name"]) for e in entries if e.get("uid") != uid))
-        tuned_by = None if owner == name else owner
+            other for other, other_forced in others.items()
+            if other_forced or not any(others.values())))
+        tuned_by = None if owner in (None, name) else owner
         batching = applied_batching(status, spec)
         mig = planned_mig(status.get("mig") or {})
+        rivals_forced = forced or any(others.values())
         return lambda: {"tuning": retune(namespace, name, uid, parsed, pods, memo,
-                                         batching, mig, rivals, tuned_by).model_dump(
-                                             by_alias=True, mode="json")}
+                                         batching, mig, rivals, tuned_by,
+                                         rivals_forced).model_dump(by_alias=True,
+                                                                   mode="json")}
 
     try:
         await every(RETUNE_INTERVAL, read, what="re-tuning", stopped=stopped,
