@@ -149,7 +149,8 @@ def controller(monkeypatch: pytest.MonkeyPatch) -> Any:
     tuning = InferenceTuning.model_validate(next(d for d in docs
                                                  if d["kind"] == "InferenceTuning"))
     state: dict[str, Any] = {"replicas": 3, "exists": True, "evicted": [], "evict_error": None,
-                             "template_revision": None, "annotations": [], "spec": tuning.spec}
+                             "template_revision": None, "annotations": [], "spec": tuning.spec,
+                             "strategy": None, "status": None, "paused": False}
 
     def read_deployment(namespace: str, name: str) -> Any:
         if not state["exists"]:
@@ -160,6 +161,13 @@ def controller(monkeypatch: pytest.MonkeyPatch) -> Any:
                 "infertune.io/revision": state["template_revision"]}}}
         body = {**deployment_body, "spec": {**deployment_body["spec"], "template": template,
                                             "replicas": state["replicas"]}}
+        if state["strategy"] is not None:
+            body["spec"]["strategy"] = state["strategy"]
+        if state["paused"]:
+            body["spec"]["paused"] = True
+        if state["status"] is not None:
+            body = {**body, "metadata": {**body["metadata"], "generation": 2},
+                    "status": state["status"]}
         return client.ApiClient().deserialize(json.dumps(body), "V1Deployment",
                                               "application/json")
 
@@ -459,6 +467,83 @@ def test_the_pod_template_is_annotated_once_and_said_so(controller: Any) -> None
     assert "the pod template carries revision" in again
     ((kind, reason, said),) = controller["events"]
     assert (kind, reason) == ("Normal", "PodsRetuned") and "rolls out the 3 outdated" in said
+
+
+def _by_template(controller: Any) -> None:
+    from infertune.api.tuning import RetuneSpec, RetuneStrategy
+
+    controller["spec"] = controller["spec"].model_copy(update={"retune": RetuneSpec(
+        strategy=RetuneStrategy.POD_TEMPLATE_ANNOTATION)})
+
+
+@pytest.mark.parametrize(("replicas", "strategy", "says"), [
+    # Recreate stops every pod before the new ones start: GPU Deployments often use it.
+    (4, {"type": "Recreate"}, "with strategy Recreate, which stops every pod before the new "
+     "ones start: all 4 replicas down while the new pods load, nothing serving"),
+    # One replica, no surge: the only pod goes first.
+    (1, {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1, "maxSurge": 0}},
+     "its only replica down while the new pods load"),
+    # Half of 8 at once, where spec.retune.maxUnavailable is 1.
+    (8, {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "50%"}},
+     "a rolling update that takes up to 4 pods down, more than spec.retune.maxUnavailable (1) "
+     "allows"),
+])
+def test_the_pod_template_is_not_annotated_where_the_rollout_would_take_too_many_down(
+        controller: Any, replicas: int, strategy: dict[str, Any], says: str) -> None:
+    """PodTemplateAnnotation hands the rollout to the Deployment's own strategy, whatever
+    spec.retune.maxUnavailable says: with Recreate one annotation took every replica down
+    for a whole model load (and the operator advised the strategy to one-replica users)."""
+    _by_template(controller)
+    controller["replicas"], controller["strategy"] = replicas, strategy
+    message = controller["run"](_outdated(replicas))
+    assert controller["annotations"] == [] and controller["evicted"] == []
+    assert "none replaced: annotating the pod template would roll Deployment mistral-7b out " \
+        in message and says in message, message
+
+
+def test_the_pod_template_is_annotated_where_the_rollout_stays_within_the_limit(
+        controller: Any) -> None:
+    """The default rolling update (25%) of 1 replica starts the new pod first; of 4 it takes
+    one down."""
+    _by_template(controller)
+    for replicas in (1, 4):
+        controller["replicas"] = replicas
+        controller["template_revision"] = None
+        message = controller["run"](_outdated(replicas))
+        assert "pod template annotated with revision" in message, (replicas, message)
+
+
+def test_the_pod_template_rollout_is_said_as_the_deployment_has_it(controller: Any) -> None:
+    """Once annotated, the message said "the Deployment rolls them out" for as long as
+    untuned pods stayed, also after the rollout had ended or while the Deployment was
+    paused."""
+    _by_template(controller)
+    controller["run"](_outdated(3))
+    controller["status"] = {"observedGeneration": 2, "replicas": 3, "updatedReplicas": 1}
+    assert "the Deployment rolls them out" in controller["run"](_outdated(2))
+    controller["status"] = {"observedGeneration": 2, "replicas": 3, "updatedReplicas": 3}
+    done = controller["run"](_outdated(1))
+    assert "Deployment mistral-7b has rolled it out, but they do not run it: the webhook " \
+        "did not tune them" in done, done
+    controller["paused"] = True
+    assert "but Deployment mistral-7b is paused: resume it" in controller["run"](_outdated(1))
+    assert len(controller["annotations"]) == 1
+
+
+def test_no_pod_is_evicted_while_the_deployment_rolls_out(controller: Any) -> None:
+    """Evicted mid-rollout, an old pod is re-created by the old ReplicaSet (a model load) only
+    to be scaled away, and may take the GPU the next new pod needs; the new pods come
+    through the webhook anyway."""
+    controller["status"] = {"observedGeneration": 2, "replicas": 4, "updatedReplicas": 1}
+    message = controller["run"](_outdated(3))
+    assert controller["evicted"] == []
+    assert message == ("3 pods outdated, none evicted while Deployment mistral-7b is rolling "
+                       "out (1 of 3 pods updated): the pods it starts come through the webhook")
+    controller["status"] = {"observedGeneration": 1, "replicas": 3, "updatedReplicas": 3}
+    assert "has not acted on its newest spec yet" in controller["run"](_outdated(3))
+    controller["status"] = {"observedGeneration": 2, "replicas": 3, "updatedReplicas": 3}
+    controller["run"](_outdated(3))
+    assert controller["evicted"] == ["mistral-7b-6b7c9d-00000"]
 
 
 def test_what_is_kept_of_a_deleted_tuning_goes_with_it(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -51,7 +51,14 @@ from infertune.tuning.pod_shape import (
     deployment_by_hash,
     pod_from_deployment,
 )
-from infertune.tuning.retune import Eviction, PodView, RetuneStep, plan_retune
+from infertune.tuning.retune import (
+    Eviction,
+    PodView,
+    RetuneStep,
+    Rollout,
+    plan_retune,
+    template_rollout_problem,
+)
 
 RESOURCE = (GROUP, VERSION, PLURAL)
 # Read once at import (`infertune run --retune-interval` sets it before importing this).
@@ -379,20 +386,56 @@ def _why_pods_cannot_be_tuned(name: str, spec: InferenceTuningSpec,
     return preview.problems[0] if preview.refused else None
 
 
+def rollout_of(deployment: client.V1Deployment) -> Rollout:
+    """What the Deployment's own rollout does: its strategy, and how far it is."""
+    spec, status, meta = deployment.spec, deployment.status, deployment.metadata
+    replicas = spec.replicas if spec is not None and spec.replicas is not None else 1
+    strategy = spec.strategy if spec is not None else None
+    rolling = strategy.rolling_update if strategy is not None else None
+    seen = None if status is None else status.observed_generation
+    pending = None
+    if status is not None and seen is not None:
+        updated = status.updated_replicas or 0
+        if meta is not None and meta.generation is not None and seen < meta.generation:
+            pending = "has not acted on its newest spec yet"
+        elif updated < replicas:
+            pending = f"is rolling out ({updated} of {replicas} pods updated)"
+    observed = seen is not None
+    return Rollout(replicas, recreate=strategy is not None and strategy.type == "Recreate",
+                   max_unavailable=None if rolling is None else rolling.max_unavailable,
+                   max_surge=None if rolling is None else rolling.max_surge,
+                   paused=bool(spec is not None and spec.paused), observed=observed,
+                   pending=pending)
+
+
 def _replace_outdated(namespace: str, spec: InferenceTuningSpec, step: RetuneStep,
                       revision: str, evicted: Callable[[str], None],
                       annotated: str | None = None,
-                      on_annotated: Callable[[], None] = lambda: None) -> str:
+                      on_annotated: Callable[[], None] = lambda: None,
+                      rollout: Rollout | None = None) -> str:
     """Carry out one step with the spec's strategy; what to report about it. `annotated` is
-    the revision the pod template carries now (PodTemplateAnnotation)."""
+    the revision the pod template carries now (PodTemplateAnnotation); `rollout` what the
+    Deployment's own rollout does (None: not known)."""
     if spec.mode is Mode.DRY_RUN:
         return f"dry run: {step.outdated} pods outdated, none replaced"
+    target = spec.target_ref.name
     if spec.retune.strategy is RetuneStrategy.POD_TEMPLATE_ANNOTATION:
         if annotated == revision:
-            # Written already: the rollout is under way. Written again every pass, it was a
-            # Deployment write each tick while the pods rolled.
-            return (f"{step.outdated} pods outdated; the pod template carries revision "
-                    f"{revision}, the Deployment rolls them out")
+            # Written already. Written again every pass, it was a Deployment write each tick
+            # while the pods rolled.
+            carries = f"{step.outdated} pods outdated; the pod template carries revision {revision}"
+            if rollout is not None and rollout.paused:
+                return (f"{carries}, but Deployment {target} is paused: resume it (kubectl "
+                        "rollout resume) to roll them out")
+            if rollout is None or not rollout.observed or rollout.pending is not None:
+                return f"{carries}, the Deployment rolls them out"
+            # Said as if a rollout were under way for as long as they stayed.
+            return (f"{carries} and Deployment {target} has rolled it out, but they do not "
+                    "run it: the webhook did not tune them (see status.tuning.problems and "
+                    "the PodNotTuned Events)")
+        if rollout is not None and (problem := template_rollout_problem(
+                rollout, spec.retune.max_unavailable, target)) is not None:
+            return f"{step.outdated} pods outdated, none replaced: {problem}"
         try:
             _annotate_template(namespace, spec.target_ref.name, revision)
         except ApiException as exc:
@@ -480,6 +523,13 @@ def retune(namespace: str, name: str, uid: str, spec: InferenceTuningSpec,
         # Re-created pods would come back untuned: replacing them only costs availability.
         message = f"{step.outdated} pods not tuned, none replaced: {problem}"
         _report_once(memo, namespace, entry, [problem], refused=True)
+    elif (spec.mode is Mode.ENFORCE and spec.retune.strategy is RetuneStrategy.EVICT
+          and (rolling := rollout_of(deployment).pending) is not None):
+        # An old pod evicted mid-rollout is re-created by the old ReplicaSet (a model load
+        # and a GPU) only to be scaled away, and its GPU may be the one the next new pod
+        # needs; the pods the rollout starts come through the webhook anyway.
+        message = (f"{step.outdated} pods outdated, none evicted while Deployment {target} "
+                   f"{rolling}: the pods it starts come through the webhook")
     else:
         # Counted against the replicas the Deployment wants: a pod not created yet (a quota,
         # a scale-up under way) is as unavailable as one that is not Ready.
@@ -498,7 +548,8 @@ def retune(namespace: str, name: str, uid: str, spec: InferenceTuningSpec,
         message = _replace_outdated(
             namespace, spec, step, revision, done.append, annotated,
             lambda: retuned(f"pod template of {target} annotated with revision {revision}: "
-                            f"the Deployment rolls out the {step.outdated} outdated pods"))
+                            f"the Deployment rolls out the {step.outdated} outdated pods"),
+            rollout_of(deployment))
         if done:
             evictions[key] = step.eviction(revision, pods, done, clock, last)
             retuned(f"evicted {', '.join(done)} to re-create them with revision {revision} "

@@ -128,8 +128,10 @@ def plan_retune(revision: str, pods: Iterable[PodView], max_unavailable: int,
         return RetuneStep((), tuned, len(outdated), (
             f"{len(outdated)} pods outdated; {last_ready} is the only Ready pod and is "
             "not evicted: nothing would serve while its replacement loads. Run 2 or more "
-            "replicas, or set spec.retune.strategy: PodTemplateAnnotation (the Deployment "
-            "starts the new pod first)"), missed)
+            "replicas, or set spec.retune.strategy: PodTemplateAnnotation where the "
+            "Deployment's rolling update starts the new pod first (maxSurge 1 or more and "
+            "maxUnavailable 0, as its default 25% is for one replica; not strategy "
+            "Recreate)"), missed)
     if not evict:
         return RetuneStep((), tuned, len(outdated), f"{len(outdated)} pods outdated; waiting "
                           f"for {unavailable} unavailable pods to be Ready (maxUnavailable "
@@ -137,3 +139,79 @@ def plan_retune(revision: str, pods: Iterable[PodView], max_unavailable: int,
     return RetuneStep(tuple(evict), tuned, len(outdated), f"{len(outdated)} pods outdated; "
                       f"evicting {', '.join(evict)} to re-create them with revision {revision}",
                       missed)
+
+
+@dataclass(frozen=True)
+class Rollout:
+    """What a Deployment's own rollout does, as its spec.strategy and status say."""
+
+    replicas: int
+    """spec.replicas (1 when unset, as the API server defaults it)."""
+    recreate: bool = False
+    """strategy.type Recreate: every pod goes before the new ones start."""
+    max_unavailable: int | str | None = None
+    """strategy.rollingUpdate.maxUnavailable as given (a count or a percentage; None: 25%)."""
+    max_surge: int | str | None = None
+    """strategy.rollingUpdate.maxSurge as given (None: 25%)."""
+    paused: bool = False
+    observed: bool = False
+    """Whether its status says how far its rollout is (status.observedGeneration set)."""
+    pending: str | None = None
+    """Why the Deployment is rolling out now (its newest spec not yet observed, fewer
+    updated pods than replicas), None when it is not or its status is not known."""
+
+
+def _scaled(value: int | str | None, replicas: int, round_up: bool) -> int:
+    """A rollingUpdate count as the Deployment controller resolves it: a percentage of the
+    replicas, rounded down for maxUnavailable and up for maxSurge; None is 25%."""
+    if value is None:
+        value = "25%"
+    if isinstance(value, int):
+        return max(value, 0)
+    text = str(value).strip()
+    if not text.endswith("%"):
+        return max(int(text), 0) if text.isdigit() else 0
+    try:
+        percent = float(text[:-1])
+    except ValueError:
+        return 0
+    exact = replicas * percent / 100
+    return max(int(-(-exact // 1)) if round_up else int(exact // 1), 0)
+
+
+def rollout_unavailable(rollout: Rollout) -> int:
+    """How many pods a rollout of the pod template may take down at once: all of them with
+    Recreate, else maxUnavailable (1 when both it and maxSurge resolve to 0, as the
+    Deployment controller makes it)."""
+    if rollout.recreate:
+        return rollout.replicas
+    unavailable = _scaled(rollout.max_unavailable, rollout.replicas, round_up=False)
+    if unavailable == 0 and _scaled(rollout.max_surge, rollout.replicas, round_up=True) == 0:
+        return 1
+    return unavailable
+
+
+def template_rollout_problem(rollout: Rollout, max_unavailable: int, name: str) -> str | None:
+    """Why annotating the pod template (retune.strategy PodTemplateAnnotation) would take
+    down more pods than spec.retune.maxUnavailable allows, or every serving one, where
+    eviction would not: the Deployment's own strategy rolls the template out, whatever
+    maxUnavailable says. None when its rollout stays within both."""
+    if rollout.replicas < 1:
+        return None
+    down = rollout_unavailable(rollout)
+    how = ("strategy Recreate, which stops every pod before the new ones start"
+           if rollout.recreate else
+           f"a rolling update that takes up to {down} pod{'' if down == 1 else 's'} down")
+    if down >= rollout.replicas:
+        every = ("its only replica" if rollout.replicas == 1 else
+                 f"all {rollout.replicas} replicas")
+        return (f"annotating the pod template would roll Deployment {name} out with {how}: "
+                f"{every} down while the new pods load, nothing serving; give it strategy "
+                "RollingUpdate with maxUnavailable under its replicas and maxSurge 1 or more, "
+                "or set spec.retune.strategy to Evict")
+    if down > max_unavailable:
+        return (f"annotating the pod template would roll Deployment {name} out with {how}, "
+                f"more than spec.retune.maxUnavailable ({max_unavailable}) allows; lower its "
+                "rollingUpdate.maxUnavailable to that, raise spec.retune.maxUnavailable, or "
+                "set spec.retune.strategy to Evict")
+    return None
