@@ -8,12 +8,18 @@ operator runs with a kubeconfig, whose token reads "Bearer <token>", so nothing 
 
 from __future__ import annotations
 
+import os
+import socket
+import subprocess
+import sys
+import time
 from pathlib import Path
 from urllib.parse import urlsplit
 
 import kopf
 import pytest
 import requests
+import yaml
 from kubernetes import client
 from kubernetes.config.incluster_config import InClusterConfigLoader
 
@@ -54,3 +60,31 @@ def test_in_cluster_credentials_log_kopf_in(api_client: client.ApiClient, namesp
     assert review.json()["status"]["userInfo"]["username"] == (
         f"system:serviceaccount:{namespace}:reader")
     assert headers["Authorization"].split(" ", 1)[1] == issued.status.token
+
+
+def test_credentials_the_api_server_refuses_stop_run_with_one_line(
+        api_client: client.ApiClient, tmp_path: Path) -> None:
+    """An expired or wrong token: kopf retried for a minute, then ended in tracebacks and its
+    advice to install an API client library. The real API server's 401 is named at once."""
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "x",
+        "clusters": [{"name": "c", "cluster": {
+            "server": api_client.configuration.host,
+            "certificate-authority": api_client.configuration.ssl_ca_cert}}],
+        "users": [{"name": "u", "user": {"token": "not-a-valid-token"}}],
+        "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}]}))
+    with socket.socket() as free:  # the e2e operator may hold the default webhook port
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    env = {k: v for k, v in os.environ.items() if k != "INFERTUNE_PROMETHEUS_URL"}
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "infertune", "run", "--standalone",
+                           "--kubeconfig", str(kubeconfig), "--webhook-port", str(port)],
+                          capture_output=True, text=True, timeout=120, env=env, check=False)
+    assert done.returncode == 1, done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"the API server at {api_client.configuration.host} refused the "
+                           "credentials (401 Unauthorized"), done.stderr
+    assert "Traceback" not in done.stderr and "API client library" not in done.stderr
+    assert time.monotonic() - started < 60

@@ -7,6 +7,7 @@ import argparse
 import socket
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from kubernetes import client
@@ -335,6 +336,40 @@ def test_a_kubeconfig_that_cannot_be_used_is_a_message_not_a_traceback(
     message = refused_run(monkeypatch, "--kubeconfig", str(path))
     assert message.startswith(f"--kubeconfig {path}: ") and says in message, message
     assert message.endswith("give a kubeconfig file this user can read")
+
+
+def test_an_api_server_that_does_not_answer_is_a_message_not_a_minute_of_tracebacks(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A kubeconfig whose server nothing answers at: kopf retried for a minute, then ended
+    in tracebacks. It is tried a few times (the API server may be starting), then named."""
+    from infertune.kube import client as kube_client
+
+    with socket.socket() as closed:  # a port nothing listens on once this is closed
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    path = tmp_path / "kubeconfig"
+    path.write_text(f"""apiVersion: v1
+kind: Config
+clusters: [{{name: c, cluster: {{server: "https://127.0.0.1:{port}"}}}}]
+users: [{{name: u, user: {{token: t}}}}]
+contexts: [{{name: x, context: {{cluster: c, user: u}}}}]
+current-context: x
+""")
+    monkeypatch.setattr(kube_client, "REACH_PAUSE_S", 0.0)
+    tries: list[float] = []
+    original = kube_client.client.VersionApi.get_code
+
+    def get_code(self: Any, **kwargs: Any) -> Any:
+        tries.append(1)
+        return original(self, **kwargs)
+
+    monkeypatch.setattr(kube_client.client.VersionApi, "get_code", get_code)
+    message = refused_run(monkeypatch, "--kubeconfig", str(path), "--webhook-port", "0")
+    assert message.startswith(f"the API server at https://127.0.0.1:{port} cannot be reached ("), \
+        message
+    assert message.endswith("after 4 tries: check the cluster of the kubeconfig (or the "
+                            "network to it), and that the API server runs")
+    assert len(tries) == 4
 
 
 def test_a_ready_file_left_by_a_crashed_container_goes_first(

@@ -27,6 +27,7 @@ def test_the_scope_reaches_kopf_the_mig_loop_and_the_webhook(
     cert, key = write_self_signed(tmp_path, ["127.0.0.1"])
     monkeypatch.delenv("INFERTUNE_NAMESPACE", raising=False)
     monkeypatch.setattr(main, "configure", lambda kubeconfig: None)
+    monkeypatch.setattr(main, "check_api_server", lambda: None)  # no API server here
     monkeypatch.setattr(main, "_port_taken", lambda addr, port: None)  # 9443 may be busy
     monkeypatch.setattr(main, "prepare_garbage_collector",
                         lambda: started.setdefault("gc prepared", not started))
@@ -55,6 +56,7 @@ def test_a_self_signed_webhook_key_lives_only_as_long_as_the_operator(
     monkeypatch.setenv("TMPDIR", str(tmp_path))
     monkeypatch.setattr(tempfile, "tempdir", None)  # read TMPDIR again
     monkeypatch.setattr(main, "configure", lambda kubeconfig: None)
+    monkeypatch.setattr(main, "check_api_server", lambda: None)  # no API server here
     monkeypatch.setattr(main, "_port_taken", lambda addr, port: None)  # 9443 may be busy
     monkeypatch.setattr(main, "prepare_garbage_collector", lambda: None)
     monkeypatch.setattr(main.kopf, "configure", lambda **kwargs: None)

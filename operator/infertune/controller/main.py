@@ -27,6 +27,7 @@ from kubernetes.client.exceptions import ApiException
 from infertune.api.spec import is_dns_label, is_dns_subdomain
 from infertune.kube.client import (
     api_server_url,
+    check_api_server,
     configure,
     kubeconfig_missing,
     listen_family,
@@ -397,7 +398,7 @@ def _webhook_host(args: argparse.Namespace, through_service: bool) -> str:
     # registered where nothing answers.
     family = listen_family(addr)
     host = route_source(server, family) or ("::1" if family == socket.AF_INET6 else "127.0.0.1")
-    logger.info(f"the webhook is registered at https://{host}:{args.webhook_port}, this "
+    logger.info(f"the webhook will be registered at https://{host}:{args.webhook_port}, this "
                 f"machine's address towards the API server ({server}); if the API server "
                 "reaches it at another address (a cluster in containers or VMs, NAT), set "
                 "--webhook-host")
@@ -537,6 +538,7 @@ def run_operator(args: argparse.Namespace) -> int:
                        "not evaluated, and tunings that have it report ScalingActive=False "
                        "(NoPrometheus); the rest of tuning works")
     _configure(args.kubeconfig)
+    check_api_server()
     if args.retune_interval is not None:
         os.environ["INFERTUNE_RETUNE_INTERVAL"] = str(args.retune_interval)
     mig = register_handlers(mig=not args.no_mig)

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import logging
 import os
 import socket
+import time
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 from urllib.parse import urlsplit
@@ -128,6 +130,56 @@ class _TimedApiClient(client.ApiClient):
 def api_server_url() -> str:
     """The API server the loaded configuration talks to."""
     return str(client.Configuration.get_default_copy().host)
+
+
+REACH_ATTEMPTS = 4
+"""Tries of `check_api_server` on a server that does not answer, REACH_PAUSE_S apart."""
+REACH_PAUSE_S = 3.0
+
+
+def check_api_server(attempts: int = REACH_ATTEMPTS, pause_s: float | None = None) -> None:
+    """One read of the API server with the loaded credentials (its version), before the
+    operator starts: an unreachable server or credentials it refuses ended `infertune run` in
+    a minute of kopf's retries and tracebacks, with kopf's advice to install an API client
+    library. SystemExit with a line naming the server and the problem; a server that does
+    not answer is tried `attempts` times (it may be starting too)."""
+    server = api_server_url()
+    pause_s = REACH_PAUSE_S if pause_s is None else pause_s
+    # The client's own tries of each read would each log a warning first: the line below
+    # says it once.
+    pool_log = logging.getLogger("urllib3.connectionpool")
+    level = pool_log.level
+    pool_log.setLevel(logging.ERROR)
+    try:
+        _reach(server, attempts, pause_s)
+    finally:
+        pool_log.setLevel(level)
+
+
+def _reach(server: str, attempts: int, pause_s: float) -> None:
+    """check_api_server's tries."""
+    why = ""
+    for attempt in range(attempts):
+        try:
+            client.VersionApi().get_code(_request_timeout=(5.0, 10.0))
+            return
+        except ApiException as exc:
+            if exc.status in (401, 403):
+                raise SystemExit(
+                    f"the API server at {server} refused the credentials ({exc.status} "
+                    f"{exc.reason}: {server_message(exc)[:200]}): the kubeconfig's user (or "
+                    "the ServiceAccount token) is not valid there, expired or for another "
+                    "cluster; log in again or pass another --kubeconfig") from None
+            if exc.status != 0 and exc.status < 500:
+                return  # it answers; what it answered is kopf's to meet
+            why = f"{exc.status} {exc.reason}" if exc.status else str(exc.reason or exc)
+        except (MaxRetryError, OSError, ValueError) as exc:
+            why = str(getattr(exc, "reason", None) or exc)
+        if attempt + 1 < attempts:
+            time.sleep(pause_s)
+    raise SystemExit(f"the API server at {server} cannot be reached ({why[:300]}) after "
+                     f"{attempts} tries: check the cluster of the kubeconfig (or the network "
+                     "to it), and that the API server runs")
 
 
 def route_source(url: str, family: int = socket.AF_UNSPEC) -> str | None:
