@@ -157,7 +157,10 @@ def _tuning_yaml(spec_lines: str, metadata_lines: str = "") -> str:
 
 @pytest.mark.parametrize(("spec_lines", "metadata_lines", "error"), [
     # What kubectl (sigs.k8s.io/yaml, go-yaml v2) sends, and the API server then says.
-    ("  targetRef: {name: qwen}\n  container: n\n", "", "spec.container: False"),
+    # Said why: "False: input should be a valid string" puzzled a user who wrote `n`.
+    ("  targetRef: {name: qwen}\n  container: n\n", "", "spec.container: False: input should "
+     "be a valid string (YAML reads an unquoted y, n, yes, no, on, off, true or false as a "
+     "boolean; quote it, for example 'n')"),
     ("  targetRef: {name: qwen}\n  autoscaling: {maxReplicas: 1:30}\n", "",
      "'1:30' is not a number; give a number"),
     ("  targetRef: {name: qwen}\n  autoscaling: {maxReplicas: 1e3}\n", "", None),  # 1000
@@ -275,7 +278,9 @@ def test_output_into_a_pipe_closed_early_ends_quietly_with_141(tmp_path: Path) -
     writer.stdout.close()
     err = writer.stderr.read().decode()
     assert writer.wait(timeout=120) == 141, err
-    assert head.stdout.decode().endswith("InferenceTuning ns/tuning-0: valid\n")
+    assert head.stdout.decode().endswith(
+        "InferenceTuning ns/tuning-0: valid (Deployment d-0 is not among the files: "
+        "spec.container and memory.high not checked against it)\n")
     assert err == "", err
 
 
@@ -350,6 +355,27 @@ def test_two_tunings_of_one_deployment_are_each_an_error(
     manifest.write_text(_doc("InferenceTuning", "a", "ml", spec)
                         + _doc("InferenceTuning", "c", "other", spec))
     assert main(["validate", str(manifest)]) == 0, capsys.readouterr().err
+
+
+def test_valid_says_when_the_deployment_was_not_there_to_check_against(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """memory.high above the container's limit passed as "valid" with the Deployment in
+    another file (another repository, often): said to be unchecked, not taken for checked."""
+    tuning = _doc("InferenceTuning", "q", "ml",
+                  "spec: {targetRef: {name: q}, engine: vllm, memory: {high: 40Gi}}\n")
+    manifest = tmp_path / "t.yaml"
+    manifest.write_text(tuning)
+    assert main(["validate", str(manifest)]) == 0
+    assert capsys.readouterr().out.endswith(
+        "InferenceTuning ml/q: valid (Deployment q is not among the files: spec.container and "
+        "memory.high not checked against it)\n")
+    manifest.write_text(tuning + _doc("Deployment", "q", "ml", DEPLOYMENT_32GI))
+    assert main(["validate", str(manifest)]) == 1
+    assert "spec.memory.high: 40Gi is above the memory limit 32Gi" in capsys.readouterr().err
+    manifest.write_text(tuning.replace("40Gi", "20Gi") + _doc("Deployment", "q", "ml",
+                                                              DEPLOYMENT_32GI))
+    assert main(["validate", str(manifest)]) == 0
+    assert capsys.readouterr().out.endswith("InferenceTuning ml/q: valid\n")
 
 
 def test_a_trial_beside_the_tuning_in_force_is_no_rival(

@@ -84,7 +84,8 @@ def _validate(args: argparse.Namespace) -> int:
             for line in report.lines():
                 print(printable(line), file=sys.stderr)
         elif not args.quiet:
-            print(printable(f"{report.document.source}: {report.document.label}: valid"))
+            note = "" if report.unchecked is None else f" ({report.unchecked})"
+            print(printable(f"{report.document.source}: {report.document.label}: valid{note}"))
     if checked == 0 and not unreadable:
         print("no InferenceTuning found in the given files", file=sys.stderr)
         return 1

@@ -140,6 +140,12 @@ def _message(error: Any, model: type[BaseModel]) -> str:
         message = message[len("Value error, "):]
     if kind in ("literal_error", "enum"):
         return f"{_shown(error['input'])} is not allowed; {message[0].lower()}{message[1:]}"
+    if kind == "string_type" and isinstance(error["input"], bool):
+        # `container: n` is False to a YAML reader, as to kubectl: the message said only that
+        # False is no string.
+        return (f"{_shown(error['input'])}: input should be a valid string (YAML reads an "
+                "unquoted y, n, yes, no, on, off, true or false as a boolean; quote it, for "
+                "example 'n')")
     if kind.startswith(("greater", "less", "too_", "int_", "float_", "bool_", "string_")):
         return f"{_shown(error['input'])}: {message[0].lower()}{message[1:]}"
     return message

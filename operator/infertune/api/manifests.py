@@ -56,6 +56,9 @@ class Report:
     document: Document
     errors: list[FieldError] = field(default_factory=list)
     checked: bool = True
+    unchecked: str | None = None
+    """What could not be checked of a valid tuning, said beside "valid" (its Deployment not
+    among the files)."""
 
     def lines(self) -> list[str]:
         prefix = f"{self.document.source}: {self.document.label}"
@@ -431,18 +434,25 @@ def validate_documents(documents: Iterable[Document]) -> list[Report]:
                                                    f"kind of {GROUP}; use {KIND}")]))
             continue
         tuning, errors = _check_tuning(doc)
+        unchecked = None
         if tuning is not None:
             target = _target_of(tuning, deployments)
             if target is not None:
                 errors = _check_against_deployment(tuning, target)
+            else:
+                # "valid" read as checked against it, where the Deployment lives in another
+                # file or repository (memory.high above its limit passed).
+                unchecked = (f"Deployment {tuning.spec.target_ref.name} is not among the "
+                             "files: spec.container and memory.high not checked against it")
         checked.append((doc, tuning, errors))
-        reports.append(Report(doc, errors))
+        reports.append(Report(doc, errors, unchecked=unchecked))
     rivals = _rivals([tuning for _, tuning, _ in checked if tuning is not None])
     by_document = {id(doc): (tuning, errors) for doc, tuning, errors in checked}
     for number, report in enumerate(reports):
         tuning, errors = by_document.get(id(report.document), (None, []))
         if tuning is not None and id(tuning) in rivals:
-            reports[number] = Report(report.document, errors + rivals[id(tuning)])
+            reports[number] = Report(report.document, errors + rivals[id(tuning)],
+                                     unchecked=report.unchecked)
     return reports
 
 
