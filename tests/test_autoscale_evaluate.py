@@ -164,6 +164,23 @@ def test_the_text_says_no_data_and_rounds(
     assert json.loads(out)["signals"]["queuePerReplica"] is None
 
 
+def test_the_text_says_a_failed_query_once_and_gives_the_query_on_its_own_line(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Prometheus not reachable (nothing listens on port 9 here): each problem line carried
+    its 2 KB query, which the query lines give again, and the one fact that mattered was
+    hard to find. The JSON keeps the query in each problem, as the condition has it."""
+    code, out = evaluated(tmp_path, capsys, output="text")
+    assert code == 3
+    problems = [line for line in out.splitlines() if line.startswith("problem: ")]
+    assert problems == [f"problem: {signal}: Prometheus at http://127.0.0.1:9 failed: cannot "
+                        "connect (refused or unreachable)"
+                        for signal in ("queue", "latency", "requestRate")], problems
+    queries = [line for line in out.splitlines() if line.startswith("query (")]
+    assert len(queries) == 3 and all("vllm:" in q for q in queries), queries
+    code, out = evaluated(tmp_path, capsys)
+    assert all(" (query: " in p for p in json.loads(out)["signals"]["problems"])
+
+
 def test_usage_errors_exit_2_as_the_help_says(capsys: pytest.CaptureFixture[str]) -> None:
     """The help listed 0, 1 and 3; argparse ends a command line it cannot parse with 2, as
     for every command."""

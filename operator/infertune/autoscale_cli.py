@@ -147,7 +147,7 @@ def evaluate_command(args: argparse.Namespace) -> int:
         # Each problem once, without its query (printed above, or in the JSON): three copies
         # of 4 KB of PromQL buried the cause.
         print(f"metrics missing (exit {METRICS_MISSING}): "
-              + "; ".join(p.split(" (query: ", 1)[0] for p in result["signals"]["problems"]),
+              + "; ".join(_without_query(p) for p in result["signals"]["problems"]),
               file=sys.stderr)
         return METRICS_MISSING
     return 0
@@ -265,7 +265,9 @@ def _text(result: dict[str, Any], target_s: float) -> str:
         f"{'an unknown request rate' if rate is None else _rounded(rate) + ' req/s'}, "
         f"{signals['latencyBreaches']} samples above target",
     ]
-    lines += [f"problem: {p}" for p in signals["problems"]]
+    # Without the query, which its own line gives below: a 2 KB query in each of three lines
+    # hid what was wrong (Prometheus not reachable, said three times).
+    lines += [f"problem: {_without_query(p)}" for p in signals["problems"]]
     if result["write"] is not None:
         lines.append(f"write: {result['write']['why']}")
         lines += [f"note: {n}" for n in result["write"]["notes"]]
@@ -276,6 +278,11 @@ def _text(result: dict[str, Any], target_s: float) -> str:
     lines += [f"query ({signal}): {query}" for signal, query in result["queries"].items()
               if query]
     return "\n".join(lines)
+
+
+def _without_query(problem: str) -> str:
+    """A signal's problem (TargetSignals.problems) without the query it names."""
+    return problem.split(" (query: ", 1)[0]
 
 
 def _rounded(value: float | None) -> str:
