@@ -2,7 +2,12 @@
 PYTHON ?= python3
 APT_PACKAGES := prometheus numactl libjemalloc2
 
-.PHONY: setup setup-system setup-python e2e-build test test-unit test-e2e lint crds demo
+.PHONY: help setup setup-system setup-python e2e-build test test-unit test-e2e lint crds demo
+.DEFAULT_GOAL := help
+
+help: ## this list (a bare `make` installs nothing)
+	@grep -E '^[a-z][a-z0-9-]*:.*## ' $(MAKEFILE_LIST) | \
+	  awk 'BEGIN {FS = ":.*## "} {printf "  make %-12s %s\n", $$1, $$2}'
 
 setup: setup-system setup-python e2e-build ## everything the tests need, from a bare machine
 

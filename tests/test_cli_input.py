@@ -147,6 +147,20 @@ def test_crds_into_a_directory_is_an_error_not_a_traceback(
     assert f"{tmp_path / 'missing.yaml'} does not exist" in capsys.readouterr().err
 
 
+def test_a_crd_file_that_differs_is_told_how_to_write_it(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`make crds` writes the repository's own copies only: for a file elsewhere (or one that
+    is no CRD at all) it was the wrong advice."""
+    other = tmp_path / "tuning.yaml"
+    other.write_text("kind: InferenceTuning\n")
+    assert main(["crds", "--check", str(other)]) == 1
+    assert capsys.readouterr().err.strip() == (
+        f"{other} differs from the CRD the models generate; write it with `infertune crds -o "
+        f"{other}` (in this repository: `make crds`)")
+    assert main(["crds", "-o", str(other)]) == 0
+    assert main(["crds", "--check", str(other)]) == 0
+
+
 @pytest.mark.parametrize(("argv", "says"), [
     (["mig", "layout", "--product", "NVIDIA-H200", "3g.71gb", "--name", "all-disabled"],
      "all-disabled is the config that turns MIG off"),

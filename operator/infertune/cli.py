@@ -113,7 +113,10 @@ def _crds(args: argparse.Namespace) -> int:
                       "it with `make crds`)", file=sys.stderr)
                 return 1
             if held != text:
-                print(f"{args.check} is out of date with the models; run `make crds`",
+                # `make crds` writes the repository's two copies only, and the file given may
+                # be no CRD at all.
+                print(f"{args.check} differs from the CRD the models generate; write it with "
+                      f"`infertune crds -o {args.check}` (in this repository: `make crds`)",
                       file=sys.stderr)
                 return 1
             return 0
