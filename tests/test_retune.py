@@ -483,10 +483,9 @@ def _by_template(controller: Any) -> None:
     # One replica, no surge: the only pod goes first.
     (1, {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 1, "maxSurge": 0}},
      "its only replica down while the new pods load"),
-    # Half of 8 at once, where spec.retune.maxUnavailable is 1.
-    (8, {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "50%"}},
-     "a rolling update that takes up to 4 pods down, more than spec.retune.maxUnavailable (1) "
-     "allows"),
+    # As many as there are replicas.
+    (2, {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": "100%", "maxSurge": 1}},
+     "a rolling update that takes up to 2 pods down: all 2 replicas down"),
 ])
 def test_the_pod_template_is_not_annotated_where_the_rollout_would_take_too_many_down(
         controller: Any, replicas: int, strategy: dict[str, Any], says: str) -> None:
@@ -499,6 +498,10 @@ def test_the_pod_template_is_not_annotated_where_the_rollout_would_take_too_many
     assert controller["annotations"] == [] and controller["evicted"] == []
     assert "none replaced: annotating the pod template would roll Deployment mistral-7b out " \
         in message and says in message, message
+    # Said once as a Warning too, not only in status.
+    controller["run"](_outdated(replicas))
+    ((kind, reason, said),) = controller["events"]
+    assert (kind, reason) == ("Warning", "RetuneHeld") and says in said
 
 
 def test_the_pod_template_is_annotated_where_the_rollout_stays_within_the_limit(
@@ -506,11 +509,14 @@ def test_the_pod_template_is_annotated_where_the_rollout_stays_within_the_limit(
     """The default rolling update (25%) of 1 replica starts the new pod first; of 4 it takes
     one down."""
     _by_template(controller)
-    for replicas in (1, 4):
+    for replicas in (1, 4, 8):
         controller["replicas"] = replicas
         controller["template_revision"] = None
         message = controller["run"](_outdated(replicas))
         assert "pod template annotated with revision" in message, (replicas, message)
+    # 25% of 8 is 2 at once: annotated (as any change of its template would roll), and said.
+    assert message.endswith("(its rolling update takes up to 2 pods down at once, more than "
+                            "spec.retune.maxUnavailable (1), which only Evict keeps to)"), message
 
 
 def test_the_pod_template_rollout_is_said_as_the_deployment_has_it(controller: Any) -> None:
@@ -521,7 +527,14 @@ def test_the_pod_template_rollout_is_said_as_the_deployment_has_it(controller: A
     controller["run"](_outdated(3))
     controller["status"] = {"observedGeneration": 2, "replicas": 3, "updatedReplicas": 1}
     assert "the Deployment rolls them out" in controller["run"](_outdated(2))
-    controller["status"] = {"observedGeneration": 2, "replicas": 3, "updatedReplicas": 3}
+    # All updated, but the old pods still run beside them, or the new ones load: the rollout
+    # is not done (said that the webhook had not tuned them, at the end of every rollout).
+    for status in ({"replicas": 4, "updatedReplicas": 3, "availableReplicas": 3},
+                   {"replicas": 3, "updatedReplicas": 3, "availableReplicas": 2}):
+        controller["status"] = {"observedGeneration": 2, **status}
+        assert "the Deployment rolls them out" in controller["run"](_outdated(1)), status
+    controller["status"] = {"observedGeneration": 2, "replicas": 3, "updatedReplicas": 3,
+                            "availableReplicas": 3}
     done = controller["run"](_outdated(1))
     assert "Deployment mistral-7b has rolled it out, but they do not run it: the webhook " \
         "did not tune them" in done, done
@@ -538,10 +551,26 @@ def test_no_pod_is_evicted_while_the_deployment_rolls_out(controller: Any) -> No
     message = controller["run"](_outdated(3))
     assert controller["evicted"] == []
     assert message == ("3 pods outdated, none evicted while Deployment mistral-7b is rolling "
-                       "out (1 of 3 pods updated): the pods it starts come through the webhook")
+                       "out (1 of 3 pods updated, 3 old ones still running): the pods it "
+                       "starts come through the webhook")
     controller["status"] = {"observedGeneration": 1, "replicas": 3, "updatedReplicas": 3}
     assert "has not acted on its newest spec yet" in controller["run"](_outdated(3))
+    # A rollout that stopped is named.
+    controller["status"] = {"observedGeneration": 2, "replicas": 3, "updatedReplicas": 1,
+                            "conditions": [{"type": "Progressing", "status": "False",
+                                            "reason": "ProgressDeadlineExceeded",
+                                            "message": "ReplicaSet has timed out"}]}
+    assert "(1 of 3 pods updated; stopped: ProgressDeadlineExceeded: ReplicaSet has timed " \
+        "out)" in controller["run"](_outdated(3))
     controller["status"] = {"observedGeneration": 2, "replicas": 3, "updatedReplicas": 3}
+    controller["run"](_outdated(3))
+    assert controller["evicted"] == ["mistral-7b-6b7c9d-00000"]
+    # Paused with a change not rolled out: that is no rollout, and the pods the old
+    # ReplicaSet re-creates come through the webhook (it waited for as long as it was paused).
+    controller["evicted"].clear()
+    controller["memo"].pod_tuning.last_evictions.clear()
+    controller["paused"] = True
+    controller["status"] = {"observedGeneration": 2, "replicas": 3, "updatedReplicas": 0}
     controller["run"](_outdated(3))
     assert controller["evicted"] == ["mistral-7b-6b7c9d-00000"]
 

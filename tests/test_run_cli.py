@@ -356,6 +356,7 @@ contexts: [{{name: x, context: {{cluster: c, user: u}}}}]
 current-context: x
 """)
     monkeypatch.setattr(kube_client, "REACH_PAUSE_S", 0.0)
+    monkeypatch.setattr(kube_client, "REACH_ATTEMPTS", 3)
     tries: list[float] = []
     original = kube_client.client.VersionApi.get_code
 
@@ -367,9 +368,9 @@ current-context: x
     message = refused_run(monkeypatch, "--kubeconfig", str(path), "--webhook-port", "0")
     assert message.startswith(f"the API server at https://127.0.0.1:{port} cannot be reached ("), \
         message
-    assert message.endswith("after 4 tries: check the cluster of the kubeconfig (or the "
+    assert message.endswith("after 3 tries: check the cluster of the kubeconfig (or the "
                             "network to it), and that the API server runs")
-    assert len(tries) == 4
+    assert len(tries) == 3
 
 
 def test_a_ready_file_left_by_a_crashed_container_goes_first(

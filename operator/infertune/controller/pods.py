@@ -57,6 +57,7 @@ from infertune.tuning.retune import (
     RetuneStep,
     Rollout,
     plan_retune,
+    template_rollout_note,
     template_rollout_problem,
 )
 
@@ -340,16 +341,22 @@ def _tune_pod(body: kopf.Body, patch: kopf.Patch, warnings: list[str], memo: kop
 
 
 def _report_once(memo: kopf.Memo, namespace: str, entry: dict[str, Any], problems: list[str],
-                 *, refused: bool) -> None:
-    """An Event on the InferenceTuning when the problems change, not one per pod."""
+                 *, refused: bool, reason: str | None = None) -> None:
+    """An Event on the InferenceTuning when the problems change, not one per pod (`reason`:
+    its own reason, remembered apart from the pods' problems)."""
     seen = memo.pod_tuning.reported
-    key = f"{namespace}/{entry['name']}"
+    key = f"{namespace}/{entry['name']}" + ("" if reason is None else f"#{reason}")
     if seen.get(key) == tuple(problems):
         return
     seen[key] = tuple(problems)
     kopf.event(_owner_ref(namespace, entry), type="Warning",  # type: ignore[arg-type]
-               reason="PodNotTuned" if refused else "PodPartlyTuned",
+               reason=reason or ("PodNotTuned" if refused else "PodPartlyTuned"),
                message="; ".join(problems)[:MAX_EVENT_MESSAGE])
+
+
+RETUNE_HELD = "RetuneHeld"
+"""Warning Event reason when re-tuning does not replace outdated pods because the
+Deployment's own rollout would take every serving pod down (PodTemplateAnnotation)."""
 
 
 RETUNED = "PodsRetuned"
@@ -387,35 +394,50 @@ def _why_pods_cannot_be_tuned(name: str, spec: InferenceTuningSpec,
 
 
 def rollout_of(deployment: client.V1Deployment) -> Rollout:
-    """What the Deployment's own rollout does: its strategy, and how far it is."""
+    """What the Deployment's own rollout does: its strategy, and how far it is (as `kubectl
+    rollout status` judges it)."""
     spec, status, meta = deployment.spec, deployment.status, deployment.metadata
     replicas = spec.replicas if spec is not None and spec.replicas is not None else 1
     strategy = spec.strategy if spec is not None else None
     rolling = strategy.rolling_update if strategy is not None else None
+    paused = bool(spec is not None and spec.paused)
     seen = None if status is None else status.observed_generation
-    pending = None
-    if status is not None and seen is not None:
+    pending = settling = None
+    if status is not None and seen is not None and not paused:
         updated = status.updated_replicas or 0
+        conditions = {c.type: c for c in status.conditions or () if c is not None}
+        progressing, failure = conditions.get("Progressing"), conditions.get("ReplicaFailure")
         if meta is not None and meta.generation is not None and seen < meta.generation:
             pending = "has not acted on its newest spec yet"
-        elif updated < replicas:
-            pending = f"is rolling out ({updated} of {replicas} pods updated)"
-    observed = seen is not None
+        elif updated < replicas or (status.replicas or 0) > updated:
+            pending = f"is rolling out ({updated} of {replicas} pods updated"
+            if progressing is not None and progressing.status == "False":
+                pending += f"; stopped: {progressing.reason}: {progressing.message or ''}"
+            elif failure is not None and failure.status == "True":
+                pending += f"; {failure.reason}: {failure.message or ''}"
+            elif (status.replicas or 0) > updated:
+                pending += f", {(status.replicas or 0) - updated} old ones still running"
+            pending = pending.strip() + ")"
+        elif (status.available_replicas or 0) < updated:
+            settling = (f"is rolling out ({status.available_replicas or 0} of {updated} "
+                        "updated pods available)")
     return Rollout(replicas, recreate=strategy is not None and strategy.type == "Recreate",
                    max_unavailable=None if rolling is None else rolling.max_unavailable,
                    max_surge=None if rolling is None else rolling.max_surge,
-                   paused=bool(spec is not None and spec.paused), observed=observed,
-                   pending=pending)
+                   paused=paused, observed=seen is not None, pending=pending,
+                   settling=settling)
 
 
 def _replace_outdated(namespace: str, spec: InferenceTuningSpec, step: RetuneStep,
                       revision: str, evicted: Callable[[str], None],
                       annotated: str | None = None,
                       on_annotated: Callable[[], None] = lambda: None,
-                      rollout: Rollout | None = None) -> str:
+                      rollout: Rollout | None = None,
+                      on_held: Callable[[str], None] = lambda _: None) -> str:
     """Carry out one step with the spec's strategy; what to report about it. `annotated` is
     the revision the pod template carries now (PodTemplateAnnotation); `rollout` what the
-    Deployment's own rollout does (None: not known)."""
+    Deployment's own rollout does (None: not known); `on_held` is told why the template is
+    not annotated."""
     if spec.mode is Mode.DRY_RUN:
         return f"dry run: {step.outdated} pods outdated, none replaced"
     target = spec.target_ref.name
@@ -427,14 +449,16 @@ def _replace_outdated(namespace: str, spec: InferenceTuningSpec, step: RetuneSte
             if rollout is not None and rollout.paused:
                 return (f"{carries}, but Deployment {target} is paused: resume it (kubectl "
                         "rollout resume) to roll them out")
-            if rollout is None or not rollout.observed or rollout.pending is not None:
+            if (rollout is None or not rollout.observed or rollout.pending is not None
+                    or rollout.settling is not None):
                 return f"{carries}, the Deployment rolls them out"
             # Said as if a rollout were under way for as long as they stayed.
             return (f"{carries} and Deployment {target} has rolled it out, but they do not "
                     "run it: the webhook did not tune them (see status.tuning.problems and "
                     "the PodNotTuned Events)")
         if rollout is not None and (problem := template_rollout_problem(
-                rollout, spec.retune.max_unavailable, target)) is not None:
+                rollout, target)) is not None:
+            on_held(problem)
             return f"{step.outdated} pods outdated, none replaced: {problem}"
         try:
             _annotate_template(namespace, spec.target_ref.name, revision)
@@ -442,8 +466,11 @@ def _replace_outdated(namespace: str, spec: InferenceTuningSpec, step: RetuneSte
             return f"{step.outdated} pods outdated; could not annotate the pod template: " \
                    f"{exc.status} {exc.reason}"
         on_annotated()
+        note = None if rollout is None else template_rollout_note(
+            rollout, spec.retune.max_unavailable)
         return (f"{step.outdated} pods outdated; pod template annotated with revision "
-                f"{revision}, the Deployment rolls them out")
+                f"{revision}, the Deployment rolls them out"
+                + ("" if note is None else f" ({note})"))
     for pod in step.evict:
         try:
             refused = _evict(namespace, pod)
@@ -549,7 +576,9 @@ def retune(namespace: str, name: str, uid: str, spec: InferenceTuningSpec,
             namespace, spec, step, revision, done.append, annotated,
             lambda: retuned(f"pod template of {target} annotated with revision {revision}: "
                             f"the Deployment rolls out the {step.outdated} outdated pods"),
-            rollout_of(deployment))
+            rollout_of(deployment),
+            lambda why: _report_once(memo, namespace, entry, [why], refused=True,
+                                     reason=RETUNE_HELD))
         if done:
             evictions[key] = step.eviction(revision, pods, done, clock, last)
             retuned(f"evicted {', '.join(done)} to re-create them with revision {revision} "

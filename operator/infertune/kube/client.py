@@ -132,21 +132,28 @@ def api_server_url() -> str:
     return str(client.Configuration.get_default_copy().host)
 
 
-REACH_ATTEMPTS = 4
-"""Tries of `check_api_server` on a server that does not answer, REACH_PAUSE_S apart."""
-REACH_PAUSE_S = 3.0
+REACH_ATTEMPTS = 12
+"""Tries of `check_api_server` on a server that does not answer, REACH_PAUSE_S apart: about
+the minute kopf itself kept trying (an API server restarting in a control-plane upgrade, a
+node whose network comes up after the pod)."""
+REACH_PAUSE_S = 5.0
+
+_log = logging.getLogger(__name__)
 
 
-def check_api_server(attempts: int = REACH_ATTEMPTS, pause_s: float | None = None) -> None:
+def check_api_server(attempts: int | None = None, pause_s: float | None = None) -> None:
     """One read of the API server with the loaded credentials (its version), before the
     operator starts: an unreachable server or credentials it refuses ended `infertune run` in
     a minute of kopf's retries and tracebacks, with kopf's advice to install an API client
-    library. SystemExit with a line naming the server and the problem; a server that does
-    not answer is tried `attempts` times (it may be starting too)."""
+    library. SystemExit with a line naming the server and the problem: credentials refused
+    (401), a certificate not trusted, or no answer after `attempts` tries. Any other answer
+    means that the server is there: what it says is kopf's to meet (a 403 where /version is
+    not public, a 5xx while it restarts)."""
     server = api_server_url()
+    attempts = REACH_ATTEMPTS if attempts is None else attempts
     pause_s = REACH_PAUSE_S if pause_s is None else pause_s
-    # The client's own tries of each read would each log a warning first: the line below
-    # says it once.
+    # The client's own tries of each read would each log a warning first: the lines below
+    # say it once.
     pool_log = logging.getLogger("urllib3.connectionpool")
     level = pool_log.level
     pool_log.setLevel(logging.ERROR)
@@ -161,20 +168,32 @@ def _reach(server: str, attempts: int, pause_s: float) -> None:
     why = ""
     for attempt in range(attempts):
         try:
-            client.VersionApi().get_code(_request_timeout=(5.0, 10.0))
+            # Not decoded: a proxy's page, or a /version missing a field, is an answer too.
+            client.VersionApi().get_code(_request_timeout=(5.0, 10.0), _preload_content=False)
             return
         except ApiException as exc:
-            if exc.status in (401, 403):
+            if exc.status == 401:
                 raise SystemExit(
-                    f"the API server at {server} refused the credentials ({exc.status} "
-                    f"{exc.reason}: {server_message(exc)[:200]}): the kubeconfig's user (or "
-                    "the ServiceAccount token) is not valid there, expired or for another "
+                    f"the API server at {server} refused the credentials (401 {exc.reason}: "
+                    f"{server_message(exc)[:200]}): the kubeconfig's user (or the "
+                    "ServiceAccount token) is not valid there, expired or for another "
                     "cluster; log in again or pass another --kubeconfig") from None
-            if exc.status != 0 and exc.status < 500:
-                return  # it answers; what it answered is kopf's to meet
-            why = f"{exc.status} {exc.reason}" if exc.status else str(exc.reason or exc)
+            if exc.status != 0:
+                if exc.status >= 500:
+                    _log.warning("the API server at %s answered %s %s; starting, and trying "
+                                 "again as usual", server, exc.status, exc.reason)
+                return
+            why = str(exc.reason or exc)
         except (MaxRetryError, OSError, ValueError) as exc:
             why = str(getattr(exc, "reason", None) or exc)
+        if "CERTIFICATE_VERIFY_FAILED" in why or "certificate verify failed" in why:
+            raise SystemExit(
+                f"the API server at {server} has a certificate the kubeconfig's CA does not "
+                f"trust ({why[:300]}): check the cluster's certificate-authority data, or that "
+                "the server is the cluster's") from None
+        if attempt == 0 and attempts > 1:
+            _log.warning("the API server at %s does not answer (%s); trying again for %.0f s",
+                         server, why[:300], (attempts - 1) * pause_s)
         if attempt + 1 < attempts:
             time.sleep(pause_s)
     raise SystemExit(f"the API server at {server} cannot be reached ({why[:300]}) after "

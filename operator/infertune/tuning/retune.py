@@ -157,8 +157,12 @@ class Rollout:
     observed: bool = False
     """Whether its status says how far its rollout is (status.observedGeneration set)."""
     pending: str | None = None
-    """Why the Deployment is rolling out now (its newest spec not yet observed, fewer
-    updated pods than replicas), None when it is not or its status is not known."""
+    """Why the Deployment is rolling out now (its newest spec not yet acted on, fewer updated
+    pods than replicas, old pods still running beside them), None when it is not, is paused,
+    or its status is not known."""
+    settling: str | None = None
+    """Rolled out, but not every updated pod is available yet (None: all are, or not
+    known)."""
 
 
 def _scaled(value: int | str | None, replicas: int, round_up: bool) -> int:
@@ -191,27 +195,32 @@ def rollout_unavailable(rollout: Rollout) -> int:
     return unavailable
 
 
-def template_rollout_problem(rollout: Rollout, max_unavailable: int, name: str) -> str | None:
+def template_rollout_problem(rollout: Rollout, name: str) -> str | None:
     """Why annotating the pod template (retune.strategy PodTemplateAnnotation) would take
-    down more pods than spec.retune.maxUnavailable allows, or every serving one, where
-    eviction would not: the Deployment's own strategy rolls the template out, whatever
-    maxUnavailable says. None when its rollout stays within both."""
+    every serving pod down, where eviction would not (it never evicts the only Ready pod):
+    the Deployment's own strategy rolls the template out. None when its rollout keeps one
+    serving."""
     if rollout.replicas < 1:
         return None
     down = rollout_unavailable(rollout)
+    if down < rollout.replicas:
+        return None
     how = ("strategy Recreate, which stops every pod before the new ones start"
            if rollout.recreate else
            f"a rolling update that takes up to {down} pod{'' if down == 1 else 's'} down")
-    if down >= rollout.replicas:
-        every = ("its only replica" if rollout.replicas == 1 else
-                 f"all {rollout.replicas} replicas")
-        return (f"annotating the pod template would roll Deployment {name} out with {how}: "
-                f"{every} down while the new pods load, nothing serving; give it strategy "
-                "RollingUpdate with maxUnavailable under its replicas and maxSurge 1 or more, "
-                "or set spec.retune.strategy to Evict")
-    if down > max_unavailable:
-        return (f"annotating the pod template would roll Deployment {name} out with {how}, "
-                f"more than spec.retune.maxUnavailable ({max_unavailable}) allows; lower its "
-                "rollingUpdate.maxUnavailable to that, raise spec.retune.maxUnavailable, or "
-                "set spec.retune.strategy to Evict")
-    return None
+    every = "its only replica" if rollout.replicas == 1 else f"all {rollout.replicas} replicas"
+    return (f"annotating the pod template would roll Deployment {name} out with {how}: "
+            f"{every} down while the new pods load, nothing serving; give it strategy "
+            "RollingUpdate with maxUnavailable under its replicas and maxSurge 1 or more, or "
+            "set spec.retune.strategy to Evict")
+
+
+def template_rollout_note(rollout: Rollout, max_unavailable: int) -> str | None:
+    """What to add when the Deployment's rolling update takes more pods down at once than
+    spec.retune.maxUnavailable, which only Evict keeps to (its strategy decides, as for any
+    change of its template); None when it does not."""
+    down = rollout_unavailable(rollout)
+    if down <= max_unavailable:
+        return None
+    return (f"its rolling update takes up to {down} pods down at once, more than "
+            f"spec.retune.maxUnavailable ({max_unavailable}), which only Evict keeps to")
