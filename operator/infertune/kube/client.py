@@ -169,7 +169,11 @@ def _reach(server: str, attempts: int, pause_s: float) -> None:
     for attempt in range(attempts):
         try:
             # Not decoded: a proxy's page, or a /version missing a field, is an answer too.
-            client.VersionApi().get_code(_request_timeout=(5.0, 10.0), _preload_content=False)
+            answer = client.VersionApi().get_code(_request_timeout=(5.0, 10.0),
+                                                  _preload_content=False)
+            close = getattr(answer, "close", None)  # the body is not read: not pooled again
+            if callable(close):
+                close()
             return
         except ApiException as exc:
             if exc.status == 401:
