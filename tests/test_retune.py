@@ -575,6 +575,37 @@ def test_no_pod_is_evicted_while_the_deployment_rolls_out(controller: Any) -> No
     assert controller["evicted"] == ["mistral-7b-6b7c9d-00000"]
 
 
+def test_a_problem_that_went_away_and_came_back_is_said_again(controller: Any) -> None:
+    """The Event of a pod problem was remembered for good: the same problem a day later,
+    after pods had been tuned fine in between, posted nothing."""
+    settings = controller["memo"].pod_tuning
+    key = "chat/mistral-7b"
+    problem = ("spec.memory.high: 9Gi is above the memory limit 8Gi",)
+
+    def said() -> list[str]:
+        return [reason for _, reason, _ in controller["events"] if reason == "PodNotTuned"]
+
+    settings.unreported[key] = (problem, True)
+    controller["run"]([])
+    settings.unreported[key] = (problem, True)  # the next pod, the same problem
+    controller["run"]([])
+    assert len(said()) == 1
+    settings.latest_problems[key] = []  # a pod admitted without one
+    controller["run"]([])
+    settings.unreported[key] = (problem, True)
+    controller["run"]([])
+    assert len(said()) == 2
+    # The template held back, then not, then held again: said twice.
+    _by_template(controller)
+    controller["strategy"] = {"type": "Recreate"}
+    controller["run"](_outdated(3))
+    controller["strategy"] = None
+    controller["run"](_outdated(3))
+    controller["strategy"], controller["template_revision"] = {"type": "Recreate"}, None
+    controller["run"](_outdated(3))
+    assert [r for _, r, _ in controller["events"]].count("RetuneHeld") == 2
+
+
 def test_what_is_kept_of_a_deleted_tuning_goes_with_it(monkeypatch: pytest.MonkeyPatch) -> None:
     """Made again under the same name, a tuning inherited it: its PodNotTuned Event was
     taken as said already, and the old problems showed in its status."""

@@ -502,6 +502,10 @@ def retune(namespace: str, name: str, uid: str, spec: InferenceTuningSpec,
     if key in settings.unreported:
         problems, refused = settings.unreported.pop(key)
         _report_once(memo, namespace, entry, list(problems), refused=refused)
+    elif settings.latest_problems.get(key) == []:
+        # The newest pod admitted had none: the same problem coming back is news again
+        # (remembered, it was never said a second time).
+        settings.reported.pop(key, None)
     last = evictions.get(key)
     clock = time.monotonic()
     step = plan_retune(revision, pods, spec.retune.max_unavailable, last, clock)
@@ -563,6 +567,7 @@ def retune(namespace: str, name: str, uid: str, spec: InferenceTuningSpec,
         desired = deployment.spec.replicas if deployment.spec is not None else None
         step = plan_retune(revision, pods, spec.retune.max_unavailable, last, clock, desired)
         done: list[str] = []
+        held: list[str] = []
         template = deployment.spec.template if deployment.spec is not None else None
         annotated = ((template.metadata.annotations or {}).get(keys.REVISION)
                      if template is not None and template.metadata is not None else None)
@@ -577,8 +582,11 @@ def retune(namespace: str, name: str, uid: str, spec: InferenceTuningSpec,
             lambda: retuned(f"pod template of {target} annotated with revision {revision}: "
                             f"the Deployment rolls out the {step.outdated} outdated pods"),
             rollout_of(deployment),
-            lambda why: _report_once(memo, namespace, entry, [why], refused=True,
-                                     reason=RETUNE_HELD))
+            lambda why: held.append(why))
+        if held:
+            _report_once(memo, namespace, entry, held, refused=True, reason=RETUNE_HELD)
+        else:  # not held this pass: the next hold is news
+            settings.reported.pop(f"{key}#{RETUNE_HELD}", None)
         if done:
             evictions[key] = step.eviction(revision, pods, done, clock, last)
             retuned(f"evicted {', '.join(done)} to re-create them with revision {revision} "
