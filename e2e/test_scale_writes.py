@@ -102,6 +102,12 @@ def target(api_client: client.ApiClient, namespace: str, operator: OperatorProce
     monkeypatch.setattr(autoscaling, "_still_autoscaled", lambda stored: True)
     create(api_client, namespace, deployment("llm", replicas=2))
     create(api_client, namespace, tuning_body("llm", "llm"))
+    # The operator's first reconcile, once it has assessed the tuning: landing after the
+    # test's evaluation, it took status.autoscaling away (this stored spec has none), and the
+    # test read a status without it (seen once in CI).
+    wait_for(lambda: "observedGeneration" in (autoscaling_status(api_client, namespace)),
+             "the operator to observe the tuning")
+    operator.check_running()
     return namespace
 
 
