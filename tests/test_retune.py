@@ -456,10 +456,7 @@ def test_a_pod_that_ended_is_no_replica() -> None:
 def test_the_pod_template_is_annotated_once_and_said_so(controller: Any) -> None:
     """PodTemplateAnnotation wrote the same annotation into the Deployment at every pass
     while the pods rolled, and no Event said that the operator started the rollout."""
-    from infertune.api.tuning import RetuneSpec, RetuneStrategy
-
-    controller["spec"] = controller["spec"].model_copy(update={"retune": RetuneSpec(
-        strategy=RetuneStrategy.POD_TEMPLATE_ANNOTATION)})
+    _by_template(controller)
     first = controller["run"](_outdated(3))
     again = controller["run"](_outdated(3))
     assert len(controller["annotations"]) == 1 and controller["evicted"] == []
@@ -470,6 +467,7 @@ def test_the_pod_template_is_annotated_once_and_said_so(controller: Any) -> None
 
 
 def _by_template(controller: Any) -> None:
+    """The fixture's tuning with spec.retune.strategy PodTemplateAnnotation."""
     from infertune.api.tuning import RetuneSpec, RetuneStrategy
 
     controller["spec"] = controller["spec"].model_copy(update={"retune": RetuneSpec(

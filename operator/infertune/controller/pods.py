@@ -521,6 +521,7 @@ def retune(namespace: str, name: str, uid: str, spec: InferenceTuningSpec,
             "replaced; move the workload to another namespace")
     # Read the Deployment only when something is outdated: most ticks have nothing to do.
     deployment = read_deployment(namespace, target) if step.outdated and not rivals else None
+    rollout = None if deployment is None else rollout_of(deployment)
     if not step.outdated:
         pass
     elif tuned_by is not None:
@@ -555,7 +556,7 @@ def retune(namespace: str, name: str, uid: str, spec: InferenceTuningSpec,
         message = f"{step.outdated} pods not tuned, none replaced: {problem}"
         _report_once(memo, namespace, entry, [problem], refused=True)
     elif (spec.mode is Mode.ENFORCE and spec.retune.strategy is RetuneStrategy.EVICT
-          and (rolling := rollout_of(deployment).pending) is not None):
+          and rollout is not None and (rolling := rollout.pending) is not None):
         # An old pod evicted mid-rollout is re-created by the old ReplicaSet (a model load
         # and a GPU) only to be scaled away, and its GPU may be the one the next new pod
         # needs; the pods the rollout starts come through the webhook anyway.
@@ -581,7 +582,7 @@ def retune(namespace: str, name: str, uid: str, spec: InferenceTuningSpec,
             namespace, spec, step, revision, done.append, annotated,
             lambda: retuned(f"pod template of {target} annotated with revision {revision}: "
                             f"the Deployment rolls out the {step.outdated} outdated pods"),
-            rollout_of(deployment),
+            rollout,
             lambda why: held.append(why))
         if held:
             _report_once(memo, namespace, entry, held, refused=True, reason=RETUNE_HELD)
