@@ -447,6 +447,7 @@ def test_mig_can_be_turned_off_with_the_permissions_only_it_needs() -> None:
         # Re-tuning in the watched namespace, whichever.
         assert grants.allows("create", "", "pods/eviction", "team-a")
         assert grants.allows("watch", "", "pods", "team-a")
+        assert grants.allows("patch", "", "pods", "team-a")  # the memory.high intent
         assert grants.allows("watch", "", "nodes")  # the indexes-loaded event
     assert on.allows("patch", "", "nodes") and not off.allows("patch", "", "nodes")
     # The mig-parted ConfigMap in the operator's namespace, MIG's alone (with create, which
@@ -992,7 +993,8 @@ def test_the_operator_is_granted_what_it_calls() -> None:
             ("create", "", "events"), ("patch", "apps", "deployments/scale"),
             ("get", "infertune.io", "inferencetunings/status"),
             ("patch", "infertune.io", "inferencetunings/status"),
-            ("patch", "infertune.io", "inferencetunings"), ("create", "", "pods/eviction")]:
+            ("patch", "infertune.io", "inferencetunings"), ("create", "", "pods/eviction"),
+            ("patch", "", "pods")]:
         assert grants.allows(verb, group, resource), (verb, group, resource)
     for verb in ("create", "get", "update", "delete"):
         assert grants.allows(verb, "admissionregistration.k8s.io",

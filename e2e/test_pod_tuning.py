@@ -267,14 +267,47 @@ def test_changed_tuning_re_creates_pods_by_eviction(
     old_revision = first[0].metadata.labels[REVISION]
 
     client.CustomObjectsApi(api_client).patch_namespaced_custom_object(
-        GROUP, VERSION, namespace, PLURAL, "qwen", {"spec": {"memory": {"high": "6Gi"}}})
+        GROUP, VERSION, namespace, PLURAL, "qwen",
+        {"spec": {"allocator": {"type": "glibc", "arenaMax": 2}}})
     second = wait_pods(api_client, namespace, "qwen", 2,
                        check=lambda p: p.metadata.labels[REVISION] != old_revision)
-    assert all(p.metadata.annotations["infertune.io/memory-high"] == str(6 * 2**30)
-               for p in second)
+    assert all(env_of(p)["MALLOC_ARENA_MAX"] == "2" for p in second)
     retuned = wait_for(lambda: [e for e in events_for(api_client, namespace, "qwen")
                                 if e.reason == "PodsRetuned"], "a PodsRetuned Event")
     assert retuned[0].type == "Normal" and retuned[0].message.startswith("evicted ")
+
+
+def test_a_memory_change_is_taken_by_the_running_pods_without_re_creating_them(
+    api_client: client.ApiClient, namespace: str, operator: OperatorProcess
+) -> None:
+    """memory.high is an intent in a pod annotation (the node agent writes it into the live
+    cgroup): a change of spec.memory re-created every pod, a model load each, for it. The
+    operator patches the annotation of the running pods instead, and says so."""
+    create_tuning_first(api_client, namespace, operator,
+                        tuning("qwen", "qwen", memory={"high": "6Gi"}))
+    create(api_client, namespace, deployment("qwen", replicas=2))
+    first = wait_pods(api_client, namespace, "qwen", 2,
+                      check=lambda p: REVISION in (p.metadata.labels or {}))
+    wait_for(lambda: get_tuning(api_client, namespace, "qwen").get("status", {}).get(
+        "tuning", {}).get("tunedPods") == 2, "both pods counted as tuned")
+    client.CustomObjectsApi(api_client).patch_namespaced_custom_object(
+        GROUP, VERSION, namespace, PLURAL, "qwen", {"spec": {"memory": {"high": "7Gi"}}})
+    second = wait_pods(api_client, namespace, "qwen", 2, check=lambda p: (
+        p.metadata.annotations["infertune.io/memory-high"] == str(7 * 2**30)))
+    assert ({p.metadata.uid for p in second} == {p.metadata.uid for p in first}
+            and all(p.metadata.labels[REVISION] == first[0].metadata.labels[REVISION]
+                    for p in second))
+    updated = wait_for(lambda: [e for e in events_for(api_client, namespace, "qwen")
+                                if e.reason == "MemoryHighUpdated"], "a MemoryHighUpdated Event")
+    assert updated[0].type == "Normal" and "7.00Gi" in updated[0].message
+    assert not [e for e in events_for(api_client, namespace, "qwen")
+                if e.reason == "PodsRetuned"]
+    # A pod the Deployment adds later is admitted with the new value.
+    client.AppsV1Api(api_client).patch_namespaced_deployment_scale(
+        "qwen", namespace, {"spec": {"replicas": 3}})
+    third = wait_pods(api_client, namespace, "qwen", 3)
+    assert all(p.metadata.annotations["infertune.io/memory-high"] == str(7 * 2**30)
+               for p in third)
 
 
 def test_eviction_respects_the_pod_disruption_budget(

@@ -10,7 +10,9 @@ import pytest
 import yaml
 from kubernetes.client.exceptions import ApiException
 
-from infertune.tuning.retune import RETRY_S, Eviction, PodView, plan_retune
+from infertune.api.spec import InferenceTuningSpec, Mode
+from infertune.api.tuning import MemorySpec
+from infertune.tuning.retune import RETRY_S, Eviction, PodView, plan_retune, pod_updates
 
 
 def _pods(*specs: tuple[str, str | None, bool]) -> list[PodView]:
@@ -662,3 +664,195 @@ def test_a_terminating_pod_is_indexed_with_when_it_is_gone_at_the_latest() -> No
     assert leaving is not None
     (view,) = leaving.values()
     assert view.terminating and view.gone_by == parse_time("2026-12-06T12:00:30Z")
+
+
+def test_a_pod_is_indexed_with_its_memory_intent_and_its_containers_memory() -> None:
+    import asyncio
+
+    from infertune.controller.pods import pods_by_deployment
+
+    pod: dict[str, Any] = {"metadata": {
+        "name": "mistral-7b-6b7c9d-abcde", "namespace": "chat",
+        "annotations": {"infertune.io/memory-high": "123"},
+        "ownerReferences": [{"kind": "ReplicaSet", "name": "mistral-7b-6b7c9d",
+                             "controller": True}]},
+        "spec": {"containers": [
+            {"name": "tgi", "resources": {"limits": {"memory": "16Gi"}}},
+            {"name": "proxy", "resources": {"requests": {"memory": "64Mi"}}},
+            {"name": "bare"}]},
+        "status": {"phase": "Running"}}
+    indexed = asyncio.run(pods_by_deployment(namespace="chat", name="p", body=pod,
+                                             replicaset_owners=OWNED))
+    assert indexed is not None
+    (view,) = indexed.values()
+    assert view.memory_high == "123"
+    assert view.memory == (("tgi", "16Gi", "16Gi"), ("proxy", "64Mi", None),
+                           ("bare", None, None))
+
+
+# ---- spec.memory: taken in place by running pods ---------------------------------------------
+
+TGI = (("tgi", "12Gi", "16Gi"),)
+"""The example's serving container: (name, memory request, memory limit)."""
+
+
+def _current(controller: Any, *names: str, memory_high: str | None = None,
+             memory: tuple[tuple[str, str | None, str | None], ...] = TGI) -> list[PodView]:
+    from infertune.tuning.pod_patch import tuning_revision
+    revision = tuning_revision(controller["spec"])
+    return [PodView(n, revision, True, memory_high=memory_high, memory=memory) for n in names]
+
+
+def _with_memory(controller: Any, memory: dict[str, Any]) -> None:
+    controller["spec"] = controller["spec"].model_copy(
+        update={"memory": MemorySpec.model_validate(memory)})
+
+
+@pytest.fixture
+def annotated(controller: Any, monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str | None]]:
+    """The memory.high annotations the pass writes on pods, as (pod, value); the labels it
+    writes go to controller["labelled"]; `annotate_error` fails every pod patch."""
+    from infertune.controller import pods as controller_pods
+    written: list[tuple[str, str | None]] = []
+    controller["annotate_error"] = None
+    controller["labelled"] = []
+
+    def patch(namespace: str, pod: str, metadata: dict[str, Any]) -> None:
+        if controller["annotate_error"] is not None:
+            raise ApiException(status=controller["annotate_error"], reason="Forbidden")
+        assert set(metadata) <= {"labels", "annotations"}, metadata
+        if "annotations" in metadata:
+            assert list(metadata["annotations"]) == ["infertune.io/memory-high"]
+            written.append((pod, metadata["annotations"]["infertune.io/memory-high"]))
+        if "labels" in metadata:
+            controller["labelled"].append((pod, metadata["labels"]))
+
+    monkeypatch.setattr(controller_pods, "_patch_pod_metadata", patch)
+    return written
+
+
+def test_a_memory_change_is_written_on_the_running_pods_not_by_re_creating_them(
+        controller: Any, annotated: list[tuple[str, str | None]]) -> None:
+    """memory.high is an intent in an annotation (the node agent writes it into the live
+    cgroup): a change of spec.memory re-created every pod, a model load each, for it."""
+    pods = _current(controller, "a", "b", memory_high=str(15 * 2**30))
+    _with_memory(controller, {"high": "14Gi"})
+    message = controller["run"](pods)
+    assert controller["evicted"] == [] and controller["annotations"] == []
+    assert annotated == [("a", str(14 * 2**30)), ("b", str(14 * 2**30))]
+    assert "all 2 pods carry revision" in message
+    assert "memory.high intent updated in place on 2 pods" in message
+    [(kind, reason, said)] = controller["events"]
+    assert (kind, reason) == ("Normal", "MemoryHighUpdated")
+    assert said.endswith(f"14.00Gi ({14 * 2**30} bytes) on a, b"), said
+    # Pods that carry it already are left alone.
+    annotated.clear()
+    controller["run"](_current(controller, "a", memory_high=str(14 * 2**30)))
+    assert annotated == []
+
+
+def test_the_intent_follows_each_pods_own_container(
+        controller: Any, annotated: list[tuple[str, str | None]]) -> None:
+    """A ratio of the limit gives each pod its own value (pods of an older template have
+    another limit); spec.container picks the serving one."""
+    _with_memory(controller, {"highRatio": 0.9})
+    controller["spec"] = controller["spec"].model_copy(update={"container": "tgi"})
+    pods = [*_current(controller, "a"),
+            *_current(controller, "b", memory=(("sidecar", "1Gi", "1Gi"),
+                                               ("tgi", "4Gi", "10Gi")))]
+    controller["run"](pods)
+    # 0.9 of each limit, in whole pages.
+    assert annotated == [("a", str(int(0.9 * 16 * 2**30) // 4096 * 4096)),
+                         ("b", str(int(0.9 * 10 * 2**30) // 4096 * 4096))]
+
+
+def test_pods_outdated_or_terminating_are_not_annotated(
+        controller: Any, annotated: list[tuple[str, str | None]]) -> None:
+    [current] = _current(controller, "a")
+    pods = [current, PodView("old", "r0", True, memory=TGI),
+            PodView("going", current.revision, False, terminating=True, memory=TGI)]
+    message = controller["run"](pods)
+    assert [pod for pod, _ in annotated] == ["a"]
+    assert "1 pods outdated" in message  # re-created with the annotation as it is now
+
+
+def test_a_container_that_cannot_take_the_memory_spec_is_left_and_said_once(
+        controller: Any, annotated: list[tuple[str, str | None]]) -> None:
+    _with_memory(controller, {"high": "14Gi"})
+    pods = [*_current(controller, "a", memory=(("tgi", "10Gi", "10Gi"),)),
+            *_current(controller, "b")]
+    message = controller["run"](pods)
+    assert annotated == [("b", str(14 * 2**30))]
+    assert ("pod a: spec.memory.high: 14Gi is above the memory limit 10Gi minus minHeadroom "
+            "1Gi") in message and "its memory.high intent is left as it is" in message
+    controller["run"](pods)
+    warnings = [e for e in controller["events"] if e[1] == "MemoryHighNotUpdated"]
+    assert len(warnings) == 1 and warnings[0][0] == "Warning"
+
+
+def test_nothing_is_annotated_by_a_trial_rivals_or_a_process_that_does_not_lead(
+        controller: Any, annotated: list[tuple[str, str | None]]) -> None:
+    pods = _current(controller, "a", memory_high="1")
+    controller["run"](pods, rivals=("mistral-7b-v2",))
+    assert annotated == []
+
+    class Lost:
+        exclusive = True
+
+        def leads(self) -> bool:
+            return False
+
+    controller["memo"]["leader"] = Lost()
+    assert "it no longer leads" in controller["run"](pods)
+    assert annotated == []
+    del controller["memo"]["leader"]
+    controller["spec"] = controller["spec"].model_copy(update={"mode": Mode.DRY_RUN})
+    controller["run"](_current(controller, "a", memory_high="1"))
+    assert annotated == []
+
+
+def test_a_refused_annotation_says_what_the_operator_needs(
+        controller: Any, annotated: list[tuple[str, str | None]]) -> None:
+    """An operator upgraded without its chart's RBAC (patch on pods)."""
+    controller["annotate_error"] = 403
+    message = controller["run"](_current(controller, "a", "b", memory_high="1"))
+    assert ("updating pod a in place failed: 403 Forbidden" in message
+            and "the operator needs patch on pods" in message), message
+    assert controller["events"] == []
+
+
+def test_pods_labelled_by_an_earlier_release_are_current_and_labelled_again(
+        controller: Any, annotated: list[tuple[str, str | None]]) -> None:
+    """Before spec.memory left the hash, pods were labelled with it in: the same spec's old
+    hash is current (an upgrade of the operator would re-create every pod), and the pods are
+    labelled with the new one, so that a later change of spec.memory finds them current."""
+    from infertune.tuning.pod_patch import legacy_revision, tuning_revision
+    controller["replicas"] = 2
+    old = legacy_revision(controller["spec"])
+    pods = [PodView("a", old, True, memory=TGI, memory_high=str(15 * 2**30)),
+            PodView("b", old, True, memory=TGI, memory_high=str(15 * 2**30)),
+            PodView("c", old, False, terminating=True, memory=TGI)]
+    message = controller["run"](pods)
+    assert controller["evicted"] == [] and "all 2 pods carry revision" in message
+    new = {"infertune.io/revision": tuning_revision(controller["spec"])}
+    assert controller["labelled"] == [("a", new), ("b", new)]
+    assert annotated == [] and controller["events"] == []
+    # Of another memory spec (changed before the pods were labelled again): outdated.
+    _with_memory(controller, {"high": "14Gi"})
+    controller["run"](pods[:2])
+    assert controller["evicted"] == ["a"]
+
+
+def test_memory_updates_read_the_pod_as_the_webhook_would() -> None:
+    spec = InferenceTuningSpec.model_validate({"targetRef": {"name": "q"}, "engine": "vllm",
+                                               "memory": {"high": "14Gi"}})
+    counted, updates = pod_updates(spec, "r1", "r0", [
+        PodView("a", "r1", True, memory_high=None, memory=TGI),
+        PodView("b", "r1", True, memory_high=str(14 * 2**30), memory=TGI),
+        PodView("c", "r1", True, memory=()),  # no container: not tuned by this spec
+        PodView("d", "r1", True, memory=(("tgi", "1Gi", "1x"),)),
+        PodView("e", "r0", True, memory_high=str(14 * 2**30), memory=TGI),
+    ])
+    assert updates.memory == (("a", str(14 * 2**30)),)
+    assert len(updates.problems) == 1 and updates.problems[0].startswith("pod d: ")
+    assert updates.relabel == ("e",) and counted[-1].revision == "r1"

@@ -42,6 +42,8 @@ from infertune.tuning.pod_patch import (
     LimitRangeView,
     PodContext,
     container_limits,
+    container_memory,
+    legacy_revision,
     plan_pod_patch,
     planned_mig,
     tuning_revision,
@@ -53,10 +55,12 @@ from infertune.tuning.pod_shape import (
 )
 from infertune.tuning.retune import (
     Eviction,
+    PodUpdates,
     PodView,
     RetuneStep,
     Rollout,
     plan_retune,
+    pod_updates,
     template_rollout_note,
     template_rollout_problem,
 )
@@ -203,7 +207,7 @@ async def limit_ranges(namespace: str, name: str, body: kopf.Body,
 async def pods_by_deployment(namespace: str, name: str, body: kopf.Body,
                              replicaset_owners: kopf.Index[tuple[str, str], str],
                              **_: Any) -> dict[tuple[str, str], PodView] | None:
-    _, status, meta = snapshot(body)
+    pod_spec, status, meta = snapshot(body)
     deployment = _deployment_of(namespace, meta, replicaset_owners)
     if deployment is None or status.get("phase") in ("Succeeded", "Failed"):
         # A pod that ended (evicted by the kubelet, a node shut down) is no replica: the
@@ -217,9 +221,13 @@ async def pods_by_deployment(namespace: str, name: str, body: kopf.Body,
     ready = any(c.get("type") == "Ready" and c.get("status") == "True"
                 for c in status.get("conditions") or [])
     deleted = meta.get("deletionTimestamp")
+    memory = (meta.get("annotations") or {}).get(keys.MEMORY_HIGH)
     return {(namespace, deployment): PodView(
         name=name, revision=(meta.get("labels") or {}).get(keys.REVISION), ready=ready,
-        terminating=deleted is not None, gone_by=stored_time(deleted))}
+        terminating=deleted is not None, gone_by=stored_time(deleted),
+        memory_high=None if memory is None else str(memory),
+        memory=tuple((str(c.get("name")), *container_memory(c))
+                     for c in pod_spec.get("containers") or ()))}
 
 
 def _owner_ref(namespace: str, entry: dict[str, Any]) -> dict[str, Any]:
@@ -375,6 +383,79 @@ def _annotate_template(namespace: str, deployment: str, revision: str) -> None:
         "spec": {"template": {"metadata": {"annotations": {keys.REVISION: revision}}}}})
 
 
+MEMORY_UPDATED = "MemoryHighUpdated"
+"""Event reason when re-tuning changes the memory.high intent of running pods in place."""
+MEMORY_NOT_UPDATED = "MemoryHighNotUpdated"
+"""Warning Event reason when a running pod's container cannot take spec.memory."""
+
+
+def _patch_pod_metadata(namespace: str, pod: str, metadata: dict[str, Any]) -> None:
+    client.CoreV1Api().patch_namespaced_pod(pod, namespace, {"metadata": metadata})
+
+
+def _shown_bytes(value: str | None) -> str:
+    return "removed (memory.high at max)" if value is None else (
+        f"{int(value) / 2**30:.2f}Gi ({value} bytes)")
+
+
+def _update_pods(namespace: str, entry: dict[str, Any], revision: str, updates: PodUpdates,
+                 memo: kopf.Memo) -> str:
+    """Make the changes `updates` names on the running pods (a metadata patch each: nothing
+    restarts); what to say of it in status.tuning.message ("" if nothing)."""
+    said: list[str] = []
+    memory = dict(updates.memory)
+    names = sorted({*memory, *updates.relabel})
+    if names and not leader_of(memo).leads():
+        if memory:
+            said.append(f"the memory.high intent of {len(memory)} pods is not updated by this "
+                        "process: it no longer leads (--leader-elect), and the leader does it")
+    elif names:
+        done: dict[str | None, list[str]] = {}
+        relabelled: list[str] = []
+        for pod in names:
+            metadata: dict[str, Any] = {}
+            if pod in updates.relabel:
+                metadata["labels"] = {keys.REVISION: revision}
+            if pod in memory:
+                metadata["annotations"] = {keys.MEMORY_HIGH: memory[pod]}
+            try:
+                _patch_pod_metadata(namespace, pod, metadata)
+            except ApiException as exc:
+                if exc.status == 404:
+                    continue  # gone: its replacement comes through the webhook
+                fix = ("; the operator needs patch on pods (the chart's RBAC grants it)"
+                       if exc.status == 403 else "")
+                said.append(f"updating pod {pod} in place failed: {exc.status} {exc.reason}: "
+                            f"{server_message(exc)[:300]}{fix}")
+                break
+            if pod in memory:
+                done.setdefault(memory[pod], []).append(pod)
+            if pod in updates.relabel:
+                relabelled.append(pod)
+        if relabelled:
+            logger.info("pods of %s/%s labelled with revision %s in place of the same spec's "
+                        "earlier revision: %s", namespace, entry["name"], revision,
+                        ", ".join(relabelled))
+        if done:
+            count = sum(len(pods) for pods in done.values())
+            said.insert(0, f"memory.high intent updated in place on {count} pods")
+            kopf.event(_owner_ref(namespace, entry),  # type: ignore[arg-type]
+                       type="Normal", reason=MEMORY_UPDATED, message=(
+                           "memory.high intent changed in place, without re-creating the "
+                           "pods: " + "; ".join(f"{_shown_bytes(value)} on {', '.join(pods)}"
+                                                for value, pods in done.items())
+                       )[:MAX_EVENT_MESSAGE])
+    if updates.problems:
+        said.append("; ".join(updates.problems[:3]) + (
+            f" (and {len(updates.problems) - 3} more pods)" if len(updates.problems) > 3
+            else ""))
+        _report_once(memo, namespace, entry, list(updates.problems), refused=False,
+                     reason=MEMORY_NOT_UPDATED)
+    else:  # none now: the next one is news
+        memo.pod_tuning.reported.pop(f"{namespace}/{entry['name']}#{MEMORY_NOT_UPDATED}", None)
+    return "; ".join(said)
+
+
 def _why_pods_cannot_be_tuned(name: str, spec: InferenceTuningSpec,
                               deployment: client.V1Deployment, memo: kopf.Memo,
                               batching_value: int | None,
@@ -495,6 +576,8 @@ def retune(namespace: str, name: str, uid: str, spec: InferenceTuningSpec,
     they are in mode Enforce; else trials, as this one); `tuned_by` the one in force it
     tunes them by instead, when this one is a trial beside it."""
     revision = tuning_revision(spec, batching_value, mig)
+    pods, updates = pod_updates(spec, revision, legacy_revision(spec, batching_value, mig),
+                                pods)
     entry = {"name": name, "uid": uid}
     settings: PodTuningSettings = memo.pod_tuning
     evictions = settings.last_evictions
@@ -592,6 +675,10 @@ def retune(namespace: str, name: str, uid: str, spec: InferenceTuningSpec,
             evictions[key] = step.eviction(revision, pods, done, clock, last)
             retuned(f"evicted {', '.join(done)} to re-create them with revision {revision} "
                     f"({step.outdated} pods were outdated)")
+    if spec.mode is Mode.ENFORCE and not rivals:
+        updated = _update_pods(namespace, entry, revision, updates, memo)
+        if updated:
+            message = f"{message}; {updated}"
     # A trial beside the one in force admits no pod: what it last said of one is not now.
     said = [] if tuned_by is not None else settings.latest_problems.get(key, [])[:20]
     return TuningStatus(revision=revision, tuned_pods=step.tuned, outdated_pods=step.outdated,

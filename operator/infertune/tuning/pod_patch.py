@@ -140,11 +140,28 @@ def tuning_revision(spec: InferenceTuningSpec, batching_value: int | None = None
     """A short hash of what shapes a pod (the spec's tuning, in batching mode Auto the applied
     knob value, and with spec.mig the planned profile and strategy: `mig_planned`, from
     status.mig); it labels tuned pods, and a change makes them outdated. A pod admitted before
-    the layout was planned keeps its whole GPU, so it is outdated once the plan names a slice."""
-    relevant = spec.model_dump(
-        mode="json", by_alias=True,
-        include={"mode", "container", "numa", "memory", "allocator"},
-    )
+    the layout was planned keeps its whole GPU, so it is outdated once the plan names a slice.
+
+    spec.memory is not in it: memory.high is an intent in a pod annotation, which a running
+    pod takes in place (re-tuning's `memory_updates`) and the node agent writes into the live
+    cgroup; in the hash, a change of it re-created every pod of the Deployment (a model load
+    each) for an annotation."""
+    return _revision(spec, batching_value, mig_planned, {"mode", "container", "numa",
+                                                         "allocator"})
+
+
+def legacy_revision(spec: InferenceTuningSpec, batching_value: int | None = None,
+                    mig_planned: tuple[str | None, str] = (None, "mixed")) -> str:
+    """The revision as the operator labelled pods while spec.memory was in the hash: a
+    pod carrying it for the same spec is as current as one carrying `tuning_revision`, so that
+    an upgrade of the operator re-creates no pod."""
+    return _revision(spec, batching_value, mig_planned, {"mode", "container", "numa",
+                                                         "memory", "allocator"})
+
+
+def _revision(spec: InferenceTuningSpec, batching_value: int | None,
+              mig_planned: tuple[str | None, str], fields: set[str]) -> str:
+    relevant = spec.model_dump(mode="json", by_alias=True, include=fields)
     if spec.batching.mode is BatchingMode.AUTO and batching_value is not None:
         relevant["batching"] = {"knob": _knob(spec), "value": batching_value}
     if spec.mig is not None:
@@ -166,7 +183,9 @@ def _cpu_limit(container: dict[str, Any]) -> float | None:
     return float(parse_quantity(str(limits["cpu"]))) if "cpu" in limits else None
 
 
-def _memory(container: dict[str, Any]) -> tuple[str | None, str | None]:
+def container_memory(container: Mapping[str, Any]) -> tuple[str | None, str | None]:
+    """(memory request, memory limit) of a container; the request is the limit when only the
+    limit is set, as the API server defaults it."""
     resources = container.get("resources") or {}
     limit = (resources.get("limits") or {}).get("memory")
     request = (resources.get("requests") or {}).get("memory", limit)
@@ -1079,7 +1098,7 @@ def plan_pod_patch(spec: InferenceTuningSpec, pod: dict[str, Any],
     reasons: list[str] = [f"serving container: {name}"]
     problems: list[str] = []
 
-    request, limit = _memory(serving)
+    request, limit = container_memory(serving)
     try:
         memory_high = resolve_memory_high(spec.memory, request=request, limit=limit)
     except MemoryHighError as exc:

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+
+from infertune.api.spec import InferenceTuningSpec
+from infertune.tuning.memory import MemoryHighError, resolve_memory_high
 
 RETRY_S = 600.0
 """After an eviction whose replacement came back untuned (the webhook did not tune it),
@@ -23,6 +26,11 @@ class PodView:
     gone_by: float | None = None
     """metadata.deletionTimestamp of a terminating pod (seconds since the epoch): the kubelet
     has stopped its containers by then, so no metric of it is newer."""
+    memory_high: str | None = None
+    """Its infertune.io/memory-high annotation; None when it has none."""
+    memory: tuple[tuple[str, str | None, str | None], ...] = ()
+    """(name, memory request, memory limit) of each of its containers, as the pod has them
+    (LimitRange defaults filled in at admission)."""
 
 
 @dataclass(frozen=True)
@@ -224,3 +232,62 @@ def template_rollout_note(rollout: Rollout, max_unavailable: int) -> str | None:
         return None
     return (f"its rolling update takes up to {down} pods down at once, more than "
             f"spec.retune.maxUnavailable ({max_unavailable}), which only Evict keeps to")
+
+
+@dataclass(frozen=True)
+class PodUpdates:
+    """What to change in place on running pods: their metadata only, so none restarts."""
+
+    memory: tuple[tuple[str, str | None], ...] = ()
+    """(pod, its memory.high annotation's new value; None removes it)."""
+    problems: tuple[str, ...] = ()
+    """Pods whose container cannot take spec.memory now (the webhook would admit such a pod
+    untuned): left as they are."""
+    relabel: tuple[str, ...] = ()
+    """Pods that carry the legacy revision of the spec: labelled with the revision, so that a
+    later change of spec.memory finds them current."""
+
+
+def pod_updates(spec: InferenceTuningSpec, revision: str, legacy: str,
+                pods: Iterable[PodView]) -> tuple[list[PodView], PodUpdates]:
+    """`pods` as re-tuning counts them, and what to change on them in place.
+
+    A pod labelled with `legacy` (pod_patch.legacy_revision: the revision of the same spec as
+    the operator computed it while spec.memory was in the hash) is current: an upgrade of the
+    operator must not re-create every pod. It is labelled again with `revision`.
+
+    A current pod whose memory.high annotation is not what the webhook would set now for its
+    serving container gets that value: spec.memory is not in the revision, so a change of it
+    is taken in place instead of re-creating the pods (a model load each)."""
+    pods = list(pods)
+    counted = [replace(p, revision=revision) if p.revision == legacy != revision else p
+               for p in pods]
+    relabel = tuple(p.name for p, was in zip(counted, pods, strict=True)
+                    if p is not was and not p.terminating)
+    changes: list[tuple[str, str | None]] = []
+    problems: list[str] = []
+    for pod in counted:
+        if pod.terminating or pod.revision != revision:
+            continue  # an outdated pod is re-created with the annotation as it is now
+        serving = next((c for c in pod.memory
+                        if spec.container is None or c[0] == spec.container), None)
+        if serving is None:
+            continue  # no such container: the webhook did not tune the pod by this spec
+        try:
+            wanted = resolve_memory_high(spec.memory, request=serving[1], limit=serving[2])
+        except MemoryHighError as exc:
+            if not exc.partial:
+                problems.append(f"pod {pod.name}: spec.{exc.field}: {exc.message}; its "
+                                "memory.high intent is left as it is")
+                continue
+            value = None  # as the webhook admits it: the rest tuned, memory.high at max
+        except ValueError as exc:  # a quantity the API server took and this parser did not
+            problems.append(f"pod {pod.name}: the memory resources of container "
+                            f"{serving[0]} cannot be read ({exc}); its memory.high intent "
+                            "is left as it is")
+            continue
+        else:
+            value = None if wanted.value is None else str(wanted.value)
+        if value != pod.memory_high:
+            changes.append((pod.name, value))
+    return counted, PodUpdates(tuple(changes), tuple(problems), relabel)
