@@ -275,6 +275,25 @@ def test_the_handler_warns_of_kept_problems_and_rivals() -> None:
     assert check(VALID, None, {("other", "vllm"): [{"name": "other"}]}) == []
 
 
+def test_a_canary_is_said_to_be_not_enforced_when_asked_for() -> None:
+    """Accepted and checked, and nothing acts on it yet: an applied spec.canary read as
+    guarding the next rollout."""
+    canary = copy.deepcopy(VALID)
+    canary["spec"]["canary"] = {"steps": [{"weight": 10}, {"weight": 50}]}
+    said = ["infertune: spec.canary is not enforced yet: canary rollouts are planned, new "
+            "revisions roll out as the Deployment says"]
+    assert check(canary) == said
+    assert check(canary, VALID) == said
+    off = copy.deepcopy(canary)
+    off["spec"]["canary"]["enabled"] = False
+    assert check(canary, off) == said
+    # Once, not at every edit of a tuning that has one; and not for one turned off.
+    edited = copy.deepcopy(canary)
+    edited["spec"]["numa"] = {"policy": "none"}
+    assert check(edited, canary) == []
+    assert check(off) == [] and check(off, canary) == []
+
+
 def test_tunings_outside_the_watched_namespaces_are_not_checked() -> None:
     """--namespace 'team-*' cannot be a namespaceSelector, so the API server sends every
     namespace's tunings: another operator's (or none's) were refused."""

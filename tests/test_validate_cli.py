@@ -378,6 +378,30 @@ def test_valid_says_when_the_deployment_was_not_there_to_check_against(
     assert capsys.readouterr().out.endswith("InferenceTuning ml/q: valid\n")
 
 
+def test_valid_says_a_canary_is_not_enforced(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """"valid" read as if the canary would guard the next rollout; nothing acts on it yet."""
+    spec = "spec: {targetRef: {name: q}, engine: vllm, canary: {steps: [{weight: 20}]}}\n"
+    manifest = tmp_path / "t.yaml"
+    manifest.write_text(_doc("InferenceTuning", "q", "ml", spec)
+                        + _doc("Deployment", "q", "ml", DEPLOYMENT_32GI))
+    assert main(["validate", str(manifest)]) == 0
+    assert capsys.readouterr().out.endswith(
+        "InferenceTuning ml/q: valid (spec.canary is not enforced yet: canary rollouts are "
+        "planned, new revisions roll out as the Deployment says)\n")
+    manifest.write_text(_doc("InferenceTuning", "q", "ml", spec))
+    assert main(["validate", str(manifest)]) == 0
+    assert capsys.readouterr().out.endswith(
+        "(Deployment q is not among the files: spec.container and memory.high not checked "
+        "against it; spec.canary is not enforced yet: canary rollouts are planned, new "
+        "revisions roll out as the Deployment says)\n")
+    manifest.write_text(_doc("InferenceTuning", "q", "ml", spec.replace(
+        "canary: {", "canary: {enabled: false, ")) + _doc("Deployment", "q", "ml",
+                                                          DEPLOYMENT_32GI))
+    assert main(["validate", str(manifest)]) == 0
+    assert capsys.readouterr().out.endswith("InferenceTuning ml/q: valid\n")
+
+
 def test_a_trial_beside_the_tuning_in_force_is_no_rival(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """A trial (mode DryRun) changes nothing: beside the tuning in force, the pods are that

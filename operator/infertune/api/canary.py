@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from enum import StrEnum
 from typing import Annotated
 
@@ -111,6 +112,19 @@ class CanaryRouting(ApiModel):
                          "type: GatewayAPI")
         problems.raise_if_any()
         return self
+
+
+CANARY_NOT_ENFORCED = ("not enforced yet: canary rollouts are planned, new revisions roll out "
+                       "as the Deployment says")
+"""Said of an enabled spec.canary wherever a spec is judged (the Ready condition, `infertune
+validate`, the admission warning): it is accepted and checked, and nothing acts on it."""
+
+
+def canary_enabled(spec: object) -> bool:
+    """Whether a raw spec (a mapping, as admission sees it) asks for a canary: a section
+    present, not `enabled: false`."""
+    canary = spec.get("canary") if isinstance(spec, Mapping) else None
+    return isinstance(canary, Mapping) and canary.get("enabled", True) is not False
 
 
 def _default_steps() -> list[CanaryStep]:

@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from infertune.api.canary import CANARY_NOT_ENFORCED
 from infertune.api.errors import FieldError, field_errors
 from infertune.api.spec import API_VERSION, GROUP, KIND, InferenceTuning, Mode, apply_problems
 from infertune.tuning.memory import MemoryHighError, resolve_memory_high
@@ -57,8 +58,8 @@ class Report:
     errors: list[FieldError] = field(default_factory=list)
     checked: bool = True
     unchecked: str | None = None
-    """What could not be checked of a valid tuning, said beside "valid" (its Deployment not
-    among the files)."""
+    """What could not be checked of a valid tuning, or what it asks for that is not acted on,
+    said beside "valid" (its Deployment not among the files, a canary)."""
 
     def lines(self) -> list[str]:
         prefix = f"{self.document.source}: {self.document.label}"
@@ -434,7 +435,7 @@ def validate_documents(documents: Iterable[Document]) -> list[Report]:
                                                    f"kind of {GROUP}; use {KIND}")]))
             continue
         tuning, errors = _check_tuning(doc)
-        unchecked = None
+        notes: list[str] = []
         if tuning is not None:
             target = _target_of(tuning, deployments)
             if target is not None:
@@ -442,8 +443,12 @@ def validate_documents(documents: Iterable[Document]) -> list[Report]:
             else:
                 # "valid" read as checked against it, where the Deployment lives in another
                 # file or repository (memory.high above its limit passed).
-                unchecked = (f"Deployment {tuning.spec.target_ref.name} is not among the "
+                notes.append(f"Deployment {tuning.spec.target_ref.name} is not among the "
                              "files: spec.container and memory.high not checked against it")
+            if tuning.spec.canary is not None and tuning.spec.canary.enabled:
+                # "valid" read as if the canary would run.
+                notes.append(f"spec.canary is {CANARY_NOT_ENFORCED}")
+        unchecked = "; ".join(notes) or None
         checked.append((doc, tuning, errors))
         reports.append(Report(doc, errors, unchecked=unchecked))
     rivals = _rivals([tuning for _, tuning, _ in checked if tuning is not None])

@@ -36,6 +36,7 @@ from kopf._cogs.structs.references import (  # how kopf matches --namespace
     match_namespace,
 )
 
+from infertune.api.canary import CANARY_NOT_ENFORCED, canary_enabled
 from infertune.api.errors import stored_problems
 from infertune.api.manifests import entry_in_force, in_force, pods_tuned_by, shown_rivals
 from infertune.api.spec import GROUP, PLURAL, VERSION, apply_problems
@@ -190,3 +191,7 @@ async def check_tuning(body: kopf.Body, old: kopf.Body | None, operation: str,
         warnings.append(f"infertune: stored with this problem before: {problem}"[:MAX_WARNING])
     if rivals is not None:
         warnings.append(f"infertune: {rivals}")
+    spec = body.get("spec") or {}
+    if canary_enabled(spec) and (old is None or not canary_enabled(old.get("spec") or {})):
+        # Said when asked for: a spec.canary was applied and read as guarding the rollouts.
+        warnings.append(f"infertune: spec.canary is {CANARY_NOT_ENFORCED}")

@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 from pydantic import ValidationError
 
+from infertune.api.canary import CANARY_NOT_ENFORCED
 from infertune.api.errors import validate_stored
 from infertune.api.spec import InferenceTuningSpec, Mode
 from infertune.api.status import (
@@ -230,8 +231,7 @@ def _summary(spec: InferenceTuningSpec) -> str:
                      f"{spec.autoscaling.max_replicas}")
     if spec.canary is not None and spec.canary.enabled:
         # Accepted and checked, but nothing acts on it yet: say so where users look first.
-        parts.append(f"canary in {len(spec.canary.steps)} steps (not enforced yet: canary "
-                     "rollouts are planned, new revisions roll out as the Deployment says)")
+        parts.append(f"canary in {len(spec.canary.steps)} steps ({CANARY_NOT_ENFORCED})")
     return ", ".join(parts)
 
 
