@@ -288,11 +288,12 @@ def _add_run_command(commands: argparse._SubParsersAction) -> None:  # type: ign
 
     run = commands.add_parser("run", help="run the operator (credentials: --kubeconfig, else "
                               "in-cluster, else $KUBECONFIG or ~/.kube/config)")
-    run.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster, then "
-                     "$KUBECONFIG, then ~/.kube/config)")
+    run.add_argument("--kubeconfig", metavar="PATH", help="kubeconfig file (default: "
+                     "in-cluster, then $KUBECONFIG, then ~/.kube/config)")
     scope = run.add_mutually_exclusive_group()
-    scope.add_argument("-n", "--namespace", action="append", dest="namespaces",
-                       help="watch only this namespace (repeatable)")
+    scope.add_argument("-n", "--namespace", action="append", dest="namespaces", metavar="NS",
+                       help="watch only this namespace, or the namespaces a kopf pattern "
+                       "such as 'team-*' matches (repeatable)")
     scope.add_argument("-A", "--all-namespaces", action="store_true", help="watch all namespaces "
                        "(the default)")
     run.add_argument("--liveness", default=None, metavar="URL",
@@ -312,11 +313,15 @@ def _add_run_command(commands: argparse._SubParsersAction) -> None:  # type: ign
     run.add_argument("--leader-elect-lease", default=None, metavar="NAME",
                      help="the Lease's name (default infertune-operator); operators that share "
                      "a namespace but not their tunings need one each")
-    run.add_argument("--verbose", action="store_true")
-    run.add_argument("--operator-namespace", help="the operator's own namespace, never tuned "
+    run.add_argument("--verbose", action="store_true",
+                     help="log at debug level, kopf's own steps included")
+    run.add_argument("--operator-namespace", metavar="NS",
+                     help="the operator's own namespace, never tuned "
                      "(default: $INFERTUNE_NAMESPACE or infertune-system)")
     run.add_argument("--launcher-image", default=DEFAULT_LAUNCHER_IMAGE, type=image_type,
-                     help="image of the init container that installs the launcher")
+                     metavar="IMAGE", help="image of the init container that installs the "
+                     f"launcher (default {DEFAULT_LAUNCHER_IMAGE}); with a tuning in mode "
+                     "Enforce it must be one the nodes can pull")
     run.add_argument("--no-static-cpu-manager", action="store_true",
                      help="kubelets do not run the static CPU manager: skip the QoS checks")
     run.add_argument("--retune-interval", type=seconds_type(), metavar="SECONDS",
@@ -343,20 +348,22 @@ def _add_run_command(commands: argparse._SubParsersAction) -> None:  # type: ign
     add_access_options(metrics)
     add_templates_option(metrics)
     hook = run.add_argument_group("admission webhook")
-    hook.add_argument("--webhook-addr", default="0.0.0.0", help="listen address")
-    hook.add_argument("--webhook-port", type=int, default=9443, help="listen port")
-    hook.add_argument("--webhook-host", help="host name or IP the API server connects to "
-                      "(default: the listen address; for 0.0.0.0 or ::, this machine's "
-                      "address on its route to the API server)")
+    hook.add_argument("--webhook-addr", default="0.0.0.0", metavar="ADDR",
+                      help="listen address (default 0.0.0.0)")
+    hook.add_argument("--webhook-port", type=int, default=9443, metavar="PORT",
+                      help="listen port (default 9443; 0: any free port)")
+    hook.add_argument("--webhook-host", metavar="HOST", help="host name or IP the API "
+                      "server connects to (default: the listen address; for 0.0.0.0 or ::, "
+                      "this machine's address on its route to the API server)")
     hook.add_argument("--webhook-service", metavar="NS/NAME:PORT",
                       help="register the webhook through this Service (in-cluster)")
     hook.add_argument("--webhook-owner", metavar="CLUSTERROLE",
                       help="a ClusterRole that owns the webhook configuration: deleting it "
                       "(helm uninstall) deletes the configuration too (the chart sets its own)")
-    hook.add_argument("--webhook-cert", help="serving certificate (for example from "
+    hook.add_argument("--webhook-cert", metavar="PEM", help="serving certificate (for example from "
                       "cert-manager); default: a generated self-signed one")
-    hook.add_argument("--webhook-key", help="private key of --webhook-cert")
-    hook.add_argument("--webhook-ca", help="CA bundle the API server verifies with "
+    hook.add_argument("--webhook-key", metavar="PEM", help="private key of --webhook-cert")
+    hook.add_argument("--webhook-ca", metavar="PEM", help="CA bundle the API server verifies with "
                       "(default: the certificate itself)")
     hook.add_argument("--webhook-check-interval", type=seconds_type(), default=30.0,
                       metavar="SECONDS", help="how often the webhook configuration is checked, "
