@@ -294,9 +294,19 @@ def test_a_memory_change_is_taken_by_the_running_pods_without_re_creating_them(
         GROUP, VERSION, namespace, PLURAL, "qwen", {"spec": {"memory": {"high": "7Gi"}}})
     second = wait_pods(api_client, namespace, "qwen", 2, check=lambda p: (
         p.metadata.annotations["infertune.io/memory-high"] == str(7 * 2**30)))
-    assert ({p.metadata.uid for p in second} == {p.metadata.uid for p in first}
-            and all(p.metadata.labels[REVISION] == first[0].metadata.labels[REVISION]
-                    for p in second))
+    # The same pods, labelled with the new revision (spec.memory is in it: an operator from
+    # before this change, after a rollback, finds them current too).
+    assert {p.metadata.uid for p in second} == {p.metadata.uid for p in first}
+    old_revision = first[0].metadata.labels[REVISION]
+
+    def new_revision() -> str | None:
+        status = get_tuning(api_client, namespace, "qwen").get("status", {})
+        revision = status.get("tuning", {}).get("revision")
+        return revision if revision not in (None, old_revision) else None
+
+    revision = wait_for(new_revision, "the new revision in status.tuning")
+    assert all(p.metadata.labels[REVISION] == revision for p in second)
+    assert get_tuning(api_client, namespace, "qwen")["status"]["tuning"]["outdatedPods"] == 0
     updated = wait_for(lambda: [e for e in events_for(api_client, namespace, "qwen")
                                 if e.reason == "MemoryHighUpdated"], "a MemoryHighUpdated Event")
     assert updated[0].type == "Normal" and "7.00Gi" in updated[0].message

@@ -21,9 +21,9 @@ from infertune.tuning.pod_patch import (
     LimitRangeView,
     PodContext,
     container_limits,
-    legacy_revision,
     plan_pod_patch,
     planned_mig,
+    shape_revision,
     tuning_revision,
     unprobed_container,
 )
@@ -420,25 +420,32 @@ def test_numa_policy_reaches_the_launcher(numa: dict[str, Any], expected: str) -
 def test_revision_changes_with_tuning_not_with_scaling() -> None:
     base = tuning_revision(_spec())
     assert tuning_revision(_spec(autoscaling={"maxReplicas": 20})) == base
+    assert tuning_revision(_spec(memory={"high": "20Gi"})) != base
     assert tuning_revision(_spec(numa={"policy": "interleave"})) != base
-    assert tuning_revision(_spec(allocator={"type": "glibc"})) != base
 
 
-def test_memory_is_not_in_the_revision_so_a_change_of_it_re_creates_no_pod() -> None:
-    """memory.high is an annotation a running pod takes in place (re-tuning patches it): in
-    the hash, a change of it re-created every pod of the Deployment."""
-    assert tuning_revision(_spec(memory={"high": "20Gi"})) == tuning_revision(_spec())
-    assert (tuning_revision(_spec(memory={"highRatio": 0.8}))
-            == tuning_revision(_spec(memory={"high": "20Gi"})))
-
-
-def test_the_legacy_revision_is_what_earlier_releases_labelled_pods_with() -> None:
-    """The values the operator gave these specs before spec.memory left the hash (computed by
-    that release's code; more in test_the_revision_of_running_pods_survives_...)."""
-    assert legacy_revision(_spec(memory={"high": "20Gi"})) == "3c1e51b228"
+def test_the_shape_is_the_revision_without_memory() -> None:
+    """What only a new pod can take: a pod of another spec.memory is not re-created for it."""
+    base = shape_revision(_spec())
+    assert shape_revision(_spec(memory={"high": "20Gi"})) == base
+    assert shape_revision(_spec(numa={"policy": "interleave"})) != base
+    assert shape_revision(_spec(allocator={"type": "glibc"})) != base
     auto = _spec(batching={"mode": "Auto", "knob": "max-num-seqs", "min": 8, "max": 128})
-    assert legacy_revision(auto, 64) == "84080ee8d7"
-    assert tuning_revision(_spec()) != legacy_revision(_spec())
+    assert shape_revision(auto, 64) != shape_revision(auto, 96)
+    assert shape_revision(_spec(mig={"profile": "3g.71gb"}), None, ("3g.71gb", "mixed")) != \
+        shape_revision(_spec(mig={"profile": "3g.71gb"}), None, (None, "mixed"))
+
+
+def test_a_tuned_pod_says_its_shape_and_its_serving_container() -> None:
+    """Re-tuning reads the pod as stored, where a webhook after this one (a service mesh's)
+    may have put its proxy first."""
+    spec = _spec(memory={"high": "20Gi"})
+    tuned = _apply(spec, _pod())
+    assert tuned["metadata"]["labels"][keys.SHAPE] == shape_revision(spec)
+    assert tuned["metadata"]["annotations"][keys.SERVING_CONTAINER] == "vllm"
+    dry = _apply(_spec(mode="DryRun"), _pod())
+    assert keys.SHAPE not in (dry["metadata"].get("labels") or {})
+    assert keys.SERVING_CONTAINER not in dry["metadata"]["annotations"]
 
 
 def test_label_keys_are_escaped_in_pointers() -> None:
@@ -690,12 +697,10 @@ def test_a_mig_profile_the_plan_has_not_followed_leaves_the_revision() -> None:
 ])
 def test_the_revision_of_running_pods_survives_an_operator_upgrade(
         mig: dict[str, Any] | None, planned: tuple[str | None, str], revision: str) -> None:
-    """What the releases before computed for these specs, which running pods carry: a hash
-    they do not match makes every running pod outdated, and re-tuning re-creates each one
-    (reloading its model) for nothing. Since spec.memory left the hash, they are the legacy
-    revision, which re-tuning reads as current (test_retune)."""
+    """What the release before computed for these specs: a new hash makes every running pod
+    outdated, and re-tuning re-creates each one (reloading its model) for nothing."""
     spec = _spec(**({} if mig is None else {"mig": mig}))
-    assert legacy_revision(spec, None, planned) == revision
+    assert tuning_revision(spec, None, planned) == revision
 
 
 @pytest.mark.parametrize(("own", "numa", "refused", "says"), [

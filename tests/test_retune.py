@@ -12,7 +12,7 @@ from kubernetes.client.exceptions import ApiException
 
 from infertune.api.spec import InferenceTuningSpec, Mode
 from infertune.api.tuning import MemorySpec
-from infertune.tuning.retune import RETRY_S, Eviction, PodView, plan_retune, pod_updates
+from infertune.tuning.retune import RETRY_S, Eviction, PodView, plan_retune
 
 
 def _pods(*specs: tuple[str, str | None, bool]) -> list[PodView]:
@@ -666,27 +666,30 @@ def test_a_terminating_pod_is_indexed_with_when_it_is_gone_at_the_latest() -> No
     assert view.terminating and view.gone_by == parse_time("2026-12-06T12:00:30Z")
 
 
-def test_a_pod_is_indexed_with_its_memory_intent_and_its_containers_memory() -> None:
+def test_a_pod_is_indexed_with_its_shape_memory_intent_and_containers_memory() -> None:
     import asyncio
 
     from infertune.controller.pods import pods_by_deployment
 
     pod: dict[str, Any] = {"metadata": {
         "name": "mistral-7b-6b7c9d-abcde", "namespace": "chat",
-        "annotations": {"infertune.io/memory-high": "123"},
+        "labels": {"infertune.io/revision": "r1", "infertune.io/shape": "s1"},
+        "annotations": {"infertune.io/memory-high": "123",
+                        "infertune.io/serving-container": "tgi"},
         "ownerReferences": [{"kind": "ReplicaSet", "name": "mistral-7b-6b7c9d",
                              "controller": True}]},
         "spec": {"containers": [
-            {"name": "tgi", "resources": {"limits": {"memory": "16Gi"}}},
             {"name": "proxy", "resources": {"requests": {"memory": "64Mi"}}},
+            {"name": "tgi", "resources": {"limits": {"memory": "16Gi"}}},
             {"name": "bare"}]},
         "status": {"phase": "Running"}}
     indexed = asyncio.run(pods_by_deployment(namespace="chat", name="p", body=pod,
                                              replicaset_owners=OWNED))
     assert indexed is not None
     (view,) = indexed.values()
-    assert view.memory_high == "123"
-    assert view.memory == (("tgi", "16Gi", "16Gi"), ("proxy", "64Mi", None),
+    assert (view.revision, view.shape, view.serving, view.memory_high) == ("r1", "s1", "tgi",
+                                                                           "123")
+    assert view.memory == (("proxy", "64Mi", None), ("tgi", "16Gi", "16Gi"),
                            ("bare", None, None))
 
 
@@ -696,11 +699,14 @@ TGI = (("tgi", "12Gi", "16Gi"),)
 """The example's serving container: (name, memory request, memory limit)."""
 
 
-def _current(controller: Any, *names: str, memory_high: str | None = None,
-             memory: tuple[tuple[str, str | None, str | None], ...] = TGI) -> list[PodView]:
-    from infertune.tuning.pod_patch import tuning_revision
-    revision = tuning_revision(controller["spec"])
-    return [PodView(n, revision, True, memory_high=memory_high, memory=memory) for n in names]
+def _tuned(controller: Any, *names: str, memory_high: str | None = None,
+           memory: tuple[tuple[str, str | None, str | None], ...] = TGI,
+           serving: str | None = "tgi") -> list[PodView]:
+    """Pods the webhook tuned by the spec as it is now."""
+    from infertune.tuning.pod_patch import shape_revision, tuning_revision
+    spec = controller["spec"]
+    return [PodView(n, tuning_revision(spec), True, shape=shape_revision(spec), serving=serving,
+                    memory_high=memory_high, memory=memory) for n in names]
 
 
 def _with_memory(controller: Any, memory: dict[str, Any]) -> None:
@@ -709,92 +715,130 @@ def _with_memory(controller: Any, memory: dict[str, Any]) -> None:
 
 
 @pytest.fixture
-def annotated(controller: Any, monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str | None]]:
-    """The memory.high annotations the pass writes on pods, as (pod, value); the labels it
-    writes go to controller["labelled"]; `annotate_error` fails every pod patch."""
+def patched(controller: Any, monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, Any, Any]]:
+    """The pod patches of the pass, as (pod, revision label, memory.high annotation);
+    controller["patch_errors"] maps a pod to the status its patch fails with."""
     from infertune.controller import pods as controller_pods
-    written: list[tuple[str, str | None]] = []
-    controller["annotate_error"] = None
-    controller["labelled"] = []
+    written: list[tuple[str, Any, Any]] = []
+    controller["patch_errors"] = {}
 
     def patch(namespace: str, pod: str, metadata: dict[str, Any]) -> None:
-        if controller["annotate_error"] is not None:
-            raise ApiException(status=controller["annotate_error"], reason="Forbidden")
-        assert set(metadata) <= {"labels", "annotations"}, metadata
-        if "annotations" in metadata:
-            assert list(metadata["annotations"]) == ["infertune.io/memory-high"]
-            written.append((pod, metadata["annotations"]["infertune.io/memory-high"]))
-        if "labels" in metadata:
-            controller["labelled"].append((pod, metadata["labels"]))
+        if pod in controller["patch_errors"]:
+            raise ApiException(status=controller["patch_errors"][pod], reason="Refused")
+        assert set(metadata) == {"labels", "annotations"}, metadata
+        assert list(metadata["labels"]) == ["infertune.io/revision"]
+        assert list(metadata["annotations"]) == ["infertune.io/memory-high"]
+        written.append((pod, metadata["labels"]["infertune.io/revision"],
+                        metadata["annotations"]["infertune.io/memory-high"]))
 
     monkeypatch.setattr(controller_pods, "_patch_pod_metadata", patch)
     return written
 
 
 def test_a_memory_change_is_written_on_the_running_pods_not_by_re_creating_them(
-        controller: Any, annotated: list[tuple[str, str | None]]) -> None:
+        controller: Any, patched: list[tuple[str, Any, Any]]) -> None:
     """memory.high is an intent in an annotation (the node agent writes it into the live
     cgroup): a change of spec.memory re-created every pod, a model load each, for it."""
-    pods = _current(controller, "a", "b", memory_high=str(15 * 2**30))
+    from infertune.tuning.pod_patch import tuning_revision
+    pods = _tuned(controller, "a", "b", memory_high=str(15 * 2**30))
     _with_memory(controller, {"high": "14Gi"})
+    revision = tuning_revision(controller["spec"])
+    assert pods[0].revision != revision  # memory is in the revision: the pods are of another
     message = controller["run"](pods)
     assert controller["evicted"] == [] and controller["annotations"] == []
-    assert annotated == [("a", str(14 * 2**30)), ("b", str(14 * 2**30))]
-    assert "all 2 pods carry revision" in message
+    assert patched == [("a", revision, str(14 * 2**30)), ("b", revision, str(14 * 2**30))]
+    assert f"all 2 pods carry revision {revision}" in message
     assert "memory.high intent updated in place on 2 pods" in message
     [(kind, reason, said)] = controller["events"]
     assert (kind, reason) == ("Normal", "MemoryHighUpdated")
     assert said.endswith(f"14.00Gi ({14 * 2**30} bytes) on a, b"), said
-    # Pods that carry it already are left alone.
-    annotated.clear()
-    controller["run"](_current(controller, "a", memory_high=str(14 * 2**30)))
-    assert annotated == []
+    # A pod that carries the value already (the same value from another spec): the label
+    # alone, and nothing said.
+    patched.clear()
+    pods = _tuned(controller, "c", memory_high=str(14 * 2**30))  # of the 14Gi spec
+    _with_memory(controller, {"highRatio": 0.875})  # 14Gi of the 16Gi limit
+    message = controller["run"](pods)
+    assert patched == [("c", tuning_revision(controller["spec"]), str(14 * 2**30))]
+    assert "in place" not in message and len(controller["events"]) == 1
 
 
-def test_the_intent_follows_each_pods_own_container(
-        controller: Any, annotated: list[tuple[str, str | None]]) -> None:
-    """A ratio of the limit gives each pod its own value (pods of an older template have
-    another limit); spec.container picks the serving one."""
+def test_the_intent_follows_the_container_the_webhook_tuned(
+        controller: Any, patched: list[tuple[str, Any, Any]]) -> None:
+    """A service mesh's webhook, after this one, puts its proxy first in the stored pod: the
+    first container is not the one tuned. A ratio of the limit gives each pod its own value
+    (pods of an older template have another limit)."""
+    pods = [*_tuned(controller, "a"),
+            *_tuned(controller, "b", memory=(("proxy", "1Gi", "1Gi"), ("tgi", "4Gi", "10Gi")))]
     _with_memory(controller, {"highRatio": 0.9})
-    controller["spec"] = controller["spec"].model_copy(update={"container": "tgi"})
-    pods = [*_current(controller, "a"),
-            *_current(controller, "b", memory=(("sidecar", "1Gi", "1Gi"),
-                                               ("tgi", "4Gi", "10Gi")))]
     controller["run"](pods)
-    # 0.9 of each limit, in whole pages.
-    assert annotated == [("a", str(int(0.9 * 16 * 2**30) // 4096 * 4096)),
-                         ("b", str(int(0.9 * 10 * 2**30) // 4096 * 4096))]
+    # 0.9 of each serving container's limit, in whole pages.
+    assert [(p, v) for p, _, v in patched] == [
+        ("a", str(int(0.9 * 16 * 2**30) // 4096 * 4096)),
+        ("b", str(int(0.9 * 10 * 2**30) // 4096 * 4096))]
 
 
-def test_pods_outdated_or_terminating_are_not_annotated(
-        controller: Any, annotated: list[tuple[str, str | None]]) -> None:
-    [current] = _current(controller, "a")
-    pods = [current, PodView("old", "r0", True, memory=TGI),
-            PodView("going", current.revision, False, terminating=True, memory=TGI)]
-    message = controller["run"](pods)
-    assert [pod for pod, _ in annotated] == ["a"]
-    assert "1 pods outdated" in message  # re-created with the annotation as it is now
-
-
-def test_a_container_that_cannot_take_the_memory_spec_is_left_and_said_once(
-        controller: Any, annotated: list[tuple[str, str | None]]) -> None:
+def test_pods_of_another_shape_or_not_known_are_re_created_as_before(
+        controller: Any, patched: list[tuple[str, Any, Any]]) -> None:
+    """Another shape (numa, allocator, ...) needs a new pod; a pod from a release before the
+    shape label, or without the serving container's name, is not known to differ in memory
+    only; a terminating pod is left."""
+    controller["replicas"] = 2
+    tuned, unnamed = _tuned(controller, "a")[0], _tuned(controller, "unnamed", serving=None)[0]
     _with_memory(controller, {"high": "14Gi"})
-    pods = [*_current(controller, "a", memory=(("tgi", "10Gi", "10Gi"),)),
-            *_current(controller, "b")]
+    old = PodView("old", tuned.revision, True, memory=TGI, serving="tgi")  # no shape label
+    message = controller["run"]([old, unnamed])
+    assert patched == [] and "2 pods outdated" in message
+    assert controller["evicted"] == ["old"]
+    controller["run"]([PodView("going", tuned.revision, False, True, shape=tuned.shape,
+                               serving="tgi", memory=TGI)])
+    assert patched == []
+
+
+def test_a_memory_spec_the_pods_cannot_take_leaves_them_outdated(
+        controller: Any, patched: list[tuple[str, Any, Any]]) -> None:
+    """Above the limit less minHeadroom the webhook admits a pod untuned: re-tuning finds
+    that, as for any change, and replaces none."""
+    pods = _tuned(controller, "a", "b")
+    _with_memory(controller, {"high": "20Gi"})  # the example's limit is 16Gi
     message = controller["run"](pods)
-    assert annotated == [("b", str(14 * 2**30))]
-    assert ("pod a: spec.memory.high: 14Gi is above the memory limit 10Gi minus minHeadroom "
-            "1Gi") in message and "its memory.high intent is left as it is" in message
-    controller["run"](pods)
-    warnings = [e for e in controller["events"] if e[1] == "MemoryHighNotUpdated"]
-    assert len(warnings) == 1 and warnings[0][0] == "Warning"
+    assert patched == [] and controller["evicted"] == []
+    assert "2 pods not tuned, none replaced: spec.memory.high: 20Gi is above" in message
 
 
-def test_nothing_is_annotated_by_a_trial_rivals_or_a_process_that_does_not_lead(
-        controller: Any, annotated: list[tuple[str, str | None]]) -> None:
-    pods = _current(controller, "a", memory_high="1")
+def test_a_partial_memory_spec_removes_the_intent_and_says_why(
+        controller: Any, patched: list[tuple[str, Any, Any]]) -> None:
+    """Under half the limit of a container that requests its whole limit, memory.high stays
+    at max and the rest of the tuning is kept, as the webhook admits such a pod."""
+    pods = _tuned(controller, "a", memory=(("tgi", "16Gi", "16Gi"),), memory_high="1")
+    _with_memory(controller, {"high": "4Gi"})
+    status = controller_status(controller, pods)
+    assert [(p, v) for p, _, v in patched] == [("a", None)]
+    [warning] = [e for e in controller["events"] if e[0] == "Warning"]
+    assert warning[1] == "PodPartlyTuned" and "memory.high stays at max on pod a" in warning[2]
+    assert any("memory.high stays at max on pod a" in p for p in status.problems)
+
+
+def test_what_the_last_pod_was_told_of_memory_goes_with_the_change(
+        controller: Any, patched: list[tuple[str, Any, Any]]) -> None:
+    """No pod is admitted after an in-place change: the problems of the last admission about
+    spec.memory were said of the spec before it (status.tuning.problems kept them)."""
+    memo, key = controller["memo"], "chat/mistral-7b"
+    pods = _tuned(controller, "a")
+    memo.pod_tuning.latest_problems[key] = [
+        "spec.memory.high: 2Gi is under half ...; memory.high stays at max, and the rest of "
+        "the tuning is applied", "container x has no cpu limit"]
+    memo.pod_tuning.admitted[key] = (pods[0].revision, None)
+    _with_memory(controller, {"high": "14Gi"})
+    status = controller_status(controller, pods)
+    assert status.problems == ["container x has no cpu limit"]
+
+
+def test_nothing_is_patched_by_a_trial_rivals_or_a_process_that_does_not_lead(
+        controller: Any, patched: list[tuple[str, Any, Any]]) -> None:
+    pods = _tuned(controller, "a")
+    _with_memory(controller, {"high": "14Gi"})
     controller["run"](pods, rivals=("mistral-7b-v2",))
-    assert annotated == []
+    assert patched == []
 
     class Lost:
         exclusive = True
@@ -804,55 +848,78 @@ def test_nothing_is_annotated_by_a_trial_rivals_or_a_process_that_does_not_lead(
 
     controller["memo"]["leader"] = Lost()
     assert "it no longer leads" in controller["run"](pods)
-    assert annotated == []
+    assert patched == [] and controller["evicted"] == []
     del controller["memo"]["leader"]
     controller["spec"] = controller["spec"].model_copy(update={"mode": Mode.DRY_RUN})
-    controller["run"](_current(controller, "a", memory_high="1"))
-    assert annotated == []
+    controller["run"](pods)
+    assert patched == []
 
 
-def test_a_refused_annotation_says_what_the_operator_needs(
-        controller: Any, annotated: list[tuple[str, str | None]]) -> None:
-    """An operator upgraded without its chart's RBAC (patch on pods)."""
-    controller["annotate_error"] = 403
-    message = controller["run"](_current(controller, "a", "b", memory_high="1"))
-    assert ("updating pod a in place failed: 403 Forbidden" in message
-            and "the operator needs patch on pods" in message), message
-    assert controller["events"] == []
-
-
-def test_pods_labelled_by_an_earlier_release_are_current_and_labelled_again(
-        controller: Any, annotated: list[tuple[str, str | None]]) -> None:
-    """Before spec.memory left the hash, pods were labelled with it in: the same spec's old
-    hash is current (an upgrade of the operator would re-create every pod), and the pods are
-    labelled with the new one, so that a later change of spec.memory finds them current."""
-    from infertune.tuning.pod_patch import legacy_revision, tuning_revision
-    controller["replicas"] = 2
-    old = legacy_revision(controller["spec"])
-    pods = [PodView("a", old, True, memory=TGI, memory_high=str(15 * 2**30)),
-            PodView("b", old, True, memory=TGI, memory_high=str(15 * 2**30)),
-            PodView("c", old, False, terminating=True, memory=TGI)]
-    message = controller["run"](pods)
-    assert controller["evicted"] == [] and "all 2 pods carry revision" in message
-    new = {"infertune.io/revision": tuning_revision(controller["spec"])}
-    assert controller["labelled"] == [("a", new), ("b", new)]
-    assert annotated == [] and controller["events"] == []
-    # Of another memory spec (changed before the pods were labelled again): outdated.
+def test_a_refused_patch_stops_only_where_it_is_the_same_for_every_pod(
+        controller: Any, patched: list[tuple[str, Any, Any]]) -> None:
+    """A policy's refusal of one pod (422) lets the others be updated; a 403 (no patch on
+    pods: an operator upgraded without its chart's RBAC) says what the operator needs."""
+    pods = _tuned(controller, "a", "b", "c", "gone")
     _with_memory(controller, {"high": "14Gi"})
-    controller["run"](pods[:2])
-    assert controller["evicted"] == ["a"]
+    controller["patch_errors"] = {"a": 422, "gone": 404}
+    message = controller["run"](pods)
+    assert [p for p, _, _ in patched] == ["b", "c"]
+    assert "updating pods in place failed: a (422 Refused" in message, message
+    assert "gone" not in message
+    patched.clear()
+    controller["patch_errors"] = {"a": 403, "b": 403}
+    message = controller["run"](pods)
+    assert patched == [] and "the operator needs patch on pods" in message, message
 
 
-def test_memory_updates_read_the_pod_as_the_webhook_would() -> None:
-    spec = InferenceTuningSpec.model_validate({"targetRef": {"name": "q"}, "engine": "vllm",
-                                               "memory": {"high": "14Gi"}})
-    counted, updates = pod_updates(spec, "r1", "r0", [
-        PodView("a", "r1", True, memory_high=None, memory=TGI),
-        PodView("b", "r1", True, memory_high=str(14 * 2**30), memory=TGI),
-        PodView("c", "r1", True, memory=()),  # no container: not tuned by this spec
-        PodView("d", "r1", True, memory=(("tgi", "1Gi", "1x"),)),
-        PodView("e", "r0", True, memory_high=str(14 * 2**30), memory=TGI),
-    ])
-    assert updates.memory == (("a", str(14 * 2**30)),)
-    assert len(updates.problems) == 1 and updates.problems[0].startswith("pod d: ")
-    assert updates.relabel == ("e",) and counted[-1].revision == "r1"
+def test_the_value_in_place_is_what_the_webhook_gives_the_pod(
+        controller: Any, patched: list[tuple[str, Any, Any]]) -> None:
+    """The planner tunes a pod; a proxy is put first after it (a later webhook); the pod is
+    indexed as stored; spec.memory changes: re-tuning writes what the planner gives the
+    same pod under the new spec."""
+    import asyncio
+
+    from infertune.controller.pods import pods_by_deployment
+    from infertune.tuning.pod_patch import PodContext, plan_pod_patch
+    pod = {"metadata": {"name": "mistral-7b-6b7c9d-abcde", "namespace": "chat",
+                        "ownerReferences": [{"kind": "ReplicaSet", "name": "mistral-7b-6b7c9d",
+                                             "controller": True}]},
+           "spec": {"containers": [{"name": "tgi", "image": "tgi:3", "command": ["serve"],
+                                    "resources": {"requests": {"memory": "6Gi", "cpu": "4"},
+                                                  "limits": {"memory": "10Gi", "cpu": "4",
+                                                             "nvidia.com/gpu": "1"}}}]}}
+    context = PodContext(tuning_name="mistral-7b", launcher_image="l:1")
+
+    def tuned(spec: InferenceTuningSpec) -> dict[str, Any]:
+        import jsonpatch  # type: ignore[import-untyped]
+        return jsonpatch.apply_patch(pod, plan_pod_patch(spec, pod, context).patch)
+
+    before = tuned(controller["spec"])
+    before["spec"]["containers"].insert(0, {"name": "istio-proxy", "resources": {
+        "requests": {"memory": "128Mi"}, "limits": {"memory": "1Gi"}}})
+    before["status"] = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
+    indexed = asyncio.run(pods_by_deployment(namespace="chat", name=before["metadata"]["name"],
+                                             body=before, replicaset_owners=OWNED))
+    assert indexed is not None
+    refused = 0
+    for memory in ({"highRatio": 0.85}, {"high": "7Gi"}, {"minHeadroom": "3Gi"},
+                   {"high": "9500Mi"}):
+        patched.clear()
+        _with_memory(controller, memory)
+        controller["run"](list(indexed.values()))
+        if plan_pod_patch(controller["spec"], pod, context).refused:  # 9500Mi: above 10Gi-1Gi
+            assert patched == [], memory
+            refused += 1
+            continue
+        after = tuned(controller["spec"])
+        assert [(p, v) for p, _, v in patched] == [
+            (before["metadata"]["name"],
+             after["metadata"]["annotations"].get("infertune.io/memory-high"))], memory
+        assert patched[0][1] == after["metadata"]["labels"]["infertune.io/revision"]
+    assert refused == 1
+
+
+def controller_status(controller: Any, pods: list[PodView]) -> Any:
+    from infertune.controller import pods as controller_pods
+    return controller_pods.retune("chat", "mistral-7b", "uid-1", controller["spec"], pods,
+                                  controller["memo"])

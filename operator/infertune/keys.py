@@ -17,8 +17,13 @@ TUNED_BY = f"{PREFIX}/tuned-by"
 """Label: the name of the InferenceTuning that tuned the pod."""
 REVISION = f"{PREFIX}/revision"
 """Label: the tuning revision (hash of the tuning-relevant spec) the pod carries."""
+SHAPE = f"{PREFIX}/shape"
+"""Label: the tuning revision without spec.memory (pod_patch.shape_revision): a pod whose
+revision is outdated but whose shape is current takes the change in place."""
 MEMORY_HIGH = f"{PREFIX}/memory-high"
 """Annotation: the memory.high intent, in bytes, for the node agent."""
+SERVING_CONTAINER = f"{PREFIX}/serving-container"
+"""Annotation: the name of the container the webhook tuned (the memory.high intent is its)."""
 DRY_RUN_PLAN = f"{PREFIX}/dry-run-plan"
 """Annotation: in DryRun, what the webhook would have changed."""
 

@@ -43,9 +43,9 @@ from infertune.tuning.pod_patch import (
     PodContext,
     container_limits,
     container_memory,
-    legacy_revision,
     plan_pod_patch,
     planned_mig,
+    shape_revision,
     tuning_revision,
 )
 from infertune.tuning.pod_shape import (
@@ -54,6 +54,7 @@ from infertune.tuning.pod_shape import (
     pod_from_deployment,
 )
 from infertune.tuning.retune import (
+    MEMORY_PROBLEM,
     Eviction,
     PodUpdates,
     PodView,
@@ -221,10 +222,12 @@ async def pods_by_deployment(namespace: str, name: str, body: kopf.Body,
     ready = any(c.get("type") == "Ready" and c.get("status") == "True"
                 for c in status.get("conditions") or [])
     deleted = meta.get("deletionTimestamp")
-    memory = (meta.get("annotations") or {}).get(keys.MEMORY_HIGH)
+    labels, annotations = meta.get("labels") or {}, meta.get("annotations") or {}
+    memory, serving = annotations.get(keys.MEMORY_HIGH), annotations.get(keys.SERVING_CONTAINER)
     return {(namespace, deployment): PodView(
-        name=name, revision=(meta.get("labels") or {}).get(keys.REVISION), ready=ready,
+        name=name, revision=labels.get(keys.REVISION), ready=ready,
         terminating=deleted is not None, gone_by=stored_time(deleted),
+        shape=labels.get(keys.SHAPE), serving=None if serving is None else str(serving),
         memory_high=None if memory is None else str(memory),
         memory=tuple((str(c.get("name")), *container_memory(c))
                      for c in pod_spec.get("containers") or ()))}
@@ -385,8 +388,6 @@ def _annotate_template(namespace: str, deployment: str, revision: str) -> None:
 
 MEMORY_UPDATED = "MemoryHighUpdated"
 """Event reason when re-tuning changes the memory.high intent of running pods in place."""
-MEMORY_NOT_UPDATED = "MemoryHighNotUpdated"
-"""Warning Event reason when a running pod's container cannot take spec.memory."""
 
 
 def _patch_pod_metadata(namespace: str, pod: str, metadata: dict[str, Any]) -> None:
@@ -400,59 +401,45 @@ def _shown_bytes(value: str | None) -> str:
 
 def _update_pods(namespace: str, entry: dict[str, Any], revision: str, updates: PodUpdates,
                  memo: kopf.Memo) -> str:
-    """Make the changes `updates` names on the running pods (a metadata patch each: nothing
-    restarts); what to say of it in status.tuning.message ("" if nothing)."""
+    """Write the revision label and the memory.high intent on the pods `updates` names (a
+    metadata patch each: nothing restarts); what to say of it in status.tuning.message."""
+    if not leader_of(memo).leads():
+        return (f"{len(updates.changes)} pods take the spec in place, not by this process: it "
+                "no longer leads (--leader-elect), and the leader does it")
     said: list[str] = []
-    memory = dict(updates.memory)
-    names = sorted({*memory, *updates.relabel})
-    if names and not leader_of(memo).leads():
-        if memory:
-            said.append(f"the memory.high intent of {len(memory)} pods is not updated by this "
-                        "process: it no longer leads (--leader-elect), and the leader does it")
-    elif names:
-        done: dict[str | None, list[str]] = {}
-        relabelled: list[str] = []
-        for pod in names:
-            metadata: dict[str, Any] = {}
-            if pod in updates.relabel:
-                metadata["labels"] = {keys.REVISION: revision}
-            if pod in memory:
-                metadata["annotations"] = {keys.MEMORY_HIGH: memory[pod]}
-            try:
-                _patch_pod_metadata(namespace, pod, metadata)
-            except ApiException as exc:
-                if exc.status == 404:
-                    continue  # gone: its replacement comes through the webhook
-                fix = ("; the operator needs patch on pods (the chart's RBAC grants it)"
-                       if exc.status == 403 else "")
-                said.append(f"updating pod {pod} in place failed: {exc.status} {exc.reason}: "
-                            f"{server_message(exc)[:300]}{fix}")
+    done: dict[str | None, list[str]] = {}
+    failed: list[str] = []
+    for pod, value, changed in updates.changes:
+        try:
+            _patch_pod_metadata(namespace, pod, {"labels": {keys.REVISION: revision},
+                                                 "annotations": {keys.MEMORY_HIGH: value}})
+        except ApiException as exc:
+            if exc.status == 404:
+                continue  # gone: its replacement comes through the webhook
+            why = f"{exc.status} {exc.reason}: {server_message(exc)[:300]}"
+            logger.warning("[%s/%s] pod %s could not be updated in place: %s", namespace,
+                           entry["name"], pod, why)
+            if exc.status == 403:  # the same for every pod
+                said.append(f"updating the pods in place failed: {why}; the operator needs "
+                            "patch on pods (the chart's RBAC grants it)")
                 break
-            if pod in memory:
-                done.setdefault(memory[pod], []).append(pod)
-            if pod in updates.relabel:
-                relabelled.append(pod)
-        if relabelled:
-            logger.info("pods of %s/%s labelled with revision %s in place of the same spec's "
-                        "earlier revision: %s", namespace, entry["name"], revision,
-                        ", ".join(relabelled))
-        if done:
-            count = sum(len(pods) for pods in done.values())
-            said.insert(0, f"memory.high intent updated in place on {count} pods")
-            kopf.event(_owner_ref(namespace, entry),  # type: ignore[arg-type]
-                       type="Normal", reason=MEMORY_UPDATED, message=(
-                           "memory.high intent changed in place, without re-creating the "
-                           "pods: " + "; ".join(f"{_shown_bytes(value)} on {', '.join(pods)}"
-                                                for value, pods in done.items())
-                       )[:MAX_EVENT_MESSAGE])
+            failed.append(f"{pod} ({why})")  # a policy's refusal of one pod: the others go on
+            continue
+        if changed:
+            done.setdefault(value, []).append(pod)
+    if failed:
+        said.append(f"updating pods in place failed: {'; '.join(failed[:3])}"
+                    + (f" and {len(failed) - 3} more" if len(failed) > 3 else ""))
+    if done:
+        count = sum(len(pods) for pods in done.values())
+        said.insert(0, f"memory.high intent updated in place on {count} pods")
+        kopf.event(_owner_ref(namespace, entry),  # type: ignore[arg-type]
+                   type="Normal", reason=MEMORY_UPDATED, message=(
+                       "memory.high intent changed in place, without re-creating the pods: "
+                       + "; ".join(f"{_shown_bytes(value)} on {', '.join(pods)}"
+                                   for value, pods in done.items()))[:MAX_EVENT_MESSAGE])
     if updates.problems:
-        said.append("; ".join(updates.problems[:3]) + (
-            f" (and {len(updates.problems) - 3} more pods)" if len(updates.problems) > 3
-            else ""))
-        _report_once(memo, namespace, entry, list(updates.problems), refused=False,
-                     reason=MEMORY_NOT_UPDATED)
-    else:  # none now: the next one is news
-        memo.pod_tuning.reported.pop(f"{namespace}/{entry['name']}#{MEMORY_NOT_UPDATED}", None)
+        _report_once(memo, namespace, entry, list(updates.problems), refused=False)
     return "; ".join(said)
 
 
@@ -576,7 +563,7 @@ def retune(namespace: str, name: str, uid: str, spec: InferenceTuningSpec,
     they are in mode Enforce; else trials, as this one); `tuned_by` the one in force it
     tunes them by instead, when this one is a trial beside it."""
     revision = tuning_revision(spec, batching_value, mig)
-    pods, updates = pod_updates(spec, revision, legacy_revision(spec, batching_value, mig),
+    pods, updates = pod_updates(spec, revision, shape_revision(spec, batching_value, mig),
                                 pods)
     entry = {"name": name, "uid": uid}
     settings: PodTuningSettings = memo.pod_tuning
@@ -675,10 +662,16 @@ def retune(namespace: str, name: str, uid: str, spec: InferenceTuningSpec,
             evictions[key] = step.eviction(revision, pods, done, clock, last)
             retuned(f"evicted {', '.join(done)} to re-create them with revision {revision} "
                     f"({step.outdated} pods were outdated)")
-    if spec.mode is Mode.ENFORCE and not rivals:
+    if spec.mode is Mode.ENFORCE and not rivals and updates.changes:
         updated = _update_pods(namespace, entry, revision, updates, memo)
         if updated:
             message = f"{message}; {updated}"
+        if (settings.admitted.get(key) or ("",))[0] != revision:
+            # No pod admitted since the change: what the last one was told of spec.memory is
+            # of the spec before it, and the pods are not re-created to be told again.
+            settings.latest_problems[key] = [
+                *(p for p in settings.latest_problems.get(key, [])
+                  if not p.startswith(MEMORY_PROBLEM)), *updates.problems]
     # A trial beside the one in force admits no pod: what it last said of one is not now.
     said = [] if tuned_by is not None else settings.latest_problems.get(key, [])[:20]
     return TuningStatus(revision=revision, tuned_pods=step.tuned, outdated_pods=step.outdated,

@@ -137,26 +137,24 @@ class PodPlan:
 
 def tuning_revision(spec: InferenceTuningSpec, batching_value: int | None = None,
                     mig_planned: tuple[str | None, str] = (None, "mixed")) -> str:
-    """A short hash of what shapes a pod (the spec's tuning, in batching mode Auto the applied
-    knob value, and with spec.mig the planned profile and strategy: `mig_planned`, from
-    status.mig); it labels tuned pods, and a change makes them outdated. A pod admitted before
-    the layout was planned keeps its whole GPU, so it is outdated once the plan names a slice.
-
-    spec.memory is not in it: memory.high is an intent in a pod annotation, which a running
-    pod takes in place (re-tuning's `memory_updates`) and the node agent writes into the live
-    cgroup; in the hash, a change of it re-created every pod of the Deployment (a model load
-    each) for an annotation."""
-    return _revision(spec, batching_value, mig_planned, {"mode", "container", "numa",
-                                                         "allocator"})
-
-
-def legacy_revision(spec: InferenceTuningSpec, batching_value: int | None = None,
-                    mig_planned: tuple[str | None, str] = (None, "mixed")) -> str:
-    """The revision as the operator labelled pods while spec.memory was in the hash: a
-    pod carrying it for the same spec is as current as one carrying `tuning_revision`, so that
-    an upgrade of the operator re-creates no pod."""
+    """A short hash of what the webhook sets on a pod (the spec's tuning, in batching mode Auto
+    the applied knob value, and with spec.mig the planned profile and strategy: `mig_planned`,
+    from status.mig); it labels tuned pods, and a change makes them outdated. A pod admitted
+    before the layout was planned keeps its whole GPU, so it is outdated once the plan names a
+    slice. A pod that differs only in spec.memory (its `shape_revision` is current) is not
+    re-created: re-tuning gives it the new memory.high intent in place."""
     return _revision(spec, batching_value, mig_planned, {"mode", "container", "numa",
                                                          "memory", "allocator"})
+
+
+def shape_revision(spec: InferenceTuningSpec, batching_value: int | None = None,
+                   mig_planned: tuple[str | None, str] = (None, "mixed")) -> str:
+    """`tuning_revision` without spec.memory: what only a new pod can take (its command, its
+    environment, its resources). memory.high is an intent in an annotation, which a running
+    pod takes in place and the node agent writes into its live cgroup; re-creating every pod
+    of the Deployment (a model load each) for it was the cost of a change of spec.memory."""
+    return _revision(spec, batching_value, mig_planned, {"mode", "container", "numa",
+                                                         "allocator"})
 
 
 def _revision(spec: InferenceTuningSpec, batching_value: int | None,
@@ -1183,11 +1181,17 @@ def plan_pod_patch(spec: InferenceTuningSpec, pod: dict[str, Any],
                 "reasons": reasons, "problems": problems}
         dry = _meta_ops(pod, "annotations", {keys.DRY_RUN_PLAN: _dry_run_plan(plan)})
         return PodPlan(revision, dry, ["dry run: nothing changed", *reasons], problems)
+    # Which container is the serving one, as chosen here: a webhook after this one (a
+    # service mesh's) may put its proxy first, and re-tuning (and the node agent) read the
+    # pod as stored.
+    annotations[keys.SERVING_CONTAINER] = name
     ops += _meta_ops(pod, "annotations", annotations)
     # A tuning's name may have 253 characters, a label value 63: the API server would refuse
     # the patched pod.
-    ops += _meta_ops(pod, "labels", {keys.TUNED_BY: keys.label_value(context.tuning_name),
-                                     keys.REVISION: revision})
+    ops += _meta_ops(pod, "labels", {
+        keys.TUNED_BY: keys.label_value(context.tuning_name), keys.REVISION: revision,
+        keys.SHAPE: shape_revision(spec, context.batching_value,
+                                   (context.mig_profile, context.mig_strategy))})
     return PodPlan(revision, ops, reasons, problems)
 
 

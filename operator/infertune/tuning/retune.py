@@ -26,11 +26,16 @@ class PodView:
     gone_by: float | None = None
     """metadata.deletionTimestamp of a terminating pod (seconds since the epoch): the kubelet
     has stopped its containers by then, so no metric of it is newer."""
+    shape: str | None = None
+    """The infertune.io/shape label (the revision without spec.memory); None for pods tuned
+    by a release before it, or never tuned."""
+    serving: str | None = None
+    """The infertune.io/serving-container annotation: the container the webhook tuned."""
     memory_high: str | None = None
     """Its infertune.io/memory-high annotation; None when it has none."""
     memory: tuple[tuple[str, str | None, str | None], ...] = ()
     """(name, memory request, memory limit) of each of its containers, as the pod has them
-    (LimitRange defaults filled in at admission)."""
+    now (LimitRange defaults filled in at admission, a resize since)."""
 
 
 @dataclass(frozen=True)
@@ -234,60 +239,65 @@ def template_rollout_note(rollout: Rollout, max_unavailable: int) -> str | None:
             f"spec.retune.maxUnavailable ({max_unavailable}), which only Evict keeps to")
 
 
+MEMORY_PROBLEM = "spec.memory."
+"""How the webhook's problems about spec.memory start (pod_patch: `spec.<field>: ...`)."""
+
+
 @dataclass(frozen=True)
 class PodUpdates:
-    """What to change in place on running pods: their metadata only, so none restarts."""
+    """Pods that differ from the revision only in spec.memory, and what to write on them in
+    place: their metadata only, so none restarts."""
 
-    memory: tuple[tuple[str, str | None], ...] = ()
-    """(pod, its memory.high annotation's new value; None removes it)."""
+    changes: tuple[tuple[str, str | None, bool], ...] = ()
+    """(pod, its memory.high annotation's value, None for none; whether that changes it): each
+    is written with the revision label."""
     problems: tuple[str, ...] = ()
-    """Pods whose container cannot take spec.memory now (the webhook would admit such a pod
-    untuned): left as they are."""
-    relabel: tuple[str, ...] = ()
-    """Pods that carry the legacy revision of the spec: labelled with the revision, so that a
-    later change of spec.memory finds them current."""
+    """What the new spec.memory leaves undone on them (memory.high stays at max), as the
+    webhook says it of a pod it admits."""
 
 
-def pod_updates(spec: InferenceTuningSpec, revision: str, legacy: str,
+def pod_updates(spec: InferenceTuningSpec, revision: str, shape: str,
                 pods: Iterable[PodView]) -> tuple[list[PodView], PodUpdates]:
     """`pods` as re-tuning counts them, and what to change on them in place.
 
-    A pod labelled with `legacy` (pod_patch.legacy_revision: the revision of the same spec as
-    the operator computed it while spec.memory was in the hash) is current: an upgrade of the
-    operator must not re-create every pod. It is labelled again with `revision`.
-
-    A current pod whose memory.high annotation is not what the webhook would set now for its
-    serving container gets that value: spec.memory is not in the revision, so a change of it
-    is taken in place instead of re-creating the pods (a model load each)."""
-    pods = list(pods)
-    counted = [replace(p, revision=revision) if p.revision == legacy != revision else p
-               for p in pods]
-    relabel = tuple(p.name for p, was in zip(counted, pods, strict=True)
-                    if p is not was and not p.terminating)
-    changes: list[tuple[str, str | None]] = []
+    A pod whose revision is outdated but whose shape (pod_patch.shape_revision) is current was
+    tuned as the spec says now but for spec.memory: it is counted current, and gets the
+    memory.high intent the webhook would give its serving container now (from its resources as
+    they are) with the revision label, instead of being re-created (a model load each). Where
+    the new spec.memory would have the webhook admit such a pod untuned, it stays outdated:
+    re-tuning then finds that a replacement would come back untuned, as for any change."""
+    counted: list[PodView] = []
+    changes: list[tuple[str, str | None, bool]] = []
     problems: list[str] = []
-    for pod in counted:
-        if pod.terminating or pod.revision != revision:
-            continue  # an outdated pod is re-created with the annotation as it is now
-        serving = next((c for c in pod.memory
-                        if spec.container is None or c[0] == spec.container), None)
-        if serving is None:
-            continue  # no such container: the webhook did not tune the pod by this spec
-        try:
-            wanted = resolve_memory_high(spec.memory, request=serving[1], limit=serving[2])
-        except MemoryHighError as exc:
-            if not exc.partial:
-                problems.append(f"pod {pod.name}: spec.{exc.field}: {exc.message}; its "
-                                "memory.high intent is left as it is")
-                continue
-            value = None  # as the webhook admits it: the rest tuned, memory.high at max
-        except ValueError as exc:  # a quantity the API server took and this parser did not
-            problems.append(f"pod {pod.name}: the memory resources of container "
-                            f"{serving[0]} cannot be read ({exc}); its memory.high intent "
-                            "is left as it is")
+    for pod in pods:
+        taken, value = _in_place(spec, pod, problems) if (
+            not pod.terminating and pod.revision is not None and pod.revision != revision
+            and pod.shape == shape) else (False, None)
+        if not taken:
+            counted.append(pod)
             continue
-        else:
-            value = None if wanted.value is None else str(wanted.value)
-        if value != pod.memory_high:
-            changes.append((pod.name, value))
-    return counted, PodUpdates(tuple(changes), tuple(problems), relabel)
+        counted.append(replace(pod, revision=revision))
+        changes.append((pod.name, value, value != pod.memory_high))
+    return counted, PodUpdates(tuple(changes), tuple(problems))
+
+
+def _in_place(spec: InferenceTuningSpec, pod: PodView,
+              problems: list[str]) -> tuple[bool, str | None]:
+    """(True, the memory.high annotation `pod` takes in place, None for none), or (False,
+    None) when it cannot take the spec in place (its serving container not known, or the
+    spec refused for it)."""
+    serving = next((c for c in pod.memory if c[0] == pod.serving), None)
+    if pod.serving is None or serving is None:
+        return False, None
+    try:
+        wanted = resolve_memory_high(spec.memory, request=serving[1], limit=serving[2])
+    except MemoryHighError as exc:
+        if not exc.partial:
+            return False, None
+        # As the webhook admits it: the rest of the tuning, memory.high at max.
+        problems.append(f"spec.{exc.field}: {exc.message}; memory.high stays at max on pod "
+                        f"{pod.name}")
+        return True, None
+    except ValueError:  # a quantity the API server took and this parser did not
+        return False, None
+    return True, None if wanted.value is None else str(wanted.value)
