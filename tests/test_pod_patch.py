@@ -430,6 +430,8 @@ def test_the_shape_is_the_revision_without_memory() -> None:
     assert shape_revision(_spec(memory={"high": "20Gi"})) == base
     assert shape_revision(_spec(numa={"policy": "interleave"})) != base
     assert shape_revision(_spec(allocator={"type": "glibc"})) != base
+    assert shape_revision(_spec(mode="DryRun")) != base
+    assert shape_revision(_spec(container="engine")) != base
     auto = _spec(batching={"mode": "Auto", "knob": "max-num-seqs", "min": 8, "max": 128})
     assert shape_revision(auto, 64) != shape_revision(auto, 96)
     assert shape_revision(_spec(mig={"profile": "3g.71gb"}), None, ("3g.71gb", "mixed")) != \

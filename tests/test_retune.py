@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -10,7 +11,7 @@ import pytest
 import yaml
 from kubernetes.client.exceptions import ApiException
 
-from infertune.api.spec import InferenceTuningSpec, Mode
+from infertune.api.spec import InferenceTuningSpec
 from infertune.api.tuning import MemorySpec
 from infertune.tuning.retune import RETRY_S, Eviction, PodView, plan_retune
 
@@ -717,14 +718,17 @@ def _with_memory(controller: Any, memory: dict[str, Any]) -> None:
 @pytest.fixture
 def patched(controller: Any, monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, Any, Any]]:
     """The pod patches of the pass, as (pod, revision label, memory.high annotation);
-    controller["patch_errors"] maps a pod to the status its patch fails with."""
+    controller["patch_errors"] maps a pod to the (status, message) its patch fails with."""
     from infertune.controller import pods as controller_pods
     written: list[tuple[str, Any, Any]] = []
     controller["patch_errors"] = {}
 
     def patch(namespace: str, pod: str, metadata: dict[str, Any]) -> None:
         if pod in controller["patch_errors"]:
-            raise ApiException(status=controller["patch_errors"][pod], reason="Refused")
+            status, said = controller["patch_errors"][pod]
+            error = ApiException(status=status, reason="Refused")
+            error.body = json.dumps({"kind": "Status", "message": said})
+            raise error
         assert set(metadata) == {"labels", "annotations"}, metadata
         assert list(metadata["labels"]) == ["infertune.io/revision"]
         assert list(metadata["annotations"]) == ["infertune.io/memory-high"]
@@ -782,55 +786,83 @@ def test_pods_of_another_shape_or_not_known_are_re_created_as_before(
     """Another shape (numa, allocator, ...) needs a new pod; a pod from a release before the
     shape label, or without the serving container's name, is not known to differ in memory
     only; a terminating pod is left."""
-    controller["replicas"] = 2
+    controller["replicas"] = 3
     tuned, unnamed = _tuned(controller, "a")[0], _tuned(controller, "unnamed", serving=None)[0]
     _with_memory(controller, {"high": "14Gi"})
     old = PodView("old", tuned.revision, True, memory=TGI, serving="tgi")  # no shape label
-    message = controller["run"]([old, unnamed])
-    assert patched == [] and "2 pods outdated" in message
+    other = replace(tuned, name="other", shape="0123456789")  # of another numa, allocator...
+    message = controller["run"]([old, unnamed, other])
+    assert patched == [] and "3 pods outdated" in message
     assert controller["evicted"] == ["old"]
     controller["run"]([PodView("going", tuned.revision, False, True, shape=tuned.shape,
                                serving="tgi", memory=TGI)])
     assert patched == []
 
 
-def test_a_memory_spec_the_pods_cannot_take_leaves_them_outdated(
+def test_a_memory_spec_the_pods_cannot_take_leaves_them_outdated_and_running(
         controller: Any, patched: list[tuple[str, Any, Any]]) -> None:
-    """Above the limit less minHeadroom the webhook admits a pod untuned: re-tuning finds
-    that, as for any change, and replaces none."""
+    """Above the limit less minHeadroom the webhook admits a pod untuned: the pods keep the
+    tuning they have, as for any change whose replacements would come back untuned. Judged on
+    the pods as stored: a LimitRange's default limit is not in the template."""
     pods = _tuned(controller, "a", "b")
-    _with_memory(controller, {"high": "20Gi"})  # the example's limit is 16Gi
-    message = controller["run"](pods)
+    _with_memory(controller, {"high": "15Gi"})  # within the template's 16Gi limit ...
+    stored = [replace(p, memory=(("tgi", "12Gi", "14Gi"),)) for p in pods]  # ... not theirs
+    message = controller["run"](stored)
     assert patched == [] and controller["evicted"] == []
-    assert "2 pods not tuned, none replaced: spec.memory.high: 20Gi is above" in message
+    assert message.startswith(
+        "2 pods outdated, none replaced: the pods cannot take the new spec.memory, and a "
+        "replacement would be admitted untuned: spec.memory.high: 15Gi is above the memory "
+        "limit 14Gi"), message
+    [(kind, reason, _)] = controller["events"]
+    assert (kind, reason) == ("Warning", "PodNotTuned")
 
 
 def test_a_partial_memory_spec_removes_the_intent_and_says_why(
         controller: Any, patched: list[tuple[str, Any, Any]]) -> None:
     """Under half the limit of a container that requests its whole limit, memory.high stays
-    at max and the rest of the tuning is kept, as the webhook admits such a pod."""
-    pods = _tuned(controller, "a", memory=(("tgi", "16Gi", "16Gi"),), memory_high="1")
+    at max and the rest of the tuning is kept, as the webhook admits such a pod, and in its
+    words: said once for all the pods."""
+    pods = _tuned(controller, "a", "b", memory=(("tgi", "16Gi", "16Gi"),), memory_high="1")
     _with_memory(controller, {"high": "4Gi"})
     status = controller_status(controller, pods)
-    assert [(p, v) for p, _, v in patched] == [("a", None)]
+    assert [(p, v) for p, _, v in patched] == [("a", None), ("b", None)]
     [warning] = [e for e in controller["events"] if e[0] == "Warning"]
-    assert warning[1] == "PodPartlyTuned" and "memory.high stays at max on pod a" in warning[2]
-    assert any("memory.high stays at max on pod a" in p for p in status.problems)
+    said = ("spec.memory.high: 4Gi is under half the memory limit 16Gi, which the container "
+            "requests whole")
+    assert warning[1] == "PodPartlyTuned" and warning[2].startswith(said), warning
+    assert warning[2].endswith("memory.high stays at max, and the rest of the tuning is "
+                               "applied")
+    assert [p for p in status.problems if p.startswith(said)] == [warning[2]]
+    assert status.outdated_pods == 0
 
 
 def test_what_the_last_pod_was_told_of_memory_goes_with_the_change(
         controller: Any, patched: list[tuple[str, Any, Any]]) -> None:
     """No pod is admitted after an in-place change: the problems of the last admission about
-    spec.memory were said of the spec before it (status.tuning.problems kept them)."""
+    spec.memory were said of the spec before it (status.tuning.problems kept them), and a
+    change back to that spec is not taken for it."""
     memo, key = controller["memo"], "chat/mistral-7b"
-    pods = _tuned(controller, "a")
-    memo.pod_tuning.latest_problems[key] = [
-        "spec.memory.high: 2Gi is under half ...; memory.high stays at max, and the rest of "
-        "the tuning is applied", "container x has no cpu limit"]
-    memo.pod_tuning.admitted[key] = (pods[0].revision, None)
-    _with_memory(controller, {"high": "14Gi"})
+    pods = _tuned(controller, "a", memory=(("tgi", "16Gi", "16Gi"),))
+    other = "container x has no cpu limit"
+    memo.pod_tuning.latest_problems[key] = [other]
+    memo.pod_tuning.problems_revision[key] = pods[0].revision
+    first = controller["spec"]
+    _with_memory(controller, {"high": "4Gi"})  # under half: memory.high stays at max
     status = controller_status(controller, pods)
-    assert status.problems == ["container x has no cpu limit"]
+    assert status.problems[0] == other and len(status.problems) == 2
+    assert status.problems[1].startswith("spec.memory.high: 4Gi is under half")
+    # Back to the first spec: the pods (now of the 4Gi revision) take it in place again.
+    back = [replace(p, revision=status.revision) for p in pods]
+    controller["spec"] = first
+    assert controller_status(controller, back).problems == [other]
+    # A pod admitted by the webhook since the change: what it was told stands.
+    memo.pod_tuning.latest_problems[key] = [other, "spec.memory.high: told at admission"]
+    memo.pod_tuning.problems_revision[key] = status.revision
+    _with_memory(controller, {"high": "4Gi"})
+    patched.clear()
+    assert controller_status(controller, pods).problems == [
+        other, "spec.memory.high: told at admission"]
+    assert patched  # taken in place all the same
 
 
 def test_nothing_is_patched_by_a_trial_rivals_or_a_process_that_does_not_lead(
@@ -850,26 +882,40 @@ def test_nothing_is_patched_by_a_trial_rivals_or_a_process_that_does_not_lead(
     assert "it no longer leads" in controller["run"](pods)
     assert patched == [] and controller["evicted"] == []
     del controller["memo"]["leader"]
-    controller["spec"] = controller["spec"].model_copy(update={"mode": Mode.DRY_RUN})
-    controller["run"](pods)
-    assert patched == []
 
 
-def test_a_refused_patch_stops_only_where_it_is_the_same_for_every_pod(
+def test_a_pod_whose_patch_is_refused_stays_outdated_and_is_replaced(
         controller: Any, patched: list[tuple[str, Any, Any]]) -> None:
-    """A policy's refusal of one pod (422) lets the others be updated; a 403 (no patch on
-    pods: an operator upgraded without its chart's RBAC) says what the operator needs."""
-    pods = _tuned(controller, "a", "b", "c", "gone")
+    """A policy's refusal of one pod (422, or a 403 from a policy webhook) lets the others be
+    updated, and that pod is replaced as before; a 403 of RBAC (no patch on pods: an operator
+    upgraded without its chart's RBAC) says what the operator needs, once for all."""
+    pods = _tuned(controller, "a", "b", "c")
     _with_memory(controller, {"high": "14Gi"})
-    controller["patch_errors"] = {"a": 422, "gone": 404}
+    controller["patch_errors"] = {"a": (422, "denied by policy require-labels"),
+                                  "b": (403, "admission webhook \"gatekeeper\" denied")}
     message = controller["run"](pods)
-    assert [p for p, _, _ in patched] == ["b", "c"]
-    assert "updating pods in place failed: a (422 Refused" in message, message
-    assert "gone" not in message
+    assert [p for p, _, _ in patched] == ["c"]
+    assert "2 pods outdated; evicting a" in message, message
+    assert ("pods could not take spec.memory in place, and are replaced instead: a: 422 "
+            "Refused: denied by policy require-labels; b: 403") in message, message
+    warning = [e for e in controller["events"] if e[1] == "MemoryHighNotUpdated"]
+    assert len(warning) == 1 and warning[0][0] == "Warning"
     patched.clear()
-    controller["patch_errors"] = {"a": 403, "b": 403}
+    rbac = ('pods "a" is forbidden: User "system:serviceaccount:infertune-system:infertune" '
+            'cannot patch resource "pods" in API group "" in the namespace "chat"')
+    controller["patch_errors"] = {"a": (403, rbac), "b": (403, rbac)}
     message = controller["run"](pods)
-    assert patched == [] and "the operator needs patch on pods" in message, message
+    assert [p for p, _, _ in patched] == [], "stopped at the first: the same for every pod"
+    assert "the operator needs patch on pods" in message and "b:" not in message, message
+
+
+def test_a_pod_gone_before_its_patch_is_not_said_to_fail(
+        controller: Any, patched: list[tuple[str, Any, Any]]) -> None:
+    pods = _tuned(controller, "gone", "b")
+    _with_memory(controller, {"high": "14Gi"})
+    controller["patch_errors"] = {"gone": (404, "pods \"gone\" not found")}
+    message = controller["run"](pods)
+    assert [p for p, _, _ in patched] == ["b"] and "could not" not in message
 
 
 def test_the_value_in_place_is_what_the_webhook_gives_the_pod(

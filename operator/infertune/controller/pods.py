@@ -11,7 +11,7 @@ import logging
 import os
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import jsonpatch  # type: ignore[import-untyped]
@@ -87,6 +87,9 @@ class PodTuningSettings:
     unreported: dict[str, tuple[tuple[str, ...], bool]] = field(default_factory=dict)
     """Pod problems seen by the webhook, waiting for re-tuning to post them as an Event."""
     latest_problems: dict[str, list[str]] = field(default_factory=dict)
+    problems_revision: dict[str, str] = field(default_factory=dict)
+    """The revision `latest_problems` were found for: the webhook's last admission, or a pass
+    that gave pods a change of spec.memory in place."""
     reported: dict[str, tuple[str, ...]] = field(default_factory=dict)
     last_evictions: dict[str, Eviction] = field(default_factory=dict)
     """The last eviction of each tuning, for the untuned-replacement guard."""
@@ -108,8 +111,8 @@ class PodTuningSettings:
         """Drop what is kept of tuning `key` ("namespace/name"), once it is deleted: a tuning
         made again under its name inherited it (its PodNotTuned Event was taken as said, and
         the old problems showed in its status)."""
-        for table in (self.unreported, self.latest_problems, self.reported,
-                      self.last_evictions, self.admitted):
+        for table in (self.unreported, self.latest_problems, self.problems_revision,
+                      self.reported, self.last_evictions, self.admitted):
             table.pop(key, None)
 
 
@@ -342,6 +345,7 @@ def _tune_pod(body: kopf.Body, patch: kopf.Patch, warnings: list[str], memo: kop
         # Events are posted by re-tuning: kopf's event poster is not reachable from webhooks.
         settings.unreported[key] = (tuple(plan.problems), plan.refused)
     settings.latest_problems[key] = list(plan.problems)
+    settings.problems_revision[key] = plan.revision
     refusal = (plan.problems[0] if plan.problems else "refused") if plan.refused else None
     settings.admitted[key] = (plan.revision, refusal)
     if plan.patch:
@@ -388,6 +392,8 @@ def _annotate_template(namespace: str, deployment: str, revision: str) -> None:
 
 MEMORY_UPDATED = "MemoryHighUpdated"
 """Event reason when re-tuning changes the memory.high intent of running pods in place."""
+MEMORY_NOT_UPDATED = "MemoryHighNotUpdated"
+"""Warning Event reason when pods could not take a change of spec.memory in place."""
 
 
 def _patch_pod_metadata(namespace: str, pod: str, metadata: dict[str, Any]) -> None:
@@ -400,13 +406,15 @@ def _shown_bytes(value: str | None) -> str:
 
 
 def _update_pods(namespace: str, entry: dict[str, Any], revision: str, updates: PodUpdates,
-                 memo: kopf.Memo) -> str:
+                 memo: kopf.Memo) -> tuple[set[str], str]:
     """Write the revision label and the memory.high intent on the pods `updates` names (a
-    metadata patch each: nothing restarts); what to say of it in status.tuning.message."""
+    metadata patch each: nothing restarts): the pods written, and what to say of it in
+    status.tuning.message."""
     if not leader_of(memo).leads():
-        return (f"{len(updates.changes)} pods take the spec in place, not by this process: it "
-                "no longer leads (--leader-elect), and the leader does it")
+        return set(), (f"{len(updates.changes)} pods would take spec.memory in place, not by "
+                       "this process: it no longer leads (--leader-elect)")
     said: list[str] = []
+    written: set[str] = set()
     done: dict[str | None, list[str]] = {}
     failed: list[str] = []
     for pod, value, changed in updates.changes:
@@ -417,30 +425,38 @@ def _update_pods(namespace: str, entry: dict[str, Any], revision: str, updates: 
             if exc.status == 404:
                 continue  # gone: its replacement comes through the webhook
             why = f"{exc.status} {exc.reason}: {server_message(exc)[:300]}"
-            logger.warning("[%s/%s] pod %s could not be updated in place: %s", namespace,
-                           entry["name"], pod, why)
-            if exc.status == 403:  # the same for every pod
-                said.append(f"updating the pods in place failed: {why}; the operator needs "
-                            "patch on pods (the chart's RBAC grants it)")
+            logger.warning("[%s/%s] pod %s could not take spec.memory in place: %s",
+                           namespace, entry["name"], pod, why)
+            if exc.status == 403 and 'cannot patch resource "pods"' in why:
+                # RBAC: the same for every pod (a policy's 403 is of one pod).
+                failed.append(f"{why}; the operator needs patch on pods (the chart's RBAC "
+                              "grants it)")
                 break
-            failed.append(f"{pod} ({why})")  # a policy's refusal of one pod: the others go on
+            failed.append(f"{pod}: {why}")
             continue
+        written.add(pod)
         if changed:
             done.setdefault(value, []).append(pod)
-    if failed:
-        said.append(f"updating pods in place failed: {'; '.join(failed[:3])}"
-                    + (f" and {len(failed) - 3} more" if len(failed) > 3 else ""))
     if done:
         count = sum(len(pods) for pods in done.values())
-        said.insert(0, f"memory.high intent updated in place on {count} pods")
+        said.append(f"memory.high intent updated in place on {count} pods")
         kopf.event(_owner_ref(namespace, entry),  # type: ignore[arg-type]
                    type="Normal", reason=MEMORY_UPDATED, message=(
                        "memory.high intent changed in place, without re-creating the pods: "
                        + "; ".join(f"{_shown_bytes(value)} on {', '.join(pods)}"
                                    for value, pods in done.items()))[:MAX_EVENT_MESSAGE])
-    if updates.problems:
+    if failed:
+        problem = ("pods could not take spec.memory in place, and are replaced instead: "
+                   + "; ".join(failed[:3])
+                   + (f" (and {len(failed) - 3} more)" if len(failed) > 3 else ""))
+        said.append(problem)
+        _report_once(memo, namespace, entry, [problem], refused=False,
+                     reason=MEMORY_NOT_UPDATED)
+    else:  # none now: the next one is news
+        memo.pod_tuning.reported.pop(f"{namespace}/{entry['name']}#{MEMORY_NOT_UPDATED}", None)
+    if updates.problems and written:
         _report_once(memo, namespace, entry, list(updates.problems), refused=False)
-    return "; ".join(said)
+    return written, "; ".join(said)
 
 
 def _why_pods_cannot_be_tuned(name: str, spec: InferenceTuningSpec,
@@ -563,8 +579,7 @@ def retune(namespace: str, name: str, uid: str, spec: InferenceTuningSpec,
     they are in mode Enforce; else trials, as this one); `tuned_by` the one in force it
     tunes them by instead, when this one is a trial beside it."""
     revision = tuning_revision(spec, batching_value, mig)
-    pods, updates = pod_updates(spec, revision, shape_revision(spec, batching_value, mig),
-                                pods)
+    updates = pod_updates(spec, revision, shape_revision(spec, batching_value, mig), pods)
     entry = {"name": name, "uid": uid}
     settings: PodTuningSettings = memo.pod_tuning
     evictions = settings.last_evictions
@@ -576,6 +591,20 @@ def retune(namespace: str, name: str, uid: str, spec: InferenceTuningSpec,
         # The newest pod admitted had none: the same problem coming back is news again
         # (remembered, it was never said a second time).
         settings.reported.pop(key, None)
+    in_place = ""
+    if (updates.changes and spec.mode is Mode.ENFORCE and not rivals
+            and namespace not in settings.excluded_namespaces):
+        # Before the count: a pod that takes the change in place is current once written,
+        # and one whose patch failed stays outdated (and is replaced as before).
+        written, in_place = _update_pods(namespace, entry, revision, updates, memo)
+        pods = [replace(p, revision=revision) if p.name in written else p for p in pods]
+        if written and settings.problems_revision.get(key) != revision:
+            # What the last pod admitted was told of spec.memory was of another spec, and
+            # the pods are not re-created to be told again.
+            settings.latest_problems[key] = [
+                *(p for p in settings.latest_problems.get(key, [])
+                  if not p.startswith(MEMORY_PROBLEM)), *updates.problems]
+            settings.problems_revision[key] = revision
     last = evictions.get(key)
     clock = time.monotonic()
     step = plan_retune(revision, pods, spec.retune.max_unavailable, last, clock)
@@ -619,6 +648,14 @@ def retune(namespace: str, name: str, uid: str, spec: InferenceTuningSpec,
         # replaces them; two processes evicting at once took twice the pods down.
         message = (f"{step.outdated} pods outdated, none replaced by this process: it no "
                    "longer leads (--leader-elect), and the leader replaces them")
+    elif updates.refused is not None:
+        # As stored (a LimitRange's default limit included, which the template's preview
+        # lacks), the pods cannot take the new spec.memory: their replacements would be
+        # admitted untuned (no binding, no allocator), so they keep the tuning they have.
+        refusal = (f"the pods cannot take the new spec.memory, and a replacement would be "
+                   f"admitted untuned: {updates.refused}")
+        message = f"{step.outdated} pods outdated, none replaced: {refusal}"
+        _report_once(memo, namespace, entry, [refusal], refused=True)
     elif (problem := _why_pods_cannot_be_tuned(name, spec, deployment, memo, batching_value,
                                                 settings.admitted.get(key), revision)
           ) is not None:
@@ -662,16 +699,8 @@ def retune(namespace: str, name: str, uid: str, spec: InferenceTuningSpec,
             evictions[key] = step.eviction(revision, pods, done, clock, last)
             retuned(f"evicted {', '.join(done)} to re-create them with revision {revision} "
                     f"({step.outdated} pods were outdated)")
-    if spec.mode is Mode.ENFORCE and not rivals and updates.changes:
-        updated = _update_pods(namespace, entry, revision, updates, memo)
-        if updated:
-            message = f"{message}; {updated}"
-        if (settings.admitted.get(key) or ("",))[0] != revision:
-            # No pod admitted since the change: what the last one was told of spec.memory is
-            # of the spec before it, and the pods are not re-created to be told again.
-            settings.latest_problems[key] = [
-                *(p for p in settings.latest_problems.get(key, [])
-                  if not p.startswith(MEMORY_PROBLEM)), *updates.problems]
+    if in_place:
+        message = f"{message}; {in_place}"
     # A trial beside the one in force admits no pod: what it last said of one is not now.
     said = [] if tuned_by is not None else settings.latest_problems.get(key, [])[:20]
     return TuningStatus(revision=revision, tuned_pods=step.tuned, outdated_pods=step.outdated,

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from infertune.api.spec import InferenceTuningSpec
 from infertune.tuning.memory import MemoryHighError, resolve_memory_high
@@ -250,54 +250,46 @@ class PodUpdates:
 
     changes: tuple[tuple[str, str | None, bool], ...] = ()
     """(pod, its memory.high annotation's value, None for none; whether that changes it): each
-    is written with the revision label."""
+    is written with the revision label, and counted current once written."""
     problems: tuple[str, ...] = ()
     """What the new spec.memory leaves undone on them (memory.high stays at max), as the
     webhook says it of a pod it admits."""
+    refused: str | None = None
+    """Why the webhook would admit such a pod untuned under the new spec.memory (above its
+    limit less minHeadroom), as its resources are stored (a LimitRange's default limit
+    included): a replacement would come back untuned, so none is replaced."""
 
 
 def pod_updates(spec: InferenceTuningSpec, revision: str, shape: str,
-                pods: Iterable[PodView]) -> tuple[list[PodView], PodUpdates]:
-    """`pods` as re-tuning counts them, and what to change on them in place.
-
-    A pod whose revision is outdated but whose shape (pod_patch.shape_revision) is current was
-    tuned as the spec says now but for spec.memory: it is counted current, and gets the
-    memory.high intent the webhook would give its serving container now (from its resources as
-    they are) with the revision label, instead of being re-created (a model load each). Where
-    the new spec.memory would have the webhook admit such a pod untuned, it stays outdated:
-    re-tuning then finds that a replacement would come back untuned, as for any change."""
-    counted: list[PodView] = []
+                pods: Iterable[PodView]) -> PodUpdates:
+    """What to change in place on `pods`: a pod whose revision is outdated but whose shape
+    (pod_patch.shape_revision) is current was tuned as the spec says now but for spec.memory.
+    It gets the memory.high intent the webhook would give its serving container now (from
+    its resources as they are) with the revision label, instead of being re-created (a model
+    load each)."""
     changes: list[tuple[str, str | None, bool]] = []
-    problems: list[str] = []
+    problems: dict[str, None] = {}
+    refused: str | None = None
     for pod in pods:
-        taken, value = _in_place(spec, pod, problems) if (
-            not pod.terminating and pod.revision is not None and pod.revision != revision
-            and pod.shape == shape) else (False, None)
-        if not taken:
-            counted.append(pod)
+        if (pod.terminating or pod.revision is None or pod.revision == revision
+                or pod.shape != shape or pod.serving is None):
             continue
-        counted.append(replace(pod, revision=revision))
+        serving = next((c for c in pod.memory if c[0] == pod.serving), None)
+        if serving is None:
+            continue  # renamed since: not known
+        try:
+            wanted = resolve_memory_high(spec.memory, request=serving[1], limit=serving[2])
+        except MemoryHighError as exc:
+            if not exc.partial:
+                refused = refused or f"spec.{exc.field}: {exc.message}"
+                continue
+            # As the webhook admits such a pod, and in its words (said once for both).
+            problems[f"spec.{exc.field}: {exc.message}; memory.high stays at max, and the "
+                     "rest of the tuning is applied"] = None
+            value = None
+        except ValueError:  # a quantity the API server took and this parser did not
+            continue
+        else:
+            value = None if wanted.value is None else str(wanted.value)
         changes.append((pod.name, value, value != pod.memory_high))
-    return counted, PodUpdates(tuple(changes), tuple(problems))
-
-
-def _in_place(spec: InferenceTuningSpec, pod: PodView,
-              problems: list[str]) -> tuple[bool, str | None]:
-    """(True, the memory.high annotation `pod` takes in place, None for none), or (False,
-    None) when it cannot take the spec in place (its serving container not known, or the
-    spec refused for it)."""
-    serving = next((c for c in pod.memory if c[0] == pod.serving), None)
-    if pod.serving is None or serving is None:
-        return False, None
-    try:
-        wanted = resolve_memory_high(spec.memory, request=serving[1], limit=serving[2])
-    except MemoryHighError as exc:
-        if not exc.partial:
-            return False, None
-        # As the webhook admits it: the rest of the tuning, memory.high at max.
-        problems.append(f"spec.{exc.field}: {exc.message}; memory.high stays at max on pod "
-                        f"{pod.name}")
-        return True, None
-    except ValueError:  # a quantity the API server took and this parser did not
-        return False, None
-    return True, None if wanted.value is None else str(wanted.value)
+    return PodUpdates(tuple(changes), tuple(problems), refused)
