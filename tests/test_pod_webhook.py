@@ -107,6 +107,9 @@ def test_the_webhook_records_what_it_did_with_each_tunings_last_pod() -> None:
     asyncio.run(admit(memo, loaded))
     revision = tuning_revision(InferenceTuningSpec.model_validate(TUNING["spec"]))
     assert memo.pod_tuning.admitted["ml/qwen"] == (revision, None)
+    # What status.tuning.problems shows is of that revision (re-tuning's in-place changes of
+    # spec.memory go by it).
+    assert memo.pod_tuning.problems_revision["ml/qwen"] == revision
     refused = {**TUNING, "generation": 2,
                "spec": {**TUNING["spec"], "memory": {"highRatio": 0.9}}}  # no limit here
     loaded["tunings"][("ml", "qwen")] = [refused]

@@ -12,7 +12,7 @@ import yaml
 from kubernetes.client.exceptions import ApiException
 
 from infertune.api.spec import InferenceTuningSpec
-from infertune.api.tuning import MemorySpec
+from infertune.api.tuning import MemorySpec, RetuneStrategy
 from infertune.tuning.retune import RETRY_S, Eviction, PodView, plan_retune
 
 
@@ -201,6 +201,7 @@ def controller(monkeypatch: pytest.MonkeyPatch) -> Any:
 
     state["run"] = run
     state["memo"] = memo
+    state["deployment"] = deployment_body  # as read: a test may change its template
     return state
 
 
@@ -621,9 +622,12 @@ def test_what_is_kept_of_a_deleted_tuning_goes_with_it(monkeypatch: pytest.Monke
 
     monkeypatch.setattr(loops, "INITIAL_DELAY_S", 0.0)
     settings = controller_pods.PodTuningSettings(launcher_image="l:1")
-    for table in (settings.unreported, settings.latest_problems, settings.reported,
-                  settings.last_evictions, settings.admitted):
+    tables = (settings.unreported, settings.latest_problems, settings.problems_revision,
+              settings.reported, settings.last_evictions, settings.admitted)
+    for table in tables:
         table["chat/mistral-7b"] = table["chat/other"] = ("kept",)  # type: ignore[assignment]
+    settings.reported["chat/mistral-7b#RetuneHeld"] = ("kept",)
+    settings.reported["chat/mistral-7b#MemoryHighNotUpdated"] = ("kept",)
     memo = kopf.Memo(pod_tuning=settings)
     setter: FlagSetter[Any] = FlagSetter()
 
@@ -636,8 +640,7 @@ def test_what_is_kept_of_a_deleted_tuning_goes_with_it(monkeypatch: pytest.Monke
             timeout=10)
 
     asyncio.run(deleted())
-    for table in (settings.unreported, settings.latest_problems, settings.reported,
-                  settings.last_evictions, settings.admitted):
+    for table in tables:
         assert list(table) == ["chat/other"]
 
 
@@ -801,20 +804,33 @@ def test_pods_of_another_shape_or_not_known_are_re_created_as_before(
 
 def test_a_memory_spec_the_pods_cannot_take_leaves_them_outdated_and_running(
         controller: Any, patched: list[tuple[str, Any, Any]]) -> None:
-    """Above the limit less minHeadroom the webhook admits a pod untuned: the pods keep the
-    tuning they have, as for any change whose replacements would come back untuned. Judged on
-    the pods as stored: a LimitRange's default limit is not in the template."""
+    """Above the limit less minHeadroom the webhook admits a pod untuned. Where the template
+    gives the serving container no memory limit (a LimitRange's default gives the pods
+    theirs), the template's preview cannot tell: the pods' own limit does, and they keep the
+    tuning they have (a replacement would come back with no binding and no allocator). Said
+    once, however many passes it lasts."""
+    serving = controller["deployment"]["spec"]["template"]["spec"]["containers"][0]
+    template_resources = serving["resources"]
+    serving["resources"] = {"limits": {"nvidia.com/gpu": "1"}}
     pods = _tuned(controller, "a", "b")
-    _with_memory(controller, {"high": "15Gi"})  # within the template's 16Gi limit ...
-    stored = [replace(p, memory=(("tgi", "12Gi", "14Gi"),)) for p in pods]  # ... not theirs
-    message = controller["run"](stored)
+    _with_memory(controller, {"high": "15Gi"})
+    stored = [replace(p, memory=(("tgi", "12Gi", "14Gi"),)) for p in pods]  # the default's
+    controller["memo"].pod_tuning.latest_problems["chat/mistral-7b"] = []  # admitted clean
+    for _ in range(3):
+        message = controller["run"](stored)
     assert patched == [] and controller["evicted"] == []
     assert message.startswith(
-        "2 pods outdated, none replaced: the pods cannot take the new spec.memory, and a "
-        "replacement would be admitted untuned: spec.memory.high: 15Gi is above the memory "
-        "limit 14Gi"), message
+        "2 pods not tuned, none replaced: the running pods cannot take the new spec.memory, "
+        "and a replacement (with the same default memory limit) would be admitted untuned: "
+        "spec.memory.high: 15Gi is above the memory limit 14Gi"), message
     [(kind, reason, _)] = controller["events"]
     assert (kind, reason) == ("Warning", "PodNotTuned")
+    # The template sets a limit (the same edit raised it: a rollout brings it): it is right.
+    serving["resources"] = {**template_resources,
+                            "limits": {**template_resources["limits"], "memory": "20Gi"}}
+    controller["replicas"] = 2
+    controller["run"](stored)
+    assert controller["evicted"] == ["a"]
 
 
 def test_a_partial_memory_spec_removes_the_intent_and_says_why(
@@ -906,7 +922,62 @@ def test_a_pod_whose_patch_is_refused_stays_outdated_and_is_replaced(
     controller["patch_errors"] = {"a": (403, rbac), "b": (403, rbac)}
     message = controller["run"](pods)
     assert [p for p, _, _ in patched] == [], "stopped at the first: the same for every pod"
-    assert "the operator needs patch on pods" in message and "b:" not in message, message
+    assert ("pods could not take spec.memory in place, and are replaced instead: the operator "
+            "may not patch pods in namespace chat (403): it needs patch on pods, which the "
+            "chart's RBAC grants") in message and message.count("403") == 1, message
+
+
+def test_pods_that_failed_in_place_do_not_roll_the_whole_deployment(
+        controller: Any, patched: list[tuple[str, Any, Any]]) -> None:
+    """With PodTemplateAnnotation, annotating the template for one refused pod would roll
+    every pod, those just updated in place too."""
+    controller["spec"] = controller["spec"].model_copy(update={
+        "retune": controller["spec"].retune.model_copy(update={"strategy":
+                                                               RetuneStrategy.POD_TEMPLATE_ANNOTATION})})
+    controller["strategy"] = {"type": "RollingUpdate",
+                              "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
+    pods = _tuned(controller, "a", "b")
+    _with_memory(controller, {"high": "14Gi"})
+    controller["patch_errors"] = {"a": (422, "denied by policy require-labels")}
+    message = controller["run"](pods)
+    assert [p for p, _, _ in patched] == ["b"] and controller["annotations"] == []
+    assert "1 pods outdated, none replaced: they could not take spec.memory in place" in message
+    # A pod outdated for another reason is rolled out as before.
+    patched.clear()
+    message = controller["run"]([*pods, PodView("old", "r0", True)])
+    assert controller["annotations"] != [], message
+
+
+def test_nothing_is_patched_in_a_namespace_the_webhook_leaves_out(
+        controller: Any, patched: list[tuple[str, Any, Any]]) -> None:
+    pods = _tuned(controller, "a")
+    _with_memory(controller, {"high": "14Gi"})
+    controller["run"](pods, namespace="kube-system")
+    assert patched == []
+
+
+def test_what_failed_in_place_is_said_again_after_a_pass_without_failures(
+        controller: Any, patched: list[tuple[str, Any, Any]]) -> None:
+    """And a pass where every patch failed changes nothing of what status says."""
+    memo, key = controller["memo"], "chat/mistral-7b"
+    pods = _tuned(controller, "a")
+    admitted = ["spec.memory.high: as the pods were admitted", "another problem"]
+    memo.pod_tuning.latest_problems[key] = admitted
+    memo.pod_tuning.problems_revision[key] = pods[0].revision
+    _with_memory(controller, {"high": "14Gi"})
+    controller["patch_errors"] = {"a": (422, "denied")}
+    status = controller_status(controller, pods)
+    assert status.problems == admitted  # the pod is replaced, and admitted again
+    assert [e[1] for e in controller["events"]] == ["MemoryHighNotUpdated"]
+    controller["patch_errors"] = {}
+    controller_status(controller, _tuned(controller, "b"))  # current: nothing to patch
+    controller["patch_errors"] = {"a": (422, "denied")}
+    controller_status(controller, pods)
+    assert [e[1] for e in controller["events"]] == ["MemoryHighNotUpdated"] * 2
+    # Nothing written: what the spec leaves undone on them is not said of pods it is not on.
+    _with_memory(controller, {"high": "4Gi"})
+    controller_status(controller, [replace(pods[0], memory=(("tgi", "16Gi", "16Gi"),))])
+    assert "PodPartlyTuned" not in [e[1] for e in controller["events"]]
 
 
 def test_a_pod_gone_before_its_patch_is_not_said_to_fail(

@@ -114,6 +114,8 @@ class PodTuningSettings:
         for table in (self.unreported, self.latest_problems, self.problems_revision,
                       self.reported, self.last_evictions, self.admitted):
             table.pop(key, None)
+        for kept in [k for k in self.reported if k.startswith(f"{key}#")]:
+            del self.reported[kept]  # what was said apart (RetuneHeld, ...)
 
 
 INDEX_WAIT_S = 3.0
@@ -356,11 +358,13 @@ def _tune_pod(body: kopf.Body, patch: kopf.Patch, warnings: list[str], memo: kop
 
 
 def _report_once(memo: kopf.Memo, namespace: str, entry: dict[str, Any], problems: list[str],
-                 *, refused: bool, reason: str | None = None) -> None:
+                 *, refused: bool, reason: str | None = None, topic: str | None = None) -> None:
     """An Event on the InferenceTuning when the problems change, not one per pod (`reason`:
-    its own reason, remembered apart from the pods' problems)."""
+    its own reason, remembered apart from the pods' problems; `topic`: remembered apart under
+    that name, with the pods' reason)."""
     seen = memo.pod_tuning.reported
-    key = f"{namespace}/{entry['name']}" + ("" if reason is None else f"#{reason}")
+    apart = reason or topic
+    key = f"{namespace}/{entry['name']}" + ("" if apart is None else f"#{apart}")
     if seen.get(key) == tuple(problems):
         return
     seen[key] = tuple(problems)
@@ -394,6 +398,9 @@ MEMORY_UPDATED = "MemoryHighUpdated"
 """Event reason when re-tuning changes the memory.high intent of running pods in place."""
 MEMORY_NOT_UPDATED = "MemoryHighNotUpdated"
 """Warning Event reason when pods could not take a change of spec.memory in place."""
+UNTUNED = "untuned"
+"""What re-tuning says of replacements that would come back untuned (PodNotTuned), kept apart
+from the pods' problems."""
 
 
 def _patch_pod_metadata(namespace: str, pod: str, metadata: dict[str, Any]) -> None:
@@ -411,8 +418,7 @@ def _update_pods(namespace: str, entry: dict[str, Any], revision: str, updates: 
     metadata patch each: nothing restarts): the pods written, and what to say of it in
     status.tuning.message."""
     if not leader_of(memo).leads():
-        return set(), (f"{len(updates.changes)} pods would take spec.memory in place, not by "
-                       "this process: it no longer leads (--leader-elect)")
+        return set(), ""  # the pass says it, for all it does not do
     said: list[str] = []
     written: set[str] = set()
     done: dict[str | None, list[str]] = {}
@@ -425,12 +431,13 @@ def _update_pods(namespace: str, entry: dict[str, Any], revision: str, updates: 
             if exc.status == 404:
                 continue  # gone: its replacement comes through the webhook
             why = f"{exc.status} {exc.reason}: {server_message(exc)[:300]}"
-            logger.warning("[%s/%s] pod %s could not take spec.memory in place: %s",
-                           namespace, entry["name"], pod, why)
+            logger.debug("[%s/%s] pod %s could not take spec.memory in place: %s",
+                         namespace, entry["name"], pod, why)
             if exc.status == 403 and 'cannot patch resource "pods"' in why:
-                # RBAC: the same for every pod (a policy's 403 is of one pod).
-                failed.append(f"{why}; the operator needs patch on pods (the chart's RBAC "
-                              "grants it)")
+                # RBAC: the same for every pod (a policy's 403 is of one pod), and said
+                # without a pod's name, so that it is one Event however many are replaced.
+                failed.append(f"the operator may not patch pods in namespace {namespace} "
+                              "(403): it needs patch on pods, which the chart's RBAC grants")
                 break
             failed.append(f"{pod}: {why}")
             continue
@@ -452,8 +459,6 @@ def _update_pods(namespace: str, entry: dict[str, Any], revision: str, updates: 
         said.append(problem)
         _report_once(memo, namespace, entry, [problem], refused=False,
                      reason=MEMORY_NOT_UPDATED)
-    else:  # none now: the next one is news
-        memo.pod_tuning.reported.pop(f"{namespace}/{entry['name']}#{MEMORY_NOT_UPDATED}", None)
     if updates.problems and written:
         _report_once(memo, namespace, entry, list(updates.problems), refused=False)
     return written, "; ".join(said)
@@ -463,18 +468,33 @@ def _why_pods_cannot_be_tuned(name: str, spec: InferenceTuningSpec,
                               deployment: client.V1Deployment, memo: kopf.Memo,
                               batching_value: int | None,
                               admitted: tuple[str, str | None] | None = None,
-                              revision: str | None = None) -> str | None:
+                              revision: str | None = None,
+                              stored_refusal: str | None = None) -> str | None:
     """Why a pod re-created now would come back untuned: as the webhook found for the last
     pod of this revision it admitted (it saw the pod with the namespace's LimitRange
-    defaults filled in), else as a preview of the Deployment's template finds."""
+    defaults filled in), else as a preview of the Deployment's template finds. Where the
+    template gives the serving container no memory limit (a LimitRange's default gives it
+    one), `stored_refusal` stands in for the preview on spec.memory: the running pods' own
+    limit refuses it (pod_updates)."""
     if admitted is not None and admitted[0] == revision:
         return admitted[1]
     settings: PodTuningSettings = memo.pod_tuning
     raw = client.ApiClient().sanitize_for_serialization(deployment)  # type: ignore[no-untyped-call]
-    preview = plan_pod_patch(spec, pod_from_deployment(raw), PodContext(
+    pod = pod_from_deployment(raw)
+    preview = plan_pod_patch(spec, pod, PodContext(
         tuning_name=name, launcher_image=settings.launcher_image,
         static_cpu_manager=settings.static_cpu_manager, batching_value=batching_value))
-    return preview.problems[0] if preview.refused else None
+    if preview.refused:
+        return preview.problems[0]
+    if stored_refusal is None:
+        return None
+    containers = (pod.get("spec") or {}).get("containers") or []
+    serving = next((c for c in containers
+                    if spec.container is None or c.get("name") == spec.container), None)
+    if serving is not None and container_memory(serving)[1] is not None:
+        return None  # the template's own limit (a rollout brings it): the preview is right
+    return (f"the running pods cannot take the new spec.memory, and a replacement (with the "
+            f"same default memory limit) would be admitted untuned: {stored_refusal}")
 
 
 def rollout_of(deployment: client.V1Deployment) -> Rollout:
@@ -591,12 +611,14 @@ def retune(namespace: str, name: str, uid: str, spec: InferenceTuningSpec,
         # The newest pod admitted had none: the same problem coming back is news again
         # (remembered, it was never said a second time).
         settings.reported.pop(key, None)
-    in_place = ""
+    in_place, untuned = "", []
+    failed_in_place: set[str] = set()
     if (updates.changes and spec.mode is Mode.ENFORCE and not rivals
             and namespace not in settings.excluded_namespaces):
         # Before the count: a pod that takes the change in place is current once written,
         # and one whose patch failed stays outdated (and is replaced as before).
         written, in_place = _update_pods(namespace, entry, revision, updates, memo)
+        failed_in_place = {c[0] for c in updates.changes} - written
         pods = [replace(p, revision=revision) if p.name in written else p for p in pods]
         if written and settings.problems_revision.get(key) != revision:
             # What the last pod admitted was told of spec.memory was of another spec, and
@@ -605,6 +627,8 @@ def retune(namespace: str, name: str, uid: str, spec: InferenceTuningSpec,
                 *(p for p in settings.latest_problems.get(key, [])
                   if not p.startswith(MEMORY_PROBLEM)), *updates.problems]
             settings.problems_revision[key] = revision
+    if not failed_in_place:  # none now: the next one is news
+        settings.reported.pop(f"{key}#{MEMORY_NOT_UPDATED}", None)
     last = evictions.get(key)
     clock = time.monotonic()
     step = plan_retune(revision, pods, spec.retune.max_unavailable, last, clock)
@@ -648,20 +672,25 @@ def retune(namespace: str, name: str, uid: str, spec: InferenceTuningSpec,
         # replaces them; two processes evicting at once took twice the pods down.
         message = (f"{step.outdated} pods outdated, none replaced by this process: it no "
                    "longer leads (--leader-elect), and the leader replaces them")
-    elif updates.refused is not None:
-        # As stored (a LimitRange's default limit included, which the template's preview
-        # lacks), the pods cannot take the new spec.memory: their replacements would be
-        # admitted untuned (no binding, no allocator), so they keep the tuning they have.
-        refusal = (f"the pods cannot take the new spec.memory, and a replacement would be "
-                   f"admitted untuned: {updates.refused}")
-        message = f"{step.outdated} pods outdated, none replaced: {refusal}"
-        _report_once(memo, namespace, entry, [refusal], refused=True)
     elif (problem := _why_pods_cannot_be_tuned(name, spec, deployment, memo, batching_value,
-                                                settings.admitted.get(key), revision)
+                                                settings.admitted.get(key), revision,
+                                                updates.refused)
           ) is not None:
         # Re-created pods would come back untuned: replacing them only costs availability.
         message = f"{step.outdated} pods not tuned, none replaced: {problem}"
-        _report_once(memo, namespace, entry, [problem], refused=True)
+        untuned = [problem]
+    elif (spec.retune.strategy is RetuneStrategy.POD_TEMPLATE_ANNOTATION and spec.mode
+          is Mode.ENFORCE and failed_in_place
+          and {p.name for p in pods if not p.terminating and p.revision != revision}
+          <= failed_in_place):
+        # Annotating the template for them would roll every pod, the ones just updated in
+        # place too; and where it carries the revision already (a change back), nothing
+        # would replace them.
+        message = (f"{step.outdated} pods outdated, none replaced: they could not take "
+                   "spec.memory in place (see the MemoryHighNotUpdated Event), and with "
+                   "retune.strategy PodTemplateAnnotation the Deployment would roll every pod "
+                   "for them; fix what refused the patch, or delete them to have them "
+                   "re-created")
     elif (spec.mode is Mode.ENFORCE and spec.retune.strategy is RetuneStrategy.EVICT
           and rollout is not None and (rolling := rollout.pending) is not None):
         # An old pod evicted mid-rollout is re-created by the old ReplicaSet (a model load
@@ -699,6 +728,12 @@ def retune(namespace: str, name: str, uid: str, spec: InferenceTuningSpec,
             evictions[key] = step.eviction(revision, pods, done, clock, last)
             retuned(f"evicted {', '.join(done)} to re-create them with revision {revision} "
                     f"({step.outdated} pods were outdated)")
+    if untuned:
+        # Apart from the pods' problems, which a pod admitted without any forgets at each
+        # pass: said again every pass while it lasted.
+        _report_once(memo, namespace, entry, untuned, refused=True, topic=UNTUNED)
+    else:
+        settings.reported.pop(f"{key}#{UNTUNED}", None)
     if in_place:
         message = f"{message}; {in_place}"
     # A trial beside the one in force admits no pod: what it last said of one is not now.
