@@ -20,7 +20,7 @@ from kubernetes.client.exceptions import ApiException
 
 from e2e.fixtures.access import exists
 from e2e.fixtures.admission import without_the_check
-from e2e.fixtures.operator import OperatorProcess
+from e2e.fixtures.operator import OPERATOR_NAMESPACE, SERVICE_ACCOUNT, OperatorProcess
 from e2e.fixtures.waiting import wait_for
 from e2e.test_operator import (
     GROUP,
@@ -28,6 +28,7 @@ from e2e.test_operator import (
     VERSION,
     create,
     deployment,
+    documented_policy,
     events_for,
     get_tuning,
     tuning,
@@ -318,6 +319,50 @@ def test_a_memory_change_is_taken_by_the_running_pods_without_re_creating_them(
     third = wait_pods(api_client, namespace, "qwen", 3)
     assert all(p.metadata.annotations["infertune.io/memory-high"] == str(7 * 2**30)
                for p in third)
+
+
+def test_the_documented_policy_keeps_the_operators_pod_updates_to_its_two_keys(
+    api_client: client.ApiClient, namespace: str, operator: OperatorProcess
+) -> None:
+    """The chart's operator-pod-updates policy, as the API server runs it: the operator's
+    in-place change of spec.memory passes; any other change of a pod by its ServiceAccount
+    (an image, another label or annotation) is refused, while other users are not held."""
+    with documented_policy(api_client, namespace, "operator-pod-updates.yaml"):
+        create_tuning_first(api_client, namespace, operator,
+                            tuning("qwen", "qwen", memory={"high": "6Gi"}))
+        create(api_client, namespace, deployment("qwen", replicas=1))
+        first = wait_pods(api_client, namespace, "qwen", 1,
+                          check=lambda p: REVISION in (p.metadata.labels or {}))[0]
+        client.CustomObjectsApi(api_client).patch_namespaced_custom_object(
+            GROUP, VERSION, namespace, PLURAL, "qwen", {"spec": {"memory": {"high": "7Gi"}}})
+        pod = wait_pods(api_client, namespace, "qwen", 1, check=lambda p: (
+            p.metadata.annotations["infertune.io/memory-high"] == str(7 * 2**30)))[0]
+        assert pod.metadata.uid == first.metadata.uid  # taken in place, under the policy
+
+        as_operator = client.ApiClient(api_client.configuration)
+        as_operator.set_default_header(
+            "Impersonate-User", f"system:serviceaccount:{OPERATOR_NAMESPACE}:{SERVICE_ACCOUNT}")
+        pods = client.CoreV1Api(as_operator)
+        name = pod.metadata.name
+
+        def refused(body: dict[str, Any]) -> str:
+            with pytest.raises(ApiException) as info:
+                pods.patch_namespaced_pod(name, namespace, body)
+            assert info.value.status == 403, info.value
+            return str(info.value.body)
+
+        assert "not its spec" in refused({"spec": {"containers": [
+            {"name": pod.spec.containers[0].name, "image": "attacker/image:1"}]}})
+        assert "not its other labels" in refused({"metadata": {"labels": {"app": "other"}}})
+        assert "not its other labels" in refused({"metadata": {"labels": {"extra": "1"}}})
+        assert "not its other annotations" in refused(
+            {"metadata": {"annotations": {"infertune.io/serving-container": "x"}}})
+        pods.patch_namespaced_pod(name, namespace, {"metadata": {
+            "labels": {REVISION: "0123456789"},
+            "annotations": {"infertune.io/memory-high": str(6 * 2**30)}}})
+        # Another user is not the policy's to hold (RBAC is).
+        client.CoreV1Api(api_client).patch_namespaced_pod(
+            name, namespace, {"metadata": {"labels": {"extra": "1"}}})
 
 
 def test_eviction_respects_the_pod_disruption_budget(
