@@ -327,23 +327,32 @@ def test_the_documented_policy_keeps_the_operators_pod_updates_to_its_two_keys(
     """The chart's operator-pod-updates policy, as the API server runs it: the operator's
     in-place change of spec.memory passes; any other change of a pod by its ServiceAccount
     (an image, another label or annotation) is refused, while other users are not held."""
+    as_operator = client.ApiClient(api_client.configuration)
+    as_operator.set_default_header(
+        "Impersonate-User", f"system:serviceaccount:{OPERATOR_NAMESPACE}:{SERVICE_ACCOUNT}")
+    pods = client.CoreV1Api(as_operator)
     with documented_policy(api_client, namespace, "operator-pod-updates.yaml"):
         create_tuning_first(api_client, namespace, operator,
                             tuning("qwen", "qwen", memory={"high": "6Gi"}))
         create(api_client, namespace, deployment("qwen", replicas=1))
         first = wait_pods(api_client, namespace, "qwen", 1,
                           check=lambda p: REVISION in (p.metadata.labels or {}))[0]
+        name = first.metadata.name
+
+        def in_force() -> bool:  # the API server applies a new policy a moment later
+            try:
+                pods.patch_namespaced_pod(name, namespace, {"metadata": {"annotations": {
+                    "e2e-probe": str(time.monotonic())}}})
+            except ApiException as exc:
+                return exc.status == 403
+            return False
+
+        wait_for(in_force, "the policy in force")
         client.CustomObjectsApi(api_client).patch_namespaced_custom_object(
             GROUP, VERSION, namespace, PLURAL, "qwen", {"spec": {"memory": {"high": "7Gi"}}})
         pod = wait_pods(api_client, namespace, "qwen", 1, check=lambda p: (
             p.metadata.annotations["infertune.io/memory-high"] == str(7 * 2**30)))[0]
         assert pod.metadata.uid == first.metadata.uid  # taken in place, under the policy
-
-        as_operator = client.ApiClient(api_client.configuration)
-        as_operator.set_default_header(
-            "Impersonate-User", f"system:serviceaccount:{OPERATOR_NAMESPACE}:{SERVICE_ACCOUNT}")
-        pods = client.CoreV1Api(as_operator)
-        name = pod.metadata.name
 
         def refused(body: dict[str, Any]) -> str:
             with pytest.raises(ApiException) as info:
@@ -357,12 +366,24 @@ def test_the_documented_policy_keeps_the_operators_pod_updates_to_its_two_keys(
         assert "not its other labels" in refused({"metadata": {"labels": {"extra": "1"}}})
         assert "not its other annotations" in refused(
             {"metadata": {"annotations": {"infertune.io/serving-container": "x"}}})
+        assert "not its owner references or finalizers" in refused(
+            {"metadata": {"ownerReferences": None}})
+        assert "not its owner references or finalizers" in refused(
+            {"metadata": {"finalizers": ["e2e.infertune.io/hold"]}})
         pods.patch_namespaced_pod(name, namespace, {"metadata": {
             "labels": {REVISION: "0123456789"},
             "annotations": {"infertune.io/memory-high": str(6 * 2**30)}}})
-        # Another user is not the policy's to hold (RBAC is).
+        # Another user is not the policy's to hold (RBAC is); a pod the operator did not
+        # tune is not the operator's to change at all.
         client.CoreV1Api(api_client).patch_namespaced_pod(
             name, namespace, {"metadata": {"labels": {"extra": "1"}}})
+        client.CoreV1Api(api_client).create_namespaced_pod(namespace, {
+            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "bare"},
+            "spec": {"containers": [{"name": "c", "image": "busybox:1"}]}})
+        with pytest.raises(ApiException) as info:
+            pods.patch_namespaced_pod("bare", namespace, {"metadata": {"annotations": {
+                "infertune.io/memory-high": "1"}}})
+        assert "may change only pods it tuned" in str(info.value.body)
 
 
 def test_eviction_respects_the_pod_disruption_budget(

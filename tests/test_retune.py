@@ -912,7 +912,7 @@ def test_a_pod_whose_patch_is_refused_stays_outdated_and_is_replaced(
     message = controller["run"](pods)
     assert [p for p, _, _ in patched] == ["c"]
     assert "2 pods outdated; evicting a" in message, message
-    assert ("pods could not take spec.memory in place, and are replaced instead: a: 422 "
+    assert ("pods could not take spec.memory in place, and stay outdated: a: 422 "
             "Refused: denied by policy require-labels; b: 403") in message, message
     warning = [e for e in controller["events"] if e[1] == "MemoryHighNotUpdated"]
     assert len(warning) == 1 and warning[0][0] == "Warning"
@@ -922,7 +922,7 @@ def test_a_pod_whose_patch_is_refused_stays_outdated_and_is_replaced(
     controller["patch_errors"] = {"a": (403, rbac), "b": (403, rbac)}
     message = controller["run"](pods)
     assert [p for p, _, _ in patched] == [], "stopped at the first: the same for every pod"
-    assert ("pods could not take spec.memory in place, and are replaced instead: the operator "
+    assert ("pods could not take spec.memory in place, and stay outdated: the operator "
             "may not patch pods in namespace chat (403): it needs patch on pods, which the "
             "chart's RBAC grants") in message and message.count("403") == 1, message
 
@@ -945,6 +945,24 @@ def test_pods_that_failed_in_place_do_not_roll_the_whole_deployment(
     # A pod outdated for another reason is rolled out as before.
     patched.clear()
     message = controller["run"]([*pods, PodView("old", "r0", True)])
+    assert controller["annotations"] != [], message
+    # A pod gone before its patch (404), which the index still lists, is no pod to roll
+    # the Deployment for either; without patch on pods (RBAC) none is current, and the
+    # template is annotated as before.
+    controller["annotations"].clear()
+    controller["template_revision"] = None
+    pods = _tuned(controller, "a", "b", "gone")
+    _with_memory(controller, {"high": "13Gi"})
+    controller["patch_errors"] = {"a": (422, "denied"), "gone": (404, "not found")}
+    message = controller["run"](pods)
+    assert controller["annotations"] == [], message
+    assert message.startswith("1 pods outdated, none replaced: they could not take"), message
+    controller["annotations"].clear()
+    controller["template_revision"] = None
+    rbac = 'User "system:serviceaccount:x:y" cannot patch resource "pods" in API group ""'
+    controller["patch_errors"] = {"a": (403, rbac), "b": (403, rbac)}
+    _with_memory(controller, {"high": "12Gi"})
+    message = controller["run"](pods[:2])
     assert controller["annotations"] != [], message
 
 
@@ -978,6 +996,21 @@ def test_what_failed_in_place_is_said_again_after_a_pass_without_failures(
     _with_memory(controller, {"high": "4Gi"})
     controller_status(controller, [replace(pods[0], memory=(("tgi", "16Gi", "16Gi"),))])
     assert "PodPartlyTuned" not in [e[1] for e in controller["events"]]
+
+
+def test_an_untuned_replacement_is_said_once_with_the_webhooks_report(controller: Any) -> None:
+    """The webhook admitted the last pod untuned, and re-tuning holds the outdated ones for
+    the same reason: one PodNotTuned Event, not one from each."""
+    from infertune.tuning.pod_patch import tuning_revision
+    memo, key = controller["memo"], "chat/mistral-7b"
+    why = "spec.memory.high: 15Gi is above the memory limit 14Gi minus minHeadroom 1Gi"
+    memo.pod_tuning.admitted[key] = (tuning_revision(controller["spec"]), why)
+    memo.pod_tuning.unreported[key] = ((why,), True)
+    memo.pod_tuning.latest_problems[key] = [why]
+    for _ in range(2):
+        message = controller["run"](_outdated(3))
+    assert message == f"3 pods not tuned, none replaced: {why}"
+    assert [e[1] for e in controller["events"]] == ["PodNotTuned"]
 
 
 def test_a_pod_gone_before_its_patch_is_not_said_to_fail(

@@ -413,14 +413,16 @@ def _shown_bytes(value: str | None) -> str:
 
 
 def _update_pods(namespace: str, entry: dict[str, Any], revision: str, updates: PodUpdates,
-                 memo: kopf.Memo) -> tuple[set[str], str]:
+                 memo: kopf.Memo) -> tuple[set[str], set[str], set[str], str]:
     """Write the revision label and the memory.high intent on the pods `updates` names (a
-    metadata patch each: nothing restarts): the pods written, and what to say of it in
-    status.tuning.message."""
+    metadata patch each: nothing restarts): the pods written, those refused, those gone
+    meanwhile (the index still lists them), and what to say of it in status.tuning.message."""
     if not leader_of(memo).leads():
-        return set(), ""  # the pass says it, for all it does not do
+        return set(), set(), set(), ""  # the pass says it, for all it does not do
     said: list[str] = []
     written: set[str] = set()
+    refused: set[str] = set()
+    gone: set[str] = set()
     done: dict[str | None, list[str]] = {}
     failed: list[str] = []
     for pod, value, changed in updates.changes:
@@ -429,7 +431,8 @@ def _update_pods(namespace: str, entry: dict[str, Any], revision: str, updates: 
                                                  "annotations": {keys.MEMORY_HIGH: value}})
         except ApiException as exc:
             if exc.status == 404:
-                continue  # gone: its replacement comes through the webhook
+                gone.add(pod)  # its replacement comes through the webhook
+                continue
             why = f"{exc.status} {exc.reason}: {server_message(exc)[:300]}"
             logger.debug("[%s/%s] pod %s could not take spec.memory in place: %s",
                          namespace, entry["name"], pod, why)
@@ -438,8 +441,11 @@ def _update_pods(namespace: str, entry: dict[str, Any], revision: str, updates: 
                 # without a pod's name, so that it is one Event however many are replaced.
                 failed.append(f"the operator may not patch pods in namespace {namespace} "
                               "(403): it needs patch on pods, which the chart's RBAC grants")
+                refused.update(c[0] for c in updates.changes
+                               if c[0] not in written and c[0] not in gone)
                 break
             failed.append(f"{pod}: {why}")
+            refused.add(pod)
             continue
         written.add(pod)
         if changed:
@@ -453,7 +459,7 @@ def _update_pods(namespace: str, entry: dict[str, Any], revision: str, updates: 
                        + "; ".join(f"{_shown_bytes(value)} on {', '.join(pods)}"
                                    for value, pods in done.items()))[:MAX_EVENT_MESSAGE])
     if failed:
-        problem = ("pods could not take spec.memory in place, and are replaced instead: "
+        problem = ("pods could not take spec.memory in place, and stay outdated: "
                    + "; ".join(failed[:3])
                    + (f" (and {len(failed) - 3} more)" if len(failed) > 3 else ""))
         said.append(problem)
@@ -461,7 +467,7 @@ def _update_pods(namespace: str, entry: dict[str, Any], revision: str, updates: 
                      reason=MEMORY_NOT_UPDATED)
     if updates.problems and written:
         _report_once(memo, namespace, entry, list(updates.problems), refused=False)
-    return written, "; ".join(said)
+    return written, refused, gone, "; ".join(said)
 
 
 def _why_pods_cannot_be_tuned(name: str, spec: InferenceTuningSpec,
@@ -604,9 +610,11 @@ def retune(namespace: str, name: str, uid: str, spec: InferenceTuningSpec,
     settings: PodTuningSettings = memo.pod_tuning
     evictions = settings.last_evictions
     key = f"{namespace}/{name}"
+    said_now: list[str] = []
     if key in settings.unreported:
         problems, refused = settings.unreported.pop(key)
         _report_once(memo, namespace, entry, list(problems), refused=refused)
+        said_now = list(problems) if refused else []
     elif settings.latest_problems.get(key) == []:
         # The newest pod admitted had none: the same problem coming back is news again
         # (remembered, it was never said a second time).
@@ -617,9 +625,10 @@ def retune(namespace: str, name: str, uid: str, spec: InferenceTuningSpec,
             and namespace not in settings.excluded_namespaces):
         # Before the count: a pod that takes the change in place is current once written,
         # and one whose patch failed stays outdated (and is replaced as before).
-        written, in_place = _update_pods(namespace, entry, revision, updates, memo)
-        failed_in_place = {c[0] for c in updates.changes} - written
-        pods = [replace(p, revision=revision) if p.name in written else p for p in pods]
+        written, failed_in_place, gone, in_place = _update_pods(namespace, entry, revision,
+                                                                updates, memo)
+        pods = [replace(p, revision=revision) if p.name in written else p for p in pods
+                if p.name not in gone]
         if written and settings.problems_revision.get(key) != revision:
             # What the last pod admitted was told of spec.memory was of another spec, and
             # the pods are not re-created to be told again.
@@ -679,12 +688,11 @@ def retune(namespace: str, name: str, uid: str, spec: InferenceTuningSpec,
         # Re-created pods would come back untuned: replacing them only costs availability.
         message = f"{step.outdated} pods not tuned, none replaced: {problem}"
         untuned = [problem]
-    elif (spec.retune.strategy is RetuneStrategy.POD_TEMPLATE_ANNOTATION and spec.mode
-          is Mode.ENFORCE and failed_in_place
-          and {p.name for p in pods if not p.terminating and p.revision != revision}
-          <= failed_in_place):
-        # Annotating the template for them would roll every pod, the ones just updated in
-        # place too; and where it carries the revision already (a change back), nothing
+    elif (spec.retune.strategy is RetuneStrategy.POD_TEMPLATE_ANNOTATION and failed_in_place
+          and step.tuned and {p.name for p in pods if not p.terminating
+                              and p.revision != revision} <= failed_in_place):
+        # Annotating the template for them would roll every pod, the ones current (updated
+        # in place) too; and where it carries the revision already (a change back), nothing
         # would replace them.
         message = (f"{step.outdated} pods outdated, none replaced: they could not take "
                    "spec.memory in place (see the MemoryHighNotUpdated Event), and with "
@@ -728,7 +736,10 @@ def retune(namespace: str, name: str, uid: str, spec: InferenceTuningSpec,
             evictions[key] = step.eviction(revision, pods, done, clock, last)
             retuned(f"evicted {', '.join(done)} to re-create them with revision {revision} "
                     f"({step.outdated} pods were outdated)")
-    if untuned:
+    if untuned == said_now:
+        # Said by the webhook's report just now, in the same words: remembered, not twice.
+        settings.reported[f"{key}#{UNTUNED}"] = tuple(untuned)
+    elif untuned:
         # Apart from the pods' problems, which a pod admitted without any forgets at each
         # pass: said again every pass while it lasted.
         _report_once(memo, namespace, entry, untuned, refused=True, topic=UNTUNED)
