@@ -344,7 +344,8 @@ def test_the_documented_policy_keeps_the_operators_pod_updates_to_its_two_keys(
                 pods.patch_namespaced_pod(name, namespace, {"metadata": {"annotations": {
                     "e2e-probe": str(time.monotonic())}}})
             except ApiException as exc:
-                return exc.status == 403
+                return exc.status == 403 and "infertune operator may change only" in str(
+                    exc.body)
             return False
 
         wait_for(in_force, "the policy in force")

@@ -966,6 +966,35 @@ def test_pods_that_failed_in_place_do_not_roll_the_whole_deployment(
     assert controller["annotations"] != [], message
 
 
+def test_a_template_rolling_out_the_revision_is_said_as_any_rollout(
+        controller: Any, patched: list[tuple[str, Any, Any]]) -> None:
+    """Without patch on pods the template was annotated, and the Deployment rolls the pods
+    out: its first new pods are current, the old ones refused. What the rollout does is said
+    (paused: resume it), not a hold; once it has rolled out (a change back: the template
+    carried the revision already), the refused pods are held, said so."""
+    from infertune.tuning.pod_patch import tuning_revision
+    _by_template(controller)
+    rbac = 'User "system:serviceaccount:x:y" cannot patch resource "pods" in API group ""'
+    old = _tuned(controller, "a", "b")
+    _with_memory(controller, {"high": "14Gi"})
+    controller["patch_errors"] = {"a": (403, rbac), "b": (403, rbac), "c": (403, rbac)}
+    controller["template_revision"] = tuning_revision(controller["spec"])
+    pods = [*old, *_tuned(controller, "new")]  # of the revision: the rollout's
+    controller["status"] = {"observedGeneration": 2, "replicas": 3, "updatedReplicas": 1}
+    assert "the Deployment rolls them out" in controller["run"](pods)
+    controller["paused"] = True
+    assert "is paused: resume it" in controller["run"](pods)
+    controller["paused"] = False
+    controller["status"] = {"observedGeneration": 2, "replicas": 3, "updatedReplicas": 3,
+                            "availableReplicas": 3}
+    assert "none replaced: they could not take spec.memory in place" in controller["run"](pods)
+    # RBAC stops at the first pod: the ones not tried are refused all the same.
+    controller["template_revision"] = None
+    controller["status"] = None
+    message = controller["run"](pods)
+    assert "none replaced: they could not take" in message and controller["annotations"] == []
+
+
 def test_nothing_is_patched_in_a_namespace_the_webhook_leaves_out(
         controller: Any, patched: list[tuple[str, Any, Any]]) -> None:
     pods = _tuned(controller, "a")

@@ -654,6 +654,10 @@ def retune(namespace: str, name: str, uid: str, spec: InferenceTuningSpec,
     # Read the Deployment only when something is outdated: most ticks have nothing to do.
     deployment = read_deployment(namespace, target) if step.outdated and not rivals else None
     rollout = None if deployment is None else rollout_of(deployment)
+    template = (deployment.spec.template
+                if deployment is not None and deployment.spec is not None else None)
+    annotated = ((template.metadata.annotations or {}).get(keys.REVISION)
+                 if template is not None and template.metadata is not None else None)
     if not step.outdated:
         pass
     elif tuned_by is not None:
@@ -690,10 +694,14 @@ def retune(namespace: str, name: str, uid: str, spec: InferenceTuningSpec,
         untuned = [problem]
     elif (spec.retune.strategy is RetuneStrategy.POD_TEMPLATE_ANNOTATION and failed_in_place
           and step.tuned and {p.name for p in pods if not p.terminating
-                              and p.revision != revision} <= failed_in_place):
+                              and p.revision != revision} <= failed_in_place
+          and (annotated != revision or (
+              rollout is not None and rollout.observed and not rollout.paused
+              and rollout.pending is None and rollout.settling is None))):
         # Annotating the template for them would roll every pod, the ones current (updated
-        # in place) too; and where it carries the revision already (a change back), nothing
-        # would replace them.
+        # in place) too; and where it carries the revision already and the Deployment has
+        # rolled it out (a change back), nothing would replace them. While it rolls (or is
+        # paused), what it does is said as for any rollout.
         message = (f"{step.outdated} pods outdated, none replaced: they could not take "
                    "spec.memory in place (see the MemoryHighNotUpdated Event), and with "
                    "retune.strategy PodTemplateAnnotation the Deployment would roll every pod "
@@ -713,9 +721,6 @@ def retune(namespace: str, name: str, uid: str, spec: InferenceTuningSpec,
         step = plan_retune(revision, pods, spec.retune.max_unavailable, last, clock, desired)
         done: list[str] = []
         held: list[str] = []
-        template = deployment.spec.template if deployment.spec is not None else None
-        annotated = ((template.metadata.annotations or {}).get(keys.REVISION)
-                     if template is not None and template.metadata is not None else None)
 
         def retuned(message: str) -> None:
             # Pods restarted by the operator: said where the tuning's story is told.
@@ -736,7 +741,7 @@ def retune(namespace: str, name: str, uid: str, spec: InferenceTuningSpec,
             evictions[key] = step.eviction(revision, pods, done, clock, last)
             retuned(f"evicted {', '.join(done)} to re-create them with revision {revision} "
                     f"({step.outdated} pods were outdated)")
-    if untuned == said_now:
+    if untuned and untuned == said_now:
         # Said by the webhook's report just now, in the same words: remembered, not twice.
         settings.reported[f"{key}#{UNTUNED}"] = tuple(untuned)
     elif untuned:
