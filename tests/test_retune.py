@@ -820,9 +820,10 @@ def test_a_memory_spec_the_pods_cannot_take_leaves_them_outdated_and_running(
         message = controller["run"](stored)
     assert patched == [] and controller["evicted"] == []
     assert message.startswith(
-        "2 pods not tuned, none replaced: the running pods cannot take the new spec.memory, "
-        "and a replacement (with the same default memory limit) would be admitted untuned: "
-        "spec.memory.high: 15Gi is above the memory limit 14Gi"), message
+        "2 pods outdated, none replaced: they keep the tuning they have; the running pods "
+        "cannot take the new spec.memory, and a replacement (with the same default memory "
+        "limit) would be admitted untuned: spec.memory.high: 15Gi is above the memory limit "
+        "14Gi"), message
     [(kind, reason, _)] = controller["events"]
     assert (kind, reason) == ("Warning", "PodNotTuned")
     # The template sets a limit (the same edit raised it: a rollout brings it): it is right.

@@ -398,6 +398,9 @@ MEMORY_UPDATED = "MemoryHighUpdated"
 """Event reason when re-tuning changes the memory.high intent of running pods in place."""
 MEMORY_NOT_UPDATED = "MemoryHighNotUpdated"
 """Warning Event reason when pods could not take a change of spec.memory in place."""
+KEEP_THEIR_MEMORY = "the running pods cannot take the new spec.memory"
+"""How `_why_pods_cannot_be_tuned` begins the reason that stands on the running pods' own
+limit: tuned by the spec before, they keep that tuning (not "not tuned")."""
 UNTUNED = "untuned"
 """What re-tuning says of replacements that would come back untuned (PodNotTuned), kept apart
 from the pods' problems."""
@@ -499,8 +502,8 @@ def _why_pods_cannot_be_tuned(name: str, spec: InferenceTuningSpec,
                     if spec.container is None or c.get("name") == spec.container), None)
     if serving is not None and container_memory(serving)[1] is not None:
         return None  # the template's own limit (a rollout brings it): the preview is right
-    return (f"the running pods cannot take the new spec.memory, and a replacement (with the "
-            f"same default memory limit) would be admitted untuned: {stored_refusal}")
+    return (f"{KEEP_THEIR_MEMORY}, and a replacement (with the same default memory limit) "
+            f"would be admitted untuned: {stored_refusal}")
 
 
 def rollout_of(deployment: client.V1Deployment) -> Rollout:
@@ -690,7 +693,9 @@ def retune(namespace: str, name: str, uid: str, spec: InferenceTuningSpec,
                                                 updates.refused)
           ) is not None:
         # Re-created pods would come back untuned: replacing them only costs availability.
-        message = f"{step.outdated} pods not tuned, none replaced: {problem}"
+        message = (f"{step.outdated} pods outdated, none replaced: they keep the tuning they "
+                   f"have; {problem}" if problem.startswith(KEEP_THEIR_MEMORY) else
+                   f"{step.outdated} pods not tuned, none replaced: {problem}")
         untuned = [problem]
     elif (spec.retune.strategy is RetuneStrategy.POD_TEMPLATE_ANNOTATION and failed_in_place
           and step.tuned and {p.name for p in pods if not p.terminating
