@@ -623,7 +623,8 @@ def test_what_is_kept_of_a_deleted_tuning_goes_with_it(monkeypatch: pytest.Monke
     monkeypatch.setattr(loops, "INITIAL_DELAY_S", 0.0)
     settings = controller_pods.PodTuningSettings(launcher_image="l:1")
     tables = (settings.unreported, settings.latest_problems, settings.problems_revision,
-              settings.reported, settings.last_evictions, settings.admitted)
+              settings.reported, settings.last_evictions, settings.admitted,
+              settings.backfilled)
     for table in tables:
         table["chat/mistral-7b"] = table["chat/other"] = ("kept",)  # type: ignore[assignment]
     settings.reported["chat/mistral-7b#RetuneHeld"] = ("kept",)
@@ -725,6 +726,7 @@ def patched(controller: Any, monkeypatch: pytest.MonkeyPatch) -> list[tuple[str,
     from infertune.controller import pods as controller_pods
     written: list[tuple[str, Any, Any]] = []
     controller["patch_errors"] = {}
+    controller["backfilled"] = []
 
     def patch(namespace: str, pod: str, metadata: dict[str, Any]) -> None:
         if pod in controller["patch_errors"]:
@@ -732,6 +734,11 @@ def patched(controller: Any, monkeypatch: pytest.MonkeyPatch) -> list[tuple[str,
             error = ApiException(status=status, reason="Refused")
             error.body = json.dumps({"kind": "Status", "message": said})
             raise error
+        if "infertune.io/shape" in metadata["labels"]:  # a backfill
+            assert list(metadata["labels"]) == ["infertune.io/shape"], metadata
+            controller["backfilled"].append((pod, metadata["labels"]["infertune.io/shape"], (
+                metadata.get("annotations") or {}).get("infertune.io/serving-container")))
+            return
         assert set(metadata) == {"labels", "annotations"}, metadata
         assert list(metadata["labels"]) == ["infertune.io/revision"]
         assert list(metadata["annotations"]) == ["infertune.io/memory-high"]
@@ -994,6 +1001,36 @@ def test_a_template_rolling_out_the_revision_is_said_as_any_rollout(
     controller["status"] = None
     message = controller["run"](pods)
     assert "none replaced: they could not take" in message and controller["annotations"] == []
+
+
+def test_pods_tuned_before_the_shape_label_are_labelled_once(
+        controller: Any, patched: list[tuple[str, Any, Any]]) -> None:
+    """Of the revision, they were tuned by the spec as it is: labelled with its shape (and
+    their serving container named where the stored pod tells it), a later change of
+    spec.memory is taken by them in place instead of re-creating them."""
+    from infertune.tuning.pod_patch import shape_revision, tuning_revision
+    revision, shape = tuning_revision(controller["spec"]), shape_revision(controller["spec"])
+    pods = [PodView("one", revision, True, memory=TGI),
+            PodView("meshed", revision, True, memory=(("proxy", None, None), *TGI)),
+            PodView("old", "r0", True, memory=TGI),
+            PodView("going", revision, False, True, memory=TGI)]
+    message = controller["run"](pods)
+    assert controller["backfilled"] == [("one", shape, "tgi"), ("meshed", shape, None)]
+    assert patched == [] and message.startswith("1 pods outdated"), message
+    controller["run"](pods)  # once: refused by an older policy, it is not asked again
+    assert len(controller["backfilled"]) == 2
+    # spec.container names it in a pod of several.
+    controller["backfilled"].clear()
+    controller["spec"] = controller["spec"].model_copy(update={"container": "tgi"})
+    revision = tuning_revision(controller["spec"])
+    controller["run"]([PodView("named", revision, True,
+                               memory=(("proxy", None, None), *TGI))])
+    assert controller["backfilled"] == [("named", shape_revision(controller["spec"]), "tgi")]
+    # Not by a process that does not lead, nor with rivals.
+    controller["backfilled"].clear()
+    controller["run"]([PodView("rival", revision, True, memory=TGI)],
+                      rivals=("mistral-7b-v2",))
+    assert controller["backfilled"] == []
 
 
 def test_nothing_is_patched_in_a_namespace_the_webhook_leaves_out(

@@ -87,6 +87,9 @@ class PodTuningSettings:
     unreported: dict[str, tuple[tuple[str, ...], bool]] = field(default_factory=dict)
     """Pod problems seen by the webhook, waiting for re-tuning to post them as an Event."""
     latest_problems: dict[str, list[str]] = field(default_factory=dict)
+    backfilled: dict[str, set[str]] = field(default_factory=dict)
+    """The pods given the shape label (pod_updates' backfill), once each: a refusal (an older
+    operator-pod-updates policy) is not asked again every pass."""
     problems_revision: dict[str, str] = field(default_factory=dict)
     """The revision `latest_problems` were found for: the webhook's last admission, or a pass
     that gave pods a change of spec.memory in place."""
@@ -112,7 +115,7 @@ class PodTuningSettings:
         made again under its name inherited it (its PodNotTuned Event was taken as said, and
         the old problems showed in its status)."""
         for table in (self.unreported, self.latest_problems, self.problems_revision,
-                      self.reported, self.last_evictions, self.admitted):
+                      self.reported, self.last_evictions, self.admitted, self.backfilled):
             table.pop(key, None)
         for kept in [k for k in self.reported if k.startswith(f"{key}#")]:
             del self.reported[kept]  # what was said apart (RetuneHeld, ...)
@@ -410,6 +413,24 @@ def _patch_pod_metadata(namespace: str, pod: str, metadata: dict[str, Any]) -> N
     client.CoreV1Api().patch_namespaced_pod(pod, namespace, {"metadata": metadata})
 
 
+def _backfill(namespace: str, entry: dict[str, Any], shape: str, updates: PodUpdates,
+              done: set[str]) -> None:
+    """Label the pods of `updates.backfill` with `shape` (and name their serving container),
+    each once: pods tuned before the shape label, by the spec as it is."""
+    for pod, serving in updates.backfill:
+        if pod in done:
+            continue
+        done.add(pod)
+        metadata: dict[str, Any] = {"labels": {keys.SHAPE: shape}}
+        if serving is not None:
+            metadata["annotations"] = {keys.SERVING_CONTAINER: serving}
+        try:
+            _patch_pod_metadata(namespace, pod, metadata)
+        except ApiException as exc:  # gone, or refused: it is re-created by the next change
+            logger.debug("[%s/%s] pod %s not labelled with its shape: %s %s", namespace,
+                         entry["name"], pod, exc.status, exc.reason)
+
+
 def _shown_bytes(value: str | None) -> str:
     return "removed (memory.high at max)" if value is None else (
         f"{int(value) / 2**30:.2f}Gi ({value} bytes)")
@@ -641,6 +662,10 @@ def retune(namespace: str, name: str, uid: str, spec: InferenceTuningSpec,
             settings.problems_revision[key] = revision
     if not failed_in_place:  # none now: the next one is news
         settings.reported.pop(f"{key}#{MEMORY_NOT_UPDATED}", None)
+    if (updates.backfill and spec.mode is Mode.ENFORCE and not rivals
+            and namespace not in settings.excluded_namespaces and leader_of(memo).leads()):
+        _backfill(namespace, entry, shape_revision(spec, batching_value, mig), updates,
+                  settings.backfilled.setdefault(key, set()))
     last = evictions.get(key)
     clock = time.monotonic()
     step = plan_retune(revision, pods, spec.retune.max_unavailable, last, clock)

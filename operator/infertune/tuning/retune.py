@@ -258,6 +258,10 @@ class PodUpdates:
     """Why the webhook would admit such a pod untuned under the new spec.memory (above its
     limit less minHeadroom), as its resources are stored (a LimitRange's default limit
     included): a replacement would come back untuned, so none is replaced."""
+    backfill: tuple[tuple[str, str | None], ...] = ()
+    """Pods of the revision tuned by a release before the shape label: (pod, its serving
+    container where it can be told, else None). Labelled with the shape (and annotated with
+    the container), a later change of spec.memory finds them current but for it."""
 
 
 def pod_updates(spec: InferenceTuningSpec, revision: str, shape: str,
@@ -270,7 +274,12 @@ def pod_updates(spec: InferenceTuningSpec, revision: str, shape: str,
     changes: list[tuple[str, str | None, bool]] = []
     problems: dict[str, None] = {}
     refused: str | None = None
+    backfill: list[tuple[str, str | None]] = []
     for pod in pods:
+        if not pod.terminating and pod.revision == revision and pod.shape is None:
+            # Tuned by this very spec (the revision holds all of it), before the shape label.
+            backfill.append((pod.name, _serving_of(spec, pod)))
+            continue
         if (pod.terminating or pod.revision is None or pod.revision == revision
                 or pod.shape != shape or pod.serving is None):
             continue
@@ -292,4 +301,15 @@ def pod_updates(spec: InferenceTuningSpec, revision: str, shape: str,
         else:
             value = None if wanted.value is None else str(wanted.value)
         changes.append((pod.name, value, value != pod.memory_high))
-    return PodUpdates(tuple(changes), tuple(problems), refused)
+    return PodUpdates(tuple(changes), tuple(problems), refused, tuple(backfill))
+
+
+def _serving_of(spec: InferenceTuningSpec, pod: PodView) -> str | None:
+    """The container the webhook tuned, where the stored pod tells it: spec.container, or the
+    only container. Else None: a webhook after ours (a mesh's) may have put its proxy first."""
+    if pod.serving is not None:
+        return pod.serving
+    names = [c[0] for c in pod.memory]
+    if spec.container is not None:
+        return spec.container if spec.container in names else None
+    return names[0] if len(names) == 1 else None
