@@ -330,7 +330,7 @@ def test_a_memory_change_is_taken_by_the_running_pods_without_re_creating_them(
                for p in third)
 
 
-def test_the_documented_policy_keeps_the_operators_pod_updates_to_its_two_keys(
+def test_the_documented_policy_keeps_the_operators_pod_updates_to_its_own_keys(
     api_client: client.ApiClient, namespace: str, operator: OperatorProcess
 ) -> None:
     """The chart's operator-pod-updates policy, as the API server runs it: the operator's
@@ -383,6 +383,22 @@ def test_the_documented_policy_keeps_the_operators_pod_updates_to_its_two_keys(
         pods.patch_namespaced_pod(name, namespace, {"metadata": {
             "labels": {REVISION: "0123456789"},
             "annotations": {"infertune.io/memory-high": str(6 * 2**30)}}})
+        pods.patch_namespaced_pod(name, namespace, {"metadata": {
+            "annotations": {"infertune.io/memory-high": None}}})  # memory.high at max
+        # The shape and the serving container: added where missing (a pod tuned before
+        # them), never changed nor removed.
+        assert "not its other labels" in refused({"metadata": {"labels": {
+            "infertune.io/shape": "0123456789"}}})
+        assert "not its other labels" in refused({"metadata": {"labels": {
+            "infertune.io/shape": None}}})
+        assert "not its other annotations" in refused({"metadata": {"annotations": {
+            "infertune.io/serving-container": "istio-proxy"}}})
+        client.CoreV1Api(api_client).patch_namespaced_pod(name, namespace, {"metadata": {
+            "labels": {"infertune.io/shape": None},
+            "annotations": {"infertune.io/serving-container": None}}})
+        pods.patch_namespaced_pod(name, namespace, {"metadata": {
+            "labels": {"infertune.io/shape": "0123456789"},
+            "annotations": {"infertune.io/serving-container": "vllm"}}})
         # Another user is not the policy's to hold (RBAC is); a pod the operator did not
         # tune is not the operator's to change at all.
         client.CoreV1Api(api_client).patch_namespaced_pod(

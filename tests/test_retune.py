@@ -1026,11 +1026,19 @@ def test_pods_tuned_before_the_shape_label_are_labelled_once(
     controller["run"]([PodView("named", revision, True,
                                memory=(("proxy", None, None), *TGI))])
     assert controller["backfilled"] == [("named", shape_revision(controller["spec"]), "tgi")]
-    # Not by a process that does not lead, nor with rivals.
+    # Not with rivals.
     controller["backfilled"].clear()
     controller["run"]([PodView("rival", revision, True, memory=TGI)],
                       rivals=("mistral-7b-v2",))
     assert controller["backfilled"] == []
+    # A server error is asked again at the next pass; a refusal (an older policy) is not.
+    controller["patch_errors"] = {"busy": (500, "etcdserver: timeout"),
+                                  "refused": (403, "denied by policy")}
+    pods = [PodView(n, revision, True, memory=TGI) for n in ("busy", "refused")]
+    controller["run"](pods)
+    controller["patch_errors"] = {}
+    controller["run"](pods)
+    assert [p for p, _, _ in controller["backfilled"]] == ["busy"]
 
 
 def test_nothing_is_patched_in_a_namespace_the_webhook_leaves_out(

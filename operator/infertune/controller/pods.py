@@ -420,15 +420,17 @@ def _backfill(namespace: str, entry: dict[str, Any], shape: str, updates: PodUpd
     for pod, serving in updates.backfill:
         if pod in done:
             continue
-        done.add(pod)
         metadata: dict[str, Any] = {"labels": {keys.SHAPE: shape}}
         if serving is not None:
             metadata["annotations"] = {keys.SERVING_CONTAINER: serving}
         try:
             _patch_pod_metadata(namespace, pod, metadata)
-        except ApiException as exc:  # gone, or refused: it is re-created by the next change
+        except ApiException as exc:  # refused: it is re-created by the next change of memory
             logger.debug("[%s/%s] pod %s not labelled with its shape: %s %s", namespace,
                          entry["name"], pod, exc.status, exc.reason)
+            if exc.status not in (403, 404, 422):
+                continue  # a server error or a timeout: asked again at the next pass
+        done.add(pod)
 
 
 def _shown_bytes(value: str | None) -> str:
@@ -664,8 +666,10 @@ def retune(namespace: str, name: str, uid: str, spec: InferenceTuningSpec,
         settings.reported.pop(f"{key}#{MEMORY_NOT_UPDATED}", None)
     if (updates.backfill and spec.mode is Mode.ENFORCE and not rivals
             and namespace not in settings.excluded_namespaces and leader_of(memo).leads()):
+        labelled = settings.backfilled.setdefault(key, set())
+        labelled &= {p.name for p in pods}  # the pods gone are forgotten
         _backfill(namespace, entry, shape_revision(spec, batching_value, mig), updates,
-                  settings.backfilled.setdefault(key, set()))
+                  labelled)
     last = evictions.get(key)
     clock = time.monotonic()
     step = plan_retune(revision, pods, spec.retune.max_unavailable, last, clock)
