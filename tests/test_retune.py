@@ -222,17 +222,20 @@ def test_the_pass_evicts_within_the_deployments_replicas(controller: Any) -> Non
     assert controller["evicted"] == []
 
 
+class LostLease:
+    """A leader election this process no longer leads (loops.leader_of)."""
+
+    exclusive = True
+
+    def leads(self) -> bool:
+        return False
+
+
 def test_a_pass_that_lost_the_lease_during_the_deployment_read_evicts_nothing(
         controller: Any) -> None:
     """The read waited on an API server under load past the leadership: two processes then
     evicted at once, twice the pods down."""
-    class Lost:
-        exclusive = True
-
-        def leads(self) -> bool:
-            return False
-
-    controller["memo"]["leader"] = Lost()
+    controller["memo"]["leader"] = LostLease()
     message = controller["run"](_outdated(3))
     assert controller["evicted"] == [] and controller["events"] == []
     assert "none replaced by this process: it no longer leads" in message
@@ -889,20 +892,14 @@ def test_what_the_last_pod_was_told_of_memory_goes_with_the_change(
     assert patched  # taken in place all the same
 
 
-def test_nothing_is_patched_by_a_trial_rivals_or_a_process_that_does_not_lead(
+def test_nothing_is_patched_with_rivals_or_by_a_process_that_does_not_lead(
         controller: Any, patched: list[tuple[str, Any, Any]]) -> None:
     pods = _tuned(controller, "a")
     _with_memory(controller, {"high": "14Gi"})
     controller["run"](pods, rivals=("mistral-7b-v2",))
     assert patched == []
 
-    class Lost:
-        exclusive = True
-
-        def leads(self) -> bool:
-            return False
-
-    controller["memo"]["leader"] = Lost()
+    controller["memo"]["leader"] = LostLease()
     assert "it no longer leads" in controller["run"](pods)
     assert patched == [] and controller["evicted"] == []
     del controller["memo"]["leader"]

@@ -45,8 +45,8 @@ from infertune.tuning.pod_patch import (
     container_memory,
     plan_pod_patch,
     planned_mig,
-    shape_revision,
-    tuning_revision,
+    revisions,
+    serving_container,
 )
 from infertune.tuning.pod_shape import (
     controlling_replicaset,
@@ -520,9 +520,7 @@ def _why_pods_cannot_be_tuned(name: str, spec: InferenceTuningSpec,
         return preview.problems[0]
     if stored_refusal is None:
         return None
-    containers = (pod.get("spec") or {}).get("containers") or []
-    serving = next((c for c in containers
-                    if spec.container is None or c.get("name") == spec.container), None)
+    serving = serving_container(spec, (pod.get("spec") or {}).get("containers") or [])
     if serving is not None and container_memory(serving)[1] is not None:
         return None  # the template's own limit (a rollout brings it): the preview is right
     return (f"{KEEP_THEIR_MEMORY}, and a replacement (with the same default memory limit) "
@@ -630,8 +628,8 @@ def retune(namespace: str, name: str, uid: str, spec: InferenceTuningSpec,
     its pods by this one (manifests.pods_tuned_by), so none is replaced (`rivals_forced`:
     they are in mode Enforce; else trials, as this one); `tuned_by` the one in force it
     tunes them by instead, when this one is a trial beside it."""
-    revision = tuning_revision(spec, batching_value, mig)
-    updates = pod_updates(spec, revision, shape_revision(spec, batching_value, mig), pods)
+    revision, shape = revisions(spec, batching_value, mig)
+    updates = pod_updates(spec, revision, shape, pods)
     entry = {"name": name, "uid": uid}
     settings: PodTuningSettings = memo.pod_tuning
     evictions = settings.last_evictions
@@ -647,8 +645,11 @@ def retune(namespace: str, name: str, uid: str, spec: InferenceTuningSpec,
         settings.reported.pop(key, None)
     in_place, untuned = "", []
     failed_in_place: set[str] = set()
-    if (updates.changes and spec.mode is Mode.ENFORCE and not rivals
-            and namespace not in settings.excluded_namespaces):
+    # Pods are changed in place only by the tuning in force that tunes them, where the
+    # webhook is sent them.
+    changes_pods = (spec.mode is Mode.ENFORCE and not rivals
+                    and namespace not in settings.excluded_namespaces)
+    if updates.changes and changes_pods:
         # Before the count: a pod that takes the change in place is current once written,
         # and one whose patch failed stays outdated (and is replaced as before).
         written, failed_in_place, gone, in_place = _update_pods(namespace, entry, revision,
@@ -664,12 +665,10 @@ def retune(namespace: str, name: str, uid: str, spec: InferenceTuningSpec,
             settings.problems_revision[key] = revision
     if not failed_in_place:  # none now: the next one is news
         settings.reported.pop(f"{key}#{MEMORY_NOT_UPDATED}", None)
-    if (updates.backfill and spec.mode is Mode.ENFORCE and not rivals
-            and namespace not in settings.excluded_namespaces and leader_of(memo).leads()):
+    if updates.backfill and changes_pods and leader_of(memo).leads():
         labelled = settings.backfilled.setdefault(key, set())
         labelled &= {p.name for p in pods}  # the pods gone are forgotten
-        _backfill(namespace, entry, shape_revision(spec, batching_value, mig), updates,
-                  labelled)
+        _backfill(namespace, entry, shape, updates, labelled)
     last = evictions.get(key)
     clock = time.monotonic()
     step = plan_retune(revision, pods, spec.retune.max_unavailable, last, clock)

@@ -48,6 +48,14 @@ class MemoryHighError(ValueError):
         self.message = message
         self.partial = partial
 
+    def said_of_pod(self) -> str:
+        """How the problem is said of a pod, by the webhook and by re-tuning alike (the same
+        words are one Event): the field and why, and for a partial one what the pod gets."""
+        said = f"spec.{self.field}: {self.message}"
+        if self.partial:
+            said += "; memory.high stays at max, and the rest of the tuning is applied"
+        return said
+
 
 def _gib(value: Decimal | int) -> str:
     return f"{Decimal(value) / 2**30:.2f}Gi"

@@ -143,8 +143,7 @@ def tuning_revision(spec: InferenceTuningSpec, batching_value: int | None = None
     before the layout was planned keeps its whole GPU, so it is outdated once the plan names a
     slice. A pod that differs only in spec.memory (its `shape_revision` is current) is not
     re-created: re-tuning gives it the new memory.high intent in place."""
-    return _revision(spec, batching_value, mig_planned, {"mode", "container", "numa",
-                                                         "memory", "allocator"})
+    return _digest(_relevant(spec, batching_value, mig_planned))
 
 
 def shape_revision(spec: InferenceTuningSpec, batching_value: int | None = None,
@@ -153,13 +152,24 @@ def shape_revision(spec: InferenceTuningSpec, batching_value: int | None = None,
     environment, its resources). memory.high is an intent in an annotation, which a running
     pod takes in place and the node agent writes into its live cgroup; re-creating every pod
     of the Deployment (a model load each) for it was the cost of a change of spec.memory."""
-    return _revision(spec, batching_value, mig_planned, {"mode", "container", "numa",
-                                                         "allocator"})
+    return revisions(spec, batching_value, mig_planned)[1]
 
 
-def _revision(spec: InferenceTuningSpec, batching_value: int | None,
-              mig_planned: tuple[str | None, str], fields: set[str]) -> str:
-    relevant = spec.model_dump(mode="json", by_alias=True, include=fields)
+def revisions(spec: InferenceTuningSpec, batching_value: int | None = None,
+              mig_planned: tuple[str | None, str] = (None, "mixed")) -> tuple[str, str]:
+    """(tuning_revision, shape_revision) from one reading of the spec: each pod admission and
+    each re-tuning pass needs both."""
+    relevant = _relevant(spec, batching_value, mig_planned)
+    revision = _digest(relevant)
+    del relevant["memory"]
+    return revision, _digest(relevant)
+
+
+def _relevant(spec: InferenceTuningSpec, batching_value: int | None,
+              mig_planned: tuple[str | None, str]) -> dict[str, Any]:
+    """What the revisions are a hash of."""
+    relevant = spec.model_dump(mode="json", by_alias=True,
+                               include={"mode", "container", "numa", "memory", "allocator"})
     if spec.batching.mode is BatchingMode.AUTO and batching_value is not None:
         relevant["batching"] = {"knob": _knob(spec), "value": batching_value}
     if spec.mig is not None:
@@ -172,8 +182,11 @@ def _revision(spec: InferenceTuningSpec, batching_value: int | None,
         profile = spec.mig.profile
         relevant["mig"] = {"profile": planned if planned and profile else profile,
                            "strategy": spec.mig.strategy.value, "planned": list(mig_planned)}
-    digest = hashlib.sha256(json.dumps(relevant, sort_keys=True).encode()).hexdigest()
-    return digest[:10]
+    return relevant
+
+
+def _digest(relevant: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(relevant, sort_keys=True).encode()).hexdigest()[:10]
 
 
 def _cpu_limit(container: dict[str, Any]) -> float | None:
@@ -1066,8 +1079,8 @@ def _meta_ops(pod: dict[str, Any], section: str, values: dict[str, str]) -> list
 def plan_pod_patch(spec: InferenceTuningSpec, pod: dict[str, Any],
                    context: PodContext) -> PodPlan:
     """The patch that tunes `pod` as `spec` says, or a refusal with its reason."""
-    revision = tuning_revision(spec, context.batching_value,
-                               (context.mig_profile, context.mig_strategy))
+    revision, shape = revisions(spec, context.batching_value,
+                                (context.mig_profile, context.mig_strategy))
     labels = (pod.get("metadata") or {}).get("labels") or {}
     if labels.get(keys.REVISION) == revision:
         return PodPlan(revision, reasons=[f"already tuned to revision {revision}"])
@@ -1101,10 +1114,9 @@ def plan_pod_patch(spec: InferenceTuningSpec, pod: dict[str, Any],
         memory_high = resolve_memory_high(spec.memory, request=request, limit=limit)
     except MemoryHighError as exc:
         if not exc.partial:
-            return PodPlan(revision, refused=True, problems=[f"spec.{exc.field}: {exc.message}"])
+            return PodPlan(revision, refused=True, problems=[exc.said_of_pod()])
         memory_high = MemoryHigh(None, "memory.high stays at max (see the problem)")
-        problems.append(f"spec.{exc.field}: {exc.message}; memory.high stays at max, and the "
-                        "rest of the tuning is applied")
+        problems.append(exc.said_of_pod())
     reasons.append(f"memory: {memory_high.reason}")
 
     binder = _binds_itself(serving)
@@ -1190,8 +1202,7 @@ def plan_pod_patch(spec: InferenceTuningSpec, pod: dict[str, Any],
     # the patched pod.
     ops += _meta_ops(pod, "labels", {
         keys.TUNED_BY: keys.label_value(context.tuning_name), keys.REVISION: revision,
-        keys.SHAPE: shape_revision(spec, context.batching_value,
-                                   (context.mig_profile, context.mig_strategy))})
+        keys.SHAPE: shape})
     return PodPlan(revision, ops, reasons, problems)
 
 
@@ -1227,6 +1238,13 @@ def _serving_index(spec: InferenceTuningSpec, containers: list[dict[str, Any]]) 
     """The serving container: spec.container, or the first one when it is not set."""
     return next((i for i, c in enumerate(containers)
                  if spec.container is None or c.get("name") == spec.container), None)
+
+
+def serving_container(spec: InferenceTuningSpec,
+                      containers: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The container the webhook tunes among `containers` (`_serving_index`), if any."""
+    index = _serving_index(spec, containers)
+    return None if index is None else containers[index]
 
 
 def _gpu_local_without_gpu(spec: InferenceTuningSpec, pod_spec: Mapping[str, Any],

@@ -290,11 +290,10 @@ def pod_updates(spec: InferenceTuningSpec, revision: str, shape: str,
             wanted = resolve_memory_high(spec.memory, request=serving[1], limit=serving[2])
         except MemoryHighError as exc:
             if not exc.partial:
-                refused = refused or f"spec.{exc.field}: {exc.message}"
+                refused = refused or exc.said_of_pod()
                 continue
             # As the webhook admits such a pod, and in its words (said once for both).
-            problems[f"spec.{exc.field}: {exc.message}; memory.high stays at max, and the "
-                     "rest of the tuning is applied"] = None
+            problems[exc.said_of_pod()] = None
             value = None
         except ValueError:  # a quantity the API server took and this parser did not
             continue
