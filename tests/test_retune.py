@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from itertools import pairwise
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -325,9 +327,11 @@ def test_retuning_counts_a_trial_beside_the_tuning_in_force_as_no_rival(
         memo=kopf.Memo(pod_tuning=controller_pods.PodTuningSettings(launcher_image="l:1")),
         logger=logging.getLogger("test"), pods_by_deployment={}, tunings_by_target=index))
     own_spec = spec_of(next(e for e in entries if e.lower() == own))
-    work = captured["read"](own_spec, {}, {"generation": 1})
+    stored = {"revision": "r", "problems": ["as the last pass said"]}
+    work = captured["read"](own_spec, {"tuning": stored}, {"generation": 1})
     work()
-    assert calls[-1][8:] == passed
+    assert calls[-1][8:11] == passed
+    assert calls[-1][11] == stored  # what the last pass stored, for a restarted operator
 
 
 def test_a_missing_deployment_is_reported_not_an_eviction(controller: Any) -> None:
@@ -731,7 +735,11 @@ def patched(controller: Any, monkeypatch: pytest.MonkeyPatch) -> list[tuple[str,
     controller["patch_errors"] = {}
     controller["backfilled"] = []
 
+    controller["asked"] = []
+
     def patch(namespace: str, pod: str, metadata: dict[str, Any]) -> None:
+        if "infertune.io/revision" in metadata["labels"]:
+            controller["asked"].append(pod)
         if pod in controller["patch_errors"]:
             status, said = controller["patch_errors"][pod]
             error = ApiException(status=status, reason="Refused")
@@ -925,11 +933,87 @@ def test_a_pod_whose_patch_is_refused_stays_outdated_and_is_replaced(
     rbac = ('pods "a" is forbidden: User "system:serviceaccount:infertune-system:infertune" '
             'cannot patch resource "pods" in API group "" in the namespace "chat"')
     controller["patch_errors"] = {"a": (403, rbac), "b": (403, rbac)}
+    _with_memory(controller, {"high": "13Gi"})  # another spec: the refused are asked at once
     message = controller["run"](pods)
     assert [p for p, _, _ in patched] == [], "stopped at the first: the same for every pod"
     assert ("pods could not take spec.memory in place, and stay outdated: the operator "
             "may not patch pods in namespace chat (403): it needs patch on pods, which the "
             "chart's RBAC grants") in message and message.count("403") == 1, message
+
+
+def _clock(monkeypatch: pytest.MonkeyPatch, start: float = 1000.0) -> list[float]:
+    """The monotonic clock of pods.retune, set by the test (clock[0])."""
+    from infertune.controller import pods as controller_pods
+    clock = [start]
+    monkeypatch.setattr(controller_pods, "time", SimpleNamespace(monotonic=lambda: clock[0]))
+    return clock
+
+
+def test_a_refused_pod_is_asked_again_later_not_at_every_pass(
+        controller: Any, patched: list[tuple[str, Any, Any]],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pod that a policy refuses (held by PodTemplateAnnotation, it stays until fixed or
+    deleted) cost a PATCH every 10 s pass: asked again after 30 s, then after twice as long
+    at each refusal, up to 5 minutes; at once after a change of the spec; a server error at
+    the next pass. What status and the Event say is the same meanwhile."""
+    from infertune.controller.pods import IN_PLACE_RETRIED, IN_PLACE_RETRY_MAX_S
+    clock = _clock(monkeypatch)
+    controller["spec"] = controller["spec"].model_copy(update={
+        "retune": controller["spec"].retune.model_copy(update={
+            "strategy": RetuneStrategy.POD_TEMPLATE_ANNOTATION})})
+    pods = _tuned(controller, "a", "b")
+    _with_memory(controller, {"high": "14Gi"})
+    controller["patch_errors"] = {"a": (422, "denied by policy require-labels")}
+    first = controller["run"](pods)
+    assert controller["asked"] == ["a", "b"]
+    assert first.endswith(f"denied by policy require-labels ({IN_PLACE_RETRIED})"), first
+    current = [pods[0], replace(pods[1], revision=patched[0][1])]
+    steady = first.replace("memory.high intent updated in place on 1 pods; ", "")
+    asks: list[float] = []
+    for _ in range(80):  # 800 s of passes, 10 s apart
+        clock[0] += 10
+        controller["asked"].clear()
+        assert controller["run"](current) == steady
+        if controller["asked"]:
+            assert controller["asked"] == ["a"]
+            asks.append(clock[0])
+    assert asks[:4] == [1030, 1090, 1210, 1450], asks  # 30, 60, 120, 240 s after
+    assert [b - a for a, b in pairwise(asks[3:])] == [
+        IN_PLACE_RETRY_MAX_S] * (len(asks) - 4)
+    assert [e[1] for e in controller["events"]] == ["MemoryHighUpdated",
+                                                    "MemoryHighNotUpdated"]
+    # Fixed: taken at the next ask, within the longest wait.
+    controller["patch_errors"] = {}
+    while not controller["asked"]:
+        clock[0] += 10
+        controller["run"](current)
+    assert [p for p, _, _ in patched] == ["b", "a"]
+    # A change of the spec asks at once; a server error asks again at the next pass.
+    pods = _tuned(controller, "a", "b")
+    _with_memory(controller, {"high": "13Gi"})
+    controller["patch_errors"] = {"a": (422, "denied")}
+    controller["run"](pods)
+    _with_memory(controller, {"high": "12Gi"})
+    controller["asked"].clear()
+    controller["patch_errors"] = {"a": (503, "etcdserver: leader changed")}
+    message = controller["run"](pods)
+    assert controller["asked"] == ["a", "b"] and IN_PLACE_RETRIED not in message, message
+    clock[0] += 10
+    controller["asked"].clear()
+    controller["run"](pods)
+    assert controller["asked"] == ["a", "b"]
+    # Without patch on pods (RBAC), none is asked again before the wait either.
+    rbac = 'User "system:serviceaccount:x:y" cannot patch resource "pods" in API group ""'
+    controller["patch_errors"] = {"a": (403, rbac), "b": (403, rbac)}
+    _with_memory(controller, {"high": "12800Mi"})
+    controller["asked"].clear()
+    controller["run"](pods)
+    clock[0] += 10
+    message = controller["run"](pods)
+    assert controller["asked"] == ["a"] and message.count("403") == 1, message
+    clock[0] += 30
+    controller["run"](pods)
+    assert controller["asked"] == ["a", "a"]
 
 
 def test_pods_that_failed_in_place_do_not_roll_the_whole_deployment(
@@ -1141,7 +1225,36 @@ def test_the_value_in_place_is_what_the_webhook_gives_the_pod(
     assert refused == 1
 
 
-def controller_status(controller: Any, pods: list[PodView]) -> Any:
+def controller_status(controller: Any, pods: list[PodView],
+                      stored: dict[str, Any] | None = None) -> Any:
     from infertune.controller import pods as controller_pods
     return controller_pods.retune("chat", "mistral-7b", "uid-1", controller["spec"], pods,
-                                  controller["memo"])
+                                  controller["memo"], stored=stored)
+
+
+def test_a_restarted_operator_shows_the_problems_stored_for_the_revision(
+        controller: Any, patched: list[tuple[str, Any, Any]]) -> None:
+    """status.tuning.problems are kept in the process: restarted (or a new leader), the
+    operator showed none until a pod was admitted again, days later perhaps, and a memory
+    problem found in place is told by no admission at all. Taken from the status the last
+    pass stored, for the current revision only, without posting their Event again."""
+    from infertune.tuning.pod_patch import tuning_revision
+    revision = tuning_revision(controller["spec"])
+    pods = _tuned(controller, "a")
+    problems = ["spec.memory.high: 4Gi is under half the memory limit 16Gi", "another one"]
+    stored = {"revision": revision, "problems": problems, "tunedPods": 1}
+    assert controller_status(controller, pods, stored).problems == problems
+    assert controller["events"] == []
+    # The webhook's next admission says what holds now.
+    memo, key = controller["memo"], "chat/mistral-7b"
+    memo.pod_tuning.latest_problems[key] = []
+    assert controller_status(controller, pods, stored).problems == []
+    # Of another revision (the spec changed while the operator was down), or edited into
+    # something that is not a list of texts: not taken.
+    for other in ({**stored, "revision": "r0"}, {**stored, "problems": "a text"},
+                  {**stored, "problems": [{"a": 1}, 2]}, None):
+        memo.pod_tuning.forget(key)
+        assert controller_status(controller, pods, other).problems == [], other
+    memo.pod_tuning.forget(key)
+    many = {**stored, "problems": [f"problem {i}" for i in range(30)]}
+    assert len(controller_status(controller, pods, many).problems) == 20

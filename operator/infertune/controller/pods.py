@@ -12,7 +12,7 @@ import os
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 import jsonpatch  # type: ignore[import-untyped]
 import kopf
@@ -72,6 +72,34 @@ RETUNE_INTERVAL = float(os.environ.get("INFERTUNE_RETUNE_INTERVAL", "10"))
 logger = logging.getLogger(__name__)
 
 
+IN_PLACE_RETRY_S = 30.0
+"""How long after an admission policy or RBAC refused a pod's in-place patch it is asked
+again; each refusal in a row doubles it, up to IN_PLACE_RETRY_MAX_S. Asked at every pass, a
+pod that a policy refuses cost a PATCH (and a policy evaluation) every 10 s for as long as
+it stayed, and with PodTemplateAnnotation it stays until fixed or deleted."""
+IN_PLACE_RETRY_MAX_S = 300.0
+"""The longest wait between two asks (a policy fixed meanwhile is seen within it)."""
+IN_PLACE_RETRIED = (f"a refused pod is asked again after {IN_PLACE_RETRY_S:g}s, then less "
+                    f"often, up to every {IN_PLACE_RETRY_MAX_S / 60:g} minutes, and at once "
+                    "after a change of the spec")
+"""How the status message and the MemoryHighNotUpdated Event say when the refused pods are
+asked again (the same words at every pass: an Event is posted once for a text)."""
+
+
+class RefusedPatch(NamedTuple):
+    """A pod's in-place patch that an admission policy or RBAC refused."""
+
+    revision: str
+    """The revision the patch would have written: after a change of the spec (another
+    revision), the pod is asked again at once."""
+    said: str
+    """What the status message says of it."""
+    again_at: float
+    """When to ask again (monotonic)."""
+    wait_s: float
+    """The wait before `again_at`, doubled by the next refusal in a row."""
+
+
 @dataclass
 class PodTuningSettings:
     """Operator-wide settings and shared state of pod tuning, kept in kopf's memo.
@@ -90,6 +118,9 @@ class PodTuningSettings:
     backfilled: dict[str, set[str]] = field(default_factory=dict)
     """The pods given the shape label (pod_updates' backfill), once each: a refusal (an older
     operator-pod-updates policy) is not asked again every pass."""
+    refused_in_place: dict[str, dict[str, RefusedPatch]] = field(default_factory=dict)
+    """Per tuning, the pods whose in-place patch (a change of spec.memory) an admission
+    policy or RBAC refused, and when to ask again (`_update_pods`)."""
     problems_revision: dict[str, str] = field(default_factory=dict)
     """The revision `latest_problems` were found for: the webhook's last admission, or a pass
     that gave pods a change of spec.memory in place."""
@@ -115,7 +146,8 @@ class PodTuningSettings:
         made again under its name inherited it (its PodNotTuned Event was taken as said, and
         the old problems showed in its status)."""
         for table in (self.unreported, self.latest_problems, self.problems_revision,
-                      self.reported, self.last_evictions, self.admitted, self.backfilled):
+                      self.reported, self.last_evictions, self.admitted, self.backfilled,
+                      self.refused_in_place):
             table.pop(key, None)
         for kept in [k for k in self.reported if k.startswith(f"{key}#")]:
             del self.reported[kept]  # what was said apart (RetuneHeld, ...)
@@ -439,19 +471,38 @@ def _shown_bytes(value: str | None) -> str:
 
 
 def _update_pods(namespace: str, entry: dict[str, Any], revision: str, updates: PodUpdates,
-                 memo: kopf.Memo) -> tuple[set[str], set[str], set[str], str]:
+                 memo: kopf.Memo, clock: float) -> tuple[set[str], set[str], set[str], str]:
     """Write the revision label and the memory.high intent on the pods `updates` names (a
     metadata patch each: nothing restarts): the pods written, those refused, those gone
-    meanwhile (the index still lists them), and what to say of it in status.tuning.message."""
+    meanwhile (the index still lists them), and what to say of it in status.tuning.message.
+    A pod refused by an admission policy or RBAC is not asked again until its wait is over
+    (IN_PLACE_RETRY_S, doubled by each refusal in a row); it counts as refused meanwhile."""
     if not leader_of(memo).leads():
         return set(), set(), set(), ""  # the pass says it, for all it does not do
+    settings: PodTuningSettings = memo.pod_tuning
+    waiting = settings.refused_in_place.setdefault(f"{namespace}/{entry['name']}", {})
+    asked = {pod for pod, _, _ in updates.changes}
+    for pod in [p for p, r in waiting.items() if p not in asked or r.revision != revision]:
+        del waiting[pod]  # current, gone, or of another spec: asked at once when outdated
     said: list[str] = []
     written: set[str] = set()
     refused: set[str] = set()
     gone: set[str] = set()
     done: dict[str | None, list[str]] = {}
-    failed: list[str] = []
+    failed: dict[str, None] = {}  # in order, once each (RBAC's is the same for every pod)
+
+    def hold(pod: str, text: str) -> None:
+        last = waiting.get(pod)
+        wait_s = IN_PLACE_RETRY_S if last is None else min(2 * last.wait_s,
+                                                            IN_PLACE_RETRY_MAX_S)
+        waiting[pod] = RefusedPatch(revision, text, clock + wait_s, wait_s)
+
     for pod, value, changed in updates.changes:
+        held = waiting.get(pod)
+        if held is not None and clock < held.again_at:
+            failed[held.said] = None
+            refused.add(pod)
+            continue
         try:
             _patch_pod_metadata(namespace, pod, {"labels": {keys.REVISION: revision},
                                                  "annotations": {keys.MEMORY_HIGH: value}})
@@ -465,14 +516,21 @@ def _update_pods(namespace: str, entry: dict[str, Any], revision: str, updates: 
             if exc.status == 403 and 'cannot patch resource "pods"' in why:
                 # RBAC: the same for every pod (a policy's 403 is of one pod), and said
                 # without a pod's name, so that it is one Event however many are replaced.
-                failed.append(f"the operator may not patch pods in namespace {namespace} "
-                              "(403): it needs patch on pods, which the chart's RBAC grants")
-                refused.update(c[0] for c in updates.changes
-                               if c[0] not in written and c[0] not in gone)
+                text = (f"the operator may not patch pods in namespace {namespace} (403): it "
+                        "needs patch on pods, which the chart's RBAC grants")
+                failed[text] = None
+                for other, _, _ in updates.changes:
+                    if other not in written and other not in gone:
+                        refused.add(other)
+                        hold(other, text)
                 break
-            failed.append(f"{pod}: {why}")
+            text = f"{pod}: {why}"
+            failed[text] = None
             refused.add(pod)
+            if exc.status in (403, 422):  # refused; a server error is asked at the next pass
+                hold(pod, text)
             continue
+        waiting.pop(pod, None)
         written.add(pod)
         if changed:
             done.setdefault(value, []).append(pod)
@@ -485,9 +543,11 @@ def _update_pods(namespace: str, entry: dict[str, Any], revision: str, updates: 
                        + "; ".join(f"{_shown_bytes(value)} on {', '.join(pods)}"
                                    for value, pods in done.items()))[:MAX_EVENT_MESSAGE])
     if failed:
+        texts = list(failed)
         problem = ("pods could not take spec.memory in place, and stay outdated: "
-                   + "; ".join(failed[:3])
-                   + (f" (and {len(failed) - 3} more)" if len(failed) > 3 else ""))
+                   + "; ".join(texts[:3])
+                   + (f" (and {len(texts) - 3} more)" if len(texts) > 3 else "")
+                   + (f" ({IN_PLACE_RETRIED})" if waiting else ""))
         said.append(problem)
         _report_once(memo, namespace, entry, [problem], refused=False,
                      reason=MEMORY_NOT_UPDATED)
@@ -621,13 +681,15 @@ def retune(namespace: str, name: str, uid: str, spec: InferenceTuningSpec,
            pods: list[PodView], memo: kopf.Memo, batching_value: int | None = None,
            mig: tuple[str | None, str] = (None, "mixed"),
            rivals: tuple[str, ...] = (), tuned_by: str | None = None,
-           rivals_forced: bool = True) -> TuningStatus:
+           rivals_forced: bool = True,
+           stored: Mapping[str, Any] | None = None) -> TuningStatus:
     """One re-tuning pass: report the counts and replace outdated pods as the spec says.
     `mig` is the planned (profile, strategy) from status.mig (`planned_mig`); `rivals` the
     names of the other InferenceTunings of the same Deployment when the webhook does not tune
     its pods by this one (manifests.pods_tuned_by), so none is replaced (`rivals_forced`:
     they are in mode Enforce; else trials, as this one); `tuned_by` the one in force it
-    tunes them by instead, when this one is a trial beside it."""
+    tunes them by instead, when this one is a trial beside it; `stored` status.tuning as
+    the last pass wrote it (this process's, or another's before a restart or a failover)."""
     revision, shape = revisions(spec, batching_value, mig)
     updates = pod_updates(spec, revision, shape, pods)
     entry = {"name": name, "uid": uid}
@@ -635,6 +697,8 @@ def retune(namespace: str, name: str, uid: str, spec: InferenceTuningSpec,
     evictions = settings.last_evictions
     key = f"{namespace}/{name}"
     said_now: list[str] = []
+    if key not in settings.latest_problems:
+        _problems_as_stored(settings, key, revision, stored)
     if key in settings.unreported:
         problems, refused = settings.unreported.pop(key)
         _report_once(memo, namespace, entry, list(problems), refused=refused)
@@ -653,7 +717,8 @@ def retune(namespace: str, name: str, uid: str, spec: InferenceTuningSpec,
         # Before the count: a pod that takes the change in place is current once written,
         # and one whose patch failed stays outdated (and is replaced as before).
         written, failed_in_place, gone, in_place = _update_pods(namespace, entry, revision,
-                                                                updates, memo)
+                                                                updates, memo,
+                                                                time.monotonic())
         pods = [replace(p, revision=revision) if p.name in written else p for p in pods
                 if p.name not in gone]
         if written and settings.problems_revision.get(key) != revision:
@@ -663,6 +728,8 @@ def retune(namespace: str, name: str, uid: str, spec: InferenceTuningSpec,
                 *(p for p in settings.latest_problems.get(key, [])
                   if not p.startswith(MEMORY_PROBLEM)), *updates.problems]
             settings.problems_revision[key] = revision
+    if not (updates.changes and changes_pods):
+        settings.refused_in_place.pop(key, None)  # nothing to ask: the waits are over
     if not failed_in_place:  # none now: the next one is news
         settings.reported.pop(f"{key}#{MEMORY_NOT_UPDATED}", None)
     if updates.backfill and changes_pods and leader_of(memo).leads():
@@ -791,6 +858,24 @@ def retune(namespace: str, name: str, uid: str, spec: InferenceTuningSpec,
                         message=message, problems=said)
 
 
+def _problems_as_stored(settings: PodTuningSettings, key: str, revision: str,
+                        stored: Mapping[str, Any] | None) -> None:
+    """Take the problems status.tuning shows as this process's, where they were found for the
+    current revision: they are kept in memory, and a restarted operator (or a new leader)
+    showed none until a pod was admitted again, which may not be for days (a memory problem
+    found in place is said of no admitted pod at all). Their Event is not posted again: a pod
+    admitted with them posts it, as after any restart."""
+    if not stored or stored.get("revision") != revision:
+        return
+    shown = stored.get("problems")
+    if not isinstance(shown, list):
+        return
+    problems = [p for p in shown if isinstance(p, str)][:20]
+    if problems:
+        settings.latest_problems[key] = problems
+        settings.problems_revision[key] = revision
+
+
 @kopf.daemon(*RESOURCE, cancellation_timeout=STOP_TIMEOUT_S)  # type: ignore[arg-type]
 async def retune_pods(stopped: kopf.DaemonStopped, namespace: str, name: str, uid: str,
                       body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger,
@@ -820,10 +905,11 @@ async def retune_pods(stopped: kopf.DaemonStopped, namespace: str, name: str, ui
         batching = applied_batching(status, spec)
         mig = planned_mig(status.get("mig") or {})
         rivals_forced = forced or any(others.values())
+        stored = status.get("tuning")
         return lambda: {"tuning": retune(namespace, name, uid, parsed, pods, memo,
-                                         batching, mig, rivals, tuned_by,
-                                         rivals_forced).model_dump(by_alias=True,
-                                                                   mode="json")}
+                                         batching, mig, rivals, tuned_by, rivals_forced,
+                                         stored if isinstance(stored, dict) else None
+                                         ).model_dump(by_alias=True, mode="json")}
 
     try:
         await every(RETUNE_INTERVAL, read, what="re-tuning", stopped=stopped,
