@@ -431,3 +431,63 @@ def test_an_evaluation_timeout_past_what_a_clock_can_wait_is_refused(
     f"registry.example.com:5000/infertune@sha512:{'ab' * 64}"])
 def test_image_references_the_chart_and_registries_use_are_taken(image: str) -> None:
     assert build_parser().parse_args(["run", "--launcher-image", image]).launcher_image == image
+
+
+@pytest.mark.parametrize(("status", "body", "warned"), [
+    (403, b'{"kind":"Status","status":"Failure","reason":"Forbidden","code":403}', False),
+    (503, b"upstream connect error or disconnect/reset before headers", True),
+    (200, b"<html><body>Sign in to the corporate proxy</body></html>", False),
+])
+def test_any_answer_of_the_api_server_lets_the_operator_start(
+        status: int, body: bytes, warned: bool, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """The start check stops `infertune run` only for credentials refused (401), a
+    certificate not trusted, or no answer at all. Any other answer says the server is there:
+    a 403 where /version is not public, a 5xx while it restarts (said, then kopf tries again
+    as usual), a proxy's page. Each is taken at its first try, not retried for a minute."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from kubernetes import config
+
+    from infertune.kube import client as kube_client
+
+    asked: list[str] = []
+
+    class Answer(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            asked.append(self.path)
+            self.send_response(status)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *_: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Answer)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    path = tmp_path / "kubeconfig"
+    path.write_text(f"""apiVersion: v1
+kind: Config
+clusters: [{{name: c, cluster: {{server: "http://127.0.0.1:{server.server_address[1]}"}}}}]
+users: [{{name: u, user: {{token: t}}}}]
+contexts: [{{name: x, context: {{cluster: c, user: u}}}}]
+current-context: x
+""")
+    monkeypatch.setattr(client.Configuration, "_default", None)  # put back after the test
+    try:
+        config.load_kube_config(str(path))
+        with caplog.at_level("WARNING", logger=kube_client.__name__):
+            kube_client.check_api_server(attempts=3, pause_s=0.0)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert asked == ["/version/"], asked
+    said = [r.getMessage() for r in caplog.records if r.name == kube_client.__name__]
+    if warned:
+        assert said == [f"the API server at http://127.0.0.1:{server.server_address[1]} "
+                        f"answered {status} Service Unavailable; starting, and trying again "
+                        "as usual"], said
+    else:
+        assert said == [], said
