@@ -261,10 +261,33 @@ def exporter_scraped() -> Iterator[PrometheusServer]:
         shutil.rmtree(port_file.parent, ignore_errors=True)
 
 
+def reference_cpu_ms(rounds: int = 7) -> float:
+    """CPU time of a fixed pure-Python workload made of what an evaluation is made of (small
+    dicts and tuples, string formatting, a sort), the median of `rounds`. The shared machines
+    this runs on are not all alike (Intel Xeon and AMD EPYC hosts, of different speeds):
+    cycles measured on different machines compare as their ratio to this."""
+    def work() -> int:
+        rows = []
+        for i in range(20_000):
+            entry = {"time": f"2026-12-07T00:{i % 60:02d}:{i % 59:02d}Z", "replicas": i % 7,
+                     "reason": f"queue {i / 3:.1f} per replica above 32"}
+            rows.append((entry["replicas"], entry["time"], len(entry["reason"])))
+        rows.sort()
+        return len(rows)
+
+    spent = []
+    for _ in range(rounds):
+        started = time.process_time()
+        work()
+        spent.append((time.process_time() - started) * 1000)
+    return round(statistics.median(spent), 1)
+
+
 def record(results: list[dict[str, Any]]) -> None:
     meta = {"date": datetime.now(UTC).isoformat(timespec="seconds"),
             "python": platform.python_version(), "prometheus": "2.42 (Debian)",
-            "cpus": _cpus(), "goal": "flat queries per cycle, < 50 ms CPU per cycle at 1000"}
+            "cpus": _cpus(), "reference_cpu_ms": reference_cpu_ms(),
+            "goal": "flat queries per cycle, < 50 ms CPU per cycle at 1000"}
     RESULTS_DIR.mkdir(exist_ok=True)
     (RESULTS_DIR / "autoscale.json").write_text(
         json.dumps({"meta": meta, "results": results}, indent=2) + "\n")
@@ -272,6 +295,10 @@ def record(results: list[dict[str, Any]]) -> None:
         "# autoscaling evaluation cycle", "",
         f"{meta['cpus']}, Python {meta['python']}, Prometheus {meta['prometheus']}, "
         f"{meta['date']}. Produced by `python -m bench.autoscale_bench`.", "",
+        f"Machine reference: {meta['reference_cpu_ms']} ms of CPU for a fixed pure-Python "
+        "workload (`reference_cpu_ms`: dicts, tuples, formatting, a sort); the shared machines "
+        "are not all alike, so compare cycles across machines as their ratio to it.",
+        "",
         "One cycle = every tuning's pass in one interval slot (cached spec, listing, "
         "one batched fetch) + per tuning `plan_evaluation` as the operator calls it: the state "
         "read back from status, the decision, the whole status patch (conditions, "
@@ -299,6 +326,9 @@ def record(results: list[dict[str, Any]]) -> None:
               f"{', '.join(map(str, r['scale_writes_per_cycle']))} |" for r in results]
     ours = next(r for r in results if r["tunings"] == MAX_TUNINGS and "collector" not in r
                 and r["queue_resolution_s"] == 1.0)
+    lines += ["", f"At {MAX_TUNINGS} tunings: {ours['cpu_ms_median']} ms per cycle = "
+              f"{ours['cpu_ms_median'] / meta['reference_cpu_ms']:.2f} machine references "
+              f"(the goal, 50 ms, is {50 / meta['reference_cpu_ms']:.2f} of this machine's)."]
     python = next((r for r in results if "collector" in r), None)
     if python is not None:
         lines += ["", f"At {MAX_TUNINGS} tunings, operator / Python's default collector "
