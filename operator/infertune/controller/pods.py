@@ -77,6 +77,10 @@ IN_PLACE_RETRY_S = 30.0
 again; each refusal in a row doubles it, up to IN_PLACE_RETRY_MAX_S. Asked at every pass, a
 pod that a policy refuses cost a PATCH (and a policy evaluation) every 10 s for as long as
 it stayed, and with PodTemplateAnnotation it stays until fixed or deleted."""
+INDEX_LAG_S = 60.0
+"""How long a pod patched in place counts as written while the pod index still shows it as it
+was (`_update_pods`); past that, what the index shows is taken (a label changed back by
+someone else is written again)."""
 IN_PLACE_RETRY_MAX_S = 300.0
 """The longest wait between two asks (a policy fixed meanwhile is seen within it)."""
 IN_PLACE_RETRIED = (f"a refused pod is asked again after {IN_PLACE_RETRY_S:g}s, then less "
@@ -118,6 +122,9 @@ class PodTuningSettings:
     backfilled: dict[str, set[str]] = field(default_factory=dict)
     """The pods given the shape label (pod_updates' backfill), once each: a refusal (an older
     operator-pod-updates policy) is not asked again every pass."""
+    written_in_place: dict[str, dict[str, tuple[str, float]]] = field(default_factory=dict)
+    """Per tuning, the pods given a revision in place and when (monotonic): while kopf's pod
+    index has not caught up with the patch, the pod is not patched (nor announced) again."""
     refused_in_place: dict[str, dict[str, RefusedPatch]] = field(default_factory=dict)
     """Per tuning, the pods whose in-place patch (a change of spec.memory) an admission
     policy or RBAC refused, and when to ask again (`_update_pods`)."""
@@ -147,7 +154,7 @@ class PodTuningSettings:
         the old problems showed in its status)."""
         for table in (self.unreported, self.latest_problems, self.problems_revision,
                       self.reported, self.last_evictions, self.admitted, self.backfilled,
-                      self.refused_in_place):
+                      self.refused_in_place, self.written_in_place):
             table.pop(key, None)
         for kept in [k for k in self.reported if k.startswith(f"{key}#")]:
             del self.reported[kept]  # what was said apart (RetuneHeld, ...)
@@ -436,6 +443,15 @@ MEMORY_NOT_UPDATED = "MemoryHighNotUpdated"
 KEEP_THEIR_MEMORY = "the running pods cannot take the new spec.memory"
 """How `_why_pods_cannot_be_tuned` begins the reason that stands on the running pods' own
 limit: tuned by the spec before, they keep that tuning (not "not tuned")."""
+
+
+class Untuned(NamedTuple):
+    """Why a pod re-created now would come back untuned (`_why_pods_cannot_be_tuned`)."""
+
+    problem: str
+    keep_their_tuning: bool = False
+    """The running pods' own limit refuses a change of spec.memory: tuned by the spec
+    before, they keep that tuning (said so, not "not tuned")."""
 UNTUNED = "untuned"
 """What re-tuning says of replacements that would come back untuned (PodNotTuned), kept apart
 from the pods' problems."""
@@ -470,20 +486,37 @@ def _shown_bytes(value: str | None) -> str:
         f"{int(value) / 2**30:.2f}Gi ({value} bytes)")
 
 
+class InPlace(NamedTuple):
+    """What `_update_pods` did."""
+
+    written: set[str]
+    """The pods that carry the revision now (or did at a pass before: `INDEX_LAG_S`)."""
+    refused: set[str]
+    """The pods whose patch failed, or waits to be asked again: they stay outdated."""
+    gone: set[str]
+    """The pods deleted meanwhile (the index still lists them)."""
+    message: str
+    """What to say of it in status.tuning.message ("" when nothing)."""
+
+
 def _update_pods(namespace: str, entry: dict[str, Any], revision: str, updates: PodUpdates,
-                 memo: kopf.Memo, clock: float) -> tuple[set[str], set[str], set[str], str]:
+                 memo: kopf.Memo, clock: float) -> InPlace:
     """Write the revision label and the memory.high intent on the pods `updates` names (a
-    metadata patch each: nothing restarts): the pods written, those refused, those gone
-    meanwhile (the index still lists them), and what to say of it in status.tuning.message.
-    A pod refused by an admission policy or RBAC is not asked again until its wait is over
-    (IN_PLACE_RETRY_S, doubled by each refusal in a row); it counts as refused meanwhile."""
+    metadata patch each: nothing restarts). A pod refused by an admission policy or RBAC is
+    not asked again until its wait is over (IN_PLACE_RETRY_S, doubled by each refusal in a
+    row); it counts as refused meanwhile."""
     if not leader_of(memo).leads():
-        return set(), set(), set(), ""  # the pass says it, for all it does not do
+        return InPlace(set(), set(), set(), "")  # the pass says it, for all it does not do
     settings: PodTuningSettings = memo.pod_tuning
-    waiting = settings.refused_in_place.setdefault(f"{namespace}/{entry['name']}", {})
+    key = f"{namespace}/{entry['name']}"
+    waiting = settings.refused_in_place.setdefault(key, {})
+    recent = settings.written_in_place.setdefault(key, {})
     asked = {pod for pod, _, _ in updates.changes}
     for pod in [p for p, r in waiting.items() if p not in asked or r.revision != revision]:
         del waiting[pod]  # current, gone, or of another spec: asked at once when outdated
+    for pod in [p for p, (written_revision, at) in recent.items()
+                if p not in asked or written_revision != revision or clock - at > INDEX_LAG_S]:
+        del recent[pod]  # the index caught up (or never will: written again)
     said: list[str] = []
     written: set[str] = set()
     refused: set[str] = set()
@@ -498,6 +531,9 @@ def _update_pods(namespace: str, entry: dict[str, Any], revision: str, updates: 
         waiting[pod] = RefusedPatch(revision, text, clock + wait_s, wait_s)
 
     for pod, value, changed in updates.changes:
+        if pod in recent:  # written at a pass before: the index shows it as it was
+            written.add(pod)
+            continue
         held = waiting.get(pod)
         if held is not None and clock < held.again_at:
             failed[held.said] = None
@@ -531,6 +567,7 @@ def _update_pods(namespace: str, entry: dict[str, Any], revision: str, updates: 
                 hold(pod, text)
             continue
         waiting.pop(pod, None)
+        recent[pod] = (revision, clock)
         written.add(pod)
         if changed:
             done.setdefault(value, []).append(pod)
@@ -553,7 +590,7 @@ def _update_pods(namespace: str, entry: dict[str, Any], revision: str, updates: 
                      reason=MEMORY_NOT_UPDATED)
     if updates.problems and written:
         _report_once(memo, namespace, entry, list(updates.problems), refused=False)
-    return written, refused, gone, "; ".join(said)
+    return InPlace(written, refused, gone, "; ".join(said))
 
 
 def _why_pods_cannot_be_tuned(name: str, spec: InferenceTuningSpec,
@@ -561,7 +598,7 @@ def _why_pods_cannot_be_tuned(name: str, spec: InferenceTuningSpec,
                               batching_value: int | None,
                               admitted: tuple[str, str | None] | None = None,
                               revision: str | None = None,
-                              stored_refusal: str | None = None) -> str | None:
+                              stored_refusal: str | None = None) -> Untuned | None:
     """Why a pod re-created now would come back untuned: as the webhook found for the last
     pod of this revision it admitted (it saw the pod with the namespace's LimitRange
     defaults filled in), else as a preview of the Deployment's template finds. Where the
@@ -569,7 +606,7 @@ def _why_pods_cannot_be_tuned(name: str, spec: InferenceTuningSpec,
     one), `stored_refusal` stands in for the preview on spec.memory: the running pods' own
     limit refuses it (pod_updates)."""
     if admitted is not None and admitted[0] == revision:
-        return admitted[1]
+        return None if admitted[1] is None else Untuned(admitted[1])
     settings: PodTuningSettings = memo.pod_tuning
     raw = client.ApiClient().sanitize_for_serialization(deployment)  # type: ignore[no-untyped-call]
     pod = pod_from_deployment(raw)
@@ -577,14 +614,14 @@ def _why_pods_cannot_be_tuned(name: str, spec: InferenceTuningSpec,
         tuning_name=name, launcher_image=settings.launcher_image,
         static_cpu_manager=settings.static_cpu_manager, batching_value=batching_value))
     if preview.refused:
-        return preview.problems[0]
+        return Untuned(preview.problems[0])
     if stored_refusal is None:
         return None
     serving = serving_container(spec, (pod.get("spec") or {}).get("containers") or [])
     if serving is not None and container_memory(serving)[1] is not None:
         return None  # the template's own limit (a rollout brings it): the preview is right
-    return (f"{KEEP_THEIR_MEMORY}, and a replacement (with the same default memory limit) "
-            f"would be admitted untuned: {stored_refusal}")
+    return Untuned(f"{KEEP_THEIR_MEMORY}, and a replacement (with the same default memory "
+                   f"limit) would be admitted untuned: {stored_refusal}", True)
 
 
 def rollout_of(deployment: client.V1Deployment) -> Rollout:
@@ -716,12 +753,11 @@ def retune(namespace: str, name: str, uid: str, spec: InferenceTuningSpec,
     if updates.changes and changes_pods:
         # Before the count: a pod that takes the change in place is current once written,
         # and one whose patch failed stays outdated (and is replaced as before).
-        written, failed_in_place, gone, in_place = _update_pods(namespace, entry, revision,
-                                                                updates, memo,
-                                                                time.monotonic())
-        pods = [replace(p, revision=revision) if p.name in written else p for p in pods
-                if p.name not in gone]
-        if written and settings.problems_revision.get(key) != revision:
+        updated = _update_pods(namespace, entry, revision, updates, memo, time.monotonic())
+        failed_in_place, in_place = updated.refused, updated.message
+        pods = [replace(p, revision=revision) if p.name in updated.written else p
+                for p in pods if p.name not in updated.gone]
+        if updated.written and settings.problems_revision.get(key) != revision:
             # What the last pod admitted was told of spec.memory was of another spec, and
             # the pods are not re-created to be told again.
             settings.latest_problems[key] = [
@@ -730,6 +766,7 @@ def retune(namespace: str, name: str, uid: str, spec: InferenceTuningSpec,
             settings.problems_revision[key] = revision
     if not (updates.changes and changes_pods):
         settings.refused_in_place.pop(key, None)  # nothing to ask: the waits are over
+        settings.written_in_place.pop(key, None)
     if not failed_in_place:  # none now: the next one is news
         settings.reported.pop(f"{key}#{MEMORY_NOT_UPDATED}", None)
     if updates.backfill and changes_pods and leader_of(memo).leads():
@@ -783,15 +820,15 @@ def retune(namespace: str, name: str, uid: str, spec: InferenceTuningSpec,
         # replaces them; two processes evicting at once took twice the pods down.
         message = (f"{step.outdated} pods outdated, none replaced by this process: it no "
                    "longer leads (--leader-elect), and the leader replaces them")
-    elif (problem := _why_pods_cannot_be_tuned(name, spec, deployment, memo, batching_value,
-                                                settings.admitted.get(key), revision,
-                                                updates.refused)
+    elif (why := _why_pods_cannot_be_tuned(name, spec, deployment, memo, batching_value,
+                                            settings.admitted.get(key), revision,
+                                            updates.refused)
           ) is not None:
         # Re-created pods would come back untuned: replacing them only costs availability.
         message = (f"{step.outdated} pods outdated, none replaced: they keep the tuning they "
-                   f"have; {problem}" if problem.startswith(KEEP_THEIR_MEMORY) else
-                   f"{step.outdated} pods not tuned, none replaced: {problem}")
-        untuned = [problem]
+                   f"have; {why.problem}" if why.keep_their_tuning else
+                   f"{step.outdated} pods not tuned, none replaced: {why.problem}")
+        untuned = [why.problem]
     elif (spec.retune.strategy is RetuneStrategy.POD_TEMPLATE_ANNOTATION and failed_in_place
           and step.tuned and {p.name for p in pods if not p.terminating
                               and p.revision != revision} <= failed_in_place
