@@ -559,9 +559,11 @@ def test_ctrl_c_that_breaks_a_lock_still_ends_the_command_as_interrupted(
     """Ctrl-C that landed while the main thread started a query's thread left that thread's
     lock broken: a RuntimeError traceback, then a wait for the query's 60 s timeout (one run
     in about a hundred of the test above). Caught in the command, it went on, and waited
-    for the other queries' timeout before it ended (the test above timed out in a full run):
-    it ends at the Ctrl-C. Where SIGINT is ignored (a background job), the command is left
-    alone."""
+    for the other queries' timeout before it ended (the test above timed out in a full run).
+    The script stands in for such a command (what a KeyboardInterrupt at that point would
+    leave, caught or not, then a wait as long as a query's): ended from the signal handler
+    now, no exception reaches it, and it ends at the Ctrl-C either way. Where SIGINT is
+    ignored (a background job), the command is left alone."""
     ignore = sigint == "ignored"
     done = subprocess.run(
         [sys.executable, "-c", INTERRUPTED_INSIDE_A_LOCK, exception], capture_output=True,

@@ -1038,6 +1038,41 @@ def test_a_pod_written_in_place_is_not_written_again_while_the_index_lags(
     assert controller["asked"] == ["a", "b"]
 
 
+def test_a_refusal_of_rbac_leaves_alone_the_pods_written_or_waiting(
+        controller: Any, patched: list[tuple[str, Any, Any]],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """RBAC's 403 stops the pass and holds the pods not asked: not one written at a pass
+    before (the index not caught up: it carries the revision), and not one already waiting,
+    whose wait is kept (doubled, it was asked later than it should). A server error after a
+    refusal is asked again at the next pass, and not said to wait."""
+    from infertune.controller.pods import IN_PLACE_RETRIED
+    clock = _clock(monkeypatch)
+    pods = _tuned(controller, "a", "b", "c")
+    _with_memory(controller, {"high": "14Gi"})
+    controller["patch_errors"] = {"a": (503, "etcdserver: leader changed"),
+                                  "c": (422, "denied by policy require-labels")}
+    controller["run"](pods)
+    assert [p for p, _, _ in patched] == ["b"]
+    clock[0] += 10
+    rbac = 'User "system:serviceaccount:x:y" cannot patch resource "pods" in API group ""'
+    controller["patch_errors"] = {"a": (403, rbac), "c": (422, "denied")}
+    controller["asked"].clear()
+    status = controller_status(controller, pods)
+    assert controller["asked"] == ["a"] and status.outdated_pods == 2, status.message
+    controller["patch_errors"] = {"a": (503, "etcdserver: leader changed"),
+                                  "c": (503, "etcdserver: leader changed")}
+    clock[0] += 20  # c's first wait (30 s) is over; a's (RBAC, 30 s from the last pass) not
+    controller["asked"].clear()
+    message = controller["run"](pods)
+    assert controller["asked"] == ["c"], controller["asked"]
+    assert IN_PLACE_RETRIED in message  # a waits still
+    clock[0] += 10
+    controller["asked"].clear()
+    message = controller["run"](pods)
+    assert controller["asked"] == ["a", "c"], controller["asked"]
+    assert IN_PLACE_RETRIED not in message, message  # server errors: the next pass
+
+
 def test_pods_that_failed_in_place_do_not_roll_the_whole_deployment(
         controller: Any, patched: list[tuple[str, Any, Any]]) -> None:
     """With PodTemplateAnnotation, annotating the template for one refused pod would roll
@@ -1255,7 +1290,8 @@ def controller_status(controller: Any, pods: list[PodView],
 
 
 def test_a_restarted_operator_shows_the_problems_stored_for_the_revision(
-        controller: Any, patched: list[tuple[str, Any, Any]]) -> None:
+        controller: Any, patched: list[tuple[str, Any, Any]],
+        monkeypatch: pytest.MonkeyPatch) -> None:
     """status.tuning.problems are kept in the process: restarted (or a new leader), the
     operator showed none until a pod was admitted again, days later perhaps, and a memory
     problem found in place is told by no admission at all. Taken from the status the last
@@ -1280,3 +1316,16 @@ def test_a_restarted_operator_shows_the_problems_stored_for_the_revision(
     memo.pod_tuning.forget(key)
     many = {**stored, "problems": [f"problem {i}" for i in range(30)]}
     assert len(controller_status(controller, pods, many).problems) == 20
+    # Stored by a pass of this revision while a policy refused the pods' in-place patch: the
+    # spec.memory line was the spec's before. Once a pod is written in place, its lines are
+    # said anew (taken as this revision's, the old line stayed until a pod was admitted).
+    memo.pod_tuning.forget(key)
+    clock = _clock(monkeypatch)
+    _with_memory(controller, {"high": "14Gi"})
+    stored = {"revision": tuning_revision(controller["spec"]), "problems": problems}
+    controller["patch_errors"] = {"a": (422, "denied by policy require-labels")}
+    assert controller_status(controller, pods, stored).problems == problems
+    controller["patch_errors"] = {}
+    clock[0] += 30
+    assert controller_status(controller, pods, stored).problems == ["another one"]
+    assert [p for p, _, _ in patched] == ["a"]

@@ -471,13 +471,17 @@ def _interrupted() -> NoReturn:
     """Ctrl-C while a query waits for a Prometheus that does not answer: one line and the
     shell's code for SIGINT, at once. It printed a traceback and then waited out the query's
     timeout, as the interpreter joins the query threads before it exits."""
-    # RuntimeError: called from the signal handler while the main thread was writing to
-    # stdout ("reentrant call"); the line goes to the descriptor, past stderr's buffer.
-    with contextlib.suppress(OSError, ValueError, RuntimeError):
-        sys.stdout.flush()
-    with contextlib.suppress(OSError):
-        os.write(sys.__stderr__.fileno() if sys.__stderr__ else 2, b"infertune: interrupted\n")
-    os._exit(INTERRUPTED)
+    # Called from the signal handler: whatever fails here must not reach the main thread (a
+    # command that takes any exception for no data goes on), so the exit comes in any case.
+    # RuntimeError: the main thread was writing to stdout ("reentrant call"); the line goes
+    # to the descriptor, past stderr's buffer.
+    try:
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()
+        with contextlib.suppress(Exception):
+            os.write(2, b"infertune: interrupted\n")
+    finally:
+        os._exit(INTERRUPTED)
 
 
 class _Interrupts:

@@ -452,6 +452,8 @@ class Untuned(NamedTuple):
     keep_their_tuning: bool = False
     """The running pods' own limit refuses a change of spec.memory: tuned by the spec
     before, they keep that tuning (said so, not "not tuned")."""
+
+
 UNTUNED = "untuned"
 """What re-tuning says of replacements that would come back untuned (PodNotTuned), kept apart
 from the pods' problems."""
@@ -556,15 +558,20 @@ def _update_pods(namespace: str, entry: dict[str, Any], revision: str, updates: 
                         "needs patch on pods, which the chart's RBAC grants")
                 failed[text] = None
                 for other, _, _ in updates.changes:
-                    if other not in written and other not in gone:
-                        refused.add(other)
-                        hold(other, text)
+                    if other in written or other in gone or other in recent:
+                        continue  # written, now or at a pass before (not reached yet)
+                    refused.add(other)
+                    kept = waiting.get(other)
+                    if other == pod or kept is None or clock >= kept.again_at:
+                        hold(other, text)  # one waiting already keeps its wait
                 break
             text = f"{pod}: {why}"
             failed[text] = None
             refused.add(pod)
-            if exc.status in (403, 422):  # refused; a server error is asked at the next pass
+            if exc.status in (403, 422):
                 hold(pod, text)
+            else:  # a server error, a conflict, throttling: asked again at the next pass
+                waiting.pop(pod, None)
             continue
         waiting.pop(pod, None)
         recent[pod] = (revision, clock)
@@ -897,11 +904,11 @@ def retune(namespace: str, name: str, uid: str, spec: InferenceTuningSpec,
 
 def _problems_as_stored(settings: PodTuningSettings, key: str, revision: str,
                         stored: Mapping[str, Any] | None) -> None:
-    """Take the problems status.tuning shows as this process's, where they were found for the
-    current revision: they are kept in memory, and a restarted operator (or a new leader)
-    showed none until a pod was admitted again, which may not be for days (a memory problem
-    found in place is said of no admitted pod at all). Their Event is not posted again: a pod
-    admitted with them posts it, as after any restart."""
+    """Take the problems status.tuning shows as this process's, where the pass that stored
+    them was of the current revision: they are kept in memory, and a restarted operator (or a
+    new leader) showed none until a pod was admitted again, which may not be for days (a
+    memory problem found in place is said of no admitted pod at all). Their Event is not
+    posted again: a pod admitted with them posts it, as after any restart."""
     if not stored or stored.get("revision") != revision:
         return
     shown = stored.get("problems")
@@ -909,8 +916,10 @@ def _problems_as_stored(settings: PodTuningSettings, key: str, revision: str,
         return
     problems = [p for p in shown if isinstance(p, str)][:20]
     if problems:
+        # Not taken as found for this revision (`problems_revision`): status.tuning.revision
+        # is the pass's, and the spec.memory ones may be of the spec before, shown while its
+        # in-place patch was refused; the next pod written in place says them anew.
         settings.latest_problems[key] = problems
-        settings.problems_revision[key] = revision
 
 
 @kopf.daemon(*RESOURCE, cancellation_timeout=STOP_TIMEOUT_S)  # type: ignore[arg-type]
