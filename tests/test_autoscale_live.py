@@ -25,11 +25,11 @@ from infertune.scaling.state import ScalingState, format_time
 NOW = 1_800_000_000.0
 
 
-def tuning(mode: str = "Enforce") -> InferenceTuning:
+def tuning(mode: str = "Enforce", **autoscaling: Any) -> InferenceTuning:
     return InferenceTuning.model_validate({
         "metadata": {"name": "qwen", "namespace": "serving"},
         "spec": {"targetRef": {"name": "qwen"}, "engine": "vllm", "mode": mode,
-                 "autoscaling": {}}})
+                 "autoscaling": autoscaling}})
 
 
 def live(hpa: str | None = None, fight: Fight | None = None) -> Live:
@@ -155,6 +155,13 @@ def test_the_write_is_explained(mode: str, desired: int, blocked: Blocked | None
     ("a: [\n", "--live: the kubeconfig is not valid YAML"),
     (b"\xff\xfe\x00k", "--live: the kubeconfig is not UTF-8 text; check --kubeconfig"),
     ("just a string\n", "--live: the kubeconfig is not one (TypeError"),
+    # A certificate in base64 that is not (it printed "Invalid base64-encoded string" alone).
+    ("apiVersion: v1\nkind: Config\ncurrent-context: x\n"
+     "clusters: [{name: c, cluster: {server: 'https://127.0.0.1:1', "
+     "certificate-authority-data: 'abc'}}]\n"
+     "users: [{name: u, user: {token: t}}]\n"
+     "contexts: [{name: x, context: {cluster: c, user: u}}]\n",
+     "--live: the kubeconfig is not one (base64 data in it does not decode: "),
     (None, "no such file; give a kubeconfig file this user can read"),  # not "pass it"
 ])
 def test_a_cluster_that_cannot_be_read_is_a_message_not_a_traceback(
@@ -380,3 +387,141 @@ def test_read_live_sees_a_deployment_created_again_as_the_operator_does(
     if blocked is not None:
         assert blocked.message.startswith("another writer (argocd-controller, as the "
                                           "Deployment's managedFields say)")
+
+
+def _busy_fetch(monkeypatch: pytest.MonkeyPatch, queue: float) -> None:
+    """Prometheus answers a queue of `queue` requests held for 30 s, and a low latency."""
+    from infertune.metrics.prometheus import PrometheusSource
+    from infertune.scaling.signals import Series, TargetSignals, Window
+
+    def fetch(self: PrometheusSource, targets: list[Any], now: float) -> dict[str, Any]:
+        window = Window.of_points([(now - 30 + i, queue) for i in range(31)], now, 30.0, 1.0,
+                                  32.0)
+        steady = Series(((now - 15, 0.05), (now, 0.05)), 15.0)
+        return {t.key: TargetSignals(window, steady, steady) for t in targets}
+
+    monkeypatch.setattr(PrometheusSource, "fetch", fetch)
+
+
+def test_the_preview_counts_a_scale_the_status_lost_as_the_operator_does(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The operator wrote 4 -> 8 and stopped before its status write: its next evaluation
+    counts the +4 in the scale-up rate limit (autoscaling._lost_scale_event) and holds at 8;
+    the preview, run at 3 a.m. for exactly that crash, said it would write 16."""
+    from infertune.autoscale_cli import evaluate
+
+    _busy_fetch(monkeypatch, 75.0)  # per replica, at 8: the queue calls for 19
+    status = {"autoscaling": {"target": "qwen", "writtenReplicas": 4, "writtenTarget": "qwen",
+                              "currentReplicas": 4}}
+    spec = tuning(maxReplicas=32)
+    crashed = Live(spec, 8, status, 1, None, own_write_last=True)
+    result = evaluate(spec, "http://127.0.0.1:9", None, 1.0, NOW, live=crashed)
+    assert (result["action"], result["desiredReplicas"]) == ("Hold", 8), result["reason"]
+    assert "scale-up limited" in result["reason"], result["reason"]
+    assert any(n.startswith("replicas +4 were the operator's own write")
+               for n in result["write"]["notes"]), result["write"]
+    # Set by someone else (or the status holds it): no scale of the operator's is lost.
+    theirs = evaluate(spec, "http://127.0.0.1:9", None, 1.0, NOW,
+                      live=Live(spec, 8, status, 1, None))
+    assert theirs["write"]["notes"] == [] and theirs["desiredReplicas"] == 16, theirs["reason"]
+
+
+def test_the_preview_says_when_it_decided_and_when_the_operator_decides_next(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A rate-limit period or a window that ends before the operator's next slot does not
+    hold it then: the answer says the time it is for, and the operator's next evaluation."""
+    from infertune.autoscale_cli import _text, evaluate
+
+    _busy_fetch(monkeypatch, 5.0)
+    at = NOW + 7  # NOW is a multiple of the 15 s interval
+    result = evaluate(tuning(), "http://127.0.0.1:9", None, 1.0, at,
+                      live=Live(tuning(), 3, {}, 1, None))
+    assert result["evaluatedAt"] == format_time(at)
+    assert result["operatorNextEvaluation"] == format_time(NOW + 15)
+    assert (f"as of {format_time(at)}; the operator evaluates next at "
+            f"{format_time(NOW + 15)}") in _text(result, 0.075)
+
+
+def test_windows_stored_for_another_deployment_are_said_not_to_count(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """spec.targetRef changed: the operator starts the new Deployment's windows afresh
+    (plan_evaluation), and the preview said "stored by the operator"."""
+    from infertune.autoscale_cli import _text, evaluate
+
+    _busy_fetch(monkeypatch, 5.0)
+    state = ScalingState(scale_events=()).to_json()
+    stored = {"autoscaling": {"target": "llama", "state": state}}
+    result = evaluate(tuning(), "http://127.0.0.1:9", None, 1.0, NOW,
+                      live=Live(tuning(), 3, stored, 1, None))
+    assert result["state"] == "empty"
+    assert ("stabilization and rate-limit windows: empty (the stored ones are another "
+            "Deployment's: see the notes)") in _text(result, 0.075)
+    assert result["write"]["notes"][0].startswith(
+        "status.autoscaling holds the windows of Deployment llama (spec.targetRef before)")
+    own = evaluate(tuning(), "http://127.0.0.1:9", None, 1.0, NOW,
+                   live=Live(tuning(), 3, {"autoscaling": {"target": "qwen"}}, 1, None))
+    assert own["state"] == "status.autoscaling.state" and own["write"]["notes"] == []
+
+
+class _ApiServerAnswering(_NotAnApiServer):
+    """The tuning and its Deployment as an API server has them; `lists` answers the list of
+    each other resource read (by a word of its path), a web page where it gives none."""
+
+    deployment: Any = {"apiVersion": "apps/v1", "kind": "Deployment",
+                       "metadata": {"name": "qwen", "namespace": "ml", "generation": 1},
+                       "spec": {"replicas": 3, "template": {"spec": {"containers": []}}}}
+    lists: dict[str, Any] = {}
+
+    def do_GET(self) -> None:
+        if "/inferencetunings/" in self.path:
+            answer: Any = {"apiVersion": "infertune.io/v1alpha1", "kind": "InferenceTuning",
+                           "metadata": {"name": "qwen", "namespace": "ml", "generation": 1},
+                           "spec": tuning().spec.model_dump(mode="json", by_alias=True,
+                                                            exclude_none=True)}
+        elif "/deployments/" in self.path:
+            answer = self.deployment
+        else:
+            answer = next((v for k, v in self.lists.items() if k in self.path), None)
+            if answer is None:
+                super().do_GET()
+                return
+        body = json.dumps(answer).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+@pytest.mark.parametrize(("deployment", "lists", "read"), [
+    ([1, 2], {}, "Deployment ml/qwen"),
+    ({"spec": "x"}, {}, "Deployment ml/qwen"),
+    (_ApiServerAnswering.deployment, {}, "HorizontalPodAutoscalers in ml"),
+    (_ApiServerAnswering.deployment, {"horizontalpodautoscalers": {"items": []},
+                                      "inferencetunings": {"kind": "Status"}},
+     "InferenceTunings in ml"),
+])
+def test_an_answer_that_is_no_kubernetes_object_names_the_read(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], deployment: Any,
+        lists: dict[str, Any], read: str) -> None:
+    """A proxy or a stand-in between the command and the cluster that answers 200 with
+    something else: a traceback (AttributeError, KeyError 'items'), or "Expecting value: line
+    1 column 1 (char 0)" naming no read."""
+    handler = type("Handler", (_ApiServerAnswering,), {"deployment": deployment,
+                                                        "lists": lists})
+    code, url = _evaluate_live_against(handler, tmp_path)
+    err = capsys.readouterr().err
+    assert code == 1
+    assert (f"--live: the server at {url} did not answer as a Kubernetes API server "
+            f"({read}") in err, err
+
+
+def test_an_empty_kubeconfig_option_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
+    """`--kubeconfig "$KCFG"` with the variable unset: taken as not given, the default
+    credentials evaluated a tuning of whatever cluster they name, and said nothing."""
+    for command in (["autoscale", "evaluate", "--live", "ml/qwen", "--prometheus",
+                     "http://127.0.0.1:1"], ["run"]):
+        with pytest.raises(SystemExit) as refused:
+            main([*command, "--kubeconfig", ""])
+        assert refused.value.code == 2
+        assert "argument --kubeconfig: an empty path" in capsys.readouterr().err

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from infertune.api.spec import InferenceTuning, Mode
-from infertune.cli import seconds_type
+from infertune.cli import kubeconfig_option, seconds_type
 from infertune.metrics.access import NO_ACCESS_OPTIONS, PrometheusAccess
 
 if TYPE_CHECKING:  # the engine and the controller are imported when a command runs
@@ -38,6 +38,8 @@ EXIT_STATUS = (
     "series, stale, or Prometheus failed) or the latency cannot be compared with the target "
     "(the histogram's buckets): the decision holds where data is missing, and each problem "
     "from a query names it")
+OTHER_TARGET = "status.autoscaling holds the windows of Deployment"
+"""How a note begins that says the stored windows are another Deployment's."""
 FILE_WRITE_NOTE = ("from a file, no HorizontalPodAutoscaler, other InferenceTuning or replica "
                    "fight is known, any of which stops the writes; --live reads them")
 """Said beside a write previewed from a file: the cluster may hold what stops it."""
@@ -58,8 +60,9 @@ def add_autoscale_commands(commands: argparse._SubParsersAction) -> None:  # typ
     evaluate.add_argument("--live", metavar="NAMESPACE/NAME", type=_live_ref,
                           help="read the InferenceTuning, its stored autoscaling state and the "
                                "Deployment's replicas from the cluster instead of a file")
-    evaluate.add_argument("--kubeconfig", help="with --live: kubeconfig file (default: "
-                          "in-cluster, then $KUBECONFIG, then ~/.kube/config)")
+    evaluate.add_argument("--kubeconfig", type=kubeconfig_option, metavar="PATH",
+                          help="with --live: kubeconfig file (default: in-cluster, then "
+                          "$KUBECONFIG, then ~/.kube/config)")
     evaluate.add_argument("--prometheus", required=True, metavar="URL", type=_prometheus_url,
                           help="Prometheus base URL, for example http://prometheus:9090")
     add_access_options(evaluate)
@@ -163,11 +166,13 @@ def evaluate(tuning: InferenceTuning, prometheus: str, replicas: int | None,
     an empty status): the windows start as a new tuning's, and the batching step starts from
     the knob on `template` (the target's spec.template.spec, when the file holds the
     Deployment)."""
-    from infertune.controller.fights import written_replicas
+    from infertune.controller.autoscaling import slot_start
+    from infertune.controller.fights import lost_scale_event, with_scale_event, written_replicas
     from infertune.controller.scaling_report import plan_evaluation
     from infertune.metrics.plan import Signal
     from infertune.metrics.prometheus import PrometheusSource
     from infertune.metrics.source import target_for_tuning
+    from infertune.scaling.state import format_time
     from infertune.tuning.pod_patch import template_batching
 
     spec = tuning.spec.autoscaling
@@ -194,14 +199,28 @@ def evaluate(tuning: InferenceTuning, prometheus: str, replicas: int | None,
         notes = [FILE_WRITE_NOTE] if planned.write is not None else []
     else:
         blocked, fight = live.blocked(current, now), live.fight(current, now)
-        written = written_replicas(live.status, tuning.spec.target_ref.name, live.created)
+        deployment = tuning.spec.target_ref.name
+        written = written_replicas(live.status, deployment, live.created)
+        notes = list(live.notes)
+        status = live.status
+        stored_for = (status.get("autoscaling") or {}).get("target")
+        if stored_for not in (None, deployment):
+            notes.append(f"{OTHER_TARGET} {stored_for} (spec.targetRef before): they do not "
+                         "count, and this one's start afresh, as the operator starts them")
+        # As the operator's next evaluation finds it: a write of its own that its status does
+        # not hold (it stopped before the status write) counts in the rate limits.
+        lost = lost_scale_event(status, deployment, live.replicas, live.own_write_last, now)
+        if lost is not None:
+            status = with_scale_event(status, lost)
+            notes.append(f"replicas {lost.change:+d} were the operator's own write, which its "
+                         "status does not hold (it stopped before writing it): counted in the "
+                         "rate limits as made now, as the operator counts it")
         # The ready count is the Deployment's, so it says nothing about --replicas.
-        planned = plan_evaluation(tuning.spec, live.generation, live.status, signals, current,
+        planned = plan_evaluation(tuning.spec, live.generation, status, signals, current,
                                   blocked, now, None if fight is None else fight.to_json(),
                                   written if written == current else None,
                                   live.ready if replicas is None else None, live.template,
                                   live.unprobed)
-        notes = list(live.notes)
     decision = planned.decision
     write = {"replicas": planned.write,
              "why": why_written(tuning, decision, blocked, planned.write), "notes": notes}
@@ -211,11 +230,18 @@ def evaluate(tuning: InferenceTuning, prometheus: str, replicas: int | None,
     block = planned.status.get("batching")
     shown = None if block is None else {
         "knob": block["knob"], "recommended": block["recommended"], "reason": block["reason"]}
+    interval = spec.interval.seconds
     return {
         "tuning": target.key,
+        # The operator evaluates at the start of each interval slot: a rate-limit period or
+        # a window that ends before its next one does not hold it then.
+        "evaluatedAt": format_time(now),
+        "operatorNextEvaluation": format_time(slot_start(now, interval) + interval),
         "currentReplicas": current,
         "currentReplicasAssumed": known is None,
-        "state": "empty" if live is None else "status.autoscaling.state",
+        "state": ("status.autoscaling.state" if live is not None and (
+            live.status.get("autoscaling") or {}).get("target") in (
+            None, tuning.spec.target_ref.name) else "empty"),
         "write": write,
         "desiredReplicas": decision.desired_replicas,
         "action": decision.action.value,
@@ -253,11 +279,16 @@ def _text(result: dict[str, Any], target_s: float) -> str:
     assumed = " (assumed: minReplicas; pass --replicas)" if result["currentReplicasAssumed"] \
         else ""
     windows = ("stored by the operator" if result["state"] != "empty" else
+               "empty (the stored ones are another Deployment's: see the notes)"
+               if any(n.startswith(OTHER_TARGET) for n in result["write"]["notes"]) else
                "empty (a file has no status; --live reads the operator's)")
     lines = [
         f"{result['tuning']}: {result['action']} {result['currentReplicas']} -> "
         f"{result['desiredReplicas']}{assumed}",
         f"reason: {result['reason']}",
+        f"as of {result['evaluatedAt']}; the operator evaluates next at "
+        f"{result['operatorNextEvaluation']}, when rate-limit periods and windows may have "
+        "moved on",
         f"stabilization and rate-limit windows: {windows}",
         f"queue per replica: {_rounded(signals['queuePerReplica'])}",
         f"latency ({signals['latencyKind']}): "

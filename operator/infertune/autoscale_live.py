@@ -114,6 +114,8 @@ def read_live(ref: str, kubeconfig: str | None, timeout_s: float | None = None) 
 
 
 def _read_live(ref: str, kubeconfig: str | None, timeout_s: float | None = None) -> Live:
+    import binascii
+
     from kubernetes import client
     from kubernetes.client.exceptions import ApiException
     from kubernetes.config import ConfigException
@@ -141,10 +143,21 @@ def _read_live(ref: str, kubeconfig: str | None, timeout_s: float | None = None)
         why = "no such file" if kubeconfig_missing(kubeconfig) else str(exc)[:300]
         raise ValueError(f"--live: --kubeconfig {kubeconfig}: {why}; give a kubeconfig file "
                          "this user can read") from None
-    except (TypeError, AttributeError, LookupError) as exc:  # YAML, but not a kubeconfig
-        raise ValueError(f"--live: the kubeconfig is not one ({type(exc).__name__}: "
-                         f"{str(exc)[:200]}); check --kubeconfig") from None
+    except UnicodeDecodeError:
+        raise  # said by read_live
+    except (TypeError, AttributeError, LookupError, ValueError) as exc:
+        # YAML, but not a kubeconfig (binascii.Error: base64 of a certificate that is not)
+        said = (f"base64 data in it does not decode: {exc}" if isinstance(exc, binascii.Error)
+                else f"{type(exc).__name__}: {str(exc)[:200]}")
+        raise ValueError(f"--live: the kubeconfig is not one ({said}); check "
+                         "--kubeconfig") from None
     what = f"InferenceTuning {namespace}/{name}"
+
+    def not_an_api_server(read: str) -> ValueError:
+        return ValueError(f"--live: the server at {api_server_url()} did not answer as a "
+                          f"Kubernetes API server ({read}); check the server in the "
+                          "kubeconfig (--kubeconfig)")
+
     try:
         answer: object = client.CustomObjectsApi().get_namespaced_custom_object(
             GROUP, VERSION, namespace, PLURAL, name, _request_timeout=timeout_s)
@@ -165,10 +178,10 @@ def _read_live(ref: str, kubeconfig: str | None, timeout_s: float | None = None)
         what = f"Deployment {namespace}/{target} (spec.targetRef)"
         try:
             read = deployment_replicas(namespace, target, timeout_s)
-        except ValueError:  # JSON (or UTF-8) that is not: a 200 from something else
-            raise ValueError(f"--live: the server at {api_server_url()} did not answer as a "
-                             f"Kubernetes API server ({what}); check the server in the "
-                             "kubeconfig (--kubeconfig)") from None
+        except (ValueError, AttributeError, LookupError, TypeError):
+            # JSON (or UTF-8) that is not, or JSON that is no Deployment: a 200 from
+            # something else
+            raise not_an_api_server(what) from None
     except ApiException as exc:
         found = ("not found" if exc.status == 404 else
                  "not read: the API server is throttling requests (HTTP 429); try again in a "
@@ -185,6 +198,8 @@ def _read_live(ref: str, kubeconfig: str | None, timeout_s: float | None = None)
     except ApiException as exc:
         notes = (f"HorizontalPodAutoscalers in {namespace} not readable (HTTP {exc.status}): "
                  "one on the same Deployment would stop the operator's writes",)
+    except (ValueError, AttributeError, LookupError, TypeError):
+        raise not_an_api_server(f"HorizontalPodAutoscalers in {namespace}") from None
     try:
         listed = cast(dict[str, Any], client.CustomObjectsApi().list_namespaced_custom_object(
             GROUP, VERSION, namespace, PLURAL, _request_timeout=timeout_s))["items"]
@@ -194,6 +209,8 @@ def _read_live(ref: str, kubeconfig: str | None, timeout_s: float | None = None)
         rivals = ()
         notes += (f"InferenceTunings in {namespace} not readable (HTTP {exc.status}): another "
                   "one autoscaling the same Deployment would stop the operator's writes",)
+    except (ValueError, AttributeError, LookupError, TypeError):
+        raise not_an_api_server(f"InferenceTunings in {namespace}") from None
     return Live(tuning, read.replicas, dict(body.get("status") or {}),
                 int((body.get("metadata") or {}).get("generation") or 0), hpa, notes, rivals,
                 read.ready, template_batching(tuning.spec, read.pod_spec, read.rolled_out),

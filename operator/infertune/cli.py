@@ -135,6 +135,17 @@ def _crds(args: argparse.Namespace) -> int:
     return 0
 
 
+def kubeconfig_option(text: str) -> str:
+    """--kubeconfig as the command line gives it: an empty one (`--kubeconfig "$KCFG"` with
+    the variable unset) is refused, where it was taken as not given, and the default
+    credentials then reached whatever cluster they name."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(
+            "an empty path; give a kubeconfig file, or leave the option out for the default "
+            "credentials (in-cluster, then $KUBECONFIG, then ~/.kube/config)")
+    return text
+
+
 def _run(args: argparse.Namespace) -> int:
     from infertune.controller.main import run_operator
 
@@ -288,8 +299,9 @@ def _add_run_command(commands: argparse._SubParsersAction) -> None:  # type: ign
 
     run = commands.add_parser("run", help="run the operator (credentials: --kubeconfig, else "
                               "in-cluster, else $KUBECONFIG or ~/.kube/config)")
-    run.add_argument("--kubeconfig", metavar="PATH", help="kubeconfig file (default: "
-                     "in-cluster, then $KUBECONFIG, then ~/.kube/config)")
+    run.add_argument("--kubeconfig", metavar="PATH", type=kubeconfig_option,
+                     help="kubeconfig file (default: in-cluster, then $KUBECONFIG, then "
+                     "~/.kube/config)")
     scope = run.add_mutually_exclusive_group()
     scope.add_argument("-n", "--namespace", action="append", dest="namespaces", metavar="NS",
                        help="watch only this namespace, or the namespaces a kopf pattern "

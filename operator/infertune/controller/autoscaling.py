@@ -67,10 +67,12 @@ from infertune.controller.fights import (
     autoscaling_rivals,
     blocked_by,
     is_revert,
+    lost_scale_event,
     next_fight,
     quiet_hold,
     recreated,
     revert_message,
+    with_scale_event,
     writer_of,
     written_replicas,
 )
@@ -99,7 +101,7 @@ from infertune.kube.lease import ALWAYS, RETRY_PERIOD_S, Leader
 from infertune.metrics.source import MetricsSource, MetricsTarget, target_for_tuning
 from infertune.scaling.engine import ScaleDecision
 from infertune.scaling.signals import TargetSignals
-from infertune.scaling.state import ScaleEvent, ScalingState, format_time, stored_time
+from infertune.scaling.state import ScaleEvent, format_time, stored_time
 from infertune.tuning.pod_patch import (
     TemplateBatching,
     template_batching,
@@ -465,42 +467,18 @@ def _remembers(settings: AutoscalingSettings, key: str, deployment: str) -> bool
 def _lost_scale_event(settings: AutoscalingSettings, key: str, status: Mapping[str, Any],
                       deployment: str, read: DeploymentReplicas,
                       now: float) -> ScaleEvent | None:
-    """The scale event of a replicas write of the operator's that the stored status does not
-    hold: the process that made it stopped before its status write (a crash, a rolling
-    upgrade). The Deployment's managedFields say the operator's scale write set the
-    replicas; the count it changed is the last one the status stored. Left out, the next
-    process scaled again at once, past the rate limits. It is counted as made `now`: the
-    API server keeps no time for the scale subresource's entry, and a time too late holds
-    the next change at most one period longer, where one too early lets it through sooner
-    than the user allows. A process that remembers its count finds only a write of its own
-    whose outcome it did not know that landed late; None when nothing was lost."""
-    if read.replicas_by != (OWN_SCALE_WRITE,):
-        return None
-    block = status.get("autoscaling") or {}
-    if block.get("target", deployment) != deployment:
-        return None
+    """fights.lost_scale_event for this process: one that remembers its count finds only a
+    write of its own whose outcome it did not know that landed late."""
+    # A count of this process's that stands holds every write it knows (Unwritten keeps what
+    # their status write missed); one that differs with the operator's scale write last is a
+    # write of unknown outcome that landed late.
+    remembered = None
     if _remembers(settings, key, deployment):
-        # A count of this process's that stands holds every write it knows (Unwritten keeps
-        # what their status write missed); one that differs with the operator's scale write
-        # last is a write of unknown outcome that landed late.
-        before = settings.written[key]
-    else:
-        before = written_replicas(status, deployment)
-        if before is None:
-            stored = block.get("currentReplicas")
-            before = (stored if isinstance(stored, int) and not isinstance(stored, bool)
-                      else None)
-    if before is None or before == read.replicas:
-        return None
-    return ScaleEvent(now, read.replicas - before)
-
-
-def _with_scale_event(status: Mapping[str, Any], event: ScaleEvent) -> dict[str, Any]:
-    """`status` with `event` added to the stored scaling state."""
-    block = dict(status.get("autoscaling") or {})
-    state = ScalingState.from_json(block.get("state"))
-    block["state"] = state._replace(scale_events=(*state.scale_events, event)).to_json()
-    return {**status, "autoscaling": block}
+        remembered = settings.written[key]
+        if remembered is None:  # changed since, or none written: nothing of ours stands
+            return None
+    return lost_scale_event(status, deployment, read.replicas,
+                            read.replicas_by == (OWN_SCALE_WRITE,), now, remembered)
 
 
 def evaluate(namespace: str, name: str, generation: int, spec: InferenceTuningSpec,
@@ -543,7 +521,7 @@ def evaluate(namespace: str, name: str, generation: int, spec: InferenceTuningSp
             logger.info("%s: replicas %+d were this operator's write, which the status does "
                         "not hold (stopped before its status write); counted in the rate "
                         "limits as made now", key, lost.change)
-            status = _with_scale_event(status, lost)
+            status = with_scale_event(status, lost)
         # A revert seen by the first attempt stays one when the second decides again.
         # In DryRun nothing is written either, so a count set by hand is no revert.
         reverted = _reverted(settings, key, current, status, deployment,

@@ -26,7 +26,13 @@ from infertune.api.spec import InferenceTuningSpec, Mode
 from infertune.api.units import format_duration
 from infertune.controller.scaling_report import HPA_PRESENT, SEVERAL_TUNINGS, Blocked
 from infertune.kube.client import OWN_SCALE_WRITE
-from infertune.scaling.state import format_time, parse_time, stored_time
+from infertune.scaling.state import (
+    ScaleEvent,
+    ScalingState,
+    format_time,
+    parse_time,
+    stored_time,
+)
 
 FIGHT_LIMIT = 2
 """Reverts by another writer before the operator stops writing replicas."""
@@ -115,6 +121,42 @@ def written_replicas(status: Mapping[str, Any], deployment: str,
     if block.get("writtenTarget", deployment) != deployment or recreated(status, created):
         return None
     return stored if isinstance(stored, int) and not isinstance(stored, bool) else None
+
+
+def lost_scale_event(status: Mapping[str, Any], deployment: str, replicas: int,
+                     own_write_last: bool, now: float,
+                     remembered: int | None = None) -> ScaleEvent | None:
+    """The scale event of a replicas write of the operator's that the stored status does not
+    hold: the process that made it stopped before its status write (a crash, a rolling
+    upgrade). The Deployment's managedFields say the operator's scale write set its
+    `replicas` last (`own_write_last`); the count it changed is the last one the status
+    stored, or `remembered`, the count the asking process wrote itself. Left out, the next
+    process scaled again at once, past the rate limits. It is counted as made `now`: the API
+    server keeps no time for the scale subresource's entry, and a time too late holds the
+    next change at most one period longer, where one too early lets it through sooner than
+    the user allows. None when nothing was lost."""
+    if not own_write_last:
+        return None
+    block = status.get("autoscaling") or {}
+    if block.get("target", deployment) != deployment:
+        return None
+    before = remembered
+    if before is None:
+        before = written_replicas(status, deployment)
+    if before is None:
+        stored = block.get("currentReplicas")
+        before = stored if isinstance(stored, int) and not isinstance(stored, bool) else None
+    if before is None or before == replicas:
+        return None
+    return ScaleEvent(now, replicas - before)
+
+
+def with_scale_event(status: Mapping[str, Any], event: ScaleEvent) -> dict[str, Any]:
+    """`status` with `event` added to the stored scaling state."""
+    block = dict(status.get("autoscaling") or {})
+    state = ScalingState.from_json(block.get("state"))
+    block["state"] = state._replace(scale_events=(*state.scale_events, event)).to_json()
+    return {**status, "autoscaling": block}
 
 
 def recreated(status: Mapping[str, Any], created: float | None) -> bool:
