@@ -286,6 +286,23 @@ def test_a_glibc_arena_count_from_value_from_is_kept_and_the_pod_tuned() -> None
                           CONTEXT).refused
 
 
+@pytest.mark.parametrize("allocator", [{"type": "glibc", "arenaMax": 2}, {"type": "glibc"}])
+def test_glibc_tunables_from_value_from_are_said_to_be_unread(allocator: dict[str, Any]) -> None:
+    """A GLIBC_TUNABLES from a ConfigMap, which the spec's tunables do not merge with: an
+    arena count in it stands beside the MALLOC_ARENA_MAX the reasons gave, and nothing said
+    so."""
+    tunables = {"name": "GLIBC_TUNABLES",
+                "valueFrom": {"configMapKeyRef": {"name": "alloc", "key": "tunables"}}}
+    plan = plan_pod_patch(_spec(allocator=allocator), _pod(env=[tunables]), CONTEXT)
+    assert not plan.refused, plan.problems
+    assert any(p.startswith("GLIBC_TUNABLES on the serving container comes from valueFrom, "
+                            "which the operator cannot read") for p in plan.problems), \
+        plan.problems
+    plain = plan_pod_patch(_spec(allocator=allocator), _pod(env=[
+        {"name": "GLIBC_TUNABLES", "value": "glibc.pthread.rseq=0"}]), CONTEXT)
+    assert not any("valueFrom" in p for p in plain.problems), plain.problems
+
+
 def test_memory_high_intent_and_ownership_labels() -> None:
     spec = _spec(memory={"high": "30Gi"})
     tuned = _apply(spec, _pod())
@@ -333,6 +350,13 @@ def _with(pod: dict[str, Any], **spec: Any) -> dict[str, Any]:
     (_with(_pod(volumeMounts=[{"name": "cache", "mountPath": "//infertune//x/"}]),
            volumes=[{"name": "cache", "emptyDir": {}}]),
      "container vllm mounts volume cache at //infertune//x/, inside /infertune"),
+    # /infertune spelled otherwise: the API server compares paths as strings, and the runtime
+    # mounted both there, the launcher's read-only volume hiding the container's data.
+    *[(_with(_pod(volumeMounts=[{"name": "models", "mountPath": path}]),
+             volumes=[{"name": "models", "emptyDir": {}}]),
+       "container vllm mounts volume models at /infertune, where the launcher goes")
+      for path in ("/infertune/.", "/./infertune", "//infertune", "/x/../infertune",
+                   "infertune")],
 ])
 def test_a_pod_whose_names_or_paths_the_launcher_needs_is_admitted_unchanged(
         pod: dict[str, Any], says: str) -> None:
@@ -1027,6 +1051,47 @@ def test_the_dry_run_plan_of_a_long_inline_script_stays_short() -> None:
         [LAUNCHER_PATH, "--", "vllm", "serve", "Qwen/Qwen2-7B-Instruct"]]
 
 
+def _annotated(pod: dict[str, Any], size: int) -> dict[str, Any]:
+    """`pod` with annotations of its own of `size` bytes (keys and values) in all."""
+    pod["metadata"]["annotations"] = {"team.example.com/notes": "x" * (
+        size - len("team.example.com/notes"))}
+    return pod
+
+
+def _annotation_bytes(pod: dict[str, Any]) -> int:
+    return sum(len(k.encode()) + len(v.encode())
+               for k, v in (pod["metadata"].get("annotations") or {}).items())
+
+
+def test_the_dry_run_plan_fits_in_what_the_pods_own_annotations_leave() -> None:
+    """The plan was cut to 32 KiB, but the pod's own annotations were not counted: 235 KB of
+    them and the plan passed the API server's 256 KiB, and the DryRun pod, which must change
+    nothing, was refused (failurePolicy: Ignore does not cover that)."""
+    script = "\n".join(f"echo step {i}; sleep 0" for i in range(9000))
+    for own in (235_000, 260_000, 262_000):
+        pod = _annotated(_pod(command=["sh", "-c", script], args=[]), own)
+        plan = plan_pod_patch(_spec(mode="DryRun"), pod, CONTEXT)
+        tuned = jsonpatch.apply_patch(pod, plan.patch)
+        assert _annotation_bytes(tuned) <= 256 * 1024, own
+        if own < 262_000:  # shortened to what is left
+            assert keys.DRY_RUN_PLAN in tuned["metadata"]["annotations"]
+        else:  # nothing left: not annotated, and said
+            assert plan.patch == [] and any(
+                p.startswith("the pod's annotations leave no room for the plan")
+                for p in plan.problems), plan.problems
+
+
+def test_a_pod_whose_annotations_leave_no_room_for_the_operators_is_refused() -> None:
+    pod = _annotated(_pod(), 256 * 1024 - 10)
+    plan = plan_pod_patch(_spec(), pod, CONTEXT)
+    assert plan.refused and plan.patch == [], plan
+    assert plan.problems[0].startswith("the pod's annotations leave no room for the "
+                                       "operator's"), plan.problems
+    roomy = _annotated(_pod(), 200_000)
+    tuned = jsonpatch.apply_patch(roomy, plan_pod_patch(_spec(), roomy, CONTEXT).patch)
+    assert keys.SERVING_CONTAINER in tuned["metadata"]["annotations"]
+
+
 def _limits(name: str, **item: dict[str, str]) -> LimitRangeView:
     view = container_limits(name, {"limits": [{"type": "Container", **item},
                                               {"type": "Pod", "max": {"cpu": "1m"}}]})
@@ -1260,3 +1325,28 @@ def test_an_env_split_string_that_does_not_split_is_no_failure() -> None:
     pod = _pod(command=["env", "-S", "'unbalanced numactl", "vllm", "serve", "q"])
     plan = plan_pod_patch(_spec(), pod, CONTEXT)
     assert not plan.refused, plan.problems
+
+
+@pytest.mark.parametrize("quantity", ["10E", "1e19", "9223372036854775808"])
+def test_a_quantity_beyond_what_the_parser_takes_refuses_the_pod_with_its_reason(
+        quantity: str) -> None:
+    """A decimal above 2^63-1, which the API server stores as given: the planner raised, the
+    pod was admitted with "pod tuning failed" alone, and every re-tuning pass (which previews
+    the template) failed with a traceback and wrote no status."""
+    for resources in ({"limits": {"memory": quantity, "cpu": "8"}},
+                      {"limits": {"memory": "16Gi", "cpu": quantity}}):
+        plan = plan_pod_patch(_spec(), _pod(resources=resources), CONTEXT)
+        assert plan.refused and plan.patch == [], plan
+        assert plan.problems[0].startswith("a resource quantity of the pod cannot be read ("), \
+            plan.problems
+        assert quantity in plan.problems[0] and plan.problems[0].endswith(
+            "fix that quantity in the pod template")
+
+
+def test_a_missing_spec_container_names_a_few_containers_not_thousands() -> None:
+    pod = _pod()
+    pod["spec"]["containers"] += [{"name": f"sidecar-{i}", "image": "s:1"} for i in range(3000)]
+    plan = plan_pod_patch(_spec(container="absent"), pod, CONTEXT)
+    assert plan.refused and plan.problems[0].endswith(
+        "sidecar-8 and 2991 more); fix spec.container"), plan.problems[0][-200:]
+    assert len(plan.problems[0]) < 400

@@ -518,3 +518,51 @@ def test_the_operator_reads_the_certificate_files_at_each_check(tmp_path: Path) 
     with ExitStack() as cleanup:
         server = _webhook_server(args, "infertune-system", cleanup)
     assert server.file_check_interval == server.check_s == 7.0
+
+
+def test_an_admission_review_over_a_mebibyte_is_read() -> None:
+    """kopf's server is an aiohttp application with aiohttp's 1 MiB request limit: a bigger
+    review (a pod with a long inline script or env) was answered 413, the pod admitted
+    untuned, replaced by re-tuning, and its replacement admitted untuned again. Served here
+    by a real aiohttp server, as kopf builds its own (aiohttp.web.Application())."""
+    import json
+
+    import aiohttp
+    import kopf
+    from aiohttp import web
+
+    from infertune.kube.webhooks import MAX_REVIEW_BYTES, RegisteringWebhookServer
+
+    seen: list[int] = []
+
+    async def fn(data: dict[str, Any], **_: Any) -> dict[str, Any]:
+        seen.append(len(data["request"]["object"]["spec"]["containers"][0]["args"][0]))
+        return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                "response": {"uid": data["request"]["uid"], "allowed": True}}
+
+    async def exchange(server: type, size: int) -> int:
+        async def serve(request: web.Request) -> web.Response:
+            return await server._serve(fn, request)  # type: ignore[no-any-return]
+
+        app = web.Application()
+        app.add_routes([web.post("/{id:.*}", serve)])
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        review = {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                  "request": {"uid": "u", "object": {"spec": {"containers": [
+                      {"name": "c", "args": ["x" * size]}]}}}}
+        try:
+            async with aiohttp.ClientSession() as session, session.post(
+                    f"http://127.0.0.1:{port}/pods", data=json.dumps(review)) as answer:
+                return answer.status
+        finally:
+            await runner.cleanup()
+
+    size = 1_400_000  # under etcd's 1.5 MiB per object
+    assert asyncio.run(exchange(RegisteringWebhookServer, size)) == 200
+    assert seen == [size]
+    assert asyncio.run(exchange(kopf.WebhookServer, size)) == 413  # kopf's own limit
+    assert asyncio.run(exchange(RegisteringWebhookServer, MAX_REVIEW_BYTES + 1)) == 413

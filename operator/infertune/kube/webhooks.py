@@ -357,8 +357,21 @@ class WebhookRegistration:
         return True
 
 
+MAX_REVIEW_BYTES = 8 * 1024 * 1024
+"""The largest AdmissionReview the webhook reads. aiohttp's default (1 MiB, kopf's server
+keeps it) answered a bigger one 413: a pod of over 1 MiB (an inline script, a long env; etcd
+keeps objects up to 1.5 MiB, and an update's review carries the object twice) was admitted
+untuned, re-tuning replaced it, and its replacement came back untuned, again and again."""
+
+
 class RegisteringWebhookServer(kopf.WebhookServer):
     """kopf's HTTPS webhook server that also keeps our webhook configuration registered."""
+
+    @staticmethod
+    async def _serve(fn: Any, request: Any) -> Any:
+        # kopf's own, over the request with MAX_REVIEW_BYTES as its limit.
+        return await kopf.WebhookServer._serve(
+            fn, request.clone(client_max_size=MAX_REVIEW_BYTES))
 
     def __init__(self, *, registration: WebhookRegistration,
                  check_s: float = REGISTRATION_CHECK_S, ready_file: Path | None = None,

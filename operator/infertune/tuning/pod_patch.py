@@ -371,6 +371,14 @@ def _allocator(spec: InferenceTuningSpec, env: _EnvPlan, cpu: float | None,
         # only where it has none.
         names = ["MALLOC_ARENA_MAX"] if allocator.arena_max else []
         names += ["GLIBC_TUNABLES"] if allocator.glibc_tunables is not None else []
+        if found is not None and "valueFrom" in found and allocator.glibc_tunables is None:
+            # Not merged (the spec sets no tunables), and not readable here: a
+            # glibc.malloc.arena_max in it would stand beside the MALLOC_ARENA_MAX the reasons
+            # give, unseen.
+            problems.append("GLIBC_TUNABLES on the serving container comes from valueFrom, "
+                            "which the operator cannot read: a glibc.malloc.arena_max in it "
+                            "may take the place of the MALLOC_ARENA_MAX set here; set it as "
+                            "a plain value to have it checked")
     for name in names:
         found = env.existing(name)
         if found is not None and "valueFrom" in found:
@@ -698,7 +706,11 @@ LAUNCHER_INSTALL = ["python", "-m", "infertune", "launcher", "install"]
 
 
 def _at_launcher_dir(mount: Mapping[str, Any]) -> bool:
-    return str(mount.get("mountPath") or "").rstrip("/") == LAUNCHER_DIR
+    """Whether `mount` is at LAUNCHER_DIR, however it is spelled (`/infertune/.`,
+    `//infertune`, `/x/../infertune`): the API server compares mount paths as strings, and the
+    runtime mounted both there, the launcher's read-only volume hiding the container's."""
+    path = str(mount.get("mountPath") or "")
+    return bool(path) and _absolute(path) == LAUNCHER_DIR
 
 
 def _launcher_mount(mount: Mapping[str, Any]) -> bool:
@@ -1079,6 +1091,22 @@ def _meta_ops(pod: dict[str, Any], section: str, values: dict[str, str]) -> list
 def plan_pod_patch(spec: InferenceTuningSpec, pod: dict[str, Any],
                    context: PodContext) -> PodPlan:
     """The patch that tunes `pod` as `spec` says, or a refusal with its reason."""
+    try:
+        return _plan_pod_patch(spec, pod, context)
+    except ValueError as exc:
+        # A quantity the API server stored and this parser does not take (a decimal above
+        # 2^63-1, such as a memory limit of 10E): raised, the pod was admitted with only
+        # "pod tuning failed", and every re-tuning pass, which previews the template, failed
+        # with a traceback and wrote no status.
+        revision = revisions(spec, context.batching_value,
+                             (context.mig_profile, context.mig_strategy))[0]
+        return PodPlan(revision, refused=True, problems=[
+            f"a resource quantity of the pod cannot be read ({str(exc)[:300]}), so the pod is "
+            "left as it is; fix that quantity in the pod template"])
+
+
+def _plan_pod_patch(spec: InferenceTuningSpec, pod: dict[str, Any],
+                    context: PodContext) -> PodPlan:
     revision, shape = revisions(spec, context.batching_value,
                                 (context.mig_profile, context.mig_strategy))
     labels = (pod.get("metadata") or {}).get("labels") or {}
@@ -1100,7 +1128,8 @@ def plan_pod_patch(spec: InferenceTuningSpec, pod: dict[str, Any],
     if not containers:
         return PodPlan(revision, refused=True, problems=["the pod has no containers"])
     if index is None:
-        names = ", ".join(str(c.get("name")) for c in containers)
+        names = ", ".join(str(c.get("name"))[:63] for c in containers[:10]) + (
+            f" and {len(containers) - 10} more" if len(containers) > 10 else "")
         return PodPlan(revision, refused=True, problems=[
             f"spec.container {spec.container!r} is not in the pod (containers: {names}); fix "
             "spec.container"])
@@ -1191,12 +1220,28 @@ def plan_pod_patch(spec: InferenceTuningSpec, pod: dict[str, Any],
     if spec.mode is Mode.DRY_RUN:
         plan = {"revision": revision, "patch": ops + _meta_ops(pod, "annotations", annotations),
                 "reasons": reasons, "problems": problems}
-        dry = _meta_ops(pod, "annotations", {keys.DRY_RUN_PLAN: _dry_run_plan(plan)})
+        text = _dry_run_plan(plan, _annotation_room(pod, keys.DRY_RUN_PLAN))
+        if text is None:
+            return PodPlan(revision, [], ["dry run: nothing changed", *reasons], [
+                *problems, f"the pod's annotations leave no room for the plan in "
+                f"{keys.DRY_RUN_PLAN} (the API server takes {MAX_ANNOTATION_BYTES // 1024} "
+                "KiB of annotations in all): the pod is not annotated; `infertune plan "
+                "TUNING.yaml --pod POD.yaml` shows the plan"])
+        dry = _meta_ops(pod, "annotations", {keys.DRY_RUN_PLAN: text})
         return PodPlan(revision, dry, ["dry run: nothing changed", *reasons], problems)
     # Which container is the serving one, as chosen here: a webhook after this one (a
     # service mesh's) may put its proxy first, and re-tuning (and the node agent) read the
     # pod as stored.
     annotations[keys.SERVING_CONTAINER] = name
+    if sum(len(k) + len(v) for k, v in annotations.items()) > _annotation_room(
+            pod, *annotations):
+        # Patched, the pod is one the API server refuses, which failurePolicy: Ignore does
+        # not cover: the ReplicaSet could create no pod at all.
+        return PodPlan(revision, refused=True, problems=[
+            f"the pod's annotations leave no room for the operator's "
+            f"({', '.join(annotations)}): the API server takes "
+            f"{MAX_ANNOTATION_BYTES // 1024} KiB of annotations in all; shorten the pod "
+            "template's annotations"])
     ops += _meta_ops(pod, "annotations", annotations)
     # A tuning's name may have 253 characters, a label value 63: the API server would refuse
     # the patched pod.
@@ -1214,11 +1259,28 @@ LEFT_OUT = ("left out to keep the annotation under 32 KiB; `infertune plan TUNIN
             "POD.yaml` shows it whole")
 
 
-def _dry_run_plan(plan: dict[str, Any]) -> str:
-    """The plan as the annotation holds it: whole when it fits DRY_RUN_PLAN_MAX, else with the
-    long values of its operations left out (their paths stay), else without the patch."""
+MAX_ANNOTATION_BYTES = 256 * 1024
+"""What the API server takes of a pod's annotations in all: the lengths of their keys and
+values added up (apimachinery's TotalAnnotationSizeLimitB)."""
+
+
+def _annotation_room(pod: Mapping[str, Any], *keys_set: str) -> int:
+    """How many bytes of keys and values the pod's annotations leave under
+    MAX_ANNOTATION_BYTES for `keys_set` (their values now, if any, are replaced)."""
+    own = (pod.get("metadata") or {}).get("annotations") or {}
+    used = sum(len(str(k).encode()) + len(str(v).encode()) for k, v in own.items()
+               if k not in keys_set)
+    return MAX_ANNOTATION_BYTES - used
+
+
+def _dry_run_plan(plan: dict[str, Any], room: int = MAX_ANNOTATION_BYTES) -> str | None:
+    """The plan as the annotation holds it: whole when it fits DRY_RUN_PLAN_MAX (and `room`,
+    what the pod's annotations leave for it, its key included), else with the long values of
+    its operations left out (their paths stay), else without the patch; None when not even
+    that fits."""
+    limit = min(DRY_RUN_PLAN_MAX, room - len(keys.DRY_RUN_PLAN))
     text = json.dumps(plan, sort_keys=True)
-    if len(text) <= DRY_RUN_PLAN_MAX:
+    if len(text.encode()) <= limit:
         return text
     shortened = []
     for op in plan["patch"]:
@@ -1227,11 +1289,16 @@ def _dry_run_plan(plan: dict[str, Any]) -> str:
             op = {**op, "value": f"<{len(value)} characters of JSON, {LEFT_OUT}>"}
         shortened.append(op)
     text = json.dumps({**plan, "patch": shortened}, sort_keys=True)
-    if len(text) <= DRY_RUN_PLAN_MAX:
+    if len(text.encode()) <= limit:
         return text
-    return json.dumps({**plan, "patch": f"<{len(plan['patch'])} operations, {LEFT_OUT}>",
-                       "reasons": [r[:1000] for r in plan["reasons"]][:50],
-                       "problems": [p[:1000] for p in plan["problems"]][:20]}, sort_keys=True)
+    for lines, characters in ((50, 1000), (10, 200)):
+        text = json.dumps({**plan, "patch": f"<{len(plan['patch'])} operations, {LEFT_OUT}>",
+                           "reasons": [r[:characters] for r in plan["reasons"]][:lines],
+                           "problems": [p[:characters] for p in plan["problems"]][:lines]},
+                          sort_keys=True)
+        if len(text.encode()) <= limit:
+            return text
+    return None
 
 
 def _serving_index(spec: InferenceTuningSpec, containers: list[dict[str, Any]]) -> int | None:
