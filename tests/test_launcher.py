@@ -782,7 +782,8 @@ def test_usage_errors_exit_64(shell: list[str], args: tuple[str, ...], tmp_path:
 def test_dry_run_quotes_every_argument_so_the_shell_reads_it_back(shell: list[str],
                                                                   tmp_path: Path) -> None:
     Machine().build(tmp_path)
-    odd = ["echo", "it's", "a b", "", "$HOME", 'say "hi"', "*", "--x=1"]
+    odd = ["echo", "it's", "a b", "", "$HOME", 'say "hi"', "*", "--x=1", "ends\n\n", "''",
+           "a'b'c"]
     result = launch(shell, tmp_path, {"INFERTUNE_NUMA_POLICY": "none"}, "--dry-run", "--", *odd)
     assert result.argv == odd
 
