@@ -119,6 +119,20 @@ def test_pods_of_a_tuned_deployment_arrive_tuned(
         body["metadata"]["resourceVersion"])
 
 
+def test_a_pod_of_over_a_mebibyte_is_tuned(
+    api_client: client.ApiClient, namespace: str, operator: OperatorProcess
+) -> None:
+    """Its AdmissionReview passes aiohttp's default 1 MiB, which kopf's server keeps: it was
+    answered 413, and the pod admitted untuned at every re-creation (re-tuning replaced it
+    for that, again and again)."""
+    create_tuning_first(api_client, namespace, operator, tuning("big", "big"))
+    large = [{"name": "PROMPT_TEMPLATE", "value": "x" * 1_200_000}]
+    create(api_client, namespace, deployment("big", env=large))
+    (pod,) = wait_pods(api_client, namespace, "big", 1)
+    assert pod.spec.containers[0].command[0] == LAUNCHER
+    assert pod.metadata.labels["infertune.io/tuned-by"] == "big"
+
+
 def test_pods_nobody_targets_are_left_alone(
     api_client: client.ApiClient, namespace: str, operator: OperatorProcess
 ) -> None:
