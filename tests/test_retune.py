@@ -1073,6 +1073,56 @@ def test_a_refusal_of_rbac_leaves_alone_the_pods_written_or_waiting(
     assert IN_PLACE_RETRIED not in message, message  # server errors: the next pass
 
 
+def test_a_pass_that_ends_after_its_tuning_was_deleted_keeps_nothing(
+        controller: Any, patched: list[tuple[str, Any, Any]],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The loop's `finally` forgets the tuning when kopf stops it, while a pass may still run
+    in its worker thread: what that pass kept afterwards (a refused pod's wait, an Event
+    taken as said) was inherited by a tuning made again under the same name."""
+    import asyncio
+    import logging
+
+    import kopf
+
+    from infertune.controller import pods as controller_pods
+    memo, key = controller["memo"], "chat/mistral-7b"
+    pods = _tuned(controller, "a")
+    _with_memory(controller, {"high": "14Gi"})
+    controller["patch_errors"] = {"a": (422, "denied by policy require-labels")}
+    controller["run"](pods)
+    assert memo.pod_tuning.refused_in_place[key] and key + "#MemoryHighNotUpdated" in (
+        memo.pod_tuning.reported)
+
+    async def every(*_: Any, **__: Any) -> None:  # the loop, stopped by kopf
+        return None
+
+    monkeypatch.setattr(controller_pods, "every", every)
+    asyncio.run(controller_pods.retune_pods(
+        stopped=None, namespace="chat", name="mistral-7b", uid="uid-1", body=kopf.Body({}),
+        memo=memo, logger=logging.getLogger("test"), pods_by_deployment={},
+        tunings_by_target={}))
+    assert key not in memo.pod_tuning.refused_in_place
+    controller["run"](pods)  # the pass that was still in its thread
+    tables = (memo.pod_tuning.refused_in_place, memo.pod_tuning.written_in_place,
+              memo.pod_tuning.latest_problems)
+    assert all(key not in t for t in tables)
+    assert not [k for k in memo.pod_tuning.reported if k.startswith(key)]
+    # Started again for the same tuning (kopf resumes a daemon it stopped): kept again.
+    started: list[bool] = []
+
+    async def runs(*_: Any, **__: Any) -> None:
+        started.append(True)
+        controller["run"](pods)
+        assert key in memo.pod_tuning.refused_in_place
+
+    monkeypatch.setattr(controller_pods, "every", runs)
+    asyncio.run(controller_pods.retune_pods(
+        stopped=None, namespace="chat", name="mistral-7b", uid="uid-1", body=kopf.Body({}),
+        memo=memo, logger=logging.getLogger("test"), pods_by_deployment={},
+        tunings_by_target={}))
+    assert started == [True]
+
+
 def test_pods_that_failed_in_place_do_not_roll_the_whole_deployment(
         controller: Any, patched: list[tuple[str, Any, Any]]) -> None:
     """With PodTemplateAnnotation, annotating the template for one refused pod would roll

@@ -144,6 +144,10 @@ class PodTuningSettings:
     """The revision of the last pod the webhook admitted for each tuning, and why it was
     left unchanged (None: tuned). Re-tuning goes by it: the webhook sees the pod after the
     namespace's LimitRange has filled in limits and requests, which the template has not."""
+    stopped: dict[str, float] = field(default_factory=dict)
+    """The uids of the tunings whose re-tuning loop stopped, and when (monotonic): a pass
+    still in its worker thread then forgets again what it kept (`retune`), or a tuning made
+    again under the same name inherited it (a refused pod's wait, what was said)."""
     excluded_namespaces: tuple[str, ...] = ()
     """The namespaces whose pods the webhook registration never sends (kube-system, the
     operator's own): their pods are never tuned, so none is replaced to tune it."""
@@ -160,6 +164,9 @@ class PodTuningSettings:
             del self.reported[kept]  # what was said apart (RetuneHeld, ...)
 
 
+STOPPED_KEPT_S = 600.0
+"""How long the uid of a tuning whose re-tuning loop stopped is kept (PodTuningSettings.
+stopped): far longer than a pass, whose API calls time out."""
 INDEX_WAIT_S = 3.0
 """How long a pod's admission waits for kopf's indexes to hold their first listing, when the
 operator has just started: within the webhook's 5 s timeout."""
@@ -727,6 +734,23 @@ def retune(namespace: str, name: str, uid: str, spec: InferenceTuningSpec,
            rivals: tuple[str, ...] = (), tuned_by: str | None = None,
            rivals_forced: bool = True,
            stored: Mapping[str, Any] | None = None) -> TuningStatus:
+    """One re-tuning pass (`_retune`); one whose loop stopped meanwhile (the tuning deleted)
+    keeps nothing of what it found."""
+    try:
+        return _retune(namespace, name, uid, spec, pods, memo, batching_value, mig, rivals,
+                       tuned_by, rivals_forced, stored)
+    finally:
+        settings: PodTuningSettings = memo.pod_tuning
+        if uid in settings.stopped:
+            settings.forget(f"{namespace}/{name}")
+
+
+def _retune(namespace: str, name: str, uid: str, spec: InferenceTuningSpec,
+            pods: list[PodView], memo: kopf.Memo, batching_value: int | None = None,
+            mig: tuple[str | None, str] = (None, "mixed"),
+            rivals: tuple[str, ...] = (), tuned_by: str | None = None,
+            rivals_forced: bool = True,
+            stored: Mapping[str, Any] | None = None) -> TuningStatus:
     """One re-tuning pass: report the counts and replace outdated pods as the spec says.
     `mig` is the planned (profile, strategy) from status.mig (`planned_mig`); `rivals` the
     names of the other InferenceTunings of the same Deployment when the webhook does not tune
@@ -930,6 +954,9 @@ async def retune_pods(stopped: kopf.DaemonStopped, namespace: str, name: str, ui
                       **_: Any) -> None:
     """Every RETUNE_INTERVAL: count tuned and outdated pods into status.tuning and replace
     the outdated ones (a loop, not a kopf timer: see loops.py)."""
+    # Started again for the same tuning (kopf resumes a daemon it stopped, as when peering
+    # pauses the operator): its passes keep what they find again.
+    memo.pod_tuning.stopped.pop(uid, None)
 
     def read(spec: dict[str, Any], status: dict[str, Any],
              meta: dict[str, Any]) -> Work | None:
@@ -963,4 +990,9 @@ async def retune_pods(stopped: kopf.DaemonStopped, namespace: str, name: str, ui
                     leader=leader_of(memo))
     finally:
         # kopf stops the daemon when the tuning is deleted (or the operator exits).
-        memo.pod_tuning.forget(f"{namespace}/{name}")
+        settings: PodTuningSettings = memo.pod_tuning
+        clock = time.monotonic()
+        for old in [u for u, at in settings.stopped.items() if clock - at > STOPPED_KEPT_S]:
+            del settings.stopped[old]
+        settings.stopped[uid] = clock
+        settings.forget(f"{namespace}/{name}")
