@@ -575,7 +575,7 @@ def test_a_tuning_drains_only_its_own_namespaces_gpu_pods_unless_allowed() -> No
     assert (step.kind, step.node) == (StepKind.DRAIN, "b")
     (report,) = [r for r in step.reports if r.node == "a"]
     assert report.state is NodeState.BUSY
-    assert report.message.startswith("runs GPU pods of other namespaces (team-b/q); not "
+    assert report.message.startswith("runs GPU pods of other namespaces (1); not "
                                      "drained: a tuning evicts only its own namespace's pods "
                                      "(team-a) unless the operator runs with "
                                      "--mig-drain-other-namespaces")
@@ -586,3 +586,23 @@ def test_a_tuning_drains_only_its_own_namespaces_gpu_pods_unless_allowed() -> No
     # Allowed (--mig-drain-other-namespaces): every namespace's.
     anyone = plan_mig_nodes([mixed], CONFIGS, allow_disruption=True, labelled_at={}, now=100.0)
     assert (anyone.kind, anyone.node) == (StepKind.DRAIN, "a")
+
+
+def test_other_teams_pod_names_stay_out_of_a_tunings_status() -> None:
+    """The reports go into status.mig, which whoever may read the tuning reads: the pod names
+    of other namespaces on the node were among them. Its own namespace's are named, the
+    others counted."""
+    node = _node("a", pods=("team-a/p1", "team-b/secret-project-7", "team-a/p2",
+                            "team-c/other"))
+    step = plan_mig_nodes([node], CONFIGS, allow_disruption=False, labelled_at={}, now=100.0,
+                          owner="team-a/qwen")
+    (report,) = step.reports
+    assert report.message.startswith("runs GPU pods (team-a/p1, team-a/p2, 2 of other "
+                                      "namespaces); not reconfigured"), report.message
+    many = _node("b", pods=tuple(f"team-a/p{i}" for i in range(5)))
+    (report,) = plan_mig_nodes([many], CONFIGS, allow_disruption=False, labelled_at={},
+                               now=100.0, owner="team-a/qwen").reports
+    assert "(team-a/p0, team-a/p1, team-a/p2, 2 more)" in report.message
+    step = plan_mig_nodes([node], CONFIGS, allow_disruption=True, labelled_at={}, now=100.0,
+                          owner="team-a/qwen", drains_namespace="team-a")
+    assert "secret-project" not in " ".join(r.message for r in step.reports)

@@ -342,3 +342,32 @@ def test_one_eviction_the_api_server_fails_does_not_stop_the_drain(
     stored = kopf.Body({"status": {"mig": only.model_dump(by_alias=True, mode="json")}})
     assert mig_controller._drain_reported(stored, status, "gpu-0", (), drained.failed) == only
     assert posted == []
+
+
+@pytest.mark.parametrize(("labels", "planned"), [
+    (["single", ""], "single"),  # one without the label: the nodes still run single
+    (["none"], "mixed"),  # not a strategy: the spec's
+    (["Mixed"], "mixed"),
+    (["single", "single"], "single"),
+    ([], "mixed"),
+])
+def test_status_says_the_strategy_the_layout_was_planned_for(
+        labels: list[str], planned: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pod webhook asks for the MIG resource by status.mig.strategy. Status took every
+    label value, the planner only single and mixed: nodes labelled single and "" were planned
+    (and labelled) for single while status said mixed, and the re-tuned pods asked for
+    nvidia.com/mig-2g.35gb, which a single node never offers: Pending for good."""
+    nodes = [NodeView(f"n{i}", {PRODUCT_LABEL: "NVIDIA-H200", MIG_CAPABLE_LABEL: "true",
+                                **({"nvidia.com/mig.strategy": label} if label else {})})
+             for i, label in enumerate(labels or ["", ""])]
+    monkeypatch.setattr(mig_controller, "_observe_nodes", lambda gpu_pods: nodes)
+    monkeypatch.setattr(mig_controller, "_write_config_map",
+                        lambda namespace, configs, now, write=True: {n: 0.0 for n in configs})
+    monkeypatch.setattr(mig_controller, "_patch_as_seen", lambda *_: True)
+    monkeypatch.setattr(mig_controller.kopf, "event", lambda *_, **__: None)
+    spec = InferenceTuningSpec.model_validate({"targetRef": {"name": "qwen"}, "engine": "vllm",
+                                               "mig": {"profile": "2g.35gb"}})
+    status = mig_controller.reconcile_mig(
+        "team-a", "qwen", spec, mig_controller.MigSettings("gpu-operator"),
+        kopf.Body({"status": {}}), {}, frozenset({"team-a/qwen"}))
+    assert status.strategy == planned, status

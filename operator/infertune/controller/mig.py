@@ -370,6 +370,28 @@ def _label(node: NodeView, config: str, owner: str) -> bool:
         "annotations": {CLAIM_ANNOTATION: owner, LABELLED_AT_ANNOTATION: f"{time.time():.0f}"}}})
 
 
+def _strategies_run(capable: list[NodeView]) -> list[str]:
+    """The MIG strategies the selected MIG-capable nodes run (their MIG_STRATEGY_LABEL, where
+    it is one), sorted. Plans are made for the strategy the nodes run: under single, the
+    device plugin refuses a node with mixed profiles (and GFD labels its GPUs MIG-INVALID),
+    whatever the spec says."""
+    return sorted({n.labels.get(MIG_STRATEGY_LABEL, "") for n in capable}
+                  & {s.value for s in MigStrategy})
+
+
+def planned_strategy(spec: InferenceTuningSpec, nodes: list[NodeView]) -> str:
+    """The strategy `_plans` plans for (and so status.mig.strategy, which the pod webhook
+    reads): the one the selected nodes run, else the spec's. A label `_plans` does not take
+    (empty, `none`, `Mixed`) is not one: counted as the nodes' strategy there, the plan was
+    single while status said mixed (or the reverse), and the pods asked for a resource the
+    partitioned nodes do not offer."""
+    assert spec.mig is not None
+    capable = [n for n in nodes if n.labels.get(MIG_CAPABLE_LABEL) == "true"
+               and selects(spec.mig.node_selector.items(), n.labels)]
+    strategies = _strategies_run(capable)
+    return strategies[0] if len(strategies) == 1 else spec.mig.strategy.value
+
+
 def _plans(spec: InferenceTuningSpec, nodes: list[NodeView]) -> tuple[
         dict[str, LayoutPlan], list[str], list[NodeView]]:
     assert spec.mig is not None
@@ -378,10 +400,7 @@ def _plans(spec: InferenceTuningSpec, nodes: list[NodeView]) -> tuple[
     products = sorted({n.labels[PRODUCT_LABEL] for n in capable if PRODUCT_LABEL in n.labels})
     plans: dict[str, LayoutPlan] = {}
     errors: list[str] = []
-    # Planned for the strategy the nodes run: under single, the device plugin refuses a node
-    # with mixed profiles (and GFD labels its GPUs MIG-INVALID), whatever the spec says.
-    strategies = sorted({n.labels.get(MIG_STRATEGY_LABEL, "") for n in capable}
-                        & {s.value for s in MigStrategy})
+    strategies = _strategies_run(capable)
     mig_spec, run_by = spec.mig, ""
     if len(strategies) > 1:
         errors.append(f"the selected nodes run different MIG strategies ({MIG_STRATEGY_LABEL}: "
@@ -477,10 +496,9 @@ def reconcile_mig(namespace: str, name: str, spec: InferenceTuningSpec, settings
                           drains_namespace=None if settings.drain_other_namespaces
                           else namespace)
     first = next(iter(plans.values()))
-    strategies = {n.labels.get(MIG_STRATEGY_LABEL) for n in selected} - {None}
     status = MigStatus(
         profile=first.pod_profile, layout=[describe(p.slices) for p in plans.values()],
-        strategy=(strategies.pop() if len(strategies) == 1 else spec.mig.strategy.value),
+        strategy=planned_strategy(spec, nodes),
         config_map=f"{settings.namespace}/{CONFIG_MAP}",
         nodes=[MigNodeStatus(node=r.node, config=configs[_product(selected, r.node)],
                              state=r.state.value, message=r.message) for r in step.reports],

@@ -196,6 +196,19 @@ namespace's GPU pods is left alone (busy): whoever may create an InferenceTuning
 otherwise drain any MIG-capable node of the cluster and evict other teams' pods."""
 
 
+def _pods_said(pods: Sequence[str], owner: str) -> str:
+    """The GPU pods of a node as a tuning's status says them: by name those of its own
+    namespace (of `owner`, NAMESPACE/NAME), by count the others. Whoever may read the tuning
+    read other teams' pod names there."""
+    namespace = owner.partition("/")[0]
+    own = [pod for pod in pods if namespace and pod.startswith(f"{namespace}/")]
+    said = own[:3] + ([f"{len(own) - 3} more"] if len(own) > 3 else [])
+    others = len(pods) - len(own)
+    if others:
+        said.append(f"{others} of other namespaces")
+    return ", ".join(said)
+
+
 def plan_mig_nodes(nodes: Sequence[NodeView], configs: Mapping[str, str], *,
                    allow_disruption: bool, labelled_at: Mapping[str, float],
                    now: float, owner: str = "",
@@ -243,14 +256,14 @@ def plan_mig_nodes(nodes: Sequence[NodeView], configs: Mapping[str, str], *,
     for node, config in sorted(todo, key=_idle_first):
         if node.gpu_pods and not allow_disruption:  # whether another node takes the step
             reports.append(NodeReport(node.name, NodeState.BUSY, (
-                f"runs GPU pods ({', '.join(node.gpu_pods[:3])}); not reconfigured: set "
+                f"runs GPU pods ({_pods_said(node.gpu_pods, owner)}); not reconfigured: set "
                 "spec.mig.allowDisruption to cordon, drain and partition it")))
             continue
         foreign = [] if drains_namespace is None else [
             pod for pod in node.gpu_pods if not pod.startswith(f"{drains_namespace}/")]
         if foreign:
             reports.append(NodeReport(node.name, NodeState.BUSY, (
-                f"runs GPU pods of other namespaces ({', '.join(foreign[:3])}); not drained: "
+                f"runs GPU pods of other namespaces ({len(foreign)}); not drained: "
                 f"a tuning evicts only its own namespace's pods ({drains_namespace}) unless "
                 f"the operator runs with {DRAIN_OTHER_NAMESPACES} (chart: "
                 "mig.drainOtherNamespaces)"), foreign_pods=True))
