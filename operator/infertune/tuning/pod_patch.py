@@ -371,10 +371,12 @@ def _allocator(spec: InferenceTuningSpec, env: _EnvPlan, cpu: float | None,
         # only where it has none.
         names = ["MALLOC_ARENA_MAX"] if allocator.arena_max else []
         names += ["GLIBC_TUNABLES"] if allocator.glibc_tunables is not None else []
-        if found is not None and "valueFrom" in found and allocator.glibc_tunables is None:
+        sets_count = allocator.arena_max is not None or (kept is None and cpu is not None)
+        if (found is not None and "valueFrom" in found and allocator.glibc_tunables is None
+                and sets_count):
             # Not merged (the spec sets no tunables), and not readable here: a
-            # glibc.malloc.arena_max in it would stand beside the MALLOC_ARENA_MAX the reasons
-            # give, unseen.
+            # glibc.malloc.arena_max in it would stand beside the MALLOC_ARENA_MAX this sets
+            # (arenaMax, or the CPU-sized count), unseen.
             problems.append("GLIBC_TUNABLES on the serving container comes from valueFrom, "
                             "which the operator cannot read: a glibc.malloc.arena_max in it "
                             "may take the place of the MALLOC_ARENA_MAX set here; set it as "
