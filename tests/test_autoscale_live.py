@@ -434,12 +434,22 @@ def test_the_preview_says_when_it_decided_and_when_the_operator_decides_next(
 
     _busy_fetch(monkeypatch, 5.0)
     at = NOW + 7  # NOW is a multiple of the 15 s interval
+    done = {"autoscaling": {"evaluated": format_time(NOW)}}  # this slot's made
     result = evaluate(tuning(), "http://127.0.0.1:9", None, 1.0, at,
-                      live=Live(tuning(), 3, {}, 1, None))
+                      live=Live(tuning(), 3, done, 1, None))
     assert result["evaluatedAt"] == format_time(at)
     assert result["operatorNextEvaluation"] == format_time(NOW + 15)
-    assert (f"as of {format_time(at)}; the operator evaluates next at "
+    assert (f"as of {format_time(at)}; the operator's next evaluation is the one of "
             f"{format_time(NOW + 15)}") in _text(result, 0.075)
+    # This slot's not made yet (the operator is late, or the tuning new): it is next.
+    for stored in ({"autoscaling": {"evaluated": format_time(NOW - 15)}}, {}):
+        due = evaluate(tuning(), "http://127.0.0.1:9", None, 1.0, NOW + 2,
+                       live=Live(tuning(), 3, stored, 1, None))
+        assert due["operatorNextEvaluation"] == format_time(NOW), stored
+    # From a file the tuning may run nowhere: no operator's evaluation is named.
+    alone = evaluate(tuning(), "http://127.0.0.1:9", None, 1.0, at)
+    assert alone["operatorNextEvaluation"] is None
+    assert f"as of {format_time(at)}\n" in _text(alone, 0.075)
 
 
 def test_windows_stored_for_another_deployment_are_said_not_to_count(

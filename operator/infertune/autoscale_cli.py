@@ -166,7 +166,7 @@ def evaluate(tuning: InferenceTuning, prometheus: str, replicas: int | None,
     an empty status): the windows start as a new tuning's, and the batching step starts from
     the knob on `template` (the target's spec.template.spec, when the file holds the
     Deployment)."""
-    from infertune.controller.autoscaling import slot_start
+    from infertune.controller.autoscaling import slot_start, stored_evaluation
     from infertune.controller.fights import lost_scale_event, with_scale_event, written_replicas
     from infertune.controller.scaling_report import plan_evaluation
     from infertune.metrics.plan import Signal
@@ -213,8 +213,9 @@ def evaluate(tuning: InferenceTuning, prometheus: str, replicas: int | None,
         if lost is not None:
             status = with_scale_event(status, lost)
             notes.append(f"replicas {lost.change:+d} were the operator's own write, which its "
-                         "status does not hold (it stopped before writing it): counted in the "
-                         "rate limits as made now, as the operator counts it")
+                         "status does not hold (it stopped before writing it, or that status "
+                         "write has not landed yet): counted in the rate limits as made now, "
+                         "as an operator that starts again counts it")
         # The ready count is the Deployment's, so it says nothing about --replicas.
         planned = plan_evaluation(tuning.spec, live.generation, status, signals, current,
                                   blocked, now, None if fight is None else fight.to_json(),
@@ -231,12 +232,19 @@ def evaluate(tuning: InferenceTuning, prometheus: str, replicas: int | None,
     shown = None if block is None else {
         "knob": block["knob"], "recommended": block["recommended"], "reason": block["reason"]}
     interval = spec.interval.seconds
+    start = slot_start(now, interval)
+    # The operator evaluates each tuning at the start of each interval slot: this slot's is
+    # due while the status holds none of it (made a little late, it is stamped with the
+    # slot's start), else the next slot's. A file's tuning may not run anywhere: none.
+    evaluated = None if live is None else stored_evaluation(live.status)
+    upcoming = (None if live is None else start if evaluated is None or evaluated < start - 1e-3
+                else start + interval)
     return {
         "tuning": target.key,
         # The operator evaluates at the start of each interval slot: a rate-limit period or
         # a window that ends before its next one does not hold it then.
         "evaluatedAt": format_time(now),
-        "operatorNextEvaluation": format_time(slot_start(now, interval) + interval),
+        "operatorNextEvaluation": None if upcoming is None else format_time(upcoming),
         "currentReplicas": current,
         "currentReplicasAssumed": known is None,
         "state": ("status.autoscaling.state" if live is not None and (
@@ -286,9 +294,10 @@ def _text(result: dict[str, Any], target_s: float) -> str:
         f"{result['tuning']}: {result['action']} {result['currentReplicas']} -> "
         f"{result['desiredReplicas']}{assumed}",
         f"reason: {result['reason']}",
-        f"as of {result['evaluatedAt']}; the operator evaluates next at "
-        f"{result['operatorNextEvaluation']}, when rate-limit periods and windows may have "
-        "moved on",
+        f"as of {result['evaluatedAt']}" + (
+            "" if result["operatorNextEvaluation"] is None else
+            f"; the operator's next evaluation is the one of {result['operatorNextEvaluation']}"
+            ", when rate-limit periods and windows may have moved on"),
         f"stabilization and rate-limit windows: {windows}",
         f"queue per replica: {_rounded(signals['queuePerReplica'])}",
         f"latency ({signals['latencyKind']}): "

@@ -61,11 +61,16 @@ LONGEST_DURATION_S = 7 * 24 * 3600
 bound, 400 digits of seconds would become an infinite float in the arithmetic after it."""
 
 
+class QuantityError(ValueError):
+    """A text that `parse_quantity` does not take as a Kubernetes quantity."""
+
+
 def parse_quantity(text: str) -> Decimal:
-    """Return the value of a Kubernetes quantity, or raise ValueError with a hint."""
+    """Return the value of a Kubernetes quantity, or raise QuantityError (a ValueError) with a
+    hint."""
     match = _QUANTITY.match(text.strip()) if text == text.strip() else None
     if match is None:
-        raise ValueError(
+        raise QuantityError(
             f"{shown(text)} is not a Kubernetes quantity; write a number with an optional suffix "
             "such as 28Gi, 512Mi, 500m or 2"
         )
@@ -80,21 +85,21 @@ def parse_quantity(text: str) -> Decimal:
             # int() of thousands of digits is refused in Python's own words; no quantity
             # needs an exponent past 18 or below -9 (nano).
             if "-" not in suffix:
-                raise ValueError(_too_large(text))
-            raise ValueError(f"{shown(text)} is smaller than any quantity Kubernetes keeps (1n "
+                raise QuantityError(_too_large(text))
+            raise QuantityError(f"{shown(text)} is smaller than any quantity Kubernetes keeps (1n "
                              "is the least); write it with a suffix such as 500m")
         digits = suffix.lstrip("eE+-").lstrip("0") or "0"
         exponent = -int(digits) if "-" in suffix else int(digits)
         if exponent > MAX_EXPONENT:  # 10 ** a billion overflows Decimal (or takes for ever)
-            raise ValueError(_too_large(text))
+            raise QuantityError(_too_large(text))
         value = number * (Decimal(10) ** exponent)
     else:
-        raise ValueError(
+        raise QuantityError(
             f"{shown(text)} has an unknown suffix {shown(suffix)}; use one of "
             f"{', '.join(_BINARY)} (binary) or k, M, G, T, P, E, m (decimal)"
         )
     if value > MAX_QUANTITY:
-        raise ValueError(_too_large(text))
+        raise QuantityError(_too_large(text))
     return value
 
 

@@ -27,7 +27,7 @@ from infertune.api.spec import (
     batching_knob,
 )
 from infertune.api.tuning import AllocatorType, NumaPolicy
-from infertune.api.units import parse_quantity
+from infertune.api.units import QuantityError, parse_quantity
 from infertune.tuning.mallocconf import (
     aborting,
     aborts_on_invalid,
@@ -1095,7 +1095,7 @@ def plan_pod_patch(spec: InferenceTuningSpec, pod: dict[str, Any],
     """The patch that tunes `pod` as `spec` says, or a refusal with its reason."""
     try:
         return _plan_pod_patch(spec, pod, context)
-    except ValueError as exc:
+    except QuantityError as exc:
         # A quantity the API server stored and this parser does not take (a decimal above
         # 2^63-1, such as a memory limit of 10E): raised, the pod was admitted with only
         # "pod tuning failed", and every re-tuning pass, which previews the template, failed
