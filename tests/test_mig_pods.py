@@ -371,3 +371,43 @@ def test_status_says_the_strategy_the_layout_was_planned_for(
         "team-a", "qwen", spec, mig_controller.MigSettings("gpu-operator"),
         kopf.Body({"status": {}}), {}, frozenset({"team-a/qwen"}))
     assert status.strategy == planned, status
+
+
+def _reconciled(monkeypatch: pytest.MonkeyPatch, nodes: list[NodeView],
+                patched: bool = True) -> MigStatus:
+    """reconcile_mig over `nodes`, the API calls replaced: node patches answer `patched`
+    (False: the node changed since it was read), and the ConfigMap was written long ago."""
+    monkeypatch.setattr(mig_controller, "_observe_nodes", lambda gpu_pods: nodes)
+    monkeypatch.setattr(mig_controller, "_write_config_map",
+                        lambda namespace, configs, now, write=True: {n: 0.0 for n in configs})
+    monkeypatch.setattr(mig_controller, "_patch_as_seen", lambda *_: patched)
+    monkeypatch.setattr(mig_controller.kopf, "event", lambda *_, **__: None)
+    spec = InferenceTuningSpec.model_validate({"targetRef": {"name": "qwen"}, "engine": "vllm",
+                                               "mig": {"profile": "2g.35gb"}})
+    return mig_controller.reconcile_mig(
+        "team-a", "qwen", spec, mig_controller.MigSettings("gpu-operator"),
+        kopf.Body({"status": {}}), {}, frozenset({"team-a/qwen"}))
+
+
+def test_status_lists_a_hundred_nodes_with_the_one_worked_on(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """~300 bytes a node: a nodeSelector matching 5000 nodes made a status past etcd's
+    1.5 MiB, and its write failed at every pass."""
+    nodes = [node(f"n{i:04d}", "NVIDIA-H200") for i in range(250)]
+    status = _reconciled(monkeypatch, nodes)
+    assert len(status.nodes) == mig_controller.MAX_NODES_LISTED
+    labelled = [n for n in status.nodes if n.message.startswith("labelled for")]
+    assert len(labelled) == 1, [n.message for n in status.nodes[:3]]
+    assert status.message.endswith("(status.mig.nodes lists 100 of the 250 selected nodes, 0 "
+                                   "of them configured: those worked on first)"), status.message
+    few = _reconciled(monkeypatch, nodes[:5])
+    assert len(few.nodes) == 5 and "lists" not in few.message
+
+
+def test_a_label_not_made_is_not_reported_as_made(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The node changed since the pass read it (409): the message said so, and the node's
+    entry still read "labelled for ..."."""
+    status = _reconciled(monkeypatch, [node("n1", "NVIDIA-H200")], patched=False)
+    assert status.message == "n1 changed while deciding; decided again next pass"
+    (entry,) = status.nodes
+    assert entry.message == f"not done: {status.message}"

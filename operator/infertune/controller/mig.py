@@ -501,8 +501,9 @@ def reconcile_mig(namespace: str, name: str, spec: InferenceTuningSpec, settings
         strategy=planned_strategy(spec, nodes),
         config_map=f"{settings.namespace}/{CONFIG_MAP}",
         nodes=[MigNodeStatus(node=r.node, config=configs[_product(selected, r.node)],
-                             state=r.state.value, message=r.message) for r in step.reports],
-        message=step.reason)
+                             state=r.state.value, message=r.message)
+               for r in _shown_reports(step.reports, step.node)],
+        message=step.reason + _unlisted(step.reports))
     # In DryRun too: uncordoning undoes the operator's own drain (made in Enforce).
     for node in partitioned_after_drain(selected, step.reports, owner, partitions):
         try:
@@ -534,24 +535,58 @@ def reconcile_mig(namespace: str, name: str, spec: InferenceTuningSpec, settings
         # load): the leader decides. Two processes labelling or draining at once put two
         # nodes out of service where the rollout takes one at a time.
         done = "labelled" if step.kind is StepKind.LABEL else "drained"
-        return status.model_copy(update={
-            "message": f"{step.node} not {done} by this process: it no longer leads "
-                       "(--leader-elect), and the leader decides"})
+        return _not_done(status, step.node, f"{step.node} not {done} by this process: it no "
+                         "longer leads (--leader-elect), and the leader decides")
     if step.kind is StepKind.LABEL and step.node is not None:
         node = next(n for n in selected if n.name == step.node)
         if not _label(node, configs[_product(selected, step.node)], owner):
             logger.info(f"{step.node} changed since this pass read it; the next one decides")
-            return status.model_copy(update={
-                "message": f"{step.node} changed while deciding; decided again next pass"})
+            return _not_done(status, step.node,
+                             f"{step.node} changed while deciding; decided again next pass")
         settings.labelled_at[step.node] = time.time()
         kopf.event(body, type="Normal", reason="MigNodeLabelled", message=step.reason)
     elif step.kind is StepKind.DRAIN and step.node is not None:
         drained = _drain(next(n for n in selected if n.name == step.node), owner, partitions)
         if drained is None:
-            return status.model_copy(update={
-                "message": f"{step.node} changed while deciding; decided again next pass"})
+            return _not_done(status, step.node,
+                             f"{step.node} changed while deciding; decided again next pass")
         return _drain_reported(body, status, step.node, *drained)
     return status
+
+
+MAX_NODES_LISTED = 100
+"""The most nodes status.mig.nodes lists (~300 bytes each): a tuning whose nodeSelector
+matched 5000 nodes made a status past etcd's 1.5 MiB, whose write then failed every pass.
+The nodes being worked on come first; the message counts the others."""
+
+
+def _shown_reports(reports: Sequence[NodeReport], step: str | None) -> list[NodeReport]:
+    """At most MAX_NODES_LISTED of `reports`, in their order: the node of the step, then the
+    ones not configured (claimed by another tuning, waiting, failed, ...), then configured."""
+    if len(reports) <= MAX_NODES_LISTED:
+        return list(reports)
+    def rank(report: NodeReport) -> int:
+        return (0 if report.node == step else
+                2 if report.state is NodeState.CONFIGURED else 1)
+    kept = {r.node for r in sorted(reports, key=rank)[:MAX_NODES_LISTED]}
+    return [r for r in reports if r.node in kept]
+
+
+def _unlisted(reports: Sequence[NodeReport]) -> str:
+    """What the message adds when status.mig.nodes does not list every selected node."""
+    if len(reports) <= MAX_NODES_LISTED:
+        return ""
+    configured = sum(r.state is NodeState.CONFIGURED for r in reports)
+    return (f" (status.mig.nodes lists {MAX_NODES_LISTED} of the {len(reports)} selected "
+            f"nodes, {configured} of them configured: those worked on first)")
+
+
+def _not_done(status: MigStatus, node: str, why: str) -> MigStatus:
+    """`status` with the step on `node` not taken: its entry read as done ("labelled for",
+    "cordoned and draining") while the message said it was not."""
+    return status.model_copy(update={"message": why, "nodes": [
+        entry.model_copy(update={"message": f"not done: {why}"}) if entry.node == node
+        else entry for entry in status.nodes]})
 
 
 def _drain_reported(body: kopf.Body, status: MigStatus, node: str,
