@@ -411,3 +411,30 @@ def test_a_label_not_made_is_not_reported_as_made(monkeypatch: pytest.MonkeyPatc
     assert status.message == "n1 changed while deciding; decided again next pass"
     (entry,) = status.nodes
     assert entry.message == f"not done: {status.message}"
+    # With more nodes than are listed, the message still counts them.
+    many = _reconciled(monkeypatch, [node(f"n{i:03d}", "NVIDIA-H200") for i in range(150)],
+                       patched=False)
+    assert many.message.startswith("n000 changed while deciding") and (
+        "lists 100 of the 150 selected nodes" in many.message), many.message
+
+
+@pytest.mark.parametrize("state", ["failed", "pending"])
+def test_the_node_mig_manager_works_on_or_failed_is_listed_among_a_hundred(
+        state: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """While a node is pending (mig-manager at work) or failed (the rollout stops there
+    until a person looks), no step is taken and the others wait for it: the first 100 by
+    name were listed, all "waits for", and the node itself was not."""
+    from infertune.tuning.mig_nodes import MIG_CONFIG_LABEL, MIG_STATE_LABEL
+
+    spec = InferenceTuningSpec.model_validate({"targetRef": {"name": "qwen"}, "engine": "vllm",
+                                               "mig": {"profile": "2g.35gb"}})
+    nodes = [node(f"n{i:04d}", "NVIDIA-H200") for i in range(250)]
+    plans, _, _ = mig_controller._plans(spec, nodes)
+    config = mig_controller.config_names(plans)["NVIDIA-H200"]
+    labels = {MIG_CONFIG_LABEL: config, **({MIG_STATE_LABEL: state} if state == "failed"
+                                           else {})}
+    nodes[200] = node("n0200", "NVIDIA-H200", **labels)
+    status = _reconciled(monkeypatch, nodes)
+    listed = {n.node: n.state for n in status.nodes}
+    assert len(listed) == 100 and listed.get("n0200") == state, listed.get("n0200")
+    assert "lists 100 of the 250" in status.message

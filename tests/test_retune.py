@@ -1123,6 +1123,56 @@ def test_a_pass_that_ends_after_its_tuning_was_deleted_keeps_nothing(
     assert started == [True]
 
 
+def test_a_late_pass_of_a_deleted_tuning_leaves_the_new_ones_state_alone(
+        controller: Any, patched: list[tuple[str, Any, Any]],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Deleted and made again under its name (kubectl replace --force): the new tuning (another
+    uid) has its loop and what its webhook admissions found, and the old tuning's pass still
+    in its thread forgot it all when it ended (a PodNotTuned Event never posted, the guard
+    against untuned replacements gone)."""
+    import asyncio
+    import logging
+
+    import kopf
+
+    from infertune.controller import pods as controller_pods
+    memo, key = controller["memo"], "chat/mistral-7b"
+
+    async def stops(*_: Any, **__: Any) -> None:
+        return None
+
+    def daemon(uid: str) -> Any:
+        return controller_pods.retune_pods(
+            stopped=None, namespace="chat", name="mistral-7b", uid=uid, body=kopf.Body({}),
+            memo=memo, logger=logging.getLogger("test"), pods_by_deployment={},
+            tunings_by_target={})
+
+    monkeypatch.setattr(controller_pods, "every", stops)
+    asyncio.run(daemon("uid-1"))  # the old one's loop stopped: deleted
+    problem = ("spec.memory.high: told at admission",)
+
+    async def new_one_runs(*_: Any, **__: Any) -> None:
+        memo.pod_tuning.unreported[key] = (problem, True)  # its webhook's admission
+        memo.pod_tuning.admitted[key] = ("r2", problem[0])
+        # The old pass ends now, in its thread.
+        controller_pods.retune("chat", "mistral-7b", "uid-1", controller["spec"],
+                               _tuned(controller, "a"), memo)
+
+    monkeypatch.setattr(controller_pods, "every", new_one_runs)
+    asyncio.run(daemon("uid-2"))
+    assert memo.pod_tuning.admitted == {}  # the new loop stopped too, and forgot its own
+    # Once more, with the new loop still running when the old pass ends.
+    kept: list[Any] = []
+
+    async def still_runs(*_: Any, **__: Any) -> None:
+        await new_one_runs()
+        kept.append(memo.pod_tuning.admitted.get(key))
+
+    monkeypatch.setattr(controller_pods, "every", still_runs)
+    asyncio.run(daemon("uid-2"))
+    assert kept == [("r2", problem[0])]
+
+
 def test_pods_that_failed_in_place_do_not_roll_the_whole_deployment(
         controller: Any, patched: list[tuple[str, Any, Any]]) -> None:
     """With PodTemplateAnnotation, annotating the template for one refused pod would roll

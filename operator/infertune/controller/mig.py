@@ -503,7 +503,7 @@ def reconcile_mig(namespace: str, name: str, spec: InferenceTuningSpec, settings
         nodes=[MigNodeStatus(node=r.node, config=configs[_product(selected, r.node)],
                              state=r.state.value, message=r.message)
                for r in _shown_reports(step.reports, step.node)],
-        message=step.reason + _unlisted(step.reports))
+        message=step.reason + (unlisted := _unlisted(step.reports)))
     # In DryRun too: uncordoning undoes the operator's own drain (made in Enforce).
     for node in partitioned_after_drain(selected, step.reports, owner, partitions):
         try:
@@ -528,7 +528,8 @@ def reconcile_mig(namespace: str, name: str, spec: InferenceTuningSpec, settings
         reports = [entry.model_copy(update={"message": f"dry run, not done: {entry.message}"})
                    if acts and entry.node == step.node else entry for entry in status.nodes]
         return status.model_copy(update={
-            "message": f"dry run: {'would ' if acts else ''}{step.reason}", "nodes": reports})
+            "message": f"dry run: {'would ' if acts else ''}{step.reason}{unlisted}",
+            "nodes": reports})
     if (step.kind in (StepKind.LABEL, StepKind.DRAIN) and step.node is not None
             and not leader.leads()):
         # Lost while the pass read the nodes and wrote the ConfigMap (an API server under
@@ -536,20 +537,22 @@ def reconcile_mig(namespace: str, name: str, spec: InferenceTuningSpec, settings
         # nodes out of service where the rollout takes one at a time.
         done = "labelled" if step.kind is StepKind.LABEL else "drained"
         return _not_done(status, step.node, f"{step.node} not {done} by this process: it no "
-                         "longer leads (--leader-elect), and the leader decides")
+                         "longer leads (--leader-elect), and the leader decides", unlisted)
     if step.kind is StepKind.LABEL and step.node is not None:
         node = next(n for n in selected if n.name == step.node)
         if not _label(node, configs[_product(selected, step.node)], owner):
             logger.info(f"{step.node} changed since this pass read it; the next one decides")
             return _not_done(status, step.node,
-                             f"{step.node} changed while deciding; decided again next pass")
+                             f"{step.node} changed while deciding; decided again next pass",
+                             unlisted)
         settings.labelled_at[step.node] = time.time()
         kopf.event(body, type="Normal", reason="MigNodeLabelled", message=step.reason)
     elif step.kind is StepKind.DRAIN and step.node is not None:
         drained = _drain(next(n for n in selected if n.name == step.node), owner, partitions)
         if drained is None:
             return _not_done(status, step.node,
-                             f"{step.node} changed while deciding; decided again next pass")
+                             f"{step.node} changed while deciding; decided again next pass",
+                             unlisted)
         return _drain_reported(body, status, step.node, *drained)
     return status
 
@@ -566,8 +569,15 @@ def _shown_reports(reports: Sequence[NodeReport], step: str | None) -> list[Node
     if len(reports) <= MAX_NODES_LISTED:
         return list(reports)
     def rank(report: NodeReport) -> int:
-        return (0 if report.node == step else
-                2 if report.state is NodeState.CONFIGURED else 1)
+        # The node mig-manager works on (pending), the one drained, one that failed or
+        # timed out (the rollout stops there until a person looks): before the ones that
+        # wait for it, and those before the ones done.
+        if report.node == step:
+            return 0
+        if report.state is NodeState.CONFIGURED:
+            return 3
+        return 2 if report.state in (NodeState.WAITING, NodeState.BUSY,
+                                     NodeState.CLAIMED) else 1
     kept = {r.node for r in sorted(reports, key=rank)[:MAX_NODES_LISTED]}
     return [r for r in reports if r.node in kept]
 
@@ -581,10 +591,11 @@ def _unlisted(reports: Sequence[NodeReport]) -> str:
             f"nodes, {configured} of them configured: those worked on first)")
 
 
-def _not_done(status: MigStatus, node: str, why: str) -> MigStatus:
+def _not_done(status: MigStatus, node: str, why: str, unlisted: str = "") -> MigStatus:
     """`status` with the step on `node` not taken: its entry read as done ("labelled for",
-    "cordoned and draining") while the message said it was not."""
-    return status.model_copy(update={"message": why, "nodes": [
+    "cordoned and draining") while the message said it was not. `unlisted`: what the
+    message adds for the nodes status.mig.nodes leaves out (`_unlisted`)."""
+    return status.model_copy(update={"message": why + unlisted, "nodes": [
         entry.model_copy(update={"message": f"not done: {why}"}) if entry.node == node
         else entry for entry in status.nodes]})
 

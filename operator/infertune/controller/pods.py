@@ -144,6 +144,10 @@ class PodTuningSettings:
     """The revision of the last pod the webhook admitted for each tuning, and why it was
     left unchanged (None: tuned). Re-tuning goes by it: the webhook sees the pod after the
     namespace's LimitRange has filled in limits and requests, which the template has not."""
+    uids: dict[str, str] = field(default_factory=dict)
+    """The uid of the tuning each key's re-tuning loop runs for: a tuning deleted and made
+    again under its name has another, and what the old one's late pass or loop forgets is
+    not the new one's."""
     stopped: dict[str, float] = field(default_factory=dict)
     """The uids of the tunings whose re-tuning loop stopped, and when (monotonic): a pass
     still in its worker thread then forgets again what it kept (`retune`), or a tuning made
@@ -158,10 +162,11 @@ class PodTuningSettings:
         the old problems showed in its status)."""
         for table in (self.unreported, self.latest_problems, self.problems_revision,
                       self.reported, self.last_evictions, self.admitted, self.backfilled,
-                      self.refused_in_place, self.written_in_place):
+                      self.refused_in_place, self.written_in_place, self.uids):
             table.pop(key, None)
-        for kept in [k for k in self.reported if k.startswith(f"{key}#")]:
-            del self.reported[kept]  # what was said apart (RetuneHeld, ...)
+        # A copy first: passes of other tunings (worker threads) add keys meanwhile.
+        for kept in [k for k in list(self.reported) if k.startswith(f"{key}#")]:
+            self.reported.pop(kept, None)  # what was said apart (RetuneHeld, ...)
 
 
 STOPPED_KEPT_S = 600.0
@@ -741,8 +746,9 @@ def retune(namespace: str, name: str, uid: str, spec: InferenceTuningSpec,
                        tuned_by, rivals_forced, stored)
     finally:
         settings: PodTuningSettings = memo.pod_tuning
-        if uid in settings.stopped:
-            settings.forget(f"{namespace}/{name}")
+        key = f"{namespace}/{name}"
+        if uid in settings.stopped and settings.uids.get(key) in (None, uid):
+            settings.forget(key)
 
 
 def _retune(namespace: str, name: str, uid: str, spec: InferenceTuningSpec,
@@ -957,6 +963,7 @@ async def retune_pods(stopped: kopf.DaemonStopped, namespace: str, name: str, ui
     # Started again for the same tuning (kopf resumes a daemon it stopped, as when peering
     # pauses the operator): its passes keep what they find again.
     memo.pod_tuning.stopped.pop(uid, None)
+    memo.pod_tuning.uids[f"{namespace}/{name}"] = uid
 
     def read(spec: dict[str, Any], status: dict[str, Any],
              meta: dict[str, Any]) -> Work | None:
@@ -995,4 +1002,5 @@ async def retune_pods(stopped: kopf.DaemonStopped, namespace: str, name: str, ui
         for old in [u for u, at in settings.stopped.items() if clock - at > STOPPED_KEPT_S]:
             del settings.stopped[old]
         settings.stopped[uid] = clock
-        settings.forget(f"{namespace}/{name}")
+        if settings.uids.get(f"{namespace}/{name}") in (None, uid):  # not a new one's
+            settings.forget(f"{namespace}/{name}")
