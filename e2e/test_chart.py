@@ -459,9 +459,17 @@ def test_mig_can_be_turned_off_with_the_permissions_only_it_needs() -> None:
         assert not off.allows(verb, "", "configmaps", "infertune-system", name)
     assert off.allows("update", "coordination.k8s.io", "leases", "infertune-system",
                       "infertune-operator")
+    # Every namespace's GPU pods on a node are listed (whether it is busy); evicted there
+    # only with mig.drainOtherNamespaces (a tuning drains its own namespace's otherwise).
+    assert on.allows("list", "", "pods", "kube-system")
+    assert not off.allows("list", "", "pods", "kube-system")
+    drains = granted(*team, "--set", "mig.drainOtherNamespaces=true")
     for verb, resource in (("create", "pods/eviction"), ("watch", "pods")):
-        assert on.allows(verb, "", resource, "kube-system")
+        assert not on.allows(verb, "", resource, "kube-system"), (verb, resource)
         assert not off.allows(verb, "", resource, "kube-system"), (verb, resource)
+    assert drains.allows("create", "", "pods/eviction", "kube-system")
+    assert not granted(*team, "--set", "mig.drainOtherNamespaces=true", "--set",
+                       "mig.enabled=false").allows("create", "", "pods/eviction", "kube-system")
     assert not off.allows("get", "infertune.io", "inferencetunings", "kube-system")
     assert "--no-mig" in operator_args(helm("template", "t", str(CHART), "--set",
                                             "mig.enabled=false").stdout)
@@ -500,12 +508,15 @@ def test_watch_namespaces_grant_the_writes_there_and_nowhere_else(
                     answer = kubectl("auth", "can-i", *check, "-n", where, "--as", account,
                                      check=False)
                     assert answer.stdout.strip() == expected, (check, where, answer.stderr)
-            # MIG drains GPU nodes of any namespace's pods, and labels the nodes.
-            for check in (("create", "pods", "--subresource=eviction", "--all-namespaces"),
-                          ("list", "pods", "--all-namespaces"), ("patch", "nodes"),
-                          ("list", "inferencetunings.infertune.io", "-n", team)):
+            # MIG lists the GPU pods of every namespace on a node, drains the tunings'
+            # namespaces' (others' only with mig.drainOtherNamespaces), and labels the nodes.
+            for check, expected in (
+                    (("create", "pods", "--subresource=eviction", "-n", team), "yes"),
+                    (("create", "pods", "--subresource=eviction", "-n", "default"), "no"),
+                    (("list", "pods", "--all-namespaces"), "yes"), (("patch", "nodes"), "yes"),
+                    (("list", "inferencetunings.infertune.io", "-n", team), "yes")):
                 answer = kubectl("auth", "can-i", *check, "--as", account, check=False)
-                assert answer.stdout.strip() == "yes", (check, answer.stderr)
+                assert answer.stdout.strip() == expected, (check, answer.stderr)
         finally:
             helm("uninstall", release, "--kubeconfig", kubeconfig, "--namespace", namespace)
     finally:
@@ -922,11 +933,13 @@ def test_listed_watch_namespaces_get_the_namespaced_writes_and_no_other_does() -
         assert not grants.allows(verb, group, resource, "team-c"), (verb, resource)
         assert grants.allows(verb, group, resource, "team-a"), (verb, resource)
         assert grants.allows(verb, group, resource, "team-b"), (verb, resource)
-    # MIG works across namespaces: the GPU pods on a node, whoever runs them, are listed and
-    # evicted, nodes are labelled and cordoned, and the tuning a node names is read. kopf
-    # lists namespaces and watches CRDs, and posts Events about nodes in "default".
+    # MIG works across namespaces: the GPU pods on a node, whoever runs them, are listed
+    # (evicted only in the tunings' namespaces, without mig.drainOtherNamespaces), nodes are
+    # labelled and cordoned, and the tuning a node names is read. kopf lists namespaces and
+    # watches CRDs, and posts Events about nodes in "default".
+    assert not grants.allows("create", "", "pods/eviction", "team-c")
     for verb, group, resource, namespace in [
-            ("list", "", "pods", None), ("create", "", "pods/eviction", "team-c"),
+            ("list", "", "pods", None),
             ("patch", "", "nodes", None), ("get", "infertune.io", "inferencetunings", "team-c"),
             ("watch", "", "namespaces", None),
             ("watch", "apiextensions.k8s.io", "customresourcedefinitions", None),
