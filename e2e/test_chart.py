@@ -704,6 +704,9 @@ def test_prometheus_access_values_that_cannot_work_are_refused(
     (["--set", "nodeSelector=gpu"], "/nodeSelector"),
     # Rendered, and the install failed on the API server's words (a release left failed).
     (["--set", "resources.limits.memory=lots"], "/resources/limits/memory"),
+    # The API server's quantity pattern lets these through, and the install then failed.
+    (["--set", "resources.limits.memory=-512Mi"], "/resources/limits/memory"),
+    (["--set", "resources.limits.memory=1.2.3Mi"], "/resources/limits/memory"),
     (["--set", "resources.requests.cpu=abc"], "/resources/requests/cpu"),
     # Not a namespace name: the operator refused it at start, in a crash loop.
     (["--set", "watchNamespaces={team-}"], "/watchNamespaces/0"),
@@ -894,6 +897,10 @@ def test_an_upgrade_keeps_an_operator_serving_the_webhook() -> None:
     # /healthz answers from the event loop, which kopf's first listing of a large cluster
     # holds for seconds: at the default 1 s the operator was restarted into it again.
     assert container["livenessProbe"]["timeoutSeconds"] >= 5
+    # And liveness counts only once it has answered: a restart starts the listing again.
+    startup = container["startupProbe"]
+    assert startup["httpGet"] == container["livenessProbe"]["httpGet"]
+    assert startup["periodSeconds"] * startup["failureThreshold"] >= 300
 
 
 def test_the_chart_renders_as_a_subchart() -> None:
@@ -1025,3 +1032,38 @@ def test_a_watch_namespace_that_is_no_name_or_pattern_is_refused(value: str) -> 
                    check=False)
     assert refused.returncode != 0
     assert "/watchNamespaces/0" in refused.stderr
+
+
+def test_the_operator_pod_takes_platform_settings_without_losing_the_charts_own() -> None:
+    """A service mesh's namespace needs sidecar.istio.io/inject: "false" on the operator's
+    pod (the API server calls the webhook without the mesh's mTLS), a platform its priority
+    class and affinity: the schema refused them all. A label of the selector given again
+    keeps the chart's value (else the Deployment would own no pod)."""
+    deployment = rendered_deployment(
+        "--set-string", "podAnnotations.sidecar\\.istio\\.io/inject=false",
+        "--set-string", "podAnnotations.prometheus\\.io/path=/other",
+        "--set", "podLabels.team=ml", "--set", "podLabels.app\\.kubernetes\\.io/name=x",
+        "--set", "priorityClassName=system-cluster-critical",
+        "--set", "affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
+                 ".nodeSelectorTerms[0].matchExpressions[0].key=pool",
+        "--set", "affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
+                 ".nodeSelectorTerms[0].matchExpressions[0].operator=Exists",
+        "--set", "metrics.enabled=true")
+    template = deployment["spec"]["template"]
+    assert template["metadata"]["labels"] == {"app.kubernetes.io/name": "infertune",
+                                              "app.kubernetes.io/component": "operator",
+                                              "team": "ml"}
+    assert template["metadata"]["labels"].items() >= deployment["spec"]["selector"][
+        "matchLabels"].items()
+    annotations = template["metadata"]["annotations"]
+    assert annotations["sidecar.istio.io/inject"] == "false"
+    assert annotations["prometheus.io/path"] == "/metrics"  # the chart's own
+    assert template["spec"]["priorityClassName"] == "system-cluster-critical"
+    assert template["spec"]["affinity"]["nodeAffinity"]
+    plain = rendered_deployment()["spec"]["template"]
+    assert "priorityClassName" not in plain["spec"] and "affinity" not in plain["spec"]
+    for values, says in ((["--set", "podLabels.team=not a value"], "/podLabels/team"),
+                         (["--set", "priorityClassName=Not_A_Name"], "/priorityClassName"),
+                         (["--set", "podAnnotations.a=1"], "/podAnnotations/a")):
+        refused = helm("template", "t", str(CHART), *values, check=False)
+        assert refused.returncode != 0 and says in refused.stderr, (values, refused.stderr)
