@@ -261,9 +261,12 @@ def test_the_prometheus_operator_objects_install_against_its_own_crds(
 
 POLICY_FILES = {"authorPermissions": CHART / "files" / "policies" / "author-permissions.yaml",
                 "migNamespaces": CHART / "files" / "policies" / "mig-namespaces.yaml",
-                "operatorPodUpdates": CHART / "files" / "policies" / "operator-pod-updates.yaml"}
+                "operatorPodUpdates": CHART / "files" / "policies" / "operator-pod-updates.yaml",
+                "operatorDeploymentUpdates":
+                    CHART / "files" / "policies" / "operator-deployment-updates.yaml"}
 POLICIES = ["--set", "policies.authorPermissions=true", "--set", "policies.migNamespaces=true",
-            "--set", "policies.operatorPodUpdates=true"]
+            "--set", "policies.operatorPodUpdates=true",
+            "--set", "policies.operatorDeploymentUpdates=true"]
 
 
 def policy_objects(*values: str, release: str = "t") -> dict[tuple[str, str], dict[str, Any]]:
@@ -288,7 +291,7 @@ def test_the_policies_are_their_files_and_made_only_when_asked_for() -> None:
             got = made[(expected["kind"], expected["metadata"]["name"])]
             assert got["spec"] == expected["spec"], name
             assert got["metadata"]["labels"]["app.kubernetes.io/instance"] == "t"
-    assert len(policy_objects(*POLICIES)) == 6
+    assert len(policy_objects(*POLICIES)) == 8
     assert "policies.authorPermissions needs Kubernetes 1.30 or later" in refusal(
         "--set", "policies.authorPermissions=true", "--kube-version", "1.29.0")
     assert "/policies/migNamespaces" in refusal("--set-string", "policies.migNamespaces=yes")

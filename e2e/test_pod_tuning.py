@@ -494,6 +494,62 @@ def test_pod_template_annotation_strategy_rolls_the_deployment(
     assert template.metadata.annotations[REVISION] == pods[0].metadata.labels[REVISION]
 
 
+def test_the_documented_policy_keeps_the_operators_deployment_updates_to_the_revision(
+    api_client: client.ApiClient, namespace: str, operator: OperatorProcess
+) -> None:
+    """The chart's operator-deployment-updates policy, as the API server runs it: the
+    operator's PodTemplateAnnotation roll-out and its scale writes pass; any other change of a
+    Deployment by its ServiceAccount (an image, a service account, replicas outside the scale
+    subresource, a label) is refused, while other users are not held."""
+    as_operator = client.ApiClient(api_client.configuration)
+    as_operator.set_default_header(
+        "Impersonate-User", f"system:serviceaccount:{OPERATOR_NAMESPACE}:{SERVICE_ACCOUNT}")
+    apps = client.AppsV1Api(as_operator)
+    with documented_policy(api_client, namespace, "operator-deployment-updates.yaml"):
+        create(api_client, namespace, deployment("qwen", replicas=1))
+        wait_pods(api_client, namespace, "qwen", 1)
+
+        def refused(body: dict[str, Any]) -> str | None:
+            try:
+                apps.patch_namespaced_deployment("qwen", namespace, body)
+            except ApiException as exc:
+                assert exc.status == 403, exc
+                return str(exc.body)
+            return None
+
+        wait_for(lambda: refused({"metadata": {"annotations": {
+            "e2e-probe": str(time.monotonic())}}}), "the policy in force")
+        create(api_client, namespace, tuning("qwen", "qwen",
+                                             retune={"strategy": "PodTemplateAnnotation"}))
+        pods = wait_pods(api_client, namespace, "qwen", 1,
+                         check=lambda p: REVISION in (p.metadata.labels or {}))
+        template = client.AppsV1Api(api_client).read_namespaced_deployment(
+            "qwen", namespace).spec.template
+        assert template.metadata.annotations[REVISION] == pods[0].metadata.labels[REVISION]
+        spec = template.spec
+        said = refused({"spec": {"template": {"spec": {"containers": [
+            {"name": spec.containers[0].name, "image": "attacker/image:1"}]}}}})
+        assert said is not None and "not the template's spec or labels" in said, said
+        said = refused({"spec": {"template": {"spec": {"serviceAccountName": "admin"}}}})
+        assert said is not None and "not the template's spec or labels" in said, said
+        said = refused({"spec": {"template": {"metadata": {"labels": {"extra": "1"}}}}})
+        assert said is not None and "not the template's spec or labels" in said, said
+        said = refused({"spec": {"template": {"metadata": {"annotations": {
+            "example.com/other": "x"}}}}})
+        assert said is not None and "not its other annotations" in said, said
+        said = refused({"spec": {"replicas": 5}})
+        assert said is not None and "not the rest of its spec" in said, said
+        said = refused({"metadata": {"labels": {"extra": "1"}}})
+        assert said is not None and "not the Deployment's labels" in said, said
+        # What the operator does: the revision on the template, and replicas through scale.
+        assert refused({"spec": {"template": {"metadata": {"annotations": {
+            REVISION: "0123456789"}}}}}) is None
+        apps.patch_namespaced_deployment_scale("qwen", namespace, {"spec": {"replicas": 2}})
+        # Another user is not the policy's to hold.
+        client.AppsV1Api(api_client).patch_namespaced_deployment(
+            "qwen", namespace, {"metadata": {"labels": {"extra": "1"}}})
+
+
 def test_webhook_never_sees_system_namespaces(
     api_client: client.ApiClient, operator: OperatorProcess
 ) -> None:
