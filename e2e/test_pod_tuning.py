@@ -539,6 +539,8 @@ def test_the_documented_policy_keeps_the_operators_deployment_updates_to_the_rev
         assert said is not None and "not its other annotations" in said, said
         said = refused({"spec": {"replicas": 5}})
         assert said is not None and "not the rest of its spec" in said, said
+        said = refused({"spec": {"template": {"metadata": {"finalizers": ["e2e.io/hold"]}}}})
+        assert said is not None and "not the template's finalizers" in said, said
         said = refused({"metadata": {"labels": {"extra": "1"}}})
         assert said is not None and "not the Deployment's labels" in said, said
         # What the operator does: the revision on the template, and replicas through scale.
