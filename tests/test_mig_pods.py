@@ -438,3 +438,39 @@ def test_the_node_mig_manager_works_on_or_failed_is_listed_among_a_hundred(
     listed = {n.node: n.state for n in status.nodes}
     assert len(listed) == 100 and listed.get("n0200") == state, listed.get("n0200")
     assert "lists 100 of the 250" in status.message
+
+
+def test_a_node_asked_for_our_config_with_no_time_of_asking_times_out(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its mig-labelled-at annotation removed and the operator restarted: no time of asking,
+    so no timeout could start, and the node held the rollout as pending for good. Timed from
+    when the operator first sees it."""
+    import time
+
+    from infertune.tuning.mig_nodes import MIG_CONFIG_LABEL
+
+    spec = InferenceTuningSpec.model_validate({"targetRef": {"name": "qwen"}, "engine": "vllm",
+                                               "mig": {"profile": "2g.35gb"}})
+    plans, _, _ = mig_controller._plans(spec, [node("n1", "NVIDIA-H200")])
+    config = mig_controller.config_names(plans)["NVIDIA-H200"]
+    asked = [node("n1", "NVIDIA-H200", **{MIG_CONFIG_LABEL: config})]
+    clock = [1_800_000_000.0]
+    monkeypatch.setattr(time, "time", lambda: clock[0])
+    settings = mig_controller.MigSettings("gpu-operator")
+    monkeypatch.setattr(mig_controller, "_observe_nodes", lambda gpu_pods: asked)
+    monkeypatch.setattr(mig_controller, "_write_config_map",
+                        lambda namespace, configs, now, write=True: {n: 0.0 for n in configs})
+    monkeypatch.setattr(mig_controller, "_patch_as_seen", lambda *_: True)
+    monkeypatch.setattr(mig_controller.kopf, "event", lambda *_, **__: None)
+
+    def state() -> str:
+        status = mig_controller.reconcile_mig("team-a", "qwen", spec, settings,
+                                              kopf.Body({"status": {}}), {},
+                                              frozenset({"team-a/qwen"}))
+        return status.nodes[0].state
+
+    assert state() == "pending"
+    clock[0] += 600
+    assert state() == "pending"
+    clock[0] += 301
+    assert state() == "timed-out"

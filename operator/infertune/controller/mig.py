@@ -490,6 +490,14 @@ def reconcile_mig(namespace: str, name: str, spec: InferenceTuningSpec, settings
         # parse, made immutable): no node is labelled, but the nodes mig-manager has
         # finished are still uncordoned, and drains that lapsed undone.
         config_error = exc
+    for node in selected:
+        if (node.labels.get(MIG_CONFIG_LABEL) == configs.get(node.labels[PRODUCT_LABEL])
+                and node.labels.get(MIG_STATE_LABEL, "") != "success"
+                and node.labelled_at is None and node.name not in settings.labelled_at):
+            # Asked for our config, with no time of asking (its annotation removed, and this
+            # process did not label it): it waited for mig-manager for good, holding the
+            # rollout, as no timeout could start. Timed from when this process first saw it.
+            settings.labelled_at[node.name] = now
     step = plan_mig_nodes(selected, configs, allow_disruption=spec.mig.allow_disruption,
                           labelled_at=settings.labelled_at, now=now, owner=owner,
                           exists=exists, config_ready_at=ready_at, holds=holds,
