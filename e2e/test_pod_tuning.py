@@ -485,6 +485,12 @@ def test_pod_template_annotation_strategy_rolls_the_deployment(
 ) -> None:
     create(api_client, namespace, deployment("qwen", replicas=1))
     wait_pods(api_client, namespace, "qwen", 1)
+    rolled_out_by_template(api_client, namespace)
+
+
+def rolled_out_by_template(api_client: client.ApiClient, namespace: str) -> Any:
+    """Tune Deployment qwen (running) with retune.strategy PodTemplateAnnotation, and wait
+    for its pod to come back with the revision the template carries; its template."""
     create(api_client, namespace, tuning("qwen", "qwen",
                                          retune={"strategy": "PodTemplateAnnotation"}))
     pods = wait_pods(api_client, namespace, "qwen", 1,
@@ -492,6 +498,7 @@ def test_pod_template_annotation_strategy_rolls_the_deployment(
     template = client.AppsV1Api(api_client).read_namespaced_deployment(
         "qwen", namespace).spec.template
     assert template.metadata.annotations[REVISION] == pods[0].metadata.labels[REVISION]
+    return template
 
 
 def test_the_documented_policy_keeps_the_operators_deployment_updates_to_the_revision(
@@ -519,14 +526,7 @@ def test_the_documented_policy_keeps_the_operators_deployment_updates_to_the_rev
 
         wait_for(lambda: refused({"metadata": {"annotations": {
             "e2e-probe": str(time.monotonic())}}}), "the policy in force")
-        create(api_client, namespace, tuning("qwen", "qwen",
-                                             retune={"strategy": "PodTemplateAnnotation"}))
-        pods = wait_pods(api_client, namespace, "qwen", 1,
-                         check=lambda p: REVISION in (p.metadata.labels or {}))
-        template = client.AppsV1Api(api_client).read_namespaced_deployment(
-            "qwen", namespace).spec.template
-        assert template.metadata.annotations[REVISION] == pods[0].metadata.labels[REVISION]
-        spec = template.spec
+        spec = rolled_out_by_template(api_client, namespace).spec
         said = refused({"spec": {"template": {"spec": {"containers": [
             {"name": spec.containers[0].name, "image": "attacker/image:1"}]}}}})
         assert said is not None and "not the template's spec or labels" in said, said

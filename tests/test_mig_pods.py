@@ -360,32 +360,28 @@ def test_status_says_the_strategy_the_layout_was_planned_for(
     nodes = [NodeView(f"n{i}", {PRODUCT_LABEL: "NVIDIA-H200", MIG_CAPABLE_LABEL: "true",
                                 **({"nvidia.com/mig.strategy": label} if label else {})})
              for i, label in enumerate(labels or ["", ""])]
-    monkeypatch.setattr(mig_controller, "_observe_nodes", lambda gpu_pods: nodes)
-    monkeypatch.setattr(mig_controller, "_write_config_map",
-                        lambda namespace, configs, now, write=True: {n: 0.0 for n in configs})
-    monkeypatch.setattr(mig_controller, "_patch_as_seen", lambda *_: True)
-    monkeypatch.setattr(mig_controller.kopf, "event", lambda *_, **__: None)
-    spec = InferenceTuningSpec.model_validate({"targetRef": {"name": "qwen"}, "engine": "vllm",
-                                               "mig": {"profile": "2g.35gb"}})
-    status = mig_controller.reconcile_mig(
-        "team-a", "qwen", spec, mig_controller.MigSettings("gpu-operator"),
-        kopf.Body({"status": {}}), {}, frozenset({"team-a/qwen"}))
+    status = _reconciled(monkeypatch, nodes)
     assert status.strategy == planned, status
 
 
+PROFILE_2G = InferenceTuningSpec.model_validate({
+    "targetRef": {"name": "qwen"}, "engine": "vllm", "mig": {"profile": "2g.35gb"}})
+"""A tuning of team-a/qwen asking for 2g.35gb slices (`_reconciled`)."""
+
+
 def _reconciled(monkeypatch: pytest.MonkeyPatch, nodes: list[NodeView],
-                patched: bool = True) -> MigStatus:
-    """reconcile_mig over `nodes`, the API calls replaced: node patches answer `patched`
-    (False: the node changed since it was read), and the ConfigMap was written long ago."""
+                patched: bool = True,
+                settings: mig_controller.MigSettings | None = None) -> MigStatus:
+    """reconcile_mig of PROFILE_2G over `nodes`, the API calls replaced: node patches answer
+    `patched` (False: the node changed since it was read), and the ConfigMap was written long
+    ago. `settings`: kept from one pass to the next, as the operator keeps them."""
     monkeypatch.setattr(mig_controller, "_observe_nodes", lambda gpu_pods: nodes)
     monkeypatch.setattr(mig_controller, "_write_config_map",
                         lambda namespace, configs, now, write=True: {n: 0.0 for n in configs})
     monkeypatch.setattr(mig_controller, "_patch_as_seen", lambda *_: patched)
     monkeypatch.setattr(mig_controller.kopf, "event", lambda *_, **__: None)
-    spec = InferenceTuningSpec.model_validate({"targetRef": {"name": "qwen"}, "engine": "vllm",
-                                               "mig": {"profile": "2g.35gb"}})
     return mig_controller.reconcile_mig(
-        "team-a", "qwen", spec, mig_controller.MigSettings("gpu-operator"),
+        "team-a", "qwen", PROFILE_2G, settings or mig_controller.MigSettings("gpu-operator"),
         kopf.Body({"status": {}}), {}, frozenset({"team-a/qwen"}))
 
 
@@ -426,10 +422,8 @@ def test_the_node_mig_manager_works_on_or_failed_is_listed_among_a_hundred(
     name were listed, all "waits for", and the node itself was not."""
     from infertune.tuning.mig_nodes import MIG_CONFIG_LABEL, MIG_STATE_LABEL
 
-    spec = InferenceTuningSpec.model_validate({"targetRef": {"name": "qwen"}, "engine": "vllm",
-                                               "mig": {"profile": "2g.35gb"}})
     nodes = [node(f"n{i:04d}", "NVIDIA-H200") for i in range(250)]
-    plans, _, _ = mig_controller._plans(spec, nodes)
+    plans, _, _ = mig_controller._plans(PROFILE_2G, nodes)
     config = mig_controller.config_names(plans)["NVIDIA-H200"]
     labels = {MIG_CONFIG_LABEL: config, **({MIG_STATE_LABEL: state} if state == "failed"
                                            else {})}
@@ -449,25 +443,15 @@ def test_a_node_asked_for_our_config_with_no_time_of_asking_times_out(
 
     from infertune.tuning.mig_nodes import MIG_CONFIG_LABEL
 
-    spec = InferenceTuningSpec.model_validate({"targetRef": {"name": "qwen"}, "engine": "vllm",
-                                               "mig": {"profile": "2g.35gb"}})
-    plans, _, _ = mig_controller._plans(spec, [node("n1", "NVIDIA-H200")])
+    plans, _, _ = mig_controller._plans(PROFILE_2G, [node("n1", "NVIDIA-H200")])
     config = mig_controller.config_names(plans)["NVIDIA-H200"]
     asked = [node("n1", "NVIDIA-H200", **{MIG_CONFIG_LABEL: config})]
     clock = [1_800_000_000.0]
     monkeypatch.setattr(time, "time", lambda: clock[0])
     settings = mig_controller.MigSettings("gpu-operator")
-    monkeypatch.setattr(mig_controller, "_observe_nodes", lambda gpu_pods: asked)
-    monkeypatch.setattr(mig_controller, "_write_config_map",
-                        lambda namespace, configs, now, write=True: {n: 0.0 for n in configs})
-    monkeypatch.setattr(mig_controller, "_patch_as_seen", lambda *_: True)
-    monkeypatch.setattr(mig_controller.kopf, "event", lambda *_, **__: None)
 
     def state() -> str:
-        status = mig_controller.reconcile_mig("team-a", "qwen", spec, settings,
-                                              kopf.Body({"status": {}}), {},
-                                              frozenset({"team-a/qwen"}))
-        return status.nodes[0].state
+        return _reconciled(monkeypatch, asked, settings=settings).nodes[0].state
 
     assert state() == "pending"
     clock[0] += 600

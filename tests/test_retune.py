@@ -1073,18 +1073,33 @@ def test_a_refusal_of_rbac_leaves_alone_the_pods_written_or_waiting(
     assert IN_PLACE_RETRIED not in message, message  # server errors: the next pass
 
 
-def test_a_pass_that_ends_after_its_tuning_was_deleted_keeps_nothing(
-        controller: Any, patched: list[tuple[str, Any, Any]],
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    """The loop's `finally` forgets the tuning when kopf stops it, while a pass may still run
-    in its worker thread: what that pass kept afterwards (a refused pod's wait, an Event
-    taken as said) was inherited by a tuning made again under the same name."""
+def _retune_loop(controller: Any, monkeypatch: pytest.MonkeyPatch, uid: str,
+                 loop: Any = None) -> None:
+    """The re-tuning daemon of the controller's tuning with `uid`, from its start to its stop,
+    its loop (loops.every) replaced by `loop` (by default, stopped by kopf at once)."""
     import asyncio
     import logging
 
     import kopf
 
     from infertune.controller import pods as controller_pods
+
+    async def stops(*_: Any, **__: Any) -> None:
+        return None
+
+    monkeypatch.setattr(controller_pods, "every", loop or stops)
+    asyncio.run(controller_pods.retune_pods(
+        stopped=None, namespace="chat", name="mistral-7b", uid=uid, body=kopf.Body({}),
+        memo=controller["memo"], logger=logging.getLogger("test"), pods_by_deployment={},
+        tunings_by_target={}))
+
+
+def test_a_pass_that_ends_after_its_tuning_was_deleted_keeps_nothing(
+        controller: Any, patched: list[tuple[str, Any, Any]],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The loop's `finally` forgets the tuning when kopf stops it, while a pass may still run
+    in its worker thread: what that pass kept afterwards (a refused pod's wait, an Event
+    taken as said) was inherited by a tuning made again under the same name."""
     memo, key = controller["memo"], "chat/mistral-7b"
     pods = _tuned(controller, "a")
     _with_memory(controller, {"high": "14Gi"})
@@ -1093,14 +1108,7 @@ def test_a_pass_that_ends_after_its_tuning_was_deleted_keeps_nothing(
     assert memo.pod_tuning.refused_in_place[key] and key + "#MemoryHighNotUpdated" in (
         memo.pod_tuning.reported)
 
-    async def every(*_: Any, **__: Any) -> None:  # the loop, stopped by kopf
-        return None
-
-    monkeypatch.setattr(controller_pods, "every", every)
-    asyncio.run(controller_pods.retune_pods(
-        stopped=None, namespace="chat", name="mistral-7b", uid="uid-1", body=kopf.Body({}),
-        memo=memo, logger=logging.getLogger("test"), pods_by_deployment={},
-        tunings_by_target={}))
+    _retune_loop(controller, monkeypatch, "uid-1")  # stopped by kopf
     assert key not in memo.pod_tuning.refused_in_place
     controller["run"](pods)  # the pass that was still in its thread
     tables = (memo.pod_tuning.refused_in_place, memo.pod_tuning.written_in_place,
@@ -1115,11 +1123,7 @@ def test_a_pass_that_ends_after_its_tuning_was_deleted_keeps_nothing(
         controller["run"](pods)
         assert key in memo.pod_tuning.refused_in_place
 
-    monkeypatch.setattr(controller_pods, "every", runs)
-    asyncio.run(controller_pods.retune_pods(
-        stopped=None, namespace="chat", name="mistral-7b", uid="uid-1", body=kopf.Body({}),
-        memo=memo, logger=logging.getLogger("test"), pods_by_deployment={},
-        tunings_by_target={}))
+    _retune_loop(controller, monkeypatch, "uid-1", runs)
     assert started == [True]
 
 
@@ -1130,25 +1134,9 @@ def test_a_late_pass_of_a_deleted_tuning_leaves_the_new_ones_state_alone(
     uid) has its loop and what its webhook admissions found, and the old tuning's pass still
     in its thread forgot it all when it ended (a PodNotTuned Event never posted, the guard
     against untuned replacements gone)."""
-    import asyncio
-    import logging
-
-    import kopf
-
     from infertune.controller import pods as controller_pods
     memo, key = controller["memo"], "chat/mistral-7b"
-
-    async def stops(*_: Any, **__: Any) -> None:
-        return None
-
-    def daemon(uid: str) -> Any:
-        return controller_pods.retune_pods(
-            stopped=None, namespace="chat", name="mistral-7b", uid=uid, body=kopf.Body({}),
-            memo=memo, logger=logging.getLogger("test"), pods_by_deployment={},
-            tunings_by_target={})
-
-    monkeypatch.setattr(controller_pods, "every", stops)
-    asyncio.run(daemon("uid-1"))  # the old one's loop stopped: deleted
+    _retune_loop(controller, monkeypatch, "uid-1")  # the old one's loop stopped: deleted
     problem = ("spec.memory.high: told at admission",)
 
     async def new_one_runs(*_: Any, **__: Any) -> None:
@@ -1158,8 +1146,7 @@ def test_a_late_pass_of_a_deleted_tuning_leaves_the_new_ones_state_alone(
         controller_pods.retune("chat", "mistral-7b", "uid-1", controller["spec"],
                                _tuned(controller, "a"), memo)
 
-    monkeypatch.setattr(controller_pods, "every", new_one_runs)
-    asyncio.run(daemon("uid-2"))
+    _retune_loop(controller, monkeypatch, "uid-2", new_one_runs)
     assert memo.pod_tuning.admitted == {}  # the new loop stopped too, and forgot its own
     # Once more, with the new loop still running when the old pass ends.
     kept: list[Any] = []
@@ -1168,8 +1155,7 @@ def test_a_late_pass_of_a_deleted_tuning_leaves_the_new_ones_state_alone(
         await new_one_runs()
         kept.append(memo.pod_tuning.admitted.get(key))
 
-    monkeypatch.setattr(controller_pods, "every", still_runs)
-    asyncio.run(daemon("uid-2"))
+    _retune_loop(controller, monkeypatch, "uid-2", still_runs)
     assert kept == [("r2", problem[0])]
 
 

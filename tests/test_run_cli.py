@@ -338,6 +338,18 @@ def test_a_kubeconfig_that_cannot_be_used_is_a_message_not_a_traceback(
     assert message.endswith("give a kubeconfig file this user can read")
 
 
+def _kubeconfig(path: Path, server: str) -> Path:
+    """A kubeconfig at `path` whose one context reaches `server` with a token."""
+    path.write_text(f"""apiVersion: v1
+kind: Config
+clusters: [{{name: c, cluster: {{server: "{server}"}}}}]
+users: [{{name: u, user: {{token: t}}}}]
+contexts: [{{name: x, context: {{cluster: c, user: u}}}}]
+current-context: x
+""")
+    return path
+
+
 def test_an_api_server_that_does_not_answer_is_a_message_not_a_minute_of_tracebacks(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A kubeconfig whose server nothing answers at: kopf retried for a minute, then ended
@@ -347,14 +359,7 @@ def test_an_api_server_that_does_not_answer_is_a_message_not_a_minute_of_traceba
     with socket.socket() as closed:  # a port nothing listens on once this is closed
         closed.bind(("127.0.0.1", 0))
         port = closed.getsockname()[1]
-    path = tmp_path / "kubeconfig"
-    path.write_text(f"""apiVersion: v1
-kind: Config
-clusters: [{{name: c, cluster: {{server: "https://127.0.0.1:{port}"}}}}]
-users: [{{name: u, user: {{token: t}}}}]
-contexts: [{{name: x, context: {{cluster: c, user: u}}}}]
-current-context: x
-""")
+    path = _kubeconfig(tmp_path / "kubeconfig", f"https://127.0.0.1:{port}")
     monkeypatch.setattr(kube_client, "REACH_PAUSE_S", 0.0)
     monkeypatch.setattr(kube_client, "REACH_ATTEMPTS", 3)
     tries: list[float] = []
@@ -467,14 +472,7 @@ def test_any_answer_of_the_api_server_lets_the_operator_start(
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Answer)
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    path = tmp_path / "kubeconfig"
-    path.write_text(f"""apiVersion: v1
-kind: Config
-clusters: [{{name: c, cluster: {{server: "http://127.0.0.1:{server.server_address[1]}"}}}}]
-users: [{{name: u, user: {{token: t}}}}]
-contexts: [{{name: x, context: {{cluster: c, user: u}}}}]
-current-context: x
-""")
+    path = _kubeconfig(tmp_path / "kubeconfig", f"http://127.0.0.1:{server.server_address[1]}")
     monkeypatch.setattr(client.Configuration, "_default", None)  # put back after the test
     try:
         config.load_kube_config(str(path))

@@ -188,6 +188,7 @@ def evaluate(tuning: InferenceTuning, prometheus: str, replicas: int | None,
                               templates=templates)
     signals = source.fetch([target], now)[target.key]
     queries = source.queries_for(target)
+    state = "empty"
     if live is None:
         # The operator's evaluation of a new tuning: nothing stored, no replica fight, and no
         # writer known to stop it (a file shows neither HPAs nor other tunings). Deciding
@@ -204,7 +205,9 @@ def evaluate(tuning: InferenceTuning, prometheus: str, replicas: int | None,
         notes = list(live.notes)
         status = live.status
         stored_for = (status.get("autoscaling") or {}).get("target")
-        if stored_for not in (None, deployment):
+        if stored_for in (None, deployment):
+            state = "status.autoscaling.state"
+        else:
             notes.append(f"{OTHER_TARGET} {stored_for} (spec.targetRef before): they do not "
                          "count, and this one's start afresh, as the operator starts them")
         # As the operator's next evaluation finds it: a write of its own that its status does
@@ -241,15 +244,13 @@ def evaluate(tuning: InferenceTuning, prometheus: str, replicas: int | None,
                 else start + interval)
     return {
         "tuning": target.key,
-        # The operator evaluates at the start of each interval slot: a rate-limit period or
-        # a window that ends before its next one does not hold it then.
+        # A rate-limit period or a window that ends before the operator's next evaluation
+        # does not hold it then.
         "evaluatedAt": format_time(now),
         "operatorNextEvaluation": None if upcoming is None else format_time(upcoming),
         "currentReplicas": current,
         "currentReplicasAssumed": known is None,
-        "state": ("status.autoscaling.state" if live is not None and (
-            live.status.get("autoscaling") or {}).get("target") in (
-            None, tuning.spec.target_ref.name) else "empty"),
+        "state": state,
         "write": write,
         "desiredReplicas": decision.desired_replicas,
         "action": decision.action.value,

@@ -386,17 +386,21 @@ def planned_strategy(spec: InferenceTuningSpec, nodes: list[NodeView]) -> str:
     single while status said mixed (or the reverse), and the pods asked for a resource the
     partitioned nodes do not offer."""
     assert spec.mig is not None
-    capable = [n for n in nodes if n.labels.get(MIG_CAPABLE_LABEL) == "true"
-               and selects(spec.mig.node_selector.items(), n.labels)]
-    strategies = _strategies_run(capable)
+    strategies = _strategies_run(_capable(spec, nodes))
     return strategies[0] if len(strategies) == 1 else spec.mig.strategy.value
+
+
+def _capable(spec: InferenceTuningSpec, nodes: list[NodeView]) -> list[NodeView]:
+    """The MIG-capable nodes spec.mig.nodeSelector selects."""
+    assert spec.mig is not None
+    return [n for n in nodes if n.labels.get(MIG_CAPABLE_LABEL) == "true"
+            and selects(spec.mig.node_selector.items(), n.labels)]
 
 
 def _plans(spec: InferenceTuningSpec, nodes: list[NodeView]) -> tuple[
         dict[str, LayoutPlan], list[str], list[NodeView]]:
     assert spec.mig is not None
-    capable = [n for n in nodes if n.labels.get(MIG_CAPABLE_LABEL) == "true"
-               and selects(spec.mig.node_selector.items(), n.labels)]
+    capable = _capable(spec, nodes)
     products = sorted({n.labels[PRODUCT_LABEL] for n in capable if PRODUCT_LABEL in n.labels})
     plans: dict[str, LayoutPlan] = {}
     errors: list[str] = []

@@ -1235,8 +1235,7 @@ def _plan_pod_patch(spec: InferenceTuningSpec, pod: dict[str, Any],
     # service mesh's) may put its proxy first, and re-tuning (and the node agent) read the
     # pod as stored.
     annotations[keys.SERVING_CONTAINER] = name
-    if sum(len(k) + len(v) for k, v in annotations.items()) > _annotation_room(
-            pod, *annotations):
+    if _annotation_bytes(annotations) > _annotation_room(pod, *annotations):
         # Patched, the pod is one the API server refuses, which failurePolicy: Ignore does
         # not cover: the ReplicaSet could create no pod at all.
         return PodPlan(revision, refused=True, problems=[
@@ -1266,13 +1265,17 @@ MAX_ANNOTATION_BYTES = 256 * 1024
 values added up (apimachinery's TotalAnnotationSizeLimitB)."""
 
 
+def _annotation_bytes(annotations: Mapping[str, Any]) -> int:
+    """The bytes of keys and values of `annotations`, as the API server counts them."""
+    return sum(len(str(k).encode()) + len(str(v).encode()) for k, v in annotations.items())
+
+
 def _annotation_room(pod: Mapping[str, Any], *keys_set: str) -> int:
     """How many bytes of keys and values the pod's annotations leave under
     MAX_ANNOTATION_BYTES for `keys_set` (their values now, if any, are replaced)."""
     own = (pod.get("metadata") or {}).get("annotations") or {}
-    used = sum(len(str(k).encode()) + len(str(v).encode()) for k, v in own.items()
-               if k not in keys_set)
-    return MAX_ANNOTATION_BYTES - used
+    return MAX_ANNOTATION_BYTES - _annotation_bytes(
+        {k: v for k, v in own.items() if k not in keys_set})
 
 
 def _dry_run_plan(plan: dict[str, Any], room: int = MAX_ANNOTATION_BYTES) -> str | None:
