@@ -442,7 +442,9 @@ def test_the_preview_says_when_it_decided_and_when_the_operator_decides_next(
     assert (f"as of {format_time(at)}; the operator's next evaluation is the one of "
             f"{format_time(NOW + 15)}") in _text(result, 0.075)
     # This slot's not made yet (the operator is late, or the tuning new): it is next.
-    for stored in ({"autoscaling": {"evaluated": format_time(NOW - 15)}}, {}):
+    # A stamp after the slot (a clock ahead) is not one of it, for the operator either.
+    for stored in ({"autoscaling": {"evaluated": format_time(NOW - 15)}}, {},
+                   {"autoscaling": {"evaluated": format_time(NOW + 60)}}):
         due = evaluate(tuning(), "http://127.0.0.1:9", None, 1.0, NOW + 2,
                        live=Live(tuning(), 3, stored, 1, None))
         assert due["operatorNextEvaluation"] == format_time(NOW), stored

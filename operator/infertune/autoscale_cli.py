@@ -166,7 +166,7 @@ def evaluate(tuning: InferenceTuning, prometheus: str, replicas: int | None,
     an empty status): the windows start as a new tuning's, and the batching step starts from
     the knob on `template` (the target's spec.template.spec, when the file holds the
     Deployment)."""
-    from infertune.controller.autoscaling import slot_start, stored_evaluation
+    from infertune.controller.autoscaling import evaluated_in_slot, slot_start
     from infertune.controller.fights import lost_scale_event, with_scale_event, written_replicas
     from infertune.controller.scaling_report import plan_evaluation
     from infertune.metrics.plan import Signal
@@ -239,9 +239,8 @@ def evaluate(tuning: InferenceTuning, prometheus: str, replicas: int | None,
     # The operator evaluates each tuning at the start of each interval slot: this slot's is
     # due while the status holds none of it (made a little late, it is stamped with the
     # slot's start), else the next slot's. A file's tuning may not run anywhere: none.
-    evaluated = None if live is None else stored_evaluation(live.status)
-    upcoming = (None if live is None else start if evaluated is None or evaluated < start - 1e-3
-                else start + interval)
+    upcoming = (None if live is None else start + interval
+                if evaluated_in_slot(live.status, now, interval) else start)
     return {
         "tuning": target.key,
         # A rate-limit period or a window that ends before the operator's next evaluation

@@ -311,12 +311,9 @@ class AutoscalingSettings:
         A second evaluation in one slot would decide from the state the first one left, which
         an operator that kept running never does. A stamp after the slot (a clock ahead, an
         edit) is not believed: it would hold autoscaling until then."""
-        evaluated = stored_evaluation(status)
-        slot = math.floor(now / parsed.interval_s)
-        start = slot_start(now, parsed.interval_s)  # what an evaluation of this slot stamps
-        if evaluated is None or not start - 1e-3 <= evaluated < start + parsed.interval_s:
+        if not evaluated_in_slot(status, now, parsed.interval_s):
             return False
-        self.last_slot[key] = slot
+        self.last_slot[key] = math.floor(now / parsed.interval_s)
         return True
 
     def until_due(self, key: str, parsed: Parsed, now: float) -> float:
@@ -1141,6 +1138,14 @@ def _read_again(settings: AutoscalingSettings, key: str, status: Mapping[str, An
         return True
     evaluated = stored_evaluation(status)
     return evaluated is None or evaluated < last - 1e-3
+
+
+def evaluated_in_slot(status: Mapping[str, Any], now: float, interval_s: float) -> bool:
+    """Whether `status` holds an evaluation of the slot `now` is in (stamped with its start,
+    `slot_start`); a stamp after the slot (a clock ahead, an edit) is not one."""
+    evaluated = stored_evaluation(status)
+    start = slot_start(now, interval_s)
+    return evaluated is not None and start - 1e-3 <= evaluated < start + interval_s
 
 
 def stored_evaluation(status: Mapping[str, Any]) -> float | None:
