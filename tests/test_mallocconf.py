@@ -353,6 +353,17 @@ def test_physical_cpu_arenas_want_an_even_cpu_count() -> None:
     assert check_malloc_conf("percpu_arena:phycpu,narenas:2", cpus=4) == []
 
 
+def test_physical_cpu_arenas_in_a_process_pinned_to_cpus_not_counted_yet_are_said() -> None:
+    """Pinned to CPUs whose count is not known (a NUMA node's share of the pod's): an odd
+    one makes jemalloc warn, and abort under abort:true, so it is said before it runs."""
+    conf = "abort:true,percpu_arena:phycpu,narenas:2"
+    [problem] = check_malloc_conf(conf, pinned=True)
+    assert problem.key == "percpu_arena" and "not known before the pod runs" in problem.message
+    assert aborting(conf, [problem]) is not None
+    assert check_malloc_conf(conf) == []  # not pinned: the node's count, even on any real node
+    assert check_malloc_conf(conf, cpus=4, pinned=True) == []  # counted, and even
+
+
 @needs_jemalloc
 def test_the_specs_pairs_win_over_the_containers_in_the_merged_conf(tmp_path: Path) -> None:
     """pod_patch puts the container's own MALLOC_CONF first and the spec's after it: jemalloc

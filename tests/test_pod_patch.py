@@ -858,6 +858,27 @@ def test_per_cpu_arenas_under_the_static_cpu_manager_are_reported_without_numa_b
     assert not any("percpu_arena" in p for p in shared.problems), shared.problems
 
 
+@pytest.mark.parametrize(("cpu", "numa", "refused", "says"), [
+    # The static CPU manager's 7 CPUs alone: jemalloc sees 7, an odd count, and with abort
+    # aborts every process (it was admitted without a word, a crash loop).
+    ("7", "none", True, "percpu_arena:phycpu on 7 CPUs"),
+    ("8", "none", False, None),  # an even count: nothing to say
+    # The launcher binds it to a NUMA node's share of them: a count not known here.
+    ("8", "gpu-local", True, "which is not known before the pod runs"),
+    ("7.5", "none", False, None),  # shared CPUs: not pinned, the node's count
+])
+def test_physical_cpu_arenas_are_checked_on_the_cpus_a_pinned_process_gets(
+        cpu: str, numa: str, refused: bool, says: str | None) -> None:
+    resources = {"requests": {"cpu": cpu, "memory": "32Gi"},
+                 "limits": {"cpu": cpu, "memory": "32Gi", "nvidia.com/gpu": "1"}}
+    pod = _pod(resources=resources,
+               env=[{"name": "MALLOC_CONF", "value": "abort:true,percpu_arena:phycpu"}])
+    plan = plan_pod_patch(_spec(numa={"policy": numa}), pod, CONTEXT)
+    assert plan.refused is refused, plan.problems
+    phycpu = [p for p in plan.problems if "phycpu" in p]
+    assert (says is None and not phycpu) or any(str(says) in p for p in phycpu), plan.problems
+
+
 def test_a_reference_through_a_variable_not_known_here_is_not_known_either() -> None:
     """N refers to CPUS, which comes from valueFrom: the kubelet gives N a number, so
     MALLOC_CONF's $(N) is not known here either (it was checked as the text $(CPUS))."""

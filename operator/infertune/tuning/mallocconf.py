@@ -318,6 +318,15 @@ def _cpu_problems(pairs: list[tuple[str, str]], settings: Settings, cpus: int | 
             opt_abort=True))
         mode = "disabled"
     if cpus is None:  # pinned, to CPUs not known yet: the checks of their count wait
+        if mode == "phycpu" and pinned:
+            # But phycpu's: an odd count of the CPUs it is pinned to (a NUMA node's share
+            # of an exclusive cpuset, 7 CPUs from the static CPU manager) makes jemalloc
+            # warn, and abort every process with abort:true, which admission cannot rule out.
+            problems.append(ConfProblem("percpu_arena", str(chosen), (
+                "percpu_arena:phycpu on a process pinned to some of the node's CPUs (numactl, "
+                "a static CPU manager): jemalloc wants an even count of them (two hardware "
+                "threads per core) and warns on an odd one, which is not known before the "
+                "pod runs; use percpu"), aborts=False, opt_abort=True))
         return problems
     if mode == "phycpu" and cpus % 2:
         problems.append(ConfProblem("percpu_arena", str(chosen), (

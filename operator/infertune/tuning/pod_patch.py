@@ -346,11 +346,13 @@ def _numa_env(spec: InferenceTuningSpec) -> str:
 
 def _allocator(spec: InferenceTuningSpec, env: _EnvPlan, cpu: float | None,
                reasons: list[str], problems: list[str], env_from: bool = False,
-               pins: bool = False) -> str | None:
+               pins: bool = False, pinned_cpus: int | None = None) -> str | None:
     """Fill `env` with the allocator settings, merged with what the container sets itself;
     return a refusal reason if they cannot apply. `env_from`: the container also takes
     variables from envFrom, which its env (and so the operator's) overrides unseen. `pins`:
-    the launcher binds the process to a NUMA node's CPUs."""
+    the process runs pinned to some of the node's CPUs (the launcher's NUMA binding, the
+    command's own, or the static CPU manager); `pinned_cpus` how many, where that is known
+    (the static CPU manager's alone)."""
     allocator = spec.allocator
     cpus = f"{cpu:g} CPUs" if cpu is not None else "no CPU limit"
     if allocator.type is AllocatorType.NONE:
@@ -453,7 +455,8 @@ def _allocator(spec: InferenceTuningSpec, env: _EnvPlan, cpu: float | None,
                        "on them" if aborts_on_invalid(read) else "them")
                     + "; check the image's libjemalloc2 version")
             seen = set(complaints)
-            pinned = [p for p in check_malloc_conf(read, pinned=pins) if p not in seen]
+            pinned = [p for p in check_malloc_conf(read, pinned=pins, cpus=pinned_cpus)
+                      if p not in seen]
             fatal = next((p for p in pinned if aborting(read, [p])), None)
             if fatal is not None:
                 # On a node with several NUMA nodes (most GPU nodes) the launcher pins it to
@@ -1156,13 +1159,16 @@ def _plan_pod_patch(spec: InferenceTuningSpec, pod: dict[str, Any],
                 and binder is None)
     env = _EnvPlan(_pointer("spec", "containers", index), serving.get("env"),
                    bool(serving.get("envFrom")))
-    refusal = _allocator(spec, env, _cpu_limit(serving), reasons, problems,
+    binds = ((spec.numa.policy in (NumaPolicy.NODE, NumaPolicy.GPU_LOCAL)
+              and bool(serving.get("command"))) or binder is not None)
+    exclusive = context.static_cpu_manager and _exclusive_cpus(pod_spec, serving)
+    cpu = _cpu_limit(serving)
+    refusal = _allocator(spec, env, cpu, reasons, problems,
                          bool(serving.get("envFrom")),
                          # The launcher pins it, or the command's own taskset or numactl.
-                         pins=(spec.numa.policy in (NumaPolicy.NODE, NumaPolicy.GPU_LOCAL)
-                               and bool(serving.get("command")))
-                         or binder is not None
-                         or (context.static_cpu_manager and _exclusive_cpus(pod_spec, serving)))
+                         pins=binds or exclusive, pinned_cpus=(
+                             # The static CPU manager's CPUs alone: as many as the limit.
+                             int(cpu) if exclusive and not binds and cpu is not None else None))
     if refusal is not None:
         return PodPlan(revision, refused=True, problems=[refusal])
 
