@@ -603,6 +603,8 @@ BATCHING_CASES = [
     ("one_sample_above_is_not_yet_a_breach", steady(5), (60, 150), 128, 128,
      "p99 150ms is above 75ms for 1 of 2 samples: no change yet"),
     ("never_above_max", steady(48), (10, 10), 250, 256, "kept within 1..256"),
+    ("a_latency_of_zero_has_all_the_headroom", steady(48), (0, 0), 128, 160,
+     "raise max-num-seqs by x1.25"),
     ("never_below_min", steady(5), (600, 600), 1, 1, "kept within 1..256"),
 ]
 

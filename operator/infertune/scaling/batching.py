@@ -85,7 +85,9 @@ def recommend_batching(batching: BatchingSpec, engine: Engine, autoscaling: Auto
                f"x{factor:.2f}")
     elif latency is not None and latency <= HEADROOM * target and reading.queue_sustained:
         direction = 1
-        factor = min(MAX_INCREASE, target / latency)
+        # A latency of 0 (a template's gauge at rest) has all the headroom there is; divided
+        # by, it failed every evaluation, and the queue's scale-outs with it.
+        factor = MAX_INCREASE if latency <= 0 else min(MAX_INCREASE, target / latency)
         proposed = max(math.ceil(base * factor - FLOAT_NOISE), base + 1)
         why = (f"{reading.latency_kind} {latency_text(latency)} has headroom under "
                f"{latency_text(target)} while the queue stays above target: raise {knob.value} "
