@@ -1681,3 +1681,52 @@ def test_scaling_limited_does_not_flap_with_a_quiet_queue_at_min_replicas_one() 
         if i:
             assert "conditions" not in planned.status, (i, planned.status.get("conditions"))
     assert len(said) == 1, said
+
+
+def _closed_loop(load: float, steps: int) -> list[int]:
+    """The default spec (15 s interval) against a model of an engine fed `load` req/s: each
+    replica serves 10 req/s; requests queue past 80% of that and the P99 passes 75 ms past
+    87%, both falling at once when replicas are added (new pods Ready at the next
+    interval), as vLLM's do. Each evaluation's status patch is applied before the next, as
+    the operator's status is read back; the replicas follow its writes."""
+    spec = InferenceTuningSpec.model_validate({
+        "targetRef": {"name": "llm"}, "engine": "vllm",
+        "autoscaling": {"minReplicas": 1, "maxReplicas": 20}})
+    status: dict[str, Any] = {}
+    replicas, ready, counts = 4, 4, []
+    queue: list[tuple[float, float]] = []
+    latencies: list[tuple[float, float]] = []
+    rates: list[tuple[float, float]] = []
+    for step in range(steps):
+        now = NOW + 15 * step
+        use = load / (10 * ready)
+        waiting = max(0.0, use - 0.8) * 200 * ready
+        latency = 0.05 * (1 + max(0.0, use - 0.7) * 3)
+        queue += [(now - 14 + s, waiting / ready) for s in range(15)]
+        latencies.append((now, latency))
+        rates.append((now, load))
+        # The P99 over a 1m window: the highest of the last four intervals', roughly.
+        p99 = tuple((t, max(v for _, v in latencies[max(0, i - 3):i + 1]))
+                    for i, (t, _) in enumerate(latencies))[-10:]
+        signals = TargetSignals(
+            Window.of_points(queue[-35:], now, 30.0, 1.0, threshold=32.0, pods=ready),
+            Series(p99, 15.0), Series(tuple(rates[-10:]), 15.0), latency_window_s=60.0)
+        planned = plan_evaluation(spec, 1, status, signals, replicas, None, now, ready=ready)
+        status = merge_patch(status, planned.status)
+        written = planned.write if planned.write is not None else replicas
+        # The pods of this interval serve at the next; a scale-in takes the newest first.
+        ready, replicas = min(replicas, written), written
+        counts.append(replicas)
+    return counts
+
+
+@pytest.mark.parametrize("load", [60.0, 80.0, 95.0, 120.0])
+def test_a_steady_load_settles_after_a_breach_instead_of_oscillating(load: float) -> None:
+    """A scale-in after a breach goes halfway to the load a replica carried under the
+    target, which can be too few; the queue then scaled out again before the latency had a
+    sample there, the breach's rate was never lowered, and the count went 14 -> 7 -> 14
+    every few minutes for hours. The queue's overload now lowers it."""
+    counts = _closed_loop(load, 400)
+    settled = counts[150:]
+    assert len(set(settled)) == 1, counts
+    assert 10 * settled[-1] * 0.87 >= load, counts  # enough replicas for the P99 target

@@ -124,14 +124,15 @@ def test_latency_breaches_round_trip_and_a_broken_one_is_left_out() -> None:
     from infertune.api.status import AutoscalingState
 
     state = ScalingState(breaches=(Breach(NOW - 60, 20.5, 2, "75ms", 0.99, "Cured", 0.2, 3.5,
-                                          NOW - 300),
+                                          NOW - 300, overloaded=NOW - 60),
                                    Breach(NOW, 30.0, 2, "75ms", 0.99, latency=0.15, since=NOW)),
                          serving=Serving(2, 3, NOW - 30, NOW - 90))
     stored = state.to_json()
     assert stored["latencyBreaches"][1] == {
         "time": "2023-11-14T22:13:20Z", "requestRate": 30.0, "replicas": 2, "target": "75ms",
         "quantile": 0.99, "outcome": "Open", "latencySeconds": 0.15, "healthyPerReplica": 0.0,
-        "since": "2023-11-14T22:13:20Z", "doubted": None}
+        "since": "2023-11-14T22:13:20Z", "doubted": None, "queueOverloaded": None}
+    assert stored["latencyBreaches"][0]["queueOverloaded"] == "2023-11-14T22:12:20Z"
     assert stored["serving"]["changed"] == "2023-11-14T22:11:50Z"
     AutoscalingState.model_validate(stored)
     assert ScalingState.from_json(json.loads(json.dumps(stored))) == state
@@ -144,7 +145,7 @@ def test_latency_breaches_round_trip_and_a_broken_one_is_left_out() -> None:
                    {**good, "target": "soon"}, {**good, "outcome": "Maybe"},
                    {**good, "latencySeconds": -1}, {**good, "latencySeconds": "inf"},
                    {**good, "healthyPerReplica": -1}, {**good, "since": "then"},
-                   {**good, "doubted": "then"},
+                   {**good, "doubted": "then"}, {**good, "queueOverloaded": "then"},
                    {k: v for k, v in good.items() if k != "quantile"}, "a breach"):
         read = ScalingState.from_json({"recommendations": [{"time": good["time"], "replicas": 3}],
                                        "latencyBreaches": [good, broken]})

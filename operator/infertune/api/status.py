@@ -212,6 +212,11 @@ class BreachRecord(ApiModel):
     """The most requests per second per replica under the breach's that the latency was
     measured at or under the target with since (0: none): a scale-in goes halfway between
     it and the breach's."""
+    queue_overloaded: str | None = None
+    """When the queue last stayed above its target at a lower rate per replica than the
+    breach's (a scale-in the breach allowed left too few replicas): requestRate and replicas
+    are then that overload's, the most a replica is known not to carry. Left out: they are
+    the breach's."""
 
 
 class AutoscalingState(ApiModel):

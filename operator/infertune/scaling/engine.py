@@ -142,6 +142,11 @@ def _decide_on_signals(spec: AutoscalingSpec, current: int, reading: Reading,
         breaches, not_load = _breach_outcomes(spec, state.breaches, reading, serving, now)
         if breaches != state.breaches:
             state = state.with_breaches(breaches)
+    overload = None
+    if state.breaches and queue.replicas is not None and queue.replicas > current:
+        breaches, overload = _queue_overload(spec, state.breaches, reading, serving, now)
+        if breaches != state.breaches:
+            state = state.with_breaches(breaches)
     latency = _latency_proposal(spec, current, reading, serving, batching_stuck, not_load)
     pods = reading.queue_pods
     if (pods is not None and pods < current and queue.replicas is not None
@@ -163,7 +168,7 @@ def _decide_on_signals(spec: AutoscalingSpec, current: int, reading: Reading,
     # What the signals call for, before a missing one or a breach holds the count (no
     # opinion at all, the queue missing and the latency quiet, is no call for anything).
     called = max(opinions, default=0)
-    notes = [queue.why, latency.why]
+    notes = [queue.why, latency.why, *([overload] if overload else [])]
     # The request rate is a query of its own, which can fail alone: unknown, a low latency
     # may be one of too few requests, and a breach cannot be told the load's.
     missing = reading.queue_missing or reading.latency_missing or reading.request_rate is None
@@ -441,7 +446,7 @@ def _cured(breaches: tuple[Breach, ...], rate: float | None,
         healthy = per_replica if b.healthy < per_replica < b.per_replica else b.healthy
         if b.outcome != CURED or healthy != b.healthy:
             b = Breach(b.time, b.rate, b.replicas, b.target, b.quantile, CURED, b.latency,
-                       healthy, b.since, b.doubted)
+                       healthy, b.since, b.doubted, b.overloaded)
         out.append(b)
     return tuple(out)
 
@@ -465,6 +470,34 @@ def _per_replica_text(rate: float) -> str:
     return f"{rate:.1f}" if rate >= 0.1 else f"{rate:.2g}"
 
 
+def _queue_overload(spec: AutoscalingSpec, breaches: tuple[Breach, ...], reading: Reading,
+                    serving: int, now: float) -> tuple[tuple[Breach, ...], str | None]:
+    """The breaches after the queue stayed above its target (a scale-out) at `serving`
+    replicas: where the breach that sizes scale-ins (_breach_floor) lets a replica carry more
+    than it carries now, it takes this rate per replica, which overloaded it. The halfway
+    count a scale-in goes to after a breach can be too few; until the latency has breached
+    there for its window (a sample counts once its window starts after the change), the
+    queue scales out first, and the floor stayed where it was: 14 -> 7 -> 14 at a steady
+    load, every few minutes for hours."""
+    rate, memory = reading.request_rate, seconds(spec.latency.breach_memory)
+    if rate is None or rate <= 0 or serving <= 0 or memory <= 0:
+        return breaches, None
+    load = [b for b in breaches if b.outcome != NOT_LOAD and now - b.time < memory]
+    if not load:
+        return breaches, None
+    lowest = min(load, key=_per_replica)
+    per_replica = rate / serving
+    if not lowest.per_replica * (1 - spec.tolerance) > per_replica:
+        return breaches, None  # the floor keeps it under this already
+    lowered = lowest._replace(time=now, rate=rate, replicas=serving, overloaded=now,
+                              healthy=lowest.healthy if lowest.healthy < per_replica else 0.0)
+    return tuple(lowered if b is lowest else b for b in breaches), (
+        f"the queue is above target at {_per_replica_text(per_replica)} req/s per replica "
+        f"({rate:.1f} req/s on {serving}), under the "
+        f"{_per_replica_text(lowest.per_replica)} the {reading.latency_kind} breach let a "
+        "scale-in leave: remembered as what a replica does not carry")
+
+
 def _breach_floor(spec: AutoscalingSpec, breaches: tuple[Breach, ...], reading: Reading,
                   current: int, now: float) -> tuple[int, str, Breach]:
     """The fewest replicas a scale-in may leave after a latency breach (within
@@ -479,6 +512,11 @@ def _breach_floor(spec: AutoscalingSpec, breaches: tuple[Breach, ...], reading: 
     said = (f"{reading.latency_kind} breached {age} ago at "
             f"{_per_replica_text(breach.per_replica)} req/s per replica ({breach.rate:.1f} "
             f"req/s on {breach.replicas})")
+    if breach.overloaded is not None:
+        said = (f"{reading.latency_kind} breached {age} ago, and the queue was above target "
+                f"{format_duration(round(now - breach.overloaded))} ago at "
+                f"{_per_replica_text(breach.per_replica)} req/s per replica "
+                f"({breach.rate:.1f} req/s on {breach.replicas})")
     rate = reading.request_rate
     # A rate that is not known holds every scale-in before this (_decide_on_signals).
     assert rate is not None

@@ -115,6 +115,11 @@ class Breach(NamedTuple):
     """When a breach at a rate per replica under `healthy` was taken for a burst and not
     remembered (engine._breach_outcomes); None when none was within breachMemory."""
 
+    overloaded: float | None = None
+    """When the queue last stayed above its target at a rate per replica under this
+    breach's, which `rate` and `replicas` then are (engine._queue_overload); None: they are
+    the latency breach's own."""
+
     @property
     def breached_at(self) -> float:
         return self.time if self.since is None else self.since
@@ -189,7 +194,9 @@ class ScalingState(NamedTuple):
                 and (self.serving is None or (self.serving.since <= now and (
                     self.serving.changed is None or self.serving.changed <= now)))
                 and all(b.time <= now and b.breached_at <= now
-                        and (b.doubted is None or b.doubted <= now) for b in self.breaches)):
+                        and (b.doubted is None or b.doubted <= now)
+                        and (b.overloaded is None or b.overloaded <= now)
+                        for b in self.breaches)):
             return self
         return ScalingState(
             tuple(r if r.time <= now else Recommendation(now, r.replicas) for r in recs),
@@ -200,8 +207,11 @@ class ScalingState(NamedTuple):
                 changed=None if serving.changed is None else min(serving.changed, now)),
             tuple(b if b.time <= now and b.breached_at <= now
                   and (b.doubted is None or b.doubted <= now)
+                  and (b.overloaded is None or b.overloaded <= now)
                   else b._replace(time=min(b.time, now), since=min(b.breached_at, now),
-                                  doubted=None if b.doubted is None else min(b.doubted, now))
+                                  doubted=None if b.doubted is None else min(b.doubted, now),
+                                  overloaded=None if b.overloaded is None
+                                  else min(b.overloaded, now))
                   for b in self.breaches))
 
     def to_json(self) -> dict[str, Any]:
@@ -224,7 +234,9 @@ class ScalingState(NamedTuple):
                                  "healthyPerReplica": b.healthy,
                                  "since": format_time(b.breached_at),
                                  "doubted": None if b.doubted is None
-                                 else format_time(b.doubted)}
+                                 else format_time(b.doubted),
+                                 "queueOverloaded": None if b.overloaded is None
+                                 else format_time(b.overloaded)}
                                 for b in self.breaches],
         }
 
@@ -292,7 +304,9 @@ def _breach(data: dict[str, Any]) -> Breach:
                     str(data["target"]), float(data["quantile"]), str(data["outcome"]),
                     float(data["latencySeconds"]), float(data["healthyPerReplica"]),
                     None if data.get("since") is None else parse_time(data["since"]),
-                    None if data.get("doubted") is None else parse_time(data["doubted"]))
+                    None if data.get("doubted") is None else parse_time(data["doubted"]),
+                    None if data.get("queueOverloaded") is None
+                    else parse_time(data["queueOverloaded"]))
     duration_seconds(breach.target)  # compared with the spec's as a duration
     if breach.outcome not in OUTCOMES:
         raise ValueError(f"latencyBreaches entry {data} has no outcome of {OUTCOMES}")
