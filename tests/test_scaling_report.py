@@ -516,6 +516,19 @@ def test_a_breach_with_batching_off_scales_out_with_action_auto() -> None:
         "spec.batching.mode to Auto")
     assert recommending.event is not None and (
         f"--max-num-seqs={recommended}" in recommending.event[1])
+    # The queue above target (within the tolerance: no scale-out): the recommendation keeps
+    # the value the pods run, and the reason does not tell them to set it.
+    queued = signals(queue=34.0, latency_s=0.15)
+    kept = plan_evaluation(spec(autoscaling={"latency": {"action": "TuneBatching"}},
+                                batching={"mode": "Recommend"}), 1, {}, queued, 4, None, NOW,
+                           template=TemplateBatching(64, None))
+    assert kept.decision.action is ScaleAction.TUNE_BATCHING, kept.decision.reason
+    assert kept.status["batching"]["recommended"] == 64
+    reason = kept.status["autoscaling"]["reason"]
+    assert "set --max-num-seqs" not in reason, reason
+    assert reason.endswith("the batching recommendation keeps --max-num-seqs=64 "
+                           "(status.batching.reason says why), so nothing acts on this breach: "
+                           "set latency.action to Auto to add replicas for it"), reason
     # An engine without a batching knob: nothing to lower either.
     custom = spec(engine="custom", batching={"mode": "Recommend"}, metrics={
         "queueDepth": "my_queue", "latencyHistogram": "my_latency_seconds"})

@@ -203,8 +203,15 @@ def plan_evaluation(spec: InferenceTuningSpec, generation: int, status: Mapping[
     if (decision.action is ScaleAction.TUNE_BATCHING and batching is not None
             and spec.batching.mode is BatchingMode.RECOMMEND):
         # Said where the breach is: "tune batching" read as if something did, while the
-        # value to set was only in status.batching.
+        # value to set was only in status.batching. Not the value the pods run already
+        # (the queue above target or missing, where the batch is not what is short): that
+        # told them to set what they had.
+        in_use = batching.get("current")
         decision = with_reason(decision, (
+            f"{decision.reason}; the batching recommendation keeps --{batching['knob']}="
+            f"{in_use} (status.batching.reason says why), so nothing acts on this breach: "
+            "set latency.action to Auto to add replicas for it"
+            if in_use is not None and batching["recommended"] == in_use else
             f"{decision.reason}; mode Recommend applies nothing: set --{batching['knob']}="
             f"{batching['recommended']} on the pod template (status.batching.recommended), "
             "or spec.batching.mode to Auto"))
