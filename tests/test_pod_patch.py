@@ -1348,6 +1348,26 @@ def test_a_memory_high_under_half_a_guaranteed_limit_leaves_only_memory_high_out
     assert "MALLOC_CONF" in _env(pod["spec"]["containers"][0])
 
 
+def test_a_memory_high_annotation_from_the_template_goes_where_memory_high_stays_at_max(
+) -> None:
+    """Copied from a tuned pod's YAML into the template: kept, the node agent would write
+    it (64Mi, the incident's), while the pod was labelled as tuned with memory.high at max."""
+    pod = _pod(resources={"requests": {"memory": "1Gi"}, "limits": {"memory": "1Gi"}})
+    pod["metadata"]["annotations"] = {keys.MEMORY_HIGH: "67108864", "team": "ml"}
+    plan = plan_pod_patch(_spec(), pod, CONTEXT)
+    tuned = jsonpatch.apply_patch(pod, plan.patch)
+    assert tuned["metadata"]["annotations"] == {"team": "ml", keys.SERVING_CONTAINER: "vllm"}
+    assert any(f"{keys.MEMORY_HIGH} from the pod template removed" in r for r in plan.reasons)
+    # A value of its own replaces it.
+    ours = _apply(_spec(memory={"high": "700Mi", "minHeadroom": "256Mi"}), pod)
+    assert ours["metadata"]["annotations"][keys.MEMORY_HIGH] == str(700 * 2**20)
+    # DryRun changes nothing: the plan says it.
+    dry = plan_pod_patch(_spec(mode="DryRun"), pod, CONTEXT)
+    shown = jsonpatch.apply_patch(pod, dry.patch)["metadata"]["annotations"]
+    assert shown[keys.MEMORY_HIGH] == "67108864"
+    assert "/metadata/annotations/infertune.io~1memory-high" in shown[keys.DRY_RUN_PLAN]
+
+
 def test_an_env_split_string_that_does_not_split_is_no_failure() -> None:
     """env -S with an unbalanced quote: shlex raised, and a failure there fails the webhook's
     planning of every pod of the target (and every evaluation reading the template)."""

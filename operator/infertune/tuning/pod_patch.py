@@ -1225,6 +1225,15 @@ def _plan_pod_patch(spec: InferenceTuningSpec, pod: dict[str, Any],
     ops += mig_ops(spec, _pointer("spec", "containers", index), serving,
                    (context.mig_profile, context.mig_strategy), reasons, problems)
     annotations = {} if memory_high.value is None else {keys.MEMORY_HIGH: str(memory_high.value)}
+    if memory_high.value is None and keys.MEMORY_HIGH in (
+            (pod.get("metadata") or {}).get("annotations") or {}):
+        # One the pod template carries (copied from a tuned pod's YAML, or set by hand): kept,
+        # the node agent would write it, while the pod is labelled as tuned to this revision
+        # and its reason says memory.high stays at max.
+        ops.append({"op": "remove", "path": _pointer("metadata", "annotations",
+                                                     keys.MEMORY_HIGH)})
+        reasons.append(f"memory: {keys.MEMORY_HIGH} from the pod template removed (memory.high "
+                       "stays at max)")
     if spec.mode is Mode.DRY_RUN:
         plan = {"revision": revision, "patch": ops + _meta_ops(pod, "annotations", annotations),
                 "reasons": reasons, "problems": problems}
