@@ -673,7 +673,9 @@ def test_slow_templates_hold_neither_the_presets_nor_the_batch_past_its_budget()
             assert latency == {t.key: "no series of vllm:e2e_request_latency_seconds_bucket "
                                "or vllm_e2e_request_latency_seconds_bucket for the pods of "
                                f"Deployment {t.namespace}/{t.deployment} ({t.deployment}-*): "
-                               "are they scraped, and do they export it?"
+                               "are they scraped, and do they export it? Or is "
+                               "spec.metrics.window (1m) under two scrape intervals? rate() "
+                               "needs two samples in it"
                                for t in slow}, latency  # the preset's query
             left_out.append(set(not_started))
     assert left_out[0] != left_out[1]  # not the same tunings every cycle
@@ -925,9 +927,12 @@ def test_the_step_is_sent_exactly_so_the_newest_point_is_at_the_end(
     assert got.latency.points[-1][0] == now
 
 
-def test_every_query_carries_the_timeout_to_prometheus(prometheus: PrometheusServer) -> None:
+def test_every_query_carries_the_timeout_and_asks_for_a_whole_answer(
+        prometheus: PrometheusServer) -> None:
     """The client gives up after timeout_s; Prometheus, told nothing, went on for its default
-    2 minutes with every cycle's abandoned query."""
+    2 minutes with every cycle's abandoned query. A Thanos Querier or VictoriaMetrics cluster
+    answers with the stores that answered, by default: the pods of the one that failed went
+    missing from the signals unsaid."""
     sent: list[dict[str, Any]] = []
 
     class Recording(requests.Session):
@@ -942,6 +947,8 @@ def test_every_query_carries_the_timeout_to_prometheus(prometheus: PrometheusSer
         [llm], time.time())
     # The queue, latency and rate queries, and the latency histogram's bucket bounds.
     assert len(sent) == 4 and all(p.get("timeout") == "2.5" for p in sent), sent
+    assert all(p.get("partial_response") == "false" and p.get("deny_partial_response") == "1"
+               for p in sent), sent
     # Prometheus takes it: "2.5s" was refused as a duration, and every query with it.
     got = PrometheusSource(prometheus.url, timeout_s=2.5).fetch([target("serving", "nobody")],
                                                                  time.time())["serving/nobody"]

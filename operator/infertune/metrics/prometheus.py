@@ -138,6 +138,15 @@ def url_problem(url: str) -> str | None:
     return None
 
 
+WHOLE_ANSWERS = {"partial_response": "false", "deny_partial_response": "1"}
+"""Sent with every query: a Thanos Querier (`partial_response`) and a VictoriaMetrics cluster
+(`deny_partial_response`) answer with what the stores that answered hold when one does not,
+by default, and the pods of the one that failed were missing from the queue, the pod count
+and the quantile while MetricsAvailable said True (a scale-out sized on the pods that
+reported came out too small). Asked this way they fail instead, which is no data; Prometheus
+itself ignores both."""
+
+
 class PrometheusSource:
     """Fetches signals from the Prometheus HTTP API at `url`, reached as `access` says. A
     `session` passed in is used as it is: its TLS settings (verify, cert) are the caller's."""
@@ -354,8 +363,8 @@ class PrometheusSource:
         """The lowest finite bucket bound of each target's histogram, from one instant
         query (in the query pool, within the batch's budget)."""
         result = self._client.custom_query(
-            text, params={"time": math.floor(now), "timeout": f"{self.timeout_s:g}"},
-            timeout=self.timeout_s)
+            text, params={"time": math.floor(now), "timeout": f"{self.timeout_s:g}",
+                          **WHOLE_ANSWERS}, timeout=self.timeout_s)
         floors: dict[SeriesKey, float] = {}
         for item in result:
             labels = item["metric"]
@@ -484,7 +493,8 @@ class PrometheusSource:
         end = math.floor(now)
         # Prometheus's own limit, so a query this side gave up on stops there too (its
         # default is 2 minutes, every cycle).
-        server_side = {"timeout": f"{self.timeout_s:g}"}  # seconds; "2.5s" is refused
+        server_side = {"timeout": f"{self.timeout_s:g}",  # seconds; "2.5s" is refused
+                       **WHOLE_ANSWERS}
         try:
             if plan.window:
                 result = self._client.custom_query(query, params={"time": end, **server_side},
@@ -676,6 +686,11 @@ class _Answer:
             said = (f"no series of {' or '.join(names)} for the pods of Deployment "
                     f"{target.namespace}/{target.deployment} ({target.deployment}-*): are "
                     "they scraped, and do they export it?")
+            if self.plan.signal in (Signal.LATENCY, Signal.REQUEST_RATE):
+                # A rate over a window that holds one scrape is empty, for pods that are
+                # scraped and export it (Prometheus's default interval is the default 1m).
+                said += (f" Or is spec.metrics.window ({target.window}) under two scrape "
+                         "intervals? rate() needs two samples in it")
         if self.plan.templated and any(not deployment for _, deployment in self.found):
             # Its answer has series, which cannot be told apart by Deployment: the template
             # summed the pod label away (the docs ask it to keep it).
