@@ -511,6 +511,7 @@ def test_mixed_strategy_requests_the_mig_slice_by_name() -> None:
     again = plan_pod_patch(spec, sliced, context)
     assert "mig: the container already requests nvidia.com/mig-2g.35gb (mixed strategy)" in (
         again.reasons)
+    assert not [op for op in again.patch if "resources" in op["path"]], again.patch
 
 
 def test_a_media_extensions_slice_is_requested_as_the_device_plugin_names_it() -> None:

@@ -58,19 +58,21 @@ def mig_ops(spec: InferenceTuningSpec, base: str, serving: dict[str, Any],
     wanted = mig_resource(profile)
     resources = serving.get("resources") or {}
     ops: list[Op] = []
+    counts: set[str] = set()
     for section in ("limits", "requests"):
         current = resources.get(section)
         if current is None or (GPU_RESOURCE not in current and wanted not in current):
             continue
         count = str(current.get(GPU_RESOURCE, current.get(wanted, "1")))
+        counts.add(count)
         if GPU_RESOURCE in current:
             ops.append({"op": "remove", "path": _resource_pointer(base, section, GPU_RESOURCE)})
-        ops.append({"op": "add", "path": _resource_pointer(base, section, wanted), "value": count})
-    if not ops:
+            ops.append({"op": "add", "path": _resource_pointer(base, section, wanted),
+                        "value": count})
+    if not counts:
         problems.append(f"container {serving.get('name')} requests no {GPU_RESOURCE}; add "
                         f"{wanted} to its limits to run on a MIG slice")
         return []
-    counts = {str(op["value"]) for op in ops if op["op"] == "add"}
     if counts - {"1"}:
         # NVIDIA's MIG user guide: a CUDA process enumerates a single MIG device.
         problems.append(f"container {serving.get('name')} asks for {max(counts)} GPUs, so it "
