@@ -52,6 +52,25 @@ def test_resolved_values(spec: dict[str, object], mem_request: str | None, limit
                                limit=limit).value == expected
 
 
+@pytest.mark.parametrize(("high", "mem_request", "warned"), [
+    ("64Mi", "64Mi", True),  # the incident's, on a container that asks for 64Mi of 32Gi
+    ("15Gi", "1Gi", True),
+    ("16Gi", "1Gi", False),  # half the limit
+    ("20Gi", "8Gi", False),
+])
+def test_a_burstable_memory_high_under_half_its_limit_is_applied_and_said(
+        high: str, mem_request: str, warned: bool) -> None:
+    """Above its request, a Burstable container's memory.high is taken; under half its
+    limit it throttles the server far below what it may use, and nothing said so."""
+    got = resolve_memory_high(MemorySpec.model_validate({"high": high}), request=mem_request,
+                              limit="32Gi")
+    assert got.value == parse_quantity(high)
+    assert (got.warning is not None) is warned
+    if warned:
+        assert got.warning is not None and got.warning.startswith(
+            f"spec.memory.high: {high} is under half the memory limit 32Gi")
+
+
 @pytest.mark.parametrize(
     ("spec", "mem_request", "limit", "field", "message"),
     [

@@ -1369,6 +1369,15 @@ def test_a_memory_high_annotation_from_the_template_goes_where_memory_high_stays
     assert "/metadata/annotations/infertune.io~1memory-high" in shown[keys.DRY_RUN_PLAN]
 
 
+def test_a_burstable_memory_high_under_half_the_limit_is_applied_and_reported() -> None:
+    pod = _pod(resources={"requests": {"memory": "1Gi"}, "limits": {"memory": "32Gi"}})
+    plan = plan_pod_patch(_spec(memory={"high": "2Gi"}), pod, CONTEXT)
+    tuned = jsonpatch.apply_patch(pod, plan.patch)
+    assert tuned["metadata"]["annotations"][keys.MEMORY_HIGH] == str(2 * 2**30)
+    assert any(p.startswith("spec.memory.high: 2Gi is under half the memory limit 32Gi")
+               for p in plan.problems), plan.problems
+
+
 def test_an_env_split_string_that_does_not_split_is_no_failure() -> None:
     """env -S with an unbalanced quote: shlex raised, and a failure there fails the webhook's
     planning of every pod of the target (and every evaluation reading the template)."""

@@ -871,6 +871,18 @@ def test_a_partial_memory_spec_removes_the_intent_and_says_why(
     assert status.outdated_pods == 0
 
 
+def test_a_burstable_memory_high_under_half_the_limit_is_written_and_said(
+        controller: Any, patched: list[tuple[str, Any, Any]]) -> None:
+    """A Burstable container takes a memory.high above its request; under half its limit it
+    is written in place and said, in the webhook's words."""
+    pods = _tuned(controller, "a", memory=(("tgi", "1Gi", "16Gi"),), memory_high="1")
+    _with_memory(controller, {"high": "4Gi"})
+    status = controller_status(controller, pods)
+    assert [(p, v) for p, _, v in patched] == [("a", str(4 * 2**30))]
+    said = "spec.memory.high: 4Gi is under half the memory limit 16Gi: the container is"
+    assert [p for p in status.problems if p.startswith(said)], status.problems
+
+
 def test_what_the_last_pod_was_told_of_memory_goes_with_the_change(
         controller: Any, patched: list[tuple[str, Any, Any]]) -> None:
     """No pod is admitted after an in-place change: the problems of the last admission about

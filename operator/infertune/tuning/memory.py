@@ -27,6 +27,8 @@ class MemoryHigh:
 
     value: int | None
     reason: str
+    warning: str | None = None
+    """A value the spec sets that is applied but likely too low, said as a problem."""
 
 
 DEFAULT_FLOOR_OF_LIMIT = Decimal("0.5")
@@ -120,7 +122,15 @@ def resolve_memory_high(
                               f"what it was given (the incident's 64M); use at least "
                               f"{_at_least(floor)}, or lower the memory limit instead",
                               partial=True)
-    return MemoryHigh(_pages(value), f"memory.high {how}")
+    warning = None
+    if floor is not None and value < floor:
+        # Burstable: taken (the request is what it must stay above), but a value far under
+        # what the container may use is the incident's, and nothing else said so.
+        warning = (f"spec.{field}: {how} is under half the memory limit {limit}: the "
+                   "container is throttled from there on (reclaim stalls, as the incident's "
+                   "64M did), far below what it may use; applied as set: raise it, or leave "
+                   "memory.high unset for the MemoryQoS default")
+    return MemoryHigh(_pages(value), f"memory.high {how}", warning)
 
 
 def _default_memory_high(

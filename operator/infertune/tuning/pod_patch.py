@@ -1152,6 +1152,8 @@ def _plan_pod_patch(spec: InferenceTuningSpec, pod: dict[str, Any],
         memory_high = MemoryHigh(None, "memory.high stays at max (see the problem)")
         problems.append(exc.said_of_pod())
     reasons.append(f"memory: {memory_high.reason}")
+    if memory_high.warning is not None:
+        problems.append(memory_high.warning)
 
     binder = _binds_itself(serving)
     # Whether the launcher wraps the serving command (and binds it).

@@ -299,6 +299,8 @@ def pod_updates(spec: InferenceTuningSpec, revision: str, shape: str,
             continue
         else:
             value = None if wanted.value is None else str(wanted.value)
+            if wanted.warning is not None:  # as the webhook says it of such a pod
+                problems[wanted.warning] = None
         changes.append((pod.name, value, value != pod.memory_high))
     return PodUpdates(tuple(changes), tuple(problems), refused, tuple(backfill))
 
