@@ -1773,3 +1773,27 @@ def test_a_decision_without_signals_says_what_it_does_about_the_outage() -> None
     assert with_reason(kept, "other")._replace(reason=kept.reason) == kept
     capped = decide(signals(steady(320)), current=10, maxReplicas=10)
     assert with_reason(capped, "other").limited is Limit.TOO_MANY
+
+
+def test_a_rate_the_queue_overloaded_at_is_kept_while_the_queue_stays_above_target() -> None:
+    """A latency under its target at the rate per replica the queue overloaded at does not
+    say a replica carries it while the queue is still above target: forgotten at the next
+    evaluation, it left nothing to hold the scale-ins, and 85 req/s went down to 1 replica."""
+    rules = spec(maxReplicas=40)
+    breach = Breach(NOW - 600, 100.0, 10, "75ms", 0.99, "Cured", 0.1, 0.0, NOW - 600)
+    state = ScalingState(breaches=(breach,), serving=Serving(10, 10, NOW - 3600, NOW - 3600))
+    current, t = 10, NOW
+    for _ in range(3):  # the queue above target, the p99 under it; the new pods load
+        d = decide_scale(rules, current, signals(steady(60.0, now=t), (60, 60), rate=85.0,
+                                                  now=t), state, t, ready=10)
+        state, current, t = d.state, d.desired_replicas, t + 15
+        [kept] = state.breaches
+        assert kept.overloaded == NOW and kept.per_replica == 8.5, state.breaches
+    assert current > 10
+    for _ in range(60):  # then quiet, every replica serving: the floor holds 12 or more
+        d = decide_scale(rules, current, signals(steady(0.0, now=t), (60, 60), rate=85.0,
+                                                  now=t), state, t, ready=current)
+        state, current, t = d.state, d.desired_replicas, t + 15
+    assert current in (12, 13) and 85.0 / current < 8.5 * 0.9, d.reason  # 8.5 less 10%
+    assert ("the queue was above target 15m30s ago at 8.5 req/s per replica (85.0 req/s on "
+            "10)") in d.reason, d.reason

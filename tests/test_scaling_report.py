@@ -6,6 +6,8 @@ shape the CRD is generated from) and to merge-patch semantics, where a value lef
 
 from __future__ import annotations
 
+import statistics
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -529,6 +531,13 @@ def test_a_breach_with_batching_off_scales_out_with_action_auto() -> None:
     assert reason.endswith("the batching recommendation keeps --max-num-seqs=64 "
                            "(status.batching.reason says why), so nothing acts on this breach: "
                            "set latency.action to Auto to add replicas for it"), reason
+    # At batching.min with the queue low: said once, that nothing acts on it.
+    at_min = plan_evaluation(spec(autoscaling={"latency": {"action": "TuneBatching"}},
+                                  batching={"mode": "Recommend", "min": 64}), 1, {}, breach, 4,
+                             None, NOW, template=TemplateBatching(64, None))
+    reason = at_min.status["autoscaling"]["reason"]
+    assert "batching is at its minimum 64" in reason, reason
+    assert "the batching recommendation keeps" not in reason and "set --max" not in reason
     # An engine without a batching knob: nothing to lower either.
     custom = spec(engine="custom", batching={"mode": "Recommend"}, metrics={
         "queueDepth": "my_queue", "latencyHistogram": "my_latency_seconds"})
@@ -1696,34 +1705,40 @@ def test_scaling_limited_does_not_flap_with_a_quiet_queue_at_min_replicas_one() 
     assert len(said) == 1, said
 
 
-def _closed_loop(load: float, steps: int) -> list[int]:
-    """The default spec (15 s interval) against a model of an engine fed `load` req/s: each
-    replica serves 10 req/s; requests queue past 80% of that and the P99 passes 75 ms past
-    87%, both falling at once when replicas are added (new pods Ready at the next
-    interval), as vLLM's do. Each evaluation's status patch is applied before the next, as
-    the operator's status is read back; the replicas follow its writes."""
+def _closed_loop(load_of: Callable[[int], float], steps: int,
+                 max_replicas: int = 20) -> list[int]:
+    """The default spec (15 s interval) against a model of an engine fed load_of(step) req/s:
+    each replica serves 10 req/s; requests queue past 80% of that and the P99 passes 75 ms
+    past 87%, both falling at once when replicas are added (new pods Ready at the next
+    interval), as vLLM's do; what arrives beyond the replicas' 10 req/s waits as a backlog
+    they drain at their spare capacity. Each evaluation's status patch is applied before the
+    next, as the operator's status is read back; the replicas follow its writes."""
     spec = InferenceTuningSpec.model_validate({
         "targetRef": {"name": "llm"}, "engine": "vllm",
-        "autoscaling": {"minReplicas": 1, "maxReplicas": 20}})
+        "autoscaling": {"minReplicas": 1, "maxReplicas": max_replicas}})
     status: dict[str, Any] = {}
-    replicas, ready, counts = 4, 4, []
+    replicas, ready, counts, backlog = 4, 4, [], 0.0
     queue: list[tuple[float, float]] = []
     latencies: list[tuple[float, float]] = []
-    rates: list[tuple[float, float]] = []
+    loads: list[float] = []
     for step in range(steps):
-        now = NOW + 15 * step
-        use = load / (10 * ready)
-        waiting = max(0.0, use - 0.8) * 200 * ready
-        latency = 0.05 * (1 + max(0.0, use - 0.7) * 3)
+        now, load, capacity = NOW + 15 * step, load_of(step), 10 * ready
+        backlog = max(0.0, backlog + (load - capacity) * 15)
+        use = load / capacity
+        waiting = max(0.0, use - 0.8) * 200 * ready + backlog
+        latency = 0.05 * (1 + max(0.0, use - 0.7) * 3) + backlog / capacity
         queue += [(now - 14 + s, waiting / ready) for s in range(15)]
         latencies.append((now, latency))
-        rates.append((now, load))
-        # The P99 over a 1m window: the highest of the last four intervals', roughly.
-        p99 = tuple((t, max(v for _, v in latencies[max(0, i - 3):i + 1]))
-                    for i, (t, _) in enumerate(latencies))[-10:]
+        loads.append(load)
+        # Over a 1m window: the P99 the highest of the last four intervals' (roughly), the
+        # request rate their mean.
+        p99 = tuple((NOW + 15 * i, max(v for _, v in latencies[max(0, i - 3):i + 1]))
+                    for i in range(max(0, step - 9), step + 1))
+        rate = tuple((NOW + 15 * i, statistics.fmean(loads[max(0, i - 3):i + 1]))
+                     for i in range(max(0, step - 9), step + 1))
         signals = TargetSignals(
             Window.of_points(queue[-35:], now, 30.0, 1.0, threshold=32.0, pods=ready),
-            Series(p99, 15.0), Series(tuple(rates[-10:]), 15.0), latency_window_s=60.0)
+            Series(p99, 15.0), Series(rate, 15.0), latency_window_s=60.0)
         planned = plan_evaluation(spec, 1, status, signals, replicas, None, now, ready=ready)
         status = merge_patch(status, planned.status)
         written = planned.write if planned.write is not None else replicas
@@ -1739,7 +1754,20 @@ def test_a_steady_load_settles_after_a_breach_instead_of_oscillating(load: float
     target, which can be too few; the queue then scaled out again before the latency had a
     sample there, the breach's rate was never lowered, and the count went 14 -> 7 -> 14
     every few minutes for hours. The queue's overload now lowers it."""
-    counts = _closed_loop(load, 400)
+    counts = _closed_loop(lambda _: load, 400)
     settled = counts[150:]
     assert len(set(settled)) == 1, counts
     assert 10 * settled[-1] * 0.87 >= load, counts  # enough replicas for the P99 target
+
+
+@pytest.mark.parametrize(("load_of", "before", "after"), [
+    # A 2-minute burst to 200 req/s: the backlog it left, drained by the replicas added for
+    # it, was taken for the load a replica cannot carry, and held 19 where 10 carry 80 req/s.
+    (lambda step: 200.0 if 300 <= step < 308 else 80.0, 10, 10),
+    (lambda step: 120.0 if step >= 300 else 60.0, 8, 15),  # a step up in load
+])
+def test_a_backlog_after_a_burst_is_not_taken_for_what_a_replica_carries(
+        load_of: Callable[[int], float], before: int, after: int) -> None:
+    counts = _closed_loop(load_of, 300 + 240, max_replicas=40)  # an hour after it
+    assert counts[299] == before, counts
+    assert counts[-1] == after, counts

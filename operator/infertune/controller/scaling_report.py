@@ -194,6 +194,7 @@ def plan_evaluation(spec: InferenceTuningSpec, generation: int, status: Mapping[
 
     decision = decide_scale(spec.autoscaling, current, signals, state, now, ready,
                             kubelet_ready, auto_stuck)
+    told = None
     if (decision.action is ScaleAction.TUNE_BATCHING
             and spec.autoscaling.latency.action is LatencyAction.TUNE_BATCHING
             and (told := stuck(decision.signals)) is not None):
@@ -201,7 +202,7 @@ def plan_evaluation(spec: InferenceTuningSpec, generation: int, status: Mapping[
     batching = _batching_block(spec, status, decision, now, ready, template,
                                signals.fresh_at(now), ignored)
     if (decision.action is ScaleAction.TUNE_BATCHING and batching is not None
-            and spec.batching.mode is BatchingMode.RECOMMEND):
+            and spec.batching.mode is BatchingMode.RECOMMEND and told is None):
         # Said where the breach is: "tune batching" read as if something did, while the
         # value to set was only in status.batching. Not the value the pods run already
         # (the queue above target or missing, where the batch is not what is short): that

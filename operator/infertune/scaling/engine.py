@@ -143,7 +143,14 @@ def _decide_on_signals(spec: AutoscalingSpec, current: int, reading: Reading,
         if breaches != state.breaches:
             state = state.with_breaches(breaches)
     overload = None
-    if state.breaches and queue.replicas is not None and queue.replicas > current:
+    settled = _settled_at(state)
+    if (state.breaches and queue.replicas is not None and queue.replicas > current
+            and serving == current
+            and (settled is None or now - seconds(spec.queue.sustain) >= settled)):
+        # Only once every replica serves and the queue stayed above target all through the
+        # sustain window after that: a backlog the replicas before built (or pods still
+        # loading their model) read as the load a replica cannot carry, at a burst's end,
+        # and held 19 replicas where 10 carried it, for up to a day.
         breaches, overload = _queue_overload(spec, state.breaches, reading, serving, now)
         if breaches != state.breaches:
             state = state.with_breaches(breaches)
@@ -381,7 +388,9 @@ def _breach_outcomes(spec: AutoscalingSpec, breaches: tuple[Breach, ...], readin
         latency = reading.latency_s
         if (latency is not None and latency <= target and reading.latency_settled
                 and reading.latency_floor_s is None and not reading.latency_bounds_unknown):
-            breaches = _cured(breaches, reading.request_rate, serving)
+            queue = reading.queue_per_replica
+            breaches = _cured(breaches, reading.request_rate, serving,
+                              queue is None or queue > spec.queue.target_per_replica)
     rate, latency = reading.request_rate, reading.latency_s
     if (not reading.latency_breached or rate is None or rate <= 0 or serving <= 0
             or latency is None or (spec.latency.action is not LatencyAction.SCALE_OUT
@@ -432,7 +441,7 @@ def _breach_outcomes(spec: AutoscalingSpec, breaches: tuple[Breach, ...], readin
 
 
 def _cured(breaches: tuple[Breach, ...], rate: float | None,
-           serving: int) -> tuple[Breach, ...]:
+           serving: int, queued: bool = False) -> tuple[Breach, ...]:
     """The breaches after a latency at or under the target on the pods that serve now: the
     open ones cured, those not the load's forgotten, and the rate per replica carried now
     kept as `healthy` where it is the most under each breach's. A breach whose rate per
@@ -441,7 +450,12 @@ def _cured(breaches: tuple[Breach, ...], rate: float | None,
     per_replica = rate / serving if rate is not None and serving > 0 else 0.0
     out = []
     for b in breaches:
-        if b.outcome == NOT_LOAD or per_replica >= b.per_replica:
+        # A rate the queue overloaded at (Breach.overloaded) is not carried while the queue
+        # is still above target (`queued`, or not known), whatever the latency says: a
+        # latency under its target forgot it at the next evaluation, and the scale-ins it
+        # held went down to minReplicas.
+        if b.outcome == NOT_LOAD or (per_replica >= b.per_replica
+                                     and not (queued and b.overloaded is not None)):
             continue
         healthy = per_replica if b.healthy < per_replica < b.per_replica else b.healthy
         if b.outcome != CURED or healthy != b.healthy:
