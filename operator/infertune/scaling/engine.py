@@ -144,14 +144,16 @@ def _decide_on_signals(spec: AutoscalingSpec, current: int, reading: Reading,
             state = state.with_breaches(breaches)
     overload = None
     settled = _settled_at(state)
-    if (state.breaches and queue.replicas is not None and queue.replicas > current
+    scaled_in = bool(state.scale_events) and state.scale_events[-1].change < 0
+    if ((state.breaches or scaled_in) and queue.replicas is not None and queue.replicas > current
             and serving == current
             and (settled is None or now - seconds(spec.queue.sustain) >= settled)):
         # Only once every replica serves and the queue stayed above target all through the
         # sustain window after that: a backlog the replicas before built (or pods still
         # loading their model) read as the load a replica cannot carry, at a burst's end,
         # and held 19 replicas where 10 carried it, for up to a day.
-        breaches, overload = _queue_overload(spec, state.breaches, reading, serving, now)
+        breaches, overload = _queue_overload(spec, state.breaches, reading, serving, now,
+                                             scaled_in)
         if breaches != state.breaches:
             state = state.with_breaches(breaches)
     latency = _latency_proposal(spec, current, reading, serving, batching_stuck, not_load)
@@ -400,7 +402,9 @@ def _breach_outcomes(spec: AutoscalingSpec, breaches: tuple[Breach, ...], readin
     if not per_replica > 0:
         return breaches, None
     beyond = per_replica * (1 + spec.tolerance)
-    uncured = [b for b in breaches if b.outcome != CURED and serving > b.replicas
+    # Not against a rate the queue overloaded at: its latency was not measured there.
+    uncured = [b for b in breaches if b.outcome != CURED and b.overloaded is None
+               and serving > b.replicas
                and b.per_replica > beyond
                and latency > b.latency * (0.75 + 0.25 * per_replica / b.per_replica)]
     if uncured:
@@ -485,22 +489,46 @@ def _per_replica_text(rate: float) -> str:
 
 
 def _queue_overload(spec: AutoscalingSpec, breaches: tuple[Breach, ...], reading: Reading,
-                    serving: int, now: float) -> tuple[tuple[Breach, ...], str | None]:
+                    serving: int, now: float,
+                    scaled_in: bool = False) -> tuple[tuple[Breach, ...], str | None]:
     """The breaches after the queue stayed above its target (a scale-out) at `serving`
     replicas: where the breach that sizes scale-ins (_breach_floor) lets a replica carry more
     than it carries now, it takes this rate per replica, which overloaded it. The halfway
     count a scale-in goes to after a breach can be too few; until the latency has breached
     there for its window (a sample counts once its window starts after the change), the
     queue scales out first, and the floor stayed where it was: 14 -> 7 -> 14 at a steady
-    load, every few minutes for hours."""
+    load, every few minutes for hours.
+
+    With no breach remembered, a scale-in that the queue's overload follows (`scaled_in`:
+    the last scale event took replicas away) went too far, and that rate is remembered as a
+    breach of its own: an engine whose queue is 0 until its batch is full (vLLM) proposed
+    minReplicas whenever it was not full, and the queue scaled out again before a latency
+    sample there counted, so no breach was ever measured: 20 -> 1 -> 20 every seven minutes
+    at a steady 120 req/s."""
     rate, memory = reading.request_rate, seconds(spec.latency.breach_memory)
+    queue, peak = reading.queue_per_replica, reading.queue_peak
     if rate is None or rate <= 0 or serving <= 0 or memory <= 0:
         return breaches, None
+    if queue is not None and peak is not None and queue < peak * (1 - spec.tolerance):
+        # Falling within its window: a backlog the replicas drain, not requests arriving
+        # faster than they serve them (taken for it, the backlog an overload left behind
+        # was the rate per replica of the replicas added to clear it).
+        return breaches, None
+    per_replica = rate / serving
     load = [b for b in breaches if b.outcome != NOT_LOAD and now - b.time < memory]
     if not load:
-        return breaches, None
+        if not scaled_in:
+            return breaches, None
+        new = Breach(now, rate, serving, str(spec.latency.target), spec.latency.quantile, OPEN,
+                     0.0, 0.0, now, None, now)
+        kept = (*breaches, new)
+        if len(kept) > MAX_BREACHES:
+            kept = (min(kept, key=_per_replica), new)
+        return kept, (
+            f"the queue is above target at {_per_replica_text(per_replica)} req/s per replica "
+            f"({rate:.1f} req/s on {serving}) after a scale-in: remembered as what a replica "
+            "does not carry")
     lowest = min(load, key=_per_replica)
-    per_replica = rate / serving
     if not lowest.per_replica * (1 - spec.tolerance) > per_replica:
         return breaches, None  # the floor keeps it under this already
     lowered = lowest._replace(time=now, rate=rate, replicas=serving, overloaded=now,
@@ -527,10 +555,11 @@ def _breach_floor(spec: AutoscalingSpec, breaches: tuple[Breach, ...], reading: 
             f"{_per_replica_text(breach.per_replica)} req/s per replica ({breach.rate:.1f} "
             f"req/s on {breach.replicas})")
     if breach.overloaded is not None:
-        said = (f"{reading.latency_kind} breached {age} ago, and the queue was above target "
-                f"{format_duration(round(now - breach.overloaded))} ago at "
-                f"{_per_replica_text(breach.per_replica)} req/s per replica "
+        said = (f"the queue was above target {format_duration(round(now - breach.overloaded))}"
+                f" ago at {_per_replica_text(breach.per_replica)} req/s per replica "
                 f"({breach.rate:.1f} req/s on {breach.replicas})")
+        if breach.latency > 0:  # lowered from a latency breach; 0: the queue's own
+            said = f"{reading.latency_kind} breached {age} ago, and {said}"
     rate = reading.request_rate
     # A rate that is not known holds every scale-in before this (_decide_on_signals).
     assert rate is not None
@@ -727,7 +756,12 @@ def _applied(spec: AutoscalingSpec, current: int, desired: int, reason: str, rea
              outage: Outage | None = None) -> ScaleDecision:
     keep_recs = max(seconds(spec.scale_up.stabilization), seconds(spec.scale_down.stabilization))
     keep_events = max(seconds(spec.scale_up.period), seconds(spec.scale_down.period))
-    held = state.recorded(now, Recommendation(now, record), keep_recs, keep_events)
+    # The last scale-in, while the queue's overload after it is told from it
+    # (_queue_overload): its sustain window from when the pods that serve changed, and a few
+    # intervals.
+    keep_scale_in = seconds(spec.queue.sustain) + 4 * spec.interval.seconds
+    held = state.recorded(now, Recommendation(now, record), keep_recs, keep_events,
+                          keep_scale_in)
     applied = held
     if desired != current:
         applied = held._replace(

@@ -154,7 +154,7 @@ class ScalingState(NamedTuple):
                             self.serving, breaches)
 
     def recorded(self, now: float, recommendation: Recommendation, keep_recommendations_s: float,
-                 keep_events_s: float) -> ScalingState:
+                 keep_events_s: float, keep_last_scale_in_s: float = 0.0) -> ScalingState:
         """This state with `recommendation` added, keeping only what a stabilization window or a
         rate-limit period can still read.
 
@@ -178,8 +178,15 @@ class ScalingState(NamedTuple):
             kept.append(older)
         kept.reverse()
         first_event = bisect_right(self.scale_events, now - keep_events_s, key=_time)
-        return ScalingState(tuple(kept), self.scale_events[first_event:],
-                            self.metrics_missing_since, self.serving, self.breaches)
+        events = self.scale_events[first_event:]
+        if (not events and self.scale_events and self.scale_events[-1].change < 0
+                and self.scale_events[-1].time > now - keep_last_scale_in_s):
+            # The last change, a scale-in, for `keep_last_scale_in_s`: the queue's overload
+            # that follows it says it went too far (engine._queue_overload). It counts in no
+            # rate limit past their periods.
+            events = self.scale_events[-1:]
+        return ScalingState(tuple(kept), events, self.metrics_missing_since, self.serving,
+                            self.breaches)
 
     def as_of(self, now: float) -> ScalingState:
         """This state with no time after `now`. A stored time in the future means the clock
