@@ -153,6 +153,21 @@ def test_a_problem_the_stored_object_hid_is_refused_in_the_section_edited_only()
     assert [p.split(":")[0] for p in found.kept] == ["spec.mig.nodeSelector['gpu type']"]
 
 
+def test_a_problem_an_edit_makes_in_a_section_it_left_alone_is_refused() -> None:
+    """The stored tuning passed the models (a MIG selector key only this check refuses): every
+    check ran on it, so a problem it did not have is new wherever it is said. A change of
+    spec.engine alone makes spec.batching.knob wrong: it was let through as "stored with
+    this problem before", and the operator then stopped autoscaling the tuning."""
+    stored = tuning(engine="vllm", batching={"mode": "Recommend", "knob": "max-num-seqs"},
+                    mig={"profile": "3g.40gb", "nodeSelector": {"bad key!": "x"}})
+    assert [p.split(":")[0] for p in verdict(stored, None).refused] == [
+        "spec.mig.nodeSelector['bad key!']"]
+    edited = copy.deepcopy(stored)
+    edited["spec"]["engine"] = "sglang"
+    found = verdict(edited, stored)
+    assert [p.split(":")[0] for p in found.refused] == ["spec.batching.knob"], found
+
+
 def test_an_edit_of_a_tuning_stored_invalid_is_checked_in_the_sections_it_changes() -> None:
     stored = inverted()
     edited = copy.deepcopy(stored)

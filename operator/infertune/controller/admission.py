@@ -74,6 +74,12 @@ def problems(obj: Mapping[str, Any]) -> list[str]:
     """What is wrong with the spec of `obj` (an object as the API server sends it), each as
     `field.path: message`. Metadata is the API server's to check; only the name and
     namespace are read."""
+    return _checked(obj)[0]
+
+
+def _checked(obj: Mapping[str, Any]) -> tuple[list[str], bool]:
+    """`problems(obj)`, and whether every check ran (the spec passed the models; the
+    checks across fields run only then)."""
     meta = obj.get("metadata") or {}
     body = {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"),
             "metadata": {"name": meta.get("name") or PLACEHOLDER_NAME,
@@ -81,8 +87,8 @@ def problems(obj: Mapping[str, Any]) -> list[str]:
             "spec": obj.get("spec")}
     tuning, errors = stored_problems(body)
     if tuning is None:
-        return [str(e) for e in errors]
-    return [f"{field}: {problem}" for field, problem in apply_problems(tuning)]
+        return [str(e) for e in errors], False
+    return [f"{field}: {problem}" for field, problem in apply_problems(tuning)], True
 
 
 def verdict(obj: Mapping[str, Any], old: Mapping[str, Any] | None) -> Verdict:
@@ -95,15 +101,24 @@ def verdict(obj: Mapping[str, Any], old: Mapping[str, Any] | None) -> Verdict:
     found = problems(obj)
     if old is None or not found:
         return Verdict(tuple(found), ())
-    before = set(problems(old))
+    said, every_check = _checked(old)
+    before = set(said)
     if not before:  # stored valid: every check ran on it, so each problem is new
         return Verdict(tuple(found), ())
     spec, stored = obj.get("spec") or {}, old.get("spec") or {}
 
     def kept(problem: str) -> bool:
+        # Every check ran on the stored object: a problem it did not have is new, in a
+        # section the edit left alone too (a rule of one section reads another: a change of
+        # spec.engine alone makes spec.batching.knob wrong, which was let through as
+        # "stored with this problem before"). Where the stored object failed the models,
+        # the checks across fields did not run on it: its sections left as they were stand
+        # in for them.
+        if problem in before:
+            return True
         field = section(problem)
-        return problem in before or (field is not None
-                                     and spec.get(field) == stored.get(field))
+        return (not every_check and field is not None
+                and spec.get(field) == stored.get(field))
 
     return Verdict(tuple(p for p in found if not kept(p)), tuple(p for p in found if kept(p)))
 
