@@ -110,7 +110,8 @@ def test_values_round_trip_as_written() -> None:
         ({"allocator": {"type": "jemalloc", "arenaMax": 4}},
          "allocator.arenaMax: only applies to type glibc"),
         ({"allocator": {"libraryPath": "lib/libjemalloc.so"}},
-         "allocator.libraryPath: 'lib/libjemalloc.so' does not match"),
+         "allocator.libraryPath: 'lib/libjemalloc.so' must be one absolute path (starting with "
+         "/) without whitespace or ':'"),
         # jemalloc stops reading at the NUL ("valid"), but the container cannot start with it.
         ({"allocator": {"mallocConf": "narenas:4\x00,bogus"}},
          "allocator.mallocConf: contains a NUL character, which no environment variable can "

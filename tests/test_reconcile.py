@@ -321,6 +321,8 @@ def test_a_decision_another_writer_recorded_meanwhile_is_not_recorded_twice() ->
     assert [d["action"] for d in newest["status"]["decisions"]] == [
         "generation 1: TargetNotFound", "generation 1: Accepted",
         "generation 1: TargetNotFound"]
+    # Only Accepted applied anything: a decision that applied nothing said applied: true.
+    assert [d["applied"] for d in newest["status"]["decisions"]] == [False, True, False]
     assert not gone.said_in(_body(status={})["status"])
 
 

@@ -20,7 +20,7 @@ from infertune.api.spec import (
     PROM_WINDOW,
     InferenceTuning,
 )
-from infertune.api.tuning import MIG_PROFILE
+from infertune.api.tuning import LIBRARY_PATH, MIG_PROFILE
 
 # What each naming pattern means, so an error says the rule instead of a regex.
 _PATTERN_HINTS = {
@@ -37,6 +37,9 @@ _PATTERN_HINTS = {
     MIG_PROFILE: "is not a MIG profile name: lowercase, as NVIDIA writes it (for example "
                  "3g.71gb, or 1g.18gb+me with media extensions); `infertune mig profiles` "
                  "lists them",
+    LIBRARY_PATH: "must be one absolute path (starting with /) without whitespace or ':': "
+                  "LD_PRELOAD takes this single library, for example "
+                  "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2",
 }
 
 

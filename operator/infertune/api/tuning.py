@@ -120,6 +120,8 @@ class MigSizing(ApiModel):
     """Extra fraction on top of weights + kvCache for activations and the CUDA context."""
 
 
+LIBRARY_PATH = r"^/[^\t\n\v\f\r :\x00]*$"
+"""One absolute path without whitespace, ':' or NUL (allocator.libraryPath)."""
 MIG_PROFILE = r"^[1-7]g\.[0-9]+gb(\+me)?$"
 """A MIG profile name as NVIDIA writes it: 3g.71gb, 1g.18gb+me."""
 
@@ -198,8 +200,7 @@ class AllocatorSpec(ApiModel):
     # ASCII whitespace spelled out: `\s` is Unicode whitespace to pydantic's regex engine and
     # ASCII to the API server's (RE2), so a path the CRD took was refused by the operator.
     # NUL: no environment variable can carry it (the container would not start).
-    library_path: Annotated[str, Field(pattern=r"^/[^\t\n\v\f\r :\x00]*$",
-                                       max_length=4096)] = (
+    library_path: Annotated[str, Field(pattern=LIBRARY_PATH, max_length=4096)] = (
         DEFAULT_JEMALLOC_PATH
     )
     """Absolute path of libjemalloc inside the serving image (LD_PRELOAD). The default is

@@ -361,7 +361,10 @@ def _ready_news(before: InferenceTuningStatus, status: InferenceTuningStatus, ge
     return notice, Decision(time=now, feature="controller",
                             action=f"generation {generation}: {ready.reason}",
                             reason=_clipped(ready.message, MAX_DECISION_REASON),
-                            applied=spec.mode is not Mode.DRY_RUN)
+                            # Nothing is applied for a Ready that is not True (the target
+                            # not found, its container missing): it read as done.
+                            applied=spec.mode is not Mode.DRY_RUN
+                            and ready.status is ConditionStatus.TRUE)
 
 
 def _clipped(text: str, limit: int) -> str:
