@@ -81,3 +81,10 @@ def test_reassessing_a_tuning_without_autoscaling_removes_the_autoscalers_blocks
     (patch,) = sent
     assert patch["autoscaling"] is None and patch["batching"] is None, patch
     assert "BatchingApplied" in posted
+    # Being deleted (held by kopf's finalizer, its Deployment deleted with it): nothing is
+    # written or said of it.
+    sent.clear()
+    posted.clear()
+    body["metadata"]["deletionTimestamp"] = "2026-12-07T06:00:00Z"
+    handlers.reassess("ml", "t", gone=True)
+    assert sent == [] and posted == []

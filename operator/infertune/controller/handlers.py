@@ -197,6 +197,10 @@ def reassess(namespace: str, name: str, gone: bool) -> None:
         if exc.status == 404:
             return
         raise
+    if (body.get("metadata") or {}).get("deletionTimestamp"):
+        # Going, held only by kopf's finalizer (an Argo CD app deleted removes the Deployment
+        # and the tuning together): a TargetNotFound Warning and decision said nothing.
+        return
     result = _assessed(body, namespace, gone)
     said_before = [False]  # in the status the patch that landed was built over
 
