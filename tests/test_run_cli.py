@@ -68,6 +68,9 @@ def test_a_lease_name_that_cannot_work_is_refused_before_anything_starts(
     (["--webhook-cert", "/nonexistent/tls.crt", "--webhook-key", "/nonexistent/tls.key"],
      "--webhook-cert: /nonexistent/tls.crt cannot be read"),
     (["--webhook-port", "70000"], "--webhook-port: 70000 is not from 0 (any free port) to"),
+    # kopf binds the probe first, and the webhook's bind failed after the start.
+    (["--webhook-port", "18080", "--liveness", "http://0.0.0.0:18080/healthz"],
+     "--webhook-port: 18080 is the port of --liveness; give each its own"),
     # Dropped without a word (the Service is what the API server calls).
     (["--webhook-host", "1.2.3.4", "--webhook-service", "infertune-system/webhook:443"],
      "--webhook-host is the address of a webhook the API server calls by URL"),
@@ -155,6 +158,10 @@ def test_webhook_certificate_files_that_cannot_serve_are_refused(
         "--webhook-cert/--webhook-key: ")
     assert refused("--webhook-cert", cert, "--webhook-key", other).startswith(
         "--webhook-cert/--webhook-key: ")
+    # Expired (a hand-made Secret nobody renewed): the API server refuses it at every call.
+    expired, expired_key = write_self_signed(tmp_path / "expired", ["127.0.0.1"], days=0)
+    said = refused("--webhook-cert", expired, "--webhook-key", expired_key)
+    assert said.startswith(f"--webhook-cert: {expired} is valid from ") and "not now" in said
 
 
 @pytest.mark.parametrize(("hosts", "called", "refused"), [

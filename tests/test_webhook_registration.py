@@ -89,16 +89,20 @@ def test_a_new_ca_bundle_keeps_the_newest_other_cas_that_have_not_expired(
     first, first_cert = _ca(tmp_path / "1", 10)
     second, second_cert = _ca(tmp_path / "2", 10)
     third, third_cert = _ca(tmp_path / "3", 10)
-    fourth, fourth_cert = _ca(tmp_path / "4", 10)
-    fifth, fifth_cert = _ca(tmp_path / "5", 10)
     assert _held(bundle_with(second, first)) == [second_cert, first_cert]
     both = bundle_with(second, first)
     # The serving first one stays after the second crashed and started again as the third.
     three = bundle_with(third, both)
     assert _held(three) == [third_cert, second_cert, first_cert]
-    four = bundle_with(fourth, three)
-    assert _held(bundle_with(fifth, four)) == [fifth_cert, fourth_cert, third_cert,
-                                               second_cert]  # the newest OTHER_CAS
+    # And after ten starts of a new pod in a crash loop (with three kept, the fourth pushed
+    # the serving one out); the eleventh does.
+    bundle, certs = three, [third_cert, second_cert, first_cert]
+    for n in range(4, 12):
+        ca, cert = _ca(tmp_path / str(n), 10)
+        bundle, certs = bundle_with(ca, bundle), [cert, *certs]
+    assert _held(bundle) == certs and certs[-1] == first_cert and len(certs) == 11
+    ca, cert = _ca(tmp_path / "12", 10)
+    assert _held(bundle_with(ca, bundle)) == [cert, *certs[:10]]  # the newest OTHER_CAS
     assert bundle_with(second, second) == second  # the same CA again
     later = dt.datetime.now(dt.UTC) + dt.timedelta(days=11)
     assert bundle_with(second, first, now=later) == second  # expired: dropped

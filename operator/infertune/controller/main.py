@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import datetime as dt
 import errno
 import gc
 import ipaddress
@@ -173,6 +174,16 @@ def check_webhook_options(args: argparse.Namespace) -> None:
     if not 0 <= args.webhook_port <= 65535:
         raise SystemExit(f"--webhook-port: {args.webhook_port} is not from 0 (any free port) "
                          "to 65535")
+    if getattr(args, "liveness", None):
+        try:
+            live = urlsplit(args.liveness).port or 80  # as kopf reads it
+        except ValueError:
+            live = None  # _check_liveness says what is wrong with it
+        if live == args.webhook_port:
+            # kopf binds the probe first; the webhook's bind then failed after the start,
+            # with a traceback.
+            raise SystemExit(f"--webhook-port: {args.webhook_port} is the port of --liveness; "
+                             "give each its own")
     taken = _port_taken(args.webhook_addr, args.webhook_port)
     if taken is not None:
         raise SystemExit(f"--webhook-port: {args.webhook_addr} port {args.webhook_port} is in "
@@ -279,6 +290,16 @@ def _check_certificate(cert: str, key: str, ca: str | None) -> None:
     except (ssl.SSLError, ValueError) as exc:
         raise SystemExit(f"--webhook-cert/--webhook-key: {cert} and {key} are not a PEM "
                          f"certificate and its private key ({exc})") from None
+    served = x509.load_pem_x509_certificates(Path(cert).read_bytes())[0]
+    now = dt.datetime.now(dt.UTC)
+    if not served.not_valid_before_utc <= now < served.not_valid_after_utc:
+        # The API server refuses it: every pod admitted untuned while the operator said
+        # Ready (a hand-made Secret renewed by nobody).
+        raise SystemExit(f"--webhook-cert: {cert} is valid from "
+                         f"{served.not_valid_before_utc:%Y-%m-%d %H:%M} to "
+                         f"{served.not_valid_after_utc:%Y-%m-%d %H:%M} UTC, not now; renew it "
+                         "(cert-manager renews its certificates), or leave --webhook-cert out "
+                         "for the operator's own")
     if ca is None:
         return
     try:

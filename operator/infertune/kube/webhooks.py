@@ -542,11 +542,13 @@ def _holds(bundle: str, ours: str) -> bool:
     return all(c in held for c in wanted)
 
 
-OTHER_CAS = 3
+OTHER_CAS = 10
 """The CAs of other operator processes a registration keeps trusting (the newest ones): the
 serving pod of a rolling upgrade stays trusted when a new pod crashes and starts again (each
 start makes a CA), or two upgrades come one after the other. With one, the CA of a dead
-process pushed out the serving one's, and pods were admitted untuned until its next check."""
+process pushed out the serving one's, and pods were admitted untuned until its next check;
+with three, the fourth start of a new pod in a crash loop (OOM-killed while it lists the
+cluster) did. A CA is about 1.1 KB of PEM."""
 
 
 def bundle_with(new: str, current: str, now: dt.datetime | None = None) -> str:
