@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import socket
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -380,9 +381,52 @@ def test_an_api_server_that_does_not_answer_is_a_message_not_a_minute_of_traceba
     message = refused_run(monkeypatch, "--kubeconfig", str(path), "--webhook-port", "0")
     assert message.startswith(f"the API server at https://127.0.0.1:{port} cannot be reached ("), \
         message
-    assert message.endswith("after 3 tries: check the cluster of the kubeconfig (or the "
-                            "network to it), and that the API server runs")
+    assert " after 3 tries in " in message and message.endswith(
+        " s: check the cluster of the kubeconfig (or the network to it), and that the API "
+        "server runs"), message
     assert len(tries) == 3
+
+
+def test_an_api_server_that_takes_connections_and_never_answers_is_named_in_time(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each try was sent four times (a read that timed out is sent again), and with the
+    timeouts the check said "trying again for 55 s" and took five minutes: the chart's
+    liveness probe killed the operator before it said why. Each try goes once now, within
+    the time said."""
+    from infertune.kube import client as kube_client
+
+    accepted: list[socket.socket] = []
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(64)
+    port = listener.getsockname()[1]
+    stop = threading.Event()
+
+    def accept() -> None:
+        listener.settimeout(0.1)
+        while not stop.is_set():
+            try:
+                accepted.append(listener.accept()[0])  # held open, never answered
+            except TimeoutError:
+                continue
+
+    acceptor = threading.Thread(target=accept, daemon=True)
+    acceptor.start()
+    path = _kubeconfig(tmp_path / "kubeconfig", f"https://127.0.0.1:{port}")
+    monkeypatch.setattr(kube_client, "REACH_TIMEOUT_S", 0.3)
+    monkeypatch.setattr(kube_client, "REACH_PAUSE_S", 0.1)
+    monkeypatch.setattr(kube_client, "REACH_ATTEMPTS", 6)
+    try:
+        message = refused_run(monkeypatch, "--kubeconfig", str(path), "--webhook-port", "0")
+    finally:
+        stop.set()
+        acceptor.join()
+        for conn in accepted:
+            conn.close()
+        listener.close()
+    assert message.startswith(f"the API server at https://127.0.0.1:{port} cannot be reached")
+    tries = int(message.split(" after ")[1].split(" tries")[0])
+    assert 1 <= tries <= 6 and len(accepted) == tries, (message, len(accepted))
 
 
 def test_a_ready_file_left_by_a_crashed_container_goes_first(

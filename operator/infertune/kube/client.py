@@ -137,6 +137,8 @@ REACH_ATTEMPTS = 12
 the minute kopf itself kept trying (an API server restarting in a control-plane upgrade, a
 node whose network comes up after the pod)."""
 REACH_PAUSE_S = 5.0
+REACH_TIMEOUT_S = 5.0
+"""The connect and read timeouts of each try of check_api_server."""
 
 _log = logging.getLogger(__name__)
 
@@ -164,13 +166,26 @@ def check_api_server(attempts: int | None = None, pause_s: float | None = None) 
 
 
 def _reach(server: str, attempts: int, pause_s: float) -> None:
-    """check_api_server's tries."""
+    """check_api_server's tries, within (attempts - 1) x pause_s and one try's timeout: each
+    try is sent once (the shared client's RETRIES sent a read that timed out three more
+    times, and a server that takes connections and never answers held the start for five
+    minutes; the liveness probe killed the operator before it said why)."""
+    shared = client.Configuration.get_default_copy()
+    shared.retries = bounded_retries(REACH_TIMEOUT_S)
+    with client.ApiClient(shared) as api:
+        _tries(server, client.VersionApi(api), attempts, pause_s)
+
+
+def _tries(server: str, versions: Any, attempts: int, pause_s: float) -> None:
+    """_reach's tries of `versions` (a VersionApi)."""
     why = ""
+    started, budget, tried = time.monotonic(), (attempts - 1) * pause_s, 0
     for attempt in range(attempts):
+        tried += 1
         try:
             # Not decoded: a proxy's page, or a /version missing a field, is an answer too.
-            answer = client.VersionApi().get_code(_request_timeout=(5.0, 10.0),
-                                                  _preload_content=False)
+            answer = versions.get_code(_request_timeout=(REACH_TIMEOUT_S, REACH_TIMEOUT_S),
+                                       _preload_content=False)
             close = getattr(answer, "close", None)  # the body is not read: not pooled again
             if callable(close):
                 close()
@@ -199,10 +214,12 @@ def _reach(server: str, attempts: int, pause_s: float) -> None:
             _log.warning("the API server at %s does not answer (%s); trying again for %.0f s",
                          server, why[:300], (attempts - 1) * pause_s)
         if attempt + 1 < attempts:
+            if pause_s > 0 and time.monotonic() - started + pause_s > budget + REACH_TIMEOUT_S:
+                break  # the tries took their timeouts: the time said is up
             time.sleep(pause_s)
     raise SystemExit(f"the API server at {server} cannot be reached ({why[:300]}) after "
-                     f"{attempts} tries: check the cluster of the kubeconfig (or the network "
-                     "to it), and that the API server runs")
+                     f"{tried} tries in {time.monotonic() - started:.0f} s: check the cluster "
+                     "of the kubeconfig (or the network to it), and that the API server runs")
 
 
 def route_source(url: str, family: int = socket.AF_UNSPEC) -> str | None:
