@@ -1797,3 +1797,34 @@ def test_a_rate_the_queue_overloaded_at_is_kept_while_the_queue_stays_above_targ
     assert current in (12, 13) and 85.0 / current < 8.5 * 0.9, d.reason  # 8.5 less 10%
     assert ("the queue was above target 15m30s ago at 8.5 req/s per replica (85.0 req/s on "
             "10)") in d.reason, d.reason
+
+
+def test_a_queue_overload_long_after_a_scale_in_is_no_breach() -> None:
+    """Only right after a scale-in (its sustain window and four intervals): a 30m scale-down
+    period keeps the event for that long, and ordinary load growth 25 minutes after a
+    scale-in was remembered as "after a scale-in", holding scale-ins for breachMemory."""
+    rules = spec(maxReplicas=40, scaleDown={"period": "30m", "pods": 2})
+    for ago, remembered in ((25 * 60, False), (60, True)):
+        state = ScalingState(scale_events=(ScaleEvent(NOW - ago, -2),),
+                             serving=Serving(10, 10, NOW - ago, NOW - ago))
+        d = decide_scale(rules, 10, signals(steady(50.0), (60, 60), rate=100.0), state, NOW,
+                         ready=10)
+        assert d.desired_replicas > 10, d.reason
+        assert bool(d.state.breaches) is remembered, d.reason
+        assert ("after a scale-in: remembered" in d.reason) is remembered
+
+
+def test_a_queue_breach_after_a_scale_in_keeps_two_breaches_at_most_and_no_copy() -> None:
+    """Beside breaches the replicas did not lower (NotLoad, not in memory for scale-ins), the
+    new one was kept twice, as the lowest and as the newest."""
+    rules = spec(maxReplicas=40)
+    old = (Breach(NOW - 600, 100.0, 5, "75ms", 0.99, "NotLoad", 0.2, 0.0, NOW - 600),
+           Breach(NOW - 500, 120.0, 6, "75ms", 0.99, "NotLoad", 0.2, 0.0, NOW - 500))
+    state = ScalingState(scale_events=(ScaleEvent(NOW - 60, -2),),
+                         serving=Serving(3, 3, NOW - 60, NOW - 60), breaches=old)
+    # One sample above the target: no breach of its own yet, and nothing cured.
+    d = decide_scale(rules, 3, signals(steady(50.0), (60, 150), rate=30.0), state, NOW,
+                     ready=3)
+    kept = d.state.breaches
+    assert len(kept) == len(set(kept)) <= 2, kept
+    assert any(b.overloaded == NOW and b.per_replica == 10.0 for b in kept), kept

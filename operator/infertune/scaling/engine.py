@@ -144,7 +144,10 @@ def _decide_on_signals(spec: AutoscalingSpec, current: int, reading: Reading,
             state = state.with_breaches(breaches)
     overload = None
     settled = _settled_at(state)
-    scaled_in = bool(state.scale_events) and state.scale_events[-1].change < 0
+    # Right after a scale-in: the rate-limit periods (up to 30m) keep older ones, and the
+    # paths that hold (Disabled, 0 replicas, no metrics) keep every one.
+    scaled_in = (bool(state.scale_events) and state.scale_events[-1].change < 0
+                 and now - state.scale_events[-1].time <= _scale_in_kept_s(spec))
     if ((state.breaches or scaled_in) and queue.replicas is not None and queue.replicas > current
             and serving == current
             and (settled is None or now - seconds(spec.queue.sustain) >= settled)):
@@ -503,16 +506,10 @@ def _queue_overload(spec: AutoscalingSpec, breaches: tuple[Breach, ...], reading
     the last scale event took replicas away) went too far, and that rate is remembered as a
     breach of its own: an engine whose queue is 0 until its batch is full (vLLM) proposed
     minReplicas whenever it was not full, and the queue scaled out again before a latency
-    sample there counted, so no breach was ever measured: 20 -> 1 -> 20 every seven minutes
-    at a steady 120 req/s."""
+    sample there counted, so no breach was ever measured: 30 req/s went 1 -> 5 -> 10 -> 1
+    every seven minutes."""
     rate, memory = reading.request_rate, seconds(spec.latency.breach_memory)
-    queue, peak = reading.queue_per_replica, reading.queue_peak
     if rate is None or rate <= 0 or serving <= 0 or memory <= 0:
-        return breaches, None
-    if queue is not None and peak is not None and queue < peak * (1 - spec.tolerance):
-        # Falling within its window: a backlog the replicas drain, not requests arriving
-        # faster than they serve them (taken for it, the backlog an overload left behind
-        # was the rate per replica of the replicas added to clear it).
         return breaches, None
     per_replica = rate / serving
     load = [b for b in breaches if b.outcome != NOT_LOAD and now - b.time < memory]
@@ -521,9 +518,11 @@ def _queue_overload(spec: AutoscalingSpec, breaches: tuple[Breach, ...], reading
             return breaches, None
         new = Breach(now, rate, serving, str(spec.latency.target), spec.latency.quantile, OPEN,
                      0.0, 0.0, now, None, now)
-        kept = (*breaches, new)
-        if len(kept) > MAX_BREACHES:
-            kept = (min(kept, key=_per_replica), new)
+        # As a latency breach is kept (_breach_outcomes): those below it, and at most the
+        # lowest of them beside it.
+        lower = [b for b in breaches if b.per_replica < per_replica]
+        kept = (*lower, new) if len(lower) < MAX_BREACHES else (
+            min(lower, key=_per_replica), new)
         return kept, (
             f"the queue is above target at {_per_replica_text(per_replica)} req/s per replica "
             f"({rate:.1f} req/s on {serving}) after a scale-in: remembered as what a replica "
@@ -750,6 +749,13 @@ def _track_missing(state: ScalingState, reading: Reading, now: float,
     return state
 
 
+def _scale_in_kept_s(spec: AutoscalingSpec) -> float:
+    """How long after a scale-in the queue's overload is taken to follow from it
+    (_queue_overload): its sustain window from when the pods that serve changed, and a few
+    intervals."""
+    return seconds(spec.queue.sustain) + 4 * spec.interval.seconds
+
+
 def _applied(spec: AutoscalingSpec, current: int, desired: int, reason: str, reading: Reading,
              state: ScalingState, now: float, record: int,
              tune_batching: bool = False, limited: Limit | None = None,
@@ -759,9 +765,8 @@ def _applied(spec: AutoscalingSpec, current: int, desired: int, reason: str, rea
     # The last scale-in, while the queue's overload after it is told from it
     # (_queue_overload): its sustain window from when the pods that serve changed, and a few
     # intervals.
-    keep_scale_in = seconds(spec.queue.sustain) + 4 * spec.interval.seconds
     held = state.recorded(now, Recommendation(now, record), keep_recs, keep_events,
-                          keep_scale_in)
+                          _scale_in_kept_s(spec))
     applied = held
     if desired != current:
         applied = held._replace(

@@ -64,9 +64,6 @@ class Reading(NamedTuple):
     latency_requests: float | None = None
     """About how many requests the newest latency sample is a quantile of (the request rate
     over the window); None when the window or the rate is not known."""
-    queue_peak: float | None = None
-    """The most requests waiting per replica within the queue's window; None when the queue
-    is not known."""
 
     @property
     def queue_missing(self) -> bool:
@@ -150,8 +147,7 @@ def read_signals(spec: AutoscalingSpec, signals: TargetSignals, now: float,
             bool(signals.latency.points)
             and signals.latency.points[-1][0] >= settled_at + signals.latency_window_s),
         None if rate_now is None or not signals.latency_window_s
-        else rate_now * signals.latency_window_s,
-        signals.queue.peak if queue_now is not None else None)
+        else rate_now * signals.latency_window_s)
 
 
 def _too_old(signals: TargetSignals, queue: float | None, latency: float | None,
