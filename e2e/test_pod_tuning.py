@@ -38,6 +38,7 @@ from infertune.kube.client import evict_pod
 from infertune.kube.webhook_tls import write_self_signed
 from infertune.kube.webhooks import (
     MATCH_REPLICASET,
+    OTHER_CAS,
     REGISTERED_BY,
     WEBHOOK_CONFIGURATION,
     WebhookRegistration,
@@ -698,10 +699,11 @@ def test_a_pod_that_puts_its_ca_back_leaves_the_registration_to_its_successor(
     by: nothing was registered, and pods were admitted untuned until the successor's check."""
     name = "infertune-e2e-ca-back"
     service = ("infertune-system", "infertune-webhook", 443)
+    starts = OTHER_CAS + 2  # the serving one, then enough to push its CA out
     serving, *restarts = (WebhookRegistration(excluded_namespaces=("kube-system",), name=name,
-                                              service=service) for _ in range(5))
+                                              service=service) for _ in range(starts))
     bundles = []
-    for i in range(5):
+    for i in range(starts):
         cert, _ = write_self_signed(tmp_path / str(i), ["infertune-webhook.infertune-system.svc"])
         bundles.append({"url": "https://0.0.0.0:9443",
                         "caBundle": base64.b64encode(cert.read_bytes()).decode()})
