@@ -174,22 +174,28 @@ def check_webhook_options(args: argparse.Namespace) -> None:
     if not 0 <= args.webhook_port <= 65535:
         raise SystemExit(f"--webhook-port: {args.webhook_port} is not from 0 (any free port) "
                          "to 65535")
-    if getattr(args, "liveness", None):
-        try:
-            live = urlsplit(args.liveness).port or 80  # as kopf reads it
-        except ValueError:
-            live = None  # _check_liveness says what is wrong with it
-        if live == args.webhook_port:
-            # kopf binds the probe first; the webhook's bind then failed after the start,
-            # with a traceback.
-            raise SystemExit(f"--webhook-port: {args.webhook_port} is the port of --liveness; "
-                             "give each its own")
+    if _liveness_port(getattr(args, "liveness", None)) == args.webhook_port:
+        # kopf binds the probe first; the webhook's bind then failed after the start, with a
+        # traceback.
+        raise SystemExit(f"--webhook-port: {args.webhook_port} is the port of --liveness; "
+                         "give each its own")
     taken = _port_taken(args.webhook_addr, args.webhook_port)
     if taken is not None:
         raise SystemExit(f"--webhook-port: {args.webhook_addr} port {args.webhook_port} is in "
                          f"use ({taken}); another infertune run there? kopf's server shares "
                          "a port silently (SO_REUSEPORT), and the API server's calls would be "
                          "split between the two")
+
+
+def _liveness_port(url: str | None) -> int | None:
+    """The port of --liveness as kopf reads it (80 when it names none); None without one, or
+    for one that does not parse (_check_liveness says what is wrong with it)."""
+    if not url:
+        return None
+    try:
+        return urlsplit(url).port or 80
+    except ValueError:
+        return None
 
 
 def _check_liveness(url: str) -> None:
@@ -232,14 +238,9 @@ def check_metrics_options(args: argparse.Namespace) -> None:
     if args.metrics_port == args.webhook_port:
         raise SystemExit(f"--metrics-port: {args.metrics_port} is the webhook's port "
                          "(--webhook-port); give each its own")
-    if args.liveness:
-        try:
-            live = urlsplit(args.liveness).port or 80  # as kopf reads it
-        except ValueError:
-            live = None  # _check_liveness says what is wrong with it
-        if live == args.metrics_port:
-            raise SystemExit(f"--metrics-port: {args.metrics_port} is the port of "
-                             "--liveness; give each its own")
+    if _liveness_port(args.liveness) == args.metrics_port:
+        raise SystemExit(f"--metrics-port: {args.metrics_port} is the port of --liveness; "
+                         "give each its own")
     try:
         socket.getaddrinfo(args.metrics_addr, args.metrics_port, flags=socket.AI_PASSIVE)
     except (OSError, UnicodeError):
