@@ -739,197 +739,184 @@ def retune(namespace: str, name: str, uid: str, spec: InferenceTuningSpec,
            rivals: tuple[str, ...] = (), tuned_by: str | None = None,
            rivals_forced: bool = True,
            stored: Mapping[str, Any] | None = None) -> TuningStatus:
-    """One re-tuning pass (`_retune`); one whose loop stopped meanwhile (the tuning deleted)
-    keeps nothing of what it found."""
-    try:
-        return _retune(namespace, name, uid, spec, pods, memo, batching_value, mig, rivals,
-                       tuned_by, rivals_forced, stored)
-    finally:
-        settings: PodTuningSettings = memo.pod_tuning
-        key = f"{namespace}/{name}"
-        if uid in settings.stopped and settings.uids.get(key) in (None, uid):
-            settings.forget(key)
-
-
-def _retune(namespace: str, name: str, uid: str, spec: InferenceTuningSpec,
-            pods: list[PodView], memo: kopf.Memo, batching_value: int | None = None,
-            mig: tuple[str | None, str] = (None, "mixed"),
-            rivals: tuple[str, ...] = (), tuned_by: str | None = None,
-            rivals_forced: bool = True,
-            stored: Mapping[str, Any] | None = None) -> TuningStatus:
     """One re-tuning pass: report the counts and replace outdated pods as the spec says.
     `mig` is the planned (profile, strategy) from status.mig (`planned_mig`); `rivals` the
     names of the other InferenceTunings of the same Deployment when the webhook does not tune
     its pods by this one (manifests.pods_tuned_by), so none is replaced (`rivals_forced`:
     they are in mode Enforce; else trials, as this one); `tuned_by` the one in force it
     tunes them by instead, when this one is a trial beside it; `stored` status.tuning as
-    the last pass wrote it (this process's, or another's before a restart or a failover)."""
-    revision, shape = revisions(spec, batching_value, mig)
-    updates = pod_updates(spec, revision, shape, pods)
-    entry = {"name": name, "uid": uid}
+    the last pass wrote it (this process's, or another's before a restart or a failover).
+    A pass whose loop stopped meanwhile (the tuning deleted) keeps nothing of what it found."""
     settings: PodTuningSettings = memo.pod_tuning
-    evictions = settings.last_evictions
     key = f"{namespace}/{name}"
-    said_now: list[str] = []
-    if key not in settings.latest_problems:
-        _problems_as_stored(settings, key, revision, stored)
-    if key in settings.unreported:
-        problems, refused = settings.unreported.pop(key)
-        _report_once(memo, namespace, entry, list(problems), refused=refused)
-        said_now = list(problems) if refused else []
-    elif settings.latest_problems.get(key) == []:
-        # The newest pod admitted had none: the same problem coming back is news again
-        # (remembered, it was never said a second time).
-        settings.reported.pop(key, None)
-    in_place, untuned = "", []
-    failed_in_place: set[str] = set()
-    # Pods are changed in place only by the tuning in force that tunes them, where the
-    # webhook is sent them.
-    changes_pods = (spec.mode is Mode.ENFORCE and not rivals
-                    and namespace not in settings.excluded_namespaces)
-    if updates.changes and changes_pods:
-        # Before the count: a pod that takes the change in place is current once written,
-        # and one whose patch failed stays outdated (and is replaced as before).
-        updated = _update_pods(namespace, entry, revision, updates, memo, time.monotonic())
-        failed_in_place, in_place = updated.refused, updated.message
-        pods = [replace(p, revision=revision) if p.name in updated.written else p
-                for p in pods if p.name not in updated.gone]
-        if updated.written and settings.problems_revision.get(key) != revision:
-            # What the last pod admitted was told of spec.memory was of another spec, and
-            # the pods are not re-created to be told again.
-            settings.latest_problems[key] = [
-                *(p for p in settings.latest_problems.get(key, [])
-                  if not p.startswith(MEMORY_PROBLEM)), *updates.problems]
-            settings.problems_revision[key] = revision
-    if not (updates.changes and changes_pods):
-        settings.refused_in_place.pop(key, None)  # nothing to ask: the waits are over
-        settings.written_in_place.pop(key, None)
-    if not failed_in_place:  # none now: the next one is news
-        settings.reported.pop(f"{key}#{MEMORY_NOT_UPDATED}", None)
-    if updates.backfill and changes_pods and leader_of(memo).leads():
-        labelled = settings.backfilled.setdefault(key, set())
-        labelled &= {p.name for p in pods}  # the pods gone are forgotten
-        _backfill(namespace, entry, shape, updates, labelled)
-    last = evictions.get(key)
-    clock = time.monotonic()
-    step = plan_retune(revision, pods, spec.retune.max_unavailable, last, clock)
-    message = step.reason
-    target = spec.target_ref.name
-    if namespace in settings.excluded_namespaces:
-        # The registration never sends these pods: a replacement comes back untuned, so
-        # replacing them only costs availability (and a model reload each).
-        return TuningStatus(
-            revision=revision, tuned_pods=step.tuned, outdated_pods=step.outdated,
-            message=f"pods of namespace {namespace} are never sent to the operator's webhook "
-            "(it leaves out kube-system and the operator's own namespace): none is tuned or "
-            "replaced; move the workload to another namespace")
-    # Read the Deployment only when something is outdated: most ticks have nothing to do.
-    deployment = read_deployment(namespace, target) if step.outdated and not rivals else None
-    rollout = None if deployment is None else rollout_of(deployment)
-    template = (deployment.spec.template
-                if deployment is not None and deployment.spec is not None else None)
-    annotated = ((template.metadata.annotations or {}).get(keys.REVISION)
-                 if template is not None and template.metadata is not None else None)
-    if not step.outdated:
-        pass
-    elif tuned_by is not None:
-        message = (f"dry run: {step.outdated} pods outdated, none replaced; the pods are "
-                   f"tuned by InferenceTuning {tuned_by} (mode Enforce): this trial reports "
-                   "its plan here and does not annotate them")
-    elif rivals and spec.mode is Mode.DRY_RUN and not rivals_forced:
-        message = (f"dry run: {step.outdated} pods outdated, none replaced; InferenceTunings "
-                   f"{', '.join(sorted((name, *rivals)))} are all trials (mode DryRun) of "
-                   f"Deployment {target}, and none annotates its pods until only one is left")
-    elif rivals and spec.mode is Mode.DRY_RUN:
-        message = (f"dry run: {step.outdated} pods outdated, none replaced; InferenceTunings "
-                   f"{', '.join(rivals)} all target Deployment {target} in mode Enforce, and "
-                   "the webhook tunes its pods by none of them")
-    elif rivals:
-        message = (f"{step.outdated} pods outdated, none replaced: InferenceTunings "
-                   f"{', '.join(sorted((name, *rivals)))} all target Deployment {target} in "
-                   "mode Enforce, and the webhook tunes its pods only when exactly one does; "
-                   "delete the others, or set them to mode DryRun")
-    elif deployment is None:
-        message = (f"{step.outdated} pods outdated, none replaced: Deployment "
-                   f"{namespace}/{target} not found")
-    elif not leader_of(memo).leads():
-        # Lost while the Deployment read waited (an API server under load): the new leader
-        # replaces them; two processes evicting at once took twice the pods down.
-        message = (f"{step.outdated} pods outdated, none replaced by this process: it no "
-                   "longer leads (--leader-elect), and the leader replaces them")
-    elif (why := _why_pods_cannot_be_tuned(name, spec, deployment, memo, batching_value,
-                                            settings.admitted.get(key), revision,
-                                            updates.refused)
-          ) is not None:
-        # Re-created pods would come back untuned: replacing them only costs availability.
-        message = (f"{step.outdated} pods outdated, none replaced: they keep the tuning they "
-                   f"have; {why.problem}" if why.keep_their_tuning else
-                   f"{step.outdated} pods not tuned, none replaced: {why.problem}")
-        untuned = [why.problem]
-    elif (spec.retune.strategy is RetuneStrategy.POD_TEMPLATE_ANNOTATION and failed_in_place
-          and step.tuned and {p.name for p in pods if not p.terminating
-                              and p.revision != revision} <= failed_in_place
-          and (annotated != revision or (
-              rollout is not None and rollout.observed and not rollout.paused
-              and rollout.pending is None and rollout.settling is None))):
-        # Annotating the template for them would roll every pod, the ones current (updated
-        # in place) too; and where it carries the revision already and the Deployment has
-        # rolled it out (a change back), nothing would replace them. While it rolls (or is
-        # paused), what it does is said as for any rollout.
-        message = (f"{step.outdated} pods outdated, none replaced: they could not take "
-                   "spec.memory in place (see the MemoryHighNotUpdated Event), and with "
-                   "retune.strategy PodTemplateAnnotation the Deployment would roll every pod "
-                   "for them; fix what refused the patch, or delete them to have them "
-                   "re-created")
-    elif (spec.mode is Mode.ENFORCE and spec.retune.strategy is RetuneStrategy.EVICT
-          and rollout is not None and (rolling := rollout.pending) is not None):
-        # An old pod evicted mid-rollout is re-created by the old ReplicaSet (a model load
-        # and a GPU) only to be scaled away, and its GPU may be the one the next new pod
-        # needs; the pods the rollout starts come through the webhook anyway.
-        message = (f"{step.outdated} pods outdated, none evicted while Deployment {target} "
-                   f"{rolling}: the pods it starts come through the webhook")
-    else:
-        # Counted against the replicas the Deployment wants: a pod not created yet (a quota,
-        # a scale-up under way) is as unavailable as one that is not Ready.
-        desired = deployment.spec.replicas if deployment.spec is not None else None
-        step = plan_retune(revision, pods, spec.retune.max_unavailable, last, clock, desired)
-        done: list[str] = []
-        held: list[str] = []
+    try:
+        revision, shape = revisions(spec, batching_value, mig)
+        updates = pod_updates(spec, revision, shape, pods)
+        entry = {"name": name, "uid": uid}
+        evictions = settings.last_evictions
+        said_now: list[str] = []
+        if key not in settings.latest_problems:
+            _problems_as_stored(settings, key, revision, stored)
+        if key in settings.unreported:
+            problems, refused = settings.unreported.pop(key)
+            _report_once(memo, namespace, entry, list(problems), refused=refused)
+            said_now = list(problems) if refused else []
+        elif settings.latest_problems.get(key) == []:
+            # The newest pod admitted had none: the same problem coming back is news again
+            # (remembered, it was never said a second time).
+            settings.reported.pop(key, None)
+        in_place, untuned = "", []
+        failed_in_place: set[str] = set()
+        # Pods are changed in place only by the tuning in force that tunes them, where the
+        # webhook is sent them.
+        changes_pods = (spec.mode is Mode.ENFORCE and not rivals
+                        and namespace not in settings.excluded_namespaces)
+        if updates.changes and changes_pods:
+            # Before the count: a pod that takes the change in place is current once written,
+            # and one whose patch failed stays outdated (and is replaced as before).
+            updated = _update_pods(namespace, entry, revision, updates, memo, time.monotonic())
+            failed_in_place, in_place = updated.refused, updated.message
+            pods = [replace(p, revision=revision) if p.name in updated.written else p
+                    for p in pods if p.name not in updated.gone]
+            if updated.written and settings.problems_revision.get(key) != revision:
+                # What the last pod admitted was told of spec.memory was of another spec, and
+                # the pods are not re-created to be told again.
+                settings.latest_problems[key] = [
+                    *(p for p in settings.latest_problems.get(key, [])
+                      if not p.startswith(MEMORY_PROBLEM)), *updates.problems]
+                settings.problems_revision[key] = revision
+        if not (updates.changes and changes_pods):
+            settings.refused_in_place.pop(key, None)  # nothing to ask: the waits are over
+            settings.written_in_place.pop(key, None)
+        if not failed_in_place:  # none now: the next one is news
+            settings.reported.pop(f"{key}#{MEMORY_NOT_UPDATED}", None)
+        if updates.backfill and changes_pods and leader_of(memo).leads():
+            labelled = settings.backfilled.setdefault(key, set())
+            labelled &= {p.name for p in pods}  # the pods gone are forgotten
+            _backfill(namespace, entry, shape, updates, labelled)
+        last = evictions.get(key)
+        clock = time.monotonic()
+        step = plan_retune(revision, pods, spec.retune.max_unavailable, last, clock)
+        message = step.reason
+        target = spec.target_ref.name
+        if namespace in settings.excluded_namespaces:
+            # The registration never sends these pods: a replacement comes back untuned, so
+            # replacing them only costs availability (and a model reload each).
+            return TuningStatus(
+                revision=revision, tuned_pods=step.tuned, outdated_pods=step.outdated,
+                message=f"pods of namespace {namespace} are never sent to the operator's webhook "
+                "(it leaves out kube-system and the operator's own namespace): none is tuned or "
+                "replaced; move the workload to another namespace")
+        # Read the Deployment only when something is outdated: most ticks have nothing to do.
+        deployment = read_deployment(namespace, target) if step.outdated and not rivals else None
+        rollout = None if deployment is None else rollout_of(deployment)
+        template = (deployment.spec.template
+                    if deployment is not None and deployment.spec is not None else None)
+        annotated = ((template.metadata.annotations or {}).get(keys.REVISION)
+                     if template is not None and template.metadata is not None else None)
+        if not step.outdated:
+            pass
+        elif tuned_by is not None:
+            message = (f"dry run: {step.outdated} pods outdated, none replaced; the pods are "
+                       f"tuned by InferenceTuning {tuned_by} (mode Enforce): this trial reports "
+                       "its plan here and does not annotate them")
+        elif rivals and spec.mode is Mode.DRY_RUN and not rivals_forced:
+            message = (f"dry run: {step.outdated} pods outdated, none replaced; InferenceTunings "
+                       f"{', '.join(sorted((name, *rivals)))} are all trials (mode DryRun) of "
+                       f"Deployment {target}, and none annotates its pods until only one is left")
+        elif rivals and spec.mode is Mode.DRY_RUN:
+            message = (f"dry run: {step.outdated} pods outdated, none replaced; InferenceTunings "
+                       f"{', '.join(rivals)} all target Deployment {target} in mode Enforce, and "
+                       "the webhook tunes its pods by none of them")
+        elif rivals:
+            message = (f"{step.outdated} pods outdated, none replaced: InferenceTunings "
+                       f"{', '.join(sorted((name, *rivals)))} all target Deployment {target} in "
+                       "mode Enforce, and the webhook tunes its pods only when exactly one does; "
+                       "delete the others, or set them to mode DryRun")
+        elif deployment is None:
+            message = (f"{step.outdated} pods outdated, none replaced: Deployment "
+                       f"{namespace}/{target} not found")
+        elif not leader_of(memo).leads():
+            # Lost while the Deployment read waited (an API server under load): the new leader
+            # replaces them; two processes evicting at once took twice the pods down.
+            message = (f"{step.outdated} pods outdated, none replaced by this process: it no "
+                       "longer leads (--leader-elect), and the leader replaces them")
+        elif (why := _why_pods_cannot_be_tuned(name, spec, deployment, memo, batching_value,
+                                                settings.admitted.get(key), revision,
+                                                updates.refused)
+              ) is not None:
+            # Re-created pods would come back untuned: replacing them only costs availability.
+            message = (f"{step.outdated} pods outdated, none replaced: they keep the tuning they "
+                       f"have; {why.problem}" if why.keep_their_tuning else
+                       f"{step.outdated} pods not tuned, none replaced: {why.problem}")
+            untuned = [why.problem]
+        elif (spec.retune.strategy is RetuneStrategy.POD_TEMPLATE_ANNOTATION and failed_in_place
+              and step.tuned and {p.name for p in pods if not p.terminating
+                                  and p.revision != revision} <= failed_in_place
+              and (annotated != revision or (
+                  rollout is not None and rollout.observed and not rollout.paused
+                  and rollout.pending is None and rollout.settling is None))):
+            # Annotating the template for them would roll every pod, the ones current (updated
+            # in place) too; and where it carries the revision already and the Deployment has
+            # rolled it out (a change back), nothing would replace them. While it rolls (or is
+            # paused), what it does is said as for any rollout.
+            message = (f"{step.outdated} pods outdated, none replaced: they could not take "
+                       "spec.memory in place (see the MemoryHighNotUpdated Event), and with "
+                       "retune.strategy PodTemplateAnnotation the Deployment would roll every pod "
+                       "for them; fix what refused the patch, or delete them to have them "
+                       "re-created")
+        elif (spec.mode is Mode.ENFORCE and spec.retune.strategy is RetuneStrategy.EVICT
+              and rollout is not None and (rolling := rollout.pending) is not None):
+            # An old pod evicted mid-rollout is re-created by the old ReplicaSet (a model load
+            # and a GPU) only to be scaled away, and its GPU may be the one the next new pod
+            # needs; the pods the rollout starts come through the webhook anyway.
+            message = (f"{step.outdated} pods outdated, none evicted while Deployment {target} "
+                       f"{rolling}: the pods it starts come through the webhook")
+        else:
+            # Counted against the replicas the Deployment wants: a pod not created yet (a quota,
+            # a scale-up under way) is as unavailable as one that is not Ready.
+            desired = deployment.spec.replicas if deployment.spec is not None else None
+            step = plan_retune(revision, pods, spec.retune.max_unavailable, last, clock, desired)
+            done: list[str] = []
+            held: list[str] = []
 
-        def retuned(message: str) -> None:
-            # Pods restarted by the operator: said where the tuning's story is told.
-            kopf.event(_owner_ref(namespace, entry),  # type: ignore[arg-type]
-                       type="Normal", reason=RETUNED, message=message[:MAX_EVENT_MESSAGE])
+            def retuned(message: str) -> None:
+                # Pods restarted by the operator: said where the tuning's story is told.
+                kopf.event(_owner_ref(namespace, entry),  # type: ignore[arg-type]
+                           type="Normal", reason=RETUNED, message=message[:MAX_EVENT_MESSAGE])
 
-        message = _replace_outdated(
-            namespace, spec, step, revision, done.append, annotated,
-            lambda: retuned(f"pod template of {target} annotated with revision {revision}: "
-                            f"the Deployment rolls out the {step.outdated} outdated pods"),
-            rollout,
-            lambda why: held.append(why))
-        if held:
-            _report_once(memo, namespace, entry, held, refused=True, reason=RETUNE_HELD)
-        else:  # not held this pass: the next hold is news
-            settings.reported.pop(f"{key}#{RETUNE_HELD}", None)
-        if done:
-            evictions[key] = step.eviction(revision, pods, done, clock, last)
-            retuned(f"evicted {', '.join(done)} to re-create them with revision {revision} "
-                    f"({step.outdated} pods were outdated)")
-    if untuned and untuned == said_now:
-        # Said by the webhook's report just now, in the same words: remembered, not twice.
-        settings.reported[f"{key}#{UNTUNED}"] = tuple(untuned)
-    elif untuned:
-        # Apart from the pods' problems, which a pod admitted without any forgets at each
-        # pass: said again every pass while it lasted.
-        _report_once(memo, namespace, entry, untuned, refused=True, topic=UNTUNED)
-    else:
-        settings.reported.pop(f"{key}#{UNTUNED}", None)
-    if in_place:
-        message = f"{message}; {in_place}"
-    # A trial beside the one in force admits no pod: what it last said of one is not now.
-    said = [] if tuned_by is not None else settings.latest_problems.get(key, [])[:20]
-    return TuningStatus(revision=revision, tuned_pods=step.tuned, outdated_pods=step.outdated,
-                        message=message, problems=said)
+            message = _replace_outdated(
+                namespace, spec, step, revision, done.append, annotated,
+                lambda: retuned(f"pod template of {target} annotated with revision {revision}: "
+                                f"the Deployment rolls out the {step.outdated} outdated pods"),
+                rollout,
+                lambda why: held.append(why))
+            if held:
+                _report_once(memo, namespace, entry, held, refused=True, reason=RETUNE_HELD)
+            else:  # not held this pass: the next hold is news
+                settings.reported.pop(f"{key}#{RETUNE_HELD}", None)
+            if done:
+                evictions[key] = step.eviction(revision, pods, done, clock, last)
+                retuned(f"evicted {', '.join(done)} to re-create them with revision {revision} "
+                        f"({step.outdated} pods were outdated)")
+        if untuned and untuned == said_now:
+            # Said by the webhook's report just now, in the same words: remembered, not twice.
+            settings.reported[f"{key}#{UNTUNED}"] = tuple(untuned)
+        elif untuned:
+            # Apart from the pods' problems, which a pod admitted without any forgets at each
+            # pass: said again every pass while it lasted.
+            _report_once(memo, namespace, entry, untuned, refused=True, topic=UNTUNED)
+        else:
+            settings.reported.pop(f"{key}#{UNTUNED}", None)
+        if in_place:
+            message = f"{message}; {in_place}"
+        # A trial beside the one in force admits no pod: what it last said of one is not now.
+        said = [] if tuned_by is not None else settings.latest_problems.get(key, [])[:20]
+        return TuningStatus(revision=revision, tuned_pods=step.tuned, outdated_pods=step.outdated,
+                            message=message, problems=said)
+    finally:
+        if uid in settings.stopped and settings.uids.get(key) in (None, uid):
+            settings.forget(key)
 
 
 def _problems_as_stored(settings: PodTuningSettings, key: str, revision: str,
