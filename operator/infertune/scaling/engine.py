@@ -192,10 +192,8 @@ def _decide_on_signals(spec: AutoscalingSpec, current: int, reading: Reading,
             notes.append("not scaling in while a signal is missing" if missing else
                          "not scaling in while the latency cannot be compared with its target")
         raw = max(raw, current)
-    memory = seconds(spec.latency.breach_memory)
-    if raw < current and memory > 0 and (
-            load := tuple(b for b in state.breaches
-                          if b.outcome != NOT_LOAD and now - b.time < memory)):
+    if (raw < current and seconds(spec.latency.breach_memory) > 0
+            and (load := _limiting(spec, state.breaches, now))):
         # Within breachMemory only: an uncured breach is kept longer (UNCURED_KEPT_S) to tell
         # a breach the replicas did not lower, and with breachMemory 10m it held scale-ins
         # for an hour while nothing measured the latency fine (traffic under
@@ -441,10 +439,14 @@ def _breach_outcomes(spec: AutoscalingSpec, breaches: tuple[Breach, ...], readin
     healthy = max((b.healthy for b in breaches if b.healthy <= per_replica), default=0.0)
     new = Breach(now, rate, serving, str(spec.latency.target), spec.latency.quantile, OPEN,
                  latency, healthy, now)
-    breaches = (*[b for b in breaches if b.per_replica < per_replica], new)
-    if len(breaches) > MAX_BREACHES:
-        breaches = (min(breaches, key=_per_replica), new)
-    return breaches, None
+    return _added(breaches, new), None
+
+
+def _added(breaches: tuple[Breach, ...], new: Breach) -> tuple[Breach, ...]:
+    """`breaches` with `new`: those at a higher rate per replica than it are forgotten, and
+    of more than MAX_BREACHES the lowest and `new` are kept."""
+    kept = (*[b for b in breaches if b.per_replica < new.per_replica], new)
+    return kept if len(kept) <= MAX_BREACHES else (min(kept, key=_per_replica), new)
 
 
 def _cured(breaches: tuple[Breach, ...], rate: float | None,
@@ -491,6 +493,14 @@ def _per_replica_text(rate: float) -> str:
     return f"{rate:.1f}" if rate >= 0.1 else f"{rate:.2g}"
 
 
+def _limiting(spec: AutoscalingSpec, breaches: tuple[Breach, ...],
+              now: float) -> tuple[Breach, ...]:
+    """The breaches that limit a scale-in now (_breach_floor): the load's, within
+    latency.breachMemory."""
+    memory = seconds(spec.latency.breach_memory)
+    return tuple(b for b in breaches if b.outcome != NOT_LOAD and now - b.time < memory)
+
+
 def _queue_overload(spec: AutoscalingSpec, breaches: tuple[Breach, ...], reading: Reading,
                     serving: int, now: float,
                     scaled_in: bool = False) -> tuple[tuple[Breach, ...], str | None]:
@@ -508,22 +518,17 @@ def _queue_overload(spec: AutoscalingSpec, breaches: tuple[Breach, ...], reading
     minReplicas whenever it was not full, and the queue scaled out again before a latency
     sample there counted, so no breach was ever measured: 30 req/s went 1 -> 5 -> 10 -> 1
     every seven minutes."""
-    rate, memory = reading.request_rate, seconds(spec.latency.breach_memory)
-    if rate is None or rate <= 0 or serving <= 0 or memory <= 0:
+    rate = reading.request_rate
+    if rate is None or rate <= 0 or serving <= 0 or seconds(spec.latency.breach_memory) <= 0:
         return breaches, None
     per_replica = rate / serving
-    load = [b for b in breaches if b.outcome != NOT_LOAD and now - b.time < memory]
+    load = _limiting(spec, breaches, now)
     if not load:
         if not scaled_in:
             return breaches, None
         new = Breach(now, rate, serving, str(spec.latency.target), spec.latency.quantile, OPEN,
                      0.0, 0.0, now, None, now)
-        # As a latency breach is kept (_breach_outcomes): those below it, and at most the
-        # lowest of them beside it.
-        lower = [b for b in breaches if b.per_replica < per_replica]
-        kept = (*lower, new) if len(lower) < MAX_BREACHES else (
-            min(lower, key=_per_replica), new)
-        return kept, (
+        return _added(breaches, new), (
             f"the queue is above target at {_per_replica_text(per_replica)} req/s per replica "
             f"({rate:.1f} req/s on {serving}) after a scale-in: remembered as what a replica "
             "does not carry")
