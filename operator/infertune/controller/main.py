@@ -291,8 +291,8 @@ def _check_certificate(cert: str, key: str, ca: str | None) -> None:
     except (ssl.SSLError, ValueError) as exc:
         raise SystemExit(f"--webhook-cert/--webhook-key: {cert} and {key} are not a PEM "
                          f"certificate and its private key ({exc})") from None
-    served = x509.load_pem_x509_certificates(Path(cert).read_bytes())[0]
-    now = dt.datetime.now(dt.UTC)
+    chain = x509.load_pem_x509_certificates(Path(cert).read_bytes())
+    served, now = chain[0], dt.datetime.now(dt.UTC)
     if not served.not_valid_before_utc <= now < served.not_valid_after_utc:
         # The API server refuses it: every pod admitted untuned while the operator said
         # Ready (a hand-made Secret renewed by nobody).
@@ -309,7 +309,6 @@ def _check_certificate(cert: str, key: str, ca: str | None) -> None:
         authorities = []
     if not authorities:
         raise SystemExit(f"--webhook-ca: {ca} holds no PEM certificate")
-    chain = x509.load_pem_x509_certificates(Path(cert).read_bytes())
     for issued in chain:  # the certificate, then any intermediates it comes with
         for authority in authorities:
             if issued == authority:
