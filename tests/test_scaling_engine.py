@@ -1828,3 +1828,70 @@ def test_a_queue_breach_after_a_scale_in_keeps_two_breaches_at_most_and_no_copy(
     kept = d.state.breaches
     assert len(kept) == len(set(kept)) <= 2, kept
     assert any(b.overloaded == NOW and b.per_replica == 10.0 for b in kept), kept
+
+
+def test_the_queue_is_seen_falling_only_from_above_target_with_no_replica_taken_away() -> None:
+    """QueueSeen.fell: the requests waiting fell by more than 5% since the last evaluation,
+    from above the target, with no replica taken away in between (a scale-in takes its
+    pods' requests with it), and that evaluation at most two intervals before."""
+    from infertune.scaling.state import QueueSeen
+
+    def fell(before: QueueSeen | None, per_replica: float, current: int = 10,
+             now: float = NOW) -> float | None:
+        d = decide(signals(steady(per_replica, now=now), rate=50.0, now=now), current=current,
+                   state=ScalingState(queue=before), now=now)
+        assert d.state.queue is not None
+        assert d.state.queue[:4] == (now, per_replica * current, current, current)
+        return d.state.queue.fell
+
+    earlier = NOW - 600
+    before = QueueSeen(NOW - 15, 1000.0, 10, 10, earlier)  # 100 waiting per pod
+    assert fell(before, 94.0) == NOW  # 6% fewer
+    assert fell(before, 96.0) == earlier  # 4%: a queue that stays where it is
+    assert fell(before, 120.0) == earlier  # rising
+    assert fell(before._replace(waiting=300.0), 0.0) == earlier  # 30 per pod: not above 32
+    assert fell(before._replace(replicas=12), 50.0) == earlier  # two replicas taken away
+    assert fell(before._replace(time=NOW - 32), 50.0) == earlier  # older than two intervals
+    assert fell(before._replace(time=NOW - 31), 50.0) == NOW  # one evaluation missed
+    assert fell(None, 50.0) is None
+    assert fell(before._replace(fell=None), 120.0) is None
+    # Six more replicas drain it: what waits over all of them is what counts.
+    assert fell(before, 55.0, current=16) == NOW  # 880 waiting
+    assert fell(before, 65.0, current=16) == earlier  # 1040
+    # No queue data: the last reading is kept as it was.
+    kept = decide(signals(NO_QUEUE, rate=50.0), current=10, state=ScalingState(queue=before))
+    assert kept.state.queue == before
+
+
+def test_a_backlog_the_replicas_drain_is_not_taken_for_what_a_replica_carries() -> None:
+    """At maxReplicas, a backlog left by too few replicas drains for longer than the sustain
+    window, its latency above the target all the while. Taken for the load, the queue
+    lowered the remembered rate to the 8.5 req/s per replica that 20 replicas carry, the
+    latency breached there, was cured there and forgotten with it, and the queue, at 0,
+    took the replicas to 1 every nine minutes. Now the queue falling says the replicas
+    carry it: the breach of before stays, and limits the scale-in once it is over."""
+    from infertune.scaling.state import QueueSeen
+
+    rules = spec(maxReplicas=20)
+    # The queue stayed above target at 170 req/s on 1 replica, right after a scale-in.
+    before = Breach(NOW - 120, 170.0, 1, "75ms", 0.99, "Open", 0.0, 0.0, NOW - 120, None,
+                    NOW - 120)
+    state = ScalingState(breaches=(before,), serving=Serving(20, 20, NOW - 75, NOW - 75),
+                         queue=QueueSeen(NOW - 15, 20 * 330.0, 20, 20))
+    current, t, waiting = 20, NOW, 300.0
+    for step in range(12):  # the backlog drains by ~7% an interval, the p99 far above target
+        d = decide_scale(rules, current, signals(steady(waiting, now=t), (20_000, 18_000),
+                                                  rate=170.0, now=t), state, t, ready=20)
+        state, current, t = d.state, d.desired_replicas, t + 15
+        assert state.breaches == (before,), (step, d.reason)
+        assert "the requests waiting fell by more than 5%" in d.reason, d.reason
+        waiting *= 0.93
+    while current == 20 and t < NOW + 3600:  # the backlog gone: the queue at 0, p99 under
+        d = decide_scale(rules, current, signals(steady(0.0, now=t), (60, 60), rate=170.0,
+                                                  now=t), state, t, ready=current)
+        state, current, t = d.state, d.desired_replicas, t + 15
+    [cured] = state.breaches
+    assert (cured.outcome, cured.per_replica, cured.healthy) == ("Cured", 170.0, 8.5)
+    # Halfway between 8.5 and 170 less the tolerance: 80.75 req/s per replica, 3 replicas.
+    assert current == 3, d.reason
+    assert "the queue was above target" in d.reason and "keeps at least 3" in d.reason

@@ -1788,3 +1788,20 @@ def test_a_queue_overload_right_after_a_scale_in_is_remembered_as_a_breach(
                           ready_at_next=ready_at_next)
     settled = counts[300:]
     assert len(set(settled)) == 1 and 10 * settled[0] * 0.87 >= 30, counts
+
+
+@pytest.mark.parametrize(("max_replicas", "load", "ready_at_next"), [
+    (20, 130.0, False), (20, 150.0, True), (30, 170.0, False), (40, 250.0, False),
+    (10, 78.0, True), (20, 165.0, False)])
+def test_a_load_near_max_replicas_settles_instead_of_going_to_min_replicas(
+        max_replicas: int, load: float, ready_at_next: bool) -> None:
+    """A load that needs two thirds of maxReplicas or more: the backlog the first replicas
+    left drains for longer than the sustain window at maxReplicas, and was taken for the
+    load they do not carry (the queue's overload, then the latency's breach while it
+    drained); cured at that same rate, it was forgotten with every breach before it, and the
+    queue, at 0, took the count to minReplicas, every nine minutes for good (130 req/s on
+    20 -> 1 -> 20). A queue that falls is a backlog the replicas drain."""
+    counts = _closed_loop(lambda _: load, 500, max_replicas=max_replicas,
+                          ready_at_next=ready_at_next)
+    settled = counts[250:]
+    assert len(set(settled)) == 1 and 10 * settled[0] * 0.87 >= load, counts

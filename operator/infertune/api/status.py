@@ -219,6 +219,22 @@ class BreachRecord(ApiModel):
     the breach's."""
 
 
+class QueueRecord(ApiModel):
+    time: str
+    """When the last evaluation that had the queue read it."""
+    waiting: Annotated[float, Field(ge=0)]
+    """Requests waiting across the pods that reported it."""
+    pods: Annotated[int, Field(ge=1)]
+    """The pods that reported it (the replicas when not known)."""
+    replicas: Annotated[int, Field(ge=0)]
+    """The Deployment's replicas then."""
+    fell: str | None = None
+    """When the requests waiting last fell from above the target by more than 5% between two
+    evaluations with no replica taken away: the replicas drained a backlog, so neither the
+    queue nor a latency sample whose window reaches back to it is taken for the load. Left
+    out: never seen so."""
+
+
 class AutoscalingState(ApiModel):
     """What the decision engine remembers, so a restarted operator decides the same way."""
 
@@ -238,6 +254,9 @@ class AutoscalingState(ApiModel):
                                                   max_length=MAX_BREACHES)
     """Latency breaches within latency.breachMemory, which limit scaling in: the one at the
     lowest request rate per replica, and the newest when it is higher."""
+    queue: QueueRecord | None = None
+    """The queue at the last evaluation that read it, to tell a backlog the replicas drain
+    from the load they carry."""
 
 
 class ReplicaFight(ApiModel):

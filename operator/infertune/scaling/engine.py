@@ -36,6 +36,7 @@ from infertune.scaling.state import (
     NOT_LOAD,
     OPEN,
     Breach,
+    QueueSeen,
     Recommendation,
     ScaleEvent,
     ScalingState,
@@ -109,6 +110,7 @@ def decide_scale(spec: AutoscalingSpec, current_replicas: int, signals: TargetSi
     state = state.as_of(now)
     if ready is not None:
         state = _track_serving(state, current_replicas, ready, now)
+    state = _track_queue(spec, state, signals, current_replicas, now)
     reading = read_signals(spec, signals, now, ready, _settled_at(state))
     if ready_pods is not None:
         reading = reading._replace(ready_pods=ready_pods)
@@ -159,7 +161,9 @@ def _decide_on_signals(spec: AutoscalingSpec, current: int, reading: Reading,
                                              scaled_in)
         if breaches != state.breaches:
             state = state.with_breaches(breaches)
-    latency = _latency_proposal(spec, current, reading, serving, batching_stuck, not_load)
+    latency = _latency_proposal(spec, current, reading, serving, batching_stuck, not_load,
+                                settled is not None and state.queue is not None
+                                and state.queue.fell == settled)
     pods = reading.queue_pods
     if (pods is not None and pods < current and queue.replicas is not None
             and latency.replicas is not None and latency.replicas > max(queue.replicas, current)
@@ -181,6 +185,10 @@ def _decide_on_signals(spec: AutoscalingSpec, current: int, reading: Reading,
     # opinion at all, the queue missing and the latency quiet, is no call for anything).
     called = max(opinions, default=0)
     notes = [queue.why, latency.why, *([overload] if overload else [])]
+    if state.queue is not None and state.queue.fell == now:
+        notes.append(f"the requests waiting fell by more than {BACKLOG_FALL:.0%} since the "
+                     "last evaluation: a backlog the replicas drain, not taken for the load they "
+                     "carry (nor is a latency sample whose window reaches back to it)")
     # The request rate is a query of its own, which can fail alone: unknown, a low latency
     # may be one of too few requests, and a breach cannot be told the load's.
     missing = reading.queue_missing or reading.latency_missing or reading.request_rate is None
@@ -343,12 +351,50 @@ def _silent(current: int, reading: Reading) -> int:
 
 
 def _settled_at(state: ScalingState) -> float | None:
-    """Since when the pods that serve have been the same, as far as the state knows: their
-    last change (Serving.changed) once the Deployment's readiness is read, else the newest
-    scale event. None when it knows neither."""
+    """Since when the pods that serve have been the same, as far as the state knows (their
+    last change, Serving.changed, once the Deployment's readiness is read, else the newest
+    scale event), and the queue has not fallen from above its target (QueueSeen.fell): the
+    latency and the queue before that are a backlog's, not the load's. None when it knows
+    none of them."""
     if state.serving is not None:
-        return state.serving.changed
-    return state.scale_events[-1].time if state.scale_events else None
+        settled = state.serving.changed
+    else:
+        settled = state.scale_events[-1].time if state.scale_events else None
+    fell = None if state.queue is None else state.queue.fell
+    return settled if fell is None or (settled is not None and settled >= fell) else fell
+
+
+BACKLOG_FALL = 0.05
+"""How much the requests waiting fall between two evaluations for a backlog draining
+(_track_queue): under the tolerance, as a backlog that 15% spare capacity at maxReplicas
+drains falls by 7.5% an interval; over the noise of a queue that stays where it is."""
+
+
+def _track_queue(spec: AutoscalingSpec, state: ScalingState, signals: TargetSignals,
+                 current: int, now: float) -> ScalingState:
+    """The state with this evaluation's queue, and when the requests waiting last fell from
+    above the target (QueueSeen.fell): by more than BACKLOG_FALL since the evaluation
+    before (at most two intervals before), with no replica taken away in between. The
+    replicas then serve faster than requests come in, so what waits is a backlog of before
+    (a burst, or fewer replicas), and neither it nor the latency of its requests says what
+    a replica carries: taken for it, a backlog that took longer than the sustain window to
+    drain, at maxReplicas, was remembered as the rate a replica does not carry, then cured
+    at that same rate and forgotten with every breach before it, and the queue, at 0, took
+    30 replicas that 170 req/s needed to 1, every nine minutes."""
+    per_pod = signals.queue.latest(signals.fresh_at(now))
+    if per_pod is None or current <= 0:
+        return state
+    pods = signals.queue.pods or current
+    waiting = per_pod * pods
+    before = state.queue
+    fell = None if before is None else before.fell
+    if (before is not None and before.time < now <= before.time + 2 * spec.interval.seconds + 1
+            and current >= before.replicas
+            and before.waiting > spec.queue.target_per_replica * before.pods
+            and waiting < before.waiting * (1 - BACKLOG_FALL)):
+        fell = now
+    return ScalingState(state.recommendations, state.scale_events, state.metrics_missing_since,
+                        state.serving, state.breaches, QueueSeen(now, waiting, pods, current, fell))
 
 
 UNCURED_KEPT_S = 3600.0
@@ -610,7 +656,9 @@ def _serving(current: int, state: ScalingState) -> int:
 
 def _latency_proposal(spec: AutoscalingSpec, current: int, reading: Reading,
                       serving: int, batching_stuck: Stuck = None,
-                      not_load: str | None = None) -> _Proposal:
+                      not_load: str | None = None, drained: bool = False) -> _Proposal:
+    """`drained`: the latency's samples are judged from when the queue last fell
+    (_settled_at), not from when the replicas last changed."""
     signal = spec.latency
     kind, target = reading.latency_kind, signal.target
     if reading.latency_quiet:
@@ -639,7 +687,9 @@ def _latency_proposal(spec: AutoscalingSpec, current: int, reading: Reading,
     elif not reading.latency_settled and not reading.latency_breached:
         # "0/2 samples above target" under two samples above it: they were measured
         # (their rate window) partly before the replicas last changed.
-        said += (" (a sample counts once its window starts after the replicas last changed; "
+        said += (" (a sample counts once its window starts after "
+                 + ("the requests waiting last fell, a backlog draining" if drained else
+                    "the replicas last changed") + "; "
                  "the newest does not yet)")
     if not reading.latency_breached:
         # An elevated latency vetoes scaling in even before it counts as a breach.

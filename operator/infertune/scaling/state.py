@@ -129,6 +129,24 @@ class Breach(NamedTuple):
         return self.rate / self.replicas
 
 
+class QueueSeen(NamedTuple):
+    """The queue as the last evaluation that had it read it, to tell a backlog the replicas
+    drain from the load they do not carry (engine._track_queue)."""
+
+    time: float
+    """When it was read (the evaluation's time)."""
+    waiting: float
+    """Requests waiting across the pods that reported it."""
+    pods: int
+    """The pods that reported it (the replicas when not known; at least 1)."""
+    replicas: int
+    """The Deployment's replicas then."""
+    fell: float | None = None
+    """When the requests waiting last fell, from above the target, by more than
+    engine.BACKLOG_FALL between two evaluations in a row with no replica taken away: the
+    replicas then drained a backlog faster than requests came in. None: never seen so."""
+
+
 _time: Callable[[Recommendation | ScaleEvent | Breach], float] = itemgetter(0)
 """An entry's time (the first field of both), as a sort and bisect key: a C function, called
 for each entry of every state read back."""
@@ -146,12 +164,14 @@ class ScalingState(NamedTuple):
     """None until an evaluation reads the Deployment's readiness."""
     breaches: tuple[Breach, ...] = ()
     """Latency breaches within breachMemory, at most MAX_BREACHES (engine._breach_outcomes)."""
+    queue: QueueSeen | None = None
+    """The queue at the last evaluation that read it; None before one did."""
 
     def with_breaches(self, breaches: tuple[Breach, ...]) -> ScalingState:
         """This state with `breaches` (positional: NamedTuple._replace costs several times
         more, once per tuning per cycle)."""
         return ScalingState(self.recommendations, self.scale_events, self.metrics_missing_since,
-                            self.serving, breaches)
+                            self.serving, breaches, self.queue)
 
     def recorded(self, now: float, recommendation: Recommendation, keep_recommendations_s: float,
                  keep_events_s: float, keep_last_scale_in_s: float = 0.0) -> ScalingState:
@@ -186,7 +206,7 @@ class ScalingState(NamedTuple):
             # rate limit past their periods.
             events = self.scale_events[-1:]
         return ScalingState(tuple(kept), events, self.metrics_missing_since, self.serving,
-                            self.breaches)
+                            self.breaches, self.queue)
 
     def as_of(self, now: float) -> ScalingState:
         """This state with no time after `now`. A stored time in the future means the clock
@@ -203,7 +223,9 @@ class ScalingState(NamedTuple):
                 and all(b.time <= now and b.breached_at <= now
                         and (b.doubted is None or b.doubted <= now)
                         and (b.overloaded is None or b.overloaded <= now)
-                        for b in self.breaches)):
+                        for b in self.breaches)
+                and (self.queue is None or (self.queue.time <= now and (
+                    self.queue.fell is None or self.queue.fell <= now)))):
             return self
         return ScalingState(
             tuple(r if r.time <= now else Recommendation(now, r.replicas) for r in recs),
@@ -219,7 +241,10 @@ class ScalingState(NamedTuple):
                                   doubted=None if b.doubted is None else min(b.doubted, now),
                                   overloaded=None if b.overloaded is None
                                   else min(b.overloaded, now))
-                  for b in self.breaches))
+                  for b in self.breaches),
+            None if (queue := self.queue) is None else queue._replace(
+                time=min(queue.time, now),
+                fell=None if queue.fell is None else min(queue.fell, now)))
 
     def to_json(self) -> dict[str, Any]:
         """The shape stored in status (camelCase, RFC 3339 times)."""
@@ -245,6 +270,10 @@ class ScalingState(NamedTuple):
                                  "queueOverloaded": None if b.overloaded is None
                                  else format_time(b.overloaded)}
                                 for b in self.breaches],
+            "queue": None if (queue := self.queue) is None else {
+                "time": format_time(queue.time), "waiting": queue.waiting, "pods": queue.pods,
+                "replicas": queue.replicas,
+                "fell": None if queue.fell is None else format_time(queue.fell)},
         }
 
     @classmethod
@@ -262,7 +291,7 @@ class ScalingState(NamedTuple):
     @classmethod
     def _read(cls, data: dict[str, Any], tolerant: bool = False) -> ScalingState:
         missing, serving = data.get("metricsMissingSince"), data.get("serving")
-        breaches = data.get("latencyBreaches")
+        breaches, queue = data.get("latencyBreaches"), data.get("queue")
         if tolerant:
             data = {
                 "recommendations": _readable(data.get("recommendations"), ("time", "replicas")),
@@ -274,6 +303,7 @@ class ScalingState(NamedTuple):
                 serving = {**serving, "changed": None}
             breaches = [b for b in breaches if _breach_readable(b)] \
                 if isinstance(breaches, list) else None
+            queue = queue if _queue_readable(queue) else None
         # Sorted: a state stored across a clock step, or edited by hand, may be out of order,
         # and `recorded` drops old entries as a prefix.
         return cls(
@@ -286,6 +316,7 @@ class ScalingState(NamedTuple):
                 int(serving["replicas"]), int(serving["of"]), parse_time(serving["since"]),
                 None if serving.get("changed") is None else parse_time(serving["changed"])),
             tuple(sorted([_breach(b) for b in breaches or ()], key=_time)),
+            None if not queue else _queue(queue),
         )
 
 
@@ -327,6 +358,26 @@ def _breach(data: dict[str, Any]) -> Breach:
 def _breach_readable(data: Any) -> bool:
     try:
         _breach(data)
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return False
+    return True
+
+
+def _queue(data: dict[str, Any]) -> QueueSeen:
+    """A stored `queue`; ValueError when it cannot be one (a finite count waiting, 0 or
+    more, over at least one pod)."""
+    queue = QueueSeen(parse_time(data["time"]), float(data["waiting"]), int(data["pods"]),
+                      int(data["replicas"]),
+                      None if data.get("fell") is None else parse_time(data["fell"]))
+    if not (math.isfinite(queue.waiting) and queue.waiting >= 0 and queue.pods >= 1
+            and queue.replicas >= 0):
+        raise ValueError(f"queue {data} is not a reading of the queue")
+    return queue
+
+
+def _queue_readable(data: Any) -> bool:
+    try:
+        _queue(data)
     except (KeyError, TypeError, ValueError, AttributeError):
         return False
     return True
