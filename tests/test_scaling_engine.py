@@ -1383,17 +1383,21 @@ def test_the_breaches_remembered_are_the_lowest_rate_per_replica_and_the_newest(
     assert [b.outcome for b in healthy.state.breaches] == ["Cured", "Cured"]
     # ... and the rate per replica it carried (10 req/s on 2) is known to be fine.
     assert [b.healthy for b in healthy.state.breaches] == [5.0, 5.0]
-    # One at a lower rate per replica (10) replaces both, and keeps what was fine under it.
+    # One at a lower rate per replica (10) replaces the newest, and keeps what was fine
+    # under it; the lowest before it (15) stays beside it, and takes over if the new one
+    # turns out not to say what a replica carries (cured at its own rate).
     lower = decide(_breach_signals(40.0, NOW + 120), current=4, state=healthy.state,
                    now=NOW + 120)
-    assert lower.state.breaches == (Breach(NOW + 120, 40.0, 4, "75ms", 0.99, latency=0.2,
-                                           healthy=5.0, since=NOW + 120),)
+    before = healthy.state.breaches[0]
+    assert before.per_replica == 15.0
+    assert lower.state.breaches == (before, Breach(NOW + 120, 40.0, 4, "75ms", 0.99,
+                                                   latency=0.2, healthy=5.0, since=NOW + 120))
     calm = NOW + 180
     cured = decide(signals(steady(0, now=calm), now=calm), current=4, state=lower.state,
                    now=calm)
     # (Its time is now: it limited this evaluation's scale-in, 1 -> 2.)
-    assert cured.state.breaches == (Breach(calm, 40.0, 4, "75ms", 0.99, "Cured", 0.2, 5.0,
-                                           NOW + 120),)
+    assert cured.state.breaches == (before, Breach(calm, 40.0, 4, "75ms", 0.99, "Cured", 0.2,
+                                                   5.0, NOW + 120))
     # Past breachMemory, it is forgotten; so it is at once when the target or the quantile
     # changes (a breach of 75ms says nothing of a 500ms target).
     gone = decide(signals(steady(0, now=calm + 3600), now=calm + 3600), current=4,
@@ -1581,7 +1585,9 @@ def test_a_dip_in_the_request_rate_on_the_same_pods_is_not_a_breach_replicas_mis
     dip = decide_scale(spec(), 2, _breach_signals(17.0, NOW + 15), first.state, NOW + 15, 2,
                        batching_stuck=STUCK)
     assert dip.action is ScaleAction.SCALE_OUT and "did not lower" not in dip.reason
-    assert [b.outcome for b in dip.state.breaches] == ["Open"]
+    # Remembered as the load's (the one before it kept beside it).
+    assert [(b.per_replica, b.outcome) for b in dip.state.breaches] == [
+        (10.0, "Open"), (8.5, "Open")]
 
 
 def test_a_mean_latency_is_not_a_quantile_of_too_few_requests() -> None:
@@ -1787,7 +1793,8 @@ def test_a_rate_the_queue_overloaded_at_is_kept_while_the_queue_stays_above_targ
         d = decide_scale(rules, current, signals(steady(60.0, now=t), (60, 60), rate=85.0,
                                                   now=t), state, t, ready=10)
         state, current, t = d.state, d.desired_replicas, t + 15
-        [kept] = state.breaches
+        [backup, kept] = state.breaches  # the breach stays beside the rate that lowers it
+        assert (backup.since, backup.per_replica) == (breach.since, 10.0), state.breaches
         assert kept.overloaded == NOW and kept.per_replica == 8.5, state.breaches
     assert current > 10
     for _ in range(60):  # then quiet, every replica serving: the floor holds 12 or more
@@ -1830,46 +1837,50 @@ def test_a_queue_breach_after_a_scale_in_keeps_two_breaches_at_most_and_no_copy(
     assert any(b.overloaded == NOW and b.per_replica == 10.0 for b in kept), kept
 
 
-def test_the_queue_is_seen_falling_only_from_above_target_with_no_replica_taken_away() -> None:
-    """QueueSeen.fell: the requests waiting fell by more than 5% since the last evaluation,
-    from above the target, with no replica taken away in between (a scale-in takes its
-    pods' requests with it), and that evaluation at most two intervals before."""
+def test_a_backlog_drains_where_the_queue_falls_at_evaluations_in_a_row() -> None:
+    """QueueSeen.fell: the requests waiting fall at two evaluations in a row or more (each at
+    most two intervals after the one before), by more than 10% from where they began above
+    the target, with no replica taken away (a scale-in takes its pods' requests with it) and
+    no pod that reported them missing (a scrape that times out takes its count out of the
+    sum). One fall is not: a queue that wavers falls by as much now and then."""
     from infertune.scaling.state import QueueSeen
 
-    def fell(before: QueueSeen | None, per_replica: float, current: int = 10,
-             now: float = NOW) -> float | None:
-        d = decide(signals(steady(per_replica, now=now), rate=50.0, now=now), current=current,
+    def seen(before: QueueSeen | None, per_pod: float, current: int = 10,
+             pods: int | None = None, now: float = NOW) -> QueueSeen:
+        window = steady(per_pod, now=now)._replace(pods=pods)
+        d = decide(signals(window, rate=50.0, now=now), current=current,
                    state=ScalingState(queue=before), now=now)
         assert d.state.queue is not None
-        assert d.state.queue[:4] == (now, per_replica * current, current, current)
-        return d.state.queue.fell
+        return d.state.queue
 
     earlier = NOW - 600
-    before = QueueSeen(NOW - 15, 1000.0, 10, 10, earlier)  # 100 waiting per pod
-    assert fell(before, 94.0) == NOW  # 6% fewer
-    assert fell(before, 96.0) == earlier  # 4%: a queue that stays where it is
-    assert fell(before, 120.0) == earlier  # rising
-    assert fell(before._replace(waiting=300.0), 0.0) == earlier  # 30 per pod: not above 32
-    assert fell(before._replace(replicas=12), 50.0) == earlier  # two replicas taken away
-    assert fell(before._replace(time=NOW - 32), 50.0) == earlier  # older than two intervals
-    assert fell(before._replace(time=NOW - 31), 50.0) == NOW  # one evaluation missed
-    assert fell(None, 50.0) is None
-    assert fell(before._replace(fell=None), 120.0) is None
-    # Six more replicas drain it: what waits over all of them is what counts.
-    assert fell(before, 55.0, current=16) == NOW  # 880 waiting
-    assert fell(before, 65.0, current=16) == earlier  # 1040
+    first = QueueSeen(NOW - 15, 1000.0, 10, 10, earlier)  # 100 waiting per pod
+    once = seen(first, 94.0)  # one fall: where it began is kept, nothing more
+    assert once == QueueSeen(NOW, 940.0, 10, 10, earlier, 1000.0)
+    assert seen(once, 89.0, now=NOW + 15).fell == NOW + 15  # 11% in two
+    assert seen(once, 91.0, now=NOW + 15).fell == earlier  # 9%
+    assert seen(once, 95.0, now=NOW + 15) == QueueSeen(NOW + 15, 950.0, 10, 10, earlier)
+    assert seen(first, 80.0).fell == earlier  # 20% at once is one fall all the same
+    below = QueueSeen(NOW - 15, 300.0, 10, 10, None, 310.0)  # 31 per pod: not above 32
+    assert seen(below, 20.0).fell is None
+    assert seen(once, 80.0, current=8, now=NOW + 15).fell == earlier  # replicas taken away
+    assert seen(once, 80.0, pods=9, now=NOW + 15).fell == earlier  # a pod stopped reporting
+    assert seen(once, 80.0, now=NOW + 15 + 31).fell == earlier  # older than two intervals
+    assert seen(once, 80.0, now=NOW + 30).fell == NOW + 30  # one evaluation missed
+    # Replicas added drain it: what waits over all of them is what counts.
+    assert seen(once, 55.0, current=16, now=NOW + 15).fell == NOW + 15  # 880 waiting
+    assert seen(once, 60.0, current=16, now=NOW + 15).fell == earlier  # 960: no fall
     # No queue data: the last reading is kept as it was.
-    kept = decide(signals(NO_QUEUE, rate=50.0), current=10, state=ScalingState(queue=before))
-    assert kept.state.queue == before
+    kept = decide(signals(NO_QUEUE, rate=50.0), current=10, state=ScalingState(queue=once))
+    assert kept.state.queue == once
 
 
-def test_a_backlog_the_replicas_drain_is_not_taken_for_what_a_replica_carries() -> None:
-    """At maxReplicas, a backlog left by too few replicas drains for longer than the sustain
-    window, its latency above the target all the while. Taken for the load, the queue
-    lowered the remembered rate to the 8.5 req/s per replica that 20 replicas carry, the
-    latency breached there, was cured there and forgotten with it, and the queue, at 0,
-    took the replicas to 1 every nine minutes. Now the queue falling says the replicas
-    carry it: the breach of before stays, and limits the scale-in once it is over."""
+def test_the_latency_of_a_backlog_the_replicas_drain_is_acted_on_but_not_remembered() -> None:
+    """At maxReplicas, a backlog left by too few replicas drained for minutes, its latency
+    above the target all the while: remembered as a breach at the rate the 20 replicas
+    carry, it was cured at that same rate once the backlog had gone and forgotten with
+    what was known before it, and the queue, at 0, took the replicas to 1 every nine
+    minutes. Now the breach of before stays, and limits the scale-in once it is over."""
     from infertune.scaling.state import QueueSeen
 
     rules = spec(maxReplicas=20)
@@ -1877,21 +1888,30 @@ def test_a_backlog_the_replicas_drain_is_not_taken_for_what_a_replica_carries() 
     before = Breach(NOW - 120, 170.0, 1, "75ms", 0.99, "Open", 0.0, 0.0, NOW - 120, None,
                     NOW - 120)
     state = ScalingState(breaches=(before,), serving=Serving(20, 20, NOW - 75, NOW - 75),
-                         queue=QueueSeen(NOW - 15, 20 * 330.0, 20, 20))
+                         queue=QueueSeen(NOW - 15, 20 * 330.0, 20, 20, None, 20 * 350.0))
+    draining = signals(steady(300.0), (20_000, 18_000), rate=170.0)
+    # Acted on below maxReplicas (the SLO is the safe side), and said.
+    wider = decide_scale(spec(maxReplicas=40), 20, draining, state, NOW, ready=20)
+    assert wider.desired_replicas > 20 and wider.state.breaches[0] == before, wider.reason
+    assert ("the requests waiting fell from 7000 to 6000 over evaluations in a row, so the "
+            "p99 breach is its requests', and is not remembered as what a replica carries"
+            ) in wider.reason
     current, t, waiting = 20, NOW, 300.0
-    for step in range(12):  # the backlog drains by ~7% an interval, the p99 far above target
+    for step in range(12):  # the backlog drains by 7% an interval, the p99 far above target
         d = decide_scale(rules, current, signals(steady(waiting, now=t), (20_000, 18_000),
-                                                  rate=170.0, now=t), state, t, ready=20)
-        state, current, t = d.state, d.desired_replicas, t + 15
-        assert state.breaches == (before,), (step, d.reason)
-        assert "the requests waiting fell by more than 5%" in d.reason, d.reason
-        waiting *= 0.93
-    while current == 20 and t < NOW + 3600:  # the backlog gone: the queue at 0, p99 under
+                                                  rate=170.0, now=t), state, t, ready=current)
+        state, current, t, waiting = d.state, d.desired_replicas, t + 15, waiting * 0.93
+        assert "is not remembered as what a replica carries" in d.reason, d.reason
+        assert all(b.latency == 0.0 for b in state.breaches), (step, d.reason)
+        assert before in state.breaches  # beside the queue's overload, if any
+    # The backlog gone: the queue at 0, the p99 under target at 170 req/s on 20.
+    while current == 20 and t < NOW + 3600:
         d = decide_scale(rules, current, signals(steady(0.0, now=t), (60, 60), rate=170.0,
                                                   now=t), state, t, ready=current)
         state, current, t = d.state, d.desired_replicas, t + 15
     [cured] = state.breaches
-    assert (cured.outcome, cured.per_replica, cured.healthy) == ("Cured", 170.0, 8.5)
+    assert (cured.since, cured.outcome, cured.per_replica, cured.healthy) == (
+        NOW - 120, "Cured", 170.0, 8.5)
     # Halfway between 8.5 and 170 less the tolerance: 80.75 req/s per replica, 3 replicas.
     assert current == 3, d.reason
     assert "the queue was above target" in d.reason and "keeps at least 3" in d.reason

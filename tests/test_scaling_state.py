@@ -179,10 +179,11 @@ def test_the_queue_seen_round_trips_and_one_that_cannot_be_read_is_left_out() ->
     from infertune.scaling.state import QueueSeen
 
     state = ScalingState(recommendations=(Recommendation(NOW, 3),),
-                         queue=QueueSeen(NOW, 96.5, 3, 4, NOW - 30))
+                         queue=QueueSeen(NOW, 96.5, 3, 4, NOW - 30, 120.0))
     stored = state.to_json()
     assert stored["queue"] == {"time": "2023-11-14T22:13:20Z", "waiting": 96.5, "pods": 3,
-                               "replicas": 4, "fell": "2023-11-14T22:12:50Z"}
+                               "replicas": 4, "fell": "2023-11-14T22:12:50Z",
+                               "fallingFrom": 120.0}
     AutoscalingState.model_validate(stored)
     assert ScalingState.from_json(json.loads(json.dumps(stored))) == state
     # Kept through the pruning of recommendations, and with new breaches.
@@ -191,13 +192,14 @@ def test_the_queue_seen_round_trips_and_one_that_cannot_be_read_is_left_out() ->
     good = stored["queue"]
     for broken in ({**good, "time": "soon"}, {**good, "waiting": -1}, {**good, "waiting": "nan"},
                    {**good, "pods": 0}, {**good, "replicas": -1}, {**good, "fell": "then"},
+                   {**good, "fallingFrom": -1}, {**good, "fallingFrom": "inf"},
                    {k: v for k, v in good.items() if k != "pods"}, "a queue"):
         read = ScalingState.from_json({**stored, "queue": broken})
         assert read.queue is None and read.recommendations == state.recommendations, broken
     # Stored before the queue was kept, or never seen fall.
     assert ScalingState.from_json({"recommendations": []}).queue is None
-    assert ScalingState.from_json({"queue": {**good, "fell": None}}).queue == \
-        QueueSeen(NOW, 96.5, 3, 4)
+    assert ScalingState.from_json({"queue": {**good, "fell": None, "fallingFrom": None}}) \
+        .queue == QueueSeen(NOW, 96.5, 3, 4)
     # Times in the future (a clock that stepped back) count as now.
-    ahead = ScalingState(queue=QueueSeen(NOW + 60, 10.0, 1, 1, NOW + 45)).as_of(NOW)
-    assert ahead.queue == QueueSeen(NOW, 10.0, 1, 1, NOW)
+    ahead = ScalingState(queue=QueueSeen(NOW + 60, 10.0, 1, 1, NOW + 45, 12.0)).as_of(NOW)
+    assert ahead.queue == QueueSeen(NOW, 10.0, 1, 1, NOW, 12.0)

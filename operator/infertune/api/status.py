@@ -229,10 +229,13 @@ class QueueRecord(ApiModel):
     replicas: Annotated[int, Field(ge=0)]
     """The Deployment's replicas then."""
     fell: str | None = None
-    """When the requests waiting last fell from above the target by more than 5% between two
-    evaluations with no replica taken away: the replicas drained a backlog, so neither the
-    queue nor a latency sample whose window reaches back to it is taken for the load. Left
-    out: never seen so."""
+    """When the requests waiting were last seen falling from above the target, at two
+    evaluations in a row or more, by more than 10%, with no replica taken away and no pod
+    missing: the replicas drained a backlog, and a latency breach whose samples reach back
+    to it is not remembered. Left out: never seen so."""
+    falling_from: Annotated[float, Field(ge=0)] | None = None
+    """The requests waiting when the fall this reading is part of began; left out: this
+    reading found no fewer than the one before."""
 
 
 class AutoscalingState(ApiModel):

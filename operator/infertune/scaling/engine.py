@@ -110,10 +110,24 @@ def decide_scale(spec: AutoscalingSpec, current_replicas: int, signals: TargetSi
     state = state.as_of(now)
     if ready is not None:
         state = _track_serving(state, current_replicas, ready, now)
-    state = _track_queue(spec, state, signals, current_replicas, now)
-    reading = read_signals(spec, signals, now, ready, _settled_at(state))
+    state, falls = _track_queue(spec, state, signals, current_replicas, now)
+    changed = _changed_at(state)
+    reading = read_signals(spec, signals, now, ready, changed)
     if ready_pods is not None:
         reading = reading._replace(ready_pods=ready_pods)
+    drained = _drained_at(state, changed)
+    remember = True
+    if (drained is not None and reading.latency_breached
+            and not read_signals(spec, signals, now, ready, drained).latency_breached):
+        # Acted on (the SLO is the safe side), but remembered only from samples measured
+        # after the queue stopped falling.
+        remember = False
+        falls = (falls or "the requests waiting fell as a backlog drains "
+                 f"{format_duration(round(now - drained))} ago") + (
+            f", so the {reading.latency_kind} breach is its requests', and is not remembered "
+            "as what a replica carries")
+    elif falls is not None:
+        falls += ": a backlog the replicas drain"
     state = _track_missing(state, reading, now, current_replicas)
     if not spec.enabled:
         return _held(current_replicas, ScaleAction.DISABLED, "spec.autoscaling.enabled is false; "
@@ -131,39 +145,44 @@ def decide_scale(spec: AutoscalingSpec, current_replicas: int, signals: TargetSi
                         reading, state, now, record=bound)._replace(wanted=None)
     if reading.queue_missing and reading.latency_missing:
         return _metrics_unavailable(spec, current_replicas, reading, state, now)
-    return _decide_on_signals(spec, current_replicas, reading, state, now, batching_stuck)
+    return _decide_on_signals(spec, current_replicas, reading, state, now, batching_stuck,
+                              falls, remember)
 
 
 def _decide_on_signals(spec: AutoscalingSpec, current: int, reading: Reading,
-                       state: ScalingState, now: float,
-                       batching_stuck: Stuck = None) -> ScaleDecision:
+                       state: ScalingState, now: float, batching_stuck: Stuck = None,
+                       falls: str | None = None, remember: bool = True) -> ScaleDecision:
+    """`falls`: what the queue falling as a backlog drains does to this decision, for the
+    reason (None: nothing); `remember` false: the latency breach read is that backlog's,
+    and is not remembered (_breach_outcomes)."""
     queue = _queue_proposal(spec, current, reading)
     serving = _serving(current, state)
     not_load = None
     if state.breaches or reading.latency_breached:  # the usual case: neither
-        breaches, not_load = _breach_outcomes(spec, state.breaches, reading, serving, now)
+        breaches, not_load = _breach_outcomes(spec, state.breaches, reading, serving, now,
+                                              remember)
         if breaches != state.breaches:
             state = state.with_breaches(breaches)
     overload = None
-    settled = _settled_at(state)
+    changed = _changed_at(state)
     # Right after a scale-in: the rate-limit periods (up to 30m) keep older ones, and the
     # paths that hold (Disabled, 0 replicas, no metrics) keep every one.
     scaled_in = (bool(state.scale_events) and state.scale_events[-1].change < 0
                  and now - state.scale_events[-1].time <= _scale_in_kept_s(spec))
+    since = _drained_at(state, changed) or changed
     if ((state.breaches or scaled_in) and queue.replicas is not None and queue.replicas > current
             and serving == current
-            and (settled is None or now - seconds(spec.queue.sustain) >= settled)):
+            and (since is None or now - seconds(spec.queue.sustain) >= since)):
         # Only once every replica serves and the queue stayed above target all through the
-        # sustain window after that: a backlog the replicas before built (or pods still
-        # loading their model) read as the load a replica cannot carry, at a burst's end,
-        # and held 19 replicas where 10 carried it, for up to a day.
+        # sustain window after that, and after it last fell as a backlog drains: a backlog
+        # the replicas before built (or pods still loading their model) read as the load a
+        # replica cannot carry, at a burst's end, and held 19 replicas where 10 carried it,
+        # for up to a day.
         breaches, overload = _queue_overload(spec, state.breaches, reading, serving, now,
                                              scaled_in)
         if breaches != state.breaches:
             state = state.with_breaches(breaches)
-    latency = _latency_proposal(spec, current, reading, serving, batching_stuck, not_load,
-                                settled is not None and state.queue is not None
-                                and state.queue.fell == settled)
+    latency = _latency_proposal(spec, current, reading, serving, batching_stuck, not_load)
     pods = reading.queue_pods
     if (pods is not None and pods < current and queue.replicas is not None
             and latency.replicas is not None and latency.replicas > max(queue.replicas, current)
@@ -185,10 +204,8 @@ def _decide_on_signals(spec: AutoscalingSpec, current: int, reading: Reading,
     # opinion at all, the queue missing and the latency quiet, is no call for anything).
     called = max(opinions, default=0)
     notes = [queue.why, latency.why, *([overload] if overload else [])]
-    if state.queue is not None and state.queue.fell == now:
-        notes.append(f"the requests waiting fell by more than {BACKLOG_FALL:.0%} since the "
-                     "last evaluation: a backlog the replicas drain, not taken for the load they "
-                     "carry (nor is a latency sample whose window reaches back to it)")
+    if falls is not None:
+        notes.append(falls)
     # The request rate is a query of its own, which can fail alone: unknown, a low latency
     # may be one of too few requests, and a breach cannot be told the load's.
     missing = reading.queue_missing or reading.latency_missing or reading.request_rate is None
@@ -350,51 +367,63 @@ def _silent(current: int, reading: Reading) -> int:
     return max(0, min(ready, current) - pods)
 
 
-def _settled_at(state: ScalingState) -> float | None:
-    """Since when the pods that serve have been the same, as far as the state knows (their
-    last change, Serving.changed, once the Deployment's readiness is read, else the newest
-    scale event), and the queue has not fallen from above its target (QueueSeen.fell): the
-    latency and the queue before that are a backlog's, not the load's. None when it knows
-    none of them."""
+def _changed_at(state: ScalingState) -> float | None:
+    """Since when the pods that serve have been the same, as far as the state knows: their
+    last change (Serving.changed) once the Deployment's readiness is read, else the newest
+    scale event. None when it knows neither."""
     if state.serving is not None:
-        settled = state.serving.changed
-    else:
-        settled = state.scale_events[-1].time if state.scale_events else None
+        return state.serving.changed
+    return state.scale_events[-1].time if state.scale_events else None
+
+
+def _drained_at(state: ScalingState, changed: float | None) -> float | None:
+    """When the queue was last seen falling as a backlog drains (QueueSeen.fell), where that
+    is after the pods that serve last changed (`changed`); None otherwise."""
     fell = None if state.queue is None else state.queue.fell
-    return settled if fell is None or (settled is not None and settled >= fell) else fell
+    return fell if fell is not None and (changed is None or fell > changed) else None
 
 
-BACKLOG_FALL = 0.05
-"""How much the requests waiting fall between two evaluations for a backlog draining
-(_track_queue): under the tolerance, as a backlog that 15% spare capacity at maxReplicas
-drains falls by 7.5% an interval; over the noise of a queue that stays where it is."""
+BACKLOG_FALL = 0.1
+"""How much the requests waiting fall, over evaluations in a row that each find fewer, for
+a backlog the replicas drain (_track_queue): over two at least, as a queue that wavers
+falls by as much from one to the next now and then."""
 
 
 def _track_queue(spec: AutoscalingSpec, state: ScalingState, signals: TargetSignals,
-                 current: int, now: float) -> ScalingState:
-    """The state with this evaluation's queue, and when the requests waiting last fell from
-    above the target (QueueSeen.fell): by more than BACKLOG_FALL since the evaluation
-    before (at most two intervals before), with no replica taken away in between. The
-    replicas then serve faster than requests come in, so what waits is a backlog of before
-    (a burst, or fewer replicas), and neither it nor the latency of its requests says what
-    a replica carries: taken for it, a backlog that took longer than the sustain window to
-    drain, at maxReplicas, was remembered as the rate a replica does not carry, then cured
-    at that same rate and forgotten with every breach before it, and the queue, at 0, took
-    30 replicas that 170 req/s needed to 1, every nine minutes."""
+                 current: int, now: float) -> tuple[ScalingState, str | None]:
+    """The state with this evaluation's queue (QueueSeen), and, when the requests waiting
+    have fallen as a backlog drains, since when and by how much (for the reason).
+
+    A backlog drains where the requests waiting fall from above the target at two
+    evaluations in a row or more (each at most two intervals after the one before), by
+    more than BACKLOG_FALL from where they began, with no replica taken away and no pod
+    that reported them missing (a scale-in takes its pods' requests with it, and a pod
+    whose scrape times out takes its count out of the sum): the replicas then serve faster
+    than requests come in, so what waits is a backlog of before (a burst, or fewer
+    replicas), and the latency of its requests does not say what a replica carries.
+    Remembered as a breach, a backlog that took minutes to drain at maxReplicas was cured
+    at the same rate once it had drained, and forgotten with what was known before it, and
+    the queue, at 0, took the 30 replicas 170 req/s needed to 1, every nine minutes."""
     per_pod = signals.queue.latest(signals.fresh_at(now))
     if per_pod is None or current <= 0:
-        return state
+        return state, None
     pods = signals.queue.pods or current
     waiting = per_pod * pods
     before = state.queue
     fell = None if before is None else before.fell
+    began = said = None
     if (before is not None and before.time < now <= before.time + 2 * spec.interval.seconds + 1
-            and current >= before.replicas
-            and before.waiting > spec.queue.target_per_replica * before.pods
-            and waiting < before.waiting * (1 - BACKLOG_FALL)):
-        fell = now
+            and current >= before.replicas and pods >= before.pods and waiting < before.waiting):
+        began = before.waiting if before.falling_from is None else before.falling_from
+        if (before.falling_from is not None
+                and began > spec.queue.target_per_replica * before.pods
+                and waiting < began * (1 - BACKLOG_FALL)):
+            fell = now
+            said = (f"the requests waiting fell from {began:.0f} to {waiting:.0f} over "
+                    "evaluations in a row")
     return ScalingState(state.recommendations, state.scale_events, state.metrics_missing_since,
-                        state.serving, state.breaches, QueueSeen(now, waiting, pods, current, fell))
+                        state.serving, state.breaches,
+                        QueueSeen(now, waiting, pods, current, fell, began)), said
 
 
 UNCURED_KEPT_S = 3600.0
@@ -403,9 +432,12 @@ scale-in limit), for telling a breach the replicas added did not lower (NOT_LOAD
 
 
 def _breach_outcomes(spec: AutoscalingSpec, breaches: tuple[Breach, ...], reading: Reading,
-                     serving: int, now: float) -> tuple[tuple[Breach, ...], str | None]:
+                     serving: int, now: float,
+                     remember: bool = True) -> tuple[tuple[Breach, ...], str | None]:
     """The breaches remembered after this reading (ScalingState.breaches), and why the
     breach it reads, if any, is not the load's (None when it is, or there is none).
+    `remember` false: the breach it reads is a backlog's (_drained_at), and says nothing of
+    the load; the breaches before are cured or forgotten as they would be.
 
     Remembered: within latency.breachMemory (an uncured one for UNCURED_KEPT_S at least), and
     of the latency target and quantile the spec has now. A latency measured at or under the
@@ -441,7 +473,7 @@ def _breach_outcomes(spec: AutoscalingSpec, breaches: tuple[Breach, ...], readin
             breaches = _cured(breaches, reading.request_rate, serving,
                               queue is None or queue > spec.queue.target_per_replica)
     rate, latency = reading.request_rate, reading.latency_s
-    if (not reading.latency_breached or rate is None or rate <= 0 or serving <= 0
+    if (not remember or not reading.latency_breached or rate is None or rate <= 0 or serving <= 0
             or latency is None or (spec.latency.action is not LatencyAction.SCALE_OUT
                                    and _too_few(spec, reading) is not None)):
         return breaches, None
@@ -489,9 +521,19 @@ def _breach_outcomes(spec: AutoscalingSpec, breaches: tuple[Breach, ...], readin
 
 
 def _added(breaches: tuple[Breach, ...], new: Breach) -> tuple[Breach, ...]:
-    """`breaches` with `new`: those at a higher rate per replica than it are forgotten, and
-    of more than MAX_BREACHES the lowest and `new` are kept."""
-    kept = (*[b for b in breaches if b.per_replica < new.per_replica], new)
+    """`breaches` with `new`: those at a higher rate per replica than it are forgotten but
+    the lowest of the load's where `new` is now the load's lowest, and of more than
+    MAX_BREACHES the lowest and `new` are kept.
+
+    The one kept above it takes over when `new` turns out not to say what a replica carries
+    (cured at its own rate: a backlog's latency, a burst of slow requests): forgotten with
+    it, the queue at 0 took the replicas to minReplicas under a load that needed 20."""
+    backup = None
+    if all(b.outcome == NOT_LOAD for b in breaches if b.per_replica < new.per_replica):
+        backup = min((b for b in breaches
+                      if b.per_replica > new.per_replica and b.outcome != NOT_LOAD),
+                     key=_per_replica, default=None)
+    kept = (*[b for b in breaches if b.per_replica < new.per_replica or b is backup], new)
     return kept if len(kept) <= MAX_BREACHES else (min(kept, key=_per_replica), new)
 
 
@@ -552,11 +594,12 @@ def _queue_overload(spec: AutoscalingSpec, breaches: tuple[Breach, ...], reading
                     scaled_in: bool = False) -> tuple[tuple[Breach, ...], str | None]:
     """The breaches after the queue stayed above its target (a scale-out) at `serving`
     replicas: where the breach that sizes scale-ins (_breach_floor) lets a replica carry more
-    than it carries now, it takes this rate per replica, which overloaded it. The halfway
-    count a scale-in goes to after a breach can be too few; until the latency has breached
-    there for its window (a sample counts once its window starts after the change), the
-    queue scales out first, and the floor stayed where it was: 14 -> 7 -> 14 at a steady
-    load, every few minutes for hours.
+    than it carries now, a copy of it takes this rate per replica, which overloaded it, and
+    the breach stays beside it (_added: a backlog the replicas drain reads as an overload
+    too, and is cured at its own rate). The halfway count a scale-in goes to after a breach
+    can be too few; until the latency has breached there for its window (a sample counts
+    once its window starts after the change), the queue scales out first, and the floor
+    stayed where it was: 14 -> 7 -> 14 at a steady load, every few minutes for hours.
 
     With no breach remembered, a scale-in that the queue's overload follows (`scaled_in`:
     the last scale event took replicas away) went too far, and that rate is remembered as a
@@ -583,7 +626,7 @@ def _queue_overload(spec: AutoscalingSpec, breaches: tuple[Breach, ...], reading
         return breaches, None  # the floor keeps it under this already
     lowered = lowest._replace(time=now, rate=rate, replicas=serving, overloaded=now,
                               healthy=lowest.healthy if lowest.healthy < per_replica else 0.0)
-    return tuple(lowered if b is lowest else b for b in breaches), (
+    return _added(breaches, lowered), (
         f"the queue is above target at {_per_replica_text(per_replica)} req/s per replica "
         f"({rate:.1f} req/s on {serving}), under the "
         f"{_per_replica_text(lowest.per_replica)} the {reading.latency_kind} breach let a "
@@ -656,9 +699,7 @@ def _serving(current: int, state: ScalingState) -> int:
 
 def _latency_proposal(spec: AutoscalingSpec, current: int, reading: Reading,
                       serving: int, batching_stuck: Stuck = None,
-                      not_load: str | None = None, drained: bool = False) -> _Proposal:
-    """`drained`: the latency's samples are judged from when the queue last fell
-    (_settled_at), not from when the replicas last changed."""
+                      not_load: str | None = None) -> _Proposal:
     signal = spec.latency
     kind, target = reading.latency_kind, signal.target
     if reading.latency_quiet:
@@ -687,9 +728,7 @@ def _latency_proposal(spec: AutoscalingSpec, current: int, reading: Reading,
     elif not reading.latency_settled and not reading.latency_breached:
         # "0/2 samples above target" under two samples above it: they were measured
         # (their rate window) partly before the replicas last changed.
-        said += (" (a sample counts once its window starts after "
-                 + ("the requests waiting last fell, a backlog draining" if drained else
-                    "the replicas last changed") + "; "
+        said += (" (a sample counts once its window starts after the replicas last changed; "
                  "the newest does not yet)")
     if not reading.latency_breached:
         # An elevated latency vetoes scaling in even before it counts as a breach.

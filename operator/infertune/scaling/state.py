@@ -142,9 +142,12 @@ class QueueSeen(NamedTuple):
     replicas: int
     """The Deployment's replicas then."""
     fell: float | None = None
-    """When the requests waiting last fell, from above the target, by more than
-    engine.BACKLOG_FALL between two evaluations in a row with no replica taken away: the
-    replicas then drained a backlog faster than requests came in. None: never seen so."""
+    """When the requests waiting were last seen falling as a backlog drains
+    (engine._track_queue): from above the target, at evaluations in a row, by more than
+    engine.BACKLOG_FALL. None: never seen so."""
+    falling_from: float | None = None
+    """The requests waiting when the fall this reading is part of began (the reading
+    before its first); None: this reading found no fewer than the one before."""
 
 
 _time: Callable[[Recommendation | ScaleEvent | Breach], float] = itemgetter(0)
@@ -273,7 +276,8 @@ class ScalingState(NamedTuple):
             "queue": None if (queue := self.queue) is None else {
                 "time": format_time(queue.time), "waiting": queue.waiting, "pods": queue.pods,
                 "replicas": queue.replicas,
-                "fell": None if queue.fell is None else format_time(queue.fell)},
+                "fell": None if queue.fell is None else format_time(queue.fell),
+                "fallingFrom": queue.falling_from},
         }
 
     @classmethod
@@ -368,9 +372,11 @@ def _queue(data: dict[str, Any]) -> QueueSeen:
     more, over at least one pod)."""
     queue = QueueSeen(parse_time(data["time"]), float(data["waiting"]), int(data["pods"]),
                       int(data["replicas"]),
-                      None if data.get("fell") is None else parse_time(data["fell"]))
+                      None if data.get("fell") is None else parse_time(data["fell"]),
+                      None if data.get("fallingFrom") is None else float(data["fallingFrom"]))
     if not (math.isfinite(queue.waiting) and queue.waiting >= 0 and queue.pods >= 1
-            and queue.replicas >= 0):
+            and queue.replicas >= 0 and (queue.falling_from is None or (
+                math.isfinite(queue.falling_from) and queue.falling_from >= 0))):
         raise ValueError(f"queue {data} is not a reading of the queue")
     return queue
 
