@@ -1867,6 +1867,11 @@ def test_a_backlog_drains_where_the_queue_falls_at_evaluations_in_a_row() -> Non
     assert seen(once, 80.0, pods=9, now=NOW + 15).fell == earlier  # a pod stopped reporting
     assert seen(once, 80.0, now=NOW + 15 + 31).fell == earlier  # older than two intervals
     assert seen(once, 80.0, now=NOW + 30).fell == NOW + 30  # one evaluation missed
+    # Across a change of the pods that serve, the fall is theirs, not a backlog's.
+    changed = decide(signals(steady(80.0, now=NOW + 15), rate=50.0, now=NOW + 15),
+                     current=10, now=NOW + 15, ready=10,
+                     state=ScalingState(queue=once, serving=Serving(10, 10, NOW + 5, NOW + 5)))
+    assert changed.state.queue is not None and changed.state.queue.fell == earlier
     # Replicas added drain it: what waits over all of them is what counts.
     assert seen(once, 55.0, current=16, now=NOW + 15).fell == NOW + 15  # 880 waiting
     assert seen(once, 60.0, current=16, now=NOW + 15).fell == earlier  # 960: no fall
@@ -1894,8 +1899,7 @@ def test_the_latency_of_a_backlog_the_replicas_drain_is_acted_on_but_not_remembe
     wider = decide_scale(spec(maxReplicas=40), 20, draining, state, NOW, ready=20)
     assert wider.desired_replicas > 20 and wider.state.breaches[0] == before, wider.reason
     assert ("the requests waiting fell from 7000 to 6000 over evaluations in a row, so the "
-            "p99 breach is its requests', and is not remembered as what a replica carries"
-            ) in wider.reason
+            "p99 breach is not remembered as what a replica carries") in wider.reason
     current, t, waiting = 20, NOW, 300.0
     for step in range(12):  # the backlog drains by 7% an interval, the p99 far above target
         d = decide_scale(rules, current, signals(steady(waiting, now=t), (20_000, 18_000),
@@ -1915,3 +1919,99 @@ def test_the_latency_of_a_backlog_the_replicas_drain_is_acted_on_but_not_remembe
     # Halfway between 8.5 and 170 less the tolerance: 80.75 req/s per replica, 3 replicas.
     assert current == 3, d.reason
     assert "the queue was above target" in d.reason and "keeps at least 3" in d.reason
+
+
+def test_a_breach_is_remembered_once_its_samples_start_after_the_queue_fell() -> None:
+    """Only samples that reach back to the fall are the backlog's; a fall before the pods
+    that serve last changed is the old pods' (their latency is not counted either)."""
+    from infertune.scaling.state import QueueSeen
+
+    breach = signals(steady(10.0), (150, 150), rate=60.0)._replace(latency_window_s=60.0)
+
+    def remembered(fell: float, changed: float) -> bool:
+        state = ScalingState(serving=Serving(4, 4, changed, changed),
+                             queue=QueueSeen(NOW - 15, 40.0, 4, 4, fell))
+        d = decide_scale(spec(latency={"action": "ScaleOut"}), 4, breach, state, NOW,
+                         ready=4)
+        assert d.desired_replicas > 4, d.reason  # acted on either way
+        assert ("not remembered as what a replica carries" in d.reason) is not bool(
+            d.state.breaches), d.reason
+        return bool(d.state.breaches)
+
+    assert remembered(fell=NOW - 80, changed=NOW - 3600)  # both samples' windows after it
+    assert not remembered(fell=NOW - 70, changed=NOW - 3600)  # the older one's is not
+    assert remembered(fell=NOW - 600, changed=NOW - 100)  # fell before the change
+    # Nor does a fall before the change hold the queue's overload past its sustain window
+    # after the change.
+    lowest = Breach(NOW - 900, 100.0, 10, "75ms", 0.99, "Cured", 0.15, 0.0, NOW - 900)
+    for changed, lowered in ((NOW - 20, False), (NOW - 40, True)):
+        state = ScalingState(breaches=(lowest,), serving=Serving(10, 10, changed, changed),
+                             queue=QueueSeen(NOW - 15, 600.0, 10, 10, NOW - 600))
+        d = decide_scale(spec(maxReplicas=40), 10, signals(steady(60.0), (50, 50), rate=85.0),
+                         state, NOW, ready=10)
+        assert any(b.overloaded == NOW for b in d.state.breaches) is lowered, d.reason
+
+
+def test_one_fall_of_more_than_a_tenth_holds_the_breach_for_an_evaluation() -> None:
+    """Where a burst ends, the queue falls at once, the P99 is the burst's and the request
+    rate's window holds the quiet after it: remembered, that breach (7 req/s per replica
+    where 10 was the burst's) held 11 replicas for a day. The next reading tells a backlog
+    from a queue that wavers; one fall of a tenth or less is not held at all."""
+    from infertune.scaling.state import QueueSeen
+
+    breach = signals(steady(60.0), (150, 150), rate=60.0)
+    before = ScalingState(queue=QueueSeen(NOW - 15, 300.0, 4, 4))  # 75 per pod
+    held = decide(breach, state=before)
+    assert held.state.breaches == () and held.desired_replicas > 4, held.reason
+    assert ("the requests waiting fell from 300 to 240, so the p99 breach is not remembered"
+            in held.reason), held.reason
+    assert held.state.queue == QueueSeen(NOW, 240.0, 4, 4, None, 300.0)
+    small = decide(signals(steady(70.0), (150, 150), rate=60.0), state=before)  # 7%
+    assert len(small.state.breaches) == 1 and "fell" not in small.reason, small.reason
+    # From at or under the target (32 per pod), a fall is no backlog's.
+    quiet = decide(signals(steady(20.0), (150, 150), rate=60.0),
+                   state=ScalingState(queue=QueueSeen(NOW - 15, 120.0, 4, 4)))
+    assert len(quiet.state.breaches) == 1, quiet.reason
+
+
+def test_a_breach_lower_than_every_other_keeps_the_lowest_of_the_loads_above_it() -> None:
+    from infertune.scaling.engine import _added
+
+    def breach(rate: float, replicas: int, outcome: str = "Open", t: float = NOW) -> Breach:
+        return Breach(t, rate, replicas, "75ms", 0.99, outcome, 0.2, 0.0, t)
+
+    high, higher = breach(48.0, 4, "Cured", NOW - 60), breach(60.0, 4, t=NOW - 30)
+    new = breach(64.0, 8)  # 8 per replica
+    assert _added((high, higher), new) == (high, new)  # 12 kept, 15 forgotten
+    # Not one the replicas added did not lower (NotLoad): it says nothing of the load.
+    assert _added((breach(48.0, 4, "NotLoad"),), new) == (new,)
+    # A lower one of the load's is what limits scale-ins: the higher ones go.
+    low = breach(12.0, 2, t=NOW - 90)  # 6 per replica
+    assert _added((low, high), new) == (low, new)
+    # Two at most: a NotLoad one below keeps its place, and the one above goes.
+    below = breach(10.0, 2, "NotLoad", NOW - 100)  # 5 per replica
+    assert _added((below, high), new) == (below, new)
+
+
+def test_the_breach_kept_beside_the_queues_overload_keeps_no_rate_it_found_fine() -> None:
+    """The queue stayed above target at 8.5 req/s per replica where the latency breach at 10
+    was measured fine at 8.5 (`healthy`): kept as it was beside its lowered copy, a real
+    breach at 8 on 12 replicas read as a burst of slow requests under that `healthy` and
+    was not remembered, or the breach at 10 was marked NotLoad by it."""
+    rules = spec(maxReplicas=40)
+    # Cured at 8.5 before; or still open, the P99 above target at one sample of two.
+    for outcome, healthy, p99 in (("Cured", 8.5, (50, 50)), ("Open", 0.0, (50, 150))):
+        first = Breach(NOW - 600, 80.0, 8, "75ms", 0.99, outcome, 0.15, healthy, NOW - 600)
+        state = ScalingState(breaches=(first,), serving=Serving(10, 10, NOW - 300, NOW - 300))
+        over = decide_scale(rules, 10, signals(steady(40.0), p99, rate=85.0), state, NOW,
+                            ready=10)
+        [kept, lowered] = over.state.breaches
+        assert (kept.per_replica, kept.outcome, kept.healthy, lowered.per_replica,
+                lowered.overloaded) == (10.0, outcome, 0.0, 8.5, NOW), over.state.breaches
+        t = NOW + 600
+        state = over.state._replace(serving=Serving(12, 12, t - 300, t - 300))
+        real = decide_scale(rules, 12, signals(steady(36.0, now=t), (145, 145), rate=96.0,
+                                                now=t), state, t, ready=12)
+        assert [(b.per_replica, b.outcome) for b in real.state.breaches] == [
+            (8.5, lowered.outcome), (8.0, "Open")], real.state.breaches
+        assert "burst" not in real.reason and "did not lower" not in real.reason

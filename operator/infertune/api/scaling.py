@@ -25,7 +25,9 @@ MAX_CONSECUTIVE_SAMPLES = 100
 MAX_BREACH_MEMORY_S = 86400
 MAX_BREACHES = 2
 """Latency breaches remembered (scaling.state.ScalingState.breaches): the lowest rate per
-replica, and the newest when it is higher (it takes over when the lowest is forgotten)."""
+replica, and beside it the newest when it is higher (it takes over when the lowest is
+forgotten), or the lowest of the load's before it where the newest is the lowest (it takes
+over when the newest turns out not to say what a replica carries)."""
 
 
 class QueueSignal(ApiModel):

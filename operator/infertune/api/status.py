@@ -256,7 +256,8 @@ class AutoscalingState(ApiModel):
     latency_breaches: list[BreachRecord] = Field(default_factory=list,
                                                   max_length=MAX_BREACHES)
     """Latency breaches within latency.breachMemory, which limit scaling in: the one at the
-    lowest request rate per replica, and the newest when it is higher."""
+    lowest request rate per replica, and beside it the newest when it is higher, or the
+    lowest before it where the newest is the lowest."""
     queue: QueueRecord | None = None
     """The queue at the last evaluation that read it, to tell a backlog the replicas drain
     from the load they carry."""

@@ -116,18 +116,27 @@ def decide_scale(spec: AutoscalingSpec, current_replicas: int, signals: TargetSi
     if ready_pods is not None:
         reading = reading._replace(ready_pods=ready_pods)
     drained = _drained_at(state, changed)
+    falling = _falling(spec, state, now)
     remember = True
-    if (drained is not None and reading.latency_breached
-            and not read_signals(spec, signals, now, ready, drained).latency_breached):
+    if reading.latency_breached and (falling is not None or (
+            drained is not None
+            and not read_signals(spec, signals, now, ready, drained).latency_breached)):
         # Acted on (the SLO is the safe side), but remembered only from samples measured
-        # after the queue stopped falling.
+        # after the queue stopped falling. At its first fall too, which the next reading
+        # may or may not confirm: remembered then, the P99 of a burst's backlog, over a
+        # window that also holds the quiet minute after it, held 14 replicas where 10
+        # carried the load, for a day.
         remember = False
-        falls = (falls or "the requests waiting fell as a backlog drains "
-                 f"{format_duration(round(now - drained))} ago") + (
-            f", so the {reading.latency_kind} breach is its requests', and is not remembered "
-            "as what a replica carries")
-    elif falls is not None:
+        why = falls or falling
+        if why is None and drained is not None:
+            why = ("the requests waiting fell as a backlog drains "
+                   f"{format_duration(round(now - drained))} ago")
+        falls = (f"{why}, so the {reading.latency_kind} breach is not remembered as what a "
+                 "replica carries")
+    elif falls is not None and drained is not None:
         falls += ": a backlog the replicas drain"
+    else:
+        falls = None
     state = _track_missing(state, reading, now, current_replicas)
     if not spec.enabled:
         return _held(current_replicas, ScaleAction.DISABLED, "spec.autoscaling.enabled is false; "
@@ -171,7 +180,7 @@ def _decide_on_signals(spec: AutoscalingSpec, current: int, reading: Reading,
                  and now - state.scale_events[-1].time <= _scale_in_kept_s(spec))
     since = _drained_at(state, changed) or changed
     if ((state.breaches or scaled_in) and queue.replicas is not None and queue.replicas > current
-            and serving == current
+            and serving == current and _falling(spec, state, now) is None
             and (since is None or now - seconds(spec.queue.sustain) >= since)):
         # Only once every replica serves and the queue stayed above target all through the
         # sustain window after that, and after it last fell as a backlog drains: a backlog
@@ -383,6 +392,19 @@ def _drained_at(state: ScalingState, changed: float | None) -> float | None:
     return fell if fell is not None and (changed is None or fell > changed) else None
 
 
+def _falling(spec: AutoscalingSpec, state: ScalingState, now: float) -> str | None:
+    """Said when this evaluation's queue (_track_queue) found more than BACKLOG_FALL fewer
+    requests waiting than where a fall that began above the target began: perhaps a
+    backlog the replicas drain, which the next reading tells (QueueSeen.fell). None
+    otherwise."""
+    queue = state.queue
+    if (queue is None or queue.time != now or queue.falling_from is None
+            or not queue.falling_from > spec.queue.target_per_replica * queue.pods
+            or not queue.waiting < queue.falling_from * (1 - BACKLOG_FALL)):
+        return None
+    return f"the requests waiting fell from {queue.falling_from:.0f} to {queue.waiting:.0f}"
+
+
 BACKLOG_FALL = 0.1
 """How much the requests waiting fall, over evaluations in a row that each find fewer, for
 a backlog the replicas drain (_track_queue): over two at least, as a queue that wavers
@@ -412,7 +434,9 @@ def _track_queue(spec: AutoscalingSpec, state: ScalingState, signals: TargetSign
     before = state.queue
     fell = None if before is None else before.fell
     began = said = None
+    changed = _changed_at(state)
     if (before is not None and before.time < now <= before.time + 2 * spec.interval.seconds + 1
+            and (changed is None or before.time >= changed)
             and current >= before.replicas and pods >= before.pods and waiting < before.waiting):
         began = before.waiting if before.falling_from is None else before.falling_from
         if (before.falling_from is not None
@@ -446,11 +470,13 @@ def _breach_outcomes(spec: AutoscalingSpec, breaches: tuple[Breach, ...], readin
     beyond the tolerance, whose latency came down by less than a quarter of what that rate
     says (`latency x rate per replica now / then`), is not the load's: the replicas added
     did not lower it (a slow dependency, a bad release, longer requests). The uncured ones
-    are marked so (and kept while it lasts), and it is not remembered. Any other breach is:
-    the older ones at a rate per replica as high or higher are dropped (it is lower and
-    newer), and of more than MAX_BREACHES the lowest and the newest are kept, so the lowest
-    is remembered for breachMemory after it (or after the last scale-in it limited, and at
-    most MAX_BREACH_MEMORY_S after it) and the newest takes over then. A breach at a rate per
+    are marked so (and kept while it lasts), and it is not remembered. Any other breach is
+    (_added): the older ones at a rate per replica as high or higher are dropped (it is
+    lower and newer) but the lowest of the load's, and of more than MAX_BREACHES the lowest
+    and the newest are kept, so the lowest is remembered for breachMemory after it (or
+    after the last scale-in it limited, and at most MAX_BREACH_MEMORY_S after it) and the
+    newest takes over then. A breach under one the queue overloaded at is not judged
+    against that one's latency: the queue said it was the load's. A breach at a rate per
     replica the latency was measured fine at since an earlier one (its `healthy`) is taken
     for a burst of slow requests and not remembered (the earlier one `doubted`); a second
     such episode within breachMemory is remembered, and clears that `healthy` (a slower
@@ -481,9 +507,12 @@ def _breach_outcomes(spec: AutoscalingSpec, breaches: tuple[Breach, ...], readin
     if not per_replica > 0:
         return breaches, None
     beyond = per_replica * (1 + spec.tolerance)
-    # Not against a rate the queue overloaded at: its latency was not measured there.
+    # Not against a rate the queue overloaded at (its latency was not measured there), nor
+    # one the queue overloaded under: the queue said so already.
+    overloaded = min((b.per_replica for b in breaches if b.overloaded is not None),
+                     default=math.inf)
     uncured = [b for b in breaches if b.outcome != CURED and b.overloaded is None
-               and serving > b.replicas
+               and b.per_replica < overloaded and serving > b.replicas
                and b.per_replica > beyond
                and latency > b.latency * (0.75 + 0.25 * per_replica / b.per_replica)]
     if uncured:
@@ -522,17 +551,14 @@ def _breach_outcomes(spec: AutoscalingSpec, breaches: tuple[Breach, ...], readin
 
 def _added(breaches: tuple[Breach, ...], new: Breach) -> tuple[Breach, ...]:
     """`breaches` with `new`: those at a higher rate per replica than it are forgotten but
-    the lowest of the load's where `new` is now the load's lowest, and of more than
-    MAX_BREACHES the lowest and `new` are kept.
+    the lowest of the load's, and of more than MAX_BREACHES the lowest and `new` are kept
+    (a NotLoad one under `new` keeps its place then, and the one above goes).
 
     The one kept above it takes over when `new` turns out not to say what a replica carries
     (cured at its own rate: a backlog's latency, a burst of slow requests): forgotten with
     it, the queue at 0 took the replicas to minReplicas under a load that needed 20."""
-    backup = None
-    if all(b.outcome == NOT_LOAD for b in breaches if b.per_replica < new.per_replica):
-        backup = min((b for b in breaches
-                      if b.per_replica > new.per_replica and b.outcome != NOT_LOAD),
-                     key=_per_replica, default=None)
+    backup = min((b for b in breaches if b.per_replica > new.per_replica
+                  and b.outcome != NOT_LOAD), key=_per_replica, default=None)
     kept = (*[b for b in breaches if b.per_replica < new.per_replica or b is backup], new)
     return kept if len(kept) <= MAX_BREACHES else (min(kept, key=_per_replica), new)
 
@@ -626,7 +652,11 @@ def _queue_overload(spec: AutoscalingSpec, breaches: tuple[Breach, ...], reading
         return breaches, None  # the floor keeps it under this already
     lowered = lowest._replace(time=now, rate=rate, replicas=serving, overloaded=now,
                               healthy=lowest.healthy if lowest.healthy < per_replica else 0.0)
-    return _added(breaches, lowered), (
+    # The breach stays beside its lowered copy (_added), without a rate the queue has just
+    # found overloaded as fine.
+    kept = tuple(b._replace(healthy=0.0) if b is lowest and b.healthy >= per_replica else b
+                 for b in breaches)
+    return _added(kept, lowered), (
         f"the queue is above target at {_per_replica_text(per_replica)} req/s per replica "
         f"({rate:.1f} req/s on {serving}), under the "
         f"{_per_replica_text(lowest.per_replica)} the {reading.latency_kind} breach let a "

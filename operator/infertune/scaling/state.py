@@ -166,7 +166,8 @@ class ScalingState(NamedTuple):
     serving: Serving | None = None
     """None until an evaluation reads the Deployment's readiness."""
     breaches: tuple[Breach, ...] = ()
-    """Latency breaches within breachMemory, at most MAX_BREACHES (engine._breach_outcomes)."""
+    """Latency breaches within breachMemory, at most MAX_BREACHES (engine._breach_outcomes,
+    engine._added)."""
     queue: QueueSeen | None = None
     """The queue at the last evaluation that read it; None before one did."""
 
