@@ -1880,12 +1880,13 @@ def test_a_backlog_drains_where_the_queue_falls_at_evaluations_in_a_row() -> Non
     assert kept.state.queue == once
 
 
-def test_the_latency_of_a_backlog_the_replicas_drain_is_acted_on_but_not_remembered() -> None:
+def test_the_latency_of_a_backlog_the_replicas_drain_is_no_breach_of_the_load() -> None:
     """At maxReplicas, a backlog left by too few replicas drained for minutes, its latency
     above the target all the while: remembered as a breach at the rate the 20 replicas
     carry, it was cured at that same rate once the backlog had gone and forgotten with
     what was known before it, and the queue, at 0, took the replicas to 1 every nine
-    minutes. Now the breach of before stays, and limits the scale-in once it is over."""
+    minutes. Now it holds the replicas but adds none (the queue does, while it is above its
+    target), and the breach of before stays, and limits the scale-in once it is over."""
     from infertune.scaling.state import QueueSeen
 
     rules = spec(maxReplicas=20)
@@ -1895,17 +1896,20 @@ def test_the_latency_of_a_backlog_the_replicas_drain_is_acted_on_but_not_remembe
     state = ScalingState(breaches=(before,), serving=Serving(20, 20, NOW - 75, NOW - 75),
                          queue=QueueSeen(NOW - 15, 20 * 330.0, 20, 20, None, 20 * 350.0))
     draining = signals(steady(300.0), (20_000, 18_000), rate=170.0)
-    # Acted on below maxReplicas (the SLO is the safe side), and said.
+    # Below maxReplicas the queue adds replicas; the latency adds none, and says why.
     wider = decide_scale(spec(maxReplicas=40), 20, draining, state, NOW, ready=20)
-    assert wider.desired_replicas > 20 and wider.state.breaches[0] == before, wider.reason
-    assert ("the requests waiting fell from 7000 to 6000 over evaluations in a row, so the "
-            "p99 breach is not remembered as what a replica carries") in wider.reason
+    assert wider.desired_replicas == 40 and wider.state.breaches[0] == before, wider.reason
+    assert ("p99 18000ms vs target 75ms at 170.0 req/s, 2/2 samples above target; the "
+            "requests waiting fell from 7000 to 6000 over evaluations in a row: the p99 above "
+            "target is that backlog's, so it adds no replicas, lowers no batch and is not "
+            "remembered as what a replica carries") in wider.reason, wider.reason
+    assert "-> 4800" not in wider.reason  # the latency's own proposal
     current, t, waiting = 20, NOW, 300.0
     for step in range(12):  # the backlog drains by 7% an interval, the p99 far above target
         d = decide_scale(rules, current, signals(steady(waiting, now=t), (20_000, 18_000),
                                                   rate=170.0, now=t), state, t, ready=current)
         state, current, t, waiting = d.state, d.desired_replicas, t + 15, waiting * 0.93
-        assert "is not remembered as what a replica carries" in d.reason, d.reason
+        assert "is that backlog's, so it adds no replicas" in d.reason, d.reason
         assert all(b.latency == 0.0 for b in state.breaches), (step, d.reason)
         assert before in state.breaches  # beside the queue's overload, if any
     # The backlog gone: the queue at 0, the p99 under target at 170 req/s on 20.
@@ -1922,8 +1926,9 @@ def test_the_latency_of_a_backlog_the_replicas_drain_is_acted_on_but_not_remembe
 
 
 def test_a_breach_is_remembered_once_its_samples_start_after_the_queue_fell() -> None:
-    """Only samples that reach back to the fall are the backlog's; a fall before the pods
-    that serve last changed is the old pods' (their latency is not counted either)."""
+    """Only samples that reach back to the fall are the backlog's (no replicas are added for
+    them); a fall before the pods that serve last changed is the old pods' (their latency
+    is not counted either)."""
     from infertune.scaling.state import QueueSeen
 
     breach = signals(steady(10.0), (150, 150), rate=60.0)._replace(latency_window_s=60.0)
@@ -1933,7 +1938,7 @@ def test_a_breach_is_remembered_once_its_samples_start_after_the_queue_fell() ->
                              queue=QueueSeen(NOW - 15, 40.0, 4, 4, fell))
         d = decide_scale(spec(latency={"action": "ScaleOut"}), 4, breach, state, NOW,
                          ready=4)
-        assert d.desired_replicas > 4, d.reason  # acted on either way
+        assert (d.desired_replicas > 4) is bool(d.state.breaches), d.reason
         assert ("not remembered as what a replica carries" in d.reason) is not bool(
             d.state.breaches), d.reason
         return bool(d.state.breaches)
@@ -1959,12 +1964,13 @@ def test_one_fall_of_more_than_a_tenth_holds_the_breach_for_an_evaluation() -> N
     from a queue that wavers; one fall of a tenth or less is not held at all."""
     from infertune.scaling.state import QueueSeen
 
-    breach = signals(steady(60.0), (150, 150), rate=60.0)
+    breach = signals(steady(60.0), (300, 300), rate=60.0)  # the p99 alone would say 16
     before = ScalingState(queue=QueueSeen(NOW - 15, 300.0, 4, 4))  # 75 per pod
     held = decide(breach, state=before)
-    assert held.state.breaches == () and held.desired_replicas > 4, held.reason
-    assert ("the requests waiting fell from 300 to 240, so the p99 breach is not remembered"
-            in held.reason), held.reason
+    assert held.state.breaches == (), held.reason
+    assert ("the requests waiting fell from 300 to 240: the p99 above target is that "
+            "backlog's" in held.reason), held.reason
+    assert held.desired_replicas == 8, held.reason  # the queue's 60 per pod, not the p99's
     assert held.state.queue == QueueSeen(NOW, 240.0, 4, 4, None, 300.0)
     small = decide(signals(steady(70.0), (150, 150), rate=60.0), state=before)  # 7%
     assert len(small.state.breaches) == 1 and "fell" not in small.reason, small.reason
@@ -2015,3 +2021,45 @@ def test_the_breach_kept_beside_the_queues_overload_keeps_no_rate_it_found_fine(
         assert [(b.per_replica, b.outcome) for b in real.state.breaches] == [
             (8.5, lowered.outcome), (8.0, "Open")], real.state.breaches
         assert "burst" not in real.reason and "did not lower" not in real.reason
+
+
+def test_the_queues_overload_after_a_scale_in_is_taken_unless_the_queue_falls_by_a_quarter(
+) -> None:
+    """A queue that wavers by 15% fell by 11% at the evaluation where a scale-in had left too
+    few replicas: skipped there, the overload went unremembered once the scale-out that
+    followed changed the pods, and 30 req/s went 4 -> 2 -> 6 -> 12 with a P99 of 30s. Where a
+    burst ends, the queue falls by far more, and the request rate's window holds the quiet
+    after it too: that overload is not taken."""
+    from infertune.scaling.state import QueueSeen
+
+    def overload(fell_to: float) -> bool:
+        state = ScalingState(scale_events=(ScaleEvent(NOW - 60, -1),),
+                             serving=Serving(3, 3, NOW - 60, NOW - 60),
+                             queue=QueueSeen(NOW - 15, 3 * 134.0, 3, 3))
+        d = decide_scale(spec(maxReplicas=40), 3, signals(steady(fell_to), rate=30.0), state,
+                         NOW, ready=3)
+        assert d.desired_replicas > 3, d.reason  # the queue scales out either way
+        return any(b.overloaded == NOW for b in d.state.breaches)
+
+    assert overload(118.6)  # 11.5% under the reading before
+    assert not overload(90.0)  # 33%
+
+
+def test_a_queue_past_floats_range_is_not_kept() -> None:
+    """A mean near float's limit summed over the pods is infinite: kept, it made the status
+    patch JSON cannot carry, and the API server refused every status write."""
+    from infertune.scaling.state import QueueSeen
+
+    before = QueueSeen(NOW - 15, 400.0, 4, 4)
+    d = decide(signals(steady(1e308), rate=50.0), state=ScalingState(queue=before))
+    assert d.state.queue == before
+    json.dumps(d.state.to_json(), allow_nan=False)
+
+
+def test_the_requests_waiting_are_written_to_three_figures_under_a_hundred() -> None:
+    """With a queue target of 0.5 per pod, a fall read "the requests waiting fell from 2 to
+    2"."""
+    from infertune.scaling.engine import _waiting_text
+
+    assert [_waiting_text(v) for v in (1.8, 1.24, 0.05, 99.94, 100.4, 7000.0)] == [
+        "1.8", "1.24", "0.05", "99.9", "100", "7000"]

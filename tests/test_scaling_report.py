@@ -1832,3 +1832,26 @@ def test_a_load_near_max_replicas_settles_with_a_queue_that_wavers(
                           ready_at_next=ready_at_next, noise=0.15, seed=seed)
     settled = counts[250:]
     assert len(set(settled)) <= 2 and min(settled) * 10 * 0.87 >= load * 0.95, counts
+
+
+def test_batching_auto_does_not_lower_the_batch_for_a_backlogs_latency() -> None:
+    """The P99 of a backlog the replicas drain with the queue already low read as "the
+    latency comes from batching": mode Auto lowered max-num-seqs, which re-created every
+    pod while they drained it, and kept the breach that lowered it for an hour. The same
+    P99 with the queue steady is the batch's."""
+    tuning = spec(batching={"mode": "Auto", "min": 16, "max": 256})
+    status = {"batching": {"knob": "max-num-seqs", "applied": 128,
+                           "servingSince": format_time(NOW - 3600)},
+              "tuning": pods_at(tuning, 128),
+              # The queue fell from 90 per pod at 4 evaluations in a row, 15s ago.
+              "autoscaling": {"state": {"queue": {
+                  "time": format_time(NOW - 15), "waiting": 40.0, "pods": 4, "replicas": 4,
+                  "fell": format_time(NOW - 15), "fallingFrom": 360.0}}}}
+    planned = plan_evaluation(tuning, 1, status, signals(5.0, 0.2), 4, None, NOW)
+    block, reason = planned.status["batching"], planned.status["autoscaling"]["reason"]
+    assert block["applied"] == 128 and planned.status["autoscaling"]["action"] == "Hold", block
+    assert "the p99 above target is that backlog's, so it adds no replicas, lowers no batch" \
+        in reason, reason
+    steady = {**status, "autoscaling": {}}
+    lowered = plan_evaluation(tuning, 1, steady, signals(5.0, 0.2), 4, None, NOW)
+    assert lowered.status["batching"]["applied"] < 128, lowered.status["batching"]

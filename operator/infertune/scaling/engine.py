@@ -117,22 +117,25 @@ def decide_scale(spec: AutoscalingSpec, current_replicas: int, signals: TargetSi
         reading = reading._replace(ready_pods=ready_pods)
     drained = _drained_at(state, changed)
     falling = _falling(spec, state, now)
-    remember = True
     if reading.latency_breached and (falling is not None or (
             drained is not None
             and not read_signals(spec, signals, now, ready, drained).latency_breached)):
-        # Acted on (the SLO is the safe side), but remembered only from samples measured
-        # after the queue stopped falling. At its first fall too, which the next reading
-        # may or may not confirm: remembered then, the P99 of a burst's backlog, over a
-        # window that also holds the quiet minute after it, held 14 replicas where 10
-        # carried the load, for a day.
-        remember = False
+        # The latency of a backlog the replicas drain (its samples reach back to when the
+        # queue fell as one drains; or the queue fell by more than BACKLOG_FALL just now,
+        # which the next reading confirms or not) is no breach of the load: it holds the
+        # replicas (no scale-in), adds none, lowers no batch and is not remembered. Taken
+        # for one, the P99 of a burst's end, over a request rate whose window also held the
+        # quiet after it, was remembered at 7 req/s per replica where 10 was the burst's
+        # and held 11 replicas where 10 carried the load for a day, and with a low queue it
+        # was handed to batching, which re-created every pod to lower the batch.
         why = falls or falling
         if why is None and drained is not None:
-            why = ("the requests waiting fell as a backlog drains "
+            why = ("the requests waiting last fell, as a backlog drains, "
                    f"{format_duration(round(now - drained))} ago")
-        falls = (f"{why}, so the {reading.latency_kind} breach is not remembered as what a "
-                 "replica carries")
+        falls = (f"{why}: the {reading.latency_kind} above target is that backlog's, so it "
+                 "adds no replicas, lowers no batch and is not remembered as what a replica "
+                 "carries")
+        reading = reading._replace(latency_breached=False)
     elif falls is not None and drained is not None:
         falls += ": a backlog the replicas drain"
     else:
@@ -155,21 +158,19 @@ def decide_scale(spec: AutoscalingSpec, current_replicas: int, signals: TargetSi
     if reading.queue_missing and reading.latency_missing:
         return _metrics_unavailable(spec, current_replicas, reading, state, now)
     return _decide_on_signals(spec, current_replicas, reading, state, now, batching_stuck,
-                              falls, remember)
+                              falls)
 
 
 def _decide_on_signals(spec: AutoscalingSpec, current: int, reading: Reading,
                        state: ScalingState, now: float, batching_stuck: Stuck = None,
-                       falls: str | None = None, remember: bool = True) -> ScaleDecision:
+                       falls: str | None = None) -> ScaleDecision:
     """`falls`: what the queue falling as a backlog drains does to this decision, for the
-    reason (None: nothing); `remember` false: the latency breach read is that backlog's,
-    and is not remembered (_breach_outcomes)."""
+    reason (None: nothing)."""
     queue = _queue_proposal(spec, current, reading)
     serving = _serving(current, state)
     not_load = None
     if state.breaches or reading.latency_breached:  # the usual case: neither
-        breaches, not_load = _breach_outcomes(spec, state.breaches, reading, serving, now,
-                                              remember)
+        breaches, not_load = _breach_outcomes(spec, state.breaches, reading, serving, now)
         if breaches != state.breaches:
             state = state.with_breaches(breaches)
     overload = None
@@ -180,7 +181,7 @@ def _decide_on_signals(spec: AutoscalingSpec, current: int, reading: Reading,
                  and now - state.scale_events[-1].time <= _scale_in_kept_s(spec))
     since = _drained_at(state, changed) or changed
     if ((state.breaches or scaled_in) and queue.replicas is not None and queue.replicas > current
-            and serving == current and _falling(spec, state, now) is None
+            and serving == current and _falling(spec, state, now, BURST_END_FALL) is None
             and (since is None or now - seconds(spec.queue.sustain) >= since)):
         # Only once every replica serves and the queue stayed above target all through the
         # sustain window after that, and after it last fell as a backlog drains: a backlog
@@ -392,7 +393,21 @@ def _drained_at(state: ScalingState, changed: float | None) -> float | None:
     return fell if fell is not None and (changed is None or fell > changed) else None
 
 
-def _falling(spec: AutoscalingSpec, state: ScalingState, now: float) -> str | None:
+BACKLOG_FALL = 0.1
+"""How much the requests waiting fall, over evaluations in a row that each find fewer, for
+a backlog the replicas drain (_track_queue): over two at least, as a queue that wavers
+falls by as much from one to the next now and then. At one fall of more than this, a
+latency breach is not taken for the load's until the next reading (_falling)."""
+BURST_END_FALL = 0.25
+"""One fall of the requests waiting of more than this, where a burst ends, and the queue's
+overload is not taken at that evaluation either (_queue_overload): its request rate is
+over a window that also holds the quiet after the burst. Not at BACKLOG_FALL: a queue that
+wavers by 15% fell by 11% where a scale-in had just left too few replicas, the overload
+went unremembered, and 30 req/s went 4 -> 2 -> 6 -> 12 with a P99 of 30s."""
+
+
+def _falling(spec: AutoscalingSpec, state: ScalingState, now: float,
+             by: float = BACKLOG_FALL) -> str | None:
     """Said when this evaluation's queue (_track_queue) found more than BACKLOG_FALL fewer
     requests waiting than where a fall that began above the target began: perhaps a
     backlog the replicas drain, which the next reading tells (QueueSeen.fell). None
@@ -400,15 +415,16 @@ def _falling(spec: AutoscalingSpec, state: ScalingState, now: float) -> str | No
     queue = state.queue
     if (queue is None or queue.time != now or queue.falling_from is None
             or not queue.falling_from > spec.queue.target_per_replica * queue.pods
-            or not queue.waiting < queue.falling_from * (1 - BACKLOG_FALL)):
+            or not queue.waiting < queue.falling_from * (1 - by)):
         return None
-    return f"the requests waiting fell from {queue.falling_from:.0f} to {queue.waiting:.0f}"
+    return (f"the requests waiting fell from {_waiting_text(queue.falling_from)} to "
+            f"{_waiting_text(queue.waiting)}")
 
 
-BACKLOG_FALL = 0.1
-"""How much the requests waiting fall, over evaluations in a row that each find fewer, for
-a backlog the replicas drain (_track_queue): over two at least, as a queue that wavers
-falls by as much from one to the next now and then."""
+def _waiting_text(waiting: float) -> str:
+    """A count of requests waiting (summed over pods, each a mean over its scrape): whole
+    from 100, else to three figures (a queue target of 0.5 read "fell from 2 to 2")."""
+    return f"{waiting:.0f}" if waiting >= 100 else f"{waiting:.3g}"
 
 
 def _track_queue(spec: AutoscalingSpec, state: ScalingState, signals: TargetSignals,
@@ -431,6 +447,8 @@ def _track_queue(spec: AutoscalingSpec, state: ScalingState, signals: TargetSign
         return state, None
     pods = signals.queue.pods or current
     waiting = per_pod * pods
+    if not math.isfinite(waiting):  # a mean near float's limit, summed over the pods
+        return state, None
     before = state.queue
     fell = None if before is None else before.fell
     began = said = None
@@ -443,8 +461,8 @@ def _track_queue(spec: AutoscalingSpec, state: ScalingState, signals: TargetSign
                 and began > spec.queue.target_per_replica * before.pods
                 and waiting < began * (1 - BACKLOG_FALL)):
             fell = now
-            said = (f"the requests waiting fell from {began:.0f} to {waiting:.0f} over "
-                    "evaluations in a row")
+            said = (f"the requests waiting fell from {_waiting_text(began)} to "
+                    f"{_waiting_text(waiting)} over evaluations in a row")
     return ScalingState(state.recommendations, state.scale_events, state.metrics_missing_since,
                         state.serving, state.breaches,
                         QueueSeen(now, waiting, pods, current, fell, began)), said
@@ -456,12 +474,9 @@ scale-in limit), for telling a breach the replicas added did not lower (NOT_LOAD
 
 
 def _breach_outcomes(spec: AutoscalingSpec, breaches: tuple[Breach, ...], reading: Reading,
-                     serving: int, now: float,
-                     remember: bool = True) -> tuple[tuple[Breach, ...], str | None]:
+                     serving: int, now: float) -> tuple[tuple[Breach, ...], str | None]:
     """The breaches remembered after this reading (ScalingState.breaches), and why the
     breach it reads, if any, is not the load's (None when it is, or there is none).
-    `remember` false: the breach it reads is a backlog's (_drained_at), and says nothing of
-    the load; the breaches before are cured or forgotten as they would be.
 
     Remembered: within latency.breachMemory (an uncured one for UNCURED_KEPT_S at least), and
     of the latency target and quantile the spec has now. A latency measured at or under the
@@ -499,7 +514,7 @@ def _breach_outcomes(spec: AutoscalingSpec, breaches: tuple[Breach, ...], readin
             breaches = _cured(breaches, reading.request_rate, serving,
                               queue is None or queue > spec.queue.target_per_replica)
     rate, latency = reading.request_rate, reading.latency_s
-    if (not remember or not reading.latency_breached or rate is None or rate <= 0 or serving <= 0
+    if (not reading.latency_breached or rate is None or rate <= 0 or serving <= 0
             or latency is None or (spec.latency.action is not LatencyAction.SCALE_OUT
                                    and _too_few(spec, reading) is not None)):
         return breaches, None
