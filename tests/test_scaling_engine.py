@@ -1901,7 +1901,7 @@ def test_the_latency_of_a_backlog_the_replicas_drain_is_no_breach_of_the_load() 
     assert wider.desired_replicas == 40 and wider.state.breaches[0] == before, wider.reason
     assert ("p99 18000ms vs target 75ms at 170.0 req/s, 2/2 samples above target; the "
             "requests waiting fell from 7000 to 6000 over evaluations in a row: the p99 above "
-            "target is that backlog's, so it adds no replicas, lowers no batch and is not "
+            "target is that backlog's, so it adds no replicas, changes no batch and is not "
             "remembered as what a replica carries") in wider.reason, wider.reason
     assert "-> 4800" not in wider.reason  # the latency's own proposal
     current, t, waiting = 20, NOW, 300.0
@@ -1968,8 +1968,9 @@ def test_one_fall_of_more_than_a_tenth_holds_the_breach_for_an_evaluation() -> N
     before = ScalingState(queue=QueueSeen(NOW - 15, 300.0, 4, 4))  # 75 per pod
     held = decide(breach, state=before)
     assert held.state.breaches == (), held.reason
-    assert ("the requests waiting fell from 300 to 240: the p99 above target is that "
-            "backlog's" in held.reason), held.reason
+    assert ("the requests waiting fell from 300 to 240: the p99 above target may be a "
+            "backlog's (the next reading tells), so it adds no replicas" in held.reason), \
+        held.reason
     assert held.desired_replicas == 8, held.reason  # the queue's 60 per pod, not the p99's
     assert held.state.queue == QueueSeen(NOW, 240.0, 4, 4, None, 300.0)
     small = decide(signals(steady(70.0), (150, 150), rate=60.0), state=before)  # 7%
@@ -2063,3 +2064,29 @@ def test_the_requests_waiting_are_written_to_three_figures_under_a_hundred() -> 
 
     assert [_waiting_text(v) for v in (1.8, 1.24, 0.05, 99.94, 100.4, 7000.0)] == [
         "1.8", "1.24", "0.05", "99.9", "100", "7000"]
+
+
+def test_a_backlogs_latency_holds_the_replicas_where_the_queue_would_take_them_away() -> None:
+    """The queue drained to 10 per pod, the P99 still over the backlog's requests: no
+    scale-in while it is above its target, as for any latency above target."""
+    from infertune.scaling.state import QueueSeen
+
+    state = ScalingState(queue=QueueSeen(NOW - 15, 4 * 100.0, 4, 4, None, 4 * 300.0))
+    d = decide(signals(steady(10.0), (300, 300), rate=20.0), state=state,
+               scaleDown={"stabilization": "0s"})
+    assert d.desired_replicas == 4 and d.state.breaches == (), d.reason
+    assert "is that backlog's, so it adds no replicas" in d.reason, d.reason
+    assert d.signals.latency_backlog is not None and not d.signals.latency_breached
+    assert d.signals.to_json()["latencyBacklog"] == d.signals.latency_backlog
+
+
+def test_a_queue_that_wavers_around_its_target_is_no_backlog() -> None:
+    """From 40 to 36 to 33 per pod (the target 32) is more than 10% in two falls, but no
+    backlog's: held back as one, a P99 four times its target went unanswered for minutes."""
+    from infertune.scaling.state import QueueSeen
+
+    state = ScalingState(queue=QueueSeen(NOW - 15, 4 * 36.0, 4, 4, None, 4 * 40.0))
+    d = decide(signals(steady(33.0), (300, 300), rate=60.0), state=state,
+               latency={"action": "ScaleOut"})
+    assert d.state.queue is not None and d.state.queue.fell is None
+    assert d.desired_replicas > 4 and len(d.state.breaches) == 1, d.reason

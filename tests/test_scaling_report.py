@@ -1850,8 +1850,10 @@ def test_batching_auto_does_not_lower_the_batch_for_a_backlogs_latency() -> None
     planned = plan_evaluation(tuning, 1, status, signals(5.0, 0.2), 4, None, NOW)
     block, reason = planned.status["batching"], planned.status["autoscaling"]["reason"]
     assert block["applied"] == 128 and planned.status["autoscaling"]["action"] == "Hold", block
-    assert "the p99 above target is that backlog's, so it adds no replicas, lowers no batch" \
+    assert "the p99 above target is that backlog's, so it adds no replicas, changes no batch" \
         in reason, reason
+    assert "the requests waiting fell as a backlog the replicas drain" in block["reason"], \
+        block["reason"]
     steady = {**status, "autoscaling": {}}
     lowered = plan_evaluation(tuning, 1, steady, signals(5.0, 0.2), 4, None, NOW)
     assert lowered.status["batching"]["applied"] < 128, lowered.status["batching"]

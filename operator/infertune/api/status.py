@@ -229,10 +229,10 @@ class QueueRecord(ApiModel):
     replicas: Annotated[int, Field(ge=0)]
     """The Deployment's replicas then."""
     fell: str | None = None
-    """When the requests waiting were last seen falling from above the target, at two
-    evaluations in a row or more, by more than 10%, with no replica taken away and no pod
-    missing: the replicas drained a backlog, and a latency above target whose samples reach
-    back to it is that backlog's (it adds no replicas, lowers no batch and is not
+    """When the requests waiting were last seen falling from twice the target or more, at
+    two evaluations in a row or more, by more than 10%, with no replica taken away and no
+    pod missing: the replicas drained a backlog, and a latency above target whose samples
+    reach back to it is that backlog's (it adds no replicas, changes no batch and is not
     remembered). Left out: never seen so."""
     falling_from: Annotated[float, Field(ge=0)] | None = None
     """The requests waiting when the fall this reading is part of began; left out: this

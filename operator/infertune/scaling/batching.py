@@ -128,6 +128,11 @@ def _unchanged(autoscaling: AutoscalingSpec, reading: Reading, target: float) ->
                  "replicas are short, not the batch")
         return (f"{shown} is above {latency_text(target)} with {queue}: {cause}, so it is not "
                 "changed")
+    if latency > target and reading.latency_backlog is not None:
+        # Above target for every sample, and no breach: said as the autoscaling reason says
+        # it ("2 of 2 samples: no change yet" read as a breach about to be acted on).
+        return (f"{shown} is above {latency_text(target)}, but the requests waiting fell as "
+                "a backlog the replicas drain, whose latency that is: it is not changed")
     if latency > target:
         return (f"{shown} is above {latency_text(target)} for {reading.breaches} of "
                 f"{autoscaling.latency.consecutive_samples} samples: no change yet")

@@ -123,19 +123,22 @@ def decide_scale(spec: AutoscalingSpec, current_replicas: int, signals: TargetSi
         # The latency of a backlog the replicas drain (its samples reach back to when the
         # queue fell as one drains; or the queue fell by more than BACKLOG_FALL just now,
         # which the next reading confirms or not) is no breach of the load: it holds the
-        # replicas (no scale-in), adds none, lowers no batch and is not remembered. Taken
+        # replicas (no scale-in), adds none, changes no batch and is not remembered. Taken
         # for one, the P99 of a burst's end, over a request rate whose window also held the
         # quiet after it, was remembered at 7 req/s per replica where 10 was the burst's
         # and held 11 replicas where 10 carried the load for a day, and with a low queue it
         # was handed to batching, which re-created every pod to lower the batch.
-        why = falls or falling
-        if why is None and drained is not None:
-            why = ("the requests waiting last fell, as a backlog drains, "
-                   f"{format_duration(round(now - drained))} ago")
-        falls = (f"{why}: the {reading.latency_kind} above target is that backlog's, so it "
-                 "adds no replicas, lowers no batch and is not remembered as what a replica "
-                 "carries")
-        reading = reading._replace(latency_breached=False)
+        kind = reading.latency_kind
+        if falls is None and falling is not None:
+            falls = (f"{falling}: the {kind} above target may be a backlog's (the next "
+                     "reading tells), so it")
+        else:
+            falls = (falls or "the requests waiting last fell, as a backlog drains, "
+                     f"{format_duration(round(now - (drained or now)))} ago") + (
+                f": the {kind} above target is that backlog's, so it")
+        falls += (" adds no replicas, changes no batch and is not remembered as what a replica "
+                  "carries")
+        reading = reading._replace(latency_breached=False, latency_backlog=falls)
     elif falls is not None and drained is not None:
         falls += ": a backlog the replicas drain"
     else:
@@ -398,6 +401,11 @@ BACKLOG_FALL = 0.1
 a backlog the replicas drain (_track_queue): over two at least, as a queue that wavers
 falls by as much from one to the next now and then. At one fall of more than this, a
 latency breach is not taken for the load's until the next reading (_falling)."""
+BACKLOG_ABOVE = 2.0
+"""A fall counts as a backlog's where it began at this many times the queue's target or
+more: a queue that wavers around its target fell by 10% twice in a row every few
+evaluations, and held back the latency's scale-out for a P99 four times its target for up
+to four minutes."""
 BURST_END_FALL = 0.25
 """One fall of the requests waiting of more than this, where a burst ends, and the queue's
 overload is not taken at that evaluation either (_queue_overload): its request rate is
@@ -408,13 +416,14 @@ went unremembered, and 30 req/s went 4 -> 2 -> 6 -> 12 with a P99 of 30s."""
 
 def _falling(spec: AutoscalingSpec, state: ScalingState, now: float,
              by: float = BACKLOG_FALL) -> str | None:
-    """Said when this evaluation's queue (_track_queue) found more than BACKLOG_FALL fewer
-    requests waiting than where a fall that began above the target began: perhaps a
-    backlog the replicas drain, which the next reading tells (QueueSeen.fell). None
-    otherwise."""
+    """Said when this evaluation's queue (_track_queue) found more than `by` fewer requests
+    waiting than where a fall that began at BACKLOG_ABOVE times the target or more began:
+    perhaps a backlog the replicas drain, which the next reading tells (QueueSeen.fell).
+    None otherwise."""
     queue = state.queue
     if (queue is None or queue.time != now or queue.falling_from is None
-            or not queue.falling_from > spec.queue.target_per_replica * queue.pods
+            or not queue.falling_from > spec.queue.target_per_replica * BACKLOG_ABOVE
+            * queue.pods
             or not queue.waiting < queue.falling_from * (1 - by)):
         return None
     return (f"the requests waiting fell from {_waiting_text(queue.falling_from)} to "
@@ -432,9 +441,10 @@ def _track_queue(spec: AutoscalingSpec, state: ScalingState, signals: TargetSign
     """The state with this evaluation's queue (QueueSeen), and, when the requests waiting
     have fallen as a backlog drains, since when and by how much (for the reason).
 
-    A backlog drains where the requests waiting fall from above the target at two
-    evaluations in a row or more (each at most two intervals after the one before), by
-    more than BACKLOG_FALL from where they began, with no replica taken away and no pod
+    A backlog drains where the requests waiting fall from BACKLOG_ABOVE times the target or
+    more at two evaluations in a row or more (each at most two intervals after the one
+    before), by more than BACKLOG_FALL from where they began, with no replica taken away
+    and no pod
     that reported them missing (a scale-in takes its pods' requests with it, and a pod
     whose scrape times out takes its count out of the sum): the replicas then serve faster
     than requests come in, so what waits is a backlog of before (a burst, or fewer
@@ -458,7 +468,7 @@ def _track_queue(spec: AutoscalingSpec, state: ScalingState, signals: TargetSign
             and current >= before.replicas and pods >= before.pods and waiting < before.waiting):
         began = before.waiting if before.falling_from is None else before.falling_from
         if (before.falling_from is not None
-                and began > spec.queue.target_per_replica * before.pods
+                and began > spec.queue.target_per_replica * BACKLOG_ABOVE * before.pods
                 and waiting < began * (1 - BACKLOG_FALL)):
             fell = now
             said = (f"the requests waiting fell from {_waiting_text(began)} to "

@@ -64,6 +64,10 @@ class Reading(NamedTuple):
     latency_requests: float | None = None
     """About how many requests the newest latency sample is a quantile of (the request rate
     over the window); None when the window or the rate is not known."""
+    latency_backlog: str | None = None
+    """Why a latency above target for `consecutiveSamples` is not taken for a breach
+    (`latency_breached` is False): it is a backlog's the replicas drain (engine.decide_scale).
+    None otherwise."""
 
     @property
     def queue_missing(self) -> bool:
@@ -89,6 +93,7 @@ class Reading(NamedTuple):
             "readyReplicas": self.ready_replicas,
             "latencyFloorSeconds": self.latency_floor_s,
             "latencyBoundsUnknown": self.latency_bounds_unknown,
+            "latencyBacklog": self.latency_backlog,
             "problems": list(self.problems),
         }
 

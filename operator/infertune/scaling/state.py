@@ -143,8 +143,8 @@ class QueueSeen(NamedTuple):
     """The Deployment's replicas then."""
     fell: float | None = None
     """When the requests waiting were last seen falling as a backlog drains
-    (engine._track_queue): from above the target, at evaluations in a row, by more than
-    engine.BACKLOG_FALL. None: never seen so."""
+    (engine._track_queue): from engine.BACKLOG_ABOVE times the target or more, at
+    evaluations in a row, by more than engine.BACKLOG_FALL. None: never seen so."""
     falling_from: float | None = None
     """The requests waiting when the fall this reading is part of began (the reading
     before its first); None: this reading found no fewer than the one before."""
