@@ -110,8 +110,9 @@ def decide_scale(spec: AutoscalingSpec, current_replicas: int, signals: TargetSi
     state = state.as_of(now)
     if ready is not None:
         state = _track_serving(state, current_replicas, ready, now)
-    state, falls = _track_queue(spec, state, signals, current_replicas, now)
+    # The pods that serve are as _track_serving left them for the rest of the evaluation.
     changed = _changed_at(state)
+    state, falls = _track_queue(spec, state, signals, current_replicas, now, changed)
     reading = read_signals(spec, signals, now, ready, changed)
     if ready_pods is not None:
         reading = reading._replace(ready_pods=ready_pods)
@@ -161,14 +162,16 @@ def decide_scale(spec: AutoscalingSpec, current_replicas: int, signals: TargetSi
     if reading.queue_missing and reading.latency_missing:
         return _metrics_unavailable(spec, current_replicas, reading, state, now)
     return _decide_on_signals(spec, current_replicas, reading, state, now, batching_stuck,
-                              falls)
+                              falls, drained or changed)
 
 
 def _decide_on_signals(spec: AutoscalingSpec, current: int, reading: Reading,
                        state: ScalingState, now: float, batching_stuck: Stuck = None,
-                       falls: str | None = None) -> ScaleDecision:
+                       falls: str | None = None, settled: float | None = None) -> ScaleDecision:
     """`falls`: what the queue falling as a backlog drains does to this decision, for the
-    reason (None: nothing)."""
+    reason (None: nothing); `settled`: since when the pods that serve are the same and the
+    queue has not fallen as a backlog drains (_changed_at, _drained_at), None when not
+    known."""
     queue = _queue_proposal(spec, current, reading)
     serving = _serving(current, state)
     not_load = None
@@ -177,15 +180,13 @@ def _decide_on_signals(spec: AutoscalingSpec, current: int, reading: Reading,
         if breaches != state.breaches:
             state = state.with_breaches(breaches)
     overload = None
-    changed = _changed_at(state)
     # Right after a scale-in: the rate-limit periods (up to 30m) keep older ones, and the
     # paths that hold (Disabled, 0 replicas, no metrics) keep every one.
     scaled_in = (bool(state.scale_events) and state.scale_events[-1].change < 0
                  and now - state.scale_events[-1].time <= _scale_in_kept_s(spec))
-    since = _drained_at(state, changed) or changed
     if ((state.breaches or scaled_in) and queue.replicas is not None and queue.replicas > current
             and serving == current and _falling(spec, state, now, BURST_END_FALL) is None
-            and (since is None or now - seconds(spec.queue.sustain) >= since)):
+            and (settled is None or now - seconds(spec.queue.sustain) >= settled)):
         # Only once every replica serves and the queue stayed above target all through the
         # sustain window after that, and after it last fell as a backlog drains: a backlog
         # the replicas before built (or pods still loading their model) read as the load a
@@ -437,18 +438,20 @@ def _waiting_text(waiting: float) -> str:
 
 
 def _track_queue(spec: AutoscalingSpec, state: ScalingState, signals: TargetSignals,
-                 current: int, now: float) -> tuple[ScalingState, str | None]:
+                 current: int, now: float,
+                 changed: float | None) -> tuple[ScalingState, str | None]:
     """The state with this evaluation's queue (QueueSeen), and, when the requests waiting
-    have fallen as a backlog drains, since when and by how much (for the reason).
+    have fallen as a backlog drains, since when and by how much (for the reason). `changed`:
+    when the pods that serve last changed (_changed_at).
 
     A backlog drains where the requests waiting fall from BACKLOG_ABOVE times the target or
     more at two evaluations in a row or more (each at most two intervals after the one
-    before), by more than BACKLOG_FALL from where they began, with no replica taken away
-    and no pod
-    that reported them missing (a scale-in takes its pods' requests with it, and a pod
-    whose scrape times out takes its count out of the sum): the replicas then serve faster
-    than requests come in, so what waits is a backlog of before (a burst, or fewer
-    replicas), and the latency of its requests does not say what a replica carries.
+    before, and taken from `changed` on), by more than BACKLOG_FALL from where they began, with no
+    replica taken away and no pod that reported them missing (a scale-in takes its pods'
+    requests with it, and a pod whose scrape times out takes its count out of the sum): the
+    replicas then serve faster than requests come in, so what waits is a backlog of before
+    (a burst, or fewer replicas), and the latency of its requests does not say what a
+    replica carries.
     Remembered as a breach, a backlog that took minutes to drain at maxReplicas was cured
     at the same rate once it had drained, and forgotten with what was known before it, and
     the queue, at 0, took the 30 replicas 170 req/s needed to 1, every nine minutes."""
@@ -462,7 +465,6 @@ def _track_queue(spec: AutoscalingSpec, state: ScalingState, signals: TargetSign
     before = state.queue
     fell = None if before is None else before.fell
     began = said = None
-    changed = _changed_at(state)
     if (before is not None and before.time < now <= before.time + 2 * spec.interval.seconds + 1
             and (changed is None or before.time >= changed)
             and current >= before.replicas and pods >= before.pods and waiting < before.waiting):
