@@ -23,6 +23,10 @@ TIME_CACHE = 65536
 all again; a cache smaller than that set would miss on every one."""
 
 
+UNREADABLE = (KeyError, TypeError, ValueError, AttributeError)
+"""What reading a status entry edited by hand into another shape raises."""
+
+
 @lru_cache(maxsize=TIME_CACHE)
 def format_time(t: float) -> str:
     """RFC 3339 in UTC, the format of every time in status (cached: see TIME_CACHE)."""
@@ -290,7 +294,7 @@ class ScalingState(NamedTuple):
             return cls()
         try:
             return cls._read(data)
-        except (KeyError, TypeError, ValueError, AttributeError):
+        except UNREADABLE:
             return cls._read(data, tolerant=True)
 
     @classmethod
@@ -306,9 +310,9 @@ class ScalingState(NamedTuple):
             if serving and serving.get("changed") is not None and not _readable(
                     [{"time": serving.get("changed")}], ("time",)):
                 serving = {**serving, "changed": None}
-            breaches = [b for b in breaches if _breach_readable(b)] \
+            breaches = [b for b in breaches if _reads(_breach, b)] \
                 if isinstance(breaches, list) else None
-            queue = queue if _queue_readable(queue) else None
+            queue = queue if _reads(_queue, queue) else None
         # Sorted: a state stored across a clock step, or edited by hand, may be out of order,
         # and `recorded` drops old entries as a prefix.
         return cls(
@@ -333,7 +337,7 @@ def _readable(entries: Any, fields: tuple[str, ...]) -> list[dict[str, Any]]:
             parse_time(entry[fields[0]])
             for name in fields[1:]:
                 int(entry[name])
-        except (KeyError, TypeError, ValueError, AttributeError):
+        except UNREADABLE:
             continue
         out.append(entry)
     return out
@@ -360,14 +364,6 @@ def _breach(data: dict[str, Any]) -> Breach:
     return breach
 
 
-def _breach_readable(data: Any) -> bool:
-    try:
-        _breach(data)
-    except (KeyError, TypeError, ValueError, AttributeError):
-        return False
-    return True
-
-
 def _queue(data: dict[str, Any]) -> QueueSeen:
     """A stored `queue`; ValueError when it cannot be one (a finite count waiting, 0 or
     more, over at least one pod)."""
@@ -382,9 +378,10 @@ def _queue(data: dict[str, Any]) -> QueueSeen:
     return queue
 
 
-def _queue_readable(data: Any) -> bool:
+def _reads(read: Callable[[Any], object], data: Any) -> bool:
+    """Whether `read` (_breach, _queue) reads `data` as stored, without raising."""
     try:
-        _queue(data)
-    except (KeyError, TypeError, ValueError, AttributeError):
+        read(data)
+    except UNREADABLE:
         return False
     return True
