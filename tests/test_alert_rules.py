@@ -179,3 +179,26 @@ def test_a_fallback_and_a_missing_signal_alert(tmp_path: Path) -> None:
             "exp_labels": {**WARNING, "reason": "MetricsMissing"}, "exp_annotations": {
                 "summary": "prod/qwen: MetricsMissing (see its MetricsAvailable condition)"}})])
     assert ran.returncode == 0, ran.stdout + ran.stderr
+
+
+def test_an_outdated_crd_alerts_once_for_every_operator_pod_until_it_is_applied(
+        tmp_path: Path) -> None:
+    old, ours = "sha256:0123456789abcdef", "sha256:f7193fc2e206ebad"
+
+    def crd(values: str, pod: str, installed: str = old) -> dict[str, str]:
+        return series("infertune_crd_schema_current", values, {}, installed=installed,
+                      release=ours, pod=pod)
+
+    # Two operator pods say it for 20 minutes; then the CRD is applied (1 from 20m on, under
+    # the new digest). A third pod of the new release, Ready at once, is current all along.
+    ran = promtool_test(tmp_path, [
+        crd("0x20", "infertune-a"), crd("0x20", "infertune-b"),
+        crd("_x20 1x10", "infertune-a", ours), crd("1x30", "infertune-c", ours),
+    ], [at("InfertuneCRDOutdated", 8),
+        at("InfertuneCRDOutdated", 12, {
+            "exp_labels": {"severity": "warning", "installed": old, "release": ours},
+            "exp_annotations": {"summary": f"the installed InferenceTuning CRD ({old}) is not "
+                                           f"the operator's ({ours}): apply "
+                                           "charts/infertune/crds/ of the operator's release"}}),
+        at("InfertuneCRDOutdated", 27)])
+    assert ran.returncode == 0, ran.stdout + ran.stderr

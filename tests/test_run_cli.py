@@ -462,6 +462,9 @@ def test_no_credentials_anywhere_is_a_message_not_a_traceback(
     (["--launcher-image", f"infertune@md5:{'a' * 32}"], "is not an image reference"),
     (["--webhook-check-interval", "1e300"], "argument --webhook-check-interval: 1e300 must be "
                                             "at most 86400 seconds"),
+    # Read back to back, the CRD of 40 kB would be fetched without a pause.
+    (["--crd-check-interval", "0"], "argument --crd-check-interval: 0 must be a number of "
+                                    "seconds above 0"),
 ])
 def test_run_options_that_cannot_work_are_refused_by_name(
         options: list[str], says: str, monkeypatch: pytest.MonkeyPatch,

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from infertune.api.crd import custom_resource_definition
 from infertune.cli import build_parser
 from infertune.controller import main
 from infertune.kube.webhook_tls import write_self_signed
@@ -28,6 +29,7 @@ def test_the_scope_reaches_kopf_the_mig_loop_and_the_webhook(
     monkeypatch.delenv("INFERTUNE_NAMESPACE", raising=False)
     monkeypatch.setattr(main, "configure", lambda kubeconfig: None)
     monkeypatch.setattr(main, "check_api_server", lambda: None)  # no API server here
+    monkeypatch.setattr(main, "read_installed", custom_resource_definition)  # nor a CRD
     monkeypatch.setattr(main, "_port_taken", lambda addr, port: None)  # 9443 may be busy
     monkeypatch.setattr(main, "prepare_garbage_collector",
                         lambda: started.setdefault("gc prepared", not started))
@@ -57,6 +59,7 @@ def test_a_self_signed_webhook_key_lives_only_as_long_as_the_operator(
     monkeypatch.setattr(tempfile, "tempdir", None)  # read TMPDIR again
     monkeypatch.setattr(main, "configure", lambda kubeconfig: None)
     monkeypatch.setattr(main, "check_api_server", lambda: None)  # no API server here
+    monkeypatch.setattr(main, "read_installed", custom_resource_definition)  # nor a CRD
     monkeypatch.setattr(main, "_port_taken", lambda addr, port: None)  # 9443 may be busy
     monkeypatch.setattr(main, "prepare_garbage_collector", lambda: None)
     monkeypatch.setattr(main.kopf, "configure", lambda **kwargs: None)

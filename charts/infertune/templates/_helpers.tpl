@@ -89,8 +89,8 @@ its probes, its mounts or its Roles no longer match what the operator does. An a
 {{- /* The options of infertune run the chart leaves to extraArgs (tests/test_chart_options.py
 keeps both lists equal to the command's): another one ended the operator at start, in a crash
 loop, and `helm upgrade --wait` waited out its timeout. */ -}}
-{{- $userSets := list "kubeconfig" "mig-config-delay" "no-static-cpu-manager" "verbose"
-  "webhook-check-interval" -}}
+{{- $userSets := list "crd-check-interval" "kubeconfig" "mig-config-delay"
+  "no-static-cpu-manager" "verbose" "webhook-check-interval" -}}
 {{- /* Of those, the flags: argparse ends the operator on `--verbose=true` ("ignored explicit
 argument"), and on an option that takes a value given without one. */ -}}
 {{- $flags := list "no-static-cpu-manager" "verbose" -}}

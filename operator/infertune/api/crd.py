@@ -8,6 +8,10 @@ This module does that translation so the models stay the single source of truth.
 
 from __future__ import annotations
 
+import hashlib
+import json
+from collections.abc import Mapping
+from functools import cache
 from typing import Any
 
 import yaml
@@ -173,36 +177,67 @@ def custom_resource_definition() -> Schema:
             "status": status_schema,
         },
     }
+    spec = {
+        "group": api.GROUP,
+        "scope": "Namespaced",
+        "names": {
+            "kind": api.KIND,
+            "listKind": f"{api.KIND}List",
+            "plural": api.PLURAL,
+            "singular": api.SINGULAR,
+            "shortNames": list(api.SHORT_NAMES),
+            "categories": list(api.CATEGORIES),
+        },
+        "versions": [
+            {
+                "name": api.VERSION,
+                "served": True,
+                "storage": True,
+                "subresources": {"status": {}},
+                "additionalPrinterColumns": PRINTER_COLUMNS,
+                "schema": {"openAPIV3Schema": root},
+            }
+        ],
+    }
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
         "metadata": {
-            "name": f"{api.PLURAL}.{api.GROUP}",
+            "name": CRD_NAME,
             "labels": {"app.kubernetes.io/part-of": "infertune"},
+            "annotations": {SCHEMA_DIGEST_ANNOTATION: _digest(spec)},
         },
-        "spec": {
-            "group": api.GROUP,
-            "scope": "Namespaced",
-            "names": {
-                "kind": api.KIND,
-                "listKind": f"{api.KIND}List",
-                "plural": api.PLURAL,
-                "singular": api.SINGULAR,
-                "shortNames": list(api.SHORT_NAMES),
-                "categories": list(api.CATEGORIES),
-            },
-            "versions": [
-                {
-                    "name": api.VERSION,
-                    "served": True,
-                    "storage": True,
-                    "subresources": {"status": {}},
-                    "additionalPrinterColumns": PRINTER_COLUMNS,
-                    "schema": {"openAPIV3Schema": root},
-                }
-            ],
-        },
+        "spec": spec,
     }
+
+
+CRD_NAME = f"{api.PLURAL}.{api.GROUP}"
+SCHEMA_DIGEST_ANNOTATION = f"{api.GROUP}/schema-digest"
+"""On the CRD: the digest of its spec as this release generates it (`schema_digest`). The
+operator compares the installed CRD's with its own at start-up (controller/crd_check.py):
+Helm installs a chart's CRDs on its first install only, and an upgrade that leaves the old
+CRD in place has the API server prune, without a word, every field the old schema does not
+know."""
+
+
+def _digest(spec: Mapping[str, Any]) -> str:
+    canonical = json.dumps(spec, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
+@cache
+def schema_digest() -> str:
+    """The digest of this release's CRD spec (names, schema, printer columns), as its
+    SCHEMA_DIGEST_ANNOTATION says it."""
+    return str(custom_resource_definition()["metadata"]["annotations"][SCHEMA_DIGEST_ANNOTATION])
+
+
+def installed_digest(crd: Mapping[str, Any]) -> str | None:
+    """The SCHEMA_DIGEST_ANNOTATION of an installed CRD (as the API server returns it), None
+    when it has none (a CRD from a release before the annotation, or written by hand)."""
+    annotations = (crd.get("metadata") or {}).get("annotations") or {}
+    value = annotations.get(SCHEMA_DIGEST_ANNOTATION) if isinstance(annotations, Mapping) else None
+    return value if isinstance(value, str) else None
 
 
 HEADER = (

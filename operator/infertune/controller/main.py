@@ -26,6 +26,7 @@ from cryptography.exceptions import InvalidSignature
 from kubernetes.client.exceptions import ApiException
 
 from infertune.api.spec import is_dns_label, is_dns_subdomain
+from infertune.controller.crd_check import CrdCheck, post_event, read_installed
 from infertune.kube.client import (
     api_server_url,
     check_api_server,
@@ -252,7 +253,8 @@ def check_metrics_options(args: argparse.Namespace) -> None:
                          f"use ({taken})")
 
 
-def _serve_metrics(args: argparse.Namespace, scaling: AutoscalingSettings) -> None:
+def _serve_metrics(args: argparse.Namespace, scaling: AutoscalingSettings,
+                   crds: CrdCheck | None = None) -> None:
     """The operator's metrics (controller/exported.py) with the process's own (CPU, memory,
     the garbage collector), from a thread of the Prometheus client."""
     from prometheus_client import (
@@ -263,6 +265,7 @@ def _serve_metrics(args: argparse.Namespace, scaling: AutoscalingSettings) -> No
     )
     from prometheus_client.registry import CollectorRegistry
 
+    from infertune.controller.crd_check import CrdCollector
     from infertune.controller.exported import AutoscalerCollector
 
     registry = CollectorRegistry()  # its own: the process-wide one holds one set at most
@@ -271,6 +274,8 @@ def _serve_metrics(args: argparse.Namespace, scaling: AutoscalingSettings) -> No
     GCCollector(registry=registry)
     registry.register(AutoscalerCollector(scaling.exported, scaling.counts,
                                           scaling.leader.leads))
+    if crds is not None:
+        registry.register(CrdCollector(crds))
     try:
         start_http_server(args.metrics_port, args.metrics_addr, registry=registry)
     except OSError as exc:
@@ -571,6 +576,12 @@ def run_operator(args: argparse.Namespace) -> int:
     with ExitStack() as cleanup:
         leader: Leader = _elect(args, own_namespace) if args.leader_elect else ALWAYS
         scaling = autoscaling.AutoscalingSettings(source=source, leader=leader)
+        # Before kopf starts, so that the first lines of the log say it; then every minute.
+        crds = CrdCheck(read_installed, post_event, leader.leads,
+                        *([] if args.crd_check_interval is None else [args.crd_check_interval]))
+        crds.check()
+        crds.start()
+        cleanup.callback(crds.stop)
         if isinstance(leader, LeaseElection):
             # Unwound after kopf has stopped the loops: their evaluations in flight finish,
             # and only then is the Lease handed to the next operator.
@@ -594,7 +605,7 @@ def run_operator(args: argparse.Namespace) -> int:
             leader=leader,
         )
         if args.metrics_port is not None:
-            _serve_metrics(args, scaling)
+            _serve_metrics(args, scaling, crds)
         prepare_garbage_collector()
         kopf.run(
             standalone=args.standalone,
