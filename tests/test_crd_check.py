@@ -182,3 +182,14 @@ def test_a_crd_that_cannot_be_read_is_not_known(caplog: pytest.LogCaptureFixture
     assert [r.levelno for r in caplog.records] == [logging.WARNING]
     assert "403 Forbidden" in caplog.text
     assert [reason for _, reason, _, _ in cluster.events] == [OUTDATED]
+
+
+def test_a_hand_edited_digest_is_cut_in_the_message_and_the_label() -> None:
+    edited = "x" * 100_000
+    cluster = Cluster(installed(edited))
+    check = cluster.check()
+    problem = check.check()
+    assert problem is not None and len(problem) < 2000
+    assert "(100000 characters)" in problem
+    [(labels, value)] = gauge(check)
+    assert len(labels["installed"]) < 100 and value == 0.0

@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from datetime import UTC, datetime
@@ -35,6 +36,7 @@ from infertune.api.crd import (
     installed_digest,
     schema_digest,
 )
+from infertune.api.units import shown
 
 logger = logging.getLogger(__name__)
 
@@ -62,7 +64,7 @@ def crd_problem(installed: Mapping[str, Any] | None, ours: str | None = None) ->
     theirs = installed_digest(installed)
     if theirs == ours:
         return None
-    said = (f"its schema is {theirs}, infertune {__version__}'s is {ours}" if theirs else
+    said = (f"its schema is {_shown(theirs)}, infertune {__version__}'s is {ours}" if theirs else
             f"it carries no {SCHEMA_DIGEST_ANNOTATION} annotation: it is from a release "
             "before that annotation, or applied by hand")
     return (f"the installed InferenceTuning CRD ({CRD_NAME}) is not this release's ({said}): "
@@ -70,6 +72,15 @@ def crd_problem(installed: Mapping[str, Any] | None, ours: str | None = None) ->
             "spec (a field of this release set in a manifest is not stored) and from status "
             "(the autoscaler's state: status.autoscaling.state.queue, which the backlog rules "
             f"read, is lost at every write, and those rules stay off); {FIX}")
+
+
+DIGEST = re.compile(r"sha256:[0-9a-f]{16}")
+
+
+def _shown(digest: str) -> str:
+    """A digest as read from the cluster, for a message or a label: an annotation edited by
+    hand may hold any text, up to the 256 kB of a whole object's annotations."""
+    return digest if DIGEST.fullmatch(digest) else shown(digest)
 
 
 class CrdCheck:
@@ -89,7 +100,8 @@ class CrdCheck:
         """True while the installed CRD is this release's, False while it is not (or is not
         installed), None before it could be read (the gauge is absent then)."""
         self.installed: str | None = None
-        """The installed CRD's digest ("" when it has none or is not installed)."""
+        """The installed CRD's digest ("" when it has none or is not installed; quoted and
+        cut when it is no digest)."""
         self._said: str | None = None
         """The problem last logged ("" for none, None before the first reading)."""
         self._unreadable: str | None = None
@@ -115,7 +127,7 @@ class CrdCheck:
         self._unreadable = None
         problem = crd_problem(installed)
         self.current = problem is None
-        self.installed = "" if installed is None else (installed_digest(installed) or "")
+        self.installed = "" if installed is None else _shown(installed_digest(installed) or "")
         if (problem or "") != self._said:
             if problem:
                 logger.error(problem)
