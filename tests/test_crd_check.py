@@ -4,7 +4,10 @@ the digest the CRD carries, what is said when it differs, and when."""
 from __future__ import annotations
 
 import copy
+import json
 import logging
+import threading
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -21,21 +24,52 @@ from infertune.api.crd import (
     installed_digest,
     schema_digest,
 )
-from infertune.controller.crd_check import CURRENT, OUTDATED, CrdCheck, CrdCollector, crd_problem
+from infertune.controller.crd_check import (
+    CURRENT,
+    MAX_NAMED,
+    OUTDATED,
+    PRESERVE,
+    CrdCheck,
+    CrdCollector,
+    crd_finding,
+    dropped_fields,
+    read_installed,
+)
 
 
-def installed(digest: str | None) -> dict[str, Any]:
-    """This release's CRD as the API server returns it, carrying `digest` (None: none)."""
+def installed(digest: str | None, *without: str, adding: str | None = None) -> dict[str, Any]:
+    """This release's CRD as the API server returns it, carrying `digest` (None: none), its
+    schema `without` the fields given (dotted paths from the root of the schema), and
+    `adding` a field of a newer release (a dotted path)."""
     crd = copy.deepcopy(custom_resource_definition())
     crd["metadata"] = {**crd["metadata"], "uid": "c0ffee", "resourceVersion": "7"}
     if digest is None:
         del crd["metadata"]["annotations"]
     else:
         crd["metadata"]["annotations"] = {SCHEMA_DIGEST_ANNOTATION: digest}
+    root = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    for path in without:
+        *parents, name = path.split(".")
+        node = root
+        for parent in parents:
+            node = node["properties"][parent]
+        del node["properties"][name]
+    if adding is not None:
+        *parents, name = adding.split(".")
+        node = root
+        for parent in parents:
+            node = node["properties"][parent]
+        node["properties"][name] = {"type": "string"}
     return crd
 
 
 OLD = "sha256:0123456789abcdef"
+QUEUE = "status.autoscaling.state.queue"
+
+
+def older() -> dict[str, Any]:
+    """The CRD of the release before the backlog rules: no digest, no state.queue."""
+    return installed(None, QUEUE)
 
 
 def test_the_generated_crds_carry_the_digest_of_their_spec() -> None:
@@ -46,41 +80,94 @@ def test_the_generated_crds_carry_the_digest_of_their_spec() -> None:
     assert schema_digest().startswith("sha256:") and len(schema_digest()) == 7 + 16
 
 
-def test_the_digest_changes_with_the_schema_and_only_with_the_spec() -> None:
-    spec = custom_resource_definition()["spec"]
+def test_the_digest_changes_with_the_schema_and_not_with_key_order() -> None:
+    crd = custom_resource_definition()
+    spec = crd["spec"]
     ours = crd_module._digest(spec)
     assert ours == schema_digest()
     pruned = copy.deepcopy(spec)
     status = pruned["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]
     del status["properties"]["autoscaling"]  # what an older release's schema lacked
     assert crd_module._digest(pruned) != ours
-    # Key order is not the schema: the same spec in another order has the same digest.
     assert crd_module._digest(dict(reversed(list(spec.items())))) == ours
+    # Only the spec: the labels and annotations of metadata are not in it.
+    assert custom_resource_definition()["metadata"]["annotations"] == {
+        SCHEMA_DIGEST_ANNOTATION: ours}
 
 
 def test_this_releases_crd_is_no_problem() -> None:
-    assert crd_problem(installed(schema_digest())) is None
+    assert crd_finding(installed(schema_digest())) == (None, None)
 
 
-def test_another_digest_is_said_with_both_digests_and_the_fix() -> None:
-    problem = crd_problem(installed(OLD))
-    assert problem is not None
-    assert OLD in problem and schema_digest() in problem
-    assert "status.autoscaling.state.queue" in problem
+def test_a_crd_that_lacks_fields_names_them_and_the_fix() -> None:
+    problem, note = crd_finding(older())
+    assert note is None and problem is not None
+    assert "lacks 1 of this release's fields" in problem and f"({QUEUE})" in problem
+    assert "backlog" in problem  # what it costs
+    assert SCHEMA_DIGEST_ANNOTATION in problem  # it has none
     assert "kubectl apply -f charts/infertune/crds/" in problem
+    problem, _ = crd_finding(installed(OLD, "spec.autoscaling", QUEUE))
+    assert problem is not None and OLD in problem and schema_digest() in problem
+    assert "(status.autoscaling.state.queue, spec.autoscaling)" in problem or (
+        "(spec.autoscaling, status.autoscaling.state.queue)" in problem)
+    assert "spec.autoscaling.interval" not in problem  # dropped whole: named once
 
 
-def test_a_crd_without_the_digest_is_from_an_older_release() -> None:
-    problem = crd_problem(installed(None))
-    assert problem is not None and SCHEMA_DIGEST_ANNOTATION in problem
-    # A hand-edited annotation that is no string is no digest either.
+def test_many_dropped_fields_are_counted_past_the_first_named() -> None:
+    gone = [f"spec.{name}" for name in custom_resource_definition()["spec"]["versions"][0][
+        "schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]]
+    assert len(gone) > MAX_NAMED
+    problem, _ = crd_finding(installed(OLD, *gone))
+    assert problem is not None
+    assert f"lacks {len(gone)} of" in problem and f"and {len(gone) - MAX_NAMED} more" in problem
+
+
+def test_a_newer_or_reworded_crd_drops_nothing_and_is_only_noted() -> None:
+    problem, note = crd_finding(installed("sha256:fedcba9876543210",
+                                          adding="spec.autoscaling.newField"))
+    assert problem is None and note is not None and "nothing is dropped" in note
+    # The same schema without the annotation (applied by hand from an older generator).
+    problem, note = crd_finding(installed(None))
+    assert problem is None and note is not None
+
+
+def test_what_the_installed_schema_keeps_whole_is_not_dropped() -> None:
+    crd = older()
+    state = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"][
+        "properties"]["autoscaling"]["properties"]["state"]
+    state[PRESERVE] = True
+    assert crd_finding(crd).problem is None
+    # A map whose values are schemas keeps the fields of its values' schema.
+    ours = {"type": "object", "properties": {"a": {"type": "object", "properties": {
+        "b": {"type": "string"}, "c": {"type": "string"}}}}}
+    theirs = {"type": "object", "additionalProperties": {"type": "object", "properties": {
+        "b": {"type": "string"}}}}
+    assert dropped_fields(ours, theirs) == ["a.c"]
+    # Free-form in ours and not in theirs; lists of objects.
+    assert dropped_fields({"type": "object", PRESERVE: True}, {"type": "object"}, "x") == [
+        "x (any field it does not name)"]
+    assert dropped_fields({"type": "array", "items": ours}, {"type": "array", "items": {
+        "type": "object", "properties": {"a": {"type": "object"}}}}, "list") == [
+        "list[].a.b", "list[].a.c"]
+
+
+def test_a_crd_that_does_not_serve_this_version_is_a_problem() -> None:
+    crd = installed(OLD)
+    crd["spec"]["versions"][0]["served"] = False
+    problem, _ = crd_finding(crd)
+    assert problem is not None and "does not serve infertune.io/v1alpha1" in problem
+    crd["spec"]["versions"][0]["name"] = "v1beta1"
+    assert crd_finding(crd).problem is not None
+
+
+def test_a_hand_edited_digest_annotation_that_is_no_string_is_none() -> None:
     crd = installed(None)
     crd["metadata"]["annotations"] = {SCHEMA_DIGEST_ANNOTATION: 7}
-    assert installed_digest(crd) is None and crd_problem(crd) is not None
+    assert installed_digest(crd) is None
 
 
 def test_a_missing_crd_is_said() -> None:
-    problem = crd_problem(None)
+    problem, _ = crd_finding(None)
     assert problem is not None and "is not installed" in problem
 
 
@@ -114,10 +201,13 @@ def gauge(check: CrdCheck) -> list[tuple[dict[str, str], float]]:
     return [(s.labels, s.value) for family in registry.collect() for s in family.samples]
 
 
+def stale() -> dict[str, Any]:
+    return installed(OLD, QUEUE)
+
+
 def test_an_outdated_crd_is_said_once_and_its_update_once(
         caplog: pytest.LogCaptureFixture) -> None:
-    cluster = Cluster(installed(OLD), installed(OLD), installed(schema_digest()),
-                      installed(schema_digest()))
+    cluster = Cluster(stale(), stale(), installed(schema_digest()), installed(schema_digest()))
     check = cluster.check()
     with caplog.at_level(logging.INFO, logger="infertune.controller.crd_check"):
         assert check.check() is not None
@@ -126,11 +216,12 @@ def test_an_outdated_crd_is_said_once_and_its_update_once(
         assert check.check() is None
         assert check.check() is None
     errors = [r for r in caplog.records if r.levelno == logging.ERROR]
-    assert len(errors) == 1 and OLD in errors[0].getMessage()
-    assert sum("is now this release's" in r.getMessage() for r in caplog.records) == 1
+    assert len(errors) == 1 and QUEUE in errors[0].getMessage()
+    assert sum("keeps every field of this release's schema now" in r.getMessage()
+               for r in caplog.records) == 1
     assert [(kind, reason) for kind, reason, _, _ in cluster.events] == [
         ("Warning", OUTDATED), ("Normal", CURRENT)]
-    assert cluster.events[0][2] == crd_problem(installed(OLD))
+    assert cluster.events[0][2] == crd_finding(stale()).problem
     assert {uid for *_, uid in cluster.events} == {"c0ffee"}  # about the CRD
     assert gauge(check) == [({"installed": schema_digest(), "release": schema_digest()}, 1.0)]
 
@@ -142,8 +233,23 @@ def test_a_current_crd_at_start_says_nothing(caplog: pytest.LogCaptureFixture) -
     assert cluster.events == [] and caplog.records == []
 
 
+def test_a_newer_crd_is_noted_once_and_neither_posted_nor_alerted_on(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """The upgrade as the docs say it: the new CRD applied first, while the older operator
+    still runs; or a rollback, which keeps the newer CRD."""
+    newer = installed("sha256:fedcba9876543210", adding="spec.newField")
+    cluster = Cluster(newer, newer)
+    check = cluster.check()
+    with caplog.at_level(logging.INFO, logger="infertune.controller.crd_check"):
+        assert check.check() is None and check.check() is None
+    assert [r.levelno for r in caplog.records] == [logging.INFO]
+    assert cluster.events == []
+    assert gauge(check) == [({"installed": "sha256:fedcba9876543210",
+                              "release": schema_digest()}, 1.0)]
+
+
 def test_only_the_leader_posts_and_a_failed_post_is_tried_again() -> None:
-    cluster = Cluster(installed(OLD), installed(OLD), installed(OLD))
+    cluster = Cluster(stale(), stale(), stale())
     cluster.leads = False
     check = cluster.check()
     check.check()
@@ -156,6 +262,28 @@ def test_only_the_leader_posts_and_a_failed_post_is_tried_again() -> None:
     assert [reason for _, reason, _, _ in cluster.events] == [OUTDATED]
 
 
+def test_the_process_that_leads_when_it_is_fixed_says_so_whoever_warned() -> None:
+    """An HA install: another process posted the Warning; this one, which saw the problem
+    too, leads when the CRD is applied."""
+    cluster = Cluster(stale(), installed(schema_digest()), installed(schema_digest()))
+    cluster.leads = False
+    check = cluster.check()
+    check.check()
+    cluster.leads = True
+    check.check()
+    check.check()
+    assert [reason for _, reason, _, _ in cluster.events] == [CURRENT]
+    # A process that did not lead when it was fixed leaves that to the one that did.
+    cluster = Cluster(stale(), installed(schema_digest()), installed(schema_digest()))
+    cluster.leads = False
+    check = cluster.check()
+    check.check()
+    check.check()
+    cluster.leads = True
+    check.check()
+    assert cluster.events == []
+
+
 def test_a_missing_crd_is_an_error_and_a_zero_but_no_event(
         caplog: pytest.LogCaptureFixture) -> None:
     cluster = Cluster(None)
@@ -164,32 +292,125 @@ def test_a_missing_crd_is_an_error_and_a_zero_but_no_event(
         assert check.check() is not None
     assert "is not installed" in caplog.text
     assert cluster.events == []  # nothing to post it about
+    assert gauge(check) == [({"installed": "absent", "release": schema_digest()}, 0.0)]
+
+
+def test_a_crd_without_the_digest_is_labelled_none() -> None:
+    cluster = Cluster(older())
+    check = cluster.check()
+    assert check.check() is not None
     assert gauge(check) == [({"installed": "none", "release": schema_digest()}, 0.0)]
 
 
-def test_a_crd_that_cannot_be_read_is_not_known(caplog: pytest.LogCaptureFixture) -> None:
-    cluster = Cluster(installed(OLD), ApiException(status=403, reason="Forbidden"),
-                      ApiException(status=403, reason="Forbidden"), installed(OLD))
+def test_a_crd_that_cannot_be_read_keeps_what_was_known(
+        caplog: pytest.LogCaptureFixture) -> None:
+    timeout = ApiException(status=504, reason="Gateway Timeout")
+    cluster = Cluster(ApiException(status=403, reason="Forbidden"), stale(), timeout, timeout,
+                      ConnectionError("read timed out after 9.99966 s"),
+                      ConnectionError("read timed out after 9.99912 s"), stale())
     check = cluster.check()
-    check.check()
-    caplog.clear()
     with caplog.at_level(logging.WARNING, logger="infertune.controller.crd_check"):
         assert check.check() is None and check.current is None
-        assert gauge(check) == []  # absent, not a 1 nor a 0
+        assert gauge(check) == []  # nothing known yet: absent, not a 1 nor a 0
+        assert "needs get on customresourcedefinitions" in caplog.text
+        caplog.clear()
         check.check()
+        caplog.clear()
+        for _ in range(4):
+            assert check.check() is None
+            # Known to be outdated: still 0, so that the alert's `for` goes on counting.
+            assert gauge(check) == [({"installed": OLD, "release": schema_digest()}, 0.0)]
         assert check.check() is not None
-    # Said once, and the outdated CRD not said again when it reads once more.
-    assert [r.levelno for r in caplog.records] == [logging.WARNING]
-    assert "403 Forbidden" in caplog.text
+    # Once per kind of failure, whatever its text; the outdated CRD not said again.
+    assert [r.levelno for r in caplog.records] == [logging.WARNING] * 2
+    assert "504 Gateway Timeout" in caplog.text and "ConnectionError" in caplog.text
+    assert "customresourcedefinitions" not in caplog.text  # no RBAC hint for those
     assert [reason for _, reason, _, _ in cluster.events] == [OUTDATED]
 
 
 def test_a_hand_edited_digest_is_cut_in_the_message_and_the_label() -> None:
-    edited = "x" * 100_000
-    cluster = Cluster(installed(edited))
+    cluster = Cluster(installed("x" * 100_000, QUEUE))
     check = cluster.check()
     problem = check.check()
-    assert problem is not None and len(problem) < 2000
+    assert problem is not None and len(problem) < 2500
     assert "(100000 characters)" in problem
     [(labels, value)] = gauge(check)
     assert len(labels["installed"]) < 100 and value == 0.0
+
+
+def test_the_thread_checks_at_once_goes_on_after_a_failure_and_stops_at_once() -> None:
+    reads: list[float] = []
+
+    def read() -> Mapping[str, Any] | None:
+        reads.append(time.monotonic())
+        if len(reads) == 2:
+            raise RuntimeError("a bug in a check")  # the next one still runs
+        return stale()
+
+    check = CrdCheck(read, lambda *_: None, interval_s=0.05)
+    started = time.monotonic()
+    check.start()
+    deadline = started + 10
+    while len(reads) < 4 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert len(reads) >= 4 and reads[0] - started < 1.0
+    assert check.current is False
+    stopping = time.monotonic()
+    check.stop()
+    assert time.monotonic() - stopping < 1.5
+    count = len(reads)
+    time.sleep(0.2)
+    assert len(reads) == count
+
+
+class Response:
+    def __init__(self, body: dict[str, Any]) -> None:
+        self.data = json.dumps(body).encode()
+
+
+class Extensions:
+    """The two answers of ApiextensionsV1Api.read_custom_resource_definition that
+    read_installed tells apart (the real API server's are in e2e/test_crd_check.py)."""
+
+    def __init__(self, status: int | None) -> None:
+        self.status = status
+        self.asked: list[tuple[str, dict[str, Any]]] = []
+
+    def read_custom_resource_definition(self, name: str, **kwargs: Any) -> Response:
+        self.asked.append((name, kwargs))
+        if self.status is not None:
+            raise ApiException(status=self.status, reason="Not Found")
+        return Response(installed(schema_digest()))
+
+
+def test_read_installed_reads_the_json_and_a_404_is_none() -> None:
+    api = Extensions(None)
+    crd = read_installed(api)  # type: ignore[arg-type]
+    assert crd is not None and installed_digest(crd) == schema_digest()
+    [(name, options)] = api.asked
+    assert name == "inferencetunings.infertune.io"
+    assert options["_preload_content"] is False and options["_request_timeout"] > 0
+    assert read_installed(Extensions(404)) is None  # type: ignore[arg-type]
+    with pytest.raises(ApiException):
+        read_installed(Extensions(403))  # type: ignore[arg-type]
+
+
+def test_stop_does_not_wait_for_a_read_in_flight() -> None:
+    """An API server that does not answer holds the read for its timeout and retries (tens of
+    seconds): the operator's shutdown does not wait for it."""
+    reading, release = threading.Event(), threading.Event()
+
+    def read() -> Mapping[str, Any] | None:
+        reading.set()
+        release.wait(30)
+        return None
+
+    check = CrdCheck(read, lambda *_: None)
+    check.start()
+    try:
+        assert reading.wait(5)
+        stopping = time.monotonic()
+        check.stop()
+        assert time.monotonic() - stopping < 2.5
+    finally:
+        release.set()

@@ -576,10 +576,10 @@ def run_operator(args: argparse.Namespace) -> int:
     with ExitStack() as cleanup:
         leader: Leader = _elect(args, own_namespace) if args.leader_elect else ALWAYS
         scaling = autoscaling.AutoscalingSettings(source=source, leader=leader)
-        # Before kopf starts, so that the first lines of the log say it; then every minute.
+        # At once (in its own thread: a slow API server does not hold the start), then every
+        # minute.
         crds = CrdCheck(read_installed, post_event, leader.leads,
                         *([] if args.crd_check_interval is None else [args.crd_check_interval]))
-        crds.check()
         crds.start()
         cleanup.callback(crds.stop)
         if isinstance(leader, LeaseElection):
