@@ -20,8 +20,11 @@ from tests.conftest import ROOT
 from infertune.api import crd as crd_module
 from infertune.api.crd import (
     SCHEMA_DIGEST_ANNOTATION,
+    SCHEMA_GENERATION,
+    SCHEMA_GENERATION_ANNOTATION,
     custom_resource_definition,
     installed_digest,
+    installed_generation,
     schema_digest,
 )
 from infertune.controller.crd_check import (
@@ -37,33 +40,40 @@ from infertune.controller.crd_check import (
 )
 
 
-def installed(digest: str | None, *without: str, adding: str | None = None) -> dict[str, Any]:
-    """This release's CRD as the API server returns it, carrying `digest` (None: none), its
-    schema `without` the fields given (dotted paths from the root of the schema), and
-    `adding` a field of a newer release (a dotted path)."""
+def installed(digest: str | None, *without: str, adding: str | None = None,
+              generation: int | None = None) -> dict[str, Any]:
+    """This release's CRD as the API server returns it, carrying `digest` (None: none) and
+    `generation` (None: none), its schema `without` the fields given (dotted paths from the
+    root of the schema), and `adding` a field of a newer release (a dotted path)."""
     crd = copy.deepcopy(custom_resource_definition())
     crd["metadata"] = {**crd["metadata"], "uid": "c0ffee", "resourceVersion": "7"}
-    if digest is None:
-        del crd["metadata"]["annotations"]
-    else:
-        crd["metadata"]["annotations"] = {SCHEMA_DIGEST_ANNOTATION: digest}
-    root = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    annotations = {} if digest is None else {SCHEMA_DIGEST_ANNOTATION: digest}
+    if generation is not None:
+        annotations[SCHEMA_GENERATION_ANNOTATION] = str(generation)
+    crd["metadata"]["annotations"] = annotations
     for path in without:
         *parents, name = path.split(".")
-        node = root
-        for parent in parents:
-            node = node["properties"][parent]
-        del node["properties"][name]
+        del node(crd, *parents)["properties"][name]
     if adding is not None:
         *parents, name = adding.split(".")
-        node = root
-        for parent in parents:
-            node = node["properties"][parent]
-        node["properties"][name] = {"type": "string"}
+        node(crd, *parents)["properties"][name] = {"type": "string"}
     return crd
 
 
+def node(crd: dict[str, Any], *path: str) -> dict[str, Any]:
+    """The schema of the field at `path` in `crd`."""
+    found: dict[str, Any] = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    for name in path:
+        found = found["properties"][name]
+    return found
+
+
+def ours() -> dict[str, Any]:
+    return installed(schema_digest(), generation=SCHEMA_GENERATION)
+
+
 OLD = "sha256:0123456789abcdef"
+NEWER = "sha256:fedcba9876543210"
 QUEUE = "status.autoscaling.state.queue"
 
 
@@ -72,89 +82,163 @@ def older() -> dict[str, Any]:
     return installed(None, QUEUE)
 
 
-def test_the_generated_crds_carry_the_digest_of_their_spec() -> None:
+def test_the_generated_crds_carry_the_digest_and_generation_of_their_spec() -> None:
     for path in (ROOT / "crds", ROOT / "charts" / "infertune" / "crds"):
         body = next(d for d in yaml.safe_load_all(
             (path / "infertune.io_inferencetunings.yaml").read_text()) if d)
         assert installed_digest(body) == schema_digest()
+        assert installed_generation(body) == SCHEMA_GENERATION
     assert schema_digest().startswith("sha256:") and len(schema_digest()) == 7 + 16
+
+
+GENERATION_DIGEST = (1, "sha256:f7193fc2e206ebad")
+"""The schema's generation and the digest it was raised for (api/crd.py SCHEMA_GENERATION)."""
+
+
+def test_the_schema_generation_is_raised_whenever_the_schema_changes() -> None:
+    assert (SCHEMA_GENERATION, schema_digest()) == GENERATION_DIGEST, (
+        f"the CRD's schema changed (digest {schema_digest()}): raise SCHEMA_GENERATION in "
+        f"operator/infertune/api/crd.py to {GENERATION_DIGEST[0] + 1}, set GENERATION_DIGEST "
+        "here to it and the new digest, and run `make crds`; an operator tells a newer CRD "
+        "from an older one by it")
 
 
 def test_the_digest_changes_with_the_schema_and_not_with_key_order() -> None:
     crd = custom_resource_definition()
     spec = crd["spec"]
-    ours = crd_module._digest(spec)
-    assert ours == schema_digest()
+    digest = crd_module._digest(spec)
+    assert digest == schema_digest()
     pruned = copy.deepcopy(spec)
     status = pruned["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]
     del status["properties"]["autoscaling"]  # what an older release's schema lacked
-    assert crd_module._digest(pruned) != ours
-    assert crd_module._digest(dict(reversed(list(spec.items())))) == ours
-    # Only the spec: the labels and annotations of metadata are not in it.
-    assert custom_resource_definition()["metadata"]["annotations"] == {
-        SCHEMA_DIGEST_ANNOTATION: ours}
+    assert crd_module._digest(pruned) != digest
+    assert crd_module._digest(dict(reversed(list(spec.items())))) == digest
+    # Only the spec: the metadata (where the digest goes) is not in it.
+    assert crd["metadata"]["annotations"] == {
+        SCHEMA_DIGEST_ANNOTATION: digest, SCHEMA_GENERATION_ANNOTATION: str(SCHEMA_GENERATION)}
+
+
+def test_a_generation_edited_by_hand_is_none() -> None:
+    for value in ("²", "-1", "1e3", " 1", "9" * 10, 7):
+        crd = ours()
+        crd["metadata"]["annotations"][SCHEMA_GENERATION_ANNOTATION] = value
+        assert installed_generation(crd) is None, value
+    crd["metadata"]["annotations"][SCHEMA_GENERATION_ANNOTATION] = "12"
+    assert installed_generation(crd) == 12
 
 
 def test_this_releases_crd_is_no_problem() -> None:
-    assert crd_finding(installed(schema_digest())) == (None, None)
+    assert crd_finding(ours()) == (None, None, logging.INFO)
 
 
-def test_a_crd_that_lacks_fields_names_them_and_the_fix() -> None:
-    problem, note = crd_finding(older())
+def test_a_crd_that_lacks_fields_names_them_and_the_fix_first() -> None:
+    problem, note, _ = crd_finding(older())
     assert note is None and problem is not None
-    assert "lacks 1 of this release's fields" in problem and f"({QUEUE})" in problem
-    assert "backlog" in problem  # what it costs
+    assert "an older release's" in problem and "lacks 1 of this release's fields" in problem
+    assert problem.endswith(f"The fields: {QUEUE}; without {QUEUE} the autoscaler's rules "
+                            "that tell a draining backlog from the load stay off")
     assert SCHEMA_DIGEST_ANNOTATION in problem  # it has none
-    assert "kubectl apply -f charts/infertune/crds/" in problem
-    problem, _ = crd_finding(installed(OLD, "spec.autoscaling", QUEUE))
+    # The fix before the fields: an Event message is cut at 1024 characters.
+    assert problem.index("kubectl apply -f charts/infertune/crds/") < problem.index(QUEUE)
+    problem, _, _ = crd_finding(installed(OLD, "spec.autoscaling", QUEUE))
     assert problem is not None and OLD in problem and schema_digest() in problem
-    assert "(status.autoscaling.state.queue, spec.autoscaling)" in problem or (
-        "(spec.autoscaling, status.autoscaling.state.queue)" in problem)
+    assert "The fields: spec.autoscaling, status.autoscaling.state.queue;" in problem
     assert "spec.autoscaling.interval" not in problem  # dropped whole: named once
 
 
+def test_what_a_field_dropped_does_is_said_for_the_field_under_it_or_over_it() -> None:
+    for gone in ("status.autoscaling.state", "status.autoscaling.state.queue.fallingFrom"):
+        problem = crd_finding(installed(OLD, gone)).problem
+        assert problem is not None and "backlog" in problem, gone
+    problem = crd_finding(installed(OLD, "status.batching")).problem
+    assert problem is not None and "backlog" not in problem
+
+
 def test_many_dropped_fields_are_counted_past_the_first_named() -> None:
-    gone = [f"spec.{name}" for name in custom_resource_definition()["spec"]["versions"][0][
-        "schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]]
+    gone = [f"spec.{name}" for name in node(ours(), "spec")["properties"]]
     assert len(gone) > MAX_NAMED
-    problem, _ = crd_finding(installed(OLD, *gone))
+    problem, _, _ = crd_finding(installed(OLD, *gone))
     assert problem is not None
     assert f"lacks {len(gone)} of" in problem and f"and {len(gone) - MAX_NAMED} more" in problem
 
 
-def test_a_newer_or_reworded_crd_drops_nothing_and_is_only_noted() -> None:
-    problem, note = crd_finding(installed("sha256:fedcba9876543210",
-                                          adding="spec.autoscaling.newField"))
-    assert problem is None and note is not None and "nothing is dropped" in note
-    # The same schema without the annotation (applied by hand from an older generator).
-    problem, note = crd_finding(installed(None))
-    assert problem is None and note is not None
+def test_a_reworded_crd_drops_nothing_and_is_only_noted() -> None:
+    for crd in (installed(OLD, generation=SCHEMA_GENERATION), installed(None)):
+        problem, note, level = crd_finding(crd)
+        assert problem is None and note is not None and "nothing is dropped" in note
+        assert level == logging.INFO
 
 
-def test_what_the_installed_schema_keeps_whole_is_not_dropped() -> None:
-    crd = older()
-    state = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"][
-        "properties"]["autoscaling"]["properties"]["state"]
-    state[PRESERVE] = True
-    assert crd_finding(crd).problem is None
-    # A map whose values are schemas keeps the fields of its values' schema.
-    ours = {"type": "object", "properties": {"a": {"type": "object", "properties": {
+def test_a_newer_crd_is_no_problem_and_what_it_drops_is_a_warning() -> None:
+    """The upgrade as the docs say it: the new CRD applied first, while the older operator
+    still runs; or a rollback, which keeps the newer CRD. A field more drops nothing; a
+    field the newer release removed is dropped from this one's writes."""
+    later = SCHEMA_GENERATION + 1
+    problem, note, level = crd_finding(installed(NEWER, adding="spec.newField",
+                                                 generation=later))
+    assert problem is None and level == logging.INFO
+    assert note is not None and "a newer release's" in note and "nothing is dropped" in note
+    problem, note, level = crd_finding(installed(NEWER, QUEUE, generation=later))
+    assert problem is None and level == logging.WARNING
+    assert note is not None and "a newer release's" in note and QUEUE in note
+    assert "backlog" in note
+    # The same CRD from an older generation is the problem.
+    assert crd_finding(installed(NEWER, QUEUE, generation=SCHEMA_GENERATION)).problem
+
+
+def test_pruning_follows_the_api_servers_rules() -> None:
+    obj = {"type": "object"}
+    ab = {"type": "object", "properties": {"a": {"type": "object", "properties": {
         "b": {"type": "string"}, "c": {"type": "string"}}}}}
-    theirs = {"type": "object", "additionalProperties": {"type": "object", "properties": {
-        "b": {"type": "string"}}}}
-    assert dropped_fields(ours, theirs) == ["a.c"]
-    # Free-form in ours and not in theirs; lists of objects.
-    assert dropped_fields({"type": "object", PRESERVE: True}, {"type": "object"}, "x") == [
-        "x (any field it does not name)"]
-    assert dropped_fields({"type": "array", "items": ours}, {"type": "array", "items": {
-        "type": "object", "properties": {"a": {"type": "object"}}}}, "list") == [
-        "list[].a.b", "list[].a.c"]
+    only_b = {"type": "object", "properties": {"b": {"type": "string"}}}
+    # A map whose values are schemas keeps the fields of its values' schema.
+    assert dropped_fields(ab, {**obj, "additionalProperties": only_b}) == ["a.c"]
+    # additionalProperties true keeps scalars and empties objects.
+    assert dropped_fields(ab, {**obj, "additionalProperties": True}) == ["a.b", "a.c"]
+    # Preserved: the fields it does not name stay whole; those it names are pruned by theirs.
+    assert dropped_fields(ab, {**obj, PRESERVE: True}) == []
+    assert dropped_fields(ab, {**obj, PRESERVE: True, "properties": {"a": only_b}}) == ["a.c"]
+    # A map in both: its values' fields as theirs has them.
+    assert dropped_fields({**obj, "additionalProperties": ab["properties"]["a"]},
+                          {**obj, "additionalProperties": only_b}, "m") == ["m.*.c"]
+    # A map here, a plain object there: every key goes.
+    assert dropped_fields({**obj, "additionalProperties": {"type": "string"}}, obj, "m") == [
+        "m.*"]
+    assert dropped_fields({**obj, "additionalProperties": {"type": "string"}},
+                          {**obj, PRESERVE: True}, "m") == []
+    # Free-form here and not there.
+    assert dropped_fields({**obj, PRESERVE: True}, obj, "x") == [
+        "x (the fields it does not name)"]
+    # Lists: their items; without a schema for them, objects are emptied; under a node that
+    # preserves, the items keep what they do not name.
+    items = {"type": "array", "items": ab}
+    assert dropped_fields(items, {"type": "array", "items": {**obj, "properties": {
+        "a": obj}}}, "list") == ["list[].a.b", "list[].a.c"]
+    assert dropped_fields(items, {"type": "array"}, "list") == ["list[].a"]
+    assert dropped_fields(items, {"type": "array", PRESERVE: True, "items": obj}, "l") == []
+    # The root's apiVersion, kind and metadata are never pruned.
+    root = node(ours())
+    bare = {"type": "object", "properties": {k: v for k, v in root["properties"].items()
+                                             if k in ("spec", "status")}}
+    assert dropped_fields(root, bare) == []
+    assert dropped_fields(root, {"type": "object", "properties": {}}) == ["spec", "status"]
+
+
+def test_what_the_installed_schema_keeps_whole_is_not_dropped_but_what_it_names_is() -> None:
+    crd = older()
+    node(crd, "status", "autoscaling", "state")[PRESERVE] = True
+    assert crd_finding(crd).problem is None  # queue is not named there: kept whole
+    breach = node(crd, "status", "autoscaling", "state", "latencyBreaches")["items"]
+    del breach["properties"]["queueOverloaded"]
+    problem = crd_finding(crd).problem
+    assert problem is not None
+    assert "status.autoscaling.state.latencyBreaches[].queueOverloaded" in problem
 
 
 def test_a_crd_that_does_not_serve_this_version_is_a_problem() -> None:
     crd = installed(OLD)
     crd["spec"]["versions"][0]["served"] = False
-    problem, _ = crd_finding(crd)
+    problem = crd_finding(crd).problem
     assert problem is not None and "does not serve infertune.io/v1alpha1" in problem
     crd["spec"]["versions"][0]["name"] = "v1beta1"
     assert crd_finding(crd).problem is not None
@@ -167,7 +251,7 @@ def test_a_hand_edited_digest_annotation_that_is_no_string_is_none() -> None:
 
 
 def test_a_missing_crd_is_said() -> None:
-    problem, _ = crd_finding(None)
+    problem = crd_finding(None).problem
     assert problem is not None and "is not installed" in problem
 
 
@@ -237,15 +321,18 @@ def test_a_newer_crd_is_noted_once_and_neither_posted_nor_alerted_on(
         caplog: pytest.LogCaptureFixture) -> None:
     """The upgrade as the docs say it: the new CRD applied first, while the older operator
     still runs; or a rollback, which keeps the newer CRD."""
-    newer = installed("sha256:fedcba9876543210", adding="spec.newField")
-    cluster = Cluster(newer, newer)
+    later = SCHEMA_GENERATION + 1
+    more = installed(NEWER, adding="spec.newField", generation=later)
+    fewer = installed(NEWER, QUEUE, generation=later)  # the newer release removed a field
+    cluster = Cluster(more, more, fewer, fewer)
     check = cluster.check()
     with caplog.at_level(logging.INFO, logger="infertune.controller.crd_check"):
-        assert check.check() is None and check.check() is None
-    assert [r.levelno for r in caplog.records] == [logging.INFO]
+        for _ in range(4):
+            assert check.check() is None
+            assert gauge(check) == [({"installed": NEWER, "release": schema_digest()}, 1.0)]
+    assert [r.levelno for r in caplog.records] == [logging.INFO, logging.WARNING]
+    assert QUEUE in caplog.records[1].getMessage()
     assert cluster.events == []
-    assert gauge(check) == [({"installed": "sha256:fedcba9876543210",
-                              "release": schema_digest()}, 1.0)]
 
 
 def test_only_the_leader_posts_and_a_failed_post_is_tried_again() -> None:
@@ -325,7 +412,21 @@ def test_a_crd_that_cannot_be_read_keeps_what_was_known(
     assert [r.levelno for r in caplog.records] == [logging.WARNING] * 2
     assert "504 Gateway Timeout" in caplog.text and "ConnectionError" in caplog.text
     assert "customresourcedefinitions" not in caplog.text  # no RBAC hint for those
+    assert caplog.text.count("as the last read found") == 2
     assert [reason for _, reason, _, _ in cluster.events] == [OUTDATED]
+
+
+def test_a_failure_is_said_again_after_a_read_that_worked(
+        caplog: pytest.LogCaptureFixture) -> None:
+    forbidden = ApiException(status=403, reason="Forbidden")
+    cluster = Cluster(forbidden, ours(), forbidden)
+    check = cluster.check()
+    with caplog.at_level(logging.WARNING, logger="infertune.controller.crd_check"):
+        for _ in range(3):
+            check.check()
+    assert [r.levelno for r in caplog.records] == [logging.WARNING] * 2
+    assert "is not known" in caplog.records[0].getMessage()
+    assert "as the last read found" in caplog.records[1].getMessage()
 
 
 def test_a_hand_edited_digest_is_cut_in_the_message_and_the_label() -> None:

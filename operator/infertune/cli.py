@@ -341,7 +341,8 @@ def _add_run_command(commands: argparse._SubParsersAction) -> None:  # type: ign
     run.add_argument("--crd-check-interval", type=seconds_type(), metavar="SECONDS",
                      default=None,
                      help="how often the installed InferenceTuning CRD is read again to tell "
-                          "whether it is this release's (also at start; default 60)")
+                          "whether it would drop fields of this release's schema (also at "
+                          "start; default 60)")
     run.add_argument("--mig-config-delay", type=seconds_type(zero=True), metavar="SECONDS",
                      default=None,
                      help="how long after a config goes into the mig-parted ConfigMap before "

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Mapping
 from functools import cache
 from typing import Any
@@ -205,7 +206,8 @@ def custom_resource_definition() -> Schema:
         "metadata": {
             "name": CRD_NAME,
             "labels": {"app.kubernetes.io/part-of": "infertune"},
-            "annotations": {SCHEMA_DIGEST_ANNOTATION: _digest(spec)},
+            "annotations": {SCHEMA_DIGEST_ANNOTATION: _digest(spec),
+                            SCHEMA_GENERATION_ANNOTATION: str(SCHEMA_GENERATION)},
         },
         "spec": spec,
     }
@@ -214,10 +216,19 @@ def custom_resource_definition() -> Schema:
 CRD_NAME = f"{api.PLURAL}.{api.GROUP}"
 SCHEMA_DIGEST_ANNOTATION = f"{api.GROUP}/schema-digest"
 """On the CRD: the digest of its spec as this release generates it (`schema_digest`). The
-operator compares the installed CRD's with its own at start-up (controller/crd_check.py):
-Helm installs a chart's CRDs on its first install only, and an upgrade that leaves the old
-CRD in place has the API server prune, without a word, every field the old schema does not
-know."""
+operator compares the installed CRD with its own at start and every minute
+(controller/crd_check.py): Helm installs a chart's CRDs on its first install only, and an
+upgrade that leaves the old CRD in place has the API server prune, without a word, every
+field the old schema does not know."""
+
+
+SCHEMA_GENERATION = 1
+"""The generation of the CRD's schema: raised by one whenever its digest changes (a field
+added, removed, retyped or described anew), so that the operator tells a newer release's CRD
+from an older one (controller/crd_check.py): tests/test_crd_check.py holds the digest of this
+generation and fails, saying so, when the schema changes without it."""
+SCHEMA_GENERATION_ANNOTATION = f"{api.GROUP}/schema-generation"
+"""On the CRD: SCHEMA_GENERATION of the release that generated it."""
 
 
 def _digest(spec: Mapping[str, Any]) -> str:
@@ -235,9 +246,23 @@ def schema_digest() -> str:
 def installed_digest(crd: Mapping[str, Any]) -> str | None:
     """The SCHEMA_DIGEST_ANNOTATION of an installed CRD (as the API server returns it), None
     when it has none (a CRD from a release before the annotation, or written by hand)."""
-    annotations = (crd.get("metadata") or {}).get("annotations") or {}
-    value = annotations.get(SCHEMA_DIGEST_ANNOTATION) if isinstance(annotations, Mapping) else None
+    value = _annotation(crd, SCHEMA_DIGEST_ANNOTATION)
     return value if isinstance(value, str) else None
+
+
+def installed_generation(crd: Mapping[str, Any]) -> int | None:
+    """The SCHEMA_GENERATION_ANNOTATION of an installed CRD, None when it has none or it is
+    no whole number (edited by hand)."""
+    value = _annotation(crd, SCHEMA_GENERATION_ANNOTATION)
+    if not isinstance(value, str) or not re.fullmatch(r"[0-9]{1,9}", value):
+        return None
+    return int(value)
+
+
+def _annotation(crd: Mapping[str, Any], key: str) -> object:
+    metadata = crd.get("metadata")
+    annotations = metadata.get("annotations") if isinstance(metadata, Mapping) else None
+    return annotations.get(key) if isinstance(annotations, Mapping) else None
 
 
 HEADER = (

@@ -8,14 +8,16 @@ without a word, every field that schema does not know: a spec field the new rele
 read: pruned, they stay off and nothing says why).
 
 The operator reads the installed CRD at start and every CHECK_S after. The CRD each release
-generates carries the digest of its spec (api/crd.py, SCHEMA_DIGEST_ANNOTATION): the same
-digest is this release's CRD. Another one (or none) is compared field by field with this
-release's schema, and only the fields it would drop are a problem: a newer release's CRD
-(applied before the operator's upgrade, as the docs say, or kept by a rollback) drops
-nothing, nor does one that differs in descriptions. A problem is said as an error in the
-log naming the fields, a Warning Event on the CRD (from the process that leads), and the
-gauge `infertune_crd_schema_current` at 0, which the chart's alert InfertuneCRDOutdated
-fires on. The operator goes on working meanwhile, as it would have without the check.
+generates carries the digest of its spec and the generation of its schema (api/crd.py): the
+same digest is this release's CRD. Another one (or none) is compared field by field with this
+release's schema by the API server's pruning rules (dropped_fields), and only the fields it
+would drop count. Where an older CRD (a lower generation, or none) drops some, or none is
+installed, the problem is said as an error in the log naming the fields, a Warning Event on
+the CRD (from the process that leads), and the gauge `infertune_crd_schema_current` at 0,
+which the chart's alert InfertuneCRDOutdated fires on. A newer release's CRD (applied before
+the operator's upgrade, as the docs say, or kept by a rollback) is noted in the log only: a
+warning when it drops fields the newer release removed. The operator goes on working
+meanwhile, as it would have without the check.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from infertune.api.crd import (
     SCHEMA_DIGEST_ANNOTATION,
     custom_resource_definition,
     installed_digest,
+    installed_generation,
     schema_digest,
 )
 from infertune.api.units import shown
@@ -76,41 +79,62 @@ class Finding(NamedTuple):
     """Why the installed CRD does not do (it drops fields of this release's schema, or is not
     installed); None when it does."""
     note: str | None = None
-    """When it does but is not this release's: what it is (said once, as info)."""
+    """When it does but is not this release's: what it is (said once, at `level`)."""
+    level: int = logging.INFO
 
 
-def dropped_fields(ours: Mapping[str, Any], theirs: Mapping[str, Any],
+META = ("apiVersion", "kind", "metadata")
+"""Fields the API server never prunes at the root of an object (nor of an embedded one):
+ObjectMeta has its own rules."""
+
+
+def dropped_fields(ours: Mapping[str, Any], theirs: Mapping[str, Any] | None,
                    path: str = "") -> list[str]:
     """The fields of structural schema `ours` that the API server prunes from an object under
-    schema `theirs` (as `spec.x.y`, `status.conditions[].reason`; a field dropped whole is
-    named, not what is under it)."""
+    schema `theirs` (as `spec.x.y`, `status.conditions[].reason`, `x.*` for the keys of a
+    map; a field dropped whole is named, not what is under it), by the rules of its pruning
+    (apiextensions-apiserver, schema/pruning): a field neither named nor allowed by
+    `additionalProperties` is dropped, except where x-kubernetes-preserve-unknown-fields
+    keeps the fields a node does not name (those it names are still pruned by their own
+    schema); a node without a schema (`additionalProperties: true`, an array without
+    `items`) keeps scalars and empties objects."""
     out: list[str] = []
     _dropped(ours, theirs, path, out)
     return out
 
 
-def _dropped(ours: Mapping[str, Any], theirs: Any, path: str, out: list[str]) -> None:
-    if not isinstance(theirs, Mapping) or theirs.get(PRESERVE) is True:
-        return  # kept whole (or not a schema this can read: nothing is claimed)
-    if ours.get(PRESERVE) is True:
-        # Free-form here, not there: whatever `theirs` does not name is dropped.
-        out.append(f"{path} (any field it does not name)")
-        return
+def _dropped(ours: Mapping[str, Any], theirs: Any, path: str, out: list[str],
+             keeps_unnamed: bool = False) -> None:
+    theirs = theirs if isinstance(theirs, Mapping) else {}
+    # Preserved here, or under a node that preserves (the API server's skipPrune goes on
+    # into array items that way).
+    keeps_unnamed = keeps_unnamed or theirs.get(PRESERVE) is True
     named = theirs.get("properties")
     named = named if isinstance(named, Mapping) else {}
     extra = theirs.get("additionalProperties")
+    extra = {} if extra is True else extra if isinstance(extra, Mapping) else None
+    embedded = not path or theirs.get("x-kubernetes-embedded-resource") is True
     for name, sub in (ours.get("properties") or {}).items():
         child = f"{path}.{name}" if path else str(name)
+        if embedded and name in META:
+            continue
         if name in named:
             _dropped(sub, named[name], child, out)
-        elif isinstance(extra, Mapping):
+        elif extra is not None:
             _dropped(sub, extra, child, out)
-        elif extra is not True:
+        elif not keeps_unnamed:
             out.append(child)
+    if ours.get(PRESERVE) is True and extra is None and not keeps_unnamed:
+        # Free-form here: what this release writes beyond the fields named goes.
+        out.append(f"{path} (the fields it does not name)")
     if isinstance(ours.get("items"), Mapping):
-        _dropped(ours["items"], theirs.get("items"), f"{path}[]", out)
-    if isinstance(ours.get("additionalProperties"), Mapping):
-        _dropped(ours["additionalProperties"], extra, f"{path}.*", out)
+        _dropped(ours["items"], theirs.get("items"), f"{path}[]", out, keeps_unnamed)
+    ours_extra = ours.get("additionalProperties")
+    if isinstance(ours_extra, Mapping) or ours_extra is True:
+        if extra is not None:
+            _dropped({} if ours_extra is True else ours_extra, extra, f"{path}.*", out)
+        elif not keeps_unnamed:
+            out.append(f"{path}.*")
 
 
 def _schema(crd: Mapping[str, Any]) -> Mapping[str, Any] | None:
@@ -122,6 +146,22 @@ def _schema(crd: Mapping[str, Any]) -> Mapping[str, Any] | None:
             schema = (version.get("schema") or {}).get("openAPIV3Schema")
             return schema if isinstance(schema, Mapping) else None
     return None
+
+
+def _consequences(dropped: list[str]) -> str:
+    """What the loss of `dropped` does, where a field of CONSEQUENCES is one of them, under
+    one, or holds one."""
+    def touches(field: str, gone: str) -> bool:
+        return any(a == b or a.startswith(f"{b}.") or a.startswith(f"{b}[")
+                   for a, b in ((field, gone), (gone, field)))
+
+    return "".join(f"; {text}" for field, text in CONSEQUENCES.items()
+                   if any(touches(field, gone) for gone in dropped))
+
+
+def _named(dropped: list[str]) -> str:
+    return ", ".join(dropped[:MAX_NAMED]) + (
+        f" and {len(dropped) - MAX_NAMED} more" if len(dropped) > MAX_NAMED else "")
 
 
 def crd_finding(installed: Mapping[str, Any] | None,
@@ -136,6 +176,8 @@ def crd_finding(installed: Mapping[str, Any] | None,
     theirs = installed_digest(installed)
     if theirs == digest:
         return Finding(None)
+    generation = installed_generation(ours) or 0
+    newer = (installed_generation(installed) or 0) > generation
     said = (f"its schema digest is {_shown(theirs)}, infertune {__version__}'s {digest}"
             if theirs else f"it has no {SCHEMA_DIGEST_ANNOTATION} annotation: a release "
             "before the annotation's, or applied by hand")
@@ -145,17 +187,28 @@ def crd_finding(installed: Mapping[str, Any] | None,
         return Finding(f"the installed InferenceTuning CRD ({CRD_NAME}) does not serve "
                        f"{api.GROUP}/{api.VERSION} with a schema ({said}): {FIX}")
     dropped = dropped_fields(wanted, schema)
+    if newer:
+        # The operator is the older one: an upgrade that applied the new CRD first, as the
+        # docs say, while the older operator still runs; or a rollback, which keeps it.
+        if not dropped:
+            return Finding(None, f"the installed CRD {CRD_NAME} is a newer release's ({said}) "
+                           "and keeps every field of this release's schema: nothing is "
+                           "dropped")
+        return Finding(None, (
+            f"the installed CRD {CRD_NAME} is a newer release's ({said}): while an upgrade "
+            "rolls out, the newer operator takes over; if this release is to stay (a "
+            f"rollback), the API server drops {len(dropped)} of its fields from the writes "
+            "that carry them until this release's CRD is applied (which drops the newer "
+            f"release's): {_named(dropped)}{_consequences(dropped)}"), logging.WARNING)
     if not dropped:
         return Finding(None, f"the installed CRD {CRD_NAME} is not this release's ({said}), "
-                       "but keeps every field of its schema, so nothing is dropped (a newer "
-                       "release's, or one that differs in descriptions or columns)")
-    named = ", ".join(dropped[:MAX_NAMED]) + (
-        f" and {len(dropped) - MAX_NAMED} more" if len(dropped) > MAX_NAMED else "")
-    why = "".join(f"; {text}" for field, text in CONSEQUENCES.items() if field in dropped)
+                       "but keeps every field of its schema, so nothing is dropped (one "
+                       "that differs in descriptions or columns)")
     return Finding(
-        f"the installed InferenceTuning CRD ({CRD_NAME}) is not this release's ({said}): its "
+        f"the installed InferenceTuning CRD ({CRD_NAME}) is an older release's ({said}): its "
         f"schema lacks {len(dropped)} of this release's fields, which the API server drops "
-        f"from every write without a word ({named}){why}; {FIX}")
+        f"from the writes that carry them, without a word; {FIX}. The fields: "
+        f"{_named(dropped)}{_consequences(dropped)}")
 
 
 @cache
@@ -187,13 +240,12 @@ class CrdCheck:
                  leads: Callable[[], bool] = lambda: True, interval_s: float = CHECK_S) -> None:
         self._read, self._post, self._leads = read, post, leads
         self.interval_s = interval_s
-        self.current: bool | None = None
-        """True while the installed CRD keeps every field of this release's schema, False
-        while it does not (or is not installed), None before it was first read (the gauge is
-        absent then). A read that fails keeps what the last one found."""
-        self.installed = ""
-        """The installed CRD's digest as the gauge labels it: NO_DIGEST when it has none,
-        ABSENT when it is not installed, quoted and cut when it is no digest."""
+        self.gauge: tuple[str, bool] | None = None
+        """(the installed CRD's digest as the gauge labels it, whether it keeps every field
+        of this release's schema), None before it was first read (the gauge is absent then).
+        One tuple, set at once: a scrape reads both from the same check. The digest is
+        NO_DIGEST when it has none, ABSENT when it is not installed, quoted and cut when it is
+        no digest. A read that fails keeps what the last one found."""
         self._said: str | None = None
         """The problem last logged ("" for none, None before the first reading)."""
         self._noted: str | None = None
@@ -207,6 +259,10 @@ class CrdCheck:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
+    @property
+    def current(self) -> bool | None:
+        return None if self.gauge is None else self.gauge[1]
+
     def check(self) -> str | None:
         """Read the installed CRD and report what changed; the problem found, None when there
         is none or the CRD could not be read."""
@@ -216,25 +272,24 @@ class CrdCheck:
             self._say_unreadable(exc)
             return None
         self._unreadable = None
-        problem, note = crd_finding(installed)
-        self.current = problem is None
+        problem, note, level = crd_finding(installed)
         digest = None if installed is None else installed_digest(installed)
-        self.installed = (ABSENT if installed is None else NO_DIGEST if digest is None
-                          else _shown(digest))
+        label = ABSENT if installed is None else NO_DIGEST if digest is None else _shown(digest)
+        self.gauge = (label, problem is None)
         if (problem or "") != self._said:
             if problem:
                 logger.error(problem)
             elif self._said is not None:
                 logger.info(f"the installed CRD {CRD_NAME} keeps every field of this "
-                            f"release's schema now ({self.installed})")
+                            f"release's schema now ({label})")
             self._said = problem or ""
         if note != self._noted:
             if note:
-                logger.info(note)
+                logger.log(level, note)
             self._noted = note
         self._seen = self._seen or problem is not None
         if installed is not None:
-            self._tell(problem, installed)
+            self._tell(problem, installed, label)
         return problem
 
     def _say_unreadable(self, exc: Exception) -> None:
@@ -251,7 +306,7 @@ class CrdCheck:
                        + ("not known" if self.current is None else "as the last read found")
                        + f"; trying again every {self.interval_s:g}s")
 
-    def _tell(self, problem: str | None, installed: Mapping[str, Any]) -> None:
+    def _tell(self, problem: str | None, installed: Mapping[str, Any], label: str) -> None:
         """The Events on the CRD (`kubectl describe crd` and `kubectl get events` show
         them): a Warning when a problem is found or changes, a Normal one once it is gone."""
         if not self._leads():
@@ -264,8 +319,8 @@ class CrdCheck:
                 self._posted = problem
             elif problem is None and self._seen:
                 self._post("Normal", CURRENT, f"the installed CRD keeps every field of "
-                           f"infertune {__version__}'s schema ({self.installed}; this "
-                           f"release's is {schema_digest()})", installed)
+                           f"infertune {__version__}'s schema ({label}; this release's is "
+                           f"{schema_digest()})", installed)
                 self._posted, self._seen = None, False
         except Exception as exc:  # said again at the next check
             logger.warning(f"could not post an Event on the CRD {CRD_NAME}: {exc}")
@@ -344,9 +399,9 @@ class CrdCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         family = self._family()
-        current = self._check.current
-        if current is not None:
-            family.add_metric([self._check.installed, schema_digest()], 1 if current else 0)
+        gauge = self._check.gauge  # once: the label and the value of the same check
+        if gauge is not None:
+            family.add_metric([gauge[0], schema_digest()], 1 if gauge[1] else 0)
         yield family
 
     @staticmethod
