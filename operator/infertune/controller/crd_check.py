@@ -22,7 +22,6 @@ meanwhile, as it would have without the check.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import re
@@ -48,6 +47,7 @@ from infertune.api.crd import (
     schema_digest,
 )
 from infertune.api.units import shown
+from infertune.kube.client import read_json
 
 logger = logging.getLogger(__name__)
 
@@ -355,16 +355,8 @@ def read_installed(api: client.ApiextensionsV1Api | None = None) -> Mapping[str,
     schema of this size takes the client a good part of a second to turn into them); None
     when it is not installed."""
     api = api or client.ApiextensionsV1Api()
-    try:
-        response = api.read_custom_resource_definition(
-            CRD_NAME, _preload_content=False, _request_timeout=REQUEST_TIMEOUT_S)
-    except ApiException as exc:
-        if exc.status == 404:
-            return None
-        raise
-    # _preload_content=False: the urllib3 response, whose body is the JSON.
-    crd: Mapping[str, Any] = json.loads(response.data)  # type: ignore[attr-defined]
-    return crd
+    return read_json(api.read_custom_resource_definition, CRD_NAME,
+                     _request_timeout=REQUEST_TIMEOUT_S)
 
 
 def post_event(type: str, reason: str, message: str, crd: Mapping[str, Any],

@@ -33,7 +33,7 @@ from infertune.api.tuning import MigStrategy
 from infertune.api.units import parse_quantity
 from infertune.controller.loops import STOP_TIMEOUT_S, Work, every, leader_of, until_stopped
 from infertune.controller.spec_cache import SPECS
-from infertune.kube.client import evict_pod, server_message
+from infertune.kube.client import evict_pod, read_json, server_message
 from infertune.kube.lease import ALWAYS, Leader
 from infertune.kube.webhooks import is_pattern
 from infertune.tuning.mig import Infeasible, LayoutPlan, describe, plan_layout, request_from_spec
@@ -989,14 +989,7 @@ async def sweep_unseen_changes(memo: kopf.Memo,
 
 
 def _read_node(name: str) -> dict[str, Any] | None:
-    try:
-        response = client.CoreV1Api().read_node(name, _preload_content=False)
-    except ApiException as exc:
-        if exc.status == 404:
-            return None
-        raise
-    node: dict[str, Any] = json.loads(response.data)  # type: ignore[attr-defined]
-    return node
+    return read_json(client.CoreV1Api().read_node, name)
 
 
 def _product(nodes: list[NodeView], node: str) -> str:

@@ -8,7 +8,7 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 from urllib.parse import urlsplit
 
@@ -306,6 +306,20 @@ def replicas_owners(body: Mapping[str, Any]) -> tuple[tuple[str, str], ...]:
             owners.append((str(entry.get("manager") or ""),
                            str(entry.get("subresource") or "")))
     return tuple(owners)
+
+
+def read_json(read: Callable[..., Any], *args: Any, **kwargs: Any) -> dict[str, Any] | None:
+    """What the client call `read(*args, **kwargs)` reads, as JSON (plain dicts, the form kopf
+    gives objects; the client's models cost a millisecond or more to build for a large one),
+    None when it does not exist (404)."""
+    try:
+        response = read(*args, _preload_content=False, **kwargs)
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+    body: dict[str, Any] = json.loads(response.data)
+    return body
 
 
 def deployment_replicas(namespace: str, name: str,
