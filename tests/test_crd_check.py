@@ -29,7 +29,9 @@ from infertune.api.crd import (
 )
 from infertune.controller.crd_check import (
     CURRENT,
+    MAX_EVENT_MESSAGE,
     MAX_NAMED,
+    NEWER_GRACE_S,
     OUTDATED,
     PRESERVE,
     CrdCheck,
@@ -91,16 +93,23 @@ def test_the_generated_crds_carry_the_digest_and_generation_of_their_spec() -> N
     assert schema_digest().startswith("sha256:") and len(schema_digest()) == 7 + 16
 
 
-GENERATION_DIGEST = (1, "sha256:f7193fc2e206ebad")
-"""The schema's generation and the digest it was raised for (api/crd.py SCHEMA_GENERATION)."""
+GENERATIONS = {
+    1: "sha256:f7193fc2e206ebad",
+}
+"""Each generation of the CRD's schema (api/crd.py SCHEMA_GENERATION) and its digest: a
+schema change adds an entry, never edits one."""
 
 
 def test_the_schema_generation_is_raised_whenever_the_schema_changes() -> None:
-    assert (SCHEMA_GENERATION, schema_digest()) == GENERATION_DIGEST, (
-        f"the CRD's schema changed (digest {schema_digest()}): raise SCHEMA_GENERATION in "
-        f"operator/infertune/api/crd.py to {GENERATION_DIGEST[0] + 1}, set GENERATION_DIGEST "
-        "here to it and the new digest, and run `make crds`; an operator tells a newer CRD "
-        "from an older one by it")
+    assert max(GENERATIONS) == SCHEMA_GENERATION, (
+        f"SCHEMA_GENERATION is {SCHEMA_GENERATION}: add its digest to GENERATIONS here")
+    assert len(set(GENERATIONS.values())) == len(GENERATIONS), "a digest given twice"
+    assert GENERATIONS[SCHEMA_GENERATION] == schema_digest(), (
+        f"the CRD's schema changed (its digest is {schema_digest()}): raise SCHEMA_GENERATION "
+        f"in operator/infertune/api/crd.py to {SCHEMA_GENERATION + 1}, add "
+        f"{SCHEMA_GENERATION + 1}: \"{schema_digest()}\" to GENERATIONS here (leave the others "
+        "as they are), and run `make crds`: an operator tells a newer CRD from an older one "
+        "by the generation")
 
 
 def test_the_digest_changes_with_the_schema_and_not_with_key_order() -> None:
@@ -128,11 +137,11 @@ def test_a_generation_edited_by_hand_is_none() -> None:
 
 
 def test_this_releases_crd_is_no_problem() -> None:
-    assert crd_finding(ours()) == (None, None, logging.INFO)
+    assert crd_finding(ours()) == (None, None, logging.INFO, False)
 
 
 def test_a_crd_that_lacks_fields_names_them_and_the_fix_first() -> None:
-    problem, note, _ = crd_finding(older())
+    problem, note, _, _ = crd_finding(older())
     assert note is None and problem is not None
     assert "an older release's" in problem and "lacks 1 of this release's fields" in problem
     assert problem.endswith(f"The fields: {QUEUE}; without {QUEUE} the autoscaler's rules "
@@ -140,7 +149,7 @@ def test_a_crd_that_lacks_fields_names_them_and_the_fix_first() -> None:
     assert SCHEMA_DIGEST_ANNOTATION in problem  # it has none
     # The fix before the fields: an Event message is cut at 1024 characters.
     assert problem.index("kubectl apply -f charts/infertune/crds/") < problem.index(QUEUE)
-    problem, _, _ = crd_finding(installed(OLD, "spec.autoscaling", QUEUE))
+    problem = crd_finding(installed(OLD, "spec.autoscaling", QUEUE)).problem
     assert problem is not None and OLD in problem and schema_digest() in problem
     assert "The fields: spec.autoscaling, status.autoscaling.state.queue;" in problem
     assert "spec.autoscaling.interval" not in problem  # dropped whole: named once
@@ -157,14 +166,14 @@ def test_what_a_field_dropped_does_is_said_for_the_field_under_it_or_over_it() -
 def test_many_dropped_fields_are_counted_past_the_first_named() -> None:
     gone = [f"spec.{name}" for name in node(ours(), "spec")["properties"]]
     assert len(gone) > MAX_NAMED
-    problem, _, _ = crd_finding(installed(OLD, *gone))
+    problem = crd_finding(installed(OLD, *gone)).problem
     assert problem is not None
     assert f"lacks {len(gone)} of" in problem and f"and {len(gone) - MAX_NAMED} more" in problem
 
 
 def test_a_reworded_crd_drops_nothing_and_is_only_noted() -> None:
     for crd in (installed(OLD, generation=SCHEMA_GENERATION), installed(None)):
-        problem, note, level = crd_finding(crd)
+        problem, note, level, _ = crd_finding(crd)
         assert problem is None and note is not None and "nothing is dropped" in note
         assert level == logging.INFO
 
@@ -174,11 +183,12 @@ def test_a_newer_crd_is_no_problem_and_what_it_drops_is_a_warning() -> None:
     still runs; or a rollback, which keeps the newer CRD. A field more drops nothing; a
     field the newer release removed is dropped from this one's writes."""
     later = SCHEMA_GENERATION + 1
-    problem, note, level = crd_finding(installed(NEWER, adding="spec.newField",
+    problem, note, level, _ = crd_finding(installed(NEWER, adding="spec.newField",
                                                  generation=later))
     assert problem is None and level == logging.INFO
     assert note is not None and "a newer release's" in note and "nothing is dropped" in note
-    problem, note, level = crd_finding(installed(NEWER, QUEUE, generation=later))
+    problem, note, level, newer = crd_finding(installed(NEWER, QUEUE, generation=later))
+    assert newer
     assert problem is None and level == logging.WARNING
     assert note is not None and "a newer release's" in note and QUEUE in note
     assert "backlog" in note
@@ -216,6 +226,19 @@ def test_pruning_follows_the_api_servers_rules() -> None:
         "a": obj}}}, "list") == ["list[].a.b", "list[].a.c"]
     assert dropped_fields(items, {"type": "array"}, "list") == ["list[].a"]
     assert dropped_fields(items, {"type": "array", PRESERVE: True, "items": obj}, "l") == []
+    # additionalProperties false is no schema for the values either: as true.
+    assert dropped_fields(ab, {**obj, "additionalProperties": False}) == ["a.b", "a.c"]
+    assert dropped_fields({**obj, "additionalProperties": {"type": "string"}},
+                          {**obj, "additionalProperties": False}, "m") == []
+    # Preserved with a schema for the values: the values are pruned by it.
+    assert dropped_fields(ab, {**obj, PRESERVE: True, "additionalProperties": only_b}) == [
+        "a.c"]
+    # An embedded resource keeps its apiVersion, kind and metadata, not its other fields.
+    resource = {**obj, "properties": {"kind": {"type": "string"}, "spec": ab}}
+    assert dropped_fields({**obj, "properties": {"r": resource}}, {**obj, "properties": {
+        "r": {**obj, "x-kubernetes-embedded-resource": True, PRESERVE: False}}}) == ["r.spec"]
+    assert dropped_fields({**obj, "properties": {"r": resource}}, {**obj, "properties": {
+        "r": obj}}) == ["r.kind", "r.spec"]
     # The root's apiVersion, kind and metadata are never pruned.
     root = node(ours())
     bare = {"type": "object", "properties": {k: v for k, v in root["properties"].items()
@@ -233,6 +256,35 @@ def test_what_the_installed_schema_keeps_whole_is_not_dropped_but_what_it_names_
     problem = crd_finding(crd).problem
     assert problem is not None
     assert "status.autoscaling.state.latencyBreaches[].queueOverloaded" in problem
+
+
+def test_an_edited_crd_is_judged_by_its_fields_whatever_its_annotations_say() -> None:
+    # `kubectl edit` keeps the annotations: this release's digest over a pruning schema.
+    crd = installed(schema_digest(), QUEUE, generation=SCHEMA_GENERATION)
+    problem = crd_finding(crd).problem
+    assert problem is not None and "this release's, changed since it was applied" in problem
+    assert problem.endswith(f"The fields: {QUEUE}; without {QUEUE} the autoscaler's rules "
+                            "that tell a draining backlog from the load stay off")
+    # Another build of the same generation is not called older.
+    problem = crd_finding(installed(OLD, QUEUE, generation=SCHEMA_GENERATION)).problem
+    assert problem is not None and "an older release's" not in problem
+    assert f"another build of this release's schema generation {SCHEMA_GENERATION}" in problem
+    # What it carries is said as it is.
+    problem = crd_finding(installed(None, QUEUE, generation=SCHEMA_GENERATION - 1)).problem
+    assert problem is not None and "an older release's" in problem
+    assert (f"schema generation {SCHEMA_GENERATION - 1}, no {SCHEMA_DIGEST_ANNOTATION}"
+            in problem)
+    problem = crd_finding(installed(OLD, QUEUE)).problem
+    assert problem is not None
+    assert f"no {SCHEMA_GENERATION_ANNOTATION} annotation, digest {OLD}" in problem
+
+
+def test_a_newer_crd_that_does_not_serve_this_version_is_no_problem_yet() -> None:
+    crd = installed(NEWER, generation=SCHEMA_GENERATION + 1)
+    crd["spec"]["versions"][0]["served"] = False
+    problem, note, level, newer = crd_finding(crd)
+    assert problem is None and newer and level == logging.WARNING
+    assert note is not None and "does not serve infertune.io/v1alpha1" in note
 
 
 def test_a_crd_that_does_not_serve_this_version_is_a_problem() -> None:
@@ -504,7 +556,7 @@ def test_stop_does_not_wait_for_a_read_in_flight() -> None:
     def read() -> Mapping[str, Any] | None:
         reading.set()
         release.wait(30)
-        return None
+        return ours()  # after the test: nothing to log into another test's
 
     check = CrdCheck(read, lambda *_: None)
     check.start()
@@ -515,3 +567,37 @@ def test_stop_does_not_wait_for_a_read_in_flight() -> None:
         assert time.monotonic() - stopping < 2.5
     finally:
         release.set()
+
+
+def test_a_newer_crd_that_drops_fields_is_a_problem_once_it_lasts_longer_than_an_upgrade(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """An upgrade is over in minutes; a rollback that is to stay keeps the newer CRD, and this
+    release's fields are lost from its writes for as long as it does."""
+    fewer = installed(NEWER, QUEUE, generation=SCHEMA_GENERATION + 1)
+    cluster = Cluster(*[fewer] * 4, installed(schema_digest(), generation=SCHEMA_GENERATION))
+    clock = [0.0]
+    check = CrdCheck(cluster.read, cluster.post, lambda: True, clock=lambda: clock[0])
+    with caplog.at_level(logging.INFO, logger="infertune.controller.crd_check"):
+        assert check.check() is None
+        clock[0] = NEWER_GRACE_S - 1
+        assert check.check() is None and check.current is True and cluster.events == []
+        clock[0] = NEWER_GRACE_S
+        problem = check.check()
+        assert problem is not None and "longer than an upgrade takes" in problem
+        assert "kubectl apply -f charts/infertune/crds/" in problem
+        assert check.current is False
+        check.check()
+        assert check.check() is None  # this release's CRD applied
+    assert [r.levelno for r in caplog.records] == [logging.WARNING, logging.ERROR, logging.INFO]
+    assert [reason for _, reason, _, _ in cluster.events] == [OUTDATED, CURRENT]
+
+
+def test_an_event_message_is_cut_to_what_an_event_holds() -> None:
+    crd = installed("x" * 5000)
+    breach = node(crd, "status", "autoscaling", "state", "latencyBreaches")["items"]
+    breach["properties"] = {}  # eleven fields of some sixty characters each, eight named
+    cluster = Cluster(crd)
+    assert len(cluster.check().check() or "") > MAX_EVENT_MESSAGE
+    [(_, _, message, _)] = cluster.events
+    assert len(message) == MAX_EVENT_MESSAGE
+    assert "kubectl apply -f charts/infertune/crds/" in message  # the fix comes first

@@ -7,17 +7,18 @@ without a word, every field that schema does not know: a spec field the new rele
 (the autoscaler's state, such as `status.autoscaling.state.queue`, which its backlog rules
 read: pruned, they stay off and nothing says why).
 
-The operator reads the installed CRD at start and every CHECK_S after. The CRD each release
-generates carries the digest of its spec and the generation of its schema (api/crd.py): the
-same digest is this release's CRD. Another one (or none) is compared field by field with this
-release's schema by the API server's pruning rules (dropped_fields), and only the fields it
-would drop count. Where an older CRD (a lower generation, or none) drops some, or none is
-installed, the problem is said as an error in the log naming the fields, a Warning Event on
-the CRD (from the process that leads), and the gauge `infertune_crd_schema_current` at 0,
-which the chart's alert InfertuneCRDOutdated fires on. A newer release's CRD (applied before
-the operator's upgrade, as the docs say, or kept by a rollback) is noted in the log only: a
-warning when it drops fields the newer release removed. The operator goes on working
-meanwhile, as it would have without the check.
+The operator reads the installed CRD at start and every CHECK_S after. Whatever its
+annotations say, its schema is compared field by field with this release's by the API
+server's pruning rules (dropped_fields), and only the fields it would drop count. The CRD
+each release generates carries the digest of its spec and the generation of its schema
+(api/crd.py), which tell whose CRD it is. Where one that is not a newer release's drops some,
+or none is installed, the problem is said as an error in the log naming the fields, a
+Warning Event on the CRD (from the process that leads), and the gauge
+`infertune_crd_schema_current` at 0, which the chart's alert InfertuneCRDOutdated fires on.
+A newer release's CRD (applied before the operator's upgrade, as the docs say) is noted in
+the log only, a warning when it drops fields the newer release removed; after NEWER_GRACE_S,
+longer than an upgrade takes, that is a rollback that is to stay, and the problem. The
+operator goes on working meanwhile, as it would have without the check.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import logging
 import os
 import re
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping
 from datetime import UTC, datetime
 from functools import cache
@@ -41,12 +43,13 @@ from infertune.api import spec as api
 from infertune.api.crd import (
     CRD_NAME,
     SCHEMA_DIGEST_ANNOTATION,
+    SCHEMA_GENERATION_ANNOTATION,
     custom_resource_definition,
     installed_digest,
     installed_generation,
     schema_digest,
 )
-from infertune.api.units import shown
+from infertune.api.units import format_duration, shown
 from infertune.kube.client import read_json
 
 logger = logging.getLogger(__name__)
@@ -59,6 +62,10 @@ OUTDATED = "CRDOutdated"
 """Reason of the Warning Event when the installed CRD drops fields of this release's."""
 CURRENT = "CRDCurrent"
 """Reason of the Normal Event when it keeps them again."""
+NEWER_GRACE_S = 1800.0
+"""How long a newer release's CRD that drops fields of this release's is taken for an upgrade
+in progress (the older operator still running; ~6 minutes at 10,000 pods): longer, it is a
+rollback that is to stay, and a problem."""
 MAX_EVENT_MESSAGE = 1024
 MAX_NAMED = 8
 """The most dropped fields a message names (then how many more)."""
@@ -81,6 +88,9 @@ class Finding(NamedTuple):
     note: str | None = None
     """When it does but is not this release's: what it is (said once, at `level`)."""
     level: int = logging.INFO
+    newer: bool = False
+    """The note is of a newer release's CRD that drops fields of this release's: a problem
+    once it lasts longer than an upgrade does (CrdCheck, NEWER_GRACE_S)."""
 
 
 META = ("apiVersion", "kind", "metadata")
@@ -112,7 +122,9 @@ def _dropped(ours: Mapping[str, Any], theirs: Any, path: str, out: list[str],
     named = theirs.get("properties")
     named = named if isinstance(named, Mapping) else {}
     extra = theirs.get("additionalProperties")
-    extra = {} if extra is True else extra if isinstance(extra, Mapping) else None
+    # true or false alike (the API server's StructuralOrBool): no schema for the values, so
+    # scalars stay and objects are emptied.
+    extra = {} if isinstance(extra, bool) else extra if isinstance(extra, Mapping) else None
     embedded = not path or theirs.get("x-kubernetes-embedded-resource") is True
     for name, sub in (ours.get("properties") or {}).items():
         child = f"{path}.{name}" if path else str(name)
@@ -130,9 +142,10 @@ def _dropped(ours: Mapping[str, Any], theirs: Any, path: str, out: list[str],
     if isinstance(ours.get("items"), Mapping):
         _dropped(ours["items"], theirs.get("items"), f"{path}[]", out, keeps_unnamed)
     ours_extra = ours.get("additionalProperties")
-    if isinstance(ours_extra, Mapping) or ours_extra is True:
+    if isinstance(ours_extra, (Mapping, bool)):
         if extra is not None:
-            _dropped({} if ours_extra is True else ours_extra, extra, f"{path}.*", out)
+            _dropped({} if isinstance(ours_extra, bool) else ours_extra, extra, f"{path}.*",
+                     out)
         elif not keeps_unnamed:
             out.append(f"{path}.*")
 
@@ -167,48 +180,55 @@ def _named(dropped: list[str]) -> str:
 def crd_finding(installed: Mapping[str, Any] | None,
                 ours: Mapping[str, Any] | None = None) -> Finding:
     """What the installed CRD (as the API server returns it; None when it is not installed)
-    means for this release, whose CRD is `ours` (custom_resource_definition())."""
+    means for this release, whose CRD is `ours` (custom_resource_definition()). The fields it
+    would drop are found whatever its annotations say (a `kubectl edit` keeps them); the
+    annotations only tell a newer release's CRD from another."""
     ours = _release_crd() if ours is None else ours
     if installed is None:
         return Finding(f"the InferenceTuning CRD ({CRD_NAME}) is not installed, so no "
                        f"InferenceTuning can be created or handled: {FIX}")
-    digest = installed_digest(ours) or ""
-    theirs = installed_digest(installed)
+    digest, generation = installed_digest(ours) or "", installed_generation(ours) or 0
+    theirs, their_generation = installed_digest(installed), installed_generation(installed)
+    newer = (their_generation or 0) > generation
     if theirs == digest:
-        return Finding(None)
-    generation = installed_generation(ours) or 0
-    newer = (installed_generation(installed) or 0) > generation
-    said = (f"its schema digest is {_shown(theirs)}, infertune {__version__}'s {digest}"
-            if theirs else f"it has no {SCHEMA_DIGEST_ANNOTATION} annotation: a release "
-            "before the annotation's, or applied by hand")
+        kind, said = "this release's, changed since it was applied", f"digest {digest}"
+    else:
+        kind = ("a newer release's" if newer else "an older release's"
+                if their_generation is None or their_generation < generation else
+                f"another build of this release's schema generation {generation} (from "
+                "another branch, or edited)")
+        said = ", ".join([
+            f"schema generation {their_generation}" if their_generation is not None else
+            f"no {SCHEMA_GENERATION_ANNOTATION} annotation",
+            f"digest {_shown(theirs)}" if theirs else f"no {SCHEMA_DIGEST_ANNOTATION}",
+        ]) + f"; infertune {__version__}'s: generation {generation}, digest {digest}"
     schema, wanted = _schema(installed), _schema(ours)
     assert wanted is not None
     if schema is None:
-        return Finding(f"the installed InferenceTuning CRD ({CRD_NAME}) does not serve "
-                       f"{api.GROUP}/{api.VERSION} with a schema ({said}): {FIX}")
-    dropped = dropped_fields(wanted, schema)
+        dropped = ["the whole of it: the CRD does not serve "
+                   f"{api.GROUP}/{api.VERSION} with a schema"]
+    else:
+        dropped = dropped_fields(wanted, schema)
+    if not dropped:
+        if theirs == digest:
+            return Finding(None)
+        return Finding(None, f"the installed CRD {CRD_NAME} is {kind} ({said}), and keeps "
+                       "every field of this release's schema: nothing is dropped")
+    lost = f"{_named(dropped)}{_consequences(dropped)}"
     if newer:
         # The operator is the older one: an upgrade that applied the new CRD first, as the
-        # docs say, while the older operator still runs; or a rollback, which keeps it.
-        if not dropped:
-            return Finding(None, f"the installed CRD {CRD_NAME} is a newer release's ({said}) "
-                           "and keeps every field of this release's schema: nothing is "
-                           "dropped")
+        # docs say, while the older operator still runs; or a rollback, which keeps it
+        # (CrdCheck makes it a problem once it lasts longer than an upgrade).
         return Finding(None, (
-            f"the installed CRD {CRD_NAME} is a newer release's ({said}): while an upgrade "
-            "rolls out, the newer operator takes over; if this release is to stay (a "
-            f"rollback), the API server drops {len(dropped)} of its fields from the writes "
-            "that carry them until this release's CRD is applied (which drops the newer "
-            f"release's): {_named(dropped)}{_consequences(dropped)}"), logging.WARNING)
-    if not dropped:
-        return Finding(None, f"the installed CRD {CRD_NAME} is not this release's ({said}), "
-                       "but keeps every field of its schema, so nothing is dropped (one "
-                       "that differs in descriptions or columns)")
+            f"the installed CRD {CRD_NAME} is {kind} ({said}): while an upgrade rolls out, "
+            "the newer operator takes over; if this release is to stay (a rollback), the API "
+            f"server drops {len(dropped)} of its fields from the writes that carry them until "
+            f"this release's CRD is applied (which drops the newer release's): {lost}"),
+            logging.WARNING, newer=True)
     return Finding(
-        f"the installed InferenceTuning CRD ({CRD_NAME}) is an older release's ({said}): its "
-        f"schema lacks {len(dropped)} of this release's fields, which the API server drops "
-        f"from the writes that carry them, without a word; {FIX}. The fields: "
-        f"{_named(dropped)}{_consequences(dropped)}")
+        f"the installed InferenceTuning CRD ({CRD_NAME}) is {kind} ({said}): its schema "
+        f"lacks {len(dropped)} of this release's fields, which the API server drops from the "
+        f"writes that carry them, without a word; {FIX}. The fields: {lost}")
 
 
 @cache
@@ -237,9 +257,12 @@ class CrdCheck:
 
     def __init__(self, read: Callable[[], Mapping[str, Any] | None],
                  post: Callable[[str, str, str, Mapping[str, Any]], None],
-                 leads: Callable[[], bool] = lambda: True, interval_s: float = CHECK_S) -> None:
-        self._read, self._post, self._leads = read, post, leads
+                 leads: Callable[[], bool] = lambda: True, interval_s: float = CHECK_S,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._read, self._post, self._leads, self._clock = read, post, leads, clock
         self.interval_s = interval_s
+        self._newer_since: float | None = None
+        """Since when (`clock`) a newer release's CRD drops fields of this release's."""
         self.gauge: tuple[str, bool] | None = None
         """(the installed CRD's digest as the gauge labels it, whether it keeps every field
         of this release's schema), None before it was first read (the gauge is absent then).
@@ -272,7 +295,15 @@ class CrdCheck:
             self._say_unreadable(exc)
             return None
         self._unreadable = None
-        problem, note, level = crd_finding(installed)
+        problem, note, level, newer = crd_finding(installed)
+        if not newer:
+            self._newer_since = None
+        elif self._newer_since is None:
+            self._newer_since = self._clock()
+        elif self._clock() - self._newer_since >= NEWER_GRACE_S:
+            # No upgrade takes this long: a rollback that is to stay, losing those fields.
+            problem = (f"{note}; it has lasted {format_duration(NEWER_GRACE_S)}, longer than "
+                       f"an upgrade takes: if this release is to stay, {FIX}")
         digest = None if installed is None else installed_digest(installed)
         label = ABSENT if installed is None else NO_DIGEST if digest is None else _shown(digest)
         self.gauge = (label, problem is None)
