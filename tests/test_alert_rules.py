@@ -197,9 +197,11 @@ def test_an_outdated_crd_alerts_once_for_every_operator_pod_until_it_is_applied(
     ], [at("InfertuneCRDOutdated", 8),
         at("InfertuneCRDOutdated", 12, {
             "exp_labels": {"severity": "warning", "installed": old, "release": ours},
-            "exp_annotations": {"summary": f"the installed InferenceTuning CRD ({old}) drops "
-                                           f"fields of the operator's ({ours}) or is absent: "
-                                           "apply charts/infertune/crds/ of the operator's "
-                                           "release"}}),
+            "exp_annotations": {"summary": f"the installed InferenceTuning CRD (digest {old}; "
+                                           f"the operator's {ours}) would drop fields the "
+                                           "operator writes, or is absent: the operator's log "
+                                           "and kubectl describe crd "
+                                           "inferencetunings.infertune.io say what to "
+                                           "apply"}}),
         at("InfertuneCRDOutdated", 27)])
     assert ran.returncode == 0, ran.stdout + ran.stderr

@@ -137,7 +137,7 @@ def test_a_generation_edited_by_hand_is_none() -> None:
 
 
 def test_this_releases_crd_is_no_problem() -> None:
-    assert crd_finding(ours()) == (None, None, logging.INFO, False)
+    assert crd_finding(ours()) == (None, None, logging.INFO, None)
 
 
 def test_a_crd_that_lacks_fields_names_them_and_the_fix_first() -> None:
@@ -187,8 +187,8 @@ def test_a_newer_crd_is_no_problem_and_what_it_drops_is_a_warning() -> None:
                                                  generation=later))
     assert problem is None and level == logging.INFO
     assert note is not None and "a newer release's" in note and "nothing is dropped" in note
-    problem, note, level, newer = crd_finding(installed(NEWER, QUEUE, generation=later))
-    assert newer
+    problem, note, level, lasting = crd_finding(installed(NEWER, QUEUE, generation=later))
+    assert lasting is not None and "longer than an upgrade takes" in lasting
     assert problem is None and level == logging.WARNING
     assert note is not None and "a newer release's" in note and QUEUE in note
     assert "backlog" in note
@@ -279,12 +279,35 @@ def test_an_edited_crd_is_judged_by_its_fields_whatever_its_annotations_say() ->
     assert f"no {SCHEMA_GENERATION_ANNOTATION} annotation, digest {OLD}" in problem
 
 
+def test_a_rollback_that_stays_is_told_to_remove_the_newer_spec_fields_first() -> None:
+    """Applied, the older CRD prunes the newer fields from the stored tunings too (on read):
+    a histogram's unit gone, the older release reads it in seconds."""
+    newer = installed(NEWER, QUEUE, adding="spec.metrics.latencyHistogramUnitV9",
+                      generation=SCHEMA_GENERATION + 1)
+    node(newer, "status", "autoscaling")["properties"]["newState"] = {"type": "string"}
+    lasting = crd_finding(newer).lasting
+    assert lasting is not None
+    fix = lasting.index("first remove from the tunings the newer release's fields, which "
+                        "this release's CRD drops (spec.metrics.latencyHistogramUnitV9), then "
+                        "apply its CRD: `kubectl apply -f charts/infertune/crds/`")
+    assert fix < lasting.index(QUEUE)  # the fix first: an Event is cut at 1024 characters
+    assert "newState" not in lasting  # status: nothing to remove from the tunings
+    # The same release's digest is not taken for a newer release's, whatever its generation.
+    edited = installed(schema_digest(), QUEUE, generation=SCHEMA_GENERATION + 1)
+    problem, _, _, lasting = crd_finding(edited)
+    assert problem is not None and lasting is None
+    assert "this release's, changed since it was applied" in problem
+
+
 def test_a_newer_crd_that_does_not_serve_this_version_is_no_problem_yet() -> None:
     crd = installed(NEWER, generation=SCHEMA_GENERATION + 1)
     crd["spec"]["versions"][0]["served"] = False
-    problem, note, level, newer = crd_finding(crd)
-    assert problem is None and newer and level == logging.WARNING
+    problem, note, level, lasting = crd_finding(crd)
+    assert problem is None and lasting is not None and level == logging.WARNING
     assert note is not None and "does not serve infertune.io/v1alpha1" in note
+    assert lasting is not None and lasting.endswith(
+        "until then it does not serve infertune.io/v1alpha1 with a schema, so no "
+        "InferenceTuning of this release's can be read or written")
 
 
 def test_a_crd_that_does_not_serve_this_version_is_a_problem() -> None:
@@ -435,10 +458,14 @@ def test_a_missing_crd_is_an_error_and_a_zero_but_no_event(
 
 
 def test_a_crd_without_the_digest_is_labelled_none() -> None:
-    cluster = Cluster(older())
+    cluster = Cluster(older(), installed(None))
     check = cluster.check()
     assert check.check() is not None
     assert gauge(check) == [({"installed": "none", "release": schema_digest()}, 0.0)]
+    assert check.check() is None  # the same fields as this release's, without annotations
+    assert cluster.events[-1][2] == (
+        "the installed CRD keeps every field of infertune 0.1.0's schema (no digest "
+        f"annotation; this release's is {schema_digest()})")
 
 
 def test_a_crd_that_cannot_be_read_keeps_what_was_known(
@@ -590,6 +617,8 @@ def test_a_newer_crd_that_drops_fields_is_a_problem_once_it_lasts_longer_than_an
         assert check.check() is None  # this release's CRD applied
     assert [r.levelno for r in caplog.records] == [logging.WARNING, logging.ERROR, logging.INFO]
     assert [reason for _, reason, _, _ in cluster.events] == [OUTDATED, CURRENT]
+    assert cluster.events[1][2] == ("the installed CRD keeps every field of infertune "
+                                    f"0.1.0's schema (this release's digest, {schema_digest()})")
 
 
 def test_an_event_message_is_cut_to_what_an_event_holds() -> None:

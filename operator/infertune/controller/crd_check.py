@@ -88,9 +88,9 @@ class Finding(NamedTuple):
     note: str | None = None
     """When it does but is not this release's: what it is (said once, at `level`)."""
     level: int = logging.INFO
-    newer: bool = False
-    """The note is of a newer release's CRD that drops fields of this release's: a problem
-    once it lasts longer than an upgrade does (CrdCheck, NEWER_GRACE_S)."""
+    lasting: str | None = None
+    """For a newer release's CRD that drops fields of this release's (the note): the problem
+    it is once it lasts longer than an upgrade does (CrdCheck, NEWER_GRACE_S)."""
 
 
 META = ("apiVersion", "kind", "metadata")
@@ -189,7 +189,7 @@ def crd_finding(installed: Mapping[str, Any] | None,
                        f"InferenceTuning can be created or handled: {FIX}")
     digest, generation = installed_digest(ours) or "", installed_generation(ours) or 0
     theirs, their_generation = installed_digest(installed), installed_generation(installed)
-    newer = (their_generation or 0) > generation
+    newer = theirs != digest and (their_generation or 0) > generation
     if theirs == digest:
         kind, said = "this release's, changed since it was applied", f"digest {digest}"
     else:
@@ -204,11 +204,17 @@ def crd_finding(installed: Mapping[str, Any] | None,
         ]) + f"; infertune {__version__}'s: generation {generation}, digest {digest}"
     schema, wanted = _schema(installed), _schema(ours)
     assert wanted is not None
+    upgrade = "while an upgrade rolls out, the newer operator takes over"
     if schema is None:
-        dropped = ["the whole of it: the CRD does not serve "
-                   f"{api.GROUP}/{api.VERSION} with a schema"]
-    else:
-        dropped = dropped_fields(wanted, schema)
+        unserved = (f"does not serve {api.GROUP}/{api.VERSION} with a schema, so no "
+                    "InferenceTuning of this release's can be read or written")
+        if newer:
+            return Finding(None, f"the installed CRD {CRD_NAME} is {kind} ({said}) and "
+                           f"{unserved}: {upgrade}", logging.WARNING,
+                           _lasting(kind, said, _rollback([]), f"it {unserved}"))
+        return Finding(f"the installed InferenceTuning CRD ({CRD_NAME}) is {kind} ({said}) "
+                       f"and {unserved}: {FIX}")
+    dropped = dropped_fields(wanted, schema)
     if not dropped:
         if theirs == digest:
             return Finding(None)
@@ -219,16 +225,33 @@ def crd_finding(installed: Mapping[str, Any] | None,
         # The operator is the older one: an upgrade that applied the new CRD first, as the
         # docs say, while the older operator still runs; or a rollback, which keeps it
         # (CrdCheck makes it a problem once it lasts longer than an upgrade).
+        losing = (f"the API server drops {len(dropped)} of this release's fields from the "
+                  f"writes that carry them: {lost}")
         return Finding(None, (
-            f"the installed CRD {CRD_NAME} is {kind} ({said}): while an upgrade rolls out, "
-            "the newer operator takes over; if this release is to stay (a rollback), the API "
-            f"server drops {len(dropped)} of its fields from the writes that carry them until "
-            f"this release's CRD is applied (which drops the newer release's): {lost}"),
-            logging.WARNING, newer=True)
+            f"the installed CRD {CRD_NAME} is {kind} ({said}): {upgrade}; if this release is to "
+            f"stay (a rollback), until its CRD is applied {losing}"), logging.WARNING,
+            _lasting(kind, said, _rollback(dropped_fields(schema, wanted)), losing))
     return Finding(
         f"the installed InferenceTuning CRD ({CRD_NAME}) is {kind} ({said}): its schema "
         f"lacks {len(dropped)} of this release's fields, which the API server drops from the "
         f"writes that carry them, without a word; {FIX}. The fields: {lost}")
+
+
+def _rollback(newer_only: list[str]) -> str:
+    """What to do when this release is to stay under a newer release's CRD whose fields
+    `newer_only` this release's CRD would drop: those of spec first (the API server prunes
+    them from the stored tunings too, on read, once the older CRD is applied)."""
+    spec = [field for field in newer_only if field.startswith("spec.")]
+    first = ("first remove from the tunings the newer release's fields, which this "
+             f"release's CRD drops ({_named(spec)}), then " if spec else "")
+    return (f"if this release is to stay (a rollback), {first}apply its CRD: `kubectl apply "
+            "-f charts/infertune/crds/` from its chart")
+
+
+def _lasting(kind: str, said: str, rollback: str, losing: str) -> str:
+    return (f"the installed InferenceTuning CRD ({CRD_NAME}) is {kind} ({said}) and has been "
+            f"for {format_duration(NEWER_GRACE_S)}, longer than an upgrade takes: {rollback}; "
+            f"until then {losing}")
 
 
 @cache
@@ -239,6 +262,14 @@ def _release_crd() -> Mapping[str, Any]:
 DIGEST = re.compile(r"sha256:[0-9a-f]{16}")
 NO_DIGEST = "none"
 ABSENT = "absent"
+
+
+def _said(label: str) -> str:
+    """The installed CRD as the gauge labels it, for a message."""
+    if label == schema_digest():
+        return f"this release's digest, {label}"
+    return (("no digest annotation" if label == NO_DIGEST else f"digest {label}")
+            + f"; this release's is {schema_digest()}")
 
 
 def _shown(digest: str) -> str:
@@ -295,15 +326,13 @@ class CrdCheck:
             self._say_unreadable(exc)
             return None
         self._unreadable = None
-        problem, note, level, newer = crd_finding(installed)
-        if not newer:
+        problem, note, level, lasting = crd_finding(installed)
+        if lasting is None:
             self._newer_since = None
         elif self._newer_since is None:
             self._newer_since = self._clock()
         elif self._clock() - self._newer_since >= NEWER_GRACE_S:
-            # No upgrade takes this long: a rollback that is to stay, losing those fields.
-            problem = (f"{note}; it has lasted {format_duration(NEWER_GRACE_S)}, longer than "
-                       f"an upgrade takes: if this release is to stay, {FIX}")
+            problem = lasting  # no upgrade takes this long: a rollback that is to stay
         digest = None if installed is None else installed_digest(installed)
         label = ABSENT if installed is None else NO_DIGEST if digest is None else _shown(digest)
         self.gauge = (label, problem is None)
@@ -312,7 +341,7 @@ class CrdCheck:
                 logger.error(problem)
             elif self._said is not None:
                 logger.info(f"the installed CRD {CRD_NAME} keeps every field of this "
-                            f"release's schema now ({label})")
+                            f"release's schema now ({_said(label)})")
             self._said = problem or ""
         if note != self._noted:
             if note:
@@ -350,8 +379,7 @@ class CrdCheck:
                 self._posted = problem
             elif problem is None and self._seen:
                 self._post("Normal", CURRENT, f"the installed CRD keeps every field of "
-                           f"infertune {__version__}'s schema ({label}; this release's is "
-                           f"{schema_digest()})", installed)
+                           f"infertune {__version__}'s schema ({_said(label)})", installed)
                 self._posted, self._seen = None, False
         except Exception as exc:  # said again at the next check
             logger.warning(f"could not post an Event on the CRD {CRD_NAME}: {exc}")
