@@ -30,7 +30,6 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from datetime import UTC, datetime
-from functools import cache
 from typing import Any, NamedTuple
 
 from kubernetes import client
@@ -43,10 +42,11 @@ from infertune.api import spec as api
 from infertune.api.crd import (
     CRD_NAME,
     SCHEMA_DIGEST_ANNOTATION,
+    SCHEMA_GENERATION,
     SCHEMA_GENERATION_ANNOTATION,
-    custom_resource_definition,
     installed_digest,
     installed_generation,
+    release_crd,
     schema_digest,
 )
 from infertune.api.units import format_duration, shown
@@ -177,17 +177,15 @@ def _named(dropped: list[str]) -> str:
         f" and {len(dropped) - MAX_NAMED} more" if len(dropped) > MAX_NAMED else "")
 
 
-def crd_finding(installed: Mapping[str, Any] | None,
-                ours: Mapping[str, Any] | None = None) -> Finding:
+def crd_finding(installed: Mapping[str, Any] | None) -> Finding:
     """What the installed CRD (as the API server returns it; None when it is not installed)
-    means for this release, whose CRD is `ours` (custom_resource_definition()). The fields it
-    would drop are found whatever its annotations say (a `kubectl edit` keeps them); the
-    annotations only tell a newer release's CRD from another."""
-    ours = _release_crd() if ours is None else ours
+    means for this release. The fields it would drop are found whatever its annotations say
+    (a `kubectl edit` keeps them); the annotations only tell a newer release's CRD from
+    another."""
     if installed is None:
         return Finding(f"the InferenceTuning CRD ({CRD_NAME}) is not installed, so no "
                        f"InferenceTuning can be created or handled: {FIX}")
-    digest, generation = installed_digest(ours) or "", installed_generation(ours) or 0
+    digest, generation = schema_digest(), SCHEMA_GENERATION
     theirs, their_generation = installed_digest(installed), installed_generation(installed)
     newer = theirs != digest and (their_generation or 0) > generation
     if theirs == digest:
@@ -202,7 +200,7 @@ def crd_finding(installed: Mapping[str, Any] | None,
             f"no {SCHEMA_GENERATION_ANNOTATION} annotation",
             f"digest {_shown(theirs)}" if theirs else f"no {SCHEMA_DIGEST_ANNOTATION}",
         ]) + f"; infertune {__version__}'s: generation {generation}, digest {digest}"
-    schema, wanted = _schema(installed), _schema(ours)
+    schema, wanted = _schema(installed), _schema(release_crd())
     assert wanted is not None
     upgrade = "while an upgrade rolls out, the newer operator takes over"
     if schema is None:
@@ -252,11 +250,6 @@ def _lasting(kind: str, said: str, rollback: str, losing: str) -> str:
     return (f"the installed InferenceTuning CRD ({CRD_NAME}) is {kind} ({said}) and has been "
             f"for {format_duration(NEWER_GRACE_S)}, longer than an upgrade takes: {rollback}; "
             f"until then {losing}")
-
-
-@cache
-def _release_crd() -> Mapping[str, Any]:
-    return custom_resource_definition()
 
 
 DIGEST = re.compile(r"sha256:[0-9a-f]{16}")
