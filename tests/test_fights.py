@@ -104,6 +104,12 @@ def test_a_fight_with_no_revert_for_the_quiet_time_is_over() -> None:
 
 @pytest.mark.parametrize("stored", [None, {}, {"reverts": 2}, {"reverts": "x", "since": 1},
                                     {"reverts": 2, "since": "yesterday", "lastRevert": "",
+                                     "observedGeneration": 1},
+                                    # Before year 1 in UTC: read, it raised when written back.
+                                    {"reverts": 2, "since": "0001-01-01T00:00:00+01:00",
+                                     "lastRevert": "2026-12-03T10:00:00Z",
+                                     "observedGeneration": 1},
+                                    {"reverts": 2, "since": 1700000000, "lastRevert": 1,
                                      "observedGeneration": 1}])
 def test_a_missing_or_unreadable_block_is_no_fight(stored: dict[str, object] | None) -> None:
     assert Fight.from_json(stored) is None

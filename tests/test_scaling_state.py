@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -17,6 +18,7 @@ from infertune.scaling.state import (
     ScalingState,
     Serving,
     parse_time,
+    stored_time,
 )
 
 NOW = 1_700_000_000.0
@@ -118,6 +120,18 @@ def test_a_stored_entry_that_cannot_be_read_is_left_out_not_raised() -> None:
     assert [r.replicas for r in state.recommendations] == [3]
     assert state.scale_events == () and state.metrics_missing_since is None
     assert state.serving is None
+
+
+@pytest.mark.parametrize("time", ["0001-01-01T00:00:00+01:00", "9999-12-31T23:59:59-01:00"])
+def test_a_time_that_could_not_be_written_back_is_left_out(time: str) -> None:
+    """A time before year 1 or after 9999 in UTC parses, and raised where it was written back
+    (serving.since is carried over while the replicas stay): every evaluation failed."""
+    state = ScalingState.from_json({
+        "recommendations": [{"time": time, "replicas": 2}],
+        "serving": {"since": time, "replicas": 4, "of": 4}})
+    assert state.recommendations == () and state.serving is None
+    assert stored_time(time) is None
+    ScalingState(serving=Serving(4, 4, NOW)).to_json()  # the usual case still writes
 
 
 def test_latency_breaches_round_trip_and_a_broken_one_is_left_out() -> None:

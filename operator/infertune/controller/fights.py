@@ -27,6 +27,7 @@ from infertune.api.units import format_duration
 from infertune.controller.scaling_report import HPA_PRESENT, SEVERAL_TUNINGS, Blocked
 from infertune.kube.client import OWN_SCALE_WRITE
 from infertune.scaling.state import (
+    UNREADABLE,
     ScaleEvent,
     ScalingState,
     format_time,
@@ -100,7 +101,7 @@ class Fight(NamedTuple):
                        parse_time(data["lastRevert"]), int(data["observedGeneration"]),
                        None if retry is None else parse_time(retry),
                        by if isinstance(by, str) else None)
-        except (KeyError, TypeError, ValueError):
+        except UNREADABLE:
             return None
 
 

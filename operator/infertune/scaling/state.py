@@ -35,8 +35,13 @@ def format_time(t: float) -> str:
 
 @lru_cache(maxsize=TIME_CACHE)
 def parse_time(text: str) -> float:
-    """The time `format_time` wrote (cached: see TIME_CACHE)."""
-    return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    """The time `format_time` wrote (cached: see TIME_CACHE). ValueError for text that is not
+    one, and for a time `format_time` cannot write back: `0001-01-01T00:00:00+01:00`
+    (edited by hand; the CRD types times as plain strings) lies before year 1 in UTC, and
+    carried on into the status written next, it raised at every evaluation."""
+    t = datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    datetime.fromtimestamp(t, tz=UTC)  # ValueError (year 0 or 10000) where format_time fails
+    return t
 
 
 def stored_time(value: Any) -> float | None:
