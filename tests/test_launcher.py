@@ -199,10 +199,33 @@ CASES = {
         "GPUs from the device nodes nvidia1 in "),
     "cdi_void_counts_every_device_node": Case(
         Machine(gpus=(GPU0, GPU1, GPU2), dev_minors=(0, 2)),
-        {"NVIDIA_VISIBLE_DEVICES": "void"}, ("--cpunodebind=0", "--membind=0"),
-        {"gpus": f"{GPU0.uuid},{GPU2.uuid}", "gpu_nodes": "0,1"},
-        "GPUs span nodes 0,1, chose node 0 holding 1 of 2; GPUs from the device nodes "
-        "nvidia0,nvidia2 in "),
+        {"NVIDIA_VISIBLE_DEVICES": "void"}, None,
+        {"gpus": f"{GPU0.uuid},{GPU2.uuid}", "gpu_nodes": "0,1", "action": "unbound"},
+        "GPUs span nodes 0,1 and none holds more than half of them (node 0 holds 1 of 2): "
+        "bound to one node, the processes driving the others would run on CPUs and memory "
+        "remote to their GPUs; GPUs from the device nodes nvidia0,nvidia2 in "),
+    # A tensor-parallel pod with a GPU on each socket: bound to node 0, the worker of the
+    # node-1 GPU ran on node 0's CPUs with its host buffers there, and half the CPUs were gone.
+    "gpus_split_evenly_over_nodes_run_unbound": Case(
+        Machine(gpus=(GPU0, GPU1)), {"NVIDIA_VISIBLE_DEVICES": f"{GPU0.uuid},{GPU1.uuid}"},
+        None, {"level": "warning", "gpu_nodes": "0,1", "node": "", "action": "unbound"},
+        "GPUs span nodes 0,1 and none holds more than half of them (node 0 holds 1 of 2): "
+        "bound to one node, the processes driving the others would run on CPUs and memory "
+        "remote to their GPUs; running unbound"),
+    "strict_binds_gpus_split_evenly_to_the_lowest_node_and_warns": Case(
+        Machine(gpus=(GPU0, GPU1)), {"NVIDIA_VISIBLE_DEVICES": f"{GPU0.uuid},{GPU1.uuid}",
+                                     "INFERTUNE_NUMA_STRICT": "true"},
+        ("--cpunodebind=0", "--membind=0"),
+        {"level": "warning", "gpu_nodes": "0,1", "node": "0", "action": "bind"},
+        "node 0 is local to the GPUs; GPUs span nodes 0,1, chose node 0 holding 1 of 2; no node "
+        "holds more than half of them: bound all the same (strict), the processes driving the "
+        "others run on CPUs and memory remote to their GPUs"),
+    # A node without CPUs is memory of another kind (a CXL expander, a Grace Hopper GPU's).
+    "gpu_with_numa_node_minus_one_on_the_only_node_with_cpus_binds_to_it": Case(
+        Machine(nodes={0: "0-15", 1: ""}, gpus=(GPU_NO_NODE,)),
+        {"NVIDIA_VISIBLE_DEVICES": GPU_NO_NODE.uuid}, ("--cpunodebind=0", "--membind=0"),
+        {"level": "info", "action": "bind", "node": "0", "nodes": "0,1"},
+        "node 0 is the only NUMA node with CPUs, so it holds the GPUs"),
     "unset_visible_devices_finds_gpus_by_device_nodes": Case(
         Machine(gpus=(GPU0, GPU1), dev_minors=(1,)), {}, ("--cpunodebind=1", "--membind=1"),
         {"gpus": GPU1.uuid}, "(NVIDIA_VISIBLE_DEVICES is unset)"),
@@ -303,6 +326,17 @@ CASES = {
     "interleave_spreads_over_the_allowed_nodes": Case(
         Machine(), {"INFERTUNE_NUMA_POLICY": "interleave"}, ("--interleave=0,1",),
         {"action": "interleave", "node": "0,1"}),
+    "interleave_leaves_out_the_nodes_without_cpus": Case(
+        Machine(nodes={0: "0-7", 1: "8-15", 2: "", 3: ""}, mems="0-3"),
+        {"INFERTUNE_NUMA_POLICY": "interleave"}, ("--interleave=0,1",),
+        {"level": "info", "action": "interleave", "node": "0,1", "nodes": "0,1,2,3"},
+        "memory interleaved over the allowed nodes 0,1; not over 2,3, which have no CPUs "
+        "(memory of another kind: a CXL expander, a GPU's)"),
+    "interleave_with_only_memory_nodes_allowed_runs_unbound": Case(
+        Machine(nodes={0: "0-7", 1: "8-15", 2: ""}, mems="2"),
+        {"INFERTUNE_NUMA_POLICY": "interleave"}, None, {"action": "unbound"},
+        "no NUMA node with CPUs is allowed to this container (nodes 0,1,2, allowed mems 2; "
+        "without CPUs: 2); running unbound"),
     "interleave_keeps_to_the_allowed_mems": Case(
         Machine(nodes={0: "0-3", 1: "4-7", 2: "8-11"}, mems="1-2"),
         {"INFERTUNE_NUMA_POLICY": "interleave"}, ("--interleave=1,2",), {"nodes": "0,1,2"}),
