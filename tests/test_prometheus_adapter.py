@@ -107,6 +107,8 @@ def exporters() -> Iterator[tuple[Exporter, Exporter, Exporter]]:
         Pod("serving", "llm-sft-x2z4k", 800),  # Job llm-sft (no vowel): nor this one
         Pod("idle", "quiet-6c7d8-kkkkk", 3, observe=False),
         Pod("serving", "nan-6c7d8-kkkkk", float("nan")),
+        Pod("serving", "half-6c7d8-kkkkk", float("nan")),  # one pod's exporter is broken
+        Pod("serving", "half-6c7d8-zzzzz", 6),
         Pod(HOSTILE_NS, "llm-5d4f8b9c7-zzzzz", 7),
     ])
     openmetrics = Exporter("sglang", [Pod("serving", "sgl-7f9d5-xz2k4", 12)])
@@ -275,6 +277,11 @@ def test_no_data_is_never_zero(prometheus: PrometheusServer) -> None:
     assert got[quiet.key].latency.problem == "only NaN or infinite values"  # 0/0 quantile
     assert got[quiet.key].request_rate.points[-1][1] == 0.0
     assert got[nan.key].queue.problem == "only NaN or infinite values"
+    # One pod of two exporting NaN: the queue is the other's, over the one pod reporting
+    # (the mean of both was NaN, and held the Deployment as "only NaN" while it lasted).
+    half = target("serving", "half")
+    queue = fetch_when(PrometheusSource(prometheus.url), [half], half.key)[half.key].queue
+    assert (queue.last, queue.pods, queue.problem) == (6.0, 1, None)
     missing = got[ghost.key].queue
     # The metric first, in both spellings of the colon trap, and what to check.
     assert missing.problem == ("no series of vllm:num_requests_waiting or "

@@ -813,8 +813,11 @@ def _windows(result: list[dict[str, Any]], plan: QueryPlan,
     for key, got in stats.items():
         last = got.get("last")
         if last is None:
-            # Only `peak` is left over from earlier in the window: the series is gone now.
-            out[key] = Window.missing(f"{STALE}no sample now, only earlier in the window")
+            # No mean now while pods export it: every value now is NaN (or +Inf), which the
+            # mean leaves out (promql._finite_mean). Else only `peak` is left over from
+            # earlier in the window: the series is gone now.
+            out[key] = Window.missing(
+                ONLY_NAN if "pods" in got else f"{STALE}no sample now, only earlier in the window")
             continue
         if not isfinite(last):
             out[key] = Window.missing(ONLY_NAN)

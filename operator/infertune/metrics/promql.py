@@ -55,7 +55,10 @@ from infertune.metrics.presets import (
 # The hash is the decimal digits of a uint32, each encoded as one character: at least 4 of
 # them but for one ReplicaSet in 4 million (a hash under 1000), so a word of up to three
 # consonants (a Job qwen-sft, a DaemonSet llm-dp) is no hash either.
-GENERATED = "[bcdfghjklmnpqrstvwxz2456789]"
+GENERATED = "[b-df-hj-np-tv-xz24-9]"
+"""bcdfghjklmnpqrstvwxz2456789 as ranges: the class is in every pod matcher of a query, twice,
+and in every label_replace that cuts a pod's name, so its length counts against MAX_QUERY_URL
+(plan.py) some 30 times."""
 POD_SUFFIX = f"-{GENERATED}{{4,10}}-{GENERATED}{{5}}"
 # Kubernetes truncates generated names to 58 characters before the random suffix, so longer
 # Deployment names leave pod names the suffix pattern cannot split.
@@ -266,7 +269,9 @@ def window_query(expr: str, span_s: float, step_s: float, threshold: float | Non
     sustain rule needs them then, and most targets are below target most of the time.
     `pods` (one series per target) is returned now, as the `pods` stat."""
     finite = f"({expr}) < Inf > -Inf"  # NaN fails every comparison, so it is not a sample
-    parts = [_stat(expr, "last")]  # as it is: a NaN now is reported as such, not as absent
+    # As it is: a NaN now is reported as such, not as absent (the queue's and the running
+    # requests' means leave NaN out, and their `pods` stat, 0 then, says it).
+    parts = [_stat(expr, "last")]
     if pods is not None:
         parts.append(_stat(pods, "pods"))
     window = f"[{duration(span_s)}:{duration(step_s)}]"
@@ -290,16 +295,33 @@ def _per_pod(scope: Scope, name: str | Template, window: str, summed: bool = Tru
             f"({_per_target(scope, _gauge(scope, name, window, summed))})")
 
 
+def _finite_mean(by: str, expr: str) -> str:
+    """The mean by `by` of the values of `expr` below +Inf (NaN fails every comparison): the
+    mean of them all was NaN as soon as one pod exported NaN (a broken exporter), which held
+    the whole Deployment with "only NaN or infinite values" while its other pods reported. A
+    -Inf is kept: the mean is then the negative value the adapter refuses, naming it."""
+    return f"avg by ({by}) (({expr}) < Inf)"
+
+
+def _finite_count(by: str, expr: str) -> str:
+    """How many values of `expr` by `by` `_finite_mean` is over, as a number that is 0, not
+    absent, where there are none: a target whose values are all NaN then has this and no
+    mean, which the adapter says is "only NaN or infinite values" rather than no series."""
+    return f"sum by ({by}) (({expr}) < bool Inf)"
+
+
 def gauge_query(scope: Scope, name: str | Template, window: str = "1m") -> str:
     """The mean over each target's pods of gauge `name` (summed per pod), one series per
-    target. `window` fills a template's `$window`."""
-    return f"avg by ({scope.by()}) ({_per_pod(scope, name, window)})"
+    target: over the pods with a finite value (`_finite_mean`). `window` fills a template's
+    `$window`."""
+    return _finite_mean(scope.by(), _per_pod(scope, name, window))
 
 
 def pods_query(scope: Scope, name: str | Template, window: str = "1m") -> str:
-    """How many of each target's pods export gauge `name` now (pods, not series), one series
-    per target."""
-    return f"count by ({scope.by()}) ({_per_pod(scope, name, window, summed=False)})"
+    """How many of each target's pods export gauge `name` with a value below +Inf now (pods,
+    not series; `gauge_query`'s mean is over them), one series per target, 0 where every pod
+    exports NaN."""
+    return _finite_count(scope.by(), _per_pod(scope, name, window, summed=False))
 
 
 def queue_query(scope: Scope, metrics: EngineMetrics, span_s: float, step_s: float,
@@ -320,9 +342,9 @@ def running_query(scope: Scope, metrics: EngineMetrics, span_s: float,
     the queue and the pod count take each pod once."""
     if metrics.running is None:
         return None
-    series = (f"avg by ({scope.by()}) "
-              f"({_per_target(scope, _gauge(scope, metrics.running, window, summed=False))})")
-    return window_query(series, span_s, step_s, peak=True)
+    each = _per_target(scope, _gauge(scope, metrics.running, window, summed=False))
+    return window_query(_finite_mean(scope.by(), each), span_s, step_s, peak=True,
+                        pods=_finite_count(scope.by(), each))
 
 
 def latency_query(scope: Scope, metrics: EngineMetrics, quantile: float, window: str) -> str:

@@ -125,8 +125,8 @@ class Window(NamedTuple):
     query: str = ""
     problem: str | None = None
     pods: int | None = None
-    """For the queue: how many pods report it now (`last` is their mean); None when not
-    read."""
+    """How many pods report the queue now with a value below +Inf (`last` is their mean), or
+    for the running requests how many series do; None when not read."""
 
     @classmethod
     def missing(cls, problem: str, query: str = "") -> Window:
