@@ -831,12 +831,32 @@ def test_a_negative_value_is_no_data(prometheus: PrometheusServer) -> None:
 def test_a_template_that_drops_the_pod_label_is_told_so(prometheus: PrometheusServer) -> None:
     """Its result had series, which cannot be told apart by Deployment; it read "no series
     for Deployment", as a selector that matches nothing does."""
-    summed = templated("summed", "vllm",
-                       {"queueDepth": "sum(vllm:num_requests_waiting{$selector})"})
-    got = PrometheusSource(prometheus.url).fetch([summed], time.time())[summed.key]
-    assert got.queue.problem is not None and got.queue.problem.startswith(
+    def problem(queries: dict[str, str]) -> str:
+        """The queue's problem once the template's result has series (the pods' first scrape
+        may be yet to come when this runs first)."""
+        tuning = templated("summed", "vllm", queries)
+        source = PrometheusSource(prometheus.url)
+
+        def read() -> str | None:
+            said = source.fetch([tuning], time.time())[tuning.key].queue.problem or ""
+            return said if "the template's result" in said else None
+
+        return wait_for(read, "a result without the labels", timeout_s=20)
+
+    assert problem({"queueDepth": "sum(vllm:num_requests_waiting{$selector})"}) == (
         "no series for Deployment serving/llm: the template's result has series without the "
-        "'pod' label"), got.queue.problem
+        "'namespace' label (spec.metrics.namespaceLabel) or the 'pod' label "
+        "(spec.metrics.podLabel); keep 'namespace' and 'pod' in the result, for example sum by "
+        "(namespace, pod) (...)")
+    assert problem({"queueDepth": "sum by (namespace) (vllm:num_requests_waiting{$selector})"}
+                   ).startswith("no series for Deployment serving/llm: the template's result "
+                                "has series without the 'pod' label (spec.metrics.podLabel); "
+                                "keep")
+    # The namespace label summed away: told so too (it read "no series", with no hint).
+    assert problem({"queueDepth": "sum by (pod) (vllm:num_requests_waiting{$selector})"}
+                   ).startswith("no series for Deployment serving/llm: the template's result "
+                                "has series without the 'namespace' label "
+                                "(spec.metrics.namespaceLabel); keep")
 
 
 @pytest.mark.parametrize("long", [False, True])

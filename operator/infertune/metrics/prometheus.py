@@ -691,13 +691,18 @@ class _Answer:
                 # scraped and export it (Prometheus's default interval is the default 1m).
                 said += (f" Or is spec.metrics.window ({target.window}) under two scrape "
                          "intervals? rate() needs two samples in it")
-        if self.plan.templated and any(not deployment for _, deployment in self.found):
+        if self.plan.templated and (
+                dropped := [label for label, gone in (
+                    (f"{target.namespace_label!r} label (spec.metrics.namespaceLabel)",
+                     any(not namespace for namespace, _ in self.found)),
+                    (f"{target.pod_label!r} label (spec.metrics.podLabel)",
+                     any(not deployment for _, deployment in self.found))) if gone]):
             # Its answer has series, which cannot be told apart by Deployment: the template
-            # summed the pod label away (the docs ask it to keep it).
-            said += (f": the template's result has series without the {target.pod_label!r} "
-                     "label (spec.metrics.podLabel); keep it and "
-                     f"{target.namespace_label!r} in the result, for example sum by "
-                     f"({target.namespace_label}, {target.pod_label}) (...)")
+            # summed the pod or namespace label away (the docs ask it to keep both).
+            said += (f": the template's result has series without the {' or the '.join(dropped)}; "
+                     f"keep {target.namespace_label!r} and {target.pod_label!r} in the "
+                     f"result, for example sum by ({target.namespace_label}, "
+                     f"{target.pod_label}) (...)")
         return missing(said, query)
 
 
