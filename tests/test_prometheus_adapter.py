@@ -1003,6 +1003,9 @@ def test_an_http_error_is_no_data() -> None:
      b'"value":[1]}]}}', "is not a Prometheus query result"),
     (b'{"status":"success","data":{"resultType":"vector","result":[{"metric":{},'
      b'"value":[1,"x"]}]}}', "is not a Prometheus query result"),
+    # Nested too deeply for the JSON decoder: its RecursionError left fetch, which every
+    # tuning of the batch shares.
+    (b"[" * 200_000, "is not a Prometheus query result (RecursionError"),
 ])
 def test_an_answer_that_is_not_prometheus_is_no_data_that_says_so(answer: bytes,
                                                                    says: str) -> None:
@@ -1021,6 +1024,36 @@ def test_an_answer_that_is_not_prometheus_is_no_data_that_says_so(answer: bytes,
         got = PrometheusSource(url).fetch([target("a", "b")], time.time())["a/b"]
     for problem in (got.queue.problem, got.latency.problem):
         assert problem is not None and says in problem and "check the URL" in problem, problem
+
+
+def test_a_template_that_returns_native_histograms_is_told_to_take_a_number_of_them() -> None:
+    """A result of native histograms is a Prometheus answer: it read as one that is no query
+    result, "check the URL"."""
+    histogram = {"count": "4", "sum": "1.5", "buckets": [[0, "0.1", "0.2", "4"]]}
+
+    class Histograms(QuietHandler):
+        def do_GET(self) -> None:
+            ranged = self.path.startswith("/api/v1/query_range")
+            item: dict[str, Any] = {"metric": {"namespace": "a", "pod": "b-5d4f8b9c7-bcdfg"}}
+            if ranged:
+                item["histograms"] = [[time.time(), histogram]]
+            else:
+                item["histogram"] = [time.time(), histogram]
+            body = json.dumps({"status": "success", "data": {
+                "resultType": "matrix" if ranged else "vector", "result": [item]}}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(body)
+
+        do_POST = do_GET
+
+    with served(Histograms) as url:
+        got = PrometheusSource(url).fetch([target("a", "b")], time.time())["a/b"]
+    for problem in (got.queue.problem, got.latency.problem):
+        assert problem is not None and problem.startswith(
+            "the query returns native histograms, not numbers"), problem
+        assert "check the URL" not in problem
 
 
 def test_a_connection_closed_without_an_answer_is_not_said_to_be_refused() -> None:

@@ -516,9 +516,13 @@ class PrometheusSource:
                 ValueError, LookupError, TypeError, ArithmeticError) as exc:
             return _Answer(plan, {}, f"Prometheus at {self.shown_url} failed: "
                                      f"{_describe(exc, self.timeout_s)}")
+        except RecursionError as exc:  # JSON nested too deeply for the decoder: not an answer
+            return _Answer(plan, {}, f"Prometheus at {self.shown_url} failed: {_not_a_result(exc)}")
         try:
             found = _windows(result, plan, end) if plan.window else _series(result, plan, end)
         except (ValueError, LookupError, TypeError, ArithmeticError, AttributeError) as exc:
+            if histograms := _native_histograms(result):
+                return _Answer(plan, {}, histograms)
             return _Answer(plan, {}, f"Prometheus at {self.shown_url} failed: {_not_a_result(exc)}")
         return _Answer(plan, found, None)
 
@@ -956,6 +960,19 @@ def _prometheus_error(text: str) -> tuple[str, str] | None:
     if not isinstance(answer, dict) or not isinstance(answer.get("error"), str):
         return None
     return str(answer.get("errorType") or "error"), answer["error"]
+
+
+def _native_histograms(result: Any) -> str | None:
+    """What to do when `result` holds native histograms where numbers were asked for (a PromQL
+    template over a native histogram returns them: a result Prometheus answers in its own
+    right, which read as an answer that is no query result, "check the URL"); else None."""
+    if isinstance(result, list) and any(
+            isinstance(item, dict) and ("histogram" in item or "histograms" in item)
+            for item in result):
+        return ("the query returns native histograms, not numbers: give the template a "
+                "function of them that is a number (histogram_quantile, histogram_count, "
+                "histogram_sum)")
+    return None
 
 
 def _not_a_result(exc: Exception) -> str:
