@@ -352,6 +352,13 @@ def test_api_server_rejects_what_the_schema_forbids(
     with pytest.raises(ApiException) as info:
         create(api_client, namespace, tuning("bad", "qwen", memory={"high": "28GB"}))
     assert info.value.status == 422 and "spec.memory.high" in info.value.body
+    # A negative quantity written as a number, which the pattern (strings only) let through:
+    # refused by the schema itself (its words, not the webhook's), so also without the
+    # operator running.
+    with pytest.raises(ApiException) as info:
+        create(api_client, namespace, tuning("bad", "qwen", memory={"minHeadroom": -1}))
+    assert info.value.status == 422 and "spec.memory.minHeadroom" in info.value.body
+    assert "greater than or equal to 0" in info.value.body, info.value.body
     create(api_client, namespace, tuning("good", "qwen", memory={"high": "28Gi",
                                                                  "minHeadroom": 1000000}))
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -518,6 +519,45 @@ def test_every_integer_of_the_spec_has_a_bound_the_api_server_takes() -> None:
     spec = InferenceTuningSpec.model_validate(_spec(canary={
         "steps": [{"weight": 10}], "analysis": {"minRequestCount": 2**63 - 1}}))
     assert spec.canary is not None
+    # minReplicas had none: 2^63 was "above maxReplicas 10", where the API server refuses it.
+    assert "autoscaling.minReplicas: 9223372036854775808 is beyond what the API server " \
+        "stores" in " ".join(_errors(autoscaling={"minReplicas": 2**63}))
+    fields = dict(_integer_fields(InferenceTuningSpec, "spec"))
+    assert {"spec.numa.node", "spec.autoscaling.metricsUnavailable.fallbackReplicas",
+            "spec.canary.steps.weight"} <= fields.keys()  # the walk reaches them all
+    unbounded = [path for path, bounded in fields.items() if not bounded]
+    assert not unbounded, f"give these a `le` or AfterValidator(int64): {unbounded}"
+
+
+def _integer_fields(model: type, path: str) -> Iterator[tuple[str, bool]]:
+    """(path, whether it has an upper bound: a `le`/`lt` or the int64 validator) of every
+    integer field of `model` and the models under it."""
+    import typing
+
+    import annotated_types
+    from pydantic import BaseModel
+    from pydantic.fields import FieldInfo
+    from pydantic.functional_validators import AfterValidator
+
+    from infertune.api.base import int64
+
+    assert isinstance(model, type) and issubclass(model, BaseModel)
+    for name, field in model.model_fields.items():
+        parts, todo = [], [field.annotation]
+        while todo:  # the annotation's types and metadata, through unions and Annotated
+            part = todo.pop()
+            parts.append(part)
+            todo.extend(typing.get_args(part))
+        metadata = [*field.metadata, *parts]
+        metadata += [m for p in parts if isinstance(p, FieldInfo) for m in p.metadata]
+        at = f"{path}.{field.alias or name}"
+        for part in parts:
+            if isinstance(part, type) and issubclass(part, BaseModel) and part is not model:
+                yield from _integer_fields(part, at)
+        if int in parts and bool not in parts:
+            yield at, any(isinstance(m, annotated_types.Le | annotated_types.Lt)
+                          or (isinstance(m, AfterValidator) and m.func is int64)
+                          for m in metadata)
 
 
 def test_null_map_entries_are_taken_as_the_api_server_stores_them() -> None:

@@ -6,9 +6,16 @@ from decimal import Decimal
 from enum import StrEnum
 from typing import Annotated
 
-from pydantic import Field, model_validator
+from pydantic import AfterValidator, Field, model_validator
 
-from infertune.api.base import FLAG, NUMBER, ApiModel, CrossFieldProblems, no_schema_default
+from infertune.api.base import (
+    FLAG,
+    NUMBER,
+    ApiModel,
+    CrossFieldProblems,
+    int64,
+    no_schema_default,
+)
 from infertune.api.units import Duration, parse_duration
 
 MAX_SUSTAIN_S = 600
@@ -205,7 +212,7 @@ class MetricsUnavailable(ApiModel):
     """Hold keeps the current replicas. Fallback raises replicas to fallbackReplicas (never
     lowers them) once data has been missing for `after`."""
 
-    fallback_replicas: Annotated[int, Field(ge=1), NUMBER] | None = None
+    fallback_replicas: Annotated[int, Field(ge=1), NUMBER, AfterValidator(int64)] | None = None
     """Replicas to run with action Fallback."""
 
     after: Duration = Duration("2m")
@@ -229,7 +236,9 @@ class AutoscalingSpec(ApiModel):
     enabled: Annotated[bool, FLAG] = True
     """Set to false to keep the section but stop scaling."""
 
-    min_replicas: Annotated[int, Field(ge=1), NUMBER] = 1
+    # Within an int64 (canary.minRequestCount says why not as a `maximum`): beyond it, the
+    # API server refuses the number, and `validate` said it was above maxReplicas.
+    min_replicas: Annotated[int, Field(ge=1), NUMBER, AfterValidator(int64)] = 1
     """Replicas never go below this."""
 
     max_replicas: Annotated[int, Field(ge=1, le=10000), NUMBER] = 10

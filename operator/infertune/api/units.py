@@ -228,10 +228,14 @@ class Quantity(str):
         # The shape Kubernetes itself uses for resource.Quantity in CRDs (controller-gen's
         # pattern): without it the API server took 28GB, which the operator then refused
         # (InvalidSpec) after the sync had passed.
+        # `minimum` for the integer form, which the pattern (strings only) does not reach:
+        # without it the API server stored -1, which the operator refuses (InvalidSpec)
+        # after the sync had passed, whenever the admission webhook was not there to say so.
         return {
             "anyOf": [{"type": "integer"}, {"type": "string"}],
             "pattern": QUANTITY_PATTERN,
             "maxLength": MAX_QUANTITY_TEXT,
+            "minimum": 0,
             "x-kubernetes-int-or-string": True,
         }
 
