@@ -290,6 +290,30 @@ def test_the_handler_warns_of_kept_problems_and_rivals() -> None:
     assert check(VALID, None, {("other", "vllm"): [{"name": "other"}]}) == []
 
 
+def test_batching_without_autoscaling_is_said_to_be_not_acted_on_when_asked_for() -> None:
+    """spec.batching in Recommend or Auto is read by the autoscaler's evaluations alone:
+    without spec.autoscaling it was accepted without a word, and taken for tuned."""
+    from infertune.api.scaling import BATCHING_UNUSED
+
+    batching = copy.deepcopy(VALID)
+    batching["spec"].pop("autoscaling", None)
+    batching["spec"]["batching"] = {"mode": "Recommend"}
+    said = [f"infertune: spec.batching is {BATCHING_UNUSED}"]
+    assert said[0].startswith("infertune: spec.batching is not acted on without "
+                              "spec.autoscaling")
+    assert check(batching) == said
+    off = copy.deepcopy(batching)
+    off["spec"]["batching"]["mode"] = "Off"
+    assert check(off) == [] and check(batching, off) == said
+    # Once, not at every edit; and not with spec.autoscaling, which reads it.
+    edited = copy.deepcopy(batching)
+    edited["spec"]["numa"] = {"policy": "none"}
+    assert check(edited, batching) == []
+    scaled = copy.deepcopy(batching)
+    scaled["spec"]["autoscaling"] = {"enabled": False}
+    assert check(scaled) == []
+
+
 def test_a_canary_is_said_to_be_not_enforced_when_asked_for() -> None:
     """Accepted and checked, and nothing acts on it yet: an applied spec.canary read as
     guarding the next rollout."""

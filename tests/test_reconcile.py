@@ -52,6 +52,16 @@ def test_a_canary_section_is_accepted_but_said_to_be_not_enforced() -> None:
     assert off is not None and "canary" not in off.message
 
 
+def test_batching_without_autoscaling_is_accepted_but_said_to_be_not_acted_on() -> None:
+    ready = find(assess(_body(batching={"mode": "Auto"}), TARGET,
+                        "2026-12-03T10:00:00Z").status.conditions, ConditionType.READY)
+    assert ready is not None and ready.reason == "Accepted"
+    assert "batching Auto not acted on without spec.autoscaling" in ready.message
+    scaled = find(assess(_body(batching={"mode": "Auto"}, autoscaling={}), TARGET,
+                         "2026-12-03T10:00:00Z").status.conditions, ConditionType.READY)
+    assert scaled is not None and "batching" not in scaled.message
+
+
 def test_dry_run_is_reported_as_its_own_phase_and_condition() -> None:
     result = assess(_body(mode="DryRun"), TARGET, "2026-12-03T10:00:00Z")
     dry = find(result.status.conditions, ConditionType.DRY_RUN)

@@ -378,6 +378,25 @@ def test_valid_says_when_the_deployment_was_not_there_to_check_against(
     assert capsys.readouterr().out.endswith("InferenceTuning ml/q: valid\n")
 
 
+def test_valid_says_batching_without_autoscaling_is_not_acted_on(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """"valid" read as if batching would be tuned; only the autoscaler's evaluations read it."""
+    spec = "spec: {targetRef: {name: q}, engine: vllm, batching: {mode: Recommend}}\n"
+    manifest = tmp_path / "t.yaml"
+    manifest.write_text(_doc("InferenceTuning", "q", "ml", spec)
+                        + _doc("Deployment", "q", "ml", DEPLOYMENT_32GI))
+    assert main(["validate", str(manifest)]) == 0
+    assert capsys.readouterr().out.endswith(
+        "InferenceTuning ml/q: valid (spec.batching is not acted on without spec.autoscaling: "
+        "its evaluations recommend and apply the batch size; add spec.autoscaling (with "
+        "enabled: false it recommends without scaling), or set spec.batching.mode: Off)\n")
+    manifest.write_text(_doc("InferenceTuning", "q", "ml", spec.replace(
+        "batching:", "autoscaling: {maxReplicas: 4}, batching:"))
+                        + _doc("Deployment", "q", "ml", DEPLOYMENT_32GI))
+    assert main(["validate", str(manifest)]) == 0
+    assert capsys.readouterr().out.endswith("InferenceTuning ml/q: valid\n")
+
+
 def test_valid_says_a_canary_is_not_enforced(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """"valid" read as if the canary would guard the next rollout; nothing acts on it yet."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from decimal import Decimal
 from enum import StrEnum
 from typing import Annotated
@@ -303,6 +304,26 @@ class BatchingMode(StrEnum):
     OFF = "Off"
     RECOMMEND = "Recommend"
     AUTO = "Auto"
+
+
+BATCHING_UNUSED = ("not acted on without spec.autoscaling: its evaluations recommend and apply "
+                   "the batch size; add spec.autoscaling (with enabled: false it recommends "
+                   "without scaling), or set spec.batching.mode: Off")
+"""Said of a spec.batching in Recommend or Auto without spec.autoscaling wherever a spec is
+judged (the Ready condition, `infertune validate`, the admission warning): accepted, and
+nothing reads it."""
+
+
+def batching_unused(spec: object) -> bool:
+    """Whether a spec (the model, or a raw mapping as admission sees it) asks for batching
+    (mode Recommend or Auto) without spec.autoscaling, which alone acts on it."""
+    if isinstance(spec, Mapping):
+        batching, autoscaling = spec.get("batching"), spec.get("autoscaling")
+        mode = batching.get("mode") if isinstance(batching, Mapping) else None
+    else:
+        autoscaling = getattr(spec, "autoscaling", None)
+        mode = getattr(getattr(spec, "batching", None), "mode", None)
+    return mode in (BatchingMode.RECOMMEND, BatchingMode.AUTO) and not autoscaling
 
 
 class BatchingKnob(StrEnum):

@@ -39,6 +39,7 @@ from kopf._cogs.structs.references import (  # how kopf matches --namespace
 from infertune.api.canary import CANARY_NOT_ENFORCED, canary_enabled
 from infertune.api.errors import stored_problems
 from infertune.api.manifests import entry_in_force, in_force, pods_tuned_by, shown_rivals
+from infertune.api.scaling import BATCHING_UNUSED, batching_unused
 from infertune.api.spec import GROUP, PLURAL, VERSION, apply_problems
 from infertune.kube.webhooks import TUNING_HANDLER_ID
 
@@ -210,3 +211,6 @@ async def check_tuning(body: kopf.Body, old: kopf.Body | None, operation: str,
     if canary_enabled(spec) and (old is None or not canary_enabled(old.get("spec") or {})):
         # Said when asked for: a spec.canary was applied and read as guarding the rollouts.
         warnings.append(f"infertune: spec.canary is {CANARY_NOT_ENFORCED}")
+    if batching_unused(spec) and (old is None or not batching_unused(old.get("spec") or {})):
+        # Likewise: batching in Recommend or Auto, and nothing to read it.
+        warnings.append(f"infertune: spec.batching is {BATCHING_UNUSED}"[:MAX_WARNING])

@@ -14,6 +14,7 @@ from pydantic import ValidationError
 
 from infertune.api.canary import CANARY_NOT_ENFORCED
 from infertune.api.errors import validate_stored
+from infertune.api.scaling import BATCHING_UNUSED, batching_unused
 from infertune.api.spec import InferenceTuningSpec, Mode
 from infertune.api.status import (
     MAX_DECISIONS,
@@ -229,6 +230,9 @@ def _summary(spec: InferenceTuningSpec) -> str:
     if spec.autoscaling is not None and spec.autoscaling.enabled:
         parts.append(f"autoscaling {spec.autoscaling.min_replicas}.."
                      f"{spec.autoscaling.max_replicas}")
+    if batching_unused(spec):
+        # Accepted, and read by nothing: a platform team took batching for tuned.
+        parts.append(f"batching {spec.batching.mode.value} {BATCHING_UNUSED}")
     if spec.canary is not None and spec.canary.enabled:
         # Accepted and checked, but nothing acts on it yet: say so where users look first.
         parts.append(f"canary in {len(spec.canary.steps)} steps ({CANARY_NOT_ENFORCED})")
