@@ -116,6 +116,41 @@ def test_a_key_given_twice_is_refused_with_its_line(
     assert main(["validate", str(merged)]) == 0, capsys.readouterr().err
 
 
+def test_keys_read_as_numbers_or_flags_are_the_strings_kubectl_sends(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """sigs.k8s.io/yaml turns such a key into its text (a label 2024, a nodeSelector key 1):
+    refused here as "not a valid string" with a path of a list index, and `{1: a, true: b}`
+    was "the key True twice" (Python's 1 == True)."""
+    manifest = tmp_path / "keys.yaml"
+
+    def validate(labels: str, selector: str = "{gpu: h100}") -> tuple[int, str]:
+        manifest.write_text(
+            "apiVersion: infertune.io/v1alpha1\nkind: InferenceTuning\n"
+            f"metadata: {{name: t, namespace: ns, labels: {labels}}}\n"
+            "spec: {targetRef: {name: d}, engine: vllm, "
+            f"mig: {{profile: 3g.40gb, nodeSelector: {selector}}}}}\n")
+        code = main(["validate", str(manifest)])
+        return code, capsys.readouterr().err
+
+    assert validate("{2024: x, true: z, 0x10: w, 1.5: v}", "{1: x}") == (0, "")
+    code, err = validate("{1e6: u}")  # the label "1e+06", which no label key can be
+    assert code == 1 and "metadata.labels['1e+06']: the key '1e+06' is not a label key" in err
+    assert validate("{1: a, true: b}") == (0, "")
+    code, err = validate('{1: a, "1": b}')
+    assert code == 1 and "found the key '1' twice" in err, err
+    code, err = validate("{0x1: a, 1: b}")  # both the label "1"
+    assert code == 1 and "found the key '1' twice" in err, err
+    code, err = validate("{~: a}")
+    assert code == 1 and "a mapping key kubectl cannot send (null); write it as a quoted " \
+        "string" in err, err
+    from infertune.api.manifests import load_documents
+    manifest.write_text("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: c, labels: "
+                        "{2024: x, true: z, 1.5: v, 1e6: u, 7e-5: t, .inf: s}}\n")
+    documents, problems = load_documents(manifest)
+    assert not problems and list(documents[0].body["metadata"]["labels"]) == [
+        "2024", "true", "1.5", "1e+06", "7e-05", ".inf"]  # as Go's FormatFloat(v, 'g', -1, 32)
+
+
 def test_a_name_with_a_newline_cannot_print_a_line_of_its_own(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     spoof = tmp_path / "spoof.yaml"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import struct
 import sys
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -151,6 +152,44 @@ class _KubectlLoader(_UniqueKeyLoader):
     def construct_yaml_float(self, node: yaml.ScalarNode) -> float | str:  # type: ignore[override]
         return self._float_or_text(str(self.construct_scalar(node)))
 
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        """A mapping whose keys are the strings kubectl sends (sigs.k8s.io/yaml turns a key
+        read as a number or a flag into its text: `2024: x` is the label "2024"), checked
+        once each as those strings: read as Python's 1 and True, `{1: a, true: b}` was one key
+        (kubectl sends "1" and "true"), and a label key 2024 was "not a valid string"."""
+        if not isinstance(node, yaml.MappingNode):
+            return super().construct_mapping(node, deep=deep)  # the base class says why
+        seen: set[str] = set()
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue  # "<<" merges: its keys may be overridden, as YAML says
+            key = self._key_text(key_node, deep)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    "while constructing a mapping", node.start_mark,
+                    f"found the key {key!r} twice (a mapping key is given once)",
+                    key_node.start_mark)
+            seen.add(key)
+        self.flatten_mapping(node)  # the merged keys first, then the mapping's own
+        return {self._key_text(key_node, deep): self.construct_object(value_node, deep=deep)
+                for key_node, value_node in node.value}
+
+    def _key_text(self, node: yaml.Node, deep: bool) -> str:
+        """A mapping key as sigs.k8s.io/yaml's JSON has it; a key it refuses ("Unsupported
+        map key": null, a list, an integer past int64) is an error naming the key."""
+        key = self.construct_object(node, deep=deep)
+        if isinstance(key, str):
+            return key
+        if isinstance(key, bool):
+            return "true" if key else "false"
+        if isinstance(key, int) and -(2**63) <= key < 2**63:
+            return str(key)
+        if isinstance(key, float):
+            return _go_float32_text(key)
+        raise yaml.constructor.ConstructorError(
+            None, None, f"a mapping key kubectl cannot send ({shown_key(key)}); write it as "
+            "a quoted string", node.start_mark)
+
     @staticmethod
     def _float_or_text(text: str) -> float | str:
         plain = text.replace("_", "")
@@ -163,6 +202,40 @@ class _KubectlLoader(_UniqueKeyLoader):
             return text
         # strconv.ParseFloat refuses a number out of float64's range (an error, so a string).
         return value if math.isfinite(value) else text
+
+
+def shown_key(key: Any) -> str:
+    """A mapping key that is no string, as a message shows it (YAML's words for null)."""
+    return "null" if key is None else repr(key)[:40]
+
+
+def _go_float32_text(value: float) -> str:
+    """Go's strconv.FormatFloat(value, 'g', -1, 32), which sigs.k8s.io/yaml makes of a key
+    read as a float: the fewest digits that read back as the same float32, as %e for an
+    exponent under -4 or from 6 up (e+06), else as %f; YAML's words for the infinities and
+    NaN."""
+    if math.isnan(value):
+        return ".nan"
+    if math.isinf(value):
+        return ".inf" if value > 0 else "-.inf"
+    as32 = struct.unpack("f", struct.pack("f", value))[0]
+    if as32 == 0:
+        return "-0" if math.copysign(1, as32) < 0 else "0"
+    for digits in range(1, 10):  # 9 significant digits always round-trip a float32
+        text = f"{as32:.{digits - 1}e}"
+        if struct.unpack("f", struct.pack("f", float(text)))[0] == as32:
+            break
+    mantissa, exponent = text.split("e")
+    power = int(exponent)
+    mantissa = mantissa.rstrip("0").rstrip(".") if "." in mantissa else mantissa
+    if power < -4 or power >= 6:
+        return f"{mantissa}e{'-' if power < 0 else '+'}{abs(power):02d}"
+    sign, body = ("-", mantissa[1:]) if mantissa.startswith("-") else ("", mantissa)
+    figures = body.replace(".", "")
+    if power < 0:
+        return f"{sign}0.{'0' * (-power - 1)}{figures}"
+    whole, frac = figures[:power + 1], figures[power + 1:]
+    return f"{sign}{whole.ljust(power + 1, '0')}{'.' + frac if frac else ''}"
 
 
 _KubectlLoader.add_constructor("tag:yaml.org,2002:int", _KubectlLoader.construct_yaml_int)
