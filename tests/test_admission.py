@@ -149,8 +149,26 @@ def test_a_problem_the_stored_object_hid_is_refused_in_the_section_edited_only()
     whole = copy.deepcopy(fixed)
     whole["spec"]["autoscaling"]["minReplicas"] = 1
     found = verdict(whole, stored)
-    assert found.refused == ()
-    assert [p.split(":")[0] for p in found.kept] == ["spec.mig.nodeSelector['gpu type']"]
+    assert found.refused == () and found.kept == ()
+    assert [p.split(":")[0] for p in found.unjudged] == ["spec.mig.nodeSelector['gpu type']"]
+    warned = check(whole, stored)
+    assert len(warned) == 1 and warned[0].startswith(
+        "infertune: let through in a section this change leaves as it was (the stored spec "
+        "has other problems): spec.mig.nodeSelector['gpu type']"), warned
+
+
+def test_an_edit_of_a_tuning_stored_invalid_is_refused_for_what_it_breaks_elsewhere() -> None:
+    """Stored failing the models (min above max), the checks across fields had not run on it:
+    a change of spec.engine that makes spec.batching.knob wrong was let through, the
+    batching section being as it was, with the warning that it was stored so before."""
+    stored = tuning(engine="vllm", batching={"knob": "max-num-seqs", "mode": "Recommend"},
+                    autoscaling={"minReplicas": 5, "maxReplicas": 2})
+    edited = copy.deepcopy(stored)
+    edited["spec"]["engine"] = "tgi"
+    edited["spec"]["autoscaling"] = {"minReplicas": 1, "maxReplicas": 2}
+    found = verdict(edited, stored)
+    assert [p.split(":")[0] for p in found.refused] == ["spec.batching.knob"], found
+    assert found.kept == found.unjudged == ()
 
 
 def test_a_problem_an_edit_makes_in_a_section_it_left_alone_is_refused() -> None:

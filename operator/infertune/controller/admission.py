@@ -13,7 +13,9 @@ label, another section) and deleted: an update of such an object is refused only
 problem in a section of the spec it changes (spec.autoscaling, spec.mig, ...) that the stored
 object did not show. A problem the check cannot tie to the stored one exactly (pydantic skips
 a model's cross-field rules while one of its fields fails, so the stored object's list is not
-complete) is judged by its section. The problems it keeps are returned as warnings, and the
+complete) is judged by its section, and by the fields that section's rules read (a change
+of spec.engine makes a spec.batching.knob wrong). The problems it keeps are returned as
+warnings (saying which were stored before and which were let through unjudged), and the
 status says InvalidSpec as before. An update of a valid object is refused any problem.
 
 The check is a second webhook of the pod tuning's configuration (kube/webhooks.py): one
@@ -60,6 +62,19 @@ class Verdict:
     """Problems the stored object did not have: the request is refused for them."""
     kept: tuple[str, ...]
     """Problems the stored object had already: let through, as a warning."""
+    unjudged: tuple[str, ...] = ()
+    """Problems of sections the request leaves as they were, in an object stored with
+    problems that kept the checks across fields from running: whether it had them is not
+    known. Let through, as a warning that says so."""
+
+
+READS: dict[str, tuple[str, ...]] = {
+    "batching": ("engine", "metrics", "autoscaling"),
+    "metrics": ("engine",),
+}
+"""The other fields of the spec the rules of a section read (spec._engine_rules: the
+engine's knobs and presets; spec.apply_problems: batching with autoscaling): a change of one
+of them can make a problem in a section the request leaves as it was."""
 
 
 def section(problem: str) -> str | None:
@@ -108,20 +123,21 @@ def verdict(obj: Mapping[str, Any], old: Mapping[str, Any] | None) -> Verdict:
         return Verdict(tuple(found), ())
     spec, stored = obj.get("spec") or {}, old.get("spec") or {}
 
-    def kept(problem: str) -> bool:
+    def unchanged(problem: str) -> bool:
         # Every check ran on the stored object: a problem it did not have is new, in a
         # section the edit left alone too (a rule of one section reads another: a change of
         # spec.engine alone makes spec.batching.knob wrong, which was let through as
         # "stored with this problem before"). Where the stored object failed the models,
-        # the checks across fields did not run on it: its sections left as they were stand
-        # in for them.
-        if problem in before:
-            return True
+        # the checks across fields did not run on it: its section left as it was, with the
+        # fields its rules read, stands in for them.
         field = section(problem)
         return (not every_check and field is not None
-                and spec.get(field) == stored.get(field))
+                and all(spec.get(f) == stored.get(f) for f in (field, *READS.get(field, ()))))
 
-    return Verdict(tuple(p for p in found if not kept(p)), tuple(p for p in found if kept(p)))
+    kept = tuple(p for p in found if p in before)
+    unjudged = tuple(p for p in found if p not in before and unchanged(p))
+    return Verdict(tuple(p for p in found if p not in kept and p not in unjudged), kept,
+                   unjudged)
 
 
 def refusal(name: str, refused: tuple[str, ...]) -> str:
@@ -205,6 +221,9 @@ async def check_tuning(body: kopf.Body, old: kopf.Body | None, operation: str,
         raise kopf.AdmissionError(refusal(name, found.refused), code=422)
     for problem in found.kept:
         warnings.append(f"infertune: stored with this problem before: {problem}"[:MAX_WARNING])
+    for problem in found.unjudged:
+        warnings.append(("infertune: let through in a section this change leaves as it was "
+                         f"(the stored spec has other problems): {problem}")[:MAX_WARNING])
     if rivals is not None:
         warnings.append(f"infertune: {rivals}")
     spec = body.get("spec") or {}
