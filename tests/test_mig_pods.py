@@ -185,6 +185,34 @@ def test_a_selector_on_the_gpu_product_keeps_the_nodes_it_partitioned() -> None:
         "ml/qwen", NodeView("gpu-3", {"pool": "a-MIG-3g.71gb"}))
 
 
+def test_a_selector_on_labels_single_rewrites_keeps_the_nodes_its_tuning_claimed() -> None:
+    """Under strategy single, GPU Feature Discovery also gives gpu.count, gpu.memory (and
+    the slices and engines) the values of one MIG device once a node is partitioned: with
+    nvidia.com/gpu.count: "8" (8-GPU nodes) the tuning lost each node it partitioned, its
+    claim lapsed, and another tuning relabelled the node for its own layout."""
+    product, count = "nvidia.com/gpu.product", "nvidia.com/gpu.count"
+    selector = ((count, "8"), (product, "NVIDIA-H100-80GB-HBM3"))
+    holds = mig_controller.claim_holds((MigSelector("team-a/qwen", selector),
+                                        MigSelector("team-b/llama", ((product, "x"),))))
+    labels = {product: "NVIDIA-H100-80GB-HBM3-MIG-3g.40gb", "nvidia.com/mig.capable": "true",
+              "nvidia.com/mig.strategy": "single", count: "16", "nvidia.com/gpu.memory": "40192"}
+    claimed = NodeView("gpu-1", labels, claimed_by="team-a/qwen")
+    assert holds("team-a/qwen", claimed)
+    # Only for the tuning that claimed it, under single, and for the labels GFD rewrites.
+    assert not holds("team-a/qwen", NodeView("gpu-2", labels))
+    assert not holds("team-a/qwen", NodeView(
+        "gpu-3", {**labels, "nvidia.com/mig.strategy": "mixed"}, claimed_by="team-a/qwen"))
+    assert not mig_controller.claim_holds((MigSelector("team-a/qwen", (("pool", "a"),)),))(
+        "team-a/qwen", NodeView("gpu-4", {**labels, "pool": "b"}, claimed_by="team-a/qwen"))
+    # Its own plan keeps the node too (it read "no node matches" once it was partitioned).
+    spec = InferenceTuningSpec.model_validate({
+        "targetRef": {"name": "qwen"}, "engine": "vllm",
+        "mig": {"profile": "3g.40gb", "strategy": "single", "nodeSelector": dict(selector)}})
+    _, errors, selected = mig_controller._plans(spec, [claimed], "team-a/qwen")
+    assert errors == [] and [n.name for n in selected] == ["gpu-1"]
+    assert mig_controller._plans(spec, [claimed], "team-b/llama")[2] == []
+
+
 def _indexed_tuning(name: str, **spec: Any) -> dict[str, Any]:
     """An entry of the kopf index `tunings_by_target`."""
     return {"name": name, "uid": f"uid-{name}", "generation": 1, "spec": {

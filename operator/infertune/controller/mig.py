@@ -379,28 +379,31 @@ def _strategies_run(capable: list[NodeView]) -> list[str]:
                   & {s.value for s in MigStrategy})
 
 
-def planned_strategy(spec: InferenceTuningSpec, nodes: list[NodeView]) -> str:
+def planned_strategy(spec: InferenceTuningSpec, nodes: list[NodeView],
+                     owner: str | None = None) -> str:
     """The strategy `_plans` plans for (and so status.mig.strategy, which the pod webhook
     reads): the one the selected nodes run, else the spec's. A label `_plans` does not take
     (empty, `none`, `Mixed`) is not one: counted as the nodes' strategy there, the plan was
     single while status said mixed (or the reverse), and the pods asked for a resource the
     partitioned nodes do not offer."""
     assert spec.mig is not None
-    strategies = _strategies_run(_capable(spec, nodes))
+    strategies = _strategies_run(_capable(spec, nodes, owner))
     return strategies[0] if len(strategies) == 1 else spec.mig.strategy.value
 
 
-def _capable(spec: InferenceTuningSpec, nodes: list[NodeView]) -> list[NodeView]:
-    """The MIG-capable nodes spec.mig.nodeSelector selects."""
+def _capable(spec: InferenceTuningSpec, nodes: list[NodeView],
+             owner: str | None = None) -> list[NodeView]:
+    """The MIG-capable nodes spec.mig.nodeSelector (of the tuning `owner`) selects."""
     assert spec.mig is not None
     return [n for n in nodes if n.labels.get(MIG_CAPABLE_LABEL) == "true"
-            and selects(spec.mig.node_selector.items(), n.labels)]
+            and selects(spec.mig.node_selector.items(), n.labels,
+                        claimed=n.claimed_by == owner)]
 
 
-def _plans(spec: InferenceTuningSpec, nodes: list[NodeView]) -> tuple[
-        dict[str, LayoutPlan], list[str], list[NodeView]]:
+def _plans(spec: InferenceTuningSpec, nodes: list[NodeView], owner: str | None = None
+           ) -> tuple[dict[str, LayoutPlan], list[str], list[NodeView]]:
     assert spec.mig is not None
-    capable = _capable(spec, nodes)
+    capable = _capable(spec, nodes, owner)
     products = sorted({n.labels[PRODUCT_LABEL] for n in capable if PRODUCT_LABEL in n.labels})
     plans: dict[str, LayoutPlan] = {}
     errors: list[str] = []
@@ -427,7 +430,7 @@ def _plans(spec: InferenceTuningSpec, nodes: list[NodeView]) -> tuple[
                       + ", ".join(f"{p}: {profile}" for p, profile in sorted(profiles.items()))
                       + "); narrow spec.mig.nodeSelector to one product, for example with "
                       f"{PRODUCT_LABEL}")
-    return plans, errors, select_nodes(nodes, products, spec.mig.node_selector)
+    return plans, errors, select_nodes(nodes, products, spec.mig.node_selector, owner)
 
 
 def config_names(plans: Mapping[str, LayoutPlan]) -> dict[str, str]:
@@ -452,7 +455,7 @@ def reconcile_mig(namespace: str, name: str, spec: InferenceTuningSpec, settings
     and writes before that may take long enough for another process to lead meanwhile."""
     assert spec.mig is not None
     nodes = _observe_nodes(gpu_pods)
-    plans, errors, selected = _plans(spec, nodes)
+    plans, errors, selected = _plans(spec, nodes, f"{namespace}/{name}")
     previous = ((body.get("status") or {}).get("mig") or {}).get("message")
     owner = f"{namespace}/{name}"
 
@@ -510,7 +513,7 @@ def reconcile_mig(namespace: str, name: str, spec: InferenceTuningSpec, settings
     first = next(iter(plans.values()))
     status = MigStatus(
         profile=first.pod_profile, layout=[describe(p.slices) for p in plans.values()],
-        strategy=planned_strategy(spec, nodes),
+        strategy=planned_strategy(spec, nodes, owner),
         config_map=f"{settings.namespace}/{CONFIG_MAP}",
         nodes=[MigNodeStatus(node=r.node, config=configs[_product(selected, r.node)],
                              state=r.state.value, message=r.message)
@@ -747,7 +750,8 @@ def claim_holds(selectors: MigSelectors) -> Callable[[str, NodeView], bool]:
 
     def holds(tuning: str, node: NodeView) -> bool:
         selector = selector_of.get(tuning)
-        return selector is None or _selected(node, selector)
+        return selector is None or selects(selector, node.labels,
+                                           claimed=node.claimed_by == tuning)
     return holds
 
 
@@ -780,7 +784,7 @@ def _plannable(selector: MigSelector, nodes: Sequence[NodeView]) -> bool:
     """Whether the tuning's spec.mig can be planned on `nodes` now (not known: it can)."""
     if selector.spec is None or selector.spec.mig is None:
         return True
-    plans, errors, _ = _plans(selector.spec, list(nodes))
+    plans, errors, _ = _plans(selector.spec, list(nodes), selector.tuning)
     return bool(plans) and not errors
 
 

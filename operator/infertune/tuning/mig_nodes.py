@@ -101,27 +101,49 @@ class MigNodeStep:
 
 
 def select_nodes(nodes: Sequence[NodeView], products: Sequence[str],
-                 node_selector: Mapping[str, str]) -> list[NodeView]:
-    """MIG-capable nodes of the given GPU products that match the spec's node selector."""
+                 node_selector: Mapping[str, str], owner: str | None = None) -> list[NodeView]:
+    """MIG-capable nodes of the given GPU products that match the spec's node selector (of
+    the tuning `owner`, NAMESPACE/NAME: see `selects` for the nodes it claims)."""
     wanted = set(products)
     return sorted(
         (n for n in nodes
          if n.labels.get(PRODUCT_LABEL) in wanted
          and n.labels.get(MIG_CAPABLE_LABEL) == "true"
-         and selects(node_selector.items(), n.labels)),
+         and selects(node_selector.items(), n.labels, claimed=n.claimed_by == owner)),
         key=lambda n: n.name)
 
 
-def selects(selector: Iterable[tuple[str, str]], labels: Mapping[str, str]) -> bool:
+SINGLE_REWRITES = ("nvidia.com/gpu.count", "nvidia.com/gpu.memory",
+                   "nvidia.com/gpu.multiprocessors")
+SINGLE_REWRITTEN_PREFIXES = ("nvidia.com/gpu.slices.", "nvidia.com/gpu.engines.")
+"""Labels GPU Feature Discovery gives the values of one MIG device once a node is partitioned
+under strategy single (NVIDIA/k8s-device-plugin docs/gpu-feature-discovery, "MIG 'single'
+strategy"): gpu.count becomes the number of MIG devices, gpu.memory the memory of one."""
+
+
+def rewritten_under_single(key: str) -> bool:
+    """Whether GPU Feature Discovery rewrites label `key` on a node partitioned under strategy
+    single (SINGLE_REWRITES)."""
+    return key in SINGLE_REWRITES or key.startswith(SINGLE_REWRITTEN_PREFIXES)
+
+
+def selects(selector: Iterable[tuple[str, str]], labels: Mapping[str, str],
+            claimed: bool = False) -> bool:
     """Whether a spec.mig.nodeSelector selects a node with `labels`. Its GPU product matches
     with or without the -MIG-<profile> suffix GPU Feature Discovery adds once the node is
     partitioned under strategy single: a selector on the product (which the operator's own
     messages suggest) let go of every node it had partitioned, their claims lapsed, and the
-    tuning ended with no node at all."""
+    tuning ended with no node at all. `claimed`: the node carries the claim of the tuning
+    whose selector this is (CLAIM_ANNOTATION), so it was selected when labelled; under
+    strategy single the labels GPU Feature Discovery rewrites then (`rewritten_under_single`:
+    nvidia.com/gpu.count: "8" for 8-GPU nodes) are not held against it, or the claim lapsed
+    as soon as the node was partitioned and another tuning relabelled it."""
+    single = claimed and labels.get(MIG_STRATEGY_LABEL) == "single"
     for key, value in selector:
         found = labels.get(key)
         if found != value and not (key == PRODUCT_LABEL and found is not None
-                                   and base_product(found) == value):
+                                   and base_product(found) == value) and not (
+                single and rewritten_under_single(key)):
             return False
     return True
 
