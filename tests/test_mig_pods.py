@@ -413,6 +413,43 @@ def _reconciled(monkeypatch: pytest.MonkeyPatch, nodes: list[NodeView],
         kopf.Body({"status": {}}), {}, frozenset({"team-a/qwen"}))
 
 
+@pytest.mark.parametrize(("text", "says"), [
+    ("mig-configs: [all-disabled]", "is not a mig-parted document"),
+    ('"just a string"', "is not a mig-parted document"),
+    ("- a\n- b", "is not a mig-parted document"),
+    ("mig-configs: [unclosed", "is not YAML that parses"),
+])
+def test_a_config_map_edited_into_another_shape_is_said_in_status(
+        monkeypatch: pytest.MonkeyPatch, text: str, says: str) -> None:
+    """YAML of another shape raised a bare ValueError or AttributeError at every pass, and
+    status.mig kept the message of the pass before ("labelled for ...")."""
+    with pytest.raises(mig_controller.ConfigMapUnusable) as unusable:
+        mig_controller._configs_in(text, "gpu-operator")
+    assert str(unusable.value).startswith(
+        f"the ConfigMap gpu-operator/infertune-mig-parted-config (config.yaml) {says}")
+    assert str(unusable.value).endswith("; fix it, or delete the ConfigMap and the operator "
+                                        "writes it again with the tunings' configs")
+    assert mig_controller._configs_in("", "ns") == {}
+    assert mig_controller._configs_in("version: v1\nmig-configs: {a: []}", "ns") == {"a": []}
+
+    def unusable_config_map(*_: Any, **__: Any) -> dict[str, float]:
+        raise unusable.value
+
+    nodes = [node("n0", "NVIDIA-H200")]
+    monkeypatch.setattr(mig_controller, "_observe_nodes", lambda gpu_pods: nodes)
+    monkeypatch.setattr(mig_controller, "_write_config_map", unusable_config_map)
+    labelled: list[Any] = []
+    monkeypatch.setattr(mig_controller, "_patch_as_seen", lambda *a: labelled.append(a))
+    monkeypatch.setattr(mig_controller.kopf, "event", lambda *_, **__: None)
+    status = mig_controller.reconcile_mig(
+        "team-a", "qwen", PROFILE_2G, mig_controller.MigSettings("gpu-operator"),
+        kopf.Body({"status": {}}), {}, frozenset({"team-a/qwen"}))
+    assert labelled == []
+    assert status.message.startswith(str(unusable.value)) and status.message.endswith(
+        "; no node is labelled until then"), status.message
+    assert [n.message[:9] for n in status.nodes] == ["not done:"]
+
+
 def test_status_lists_a_hundred_nodes_with_the_one_worked_on(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """~300 bytes a node: a nodeSelector matching 5000 nodes made a status past etcd's

@@ -228,6 +228,30 @@ def _unix_time(text: str | None) -> float | None:
     return None if text is None else _plausible_time(text)
 
 
+class ConfigMapUnusable(ValueError):
+    """The shared ConfigMap holds something other than a mig-parted document (edited by
+    hand): nothing is merged into it, and no node is labelled until it is fixed."""
+
+
+def _configs_in(text: str, namespace: str) -> dict[str, Any]:
+    """The `mig-configs` of the ConfigMap's `text` (mig-parted v1), or ConfigMapUnusable
+    saying what is wrong and what to do: YAML of another shape (a list, a string) raised a
+    bare TypeError or AttributeError at every pass, and status.mig kept its last message."""
+    fix = ("; fix it, or delete the ConfigMap and the operator writes it again with the "
+           "tunings' configs")
+    where = f"the ConfigMap {namespace}/{CONFIG_MAP} ({CONFIG_KEY})"
+    try:
+        existing = yaml.safe_load(text) or {}
+    except yaml.YAMLError as exc:
+        said = " ".join(str(exc).split())[:200]
+        raise ConfigMapUnusable(f"{where} is not YAML that parses ({said}){fix}") from None
+    configs = existing.get("mig-configs") if isinstance(existing, dict) else None
+    if not isinstance(existing, dict) or not isinstance(configs or {}, dict):
+        raise ConfigMapUnusable(f"{where} is not a mig-parted document (a mapping whose "
+                                f"mig-configs maps config names to device groups){fix}")
+    return dict(configs or {})
+
+
 def _write_config_map(namespace: str, configs: dict[str, LayoutPlan], now: float,
                       write: bool = True) -> dict[str, float]:
     """Merge our named configs into the shared ConfigMap (other tunings keep theirs), and
@@ -249,8 +273,7 @@ def _write_config_map(namespace: str, configs: dict[str, LayoutPlan], now: float
                 raise
             current = None
         data = {} if current is None else current.data or {}
-        existing = yaml.safe_load(data.get(CONFIG_KEY) or "") or {}
-        merged = dict(existing.get("mig-configs") or {})
+        merged = _configs_in(data.get(CONFIG_KEY) or "", namespace)
         meta = None if current is None else current.metadata
         annotations = {} if meta is None else meta.annotations or {}
         written = _written_times(annotations.get(WRITTEN_ANNOTATION))
@@ -534,6 +557,13 @@ def reconcile_mig(namespace: str, name: str, spec: InferenceTuningSpec, settings
                                       successor=_successor(selectors, owner),
                                       partitions=partitions, holds=holds,
                                       dry_run=spec.mode is Mode.DRY_RUN))
+    if isinstance(config_error, ConfigMapUnusable):
+        # Said where the tuning's users look, not only in the log: status.mig kept the
+        # message of the pass before ("labelled for ...").
+        logger.error("InferenceTuning %s: %s", owner, config_error)
+        why = f"{config_error}; no node is labelled until then"
+        return (_not_done(status, step.node, why, unlisted) if step.node is not None
+                else status.model_copy(update={"message": why + unlisted}))
     if config_error is not None:
         raise config_error
     if spec.mode is Mode.DRY_RUN:
