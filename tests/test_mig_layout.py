@@ -147,7 +147,24 @@ def test_sizing_with_a_layout_needs_the_chosen_profile_in_it() -> None:
     inside = plan_layout("NVIDIA-H200", MemoryRequest(need, (("3g.71gb", 1), ("2g.35gb", 2))))
     assert isinstance(inside, LayoutPlan) and inside.pod_profile == "3g.71gb"
     outside = plan_layout("NVIDIA-H200", MemoryRequest(need, (("2g.35gb", 3),)))
-    assert isinstance(outside, Infeasible) and "does not include it" in outside.reason
+    assert isinstance(outside, Infeasible) and outside.reason.endswith(
+        "and no profile of layout 3x2g.35gb does; put 3g.71gb or a larger one in the layout, "
+        "or leave layout empty"), outside.reason
+
+
+@pytest.mark.parametrize(("product", "need_gib", "layout", "pod"), [
+    ("NVIDIA-A100-SXM4-40GB", 8, (("2g.10gb", 3), ("1g.5gb", 1)), "2g.10gb"),
+    ("NVIDIA-H200", 30, (("3g.71gb", 1), ("2g.35gb", 2)), "2g.35gb"),
+    ("NVIDIA-H200", 40, (("3g.71gb", 1), ("2g.35gb", 2)), "3g.71gb"),
+])
+def test_sizing_with_a_layout_takes_its_smallest_profile_that_holds_the_model(
+        product: str, need_gib: int, layout: tuple[tuple[str, int], ...], pod: str) -> None:
+    """The smallest profile of the whole catalog was required in the layout: 8 GiB beside
+    3x2g.10gb + 1g.5gb asked for a 1g.10gb, which would not have fitted beside them."""
+    plan = plan_layout(product, MemoryRequest(need_gib * GIB, layout))
+    assert isinstance(plan, LayoutPlan), plan
+    assert plan.pod_profile == pod
+    assert f"{pod} (" in plan.reason and "smallest profile of the layout" in plan.reason
 
 
 def test_strategy_single_refuses_mixed_layouts() -> None:

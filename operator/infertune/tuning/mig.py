@@ -301,10 +301,19 @@ def _plan_for_memory(name: str, gpu: MigProduct, request: MemoryRequest) -> Layo
           "that holds it"
     if not request.layout:
         return _plan_fill(name, gpu, chosen.name, why + "; ")
-    if all(profile != chosen.name for profile, _ in request.layout):
-        return Infeasible(name, f"{why}, but layout {describe(request.layout)} does not include "
-                          f"it; add {chosen.name} to the layout or leave layout empty")
-    return _plan_slices(name, gpu, request.layout, chosen.name, request.strategy, why + "; ")
+    # The smallest of the layout's profiles that holds it: the smallest of the catalog's was
+    # asked for, and a layout of 3x2g.10gb + 1g.5gb for 8 GiB was refused for want of a
+    # 1g.10gb, which the advice to add would not have fitted beside them.
+    given = {profile for profile, _ in request.layout}
+    in_layout = [p for p in holding if p.name in given]
+    if not in_layout:
+        return Infeasible(name, f"{why}, and no profile of layout {describe(request.layout)} "
+                          f"does; put {chosen.name} or a larger one in the layout, or leave "
+                          "layout empty")
+    fit = min(in_layout, key=lambda p: (p.memory_bytes, p.compute_slices))
+    why = (f"model needs {need}; {fit.name} ({fit.memory_text}) is the smallest profile of the "
+           "layout that holds it")
+    return _plan_slices(name, gpu, request.layout, fit.name, request.strategy, why + "; ")
 
 
 def _plan_fill(name: str, gpu: MigProduct, profile: str, why: str) -> LayoutPlan | Infeasible:
