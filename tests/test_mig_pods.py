@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import time
 from typing import Any
 
 import kopf
@@ -13,7 +14,13 @@ from infertune.api.spec import InferenceTuningSpec
 from infertune.api.status import MigNodeStatus, MigStatus
 from infertune.controller import mig as mig_controller
 from infertune.controller.mig import MigSelector, gpu_pods_by_node
-from infertune.tuning.mig_nodes import MIG_CAPABLE_LABEL, PRODUCT_LABEL, NodeView
+from infertune.tuning.mig_nodes import (
+    MIG_CAPABLE_LABEL,
+    MIG_CONFIG_LABEL,
+    MIG_STATE_LABEL,
+    PRODUCT_LABEL,
+    NodeView,
+)
 
 
 def pod(node: str | None = "gpu-0", phase: str = "Running",
@@ -448,6 +455,29 @@ def test_a_config_map_edited_into_another_shape_is_said_in_status(
     assert status.message.startswith(str(unusable.value)) and status.message.endswith(
         "; no node is labelled until then"), status.message
     assert [n.message[:9] for n in status.nodes] == ["not done:"]
+
+
+def test_mig_manager_applying_a_config_again_is_timed_from_then(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A node labelled days ago that mig-manager sets up again (a reboot) read as timed out
+    at once, timed from the label, and held the rollout behind it."""
+    config = mig_controller.config_names(mig_controller._plans(
+        PROFILE_2G, [node("n", "NVIDIA-H200")])[0])["NVIDIA-H200"]
+    days_ago = time.time() - 86400
+
+    def seen(state: str) -> NodeView:
+        return dataclasses.replace(node("n0", "NVIDIA-H200", **{
+            MIG_CONFIG_LABEL: config, MIG_STATE_LABEL: state}),
+            labelled_at=days_ago, claimed_by="team-a/qwen")
+
+    settings = mig_controller.MigSettings("gpu-operator")
+    assert _reconciled(monkeypatch, [seen("success")], settings=settings).nodes[0].state == \
+        "configured"
+    again = _reconciled(monkeypatch, [seen("pending")], settings=settings)
+    assert again.nodes[0].state == "pending", again.nodes[0]
+    # Not seen applied by this process (it started meanwhile): timed from the label, as it was.
+    fresh = _reconciled(monkeypatch, [seen("pending")])
+    assert fresh.nodes[0].state == "timed-out", fresh.nodes[0]
 
 
 def test_status_lists_a_hundred_nodes_with_the_one_worked_on(

@@ -106,6 +106,10 @@ class MigSettings:
     drain_other_namespaces: bool = False
     """--mig-drain-other-namespaces: a tuning may evict any namespace's GPU pods on the nodes
     it drains, not only its own namespace's (mig_nodes.DRAIN_OTHER_NAMESPACES)."""
+    configured: set[str] = field(default_factory=set)
+    """Nodes this process last saw with mig-manager's `success` for the config they are
+    labelled with: one seen in another state after that is mig-manager applying it again (a
+    node rebooted, its pod restarted), timed from then, not from the label of days ago."""
 
     @classmethod
     def watching(cls, namespace: str, namespaces: Sequence[str],
@@ -521,13 +525,23 @@ def reconcile_mig(namespace: str, name: str, spec: InferenceTuningSpec, settings
         # finished are still uncordoned, and drains that lapsed undone.
         config_error = exc
     for node in selected:
-        if (node.labels.get(MIG_CONFIG_LABEL) == configs.get(node.labels[PRODUCT_LABEL])
-                and node.labels.get(MIG_STATE_LABEL, "") != "success"
-                and node.labelled_at is None and node.name not in settings.labelled_at):
+        ours = node.labels.get(MIG_CONFIG_LABEL) == configs.get(node.labels[PRODUCT_LABEL])
+        applied = node.labels.get(MIG_STATE_LABEL, "") == "success"
+        if ours and not applied and node.name in settings.configured:
+            # mig-manager applies the config again (the node rebooted, its pod restarted):
+            # timed from the label of days ago, it read as timed out at once, and held the
+            # rollout behind a node that was only being set up again.
+            settings.labelled_at[node.name] = now
+        elif (ours and not applied and node.labelled_at is None
+              and node.name not in settings.labelled_at):
             # Asked for our config, with no time of asking (its annotation removed, and this
             # process did not label it): it waited for mig-manager for good, holding the
             # rollout, as no timeout could start. Timed from when this process first saw it.
             settings.labelled_at[node.name] = now
+        if ours and applied:
+            settings.configured.add(node.name)
+        else:
+            settings.configured.discard(node.name)
     step = plan_mig_nodes(selected, configs, allow_disruption=spec.mig.allow_disruption,
                           labelled_at=settings.labelled_at, now=now, owner=owner,
                           exists=exists, config_ready_at=ready_at, holds=holds,
