@@ -119,6 +119,25 @@ def test_the_webhook_records_what_it_did_with_each_tunings_last_pod() -> None:
     assert why is not None and why.startswith("spec.memory.highRatio"), why
 
 
+def test_a_pod_admitted_untuned_says_why_on_itself_for_every_process() -> None:
+    """Only the leader re-tunes, and any process's webhook may admit a pod: the verdict kept
+    in the admitting process's memory told the leader nothing, and it evicted pod after pod
+    that came back untuned (a model reload each), without a word of why."""
+    from infertune import keys
+    from infertune.api.spec import InferenceTuningSpec
+    from infertune.tuning.pod_patch import tuning_revision
+
+    refused = {**TUNING, "uid": "u-refused",  # parsed specs are cached by uid, generation
+               "spec": {**TUNING["spec"], "memory": {"highRatio": 0.9}}}
+    pod = _admitted([refused])
+    revision = tuning_revision(InferenceTuningSpec.model_validate(refused["spec"]))
+    said = pod["metadata"]["annotations"][keys.UNTUNED]
+    assert said.startswith(f"{revision}: spec.memory.highRatio"), said
+    assert pod["spec"] == POD["spec"]  # admitted unchanged but for the annotation
+    # A tuned pod carries none.
+    assert keys.UNTUNED not in (_admitted([TUNING])["metadata"].get("annotations") or {})
+
+
 def test_a_pod_of_an_invalid_tuning_is_tuned_as_its_last_valid_generation_said() -> None:
     """An invalid edit anywhere in the spec (here, autoscaling's min above its max) left every
     new pod untuned, with no word on the pod: a scale-out or a lost node brought back pods

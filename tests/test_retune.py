@@ -1324,6 +1324,44 @@ def test_an_untuned_replacement_is_said_once_with_the_webhooks_report(controller
     assert [e[1] for e in controller["events"]] == ["PodNotTuned"]
 
 
+def test_a_pod_another_process_admitted_untuned_holds_the_replacements(
+        controller: Any) -> None:
+    """Any operator process's webhook may admit a pod, and only the leader re-tunes: the
+    verdict the follower kept in memory never reached it, which evicted pod after pod that
+    came back untuned. The pod says it now (infertune.io/untuned), and the newest pod of the
+    revision decides."""
+    from infertune.tuning.pod_patch import tuning_revision
+    revision = tuning_revision(controller["spec"])
+    why = "LimitRange tight allows at most 5m cpu per container, and the launcher needs 10m"
+    untuned = replace(_outdated(1)[0], name="mistral-7b-6b7c9d-new", untuned=f"{revision}: {why}",
+                      created=2000.0)
+    message = controller["run"]([*_outdated(3), untuned])
+    assert controller["evicted"] == [], message
+    assert message == f"4 pods not tuned, none replaced: {why}"
+    assert [e[1] for e in controller["events"]] == ["PodNotTuned"]
+    # A pod of an older revision says nothing of this one; a newer pod of it, tuned, is the
+    # newest word: the webhook tunes them now.
+    stale = replace(untuned, untuned=f"0123456789: {why}")
+    message = controller["run"]([*_outdated(3), stale])
+    assert controller["evicted"] == ["mistral-7b-6b7c9d-00000"], message
+    controller["evicted"].clear()
+    controller["memo"].pod_tuning.last_evictions.clear()  # that eviction's wait is over
+    tuned = replace(_tuned(controller, "mistral-7b-6b7c9d-newer")[0], created=3000.0)
+    message = controller["run"]([*_outdated(2), untuned, tuned])
+    assert controller["evicted"] == ["mistral-7b-6b7c9d-00000"], message
+
+
+def test_the_newest_pod_of_a_revision_is_the_webhooks_last_word() -> None:
+    from infertune.controller.pods import admitted_untuned
+    old = PodView("a", None, True, untuned="r1: too small", created=10.0)
+    tuned = PodView("b", "r1", True, created=20.0)
+    gone = PodView("c", None, True, terminating=True, untuned="r1: later", created=30.0)
+    assert admitted_untuned([old], "r1") == ("r1", "too small")
+    assert admitted_untuned([old, tuned, gone], "r1") == ("r1", None)
+    assert admitted_untuned([replace(tuned, created=5.0), old], "r1") == ("r1", "too small")
+    assert admitted_untuned([old], "r2") is None
+
+
 def test_a_pod_gone_before_its_patch_is_not_said_to_fail(
         controller: Any, patched: list[tuple[str, Any, Any]]) -> None:
     pods = _tuned(controller, "gone", "b")

@@ -26,6 +26,10 @@ SERVING_CONTAINER = f"{PREFIX}/serving-container"
 """Annotation: the name of the container the webhook tuned (the memory.high intent is its)."""
 DRY_RUN_PLAN = f"{PREFIX}/dry-run-plan"
 """Annotation: in DryRun, what the webhook would have changed."""
+UNTUNED = f"{PREFIX}/untuned"
+"""Annotation: `<revision>: <why>` on a pod of a tuning the webhook admitted untuned (it
+refused to tune it): the verdict every operator process reads from the pods (re-tuning runs
+in the leader, and any process's webhook may have admitted the pod)."""
 
 # The operator's own objects.
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"

@@ -10,7 +10,7 @@ import asyncio
 import logging
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
@@ -283,13 +283,16 @@ async def pods_by_deployment(namespace: str, name: str, body: kopf.Body,
     deleted = meta.get("deletionTimestamp")
     labels, annotations = meta.get("labels") or {}, meta.get("annotations") or {}
     memory, serving = annotations.get(keys.MEMORY_HIGH), annotations.get(keys.SERVING_CONTAINER)
+    untuned = annotations.get(keys.UNTUNED)
     return {(namespace, deployment): PodView(
         name=name, revision=labels.get(keys.REVISION), ready=ready,
         terminating=deleted is not None, gone_by=stored_time(deleted),
         shape=labels.get(keys.SHAPE), serving=None if serving is None else str(serving),
         memory_high=None if memory is None else str(memory),
         memory=tuple((str(c.get("name")), *container_memory(c))
-                     for c in pod_spec.get("containers") or ()))}
+                     for c in pod_spec.get("containers") or ()),
+        untuned=None if untuned is None else str(untuned),
+        created=stored_time(meta.get("creationTimestamp")))}
 
 
 def _owner_ref(namespace: str, entry: dict[str, Any]) -> dict[str, Any]:
@@ -407,8 +410,43 @@ def _tune_pod(body: kopf.Body, patch: kopf.Patch, warnings: list[str], memo: kop
     if plan.patch:
         ops = list(plan.patch)
         patch.fns.append(lambda raw: jsonpatch.apply_patch(raw, ops, in_place=True))
+    elif refusal is not None:
+        # Said on the pod, where the leader's re-tuning reads it: this process's memory alone
+        # told no other process, and the leader evicted pod after pod that came back untuned.
+        verdict = f"{plan.revision}: {refusal}"[:MAX_UNTUNED]
+        patch.fns.append(lambda raw: _annotated(raw, keys.UNTUNED, verdict))
     logger.info("pod of %s/%s: %s", namespace, deployment, "; ".join(
         plan.reasons or plan.problems))
+
+
+MAX_UNTUNED = 1024
+"""Characters of the infertune.io/untuned annotation (the revision and the first problem)."""
+
+
+def _annotated(raw: kopf.RawBody, key: str, value: str) -> None:
+    """Add annotation `key` to the pod `raw` (a kopf patch function)."""
+    meta = raw.setdefault("metadata", {})
+    meta["annotations"] = {**(meta.get("annotations") or {}), key: value}
+
+
+def admitted_untuned(pods: Sequence[PodView], revision: str) -> tuple[str, str | None] | None:
+    """What the webhook found for the newest pod of `revision` it admitted, as the pods say it
+    (any operator process may have admitted it): (revision, why it was left untuned), or
+    (revision, None) when that pod is tuned; None when no pod says."""
+    prefix = f"{revision}: "
+    newest: tuple[float, str | None] | None = None
+    for pod in pods:
+        if pod.terminating:
+            continue
+        if pod.revision == revision:
+            why = None
+        elif pod.untuned is not None and pod.untuned.startswith(prefix):
+            why = pod.untuned[len(prefix):]
+        else:
+            continue
+        if newest is None or (pod.created or 0.0) >= newest[0]:
+            newest = (pod.created or 0.0, why)
+    return None if newest is None else (revision, newest[1])
 
 
 def _report_once(memo: kopf.Memo, namespace: str, entry: dict[str, Any], problems: list[str],
@@ -643,6 +681,15 @@ def _why_pods_cannot_be_tuned(name: str, spec: InferenceTuningSpec,
                    f"limit) would be admitted untuned: {stored_refusal}", True)
 
 
+def _admitted(own: tuple[str, str | None] | None, pods: Sequence[PodView],
+              revision: str) -> tuple[str, str | None] | None:
+    """This process's webhook's verdict on the last pod of `revision` it admitted, else what
+    the pods say of the newest one any process admitted (`admitted_untuned`)."""
+    if own is not None and own[0] == revision:
+        return own
+    return admitted_untuned(pods, revision) or own
+
+
 def rollout_of(deployment: client.V1Deployment) -> Rollout:
     """What the Deployment's own rollout does: its strategy, and how far it is (as `kubectl
     rollout status` judges it)."""
@@ -842,8 +889,9 @@ def retune(namespace: str, name: str, uid: str, spec: InferenceTuningSpec,
             message = (f"{step.outdated} pods outdated, none replaced by this process: it no "
                        "longer leads (--leader-elect), and the leader replaces them")
         elif (why := _why_pods_cannot_be_tuned(name, spec, deployment, memo, batching_value,
-                                                settings.admitted.get(key), revision,
-                                                updates.refused)
+                                                _admitted(settings.admitted.get(key), pods,
+                                                          revision),
+                                                revision, updates.refused)
               ) is not None:
             # Re-created pods would come back untuned: replacing them only costs availability.
             message = (f"{step.outdated} pods outdated, none replaced: they keep the tuning they "

@@ -36,6 +36,11 @@ class PodView:
     memory: tuple[tuple[str, str | None, str | None], ...] = ()
     """(name, memory request, memory limit) of each of its containers, as the pod has them
     now (LimitRange defaults filled in at admission, a resize since)."""
+    untuned: str | None = None
+    """Its infertune.io/untuned annotation (`<revision>: <why>`): the webhook admitted it
+    untuned. None when it has none."""
+    created: float | None = None
+    """metadata.creationTimestamp (seconds since the epoch); None when not known."""
 
 
 @dataclass(frozen=True)
