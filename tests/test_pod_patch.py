@@ -1280,7 +1280,8 @@ def test_pods_the_api_server_would_refuse_once_patched_are_admitted_unchanged() 
     not cover that): the ReplicaSet could create none."""
     windows = _pod()
     windows["spec"]["os"] = {"name": "windows"}  # no seccomp profile, no capabilities there
-    assert "the pod runs on Windows (spec.os.name, or its nodeSelector)" in _refusal(windows)
+    assert ("the pod runs on Windows (spec.os.name, its nodeSelector or its required node "
+            "affinity)") in _refusal(windows)
     for path in ("/infertune", "/infertune/disk"):
         device = _pod(volumeDevices=[{"name": "raw", "devicePath": path}])
         assert (f"attaches volume raw as the device {path}, where the launcher's volume goes"
@@ -1303,6 +1304,23 @@ def test_pods_the_api_server_would_refuse_once_patched_are_admitted_unchanged() 
     pinned = _pod()
     pinned["spec"]["nodeSelector"] = {"kubernetes.io/os": "windows"}
     assert "the pod runs on Windows" in _refusal(pinned)
+    # And by its required node affinity: given the Linux launcher, it never left Init.
+    def placed(*terms: list[dict[str, Any]]) -> dict[str, Any]:
+        pod = _pod()
+        pod["spec"]["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuring"
+                                                    "Execution": {"nodeSelectorTerms": [
+                                                        {"matchExpressions": t} for t in terms]}}}
+        return pod
+
+    on_windows = [{"key": "kubernetes.io/os", "operator": "In", "values": ["windows"]}]
+    build = [{"key": "node.kubernetes.io/windows-build", "operator": "Exists"}]
+    assert "the pod runs on Windows" in _refusal(placed(on_windows))
+    assert "the pod runs on Windows" in _refusal(placed(on_windows, build))
+    # Linux nodes still admitted by a term, or by the expression: tuned.
+    either = [{"key": "kubernetes.io/os", "operator": "In", "values": ["windows", "linux"]}]
+    gpu = [{"key": "nvidia.com/gpu.present", "operator": "In", "values": ["true"]}]
+    for pod in (placed(either), placed(on_windows, gpu), placed(gpu)):
+        assert not plan_pod_patch(_spec(), pod, CONTEXT).refused
     empty = _pod()
     empty["spec"]["containers"] = []
     assert _refusal(empty) == "the pod has no containers"

@@ -1110,6 +1110,37 @@ def plan_pod_patch(spec: InferenceTuningSpec, pod: dict[str, Any],
             "left as it is; fix that quantity in the pod template"])
 
 
+WINDOWS_BUILD = "node.kubernetes.io/windows-build"
+"""A node label only Windows nodes carry (the kubelet sets it there)."""
+
+
+def _windows_by_affinity(pod_spec: Mapping[str, Any]) -> bool:
+    """Whether the pod's required node affinity admits Windows nodes only: every one of its
+    terms (they are ORed) asks for kubernetes.io/os In [windows] or for a Windows build.
+    Placed so without spec.os, it was given the Linux launcher and never left Init."""
+    affinity = (pod_spec.get("affinity") or {}).get("nodeAffinity") or {}
+    required = affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or {}
+    terms = required.get("nodeSelectorTerms") if isinstance(required, Mapping) else None
+    if not isinstance(terms, list) or not terms:
+        return False
+
+    def windows(term: Any) -> bool:
+        for expression in (term.get("matchExpressions") or []) if isinstance(term, Mapping) \
+                else []:
+            if not isinstance(expression, Mapping):
+                continue
+            key, operator = expression.get("key"), expression.get("operator")
+            values = [str(v).lower() for v in expression.get("values") or []]
+            if key == "kubernetes.io/os" and operator == "In" and values and set(values) == {
+                    "windows"}:
+                return True
+            if key == WINDOWS_BUILD and operator in ("In", "Exists"):
+                return True
+        return False
+
+    return all(windows(term) for term in terms)
+
+
 def _plan_pod_patch(spec: InferenceTuningSpec, pod: dict[str, Any],
                     context: PodContext) -> PodPlan:
     revision, shape = revisions(spec, context.batching_value,
@@ -1120,12 +1151,13 @@ def _plan_pod_patch(spec: InferenceTuningSpec, pod: dict[str, Any],
     pod_spec = pod.get("spec") or {}
     selector = pod_spec.get("nodeSelector") or {}
     if (str((pod_spec.get("os") or {}).get("name") or "").lower() == "windows"
-            or str(selector.get("kubernetes.io/os") or "").lower() == "windows"):
+            or str(selector.get("kubernetes.io/os") or "").lower() == "windows"
+            or _windows_by_affinity(pod_spec)):
         # The launcher is a shell script, and the API server refuses a Windows pod whose
         # container has a seccomp profile or Linux capabilities, as the launcher's has.
         return PodPlan(revision, refused=True, problems=[
-            "the pod runs on Windows (spec.os.name, or its nodeSelector): NUMA binding, the "
-            "launcher and the "
+            "the pod runs on Windows (spec.os.name, its nodeSelector or its required node "
+            "affinity): NUMA binding, the launcher and the "
             "allocator settings are for Linux, so it is left as it is; point spec.targetRef "
             "at a Linux Deployment"])
     containers = pod_spec.get("containers") or []
