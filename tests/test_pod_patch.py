@@ -1396,6 +1396,22 @@ def test_a_burstable_memory_high_under_half_the_limit_is_applied_and_reported() 
                for p in plan.problems), plan.problems
 
 
+def test_a_command_of_many_wrapper_words_is_read_through_to_its_program() -> None:
+    """Walked by cutting words off the front, a command of 100,000 words (`env A0=1 ...`,
+    `env env ...`) took 13 s of the event loop, and every other pod's admission waited past
+    its timeout; read by position, it is read to the program after them all."""
+    from infertune.tuning.pod_patch import MAX_SPLITS, _after_wrappers
+
+    many = ["env", *(f"A{i}=1" for i in range(100_000)), "numactl", "-N", "0", "vllm"]
+    assert _after_wrappers({"command": many}) == ["numactl", "-N", "0", "vllm"]
+    nested = ["env"] * 50_000 + ["tini", "--", "taskset", "-c", "0", "vllm"]
+    assert _after_wrappers({"command": nested}) == ["taskset", "-c", "0", "vllm"]
+    # Each env -S string copies what follows it: past MAX_SPLITS the rest is no program.
+    split = [*(["env", "-S", "env"] * (MAX_SPLITS + 5)), "numactl", "vllm"]
+    assert _after_wrappers({"command": split}) == []
+    assert _after_wrappers({"command": split[3 * (MAX_SPLITS - 1):]})[:1] == ["numactl"]
+
+
 def test_an_env_split_string_that_does_not_split_is_no_failure() -> None:
     """env -S with an unbalanced quote: shlex raised, and a failure there fails the webhook's
     planning of every pod of the target (and every evaluation reading the template)."""

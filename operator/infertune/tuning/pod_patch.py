@@ -1010,52 +1010,74 @@ def _runs_shell_script(container: Mapping[str, Any]) -> bool:
     return False
 
 
+MAX_SPLITS = 16
+"""`env -S` strings read in one command line; past them the rest is taken as it is (each
+one copies what follows it)."""
+
+
 def _after_wrappers(container: Mapping[str, Any]) -> list[str]:
     """The container's command line from the program the init wrappers (and our launcher)
-    run on."""
+    run on. Walked by position, each word once: cut off word by word, a command of tens of
+    thousands of words (`env A0=1 A1=1 ...`, `env env env ...`) took seconds of the event
+    loop, while every other pod's admission waited past its timeout."""
     argv = [str(a) for a in (*(container.get("command") or []), *(container.get("args") or []))]
+    at = 0
     if argv[:1] == [LAUNCHER_PATH]:
-        argv = argv[2:] if argv[1:2] == ["--"] else argv[1:]
-    while argv and (wrapper := INIT_WRAPPERS.get(_program(argv[0]))) is not None:
-        argv = _wrapped(wrapper, argv[1:])
-    return argv
+        at = 2 if argv[1:2] == ["--"] else 1
+    splits = [0]
+    while at < len(argv) and (wrapper := INIT_WRAPPERS.get(_program(argv[at]))) is not None:
+        argv, at = _wrapped(wrapper, argv, at + 1, splits)
+    return argv[at:]
 
 
-def _wrapped(wrapper: Wrapper, argv: list[str]) -> list[str]:
-    """The command line a wrapper runs, from the words after its name (as getopt reads
-    them: options up to the first other word, or up to `--`)."""
-    while argv:
-        word = argv[0]
+def _wrapped(wrapper: Wrapper, argv: list[str], at: int,
+             splits: list[int]) -> tuple[list[str], int]:
+    """Where the command line a wrapper runs starts in `argv`, from `at`, the word after the
+    wrapper's name (as getopt reads them: options up to the first other word, or up to `--`);
+    with an `env -S` string, a new argv (its words, then the rest). `splits` counts those
+    read (MAX_SPLITS)."""
+    while at < len(argv):
+        word = argv[at]
         if word == "--":
-            argv = argv[1:]
+            at += 1
             # GNU env takes VAR=value words after `--` too (`env -i -- PATH=/bin cmd`).
-            while wrapper.assignments and argv and "=" in argv[0]:
-                argv = argv[1:]
-            return argv[wrapper.users:]
+            while wrapper.assignments and at < len(argv) and "=" in argv[at]:
+                at += 1
+            return argv, min(at + wrapper.users, len(argv))
         if word == "-" and wrapper.assignments:
-            argv = argv[1:]  # env's old spelling of -i
+            at += 1  # env's old spelling of -i
             continue
         if word.startswith("--"):
             name, equals, value = word[2:].partition("=")
             taken = 2 if name in wrapper.valued_long and not equals else 1
             if name == "split-string" and "split-string" in wrapper.valued_long:
-                argv = _split(value if equals else "".join(argv[1:2])) + argv[taken:]
+                if splits[0] >= MAX_SPLITS:
+                    return argv, len(argv)
+                splits[0] += 1
+                argv, at = _split(value if equals else "".join(argv[at + 1:at + 2])) + \
+                    argv[at + taken:], 0
                 continue
-            argv = argv[taken:]
+            at += taken
         elif word.startswith("-") and word != "-":
-            for at, letter in enumerate(word[1:], start=2):
+            for offset, letter in enumerate(word[1:], start=2):
                 if letter in wrapper.valued:
-                    value = word[at:] or "".join(argv[1:2])
-                    rest = argv[1:] if word[at:] else argv[2:]
-                    argv = (_split(value) + rest) if letter == wrapper.split else rest
+                    value = word[offset:] or "".join(argv[at + 1:at + 2])
+                    rest = at + 1 if word[offset:] else at + 2
+                    if letter == wrapper.split:
+                        if splits[0] >= MAX_SPLITS:
+                            return argv, len(argv)
+                        splits[0] += 1
+                        argv, at = _split(value) + argv[rest:], 0
+                    else:
+                        at = rest
                     break
             else:
-                argv = argv[1:]
+                at += 1
         elif wrapper.assignments and "=" in word:
-            argv = argv[1:]
+            at += 1
         else:
-            return argv[wrapper.users:]
-    return argv
+            return argv, min(at + wrapper.users, len(argv))
+    return argv, len(argv)
 
 
 def _split(value: str) -> list[str]:
