@@ -1065,8 +1065,19 @@ def test_the_operator_pod_takes_platform_settings_without_losing_the_charts_own(
     assert template["spec"]["affinity"]["nodeAffinity"]
     plain = rendered_deployment()["spec"]["template"]
     assert "priorityClassName" not in plain["spec"] and "affinity" not in plain["spec"]
+    # Keys are checked by the templates, naming them: the schema's propertyNames failure was
+    # reported at another value each time (/nodeSelector, /webhook, /mig), and an annotation
+    # key was not checked at all (the API server refused the Deployment at apply).
+    # An annotation key's prefix is checked in lower case, as the API server checks it.
+    assert rendered_deployment("--set-string", "podAnnotations.Example\\.COM/x=y")["spec"][
+        "template"]["metadata"]["annotations"]["Example.COM/x"] == "y"
     for values, says in ((["--set", "podLabels.team=not a value"], "/podLabels/team"),
                          (["--set", "priorityClassName=Not_A_Name"], "/priorityClassName"),
-                         (["--set", "podAnnotations.a=1"], "/podAnnotations/a")):
+                         (["--set", "podAnnotations.a=1"], "/podAnnotations/a"),
+                         (["--set", "podLabels.bad_=x"], 'podLabels: "bad_" is not a label key'),
+                         (["--set", "podLabels.Example\\.com/x=y"],
+                          'podLabels: "Example.com/x" is not a label key'),
+                         (["--set-string", "podAnnotations.bad key=x"],
+                          'podAnnotations: "bad key" is not an annotation key')):
         refused = helm("template", "t", str(CHART), *values, check=False)
         assert refused.returncode != 0 and says in refused.stderr, (values, refused.stderr)

@@ -11,6 +11,21 @@ app.kubernetes.io/instance: {{ .Release.Name | quote }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end -}}
+{{- /* Fails naming `field` and the key when a key of `keys` is no label key (`annotations`:
+no annotation key, whose prefix the API server checks in lower case). Here, not in the
+schema: Helm names the wrong field for a propertyNames failure. */}}
+{{- define "infertune.checkKeys" -}}
+{{- $kind := ternary "an annotation" "a label" .annotations -}}
+{{- range $key, $_ := .keys -}}
+{{- $prefix := ternary (splitList "/" $key | first) "" (contains "/" $key) -}}
+{{- $short := splitList "/" $key | last -}}
+{{- $checked := ternary (printf "%s/%s" (lower $prefix) $short | trimPrefix "/") $key $.annotations -}}
+{{- if or (not (regexMatch "^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$" $checked)) (gt (len $prefix) 253) (gt (len $short) 63) -}}
+{{- fail (printf "%s: %q is not %s key (an optional DNS subdomain prefix and /, then up to 63 letters, digits, -, _ or ., starting and ending with a letter or digit)" $.field $key $kind) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
 {{- define "infertune.image" -}}
 {{- /* digest and imagePullSecrets are new: absent from values reused from an older chart. */ -}}
 {{- $digest := .Values.image.digest | default "" -}}
