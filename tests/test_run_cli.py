@@ -64,6 +64,15 @@ def test_a_lease_name_that_cannot_work_is_refused_before_anything_starts(
     (["--webhook-service", "bad"], "--webhook-service: expected NAMESPACE/NAME:PORT"),
     # Accepted, and every pod went untuned: the CA registered was not the one served.
     (["--webhook-ca", "/etc/hostname"], "--webhook-ca is the CA of --webhook-cert"),
+    # Said after the API server check, the Lease and the CRD read (55 s when unreachable).
+    (["--webhook-cert", "/etc/hostname"], "--webhook-cert and --webhook-key go together"),
+    (["--webhook-key", "/etc/hostname"], "--webhook-cert and --webhook-key go together"),
+    # Taken, and nothing read them with MIG off.
+    (["--no-mig", "--mig-drain-other-namespaces"],
+     "--mig-drain-other-namespaces has no effect with --no-mig (MIG partitioning off): drop "
+     "it, or --no-mig"),
+    (["--no-mig", "--mig-config-delay", "5", "--mig-drain-other-namespaces"],
+     "--mig-drain-other-namespaces and --mig-config-delay have no effect with --no-mig"),
     (["--webhook-host", "[fd00::1]"], "without brackets ([fd00::1] -> fd00::1)"),
     (["--webhook-host", "10.0.0.5:9443"], "the port is --webhook-port"),
     (["--webhook-cert", "/nonexistent/tls.crt", "--webhook-key", "/nonexistent/tls.key"],

@@ -133,6 +133,20 @@ def check_webhook_options(args: argparse.Namespace) -> None:
         raise SystemExit(f"--operator-namespace (or $INFERTUNE_NAMESPACE): {own!r} is not a "
                          "namespace name (lower-case letters, digits and '-', at most 63 "
                          "characters)")
+    if bool(args.webhook_cert) != bool(args.webhook_key):
+        # Said here, before anything talks to the cluster: it was said after the API server
+        # check, the Lease and the CRD check (some 55 s against one not reachable yet).
+        raise SystemExit("--webhook-cert and --webhook-key go together: give both (a "
+                         "certificate and its key), or neither (one is generated)")
+    if getattr(args, "no_mig", False):
+        ignored = [option for option, given in (
+            ("--mig-drain-other-namespaces", getattr(args, "mig_drain_other_namespaces", False)),
+            ("--mig-config-delay", getattr(args, "mig_config_delay", None) is not None)) if given]
+        if ignored:
+            # Taken, and then nothing read them: MIG is off.
+            raise SystemExit(f"{' and '.join(ignored)} {'has' if len(ignored) == 1 else 'have'} "
+                             "no effect with --no-mig (MIG partitioning off): drop "
+                             f"{'it' if len(ignored) == 1 else 'them'}, or --no-mig")
     if args.webhook_ca and not (args.webhook_cert and args.webhook_key):
         raise SystemExit("--webhook-ca is the CA of --webhook-cert: give it with "
                          "--webhook-cert and --webhook-key, or drop it (a generated "
