@@ -700,6 +700,14 @@ def test_prometheus_access_values_that_cannot_work_are_refused(
     (["--set", "extraArgs={--webhook-check-interval}"],
      "--webhook-check-interval takes a value, in the same item"),
     (["--set", "extraArgs={--kubeconfig}"], "--kubeconfig takes a value"),
+    # A value argparse refuses: rendered, and the operator stopped at start, in a crash loop.
+    (["--set", "extraArgs={--kubeconfig=}"], "--kubeconfig is given no value"),
+    (["--set", "extraArgs={--crd-check-interval=1m}"],
+     "--crd-check-interval takes a number of seconds, such as 60 (no unit)"),
+    (["--set", "extraArgs={--crd-check-interval=0}"],
+     "--crd-check-interval takes seconds above 0, at most 86400"),
+    (["--set", "extraArgs={--mig-config-delay=90000}"],
+     "--mig-config-delay takes seconds from 0, at most 86400"),
     # An abbreviation argparse refuses as ambiguous: it blamed --mig-config-delay's value.
     (["--set", "extraArgs={--mig}"], "--mig is ambiguous: --mig-config-delay, "
      "--mig-drain-other-namespaces begin with it"),
@@ -809,6 +817,13 @@ def test_extra_args_pass_the_options_the_chart_has_no_value_for() -> None:
     assert args == [*default, "--no-static-cpu-manager", "--mig-config-delay=60"]
     parsed = build_parser().parse_args(args)
     assert parsed.no_static_cpu_manager and parsed.mig_config_delay == 60
+    # The seconds the chart's check takes, argparse takes too.
+    edges = ["--mig-config-delay=0", "--crd-check-interval=.5", "--webhook-check-interval=86400"]
+    args = operator_args(helm("template", "t", str(CHART), "--set",
+                              f"extraArgs={{{','.join(edges)}}}").stdout)
+    parsed = build_parser().parse_args(args)
+    assert (parsed.mig_config_delay, parsed.crd_check_interval,
+            parsed.webhook_check_interval) == (0, 0.5, 86400)
 
 
 @pytest.mark.parametrize("repository", ["localhost:5000/infertune", "ghcr.io:443/acme/infertune",

@@ -130,6 +130,20 @@ as --mig-config-delay here, where the operator stopped at start on it. */ -}}
 {{- else if and (not (has $option $flags)) (not (contains "=" $arg)) -}}
 {{- fail (printf "extraArgs: %s: --%s takes a value, in the same item: --%s=VALUE" $arg $option $option) -}}
 {{- end -}}
+{{- /* What argparse refuses at start, refused here: the operator crash-looped on it. */ -}}
+{{- $value := regexReplaceAll "^[^=]*=" $arg "" -}}
+{{- if and (not (has $option $flags)) (eq $value "") -}}
+{{- fail (printf "extraArgs: %s: --%s is given no value; give one, or leave the option out" $arg $option) -}}
+{{- end -}}
+{{- if has $option (list "crd-check-interval" "mig-config-delay" "webhook-check-interval") -}}
+{{- if not (regexMatch "^([0-9]+([.][0-9]*)?|[.][0-9]+)$" $value) -}}
+{{- fail (printf "extraArgs: %s: --%s takes a number of seconds, such as 60 (no unit)" $arg $option) -}}
+{{- end -}}
+{{- $seconds := float64 $value -}}
+{{- if or (gt $seconds 86400.0) (and (eq $seconds 0.0) (ne $option "mig-config-delay")) -}}
+{{- fail (printf "extraArgs: %s: --%s takes seconds %s, at most 86400 (a day)" $arg $option (ternary "from 0" "above 0" (eq $option "mig-config-delay"))) -}}
+{{- end -}}
+{{- end -}}
 {{- end -}}
 {{- end -}}
 {{- range $option, $value := $chartSets -}}
