@@ -708,6 +708,11 @@ def test_prometheus_access_values_that_cannot_work_are_refused(
      "--crd-check-interval takes seconds above 0, at most 86400"),
     (["--set", "extraArgs={--mig-config-delay=90000}"],
      "--mig-config-delay takes seconds from 0, at most 86400"),
+    # The operator stops at start on it with --no-mig, which mig.enabled=false renders.
+    (["--set", "mig.enabled=false", "--set", "extraArgs={--mig-config-delay=30}"],
+     "--mig-config-delay has no effect with mig.enabled=false"),
+    (["--set-string", "podAnnotations.example\\.com/x/y=v"],
+     'podAnnotations: "example.com/x/y" is not an annotation key'),
     # An abbreviation argparse refuses as ambiguous: it blamed --mig-config-delay's value.
     (["--set", "extraArgs={--mig}"], "--mig is ambiguous: --mig-config-delay, "
      "--mig-drain-other-namespaces begin with it"),
@@ -818,7 +823,7 @@ def test_extra_args_pass_the_options_the_chart_has_no_value_for() -> None:
     parsed = build_parser().parse_args(args)
     assert parsed.no_static_cpu_manager and parsed.mig_config_delay == 60
     # The seconds the chart's check takes, argparse takes too.
-    edges = ["--mig-config-delay=0", "--crd-check-interval=.5", "--webhook-check-interval=86400"]
+    edges = ["--mig-config-delay=0", "--crd-check-interval=.5", "--webhook-check-interval=8.64e4"]
     args = operator_args(helm("template", "t", str(CHART), "--set",
                               f"extraArgs={{{','.join(edges)}}}").stdout)
     parsed = build_parser().parse_args(args)

@@ -169,6 +169,16 @@ def test_an_edit_of_a_tuning_stored_invalid_is_refused_for_what_it_breaks_elsewh
     found = verdict(edited, stored)
     assert [p.split(":")[0] for p in found.refused] == ["spec.batching.knob"], found
     assert found.kept == found.unjudged == ()
+    # A field no batching rule reads changes nothing of it: a fix of spec.metrics alone is
+    # let through with the batching problem as it was (it was refused for it).
+    stored = tuning(engine="vllm", batching={"knob": "max-batch-total-tokens",
+                                             "mode": "Recommend"},
+                    metrics={"queueDepth": "bad name!"})
+    fixed = copy.deepcopy(stored)
+    fixed["spec"]["metrics"] = {"queueDepth": "vllm:num_requests_waiting"}
+    found = verdict(fixed, stored)
+    assert found.refused == (), found
+    assert [p.split(":")[0] for p in found.unjudged] == ["spec.batching.knob"]
 
 
 def test_a_problem_an_edit_makes_in_a_section_it_left_alone_is_refused() -> None:
@@ -329,6 +339,8 @@ def test_batching_without_autoscaling_is_said_to_be_not_acted_on_when_asked_for(
     assert check(edited, batching) == []
     scaled = copy.deepcopy(batching)
     scaled["spec"]["autoscaling"] = {"enabled": False}
+    assert check(scaled) == []
+    scaled["spec"]["autoscaling"] = {}  # the section with its defaults, as the models read it
     assert check(scaled) == []
 
 

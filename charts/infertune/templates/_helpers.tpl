@@ -12,14 +12,14 @@ app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end -}}
 {{- /* Fails naming `field` and the key when a key of `keys` is no label key (`annotations`:
-no annotation key, whose prefix the API server checks in lower case). Here, not in the
+no annotation key, which the API server checks in lower case). Here, not in the
 schema: Helm names the wrong field for a propertyNames failure. */}}
 {{- define "infertune.checkKeys" -}}
 {{- $kind := ternary "an annotation" "a label" .annotations -}}
 {{- range $key, $_ := .keys -}}
 {{- $prefix := ternary (splitList "/" $key | first) "" (contains "/" $key) -}}
 {{- $short := splitList "/" $key | last -}}
-{{- $checked := ternary (printf "%s/%s" (lower $prefix) $short | trimPrefix "/") $key $.annotations -}}
+{{- $checked := ternary (lower $key) $key $.annotations -}}
 {{- if or (not (regexMatch "^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$" $checked)) (gt (len $prefix) 253) (gt (len $short) 63) -}}
 {{- fail (printf "%s: %q is not %s key (an optional DNS subdomain prefix and /, then up to 63 letters, digits, -, _ or ., starting and ending with a letter or digit)" $.field $key $kind) -}}
 {{- end -}}
@@ -135,8 +135,11 @@ as --mig-config-delay here, where the operator stopped at start on it. */ -}}
 {{- if and (not (has $option $flags)) (eq $value "") -}}
 {{- fail (printf "extraArgs: %s: --%s is given no value; give one, or leave the option out" $arg $option) -}}
 {{- end -}}
+{{- if and (eq $option "mig-config-delay") (eq (include "infertune.migEnabled" $) "false") -}}
+{{- fail (printf "extraArgs: %s: --mig-config-delay has no effect with mig.enabled=false (MIG partitioning off), and the operator stops at start on it; leave it out, or turn MIG on" $arg) -}}
+{{- end -}}
 {{- if has $option (list "crd-check-interval" "mig-config-delay" "webhook-check-interval") -}}
-{{- if not (regexMatch "^([0-9]+([.][0-9]*)?|[.][0-9]+)$" $value) -}}
+{{- if not (regexMatch "^[+]?([0-9]+([.][0-9]*)?|[.][0-9]+)([eE][-+]?[0-9]+)?$" $value) -}}
 {{- fail (printf "extraArgs: %s: --%s takes a number of seconds, such as 60 (no unit)" $arg $option) -}}
 {{- end -}}
 {{- $seconds := float64 $value -}}

@@ -323,7 +323,8 @@ def batching_unused(spec: object) -> bool:
     else:
         autoscaling = getattr(spec, "autoscaling", None)
         mode = getattr(getattr(spec, "batching", None), "mode", None)
-    return mode in (BatchingMode.RECOMMEND, BatchingMode.AUTO) and not autoscaling
+    # `autoscaling: {}` is the section with its defaults, as the models read it.
+    return mode in (BatchingMode.RECOMMEND, BatchingMode.AUTO) and autoscaling is None
 
 
 class BatchingKnob(StrEnum):

@@ -69,7 +69,7 @@ class Verdict:
 
 
 READS: dict[str, tuple[str, ...]] = {
-    "batching": ("engine", "metrics", "autoscaling"),
+    "batching": ("engine", "autoscaling"),
     "metrics": ("engine",),
 }
 """The other fields of the spec the rules of a section read (spec._engine_rules: the
