@@ -205,3 +205,28 @@ def test_a_metrics_port_another_process_listens_on_is_refused() -> None:
             check_metrics_options(args(metrics_port=port, metrics_addr="127.0.0.1"))
     assert f"--metrics-port: 127.0.0.1 port {port} is in use" in str(refused.value)
     check_metrics_options(args(metrics_port=port, metrics_addr="127.0.0.1"))  # free again
+
+
+def test_no_prometheus_leaves_the_conditions_to_the_controller_while_the_target_is_missing(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without --prometheus-url and without the Deployment, the controller wrote TargetNotFound
+    into ScalingActive every 15 s and the autoscaler NoPrometheus back every interval: the
+    SCALING column flipped between them, two status writes for nothing."""
+    import asyncio
+
+    writes: list[str] = []
+    monkeypatch.setattr(autoscaling, "_write_if_present", lambda *args: writes.append(args[1]))
+    settings = autoscaling.AutoscalingSettings(source=None)
+
+    def report(target_found: str) -> None:
+        status = {"conditions": [{"type": "TargetFound", "status": target_found,
+                                  "reason": "x", "message": "m", "lastTransitionTime": T0}]}
+        async def run() -> None:
+            await autoscaling._report_no_prometheus(asyncio.get_running_loop(), settings, "ns",
+                                                    f"t-{target_found}", 1, status, "1")
+
+        asyncio.run(run())
+
+    report("False")
+    report("True")
+    assert writes == ["t-True"]

@@ -52,6 +52,7 @@ from infertune.api.status import ConditionStatus, ConditionType
 from infertune.controller.conditions import (
     condition_dict,
     merge_condition_dicts,
+    stored_condition,
     stored_reason,
 )
 from infertune.controller.exported import (
@@ -968,6 +969,12 @@ async def _report_not_evaluated(loop: asyncio.AbstractEventLoop, settings: Autos
 
     def build(stored: Mapping[str, Any]) -> dict[str, Any] | None:
         if not settings.leader.leads():
+            return None
+        if (stored_condition(stored, ConditionType.TARGET_FOUND) or {}).get("status") == \
+                ConditionStatus.FALSE.value:
+            # The controller says TargetNotFound in these three while the Deployment is
+            # missing, and is their only writer then: written over every interval, the two
+            # wrote them back and forth (every 15 s, for as long as it was missing).
             return None
         merged = merge_condition_dicts(stored.get("conditions") or [], *conditions)
         return None if merged is None else {"conditions": merged}
