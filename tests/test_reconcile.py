@@ -94,6 +94,24 @@ def test_a_new_generation_is_a_new_decision() -> None:
     second = assess(_body(generation=2, status=_dump(first)), TARGET, "2026-12-03T10:05:00Z")
     assert [d.action for d in second.status.decisions] == ["generation 1: Accepted",
                                                            "generation 2: Accepted"]
+    # Announced once: assessed again as stored, nothing new.
+    again = assess(_body(generation=2, status=_dump(second)), TARGET, "2026-12-03T10:06:00Z")
+    assert again.notices == [] and len(again.status.decisions) == 2
+
+
+@pytest.mark.parametrize("reason", ["Accepted", "InvalidSpec"])
+def test_a_generation_is_announced_though_its_observed_generation_landed_alone(
+        reason: str) -> None:
+    """kopf writes status.observedGeneration in a patch of its own: when it landed and the
+    conditions' patch did not (the process stopped between them), generation 2 got no Event
+    nor decision record, as if announced already."""
+    invalid = {"autoscaling": {"minReplicas": 9, "maxReplicas": 2}} if reason == "InvalidSpec" \
+        else {}
+    first = _dump(assess(_body(**invalid), TARGET, "2026-12-03T10:00:00Z"))
+    half = {**first, "observedGeneration": 2}
+    second = assess(_body(generation=2, status=half, numa={"policy": "none"}, **invalid),
+                    TARGET, "2026-12-03T10:05:00Z")
+    assert [n.reason for n in second.notices] == [reason]
 
 
 def test_invalid_spec_is_refused_with_the_field() -> None:

@@ -265,7 +265,7 @@ def assess(body: dict[str, Any], target: TargetState | None, now: str) -> Assess
         for condition in idle:
             conditions = set_condition(conditions, condition)
         was = find(before.conditions, ConditionType.READY)
-        said = (before.observed_generation == generation and was is not None
+        said = (was is not None and was.observed_generation == generation
                 and was.status is ConditionStatus.FALSE and was.reason == "InvalidSpec")
         # As for every other reason, said once per generation: it was posted again at each
         # re-assessment (every restart, twice per deletion of the target Deployment).
@@ -355,7 +355,10 @@ def _ready_news(before: InferenceTuningStatus, status: InferenceTuningStatus, ge
     ready = find(status.conditions, ConditionType.READY)
     assert ready is not None
     was = find(before.conditions, ConditionType.READY)
-    if (before.observed_generation == generation and was is not None
+    # The Ready condition's own generation, not status.observedGeneration: kopf writes that
+    # in a patch of its own, which may land while the conditions' is lost (the process
+    # stopped between them), and the new generation then got no Event nor decision.
+    if (was is not None and was.observed_generation == generation
             and was.status == ready.status and was.reason == ready.reason):
         return None
     # The condition may say more (a Deployment with many containers lists them all); the
