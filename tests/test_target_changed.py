@@ -88,3 +88,47 @@ def test_reassessing_a_tuning_without_autoscaling_removes_the_autoscalers_blocks
     body["metadata"]["deletionTimestamp"] = "2026-12-07T06:00:00Z"
     handlers.reassess("ml", "t", gone=True)
     assert sent == [] and posted == []
+
+
+def test_a_patch_built_again_after_the_autoscalers_first_evaluation_leaves_its_count(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A re-assessment reads the Deployment's replicas for status.autoscaling.currentReplicas
+    until the autoscaler has evaluated; when its first evaluation (a scale from 1 to 3)
+    landed before the write (a 409, built again over the newer status), the count read
+    before it was written over the autoscaler's."""
+    from types import SimpleNamespace
+    from typing import Any
+
+    from infertune.api.spec import GROUP, VERSION
+
+    body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "InferenceTuning",
+            "metadata": {"name": "t", "namespace": "ml", "generation": 1, "uid": "u",
+                         "resourceVersion": "9"},
+            "spec": {"targetRef": {"name": "qwen"}, "engine": "vllm",
+                     "autoscaling": {"minReplicas": 1, "maxReplicas": 8}},
+            "status": {"observedGeneration": 1}}
+    evaluated = {"autoscaling": {"evaluated": "2026-12-07T06:00:00Z", "currentReplicas": 3,
+                                 "writtenReplicas": 3, "target": "qwen"}}
+    sent: list[dict[str, Any]] = []
+
+    class Tunings:
+        def get_namespaced_custom_object(self, *args: Any) -> dict[str, Any]:
+            return body
+
+    def write_status(namespace: str, name: str, status: Any, version: str, build: Any,
+                     still: Any = None) -> dict[str, Any]:
+        sent.append(build(status))  # as first read
+        sent.append(build(evaluated))  # after the 409, over the newer status
+        return sent[-1]
+
+    container = SimpleNamespace(name="vllm")
+    deployment = SimpleNamespace(metadata=SimpleNamespace(name="qwen"), spec=SimpleNamespace(
+        replicas=1, template=SimpleNamespace(spec=SimpleNamespace(containers=[container]))))
+    monkeypatch.setattr(handlers.client, "CustomObjectsApi", Tunings)
+    monkeypatch.setattr(handlers, "write_status", write_status)
+    monkeypatch.setattr(handlers, "read_deployment", lambda namespace, name: deployment)
+    monkeypatch.setattr(handlers.kopf, "event", lambda *args, **kwargs: None)
+    handlers.reassess("ml", "t", gone=False)
+    first, again = sent
+    assert first["autoscaling"] == {"currentReplicas": 1}
+    assert "autoscaling" not in again, again

@@ -210,8 +210,15 @@ def reassess(namespace: str, name: str, gone: bool) -> None:
         result.merge_lists(holder)
         removed = {block: None for block in ("autoscaling", "batching")
                    if block in stored and block not in holder["status"]}
-        return {**result.patch(), **removed, **{k: holder["status"][k] for k in SHARED
-                                                if k in holder["status"]}}
+        patch = result.patch()
+        if ((stored.get("autoscaling") or {}).get("evaluated") is not None
+                and "autoscaling" in patch):
+            # The autoscaler evaluated since the first read (built again after a 409): the
+            # count there is its own now (reconcile.assess leaves it alone then), and the
+            # replicas read before it scaled would stand over it.
+            del patch["autoscaling"]
+        return {**patch, **removed, **{k: holder["status"][k] for k in SHARED
+                                       if k in holder["status"]}}
 
     # Assessed for this spec: if it has changed since, the handler of the new one writes (and
     # posts its own Events).
