@@ -215,6 +215,33 @@ def test_a_webhook_certificate_for_another_name_is_refused(
                                          f"{wanted}"), stopped.value
 
 
+def test_a_webhook_certificate_for_another_name_than_the_address_found_is_refused(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without --webhook-host or --webhook-service, the address found for this machine is the
+    one the API server calls: the name check was skipped then, and every call failed on it
+    while the operator reported Ready."""
+    from contextlib import ExitStack
+
+    from infertune.controller import main as controller
+    from infertune.kube.webhook_tls import write_self_signed
+
+    cert, key = write_self_signed(tmp_path, ["webhook.example.com"])
+    monkeypatch.setattr(controller, "_webhook_host", lambda args, in_cluster: "192.0.2.2")
+    args = build_parser().parse_args(["run", "--webhook-cert", str(cert), "--webhook-key",
+                                      str(key)])
+    with ExitStack() as cleanup, pytest.raises(SystemExit) as stopped:
+        controller._webhook_server(args, "infertune-system", cleanup)
+    assert str(stopped.value).startswith(
+        f"--webhook-cert: {cert} is for webhook.example.com, not 192.0.2.2"), stopped.value
+    assert "give --webhook-host with a name the certificate holds" in str(stopped.value)
+    # A certificate for the address found serves.
+    cert, key = write_self_signed(tmp_path / "ok", ["192.0.2.2"])
+    args = build_parser().parse_args(["run", "--webhook-cert", str(cert), "--webhook-key",
+                                      str(key)])
+    with ExitStack() as cleanup:
+        assert controller._webhook_server(args, "infertune-system", cleanup) is not None
+
+
 def test_a_webhook_port_another_process_listens_on_is_refused(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """kopf's server binds with SO_REUSEPORT: a second operator on the same port started,

@@ -69,6 +69,14 @@ def _webhook_server(args: argparse.Namespace, own_namespace: str, cleanup: ExitS
     host = _webhook_host(args, service is not None)
     if args.webhook_cert and args.webhook_key:
         cert, key = Path(args.webhook_cert), Path(args.webhook_key)  # cert-manager's files
+        if service is None and not args.webhook_host and (
+                problem := certificate_name_problem(cert, host)) is not None:
+            # The address found for this machine is what the API server calls: checked as
+            # --webhook-host is (check_webhook_options), or every call failed on the name and
+            # every pod was admitted untuned while the operator reported Ready.
+            raise SystemExit(f"--webhook-cert: {problem} (the address found for the webhook, "
+                             "--webhook-host not given: give --webhook-host with a name the "
+                             "certificate holds)")
     elif args.webhook_cert or args.webhook_key:
         raise SystemExit("--webhook-cert and --webhook-key go together")
     else:
