@@ -393,33 +393,6 @@ def test_still_registered_says_when_to_register_again(tmp_path: Path,
     assert at_url.still_registered(config) is True  # another process's URL: last one wins
 
 
-def test_a_registration_left_at_a_url_nothing_answers_is_taken_back(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """An `infertune run` on a laptop registered at its URL and stopped without removing it
-    (killed, the laptop asleep): the in-cluster operator took it for another process's and
-    left it for good, every pod admitted untuned and each creation waiting out the timeout.
-    A URL that answers is still left alone (two operators would take turns)."""
-    import socket
-
-    from infertune.kube import webhooks
-
-    monkeypatch.setattr(webhooks.client, "AdmissionregistrationV1Api", _FakeAdmission)
-    ours, other = _ca_named(tmp_path, "ours"), _ca_named(tmp_path, "other")
-    through = WebhookRegistration(excluded_namespaces=("kube-system",), service=SERVICE)
-    config = {"url": "https://10.0.0.5:9443", "caBundle": ours}
-    listener = socket.socket()
-    listener.bind(("127.0.0.1", 0))
-    listener.listen()
-    port = listener.getsockname()[1]
-    _FakeAdmission.stored = _stored(other, None, url=f"https://127.0.0.1:{port}/tune-pods")
-    answered = [through.still_registered(config) for _ in range(webhooks.UNANSWERED_CHECKS + 1)]
-    assert answered == [True] * (webhooks.UNANSWERED_CHECKS + 1)
-    listener.close()  # the laptop's process is gone
-    gone = [through.still_registered(config) for _ in range(webhooks.UNANSWERED_CHECKS)]
-    assert gone == [True] * (webhooks.UNANSWERED_CHECKS - 1) + [False]
-    assert through.still_registered(config) is True  # counted anew after taking it back
-
-
 def test_serves_is_true_only_for_a_registration_that_reaches_this_process(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Readiness after a failed registration went by `still_registered`, which also says yes

@@ -26,7 +26,6 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import kopf
 from cryptography import x509
@@ -55,11 +54,6 @@ LOAD_WAIT_S = 900.0
 """How long readiness waits for kopf's indexes to load (RegisteringWebhookServer.loaded): the
 first listing of every pod took six minutes in a cluster of 10,000 pods."""
 REQUEST_TIMEOUT_S = 10.0
-UNANSWERED_CHECKS = 3
-"""Checks in a row (30 s apart by default) at which another process's registration at a URL
-takes no connection before an in-cluster operator registers itself again in its place."""
-CONNECT_TIMEOUT_S = 3.0
-"""How long a connection to such a URL may take to be made."""
 MATCH_REPLICASET = ("has(object.metadata.ownerReferences) && "
                     "object.metadata.ownerReferences.exists(r, r.kind == 'ReplicaSet' && "
                     "has(r.controller) && r.controller)")
@@ -120,8 +114,6 @@ class WebhookRegistration:
     follows its ownerReference): the chart's own, so that `helm uninstall` takes the
     configuration with it even when the operator's permissions are deleted before the
     operator has stopped and removed it itself."""
-    _unanswered: list[int] = field(default_factory=lambda: [0], compare=False, repr=False)
-    """Checks in a row at which another process's registration at a URL did not answer."""
 
     def client_config(self, kopf_config: dict[str, Any],
                       handler: str = HANDLER_ID) -> dict[str, Any]:
@@ -297,14 +289,7 @@ class WebhookRegistration:
                       if w.client_config is not None and w.client_config.service is not None),
                      None)
         if there is None or there.service is None:
-            # At a URL now: another process's (an `infertune run` outside the cluster), left
-            # alone while it answers. Left by one that stopped without removing it (killed,
-            # a laptop asleep), it was kept for good: every pod admitted untuned, each
-            # creation waiting out the timeout, until this process restarted.
-            url = next((w.client_config.url for w in current.webhooks or []
-                        if w.client_config is not None and w.client_config.url), None)
-            return url is None or self._url_answers(url)
-        self._unanswered[0] = 0
+            return True  # at a URL now: another process's
         if _service_of(there) != self.service:
             return True
         if {w["name"] for w in self.body(kopf_config)["webhooks"]} - {
@@ -315,25 +300,6 @@ class WebhookRegistration:
             # release's, a newer one's, are left alone: the two would take turns.)
             return False
         return _holds(str(there.ca_bundle or ""), ours["caBundle"])
-
-    def _url_answers(self, url: str) -> bool:
-        """Whether another process's registration at `url` is still its own: its host takes
-        a connection, or has failed to at fewer than UNANSWERED_CHECKS checks in a row."""
-        try:
-            parts = urlsplit(url)
-            with socket.create_connection((parts.hostname or "", parts.port or 443),
-                                          timeout=CONNECT_TIMEOUT_S):
-                self._unanswered[0] = 0
-                return True
-        except (OSError, ValueError):
-            self._unanswered[0] += 1
-        if self._unanswered[0] < UNANSWERED_CHECKS:
-            return True
-        logger.warning("%s points at %s, which has not answered at %d checks in a row (a "
-                       "process outside the cluster that stopped without removing it): this "
-                       "process registers again", self.name, url, self._unanswered[0])
-        self._unanswered[0] = 0
-        return False
 
     def serves(self, kopf_config: dict[str, Any]) -> bool:
         """Whether the configuration in place brings the API server's calls to this process:
