@@ -393,6 +393,29 @@ def test_still_registered_says_when_to_register_again(tmp_path: Path,
     assert at_url.still_registered(config) is True  # another process's URL: last one wins
 
 
+def test_a_registration_at_another_processs_url_is_left_alone_and_said_once(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """An `infertune run` outside the cluster registered at its URL: not fought over (the
+    API server, not this pod, can tell whether it answers), but said, since once that
+    process stops without removing it every pod is admitted untuned until someone acts."""
+    import logging
+
+    from infertune.kube import webhooks
+
+    monkeypatch.setattr(webhooks.client, "AdmissionregistrationV1Api", _FakeAdmission)
+    ours, other = _ca_named(tmp_path, "ours"), _ca_named(tmp_path, "other")
+    through = WebhookRegistration(excluded_namespaces=("kube-system",), service=SERVICE)
+    config = {"url": "https://10.0.0.5:9443", "caBundle": ours}
+    _FakeAdmission.stored = _stored(other, None, url="https://192.0.2.9:9443/tune-pods")
+    with caplog.at_level(logging.WARNING, logger=webhooks.__name__):
+        assert [through.still_registered(config) for _ in range(3)] == [True] * 3
+    said = [r.getMessage() for r in caplog.records]
+    assert len(said) == 1 and said[0].startswith(
+        "infertune-pod-tuning is registered at https://192.0.2.9:9443/tune-pods (an "
+        "infertune run outside the cluster)"), said
+    assert "restart this operator" in said[0]
+
+
 def test_serves_is_true_only_for_a_registration_that_reaches_this_process(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Readiness after a failed registration went by `still_registered`, which also says yes

@@ -109,6 +109,8 @@ class WebhookRegistration:
     `remove`, pointing at a stopped server."""
     _removed: threading.Event = field(default_factory=threading.Event, compare=False,
                                       repr=False)
+    _urls_said: set[str] = field(default_factory=set, compare=False, repr=False)
+    """URLs of other processes' registrations this one has said it is not called through."""
     owned_by: str | None = None
     """A ClusterRole whose deletion deletes the configuration (Kubernetes' garbage collector
     follows its ownerReference): the chart's own, so that `helm uninstall` takes the
@@ -289,7 +291,11 @@ class WebhookRegistration:
                       if w.client_config is not None and w.client_config.service is not None),
                      None)
         if there is None or there.service is None:
-            return True  # at a URL now: another process's
+            # At a URL now: another process's (an `infertune run` outside the cluster), not
+            # fought over. Said once per URL: left by one that stopped without removing it,
+            # nothing in the cluster calls this process, and every pod is admitted untuned.
+            self._said_at_url(current)
+            return True
         if _service_of(there) != self.service:
             return True
         if {w["name"] for w in self.body(kopf_config)["webhooks"]} - {
@@ -300,6 +306,20 @@ class WebhookRegistration:
             # release's, a newer one's, are left alone: the two would take turns.)
             return False
         return _holds(str(there.ca_bundle or ""), ours["caBundle"])
+
+    def _said_at_url(self, current: Any) -> None:
+        url = next((w.client_config.url for w in current.webhooks or []
+                    if w.client_config is not None and w.client_config.url), None)
+        if url is None or url in self._urls_said:
+            return
+        self._urls_said.add(url)
+        by = ((current.metadata.annotations or {}).get(REGISTERED_BY)
+              if current.metadata is not None else None)
+        logger.warning("%s is registered at %s%s (an infertune run outside the cluster): the "
+                       "API server calls that process, not this one; once it has stopped, "
+                       "restart this operator (it registers again at start), or delete the "
+                       "configuration and let this process make it again, or pods are "
+                       "admitted untuned", self.name, url, f" by {by}" if by else "")
 
     def serves(self, kopf_config: dict[str, Any]) -> bool:
         """Whether the configuration in place brings the API server's calls to this process:
