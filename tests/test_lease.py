@@ -210,3 +210,46 @@ def test_rounds_start_every_retry_period_from_their_start() -> None:
     assert election.pause_after(started) == pytest.approx(1.5)
     now[0] += 3.0
     assert election.pause_after(started) == 0.0
+
+
+@pytest.mark.parametrize("release_fails", [False, True])
+def test_a_round_still_in_flight_at_stop_writes_nothing_after_it(release_fails: bool) -> None:
+    """stop() waits two calls' time for the round; the client retries a timed-out read (a
+    round then lasts longer), and leadership lapses meanwhile: the release was skipped (not
+    leading any more), and the round in flight renewed the Lease for the stopping process,
+    so the next operator waited a whole Lease duration from that write. Released now; and
+    where the release fails too, the round in flight writes nothing after stop()."""
+    import time
+
+    from kubernetes.client.exceptions import ApiException
+
+    store = LeaseStore("nobody")
+    slow = threading.Event()
+    reads, writes = store.read_namespaced_lease, store.replace_namespaced_lease
+
+    def read(name: str, namespace: str, _request_timeout: Any = None) -> client.V1Lease:
+        if slow.is_set() and threading.current_thread().name == "leader-election":
+            time.sleep(3.0)  # past stop()'s wait of 2 x 0.5 s + 1 s, and past the deadline
+        return reads(name, namespace, _request_timeout)
+
+    def write(name: str, namespace: str, body: dict[str, Any],
+              _request_timeout: Any = None) -> client.V1Lease:
+        if release_fails and threading.current_thread().name != "leader-election":
+            raise ApiException(status=500, reason="Internal Server Error")
+        return writes(name, namespace, body, _request_timeout)
+
+    store.read_namespaced_lease = read  # type: ignore[method-assign]
+    store.replace_namespaced_lease = write  # type: ignore[method-assign]
+    store.lease.spec.holder_identity = None  # free: this candidate takes it at once
+    election = LeaseElection("ns", "l", identity="stopping", duration_s=3, renew_deadline_s=1.0,
+                             retry_s=0.2, api=store)  # type: ignore[arg-type]
+    election.start()
+    time.sleep(0.5)
+    assert election.leads()
+    slow.set()
+    time.sleep(0.25)  # the next round's read is under way
+    election.stop()
+    stopped = store.version
+    assert (store.lease.spec.holder_identity is None) is not release_fails
+    time.sleep(2.5)  # the round in flight ends
+    assert store.version == stopped, "written after stop()"

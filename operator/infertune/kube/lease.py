@@ -203,6 +203,11 @@ class LeaseElection:
 
     def _write(self, started: float, send: Callable[[dict[str, Any]], Any],
                record: dict[str, Any], took_over: bool, renewal: bool) -> bool:
+        if self._stop.is_set():
+            # A round still in flight when `stop` gave up waiting for it (a read the client
+            # retried) renewed the Lease for a process on its way out, after its release:
+            # the next operator waited a Lease duration from that write.
+            return False
         try:
             written = send(record)
         except ApiException as exc:
@@ -228,8 +233,10 @@ class LeaseElection:
         """Hand the Lease back, if this process holds it: the next candidate takes over at its
         next round. Whether it was released."""
         was_leading, self._valid_until = self.leads(), -float("inf")
-        if not was_leading:
-            return False
+        if not was_leading and self._written is None:
+            return False  # it never wrote a record of its own
+        # Also when its leadership has lapsed (a slow round at shutdown): the record read
+        # says whether it still holds the Lease, and the write holds only at that version.
         api = self._api or client.CoordinationV1Api()
         try:
             lease = api.read_namespaced_lease(self.name, self.namespace,
