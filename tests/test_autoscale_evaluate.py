@@ -211,3 +211,35 @@ def test_usage_errors_exit_2_as_the_help_says(capsys: pytest.CaptureFixture[str]
     with pytest.raises(SystemExit):
         main(["autoscale", "evaluate", "--help"])
     assert "2 a command line that does not parse" in " ".join(capsys.readouterr().out.split())
+
+
+def test_a_tuning_without_a_namespace_takes_the_one_given_or_says_default(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        prometheus: Callable[[Answer], None]) -> None:
+    """A GitOps manifest often gives no namespace (kubectl apply -n does): read as default
+    without a word, the pods were looked for there, and the message blamed their scraping."""
+    prometheus(measured(10.0, 0.05))
+    path = tmp_path / "tuning.yaml"
+
+    def run(namespace: str | None, *options: str) -> tuple[int, Any, str]:
+        path.write_text(yaml.safe_dump({
+            "apiVersion": "infertune.io/v1alpha1", "kind": "InferenceTuning",
+            "metadata": {"name": "llm", **({"namespace": namespace} if namespace else {})},
+            "spec": {"targetRef": {"name": "llm"}, "engine": "vllm", "autoscaling": {}}}))
+        code = main(["autoscale", "evaluate", str(path), "--prometheus", "http://127.0.0.1:9",
+                     "--output", "json", *options])
+        out, err = capsys.readouterr()
+        return code, json.loads(out)["tuning"] if out else None, err
+
+    code, tuning, err = run(None)
+    assert code == 0 and tuning == "default/llm"
+    assert "infertune: the tuning gives no metadata.namespace: taken as default (give -n " \
+           "NAMESPACE, as kubectl apply -n)" in err
+    code, tuning, err = run(None, "-n", "serving")
+    assert (code, tuning) == (0, "serving/llm") and "no metadata.namespace" not in err
+    assert run("serving", "-n", "serving")[:2] == (0, "serving/llm")
+    code, _, err = run("serving", "-n", "other")
+    assert code == 2 and "-n other: the tuning's metadata.namespace is serving" in err
+    code = main(["autoscale", "evaluate", "--live", "serving/llm", "-n", "serving",
+                 "--prometheus", "http://127.0.0.1:9"])
+    assert code == 2 and "-n is for a tuning file" in capsys.readouterr().err

@@ -349,7 +349,10 @@ def test_a_request_the_api_server_asks_to_send_again_is_sent_again(
             asked.append(self.path)
             status, after = answers[min(len(asked), len(answers)) - 1]
             body = json.dumps({"kind": "Status", "apiVersion": "v1", "status": "Failure",
-                               "code": status}).encode()
+                               "code": status, **({"details": {
+                                   "name": "qwen", "group": "infertune.io",
+                                   "kind": "inferencetunings"}} if status == 404 else {})}
+                              ).encode()
             self.send_response(status)
             if after is not None:
                 self.send_header("Retry-After", after)
@@ -537,3 +540,29 @@ def test_an_empty_kubeconfig_option_is_refused(capsys: pytest.CaptureFixture[str
             main([*command, "--kubeconfig", ""])
         assert refused.value.code == 2
         assert "argument --kubeconfig: an empty path" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("body", "says"), [
+    # Prometheus, or a web server, at the kubeconfig's address: "not found" sent the user
+    # looking for an object that was there, not at the kubeconfig.
+    (b"404 page not found", "did not answer as a Kubernetes API server (HTTP 404 without a "
+                            "Kubernetes Status for InferenceTuning ml/qwen)"),
+    # The API server's 404 for a path it does not serve: no object named in it.
+    (json.dumps({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 404,
+                 "reason": "NotFound", "message": "the server could not find the requested "
+                 "resource", "details": {}}).encode(),
+     "--live: InferenceTuning ml/qwen not found, nor its kind: the API server serves no "
+     "inferencetunings.infertune.io (is the CRD installed?)"),
+])
+def test_a_404_says_whether_the_object_its_kind_or_the_server_is_missing(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], body: bytes, says: str) -> None:
+    class NotFound(_NotAnApiServer):
+        def do_GET(self) -> None:
+            self.send_response(404)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    code, _ = _evaluate_live_against(NotFound, tmp_path)
+    err = capsys.readouterr().err
+    assert code == 1 and says in err, err

@@ -314,3 +314,19 @@ def test_autoscale_evaluate_names_a_malformed_deployment_beside_the_tuning(
     assert "Traceback" not in err
     assert f"{path}: Deployment llm: spec.template.spec.containers must be a list of " \
         "mappings" in err
+
+
+def test_ctrl_c_while_the_parser_loads_is_one_line_and_exit_130() -> None:
+    """The parser imports the API models (half a second): a Ctrl-C then printed a traceback,
+    where README promises one line and exit 130 for every command but `run`."""
+    import subprocess
+    import sys
+
+    code = ("from infertune import cli\n"
+            "def parser():\n"
+            "    raise KeyboardInterrupt\n"
+            "cli.build_parser = parser\n"
+            "cli.main(['validate', 'x.yaml'])\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60, check=False)
+    assert (done.returncode, done.stderr) == (130, "infertune: interrupted\n"), done.stderr

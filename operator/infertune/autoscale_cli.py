@@ -60,6 +60,9 @@ def add_autoscale_commands(commands: argparse._SubParsersAction) -> None:  # typ
     evaluate.add_argument("--live", metavar="NAMESPACE/NAME", type=_live_ref,
                           help="read the InferenceTuning, its stored autoscaling state and the "
                                "Deployment's replicas from the cluster instead of a file")
+    evaluate.add_argument("-n", "--namespace", metavar="NAMESPACE",
+                          help="the namespace of a tuning whose file gives none (as kubectl "
+                          "apply -n); default: default, said on standard error")
     evaluate.add_argument("--kubeconfig", type=kubeconfig_option, metavar="PATH",
                           help="with --live: kubeconfig file (default: in-cluster, then "
                           "$KUBECONFIG, then ~/.kube/config)")
@@ -129,9 +132,28 @@ def evaluate_command(args: argparse.Namespace) -> int:
     if args.live is None and args.kubeconfig is not None:
         print("--kubeconfig is only read with --live", file=sys.stderr)
         return 2
+    if args.live is not None and args.namespace is not None:
+        print("-n is for a tuning file without a namespace; --live names it: "
+              "--live NAMESPACE/NAME", file=sys.stderr)
+        return 2
     try:
         if args.live is None:
             (tuning, beside), live = load_tuning_and_template(Path(args.tuning)), None
+            given = tuning.metadata.namespace
+            if given is not None and args.namespace not in (None, given):
+                print(f"-n {args.namespace}: the tuning's metadata.namespace is {given} (as "
+                      "kubectl apply refuses a namespace that does not match)",
+                      file=sys.stderr)
+                return 2
+            if given is None:
+                # Read as namespace default without a word, a tuning of another namespace
+                # had "no series ... are they scraped?" for its pods, which are elsewhere.
+                namespace = args.namespace or "default"
+                if args.namespace is None:
+                    print("infertune: the tuning gives no metadata.namespace: taken as "
+                          "default (give -n NAMESPACE, as kubectl apply -n)", file=sys.stderr)
+                tuning = tuning.model_copy(update={"metadata": tuning.metadata.model_copy(
+                    update={"namespace": namespace})})
         else:
             live = read_live(args.live, args.kubeconfig, args.timeout)
             tuning, beside = live.tuning, None

@@ -6,6 +6,7 @@ it. Nothing is written.
 
 from __future__ import annotations
 
+import json
 from typing import Any, NamedTuple, cast
 
 from infertune.api.spec import InferenceTuning, Mode
@@ -90,6 +91,16 @@ def split_ref(ref: str) -> tuple[str, str]:
         raise ValueError(f"--live {ref!r}: {name!r} is not an object name (a-z, 0-9, '-' and "
                          "'.', at most 253, starting and ending with a letter or digit)")
     return namespace, name
+
+
+def _status_of(exc: Any) -> dict[str, Any] | None:
+    """The Kubernetes Status an API error's body holds, None when it holds none (another
+    server's error page)."""
+    try:
+        body = json.loads(getattr(exc, "body", None) or "")
+    except (TypeError, ValueError):
+        return None
+    return body if isinstance(body, dict) and body.get("kind") == "Status" else None
 
 
 def read_live(ref: str, kubeconfig: str | None, timeout_s: float | None = None) -> Live:
@@ -183,7 +194,16 @@ def _read_live(ref: str, kubeconfig: str | None, timeout_s: float | None = None)
             # something else
             raise not_an_api_server(what) from None
     except ApiException as exc:
-        found = ("not found" if exc.status == 404 else
+        status = _status_of(exc)
+        if exc.status == 404 and status is None:
+            # A 404 page of another server (Prometheus, a web server) at that address: read
+            # as "not found", it sent the user looking for an object, not at the kubeconfig.
+            raise not_an_api_server(f"HTTP 404 without a Kubernetes Status for {what}") \
+                from None
+        named = ((status or {}).get("details") or {}).get("name")  # the object's, not a path's
+        found = ("not found" if exc.status == 404 and named else
+                 f"not found, nor its kind: the API server serves no {PLURAL}.{GROUP} (is the "
+                 "CRD installed?)" if exc.status == 404 else
                  "not read: the API server is throttling requests (HTTP 429); try again in a "
                  "moment" if exc.status == 429 else f"not readable (HTTP {exc.status})")
         raise ValueError(f"--live: {what} {found}") from None

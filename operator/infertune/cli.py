@@ -455,7 +455,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         # parser imports the API models (0.3 s of CPU, some 6 s of wall time there), and the
         # serving container waited for it.
         return _launcher_install(argparse.Namespace(directory=given[2]))
-    args = build_parser().parse_args(argv)
+    try:
+        args = build_parser().parse_args(argv)
+    except KeyboardInterrupt:
+        # Ctrl-C in the first half second (the parser imports the models): a traceback.
+        _interrupted()
     handler: Command = args.handler
     if handler is _run:  # a broken pipe there is a connection's, not the output's
         return handler(args)
