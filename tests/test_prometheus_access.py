@@ -298,10 +298,14 @@ def test_autoscale_evaluate_takes_the_same_access_options(
     signals = json.loads(capsys.readouterr().out)["signals"]
     assert signals["queuePerReplica"] == 12.0
     assert signals["problems"] == [] and signals["latencySeconds"] is not None
-    bad = build_parser().parse_args([*argv[:5], "--prometheus-header", "X: a\nY: b"])
-    assert bad.handler(bad) == 1
-    assert "--prometheus-header: the value of X holds a control character" in \
-        capsys.readouterr().err
+    # A value that cannot be used is a command line that does not parse (exit 2), said
+    # before the file is read: it was exit 1, as bad input, and said after the file's error.
+    for tuning_file in (str(tuning), str(tmp_path / "missing.yaml")):
+        bad = build_parser().parse_args(["autoscale", "evaluate", tuning_file, *argv[3:5],
+                                         "--prometheus-header", "X: a\nY: b"])
+        assert bad.handler(bad) == 2
+        assert "--prometheus-header: the value of X holds a control character" in \
+            capsys.readouterr().err
 
 
 TUNING = (Path(__file__).parent / "fixtures" / "autoscale" / "tuning.yaml").read_text()

@@ -34,7 +34,8 @@ would be False): a preset or query that matches no series fails a script's check
 EXIT_STATUS = (
     "exit status: 0 evaluated with every signal; 1 bad input, or the cluster cannot be read "
     "(--live); 2 a command line that does not parse (an unknown option, a value of the wrong "
-    f"type), as for every command; {METRICS_MISSING} evaluated, but a signal is missing (no "
+    "type, --prometheus-* options that cannot be used), as for every command; "
+    f"{METRICS_MISSING} evaluated, but a signal is missing (no "
     "series, stale, or Prometheus failed) or the latency cannot be compared with the target "
     "(the histogram's buckets): the decision holds where data is missing, and each problem "
     "from a query names it")
@@ -137,6 +138,13 @@ def evaluate_command(args: argparse.Namespace) -> int:
               "--live NAMESPACE/NAME", file=sys.stderr)
         return 2
     try:
+        # Before anything is read: a malformed header was said after the tuning file's error,
+        # or after the cluster's timeouts with --live, and with the exit of bad input.
+        access = access_from_args(args)
+    except ValueError as exc:
+        print(str(exc), file=sys.stderr)
+        return 2
+    try:
         if args.live is None:
             (tuning, beside), live = load_tuning_and_template(Path(args.tuning)), None
             given = tuning.metadata.namespace
@@ -158,7 +166,7 @@ def evaluate_command(args: argparse.Namespace) -> int:
             live = read_live(args.live, args.kubeconfig, args.timeout)
             tuning, beside = live.tuning, None
         result = evaluate(tuning, args.prometheus, args.replicas, args.timeout, time.time(),
-                          access_from_args(args), live,
+                          access, live,
                           templates=not args.no_promql_templates, template=beside)
     except (PlanInputError, ValueError) as exc:
         print(str(exc), file=sys.stderr)
