@@ -136,6 +136,10 @@ def test_abort_conf_turns_a_reported_problem_into_abort(conf: str, aborts: bool,
     ("lg_tcache_gc_sweep:1", "lg_tcache_gc_sweep", "tcache_gc_incr_bytes"),
     ("narenas:0", "narenas", "out of range; use 1..4094 (above 4094, jemalloc cuts it to 4094"),
     ("narenas:-1", "narenas", f"cuts it to {NARENAS_LIMIT}"),
+    # A whole number past what malloc_strtoumax reads: it said "needs a whole number".
+    ("narenas:99999999999999999999", "narenas", "is too large for jemalloc to read (at most "
+     "2^64-1)"),
+    ("narenas:089", "narenas", "needs a whole number"),  # 0-prefixed: octal, and 8 is none
     ("background_thread:yes", "background_thread", "takes true or false"),
     ("percpu_arena:bogus", "percpu_arena", "one of percpu, phycpu, disabled"),
     ("thp:maybe", "thp", "one of default, always, never"),

@@ -273,8 +273,10 @@ def test_a_certificate_the_adapter_cannot_verify_is_reported_as_tls(
     for access in (PrometheusAccess(), PrometheusAccess.parse(ca_file=str(other_ca))):
         got = fetched(PrometheusSource(secured.url, access=access, timeout_s=5))
         assert got.queue.last is None
-        assert "TLS failed" in (got.queue.problem or "")
-        assert "--prometheus-ca-file" in (got.queue.problem or "")
+        said = got.queue.problem or ""
+        assert "TLS failed" in said and "--prometheus-ca-file" in said
+        cause = said[said.index("TLS failed (") + len("TLS failed ("):said.index("); check")]
+        assert cause.count("(") == cause.count(")"), said  # its last ")" was cut off
 
 
 @needs_prometheus

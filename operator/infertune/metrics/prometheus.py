@@ -865,7 +865,9 @@ def _describe(exc: Exception, timeout_s: float) -> str:
     if isinstance(exc, NewConnectionError | ConnectionRefusedError):
         return "cannot connect (refused or unreachable)"
     if isinstance(exc, requests.exceptions.SSLError):  # before ConnectionError, its base
-        reason = str(exc).rsplit("(Caused by SSLError(", 1)[-1].rstrip(")")
+        reason = str(exc).rsplit("(Caused by SSLError(", 1)[-1]
+        while reason.endswith(")") and reason.count(")") > reason.count("("):
+            reason = reason[:-1]  # the wrappers' own, not the cause's "(_ssl.c:1006)"
         return f"TLS failed ({reason[:200]}); check the URL and {CA_OPTION}"
     if isinstance(exc, requests.Timeout | Urllib3Timeout):
         return f"timed out after {timeout_s:g}s"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -77,12 +78,20 @@ def _words(*names: str, prefix: bool = False) -> Check:
     return check
 
 
+_WHOLE = re.compile(r"\s*[-+]?(0[xX][0-9a-fA-F]+|0[0-7]*|[1-9][0-9]*)")
+"""A whole number as malloc_strtoumax reads one (that it may still overflow)."""
+
+
 def _number(low: int | None = None, high: int | None = None, *, signed: bool = False,
             hint: str = "", shown_high: int | None = None) -> Check:
     """An integer handler. Options that jemalloc clips get no bounds here: they never fail.
     `shown_high`: the most the message suggests where jemalloc takes more but cuts it."""
     def check(key: str, value: str) -> str | None:
         number = read_number(value, signed)
+        if number is None and _WHOLE.fullmatch(value):
+            # A whole number all the same: "needs a whole number" sent the user looking for
+            # a typo.
+            return f"{key}:{value} is too large for jemalloc to read (at most 2^64-1){hint}"
         if number is None:
             return f"{key} needs a whole number ({_NUMBER_FORMS}){hint}"
         if (low is not None and number < low) or (high is not None and number > high):
