@@ -90,31 +90,7 @@ def source_name(path: Path) -> str:
     return "<stdin>" if str(path) == STDIN else str(path)
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """SafeLoader that refuses a key given twice in one mapping. PyYAML and kubectl both keep
-    the last one silently, so `mode: DryRun` then `mode: Enforce` is applied as Enforce: a
-    check before the sync says so (stricter than kubectl, on purpose)."""
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        seen: set[Any] = set()
-        for key_node, _ in node.value:
-            if key_node.tag == "tag:yaml.org,2002:merge":
-                continue  # "<<" merges: its keys may be overridden, as YAML says
-            key = self.construct_object(key_node, deep=deep)
-            try:
-                duplicate = key in seen
-            except TypeError:  # an unhashable key: the base class says so
-                break
-            if duplicate:
-                raise yaml.constructor.ConstructorError(
-                    "while constructing a mapping", node.start_mark,
-                    f"found the key {key!r} twice (a mapping key is given once)",
-                    key_node.start_mark)
-            seen.add(key)
-        return super().construct_mapping(node, deep=deep)
-
-
-class _KubectlLoader(_UniqueKeyLoader):
+class _KubectlLoader(yaml.SafeLoader):
     """Reads plain scalars as kubectl does (sigs.k8s.io/yaml, on go-yaml v2), not as PyYAML's
     YAML 1.1: a manifest `validate` passes is then the object the API server receives.
     PyYAML read `container: n` as the string n and `maxReplicas: 1:30` as 90 (kubectl sends
@@ -154,9 +130,12 @@ class _KubectlLoader(_UniqueKeyLoader):
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         """A mapping whose keys are the strings kubectl sends (sigs.k8s.io/yaml turns a key
-        read as a number or a flag into its text: `2024: x` is the label "2024"), checked
-        once each as those strings: read as Python's 1 and True, `{1: a, true: b}` was one key
-        (kubectl sends "1" and "true"), and a label key 2024 was "not a valid string"."""
+        read as a number or a flag into its text: `2024: x` is the label "2024"), each given
+        once as those strings: read as Python's 1 and True, `{1: a, true: b}` was one key
+        (kubectl sends "1" and "true"), and a label key 2024 was "not a valid string". A key
+        given twice is refused: PyYAML and kubectl keep the last one silently, so `mode:
+        DryRun` then `mode: Enforce` is applied as Enforce, and a check before the sync says
+        so (stricter than kubectl, on purpose)."""
         if not isinstance(node, yaml.MappingNode):
             return super().construct_mapping(node, deep=deep)  # the base class says why
         seen: set[str] = set()
