@@ -53,6 +53,7 @@ from infertune.tuning.mig_nodes import (
     NodeView,
     Release,
     StepKind,
+    claims,
     cordons_to_release,
     drain_report,
     partitioned_after_drain,
@@ -423,8 +424,7 @@ def _capable(spec: InferenceTuningSpec, nodes: list[NodeView],
     """The MIG-capable nodes spec.mig.nodeSelector (of the tuning `owner`) selects."""
     assert spec.mig is not None
     return [n for n in nodes if n.labels.get(MIG_CAPABLE_LABEL) == "true"
-            and selects(spec.mig.node_selector.items(), n.labels,
-                        claimed=n.claimed_by == owner)]
+            and selects(spec.mig.node_selector.items(), n.labels, claimed=claims(n, owner))]
 
 
 def _plans(spec: InferenceTuningSpec, nodes: list[NodeView], owner: str | None = None
@@ -794,8 +794,7 @@ def claim_holds(selectors: MigSelectors) -> Callable[[str, NodeView], bool]:
 
     def holds(tuning: str, node: NodeView) -> bool:
         selector = selector_of.get(tuning)
-        return selector is None or selects(selector, node.labels,
-                                           claimed=node.claimed_by == tuning)
+        return selector is None or selects(selector, node.labels, claimed=claims(node, tuning))
     return holds
 
 

@@ -685,9 +685,7 @@ def _admitted(own: tuple[str, str | None] | None, pods: Sequence[PodView],
               revision: str) -> tuple[str, str | None] | None:
     """This process's webhook's verdict on the last pod of `revision` it admitted, else what
     the pods say of the newest one any process admitted (`admitted_untuned`)."""
-    if own is not None and own[0] == revision:
-        return own
-    return admitted_untuned(pods, revision) or own
+    return own if own is not None and own[0] == revision else admitted_untuned(pods, revision)
 
 
 def rollout_of(deployment: client.V1Deployment) -> Rollout:

@@ -109,8 +109,14 @@ def select_nodes(nodes: Sequence[NodeView], products: Sequence[str],
         (n for n in nodes
          if n.labels.get(PRODUCT_LABEL) in wanted
          and n.labels.get(MIG_CAPABLE_LABEL) == "true"
-         and selects(node_selector.items(), n.labels, claimed=n.claimed_by == owner)),
+         and selects(node_selector.items(), n.labels, claimed=claims(n, owner))),
         key=lambda n: n.name)
+
+
+def claims(node: NodeView, owner: str | None) -> bool:
+    """Whether `node` carries the claim of the tuning `owner` (NAMESPACE/NAME; None: of no
+    tuning in particular, so not of one: an unclaimed node is no claimant's)."""
+    return owner is not None and node.claimed_by == owner
 
 
 SINGLE_REWRITES = ("nvidia.com/gpu.count", "nvidia.com/gpu.memory",
