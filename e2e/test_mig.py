@@ -29,6 +29,7 @@ from infertune.api.spec import GROUP, PLURAL, VERSION, InferenceTuningSpec
 from infertune.api.tuning import MigSpec
 from infertune.controller import mig
 from infertune.controller.mig import MIG_INTERVAL, MigSelector, gpu_pods_listed
+from infertune.kube.client import evict_pod
 from infertune.kube.lease import ALWAYS, Leader
 from infertune.tuning.mig import LayoutPlan, plan_layout, request_from_spec
 
@@ -489,6 +490,40 @@ def _patch_spec(api_client: client.ApiClient, namespace: str, name: str,
         GROUP, VERSION, namespace, PLURAL, name, {"spec": spec})
 
 
+def test_an_eviction_by_uid_leaves_a_pod_made_again_under_the_same_name(
+    api_client: client.ApiClient, namespace: str
+) -> None:
+    """A drain evicts the pods it saw: a StatefulSet pod deleted and made again under its name
+    since then is another pod (perhaps on another node). On the real API server, the eviction
+    with the old uid leaves the new pod alone and counts the old one as gone; with the new
+    uid, it evicts."""
+    core = client.CoreV1Api(api_client)
+    body = {"metadata": {"name": "db-0"},
+            # Never scheduled, so deleting it takes no kubelet.
+            "spec": {"nodeSelector": {"e2e.infertune.io/nowhere": "true"},
+                     "containers": [{"name": "c", "image": "busybox"}]}}
+    old = core.create_namespaced_pod(namespace, body).metadata.uid
+    core.delete_namespaced_pod("db-0", namespace, grace_period_seconds=0)
+    wait_for(lambda: not [p for p in core.list_namespaced_pod(namespace).items
+                          if p.metadata.name == "db-0"], "db-0 deleted")
+    new = core.create_namespaced_pod(namespace, body).metadata.uid
+    client.ApiClient.set_default(api_client)  # type: ignore[no-untyped-call]
+    try:
+        assert evict_pod(namespace, "db-0", old)
+        assert core.read_namespaced_pod("db-0", namespace).metadata.uid == new
+        assert evict_pod(namespace, "db-0", new)
+    finally:
+        client.ApiClient.set_default(None)  # type: ignore[no-untyped-call]
+
+    def evicted() -> bool:
+        try:
+            pod = core.read_namespaced_pod("db-0", namespace)
+        except client.ApiException as exc:
+            return exc.status == 404
+        return pod.metadata.uid != new or pod.metadata.deletion_timestamp is not None
+    wait_for(evicted, "db-0 evicted")
+
+
 def test_a_namespaced_operator_lists_every_namespaces_gpu_pods_on_a_node(
     api_client: client.ApiClient, namespace_factory: Callable[[], str],
     operator: OperatorProcess
@@ -507,6 +542,10 @@ def test_a_namespaced_operator_lists_every_namespaces_gpu_pods_on_a_node(
     ours = sorted(ref for ref in listed if ref.split("/")[0] in (mine, theirs))
     assert [ref.split("/")[0] for ref in ours] == sorted([mine, theirs])
     assert all(ref.split("/")[1].startswith("gpu-") for ref in ours)
+    core = client.CoreV1Api(api_client)
+    assert [listed[ref] for ref in ours] == [  # the uid each was seen with, for the drain
+        core.read_namespaced_pod(ref.split("/")[1], ref.split("/")[0]).metadata.uid
+        for ref in ours]
     assert not [ref for ref in gpu_pods_listed(client.CoreV1Api(api_client), "h200-pool-a")
                 if ref.split("/")[0] in (mine, theirs)]
 
@@ -631,7 +670,7 @@ def test_a_pass_that_lost_the_lease_meanwhile_labels_or_drains_no_node(
     settings = mig.MigSettings(namespace, config_delay_s=0)  # its ConfigMap there
     body = kopf.Body({"metadata": {"namespace": namespace, "name": "qwen"}, "status": {}})
 
-    def run(leader: Leader, gpu_pods: dict[str, tuple[str, ...]]) -> str:
+    def run(leader: Leader, gpu_pods: dict[str, dict[str, str]]) -> str:
         spec = specs[bool(gpu_pods)]
         return mig.reconcile_mig(namespace, "qwen", spec, settings, body, gpu_pods,
                                  frozenset({owner}), (MigSelector(owner, ((POOL, "mig-b"),)),),
@@ -650,7 +689,7 @@ def test_a_pass_that_lost_the_lease_meanwhile_labels_or_drains_no_node(
         # a node drained for a tuning that does not exist (this test's).
         _clear_mig_marks(core, node)
         events.clear()
-        busy = {node: (f"{namespace}/gone-already",)}
+        busy = {node: {f"{namespace}/gone-already": "uid-of-a-pod-gone-already"}}
         version = core.read_node(node).metadata.resource_version
         assert "not drained by this process: it no longer leads" in run(_NotLeading(), busy)
         assert core.read_node(node).metadata.resource_version == version and events == []

@@ -26,12 +26,12 @@ from infertune.tuning.mig_nodes import (
 def pod(node: str | None = "gpu-0", phase: str = "Running",
         **resources: dict[str, str]) -> dict[str, Any]:
     containers = [{"name": "sidecar"}, {"name": "server", "resources": resources}]
-    return {"metadata": {"namespace": "team-a", "name": "qwen-1"},
+    return {"metadata": {"namespace": "team-a", "name": "qwen-1", "uid": "u-1"},
             "spec": {"containers": containers, **({"nodeName": node} if node else {})},
             "status": {"phase": phase}}
 
 
-def indexed(body: dict[str, Any]) -> dict[str, str] | None:
+def indexed(body: dict[str, Any]) -> dict[str, tuple[str, str]] | None:
     return asyncio.run(gpu_pods_by_node(namespace="team-a", name="qwen-1",
                                         body=kopf.Body(body)))
 
@@ -45,7 +45,7 @@ def indexed(body: dict[str, Any]) -> dict[str, str] | None:
     {"limits": {"nvidia.com/gpu.shared": "1"}},
 ])
 def test_a_bound_pod_holding_gpus_is_indexed_by_its_node(resources: dict[str, Any]) -> None:
-    assert indexed(pod(**resources)) == {"gpu-0": "team-a/qwen-1"}
+    assert indexed(pod(**resources)) == {"gpu-0": ("team-a/qwen-1", "u-1")}
 
 
 @pytest.mark.parametrize("init", [
@@ -58,13 +58,13 @@ def test_a_pod_whose_init_container_holds_a_gpu_is_indexed(init: dict[str, Any])
     node counted as idle and was reconfigured under it."""
     body = pod(limits={"cpu": "1"})
     body["spec"]["initContainers"] = [init]
-    assert indexed(body) == {"gpu-0": "team-a/qwen-1"}
+    assert indexed(body) == {"gpu-0": ("team-a/qwen-1", "u-1")}
 
 
 @pytest.mark.parametrize("phase", ["Pending", "Running", "Unknown"])
 def test_a_pod_holds_its_gpus_until_it_has_ended(phase: str) -> None:
     assert indexed(pod(phase=phase, limits={"nvidia.com/gpu": "1"})) == {
-        "gpu-0": "team-a/qwen-1"}
+        "gpu-0": ("team-a/qwen-1", "u-1")}
 
 
 @pytest.mark.parametrize(("body", "why"), [
@@ -329,6 +329,25 @@ def test_times_in_annotations_that_the_operator_could_not_have_written_are_absen
     assert _clock(1e20).startswith("unix time")  # said, not raised
 
 
+def test_a_drain_evicts_each_pod_by_the_uid_it_was_seen_with(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Evicted by name alone, a StatefulSet pod deleted and made again since the pass saw it
+    (maybe on another node, which no drain concerns) was evicted in its place."""
+    asked: list[tuple[str, str, str | None]] = []
+
+    def evict(namespace: str, name: str, uid: str | None = None) -> bool:
+        asked.append((namespace, name, uid))
+        return True
+
+    monkeypatch.setattr(mig_controller, "evict_pod", evict)
+    monkeypatch.setattr(mig_controller, "_patch_as_seen", lambda *_: True)
+    node = NodeView("gpu-0", {}, gpu_pods=("ml/db-0", "ml/old"),
+                    gpu_pod_uids=(("ml/db-0", "u-db"), ("ml/old", "")))
+    assert mig_controller._drain(node, "ml/qwen", lambda _: True) == mig_controller.Drained(())
+    assert asked == [("ml", "db-0", "u-db"), ("ml", "old", None)]  # "": not known
+
+
 def test_one_eviction_the_api_server_fails_does_not_stop_the_drain(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -339,7 +358,7 @@ def test_one_eviction_the_api_server_fails_does_not_stop_the_drain(
 
     asked: list[str] = []
 
-    def evict(namespace: str, name: str) -> bool:
+    def evict(namespace: str, name: str, uid: str | None = None) -> bool:
         asked.append(f"{namespace}/{name}")
         if name == "two-budgets":
             error = ApiException(status=500, reason="Internal Server Error")

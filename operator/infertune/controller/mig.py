@@ -170,9 +170,13 @@ def gpu_node(pod: Mapping[str, Any]) -> str | None:
     return str(node) if _requests_gpus(holders) else None
 
 
+GpuPods = Mapping[str, str]
+"""A node's GPU pods: NAMESPACE/POD to the uid it was seen with ("" when not known)."""
+
+
 @kopf.index("", "v1", "pods")  # type: ignore[arg-type]
 async def gpu_pods_by_node(namespace: str, name: str, body: kopf.Body,
-                           **_: Any) -> dict[str, str] | None:
+                           **_: Any) -> dict[str, tuple[str, str]] | None:
     """GPU pods by node (`gpu_node`): the pods a reconfiguration would disrupt. A coroutine,
     as the other index functions (pods.py).
 
@@ -180,23 +184,25 @@ async def gpu_pods_by_node(namespace: str, name: str, body: kopf.Body,
     MIG pass used to list every pod in the cluster instead, every 3 s for every tuning with
     spec.mig."""
     node = gpu_node(body)
-    return None if node is None else {node: f"{namespace}/{name}"}
+    uid = str((body.get("metadata") or {}).get("uid") or "")
+    return None if node is None else {node: (f"{namespace}/{name}", uid)}
 
 
-def gpu_pods_listed(core: client.CoreV1Api, node: str) -> tuple[str, ...]:
+def gpu_pods_listed(core: client.CoreV1Api, node: str) -> GpuPods:
     """The GPU pods on `node` in every namespace, from the API server (`MigSettings.cluster_wide`
-    false). Node names are DNS subdomains, so the field selector cannot be subverted."""
+    false), by NAMESPACE/POD. Node names are DNS subdomains, so the field selector cannot be
+    subverted."""
     # Read as plain dicts, the form kopf gives the index (the client's models are not).
     response: Any = core.list_pod_for_all_namespaces(
         field_selector=",".join([f"spec.nodeName={node}",
                                  *(f"status.phase!={phase}" for phase in _ENDED)]),
         _preload_content=False)
     pods = json.loads(response.data)["items"]
-    return tuple(sorted(f"{p['metadata']['namespace']}/{p['metadata']['name']}"
-                        for p in pods if gpu_node(p) == node))
+    return dict(sorted((f"{p['metadata']['namespace']}/{p['metadata']['name']}",
+                        str(p["metadata"].get("uid") or "")) for p in pods if gpu_node(p) == node))
 
 
-def _observe_nodes(gpu_pods: Mapping[str, tuple[str, ...]] | None) -> list[NodeView]:
+def _observe_nodes(gpu_pods: Mapping[str, GpuPods] | None) -> list[NodeView]:
     """The MIG-capable nodes (the only ones a plan can select) with the GPU pods on each:
     from `gpu_pods` (the index, copied), or listed per node when it is None."""
     core = client.CoreV1Api()
@@ -204,8 +210,10 @@ def _observe_nodes(gpu_pods: Mapping[str, tuple[str, ...]] | None) -> list[NodeV
     response: Any = core.list_node(label_selector=f"{MIG_CAPABLE_LABEL}=true",
                                    _preload_content=False)
     views = [node_view(raw) for raw in json.loads(response.data)["items"]]
-    return [dataclasses.replace(view, gpu_pods=gpu_pods.get(view.name, ()) if gpu_pods
-                                is not None else gpu_pods_listed(core, view.name))
+    found = ({view.name: gpu_pods.get(view.name, {}) for view in views} if gpu_pods is not None
+             else {view.name: gpu_pods_listed(core, view.name) for view in views})
+    return [dataclasses.replace(view, gpu_pods=tuple(found[view.name]),
+                                gpu_pod_uids=tuple(found[view.name].items()))
             for view in views]
 
 
@@ -353,9 +361,11 @@ def _drain(node: NodeView, owner: str, exists: Callable[[str], bool]) -> Drained
         return None  # changed since this pass read it (a cordon made meanwhile): decided again
     refused: list[str] = []
     failed: list[str] = []
+    uids = dict(node.gpu_pod_uids)
     for ref in node.gpu_pods:
+        namespace, name = ref.split("/", 1)
         try:
-            if not evict_pod(*ref.split("/", 1)):
+            if not evict_pod(namespace, name, uids.get(ref) or None):
                 refused.append(ref)
         except ApiException as exc:
             said = server_message(exc)
@@ -469,7 +479,7 @@ def config_names(plans: Mapping[str, LayoutPlan]) -> dict[str, str]:
 
 
 def reconcile_mig(namespace: str, name: str, spec: InferenceTuningSpec, settings: MigSettings,
-                  body: kopf.Body, gpu_pods: Mapping[str, tuple[str, ...]] | None,
+                  body: kopf.Body, gpu_pods: Mapping[str, GpuPods] | None,
                   tunings: frozenset[str] = frozenset(),
                   selectors: MigSelectors = (), leader: Leader = ALWAYS) -> MigStatus:
     """One MIG pass; `gpu_pods` are the GPU pods by node (`gpu_pods_by_node`, copied), or None
@@ -1047,7 +1057,7 @@ def _product(nodes: list[NodeView], node: str) -> str:
              when=lambda spec, **_: bool(spec.get("mig")))
 async def partition_gpus(stopped: kopf.DaemonStopped, namespace: str, name: str, uid: str,
                          body: kopf.Body, memo: kopf.Memo, logger: kopf.Logger,
-                         gpu_pods_by_node: kopf.Index[str, str],
+                         gpu_pods_by_node: kopf.Index[str, tuple[str, str]],
                          tunings_by_target: kopf.Index[tuple[str, str], dict[str, Any]],
                          **_: Any) -> None:
     """Every MIG_INTERVAL: plan the layout, write the ConfigMap, label or drain one node, and
@@ -1059,7 +1069,7 @@ async def partition_gpus(stopped: kopf.DaemonStopped, namespace: str, name: str,
         if parsed is None:
             return None
         # Copied here, on the event loop, where kopf changes the index (see loops.every).
-        gpu_pods = ({node: tuple(sorted(pods)) for node, pods in gpu_pods_by_node.items()}
+        gpu_pods = ({node: dict(sorted(pods)) for node, pods in gpu_pods_by_node.items()}
                     if memo.mig.cluster_wide else None)
         tunings = tuning_names(tunings_by_target)
         selectors = mig_selectors(tunings_by_target)

@@ -371,18 +371,28 @@ def connection_info() -> dict[str, Any]:
     }
 
 
-def evict_pod(namespace: str, name: str) -> bool:
+def evict_pod(namespace: str, name: str, uid: str | None = None) -> bool:
     """Evict through the Eviction API, so PodDisruptionBudgets apply. False when a budget
     refuses it now (429); a pod that is already gone counts as evicted, and so does one whose
     namespace is being deleted (the API server refuses any eviction there, 403, and the pod
-    goes with its namespace): that refusal failed the whole MIG or re-tuning pass."""
-    body = client.V1Eviction(metadata=client.V1ObjectMeta(name=name, namespace=namespace))
+    goes with its namespace): that refusal failed the whole MIG or re-tuning pass.
+
+    With `uid`, only that pod is evicted: a pod of the same name made again since it was seen
+    (a StatefulSet's, perhaps on another node) is left alone, and the one meant counts as
+    gone. The API server says so with 409 (or 429 when a budget was counted first, which
+    asks again, and the next pass sees the new pod)."""
+    options = None if uid is None else client.V1DeleteOptions(
+        preconditions=client.V1Preconditions(uid=uid))
+    body = client.V1Eviction(metadata=client.V1ObjectMeta(name=name, namespace=namespace),
+                             delete_options=options)
     try:
         client.CoreV1Api().create_namespaced_pod_eviction(name, namespace, body)
     except ApiException as exc:
         if exc.status == 429:
             return False
         if exc.status == 403 and "NamespaceTerminating" in str(exc.body or ""):
+            return True
+        if exc.status == 409 and uid is not None:
             return True
         if exc.status != 404:
             raise

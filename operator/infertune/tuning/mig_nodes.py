@@ -46,6 +46,9 @@ class NodeView:
     unschedulable: bool = False
     gpu_pods: tuple[str, ...] = ()
     """Pods on the node that request nvidia.com/gpu or a MIG resource and have not finished."""
+    gpu_pod_uids: tuple[tuple[str, str], ...] = ()
+    """(NAMESPACE/POD, uid) of those pods as seen, for the evictions of a drain: a pod of the
+    same name made again since (a StatefulSet's, maybe on another node) is not the one meant."""
     claimed_by: str | None = None
     """CLAIM_ANNOTATION: the tuning whose config the node was labelled with."""
     labelled_at: float | None = None
