@@ -22,14 +22,15 @@ TUNING = {"name": "qwen", "uid": "u1", "generation": 1,
           "spec": {"targetRef": {"name": "qwen"}, "engine": "vllm"}}
 
 
-async def admit(memo: kopf.Memo, loaded: dict[str, Any]) -> tuple[kopf.Patch, list[str]]:
+async def admit(memo: kopf.Memo, loaded: dict[str, Any],
+                dryrun: bool = False) -> tuple[kopf.Patch, list[str]]:
     """The handler as kopf calls it; `loaded` holds the indexes as they are when it reads
     them (filled in place once listed)."""
     patch, warnings = kopf.Patch(), []
     await tune_pod(body=kopf.Body(POD), patch=patch, warnings=warnings, memo=memo,
                    tunings_by_target=loaded.setdefault("tunings", {}),
                    replicaset_owners=loaded.setdefault("owners", {}),
-                   limit_ranges=loaded.setdefault("limits", {}))
+                   limit_ranges=loaded.setdefault("limits", {}), dryrun=dryrun)
     return patch, warnings
 
 
@@ -117,6 +118,23 @@ def test_the_webhook_records_what_it_did_with_each_tunings_last_pod() -> None:
     got_revision, why = memo.pod_tuning.admitted["ml/qwen"]
     assert got_revision == tuning_revision(InferenceTuningSpec.model_validate(refused["spec"]))
     assert why is not None and why.startswith("spec.memory.highRatio"), why
+
+
+def test_a_dry_run_is_answered_and_leaves_no_verdict_for_re_tuning() -> None:
+    """Re-tuning reads the last verdict of this process's webhook: a dry run (`kubectl apply
+    --dry-run=server`, or a review anyone sent to the port) changed what it decided, and
+    queued a PodNotTuned Event for a pod that was never made."""
+    refused = {**TUNING, "uid": "u-dry", "spec": {**TUNING["spec"], "memory": {"highRatio": 0.9}}}
+    loaded = {"owners": {("ml", "qwen-5d4f8b9c7"): ["qwen"]},
+              "tunings": {("ml", "qwen"): [refused]}}
+    memo = kopf.Memo(pod_tuning=PodTuningSettings(launcher_image="infertune:test"))
+    asyncio.run(indexes_loaded(memo=memo))
+    dry, dry_warnings = asyncio.run(admit(memo, loaded, dryrun=True))
+    settings = memo.pod_tuning
+    assert (settings.admitted, settings.unreported, settings.latest_problems) == ({}, {}, {})
+    real, real_warnings = asyncio.run(admit(memo, loaded))
+    assert dry_warnings == real_warnings and len(dry.fns) == len(real.fns) == 1
+    assert set(settings.admitted) == set(settings.unreported) == {"ml/qwen"}
 
 
 def test_a_pod_admitted_untuned_says_why_on_itself_for_every_process() -> None:

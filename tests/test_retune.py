@@ -1351,6 +1351,18 @@ def test_a_pod_another_process_admitted_untuned_holds_the_replacements(
     assert controller["evicted"] == ["mistral-7b-6b7c9d-00000"], message
 
 
+def test_what_the_pods_say_comes_before_this_processs_memory() -> None:
+    """The memory holds whatever review reached the webhook's port last, which anyone in the
+    cluster's network can send; the pods are what the API server stored."""
+    from infertune.controller.pods import _admitted
+    untuned = PodView("a", None, True, untuned="r1: too small", created=10.0)
+    assert _admitted(("r1", None), [untuned], "r1") == ("r1", "too small")
+    assert _admitted(("r1", "forged"), [PodView("b", "r1", True)], "r1") == ("r1", None)
+    # Nothing of r1 among the pods yet: the memory, if it is of r1.
+    assert _admitted(("r1", "too big"), [], "r1") == ("r1", "too big")
+    assert _admitted(("r0", "too big"), [], "r1") is None
+
+
 def test_the_newest_pod_of_a_revision_is_the_webhooks_last_word() -> None:
     from infertune.controller.pods import admitted_untuned
     old = PodView("a", None, True, untuned="r1: too small", created=10.0)

@@ -304,8 +304,11 @@ def _owner_ref(namespace: str, entry: dict[str, Any]) -> dict[str, Any]:
 async def tune_pod(body: kopf.Body, patch: kopf.Patch, warnings: list[str], memo: kopf.Memo,
              tunings_by_target: kopf.Index[tuple[str, str], dict[str, Any]],
              replicaset_owners: kopf.Index[tuple[str, str], str],
-             limit_ranges: kopf.Index[str, LimitRangeView], **_: Any) -> None:
+             limit_ranges: kopf.Index[str, LimitRangeView], dryrun: bool = False,
+             **_: Any) -> None:
     """Tune pods of Deployments that an InferenceTuning targets; leave every other pod alone.
+    A dry run (`kubectl apply --dry-run=server`, or a review sent to the port by anyone) is
+    answered the same and leaves no verdict behind for re-tuning.
 
     It never raises: kopf answers a failed handler by rejecting the pod, and a bug here must
     not stop pods from starting (DESIGN.md #9). Anything unexpected admits the pod unchanged.
@@ -329,7 +332,7 @@ async def tune_pod(body: kopf.Body, patch: kopf.Patch, warnings: list[str], memo
                                "are tuned from the indexes as loaded so far; a pod they miss "
                                "is replaced by re-tuning", INDEX_WAIT_S)
         _tune_pod(body, patch, warnings, memo, tunings_by_target, replicaset_owners,
-                  limit_ranges)
+                  limit_ranges, remember=not dryrun)
     except Exception:
         patch.clear()
         logger.exception("pod tuning failed; the pod is admitted unchanged")
@@ -351,7 +354,8 @@ async def indexes_loaded(memo: kopf.Memo, **_: Any) -> None:
 def _tune_pod(body: kopf.Body, patch: kopf.Patch, warnings: list[str], memo: kopf.Memo,
               tunings_by_target: kopf.Index[tuple[str, str], dict[str, Any]],
               replicaset_owners: kopf.Index[tuple[str, str], str],
-              limit_ranges: kopf.Index[str, LimitRangeView] | None = None) -> None:
+              limit_ranges: kopf.Index[str, LimitRangeView] | None = None,
+              remember: bool = True) -> None:
     meta = dict(body.get("metadata") or {})
     namespace = str(meta.get("namespace") or "")
     deployment = _deployment_of(namespace, meta, replicaset_owners)
@@ -400,13 +404,15 @@ def _tune_pod(body: kopf.Body, patch: kopf.Patch, warnings: list[str], memo: kop
     for problem in plan.problems:
         warnings.append(f"infertune: {problem}")
     key = f"{namespace}/{entry['name']}"
-    if plan.problems:
-        # Events are posted by re-tuning: kopf's event poster is not reachable from webhooks.
-        settings.unreported[key] = (tuple(plan.problems), plan.refused)
-    settings.latest_problems[key] = list(plan.problems)
-    settings.problems_revision[key] = plan.revision
     refusal = (plan.problems[0] if plan.problems else "refused") if plan.refused else None
-    settings.admitted[key] = (plan.revision, refusal)
+    if remember:
+        if plan.problems:
+            # Events are posted by re-tuning: kopf's event poster is not reachable from
+            # webhooks.
+            settings.unreported[key] = (tuple(plan.problems), plan.refused)
+        settings.latest_problems[key] = list(plan.problems)
+        settings.problems_revision[key] = plan.revision
+        settings.admitted[key] = (plan.revision, refusal)
     if plan.patch:
         ops = list(plan.patch)
         patch.fns.append(lambda raw: jsonpatch.apply_patch(raw, ops, in_place=True))
@@ -683,9 +689,12 @@ def _why_pods_cannot_be_tuned(name: str, spec: InferenceTuningSpec,
 
 def _admitted(own: tuple[str, str | None] | None, pods: Sequence[PodView],
               revision: str) -> tuple[str, str | None] | None:
-    """This process's webhook's verdict on the last pod of `revision` it admitted, else what
-    the pods say of the newest one any process admitted (`admitted_untuned`)."""
-    return own if own is not None and own[0] == revision else admitted_untuned(pods, revision)
+    """What the pods say of the newest one of `revision` any process admitted
+    (`admitted_untuned`), else this process's webhook's verdict on the last one it admitted.
+    The pods first: they are what the API server stored, where the memory is whatever
+    reached the webhook's port (which anyone in the cluster's network may call)."""
+    said = admitted_untuned(pods, revision)
+    return said if said is not None or own is None or own[0] != revision else own
 
 
 def rollout_of(deployment: client.V1Deployment) -> Rollout:
