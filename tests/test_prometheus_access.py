@@ -356,3 +356,28 @@ def test_the_adapter_presents_its_client_certificate_to_a_prometheus_that_asks(
         ca_file=str(mutual.ca_file), auth_type="Basic", credentials_file=secret)))
     assert without.queue.last is None
     assert "TLS failed" in (without.queue.problem or ""), without.queue.problem
+
+
+def test_credentials_sent_unencrypted_to_another_host_are_warned_of(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """The chart suggests the operator's own ServiceAccount token as credentials: over
+    http:// to another host, anyone on the way could take it, and its permissions with it."""
+    from infertune.metrics.prometheus import PrometheusSource, cleartext_credentials
+    token = tmp_path / "token"
+    token.write_text("t0ken")
+    access = PrometheusAccess.parse(credentials_file=str(token))
+    said = cleartext_credentials("http://prometheus.monitoring:9090", access)
+    assert said is not None and said.startswith(
+        "Prometheus credentials are sent unencrypted to http://prometheus.monitoring:9090: "
+        "use an https:// URL")
+    assert cleartext_credentials("http://user:s3cret@prom:9090", PrometheusAccess()) == (
+        "Prometheus credentials are sent unencrypted to http://***@prom:9090: use an https:// "
+        "URL, or a token that may do nothing but read Prometheus (not the operator's own "
+        "ServiceAccount token)")
+    for quiet in ("https://prometheus.monitoring:9090", "http://localhost:9090",
+                  "http://127.0.0.2:9090", "http://[::1]:9090"):
+        assert cleartext_credentials(quiet, access) is None, quiet
+    assert cleartext_credentials("http://prometheus:9090", PrometheusAccess()) is None
+    with caplog.at_level("WARNING", logger="infertune.metrics.prometheus"):
+        PrometheusSource("http://prometheus.monitoring:9090", access=access)
+    assert [r.getMessage() for r in caplog.records] == [said]

@@ -8,7 +8,9 @@ timeout, a refused connection, an HTTP error.
 from __future__ import annotations
 
 import ast
+import ipaddress
 import json
+import logging
 import math
 import operator
 import re
@@ -147,6 +149,28 @@ reported came out too small). Asked this way they fail instead, which is no data
 itself ignores both."""
 
 
+logger = logging.getLogger(__name__)
+
+
+def cleartext_credentials(url: str, access: PrometheusAccess) -> str | None:
+    """The warning when credentials would go to a host other than this one unencrypted
+    (`--prometheus-credentials-file`, or a user:password in the URL, over http://), else
+    None. Said, not refused: a proxy in the same pod or on the node may take http. A
+    ServiceAccount token sent so can be read on the way and used with its permissions."""
+    parts = urlsplit(url)
+    if parts.scheme != "http" or (access.credentials_file is None and "@" not in parts.netloc):
+        return None
+    host = (parts.hostname or "").lower()
+    try:
+        if host == "localhost" or ipaddress.ip_address(host).is_loopback:
+            return None
+    except ValueError:
+        pass  # a name, not an address
+    return (f"Prometheus credentials are sent unencrypted to {_without_userinfo(url)}: use an "
+            "https:// URL, or a token that may do nothing but read Prometheus (not the "
+            "operator's own ServiceAccount token)")
+
+
 class PrometheusSource:
     """Fetches signals from the Prometheus HTTP API at `url`, reached as `access` says. A
     `session` passed in is used as it is: its TLS settings (verify, cert) are the caller's."""
@@ -164,6 +188,8 @@ class PrometheusSource:
             if given is not None and not url.startswith("https://"):
                 raise AccessError(option, f"is for an https URL, and {shown} is not one; use "
                                   "https:// or drop the option")
+        if (said := cleartext_credentials(url, access)) is not None:
+            logger.warning(said)
         self.url = url.rstrip("/")
         self.shown_url = shown.rstrip("/")
         """The URL as messages give it: requests sends a user:password@ in it as Basic
