@@ -21,7 +21,14 @@ from infertune.scaling.behavior import Limit
 from infertune.scaling.engine import Outage, ScaleAction, ScaleDecision, decide_scale, with_reason
 from infertune.scaling.reading import read_signals
 from infertune.scaling.signals import Series, TargetSignals, Window
-from infertune.scaling.state import Breach, Recommendation, ScaleEvent, ScalingState, Serving
+from infertune.scaling.state import (
+    Breach,
+    Carried,
+    Recommendation,
+    ScaleEvent,
+    ScalingState,
+    Serving,
+)
 
 NOW = 1_700_000_000.0
 
@@ -1663,6 +1670,87 @@ def test_a_breach_kept_by_the_scale_ins_it_limits_ends_a_day_after_it() -> None:
     gone = decide(signals(steady(0, now=later), now=later), current=2, state=held.state,
                   now=later, scaleDown={"stabilization": "0s"})
     assert gone.state.breaches == () and gone.desired_replicas == 1
+
+
+def test_a_steady_load_keeps_its_replicas_when_the_breach_that_held_them_ends() -> None:
+    """Found by review: the breach that held the replicas ends a day after it, and the queue
+    at 0 (the replicas keep up) took 3 replicas to 1 under the same 20 req/s, then 5, 2, 3:
+    P99 at 312 ms and more for 10 minutes, every day. What a replica was measured to carry
+    well holds them now: one replica fewer is tried, the latency breaches there, and the
+    count is back at 3."""
+    history, decisions = _closed_loop([20.0] * (25 * 240), 3, latency={"action": "Auto"},
+                                      batching_stuck="spec.batching.mode is Off")
+    day = 24 * 240
+    assert history[day - 1] == 3 and min(history[240:]) == 2, history[day - 240:day + 240]
+    outs = [i for i in _scale_outs(decisions) if i >= 240]
+    assert len(outs) == 1 and day < outs[0] < day + 240, outs
+    assert history[-1] == 3
+    tried = next(d for d in decisions[day:] if d.action is ScaleAction.SCALE_IN)
+    assert tried.desired_replicas == 2 and (
+        "the p99 was under its target at 6.7 req/s per replica 0s ago: 20.0 req/s now keeps "
+        "at least 2; 3 -> 2") in tried.reason, tried.reason
+
+
+def test_a_breach_cured_at_its_own_rate_leaves_what_a_replica_carried_to_the_scale_ins() -> None:
+    """Found by review: a breach at 7.25 req/s per replica, one reading fine at 7.3 (124 req/s
+    on 17) forgot it as no measure of the load, and 5 minutes later the queue at 0 took the
+    17 replicas to 1 under 83 req/s."""
+    breach = Breach(NOW - 1800, 79.8, 11, "75ms", 0.99, "Cured", 0.09, 7.0, NOW - 3000)
+    state, current = ScalingState(breaches=(breach,), serving=Serving(17, 17, NOW - 3000)), 17
+    for i, rate in enumerate([83.0, 124.0] + [83.0] * 22):  # 6 minutes
+        now = NOW + 15 * i
+        decision = decide(signals(steady(0, now=now), latency_ms=(60, 60), rate=rate, now=now),
+                          current=current, state=state, now=now, ready=current,
+                          maxReplicas=40)
+        state, current = decision.state, decision.desired_replicas
+        assert current >= 11, decision.reason  # 83 / (7.3 x 1.1) = 10.4
+    assert state.breaches == () and current == 11
+    assert state.carried == Carried(83.0 / 11, NOW + 15 * 23, "75ms", 0.99)
+    # Fine at 7.5 per replica there: one replica fewer is tried after the next window, and
+    # so on while the latency stays fine.
+
+
+def test_what_a_replica_carried_lets_the_replicas_go_with_the_load_at_once() -> None:
+    """The request rate, not the replicas: a load that goes away takes them with it in one
+    step; only a count the load still needs is tried one replica at a time."""
+    carried = Carried(9.5, NOW - 600, "75ms", 0.99)  # 95 req/s on 10, fine, 10 minutes ago
+    state = ScalingState(carried=carried)
+    quiet = decide(signals(steady(0), rate=30.0), current=10, state=state,
+                   scaleDown={"stabilization": "0s"})
+    assert quiet.desired_replicas == 3, quiet.reason  # 30 / (9.5 x 1.1) = 2.9
+    assert quiet.state.carried == carried  # 3 per replica now: the most stays
+    same = decide(signals(steady(0), rate=95.0), current=10, state=state,
+                  scaleDown={"stabilization": "0s"})
+    assert same.desired_replicas == 9 and same.state.carried == Carried(95 / 10, NOW, "75ms", 0.99)
+    # Forgotten after breachMemory (1h), and for another target or quantile, where it says
+    # nothing: the queue sizes the scale-in alone, as before any breach.
+    for old, latency in ((carried._replace(time=NOW - 3600), {}),
+                         (carried, {"target": "50ms"}), (carried, {"quantile": 0.9})):
+        alone = decide(signals(steady(0), rate=95.0), current=10,
+                       state=ScalingState(carried=old), latency=latency,
+                       scaleDown={"stabilization": "0s"})
+        assert alone.desired_replicas == 1 and alone.state.carried is None, alone.reason
+    # breachMemory 0s turns every scale-in limit off, this one with them.
+    off = decide(signals(steady(0), rate=95.0), current=10, state=state,
+                 latency={"breachMemory": "0s"}, scaleDown={"stabilization": "0s"})
+    assert off.desired_replicas == 1 and off.state.carried is None
+
+
+def test_what_a_replica_carries_is_measured_only_on_a_reading_that_says_so() -> None:
+    """Only a latency at or under its target, with the queue known and not above its own: a
+    breach, a queue above target or a signal missing say nothing of what a replica carries
+    well. And only once a breach of the load was remembered: before one,
+    the queue sizes the scale-ins alone, as HPA's."""
+    breach = Breach(NOW - 60, 40.0, 2, "75ms", 0.99, "Cured", 0.1, 0.0, NOW - 60)
+    remembered = ScalingState(breaches=(breach,))
+    fine = decide(signals(steady(0), rate=40.0), current=8, state=remembered)
+    assert fine.state.carried == Carried(5.0, NOW, "75ms", 0.99)
+    assert decide(signals(steady(0), rate=40.0), current=8).state.carried is None
+    for sig in (signals(steady(0), latency_ms=(90, 90), rate=40.0),  # a breach
+                signals(steady(40), rate=40.0),  # the queue above target
+                signals(steady(0), rate=40.0, latency_ms=()),  # no latency
+                TargetSignals(NO_QUEUE, per_interval(0.05, 0.05), per_interval(40.0, 40.0))):
+        assert decide(sig, current=8, state=remembered).state.carried is None, sig
 
 
 def test_with_action_scale_out_a_breach_of_few_requests_is_remembered() -> None:

@@ -217,3 +217,32 @@ def test_the_queue_seen_round_trips_and_one_that_cannot_be_read_is_left_out() ->
     # Times in the future (a clock that stepped back) count as now.
     ahead = ScalingState(queue=QueueSeen(NOW + 60, 10.0, 1, 1, NOW + 45, 12.0)).as_of(NOW)
     assert ahead.queue == QueueSeen(NOW, 10.0, 1, 1, NOW, 12.0)
+
+
+def test_what_a_replica_carried_round_trips_and_one_that_cannot_be_read_is_left_out() -> None:
+    from infertune.api.status import AutoscalingState
+    from infertune.scaling.state import Carried, QueueSeen
+
+    state = ScalingState(recommendations=(Recommendation(NOW, 3),),
+                         queue=QueueSeen(NOW, 0.0, 3, 3),
+                         carried=Carried(7.25, NOW - 30, "75ms", 0.99))
+    stored = state.to_json()
+    assert stored["carried"] == {"perReplica": 7.25, "time": "2023-11-14T22:12:50Z",
+                                 "target": "75ms", "quantile": 0.99}
+    AutoscalingState.model_validate(stored)
+    assert ScalingState.from_json(json.loads(json.dumps(stored))) == state
+    # Kept through the pruning of recommendations, with new breaches and a new queue reading.
+    assert state.recorded(NOW + 15, Recommendation(NOW + 15, 2), 300, 15).carried == \
+        state.carried
+    assert state.with_breaches(()).carried == state.carried
+    good = stored["carried"]
+    for broken in ({**good, "perReplica": 0}, {**good, "perReplica": "inf"},
+                   {**good, "time": "then"}, {**good, "target": "fast"},
+                   {k: v for k, v in good.items() if k != "quantile"}, "7.25"):
+        read = ScalingState.from_json({**stored, "carried": broken})
+        assert read.carried is None and read.queue == state.queue, broken
+    # Stored before it was kept.
+    assert ScalingState.from_json({"recommendations": []}).carried is None
+    # A time in the future (a clock that stepped back) counts as now.
+    assert ScalingState(carried=Carried(1.0, NOW + 60, "75ms", 0.99)).as_of(NOW).carried == \
+        Carried(1.0, NOW, "75ms", 0.99)

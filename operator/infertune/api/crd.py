@@ -222,7 +222,7 @@ upgrade that leaves the old CRD in place has the API server prune, without a wor
 field the old schema does not know."""
 
 
-SCHEMA_GENERATION = 2
+SCHEMA_GENERATION = 3
 """The generation of the CRD's schema: raised by one whenever its digest changes (a field
 added, removed, retyped or described anew), so that the operator tells a newer release's CRD
 from an older one (controller/crd_check.py): tests/test_crd_check.py holds the digest of this

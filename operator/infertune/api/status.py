@@ -239,6 +239,18 @@ class QueueRecord(ApiModel):
     reading found no fewer than the one before."""
 
 
+class CarriedRecord(ApiModel):
+    per_replica: Annotated[float, Field(gt=0)]
+    """Requests per second per serving replica."""
+    time: str
+    """When it was measured; kept for latency.breachMemory after it, unless a higher one is
+    measured meanwhile."""
+    target: str
+    """latency.target then (measured for another target or quantile, it no longer counts)."""
+    quantile: float
+    """latency.quantile then."""
+
+
 class AutoscalingState(ApiModel):
     """What the decision engine remembers, so a restarted operator decides the same way."""
 
@@ -262,6 +274,11 @@ class AutoscalingState(ApiModel):
     queue: QueueRecord | None = None
     """The queue at the last evaluation that read it, to tell a backlog the replicas drain
     from the load they carry."""
+    carried: CarriedRecord | None = None
+    """The most requests per second per replica the latency was measured at or under its
+    target with (the queue not above its own) within latency.breachMemory: a scale-in leaves
+    each replica at most the tolerance more than that, and always one replica fewer at
+    least; left out: none measured."""
 
 
 class ReplicaFight(ApiModel):

@@ -36,6 +36,7 @@ from infertune.scaling.state import (
     NOT_LOAD,
     OPEN,
     Breach,
+    Carried,
     QueueSeen,
     Recommendation,
     ScaleEvent,
@@ -179,6 +180,9 @@ def _decide_on_signals(spec: AutoscalingSpec, current: int, reading: Reading,
         breaches, not_load = _breach_outcomes(spec, state.breaches, reading, serving, now)
         if breaches != state.breaches:
             state = state.with_breaches(breaches)
+    carried = _carried(spec, state.carried, state.breaches, reading, serving, now)
+    if carried is not state.carried:
+        state = state._replace(carried=carried)
     overload = None
     # Right after a scale-in: the rate-limit periods (up to 30m) keep older ones, and the
     # paths that hold (Disabled, 0 replicas, no metrics) keep every one.
@@ -247,6 +251,19 @@ def _decide_on_signals(spec: AutoscalingSpec, current: int, reading: Reading,
             # every hour or so (9% of the samples above target with a noisy load).
             state = state.with_breaches(tuple(b._replace(time=now) if b is used else b
                                               for b in state.breaches))
+    if (raw < current and not missing and state.carried is not None
+            and not _limiting(spec, state.breaches, now)):
+        # A healthy latency has no opinion, and a queue at 0 says only that the replicas keep
+        # up: with no breach left to limit it, the queue took a Deployment serving 95 req/s
+        # on 10 replicas to minReplicas (one replica) whenever the breach that had held it
+        # was forgotten (24h after it, or cured at its own rate once), and P99 stayed over
+        # 1 s for 18 minutes while the replicas came back. While a breach limits, its floor
+        # knows more (a replica carries less than the breach's rate, more than what was
+        # fine since).
+        floor, held = _carried_floor(spec, state.carried, reading, current, now)
+        if floor > raw and floor > spec.min_replicas:
+            raw = floor
+            notes.append(held)
     if raw < current and _window_empty(spec, state.recommendations, now):
         # Nothing recommended within the scale-down window, nor at the last interval (a first
         # evaluation, autoscaling enabled again, another targetRef, an operator or metrics
@@ -477,7 +494,7 @@ def _track_queue(spec: AutoscalingSpec, state: ScalingState, signals: TargetSign
                     f"{_waiting_text(waiting)} over evaluations in a row")
     return ScalingState(state.recommendations, state.scale_events, state.metrics_missing_since,
                         state.serving, state.breaches,
-                        QueueSeen(now, waiting, pods, current, fell, began)), said
+                        QueueSeen(now, waiting, pods, current, fell, began), state.carried), said
 
 
 UNCURED_KEPT_S = 3600.0
@@ -688,6 +705,57 @@ def _queue_overload(spec: AutoscalingSpec, breaches: tuple[Breach, ...], reading
         f"({rate:.1f} req/s on {serving}), under the "
         f"{_per_replica_text(lowest.per_replica)} the {reading.latency_kind} breach let a "
         "scale-in leave: remembered as what a replica does not carry")
+
+
+SCALE_IN_PROBE = 1
+"""The replicas a scale-in may always take away (_carried_floor), however close to what
+was measured well the rest would run: how a Deployment learns that it has more replicas than
+its load needs, one step per stabilization window, a breach stopping it."""
+
+
+def _carried(spec: AutoscalingSpec, carried: Carried | None, breaches: tuple[Breach, ...],
+             reading: Reading, serving: int, now: float) -> Carried | None:
+    """ScalingState.carried after this reading: the most requests per second per serving
+    replica that the latency was measured at or under its target with (settled on those
+    replicas, of enough requests, its histogram's bounds known, the queue known and not above
+    its target), within latency.breachMemory; the same object when unchanged. Measured from
+    the first reading with a breach of the load remembered (a Deployment that has met the
+    limit of its replicas): before one, the queue sizes the scale-ins alone, as HPA's. None
+    with breachMemory 0s, which turns the scale-in limits off."""
+    memory, target = seconds(spec.latency.breach_memory), seconds(spec.latency.target)
+    if memory <= 0:
+        return None
+    if carried is not None and (now - carried.time >= memory or seconds(carried.target) != target
+                                or carried.quantile != spec.latency.quantile):
+        carried = None
+    if carried is None and not any(b.outcome != NOT_LOAD for b in breaches):
+        return None
+    latency, rate, queue = reading.latency_s, reading.request_rate, reading.queue_per_replica
+    if (latency is None or rate is None or queue is None or serving <= 0 or not rate > 0
+            or latency > target or not reading.latency_settled
+            or reading.latency_floor_s is not None or reading.latency_bounds_unknown
+            or queue > spec.queue.target_per_replica or _too_few(spec, reading) is not None):
+        return carried
+    per_replica = rate / serving
+    if carried is None or per_replica >= carried.per_replica:
+        return Carried(per_replica, now, str(spec.latency.target), spec.latency.quantile)
+    return carried
+
+
+def _carried_floor(spec: AutoscalingSpec, carried: Carried, reading: Reading, current: int,
+                   now: float) -> tuple[int, str]:
+    """The fewest replicas a scale-in may leave by what a replica was measured to carry well
+    (ScalingState.carried), and why: enough that each carries at most the tolerance more than
+    that, but SCALE_IN_PROBE fewer than now at least. The request rate, not the replicas:
+    the load that goes away with the traffic lets them go with it at once."""
+    rate = reading.request_rate
+    assert rate is not None  # a rate not known holds every scale-in before this
+    needed = rate / (carried.per_replica * (1 + spec.tolerance))
+    floor = max(1, min(current - SCALE_IN_PROBE, math.ceil(needed - FLOAT_NOISE)))
+    age = format_duration(round(now - carried.time))
+    return floor, (f"the {reading.latency_kind} was under its target at "
+                   f"{_per_replica_text(carried.per_replica)} req/s per replica {age} ago: "
+                   f"{rate:.1f} req/s now keeps at least {floor}")
 
 
 def _breach_floor(spec: AutoscalingSpec, breaches: tuple[Breach, ...], reading: Reading,

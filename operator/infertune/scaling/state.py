@@ -159,6 +159,23 @@ class QueueSeen(NamedTuple):
     before its first); None: this reading found no fewer than the one before."""
 
 
+class Carried(NamedTuple):
+    """The most requests per second per replica the latency was measured at or under its
+    target with, the queue not above its own (engine._carried): no scale-in leaves a replica
+    much more than that (engine._carried_floor)."""
+
+    per_replica: float
+    """Requests per second per serving replica then (finite, above 0)."""
+    time: float
+    """When it was measured: kept for latency.breachMemory after it, unless a higher one is
+    measured meanwhile (which takes its place)."""
+    target: str
+    """latency.target then: what was fine for another target or quantile says nothing of
+    this one."""
+    quantile: float
+    """latency.quantile then."""
+
+
 _time: Callable[[Recommendation | ScaleEvent | Breach], float] = itemgetter(0)
 """An entry's time (the first field of both), as a sort and bisect key: a C function, called
 for each entry of every state read back."""
@@ -179,12 +196,15 @@ class ScalingState(NamedTuple):
     engine._added)."""
     queue: QueueSeen | None = None
     """The queue at the last evaluation that read it; None before one did."""
+    carried: Carried | None = None
+    """The most a replica was measured to carry well within latency.breachMemory; None: not
+    measured (or breachMemory 0s)."""
 
     def with_breaches(self, breaches: tuple[Breach, ...]) -> ScalingState:
         """This state with `breaches` (positional: NamedTuple._replace costs several times
         more, once per tuning per cycle)."""
         return ScalingState(self.recommendations, self.scale_events, self.metrics_missing_since,
-                            self.serving, breaches, self.queue)
+                            self.serving, breaches, self.queue, self.carried)
 
     def recorded(self, now: float, recommendation: Recommendation, keep_recommendations_s: float,
                  keep_events_s: float, keep_last_scale_in_s: float = 0.0) -> ScalingState:
@@ -219,7 +239,7 @@ class ScalingState(NamedTuple):
             # rate limit past their periods.
             events = self.scale_events[-1:]
         return ScalingState(tuple(kept), events, self.metrics_missing_since, self.serving,
-                            self.breaches, self.queue)
+                            self.breaches, self.queue, self.carried)
 
     def as_of(self, now: float) -> ScalingState:
         """This state with no time after `now`. A stored time in the future means the clock
@@ -238,7 +258,8 @@ class ScalingState(NamedTuple):
                         and (b.overloaded is None or b.overloaded <= now)
                         for b in self.breaches)
                 and (self.queue is None or (self.queue.time <= now and (
-                    self.queue.fell is None or self.queue.fell <= now)))):
+                    self.queue.fell is None or self.queue.fell <= now)))
+                and (self.carried is None or self.carried.time <= now)):
             return self
         return ScalingState(
             tuple(r if r.time <= now else Recommendation(now, r.replicas) for r in recs),
@@ -257,7 +278,9 @@ class ScalingState(NamedTuple):
                   for b in self.breaches),
             None if (queue := self.queue) is None else queue._replace(
                 time=min(queue.time, now),
-                fell=None if queue.fell is None else min(queue.fell, now)))
+                fell=None if queue.fell is None else min(queue.fell, now)),
+            None if (carried := self.carried) is None else carried._replace(
+                time=min(carried.time, now)))
 
     def to_json(self) -> dict[str, Any]:
         """The shape stored in status (camelCase, RFC 3339 times)."""
@@ -288,6 +311,9 @@ class ScalingState(NamedTuple):
                 "replicas": queue.replicas,
                 "fell": None if queue.fell is None else format_time(queue.fell),
                 "fallingFrom": queue.falling_from},
+            "carried": None if (carried := self.carried) is None else {
+                "perReplica": carried.per_replica, "time": format_time(carried.time),
+                "target": carried.target, "quantile": carried.quantile},
         }
 
     @classmethod
@@ -306,6 +332,7 @@ class ScalingState(NamedTuple):
     def _read(cls, data: dict[str, Any], tolerant: bool = False) -> ScalingState:
         missing, serving = data.get("metricsMissingSince"), data.get("serving")
         breaches, queue = data.get("latencyBreaches"), data.get("queue")
+        carried = data.get("carried")
         if tolerant:
             data = {
                 "recommendations": _readable(data.get("recommendations"), ("time", "replicas")),
@@ -318,6 +345,7 @@ class ScalingState(NamedTuple):
             breaches = [b for b in breaches if _reads(_breach, b)] \
                 if isinstance(breaches, list) else None
             queue = queue if _reads(_queue, queue) else None
+            carried = carried if _reads(_carried, carried) else None
         # Sorted: a state stored across a clock step, or edited by hand, may be out of order,
         # and `recorded` drops old entries as a prefix.
         return cls(
@@ -331,6 +359,7 @@ class ScalingState(NamedTuple):
                 None if serving.get("changed") is None else parse_time(serving["changed"])),
             tuple(sorted([_breach(b) for b in breaches or ()], key=_time)),
             None if not queue else _queue(queue),
+            None if not carried else _carried(carried),
         )
 
 
@@ -381,6 +410,16 @@ def _queue(data: dict[str, Any]) -> QueueSeen:
                 math.isfinite(queue.falling_from) and queue.falling_from >= 0))):
         raise ValueError(f"queue {data} is not a reading of the queue")
     return queue
+
+
+def _carried(data: dict[str, Any]) -> Carried:
+    """A stored `carried`; ValueError when it cannot be one (a finite rate above 0)."""
+    carried = Carried(float(data["perReplica"]), parse_time(data["time"]), str(data["target"]),
+                      float(data["quantile"]))
+    duration_seconds(carried.target)  # compared with the spec's as a duration
+    if not (math.isfinite(carried.per_replica) and carried.per_replica > 0):
+        raise ValueError(f"carried {data} is not a request rate per replica")
+    return carried
 
 
 def _reads(read: Callable[[Any], object], data: Any) -> bool:
