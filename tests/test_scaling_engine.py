@@ -2178,3 +2178,22 @@ def test_a_queue_that_wavers_around_its_target_is_no_backlog() -> None:
                latency={"action": "ScaleOut"})
     assert d.state.queue is not None and d.state.queue.fell is None
     assert d.desired_replicas > 4 and len(d.state.breaches) == 1, d.reason
+
+
+@pytest.mark.parametrize(("fields", "sig", "says"), [
+    ({}, signals(steady(2), rate=0.999), "latency: 0.999 req/s is below minRequestRate 1"),
+    ({"latency": {"minRequestRate": 0.005}}, signals(steady(2), rate=0.004),
+     "latency: 0.004 req/s is below minRequestRate 0.005"),
+    ({"queue": {"targetPerReplica": 0.01}}, signals(queue(0.014, target=0.01)),
+     "queue 0.014/replica vs target 0.01 (ratio 1.40)"),
+    ({"latency": {"minRequestRate": 0.01, "action": "ScaleOut"}},
+     signals(steady(2), latency_ms=(200, 200), rate=0.04),
+     "p99 200ms vs target 75ms at 0.04 req/s"),
+])
+def test_a_reason_never_shows_a_number_as_the_one_it_is_compared_with(
+        fields: dict[str, Any], sig: TargetSignals, says: str) -> None:
+    """Found by review: decimals cut small numbers to what they are compared with, or to 0:
+    "1.00 req/s is below minRequestRate 1", "queue 0.0/replica vs target 0.01 (ratio 1.40)",
+    "at 0.0 req/s" for a breach sized on 0.04."""
+    reason = decide(sig, **fields).reason
+    assert says in reason, reason

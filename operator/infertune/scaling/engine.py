@@ -27,6 +27,7 @@ from infertune.scaling.reading import Reading, queue_is_low, read_signals
 from infertune.scaling.signals import (
     FLOAT_NOISE,
     TargetSignals,
+    amount_text,
     distinct,
     latency_text,
     seconds,
@@ -338,8 +339,10 @@ def _queue_proposal(spec: AutoscalingSpec, current: int, reading: Reading) -> _P
     # Told apart from the tolerance's edge it is compared with.
     shown = distinct(ratio, 1 + spec.tolerance if ratio >= 1 else 1 - spec.tolerance, 2)
     pods = reading.queue_pods
+    # Told apart from the target too: "queue 0.0/replica vs target 0.01 (ratio 1.40)".
+    queue_said = amount_text(queue, target)
     if pods is None or pods == current:
-        base, said = current, f"queue {queue:.1f}/replica vs target {target:g} (ratio {shown})"
+        base, said = current, f"queue {queue_said}/replica vs target {target:g} (ratio {shown})"
     else:
         # Sized on the pods that report, as HPA sizes on the pods it has metrics for: the
         # waiting requests over the target. Sized on their mean times every replica, a
@@ -347,7 +350,7 @@ def _queue_proposal(spec: AutoscalingSpec, current: int, reading: Reading) -> _P
         # (4, 8, 16, 32, 64 for 256 requests that 8 take); pods that never report (Pending,
         # no GPU) do not hold a scale-in either, and the Deployment removes those first.
         base = pods
-        said = (f"queue {queue:.1f}/pod over the {pods} pods reporting ({queue * pods:.0f} "
+        said = (f"queue {queue_said}/pod over the {pods} pods reporting ({queue * pods:.0f} "
                 f"waiting, {current} replicas) vs target {target:g} (ratio {shown})")
     if abs(ratio - 1) <= spec.tolerance + FLOAT_NOISE:  # 1.1 - 1 is 0.10000000000000009
         return _Proposal(current, f"{said}, within tolerance {spec.tolerance:g}")
@@ -830,7 +833,9 @@ def _latency_proposal(spec: AutoscalingSpec, current: int, reading: Reading,
     if reading.latency_quiet:
         if reading.request_rate is not None and reading.request_rate >= signal.min_request_rate:
             return _Proposal(None, "latency: no requests (0 req/s), quantile ignored")
-        return _Proposal(None, f"latency: {reading.request_rate:.2f} req/s is below "
+        rate_said = ("an unknown rate" if reading.request_rate is None else
+                     f"{amount_text(reading.request_rate, signal.min_request_rate, 2)} req/s")
+        return _Proposal(None, f"latency: {rate_said} is below "
                          f"minRequestRate {signal.min_request_rate:g}, quantile ignored")
     if reading.latency_s is None:
         return _Proposal(None, f"{kind}: no data")
@@ -844,7 +849,7 @@ def _latency_proposal(spec: AutoscalingSpec, current: int, reading: Reading,
                          f"{target}")
     rate = reading.request_rate
     said = (f"{kind} {latency_text(reading.latency_s, seconds(target))} vs target {target} at "
-            + ("an unknown request rate" if rate is None else f"{rate:.1f} req/s"))
+            + ("an unknown request rate" if rate is None else f"{_per_replica_text(rate)} req/s"))
     if reading.latency_s <= seconds(target):
         return _Proposal(None, said)
     said = f"{said}, {reading.breaches}/{signal.consecutive_samples} samples above target"
@@ -862,8 +867,10 @@ def _latency_proposal(spec: AutoscalingSpec, current: int, reading: Reading,
         return _Proposal(current, f"{said}, action TuneBatching: tune batching",
                          tune_batching=True)
     if signal.action is LatencyAction.AUTO and queue_is_low(spec, reading):
-        low = (f"{said}, queue {reading.queue_per_replica:.1f}/replica is not above target "
-               f"{spec.queue.target_per_replica:g} so the latency comes from batching")
+        queue_target = spec.queue.target_per_replica
+        low = (f"{said}, queue {amount_text(reading.queue_per_replica or 0.0, queue_target)}"
+               f"/replica is not above target {queue_target:g} so the latency comes from "
+               "batching")
         if callable(batching_stuck):
             batching_stuck = batching_stuck(reading)
         if batching_stuck is None:

@@ -52,6 +52,17 @@ def distinct(value: float, boundary: float, places: int) -> str:
     return text
 
 
+def amount_text(value: float, boundary: float, places: int = 1) -> str:
+    """A count or rate compared with `boundary` (a target, a minimum): `places` decimals as
+    `distinct` gives them, or two significant digits under 0.1, where decimals read as 0 ("queue
+    0.0/replica vs target 0.01 (ratio 1.40)", "0.00 req/s is below minRequestRate 0.005")."""
+    if 0 < abs(value) < 0.1:
+        text = format(value, ".2g")
+        return text if text != format(boundary, ".2g") or value == boundary else \
+            format(value, ".6g")
+    return distinct(value, boundary, places)
+
+
 def latency_text(latency_s: float, target_s: float | None = None) -> str:
     """A latency in milliseconds to a tenth, or finer where it would read as `target_s`."""
     ms = latency_s * 1000
