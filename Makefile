@@ -30,7 +30,7 @@ e2e-build: ## the Kubernetes control plane from its Go modules (slow the first t
 test: e2e-build ## the whole suite: unit, integration and end-to-end
 	$(PYTHON) -m pytest -p no:cacheprovider
 
-test-unit: ## unit and integration tests only (seconds)
+test-unit: ## unit and integration tests only (a few minutes)
 	$(PYTHON) -m pytest -p no:cacheprovider tests
 
 test-e2e: e2e-build ## end-to-end tests against the real control plane
