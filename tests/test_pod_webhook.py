@@ -95,9 +95,9 @@ def test_without_a_node_event_the_indexes_are_read_as_they_are_after_one_wait(
     assert memo.pod_tuning.listed.is_set()
 
 
-def test_the_webhook_records_what_it_did_with_each_tunings_last_pod() -> None:
-    """Re-tuning goes by it: the webhook sees the pod with the namespace's LimitRange defaults
-    filled in, which the Deployment's template does not have."""
+def test_the_webhook_records_the_revision_of_the_problems_it_reports() -> None:
+    """What status.tuning.problems shows is of that revision (re-tuning's in-place changes of
+    spec.memory go by it)."""
     from infertune.api.spec import InferenceTuningSpec
     from infertune.tuning.pod_patch import tuning_revision
 
@@ -107,23 +107,20 @@ def test_the_webhook_records_what_it_did_with_each_tunings_last_pod() -> None:
               "tunings": {("ml", "qwen"): [TUNING]}}
     asyncio.run(admit(memo, loaded))
     revision = tuning_revision(InferenceTuningSpec.model_validate(TUNING["spec"]))
-    assert memo.pod_tuning.admitted["ml/qwen"] == (revision, None)
-    # What status.tuning.problems shows is of that revision (re-tuning's in-place changes of
-    # spec.memory go by it).
     assert memo.pod_tuning.problems_revision["ml/qwen"] == revision
     refused = {**TUNING, "generation": 2,
                "spec": {**TUNING["spec"], "memory": {"highRatio": 0.9}}}  # no limit here
     loaded["tunings"][("ml", "qwen")] = [refused]
     asyncio.run(admit(memo, loaded))
-    got_revision, why = memo.pod_tuning.admitted["ml/qwen"]
-    assert got_revision == tuning_revision(InferenceTuningSpec.model_validate(refused["spec"]))
-    assert why is not None and why.startswith("spec.memory.highRatio"), why
+    assert memo.pod_tuning.problems_revision["ml/qwen"] == tuning_revision(
+        InferenceTuningSpec.model_validate(refused["spec"]))
+    (why,) = memo.pod_tuning.latest_problems["ml/qwen"]
+    assert why.startswith("spec.memory.highRatio"), why
 
 
-def test_a_dry_run_is_answered_and_leaves_no_verdict_for_re_tuning() -> None:
-    """Re-tuning reads the last verdict of this process's webhook: a dry run (`kubectl apply
-    --dry-run=server`, or a review anyone sent to the port) changed what it decided, and
-    queued a PodNotTuned Event for a pod that was never made."""
+def test_a_dry_run_is_answered_and_leaves_nothing_to_report() -> None:
+    """A dry run (`kubectl apply --dry-run=server`, or a review anyone sent to the port)
+    queued a PodNotTuned Event and problems in status for a pod that was never made."""
     refused = {**TUNING, "uid": "u-dry", "spec": {**TUNING["spec"], "memory": {"highRatio": 0.9}}}
     loaded = {"owners": {("ml", "qwen-5d4f8b9c7"): ["qwen"]},
               "tunings": {("ml", "qwen"): [refused]}}
@@ -131,10 +128,11 @@ def test_a_dry_run_is_answered_and_leaves_no_verdict_for_re_tuning() -> None:
     asyncio.run(indexes_loaded(memo=memo))
     dry, dry_warnings = asyncio.run(admit(memo, loaded, dryrun=True))
     settings = memo.pod_tuning
-    assert (settings.admitted, settings.unreported, settings.latest_problems) == ({}, {}, {})
+    assert (settings.problems_revision, settings.unreported, settings.latest_problems) == (
+        {}, {}, {})
     real, real_warnings = asyncio.run(admit(memo, loaded))
     assert dry_warnings == real_warnings and len(dry.fns) == len(real.fns) == 1
-    assert set(settings.admitted) == set(settings.unreported) == {"ml/qwen"}
+    assert set(settings.problems_revision) == set(settings.unreported) == {"ml/qwen"}
 
 
 def test_a_pod_admitted_untuned_says_why_on_itself_for_every_process() -> None:

@@ -370,31 +370,31 @@ def test_replacing_goes_by_what_the_webhook_did_with_the_last_pod_of_the_revisio
     from infertune.tuning.pod_patch import tuning_revision
 
     revision = tuning_revision(controller["spec"])
-    admitted = controller["memo"].pod_tuning.admitted
-    admitted["chat/mistral-7b"] = (revision, "spec.memory.high: 28Gi is above the memory "
-                                             "limit 24Gi minus minHeadroom 1Gi")
-    message = controller["run"](_outdated(3))
+    why = "spec.memory.high: 28Gi is above the memory limit 24Gi minus minHeadroom 1Gi"
+
+    def admitted(said: str) -> list[PodView]:  # the newest pod, as the webhook left it
+        return [*_outdated(3), PodView("mistral-7b-6b7c9d-new", None, True, untuned=said,
+                                       created=2000.0)]
+    message = controller["run"](admitted(f"{revision}: {why}"))
     assert controller["evicted"] == [], message
-    assert message == ("3 pods not tuned, none replaced: spec.memory.high: 28Gi is above the "
-                       "memory limit 24Gi minus minHeadroom 1Gi")
+    assert message == f"4 pods not tuned, none replaced: {why}"
     # A refusal at another revision says nothing about this one: the template decides (this
     # Deployment has a memory limit, so it would be tuned).
-    admitted["chat/mistral-7b"] = ("another", "spec.memory.high: refused then")
     controller["memo"].pod_tuning.last_evictions.clear()
     controller["evicted"].clear()
-    controller["run"](_outdated(3))
+    controller["run"](admitted("another: spec.memory.high: refused then"))
     assert controller["evicted"] == ["mistral-7b-6b7c9d-00000"]
     # The other way: above the template's 16Gi limit, under the pods' larger one.
     high = InferenceTuningSpec.model_validate({
         **controller["spec"].model_dump(by_alias=True, exclude_none=True),
         "memory": {"high": "20Gi"}})
     controller["spec"] = high
-    admitted["chat/mistral-7b"] = (tuning_revision(high), None)
+    tuned = replace(_tuned(controller, "mistral-7b-6b7c9d-new")[0], created=2000.0)
     controller["memo"].pod_tuning.last_evictions.clear()
     controller["evicted"].clear()
-    said = controller["run"](_outdated(3))
+    said = controller["run"]([*_outdated(3), tuned])
     assert controller["evicted"] == ["mistral-7b-6b7c9d-00000"], said
-    del admitted["chat/mistral-7b"]  # the template alone refuses it
+    # No pod of the revision: the template alone refuses it.
     controller["memo"].pod_tuning.last_evictions.clear()
     controller["evicted"].clear()
     assert "none replaced: spec.memory.high: 20Gi is above" in controller["run"](_outdated(3))
@@ -630,8 +630,7 @@ def test_what_is_kept_of_a_deleted_tuning_goes_with_it(monkeypatch: pytest.Monke
     monkeypatch.setattr(loops, "INITIAL_DELAY_S", 0.0)
     settings = controller_pods.PodTuningSettings(launcher_image="l:1")
     tables = (settings.unreported, settings.latest_problems, settings.problems_revision,
-              settings.reported, settings.last_evictions, settings.admitted,
-              settings.backfilled)
+              settings.reported, settings.last_evictions, settings.backfilled)
     for table in tables:
         table["chat/mistral-7b"] = table["chat/other"] = ("kept",)  # type: ignore[assignment]
     settings.reported["chat/mistral-7b#RetuneHeld"] = ("kept",)
@@ -1153,22 +1152,22 @@ def test_a_late_pass_of_a_deleted_tuning_leaves_the_new_ones_state_alone(
 
     async def new_one_runs(*_: Any, **__: Any) -> None:
         memo.pod_tuning.unreported[key] = (problem, True)  # its webhook's admission
-        memo.pod_tuning.admitted[key] = ("r2", problem[0])
+        memo.pod_tuning.problems_revision[key] = "r2"
         # The old pass ends now, in its thread.
         controller_pods.retune("chat", "mistral-7b", "uid-1", controller["spec"],
                                _tuned(controller, "a"), memo)
 
     _retune_loop(controller, monkeypatch, "uid-2", new_one_runs)
-    assert memo.pod_tuning.admitted == {}  # the new loop stopped too, and forgot its own
+    assert memo.pod_tuning.problems_revision == {}  # the new loop stopped too, and forgot it
     # Once more, with the new loop still running when the old pass ends.
     kept: list[Any] = []
 
     async def still_runs(*_: Any, **__: Any) -> None:
         await new_one_runs()
-        kept.append(memo.pod_tuning.admitted.get(key))
+        kept.append(memo.pod_tuning.problems_revision.get(key))
 
     _retune_loop(controller, monkeypatch, "uid-2", still_runs)
-    assert kept == [("r2", problem[0])]
+    assert kept == ["r2"]
 
 
 def test_pods_that_failed_in_place_do_not_roll_the_whole_deployment(
@@ -1315,12 +1314,13 @@ def test_an_untuned_replacement_is_said_once_with_the_webhooks_report(controller
     from infertune.tuning.pod_patch import tuning_revision
     memo, key = controller["memo"], "chat/mistral-7b"
     why = "spec.memory.high: 15Gi is above the memory limit 14Gi minus minHeadroom 1Gi"
-    memo.pod_tuning.admitted[key] = (tuning_revision(controller["spec"]), why)
+    untuned = PodView("mistral-7b-6b7c9d-new", None, True, created=2000.0,
+                      untuned=f"{tuning_revision(controller['spec'])}: {why}")
     memo.pod_tuning.unreported[key] = ((why,), True)
     memo.pod_tuning.latest_problems[key] = [why]
     for _ in range(2):
-        message = controller["run"](_outdated(3))
-    assert message == f"3 pods not tuned, none replaced: {why}"
+        message = controller["run"]([*_outdated(3), untuned])
+    assert message == f"4 pods not tuned, none replaced: {why}"
     assert [e[1] for e in controller["events"]] == ["PodNotTuned"]
 
 
@@ -1349,18 +1349,6 @@ def test_a_pod_another_process_admitted_untuned_holds_the_replacements(
     tuned = replace(_tuned(controller, "mistral-7b-6b7c9d-newer")[0], created=3000.0)
     message = controller["run"]([*_outdated(2), untuned, tuned])
     assert controller["evicted"] == ["mistral-7b-6b7c9d-00000"], message
-
-
-def test_what_the_pods_say_comes_before_this_processs_memory() -> None:
-    """The memory holds whatever review reached the webhook's port last, which anyone in the
-    cluster's network can send; the pods are what the API server stored."""
-    from infertune.controller.pods import _admitted
-    untuned = PodView("a", None, True, untuned="r1: too small", created=10.0)
-    assert _admitted(("r1", None), [untuned], "r1") == ("r1", "too small")
-    assert _admitted(("r1", "forged"), [PodView("b", "r1", True)], "r1") == ("r1", None)
-    # Nothing of r1 among the pods yet: the memory, if it is of r1.
-    assert _admitted(("r1", "too big"), [], "r1") == ("r1", "too big")
-    assert _admitted(("r0", "too big"), [], "r1") is None
 
 
 def test_the_newest_pod_of_a_revision_is_the_webhooks_last_word() -> None:

@@ -140,10 +140,6 @@ class PodTuningSettings:
     listed: asyncio.Event = field(default_factory=asyncio.Event)
     """Set once kopf's indexes hold their first listing (`indexes_loaded`) only: the
     operator's readiness goes by it (kube/webhooks.RegisteringWebhookServer.loaded)."""
-    admitted: dict[str, tuple[str, str | None]] = field(default_factory=dict)
-    """The revision of the last pod the webhook admitted for each tuning, and why it was
-    left unchanged (None: tuned). Re-tuning goes by it: the webhook sees the pod after the
-    namespace's LimitRange has filled in limits and requests, which the template has not."""
     uids: dict[str, str] = field(default_factory=dict)
     """The uid of the tuning each key's re-tuning loop runs for: a tuning deleted and made
     again under its name has another, and what the old one's late pass or loop forgets is
@@ -161,7 +157,7 @@ class PodTuningSettings:
         made again under its name inherited it (its PodNotTuned Event was taken as said, and
         the old problems showed in its status)."""
         for table in (self.unreported, self.latest_problems, self.problems_revision,
-                      self.reported, self.last_evictions, self.admitted, self.backfilled,
+                      self.reported, self.last_evictions, self.backfilled,
                       self.refused_in_place, self.written_in_place, self.uids):
             table.pop(key, None)
         # A copy first: passes of other tunings (worker threads) add keys meanwhile.
@@ -412,7 +408,6 @@ def _tune_pod(body: kopf.Body, patch: kopf.Patch, warnings: list[str], memo: kop
             settings.unreported[key] = (tuple(plan.problems), plan.refused)
         settings.latest_problems[key] = list(plan.problems)
         settings.problems_revision[key] = plan.revision
-        settings.admitted[key] = (plan.revision, refusal)
     if plan.patch:
         ops = list(plan.patch)
         patch.fns.append(lambda raw: jsonpatch.apply_patch(raw, ops, in_place=True))
@@ -662,9 +657,12 @@ def _why_pods_cannot_be_tuned(name: str, spec: InferenceTuningSpec,
                               admitted: tuple[str, str | None] | None = None,
                               revision: str | None = None,
                               stored_refusal: str | None = None) -> Untuned | None:
-    """Why a pod re-created now would come back untuned: as the webhook found for the last
-    pod of this revision it admitted (it saw the pod with the namespace's LimitRange
-    defaults filled in), else as a preview of the Deployment's template finds. Where the
+    """Why a pod re-created now would come back untuned: as the webhook found for the newest
+    pod of this revision, as the pods say it (`admitted_untuned`: it saw the pod with the
+    namespace's LimitRange defaults filled in), else as a preview of the Deployment's
+    template finds. Not from the webhook's memory of the reviews it answered: anyone in the
+    cluster's network can send one to its port, and a forged verdict evicted pods that came
+    back untuned, or held a rollout for good. Where the
     template gives the serving container no memory limit (a LimitRange's default gives it
     one), `stored_refusal` stands in for the preview on spec.memory: the running pods' own
     limit refuses it (pod_updates)."""
@@ -685,16 +683,6 @@ def _why_pods_cannot_be_tuned(name: str, spec: InferenceTuningSpec,
         return None  # the template's own limit (a rollout brings it): the preview is right
     return Untuned(f"{KEEP_THEIR_MEMORY}, and a replacement (with the same default memory "
                    f"limit) would be admitted untuned: {stored_refusal}", True)
-
-
-def _admitted(own: tuple[str, str | None] | None, pods: Sequence[PodView],
-              revision: str) -> tuple[str, str | None] | None:
-    """What the pods say of the newest one of `revision` any process admitted
-    (`admitted_untuned`), else this process's webhook's verdict on the last one it admitted.
-    The pods first: they are what the API server stored, where the memory is whatever
-    reached the webhook's port (which anyone in the cluster's network may call)."""
-    said = admitted_untuned(pods, revision)
-    return said if said is not None or own is None or own[0] != revision else own
 
 
 def rollout_of(deployment: client.V1Deployment) -> Rollout:
@@ -896,8 +884,7 @@ def retune(namespace: str, name: str, uid: str, spec: InferenceTuningSpec,
             message = (f"{step.outdated} pods outdated, none replaced by this process: it no "
                        "longer leads (--leader-elect), and the leader replaces them")
         elif (why := _why_pods_cannot_be_tuned(name, spec, deployment, memo, batching_value,
-                                                _admitted(settings.admitted.get(key), pods,
-                                                          revision),
+                                                admitted_untuned(pods, revision),
                                                 revision, updates.refused)
               ) is not None:
             # Re-created pods would come back untuned: replacing them only costs availability.
