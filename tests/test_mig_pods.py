@@ -572,3 +572,26 @@ def test_a_node_asked_for_our_config_with_no_time_of_asking_times_out(
     assert state() == "pending"
     clock[0] += 301
     assert state() == "timed-out"
+
+
+
+def test_an_eviction_by_uid_holds_to_the_uid(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The precondition goes with the eviction, and its 409 (a pod made again under the name)
+    counts the pod meant as gone; without a uid a 409 is an error as before."""
+    from kubernetes.client.exceptions import ApiException
+
+    from infertune.kube import client as kube_client
+
+    asked: list[Any] = []
+
+    class Core:
+        def create_namespaced_pod_eviction(self, name: str, namespace: str, body: Any) -> None:
+            options = body.delete_options
+            asked.append(None if options is None else options.preconditions.uid)
+            raise ApiException(status=409, reason="Conflict")
+
+    monkeypatch.setattr(kube_client.client, "CoreV1Api", Core)
+    assert kube_client.evict_pod("ml", "db-0", "u-old") and asked == ["u-old"]
+    with pytest.raises(ApiException):
+        kube_client.evict_pod("ml", "db-0")
+    assert asked == ["u-old", None]

@@ -7,6 +7,7 @@ does, `Window.of_points`), latency and request rate one point per evaluation int
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from dataclasses import dataclass, field
@@ -1253,6 +1254,7 @@ def _closed_loop(rates: list[float], replicas: int, p99: Any = _hockey_stick_p99
                  ready_after_s: float = 120.0, window_s: float = 60.0,
                  restart_every_cycle: bool = False, batching_stuck: str | None = None,
                  told_window_s: float | None = None, queue_missing: bool = False,
+                 initial: ScalingState | None = None,
                  **fields: Any) -> tuple[list[int], list[ScaleDecision]]:
     """Evaluate every 15s a Deployment whose P99 follows its load per Ready replica: each
     sample is the worst of the last `window_s` (a quantile over a window holds the requests
@@ -1261,7 +1263,7 @@ def _closed_loop(rates: list[float], replicas: int, p99: Any = _hockey_stick_p99
     is `told_window_s` (default `window_s`); the queue is 0, or missing with `queue_missing`.
     (Replicas after each evaluation, the decisions.)"""
     spec_fields = {"latency": {"action": "ScaleOut"}} | fields
-    state, ready, pending = ScalingState(), replicas, []
+    state, ready, pending = initial or ScalingState(), replicas, []
     history, decisions, instant, samples = [], [], [], []
     for i, rate in enumerate(rates):
         now = NOW + 15 * i
@@ -1710,6 +1712,46 @@ def test_a_breach_cured_at_its_own_rate_leaves_what_a_replica_carried_to_the_sca
     # so on while the latency stays fine.
 
 
+def test_what_a_replica_carried_outlasts_a_steady_load_just_under_its_peak() -> None:
+    """Found by review: renewed only by a reading above it, the record of a peak (96 req/s on
+    10) lapsed under a load just below it (95) before the first scale-in it was for (a
+    scale-down window longer than breachMemory), turned itself off with no breach left, and
+    the queue took the 10 replicas to 1: P99 4.5 s. A reading within the tolerance renews it
+    now, and one fine reading takes it again once lapsed."""
+    def knee_at_10(rate: float, replicas: int) -> float:
+        per_replica = rate / replicas
+        return 0.05 if per_replica <= 10 else 0.05 * (per_replica / 10) ** 2
+
+    rates = [95.0 + (0.5 if i % 2 else -0.5) for i in range(200)]
+    for memory, window in (("10m", "15m"), ("5m", "5m"), ("1h", "5m")):
+        history, decisions = _closed_loop(
+            rates, 10, p99=knee_at_10, initial=ScalingState(carried=Carried(9.6, NOW, "75ms",
+                                                                            0.99)),
+            latency={"action": "ScaleOut", "breachMemory": memory},
+            scaleDown={"stabilization": window})
+        # 8 carry it under 75 ms (11.9 req/s each: 71 ms); 7 do not (13.6: 92 ms).
+        assert min(history) >= 7, (memory, window, history)
+        assert max(d.signals.latency_s or 0 for d in decisions) < 0.1, (memory, window)
+        assert all(d.state.carried is not None for d in decisions), (memory, window)
+
+
+def test_the_one_replica_step_waits_for_a_reading_at_the_count_it_left() -> None:
+    """Found by review: with a scale-down window shorter than the latency's, the step of one
+    replica was taken at every interval, before any reading at the count it left: 10 -> 9
+    -> 8 -> 7 in 30 s, into a breach."""
+    def knee_at_15(rate: float, replicas: int) -> float:  # 6 carry 95 req/s, 5 do not
+        per_replica = rate / replicas
+        return 0.05 if per_replica <= 15 else 0.05 * (per_replica / 15) ** 2
+
+    history, _ = _closed_loop([95.0] * 40, 10, p99=knee_at_15, window_s=60.0,
+                              initial=ScalingState(carried=Carried(9.5, NOW, "75ms", 0.99)),
+                              scaleDown={"stabilization": "0s"})
+    steps = [i for i in range(len(history)) if history[i] < (history[i - 1] if i else 10)]
+    assert len(steps) >= 3 and min(history) == 5, history  # 5 breaches, and is left
+    # A reading at the new count takes the latency's window (60 s: 4 intervals) to settle.
+    assert all(b - a >= 4 for a, b in itertools.pairwise(steps)), (steps, history)
+
+
 def test_what_a_replica_carried_lets_the_replicas_go_with_the_load_at_once() -> None:
     """The request rate, not the replicas: a load that goes away takes them with it in one
     step; only a count the load still needs is tried one replica at a time."""
@@ -1722,14 +1764,27 @@ def test_what_a_replica_carried_lets_the_replicas_go_with_the_load_at_once() -> 
     same = decide(signals(steady(0), rate=95.0), current=10, state=state,
                   scaleDown={"stabilization": "0s"})
     assert same.desired_replicas == 9 and same.state.carried == Carried(95 / 10, NOW, "75ms", 0.99)
-    # Forgotten after breachMemory (1h), and for another target or quantile, where it says
-    # nothing: the queue sizes the scale-in alone, as before any breach.
-    for old, latency in ((carried._replace(time=NOW - 3600), {}),
-                         (carried, {"target": "50ms"}), (carried, {"quantile": 0.9})):
-        alone = decide(signals(steady(0), rate=95.0), current=10,
-                       state=ScalingState(carried=old), latency=latency,
+    # For another target or quantile it says nothing: the queue sizes the scale-in alone, as
+    # before any breach.
+    for latency in ({"target": "50ms"}, {"quantile": 0.9}):
+        alone = decide(signals(steady(0), rate=95.0), current=10, state=state, latency=latency,
                        scaleDown={"stabilization": "0s"})
         assert alone.desired_replicas == 1 and alone.state.carried is None, alone.reason
+    # breachMemory (1h) after the last reading that matched it: taken again from a reading
+    # fine now, else forgotten (and the queue sizes the scale-in alone).
+    lapsed = ScalingState(carried=carried._replace(time=NOW - 3600))
+    again = decide(signals(steady(0), rate=60.0), current=10, state=lapsed,
+                   scaleDown={"stabilization": "0s"})
+    assert again.state.carried == Carried(6.0, NOW, "75ms", 0.99) and again.desired_replicas == 9
+    gone = decide(signals(steady(0), latency_ms=(), rate=60.0), current=10, state=lapsed,
+                  scaleDown={"stabilization": "0s"})
+    assert gone.state.carried is None
+    # Renewed by a reading within the tolerance under it: a steady load sits just under its
+    # own peak, and the record lapsed before the first scale-in it was for.
+    near = decide(signals(steady(0), rate=86.0), current=10, state=state)
+    assert near.state.carried == carried._replace(time=NOW)
+    below = decide(signals(steady(0), rate=85.0), current=10, state=state)
+    assert below.state.carried == carried
     # breachMemory 0s turns every scale-in limit off, this one with them.
     off = decide(signals(steady(0), rate=95.0), current=10, state=state,
                  latency={"breachMemory": "0s"}, scaleDown={"stabilization": "0s"})

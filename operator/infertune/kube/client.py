@@ -379,8 +379,10 @@ def evict_pod(namespace: str, name: str, uid: str | None = None) -> bool:
 
     With `uid`, only that pod is evicted: a pod of the same name made again since it was seen
     (a StatefulSet's, perhaps on another node) is left alone, and the one meant counts as
-    gone. The API server says so with 409 (or 429 when a budget was counted first, which
-    asks again, and the next pass sees the new pod)."""
+    gone (409). The API server checks the uid after it has counted the eviction against the
+    budget of the pod it found, so such a pod may lose a disruption for the budget's
+    DisruptedPods time (about 2 minutes); the pods are those the pass saw a moment before,
+    so the window is small, and reading each first would cost a call and `get` on pods."""
     options = None if uid is None else client.V1DeleteOptions(
         preconditions=client.V1Preconditions(uid=uid))
     body = client.V1Eviction(metadata=client.V1ObjectMeta(name=name, namespace=namespace),

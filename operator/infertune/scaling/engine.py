@@ -181,7 +181,8 @@ def _decide_on_signals(spec: AutoscalingSpec, current: int, reading: Reading,
         breaches, not_load = _breach_outcomes(spec, state.breaches, reading, serving, now)
         if breaches != state.breaches:
             state = state.with_breaches(breaches)
-    carried = _carried(spec, state.carried, state.breaches, reading, serving, now)
+    fine = _fine_per_replica(spec, reading, serving)
+    carried = _carried(spec, state.carried, state.breaches, fine, now)
     if carried is not state.carried:
         state = state._replace(carried=carried)
     overload = None
@@ -261,7 +262,8 @@ def _decide_on_signals(spec: AutoscalingSpec, current: int, reading: Reading,
         # 1 s for 18 minutes while the replicas came back. While a breach limits, its floor
         # knows more (a replica carries less than the breach's rate, more than what was
         # fine since).
-        floor, held = _carried_floor(spec, state.carried, reading, current, now)
+        floor, held = _carried_floor(spec, state.carried, reading, current, now,
+                                     probe=fine is not None)
         if floor > raw and floor > spec.min_replicas:
             raw = floor
             notes.append(held)
@@ -716,49 +718,67 @@ was measured well the rest would run: how a Deployment learns that it has more r
 its load needs, one step per stabilization window, a breach stopping it."""
 
 
-def _carried(spec: AutoscalingSpec, carried: Carried | None, breaches: tuple[Breach, ...],
-             reading: Reading, serving: int, now: float) -> Carried | None:
-    """ScalingState.carried after this reading: the most requests per second per serving
-    replica that the latency was measured at or under its target with (settled on those
-    replicas, of enough requests, its histogram's bounds known, the queue known and not above
-    its target), within latency.breachMemory; the same object when unchanged. Measured from
-    the first reading with a breach of the load remembered (a Deployment that has met the
-    limit of its replicas): before one, the queue sizes the scale-ins alone, as HPA's. None
-    with breachMemory 0s, which turns the scale-in limits off."""
-    memory, target = seconds(spec.latency.breach_memory), seconds(spec.latency.target)
-    if memory <= 0:
-        return None
-    if carried is not None and (now - carried.time >= memory or seconds(carried.target) != target
-                                or carried.quantile != spec.latency.quantile):
-        carried = None
-    if carried is None and not any(b.outcome != NOT_LOAD for b in breaches):
-        return None
+def _fine_per_replica(spec: AutoscalingSpec, reading: Reading, serving: int) -> float | None:
+    """The requests per second per serving replica when this reading says a replica carries
+    them well: the latency at or under its target, settled on the replicas there are now, of
+    enough requests, its histogram's bounds known, the queue known and not above its target.
+    None otherwise."""
     latency, rate, queue = reading.latency_s, reading.request_rate, reading.queue_per_replica
     if (latency is None or rate is None or queue is None or serving <= 0 or not rate > 0
-            or latency > target or not reading.latency_settled
+            or latency > seconds(spec.latency.target) or not reading.latency_settled
             or reading.latency_floor_s is not None or reading.latency_bounds_unknown
             or queue > spec.queue.target_per_replica or _too_few(spec, reading) is not None):
-        return carried
-    per_replica = rate / serving
-    if carried is None or per_replica >= carried.per_replica:
-        return Carried(per_replica, now, str(spec.latency.target), spec.latency.quantile)
+        return None
+    return rate / serving
+
+
+def _carried(spec: AutoscalingSpec, carried: Carried | None, breaches: tuple[Breach, ...],
+             fine: float | None, now: float) -> Carried | None:
+    """ScalingState.carried after this reading (`fine`: _fine_per_replica): the most
+    requests per second per serving replica measured fine, kept for latency.breachMemory
+    after the last reading that matched it within the tolerance (a steady load sits just
+    under its own peak: renewed only by a higher one, it lapsed before the first scale-in it
+    was for), and then taken again from this reading if it is fine. The same object when
+    unchanged. Measured from the first reading with a breach of the load remembered (a
+    Deployment that has met the limit of its replicas): before one, the queue sizes the
+    scale-ins alone, as HPA's. None with breachMemory 0s, which turns the scale-in limits
+    off, or once it lapsed with no reading fine to take it again from."""
+    memory = seconds(spec.latency.breach_memory)
+    if memory <= 0:
+        return None
+    if carried is not None and (seconds(carried.target) != seconds(spec.latency.target)
+                                or carried.quantile != spec.latency.quantile):
+        carried = None  # what was fine for another target says nothing of this one
+    if carried is None and not any(b.outcome != NOT_LOAD for b in breaches):
+        return None
+    lapsed = carried is not None and now - carried.time >= memory
+    if fine is None:
+        return None if lapsed else carried
+    if carried is None or lapsed or fine >= carried.per_replica:
+        return Carried(fine, now, str(spec.latency.target), spec.latency.quantile)
+    if fine >= carried.per_replica * (1 - spec.tolerance):
+        return carried._replace(time=now)
     return carried
 
 
 def _carried_floor(spec: AutoscalingSpec, carried: Carried, reading: Reading, current: int,
-                   now: float) -> tuple[int, str]:
+                   now: float, probe: bool) -> tuple[int, str]:
     """The fewest replicas a scale-in may leave by what a replica was measured to carry well
     (ScalingState.carried), and why: enough that each carries at most the tolerance more than
-    that, but SCALE_IN_PROBE fewer than now at least. The request rate, not the replicas:
-    the load that goes away with the traffic lets them go with it at once."""
+    that; with `probe` (this reading is fine on the replicas there are now), SCALE_IN_PROBE
+    fewer than now at least. Not without it: with a stabilization window shorter than the
+    latency's, the probe took 10 replicas to 7 in 30 s, before any reading at 9. The
+    request rate, not the replicas: the load that goes away with the traffic lets them go
+    with it at once."""
     rate = reading.request_rate
     assert rate is not None  # a rate not known holds every scale-in before this
     needed = rate / (carried.per_replica * (1 + spec.tolerance))
-    floor = max(1, min(current - SCALE_IN_PROBE, math.ceil(needed - FLOAT_NOISE)))
+    floor = max(1, min(current - (SCALE_IN_PROBE if probe else 0),
+                       math.ceil(needed - FLOAT_NOISE)))
     age = format_duration(round(now - carried.time))
     return floor, (f"the {reading.latency_kind} was under its target at "
                    f"{_per_replica_text(carried.per_replica)} req/s per replica {age} ago: "
-                   f"{rate:.1f} req/s now keeps at least {floor}")
+                   f"{_per_replica_text(rate)} req/s now keeps at least {floor}")
 
 
 def _breach_floor(spec: AutoscalingSpec, breaches: tuple[Breach, ...], reading: Reading,
