@@ -1752,6 +1752,53 @@ def test_the_one_replica_step_waits_for_a_reading_at_the_count_it_left() -> None
     assert all(b - a >= 4 for a, b in itertools.pairwise(steps)), (steps, history)
 
 
+def test_the_reading_that_cures_a_breach_at_its_own_rate_is_what_a_replica_carries() -> None:
+    """Found by review: the reading fine at a breach's own rate forgets the breach in the same
+    evaluation, and with no breach left the measure was never started: 10 -> 1 under the
+    95 req/s the 10 had just carried well."""
+    breach = Breach(NOW - 60, 95.0, 10, "75ms", 0.99, "Open", 0.2, 0.0, NOW - 60)
+    cured = decide(signals(steady(0), rate=95.0), current=10,
+                   state=ScalingState(breaches=(breach,)), scaleDown={"stabilization": "0s"})
+    assert cured.state.breaches == ()
+    assert cured.state.carried == Carried(9.5, NOW, "75ms", 0.99)
+    assert cured.desired_replicas == 9, cured.reason
+
+
+def test_a_scale_in_goes_at_most_one_replica_under_the_count_known_to_carry_the_rate() -> None:
+    """Found by review: each replica allowed the tolerance more than was measured fine, 102
+    replicas went to 79 at once with a tolerance of 0.3 (P99 113 ms), and the breach's floor
+    held 114 after it where 97 carry the load."""
+    state = ScalingState(carried=Carried(9.5, NOW - 60, "75ms", 0.99))
+    for tolerance in (0.1, 0.3, 0.5):
+        step = decide(signals(steady(0), rate=950.0), current=102, state=state, maxReplicas=200,
+                      tolerance=tolerance, scaleDown={"stabilization": "0s"})
+        assert step.desired_replicas == 99, (tolerance, step.reason)  # 950 / 9.5 = 100, - 1
+    # The load that goes away takes them at once all the same (300 / 9.5 = 31.6: 32 carry it,
+    # and one fewer is tried).
+    quiet = decide(signals(steady(0), rate=300.0), current=102, state=state, maxReplicas=200,
+                   scaleDown={"stabilization": "0s"})
+    assert quiet.desired_replicas == 31, quiet.reason
+
+
+def test_after_a_breach_of_the_load_no_replica_is_tried_away_for_breach_memory() -> None:
+    """Found by review: the step into a breach was cured at its own rate minutes later, and
+    the step was taken again every window (twice the scale-outs of before, with minReplicas
+    just under the need)."""
+    failed = Carried(9.5, NOW - 60, "75ms", 0.99, failed=NOW - 600)
+    held = decide(signals(steady(0), rate=95.0), current=10, state=ScalingState(carried=failed),
+                  scaleDown={"stabilization": "0s"})
+    assert held.desired_replicas == 10, held.reason
+    later = NOW + 3000  # breachMemory (1h) after the breach
+    step = decide(signals(steady(0, now=later), rate=95.0, now=later), current=10, now=later,
+                  state=ScalingState(carried=failed._replace(time=later - 60)),
+                  scaleDown={"stabilization": "0s"})
+    assert step.desired_replicas == 9, step.reason
+    # A breach of the load is what stamps it.
+    breached = decide(signals(steady(0), latency_ms=(90, 90), rate=95.0), current=10,
+                      state=ScalingState(carried=Carried(9.5, NOW - 60, "75ms", 0.99)))
+    assert breached.state.carried is not None and breached.state.carried.failed == NOW
+
+
 def test_what_a_replica_carried_lets_the_replicas_go_with_the_load_at_once() -> None:
     """The request rate, not the replicas: a load that goes away takes them with it in one
     step; only a count the load still needs is tried one replica at a time."""
@@ -1771,14 +1818,15 @@ def test_what_a_replica_carried_lets_the_replicas_go_with_the_load_at_once() -> 
                        scaleDown={"stabilization": "0s"})
         assert alone.desired_replicas == 1 and alone.state.carried is None, alone.reason
     # breachMemory (1h) after the last reading that matched it: taken again from a reading
-    # fine now, else forgotten (and the queue sizes the scale-in alone).
+    # fine now, else kept until there is one.
     lapsed = ScalingState(carried=carried._replace(time=NOW - 3600))
     again = decide(signals(steady(0), rate=60.0), current=10, state=lapsed,
                    scaleDown={"stabilization": "0s"})
     assert again.state.carried == Carried(6.0, NOW, "75ms", 0.99) and again.desired_replicas == 9
-    gone = decide(signals(steady(0), latency_ms=(), rate=60.0), current=10, state=lapsed,
+    kept = decide(signals(steady(0), latency_ms=(90, 90), rate=60.0), current=10, state=lapsed,
                   scaleDown={"stabilization": "0s"})
-    assert gone.state.carried is None
+    assert lapsed.carried is not None
+    assert kept.state.carried == lapsed.carried._replace(failed=NOW)  # and the breach is said
     # Renewed by a reading within the tolerance under it: a steady load sits just under its
     # own peak, and the record lapsed before the first scale-in it was for.
     near = decide(signals(steady(0), rate=86.0), current=10, state=state)

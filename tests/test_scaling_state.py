@@ -228,7 +228,7 @@ def test_what_a_replica_carried_round_trips_and_one_that_cannot_be_read_is_left_
                          carried=Carried(7.25, NOW - 30, "75ms", 0.99))
     stored = state.to_json()
     assert stored["carried"] == {"perReplica": 7.25, "time": "2023-11-14T22:12:50Z",
-                                 "target": "75ms", "quantile": 0.99}
+                                 "target": "75ms", "quantile": 0.99, "failed": None}
     AutoscalingState.model_validate(stored)
     assert ScalingState.from_json(json.loads(json.dumps(stored))) == state
     # Kept through the pruning of recommendations, with new breaches and a new queue reading.

@@ -249,6 +249,9 @@ class CarriedRecord(ApiModel):
     """latency.target then (measured for another target or quantile, it no longer counts)."""
     quantile: float
     """latency.quantile then."""
+    failed: str | None = None
+    """When the latency last breached with the load's since: no scale-in takes a replica away
+    beyond what the rate needs for latency.breachMemory after it. Left out: none."""
 
 
 class AutoscalingState(ApiModel):

@@ -177,12 +177,18 @@ def _decide_on_signals(spec: AutoscalingSpec, current: int, reading: Reading,
     queue = _queue_proposal(spec, current, reading)
     serving = _serving(current, state)
     not_load = None
+    # Those before this reading too: one that this reading cures at its own rate (and so
+    # forgets) starts the measure of what a replica carries; left out, the queue took the
+    # replicas that reading was fine on to 1.
+    remembered = state.breaches
     if state.breaches or reading.latency_breached:  # the usual case: neither
         breaches, not_load = _breach_outcomes(spec, state.breaches, reading, serving, now)
         if breaches != state.breaches:
             state = state.with_breaches(breaches)
     fine = _fine_per_replica(spec, reading, serving)
-    carried = _carried(spec, state.carried, state.breaches, fine, now)
+    carried = _carried(spec, state.carried, remembered + state.breaches, fine, now)
+    if carried is not None and reading.latency_breached and not_load is None:
+        carried = carried._replace(failed=now)  # a breach of the load: no step for a while
     if carried is not state.carried:
         state = state._replace(carried=carried)
     overload = None
@@ -263,7 +269,10 @@ def _decide_on_signals(spec: AutoscalingSpec, current: int, reading: Reading,
         # knows more (a replica carries less than the breach's rate, more than what was
         # fine since).
         floor, held = _carried_floor(spec, state.carried, reading, current, now,
-                                     probe=fine is not None)
+                                     probe=fine is not None and (
+                                         state.carried.failed is None
+                                         or now - state.carried.failed
+                                         >= seconds(spec.latency.breach_memory)))
         if floor > raw and floor > spec.min_replicas:
             raw = floor
             notes.append(held)
@@ -738,24 +747,28 @@ def _carried(spec: AutoscalingSpec, carried: Carried | None, breaches: tuple[Bre
     requests per second per serving replica measured fine, kept for latency.breachMemory
     after the last reading that matched it within the tolerance (a steady load sits just
     under its own peak: renewed only by a higher one, it lapsed before the first scale-in it
-    was for), and then taken again from this reading if it is fine. The same object when
-    unchanged. Measured from the first reading with a breach of the load remembered (a
-    Deployment that has met the limit of its replicas): before one, the queue sizes the
-    scale-ins alone, as HPA's. None with breachMemory 0s, which turns the scale-in limits
-    off, or once it lapsed with no reading fine to take it again from."""
+    was for), then taken again from the next fine reading (kept until there is one:
+    forgotten at a reading that was not, the queue took 20 replicas to 1 under 119 req/s).
+    The same object when unchanged. Measured from the first reading with a breach of the
+    load remembered (a Deployment that has met the limit of its replicas): before one, the
+    queue sizes the scale-ins alone, as HPA's. None with breachMemory 0s, which turns the
+    scale-in limits off."""
     memory = seconds(spec.latency.breach_memory)
     if memory <= 0:
         return None
     if carried is not None and (seconds(carried.target) != seconds(spec.latency.target)
                                 or carried.quantile != spec.latency.quantile):
         carried = None  # what was fine for another target says nothing of this one
-    if carried is None and not any(b.outcome != NOT_LOAD for b in breaches):
+    target = seconds(spec.latency.target)
+    if carried is None and not any(b.outcome != NOT_LOAD and b.quantile == spec.latency.quantile
+                                   and seconds(b.target) == target for b in breaches):
         return None
     lapsed = carried is not None and now - carried.time >= memory
     if fine is None:
-        return None if lapsed else carried
+        return carried
     if carried is None or lapsed or fine >= carried.per_replica:
-        return Carried(fine, now, str(spec.latency.target), spec.latency.quantile)
+        return Carried(fine, now, str(spec.latency.target), spec.latency.quantile,
+                       None if carried is None else carried.failed)
     if fine >= carried.per_replica * (1 - spec.tolerance):
         return carried._replace(time=now)
     return carried
@@ -765,16 +778,20 @@ def _carried_floor(spec: AutoscalingSpec, carried: Carried, reading: Reading, cu
                    now: float, probe: bool) -> tuple[int, str]:
     """The fewest replicas a scale-in may leave by what a replica was measured to carry well
     (ScalingState.carried), and why: enough that each carries at most the tolerance more than
-    that; with `probe` (this reading is fine on the replicas there are now), SCALE_IN_PROBE
-    fewer than now at least. Not without it: with a stabilization window shorter than the
-    latency's, the probe took 10 replicas to 7 in 30 s, before any reading at 9. The
-    request rate, not the replicas: the load that goes away with the traffic lets them go
-    with it at once."""
+    that, and never more than SCALE_IN_PROBE fewer than carry it at that rate (the tolerance
+    of 102 replicas took 9 away at once, into a breach whose floor then held 114 where 97
+    do); with `probe` (this reading is fine on the replicas there are now, and no breach of
+    the load for latency.breachMemory: a step into a breach, cured at its own rate, was
+    taken again every window), SCALE_IN_PROBE fewer than now at least. Not without it: with
+    a stabilization window shorter than the latency's, the step took 10 replicas to 7 in
+    30 s, before any reading at 9. The request rate, not the replicas: the load that goes
+    away with the traffic lets them go with it at once."""
     rate = reading.request_rate
     assert rate is not None  # a rate not known holds every scale-in before this
-    needed = rate / (carried.per_replica * (1 + spec.tolerance))
-    floor = max(1, min(current - (SCALE_IN_PROBE if probe else 0),
-                       math.ceil(needed - FLOAT_NOISE)))
+    step = SCALE_IN_PROBE if probe else 0
+    needed = math.ceil(rate / (carried.per_replica * (1 + spec.tolerance)) - FLOAT_NOISE)
+    known = math.ceil(rate / carried.per_replica - FLOAT_NOISE)
+    floor = max(1, min(current - step, max(needed, known - step)))
     age = format_duration(round(now - carried.time))
     return floor, (f"the {reading.latency_kind} was under its target at "
                    f"{_per_replica_text(carried.per_replica)} req/s per replica {age} ago: "

@@ -174,6 +174,9 @@ class Carried(NamedTuple):
     this one."""
     quantile: float
     """latency.quantile then."""
+    failed: float | None = None
+    """When the latency last breached with the load's (engine._carried_floor: no step of
+    one replica for latency.breachMemory after it); None: not since it was measured."""
 
 
 _time: Callable[[Recommendation | ScaleEvent | Breach], float] = itemgetter(0)
@@ -259,7 +262,8 @@ class ScalingState(NamedTuple):
                         for b in self.breaches)
                 and (self.queue is None or (self.queue.time <= now and (
                     self.queue.fell is None or self.queue.fell <= now)))
-                and (self.carried is None or self.carried.time <= now)):
+                and (self.carried is None or (self.carried.time <= now and (
+                    self.carried.failed is None or self.carried.failed <= now)))):
             return self
         return ScalingState(
             tuple(r if r.time <= now else Recommendation(now, r.replicas) for r in recs),
@@ -280,7 +284,8 @@ class ScalingState(NamedTuple):
                 time=min(queue.time, now),
                 fell=None if queue.fell is None else min(queue.fell, now)),
             None if (carried := self.carried) is None else carried._replace(
-                time=min(carried.time, now)))
+                time=min(carried.time, now),
+                failed=None if carried.failed is None else min(carried.failed, now)))
 
     def to_json(self) -> dict[str, Any]:
         """The shape stored in status (camelCase, RFC 3339 times)."""
@@ -313,7 +318,8 @@ class ScalingState(NamedTuple):
                 "fallingFrom": queue.falling_from},
             "carried": None if (carried := self.carried) is None else {
                 "perReplica": carried.per_replica, "time": format_time(carried.time),
-                "target": carried.target, "quantile": carried.quantile},
+                "target": carried.target, "quantile": carried.quantile,
+                "failed": None if carried.failed is None else format_time(carried.failed)},
         }
 
     @classmethod
@@ -415,7 +421,8 @@ def _queue(data: dict[str, Any]) -> QueueSeen:
 def _carried(data: dict[str, Any]) -> Carried:
     """A stored `carried`; ValueError when it cannot be one (a finite rate above 0)."""
     carried = Carried(float(data["perReplica"]), parse_time(data["time"]), str(data["target"]),
-                      float(data["quantile"]))
+                      float(data["quantile"]),
+                      None if data.get("failed") is None else parse_time(data["failed"]))
     duration_seconds(carried.target)  # compared with the spec's as a duration
     if not (math.isfinite(carried.per_replica) and carried.per_replica > 0):
         raise ValueError(f"carried {data} is not a request rate per replica")
