@@ -1799,6 +1799,26 @@ def test_after_a_breach_of_the_load_no_replica_is_tried_away_for_breach_memory()
     assert breached.state.carried is not None and breached.state.carried.failed == NOW
 
 
+def test_the_count_known_to_carry_the_load_caps_the_floor_of_the_breach_a_step_made() -> None:
+    """Found by review: a step from 10 replicas to 9 breached at 10.6 req/s per replica, and
+    the breach's floor (each replica under 90% of that: 9.5) held 11 for a day where the 10
+    had carried 95 req/s at 9.5 each. The two agree on 10."""
+    history, decisions = _closed_loop([95.0] * (3 * 240), 10, minReplicas=8, maxReplicas=13,
+                                      initial=ScalingState(carried=Carried(9.5, NOW, "75ms",
+                                                                           0.99)))
+    assert min(history) == 9 and history[-1] == 10 and max(history[100:]) == 10, history[:80]
+    said = next(d.reason for d in decisions if d.action is ScaleAction.SCALE_IN
+                and d.current_replicas == 11)
+    assert "but it was under its target at 9.5 req/s per replica, so 10 carry it" in said, said
+    # Not where the breach came at the rate measured fine or under it: a slower release.
+    slower = Breach(NOW - 60, 76.0, 10, "75ms", 0.99, "Cured", 0.09, 0.0, NOW - 60)
+    held = decide(signals(steady(0), rate=95.0), current=14, maxReplicas=20,
+                  state=ScalingState(breaches=(slower,),
+                                     carried=Carried(9.5, NOW - 600, "75ms", 0.99)),
+                  scaleDown={"stabilization": "0s"})
+    assert held.desired_replicas == 14, held.reason  # 95 / (7.6 x 0.9) = 13.9
+
+
 def test_what_a_replica_carried_lets_the_replicas_go_with_the_load_at_once() -> None:
     """The request rate, not the replicas: a load that goes away takes them with it in one
     step; only a count the load still needs is tried one replica at a time."""
