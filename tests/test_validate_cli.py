@@ -320,15 +320,26 @@ def test_output_into_a_pipe_closed_early_ends_quietly_with_141(tmp_path: Path) -
 
 
 @pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
-@pytest.mark.parametrize("argv", [["crds"], ["validate", "examples/canary-vllm.yaml"]])
+@pytest.mark.parametrize("argv", [["crds"], ["validate", "examples/canary-vllm.yaml"],
+                                  ["--version"], ["--help"], ["autoscale", "evaluate", "--help"]])
 def test_output_to_a_full_device_is_said_without_a_traceback(argv: list[str]) -> None:
-    """`infertune crds > /dev/full`: an OSError traceback came out, exit 1."""
+    """`infertune crds > /dev/full`: an OSError traceback came out, exit 1; `--version` and
+    `--help` exited 0 having written nothing (argparse drops the error)."""
     root = Path(__file__).resolve().parent.parent
     with open("/dev/full", "w") as full:
         done = subprocess.run([sys.executable, "-m", "infertune", *argv], cwd=root,
                               stdout=full, stderr=subprocess.PIPE, text=True, timeout=120)
     assert done.returncode == 1, done.stderr
     assert done.stderr == "infertune: cannot write the output: No space left on device\n"
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
+def test_a_usage_error_exits_2_whatever_stderr_is() -> None:
+    root = Path(__file__).resolve().parent.parent
+    with open("/dev/full", "w") as full:
+        done = subprocess.run([sys.executable, "-m", "infertune", "nosuch"], cwd=root,
+                              stderr=full, timeout=120)
+    assert done.returncode == 2
 
 
 def test_crds_takes_a_file_to_write_or_one_to_check_not_both(

@@ -14,7 +14,10 @@ import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import FrameType
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
+
+if TYPE_CHECKING:
+    from _typeshed import SupportsWrite
 
 from infertune import __version__
 
@@ -253,8 +256,21 @@ def _launcher_path(args: argparse.Namespace) -> int:
     return 0
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser, whose --help, --version and usage messages say a failed write: its
+    own drops an OSError, and `infertune --version > /dev/full` exited 0 having written
+    nothing. The subcommands' parsers are of this class too (add_subparsers takes the
+    parent's)."""
+
+    def _print_message(self, message: str, file: SupportsWrite[str] | None = None) -> None:
+        if file is None or file is sys.stderr:  # a usage error: exit 2 whatever stderr is
+            super()._print_message(message, file)
+        elif message:
+            file.write(message)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="infertune",
         description="Tune the infrastructure under LLM inference servers and keep P99 in the SLO.",
     )
@@ -460,6 +476,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         # Ctrl-C in the first half second (the parser imports the models): a traceback.
         _interrupted()
+    except OSError as exc:  # writing --help or --version (_Parser)
+        return _output_failed(exc)
+    except SystemExit:
+        # --help, --version and usage errors: argparse writes, then exits. Flushed here, so
+        # that a full device or a reader gone is said as after any command (`--version >
+        # /dev/full` exited 0 with nothing written).
+        try:
+            sys.stdout.flush()
+        except OSError as exc:
+            return _output_failed(exc)
+        raise
     handler: Command = args.handler
     if handler is _run:  # a broken pipe there is a connection's, not the output's
         return handler(args)
@@ -472,20 +499,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.flush()
     except KeyboardInterrupt:
         _interrupted()
-    except BrokenPipeError:
+    except OSError as exc:
+        return _output_failed(exc)
+    return code
+
+
+def _output_failed(exc: OSError) -> int:
+    """The exit status when writing the output failed; `exc` raised again when it is not the
+    output's (not a closed reader, not a full or failing device)."""
+    if isinstance(exc, BrokenPipeError):
         # `infertune validate many.yaml | head -1`: the reader has what it wanted. Quiet, as
         # a shell tool that SIGPIPE ends; stdout goes to /dev/null so that flushing what is
         # left at exit cannot fail again.
         _output_to_devnull()
         return CLOSED_OUTPUT
-    except OSError as exc:
-        if exc.errno not in OUTPUT_FULL:
-            raise
-        # `infertune crds > /dev/full`, a full disk: said, not a traceback.
-        _output_to_devnull()
-        print(f"infertune: cannot write the output: {exc.strerror}", file=sys.stderr)
-        return 1
-    return code
+    if exc.errno not in OUTPUT_FULL:
+        raise exc
+    # `infertune crds > /dev/full`, a full disk: said, not a traceback.
+    _output_to_devnull()
+    print(f"infertune: cannot write the output: {exc.strerror}", file=sys.stderr)
+    return 1
 
 
 def _interrupted() -> NoReturn:
