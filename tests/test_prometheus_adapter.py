@@ -441,6 +441,42 @@ def test_an_answer_sent_slowly_is_no_data_after_the_cycles_longest_wait(gzipped:
         got.queue.problem
 
 
+def test_an_answer_larger_than_any_query_result_is_no_data_at_its_size(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found by review: a URL that streams (a file server, a stream, not a query API) grew
+    the operator's memory without bound (2.3 GB in 7.5 s; 14 GB with a longer timeout), and
+    was said as a slow answer."""
+    monkeypatch.setattr(prometheus_adapter, "MOST_DECODED", 1 << 20)
+    stop = threading.Event()
+
+    class Stream(QuietHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(100 << 30))
+            self.end_headers()
+            chunk = b" " * (64 << 10)
+            try:
+                while not stop.is_set():
+                    self.wfile.write(chunk)
+            except OSError:
+                pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Stream)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        source = PrometheusSource(f"http://127.0.0.1:{server.server_address[1]}",
+                                  timeout_s=20)
+        got = source.fetch([target("a", "b")], time.time())["a/b"]
+    finally:
+        stop.set()
+        server.shutdown()
+        server.server_close()
+    assert got.queue.problem is not None and got.queue.problem.endswith(
+        "failed: answered, but its answer could not be decoded (the answer is more than 1 "
+        "MiB (is this a Prometheus query API? check the URL))"), got.queue.problem
+
+
 def trickling(body: bytes, stop: threading.Event, gzipped: bool) -> type[QuietHandler]:
     """A fake Prometheus that answers at once, then sends its answer a byte at a time for
     20 s, each byte within a timeout of 0.5 s, until `stop` is set: 100 spaces before `body`,

@@ -90,6 +90,32 @@ def source_name(path: Path) -> str:
     return "<stdin>" if str(path) == STDIN else str(path)
 
 
+MAX_EXPANDED = 100_000
+"""The most values a document's aliases may expand it to where they multiply it more than
+ALIAS_EXPANSION times: a manifest has hundreds; go-yaml refuses such a document as
+"excessive aliasing"."""
+ALIAS_EXPANSION = 100
+
+
+def _expanded_size(node: yaml.Node, sizes: dict[int, int]) -> int:
+    """The values `node` stands for with every alias expanded, each node counted once in
+    `sizes` (so the count takes one step per node, however far the aliases multiply it; a
+    node that holds itself counts once)."""
+    key = id(node)
+    if key in sizes:
+        return sizes[key]
+    sizes[key] = 1
+    if isinstance(node, yaml.MappingNode):
+        size = 1 + sum(_expanded_size(k, sizes) + _expanded_size(v, sizes)
+                       for k, v in node.value)
+    elif isinstance(node, yaml.SequenceNode):
+        size = 1 + sum(_expanded_size(item, sizes) for item in node.value)
+    else:
+        size = 1
+    sizes[key] = size
+    return size
+
+
 class _KubectlLoader(yaml.SafeLoader):
     """Reads plain scalars as kubectl does (sigs.k8s.io/yaml, on go-yaml v2), not as PyYAML's
     YAML 1.1: a manifest `validate` passes is then the object the API server receives.
@@ -127,6 +153,18 @@ class _KubectlLoader(yaml.SafeLoader):
 
     def construct_yaml_float(self, node: yaml.ScalarNode) -> float | str:  # type: ignore[override]
         return self._float_or_text(str(self.construct_scalar(node)))
+
+    def construct_document(self, node: yaml.Node) -> Any:
+        """The document, once its aliases are known not to expand it past reason: a 532-byte
+        file of anchors nested nine deep (10^9 values) held `validate` at gigabytes of memory
+        until it was killed, while kubectl refuses it ("excessive aliasing")."""
+        nodes: dict[int, int] = {}
+        expanded = _expanded_size(node, nodes)
+        if expanded > max(MAX_EXPANDED, ALIAS_EXPANSION * len(nodes)):
+            raise yaml.constructor.ConstructorError(
+                None, None, f"excessive aliasing: its anchors expand to more than "
+                f"{MAX_EXPANDED:,} values (kubectl refuses it too)", node.start_mark)
+        return super().construct_document(node)
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         """A mapping whose keys are the strings kubectl sends (sigs.k8s.io/yaml turns a key

@@ -591,6 +591,11 @@ class _AnswerWithin(HTTPAdapter):
         try:
             while chunk := response.raw.read1(ANSWER_READ, decode_content=False):
                 body += chunk
+                if len(body) > MOST_DECODED:
+                    # Not a query API's answer (a stream, a file server): unbounded, it took
+                    # gigabytes of memory before the time ran out, and was said as slow.
+                    raise DecodeError(f"the answer is more than {MOST_DECODED >> 20} MiB "
+                                      "(is this a Prometheus query API? check the URL)")
                 if time.monotonic() - started > self.within_s:
                     raise requests.exceptions.ReadTimeout(
                         f"the answer did not arrive in full within {self.within_s:g}s",
