@@ -243,3 +243,12 @@ def test_a_tuning_without_a_namespace_takes_the_one_given_or_says_default(
     code = main(["autoscale", "evaluate", "--live", "serving/llm", "-n", "serving",
                  "--prometheus", "http://127.0.0.1:9"])
     assert code == 2 and "-n is for a tuning file" in capsys.readouterr().err
+    # Not a namespace name: refused as the command line is parsed (it asked whether the pods
+    # of "Bad_NS" are scraped; "" was taken as default).
+    for bad in ("Bad_NS", "", "evil\n\x1b[31m"):
+        with pytest.raises(SystemExit) as exit_:
+            main(["autoscale", "evaluate", str(path), "--prometheus", "http://127.0.0.1:9",
+                  "-n", bad])
+        err = capsys.readouterr().err
+        assert exit_.value.code == 2 and f"argument -n/--namespace: {bad!r} is not a " \
+            "namespace name" in err, err

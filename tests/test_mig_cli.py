@@ -65,6 +65,14 @@ def test_infeasible_layout_exits_1_with_the_reason(argv: list[str], reason: str,
     assert reason in captured.err and "Traceback" not in captured.err
 
 
+def test_a_product_name_is_said_without_its_control_characters(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    assert _run(["mig", "profiles", "X\x1b[31mRED\nfake"]) == 1
+    assert capsys.readouterr().err.startswith("unknown GPU product X\\x1b[31mRED\\nfake; known:")
+    assert _run(["mig", "layout", "--product", "X\nfake", "1g.18gb"]) == 1
+    assert capsys.readouterr().err.startswith("infeasible: unknown GPU product X\\nfake; known:")
+
+
 def test_profiles_lists_the_catalog_entry(capsys: pytest.CaptureFixture[str]) -> None:
     assert _run(["mig", "profiles", "NVIDIA-H200-NVL"]) == 0
     out = capsys.readouterr().out

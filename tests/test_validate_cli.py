@@ -551,3 +551,36 @@ def test_the_deployment_of_the_tunings_own_namespace_is_checked_first(
         + _doc("Deployment", "q", None, small)  # lands in ml only with kubectl apply -n ml
         + _doc("Deployment", "q", "ml", DEPLOYMENT_32GI))
     assert main(["validate", str(manifest)]) == 0, capsys.readouterr().err
+
+
+def test_a_crd_write_that_fails_leaves_the_file_as_it_was(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Found by review: written in place, a full disk or a quota emptied the CRD file and cut
+    it short (20 KiB of 64), and `crds --check` then said only that it differs."""
+    import errno
+
+    target = tmp_path / "crd.yaml"
+    target.write_text("the CRD as it was\n")
+
+    def full(self: Path, *_: object, **__: object) -> int:
+        self.open("w").write("cut sh")  # what a full disk leaves of a write
+        raise OSError(errno.ENOSPC, "No space left on device", str(self))
+
+    monkeypatch.setattr(Path, "write_text", full)
+    assert main(["crds", "-o", str(target)]) == 1
+    assert target.read_text() == "the CRD as it was\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["crd.yaml"]  # nothing left behind
+    assert capsys.readouterr().err == f"{target}: No space left on device\n"
+    monkeypatch.undo()
+    link = tmp_path / "link.yaml"
+    link.symlink_to(target)
+    assert main(["crds", "-o", str(link)]) == 0
+    assert link.is_symlink() and "kind: CustomResourceDefinition" in target.read_text()
+
+
+def test_standard_output_closed_is_said_not_a_traceback(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(sys, "stdout", None)
+    assert main(["crds"]) == 1
+    assert capsys.readouterr().err == "infertune: standard output is closed\n"

@@ -61,7 +61,7 @@ def add_autoscale_commands(commands: argparse._SubParsersAction) -> None:  # typ
     evaluate.add_argument("--live", metavar="NAMESPACE/NAME", type=_live_ref,
                           help="read the InferenceTuning, its stored autoscaling state and the "
                                "Deployment's replicas from the cluster instead of a file")
-    evaluate.add_argument("-n", "--namespace", metavar="NAMESPACE",
+    evaluate.add_argument("-n", "--namespace", metavar="NAMESPACE", type=_namespace,
                           help="the namespace of a tuning whose file gives none (as kubectl "
                           "apply -n); default: default, said on standard error")
     evaluate.add_argument("--kubeconfig", type=kubeconfig_option, metavar="PATH",
@@ -96,6 +96,19 @@ def _replicas(text: str) -> int:
         raise argparse.ArgumentTypeError(f"{value} is not a Deployment's replica count (0 to "
                                          f"{MOST_REPLICAS})")
     return value
+
+
+def _namespace(text: str) -> str:
+    """-n: a namespace name, checked as the command line is parsed (exit 2): any text was
+    taken, `-n Bad_NS` asked whether its pods are scraped, `-n ""` read as default, and
+    control characters reached the terminal."""
+    from infertune.api.spec import is_dns_label
+
+    if not is_dns_label(text):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a namespace name (a-z, 0-9 and '-', at most 63, starting and "
+            "ending with a letter or digit)")
+    return text
 
 
 def _live_ref(text: str) -> str:

@@ -128,7 +128,7 @@ def _crds(args: argparse.Namespace) -> int:
                   "to print to standard output", file=sys.stderr)
             return 1
         if args.output is not None and args.output != "-":  # -: standard output, as kubectl
-            Path(args.output).write_text(text, encoding="utf-8")
+            _write_whole(Path(args.output), text)
             return 0
     except (OSError, UnicodeDecodeError) as exc:
         where = args.check if args.check is not None else args.output
@@ -215,6 +215,21 @@ def _positive_int(text: str) -> int:
 
 def _launcher_file() -> Path:
     return Path(__file__).resolve().parent / "launcher" / "infertune-launch"
+
+
+def _write_whole(path: Path, text: str) -> None:
+    """`text` into `path` whole or not at all: written beside it and renamed over it, so a
+    write that fails (a full disk, a quota) leaves the file as it was (it was emptied, then
+    cut short: a CRD of 20 KiB where there had been 64). A symbolic link's target is written,
+    not the link replaced."""
+    path = Path(os.path.realpath(path))
+    staged = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        staged.write_text(text, encoding="utf-8")
+        os.replace(staged, path)
+    finally:
+        with contextlib.suppress(OSError):  # nothing left behind by a failed try
+            staged.unlink(missing_ok=True)
 
 
 def _launcher_install(args: argparse.Namespace) -> int:
@@ -465,6 +480,9 @@ def _add_launcher_command(commands: argparse._SubParsersAction) -> None:  # type
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    if sys.stdout is None:  # started with stdout closed (`>&-`): a traceback at the first write
+        print("infertune: standard output is closed", file=sys.stderr)
+        return 1
     given = list(sys.argv[1:] if argv is None else argv)
     if len(given) == 3 and given[:2] == ["launcher", "install"] and not given[2].startswith("-"):
         # The init container of every tuned pod runs this under a 50m CPU limit: the whole

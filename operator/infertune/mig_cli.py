@@ -12,6 +12,7 @@ import sys
 
 import yaml
 
+from infertune.api.manifests import printable
 from infertune.tuning.mig import (
     Infeasible,
     LayoutPlan,
@@ -43,7 +44,7 @@ def parse_slice(text: str) -> tuple[str, int]:
 def _layout(args: argparse.Namespace) -> int:
     result = plan_layout(args.product, SliceRequest(tuple(args.slices)))
     if isinstance(result, Infeasible):
-        print(f"infeasible: {result.reason}", file=sys.stderr)
+        print(f"infeasible: {printable(result.reason)}", file=sys.stderr)
         return 1
     name = args.name if args.name is not None else config_name(result.product, result)
     sys.stdout.write(_placement_comment(result))
@@ -61,11 +62,11 @@ def _profiles(args: argparse.Namespace) -> int:
     catalog = load_catalog()
     found = catalog.lookup(args.product)
     if found is None:
-        print(f"unknown GPU product {args.product}; known: "
+        print(f"unknown GPU product {printable(args.product)}; known: "
               f"{', '.join(catalog.known_products)}", file=sys.stderr)
         return 1
     if isinstance(found, NonMigProduct):
-        print(f"{args.product} does not support MIG", file=sys.stderr)
+        print(f"{printable(args.product)} does not support MIG", file=sys.stderr)
         return 1
     sys.stdout.write(_profile_table(found))
     return 0
