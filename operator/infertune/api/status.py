@@ -243,8 +243,9 @@ class CarriedRecord(ApiModel):
     per_replica: Annotated[float, Field(gt=0)]
     """Requests per second per serving replica."""
     time: str
-    """When it was measured; kept for latency.breachMemory after it, unless a higher one is
-    measured meanwhile."""
+    """When it was measured, or last renewed by a reading within the tolerance under it; kept
+    for latency.breachMemory after that (a higher reading takes its place), then taken again
+    from the next reading measured fine."""
     target: str
     """latency.target then (measured for another target or quantile, it no longer counts)."""
     quantile: float

@@ -735,10 +735,10 @@ def _known_to_carry(spec: AutoscalingSpec, carried: Carried | None, breach: Brea
     the breach's rate per replica less the tolerance: the two agree, and the count between
     them is known. Left above it, a step of one replica from 10 into a breach at 95 req/s
     held 11 for a day, where 10 had carried it. Not where the breach came at that rate or
-    under it (a slower release): the breach is the newer word."""
+    under it (a slower release): the breach is the newer word. `carried` is this reading's
+    (_carried), so of the spec's latency target and quantile."""
     rate = reading.request_rate
-    if (carried is None or rate is None or carried.quantile != spec.latency.quantile
-            or seconds(carried.target) != seconds(spec.latency.target)
+    if (carried is None or rate is None
             or not carried.per_replica <= breach.per_replica * (1 - spec.tolerance)):
         return floor, held
     known = max(1, math.ceil(rate / carried.per_replica - FLOAT_NOISE))
@@ -775,13 +775,12 @@ def _carried(spec: AutoscalingSpec, carried: Carried | None, breaches: tuple[Bre
     load remembered (a Deployment that has met the limit of its replicas): before one, the
     queue sizes the scale-ins alone, as HPA's. None with breachMemory 0s, which turns the
     scale-in limits off."""
-    memory = seconds(spec.latency.breach_memory)
+    memory, target = seconds(spec.latency.breach_memory), seconds(spec.latency.target)
     if memory <= 0:
         return None
-    if carried is not None and (seconds(carried.target) != seconds(spec.latency.target)
+    if carried is not None and (seconds(carried.target) != target
                                 or carried.quantile != spec.latency.quantile):
         carried = None  # what was fine for another target says nothing of this one
-    target = seconds(spec.latency.target)
     if carried is None and not any(b.outcome != NOT_LOAD and b.quantile == spec.latency.quantile
                                    and seconds(b.target) == target for b in breaches):
         return None

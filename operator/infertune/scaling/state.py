@@ -167,8 +167,9 @@ class Carried(NamedTuple):
     per_replica: float
     """Requests per second per serving replica then (finite, above 0)."""
     time: float
-    """When it was measured: kept for latency.breachMemory after it, unless a higher one is
-    measured meanwhile (which takes its place)."""
+    """When it was measured, or last renewed by a reading within the tolerance under it:
+    kept for latency.breachMemory after that (a higher reading takes its place), then taken
+    again from the next reading measured fine."""
     target: str
     """latency.target then: what was fine for another target or quantile says nothing of
     this one."""
