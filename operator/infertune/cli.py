@@ -128,7 +128,8 @@ def _crds(args: argparse.Namespace) -> int:
                   "to print to standard output", file=sys.stderr)
             return 1
         if args.output is not None and args.output != "-":  # -: standard output, as kubectl
-            _write_whole(Path(args.output), text)
+            _write_whole(Path(args.output), lambda staged: staged.write_text(text,
+                                                                             encoding="utf-8"))
             return 0
     except (OSError, UnicodeDecodeError) as exc:
         where = args.check if args.check is not None else args.output
@@ -217,15 +218,15 @@ def _launcher_file() -> Path:
     return Path(__file__).resolve().parent / "launcher" / "infertune-launch"
 
 
-def _write_whole(path: Path, text: str) -> None:
-    """`text` into `path` whole or not at all: written beside it and renamed over it, so a
-    write that fails (a full disk, a quota) leaves the file as it was (it was emptied, then
-    cut short: a CRD of 20 KiB where there had been 64). A symbolic link's target is written,
-    not the link replaced."""
+def _write_whole(path: Path, fill: Callable[[Path], object]) -> None:
+    """`path` made whole or not at all: `fill` writes a file beside it, which is renamed over
+    it, so a write that fails (a full disk, a quota) leaves the file as it was (`crds -o`
+    emptied it, then cut it short: a CRD of 20 KiB where there had been 64). A symbolic
+    link's target is written, not the link replaced."""
     path = Path(os.path.realpath(path))
-    staged = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    staged = path.with_name(f".{path.name}.{os.getpid()}")
     try:
-        staged.write_text(text, encoding="utf-8")
+        fill(staged)
         os.replace(staged, path)
     finally:
         with contextlib.suppress(OSError):  # nothing left behind by a failed try
@@ -233,7 +234,6 @@ def _write_whole(path: Path, text: str) -> None:
 
 
 def _launcher_install(args: argparse.Namespace) -> int:
-    import contextlib
     import shutil
 
     if not args.directory:
@@ -241,27 +241,26 @@ def _launcher_install(args: argparse.Namespace) -> int:
               "mounts (the init container's emptyDir)", file=sys.stderr)
         return 1
     target = Path(args.directory) / "infertune-launch"
-    # Copied beside it and renamed over it: the init container runs again after a sandbox
-    # restart, into the same emptyDir, where the copy it made is read-only (0555).
-    staged = target.with_name(f".{target.name}.{os.getpid()}")
     if target.parent.exists() and not target.parent.is_dir():
         print(f"launcher install {args.directory}: not a directory; give the directory the "
               "serving container mounts (the init container's emptyDir)", file=sys.stderr)
         return 1
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
+
+    def fill(staged: Path) -> None:
         shutil.copyfile(_launcher_file(), staged)
         staged.chmod(0o555)
-        os.replace(staged, target)
+
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        # Copied beside it and renamed over it: the init container runs again after a sandbox
+        # restart, into the same emptyDir, where the copy it made is read-only (0555).
+        _write_whole(target, fill)
     except OSError as exc:
         # The init container's log is where this is read: a line, not a traceback.
         print(f"launcher install {args.directory}: {exc.strerror or exc} "
               f"({exc.filename or target}); the launcher needs a directory it can write "
               "(the init container's emptyDir)", file=sys.stderr)
         return 1
-    finally:
-        with contextlib.suppress(OSError):  # nothing left behind by a failed try
-            staged.unlink(missing_ok=True)
     print(f"installed {target}")
     return 0
 
