@@ -102,12 +102,10 @@ def _namespace(text: str) -> str:
     """-n: a namespace name, checked as the command line is parsed (exit 2): any text was
     taken, `-n Bad_NS` asked whether its pods are scraped, `-n ""` read as default, and
     control characters reached the terminal."""
-    from infertune.api.spec import is_dns_label
+    from infertune.autoscale_live import namespace_problem
 
-    if not is_dns_label(text):
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not a namespace name (a-z, 0-9 and '-', at most 63, starting and "
-            "ending with a letter or digit)")
+    if (problem := namespace_problem(text)) is not None:
+        raise argparse.ArgumentTypeError(problem)
     return text
 
 

@@ -76,17 +76,26 @@ class Live(NamedTuple):
                           self.fight(current, now), now)
 
 
+def namespace_problem(text: str) -> str | None:
+    """Why `text` is no namespace name, None when it is one."""
+    from infertune.api.spec import is_dns_label
+
+    if is_dns_label(text):
+        return None
+    return (f"{text!r} is not a namespace name (a-z, 0-9 and '-', at most 63, starting and "
+            "ending with a letter or digit)")
+
+
 def split_ref(ref: str) -> tuple[str, str]:
     """(namespace, name) of --live's NAMESPACE/NAME, or ValueError saying what is wrong with
     it. Both go into the request's path: `..` there reached another resource."""
-    from infertune.api.spec import is_dns_label, is_dns_subdomain
+    from infertune.api.spec import is_dns_subdomain
 
     namespace, slash, name = ref.partition("/")
     if not (slash and namespace and name) or "/" in name:
         raise ValueError(f"--live {ref!r}: expected NAMESPACE/NAME, for example serving/qwen")
-    if not is_dns_label(namespace):
-        raise ValueError(f"--live {ref!r}: {namespace!r} is not a namespace name (a-z, 0-9 and "
-                         "'-', at most 63, starting and ending with a letter or digit)")
+    if (problem := namespace_problem(namespace)) is not None:
+        raise ValueError(f"--live {ref!r}: {problem}")
     if not is_dns_subdomain(name):
         raise ValueError(f"--live {ref!r}: {name!r} is not an object name (a-z, 0-9, '-' and "
                          "'.', at most 253, starting and ending with a letter or digit)")
