@@ -437,47 +437,44 @@ def test_valid_says_when_the_deployment_was_not_there_to_check_against(
     assert capsys.readouterr().out.endswith("InferenceTuning ml/q: valid\n")
 
 
+def _validated(manifest: Path, text: str, capsys: pytest.CaptureFixture[str]) -> str:
+    """What `validate` prints of `text`, written to `manifest`, which it passes."""
+    manifest.write_text(text)
+    assert main(["validate", str(manifest)]) == 0
+    return capsys.readouterr().out
+
+
 def test_valid_says_batching_without_autoscaling_is_not_acted_on(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """"valid" read as if batching would be tuned; only the autoscaler's evaluations read it."""
     spec = "spec: {targetRef: {name: q}, engine: vllm, batching: {mode: Recommend}}\n"
-    manifest = tmp_path / "t.yaml"
-    manifest.write_text(_doc("InferenceTuning", "q", "ml", spec)
-                        + _doc("Deployment", "q", "ml", DEPLOYMENT_32GI))
-    assert main(["validate", str(manifest)]) == 0
-    assert capsys.readouterr().out.endswith(
+    manifest, deployment = tmp_path / "t.yaml", _doc("Deployment", "q", "ml", DEPLOYMENT_32GI)
+    assert _validated(manifest, _doc("InferenceTuning", "q", "ml", spec) + deployment,
+                      capsys).endswith(
         "InferenceTuning ml/q: valid (spec.batching is not acted on without spec.autoscaling: "
         "its evaluations recommend and apply the batch size; add spec.autoscaling (with "
         "enabled: false it recommends without scaling), or set spec.batching.mode: Off)\n")
-    manifest.write_text(_doc("InferenceTuning", "q", "ml", spec.replace(
-        "batching:", "autoscaling: {maxReplicas: 4}, batching:"))
-                        + _doc("Deployment", "q", "ml", DEPLOYMENT_32GI))
-    assert main(["validate", str(manifest)]) == 0
-    assert capsys.readouterr().out.endswith("InferenceTuning ml/q: valid\n")
+    autoscaled = spec.replace("batching:", "autoscaling: {maxReplicas: 4}, batching:")
+    assert _validated(manifest, _doc("InferenceTuning", "q", "ml", autoscaled) + deployment,
+                      capsys).endswith("InferenceTuning ml/q: valid\n")
 
 
 def test_valid_says_a_canary_is_not_enforced(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """"valid" read as if the canary would guard the next rollout; nothing acts on it yet."""
     spec = "spec: {targetRef: {name: q}, engine: vllm, canary: {steps: [{weight: 20}]}}\n"
-    manifest = tmp_path / "t.yaml"
-    manifest.write_text(_doc("InferenceTuning", "q", "ml", spec)
-                        + _doc("Deployment", "q", "ml", DEPLOYMENT_32GI))
-    assert main(["validate", str(manifest)]) == 0
-    assert capsys.readouterr().out.endswith(
+    manifest, deployment = tmp_path / "t.yaml", _doc("Deployment", "q", "ml", DEPLOYMENT_32GI)
+    tuning = _doc("InferenceTuning", "q", "ml", spec)
+    assert _validated(manifest, tuning + deployment, capsys).endswith(
         "InferenceTuning ml/q: valid (spec.canary is not enforced yet: canary rollouts are "
         "planned, new revisions roll out as the Deployment says)\n")
-    manifest.write_text(_doc("InferenceTuning", "q", "ml", spec))
-    assert main(["validate", str(manifest)]) == 0
-    assert capsys.readouterr().out.endswith(
+    assert _validated(manifest, tuning, capsys).endswith(
         "(Deployment q is not among the files: spec.container and memory.high not checked "
         "against it; spec.canary is not enforced yet: canary rollouts are planned, new "
         "revisions roll out as the Deployment says)\n")
-    manifest.write_text(_doc("InferenceTuning", "q", "ml", spec.replace(
-        "canary: {", "canary: {enabled: false, ")) + _doc("Deployment", "q", "ml",
-                                                          DEPLOYMENT_32GI))
-    assert main(["validate", str(manifest)]) == 0
-    assert capsys.readouterr().out.endswith("InferenceTuning ml/q: valid\n")
+    off = spec.replace("canary: {", "canary: {enabled: false, ")
+    assert _validated(manifest, _doc("InferenceTuning", "q", "ml", off) + deployment,
+                      capsys).endswith("InferenceTuning ml/q: valid\n")
 
 
 def test_a_trial_beside_the_tuning_in_force_is_no_rival(
