@@ -1062,6 +1062,72 @@ def test_an_answer_that_is_not_prometheus_is_no_data_that_says_so(answer: bytes,
         assert problem is not None and says in problem and "check the URL" in problem, problem
 
 
+def test_an_error_answered_with_http_200_is_no_data_in_prometheus_words() -> None:
+    """A Prometheus-compatible server (or a proxy) that answers an error with HTTP 200: the
+    client's missing "data" was said as "not a Prometheus query result (KeyError: 'data');
+    check the URL", and the server's own words, which say what is wrong, were lost."""
+    class ErrorWith200(QuietHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(json.dumps({
+                "status": "error", "errorType": "execution",
+                "error": 'query limits: too many series for {tenant="team-a"}'}).encode())
+
+        do_POST = do_GET
+
+    with served(ErrorWith200) as url:
+        got = PrometheusSource(url).fetch([target("a", "b")], time.time())["a/b"]
+    for problem in (got.queue.problem, got.latency.problem, got.request_rate.problem):
+        assert problem is not None and problem.startswith(
+            f"Prometheus at {url} failed: answered with an error (execution): query limits: "
+            "too many series for {...}"), problem  # label values cut, as other errors'
+
+
+def test_prometheus_warnings_come_with_the_signals_and_are_logged_once(
+        prometheus: PrometheusServer, caplog: pytest.LogCaptureFixture, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A real Prometheus whose remote read fails answers with its local data and a warning
+    (the data may lack what the remote store holds); the client drops warnings, so the
+    operator read the answer as whole."""
+    llm = target("serving", "llm")
+    source = PrometheusSource(prometheus.url)
+    assert fetch_when(source, [llm], llm.key)[llm.key].warnings == ()
+    dead = f"http://127.0.0.1:{free_port()}/api/v1/read"
+    prometheus.set_remote_read([dead])
+    path = tmp_path / "tuning.yaml"
+    path.write_text(TUNING)
+    try:
+        with caplog.at_level("WARNING", logger=prometheus_adapter.__name__):
+            cycles = [source.fetch([llm], time.time())[llm.key] for _ in range(2)]
+        logged = [r.getMessage() for r in caplog.records if "warned" in r.getMessage()]
+        capsys.readouterr()
+        assert run_cli(["autoscale", "evaluate", str(path), "--prometheus", prometheus.url,
+                        "--replicas", "2"]) == 0
+        printed = capsys.readouterr().out.splitlines()
+    finally:
+        prometheus.set_remote_read([])
+    for got in cycles:
+        assert got.queue.available and got.latency.available  # the local data, as before
+        # Once, though each of the queue, latency and request-rate answers carried it.
+        assert len(got.warnings) == 1 and got.warnings[0].startswith("remote_read: "), got
+        assert dead in got.warnings[0]
+    assert len(logged) == 1 and "queries of 1 tuning(s)" in logged[0], logged
+    assert source.fetch([llm], time.time())[llm.key].warnings == ()
+    assert [line for line in printed if line.startswith("warning: ")] == [
+        f"warning: Prometheus warned that its answer may be incomplete: {cycles[0].warnings[0]}"]
+
+
+@pytest.mark.parametrize(("said", "kept"), [
+    ("x" * 400, "x" * 300 + "..."),
+    ('found series {job="a", team="payments"}\nNEXT', "found series {...}\\nNEXT"),
+])
+def test_warnings_are_kept_short_without_label_values_or_control_characters(
+        said: str, kept: str) -> None:
+    assert prometheus_adapter._warnings((said, said)) == (kept,)
+
+
 def test_a_template_that_returns_native_histograms_is_told_to_take_a_number_of_them() -> None:
     """A result of native histograms is a Prometheus answer: it read as one that is no query
     result, "check the URL"."""

@@ -1141,6 +1141,34 @@ def test_a_target_below_the_histograms_resolution_is_said_steadily_for_what_it_i
                                          "cannot be compared with the target")
 
 
+def test_prometheus_warnings_are_said_in_metrics_available_beside_its_status() -> None:
+    """Prometheus answers a query whose remote read failed (or Thanos a partial response)
+    with the data it has and a warning: the tuning showed "queue and latency series found"
+    as if the data were whole. The status stays what the data says; the message says the
+    warning, and loses it once Prometheus stops warning."""
+    warned = ("remote_read: error sending request: connection refused",)
+    status: dict[str, Any] = {}
+    messages = []
+    for i, warnings in enumerate((warned, warned, ())):
+        now = NOW + 15 * i
+        planned = plan_evaluation(spec(), 1, status, signals(5.0, 0.05, now)._replace(
+            warnings=warnings), 4, None, now)
+        status = merge_patch(status, planned.status)
+        metrics = next(c for c in status["conditions"] if c["type"] == "MetricsAvailable")
+        assert (metrics["status"], metrics["reason"]) == ("True", "Found")
+        messages.append(metrics["message"])
+    assert messages[0] == messages[1] == (
+        "queue and latency series found; Prometheus warned that its answer may be "
+        "incomplete: remote_read: error sending request: connection refused")
+    assert messages[2] == "queue and latency series found"
+    missing = plan_evaluation(spec(), 1, {}, signals(None, 0.05)._replace(warnings=warned), 4,
+                              None, NOW)
+    metrics = next(c for c in missing.status["conditions"] if c["type"] == "MetricsAvailable")
+    assert metrics["status"] == "False" and metrics["message"].endswith(
+        "; Prometheus warned that its answer may be incomplete: " + warned[0])
+    assert missing.decision.signals.to_json()["warnings"] == list(warned)
+
+
 def test_replicas_that_stop_being_written_are_announced_once_even_on_a_hold() -> None:
     """A fight or an HPA turned ScalingActive False without any Event when the decision was
     a Hold, and a blocked scale's Event said only "not applied"."""

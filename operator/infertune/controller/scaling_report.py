@@ -303,11 +303,16 @@ def _conditions(spec: InferenceTuningSpec, generation: int, decision: ScaleDecis
     """
     problems = "; ".join(decision.signals.problems)
     resolution = all(p.startswith(FLOOR_PROBLEM) for p in decision.signals.problems)
+    said = problems or "queue and latency series found"
+    if decision.signals.warnings:
+        # Status as the data says (Prometheus answered); the data may lack what it warns of.
+        said += ("; Prometheus warned that its answer may be incomplete: "
+                 + "; ".join(decision.signals.warnings))
     metrics = condition_dict(ConditionType.METRICS_AVAILABLE,
                              ConditionStatus.FALSE if problems else ConditionStatus.TRUE,
                              ("LatencyTargetBelowResolution" if resolution else
                               "MetricsMissing") if problems else "Found",
-                             problems or "queue and latency series found", generation, stamp)
+                             said, generation, stamp)
     if spec.autoscaling is not None and not spec.autoscaling.enabled:
         scaling = condition_dict(ConditionType.SCALING_ACTIVE, ConditionStatus.FALSE,
                                  "Disabled", "spec.autoscaling.enabled is false: the signals are "

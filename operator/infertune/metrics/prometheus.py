@@ -14,6 +14,7 @@ import logging
 import math
 import operator
 import re
+import threading
 import time
 import zlib
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -40,6 +41,7 @@ from urllib3.exceptions import SSLError as Urllib3SSLError
 from urllib3.exceptions import TimeoutError as Urllib3Timeout
 from urllib3.util.retry import Retry
 
+from infertune.api.manifests import printable
 from infertune.api.units import duration_seconds
 from infertune.metrics.access import (
     AUTH_TYPE_OPTION,
@@ -221,6 +223,8 @@ class PrometheusSource:
         self._template_pool = ThreadPoolExecutor(max_workers=PARALLEL_TEMPLATE_QUERIES,
                                                  thread_name_prefix="prometheus-template")
         self._turns = {False: 0, True: 0}
+        self._warned: set[str] = set()
+        """The warnings Prometheus answered with in the last cycle (`_log_warnings`)."""
         """Per pool (templated or not): where the next cycle starts its plans."""
         self._floor_texts: dict[int, str | None] = {}
         """id of each planned latency plan -> its floor query (kept with the plans)."""
@@ -252,6 +256,7 @@ class PrometheusSource:
         # The batch's longest wait: queries not started within the budget, one timeout each.
         deadline = time.monotonic() + self.timeout_s * (BUDGET_TIMEOUTS + 1)
         with_latency: list[tuple[QueryPlan, Iterable[SeriesKey]]] = []
+        warned: dict[str, dict[str, None]] = {}
         for answer in self._answers(run, plans):
             plan = answer.plan
             table, hits = found[plan.signal], answer.hits
@@ -260,6 +265,10 @@ class PrometheusSource:
                 table[target.key] = got if got is not None else answer.missing(target)
             if hits and plan.floor is not None:
                 with_latency.append((plan, hits.keys()))
+            if answer.warnings:
+                for target in plan.members:
+                    warned.setdefault(target.key, {}).update(dict.fromkeys(answer.warnings))
+        self._log_warnings(warned)
         floors, unknown = self._latency_floors(plans, with_latency, now, deadline)
         # Window plans fill the queue and running tables, range plans the other two.
         queue = cast(dict[str, Window], found[Signal.QUEUE])
@@ -274,8 +283,19 @@ class PrometheusSource:
             out[key] = self._unsupported(t) if window is None else TargetSignals(
                 window, latency[key], rate[key], running.get(key, NOT_READ), t.latency_kind,
                 floors.get(key), key in unknown, now, _window_s(t.window),
-                unknown.get(key, ""))
+                unknown.get(key, ""), tuple(warned[key]) if key in warned else ())
         return out
+
+    def _log_warnings(self, warned: Mapping[str, Mapping[str, None]]) -> None:
+        """Logs each warning Prometheus answered with that the cycle before had not (they
+        are in MetricsAvailable of every tuning whose query it came with)."""
+        now = {warning for said in warned.values() for warning in said}
+        for warning in sorted(now - self._warned):
+            tunings = sum(warning in said for said in warned.values())
+            logger.warning("Prometheus at %s warned, with the answer of the queries of %d "
+                           "tuning(s) (their data may be incomplete): %s", self.shown_url,
+                           tunings, warning)
+        self._warned = now
 
     def queries_for(self, target: MetricsTarget) -> dict[Signal, str]:
         """Each signal's query for `target` alone, as a person would paste it into Prometheus
@@ -517,6 +537,7 @@ class PrometheusSource:
         if isinstance(query, _Unbuildable):
             return _Answer(plan, {}, f"the query cannot be built: {query.problem}")
         end = math.floor(now)
+        _said.warnings = ()
         # Prometheus's own limit, so a query this side gave up on stops there too (its
         # default is 2 minutes, every cycle).
         server_side = {"timeout": f"{self.timeout_s:g}",  # seconds; "2.5s" is refused
@@ -550,7 +571,7 @@ class PrometheusSource:
             if histograms := _native_histograms(result):
                 return _Answer(plan, {}, histograms)
             return _Answer(plan, {}, f"Prometheus at {self.shown_url} failed: {_not_a_result(exc)}")
-        return _Answer(plan, found, None)
+        return _Answer(plan, found, None, _warnings(_said.warnings))
 
 
 ANSWER_READ = 64 * 1024
@@ -616,7 +637,51 @@ class _AnswerWithin(HTTPAdapter):
             raise
         response._content = content
         response.raw.release_conn()
+        response.__class__ = _QueryAnswer  # what the client reads with .json()
         return response
+
+
+class _QueryAnswer(requests.Response):
+    """A response of the query API as the client reads it (`json()`, then its
+    data.result): the `warnings` of an answer (Prometheus's own, such as a remote read that
+    failed, or a Thanos partial response: the data may be incomplete), which the client
+    drops, are kept for the query's thread (`_said`); an answer of status "error" sent with
+    HTTP 200 (a proxy or a Prometheus-compatible server) raises `_ErrorAnswer` with its words,
+    where the client's missing "data" said only that the answer was no query result."""
+
+    def json(self, **kwargs: Any) -> Any:
+        answer = super().json(**kwargs)
+        if isinstance(answer, dict):
+            warned = answer.get("warnings")
+            if isinstance(warned, list) and warned:
+                _said.warnings = tuple(str(w) for w in warned[:MOST_WARNINGS])
+            if answer.get("status") == "error":
+                said = answer.get("error")
+                raise _ErrorAnswer(str(answer.get("errorType") or "error"),
+                                   said if isinstance(said, str) else "(no words)")
+        return answer
+
+
+MOST_WARNINGS = 3
+"""The most warnings of one answer kept (each cut to WARNING_CHARS): they go into the
+MetricsAvailable message of every tuning the query read."""
+WARNING_CHARS = 300
+
+
+class _Said(threading.local):
+    warnings: tuple[str, ...] = ()
+    """The warnings of the answer this thread read last (`_QueryAnswer`)."""
+
+
+_said = _Said()
+
+
+class _ErrorAnswer(ValueError):
+    """An answer of status "error" with HTTP 200."""
+
+    def __init__(self, error_type: str, error: str) -> None:
+        super().__init__(error)
+        self.error_type, self.error = error_type, error
 
 
 GZIP_MAGIC = b"\x1f\x8b"
@@ -697,8 +762,10 @@ class _Answer:
     `missing` says why a target has none."""
 
     def __init__(self, plan: QueryPlan, found: Mapping[SeriesKey, SignalData],
-                 error: str | None) -> None:
+                 error: str | None, warnings: tuple[str, ...] = ()) -> None:
         self.plan, self.found, self.error = plan, found, error
+        self.warnings = warnings
+        """What Prometheus warned of with the answer (`_warnings`)."""
         self.hits = {} if error is not None else {
             key: data for key, data in found.items() if data.problem is None}
 
@@ -887,6 +954,9 @@ def _describe(exc: Exception, timeout_s: float) -> str:
     """A short cause: requests puts the whole (long) query URL into its messages."""
     # Checked first: urllib3 2 makes NameResolutionError a NewConnectionError, and that a
     # subclass of its TimeoutError.
+    if isinstance(exc, _ErrorAnswer):
+        return (f"answered with an error ({exc.error_type}): "
+                f"{_without_label_sets(exc.error)[:300]}")
     reason = getattr(exc.args[0], "reason", None) if exc.args else None  # a MaxRetryError's
     if isinstance(exc, NameResolutionError) or isinstance(reason, NameResolutionError):
         # A Service name mistyped, or without its namespace: it read as Prometheus being
@@ -945,6 +1015,19 @@ def _describe(exc: Exception, timeout_s: float) -> str:
             return f"{status} ({said[0]}): {_without_label_sets(said[1])[:300]}"
     text = _without_label_sets(text)
     return text if len(text) <= 300 else text[:300] + "..."
+
+
+def _warnings(said: tuple[str, ...]) -> tuple[str, ...]:
+    """An answer's warnings as MetricsAvailable says them: without the label sets they may
+    name (as errors are, `_without_label_sets`) or control characters, each cut to
+    WARNING_CHARS, the same ones once."""
+    if not said:
+        return ()
+    out: dict[str, None] = {}
+    for warning in said:
+        text = printable(_without_label_sets(warning))
+        out[text if len(text) <= WARNING_CHARS else text[:WARNING_CHARS] + "..."] = None
+    return tuple(out)
 
 
 def _without_label_sets(text: str) -> str:

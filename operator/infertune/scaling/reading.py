@@ -68,6 +68,9 @@ class Reading(NamedTuple):
     """Why a latency above target for `consecutiveSamples` is not taken for a breach
     (`latency_breached` is False): it is a backlog's the replicas drain (engine.decide_scale).
     None otherwise."""
+    warnings: tuple[str, ...] = ()
+    """What Prometheus warned of with the answers the signals come from
+    (TargetSignals.warnings): the decision is taken on them as they are."""
 
     @property
     def queue_missing(self) -> bool:
@@ -95,6 +98,7 @@ class Reading(NamedTuple):
             "latencyBoundsUnknown": self.latency_bounds_unknown,
             "latencyBacklog": self.latency_backlog,
             "problems": list(self.problems),
+            "warnings": list(self.warnings),
         }
 
 
@@ -142,7 +146,7 @@ def read_signals(spec: AutoscalingSpec, signals: TargetSignals, now: float,
         # traffic stops, the NaN newest point is dropped and the finite one before it reads
         # as stale.
         problems = tuple(p for p in problems if not p.startswith("latency: "))
-    return Reading(  # positional: one per tuning per cycle, and keywords cost more
+    reading = Reading(  # positional: one per tuning per cycle, and keywords cost more
         queue_now, above_for, sustained, None if quiet else latency_now, signals.latency_kind,
         rate_now, breaches, breaches >= spec.latency.consecutive_samples, quiet,
         signals.running.latest(read_at),
@@ -153,6 +157,7 @@ def read_signals(spec: AutoscalingSpec, signals: TargetSignals, now: float,
             and signals.latency.points[-1][0] >= settled_at + signals.latency_window_s),
         None if rate_now is None or not signals.latency_window_s
         else rate_now * signals.latency_window_s)
+    return reading._replace(warnings=signals.warnings) if signals.warnings else reading
 
 
 def _too_old(signals: TargetSignals, queue: float | None, latency: float | None,

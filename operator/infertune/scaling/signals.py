@@ -222,6 +222,10 @@ class TargetSignals(NamedTuple):
     """Why the bounds are not known (with `latency_floor_unknown`), for MetricsAvailable:
     the read's failure, or that it found none for this target, and the query."""
 
+    warnings: tuple[str, ...] = ()
+    """What Prometheus warned of with the answers these signals come from (a remote read
+    that failed, a partial response: the data may be incomplete), for MetricsAvailable."""
+
     def fresh_at(self, now: float) -> float:
         """The time the signals are judged fresh at, for an evaluation at `now`: when they
         were read, or `now` (not given, or a clock that stepped back since)."""
