@@ -1184,13 +1184,27 @@ def test_a_queue_ratio_is_told_apart_from_the_tolerance_it_is_compared_with(
     (1.1, 1.1, 2, "1.10"),  # equal: said as equal
     (1.10001, 1.1, 2, "1.10001"),  # above the boundary, never "1.10"
     (0.09999, 0.1, 2, "0.09999"),
-    (1.10000000001, 1.1, 2, "1.100000"),  # beyond 6 places: as far as it goes
+    (1.10000000001, 1.1, 2, "1.1000000000"),  # beyond 10 places: as far as it goes
+    (1.1 - 2e-9, 1.1, 2, "1.099999998"),
     (75.04, 75.0, 1, "75.04"),
 ])
 def test_distinct_never_reads_as_the_boundary_it_is_not(value: float, boundary: float,
                                                         places: int, shown: str) -> None:
     from infertune.scaling.signals import distinct
     assert distinct(value, boundary, places) == shown
+
+
+@pytest.mark.parametrize(("per_replica", "target", "shown"), [
+    # 3.3 / 3 is 1.0999999999999999 and 0.27 / 0.3 is 0.9000000000000001: float noise, within
+    # the tolerance as the rule compares them, read "ratio 1.100000" and "ratio 0.900000".
+    (3.3, 3, "(ratio 1.10), within tolerance 0.1"),
+    (0.27, 0.3, "(ratio 0.90), within tolerance 0.1"),
+])
+def test_a_queue_ratio_at_the_tolerances_edge_by_float_noise_reads_as_the_edge(
+        per_replica: float, target: float, shown: str) -> None:
+    window = queue(*[per_replica] * 31, target=target)
+    decision = decide(signals(window), queue={"targetPerReplica": target})
+    assert shown in decision.reason and decision.action is ScaleAction.HOLD, decision.reason
 
 
 @pytest.mark.parametrize(("latency", "target", "text"), [

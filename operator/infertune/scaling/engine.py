@@ -348,8 +348,9 @@ def _queue_proposal(spec: AutoscalingSpec, current: int, reading: Reading) -> _P
     if queue is None:
         return _Proposal(None, "queue: no data")
     ratio = queue / target
-    # Told apart from the tolerance's edge it is compared with.
-    shown = distinct(ratio, 1 + spec.tolerance if ratio >= 1 else 1 - spec.tolerance, 2)
+    # Told apart from the tolerance's edge it is compared with (as it is compared).
+    shown = distinct(ratio, 1 + spec.tolerance if ratio >= 1 else 1 - spec.tolerance, 2,
+                     FLOAT_NOISE)
     pods = reading.queue_pods
     # Told apart from the target too: "queue 0.0/replica vs target 0.01 (ratio 1.40)".
     queue_said = amount_text(queue, target)
@@ -372,7 +373,7 @@ def _queue_proposal(spec: AutoscalingSpec, current: int, reading: Reading) -> _P
         overall = base * ratio / current
         if abs(overall - 1) <= spec.tolerance + FLOAT_NOISE:
             shown = distinct(overall, 1 + spec.tolerance if overall >= 1 else
-                             1 - spec.tolerance, 2)
+                             1 - spec.tolerance, 2, FLOAT_NOISE)
             return _Proposal(current, f"{said}; over all {current} replicas ratio {shown}, "
                              f"within tolerance {spec.tolerance:g}")
     proposed = _ceil(base * ratio)

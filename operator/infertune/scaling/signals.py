@@ -34,18 +34,21 @@ seconds = duration_seconds
 spec's durations as text."""
 
 
-_PLACES = tuple(f".{n}f" for n in range(8))
+_PLACES = tuple(f".{n}f" for n in range(11))
 """format() specs by number of decimals (building the spec in an f-string costs more)."""
 
 
-def distinct(value: float, boundary: float, places: int) -> str:
-    """`value` to `places` decimals, or to as many more (up to 6) as it takes not to read as
+def distinct(value: float, boundary: float, places: int, noise: float = 0.0) -> str:
+    """`value` to `places` decimals, or to as many more (up to 10) as it takes not to read as
     `boundary` when it is not: a reason must not say "75ms vs target 75ms" and scale out, or
-    "ratio 1.10, within tolerance 0.1" for one ratio and "ratio 1.10, above" for the next."""
+    "ratio 1.10, within tolerance 0.1" for one ratio and "ratio 1.10, above" for the next.
+    Within `noise` of it, it is the boundary, for a rule that compares them so (the queue's
+    tolerance, with FLOAT_NOISE): a queue of 3.3 per replica against a target of 3 read
+    "ratio 1.100000, within tolerance 0.1"."""
     text = format(value, _PLACES[places])
-    if value == boundary or text != format(boundary, _PLACES[places]):
+    if abs(value - boundary) <= noise or text != format(boundary, _PLACES[places]):
         return text  # the usual case: they differ at `places` already
-    for more in range(places + 1, 7):
+    for more in range(places + 1, len(_PLACES)):
         text = format(value, _PLACES[more])
         if text != format(boundary, _PLACES[more]):
             break
