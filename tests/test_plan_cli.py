@@ -101,6 +101,33 @@ def test_plan_and_evaluate_leave_the_stored_status_alone(
     assert "status" not in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(("api_version", "says"), [
+    (None, "apiVersion: is missing; set it to infertune.io/v1alpha1"),
+    ("infertune.io/v1", "apiVersion: 'infertune.io/v1' is not served; use "
+                        "infertune.io/v1alpha1"),
+])
+def test_plan_and_evaluate_refuse_the_api_version_validate_refuses(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], api_version: str | None,
+        says: str) -> None:
+    """A tuning without apiVersion (kubectl refuses it) was planned and evaluated, where
+    validate refused it; a wrong one was said in other words than validate's."""
+    docs = list(yaml.safe_load_all(EXAMPLE.read_text()))
+    for doc in docs:
+        if doc["kind"] == "InferenceTuning":
+            doc.pop("apiVersion")
+            if api_version is not None:
+                doc["apiVersion"] = api_version
+    path = tmp_path / "tuning.yaml"
+    path.write_text(yaml.safe_dump_all(docs))
+    assert main(["validate", str(path)]) == 1
+    assert says in capsys.readouterr().err
+    assert main(["plan", str(path), "--pod", str(EXAMPLE)]) == 1
+    assert f"{path}: {says}" in capsys.readouterr().err
+    assert main(["autoscale", "evaluate", str(path), "--prometheus", "http://127.0.0.1:1",
+                 "--timeout", "0.5"]) == 1
+    assert f"{path}: {says}" in capsys.readouterr().err
+
+
 def test_launcher_install_as_the_init_container_runs_it_imports_no_api_model(
         tmp_path: Path) -> None:
     """Every tuned pod's init container runs it under a 50m CPU limit: the whole command line

@@ -10,7 +10,13 @@ from typing import Any
 from pydantic import ValidationError
 
 from infertune.api.errors import field_errors
-from infertune.api.manifests import load_documents, printable, same_namespace, source_name
+from infertune.api.manifests import (
+    api_version_problem,
+    load_documents,
+    printable,
+    same_namespace,
+    source_name,
+)
 from infertune.api.spec import KIND, InferenceTuning
 from infertune.api.tuning import MigSpec, MigStrategy
 from infertune.tuning.mig import (
@@ -104,6 +110,8 @@ def _tuning_of(documents: list[dict[str, Any]], source: str) -> InferenceTuning:
     # copy (`kubectl get -o yaml | infertune autoscale evaluate -`) may hold one that
     # another version of the operator wrote, which is no reason to refuse the spec.
     body = {key: value for key, value in found[0].items() if key != "status"}
+    if (problem := api_version_problem(body)) is not None:  # as validate says it
+        raise PlanInputError(f"{source}: {problem}")
     try:
         return InferenceTuning.model_validate(body, by_name=False)  # as validate
     except ValidationError as exc:

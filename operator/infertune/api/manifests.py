@@ -479,14 +479,23 @@ def _str(value: Any) -> str | None:
     return None if value is None else str(value)
 
 
-def _check_tuning(document: Document) -> tuple[InferenceTuning | None, list[FieldError]]:
-    body = document.body
+def api_version_problem(body: dict[str, Any]) -> FieldError | None:
+    """What is wrong with the apiVersion of a tuning manifest, None when it is the one
+    served: `validate`, `plan` and `autoscale evaluate` check it the same way (a manifest
+    without one, which kubectl refuses, was planned and evaluated)."""
     api_version = body.get("apiVersion")
     if api_version is None:
-        return None, [FieldError("apiVersion", f"is missing; set it to {API_VERSION}")]
+        return FieldError("apiVersion", f"is missing; set it to {API_VERSION}")
     if api_version != API_VERSION:
-        return None, [FieldError("apiVersion", f"{api_version!r} is not served; use "
-                                 f"{API_VERSION}")]
+        return FieldError("apiVersion", f"{api_version!r} is not served; use "
+                          f"{API_VERSION}")
+    return None
+
+
+def _check_tuning(document: Document) -> tuple[InferenceTuning | None, list[FieldError]]:
+    body = document.body
+    if (problem := api_version_problem(body)) is not None:
+        return None, [problem]
     try:
         # by_name=False: the API has the camelCase names only (target_ref is unknown there).
         # A status in the file is not read: the API server drops it (the status subresource).
