@@ -298,6 +298,72 @@ def test_the_policies_are_their_files_and_made_only_when_asked_for() -> None:
     assert "/policies" in refusal("--set", "policies.other=true")
 
 
+NETWORK_POLICY = ["--set", "networkPolicy.enabled=true",
+                  "--set", "networkPolicy.webhookFrom[0].ipBlock.cidr=10.0.0.0/24",
+                  "--set", "networkPolicy.metricsFrom[0].namespaceSelector.matchLabels"
+                  ".kubernetes\\.io/metadata\\.name=monitoring"]
+
+
+def network_policies(*values: str) -> list[dict[str, Any]]:
+    rendered = helm("template", "t", str(CHART), *values).stdout
+    return [d for d in yaml.safe_load_all(rendered) if d and d["kind"] == "NetworkPolicy"]
+
+
+def test_the_network_policy_lets_in_only_the_webhooks_callers_and_the_scrapers() -> None:
+    """The webhook port answers whoever reaches it and the metrics port is unauthenticated:
+    the policy admits the given callers to each, by the container's port names, on the
+    operator's own pods, and nothing else."""
+    assert network_policies() == []
+    assert network_policies("--set", "networkPolicy=null") == []  # --reuse-values from before
+    policy, = network_policies(*NETWORK_POLICY)
+    kubernetes_validate.validate(policy, "1.37", strict=True)
+    deployment = rendered_deployment(*NETWORK_POLICY)
+    assert policy["spec"]["podSelector"] == deployment["spec"]["selector"]
+    ports = {p["name"]: p["containerPort"]
+             for p in deployment["spec"]["template"]["spec"]["containers"][0]["ports"]}
+    assert policy["spec"]["policyTypes"] == ["Ingress"]  # the operator's calls go out freely
+    assert policy["spec"]["ingress"] == [
+        {"ports": [{"protocol": "TCP", "port": "webhook"}],
+         "from": [{"ipBlock": {"cidr": "10.0.0.0/24"}}]},
+        {"ports": [{"protocol": "TCP", "port": "metrics"}],
+         "from": [{"namespaceSelector": {"matchLabels": {
+             "kubernetes.io/metadata.name": "monitoring"}}}]}]
+    assert {"webhook", "metrics"} <= ports.keys()
+    # Without webhookFrom, the webhook port from anywhere (the API server's addresses are the
+    # cluster's); without metrics, no metrics rule.
+    policy, = network_policies("--set", "networkPolicy.enabled=true",
+                               "--set", "metrics.enabled=false")
+    assert policy["spec"]["ingress"] == [{"ports": [{"protocol": "TCP", "port": "webhook"}]}]
+
+
+@pytest.mark.parametrize(("values", "says"), [
+    (["--set", "networkPolicy.enabled=true"],
+     "networkPolicy.metricsFrom: name who scrapes the operator's metrics"),
+    ([*NETWORK_POLICY, "--set", "metrics.enabled=false"],
+     "networkPolicy.metricsFrom needs metrics.enabled"),
+    ([*NETWORK_POLICY, "--set", "networkPolicy.webhookFrom[0].cidr=10.0.0.0/24"],
+     "/networkPolicy/webhookFrom/0"),
+    ([*NETWORK_POLICY, "--set", "networkPolicy.open=true"], "/networkPolicy"),
+])
+def test_network_policy_values_that_cannot_work_are_refused(values: list[str],
+                                                            says: str) -> None:
+    said = refusal(*values)
+    assert says in said, said
+
+
+def test_the_network_policy_installs_on_the_api_server(kubectl: Kubectl,
+                                                       namespace: str) -> None:
+    """The API server checks what the values schema does not (the port names, the CIDR,
+    the selectors); read back, the policy is as rendered."""
+    policy, = network_policies(*NETWORK_POLICY)
+    policy["metadata"]["namespace"] = namespace
+    kubectl("create", "-f", "-", input=json.dumps(policy))
+    stored = json.loads(kubectl("get", "networkpolicies.networking.k8s.io",
+                                policy["metadata"]["name"], "-n", namespace,
+                                "-o", "json").stdout)
+    assert _within(policy["spec"], stored["spec"]), stored["spec"]
+
+
 def _within(expected: Any, stored: Any) -> bool:
     """Whether `stored` is `expected` with the API server's defaults added (keys of its own
     in objects, at any depth)."""
