@@ -190,7 +190,7 @@ def test_usage_errors_exit_2_as_the_help_says(capsys: pytest.CaptureFixture[str]
                   "--replicas", replicas])
         assert exited.value.code == 2
     assert "argument --replicas: 999999999999999999999 is not a Deployment's replica count " \
-        "(0 to 2147483647)" in capsys.readouterr().err
+        "from 0 to 2147483647" in capsys.readouterr().err
     # A value of the wrong form is such a command line too: these ended with 1, as bad input.
     for option, said in (
             (["--prometheus", "ftp://p"], "argument --prometheus: Prometheus URL 'ftp://p' must "

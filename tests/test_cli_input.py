@@ -3,8 +3,10 @@ a traceback."""
 
 from __future__ import annotations
 
+import argparse
 import io
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -175,6 +177,64 @@ def test_options_that_cannot_work_are_usage_errors(capsys: pytest.CaptureFixture
         main(argv)
     assert exited.value.code == 2
     assert says in capsys.readouterr().err
+
+
+COUNTS = [
+    (["autoscale", "evaluate", str(EXAMPLE), "--prometheus", "http://p:9090", "--replicas"],
+     "argument --replicas", "a Deployment's replica count from 0 to 2147483647"),
+    (["allocator", "check", "narenas:4", "--cpus"], "argument --cpus",
+     "a number of CPUs from 1 to 65536"),
+    (["run", "--webhook-port"], "argument --webhook-port",
+     "a port from 0 (any free port) to 65535"),
+    (["run", "--metrics-port"], "argument --metrics-port", "a port from 1 to 65535"),
+    (["mig", "layout", "--product", "NVIDIA-H200", "2g.35gbx"], "argument PROFILE[xCOUNT]",
+     "a count of instances from 1 to 2147483647"),
+]
+
+
+@pytest.mark.parametrize(("argv", "option", "count"), COUNTS[:-1], ids=lambda v: str(v)[:40])
+@pytest.mark.parametrize("given", ["1_000", "\uff11\uff10", " 5", "5\n", "0x10", "+5"])
+def test_a_count_is_written_with_the_digits_0_to_9_only(
+        capsys: pytest.CaptureFixture[str], argv: list[str], option: str, count: str,
+        given: str) -> None:
+    """Python's int() took 1_000, full-width digits (U+FF11 U+FF10) and spaces, which no other tool
+    reads as a number: taken, `--replicas` of the two previewed ten replicas. (mig layout's
+    PROFILE[xCOUNT] refuses them as no PROFILE[xCOUNT].)"""
+    with pytest.raises(SystemExit) as exited:
+        main([*argv, given])
+    err = capsys.readouterr().err
+    assert exited.value.code == 2, err
+    assert option in err and "is not a whole number written with the digits 0-9; give " \
+        f"{count}" in err, err
+
+
+@pytest.mark.parametrize(("argv", "option", "count"), COUNTS, ids=lambda v: str(v)[:40])
+def test_a_count_of_thousands_of_digits_is_said_short(
+        capsys: pytest.CaptureFixture[str], argv: list[str], option: str, count: str) -> None:
+    """5000 digits were printed whole, and past 4300 int() refused them in Python's words
+    ("Exceeds the limit (4300 digits) for integer string conversion") as no whole number."""
+    digits = "9" * 5000
+    with pytest.raises(SystemExit) as exited:
+        main([*argv[:-1], argv[-1] + digits] if argv[-1].endswith("x") else [*argv, digits])
+    err = capsys.readouterr().err
+    said = err.splitlines()[-1]  # after the usage
+    assert exited.value.code == 2 and len(said) < 300, said
+    assert f"99999999999999999999... (5000 digits) is not {count}" in said and option in said
+
+
+def test_no_option_of_the_command_line_reads_a_count_with_int() -> None:
+    """Every count and port goes through cli.count_type: a new one given type=int would
+    take what the table above refuses."""
+    from infertune.cli import build_parser
+
+    def actions(parser: argparse.ArgumentParser) -> Iterator[argparse.Action]:
+        for action in parser._actions:
+            yield action
+            for sub in (action.choices or {}).values() if isinstance(
+                    action, argparse._SubParsersAction) else ():
+                yield from actions(sub)
+
+    assert [a.dest for a in actions(build_parser()) if a.type is int] == []
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from infertune.api.spec import InferenceTuning, Mode
-from infertune.cli import kubeconfig_option, seconds_type
+from infertune.cli import count_type, kubeconfig_option, seconds_type
 from infertune.metrics.access import NO_ACCESS_OPTIONS, PrometheusAccess
 
 if TYPE_CHECKING:  # the engine and the controller are imported when a command runs
@@ -71,7 +71,8 @@ def add_autoscale_commands(commands: argparse._SubParsersAction) -> None:  # typ
                           help="Prometheus base URL, for example http://prometheus:9090")
     add_access_options(evaluate)
     add_templates_option(evaluate)
-    evaluate.add_argument("--replicas", type=_replicas, metavar="N",
+    evaluate.add_argument("--replicas", type=count_type("a Deployment's replica count", 0,
+                                                           MOST_REPLICAS), metavar="N",
                           help="current replicas of the Deployment (default: minReplicas; "
                           "with --live, the Deployment's own)")
     evaluate.add_argument("--output", choices=("text", "json"), default="text")
@@ -83,19 +84,6 @@ def add_autoscale_commands(commands: argparse._SubParsersAction) -> None:  # typ
 
 MOST_REPLICAS = 2**31 - 1
 """A Deployment's spec.replicas is a 32-bit integer."""
-
-
-def _replicas(text: str) -> int:
-    """--replicas: a count a Deployment can have, 0..2^31-1 (a larger one read as a write of
-    the maximum the tuning allows)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if not 0 <= value <= MOST_REPLICAS:
-        raise argparse.ArgumentTypeError(f"{value} is not a Deployment's replica count (0 to "
-                                         f"{MOST_REPLICAS})")
-    return value
 
 
 def _namespace(text: str) -> str:

@@ -50,6 +50,33 @@ def seconds_type(*, zero: bool = False, most: float = 86400.0) -> Callable[[str]
     return seconds
 
 
+def count_type(what: str, least: int, most: int, *,
+               least_note: str = "") -> Callable[[str], int]:
+    """An argparse type: a whole number from `least` to `most` (`least_note` says what the
+    least means), written with the digits 0-9, for every count and port of the command line.
+    Python's int() also took 1_000, full-width digits (U+FF11 U+FF10) and spaces around them, which
+    no other tool reads as a number, and refused more than 4300 digits in its own words;
+    a count out of range was printed whole (thousands of digits). argparse names the option
+    in the error; `what` names the count (a Deployment's replica count)."""
+    shown_most = f"from {least}{least_note} to {most}"
+
+    def count(text: str) -> int:
+        if re.fullmatch(r"-?[0-9]+", text) is None:  # [0-9], not \d: ASCII digits only
+            # repr: control characters escaped
+            shown = repr(text) if len(text) <= 30 else f"{text[:20]!r}... ({len(text)} characters)"
+            raise argparse.ArgumentTypeError(f"{shown} is not a whole number written with "
+                                             f"the digits 0-9; give {what} {shown_most}")
+        if len(text.lstrip("-").lstrip("0")) > len(str(most)):  # no int() of 5000 digits
+            shown = text if len(text) <= 40 else f"{text[:20]}... ({len(text)} digits)"
+            raise argparse.ArgumentTypeError(f"{shown} is not {what} {shown_most}")
+        value = int(text)
+        if not least <= value <= most:
+            raise argparse.ArgumentTypeError(f"{value} is not {what} {shown_most}")
+        return value
+
+    return count
+
+
 _IMAGE = re.compile(
     # A registry: a first component with a dot or a port, or localhost (else it is a path).
     r"(?:(?:localhost(?::[0-9]+)?|{host}(?:\.{host})+(?::[0-9]+)?|{host}:[0-9]+)/)?"
@@ -203,17 +230,6 @@ MOST_CPUS = 2**16
 unsigned, and a count past it wrapped around in what the check said."""
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if not 1 <= value <= MOST_CPUS:
-        raise argparse.ArgumentTypeError(f"expected a whole number of CPUs, 1 to {MOST_CPUS}; "
-                                         f"got {text[:30]!r}")
-    return value
-
-
 def _launcher_file() -> Path:
     return Path(__file__).resolve().parent / "launcher" / "infertune-launch"
 
@@ -340,7 +356,8 @@ def _add_run_command(commands: argparse._SubParsersAction) -> None:  # type: ign
                        "(the default)")
     run.add_argument("--liveness", default=None, metavar="URL",
                      help="serve kopf's liveness probe, for example http://0.0.0.0:8080/healthz")
-    run.add_argument("--metrics-port", type=int, default=None, metavar="PORT",
+    run.add_argument("--metrics-port", type=count_type("a port", 1, 65535), default=None,
+                     metavar="PORT",
                      help="serve the operator's own Prometheus metrics (each tuning's replicas, "
                      "signals, conditions, scale writes) at http://ADDR:PORT/metrics; "
                      "default: not served")
@@ -397,7 +414,9 @@ def _add_run_command(commands: argparse._SubParsersAction) -> None:  # type: ign
     hook = run.add_argument_group("admission webhook")
     hook.add_argument("--webhook-addr", default="0.0.0.0", metavar="ADDR",
                       help="listen address (default 0.0.0.0)")
-    hook.add_argument("--webhook-port", type=int, default=9443, metavar="PORT",
+    hook.add_argument("--webhook-port", type=count_type("a port", 0, 65535,
+                                                        least_note=" (any free port)"),
+                      default=9443, metavar="PORT",
                       help="listen port (default 9443; 0: any free port)")
     hook.add_argument("--webhook-host", metavar="HOST", help="host name or IP the API "
                       "server connects to (default: the listen address; for 0.0.0.0 or ::, "
@@ -457,7 +476,8 @@ def _add_allocator_command(commands: argparse._SubParsersAction) -> None:  # typ
     check = allocator_commands.add_parser(
         "check", help="check a jemalloc 5.3 MALLOC_CONF string (exit 1 if invalid)")
     check.add_argument("conf", metavar="STRING")
-    check.add_argument("--cpus", type=_positive_int, metavar="N",
+    check.add_argument("--cpus", type=count_type("a number of CPUs", 1, MOST_CPUS),
+                       metavar="N",
                        help="the CPUs the process may run on (its affinity mask, not its CPU "
                             "limit); checks what depends on them, such as narenas_ratio")
     check.add_argument("--pinned", action="store_true",

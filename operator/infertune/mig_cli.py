@@ -13,6 +13,7 @@ import sys
 import yaml
 
 from infertune.api.manifests import printable
+from infertune.cli import count_type
 from infertune.tuning.mig import (
     Infeasible,
     LayoutPlan,
@@ -35,10 +36,17 @@ def parse_slice(text: str) -> tuple[str, int]:
     if match is None or (match["before"] and match["after"]):
         raise argparse.ArgumentTypeError(
             f"{text!r} is not PROFILE[xCOUNT]; write for example 3g.71gb or 2g.35gbx2")
-    count = int(match["before"] or match["after"] or 1)
-    if count < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: the count must be at least 1")
+    try:
+        count = _COUNT(match["before"] or match["after"] or "1")
+    except argparse.ArgumentTypeError as exc:
+        shown = repr(text) if len(text) <= 40 else f"{text[:30]!r}..."
+        raise argparse.ArgumentTypeError(f"{shown}: the count {exc}") from None
     return match["profile"], count
+
+
+_COUNT = count_type("a count of instances", 1, 2**31 - 1)
+"""A count as every count of the command line is read; one above what a GPU holds (7 at
+most) is the planner's to refuse, naming the most."""
 
 
 def _layout(args: argparse.Namespace) -> int:
