@@ -222,19 +222,32 @@ def test_a_count_of_thousands_of_digits_is_said_short(
     assert f"99999999999999999999... (5000 digits) is not {count}" in said and option in said
 
 
+def _arguments(parser: argparse.ArgumentParser,
+               command: str = "infertune") -> Iterator[tuple[str, argparse.Action]]:
+    """(the command, one of its arguments) for every argument of every subcommand."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from _arguments(sub, f"{command} {name}")
+        else:
+            yield command, action
+
+
 def test_no_option_of_the_command_line_reads_a_count_with_int() -> None:
     """Every count and port goes through cli.count_type: a new one given type=int would
     take what the table above refuses."""
     from infertune.cli import build_parser
 
-    def actions(parser: argparse.ArgumentParser) -> Iterator[argparse.Action]:
-        for action in parser._actions:
-            yield action
-            for sub in (action.choices or {}).values() if isinstance(
-                    action, argparse._SubParsersAction) else ():
-                yield from actions(sub)
+    assert [(c, a.dest) for c, a in _arguments(build_parser()) if a.type is int] == []
 
-    assert [a.dest for a in actions(build_parser()) if a.type is int] == []
+
+def test_every_argument_of_every_command_says_what_it_is_in_its_help() -> None:
+    """`plan --help` listed --output and --launcher-image with nothing beside them, and so
+    did the help of evaluate's --output and of four positional arguments."""
+    from infertune.cli import build_parser
+
+    assert [(c, a.option_strings or a.metavar) for c, a in _arguments(build_parser())
+            if not a.help] == []
 
 
 @pytest.fixture

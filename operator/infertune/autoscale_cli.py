@@ -75,7 +75,10 @@ def add_autoscale_commands(commands: argparse._SubParsersAction) -> None:  # typ
                                                            MOST_REPLICAS), metavar="N",
                           help="current replicas of the Deployment (default: minReplicas; "
                           "with --live, the Deployment's own)")
-    evaluate.add_argument("--output", choices=("text", "json"), default="text")
+    evaluate.add_argument("--output", choices=("text", "json"), default="text",
+                          help="text (default): the signals, the decision and its reason; "
+                          "json: the same with every field (signals, desiredReplicas, action, "
+                          "reason, ...)")
     evaluate.add_argument("--timeout", type=seconds_type(most=3600), default=5.0,
                           metavar="SECONDS", help="per-query timeout, and with --live of each "
                           "Kubernetes API request (default 5, at most 3600)")

@@ -450,8 +450,12 @@ def _add_plan_command(commands: argparse._SubParsersAction) -> None:  # type: ig
     plan.add_argument("--pod", required=True, metavar="POD.yaml",
                       help="a Pod, or a Deployment whose pod template is used (- for "
                       "standard input, which may also hold the tuning)")
-    plan.add_argument("--output", choices=("text", "json"), default="text")
-    plan.add_argument("--launcher-image", default=DEFAULT_LAUNCHER_IMAGE, type=image_type)
+    plan.add_argument("--output", choices=("text", "json"), default="text",
+                      help="text (default): the revision, reasons, problems and the patch; "
+                      "json: {patch, reasons, problems, revision, refused}")
+    plan.add_argument("--launcher-image", default=DEFAULT_LAUNCHER_IMAGE, type=image_type,
+                      metavar="IMAGE", help="as for run: the image of the init container "
+                      f"that installs the launcher (default {DEFAULT_LAUNCHER_IMAGE})")
     plan.add_argument("--no-static-cpu-manager", action="store_true",
                       help="as for run: kubelets do not run the static CPU manager, so the QoS "
                       "checks are skipped (the webhook of an operator run so skips them)")
@@ -475,7 +479,8 @@ def _add_allocator_command(commands: argparse._SubParsersAction) -> None:  # typ
                                                   metavar="COMMAND")
     check = allocator_commands.add_parser(
         "check", help="check a jemalloc 5.3 MALLOC_CONF string (exit 1 if invalid)")
-    check.add_argument("conf", metavar="STRING")
+    check.add_argument("conf", metavar="STRING", help="the MALLOC_CONF value, for example "
+                       "'background_thread:true,dirty_decay_ms:5000'")
     check.add_argument("--cpus", type=count_type("a number of CPUs", 1, MOST_CPUS),
                        metavar="N",
                        help="the CPUs the process may run on (its affinity mask, not its CPU "
@@ -492,7 +497,8 @@ def _add_launcher_command(commands: argparse._SubParsersAction) -> None:  # type
                                                 metavar="COMMAND")
     install = launcher_commands.add_parser(
         "install", help="copy the launcher into DIR (the init container runs this)")
-    install.add_argument("directory", metavar="DIR")
+    install.add_argument("directory", metavar="DIR", help="the directory the serving "
+                         "container mounts (the init container's emptyDir); made if missing")
     install.set_defaults(handler=_launcher_install)
     path = launcher_commands.add_parser("path", help="print where the launcher script is")
     path.set_defaults(handler=_launcher_path)

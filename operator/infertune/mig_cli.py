@@ -118,11 +118,14 @@ def add_mig_commands(commands: argparse._SubParsersAction) -> None:  # type: ign
         "NVIDIA's placement rules and print a mig-parted config for the GPU Operator.")
     layout.add_argument("--product", required=True,
                         help="nvidia.com/gpu.product value, for example NVIDIA-H200")
-    layout.add_argument("slices", nargs="+", type=parse_slice, metavar="PROFILE[xCOUNT]")
+    layout.add_argument("slices", nargs="+", type=parse_slice, metavar="PROFILE[xCOUNT]",
+                        help="a MIG profile and how many of it, for example 3g.71gb or "
+                        "2g.35gbx2 (mig profiles PRODUCT lists them)")
     layout.add_argument("--name", type=_config_name, help="the mig-parted config name "
                         "(default: derived, label-safe, for the nvidia.com/mig.config node "
                         "label)")
     layout.set_defaults(handler=_layout)
     profiles = mig_commands.add_parser("profiles", help="list the MIG profiles of a GPU")
-    profiles.add_argument("product", metavar="PRODUCT")
+    profiles.add_argument("product", metavar="PRODUCT", help="nvidia.com/gpu.product value, "
+                          "for example NVIDIA-H200")
     profiles.set_defaults(handler=_profiles)
