@@ -149,6 +149,31 @@ def test_crds_into_a_directory_is_an_error_not_a_traceback(
     assert f"{tmp_path / 'missing.yaml'} does not exist" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(("option", "says"), [
+    ("--check", "argument --check: an empty path; give the CRD file to compare"),
+    ("-o", "argument -o/--output: an empty path; give the file to write, or leave -o out"),
+])
+def test_crds_with_an_empty_path_says_the_option_needs_one(
+        capsys: pytest.CaptureFixture[str], option: str, says: str) -> None:
+    """`--check ""` (a variable unset) said ": Is a directory", and -o's exit was 1, not a
+    usage error's."""
+    with pytest.raises(SystemExit) as exited:
+        main(["crds", option, ""])
+    err = capsys.readouterr().err
+    assert exited.value.code == 2 and says in err, err
+
+
+def test_the_crds_usage_is_the_one_readme_gives(capsys: pytest.CaptureFixture[str]) -> None:
+    """README wrote [-o FILE] [--check FILE], which reads as both at once; they exclude each
+    other (given both, the file was not written)."""
+    with pytest.raises(SystemExit):
+        main(["crds", "--help"])
+    usage = "crds [-o FILE | --check FILE]"
+    assert f"usage: infertune {usage.replace('crds', 'crds [-h]')}" in capsys.readouterr().out
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    assert f"`infertune {usage.replace('|', chr(92) + '|')}`" in readme
+
+
 def test_a_crd_file_that_differs_is_told_how_to_write_it(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """`make crds` writes the repository's own copies only: for a file elsewhere (or one that

@@ -150,10 +150,6 @@ def _crds(args: argparse.Namespace) -> int:
                       file=sys.stderr)
                 return 1
             return 0
-        if args.output == "":
-            print("crds -o: the file name is empty; give the file to write, or leave -o out "
-                  "to print to standard output", file=sys.stderr)
-            return 1
         if args.output is not None and args.output != "-":  # -: standard output, as kubectl
             _write_whole(Path(args.output), lambda staged: staged.write_text(text,
                                                                              encoding="utf-8"))
@@ -166,15 +162,23 @@ def _crds(args: argparse.Namespace) -> int:
     return 0
 
 
-def kubeconfig_option(text: str) -> str:
-    """--kubeconfig as the command line gives it: an empty one (`--kubeconfig "$KCFG"` with
-    the variable unset) is refused, where it was taken as not given, and the default
-    credentials then reached whatever cluster they name."""
-    if not text.strip():
-        raise argparse.ArgumentTypeError(
-            "an empty path; give a kubeconfig file, or leave the option out for the default "
-            "credentials (in-cluster, then $KUBECONFIG, then ~/.kube/config)")
-    return text
+def path_type(advice: str) -> Callable[[str], str]:
+    """An argparse type: a file path that is not empty (`--option "$VAR"` with the variable
+    unset), refused with `advice`, which says what to give. argparse names the option."""
+
+    def path(text: str) -> str:
+        if not text.strip():
+            raise argparse.ArgumentTypeError(f"an empty path; {advice}")
+        return text
+
+    return path
+
+
+kubeconfig_option = path_type(
+    "give a kubeconfig file, or leave the option out for the default credentials "
+    "(in-cluster, then $KUBECONFIG, then ~/.kube/config)")
+"""--kubeconfig: an empty one was taken as not given, and the default credentials then
+reached whatever cluster they name."""
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -320,9 +324,13 @@ def build_parser() -> argparse.ArgumentParser:
     crds = commands.add_parser("crds", help="print the CustomResourceDefinition")
     # One or the other: given both, the file was silently not written.
     where = crds.add_mutually_exclusive_group()
-    where.add_argument("-o", "--output", help="write to this file instead of stdout (- for "
-                       "stdout)")
-    where.add_argument("--check", metavar="FILE", help="exit 1 if FILE differs from the models")
+    where.add_argument("-o", "--output", metavar="FILE", type=path_type(
+        "give the file to write, or leave -o out to print to standard output"),
+        help="write to this file instead of stdout (- for stdout)")
+    # An empty one said ": Is a directory" (the current directory, read).
+    where.add_argument("--check", metavar="FILE", type=path_type(
+        "give the CRD file to compare, for example crds/infertune.io_inferencetunings.yaml"),
+        help="exit 1 if FILE differs from the models")
     crds.set_defaults(handler=_crds)
 
     _add_run_command(commands)
