@@ -478,6 +478,23 @@ def test_windows_stored_for_another_deployment_are_said_not_to_count(
     assert own["state"] == "status.autoscaling.state" and own["write"]["notes"] == []
 
 
+def test_the_other_deployment_of_the_stored_windows_is_printed_escaped(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """status.autoscaling.target was printed as stored: a newline in it printed a line of
+    its own, which read as the evaluation's ("reason: ..."), and escape sequences reached
+    the terminal."""
+    from infertune.autoscale_cli import _text, evaluate
+
+    _busy_fetch(monkeypatch, 5.0)
+    forged = "llama\nreason: all good\x1b[2J"
+    result = evaluate(tuning(), "http://127.0.0.1:9", None, 1.0, NOW,
+                      live=Live(tuning(), 3, {"autoscaling": {"target": forged}}, 1, None))
+    text = _text(result, 0.075)
+    assert ("note: status.autoscaling holds the windows of Deployment "
+            "llama\\nreason: all good\\x1b[2J (spec.targetRef before)") in text, text
+    assert "\x1b" not in text and "\nreason: all good" not in text
+
+
 class _ApiServerAnswering(_NotAnApiServer):
     """The tuning and its Deployment as an API server has them; `lists` answers the list of
     each other resource read (by a word of its path), a web page where it gives none."""

@@ -198,6 +198,7 @@ def evaluate(tuning: InferenceTuning, prometheus: str, replicas: int | None,
     an empty status): the windows start as a new tuning's, and the batching step starts from
     the knob on `template` (the target's spec.template.spec, when the file holds the
     Deployment)."""
+    from infertune.api.manifests import printable
     from infertune.controller.autoscaling import evaluated_in_slot, slot_start
     from infertune.controller.fights import lost_scale_event, with_scale_event, written_replicas
     from infertune.controller.scaling_report import plan_evaluation
@@ -240,8 +241,11 @@ def evaluate(tuning: InferenceTuning, prometheus: str, replicas: int | None,
         if stored_for in (None, deployment):
             state = "status.autoscaling.state"
         else:
-            notes.append(f"{OTHER_TARGET} {stored_for} (spec.targetRef before): they do not "
-                         "count, and this one's start afresh, as the operator starts them")
+            # Escaped: the status's text is whatever was written there (a line of its own,
+            # forged by a newline, read as the operator's).
+            notes.append(f"{OTHER_TARGET} {printable(str(stored_for))} (spec.targetRef "
+                         "before): they do not count, and this one's start afresh, as the "
+                         "operator starts them")
         # As the operator's next evaluation finds it: a write of its own that its status does
         # not hold (it stopped before the status write) counts in the rate limits.
         lost = lost_scale_event(status, deployment, live.replicas, live.own_write_last, now)
