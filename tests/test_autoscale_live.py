@@ -503,13 +503,18 @@ class _ApiServerAnswering(_NotAnApiServer):
                        "metadata": {"name": "qwen", "namespace": "ml", "generation": 1},
                        "spec": {"replicas": 3, "template": {"spec": {"containers": []}}}}
     lists: dict[str, Any] = {}
+    status: Any = None
+    """The tuning's status, none when None."""
+    generation: Any = 1
 
     def do_GET(self) -> None:
         if "/inferencetunings/" in self.path:
             answer: Any = {"apiVersion": "infertune.io/v1alpha1", "kind": "InferenceTuning",
-                           "metadata": {"name": "qwen", "namespace": "ml", "generation": 1},
+                           "metadata": {"name": "qwen", "namespace": "ml",
+                                        "generation": self.generation},
                            "spec": tuning().spec.model_dump(mode="json", by_alias=True,
-                                                            exclude_none=True)}
+                                                            exclude_none=True),
+                           **({} if self.status is None else {"status": self.status})}
         elif "/deployments/" in self.path:
             answer = self.deployment
         else:
@@ -527,6 +532,12 @@ class _ApiServerAnswering(_NotAnApiServer):
 
 @pytest.mark.parametrize(("deployment", "lists", "read"), [
     ([1, 2], {}, "Deployment ml/qwen"),
+    # Printed whole as the current replicas, and in the reason.
+    ({**_ApiServerAnswering.deployment, "spec": {"replicas": int("9" * 4000), "template": {
+        "spec": {"containers": []}}}}, {}, "Deployment ml/qwen (spec.targetRef), whose "
+     "replicas are no 32-bit count"),
+    ({**_ApiServerAnswering.deployment, "status": {"readyReplicas": -1}}, {},
+     "Deployment ml/qwen (spec.targetRef), whose replicas are no 32-bit count"),
     ({"spec": "x"}, {}, "Deployment ml/qwen"),
     (_ApiServerAnswering.deployment, {}, "HorizontalPodAutoscalers in ml"),
     (_ApiServerAnswering.deployment, {"horizontalpodautoscalers": {"items": []},
@@ -546,6 +557,30 @@ def test_an_answer_that_is_no_kubernetes_object_names_the_read(
     assert code == 1
     assert (f"--live: the server at {url} did not answer as a Kubernetes API server "
             f"({read}") in err, err
+
+
+@pytest.mark.parametrize(("status", "generation", "says"), [
+    ("hello", 1, "status is no object"),
+    (5, 1, "status is no object"),
+    ({"autoscaling": "hello"}, 1, "status.autoscaling is no object"),
+    ({}, "abc", "metadata.generation is no integer"),
+])
+def test_a_tuning_no_api_server_would_hold_names_the_field(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], status: Any, generation: Any,
+        says: str) -> None:
+    """A stand-in for the API server that answers a tuning whose status the CRD's schema
+    refuses: said in Python's words ("dictionary update sequence element #0 has length 1;
+    2 is required", "invalid literal for int()"), or a TypeError's traceback."""
+    handler = type("Handler", (_ApiServerAnswering,), {
+        "status": status, "generation": generation,
+        "lists": {"horizontalpodautoscalers": {"items": []},
+                  "inferencetunings": {"items": []}}})
+    code, url = _evaluate_live_against(handler, tmp_path)
+    err = capsys.readouterr().err
+    assert code == 1
+    assert (f"--live: the server at {url} did not answer as a Kubernetes API server "
+            f"(InferenceTuning ml/qwen, whose {says}); check the server in the kubeconfig") \
+        in err, err
 
 
 def test_an_empty_kubeconfig_option_is_refused(capsys: pytest.CaptureFixture[str]) -> None:

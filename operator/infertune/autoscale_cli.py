@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from infertune.api.scaling import MOST_REPLICAS
 from infertune.api.spec import InferenceTuning, Mode
 from infertune.cli import count_type, kubeconfig_option, seconds_type
 from infertune.metrics.access import NO_ACCESS_OPTIONS, PrometheusAccess
@@ -83,10 +84,6 @@ def add_autoscale_commands(commands: argparse._SubParsersAction) -> None:  # typ
                           metavar="SECONDS", help="per-query timeout, and with --live of each "
                           "Kubernetes API request (default 5, at most 3600)")
     evaluate.set_defaults(handler=evaluate_command)
-
-
-MOST_REPLICAS = 2**31 - 1
-"""A Deployment's spec.replicas is a 32-bit integer."""
 
 
 def _namespace(text: str) -> str:

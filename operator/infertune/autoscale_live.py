@@ -112,6 +112,25 @@ def _status_of(exc: Any) -> dict[str, Any] | None:
     return body if isinstance(body, dict) and body.get("kind") == "Status" else None
 
 
+def _not_stored_shape(body: dict[str, Any]) -> str | None:
+    """What in a tuning answered by the server the CRD's schema would never let it hold, of
+    what the evaluation reads besides the spec and metadata (validated before); None when
+    nothing.
+    A status "hello" was said in Python's words ("dictionary update sequence element #0 has
+    length 1; 2 is required"), a number as a TypeError's traceback."""
+    status = body.get("status")
+    if status is not None and not isinstance(status, dict):
+        return "status is no object"
+    autoscaling = (status or {}).get("autoscaling")
+    if autoscaling is not None and not isinstance(autoscaling, dict):
+        return "status.autoscaling is no object"
+    generation = body["metadata"].get("generation")  # a mapping: validated before
+    if generation is not None and (isinstance(generation, bool)
+                                   or not isinstance(generation, int)):
+        return "metadata.generation is no integer"
+    return None
+
+
 def read_live(ref: str, kubeconfig: str | None, timeout_s: float | None = None) -> Live:
     """The tuning NAMESPACE/NAME and what its evaluation reads; ValueError says what is
     missing, or that the cluster cannot be reached. `timeout_s`: of each request (the
@@ -141,6 +160,7 @@ def _read_live(ref: str, kubeconfig: str | None, timeout_s: float | None = None)
     from kubernetes.config import ConfigException
 
     from infertune.api.errors import validate_stored
+    from infertune.api.scaling import MOST_REPLICAS
     from infertune.api.spec import GROUP, KIND, PLURAL, VERSION
     from infertune.kube.client import (
         OWN_SCALE_WRITE,
@@ -194,6 +214,8 @@ def _read_live(ref: str, kubeconfig: str | None, timeout_s: float | None = None)
         if tuning is None:
             raise ValueError(f"--live: the InferenceTuning's spec ({namespace}/{name}) does not "
                              f"validate: {problems}")
+        if (shape := _not_stored_shape(body)) is not None:
+            raise not_an_api_server(f"{what}, whose {shape}")
         target = tuning.spec.target_ref.name
         what = f"Deployment {namespace}/{target} (spec.targetRef)"
         try:
@@ -202,6 +224,9 @@ def _read_live(ref: str, kubeconfig: str | None, timeout_s: float | None = None)
             # JSON (or UTF-8) that is not, or JSON that is no Deployment: a 200 from
             # something else
             raise not_an_api_server(what) from None
+        if not all(0 <= count <= MOST_REPLICAS for count in (read.replicas, read.ready)):
+            # Its thousands of digits were printed as the current replicas, and the reason's.
+            raise not_an_api_server(f"{what}, whose replicas are no 32-bit count")
     except ApiException as exc:
         status = _status_of(exc)
         if exc.status == 404 and status is None:

@@ -338,6 +338,9 @@ class BatchingKnob(StrEnum):
     MAX_QUEUE_DELAY_MICROSECONDS = "max-queue-delay-microseconds"
 
 
+MOST_REPLICAS = 2**31 - 1
+"""The most replicas a Deployment can have: its spec.replicas is a 32-bit integer."""
+
 MAX_KNOB = 2**31 - 1
 """The largest batching value: every engine's knob takes it (TGI's token count is a u32), and
 a larger one overflowed the recommender's arithmetic (a 400-digit max was valid)."""
