@@ -381,6 +381,36 @@ def test_a_kubeconfig_that_cannot_be_used_is_a_message_not_a_traceback(
     assert message.endswith("give a kubeconfig file this user can read")
 
 
+@pytest.mark.parametrize(("unreadable", "reason"), [
+    (PermissionError(13, "Permission denied"), "permission denied"),
+    (None, "is a directory"),  # the path of a directory: as open() refuses it
+])
+def test_a_kubeconfig_that_cannot_be_read_is_said_in_words(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+        unreadable: OSError | None, reason: str) -> None:
+    """"[Errno 13] Permission denied: '/home/me/kc'", Python's words, was the reason given;
+    and for `infertune autoscale evaluate --live` too."""
+    from kubernetes import config
+
+    path = tmp_path / "kubeconfig"
+    path.mkdir()
+    if unreadable is not None:
+        def refuse(**_: Any) -> None:
+            assert unreadable is not None
+            raise type(unreadable)(unreadable.errno, unreadable.strerror, str(path))
+
+        monkeypatch.setattr(config, "load_kube_config", refuse)
+    said = f"--kubeconfig {path}: the file {path} cannot be read: {reason}; give a " \
+        "kubeconfig file this user can read"
+    assert refused_run(monkeypatch, "--kubeconfig", str(path)) == said
+    try:
+        assert main(["autoscale", "evaluate", "--live", "ml/qwen", "--kubeconfig", str(path),
+                     "--prometheus", "http://127.0.0.1:1"]) == 1
+    finally:
+        client.ApiClient.set_default(None)  # type: ignore[no-untyped-call]
+    assert capsys.readouterr().err.strip().endswith(f"\n--live: {said}")
+
+
 def _kubeconfig(path: Path, server: str) -> Path:
     """A kubeconfig at `path` whose one context reaches `server` with a token."""
     path.write_text(f"""apiVersion: v1

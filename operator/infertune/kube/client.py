@@ -98,13 +98,16 @@ def configure(kubeconfig: str | None, retries: Retry = RETRIES) -> None:
     out is never sent again (RETRIES; `retries` in its place: a command that bounds each
     request by its own timeout sends none again).
     """
-    if kubeconfig:
-        config.load_kube_config(config_file=kubeconfig)  # type: ignore[no-untyped-call]
-    else:
-        try:
-            config.load_incluster_config()  # type: ignore[no-untyped-call]
-        except config.ConfigException:
-            config.load_kube_config()  # type: ignore[no-untyped-call]
+    try:
+        if kubeconfig:
+            config.load_kube_config(config_file=kubeconfig)  # type: ignore[no-untyped-call]
+        else:
+            try:
+                config.load_incluster_config()  # type: ignore[no-untyped-call]
+            except config.ConfigException:
+                config.load_kube_config()  # type: ignore[no-untyped-call]
+    except OSError as exc:
+        raise config.ConfigException(unreadable(exc, kubeconfig)) from None
     shared = client.Configuration.get_default_copy()
     # Enough pooled connections for every thread that calls the API at once (the autoscaling
     # workers and kopf's executor): a full pool drops connections and reconnects over TLS.
@@ -116,6 +119,16 @@ def configure(kubeconfig: str | None, retries: Retry = RETRIES) -> None:
     # scale), where they said OpenAPI-Generator, as for any script using this client.
     api.user_agent = USER_AGENT
     client.ApiClient.set_default(api)  # type: ignore[no-untyped-call]
+
+
+def unreadable(exc: OSError, path: str | None = None) -> str:
+    """A file that cannot be read, in words: the file (the one the error names, else `path`)
+    and the system's reason. Python's own, "[Errno 13] Permission denied: '/home/me/kc'",
+    was printed as the reason a kubeconfig could not be used."""
+    name = exc.filename if exc.filename is not None else path
+    reason = exc.strerror or type(exc).__name__
+    reason = reason[:1].lower() + reason[1:]  # within a sentence
+    return f"the file {name} cannot be read: {reason}" if name else f"cannot be read: {reason}"
 
 
 class _TimedApiClient(client.ApiClient):
