@@ -236,6 +236,13 @@ def _tuning_yaml(spec_lines: str, metadata_lines: str = "") -> str:
      "float holds; give a smaller one"),
     ("  targetRef: {name: qwen}\n  autoscaling: {tolerance: -" + "9" * 5000 + "}\n", "",
      "spec.autoscaling.tolerance: -9999999999999999999... (5001 characters) is out of range"),
+    # An explicit !!timestamp is the text to kubectl: it was a Python date, said as
+    # "datetime.date(2024, 1, 2)" and refused in a string field.
+    ("  targetRef: {name: qwen}\n  container: !!timestamp 2024-01-02\n", "", None),
+    ("  targetRef: {name: qwen}\n  autoscaling: {maxReplicas: !!timestamp 2024-01-02T10:00:00Z}"
+     "\n", "", "spec.autoscaling.maxReplicas: '2024-01-02T10:00:00Z' is not a number"),
+    ("  targetRef: {name: qwen}\n  mode: !!timestamp 2024-01-02\n", "",
+     "spec.mode: '2024-01-02' is not allowed; input should be "),
     # Quantities kubectl sends as the integers they are, and an empty namespace it ignores.
     ("  targetRef: {name: qwen}\n  memory: {high: 30e9, minHeadroom: 1.0}\n", "", None),
 ])

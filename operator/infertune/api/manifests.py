@@ -151,6 +151,12 @@ class _KubectlLoader(yaml.SafeLoader):
         decimal = re.fullmatch(r"[-+]?[0-9]+", plain) is not None
         return self._float_or_text(text) if decimal else text
 
+    def construct_yaml_timestamp(self, node: yaml.ScalarNode) -> str:  # type: ignore[override]
+        """An explicit !!timestamp, as its text: go-yaml v2 gives kubectl the string (into an
+        interface{}, "for backward compatibility"), where PyYAML made a date, which an error
+        then showed as datetime.date(2024, 1, 2), and a string field refused."""
+        return str(self.construct_scalar(node))
+
     def construct_yaml_float(self, node: yaml.ScalarNode) -> float | str:  # type: ignore[override]
         return self._float_or_text(str(self.construct_scalar(node)))
 
@@ -256,6 +262,8 @@ def _go_float32_text(value: float) -> str:
 
 
 _KubectlLoader.add_constructor("tag:yaml.org,2002:int", _KubectlLoader.construct_yaml_int)
+_KubectlLoader.add_constructor("tag:yaml.org,2002:timestamp",
+                               _KubectlLoader.construct_yaml_timestamp)
 _KubectlLoader.add_constructor("tag:yaml.org,2002:float", _KubectlLoader.construct_yaml_float)
 for _tag, _pattern, _first in (
     ("bool", r"y|Y|yes|Yes|YES|n|N|no|No|NO|true|True|TRUE|false|False|FALSE|on|On|ON|off|Off|OFF",
