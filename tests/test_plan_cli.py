@@ -77,7 +77,8 @@ def test_launcher_install_that_cannot_write_says_why_and_leaves_nothing(
         assert err.startswith(f"launcher install {where}: ") and "Traceback" not in err, err
         assert said in err, err
     assert [p.name for p in taken.iterdir()] == ["infertune-launch"]  # no staged copy left
-    assert main(["launcher", "install", ""]) == 1
+    # A usage error, as every command's: it exited 1, as a directory it cannot write.
+    assert main(["launcher", "install", ""]) == 2
     assert "DIR is empty" in capsys.readouterr().err
 
 

@@ -256,10 +256,10 @@ def _write_whole(path: Path, fill: Callable[[Path], object]) -> None:
 def _launcher_install(args: argparse.Namespace) -> int:
     import shutil
 
-    if not args.directory:
-        print("launcher install: DIR is empty; give the directory the serving container "
-              "mounts (the init container's emptyDir)", file=sys.stderr)
-        return 1
+    if not args.directory:  # a usage error, exit 2 as argparse's (the fast path skips it)
+        print("infertune launcher install: error: DIR is empty; give the directory the "
+              "serving container mounts (the init container's emptyDir)", file=sys.stderr)
+        return 2
     target = Path(args.directory) / "infertune-launch"
     if target.parent.exists() and not target.parent.is_dir():
         print(f"launcher install {args.directory}: not a directory; give the directory the "
