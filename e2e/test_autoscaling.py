@@ -185,7 +185,9 @@ def test_queue_scales_out_then_in_after_stabilization(
         assert samples["infertune_autoscaling_scale_writes_total"][frozenset(
             {"namespace": namespace, "name": "qwen", "direction": "out"}.items())] >= 1
 
-    fake_vllm.queue_per_pod = 0.0
+    # The load drops: nothing waits, and each pod serves a fifth of the requests it served
+    # (16 req/s on the 4, which one replica was measured to carry: 20 req/s each).
+    fake_vllm.queue_per_pod, fake_vllm.requests_per_s = 0.0, 4
     loaded: list[str] = []  # `evaluated` of each evaluation that still saw the load
 
     def scaled_in() -> bool:
@@ -203,6 +205,8 @@ def test_queue_scales_out_then_in_after_stabilization(
     # the last evaluation that still saw the load, which may come a scrape after it dropped,
     # or up to an interval before the exporter's change reached Prometheus.
     assert loaded, "no evaluation saw the load after it was raised"
+    # In one step: the load that went away takes the replicas with it.
+    assert scale_in["action"] == "ScaleIn 4 -> 1", scale_in
     assert seconds_between(loaded[-1], scale_in["time"]) >= 8
     # Idle at minReplicas: as HPA says it.
     assert wait_for(lambda: limited_by(api_client, namespace, "TooFewReplicas"),

@@ -35,7 +35,7 @@ from infertune.controller.scaling_report import (
 from infertune.controller.status_patch import merge_patch
 from infertune.scaling.engine import ScaleAction
 from infertune.scaling.signals import Series, TargetSignals, Window
-from infertune.scaling.state import format_time
+from infertune.scaling.state import Carried, ScalingState, format_time
 from infertune.tuning.pod_patch import TemplateBatching, template_batching, tuning_revision
 
 NOW = 1_700_000_000.0
@@ -46,6 +46,13 @@ def spec(**fields: Any) -> InferenceTuningSpec:
     base: dict[str, Any] = {"targetRef": {"name": "llm"}, "engine": "vllm",
                             "autoscaling": {"minReplicas": 1, "maxReplicas": 20}}
     return InferenceTuningSpec.model_validate(base | fields)
+
+
+def carrying(per_replica: float = 40.0) -> dict[str, Any]:
+    """A status whose replicas were measured to carry `per_replica` req/s each well a minute
+    ago: the 10 req/s of `signals` need one (no scale-in limit of what a replica carries)."""
+    state = ScalingState(carried=Carried(per_replica, NOW - 60, "75ms", 0.99))
+    return {"autoscaling": {"target": "llm", "state": state.to_json()}}
 
 
 def signals(queue: float | None = 48.0, latency_s: float = 0.05,
@@ -881,7 +888,7 @@ def test_a_new_target_starts_with_an_empty_state() -> None:
     and its recommendations its scale-down."""
     old = spec(targetRef={"name": "llm"}, autoscaling={"minReplicas": 1, "maxReplicas": 20,
                                                      "scaleDown": {"stabilization": "0s"}})
-    scaled_in = plan_evaluation(old, 1, {}, signals(queue=8.0), 4, None, NOW)
+    scaled_in = plan_evaluation(old, 1, carrying(), signals(queue=8.0), 4, None, NOW)
     assert scaled_in.write == 1
     stored = merge_patch({}, scaled_in.status)
     assert stored["autoscaling"]["target"] == "llm"
@@ -1209,7 +1216,8 @@ def test_ready_pods_that_stop_reporting_count_at_target_probed_or_not(
                               "stabilization": "0s"}}
     quiet = signals(queue=5.0)
     quiet = quiet._replace(queue=quiet.queue._replace(pods=4))
-    planned = plan_evaluation(spec(autoscaling={"maxReplicas": 10, **now_down}), 1, {}, quiet,
+    planned = plan_evaluation(spec(autoscaling={"maxReplicas": 10, **now_down}), 1, carrying(),
+                              quiet,
                               10, None, NOW, ready=10, unprobed=unprobed)
     assert planned.write == 7, planned.decision.reason
     assert "6 Ready pods not reporting, counted at target" in planned.decision.reason
@@ -1253,11 +1261,12 @@ def test_the_default_spec_neither_leaves_a_breach_alone_nor_cycles() -> None:
     nothing waits (the engine's batch takes every request): the queue at 0 scales it in, the
     P99 breaches, and the default spec (latency action Auto, batching Off) used to hand the
     breach to nothing and stay at 312 ms for good. Now the breach scales out, and the
-    remembered breach keeps the next scale-in from carrying its load again."""
+    remembered breach keeps the next scale-in from carrying its load again. From 3, which
+    carry it, before any breach: one replica is taken to try, one breach, and 3 for good."""
     def hockey(per_replica: float) -> float:
         return 0.05 if per_replica <= 8 else 0.05 * (per_replica / 8) ** 2
 
-    history, actions, samples, status = _default_spec_loop(hockey)
+    history, actions, samples, status = _default_spec_loop(hockey, start=1)
     outs = [i for i, a in enumerate(actions) if a is ScaleAction.SCALE_OUT]
     assert len(outs) == 2, history
     # The last breach ends once the second scale-out's pod is Ready (8 intervals) and its
@@ -1265,18 +1274,23 @@ def test_the_default_spec_neither_leaves_a_breach_alone_nor_cycles() -> None:
     assert max(i for i, p in enumerate(samples) if p > 0.075) <= outs[1] + 12
     assert history[outs[1]:] == [3] * (240 - outs[1])
     assert status["autoscaling"]["state"]["latencyBreaches"][0]["requestRate"] == 20.0
+    history, actions, samples, _ = _default_spec_loop(hockey, start=3)
+    outs = [i for i, a in enumerate(actions) if a is ScaleAction.SCALE_OUT]
+    assert len(outs) == 1 and min(history) == 2, history
+    assert history[outs[0]:] == [3] * (240 - outs[0]) and max(samples) < 0.08
 
 
 def test_the_default_spec_adds_replicas_once_for_a_latency_they_do_not_lower() -> None:
     """A P99 at 150 ms whatever the replicas: one scale-out (3 -> 6), then none, where each
-    breach sized another up to maxReplicas; once it is healthy, the queue takes them back."""
+    breach sized another up to maxReplicas; once it is healthy, they come down a replica per
+    window, each step measured fine before the next."""
     def flat(per_replica: float, calls: list[int] = []) -> float:  # noqa: B006
         calls.append(1)
         return 0.15 if len(calls) <= 80 else 0.05
 
     history, actions, _, status = _default_spec_loop(flat, ticks=120)
     assert max(history) == 6 and actions.count(ScaleAction.SCALE_OUT) == 1, history
-    assert history[-1] == 1
+    assert [n for i, n in enumerate(history) if i == 0 or n != history[i - 1]] == [3, 6, 5]
     assert status["autoscaling"]["state"].get("latencyBreaches") in (None, [])
 
 
@@ -1634,7 +1648,7 @@ def test_scaling_limited_names_the_setting_that_held_the_replicas(
         autoscaling: dict[str, Any], queue: float, current: int, reason: str,
         message: str) -> None:
     tuned = spec(autoscaling={"minReplicas": 1, "maxReplicas": 20} | autoscaling)
-    planned = plan_evaluation(tuned, 1, {}, signals(queue=queue), current, None, NOW)
+    planned = plan_evaluation(tuned, 1, carrying(), signals(queue=queue), current, None, NOW)
     limited = conditions_of(planned.status)["ScalingLimited"]
     assert (limited["status"], limited["reason"], limited["message"]) == (
         "Unknown" if reason == "NotDecided" else "True", reason, message), \

@@ -77,9 +77,9 @@ CONSEQUENCES = {
     "status.autoscaling.state.queue": "without status.autoscaling.state.queue the autoscaler's "
                                       "rules that tell a draining backlog from the load stay "
                                       "off",
-    "status.autoscaling.state.carried": "without status.autoscaling.state.carried a breach "
-                                        "forgotten lets the queue alone size the scale-ins "
-                                        "(a steady load can lose its replicas)",
+    "status.autoscaling.state.carried": "without status.autoscaling.state.carried the queue "
+                                        "alone sizes the scale-ins no breach limits (a steady "
+                                        "load can lose its replicas)",
 }
 """What the loss of a field does, where it is not plain from its name."""
 
