@@ -312,8 +312,7 @@ CASES = [
     Case("scale_down_uses_the_highest_recommendation_in_the_window",
          signals(steady(8)), 3, ScaleAction.SCALE_IN,
          state=ScalingState(recommendations=(Recommendation(NOW - 400, 4),
-                                             Recommendation(NOW - 200, 3),
-                                             Recommendation(NOW - 15, 1)))),
+                                             Recommendation(NOW - 200, 3)))),
 ]
 
 
@@ -560,8 +559,7 @@ def test_a_window_with_no_recommendation_in_it_starts_with_the_current_count() -
     old = CARRIES_40._replace(recommendations=(Recommendation(NOW - 360, 1),))
     assert decide(idle, current=10, state=old).desired_replicas == 10
     # A recommendation within the window decides as before (the highest in it).
-    recent = CARRIES_40._replace(recommendations=(Recommendation(NOW - 100, 6),
-                                                  Recommendation(NOW - 15, 1)))
+    recent = CARRIES_40._replace(recommendations=(Recommendation(NOW - 100, 6),))
     assert decide(idle, current=10, state=recent).desired_replicas == 6
     # A window no longer than the interval is empty at every evaluation (the last one's
     # recommendation is an interval old): the last evaluation's counts, nothing is started
@@ -601,42 +599,6 @@ def test_a_window_with_no_recommendation_in_it_starts_with_the_current_count() -
     # A scale-out is not held by it (the scale-up window is HPA's 0s by default).
     busy = decide(signals(steady(96)), current=4)
     assert busy.action is ScaleAction.SCALE_OUT and "counts as one" not in busy.reason
-
-def test_slots_that_recommended_nothing_count_as_the_current_count_from_the_first() -> None:
-    """An operator down for 3 intervals (a restart, a move of the Lease): the recommendations
-    it would have made are not in the window, and it let through a scale-in (13 -> 12) that
-    one kept running held, its window holding the 13 recommended in the slots missed."""
-    window = {"scaleDown": {"stabilization": "300s"}}
-    idle = signals(steady(0))
-    before = CARRIES_40._replace(recommendations=(Recommendation(NOW - 200, 4),
-                                                  Recommendation(NOW - 60, 2)))
-    resumed = decide(idle, current=13, state=before, **window)
-    assert resumed.desired_replicas == 13, resumed.reason
-    missed = (math.floor((NOW - 60) / 15) + 1) * 15  # the slot after NOW - 60's (NOW - 50)
-    assert (f"no recommendation for the {NOW - missed:.0f}s before this one, so the current "
-            "13 counts as one from then") in resumed.reason
-    assert Recommendation(missed, 13) in resumed.state.recommendations
-    # ... until a window after it; kept running, the slots since recommended on.
-    state, at = resumed.state, NOW
-    while (at := at + 15) <= missed + 300:
-        held = decide(signals(steady(0, now=at), now=at), current=13, state=state, now=at,
-                      **window)
-        assert held.desired_replicas == 13 and "counts as one" not in held.reason, held.reason
-        state = held.state
-    assert decide(signals(steady(0, now=at), now=at), current=13, state=state, now=at,
-                  **window).desired_replicas == 1
-    # The last slot's recommendation: nothing missed, its start read back from status just
-    # under it too (microseconds).
-    for newest in (NOW - 15, (math.floor(NOW / 15) - 1) * 15 - 1e-6):
-        last_slot = before._replace(recommendations=(Recommendation(NOW - 200, 4),
-                                                     Recommendation(newest, 2)))
-        assert decide(idle, current=13, state=last_slot, **window).desired_replicas == 4
-    # A scale-out or a hold is not held back by it, and a 0s window has nothing to hold.
-    busy = decide(signals(steady(96)), current=4, state=before)  # 12, limited to +4 pods
-    assert busy.desired_replicas == 8 and "counts as one" not in busy.reason, busy.reason
-    assert decide(idle, current=13, state=before,
-                  scaleDown={"stabilization": "0s"}).desired_replicas == 1
-
 
 def _reading(q: Window, latency_ms: tuple[float, ...], running: float | None = None) -> Any:
     sig = signals(q, latency_ms)
@@ -1000,8 +962,7 @@ def test_signals_are_fresh_as_of_the_time_they_were_read_for() -> None:
 def test_a_stabilized_reason_names_the_windows_extreme_and_the_count_that_stays() -> None:
     """A window that held 7 with 5 replicas now keeps the 5 (no scale-down to 7): the reason
     says 7 is the window's highest and that the current 5 stays, not that 5 was."""
-    state = CARRIES_40._replace(recommendations=(Recommendation(NOW - 60, 7),
-                                                 Recommendation(NOW - 15, 2)))
+    state = CARRIES_40._replace(recommendations=(Recommendation(NOW - 60, 7),))
     held = decide(signals(steady(10)), current=5, state=state)
     assert held.desired_replicas == 5
     assert "scale-down stabilized at 5: the highest recommendation in the last 300s is 7, so " \

@@ -285,17 +285,6 @@ def _decide_on_signals(spec: AutoscalingSpec, current: int, reading: Reading,
             recommendations=(*state.recommendations, Recommendation(now, current)))
         notes.append(f"no recommendation in the last {spec.scale_down.stabilization} before "
                      f"this one, so the current {current} counts as one")
-    elif raw < current and (missed := _first_missed_slot(spec, state.recommendations,
-                                                         now)) is not None:
-        # Slots without a recommendation since the last one, within the window (the operator
-        # down or restarting, no usable metrics, autoscaling disabled a while): what they
-        # would have recommended is not known, and counts as the current count from the
-        # first of them. Without it, a restarted operator let a scale-in through where one
-        # that kept running held the count its window had from the slots it missed.
-        state = state._replace(
-            recommendations=(*state.recommendations, Recommendation(missed, current)))
-        notes.append(f"no recommendation for the {format_duration(round(now - missed))} "
-                     f"before this one, so the current {current} counts as one from then")
     stabilized, why = stabilize(current, raw, state.recommendations, spec.scale_up,
                                 spec.scale_down, now)
     notes += [why] if why else []
@@ -322,21 +311,6 @@ def _decide_on_signals(spec: AutoscalingSpec, current: int, reading: Reading,
     tune = latency.tune_batching and desired == current
     return _applied(spec, current, desired, "; ".join(notes), reading, state, now, record=raw,
                     tune_batching=tune, limited=limited)
-
-
-def _first_missed_slot(spec: AutoscalingSpec, recommendations: tuple[Recommendation, ...],
-                       now: float) -> float | None:
-    """The start of the first interval slot since the newest recommendation that made none,
-    when one did not (a slot between it and this one's); None when the last slot recommended
-    or the scale-down window is 0s. (A window holding none: `_window_empty`.)"""
-    if not recommendations or seconds(spec.scale_down.stabilization) <= 0:
-        return None
-    interval = spec.interval.seconds
-    # As `_window_empty` counts slots (a slot start read back may be just under it).
-    last = math.floor((recommendations[-1].time + 1e-3) / interval)
-    if last >= math.floor((now + 1e-3) / interval) - 1:
-        return None
-    return (last + 1) * interval
 
 
 def _highest_in_window(spec: AutoscalingSpec, recommendations: tuple[Recommendation, ...],
