@@ -1084,6 +1084,23 @@ def test_an_error_answered_with_http_200_is_no_data_in_prometheus_words() -> Non
             f"Prometheus at {url} failed: answered with an error (execution): query limits: "
             "too many series for {...}"), problem  # label values cut, as other errors'
 
+    class Forging(ErrorWith200):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(json.dumps({
+                "status": "error", "errorType": "x\ndecision: ScaleIn 4 -> 1" * 20,
+                "error": "\nwrite: scaled 4 -> 40" * 500}).encode())
+
+        do_POST = do_GET
+
+    # Its words in one line, cut: a newline in them printed lines that read as the
+    # evaluation's, 3,500 characters long.
+    with served(Forging) as url:
+        got = PrometheusSource(url).fetch([target("a", "b")], time.time())["a/b"]
+    problem = got.latency.problem or ""
+    assert "\n" not in problem and "\\n" in problem and len(problem) < 400 + len(url), problem
+
 
 def test_prometheus_warnings_come_with_the_signals_and_are_logged_once(
         prometheus: PrometheusServer, caplog: pytest.LogCaptureFixture, tmp_path: Path,
@@ -1116,7 +1133,7 @@ def test_prometheus_warnings_come_with_the_signals_and_are_logged_once(
     assert len(logged) == 1 and "queries of 1 tuning(s)" in logged[0], logged
     assert source.fetch([llm], time.time())[llm.key].warnings == ()
     assert [line for line in printed if line.startswith("warning: ")] == [
-        f"warning: Prometheus warned that its answer may be incomplete: {cycles[0].warnings[0]}"]
+        f"warning: Prometheus warned with its answer: {cycles[0].warnings[0]}"]
 
 
 @pytest.mark.parametrize(("said", "kept"), [
@@ -1124,8 +1141,35 @@ def test_prometheus_warnings_come_with_the_signals_and_are_logged_once(
     ('found series {job="a", team="payments"}\nNEXT', "found series {...}\\nNEXT"),
 ])
 def test_warnings_are_kept_short_without_label_values_or_control_characters(
-        said: str, kept: str) -> None:
+        said: str, kept: str, monkeypatch: pytest.MonkeyPatch) -> None:
     assert prometheus_adapter._warnings((said, said)) == (kept,)
+    # Cut before it is cleaned: cleaned whole, 89 MB of warning took minutes of CPU.
+    cleaned: list[int] = []
+    clean = prometheus_adapter._without_label_sets
+    monkeypatch.setattr(prometheus_adapter, "_without_label_sets",
+                        lambda text: cleaned.append(len(text)) or clean(text))
+    assert prometheus_adapter._warnings(("{a}" * 1_000_000,)) == ("{a}" * 100 + "...",)
+    assert cleaned == [1200]
+
+
+def test_a_warning_is_logged_again_only_after_no_cycle_had_it_for_ten_minutes(
+        caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Tunings of two intervals have batches that alternate: logged whenever the batch before
+    had not had it, a lasting warning was logged every few cycles."""
+    source = PrometheusSource("http://127.0.0.1:9")
+    clock = [1000.0]
+    monkeypatch.setattr(prometheus_adapter.time, "monotonic", lambda: clock[0])
+    warned = {"a/b": {"remote_read: down": None}}
+    with caplog.at_level("WARNING", logger=prometheus_adapter.__name__):
+        for batch, at in ((warned, 0), ({}, 15), (warned, 60), ({}, 120), (warned, 599),
+                          (warned, 1300), ({}, 1310), (warned, 1320)):
+            clock[0] = 1000.0 + at
+            source._log_warnings(batch)
+    logged = [r.getMessage() for r in caplog.records if "warned" in r.getMessage()]
+    # At 0, and at 1300: 701 s after the last batch that had it (599).
+    assert len(logged) == 2 and logged[0] == (
+        "Prometheus at http://127.0.0.1:9 warned, with the answer of the queries of 1 "
+        "tuning(s): remote_read: down"), logged
 
 
 def test_a_template_that_returns_native_histograms_is_told_to_take_a_number_of_them() -> None:

@@ -1165,14 +1165,14 @@ def test_prometheus_warnings_are_said_in_metrics_available_beside_its_status() -
         assert (metrics["status"], metrics["reason"]) == ("True", "Found")
         messages.append(metrics["message"])
     assert messages[0] == messages[1] == (
-        "queue and latency series found; Prometheus warned that its answer may be "
-        "incomplete: remote_read: error sending request: connection refused")
+        "queue and latency series found; Prometheus warned with its answer: remote_read: "
+        "error sending request: connection refused")
     assert messages[2] == "queue and latency series found"
     missing = plan_evaluation(spec(), 1, {}, signals(None, 0.05)._replace(warnings=warned), 4,
                               None, NOW)
     metrics = next(c for c in missing.status["conditions"] if c["type"] == "MetricsAvailable")
     assert metrics["status"] == "False" and metrics["message"].endswith(
-        "; Prometheus warned that its answer may be incomplete: " + warned[0])
+        "; Prometheus warned with its answer: " + warned[0])
     assert missing.decision.signals.to_json()["warnings"] == list(warned)
 
 

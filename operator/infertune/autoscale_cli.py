@@ -341,7 +341,7 @@ def _text(result: dict[str, Any], target_s: float) -> str:
     # Without the query, which its own line gives below: a 2 KB query in each of three lines
     # hid what was wrong (Prometheus not reachable, said three times).
     lines += [f"problem: {_without_query(p)}" for p in signals["problems"]]
-    lines += [f"warning: Prometheus warned that its answer may be incomplete: {w}"
+    lines += [f"warning: Prometheus warned with its answer: {w}"
               for w in signals["warnings"]]
     if result["write"] is not None:
         lines.append(f"write: {result['write']['why']}")

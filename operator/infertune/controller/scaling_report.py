@@ -306,7 +306,7 @@ def _conditions(spec: InferenceTuningSpec, generation: int, decision: ScaleDecis
     said = problems or "queue and latency series found"
     if decision.signals.warnings:
         # Status as the data says (Prometheus answered); the data may lack what it warns of.
-        said += ("; Prometheus warned that its answer may be incomplete: "
+        said += ("; Prometheus warned with its answer: "
                  + "; ".join(decision.signals.warnings))
     metrics = condition_dict(ConditionType.METRICS_AVAILABLE,
                              ConditionStatus.FALSE if problems else ConditionStatus.TRUE,

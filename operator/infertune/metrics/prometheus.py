@@ -223,9 +223,10 @@ class PrometheusSource:
         self._template_pool = ThreadPoolExecutor(max_workers=PARALLEL_TEMPLATE_QUERIES,
                                                  thread_name_prefix="prometheus-template")
         self._turns = {False: 0, True: 0}
-        self._warned: set[str] = set()
-        """The warnings Prometheus answered with in the last cycle (`_log_warnings`)."""
         """Per pool (templated or not): where the next cycle starts its plans."""
+        self._warned: dict[str, float] = {}
+        """Each warning Prometheus answered with -> when a batch last had it (monotonic), for
+        `_log_warnings`."""
         self._floor_texts: dict[int, str | None] = {}
         """id of each planned latency plan -> its floor query (kept with the plans)."""
         self._floor_used: dict[str, float] = {}
@@ -287,15 +288,19 @@ class PrometheusSource:
         return out
 
     def _log_warnings(self, warned: Mapping[str, Mapping[str, None]]) -> None:
-        """Logs each warning Prometheus answered with that the cycle before had not (they
-        are in MetricsAvailable of every tuning whose query it came with)."""
-        now = {warning for said in warned.values() for warning in said}
-        for warning in sorted(now - self._warned):
-            tunings = sum(warning in said for said in warned.values())
-            logger.warning("Prometheus at %s warned, with the answer of the queries of %d "
-                           "tuning(s) (their data may be incomplete): %s", self.shown_url,
-                           tunings, warning)
-        self._warned = now
+        """Logs each warning Prometheus answered with that no batch had for WARNING_LOGGED_S
+        (it is in MetricsAvailable of every tuning whose query it came with): by batch alone,
+        tunings of two intervals, whose batches alternate, logged a lasting one every few
+        cycles."""
+        now = time.monotonic()
+        seen = {warning for said in warned.values() for warning in said}
+        for warning in sorted(seen):
+            if now - self._warned.get(warning, -math.inf) >= WARNING_LOGGED_S:
+                tunings = sum(warning in said for said in warned.values())
+                logger.warning("Prometheus at %s warned, with the answer of the queries of %d "
+                               "tuning(s): %s", self.shown_url, tunings, warning)
+        self._warned = {warning: at for warning, at in self._warned.items()
+                        if now - at < WARNING_LOGGED_S} | dict.fromkeys(seen, now)
 
     def queries_for(self, target: MetricsTarget) -> dict[Signal, str]:
         """Each signal's query for `target` alone, as a person would paste it into Prometheus
@@ -662,6 +667,8 @@ class _QueryAnswer(requests.Response):
         return answer
 
 
+WARNING_LOGGED_S = 600.0
+"""A warning is logged again once no batch has had it for this long (`_log_warnings`)."""
 MOST_WARNINGS = 3
 """The most warnings of one answer kept (each cut to WARNING_CHARS): they go into the
 MetricsAvailable message of every tuning the query read."""
@@ -955,8 +962,7 @@ def _describe(exc: Exception, timeout_s: float) -> str:
     # Checked first: urllib3 2 makes NameResolutionError a NewConnectionError, and that a
     # subclass of its TimeoutError.
     if isinstance(exc, _ErrorAnswer):
-        return (f"answered with an error ({exc.error_type}): "
-                f"{_without_label_sets(exc.error)[:300]}")
+        return f"answered with an error {_error_said(exc.error_type, exc.error)}"
     reason = getattr(exc.args[0], "reason", None) if exc.args else None  # a MaxRetryError's
     if isinstance(exc, NameResolutionError) or isinstance(reason, NameResolutionError):
         # A Service name mistyped, or without its namespace: it read as Prometheus being
@@ -1012,7 +1018,7 @@ def _describe(exc: Exception, timeout_s: float) -> str:
         if said is not None:
             # Its words, not the client's dump of the body's bytes (b'{"status":"error",...
             # \\u003cby\\u003e...').
-            return f"{status} ({said[0]}): {_without_label_sets(said[1])[:300]}"
+            return f"{status} {_error_said(*said)}"
     text = _without_label_sets(text)
     return text if len(text) <= 300 else text[:300] + "..."
 
@@ -1023,11 +1029,20 @@ def _warnings(said: tuple[str, ...]) -> tuple[str, ...]:
     WARNING_CHARS, the same ones once."""
     if not said:
         return ()
-    out: dict[str, None] = {}
-    for warning in said:
-        text = printable(_without_label_sets(warning))
-        out[text if len(text) <= WARNING_CHARS else text[:WARNING_CHARS] + "..."] = None
-    return tuple(out)
+    return tuple(dict.fromkeys(_cut_clean(warning, WARNING_CHARS) for warning in said))
+
+
+def _error_said(error_type: str, error: str) -> str:
+    """Prometheus's errorType and error as messages give them: "(execution): ..."."""
+    return f"({_cut_clean(error_type, 40)}): {_cut_clean(error, 300)}"
+
+
+def _cut_clean(text: str, most: int) -> str:
+    """`text` from a server for a message: without the label sets it may name
+    (`_without_label_sets`) or control characters (`printable`), cut to `most` characters.
+    Cut first to a few times that: cleaned whole, 89 MB of warning took minutes of CPU."""
+    text = printable(_without_label_sets(text[:most * 4]))
+    return text if len(text) <= most else text[:most] + "..."
 
 
 def _without_label_sets(text: str) -> str:
