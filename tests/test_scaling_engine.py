@@ -1737,8 +1737,8 @@ def test_a_steady_load_keeps_its_replicas_when_the_breach_that_held_them_ends() 
     assert history[-1] == 3
     tried = next(d for d in decisions[day:] if d.action is ScaleAction.SCALE_IN)
     assert tried.desired_replicas == 2 and (
-        "the p99 was under its target at 6.7 req/s per replica 0s ago: 20.0 req/s now keeps "
-        "at least 2; 3 -> 2") in tried.reason, tried.reason
+        "the p99 was under its target at 6.7 req/s per replica 0s ago, at which 3 carry the "
+        "20.0 req/s now: one replica fewer is tried, 2; 3 -> 2") in tried.reason, tried.reason
 
 
 def test_a_breach_cured_at_its_own_rate_leaves_what_a_replica_carried_to_the_scale_ins() -> None:

@@ -809,9 +809,14 @@ def _carried_floor(spec: AutoscalingSpec, carried: Carried, reading: Reading, cu
     known = math.ceil(rate / carried.per_replica - FLOAT_NOISE)
     floor = max(1, min(current - step, max(needed, known - step)))
     age = format_duration(round(now - carried.time))
-    return floor, (f"the {reading.latency_kind} was under its target at "
-                   f"{_per_replica_text(carried.per_replica)} req/s per replica {age} ago: "
-                   f"{_per_replica_text(rate)} req/s now keeps at least {floor}")
+    said = (f"the {reading.latency_kind} was under its target at "
+            f"{_per_replica_text(carried.per_replica)} req/s per replica {age} ago")
+    if floor < min(known, current):
+        # A step to try, not what the load needs: "keeps at least 9" of 10 that carry it read
+        # as the load needing 9.
+        return floor, (f"{said}, at which {known} carry the {_per_replica_text(rate)} req/s "
+                       f"now: one replica fewer is tried, {floor}")
+    return floor, f"{said}: {_per_replica_text(rate)} req/s now keeps at least {floor}"
 
 
 def _breach_floor(spec: AutoscalingSpec, breaches: tuple[Breach, ...], reading: Reading,
