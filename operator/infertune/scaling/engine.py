@@ -738,7 +738,7 @@ def _known_to_carry(spec: AutoscalingSpec, carried: Carried | None, breach: Brea
     if (carried is None or rate is None
             or not carried.per_replica <= breach.per_replica * (1 - spec.tolerance)):
         return floor, held
-    known = max(1, math.ceil(rate / carried.per_replica - FLOAT_NOISE))
+    known = max(1, _ceil(rate / carried.per_replica))
     if known >= floor:
         return floor, held
     return known, (f"{held}, but it was under its target at "
@@ -805,8 +805,8 @@ def _carried_floor(spec: AutoscalingSpec, carried: Carried, reading: Reading, cu
     rate = reading.request_rate
     assert rate is not None  # a rate not known holds every scale-in before this
     step = SCALE_IN_PROBE if probe else 0
-    needed = math.ceil(rate / (carried.per_replica * (1 + spec.tolerance)) - FLOAT_NOISE)
-    known = math.ceil(rate / carried.per_replica - FLOAT_NOISE)
+    needed = _ceil(rate / (carried.per_replica * (1 + spec.tolerance)))
+    known = _ceil(rate / carried.per_replica)
     floor = max(1, min(current - step, max(needed, known - step)))
     age = format_duration(round(now - carried.time))
     said = (f"the {reading.latency_kind} was under its target at "
