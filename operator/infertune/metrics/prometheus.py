@@ -648,11 +648,12 @@ class _AnswerWithin(HTTPAdapter):
 
 class _QueryAnswer(requests.Response):
     """A response of the query API as the client reads it (`json()`, then its
-    data.result): the `warnings` of an answer (Prometheus's own, such as a remote read that
-    failed, or a Thanos partial response: the data may be incomplete), which the client
-    drops, are kept for the query's thread (`_said`); an answer of status "error" sent with
-    HTTP 200 (a proxy or a Prometheus-compatible server) raises `_ErrorAnswer` with its words,
-    where the client's missing "data" said only that the answer was no query result."""
+    data.result): the `warnings` of an answer (a remote read that failed or a Thanos
+    partial response, so the data may be incomplete; Prometheus 3's PromQL warnings), which
+    the client drops, are kept for the query's thread (`_said`); an answer of status "error"
+    sent with HTTP 200 (a proxy or a Prometheus-compatible server) raises `_ErrorAnswer` with
+    its words, where the client's missing "data" said only that the answer was no query
+    result."""
 
     def json(self, **kwargs: Any) -> Any:
         answer = super().json(**kwargs)

@@ -227,7 +227,8 @@ class TargetSignals(NamedTuple):
 
     warnings: tuple[str, ...] = ()
     """What Prometheus warned of with the answers these signals come from (a remote read
-    that failed, a partial response: the data may be incomplete), for MetricsAvailable."""
+    that failed or a partial response, so the data may be incomplete; a PromQL warning), for
+    MetricsAvailable."""
 
     def fresh_at(self, now: float) -> float:
         """The time the signals are judged fresh at, for an evaluation at `now`: when they
