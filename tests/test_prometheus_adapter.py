@@ -1887,3 +1887,14 @@ def test_an_answer_that_cannot_be_decoded_is_said_so() -> None:
     problem = got["a/b"].queue.problem or ""
     assert "failed: answered, but its answer could not be decoded (" in problem, problem
     assert "'br' was not asked for" in problem
+
+
+def test_any_error_text_is_said_without_control_characters_or_label_sets() -> None:
+    """The last resort for an error's words (an exception none of the known kinds is) cut
+    label sets and length, but kept control characters: one that carried what a server
+    sent, with a newline in it, printed lines that read as the evaluation's own."""
+    said = prometheus_adapter._describe(
+        ValueError('upstream said\nvalid {team="payments"} \x1b[2J' + "x" * 400), 1.0)
+    assert "\n" not in said and "\x1b" not in said, said
+    assert said.startswith("upstream said\\nvalid {...} \\x1b[2J"), said
+    assert "payments" not in said and len(said) == 303 and said.endswith("..."), said

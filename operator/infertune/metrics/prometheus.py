@@ -1020,8 +1020,10 @@ def _describe(exc: Exception, timeout_s: float) -> str:
             # Its words, not the client's dump of the body's bytes (b'{"status":"error",...
             # \\u003cby\\u003e...').
             return f"{status} {_error_said(*said)}"
-    text = _without_label_sets(text)
-    return text if len(text) <= 300 else text[:300] + "..."
+    # Cleaned as a server's own words are: any exception's text may carry what a server or
+    # proxy sent (a redirect's Location, a header), and a newline in it printed lines that
+    # read as the evaluation's own.
+    return _cut_clean(text, 300)
 
 
 def _warnings(said: tuple[str, ...]) -> tuple[str, ...]:
