@@ -194,7 +194,11 @@ def test_a_crd_file_that_differs_is_told_how_to_write_it(
     (["mig", "layout", "--product", "NVIDIA-H200", "3g.71gb", "--name", "Big Layout"],
      "is not a label value"),
     (["autoscale", "evaluate", str(EXAMPLE), "--prometheus", "http://p:9090", "--timeout",
-      "nan"], "must be a number of seconds above 0"),
+      "nan"], "'nan' is not a number of seconds written with the digits 0-9"),
+    (["autoscale", "evaluate", str(EXAMPLE), "--prometheus", "http://p:9090", "--timeout",
+      "-1"], "-1 must be a number of seconds above 0"),
+    (["autoscale", "evaluate", str(EXAMPLE), "--prometheus", "http://p:9090", "--timeout",
+      "1_0"], "'1_0' is not a number of seconds written with the digits 0-9"),
 ])
 def test_options_that_cannot_work_are_usage_errors(capsys: pytest.CaptureFixture[str],
                                                    argv: list[str], says: str) -> None:

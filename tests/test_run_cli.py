@@ -517,7 +517,19 @@ def test_no_credentials_anywhere_is_a_message_not_a_traceback(
 @pytest.mark.parametrize(("options", "says"), [
     (["--retune-interval", "0"], "argument --retune-interval: 0 must be a number of seconds "
                                  "above 0"),
-    (["--retune-interval", "nan"], "argument --retune-interval: nan must be"),
+    (["--retune-interval", "nan"], "argument --retune-interval: 'nan' is not a number of "
+                                   "seconds written with the digits 0-9 (30, 0.5)"),
+    # float() took them: ten, a full-width 5, and spaces around a number.
+    (["--retune-interval", "1_0"], "argument --retune-interval: '1_0' is not a number of "
+                                   "seconds"),
+    (["--retune-interval", "\uff15"], "argument --retune-interval: '\uff15' is not a number"),
+    (["--retune-interval", " 5 "], "argument --retune-interval: ' 5 ' is not a number"),
+    (["--retune-interval", "-0"], "argument --retune-interval: -0 must be a number of "
+                                  "seconds above 0"),
+    (["--retune-interval", "1e999"], "argument --retune-interval: 1e999 must be at most 86400 "
+                                     "seconds"),
+    (["--retune-interval", "9" * 5000], "argument --retune-interval: 99999999999999999999... "
+                                        "(5000 characters) must be at most 86400 seconds"),
     (["--launcher-image", ""], "argument --launcher-image: '' is not an image reference"),
     (["--launcher-image", "bad image"], "'bad image' is not an image reference"),
     (["--launcher-image", "Infertune:1"], "'Infertune:1' is not an image reference"),

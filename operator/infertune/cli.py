@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import errno
-import math
 import os
 import re
 import signal
@@ -30,21 +29,30 @@ INTERRUPTED = 128 + 2
 """Exit status after Ctrl-C: 128 + SIGINT, as a shell reports a command that SIGINT ended."""
 
 
+_DECIMAL = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+"""A decimal number with the digits 0-9 (an exponent too): not `1_0`, `inf` or `nan`."""
+
+
 def seconds_type(*, zero: bool = False, most: float = 86400.0) -> Callable[[str], float]:
     """An argparse type: a finite number of seconds above 0, or 0 and more with `zero`, and at
     most `most` (a day by default: larger ones overflowed the clocks they wait on, with a
-    traceback). argparse names the option in its error."""
+    traceback). Written as a decimal number (`30`, `0.5`, `1e3`): Python's float() also took
+    `1_0` (ten), full-width digits and spaces around it, which no other tool reads as that
+    number. argparse names the option in its error."""
     least = "0 or more" if zero else "above 0"
 
     def seconds(text: str) -> float:
-        try:
-            value = float(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-        if not (math.isfinite(value) and (value >= 0 if zero else value > 0)):
-            raise argparse.ArgumentTypeError(f"{text} must be a number of seconds {least}")
+        if _DECIMAL.fullmatch(text) is None:
+            # repr: control characters escaped; a long one cut (it was printed whole).
+            shown = repr(text) if len(text) <= 30 else f"{text[:20]!r}... ({len(text)} characters)"
+            raise argparse.ArgumentTypeError(f"{shown} is not a number of seconds written "
+                                             "with the digits 0-9 (30, 0.5)")
+        value = float(text)
+        shown = text if len(text) <= 40 else f"{text[:20]}... ({len(text)} characters)"
+        if not (value >= 0 if zero else value > 0):  # past float's range it is inf: > most
+            raise argparse.ArgumentTypeError(f"{shown} must be a number of seconds {least}")
         if value > most:
-            raise argparse.ArgumentTypeError(f"{text} must be at most {most:g} seconds")
+            raise argparse.ArgumentTypeError(f"{shown} must be at most {most:g} seconds")
         return value
 
     return seconds
