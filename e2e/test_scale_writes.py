@@ -72,14 +72,15 @@ def signals(queue: float, now: float) -> TargetSignals:
 
 
 def evaluate_once(api_client: client.ApiClient, namespace: str, queue: float,
-                  settings: autoscaling.AutoscalingSettings) -> ScaleDecision:
+                  settings: autoscaling.AutoscalingSettings,
+                  writers: Writers = Writers()) -> ScaleDecision:
     api = client.CustomObjectsApi(api_client)
     body = api.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "llm")
     meta = body["metadata"]
     now = time.time()
     return autoscaling.evaluate(namespace, "llm", int(meta["generation"]), SPEC,
                                 body.get("status") or {}, signals(queue, now), settings,
-                                Writers(), body, now, meta["resourceVersion"])
+                                writers, body, now, meta["resourceVersion"])
 
 
 def scale_of(api_client: client.ApiClient, namespace: str) -> int:
@@ -163,6 +164,48 @@ def test_a_revert_seen_before_a_conflicting_write_is_still_counted(
     assert reads[0] == 2 and reads[-1] == 6
     fight = autoscaling_status(api_client, target)["autoscaling"]["replicaFight"]
     assert fight["reverts"] == 1
+
+
+@pytest.mark.parametrize(("writers", "manager"), [
+    (Writers(hpa="llm"), "horizontal-pod-autoscaler"),
+    (Writers(tunings=("llm-b",)), "kubectl"),
+])
+def test_counts_set_while_another_writer_holds_the_writes_are_no_reverts(
+    api_client: client.ApiClient, target: str, default_client: None,
+    events: list[tuple[str, str, str]], writers: Writers, manager: str,
+) -> None:
+    """The operator wrote 3; then an HPA on the Deployment (or a second tuning of it) held
+    its writes, and the replicas were set to 5 meanwhile, by the HPA or by hand. Each count
+    was stored as a revert of the operator's 3, with a ReplicasReverted Warning, while
+    ScalingActive said the writes were held; once the other writer was gone, one kubectl
+    scale was the second revert, and the writes stopped for a ReplicaFight."""
+    settings, apps = new_settings(), client.AppsV1Api(api_client)
+    # Evaluated in the second the Deployment was created, a count is taken for one of a
+    # Deployment created again since (fights.recreated, in whole seconds): no revert.
+    created = apps.read_namespaced_deployment("llm", target).metadata.creation_timestamp
+    time.sleep(max(0.0, created.timestamp() + 1.05 - time.time()))
+    evaluate_once(api_client, target, 48.0, settings)
+    assert scale_of(api_client, target) == 3
+    apps.patch_namespaced_deployment_scale("llm", target, {"spec": {"replicas": 5}},
+                                           field_manager=manager)
+    held = evaluate_once(api_client, target, 48.0, settings, writers)
+    assert scale_of(api_client, target) == 5 and held.desired_replicas == 8, held.reason
+    stored = autoscaling_status(api_client, target)
+    assert "replicaFight" not in stored["autoscaling"], stored["autoscaling"]
+    active = next(c for c in stored["conditions"] if c["type"] == "ScalingActive")
+    assert active["reason"] in ("HorizontalPodAutoscalerPresent", "SeveralTunings"), active
+    # The other writer gone: the operator writes again, and one count set by hand is one
+    # revert, not a fight.
+    evaluate_once(api_client, target, 48.0, settings)
+    assert scale_of(api_client, target) == 8
+    apps.patch_namespaced_deployment_scale("llm", target, {"spec": {"replicas": 2}},
+                                           field_manager="kubectl")
+    evaluate_once(api_client, target, 48.0, settings)
+    fight = autoscaling_status(api_client, target)["autoscaling"].get("replicaFight")
+    assert fight is not None and fight["reverts"] == 1 and "retryAt" not in fight, (
+        events, autoscaling_status(api_client, target))
+    assert [e[1] for e in events if e[1] == "ReplicasReverted"] == ["ReplicasReverted"]
+    assert events[-1][1] == "ReplicasReverted", events
 
 
 def test_a_write_the_api_server_refuses_is_reported_not_applied(

@@ -328,7 +328,7 @@ def test_with_autoscaling_disabled_the_replicas_are_the_users() -> None:
 
     stored = {"autoscaling": {"writtenReplicas": 6, "writtenTarget": "llm"}}
     settings = AutoscalingSettings(source=RecordingSource())
-    assert not _reverted(settings, "ns/t0", 9, stored, "llm", enabled=False)
+    assert not _reverted(settings, "ns/t0", 9, stored, "llm", writes=False)
     assert not _reverted(settings, "ns/t0", 5, stored, "llm")  # enabled again: nothing held
 
 

@@ -429,11 +429,12 @@ async def hpas_by_target(namespace: str, name: str, body: kopf.Body,
 
 
 def _reverted(settings: AutoscalingSettings, key: str, current: int,
-              status: Mapping[str, Any], deployment: str, enabled: bool = True,
+              status: Mapping[str, Any], deployment: str, writes: bool = True,
               owners: tuple[tuple[str, str], ...] = (), created: float | None = None) -> bool:
     """Whether another writer changed the replicas the operator last wrote to `deployment`
-    (seen once). With autoscaling.enabled false nothing is written and nothing is a revert:
-    the replicas are the user's. `owners` are the writers that own spec.replicas now
+    (seen once). Where the operator does not write them (`writes` false: autoscaling.enabled
+    false, DryRun, an HPA or another tuning on the Deployment) nothing is a revert: the
+    replicas are another's. `owners` are the writers that own spec.replicas now
     (`replicas_owners`); `created` the Deployment's creationTimestamp (one created again
     since the last evaluation is another object: `fights.recreated`)."""
     # A process that has not written yet takes what the last one stored.
@@ -441,7 +442,7 @@ def _reverted(settings: AutoscalingSettings, key: str, current: int,
     written = (settings.written[key] if remembered
                else written_replicas(status, deployment, created))
     settings.written_to[key] = deployment
-    if is_revert(written, current, enabled, owners == (OWN_SCALE_WRITE,)):
+    if is_revert(written, current, writes, owners == (OWN_SCALE_WRITE,)):
         settings.written[key] = None
         return True
     # Disabled, nothing is written (the count is the user's); a count other than the one
@@ -452,7 +453,7 @@ def _reverted(settings: AutoscalingSettings, key: str, current: int,
     # a revert, it started a fight.
     # At 0 the Deployment is paused, and its count the user's until it is scaled up: the
     # count it is scaled up to is theirs too (remembered as written, the resume was a revert).
-    settings.written[key] = None if not enabled or current == 0 else written \
+    settings.written[key] = None if not writes or current == 0 else written \
         if written in (None, current) else current
     return False
 
@@ -521,10 +522,14 @@ def evaluate(namespace: str, name: str, generation: int, spec: InferenceTuningSp
                         "limits as made now", key, lost.change)
             status = with_scale_event(status, lost)
         # A revert seen by the first attempt stays one when the second decides again.
-        # In DryRun nothing is written either, so a count set by hand is no revert.
+        # In DryRun nothing is written either, so a count set by hand is no revert; nor
+        # while an HPA or another tuning holds the writes (ScalingActive says so): the
+        # HPA's counts, or one set by hand meanwhile, were stored as reverts, and one
+        # kubectl scale after the HPA went stopped the writes for a fight.
         reverted = _reverted(settings, key, current, status, deployment,
                              spec.autoscaling is not None and spec.autoscaling.enabled
-                             and spec.mode is Mode.ENFORCE,
+                             and spec.mode is Mode.ENFORCE and writers.hpa is None
+                             and not writers.tunings,
                              read.replicas_by, read.created) or reverted
         fight = next_fight(stored_fight, generation, reverted, now, quiet_hold(spec),
                            writer_of(read.replicas_by))
