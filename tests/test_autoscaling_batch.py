@@ -332,6 +332,25 @@ def test_with_autoscaling_disabled_the_replicas_are_the_users() -> None:
     assert not _reverted(settings, "ns/t0", 5, stored, "llm")  # enabled again: nothing held
 
 
+def test_a_count_set_while_spec_autoscaling_was_removed_is_no_revert_once_it_is_back() -> None:
+    """The operator wrote 4; spec.autoscaling was removed (kopf stops the loop, and the
+    controller clears status.autoscaling), the user scaled to 2, and autoscaling came back:
+    the 2 was taken for a revert of the 4 the process still remembered, with a
+    ReplicasReverted Warning and a step toward a ReplicaFight."""
+    from infertune.controller.autoscaling import _reverted
+
+    settings = AutoscalingSettings(source=RecordingSource())
+    settings.autoscaled.add("ns/t0")
+    assert not _reverted(settings, "ns/t0", 2, {}, "llm")
+    settings.wrote("ns/t0", 4, 2)
+    settings.stopped("ns/t0")  # the loop's end, as kopf stops it
+    assert not _reverted(settings, "ns/t0", 2, {}, "llm")
+    # A loop that keeps running still defends its count.
+    settings.autoscaled.add("ns/t0")
+    settings.wrote("ns/t0", 4, 2)
+    assert _reverted(settings, "ns/t0", 2, {}, "llm")
+
+
 def test_a_disabled_tuning_is_in_the_batch_and_evaluated_every_slot() -> None:
     """enabled: false still reads and reports the signals (and hands the replicas to the
     user). It was left out of the listing, so when another tuning fetched first in the slot it

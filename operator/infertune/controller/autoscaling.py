@@ -236,10 +236,13 @@ class AutoscalingSettings:
 
     def stopped(self, key: str) -> None:
         """The tuning's autoscaling loop ended (deleted, spec.autoscaling removed, the
-        operator stopping): its series go."""
+        operator stopping): its series go, and what this process wrote for it (`forget`):
+        the replicas are the user's until the loop runs again. Kept, a count the user set
+        while spec.autoscaling was removed was taken for a revert once it was back (the
+        status, which the controller cleared with it, holds no count to defend then)."""
         self.autoscaled.discard(key)
-        for table in (self.reported, self.scale_writes, self.failed_total, self.paused):
-            table.pop(key, None)
+        self.forget(key)
+        self.paused.pop(key, None)
 
     def parse(self, namespace: str, name: str, uid: str, generation: int,
               spec: dict[str, Any]) -> Parsed | None:
