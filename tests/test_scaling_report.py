@@ -896,6 +896,12 @@ def test_a_new_target_starts_with_an_empty_state() -> None:
     busy = plan_evaluation(new, 2, stored, signals(queue=96.0, now=NOW + 5), 2, None, NOW + 5)
     assert busy.write == 6, busy.decision.reason  # 2 x 96/32, not held by llm's scale-in
     assert [e["change"] for e in busy.status["autoscaling"]["state"]["scaleEvents"]] == [4]
+    # A Hold of the new target: the old one's lastScaleTime read as a scale of a Deployment
+    # never scaled.
+    assert stored["autoscaling"]["lastScaleTime"] is not None
+    held = plan_evaluation(new, 2, stored, signals(queue=32.0, now=NOW + 5), 2, None, NOW + 5)
+    assert held.write is None and held.status["autoscaling"]["lastScaleTime"] is None
+    assert merge_patch(stored, held.status)["autoscaling"].get("lastScaleTime") is None
     # A status from before `target` was stored is the same target's: its state holds.
     legacy = merge_patch(stored, {"autoscaling": {"target": None}})
     same = plan_evaluation(old, 1, legacy, signals(queue=96.0, now=NOW + 5), 1, None, NOW + 5)

@@ -222,7 +222,9 @@ def plan_evaluation(spec: InferenceTuningSpec, generation: int, status: Mapping[
     patch: dict[str, Any] = {
         "autoscaling": _autoscaling_block(
             decision, decision.state if applied else decision.held_state, stamp,
-            stamp if applied else previous.get("lastScaleTime"), fight,
+            # Only the target's own: after spec.targetRef changed, the old one's time read as
+            # a scale of a Deployment never scaled.
+            stamp if applied else previous.get("lastScaleTime") if own_state else None, fight,
             None if spec.autoscaling is None else seconds(spec.autoscaling.latency.target)),
     }
     if changes and blocked is not None and spec.mode is Mode.ENFORCE:
