@@ -43,6 +43,8 @@ class Cluster:
         self.replicas = replicas
         self.status: dict[str, Any] = {}
         self.events: list[str] = []
+        self.messages: list[str] = []
+        """The Events' messages, in the order of `events`."""
         self.status_fails = False
         self.owners: tuple[tuple[str, str], ...] = ()
         """Who owns spec.replicas in the Deployment's managedFields."""
@@ -84,6 +86,7 @@ class Cluster:
 
         def event(_body: Any, *, type: str, reason: str, message: str) -> None:
             cluster.events.append(reason)
+            cluster.messages.append(message)
 
         monkeypatch.setattr(autoscaling.client, "AppsV1Api", Apps)
         monkeypatch.setattr(autoscaling.client, "CustomObjectsApi", Tunings)
@@ -680,10 +683,15 @@ def test_a_restart_between_the_replicas_and_the_status_write_keeps_its_scale_eve
                                       "target": "llm", "currentReplicas": 2,
                                       "evaluated": format_time(T0 - 15)}}
     cluster.owners = (("infertune", "scale"),)
+    cluster.events.clear()  # those of the process that stopped
     restarted = autoscaling.AutoscalingSettings(source=None)
     assert cluster.evaluate(restarted, T0 + 15) == 3
     stored = cluster.status["autoscaling"]
     assert stored["state"]["scaleEvents"] == [{"time": format_time(T0 + 15), "change": 1}]
+    # Said in an Event, once: every change of replicas says what it was (it was only logged).
+    assert cluster.events == ["ScaledOut"]
+    assert cluster.messages[-1].startswith("2 -> 3 replicas of llm: a write of the operator's "
+                                           "that no status held"), cluster.messages
     assert stored["writtenReplicas"] == 3 and stored.get("replicaFight") is None
     assert cluster.evaluate(restarted, T0 + 60) == 3
     assert cluster.evaluate(restarted, T0 + 75) == 4  # a period after it was found
@@ -694,8 +702,10 @@ def test_a_restart_between_the_replicas_and_the_status_write_keeps_its_scale_eve
         cluster.evaluate(restarted, T0 + 150)
     assert cluster.replicas == 5
     cluster.status = {"autoscaling": {"target": "llm", "currentReplicas": 4}}
+    cluster.events.clear()
     assert cluster.evaluate(autoscaling.AutoscalingSettings(source=None), T0 + 165) == 5
     assert [e["change"] for e in cluster.status["autoscaling"]["state"]["scaleEvents"]] == [1]
+    assert cluster.events == ["ScaledOut"] and cluster.messages[-1].startswith("4 -> 5 ")
 
 
 def _reverts(cluster: Cluster) -> int:

@@ -82,6 +82,8 @@ from infertune.controller.scaling_report import (
     FAILED_KEPT_S,
     SCALE_WRITE_FAILED,
     SCALE_WRITE_REFUSED,
+    SCALED_IN,
+    SCALED_OUT,
     SCALED_TO_ZERO,
     Blocked,
     Evaluation,
@@ -515,11 +517,13 @@ def evaluate(namespace: str, name: str, generation: int, spec: InferenceTuningSp
         status = unwritten.over(status)  # decided over; written over the stored one
     stored_fight = Fight.from_json((status.get("autoscaling") or {}).get("replicaFight"))
     reverted = False
+    lost_write: tuple[ScaleEvent, int] | None = None
     for attempt in range(SCALE_WRITE_ATTEMPTS):
         read = deployment_replicas(namespace, deployment)
         current, ready = read.replicas, read.ready
         lost = _lost_scale_event(settings, key, status, deployment, read, now)
         if lost is not None:
+            lost_write = (lost, current)
             logger.info("%s: replicas %+d were this operator's write, which the status does "
                         "not hold (stopped before its status write); counted in the rate "
                         "limits as made now", key, lost.change)
@@ -673,6 +677,7 @@ def evaluate(namespace: str, name: str, generation: int, spec: InferenceTuningSp
         # too, or the next evaluation (remembering its count) never looked for it again.
         if (wrote or unwritten is not None or planned.batching_news is not None
                 or status is not stored_status):
+            _announce_lost(body, lost_write, deployment)
             # Replicas (or the applied batching value) changed and the status does not say
             # so: the next evaluations decide over this patch until one is stored, and the
             # change is announced all the same, once.
@@ -694,6 +699,7 @@ def evaluate(namespace: str, name: str, generation: int, spec: InferenceTuningSp
             return planned.decision
         raise
     settings.unwritten.pop(key, None)
+    _announce_lost(body, lost_write, deployment)
     if landed is not None and key in settings.autoscaled:  # (see `wrote`)
         decision = planned.decision
         reading = decision.signals
@@ -725,6 +731,23 @@ def evaluate(namespace: str, name: str, generation: int, spec: InferenceTuningSp
         reason, message = planned.batching_news[1]
         kopf.event(body, type=batching_event_type(reason), reason=reason, message=message)
     return planned.decision
+
+
+def _announce_lost(body: Any, lost_write: tuple[ScaleEvent, int] | None,
+                   deployment: str) -> None:
+    """An Event for a replicas write of the operator's that no status or Event holds (the
+    process that made it stopped between its replicas write and its status write, or a
+    write whose outcome was not known landed late), once, when it is found: every change of
+    replicas says what it was (DESIGN #8), and it was only logged."""
+    if lost_write is None:
+        return
+    lost, current = lost_write
+    kopf.event(body, type="Normal", reason=SCALED_OUT if lost.change > 0 else SCALED_IN,
+               message=f"{current - lost.change} -> {current} replicas of {deployment}: a "
+               "write of the operator's that no status held (it stopped between its "
+               "replicas write and its status write, or a write of unknown outcome landed "
+               "late), found now; the reason it was decided for was not kept, and it counts "
+               "in the rate limits from now")
 
 
 def _announce_pause(settings: AutoscalingSettings, key: str, body: Any,

@@ -66,7 +66,8 @@ on."""
 FLAG_IGNORED = "BatchingFlagIgnored"
 """Warning Event and decision record when mode Auto finds that the pods run past the value
 it applied (status.batching.ignored)."""
-EVENT_REASONS = {ScaleAction.SCALE_OUT: "ScaledOut", ScaleAction.SCALE_IN: "ScaledIn",
+SCALED_OUT, SCALED_IN = "ScaledOut", "ScaledIn"
+EVENT_REASONS = {ScaleAction.SCALE_OUT: SCALED_OUT, ScaleAction.SCALE_IN: SCALED_IN,
                  ScaleAction.FALLBACK: "ScaledToFallback",
                  ScaleAction.TUNE_BATCHING: "TuneBatching"}
 
