@@ -71,9 +71,12 @@ def signals(queue: float, now: float) -> TargetSignals:
                          Series(((now - 15, 10.0), (now, 10.0)), 15.0))
 
 
+NO_OTHER_WRITERS = Writers()
+
+
 def evaluate_once(api_client: client.ApiClient, namespace: str, queue: float,
                   settings: autoscaling.AutoscalingSettings,
-                  writers: Writers = Writers()) -> ScaleDecision:
+                  writers: Writers = NO_OTHER_WRITERS) -> ScaleDecision:
     api = client.CustomObjectsApi(api_client)
     body = api.get_namespaced_custom_object(GROUP, VERSION, namespace, PLURAL, "llm")
     meta = body["metadata"]
