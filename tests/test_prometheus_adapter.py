@@ -1417,6 +1417,38 @@ def test_data_parallel_ranks_sum_their_queue_and_average_their_batch(
     assert got.running.last == 20  # each rank serves 20 on average
 
 
+def test_sglang_tensor_parallel_copies_of_a_queue_count_once(
+        prometheus: PrometheusServer) -> None:
+    """SGLang with --enable-metrics-for-all-schedulers: each tensor-parallel rank's scheduler
+    exports the waiting queue it was broadcast, one series per `tp_rank`. Summed per pod, a
+    queue of 10 at tp-size 4 read 40, and the Deployment scaled out on load that was not
+    there. Data-parallel ranks (`dp_rank`) hold queues of their own, which add up."""
+    registry = CollectorRegistry()
+    labels = ["namespace", "pod", "model_name", "tp_rank", "pp_rank", "dp_rank"]
+    queue = Gauge("sglang:num_queue_reqs", "queue", labels, registry=registry)
+    latency = Histogram("sglang:e2e_request_latency_seconds", "e2e",
+                        ["namespace", "pod", "model_name"], buckets=BUCKETS, registry=registry)
+    tp, dp = "ranks-7f9d5c8b6-xz2k4", "ranks-7f9d5c8b6-bcdfg"
+    for rank in range(4):  # one queue of 10, seen by each tensor-parallel rank
+        queue.labels("serving", tp, "qwen", str(rank), "0", "").set(10)
+    for rank, waiting in ((0, 4), (1, 6)):  # two data-parallel ranks, one queue each
+        for tp_rank in range(2):
+            queue.labels("serving", dp, "qwen", str(tp_rank), "0", str(rank)).set(waiting)
+    for pod in (tp, dp):
+        latency.labels("serving", pod, "qwen").observe(OBSERVED)
+    sglang = target("serving", "ranks", Engine.SGLANG)
+    source = PrometheusSource(prometheus.url)
+    with MetricsEndpoint(registry) as endpoint:
+        prometheus.add_scrape_job("ranks", [endpoint.target])
+        try:
+            prometheus.wait_for_targets_up("ranks")
+            window = wait_for(lambda: (got := source.fetch([sglang], time.time())[
+                sglang.key].queue).pods == 2 and got or None, "both SGLang pods", timeout_s=20)
+        finally:
+            prometheus.remove_scrape_job("ranks")
+    assert window.last == 10.0, window  # (10 + (4 + 6)) / 2 pods; read 40 and 20 before
+
+
 def test_cli_evaluate_refuses_templates_as_an_operator_that_does(
         prometheus: PrometheusServer, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """The preview of a tuning with a template, as an operator run with --no-promql-templates

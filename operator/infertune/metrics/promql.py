@@ -202,6 +202,14 @@ its queue and request rate counted twice, and the Deployment scaled out on half 
 queue."""
 SCRAPE_LABELS = (SCRAPE_JOB_LABEL, "endpoint", "service")
 """The labels the scrape job itself adds (Prometheus, and the Prometheus Operator)."""
+RANK_COPIES = {"sglang": ("tp_rank", "pp_rank")}
+"""Engine (the prefix of its metric names) -> the labels of series that are copies of one
+queue, taken once (the largest) before a pod's series are summed. SGLang labels each
+scheduler's gauges with its tensor- and pipeline-parallel rank (and its data-parallel rank,
+`dp_rank`, whose queues are apart and add up); with --enable-metrics-for-all-schedulers
+every tensor-parallel rank exports the waiting queue it was broadcast, and summed they read
+it tp-size times over. A rank that holds none of it (0) does not lower the largest. Only
+for the engines that have them: the queue query is near the URL limit (plan.MAX_QUERY_URL)."""
 KEPT_LABELS = ("instance",)
 """Kept apart while the copies are taken once: two engine processes on two ports of a pod are
 two instances, whose queues add up."""
@@ -246,8 +254,16 @@ def _gauge(scope: Scope, name: str | Template, window: str, summed: bool = True)
         return filled(scope, name, window)
     # `or` matches label sets without the metric name, so a pod exported under both spellings
     # counts once (the colon spelling wins).
+    if not summed:
+        return _copies_merged(scope, " or ".join(f"{n}{{{scope.matchers()}}}"
+                                                 for n in spellings(name)))
     either = " or ".join(f"{n}{{{scope.matchers()}}}" for n in spellings(name))
-    return _once(scope, either) if summed else _copies_merged(scope, either)
+    ranks = RANK_COPIES.get(re.split("[:_]", name, maxsplit=1)[0])
+    if ranks is not None:
+        # The copies of a queue each rank exports, once (`RANK_COPIES`); the two spellings
+        # of a pod's series are taken once by it too (the aggregation drops the name).
+        either = f"max without({','.join(ranks)})({either})"
+    return _once(scope, either)
 
 
 def _rate(scope: Scope, name: str | Template, window: str) -> str:
