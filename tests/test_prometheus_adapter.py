@@ -1442,8 +1442,12 @@ def test_sglang_tensor_parallel_copies_of_a_queue_count_once(
         prometheus.add_scrape_job("ranks", [endpoint.target])
         try:
             prometheus.wait_for_targets_up("ranks")
-            window = wait_for(lambda: (got := source.fetch([sglang], time.time())[
-                sglang.key].queue).pods == 2 and got or None, "both SGLang pods", timeout_s=20)
+
+            def both() -> Window | None:
+                got = source.fetch([sglang], time.time())[sglang.key].queue
+                return got if got.pods == 2 else None
+
+            window = wait_for(both, "both SGLang pods", timeout_s=20)
         finally:
             prometheus.remove_scrape_job("ranks")
     assert window.last == 10.0, window  # (10 + (4 + 6)) / 2 pods; read 40 and 20 before
