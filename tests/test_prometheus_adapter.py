@@ -943,13 +943,57 @@ def test_the_example_templates_parse_in_prometheus(prometheus: PrometheusServer)
                 tunings.append(InferenceTuning.model_validate({
                     "metadata": {"name": f"t{len(tunings)}", "namespace": "examples"},
                     "spec": {"targetRef": {"name": "x"}, **spec}}))
-    assert len(tunings) == 2
+    assert len(tunings) == 3
     targets = [target_for_tuning(t) for t in tunings]
     got = PrometheusSource(prometheus.url).fetch(targets, time.time())
     for t in targets:
         for series in (got[t.key].queue, got[t.key].latency, got[t.key].request_rate):
-            assert (series.problem or "").startswith("no series for Deployment examples/"), \
-                series.problem
+            # A preset's signal beside them (Triton's mean latency) names its metrics.
+            problem = series.problem or ""
+            assert problem.startswith("no series") and "Deployment examples/" in problem, problem
+
+
+def test_the_documented_tensorrt_llm_templates_read_its_own_queue(
+        prometheus: PrometheusServer) -> None:
+    """Triton's pending-request count holds what Triton's scheduler queues, about 0 where the
+    TensorRT-LLM backend takes each request at once and queues it itself: the templates
+    docs/autoscaling.md gives read the backend's own gauge, per pod."""
+    import re
+    from pathlib import Path
+
+    docs = (Path(__file__).parents[1] / "docs" / "autoscaling.md").read_text()
+    block = next(b for b in re.findall(r"```yaml\n(.*?)```", docs, re.S)
+                 if "nv_trt_llm_request_metrics" in b)
+    queries = yaml.safe_load(block)["spec"]["metrics"]["queries"]
+    registry = CollectorRegistry()
+    labels = ["namespace", "pod", "model", "version"]
+    pending = Gauge("nv_inference_pending_request_count", "pending", labels, registry=registry)
+    backend = Gauge("nv_trt_llm_request_metrics", "TRT LLM request metrics",
+                    [*labels, "request_type"], registry=registry)
+    pod = "trt-5d4f8b9c7-bcdfg"
+    pending.labels("serving", pod, "tensorrt_llm", "1").set(0)
+    for kind, count in (("waiting", 7), ("scheduled", 3), ("active", 10), ("max", 64)):
+        backend.labels("serving", pod, "tensorrt_llm", "1", kind).set(count)
+    tuning = InferenceTuning.model_validate({
+        "metadata": {"name": "trt", "namespace": "serving"},
+        "spec": {"targetRef": {"name": "trt"}, "engine": "triton",
+                 "metrics": {"window": "5s", "queries": queries}}})
+    trt = dataclasses.replace(target_for_tuning(tuning), queue_history_s=3.0,
+                              latency_step_s=2.0, queue_target=5.0, want_running=True)
+    source = PrometheusSource(prometheus.url)
+    with MetricsEndpoint(registry) as endpoint:
+        prometheus.add_scrape_job("trt", [endpoint.target])
+        try:
+            prometheus.wait_for_targets_up("trt")
+
+            def read() -> TargetSignals | None:
+                got = source.fetch([trt], time.time())[trt.key]
+                return got if got.queue.pods == 1 and got.running.last is not None else None
+
+            got = wait_for(read, "the TensorRT-LLM pod", timeout_s=20)
+        finally:
+            prometheus.remove_scrape_job("trt")
+    assert (got.queue.last, got.running.last) == (7.0, 3.0)
 
 
 def test_an_interval_of_a_fraction_of_a_second_reads_latency_at_every_second(
