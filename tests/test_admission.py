@@ -32,7 +32,9 @@ VALID: dict[str, Any] = {
     "apiVersion": "infertune.io/v1alpha1", "kind": "InferenceTuning",
     "metadata": {"name": "llama", "namespace": "serving"},
     "spec": {"targetRef": {"name": "vllm"}, "engine": "vllm",
-             "autoscaling": {"minReplicas": 1, "maxReplicas": 4}},
+             # 500ms: vLLM's latency histogram cannot tell 75 ms (the default) apart.
+             "autoscaling": {"minReplicas": 1, "maxReplicas": 4,
+                             "latency": {"target": "500ms"}}},
 }
 BOUNDS = "spec.autoscaling.minReplicas: 5 is above maxReplicas 2"
 
@@ -132,7 +134,7 @@ def test_a_problem_the_stored_object_hid_is_refused_in_the_section_edited_only()
     tuning's min above max was never listed, and the edit that fixed its sustain was
     refused for it as a new problem, while the docs promised otherwise."""
     stored = tuning(autoscaling={"minReplicas": 5, "maxReplicas": 2,
-                                 "queue": {"sustain": "20m"}},
+                                 "queue": {"sustain": "20m"}, "latency": {"target": "1s"}},
                     mig={"profile": "3g.40gb", "nodeSelector": {"gpu type": "a100"}})
     assert [p.split(":")[0] for p in verdict(stored, None).refused] == [
         "spec.autoscaling.queue.sustain"]  # the rest hidden behind it
@@ -338,10 +340,37 @@ def test_batching_without_autoscaling_is_said_to_be_not_acted_on_when_asked_for(
     edited["spec"]["numa"] = {"policy": "none"}
     assert check(edited, batching) == []
     scaled = copy.deepcopy(batching)
-    scaled["spec"]["autoscaling"] = {"enabled": False}
+    scaled["spec"]["autoscaling"] = {"enabled": False, "latency": {"target": "1s"}}
     assert check(scaled) == []
-    scaled["spec"]["autoscaling"] = {}  # the section with its defaults, as the models read it
+    # The section with its defaults, as the models read it (but the latency target, which
+    # vLLM's histogram cannot measure at 75ms).
+    scaled["spec"]["autoscaling"] = {"latency": {"target": "1s"}}
     assert check(scaled) == []
+
+
+def test_a_latency_target_under_the_engines_histogram_is_said_when_asked_for() -> None:
+    """vLLM's end-to-end latency histogram starts at 300 ms: a target under it (the default
+    75 ms) is never measured, and was accepted without a word, to say
+    LatencyTargetBelowResolution only once Prometheus answered."""
+    low = copy.deepcopy(VALID)
+    low["spec"]["autoscaling"]["latency"] = {}  # the default, 75ms
+    said = check(low)
+    assert said == [
+        "infertune: spec.autoscaling.latency.target 75ms is under 300ms, the lowest bucket of "
+        "vllm's latency histogram, and cannot be measured (LatencyTargetBelowResolution); "
+        "set 300ms or more, or a finer spec.metrics.latencyHistogram"]
+    assert len(said[0]) <= admission.MAX_WARNING  # whole: the advice at its end is kept
+    assert check(VALID) == [] and check(low, VALID) == said
+    # Once, not at every edit; and not with a histogram of its own, or another engine.
+    edited = copy.deepcopy(low)
+    edited["spec"]["numa"] = {"policy": "none"}
+    assert check(edited, low) == []
+    finer = copy.deepcopy(low)
+    finer["spec"]["metrics"] = {"latencyHistogram": "router_request_seconds"}
+    assert check(finer) == []
+    sglang = copy.deepcopy(low)
+    sglang["spec"]["engine"] = "sglang"
+    assert check(sglang) == []
 
 
 def test_a_canary_is_said_to_be_not_enforced_when_asked_for() -> None:

@@ -461,9 +461,18 @@ def test_valid_says_batching_without_autoscaling_is_not_acted_on(
         "InferenceTuning ml/q: valid (spec.batching is not acted on without spec.autoscaling: "
         "its evaluations recommend and apply the batch size; add spec.autoscaling (with "
         "enabled: false it recommends without scaling), or set spec.batching.mode: Off)\n")
-    autoscaled = spec.replace("batching:", "autoscaling: {maxReplicas: 4}, batching:")
+    autoscaled = spec.replace("batching:", "autoscaling: {maxReplicas: 4, latency: {target: "
+                              "500ms}}, batching:")
     assert _validated(manifest, _doc("InferenceTuning", "q", "ml", autoscaled) + deployment,
                       capsys).endswith("InferenceTuning ml/q: valid\n")
+    # The default target, 75ms, is under vLLM's lowest latency bucket (300ms).
+    default = autoscaled.replace(", latency: {target: 500ms}", "")
+    assert _validated(manifest, _doc("InferenceTuning", "q", "ml", default) + deployment,
+                      capsys).endswith(
+        "InferenceTuning ml/q: valid (spec.autoscaling.latency.target 75ms is under 300ms, "
+        "the lowest bucket of vllm's latency histogram, and cannot be measured "
+        "(LatencyTargetBelowResolution); set 300ms or more, or a finer "
+        "spec.metrics.latencyHistogram)\n")
 
 
 def test_valid_says_a_canary_is_not_enforced(

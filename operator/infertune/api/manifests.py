@@ -20,7 +20,15 @@ from pydantic import ValidationError
 from infertune.api.canary import CANARY_NOT_ENFORCED
 from infertune.api.errors import FieldError, field_errors
 from infertune.api.scaling import BATCHING_UNUSED, batching_unused
-from infertune.api.spec import API_VERSION, GROUP, KIND, InferenceTuning, Mode, apply_problems
+from infertune.api.spec import (
+    API_VERSION,
+    GROUP,
+    KIND,
+    InferenceTuning,
+    Mode,
+    apply_problems,
+    latency_target_unresolvable,
+)
 from infertune.tuning.memory import MemoryHighError, resolve_memory_high
 from infertune.tuning.pod_shape import pod_from_deployment, template_problem
 
@@ -558,6 +566,8 @@ def validate_documents(documents: Iterable[Document]) -> list[Report]:
                 notes.append(f"spec.canary is {CANARY_NOT_ENFORCED}")
             if batching_unused(tuning.spec):
                 notes.append(f"spec.batching is {BATCHING_UNUSED}")
+            if (unresolvable := latency_target_unresolvable(tuning.spec)) is not None:
+                notes.append(unresolvable)
         unchecked = "; ".join(notes) or None
         checked.append((doc, tuning, errors))
         reports.append(Report(doc, errors, unchecked=unchecked))

@@ -547,3 +547,33 @@ class InferenceTuning(ApiModel):
     def from_manifest(cls, manifest: dict[str, Any]) -> InferenceTuning:
         """Parse an object as read from YAML or the API server."""
         return cls.model_validate(manifest)
+
+
+PRESET_LATENCY_FLOORS_S = {Engine.VLLM: 0.3}
+"""The lowest bucket bound of a preset's latency histogram, where the engine fixes it in its
+code: vLLM's vllm:e2e_request_latency_seconds starts at 0.3 s (vllm/v1/metrics/loggers.py,
+request_latency_buckets). SGLang's can be set (--bucket-e2e-request-latency), and the
+operator reads every histogram's bounds from Prometheus at run time as well."""
+
+
+def latency_target_unresolvable(spec: InferenceTuningSpec) -> str | None:
+    """Why spec.autoscaling.latency.target cannot be measured with the engine's own latency
+    histogram, for `validate` and a warning when it is applied; None when it can (or the
+    histogram is another). Accepted all the same (a finer histogram may come with the next
+    release): at run time MetricsAvailable says LatencyTargetBelowResolution, and a latency
+    breach is seen only once the quantile reads above the lowest bound."""
+    floor = PRESET_LATENCY_FLOORS_S.get(spec.engine)
+    autoscaling = spec.autoscaling
+    queries = spec.metrics.queries
+    if (floor is None or autoscaling is None or spec.metrics.latency_histogram is not None
+            or (queries is not None and queries.latency_buckets is not None)):
+        return None
+    target = autoscaling.latency.target
+    if target.seconds >= floor:
+        return None
+    # Short enough for an admission warning (admission.MAX_WARNING).
+    floor_ms = f"{floor * 1000:g}ms"
+    return (f"spec.autoscaling.latency.target {target} is under {floor_ms}, the lowest bucket "
+            f"of {spec.engine.value}'s latency histogram, and cannot be measured "
+            f"(LatencyTargetBelowResolution); set {floor_ms} or more, or a finer "
+            "spec.metrics.latencyHistogram")

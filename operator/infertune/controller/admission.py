@@ -37,12 +37,20 @@ from kopf._cogs.structs.references import (  # how kopf matches --namespace
     NamespaceName,
     match_namespace,
 )
+from pydantic import ValidationError
 
 from infertune.api.canary import CANARY_NOT_ENFORCED, canary_enabled
 from infertune.api.errors import stored_problems
 from infertune.api.manifests import entry_in_force, in_force, pods_tuned_by, shown_rivals
 from infertune.api.scaling import BATCHING_UNUSED, batching_unused
-from infertune.api.spec import GROUP, PLURAL, VERSION, apply_problems
+from infertune.api.spec import (
+    GROUP,
+    PLURAL,
+    VERSION,
+    InferenceTuningSpec,
+    apply_problems,
+    latency_target_unresolvable,
+)
 from infertune.kube.webhooks import TUNING_HANDLER_ID
 
 logger = logging.getLogger(__name__)
@@ -105,6 +113,15 @@ def _checked(obj: Mapping[str, Any]) -> tuple[list[str], bool]:
     if tuning is None:
         return [str(e) for e in errors], False
     return [f"{field}: {problem}" for field, problem in apply_problems(tuning)], True
+
+
+def _unresolvable(spec: Any) -> str | None:
+    """`latency_target_unresolvable` of a spec as admission sees it (a mapping), None when it
+    does not pass the models (its problems are said otherwise)."""
+    try:
+        return latency_target_unresolvable(InferenceTuningSpec.model_validate(spec or {}))
+    except ValidationError:
+        return None
 
 
 def verdict(obj: Mapping[str, Any], old: Mapping[str, Any] | None) -> Verdict:
@@ -233,3 +250,7 @@ async def check_tuning(body: kopf.Body, old: kopf.Body | None, operation: str,
     if batching_unused(spec) and (old is None or not batching_unused(old.get("spec") or {})):
         # Likewise: batching in Recommend or Auto, and nothing to read it.
         warnings.append(f"infertune: spec.batching is {BATCHING_UNUSED}"[:MAX_WARNING])
+    unresolvable = _unresolvable(spec)
+    if unresolvable is not None and (old is None or _unresolvable(old.get("spec")) is None):
+        # Likewise: vLLM's 75 ms default target, which its histogram cannot measure.
+        warnings.append(f"infertune: {unresolvable}"[:MAX_WARNING])
