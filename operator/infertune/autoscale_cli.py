@@ -122,6 +122,7 @@ def _prometheus_url(text: str) -> str:
 def evaluate_command(args: argparse.Namespace) -> int:
     from infertune.autoscale_live import read_live
     from infertune.metrics.access import access_from_args
+    from infertune.metrics.prometheus import check_access
     from infertune.planning import PlanInputError, load_tuning_and_template
     from infertune.scaling.signals import seconds
 
@@ -140,6 +141,7 @@ def evaluate_command(args: argparse.Namespace) -> int:
         # Before anything is read: a malformed header was said after the tuning file's error,
         # or after the cluster's timeouts with --live, and with the exit of bad input.
         access = access_from_args(args)
+        check_access(args.prometheus, access)  # a CA for an http:// URL
     except ValueError as exc:
         print(str(exc), file=sys.stderr)
         return 2

@@ -186,10 +186,7 @@ class PrometheusSource:
         shown = _without_userinfo(url)
         if resolution_s <= 0 or timeout_s <= 0:
             raise ValueError("timeout_s and resolution_s must be above 0")
-        for option, given in ((CA_OPTION, access.ca_file), (CERT_OPTION, access.client_cert)):
-            if given is not None and not url.startswith("https://"):
-                raise AccessError(option, f"is for an https URL, and {shown} is not one; use "
-                                  "https:// or drop the option")
+        check_access(url, access)
         if (said := cleartext_credentials(url, access)) is not None:
             logger.warning(said)
         self.url = url.rstrip("/")
@@ -956,6 +953,16 @@ def _without_userinfo(url: str) -> str:
     # (refused then for its port, with this in the message). An "@" in a path is rare, and
     # is better hidden than a password shown.
     return re.sub(r"^((?:[A-Za-z][A-Za-z0-9+.-]*://)?).*@", r"\1***@", url, flags=re.DOTALL)
+
+
+def check_access(url: str, access: PrometheusAccess) -> None:
+    """Raise AccessError when an option of `access` cannot be used with `url` (a CA or a
+    client certificate for a URL that is not https): the command line checks it before it
+    reads anything, as the source does when it is made."""
+    for option, given in ((CA_OPTION, access.ca_file), (CERT_OPTION, access.client_cert)):
+        if given is not None and not url.startswith("https://"):
+            raise AccessError(option, f"is for an https URL, and {_without_userinfo(url)} is "
+                              "not one; use https:// or drop the option")
 
 
 def _describe(exc: Exception, timeout_s: float) -> str:
