@@ -349,7 +349,8 @@ def test_evaluate_exits_3_when_it_decided_without_metrics(
     out = json.loads(captured.out)
     assert out["action"] == "Hold" and out["tuning"] == "serving/llm"
     assert all("cannot connect" in p for p in out["signals"]["problems"])
-    assert captured.err.startswith("metrics missing (exit 3): queue: Prometheus at ")
+    assert captured.err.startswith("metrics missing or not comparable (exit 3): queue: "
+                                   "Prometheus at ")
     # The summary names each problem once; the queries are in the output, not repeated.
     assert "(query: " not in captured.err and "label_replace" not in captured.err
     assert captured.err.count("cannot connect") == 3, captured.err

@@ -38,7 +38,8 @@ EXIT_STATUS = (
     "type, --prometheus-* options that cannot be used), as for every command; "
     f"{METRICS_MISSING} evaluated, but a signal is missing (no "
     "series, stale, or Prometheus failed) or the latency cannot be compared with the target "
-    "(the histogram's buckets): the decision holds where data is missing, and each problem "
+    "(the histogram's buckets): the decision holds where data is missing (a latency that "
+    "cannot be compared has no say, and the queue may still scale in), and each problem "
     "from a query names it")
 OTHER_TARGET = "status.autoscaling holds the windows of Deployment"
 """How a note begins that says the stored windows are another Deployment's."""
@@ -180,7 +181,9 @@ def evaluate_command(args: argparse.Namespace) -> int:
     if result["signals"]["problems"]:
         # Each problem once, without its query (printed above, or in the JSON): three copies
         # of 4 KB of PromQL buried the cause.
-        print(f"metrics missing (exit {METRICS_MISSING}): "
+        # Not "metrics missing" alone: a latency under the histogram's lowest bucket is
+        # there and cannot be compared, and the queue may still scale in.
+        print(f"metrics missing or not comparable (exit {METRICS_MISSING}): "
               + "; ".join(_without_query(p) for p in result["signals"]["problems"]),
               file=sys.stderr)
         return METRICS_MISSING
