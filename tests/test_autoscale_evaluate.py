@@ -164,6 +164,25 @@ def test_the_text_says_no_data_and_rounds(
     assert json.loads(out)["signals"]["queuePerReplica"] is None
 
 
+def test_the_text_says_a_latency_under_the_lowest_bucket_as_status_does(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        prometheus: Callable[[Answer], None]) -> None:
+    """vLLM's histogram starts at 300 ms: a P99 under it reads as a fraction of the bound.
+    The text printed "latency (p99): 297ms" as if measured, where status.autoscaling.p99 and
+    the Latency column say "<=300ms"."""
+    def under(now: float) -> TargetSignals:
+        return measured(queue=20.0, latency_s=0.297)(now)._replace(latency_floor_s=0.3)
+
+    prometheus(under)
+    code, out = evaluated(tmp_path, capsys, output="text")
+    assert code == 3  # MetricsAvailable False: LatencyTargetBelowResolution
+    assert ("latency (p99): <=300ms (under the histogram's lowest bucket) at 10 req/s, 0 "
+            "samples above target") in out.splitlines(), out
+    code, out = evaluated(tmp_path, capsys)
+    signals = json.loads(out)["signals"]
+    assert (signals["latencySeconds"], signals["latencyFloorSeconds"]) == (0.297, 0.3)
+
+
 def test_the_text_says_a_failed_query_once_and_gives_the_query_on_its_own_line(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Prometheus not reachable (nothing listens on port 9 here): each problem line carried

@@ -322,6 +322,12 @@ def _text(result: dict[str, Any], target_s: float) -> str:
 
     signals = result["signals"]
     latency, rate = signals["latencySeconds"], signals["requestRate"]
+    floor = signals.get("latencyFloorSeconds")
+    # As status.autoscaling.p99 and the Latency column say it: under the lowest bucket the
+    # quantile is a fraction of the bound, not the latency (297ms read as measured).
+    shown = ("no data" if latency is None else latency_text(latency, target_s)
+             if floor is None else f"<={latency_text(floor)} (under the histogram's lowest "
+             "bucket)")
     assumed = " (assumed: minReplicas; pass --replicas)" if result["currentReplicasAssumed"] \
         else ""
     windows = ("stored by the operator" if result["state"] != "empty" else
@@ -338,8 +344,7 @@ def _text(result: dict[str, Any], target_s: float) -> str:
             ", when rate-limit periods and windows may have moved on"),
         f"stabilization and rate-limit windows: {windows}",
         f"queue per replica: {_rounded(signals['queuePerReplica'])}",
-        f"latency ({signals['latencyKind']}): "
-        f"{'no data' if latency is None else latency_text(latency, target_s)} at "
+        f"latency ({signals['latencyKind']}): {shown} at "
         f"{'an unknown request rate' if rate is None else _rounded(rate) + ' req/s'}, "
         f"{signals['latencyBreaches']} samples above target",
     ]
