@@ -212,8 +212,8 @@ def test_usage_errors_exit_2_as_the_help_says(capsys: pytest.CaptureFixture[str]
         "from 0 to 2147483647" in capsys.readouterr().err
     # A value of the wrong form is such a command line too: these ended with 1, as bad input.
     for option, said in (
-            (["--prometheus", "ftp://p"], "argument --prometheus: Prometheus URL 'ftp://p' must "
-             "start with http:// or https://"),
+            (["--prometheus", "ftp://p"], "argument --prometheus/--prometheus-url: Prometheus "
+             "URL 'ftp://p' must start with http:// or https://"),
             (["--prometheus", "http://p:99999"], "the port is not a number from 1 to 65535"),
             (["--prometheus", "http://me:secret@p:9090"], "'http://***@p:9090' holds a user "
              "and password"),

@@ -433,3 +433,25 @@ def test_ctrl_c_while_the_parser_loads_is_one_line_and_exit_130() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=60, check=False)
     assert (done.returncode, done.stderr) == (130, "infertune: interrupted\n"), done.stderr
+
+
+def test_evaluate_takes_the_prometheus_url_as_run_does(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """`run` takes --prometheus-url and $INFERTUNE_PROMETHEUS_URL; evaluate took neither, and
+    said only "required: --prometheus" (in the operator's pod, where the URL is at hand)."""
+    monkeypatch.delenv("INFERTUNE_PROMETHEUS_URL", raising=False)
+    assert main(["autoscale", "evaluate", str(EXAMPLE)]) == 2
+    assert capsys.readouterr().err == ("give --prometheus URL (or set $INFERTUNE_PROMETHEUS_URL, "
+                                       "as infertune run reads it)\n")
+    monkeypatch.setenv("INFERTUNE_PROMETHEUS_URL", "prometheus:9090")
+    assert main(["autoscale", "evaluate", str(EXAMPLE)]) == 2
+    assert capsys.readouterr().err.startswith(
+        "$INFERTUNE_PROMETHEUS_URL: Prometheus URL 'prometheus:9090' must start with http://")
+    # Read from either (nothing listens on port 9: evaluated, with every signal missing).
+    monkeypatch.setenv("INFERTUNE_PROMETHEUS_URL", "http://127.0.0.1:9")
+    for argv in ([], ["--prometheus-url", "http://127.0.0.1:9"]):
+        if argv:
+            monkeypatch.delenv("INFERTUNE_PROMETHEUS_URL")
+        assert main(["autoscale", "evaluate", str(EXAMPLE), *argv, "--timeout", "1",
+                     "--output", "json"]) == 3
+        assert json.loads(capsys.readouterr().out)["tuning"] == "inference/qwen2-7b"

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -29,6 +30,8 @@ if TYPE_CHECKING:  # the engine and the controller are imported when a command r
     from infertune.scaling.engine import ScaleDecision
 
 
+PROMETHEUS_URL_ENV = "INFERTUNE_PROMETHEUS_URL"
+"""The Prometheus URL when --prometheus is not given, as `infertune run` reads it."""
 METRICS_MISSING = 3
 """Exit status of an evaluation that ran without every signal (the operator's MetricsAvailable
 would be False): a preset or query that matches no series fails a script's check."""
@@ -69,8 +72,11 @@ def add_autoscale_commands(commands: argparse._SubParsersAction) -> None:  # typ
     evaluate.add_argument("--kubeconfig", type=kubeconfig_option, metavar="PATH",
                           help="with --live: kubeconfig file (default: in-cluster, then "
                           "$KUBECONFIG, then ~/.kube/config)")
-    evaluate.add_argument("--prometheus", required=True, metavar="URL", type=_prometheus_url,
-                          help="Prometheus base URL, for example http://prometheus:9090")
+    evaluate.add_argument("--prometheus", "--prometheus-url", dest="prometheus", metavar="URL",
+                          type=_prometheus_url,
+                          help="Prometheus base URL, for example http://prometheus:9090 "
+                          "(default: $INFERTUNE_PROMETHEUS_URL; --prometheus-url, as infertune "
+                          "run names it, is the same option)")
     add_access_options(evaluate)
     add_templates_option(evaluate)
     evaluate.add_argument("--replicas", type=count_type("a Deployment's replica count", 0,
@@ -138,6 +144,18 @@ def evaluate_command(args: argparse.Namespace) -> int:
         print("-n is for a tuning file without a namespace; --live names it: "
               "--live NAMESPACE/NAME", file=sys.stderr)
         return 2
+    if args.prometheus is None:
+        # As `infertune run` reads it: in the operator's pod the URL is at hand.
+        given = os.environ.get(PROMETHEUS_URL_ENV)
+        if not given:
+            print(f"give --prometheus URL (or set ${PROMETHEUS_URL_ENV}, as infertune run "
+                  "reads it)", file=sys.stderr)
+            return 2
+        try:
+            args.prometheus = _prometheus_url(given)
+        except argparse.ArgumentTypeError as exc:
+            print(f"${PROMETHEUS_URL_ENV}: {exc}", file=sys.stderr)
+            return 2
     try:
         # Before anything is read: a malformed header was said after the tuning file's error,
         # or after the cluster's timeouts with --live, and with the exit of bad input.
