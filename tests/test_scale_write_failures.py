@@ -848,11 +848,13 @@ def test_evaluations_that_keep_failing_say_so_in_scaling_active(
     assert active["message"].startswith(
         'evaluations keep failing, so replicas are neither decided nor written: 403 '
         'deployments.apps "llm" is forbidden')
+    # NotEvaluated, as the controller says them while nothing is evaluated: they reused
+    # ScalingActive's reason, two names for one state where alerts key on the reason.
     assert (conditions["MetricsAvailable"]["status"],
-            conditions["MetricsAvailable"]["reason"]) == ("Unknown", "EvaluationFailed")
+            conditions["MetricsAvailable"]["reason"]) == ("Unknown", "NotEvaluated")
     assert (conditions["ScalingLimited"]["status"], conditions["ScalingLimited"]["reason"],
             conditions["ScalingLimited"]["message"]) == (
-        "Unknown", "EvaluationFailed", "nothing is decided (see ScalingActive)")
+        "Unknown", "NotEvaluated", "nothing is decided (see ScalingActive)")
     asyncio.run(fail(3, {"conditions": writes[0]["conditions"]}))
     assert len(writes) == 1  # said once while the same error lasts
     settings.forget("ns/t")  # (an evaluation that runs resets the count the same way)

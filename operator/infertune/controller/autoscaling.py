@@ -50,6 +50,7 @@ from infertune.api.spec import (
 )
 from infertune.api.status import ConditionStatus, ConditionType
 from infertune.controller.conditions import (
+    NOT_EVALUATED,
     condition_dict,
     merge_condition_dicts,
     stored_condition,
@@ -981,16 +982,18 @@ async def _report_not_evaluated(loop: asyncio.AbstractEventLoop, settings: Autos
                                 status: dict[str, Any], resource_version: str | None,
                                 reason: str, scaling: str, metrics: str,
                                 limited: str = "nothing is decided (see ScalingActive)") -> None:
-    """ScalingActive False, MetricsAvailable and ScalingLimited Unknown with `reason` and
+    """ScalingActive False with `reason`, MetricsAvailable and ScalingLimited Unknown with
+    reason NotEvaluated (as the controller says them while nothing is evaluated: one name
+    for one state, where alerts and dashboards key on it; ScalingActive says why), with
     these messages, unless they say so already (written once while it lasts), and only while
     this process leads."""
     stamp = format_time(time.time())
     conditions = (
         condition_dict(ConditionType.SCALING_ACTIVE, ConditionStatus.FALSE, reason, scaling,
                        generation, stamp),
-        condition_dict(ConditionType.METRICS_AVAILABLE, ConditionStatus.UNKNOWN, reason,
-                       metrics, generation, stamp),
-        condition_dict(ConditionType.SCALING_LIMITED, ConditionStatus.UNKNOWN, reason,
+        condition_dict(ConditionType.METRICS_AVAILABLE, ConditionStatus.UNKNOWN,
+                       NOT_EVALUATED, metrics, generation, stamp),
+        condition_dict(ConditionType.SCALING_LIMITED, ConditionStatus.UNKNOWN, NOT_EVALUATED,
                        limited, generation, stamp))
 
     key = f"{namespace}/{name}"

@@ -13,6 +13,9 @@ MAX_MESSAGE = 32000
 """Condition messages are capped below metav1.Condition's 32768 characters."""
 MAX_EVENT_MESSAGE = 1000
 """Event messages are cut here (events.k8s.io allows a 1 KiB note); the condition says all."""
+NOT_EVALUATED = "NotEvaluated"
+"""MetricsAvailable's and ScalingLimited's reason (Unknown) while the autoscaler evaluates
+nothing, whatever the cause (ScalingActive's reason says it): one name for one state."""
 
 
 def now_rfc3339() -> str:

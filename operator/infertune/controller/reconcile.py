@@ -28,6 +28,7 @@ from infertune.api.status import (
 )
 from infertune.controller.conditions import (
     MAX_EVENT_MESSAGE,
+    NOT_EVALUATED,
     find,
     make_condition,
     merge_condition_dicts,
@@ -185,9 +186,9 @@ def _not_evaluated(before: InferenceTuningStatus, reason: str, why: str, generat
                            f"autoscaling evaluates nothing while {why}; replicas are not "
                            "written", generation, now),
             make_condition(ConditionType.METRICS_AVAILABLE, ConditionStatus.UNKNOWN,
-                           "NotEvaluated", f"not read while {why}", generation, now),
+                           NOT_EVALUATED, f"not read while {why}", generation, now),
             make_condition(ConditionType.SCALING_LIMITED, ConditionStatus.UNKNOWN,
-                           "NotEvaluated", f"nothing is decided while {why}", generation,
+                           NOT_EVALUATED, f"nothing is decided while {why}", generation,
                            now))
 
 
