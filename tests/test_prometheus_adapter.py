@@ -1468,16 +1468,16 @@ def test_sglang_tensor_parallel_copies_of_a_queue_count_once(
     queue of 10 at tp-size 4 read 40, and the Deployment scaled out on load that was not
     there. Data-parallel ranks (`dp_rank`) hold queues of their own, which add up."""
     registry = CollectorRegistry()
-    labels = ["namespace", "pod", "model_name", "tp_rank", "pp_rank", "dp_rank"]
+    labels = ["namespace", "pod", "model_name", "tp_rank", "pp_rank", "moe_ep_rank", "dp_rank"]
     queue = Gauge("sglang:num_queue_reqs", "queue", labels, registry=registry)
     latency = Histogram("sglang:e2e_request_latency_seconds", "e2e",
                         ["namespace", "pod", "model_name"], buckets=BUCKETS, registry=registry)
     tp, dp = "ranks-7f9d5c8b6-xz2k4", "ranks-7f9d5c8b6-bcdfg"
-    for rank in range(4):  # one queue of 10, seen by each tensor-parallel rank
-        queue.labels("serving", tp, "qwen", str(rank), "0", "").set(10)
+    for rank in range(4):  # one queue of 10, seen by each tensor-parallel rank (--ep-size 4)
+        queue.labels("serving", tp, "qwen", str(rank), "0", str(rank), "").set(10)
     for rank, waiting in ((0, 4), (1, 6)):  # two data-parallel ranks, one queue each
         for tp_rank in range(2):
-            queue.labels("serving", dp, "qwen", str(tp_rank), "0", str(rank)).set(waiting)
+            queue.labels("serving", dp, "qwen", str(tp_rank), "0", "0", str(rank)).set(waiting)
     for pod in (tp, dp):
         latency.labels("serving", pod, "qwen").observe(OBSERVED)
     sglang = target("serving", "ranks", Engine.SGLANG)

@@ -202,14 +202,17 @@ its queue and request rate counted twice, and the Deployment scaled out on half 
 queue."""
 SCRAPE_LABELS = (SCRAPE_JOB_LABEL, "endpoint", "service")
 """The labels the scrape job itself adds (Prometheus, and the Prometheus Operator)."""
-RANK_COPIES = {"sglang": ("tp_rank", "pp_rank")}
+RANK_COPIES = {"sglang": ("tp_rank", "pp_rank", "moe_ep_rank")}
 """Engine (the prefix of its metric names) -> the labels of series that are copies of one
 queue, taken once (the largest) before a pod's series are summed. SGLang labels each
-scheduler's gauges with its tensor- and pipeline-parallel rank (and its data-parallel rank,
-`dp_rank`, whose queues are apart and add up); with --enable-metrics-for-all-schedulers
-every tensor-parallel rank exports the waiting queue it was broadcast, and summed they read
-it tp-size times over. A rank that holds none of it (0) does not lower the largest. Only
-for the engines that have them: the queue query is near the URL limit (plan.MAX_QUERY_URL)."""
+scheduler's gauges with its tensor-, pipeline- and expert-parallel rank (and its
+data-parallel rank, `dp_rank`, whose queues are apart and add up); with
+--enable-metrics-for-all-schedulers every tensor-parallel rank exports the waiting queue it
+was broadcast, and summed they read it tp-size times over (its expert-parallel rank moves
+with the tensor-parallel one under --ep-size). A rank that holds none of it (0) does not
+lower the largest. Only for the engines' own names (a spec.metrics.queueDepth of another
+name is summed as it is), and only where they have them: the queue query is near the URL
+limit (plan.MAX_QUERY_URL)."""
 KEPT_LABELS = ("instance",)
 """Kept apart while the copies are taken once: two engine processes on two ports of a pod are
 two instances, whose queues add up."""
