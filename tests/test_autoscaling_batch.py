@@ -351,6 +351,40 @@ def test_a_count_set_while_spec_autoscaling_was_removed_is_no_revert_once_it_is_
     assert _reverted(settings, "ns/t0", 2, {}, "llm")
 
 
+def test_a_pass_that_outlives_its_loop_forgets_what_it_stored(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """kopf lets a pass in its worker thread finish after the loop ended (spec.autoscaling
+    removed): the count it took as written, stored after the loop's end had forgotten the
+    rest, was a revert once autoscaling was back and the user had scaled meanwhile."""
+    from infertune.controller import autoscaling
+    from infertune.controller.autoscaling import _reverted
+
+    def evaluate(*args: Any, **_: Any) -> None:
+        settings.stopped("ns/t0")  # the loop ends while the pass decides ...
+        settings.written["ns/t0"] = 4  # ... and the pass stores its count (`_reverted`)
+        settings.written_to["ns/t0"] = "llm"
+
+    monkeypatch.setattr(autoscaling.client, "CustomObjectsApi", StatusApi({}))
+    monkeypatch.setattr(autoscaling, "evaluate", evaluate)
+    monkeypatch.setattr(autoscaling, "time", types.SimpleNamespace(time=lambda: T0 + 0.4))
+    settings = AutoscalingSettings(source=RecordingSource())
+    parsed = settings.parse("ns", "t0", "uid-0", 1, entry(0)["spec"])
+    assert parsed is not None
+    listed = settings.listing(index(entry(0)), parsed, T0 + 0.4)  # type: ignore[arg-type]
+    autoscaling._evaluate_if_due(settings, "ns/t0", parsed, listed, "ns", "t0", 1, {}, "7",
+                                 None, None)  # type: ignore[arg-type]
+    assert "ns/t0" not in settings.written
+    assert not _reverted(settings, "ns/t0", 2, {}, "llm")  # the user's 2, once it is back
+    # A pass whose loop goes on keeps what it stored.
+    monkeypatch.setattr(autoscaling, "evaluate",
+                        lambda *args, **_: settings.written.__setitem__("ns/t0", 4))
+    monkeypatch.setattr(autoscaling, "time", types.SimpleNamespace(time=lambda: T0 + 15.4))
+    listed = settings.listing(index(entry(0)), parsed, T0 + 15.4)  # type: ignore[arg-type]
+    autoscaling._evaluate_if_due(settings, "ns/t0", parsed, listed, "ns", "t0", 1, {}, "7",
+                                 None, None)  # type: ignore[arg-type]
+    assert settings.written.get("ns/t0") == 4
+
+
 def test_a_disabled_tuning_is_in_the_batch_and_evaluated_every_slot() -> None:
     """enabled: false still reads and reports the signals (and hands the replicas to the
     user). It was left out of the listing, so when another tuning fetched first in the slot it

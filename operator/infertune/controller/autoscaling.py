@@ -207,6 +207,9 @@ class AutoscalingSettings:
     autoscaled: set[str] = field(default_factory=set)
     """Keys whose autoscaling loop runs: the metrics export only these (an evaluation that
     ends in its worker thread after the loop stopped records it all the same)."""
+    loops_ended: dict[str, int] = field(default_factory=dict)
+    """key -> how many times its autoscaling loop ended (`stopped`): a pass still in its
+    worker thread when the loop ended forgets, at its end, what it stored meanwhile."""
     paused: dict[str, bool] = field(default_factory=dict)
     """key -> whether its Deployment was at 0 replicas at this process's last evaluation
     (`_announce_pause`)."""
@@ -246,6 +249,7 @@ class AutoscalingSettings:
         self.autoscaled.discard(key)
         self.forget(key)
         self.paused.pop(key, None)
+        self.loops_ended[key] = self.loops_ended.get(key, 0) + 1
 
     def parse(self, namespace: str, name: str, uid: str, generation: int,
               spec: dict[str, Any]) -> Parsed | None:
@@ -1095,6 +1099,23 @@ def _evaluate_if_due(settings: AutoscalingSettings, key: str, parsed: Parsed, tu
     signals = signals_if_due(settings, key, parsed, tunings, now)
     if signals is None:
         return
+    ended = settings.loops_ended.get(key, 0)
+    try:
+        _evaluate_now(settings, key, parsed, namespace, name, generation, status,
+                      resource_version, writers, body, now, signals)
+    finally:
+        if settings.loops_ended.get(key, 0) != ended:
+            # The loop ended while this pass ran in its thread (kopf lets it finish): what
+            # it stored (the count it took as written) is forgotten again, or a count set
+            # while spec.autoscaling was removed was a revert once it was back.
+            settings.forget(key)
+
+
+def _evaluate_now(settings: AutoscalingSettings, key: str, parsed: Parsed, namespace: str,
+                  name: str, generation: int, status: dict[str, Any],
+                  resource_version: str | None, writers: Writers, body: kopf.Body,
+                  now: float, signals: TargetSignals) -> None:
+    """`_evaluate_if_due`'s pass once its signals are read."""
     try:
         if _read_again(settings, key, status):
             api = client.CustomObjectsApi()
