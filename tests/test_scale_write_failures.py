@@ -1034,8 +1034,11 @@ def test_status_writes_that_keep_failing_after_replicas_writes_say_replicas_are_
         "the status of evaluations cannot be written: 500 ")
     assert "replicas are still decided and written" in conditions["ScalingActive"]["message"]
     assert conditions["MetricsAvailable"]["message"] == "not recorded: see ScalingActive"
-    # Decided all the same: ScalingLimited does not say nothing is.
+    # Decided all the same: ScalingLimited does not say nothing is, nor either reason that
+    # nothing is evaluated.
     assert conditions["ScalingLimited"]["message"] == "not recorded: see ScalingActive"
+    assert conditions["MetricsAvailable"]["reason"] == conditions["ScalingLimited"][
+        "reason"] == "NotRecorded"
     # Then the passes fail before deciding (the Deployment cannot be read): no longer said
     # to decide and write, though the unwritten status is still kept for the next one.
     monkeypatch.setattr(autoscaling, "deployment_replicas", lambda namespace, name: (
@@ -1048,6 +1051,7 @@ def test_status_writes_that_keep_failing_after_replicas_writes_say_replicas_are_
     conditions = {c["type"]: c for c in reported[-1]["conditions"]}
     assert conditions["ScalingActive"]["message"].startswith(
         "evaluations keep failing, so replicas are neither decided nor written: 403")
+    assert conditions["MetricsAvailable"]["reason"] == "NotEvaluated"
 
 
 def test_the_last_pod_seen_terminating_reaches_the_plan_and_is_remembered(

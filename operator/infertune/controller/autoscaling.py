@@ -985,19 +985,20 @@ async def _report_not_evaluated(loop: asyncio.AbstractEventLoop, settings: Autos
                                 namespace: str, name: str, generation: int,
                                 status: dict[str, Any], resource_version: str | None,
                                 reason: str, scaling: str, metrics: str,
-                                limited: str = "nothing is decided (see ScalingActive)") -> None:
+                                limited: str = "nothing is decided (see ScalingActive)",
+                                others: str = NOT_EVALUATED) -> None:
     """ScalingActive False with `reason`, MetricsAvailable and ScalingLimited Unknown with
-    reason NotEvaluated (as the controller says them while nothing is evaluated: one name
-    for one state, where alerts and dashboards key on it; ScalingActive says why), with
-    these messages, unless they say so already (written once while it lasts), and only while
-    this process leads."""
+    reason `others`: NotEvaluated (as the controller says them while nothing is evaluated:
+    one name for one state, where alerts and dashboards key on it; ScalingActive says why),
+    or NOT_RECORDED; with these messages, unless they say so already (written once while it
+    lasts), and only while this process leads."""
     stamp = format_time(time.time())
     conditions = (
         condition_dict(ConditionType.SCALING_ACTIVE, ConditionStatus.FALSE, reason, scaling,
                        generation, stamp),
-        condition_dict(ConditionType.METRICS_AVAILABLE, ConditionStatus.UNKNOWN,
-                       NOT_EVALUATED, metrics, generation, stamp),
-        condition_dict(ConditionType.SCALING_LIMITED, ConditionStatus.UNKNOWN, NOT_EVALUATED,
+        condition_dict(ConditionType.METRICS_AVAILABLE, ConditionStatus.UNKNOWN, others,
+                       metrics, generation, stamp),
+        condition_dict(ConditionType.SCALING_LIMITED, ConditionStatus.UNKNOWN, others,
                        limited, generation, stamp))
 
     key = f"{namespace}/{name}"
@@ -1027,6 +1028,9 @@ FAILURES_REPORTED = 2
 server's hiccup, would make the condition flap; every one that follows is logged too. They
 kept saying Scaling and Found from the last evaluation that ran, for as long as it lasted."""
 EVALUATION_FAILED = "EvaluationFailed"
+NOT_RECORDED = "NotRecorded"
+"""MetricsAvailable's and ScalingLimited's reason (Unknown) while evaluations decide and
+write replicas but their status cannot be written."""
 
 
 async def _after_failure(loop: asyncio.AbstractEventLoop, settings: AutoscalingSettings,
@@ -1060,15 +1064,17 @@ async def _report_failure(loop: asyncio.AbstractEventLoop, settings: Autoscaling
                    "status catches up once a write lands (the operator log has the "
                    "traceback)")
         metrics = limited = "not recorded: see ScalingActive"
+        others = NOT_RECORDED  # evaluated, but not said: not NotEvaluated
     else:
         scaling = (f"evaluations keep failing, so replicas are neither decided nor written: "
                    f"{cause[:500]}; tried again every interval (the operator log has the "
                    "traceback)")
         metrics = "not evaluated: see ScalingActive"
         limited = "nothing is decided (see ScalingActive)"
+        others = NOT_EVALUATED
     await _report_not_evaluated(
         loop, settings, namespace, name, generation, status, resource_version,
-        EVALUATION_FAILED, scaling, metrics, limited)
+        EVALUATION_FAILED, scaling, metrics, limited, others)
 
 
 def _write_if_present(namespace: str, name: str, status: dict[str, Any],
