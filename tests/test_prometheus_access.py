@@ -308,7 +308,8 @@ def test_autoscale_evaluate_takes_the_same_access_options(
         assert bad.handler(bad) == 2
         assert "--prometheus-header: the value of X holds a control character" in \
             capsys.readouterr().err
-        # A CA for a URL that is not https: exit 1 after the file (or the cluster) was read.
+        # A CA for a URL that is not https: it was exit 1, after the file (or the cluster)
+        # was read.
         plain = build_parser().parse_args([
             "autoscale", "evaluate", tuning_file, "--prometheus", "http://127.0.0.1:1",
             "--prometheus-ca-file", str(secured.ca_file)])

@@ -30,8 +30,6 @@ if TYPE_CHECKING:  # the engine and the controller are imported when a command r
     from infertune.scaling.engine import ScaleDecision
 
 
-PROMETHEUS_URL_ENV = "INFERTUNE_PROMETHEUS_URL"
-"""The Prometheus URL when --prometheus is not given, as `infertune run` reads it."""
 METRICS_MISSING = 3
 """Exit status of an evaluation that ran without every signal (the operator's MetricsAvailable
 would be False): a preset or query that matches no series fails a script's check."""
@@ -128,7 +126,7 @@ def _prometheus_url(text: str) -> str:
 
 def evaluate_command(args: argparse.Namespace) -> int:
     from infertune.autoscale_live import read_live
-    from infertune.metrics.access import access_from_args
+    from infertune.metrics.access import PROMETHEUS_URL_ENV, access_from_args
     from infertune.metrics.prometheus import check_access
     from infertune.planning import PlanInputError, load_tuning_and_template
     from infertune.scaling.signals import seconds

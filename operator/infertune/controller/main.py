@@ -561,10 +561,15 @@ def run_operator(args: argparse.Namespace) -> int:
     if not args.verbose:
         # One access-log line per admission request would cost every pod start a write.
         logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
-    from infertune.metrics.access import NO_ACCESS_OPTIONS, AccessError, access_from_args
+    from infertune.metrics.access import (
+        NO_ACCESS_OPTIONS,
+        PROMETHEUS_URL_ENV,
+        AccessError,
+        access_from_args,
+    )
     from infertune.metrics.prometheus import PrometheusSource
 
-    prometheus = args.prometheus_url or os.environ.get("INFERTUNE_PROMETHEUS_URL")
+    prometheus = args.prometheus_url or os.environ.get(PROMETHEUS_URL_ENV)
     try:  # checked before anything starts
         access = access_from_args(args)
         if prometheus is None and access != NO_ACCESS_OPTIONS:

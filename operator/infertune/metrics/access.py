@@ -26,6 +26,8 @@ _TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 """An HTTP field name or auth scheme (RFC 9110 token)."""
 _UNSAFE = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 """Control characters (tab allowed): a CR or LF in a value would start a header of its own."""
+PROMETHEUS_URL_ENV = "INFERTUNE_PROMETHEUS_URL"
+"""The Prometheus URL when no option gives it (`run`, `autoscale evaluate`)."""
 CREDENTIALS_OPTION = "--prometheus-credentials-file"
 AUTH_TYPE_OPTION = "--prometheus-auth-type"
 CA_OPTION = "--prometheus-ca-file"
