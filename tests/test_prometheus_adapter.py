@@ -210,6 +210,21 @@ def fetch_when(source: PrometheusSource, targets: list[MetricsTarget],
 
 
 @contextmanager
+def scraped_as(prometheus: PrometheusServer, job: str,
+               registry: CollectorRegistry) -> Iterator[None]:
+    """`registry` served and scraped by the session's Prometheus as scrape job `job` (up once
+    the block starts) until the block ends; the job is removed then, so it reaches no later
+    test."""
+    with MetricsEndpoint(registry) as endpoint:
+        prometheus.add_scrape_job(job, [endpoint.target])
+        try:
+            prometheus.wait_for_targets_up(job)
+            yield
+        finally:
+            prometheus.remove_scrape_job(job)
+
+
+@contextmanager
 def observing(child: Any, value: float) -> Iterator[None]:
     """`value` observed by the histogram `child` every OBSERVE_EVERY_S (a steady latency)
     until the block ends."""
@@ -981,18 +996,13 @@ def test_the_documented_tensorrt_llm_templates_read_its_own_queue(
     trt = dataclasses.replace(target_for_tuning(tuning), queue_history_s=3.0,
                               latency_step_s=2.0, queue_target=5.0, want_running=True)
     source = PrometheusSource(prometheus.url)
-    with MetricsEndpoint(registry) as endpoint:
-        prometheus.add_scrape_job("trt", [endpoint.target])
-        try:
-            prometheus.wait_for_targets_up("trt")
 
-            def read() -> TargetSignals | None:
-                got = source.fetch([trt], time.time())[trt.key]
-                return got if got.queue.pods == 1 and got.running.last is not None else None
+    def read() -> TargetSignals | None:
+        got = source.fetch([trt], time.time())[trt.key]
+        return got if got.queue.pods == 1 and got.running.last is not None else None
 
-            got = wait_for(read, "the TensorRT-LLM pod", timeout_s=20)
-        finally:
-            prometheus.remove_scrape_job("trt")
+    with scraped_as(prometheus, "trt", registry):
+        got = wait_for(read, "the TensorRT-LLM pod", timeout_s=20)
     assert (got.queue.last, got.running.last) == (7.0, 3.0)
 
 
@@ -1482,18 +1492,13 @@ def test_sglang_tensor_parallel_copies_of_a_queue_count_once(
         latency.labels("serving", pod, "qwen").observe(OBSERVED)
     sglang = target("serving", "ranks", Engine.SGLANG)
     source = PrometheusSource(prometheus.url)
-    with MetricsEndpoint(registry) as endpoint:
-        prometheus.add_scrape_job("ranks", [endpoint.target])
-        try:
-            prometheus.wait_for_targets_up("ranks")
 
-            def both() -> Window | None:
-                got = source.fetch([sglang], time.time())[sglang.key].queue
-                return got if got.pods == 2 else None
+    def both() -> Window | None:
+        got = source.fetch([sglang], time.time())[sglang.key].queue
+        return got if got.pods == 2 else None
 
-            window = wait_for(both, "both SGLang pods", timeout_s=20)
-        finally:
-            prometheus.remove_scrape_job("ranks")
+    with scraped_as(prometheus, "ranks", registry):
+        window = wait_for(both, "both SGLang pods", timeout_s=20)
     assert window.last == 10.0, window  # (10 + (4 + 6)) / 2 pods; read 40 and 20 before
 
 
@@ -1547,15 +1552,13 @@ def test_each_deployment_gets_its_own_histograms_lowest_bucket(
     source = PrometheusSource(prometheus.url)
     with observing(pod, 0.05):
         fetch_when(source, [coarse, fine], fine.key)  # the bounds read: none for coarse yet
-        with MetricsEndpoint(registry) as endpoint:
-            prometheus.add_scrape_job("coarse", [endpoint.target])
-            prometheus.wait_for_targets_up("coarse")
 
-            def latency_of_both() -> dict[str, TargetSignals] | None:
-                got = source.fetch([coarse, fine], time.time())
-                return got if all(len(got[t.key].latency.points) >= 2
-                                  for t in (coarse, fine)) else None
+        def latency_of_both() -> dict[str, TargetSignals] | None:
+            got = source.fetch([coarse, fine], time.time())
+            return got if all(len(got[t.key].latency.points) >= 2
+                              for t in (coarse, fine)) else None
 
+        with scraped_as(prometheus, "coarse", registry):
             got = wait_for(latency_of_both, "latency of both", timeout_s=30)
     assert got[coarse.key].latency.points[-1][1] == pytest.approx(0.99 * 0.3)
     # Read with the new Deployment's first latency data, not FLOOR_RETRY_S after the last
@@ -1622,9 +1625,7 @@ def test_bounds_of_another_histogram_are_not_borrowed(
     with observing(pod, 0.05):
         assert fetch_when(source, [llm], llm.key)[llm.key].latency_floor_s == BUCKETS[0]
         refuse_bounds_reads(monkeypatch, source)
-        with MetricsEndpoint(registry) as endpoint:
-            prometheus.add_scrape_job("other", [endpoint.target])
-            prometheus.wait_for_targets_up("other")
+        with scraped_as(prometheus, "other", registry):
             got = wait_for(lambda: (lambda s: s if len(s.latency.points) >= 2 else None)(
                 source.fetch([other], time.time())[other.key]), "the other histogram",
                 timeout_s=30)
@@ -1854,18 +1855,13 @@ def test_series_that_carry_the_operators_own_labels_fail_no_other_tuning(
     llm = target("serving", "llm", want_running=True)
     spoof = target("spoof", "app", want_running=True)
     source = PrometheusSource(prometheus.url)
-    with MetricsEndpoint(registry) as endpoint:
-        prometheus.add_scrape_job("spoof", [endpoint.target])
-        try:
-            prometheus.wait_for_targets_up("spoof")
 
-            def fetched() -> dict[str, TargetSignals] | None:
-                got = source.fetch([llm, spoof], time.time())
-                return got if got[spoof.key].running.available else None
+    def fetched() -> dict[str, TargetSignals] | None:
+        got = source.fetch([llm, spoof], time.time())
+        return got if got[spoof.key].running.available else None
 
-            got = wait_for(fetched, "the spoofing pod's running batch", timeout_s=20)
-        finally:
-            prometheus.remove_scrape_job("spoof")
+    with scraped_as(prometheus, "spoof", registry):
+        got = wait_for(fetched, "the spoofing pod's running batch", timeout_s=20)
     mine = got[llm.key]
     assert mine.queue.problem is None and mine.queue.pods == 2, mine.queue.problem
     assert not mine.latency_floor_unknown and mine.latency_floor_s == BUCKETS[0]
