@@ -29,6 +29,9 @@ SPEC = InferenceTuningSpec.model_validate({
                     "scaleUp": {"pods": 1, "percent": 0, "period": "60s"}}})
 
 
+NO_OTHER_WRITERS = Writers()
+
+
 def busy(now: float) -> TargetSignals:
     """A queue twice the target, sustained: scale out, one pod per minute."""
     window = Window.of_points([(now - 30 + i, 64.0) for i in range(31)], now, 30.0, 1.0, 32.0)
@@ -96,9 +99,10 @@ class Cluster:
         monkeypatch.setattr(autoscaling, "write_status", write_status)
         monkeypatch.setattr(kopf, "event", event)
 
-    def evaluate(self, settings: autoscaling.AutoscalingSettings, now: float) -> int:
+    def evaluate(self, settings: autoscaling.AutoscalingSettings, now: float,
+                 writers: Writers = NO_OTHER_WRITERS) -> int:
         decision = autoscaling.evaluate("ns", "t", 1, SPEC, copy.deepcopy(self.status),
-                                        busy(now), settings, Writers(), {}, now, "1")
+                                        busy(now), settings, writers, {}, now, "1")
         return decision.desired_replicas
 
 
@@ -710,6 +714,31 @@ def test_a_restart_between_the_replicas_and_the_status_write_keeps_its_scale_eve
 
 def _reverts(cluster: Cluster) -> int:
     return int((cluster.status["autoscaling"].get("replicaFight") or {}).get("reverts") or 0)
+
+
+@pytest.mark.parametrize(("writers", "owner"), [
+    (Writers(hpa="llm"), ("horizontal-pod-autoscaler", "scale")),
+    (Writers(tunings=("other",)), ("kubectl", "scale")),
+])
+def test_counts_set_while_another_writer_holds_the_writes_are_no_reverts(
+        monkeypatch: pytest.MonkeyPatch, writers: Writers, owner: tuple[str, str]) -> None:
+    """An HPA (or a second tuning) held the writes after the operator wrote 3, and the
+    replicas were set to 5 meanwhile: stored as a revert, and one kubectl scale after the
+    other writer went stopped the writes for a ReplicaFight (e2e/test_scale_writes.py has
+    it against the API server)."""
+    cluster = Cluster(monkeypatch, replicas=2)
+    settings = autoscaling.AutoscalingSettings(source=None)
+    assert cluster.evaluate(settings, T0) == 3 and cluster.replicas == 3
+    cluster.replicas, cluster.owners = 5, (owner,)
+    cluster.evaluate(settings, T0 + 15, writers)
+    assert cluster.replicas == 5 and _reverts(cluster) == 0
+    assert "ReplicasReverted" not in cluster.events
+    cluster.evaluate(settings, T0 + 75)  # the other writer is gone: written again
+    assert cluster.replicas == 6 and _reverts(cluster) == 0  # one pod per minute
+    cluster.replicas, cluster.owners = 2, (("kubectl", "scale"),)
+    cluster.evaluate(settings, T0 + 90)
+    fight = cluster.status["autoscaling"]["replicaFight"]
+    assert fight["reverts"] == 1 and "retryAt" not in fight, fight
 
 
 def test_a_revert_seen_by_a_pass_that_lost_the_lease_is_seen_again(
