@@ -641,6 +641,31 @@ def test_batching_recommendation(name: str, q: Window, latency: tuple[float, ...
     assert reason in rec.reason
 
 
+def test_a_batch_that_is_not_full_is_not_raised() -> None:
+    """Headroom and a queue above target raised max-num-seqs 128 -> 160 -> ... -> 490 while
+    50 requests ran per replica: vLLM queued them for its KV cache, not for the batch, and
+    each step of mode Auto re-created every pod for nothing."""
+    def raised(running: float) -> int:
+        rec = recommend_batching(BatchingSpec(mode="Auto"), Engine.VLLM, spec(),
+                                 _reading(steady(48), (30, 30), running=running), 128)
+        assert rec is not None
+        return rec.recommended
+
+    assert raised(50) == 128
+    rec = recommend_batching(BatchingSpec(mode="Auto"), Engine.VLLM, spec(),
+                             _reading(steady(48), (30, 30), running=50), 128)
+    assert rec is not None and rec.direction == 0
+    assert ("but the batch is not full: at most 50 requests ran per replica of the 128 it "
+            "allows: a larger max-num-seqs would admit nothing more") in rec.reason
+    assert raised(115.2) == 160  # 90% of it: full
+    assert raised(127) == 160
+    # A token budget's use is not known from the running requests: raised as before.
+    tokens = recommend_batching(
+        BatchingSpec(mode="Recommend", knob="max-num-batched-tokens", max=65536),
+        Engine.VLLM, spec(), _reading(steady(48), (30, 30), running=50), 8192)
+    assert tokens is not None and tokens.recommended == 10240
+
+
 def test_batching_off_or_without_knob_recommends_nothing() -> None:
     reading = _reading(steady(5), (150, 150))
     assert recommend_batching(BatchingSpec(), Engine.VLLM, spec(), reading, 128) is None

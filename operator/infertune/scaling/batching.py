@@ -34,6 +34,11 @@ never be applied while the latency stays above target."""
 MAX_INCREASE = 1.25
 HEADROOM = 0.8
 """Grow only while latency is at most 80% of target, so a step up does not itself breach."""
+FULL = 0.9
+"""A knob counted in requests is raised only while the peak of the requests running per
+replica reaches this share of it: below, the batch is not what holds requests back (vLLM
+queues them when its KV cache is full), and a larger one admits nothing more, while mode
+Auto re-creates every pod for each step."""
 
 
 @dataclass(frozen=True)
@@ -83,6 +88,12 @@ def recommend_batching(batching: BatchingSpec, engine: Engine, autoscaling: Auto
                f"{latency_text(target)} for "
                f"{reading.breaches} samples with the queue low: lower {knob.value} by "
                f"x{factor:.2f}")
+    elif (latency is not None and latency <= HEADROOM * target and reading.queue_sustained
+            and (not_full := _not_full(knob, reading, base)) is not None):
+        proposed, direction = base, 0
+        why = (f"{reading.latency_kind} {latency_text(latency)} has headroom under "
+               f"{latency_text(target)} while the queue stays above target, but {not_full}: "
+               f"a larger {knob.value} would admit nothing more")
     elif latency is not None and latency <= HEADROOM * target and reading.queue_sustained:
         direction = 1
         # A latency of 0 (a template's gauge at rest) has all the headroom there is; divided
@@ -101,6 +112,16 @@ def recommend_batching(batching: BatchingSpec, engine: Engine, autoscaling: Auto
     return BatchingRecommendation(knob, current, recommended,
                                   f"{why}; from {base} ({origin}) to {recommended}", direction,
                                   current is None and origin == FROM_MAX)
+
+
+def _not_full(knob: BatchingKnob, reading: Reading, base: int) -> str | None:
+    """Why the batch in use is not full, for a knob counted in requests whose running peak is
+    known; None when it is full, or that cannot be told (a token budget, no running data)."""
+    peak = reading.running_peak
+    if knob not in REQUEST_KNOBS or peak is None or peak >= FULL * base - FLOAT_NOISE:
+        return None
+    return (f"the batch is not full: at most {peak:.4g} requests ran per replica of the "
+            f"{base} it allows")
 
 
 def _unchanged(autoscaling: AutoscalingSpec, reading: Reading, target: float) -> str:
