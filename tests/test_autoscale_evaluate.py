@@ -93,7 +93,9 @@ def test_a_file_gets_the_reason_the_operator_gives(
     assert "spec.batching.mode is Off" not in result["reason"]
     assert result["reason"].endswith(
         f"mode Recommend applies nothing: set --max-num-seqs={result['batching']['recommended']}"
-        " on the pod template (status.batching.recommended), or spec.batching.mode to Auto")
+        " on the pod template (status.batching.recommended) where the value in use is above "
+        "it (it is not known here: this is a step down from spec.batching.max), or "
+        "spec.batching.mode to Auto")
     assert "lower max-num-seqs" in result["batching"]["reason"]
 
 

@@ -522,10 +522,36 @@ def test_a_breach_with_batching_off_scales_out_with_action_auto() -> None:
     recommended = recommending.status["batching"]["recommended"]
     assert recommending.status["autoscaling"]["reason"].endswith(
         f"tune batching; 4 -> 4; mode Recommend applies nothing: set --max-num-seqs="
-        f"{recommended} on the pod template (status.batching.recommended), or "
-        "spec.batching.mode to Auto")
+        f"{recommended} on the pod template (status.batching.recommended) where the value "
+        "in use is above it (it is not known here: this is a step down from "
+        "spec.batching.max), or spec.batching.mode to Auto")
+    # With the value in use known (on the template), the advice is plain.
+    known = plan_evaluation(spec(batching={"mode": "Recommend"}), 1, {}, breach, 4, None, NOW,
+                            template=TemplateBatching(128, None))
+    assert known.status["autoscaling"]["reason"].endswith(
+        f"mode Recommend applies nothing: set --max-num-seqs="
+        f"{known.status['batching']['recommended']} on the pod template "
+        "(status.batching.recommended), or spec.batching.mode to Auto")
     assert recommending.event is not None and (
         f"--max-num-seqs={recommended}" in recommending.event[1])
+    # Triton reads its queue delay from the model config: tritonserver has no such option,
+    # and refuses to start on one it does not know. TGI ignores its token budget for Flash
+    # Attention models, which mode Auto would not apply: it was offered all the same.
+    triton = plan_evaluation(spec(engine="triton", batching={"mode": "Recommend"}), 1, {},
+                             breach, 4, None, NOW)
+    assert triton.decision.action is ScaleAction.TUNE_BATCHING, triton.decision.reason
+    value = triton.status["batching"]["recommended"]
+    assert triton.status["autoscaling"]["reason"].endswith(
+        f"mode Recommend applies nothing: set dynamic_batching.max_queue_delay_microseconds: "
+        f"{value} in the model config (status.batching.recommended) where the value in use is "
+        "above it (it is not known here: this is a step down from spec.batching.max)")
+    tgi = plan_evaluation(spec(engine="tgi", batching={
+        "mode": "Recommend", "knob": "max-batch-total-tokens", "min": 4096, "max": 65536}),
+        1, {}, breach, 4, None, NOW)
+    reason = tgi.status["autoscaling"]["reason"]
+    assert "; mode Auto would not apply it: TGI ignores --max-batch-total-tokens for Flash " \
+        "Attention models" in reason, reason
+    assert "or spec.batching.mode to Auto" not in reason
     # The queue above target (within the tolerance: no scale-out): the recommendation keeps
     # the value the pods run, and the reason does not tell them to set it.
     queued = signals(queue=34.0, latency_s=0.15)

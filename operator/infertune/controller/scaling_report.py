@@ -214,9 +214,8 @@ def plan_evaluation(spec: InferenceTuningSpec, generation: int, status: Mapping[
             f"{in_use} (status.batching.reason says why), so nothing acts on this breach: "
             "set latency.action to Auto to add replicas for it"
             if in_use is not None and batching["recommended"] == in_use else
-            f"{decision.reason}; mode Recommend applies nothing: set --{batching['knob']}="
-            f"{batching['recommended']} on the pod template (status.batching.recommended), "
-            "or spec.batching.mode to Auto"))
+            f"{decision.reason}; mode Recommend applies nothing: "
+            f"{_how_to_apply(spec, batching)}"))
     stamp = format_time(now)
     changes = decision.desired_replicas != current
     applied = changes and spec.mode is Mode.ENFORCE and blocked is None
@@ -512,6 +511,26 @@ def _news(spec: InferenceTuningSpec, status: Mapping[str, Any], decision: ScaleD
               "reason": decision.reason[:1000], "applied": applied}
     return record, (EVENT_REASONS.get(decision.action, "Scaled"),
                     (prefix + decision.reason)[:MAX_EVENT_MESSAGE])
+
+
+def _how_to_apply(spec: InferenceTuningSpec, batching: Mapping[str, Any]) -> str:
+    """How a recommended value of mode Recommend is applied, for the breach's reason: on the
+    pod template's command line, but Triton's queue delay in the model config (tritonserver
+    has no such option and refuses to start on it); mode Auto only where it can apply it."""
+    value = batching["recommended"]
+    knob = batching_knob(spec.batching, spec.engine)
+    # A step down from `max`, where the value in use is not known (Triton's queue delay is 0
+    # by default): set where the pods run more, or it raises what it is to lower.
+    unknown = (" where the value in use is above it (it is not known here: this is a step "
+               "down from spec.batching.max)" if batching.get("current") is None else "")
+    if knob is BatchingKnob.MAX_QUEUE_DELAY_MICROSECONDS:
+        return (f"set dynamic_batching.max_queue_delay_microseconds: {value} in the model "
+                f"config (status.batching.recommended){unknown}")
+    where = (f"set --{batching['knob']}={value} on the pod template "
+             f"(status.batching.recommended){unknown}")
+    if (problem := auto_batching_problem(spec.batching, knob, spec.engine)) is not None:
+        return f"{where}; mode Auto would not apply it: {problem}"
+    return f"{where}, or spec.batching.mode to Auto"
 
 
 def _batching_block(spec: InferenceTuningSpec, status: Mapping[str, Any],
