@@ -351,6 +351,24 @@ def test_missing_since_is_remembered_and_cleared() -> None:
     assert back.state.metrics_missing_since is None
 
 
+def test_an_outage_holds_the_replicas_for_as_long_as_it_lasts() -> None:
+    """metricsUnavailable.action Hold (the default): no data, not even after the scale-down
+    window, the fallback's `after` or a breach's memory, moves the replicas, down or up. The
+    tests held only the first evaluations of an outage (a drop to minReplicas after 10 s
+    without data passed them all)."""
+    state, current, now = CARRIES_40, 4, NOW
+    for _ in range(4):  # load, a scale-out and recommendations in the window before
+        decision = decide(signals(steady(48), now=now), current=current, state=state, now=now)
+        state, current, now = decision.state, decision.desired_replicas, now + 15
+    assert current > 4
+    held_at = current
+    for step in range(2 * 3600 // 15):  # two hours without a signal
+        decision = decide(NO_SIGNALS, current=current, state=state, now=now)
+        assert (decision.action, decision.desired_replicas) == (ScaleAction.HOLD, held_at), (
+            step, decision.reason)
+        state, now = decision.state, now + 15
+
+
 def test_time_at_zero_replicas_is_no_metrics_outage() -> None:
     """A Deployment scaled to 0 (paused) has no pods, so no metrics: counted as an outage, an
     hour at 0 and a resume with the new pod still loading its model scaled 1 -> 5 -> 8 at
