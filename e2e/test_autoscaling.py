@@ -263,6 +263,20 @@ def test_prometheus_outage_holds_replicas(
         table = kubectl("get", "itune", "qwen", "-n", namespace, "-o", "wide").stdout
         assert column(table, "SCALING") == "MetricsUnavailable", table
         assert column(table, "LIMITED") == "NotDecided", table
+        # And it lasts: evaluations past the 8 s scale-down window (and more) still hold 2,
+        # where data read as none would have scaled in to 1 by then.
+        first = parse_time(body["status"]["autoscaling"]["evaluated"])
+
+        def held_past_the_window() -> dict[str, Any] | None:
+            status = autoscaling_status(api_client, namespace)
+            return status if parse_time(status["evaluated"]) >= first + 8 + 2 * 2 else None
+
+        later = wait_for(held_past_the_window, "evaluations past the scale-down window",
+                         timeout_s=40)
+        assert later["action"] == "Hold" and "holding 2 replicas" in later["reason"], later
+        assert replicas(api_client, namespace) == 2
+        assert (condition(get_tuning(api_client, namespace, "qwen"), "MetricsAvailable")
+                or {}).get("status") == "False"
     finally:
         prometheus.resume()
     wait_scaling_reason(api_client, namespace, "Scaling")  # and back once it answers
