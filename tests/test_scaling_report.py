@@ -1074,6 +1074,18 @@ def test_a_value_that_breached_caps_the_raises_for_an_hour() -> None:
     assert BatchingStatus.model_validate(merge_patch(settled, free.status)["batching"])
 
 
+def test_a_lower_from_the_running_peak_is_remembered_as_a_breach() -> None:
+    """No flag on the template: the first lower starts from the peak of the requests running
+    per replica (40 -> 30), and its breach was not remembered (status.batching.breached
+    stayed unset), so raises went back past 40 within the hour it should cap them."""
+    tuning = spec(batching={"mode": "Auto", "min": 8, "max": 256})
+    lowered = plan_evaluation(tuning, 1, {}, running_at(40.0, latency_s=0.1), 4, None, NOW,
+                              ready=4, template=TemplateBatching(None, None, "c1"))
+    block = lowered.status["batching"]
+    assert block["applied"] == 30, block["reason"]
+    assert (block["breached"], block["breachedUntil"]) == (40, format_time(NOW + 3600))
+
+
 def breach_with_pods_loading(pods: int) -> TargetSignals:
     """A P99 twice the 75ms target on a low queue, reported by `pods` pods."""
     window = Window.of_points([(NOW - 30 + i, 5.0) for i in range(31)], NOW, 30.0, 1.0, 32.0,

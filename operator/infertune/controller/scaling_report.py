@@ -625,9 +625,12 @@ def _batching_block(spec: InferenceTuningSpec, status: Mapping[str, Any],
              "applied": applied, "servingSince": since, "readySince": ready_since,
              "reason": reason, "ignored": seen}
     if auto:
-        block.update(_breach_memory(stored, knob.value,
-                                    in_effect if in_effect is not None else on_pods, applied,
-                                    rec.direction, now))
+        # From the value the pods ran, else the one the step started from (the peak of the
+        # requests running per replica): left out, a lower made from the peak was not
+        # remembered, and raises went back past it within minutes.
+        before = next((v for v in (in_effect, on_pods) if v is not None),
+                      None if rec.from_max else rec.base)
+        block.update(_breach_memory(stored, knob.value, before, applied, rec.direction, now))
     # `applied` unknown is left out, not removed: an applied value in DryRun or with
     # autoscaling disabled stays as it was, and the webhook reads it only in mode Auto. One
     # applied for another knob is removed: it would come back as this knob's. The others

@@ -53,6 +53,9 @@ class BatchingRecommendation:
     from_max: bool = False
     """The step started from `max` because the setting in use is not known: the engine's
     default may be anywhere, so a "lower" from there may raise it."""
+    base: int | None = None
+    """The value the step started from (`current`, else the peak of the requests running per
+    replica, else `max`)."""
 
     @property
     def changed(self) -> bool:
@@ -111,7 +114,7 @@ def recommend_batching(batching: BatchingSpec, engine: Engine, autoscaling: Auto
         why += f" (kept within {batching.min}..{batching.max})"
     return BatchingRecommendation(knob, current, recommended,
                                   f"{why}; from {base} ({origin}) to {recommended}", direction,
-                                  current is None and origin == FROM_MAX)
+                                  current is None and origin == FROM_MAX, base)
 
 
 def _not_full(knob: BatchingKnob, reading: Reading, base: int) -> str | None:
