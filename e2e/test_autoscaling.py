@@ -114,6 +114,30 @@ def autoscaling_status(api_client: client.ApiClient, namespace: str) -> dict[str
     return status
 
 
+def evaluations_pass(api_client: client.ApiClient, namespace: str, count: int = 2,
+                     name: str = "qwen", timeout_s: float = 30) -> dict[str, Any]:
+    """Wait until `count` more evaluations of tuning `name` have written their status (its
+    `evaluated` moved on `count` times), and return the last status.autoscaling: a check
+    that nothing happened means something only after the operator looked (a fixed sleep
+    proved nothing on a loaded machine)."""
+    def evaluated() -> str | None:
+        status = get_tuning(api_client, namespace, name).get("status") or {}
+        return (status.get("autoscaling") or {}).get("evaluated")
+
+    seen = [evaluated()]
+
+    def moved_on() -> dict[str, Any] | None:
+        now = evaluated()
+        if now is not None and now != seen[-1]:
+            seen.append(now)
+        if len(seen) > count:
+            return dict((get_tuning(api_client, namespace, name).get("status") or {})
+                        .get("autoscaling") or {})
+        return None
+
+    return wait_for(moved_on, f"{count} more evaluations of {name}", timeout_s=timeout_s)
+
+
 def wait_scale_out_decisions(api_client: client.ApiClient, namespace: str,
                              timeout_s: float = 30) -> list[dict[str, Any]]:
     """The ScaleOut entries of status.decisions, once there is one."""
@@ -415,7 +439,7 @@ def test_batching_auto_stops_changing_a_knob_the_pods_run_past(
     assert event.type == "Warning"
     assert "with --max-num-seqs=24 set, which allows at most 24" in event.message
     # Intervals later, with the latency still above target: the knob stays where it is.
-    time.sleep(10)
+    evaluations_pass(api_client, namespace, count=4)
     after = batching_of(api_client, namespace)
     assert after["applied"] == 24 and after["ignored"] == ignored
     assert after["reason"].startswith("mode Auto cannot apply it, so it is only recommended")
@@ -485,7 +509,7 @@ def test_a_writer_that_keeps_reverting_replicas_is_reported_not_fought(
     fight = autoscaling_status(api_client, namespace)["replicaFight"]
     assert fight["reverts"] == 2 and fight["retryAt"] in found["message"]
     assert 250 <= seconds_between(fight["lastRevert"], fight["retryAt"]) <= 300
-    time.sleep(5)  # two more intervals: the operator must not write again
+    evaluations_pass(api_client, namespace)  # two more: the operator must not write again
     assert replicas(api_client, namespace) == 1
     # A spec change (here to the other writer's count, as a fix in Git would be) ends the
     # fight at once: writes resume and the block is removed.
@@ -564,7 +588,8 @@ def test_two_tunings_autoscaling_one_deployment_write_nothing(
     assert "InferenceTunings qwen-small also autoscale qwen" in found["message"]
     # Each tuning's evaluation writes its own status: the other's may land a moment later.
     wait_scaling_reason(api_client, namespace, "SeveralTunings", "qwen-small")
-    time.sleep(5)  # two intervals more
+    evaluations_pass(api_client, namespace)  # two more of each
+    evaluations_pass(api_client, namespace, name="qwen-small")
     assert replicas(api_client, namespace) == 1
     delete_tuning_and_wait(api_client, namespace, "qwen-small", "qwen-small deleted",
                            timeout_s=15)
@@ -589,7 +614,7 @@ def test_an_hpa_on_the_same_deployment_stops_writes(
     assert found["status"] == "False" and "HorizontalPodAutoscaler qwen" in found["message"]
     wait_for(lambda: autoscaling_status(api_client, namespace).get("desiredReplicas", 0) > 1,
              "a decision to scale out (which must not be written)", timeout_s=30)
-    time.sleep(3)  # an interval later: still no write
+    evaluations_pass(api_client, namespace)  # two more: still no write
     assert replicas(api_client, namespace) == 1
     # The CLI, reading what the operator reads, says the same and why.
     live = evaluate_cli(capsys, "--live", f"{namespace}/qwen", "--kubeconfig", str(kubeconfig),
