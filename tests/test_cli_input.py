@@ -447,6 +447,14 @@ def test_evaluate_takes_the_prometheus_url_as_run_does(
     assert main(["autoscale", "evaluate", str(EXAMPLE)]) == 2
     assert capsys.readouterr().err.startswith(
         "$INFERTUNE_PROMETHEUS_URL: Prometheus URL 'prometheus:9090' must start with http://")
+    # A password in it is refused, in words that fit a variable, and not repeated.
+    monkeypatch.setenv("INFERTUNE_PROMETHEUS_URL", "http://me:s3cret@prometheus:9090")
+    assert main(["autoscale", "evaluate", str(EXAMPLE)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("$INFERTUNE_PROMETHEUS_URL: Prometheus URL 'http://***@prometheus:9090' "
+                          "holds a user and password, and a command-line argument or an "
+                          "environment variable is shown"), err
+    assert "s3cret" not in err
     # Read from either (nothing listens on port 9: evaluated, with every signal missing).
     monkeypatch.setenv("INFERTUNE_PROMETHEUS_URL", "http://127.0.0.1:9")
     for argv in ([], ["--prometheus-url", "http://127.0.0.1:9"]):

@@ -1784,8 +1784,8 @@ def test_two_engine_processes_on_two_ports_of_a_pod_add_up(
     assert (got.last, got.pods) == (30.0, 1)
 
 
-USERINFO_REFUSED = ("holds a user and password, and a command-line argument is shown in every "
-                    "process list")
+USERINFO_REFUSED = ("holds a user and password, and a command-line argument or an "
+                    "environment variable is shown to whoever lists processes or reads the pod")
 
 
 @pytest.mark.parametrize(("url", "says"), [

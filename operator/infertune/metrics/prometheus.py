@@ -134,9 +134,12 @@ def url_problem(url: str) -> str | None:
     if parts.username is not None or parts.password is not None:
         # As the Authorization header on the command line is refused (access.py):
         # requests sends them as Basic credentials.
+        # Given as an argument or as $INFERTUNE_PROMETHEUS_URL: both are shown (the process
+        # list, the pod's spec), so the words fit either.
         return (f"Prometheus URL {shown!r} holds a user and password, and a command-line "
-                "argument is shown in every process list (the chart's in its Deployment "
-                f"too); put base64 of user:password in a file and give it with "
+                "argument or an environment variable is shown to whoever lists processes or "
+                f"reads the pod (the chart's Deployment too); put base64 of user:password in "
+                f"a file and give it with "
                 f"{CREDENTIALS_OPTION} and {AUTH_TYPE_OPTION} Basic (chart: "
                 "prometheus.credentialsSecret)")
     return None
