@@ -33,6 +33,18 @@ _DECIMAL = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
 """A decimal number with the digits 0-9 (an exponent too): not `1_0`, `inf` or `nan`."""
 
 
+def _quoted(text: str) -> str:
+    """A value the command line gave that is not of its form, as an error shows it: quoted,
+    its control characters escaped (repr), and a long one cut (it was printed whole)."""
+    return repr(text) if len(text) <= 30 else f"{text[:20]!r}... ({len(text)} characters)"
+
+
+def _cut(text: str, unit: str) -> str:
+    """A value of the right form (digits) as an error shows it: a long one cut, with how many
+    `unit` it has."""
+    return text if len(text) <= 40 else f"{text[:20]}... ({len(text)} {unit})"
+
+
 def seconds_type(*, zero: bool = False, most: float = 86400.0) -> Callable[[str], float]:
     """An argparse type: a finite number of seconds above 0, or 0 and more with `zero`, and at
     most `most` (a day by default: larger ones overflowed the clocks they wait on, with a
@@ -43,12 +55,10 @@ def seconds_type(*, zero: bool = False, most: float = 86400.0) -> Callable[[str]
 
     def seconds(text: str) -> float:
         if _DECIMAL.fullmatch(text) is None:
-            # repr: control characters escaped; a long one cut (it was printed whole).
-            shown = repr(text) if len(text) <= 30 else f"{text[:20]!r}... ({len(text)} characters)"
-            raise argparse.ArgumentTypeError(f"{shown} is not a number of seconds written "
+            raise argparse.ArgumentTypeError(f"{_quoted(text)} is not a number of seconds written "
                                              "with the digits 0-9 (30, 0.5)")
         value = float(text)
-        shown = text if len(text) <= 40 else f"{text[:20]}... ({len(text)} characters)"
+        shown = _cut(text, "characters")
         if not (value >= 0 if zero else value > 0):  # past float's range it is inf: > most
             raise argparse.ArgumentTypeError(f"{shown} must be a number of seconds {least}")
         if value > most:
@@ -70,13 +80,10 @@ def count_type(what: str, least: int, most: int, *,
 
     def count(text: str) -> int:
         if re.fullmatch(r"-?[0-9]+", text) is None:  # [0-9], not \d: ASCII digits only
-            # repr: control characters escaped
-            shown = repr(text) if len(text) <= 30 else f"{text[:20]!r}... ({len(text)} characters)"
-            raise argparse.ArgumentTypeError(f"{shown} is not a whole number written with "
+            raise argparse.ArgumentTypeError(f"{_quoted(text)} is not a whole number written with "
                                              f"the digits 0-9; give {what} {shown_most}")
         if len(text.lstrip("-").lstrip("0")) > len(str(most)):  # no int() of 5000 digits
-            shown = text if len(text) <= 40 else f"{text[:20]}... ({len(text)} digits)"
-            raise argparse.ArgumentTypeError(f"{shown} is not {what} {shown_most}")
+            raise argparse.ArgumentTypeError(f"{_cut(text, 'digits')} is not {what} {shown_most}")
         value = int(text)
         if not least <= value <= most:
             raise argparse.ArgumentTypeError(f"{value} is not {what} {shown_most}")

@@ -257,10 +257,9 @@ def _gauge(scope: Scope, name: str | Template, window: str, summed: bool = True)
         return filled(scope, name, window)
     # `or` matches label sets without the metric name, so a pod exported under both spellings
     # counts once (the colon spelling wins).
-    if not summed:
-        return _copies_merged(scope, " or ".join(f"{n}{{{scope.matchers()}}}"
-                                                 for n in spellings(name)))
     either = " or ".join(f"{n}{{{scope.matchers()}}}" for n in spellings(name))
+    if not summed:
+        return _copies_merged(scope, either)
     ranks = RANK_COPIES.get(re.split("[:_]", name, maxsplit=1)[0])
     if ranks is not None:
         # The copies of a queue each rank exports, once (`RANK_COPIES`); the two spellings
