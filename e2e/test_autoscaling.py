@@ -120,20 +120,17 @@ def evaluations_pass(api_client: client.ApiClient, namespace: str, count: int = 
     `evaluated` moved on `count` times), and return the last status.autoscaling: a check
     that nothing happened means something only after the operator looked (a fixed sleep
     proved nothing on a loaded machine)."""
-    def evaluated() -> str | None:
+    def block() -> dict[str, Any]:
         status = get_tuning(api_client, namespace, name).get("status") or {}
-        return (status.get("autoscaling") or {}).get("evaluated")
+        return dict(status.get("autoscaling") or {})
 
-    seen = [evaluated()]
+    seen = [block().get("evaluated")]
 
     def moved_on() -> dict[str, Any] | None:
-        now = evaluated()
-        if now is not None and now != seen[-1]:
-            seen.append(now)
-        if len(seen) > count:
-            return dict((get_tuning(api_client, namespace, name).get("status") or {})
-                        .get("autoscaling") or {})
-        return None
+        now = block()
+        if now.get("evaluated") not in (None, seen[-1]):
+            seen.append(now["evaluated"])
+        return now if len(seen) > count else None
 
     return wait_for(moved_on, f"{count} more evaluations of {name}", timeout_s=timeout_s)
 
