@@ -400,6 +400,23 @@ def test_the_window_is_what_the_raw_history_says(prometheus: PrometheusServer,
     assert (window.last, window.dip, window.samples) == (
         expected.last, expected.dip, expected.samples)
     assert 2.0 in {v for _, v in points}  # the dip is in the history compared
+    # Back under target: the steps above it in the window are counted (a latency breach is
+    # then still the load's), and the stats of above target are not returned.
+    wave.set(2)
+
+    def window_under_after_the_rise() -> Window | None:
+        got = source.fetch([wave_target], time.time())[wave_target.key].queue
+        return got if got.last == 2.0 and got.above else None
+
+    under = wait_for(window_under_after_the_rise, "the wave pod under target again",
+                     timeout_s=10)
+    raw = prometheus.query_range(promql.gauge_query(scope, PRESETS[Engine.VLLM].queue_depth),
+                                 under.end - under.span, under.end, under.step)
+    points = [(float(t), float(v)) for t, v in raw[0]["values"]]
+    expected = Window.of_points(points, under.end, under.span, under.step, threshold=5.0)
+    assert (under.last, under.above) == (expected.last, expected.above)
+    assert (under.dip, under.samples) == (None, 0)
+    assert 0 < under.above < len(points)
 
 
 def test_stopped_prometheus_is_no_data() -> None:

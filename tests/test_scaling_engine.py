@@ -157,6 +157,20 @@ CASES = [
     Case("latency_with_low_queue_tunes_batching_in_auto",
          signals(steady(5), latency_ms=(150, 150)), 4, ScaleAction.TUNE_BATCHING,
          reason_has=("queue 5.0/replica is not above target 32", "latency comes from batching")),
+    Case("latency_with_the_queue_low_now_but_not_all_through_the_window_scales_out_in_auto",
+         # Low by its newest second alone, a queue at twice its target had the batch halved
+         # (every pod re-created), and the next interval scaled out on the load's latency.
+         signals(queue(*([64] * 20 + [20] * 11)), latency_ms=(150, 150)), 8,
+         ScaleAction.SCALE_OUT,
+         reason_has=("queue 20.0/replica is not above target 32 now but was for 20s of the "
+                     "last 30s, so the latency is the load's", "4 -> 8"),
+         reason_lacks=("batching",)),
+    Case("latency_with_the_queue_low_all_through_the_window_says_so",
+         signals(queue(*([33] + [20] * 31)), latency_ms=(150, 150)), 4,
+         ScaleAction.TUNE_BATCHING,
+         # The step above target 31s ago is outside the window.
+         reason_has=("queue 20.0/replica is not above target 32 (nor was it in the last 30s) "
+                     "so the latency comes from batching",)),
     Case("latency_with_the_queue_just_above_target_scales_out_in_auto",
          # Inside the queue's tolerance band, so the queue proposes no change; but the queue is
          # above target, so the latency comes from load: Auto scales out (the batching
@@ -637,6 +651,10 @@ BATCHING_CASES = [
     ("a_breach_under_load_is_the_replicas", steady(100), (2495, 2495), 64, 64,
      "p99 2495ms is above 75ms with the queue at 100 per replica, above its target 32: "
      "replicas are short, not the batch"),
+    ("a_breach_after_the_queue_was_above_target_is_the_replicas",
+     queue(*([64] * 20 + [20] * 11)), (150, 150), 128, 128,
+     "p99 150ms is above 75ms with the queue above its target 32 for 20s of the last 30s "
+     "(at 20 per replica now): replicas are short, not the batch"),
     ("near_the_target_neither_way", steady(10), (70, 70), 128, 128,
      "p99 70ms is within 20% of 75ms: no headroom to raise it, and no breach to lower it"),
     ("one_sample_above_is_not_yet_a_breach", steady(5), (60, 150), 128, 128,
@@ -2414,3 +2432,13 @@ def test_a_reason_never_shows_a_number_as_the_one_it_is_compared_with(
     "at 0.0 req/s" for a breach sized on 0.04."""
     reason = decide(sig, **fields).reason
     assert says in reason, reason
+
+
+def test_a_queue_that_was_above_target_in_the_window_is_shown_in_the_signals() -> None:
+    """`autoscale evaluate --output json` shows why a queue under target now is not low."""
+    rose = decide(signals(queue(*([64] * 20 + [20] * 11)), latency_ms=(150, 150)))
+    assert rose.signals.to_json()["queueWasAboveTargetForSeconds"] == 20.0
+    # Above target now, the sustain rule says it instead (queueAboveTargetForSeconds).
+    above = decide(signals(queue(*([20] * 20 + [64] * 11)), latency_ms=(150, 150)))
+    assert above.signals.to_json()["queueWasAboveTargetForSeconds"] == 0.0
+    assert above.signals.to_json()["queueAboveTargetForSeconds"] == 10.0

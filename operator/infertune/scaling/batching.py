@@ -19,6 +19,7 @@ from infertune.api.scaling import (
     LatencyAction,
 )
 from infertune.api.spec import Engine, batching_knob
+from infertune.api.units import format_duration
 from infertune.scaling.reading import Reading, queue_is_low
 from infertune.scaling.signals import FLOAT_NOISE, latency_text, seconds
 
@@ -147,7 +148,12 @@ def _unchanged(autoscaling: AutoscalingSpec, reading: Reading, target: float) ->
     if reading.latency_breached:
         queue = ("no queue reading" if reading.queue_per_replica is None else
                  f"the queue at {reading.queue_per_replica:.4g} per replica, above its "
-                 f"target {autoscaling.queue.target_per_replica:g}")
+                 f"target {autoscaling.queue.target_per_replica:g}"
+                 if not reading.queue_was_above_s else
+                 f"the queue above its target {autoscaling.queue.target_per_replica:g} for "
+                 f"{format_duration(round(reading.queue_was_above_s))} of the last "
+                 f"{autoscaling.queue.sustain} (at {reading.queue_per_replica:.4g} per replica "
+                 "now)")
         cause = ("it is not taken for the batch's" if reading.queue_per_replica is None else
                  "replicas are short, not the batch")
         return (f"{shown} is above {latency_text(target)} with {queue}: {cause}, so it is not "

@@ -927,8 +927,10 @@ def _latency_proposal(spec: AutoscalingSpec, current: int, reading: Reading,
     if signal.action is LatencyAction.AUTO and queue_is_low(spec, reading):
         queue_target = spec.queue.target_per_replica
         low = (f"{said}, queue {amount_text(reading.queue_per_replica or 0.0, queue_target)}"
-               f"/replica is not above target {queue_target:g} so the latency comes from "
-               "batching")
+               f"/replica is not above target {queue_target:g}"
+               + (f" (nor was it in the last {spec.queue.sustain})"
+                  if seconds(spec.queue.sustain) > 0 else "")
+               + " so the latency comes from batching")
         if callable(batching_stuck):
             batching_stuck = batching_stuck(reading)
         if batching_stuck is None:
@@ -948,6 +950,15 @@ def _latency_proposal(spec: AutoscalingSpec, current: int, reading: Reading,
             return _Proposal(current, f"{said}; the request rate is unknown, so whether it "
                              "is the load's cannot be told: no replicas are added for it")
         said = f"{said}: scale out"
+    elif signal.action is LatencyAction.AUTO and reading.queue_was_above_s:
+        # At or under target now, but not all through the window: the load's breach, not the
+        # batch's (queue_is_low).
+        queue_target = spec.queue.target_per_replica
+        said = (f"{said}, queue "
+                f"{amount_text(reading.queue_per_replica or 0.0, queue_target)}/replica is "
+                f"not above target {queue_target:g} now but was for "
+                f"{format_duration(round(reading.queue_was_above_s))} of the last "
+                f"{spec.queue.sustain}, so the latency is the load's")
     elif (signal.action is LatencyAction.AUTO and reading.queue_per_replica is None
           and not_load is not None):
         # No queue data is not low, so Auto scales out (the SLO is the safe side), but a

@@ -71,6 +71,10 @@ class Reading(NamedTuple):
     warnings: tuple[str, ...] = ()
     """What Prometheus warned of with the answers the signals come from
     (TargetSignals.warnings): the decision is taken on them as they are."""
+    queue_was_above_s: float = 0.0
+    """How long the queue per replica was above its target in the sustain window, while it is
+    at or below it now (0 when it is above it now, or with a sustain of 0): it is then not low
+    (`queue_is_low`)."""
 
     @property
     def queue_missing(self) -> bool:
@@ -97,6 +101,7 @@ class Reading(NamedTuple):
             "latencyFloorSeconds": self.latency_floor_s,
             "latencyBoundsUnknown": self.latency_bounds_unknown,
             "latencyBacklog": self.latency_backlog,
+            "queueWasAboveTargetForSeconds": self.queue_was_above_s,
             "problems": list(self.problems),
             "warnings": list(self.warnings),
         }
@@ -156,8 +161,17 @@ def read_signals(spec: AutoscalingSpec, signals: TargetSignals, now: float,
             bool(signals.latency.points)
             and signals.latency.points[-1][0] >= settled_at + signals.latency_window_s),
         None if rate_now is None or not signals.latency_window_s
-        else rate_now * signals.latency_window_s)
-    return reading._replace(warnings=signals.warnings) if signals.warnings else reading
+        else rate_now * signals.latency_window_s, None, signals.warnings,
+        _queue_was_above(spec, signals.queue, queue_now))
+    return reading
+
+
+def _queue_was_above(spec: AutoscalingSpec, window: Window, queue_now: float | None) -> float:
+    """Reading.queue_was_above_s from the queue's window."""
+    if (not window.above or queue_now is None or window.threshold is None
+            or queue_now > spec.queue.target_per_replica):
+        return 0.0
+    return window.above * window.step
 
 
 def _too_old(signals: TargetSignals, queue: float | None, latency: float | None,
@@ -250,9 +264,13 @@ def _consecutive_breaches(spec: AutoscalingSpec, signals: TargetSignals,
 
 
 def queue_is_low(spec: AutoscalingSpec, reading: Reading) -> bool:
-    """The queue is at or below its target per replica: a latency breach then comes from
-    batching, not from load (action Auto tunes batching, and the batching recommender lowers
-    the batch). No queue data is not low: Auto then scales out, the SLO is the safe side (unless the
-    breach is found not the load's: engine._latency_proposal)."""
+    """The queue is at or below its target per replica, and has been all through the sustain
+    window: a latency breach then comes from batching, not from load (action Auto tunes
+    batching, and the batching recommender lowers the batch). Low by its newest sample alone,
+    a queue at twice its target for 29s that dipped under it at the 30th had the batch halved
+    (every pod re-created), and the next interval scaled out on the latency of the load. No
+    queue data is not low: Auto then scales out, the SLO is the safe side (unless the breach
+    is found not the load's: engine._latency_proposal)."""
     queue = reading.queue_per_replica
-    return queue is not None and queue <= spec.queue.target_per_replica
+    return (queue is not None and queue <= spec.queue.target_per_replica
+            and not reading.queue_was_above_s)

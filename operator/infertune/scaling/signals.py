@@ -124,8 +124,9 @@ class Window(NamedTuple):
 
     `last` is the value at `end`. For the queue, `dip` is the newest step in the window at or
     below `threshold` (None when there is none) and `samples` counts the steps with finite
-    data; both are only read while `last` is above `threshold`. For running requests, `peak`
-    is the highest step in the window.
+    data; both are only read while `last` is above `threshold`. `above` counts the steps
+    above `threshold`, read while `last` is at or below it.
+    For running requests, `peak` is the highest step in the window.
     """
 
     last: float | None = None
@@ -141,6 +142,7 @@ class Window(NamedTuple):
     pods: int | None = None
     """How many pods report the queue now with a value below +Inf (`last` is their mean), or
     for the running requests how many series do; None when not read."""
+    above: int = 0
 
     @classmethod
     def missing(cls, problem: str, query: str = "") -> Window:
@@ -159,7 +161,9 @@ class Window(NamedTuple):
         dips = [t for t, v in inside if threshold is not None and v <= threshold]
         return cls(last=last, end=end, span=span, step=step, threshold=threshold,
                    dip=max(dips, default=None), samples=len(inside),
-                   peak=max(v for _, v in inside), query=query, pods=pods)
+                   peak=max(v for _, v in inside), query=query, pods=pods,
+                   above=sum(1 for _, v in inside
+                             if threshold is not None and v > threshold))
 
     @property
     def available(self) -> bool:
