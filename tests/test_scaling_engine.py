@@ -2063,7 +2063,7 @@ def test_a_breach_measured_before_the_replicas_changed_says_why_it_is_not_counte
     decision = decide(early, current=4, state=state)
     assert decision.desired_replicas == 4 and decision.signals.breaches == 0
     assert ("0/2 samples above target (a sample counts once its window starts after the "
-            "replicas last changed; the newest does not yet)") in decision.reason
+            "replicas or their batch last changed; the newest does not yet)") in decision.reason
     # Long after the change, the samples count and say nothing of it.
     settled = decide(early, current=4, state=ScalingState(
         scale_events=(ScaleEvent(NOW - 600, 1),)))

@@ -29,6 +29,7 @@ from infertune.controller.conditions import condition_dict, make_condition, merg
 from infertune.controller.fights import Fight, fight_message
 from infertune.controller.scaling_report import (
     Blocked,
+    Evaluation,
     batching_event_type,
     plan_evaluation,
     status_over,
@@ -400,7 +401,10 @@ def test_batching_auto_steps_again_only_once_every_pod_runs_the_value_for_a_wind
     rolling = step(NOW + 15, pods_at(tuning, 128, outdated=3, tuned=1))
     assert (rolling["applied"], rolling["recommended"]) == (128, 128)
     assert "3 of 4 pods still run another tuning" in rolling["reason"]
-    assert "lower max-num-seqs by x0.50; from 128 (applied) to 64" in rolling["reason"]
+    # Not a breach yet on the samples of the pods with the old value (engine.decide_scale's
+    # batch_changed): the recommendation says what it waits for.
+    assert "The latency and queue now say: p99 150ms is above 75ms for 1 of 2 samples: no " \
+        "change yet" in rolling["reason"]
     assert "servingSince" not in rolling
     settled_at = NOW + 30
     settled = step(settled_at, pods_at(tuning, 128))
@@ -456,15 +460,16 @@ def test_a_breach_the_batch_cannot_take_any_more_scales_out_with_latency_action_
     assert unknown.decision.action is ScaleAction.TUNE_BATCHING
     # Lowered to the minimum just now: nothing is decided on the strength of the old value's
     # latency until the pods run the new one and it is measured (a scale-out then came on top
-    # of the re-creation of every pod).
+    # of the re-creation of every pod): a sample counts only from then.
     lowered = plan_evaluation(auto, 1, applied_long_ago(auto, 20), breach, 4, None, NOW)
     assert lowered.status["batching"]["applied"] == 16 and lowered.write is None
     status = merge_patch(applied_long_ago(auto, 20), lowered.status)
     status["tuning"] = pods_at(auto, 20, outdated=4, tuned=0)  # no pod runs 16 yet
     waiting = plan_evaluation(auto, 1, status, signals(queue=10.0, latency_s=0.3,
                                                        now=NOW + 15), 4, None, NOW + 15)
-    assert (waiting.decision.action, waiting.write) == (ScaleAction.TUNE_BATCHING, None), \
+    assert (waiting.decision.action, waiting.write) == (ScaleAction.HOLD, None), \
         waiting.decision.reason
+    assert "1/2 samples above target" in waiting.decision.reason
     # Not for longer than a re-creation takes: one that cannot end (a PodDisruptionBudget that
     # allows no eviction) held the breach with nothing acting on it.
     stuck_at = NOW + STARTING_S + 15
@@ -1485,6 +1490,45 @@ def test_a_running_gauge_of_the_users_is_not_read_for_a_flag_ignored(
     assert planned.status["batching"]["ignored"] is None
 
 
+def test_a_breach_on_the_old_batch_adds_no_replicas_while_the_lower_is_measured() -> None:
+    """Mode Auto halved the batch for a breach with a low queue; while the pods were
+    re-created the queue went above target, and the next interval scaled out on the latency
+    the old batch had: both levers for one breach (from a batching review). A latency sample
+    counts once it was measured on the new value's pods, as after a change of replicas."""
+    auto = spec(batching={"mode": "Auto", "min": 8, "max": 256})
+    lowered = plan_evaluation(auto, 1, applied_long_ago(auto, 128), signals(5.0, 0.15), 4,
+                              None, NOW)
+    assert lowered.decision.action is ScaleAction.TUNE_BATCHING
+    assert lowered.status["batching"]["applied"] == 64 and lowered.write is None
+    status = merge_patch(applied_long_ago(auto, 128), lowered.status)
+
+    def at(now: float, tuned: dict[str, Any]) -> Evaluation:
+        nonlocal status
+        status["tuning"] = tuned
+        # The queue above target (inside the tolerance band: only the latency sizes).
+        measured = signals(34.0, 0.15, now)._replace(latency_window_s=60.0)  # the 1m window
+        planned = plan_evaluation(auto, 1, status, measured, 4, None, now, ready=4)
+        status = merge_patch(status, planned.status)
+        return planned
+
+    rolling = at(NOW + 15, pods_at(auto, 64, outdated=2, tuned=2))
+    assert (rolling.decision.action, rolling.write) == (ScaleAction.HOLD, None), \
+        rolling.decision.reason
+    ready_at = NOW + 30
+    served = at(ready_at, pods_at(auto, 64))  # every pod runs 64 and is Ready
+    assert (served.decision.action, served.write) == (ScaleAction.HOLD, None), \
+        served.decision.reason
+    assert "0/2 samples above target (a sample counts once its window starts after the " \
+        "replicas or their batch last changed" in served.decision.reason
+    before = at(ready_at + 60, pods_at(auto, 64))  # one sample's 1m window since
+    assert before.write is None, before.decision.reason
+    assert "1/2 samples above target" in before.decision.reason
+    # Measured on the new batch: a breach with the queue above target is the load's.
+    measured = at(ready_at + 75, pods_at(auto, 64))
+    assert (measured.decision.action, measured.write) == (ScaleAction.SCALE_OUT, 8), \
+        measured.decision.reason
+
+
 def test_a_batching_value_the_pods_never_take_up_stops_holding_the_breach() -> None:
     """One replica and re-tuning by eviction, which never evicts the only Ready pod (or a
     PodDisruptionBudget that allows none): mode Auto set 64, the pods kept the old value,
@@ -1509,7 +1553,8 @@ def test_a_batching_value_the_pods_never_take_up_stops_holding_the_breach() -> N
         return planned
 
     waiting = at(NOW + STARTING_S - 15)
-    assert waiting.decision.action is ScaleAction.TUNE_BATCHING
+    # The samples of the old value's pods are no breach while it is not taken up.
+    assert waiting.decision.action is ScaleAction.HOLD, waiting.decision.reason
     assert status["batching"]["appliedSince"] == STAMP  # kept while the value is
     stuck = at(NOW + STARTING_S)
     assert stuck.decision.action is ScaleAction.SCALE_OUT and stuck.write == 4  # 300ms / 75ms

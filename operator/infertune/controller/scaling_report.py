@@ -194,7 +194,9 @@ def plan_evaluation(spec: InferenceTuningSpec, generation: int, status: Mapping[
         return None if got is None else got[0]
 
     decision = decide_scale(spec.autoscaling, current, signals, state, now, ready,
-                            kubelet_ready, auto_stuck)
+                            kubelet_ready, auto_stuck,
+                            batch_changed_at(spec, status, now, signals.fresh_at(now), current,
+                                             ready))
     told = None
     if (decision.action is ScaleAction.TUNE_BATCHING
             and spec.autoscaling.latency.action is LatencyAction.TUNE_BATCHING
@@ -592,7 +594,7 @@ def _batching_block(spec: InferenceTuningSpec, status: Mapping[str, Any],
         since, ready_since, waiting = _serving(spec, status, in_effect, now,
                                                now if read_at is None else read_at,
                                                decision.current_replicas, ready)
-        if waiting is not None and rec.changed:
+        if waiting is not None and (rec.changed or _above_target(spec, decision.signals)):
             recommended = in_effect
             reason = (f"{rec.knob.value} stays at {in_effect} until its effect is measured: "
                       f"{waiting}. The latency and queue now say: {rec.reason}")
@@ -945,9 +947,70 @@ def _serving(spec: InferenceTuningSpec, status: Mapping[str, Any], value: int,
     and its samples, the queue over its sustain window, all ending at `read_at` (when the
     signals were read, TargetSignals.fresh_at)."""
     assert spec.autoscaling is not None
+    since, ready_since, base, waiting = _serving_from(spec, status, value, now, replicas, ready)
+    stamps = (None if since is None else format_time(since),
+              None if ready_since is None else format_time(ready_since))
+    if base is None:
+        return (*stamps, waiting)
+    settle = _settle_s(spec)
+    if read_at - base < settle:
+        return (*stamps,
+                f"every pod is Ready since {format_time(base)} with it; the latency and queue "
+                f"reflect it from {format_time(base + settle)} (the {spec.metrics.window} "
+                f"metrics window and {spec.autoscaling.latency.consecutive_samples} samples, "
+                f"the queue's {spec.autoscaling.queue.sustain} sustain)")
+    return (*stamps, None)
+
+
+def _settle_s(spec: InferenceTuningSpec) -> float:
+    """How long after every pod serves with a batching value the samples the rules read are
+    all measured on it: the latency over the metrics window and its samples, the queue over
+    its sustain window."""
+    assert spec.autoscaling is not None
+    latency_settle = (seconds(spec.metrics.window) + spec.autoscaling.interval.seconds
+                      * spec.autoscaling.latency.consecutive_samples)
+    return max(latency_settle, seconds(spec.autoscaling.queue.sustain))
+
+
+def _above_target(spec: InferenceTuningSpec, reading: Reading) -> bool:
+    """The latency is above its target (a breach or not yet): while a batching value is not
+    measured, its samples are not counted (engine.decide_scale's `batch_changed`), and the
+    recommendation says what it waits for."""
+    assert spec.autoscaling is not None
+    return (reading.latency_s is not None
+            and reading.latency_s > seconds(spec.autoscaling.latency.target))
+
+
+def batch_changed_at(spec: InferenceTuningSpec, status: Mapping[str, Any], now: float,
+                     read_at: float, replicas: int, ready: int | None) -> float | None:
+    """engine.decide_scale's `batch_changed`: since when every pod serves with the value
+    batching mode Auto last set, while its effect is not measured yet (`_serving`), `now`
+    while they do not all run it. None when no change of the last STARTING_S is being
+    measured: pods that never take the value up (a PodDisruptionBudget that allows no
+    eviction) must not keep a breach from counting for longer."""
+    knob = batching_knob(spec.batching, spec.engine)
+    if spec.batching.mode is not BatchingMode.AUTO or knob is None:
+        return None  # the usual case
+    stored: Mapping[str, Any] = status.get("batching") or {}
+    auto, in_effect = _applied_in_effect(spec, stored, knob.value)
+    since = stored_time(stored.get("appliedSince"))
+    if not auto or in_effect is None or since is None or not 0 <= now - since < STARTING_S:
+        return None
+    _, _, base, _ = _serving_from(spec, status, in_effect, now, replicas, ready)
+    if base is None:
+        return now
+    return base if read_at - base < _settle_s(spec) else None
+
+
+def _serving_from(spec: InferenceTuningSpec, status: Mapping[str, Any], value: int,
+                  now: float, replicas: int | None = None, ready: int | None = None,
+                  ) -> tuple[float | None, float | None, float | None, str | None]:
+    """(servingSince, readySince, since when every pod serves with `value`, why not yet)
+    for `_serving`: the third is None, and the fourth says why, while the pods do not all
+    run it or are not all Ready with it yet."""
     counted = _not_on_pods(spec, status, value)
     if counted is not None:
-        return None, None, f"waiting for the pods to run it ({counted}; see status.tuning)"
+        return None, None, None, f"waiting for the pods to run it ({counted}; see status.tuning)"
     stored: Mapping[str, Any] = status.get("batching") or {}
     since = stored_time(stored.get("servingSince"))
     if since is None or since > now:  # a clock that stepped back starts the wait again
@@ -961,7 +1024,7 @@ def _serving(spec: InferenceTuningSpec, status: Mapping[str, Any], value: int,
             # model. Not for ever: a pod Pending for a GPU that does not come must not hold
             # the knob while the latency breaches (the autoscaler hands such a breach to
             # batching); the settle then counts from when they were counted.
-            return format_time(since), None, (
+            return since, None, None, (
                 f"waiting for the pods to run it ({replicas - ready} of {replicas} not Ready "
                 f"yet; at most until {format_time(since + STARTING_S)})")
         base = since
@@ -972,17 +1035,7 @@ def _serving(spec: InferenceTuningSpec, status: Mapping[str, Any], value: int,
         # wait again, as a replica that served stays counted.
         ready_since = now if ready_since is None else ready_since
         base = ready_since
-    latency_settle = (seconds(spec.metrics.window) + spec.autoscaling.interval.seconds
-                      * spec.autoscaling.latency.consecutive_samples)
-    settle = max(latency_settle, seconds(spec.autoscaling.queue.sustain))
-    stamps = format_time(since), None if ready_since is None else format_time(ready_since)
-    if read_at - base < settle:
-        return (*stamps,
-                f"every pod is Ready since {format_time(base)} with it; the latency and queue "
-                f"reflect it from {format_time(base + settle)} (the {spec.metrics.window} "
-                f"metrics window and {spec.autoscaling.latency.consecutive_samples} samples, "
-                f"the queue's {spec.autoscaling.queue.sustain} sustain)")
-    return (*stamps, None)
+    return since, ready_since, base, None
 
 
 def _applied_knob(spec: InferenceTuningSpec, previous: int | None, recommended: int,

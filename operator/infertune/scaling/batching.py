@@ -163,6 +163,10 @@ def _unchanged(autoscaling: AutoscalingSpec, reading: Reading, target: float) ->
         # it ("2 of 2 samples: no change yet" read as a breach about to be acted on).
         return (f"{shown} is above {latency_text(target)}, but the requests waiting fell as "
                 "a backlog the replicas drain, whose latency that is: it is not changed")
+    if latency > target and not reading.latency_settled:
+        # No sample counts then (reading._consecutive_breaches): the newest comes first.
+        return (f"{shown} is above {latency_text(target)}, but was measured partly before the "
+                "replicas or their batch last changed: no change yet")
     if latency > target:
         return (f"{shown} is above {latency_text(target)} for {reading.breaches} of "
                 f"{autoscaling.latency.consecutive_samples} samples: no change yet")

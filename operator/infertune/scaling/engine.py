@@ -102,20 +102,28 @@ class _Proposal(NamedTuple):
 def decide_scale(spec: AutoscalingSpec, current_replicas: int, signals: TargetSignals,
                  state: ScalingState, now: float, ready: int | None = None,
                  ready_pods: int | None = None,
-                 batching_stuck: Stuck = None) -> ScaleDecision:
+                 batching_stuck: Stuck = None,
+                 batch_changed: float | None = None) -> ScaleDecision:
     """`ready` is the Deployment's status.readyReplicas, None when not known; `ready_pods`
     that count where `ready` is what is taken for serving instead (Reading.ready_pods);
     `batching_stuck` why nothing lowers the batch for a breach (batching is Off, or already
     at spec.batching.min), for the reason: latency.action Auto scales out instead. As a
     function of the reading, it is called only for a breach that Auto would hand to
-    batching."""
+    batching. `batch_changed`: since when every pod serves with the batching value mode Auto
+    last set, while its effect is not measured yet (`now` while they do not all run it);
+    None when no change is being measured. A latency sample counts as a breach only once
+    its window starts after it, as after the replicas change: the samples of the old batch,
+    with the queue up while the pods were re-created, scaled out on top of the lower."""
     state = state.as_of(now)
     if ready is not None:
         state = _track_serving(state, current_replicas, ready, now)
     # The pods that serve are as _track_serving left them for the rest of the evaluation.
     changed = _changed_at(state)
     state, falls = _track_queue(spec, state, signals, current_replicas, now, changed)
-    reading = read_signals(spec, signals, now, ready, changed)
+    reading = read_signals(spec, signals, now, ready,
+                           changed if batch_changed is None
+                           or (changed is not None and changed >= batch_changed)
+                           else batch_changed)
     if ready_pods is not None:
         reading = reading._replace(ready_pods=ready_pods)
     drained = _drained_at(state, changed)
@@ -916,7 +924,8 @@ def _latency_proposal(spec: AutoscalingSpec, current: int, reading: Reading,
     elif not reading.latency_settled and not reading.latency_breached:
         # "0/2 samples above target" under two samples above it: they were measured
         # (their rate window) partly before the replicas last changed.
-        said += (" (a sample counts once its window starts after the replicas last changed; "
+        said += (" (a sample counts once its window starts after the replicas or their batch "
+                 "last changed; "
                  "the newest does not yet)")
     if not reading.latency_breached:
         # An elevated latency vetoes scaling in even before it counts as a breach.
