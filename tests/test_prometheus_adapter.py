@@ -400,13 +400,13 @@ def test_the_window_is_what_the_raw_history_says(prometheus: PrometheusServer,
     assert (window.last, window.dip, window.samples) == (
         expected.last, expected.dip, expected.samples)
     assert 2.0 in {v for _, v in points}  # the dip is in the history compared
-    # Back under target: the steps above it in the window are counted (a latency breach is
-    # then still the load's), and the stats of above target are not returned.
+    # Back under target: the newest step above it in the window is returned (a latency
+    # breach is then still the load's), and the stats of above target are not.
     wave.set(2)
 
     def window_under_after_the_rise() -> Window | None:
         got = source.fetch([wave_target], time.time())[wave_target.key].queue
-        return got if got.last == 2.0 and got.above else None
+        return got if got.last == 2.0 and got.rise is not None else None
 
     under = wait_for(window_under_after_the_rise, "the wave pod under target again",
                      timeout_s=10)
@@ -414,9 +414,9 @@ def test_the_window_is_what_the_raw_history_says(prometheus: PrometheusServer,
                                  under.end - under.span, under.end, under.step)
     points = [(float(t), float(v)) for t, v in raw[0]["values"]]
     expected = Window.of_points(points, under.end, under.span, under.step, threshold=5.0)
-    assert (under.last, under.above) == (expected.last, expected.above)
+    assert (under.last, under.rise) == (expected.last, expected.rise)
     assert (under.dip, under.samples) == (None, 0)
-    assert 0 < under.above < len(points)
+    assert under.rise is not None and under.end - under.span < under.rise < under.end
 
 
 def test_stopped_prometheus_is_no_data() -> None:

@@ -162,8 +162,8 @@ CASES = [
          # (every pod re-created), and the next interval scaled out on the load's latency.
          signals(queue(*([64] * 20 + [20] * 11)), latency_ms=(150, 150)), 8,
          ScaleAction.SCALE_OUT,
-         reason_has=("queue 20.0/replica is not above target 32 now but was for 20s of the "
-                     "last 30s, so the latency is the load's", "4 -> 8"),
+         reason_has=("queue 20.0/replica is not above target 32 now but was 11s ago, so the "
+                     "latency is the load's", "4 -> 8"),
          reason_lacks=("batching",)),
     Case("latency_with_the_queue_low_all_through_the_window_says_so",
          signals(queue(*([33] + [20] * 31)), latency_ms=(150, 150)), 4,
@@ -653,8 +653,8 @@ BATCHING_CASES = [
      "replicas are short, not the batch"),
     ("a_breach_after_the_queue_was_above_target_is_the_replicas",
      queue(*([64] * 20 + [20] * 11)), (150, 150), 128, 128,
-     "p99 150ms is above 75ms with the queue above its target 32 for 20s of the last 30s "
-     "(at 20 per replica now): replicas are short, not the batch"),
+     "p99 150ms is above 75ms with the queue above its target 32 11s ago (at 20 per replica "
+     "now): replicas are short, not the batch"),
     ("near_the_target_neither_way", steady(10), (70, 70), 128, 128,
      "p99 70ms is within 20% of 75ms: no headroom to raise it, and no breach to lower it"),
     ("one_sample_above_is_not_yet_a_breach", steady(5), (60, 150), 128, 128,
@@ -2437,8 +2437,29 @@ def test_a_reason_never_shows_a_number_as_the_one_it_is_compared_with(
 def test_a_queue_that_was_above_target_in_the_window_is_shown_in_the_signals() -> None:
     """`autoscale evaluate --output json` shows why a queue under target now is not low."""
     rose = decide(signals(queue(*([64] * 20 + [20] * 11)), latency_ms=(150, 150)))
-    assert rose.signals.to_json()["queueWasAboveTargetForSeconds"] == 20.0
+    assert rose.signals.to_json()["queueAboveTargetSecondsAgo"] == 11.0
     # Above target now, the sustain rule says it instead (queueAboveTargetForSeconds).
     above = decide(signals(queue(*([20] * 20 + [64] * 11)), latency_ms=(150, 150)))
-    assert above.signals.to_json()["queueWasAboveTargetForSeconds"] == 0.0
+    assert above.signals.to_json()["queueAboveTargetSecondsAgo"] is None
     assert above.signals.to_json()["queueAboveTargetForSeconds"] == 10.0
+
+
+def test_the_queue_of_before_the_replicas_changed_does_not_make_it_high() -> None:
+    """The queue above target on fewer replicas, before a scale-out, says nothing of the load
+    on the replicas that serve now: with the queue low since they serve and a breach
+    measured on them, the breach is the batch's (from a review: it scaled out 8 -> 16 a
+    second time on the queue that had caused the first)."""
+    sustain = {"queue": {"sustain": "120s"}}
+    history = [64.0] * 20 + [20.0] * 101  # above target until 101s ago
+    points = [(NOW - 120 + i, v) for i, v in enumerate(history)]
+    window = Window.of_points(points, NOW, 120.0, 1.0, threshold=32.0)
+    breach = signals(window, latency_ms=(150, 150))._replace(latency_window_s=60.0)
+    # Eight replicas serve since 100s ago: the queue above target was on the four of before.
+    since = ScalingState(serving=Serving(8, 8, NOW - 100, NOW - 100))
+    after = decide(breach, current=8, state=since, ready=8, **sustain)
+    assert after.action is ScaleAction.TUNE_BATCHING, after.reason
+    # Had they served since before it, the queue says the load is the replicas'.
+    before = ScalingState(serving=Serving(8, 8, NOW - 200, NOW - 200))
+    load = decide(breach, current=8, state=before, ready=8, **sustain)
+    assert load.action is ScaleAction.SCALE_OUT, load.reason
+    assert "was 1m41s ago, so the latency is the load's" in load.reason

@@ -394,7 +394,8 @@ def test_batching_auto_steps_again_only_once_every_pod_runs_the_value_for_a_wind
     def step(now: float, tuned: dict[str, Any]) -> dict[str, Any]:
         nonlocal status
         status["tuning"] = tuned
-        planned = plan_evaluation(tuning, 1, status, signals(5.0, 0.15, now), 4, None, now)
+        measured = signals(5.0, 0.15, now)._replace(latency_window_s=60.0)  # the 1m window
+        planned = plan_evaluation(tuning, 1, status, measured, 4, None, now)
         status = merge_patch(status, planned.status)
         return dict(status["batching"])
 
@@ -403,8 +404,8 @@ def test_batching_auto_steps_again_only_once_every_pod_runs_the_value_for_a_wind
     assert "3 of 4 pods still run another tuning" in rolling["reason"]
     # Not a breach yet on the samples of the pods with the old value (engine.decide_scale's
     # batch_changed): the recommendation says what it waits for.
-    assert "The latency and queue now say: p99 150ms is above 75ms for 1 of 2 samples: no " \
-        "change yet" in rolling["reason"]
+    assert "The latency and queue now say: p99 150ms is above 75ms, but was measured partly " \
+        "before the replicas or their batch last changed: no change yet" in rolling["reason"]
     assert "servingSince" not in rolling
     settled_at = NOW + 30
     settled = step(settled_at, pods_at(tuning, 128))
@@ -465,11 +466,11 @@ def test_a_breach_the_batch_cannot_take_any_more_scales_out_with_latency_action_
     assert lowered.status["batching"]["applied"] == 16 and lowered.write is None
     status = merge_patch(applied_long_ago(auto, 20), lowered.status)
     status["tuning"] = pods_at(auto, 20, outdated=4, tuned=0)  # no pod runs 16 yet
-    waiting = plan_evaluation(auto, 1, status, signals(queue=10.0, latency_s=0.3,
-                                                       now=NOW + 15), 4, None, NOW + 15)
+    measured = signals(queue=10.0, latency_s=0.3, now=NOW + 15)._replace(latency_window_s=60.0)
+    waiting = plan_evaluation(auto, 1, status, measured, 4, None, NOW + 15)
     assert (waiting.decision.action, waiting.write) == (ScaleAction.HOLD, None), \
         waiting.decision.reason
-    assert "1/2 samples above target" in waiting.decision.reason
+    assert "0/2 samples above target" in waiting.decision.reason
     # Not for longer than a re-creation takes: one that cannot end (a PodDisruptionBudget that
     # allows no eviction) held the breach with nothing acting on it.
     stuck_at = NOW + STARTING_S + 15

@@ -942,10 +942,10 @@ def _windows(result: list[dict[str, Any]], plan: QueryPlan,
             continue
         pods = got.get("pods")
         # Positional (last, end, span, step, threshold, dip, samples, peak, query, problem,
-        # pods, above): keywords cost more, once per target per cycle.
+        # pods, rise): keywords cost more, once per target per cycle.
         out[key] = Window(last, end, span, step, threshold, got.get("dip"),
                           int(got.get("samples", 0)), got.get("peak"), "", None,
-                          None if pods is None else int(pods), int(got.get("above", 0)))
+                          None if pods is None else int(pods), got.get("rise"))
     return out
 
 

@@ -285,7 +285,7 @@ def window_query(expr: str, span_s: float, step_s: float, threshold: float | Non
     """`expr` (one series per target) summed up over the trailing `span_s`, as `Window` reads
     it. `dip` and `samples` are only returned while the value is above `threshold`: the
     sustain rule needs them then, and most targets are below target most of the time.
-    `above`, the steps above `threshold`, only where there are some: with the value at or
+    `rise`, the newest step above `threshold`, only where there is one: with the value at or
     below it now, a latency breach is still the load's (reading.queue_is_low).
     `pods` (one series per target) is returned now, as the `pods` stat."""
     finite = f"({expr}) < Inf > -Inf"  # NaN fails every comparison, so it is not a sample
@@ -303,7 +303,7 @@ def window_query(expr: str, span_s: float, step_s: float, threshold: float | Non
             f"({_stat(f'max_over_time(timestamp(({finite}) <= {limit}){window})', 'dip')} or "
             f"{_stat(f'count_over_time(({finite}){window})', 'samples')}) "
             f"and ignoring({STAT_LABEL}) {above}",
-            _stat(f"count_over_time(({above}){window})", "above"),
+            _stat(f"max_over_time(timestamp({above}){window})", "rise"),
         ]
     if peak:
         parts.append(_stat(f"max_over_time(({finite}){window})", "peak"))

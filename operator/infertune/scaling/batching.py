@@ -149,11 +149,10 @@ def _unchanged(autoscaling: AutoscalingSpec, reading: Reading, target: float) ->
         queue = ("no queue reading" if reading.queue_per_replica is None else
                  f"the queue at {reading.queue_per_replica:.4g} per replica, above its "
                  f"target {autoscaling.queue.target_per_replica:g}"
-                 if not reading.queue_was_above_s else
-                 f"the queue above its target {autoscaling.queue.target_per_replica:g} for "
-                 f"{format_duration(round(reading.queue_was_above_s))} of the last "
-                 f"{autoscaling.queue.sustain} (at {reading.queue_per_replica:.4g} per replica "
-                 "now)")
+                 if reading.queue_above_ago_s is None else
+                 f"the queue above its target {autoscaling.queue.target_per_replica:g} "
+                 f"{format_duration(round(reading.queue_above_ago_s))} ago (at "
+                 f"{reading.queue_per_replica:.4g} per replica now)")
         cause = ("it is not taken for the batch's" if reading.queue_per_replica is None else
                  "replicas are short, not the batch")
         return (f"{shown} is above {latency_text(target)} with {queue}: {cause}, so it is not "

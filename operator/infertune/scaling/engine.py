@@ -959,15 +959,15 @@ def _latency_proposal(spec: AutoscalingSpec, current: int, reading: Reading,
             return _Proposal(current, f"{said}; the request rate is unknown, so whether it "
                              "is the load's cannot be told: no replicas are added for it")
         said = f"{said}: scale out"
-    elif signal.action is LatencyAction.AUTO and reading.queue_was_above_s:
+    elif signal.action is LatencyAction.AUTO and reading.queue_above_ago_s is not None:
         # At or under target now, but not all through the window: the load's breach, not the
         # batch's (queue_is_low).
         queue_target = spec.queue.target_per_replica
         said = (f"{said}, queue "
                 f"{amount_text(reading.queue_per_replica or 0.0, queue_target)}/replica is "
-                f"not above target {queue_target:g} now but was for "
-                f"{format_duration(round(reading.queue_was_above_s))} of the last "
-                f"{spec.queue.sustain}, so the latency is the load's")
+                f"not above target {queue_target:g} now but was "
+                f"{format_duration(round(reading.queue_above_ago_s))} ago, so the latency is "
+                "the load's")
     elif (signal.action is LatencyAction.AUTO and reading.queue_per_replica is None
           and not_load is not None):
         # No queue data is not low, so Auto scales out (the SLO is the safe side), but a

@@ -71,9 +71,11 @@ class Reading(NamedTuple):
     warnings: tuple[str, ...] = ()
     """What Prometheus warned of with the answers the signals come from
     (TargetSignals.warnings): the decision is taken on them as they are."""
-    queue_was_above_s: float = 0.0
-    """How long the queue per replica was above its target in the sustain window, while it is
-    at or below it now (0 when it is above it now, or with a sustain of 0): it is then not low
+    queue_above_ago_s: float | None = None
+    """How long ago the queue per replica was last above its target in the sustain window,
+    while it is at or below it now, where that was on the pods that serve now (after
+    `settled_at`: the queue of fewer replicas, before a scale-out, says nothing of the load on
+    these); None when it was not (or with a sustain of 0). The queue is then not low
     (`queue_is_low`)."""
 
     @property
@@ -101,7 +103,7 @@ class Reading(NamedTuple):
             "latencyFloorSeconds": self.latency_floor_s,
             "latencyBoundsUnknown": self.latency_bounds_unknown,
             "latencyBacklog": self.latency_backlog,
-            "queueWasAboveTargetForSeconds": self.queue_was_above_s,
+            "queueAboveTargetSecondsAgo": self.queue_above_ago_s,
             "problems": list(self.problems),
             "warnings": list(self.warnings),
         }
@@ -162,16 +164,19 @@ def read_signals(spec: AutoscalingSpec, signals: TargetSignals, now: float,
             and signals.latency.points[-1][0] >= settled_at + signals.latency_window_s),
         None if rate_now is None or not signals.latency_window_s
         else rate_now * signals.latency_window_s, None, signals.warnings,
-        _queue_was_above(spec, signals.queue, queue_now))
+        _queue_rose(spec, signals.queue, queue_now, settled_at))
     return reading
 
 
-def _queue_was_above(spec: AutoscalingSpec, window: Window, queue_now: float | None) -> float:
-    """Reading.queue_was_above_s from the queue's window."""
-    if (not window.above or queue_now is None or window.threshold is None
-            or queue_now > spec.queue.target_per_replica):
-        return 0.0
-    return window.above * window.step
+def _queue_rose(spec: AutoscalingSpec, window: Window, queue_now: float | None,
+                settled_at: float | None) -> float | None:
+    """Reading.queue_above_ago_s from the queue's window."""
+    rise = window.rise
+    if (rise is None or queue_now is None or window.threshold is None
+            or queue_now > spec.queue.target_per_replica
+            or (settled_at is not None and rise < settled_at)):
+        return None
+    return max(window.end - rise, 0.0)
 
 
 def _too_old(signals: TargetSignals, queue: float | None, latency: float | None,
@@ -273,4 +278,4 @@ def queue_is_low(spec: AutoscalingSpec, reading: Reading) -> bool:
     is found not the load's: engine._latency_proposal)."""
     queue = reading.queue_per_replica
     return (queue is not None and queue <= spec.queue.target_per_replica
-            and not reading.queue_was_above_s)
+            and reading.queue_above_ago_s is None)

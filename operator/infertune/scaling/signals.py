@@ -124,8 +124,8 @@ class Window(NamedTuple):
 
     `last` is the value at `end`. For the queue, `dip` is the newest step in the window at or
     below `threshold` (None when there is none) and `samples` counts the steps with finite
-    data; both are only read while `last` is above `threshold`. `above` counts the steps
-    above `threshold`, read while `last` is at or below it.
+    data; both are only read while `last` is above `threshold`. `rise` is the newest step
+    above `threshold` (None when there is none), read while `last` is at or below it.
     For running requests, `peak` is the highest step in the window.
     """
 
@@ -142,7 +142,7 @@ class Window(NamedTuple):
     pods: int | None = None
     """How many pods report the queue now with a value below +Inf (`last` is their mean), or
     for the running requests how many series do; None when not read."""
-    above: int = 0
+    rise: float | None = None
 
     @classmethod
     def missing(cls, problem: str, query: str = "") -> Window:
@@ -162,8 +162,8 @@ class Window(NamedTuple):
         return cls(last=last, end=end, span=span, step=step, threshold=threshold,
                    dip=max(dips, default=None), samples=len(inside),
                    peak=max(v for _, v in inside), query=query, pods=pods,
-                   above=sum(1 for _, v in inside
-                             if threshold is not None and v > threshold))
+                   rise=max((t for t, v in inside if threshold is not None and v > threshold),
+                            default=None))
 
     @property
     def available(self) -> bool:
