@@ -169,8 +169,8 @@ CASES = [
          signals(queue(*([33] + [20] * 31)), latency_ms=(150, 150)), 4,
          ScaleAction.TUNE_BATCHING,
          # The step above target 31s ago is outside the window.
-         reason_has=("queue 20.0/replica is not above target 32 (nor was it in the last 30s) "
-                     "so the latency comes from batching",)),
+         reason_has=("queue 20.0/replica is not above target 32 (nor was it in the last 30s "
+                     "on these replicas) so the latency comes from batching",)),
     Case("latency_with_the_queue_just_above_target_scales_out_in_auto",
          # Inside the queue's tolerance band, so the queue proposes no change; but the queue is
          # above target, so the latency comes from load: Auto scales out (the batching

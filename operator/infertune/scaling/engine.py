@@ -937,7 +937,7 @@ def _latency_proposal(spec: AutoscalingSpec, current: int, reading: Reading,
         queue_target = spec.queue.target_per_replica
         low = (f"{said}, queue {amount_text(reading.queue_per_replica or 0.0, queue_target)}"
                f"/replica is not above target {queue_target:g}"
-               + (f" (nor was it in the last {spec.queue.sustain})"
+               + (f" (nor was it in the last {spec.queue.sustain} on these replicas)"
                   if seconds(spec.queue.sustain) > 0 else "")
                + " so the latency comes from batching")
         if callable(batching_stuck):

@@ -153,7 +153,7 @@ def read_signals(spec: AutoscalingSpec, signals: TargetSignals, now: float,
         # traffic stops, the NaN newest point is dropped and the finite one before it reads
         # as stale.
         problems = tuple(p for p in problems if not p.startswith("latency: "))
-    reading = Reading(  # positional: one per tuning per cycle, and keywords cost more
+    return Reading(  # positional: one per tuning per cycle, and keywords cost more
         queue_now, above_for, sustained, None if quiet else latency_now, signals.latency_kind,
         rate_now, breaches, breaches >= spec.latency.consecutive_samples, quiet,
         signals.running.latest(read_at),
@@ -165,7 +165,6 @@ def read_signals(spec: AutoscalingSpec, signals: TargetSignals, now: float,
         None if rate_now is None or not signals.latency_window_s
         else rate_now * signals.latency_window_s, None, signals.warnings,
         _queue_rose(spec, signals.queue, queue_now, settled_at))
-    return reading
 
 
 def _queue_rose(spec: AutoscalingSpec, window: Window, queue_now: float | None,
