@@ -375,8 +375,9 @@ def queries(prometheus: PrometheusServer) -> dict[str, float]:
 
 def test_the_window_is_what_the_raw_history_says(prometheus: PrometheusServer,
                                                  exporters: tuple[Exporter, ...]) -> None:
-    """Prometheus's summary (last, dip, samples) of a queue that drops below target and comes
-    back equals `Window.of_points` over the same per-second history, read as a range query."""
+    """Prometheus's summary (last, dip, whether the window is full, the newest step above
+    target) of a queue that drops below target and comes back equals `Window.of_points` over
+    the same per-second history, read as a range query."""
     text, *_ = exporters
     wave = text.waiting.labels("serving", "wave-5d4f8b9c7-bcdfg", "qwen")
     wave.set(40)
@@ -397,8 +398,10 @@ def test_the_window_is_what_the_raw_history_says(prometheus: PrometheusServer,
                                  window.end - window.span, window.end, window.step)
     points = [(float(t), float(v)) for t, v in raw[0]["values"]]
     expected = Window.of_points(points, window.end, window.span, window.step, threshold=5.0)
-    assert (window.last, window.dip, window.samples) == (
-        expected.last, expected.dip, expected.samples)
+    # A full window's count is not returned (the adapter takes it full): its steps are not
+    # compared, only that it is full (a window with a gap: the test below).
+    assert (window.last, window.dip, window.complete) == (
+        expected.last, expected.dip, expected.complete)
     assert 2.0 in {v for _, v in points}  # the dip is in the history compared
     # Back under target: the newest step above it in the window is returned (a latency
     # breach is then still the load's), and the stats of above target are not.
@@ -415,8 +418,42 @@ def test_the_window_is_what_the_raw_history_says(prometheus: PrometheusServer,
     points = [(float(t), float(v)) for t, v in raw[0]["values"]]
     expected = Window.of_points(points, under.end, under.span, under.step, threshold=5.0)
     assert (under.last, under.rise) == (expected.last, expected.rise)
-    assert (under.dip, under.samples) == (None, 0)
+    # The history may be shorter than the window yet (the steps are then counted).
+    assert under.dip is None and min(under.samples, under.expected_samples) == min(
+        expected.samples, expected.expected_samples)
     assert under.rise is not None and under.end - under.span < under.rise < under.end
+
+
+def test_a_queue_window_with_a_gap_says_how_many_steps_it_has(
+        prometheus: PrometheusServer, exporters: tuple[Exporter, ...]) -> None:
+    """A scrape that fails on every pod of a target leaves steps of its queue window empty
+    (Prometheus marks the series stale): the window query says how many steps have data, as
+    `Window.of_points` counts them over the same history, and the queue is then not known
+    low for a latency breach. A full window says nothing (the adapter takes it full)."""
+    text, *_ = exporters
+    labels = ("serving", "gap-5d4f8b9c7-bcdfg", "qwen")
+    text.waiting.labels(*labels).set(2)  # below the target of 5
+    gap_target = target("serving", "gap", queue_history_s=8.0)
+    source = PrometheusSource(prometheus.url)
+
+    def queue() -> Window:
+        return source.fetch([gap_target], time.time())[gap_target.key].queue
+
+    full = wait_for(lambda: (w := queue()).last == 2.0 and w.dip is None and w.rise is None
+                    and w.complete and w, "a full window of the gap pod", timeout_s=20)
+    assert full.samples == full.expected_samples == 8  # not returned: taken full
+    text.waiting.remove(*labels)
+    time.sleep(3.5)  # three scrapes or more without it
+    text.waiting.labels(*labels).set(2)
+    short = wait_for(lambda: (w := queue()).last == 2.0 and not w.complete and w,
+                     "the gap pod back, with a gap in its window", timeout_s=10)
+    scope = Scope("namespace", "pod", ("serving",), ("gap",))
+    raw = prometheus.query_range(promql.gauge_query(scope, PRESETS[Engine.VLLM].queue_depth),
+                                 short.end - short.span, short.end, short.step)
+    points = [(float(t), float(v)) for t, v in raw[0]["values"]]
+    expected = Window.of_points(points, short.end, short.span, short.step, threshold=5.0)
+    assert (short.samples, short.last) == (expected.samples, expected.last)
+    assert short.samples < short.expected_samples
 
 
 def test_stopped_prometheus_is_no_data() -> None:

@@ -50,6 +50,12 @@ def steady(value: float, seconds: int = 30, now: float = NOW) -> Window:
     return queue(*([value] * (seconds + 1)), now=now)
 
 
+def gappy(value: float, missing: int, now: float = NOW) -> Window:
+    """The 30s window at `value` with `missing` steps in its middle without data."""
+    points = [(now - 30 + i, value) for i in range(31) if not 10 <= i < 10 + missing]
+    return Window.of_points(points, now, 30.0, 1.0, threshold=32.0)
+
+
 def per_interval(*values: float, now: float = NOW, step: float = 15.0) -> Series:
     return Series(tuple((now - (len(values) - 1 - i) * step, v) for i, v in enumerate(values)),
                   step)
@@ -171,6 +177,15 @@ CASES = [
          # The step above target 31s ago is outside the window.
          reason_has=("queue 20.0/replica is not above target 32 (nor was it in the last 30s "
                      "on these replicas) so the latency comes from batching",)),
+    Case("latency_with_the_queue_low_but_steps_of_its_window_missing_scales_out_in_auto",
+         # Scrapes that time out under load leave the steps above target out: not known low.
+         signals(gappy(5.0, missing=5), latency_ms=(150, 150)), 8, ScaleAction.SCALE_OUT,
+         reason_has=("queue 5.0/replica is not above target 32 now but has data for only 26 "
+                     "steps of its 30s window, so it is not known to be low", "4 -> 8"),
+         reason_lacks=("batching",)),
+    Case("latency_with_the_queue_low_and_one_step_missing_tunes_batching_in_auto",
+         # One step missing is a skipped scrape, as the sustain rule takes it.
+         signals(gappy(5.0, missing=1), latency_ms=(150, 150)), 4, ScaleAction.TUNE_BATCHING),
     Case("latency_with_the_queue_just_above_target_scales_out_in_auto",
          # Inside the queue's tolerance band, so the queue proposes no change; but the queue is
          # above target, so the latency comes from load: Auto scales out (the batching
@@ -655,6 +670,10 @@ BATCHING_CASES = [
      queue(*([64] * 20 + [20] * 11)), (150, 150), 128, 128,
      "p99 150ms is above 75ms with the queue above its target 32 11s ago (at 20 per replica "
      "now): replicas are short, not the batch"),
+    ("a_breach_with_steps_of_the_queue_missing_is_not_known_the_batchs",
+     gappy(5.0, missing=5), (150, 150), 128, 128,
+     "p99 150ms is above 75ms with the queue at 5 per replica but data for only 26 steps of "
+     "its 30s window: it is not known to be the batch's"),
     ("near_the_target_neither_way", steady(10), (70, 70), 128, 128,
      "p99 70ms is within 20% of 75ms: no headroom to raise it, and no breach to lower it"),
     ("one_sample_above_is_not_yet_a_breach", steady(5), (60, 150), 128, 128,

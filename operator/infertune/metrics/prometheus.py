@@ -924,6 +924,7 @@ def _windows(result: list[dict[str, Any]], plan: QueryPlan,
         got[labels.get(STAT_LABEL, "")] = float(item["value"][1])
     out: dict[SeriesKey, Window] = {}
     span, step, threshold = plan.lookback_s, plan.step_s, plan.threshold
+    full = int(span // step)  # `samples` is returned only for a window short of it
     isfinite = math.isfinite
     for key, got in stats.items():
         last = got.get("last")
@@ -944,7 +945,7 @@ def _windows(result: list[dict[str, Any]], plan: QueryPlan,
         # Positional (last, end, span, step, threshold, dip, samples, peak, query, problem,
         # pods, rise): keywords cost more, once per target per cycle.
         out[key] = Window(last, end, span, step, threshold, got.get("dip"),
-                          int(got.get("samples", 0)), got.get("peak"), "", None,
+                          int(got.get("samples", full)), got.get("peak"), "", None,
                           None if pods is None else int(pods), got.get("rise"))
     return out
 

@@ -283,10 +283,11 @@ def _stat(expr: str, stat: str) -> str:
 def window_query(expr: str, span_s: float, step_s: float, threshold: float | None = None,
                  peak: bool = False, pods: str | None = None) -> str:
     """`expr` (one series per target) summed up over the trailing `span_s`, as `Window` reads
-    it. `dip` and `samples` are only returned while the value is above `threshold`: the
-    sustain rule needs them then, and most targets are below target most of the time.
+    it. `dip` is only returned while the value is above `threshold`: the sustain rule needs
+    it then, and most targets are below target most of the time. `samples` only where the
+    window has fewer steps than a full one (Window.expected_samples; absent, it is full), and
     `rise`, the newest step above `threshold`, only where there is one: with the value at or
-    below it now, a latency breach is still the load's (reading.queue_is_low).
+    below it now, a latency breach is the batch's only with neither (reading.queue_is_low).
     `pods` (one series per target) is returned now, as the `pods` stat."""
     finite = f"({expr}) < Inf > -Inf"  # NaN fails every comparison, so it is not a sample
     # As it is: a NaN now is reported as such, not as absent (the queue's and the running
@@ -298,11 +299,10 @@ def window_query(expr: str, span_s: float, step_s: float, threshold: float | Non
     if threshold is not None:
         limit = number(threshold)
         above = f"({finite}) > {limit}"
-        # One filter for both (the text is kept short: a URL too long for a proxy).
+        full = int(span_s // step_s)
         parts += [
-            f"({_stat(f'max_over_time(timestamp(({finite}) <= {limit}){window})', 'dip')} or "
-            f"{_stat(f'count_over_time(({finite}){window})', 'samples')}) "
-            f"and ignoring({STAT_LABEL}) {above}",
+            _stat(f"max_over_time(timestamp(({finite}) <= {limit}){window}) and {above}", "dip"),
+            _stat(f"count_over_time(({finite}){window}) < {full}", "samples"),
             _stat(f"max_over_time(timestamp({above}){window})", "rise"),
         ]
     if peak:

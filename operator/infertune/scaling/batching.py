@@ -146,15 +146,22 @@ def _unchanged(autoscaling: AutoscalingSpec, reading: Reading, target: float) ->
     if reading.latency_quiet:
         return f"{shown} is over too few requests to call for a change"
     if reading.latency_breached:
-        queue = ("no queue reading" if reading.queue_per_replica is None else
-                 f"the queue at {reading.queue_per_replica:.4g} per replica, above its "
-                 f"target {autoscaling.queue.target_per_replica:g}"
-                 if reading.queue_above_ago_s is None else
-                 f"the queue above its target {autoscaling.queue.target_per_replica:g} "
-                 f"{format_duration(round(reading.queue_above_ago_s))} ago (at "
-                 f"{reading.queue_per_replica:.4g} per replica now)")
-        cause = ("it is not taken for the batch's" if reading.queue_per_replica is None else
-                 "replicas are short, not the batch")
+        queue_target = autoscaling.queue.target_per_replica
+        if reading.queue_per_replica is None:
+            queue, cause = "no queue reading", "it is not taken for the batch's"
+        elif reading.queue_above_ago_s is not None:
+            queue, cause = (f"the queue above its target {queue_target:g} "
+                            f"{format_duration(round(reading.queue_above_ago_s))} ago (at "
+                            f"{reading.queue_per_replica:.4g} per replica now)",
+                            "replicas are short, not the batch")
+        elif reading.queue_steps is not None:
+            queue, cause = (f"the queue at {reading.queue_per_replica:.4g} per replica but data "
+                            f"for only {reading.queue_steps} steps of its "
+                            f"{autoscaling.queue.sustain} window",
+                            "it is not known to be the batch's")
+        else:
+            queue, cause = (f"the queue at {reading.queue_per_replica:.4g} per replica, above "
+                            f"its target {queue_target:g}", "replicas are short, not the batch")
         return (f"{shown} is above {latency_text(target)} with {queue}: {cause}, so it is not "
                 "changed")
     if latency > target and reading.latency_backlog is not None:

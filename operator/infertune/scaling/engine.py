@@ -968,6 +968,15 @@ def _latency_proposal(spec: AutoscalingSpec, current: int, reading: Reading,
                 f"not above target {queue_target:g} now but was "
                 f"{format_duration(round(reading.queue_above_ago_s))} ago, so the latency is "
                 "the load's")
+    elif signal.action is LatencyAction.AUTO and reading.queue_steps is not None:
+        # At or under target now, with steps of the window missing: not known low, and the
+        # SLO is the safe side, as with no queue data.
+        queue_target = spec.queue.target_per_replica
+        said = (f"{said}, queue "
+                f"{amount_text(reading.queue_per_replica or 0.0, queue_target)}/replica is "
+                f"not above target {queue_target:g} now but has data for only "
+                f"{reading.queue_steps} steps of its {spec.queue.sustain} window, so it is not "
+                "known to be low")
     elif (signal.action is LatencyAction.AUTO and reading.queue_per_replica is None
           and not_load is not None):
         # No queue data is not low, so Auto scales out (the SLO is the safe side), but a

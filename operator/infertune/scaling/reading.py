@@ -77,6 +77,12 @@ class Reading(NamedTuple):
     `settled_at`: the queue of fewer replicas, before a scale-out, says nothing of the load on
     these); None when it was not (or with a sustain of 0). The queue is then not low
     (`queue_is_low`)."""
+    queue_steps: int | None = None
+    """The steps with data in the queue's sustain window when it has fewer than a full one (a
+    scrape that failed on every pod, a history shorter than the window), while the queue is
+    at or below its target now; None when it is full (or with a sustain of 0). The queue is
+    not known low then (`queue_is_low`): the steps above target may be the missing ones, as
+    scrapes time out under load."""
 
     @property
     def queue_missing(self) -> bool:
@@ -104,6 +110,7 @@ class Reading(NamedTuple):
             "latencyBoundsUnknown": self.latency_bounds_unknown,
             "latencyBacklog": self.latency_backlog,
             "queueAboveTargetSecondsAgo": self.queue_above_ago_s,
+            "queueWindowSteps": self.queue_steps,
             "problems": list(self.problems),
             "warnings": list(self.warnings),
         }
@@ -164,7 +171,8 @@ def read_signals(spec: AutoscalingSpec, signals: TargetSignals, now: float,
             and signals.latency.points[-1][0] >= settled_at + signals.latency_window_s),
         None if rate_now is None or not signals.latency_window_s
         else rate_now * signals.latency_window_s, None, signals.warnings,
-        _queue_rose(spec, signals.queue, queue_now, settled_at))
+        _queue_rose(spec, signals.queue, queue_now, settled_at),
+        _queue_steps(spec, signals.queue, queue_now))
 
 
 def _queue_rose(spec: AutoscalingSpec, window: Window, queue_now: float | None,
@@ -176,6 +184,14 @@ def _queue_rose(spec: AutoscalingSpec, window: Window, queue_now: float | None,
             or (settled_at is not None and rise < settled_at)):
         return None
     return max(window.end - rise, 0.0)
+
+
+def _queue_steps(spec: AutoscalingSpec, window: Window, queue_now: float | None) -> int | None:
+    """Reading.queue_steps from the queue's window."""
+    if (window.complete or queue_now is None or window.threshold is None
+            or queue_now > spec.queue.target_per_replica):
+        return None
+    return window.samples
 
 
 def _too_old(signals: TargetSignals, queue: float | None, latency: float | None,
@@ -227,7 +243,7 @@ def _queue_sustain(spec: AutoscalingSpec, signals: TargetSignals, now: float,
         raise ValueError(f"the queue window was read for {window.span:g}s against "
                          f"{window.threshold}, not for sustain {sustain:g}s against the target "
                          f"{target:g}")
-    if window.dip is None and window.samples >= window.expected_samples:
+    if window.dip is None and window.complete:
         return sustain, True
     since_dip = math.inf if window.dip is None else window.end - window.dip - window.step
     above_for = min(since_dip, (window.samples - 1) * window.step)
@@ -268,13 +284,14 @@ def _consecutive_breaches(spec: AutoscalingSpec, signals: TargetSignals,
 
 
 def queue_is_low(spec: AutoscalingSpec, reading: Reading) -> bool:
-    """The queue is at or below its target per replica, and has been all through the sustain
-    window: a latency breach then comes from batching, not from load (action Auto tunes
-    batching, and the batching recommender lowers the batch). Low by its newest sample alone,
-    a queue at twice its target for 29s that dipped under it at the 30th had the batch halved
-    (every pod re-created), and the next interval scaled out on the latency of the load. No
-    queue data is not low: Auto then scales out, the SLO is the safe side (unless the breach
-    is found not the load's: engine._latency_proposal)."""
+    """The queue is at or below its target per replica, and has been at every step of the
+    sustain window (a step missing is not known low): a latency breach then comes from
+    batching, not from load (action Auto tunes batching, and the batching recommender lowers
+    the batch). Low by its newest sample alone, a queue at twice its target for 29s that
+    dipped under it at the 30th had the batch halved (every pod re-created), and the next
+    interval scaled out on the latency of the load. No queue data is not low: Auto then
+    scales out, the SLO is the safe side (unless the breach is found not the load's:
+    engine._latency_proposal)."""
     queue = reading.queue_per_replica
     return (queue is not None and queue <= spec.queue.target_per_replica
-            and reading.queue_above_ago_s is None)
+            and reading.queue_above_ago_s is None and reading.queue_steps is None)

@@ -123,9 +123,10 @@ class Window(NamedTuple):
     """A gauge over the trailing `span` seconds ending at `end`, sampled every `step` seconds.
 
     `last` is the value at `end`. For the queue, `dip` is the newest step in the window at or
-    below `threshold` (None when there is none) and `samples` counts the steps with finite
-    data; both are only read while `last` is above `threshold`. `rise` is the newest step
-    above `threshold` (None when there is none), read while `last` is at or below it.
+    below `threshold` (None when there is none), only read while `last` is above it;
+    `samples` counts the steps with finite data (Prometheus says it only for a window short
+    of `expected_samples`, and the adapter takes a full one otherwise); `rise` is the newest
+    step above `threshold` (None when there is none), read while `last` is at or below it.
     For running requests, `peak` is the highest step in the window.
     """
 
@@ -174,6 +175,12 @@ class Window(NamedTuple):
         if self.last is None or self.end < now - self.step - 1.0:
             return None
         return self.last
+
+    @property
+    def complete(self) -> bool:
+        """The window has the steps of a full one, but one on Prometheus 2 (expected_samples):
+        without a step, a value in it is not known."""
+        return self.samples >= self.expected_samples
 
     @property
     def expected_samples(self) -> int:
