@@ -160,7 +160,8 @@ def prometheus(exporters: tuple[Exporter, Exporter, Exporter]
 
 def target(namespace: str, deployment: str, engine: Engine = Engine.VLLM,
            **fields: Any) -> MetricsTarget:
-    # A queue target below the exported values, so the window's dip and samples are returned.
+    # A queue target below the exported values, so the window's dip is returned (and its
+    # samples, when it is short of a full one).
     base: dict[str, Any] = {"metrics": PRESETS[engine], "window": "5s",
                             "queue_history_s": 3.0, "latency_step_s": 2.0, "queue_target": 5.0}
     return MetricsTarget(f"{namespace}/{deployment}", namespace, deployment, **(base | fields))
@@ -454,6 +455,28 @@ def test_a_queue_window_with_a_gap_says_how_many_steps_it_has(
     expected = Window.of_points(points, short.end, short.span, short.step, threshold=5.0)
     assert (short.samples, short.last) == (expected.samples, expected.last)
     assert short.samples < short.expected_samples
+
+
+def test_a_window_is_read_at_a_multiple_of_its_step(prometheus: PrometheusServer) -> None:
+    """A subquery's steps are the multiples of its step: read at a time between two (a 5 s
+    step at :03), a series that began after the last step had a `last` and no steps, and its
+    `samples`, not returned, read as a full window (sustained at once)."""
+    sent: list[dict[str, Any]] = []
+
+    class Recording(requests.Session):
+        def request(self, method: str | bytes, url: str | bytes,  # type: ignore[override]
+                    *args: Any, **kwargs: Any) -> requests.Response:
+            sent.append(dict(kwargs.get("params") or {}))
+            return super().request(method, url, *args, **kwargs)
+
+    llm = target("serving", "llm", queue_history_s=10.0)
+    fetch_when(PrometheusSource(prometheus.url), [llm], llm.key)  # data to read
+    now = math.floor(time.time() / 5) * 5 - 2  # 3 s past a multiple of 5
+    got = PrometheusSource(prometheus.url, resolution_s=5.0, session=Recording()).fetch(
+        [llm], now)[llm.key]
+    (window_time,) = [p["time"] for p in sent if '"last"' in str(p.get("query"))]
+    assert float(window_time) == got.queue.end == now - 3
+    assert got.queue.last is not None and got.queue.problem is None, got.queue
 
 
 def test_stopped_prometheus_is_no_data() -> None:

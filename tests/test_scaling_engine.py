@@ -696,6 +696,20 @@ def test_batching_recommendation(name: str, q: Window, latency: tuple[float, ...
     assert reason in rec.reason
 
 
+def test_a_breach_scaled_out_says_so_whatever_the_queue_window_says() -> None:
+    """With latency.action ScaleOut a breach never lowers the batch, and the recommendation
+    says that, not why the queue is not low (from a review: with steps of its window missing
+    it said "not known to be the batch's")."""
+    scale_out = spec(latency={"action": "ScaleOut"})
+    for q in (steady(5), gappy(5.0, missing=5), queue(*([64] * 20 + [20] * 11))):
+        reading = read_signals(scale_out, signals(q, (150, 150)), NOW)
+        rec = recommend_batching(BatchingSpec(mode="Recommend"), Engine.VLLM, scale_out,
+                                 reading, 128)
+        assert rec is not None and rec.recommended == 128
+        assert "the latency breach is scaled out (latency.action ScaleOut), not batched" in \
+            rec.reason, rec.reason
+
+
 def test_a_batch_that_is_not_full_is_not_raised() -> None:
     """Headroom and a queue above target raised max-num-seqs 128 -> 160 -> ... -> 490 while
     50 requests ran per replica: vLLM queued them for its KV cache, not for the batch, and
@@ -1364,13 +1378,14 @@ def _closed_loop(rates: list[float], replicas: int, p99: Any = _hockey_stick_p99
                  ready_after_s: float = 120.0, window_s: float = 60.0,
                  restart_every_cycle: bool = False, batching_stuck: str | None = None,
                  told_window_s: float | None = None, queue_missing: bool = False,
-                 initial: ScalingState | None = None,
+                 initial: ScalingState | None = None, queue_gappy: bool = False,
                  **fields: Any) -> tuple[list[int], list[ScaleDecision]]:
     """Evaluate every 15s a Deployment whose P99 follows its load per Ready replica: each
     sample is the worst of the last `window_s` (a quantile over a window holds the requests
     served before), new pods are Ready `ready_after_s` after the write, a scale-in removes
     pods at once. `rates` gives the request rate of each interval; the signals say the window
-    is `told_window_s` (default `window_s`); the queue is 0, or missing with `queue_missing`.
+    is `told_window_s` (default `window_s`); the queue is 0, or missing with `queue_missing`,
+    or with five steps of its window missing with `queue_gappy`.
     (Replicas after each evaluation, the decisions.)"""
     spec_fields = {"latency": {"action": "ScaleOut"}} | fields
     state, ready, pending = initial or ScalingState(), replicas, []
@@ -1381,7 +1396,8 @@ def _closed_loop(rates: list[float], replicas: int, p99: Any = _hockey_stick_p99
         pending = [(at, n) for at, n in pending if at > now]
         instant.append(p99(rate, max(ready, 1)))
         samples.append(max(instant[-max(1, int(window_s // 15)):]))
-        sig = TargetSignals(NO_QUEUE if queue_missing else steady(0, now=now),
+        sig = TargetSignals(NO_QUEUE if queue_missing else gappy(0.0, 5, now=now)
+                            if queue_gappy else steady(0, now=now),
                             per_interval(*samples[-3:], now=now),
                             per_interval(*rates[max(0, i - 2):i + 1], now=now),
                             latency_window_s=window_s if told_window_s is None
@@ -1665,6 +1681,23 @@ def test_a_breach_more_replicas_did_not_lower_adds_none_without_queue_data_in_au
     # action ScaleOut sizes on it all the same: the user's call.
     scaled, _ = _closed_loop([20.0] * 60, 3, p99=flat, queue_missing=True)
     assert max(scaled) == 20
+
+
+def test_a_breach_more_replicas_did_not_lower_adds_none_with_steps_of_the_queue_missing(
+) -> None:
+    """A queue window with steps missing is not known low, so Auto scales out as with no
+    queue data, and stops as that does once the replicas added did not lower the breach (from
+    a review: a batch too large stalls the engine's /metrics too, its scrapes keep failing,
+    and the breach took 3 replicas to maxReplicas)."""
+    def flat(rate: float, replicas: int) -> float:
+        return 0.15
+
+    history, decisions = _closed_loop([20.0] * 60, 3, p99=flat, queue_gappy=True,
+                                      latency={"action": "Auto"})
+    assert max(history) == 6 and len(_scale_outs(decisions)) == 1, history
+    held = decisions[-1]
+    assert "so it is not known to be low; it breached at 150ms" in held.reason, held.reason
+    assert "the replicas added did not lower it, so none are added for it" in held.reason
 
 
 def test_a_quantile_of_too_few_requests_adds_no_replicas_with_nothing_lowering_the_batch(

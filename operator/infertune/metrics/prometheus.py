@@ -541,7 +541,12 @@ class PrometheusSource:
             return _Answer(plan, {}, "the engine exports no such metric")
         if isinstance(query, _Unbuildable):
             return _Answer(plan, {}, f"the query cannot be built: {query.problem}")
-        end = math.floor(now)
+        end: float = math.floor(now)
+        if plan.window and end % plan.step_s:
+            # A subquery's steps are the multiples of its step: its newest is `end` only when
+            # `end` is one. Else a series that began after that step had a `last` and no
+            # steps at all, whose `samples`, then not returned, read as a full window.
+            end = math.floor(now / plan.step_s) * plan.step_s
         _said.warnings = ()
         # Prometheus's own limit, so a query this side gave up on stops there too (its
         # default is 2 minutes, every cycle).

@@ -135,8 +135,11 @@ def _unchanged(autoscaling: AutoscalingSpec, reading: Reading, target: float) ->
     if latency is None:
         return "no latency reading calls for a change"
     shown = f"{reading.latency_kind} {latency_text(latency, target)}"
-    low = queue_is_low(autoscaling, reading)
-    if reading.latency_breached and low:
+    waiting = reading.queue_per_replica
+    if (reading.latency_breached and autoscaling.latency.action is LatencyAction.SCALE_OUT
+            and waiting is not None and waiting <= autoscaling.queue.target_per_replica):
+        # Whether or not the queue is low all through its window (queue_is_low): with
+        # ScaleOut, a breach never lowers the batch.
         return "the latency breach is scaled out (latency.action ScaleOut), not batched"
     if reading.latency_floor_s is not None or reading.latency_bounds_unknown:
         why = ("under the histogram's lowest bucket, where it cannot be told from the target"

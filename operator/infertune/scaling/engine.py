@@ -977,6 +977,11 @@ def _latency_proposal(spec: AutoscalingSpec, current: int, reading: Reading,
                 f"not above target {queue_target:g} now but has data for only "
                 f"{reading.queue_steps} steps of its {spec.queue.sustain} window, so it is not "
                 "known to be low")
+        if not_load is not None:
+            # As with no queue data: a breach the replicas added did not lower is known not
+            # to be the load's (a batch too large stalls the engine's /metrics too, and its
+            # scrapes keep failing), and without this it took the replicas to maxReplicas.
+            return _Proposal(current, f"{said}; {not_load}")
     elif (signal.action is LatencyAction.AUTO and reading.queue_per_replica is None
           and not_load is not None):
         # No queue data is not low, so Auto scales out (the SLO is the safe side), but a
