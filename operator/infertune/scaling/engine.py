@@ -959,29 +959,26 @@ def _latency_proposal(spec: AutoscalingSpec, current: int, reading: Reading,
             return _Proposal(current, f"{said}; the request rate is unknown, so whether it "
                              "is the load's cannot be told: no replicas are added for it")
         said = f"{said}: scale out"
-    elif signal.action is LatencyAction.AUTO and reading.queue_above_ago_s is not None:
-        # At or under target now, but not all through the window: the load's breach, not the
-        # batch's (queue_is_low).
+    elif signal.action is LatencyAction.AUTO and (reading.queue_above_ago_s is not None
+                                                  or reading.queue_steps is not None):
+        # At or under target now, but not known low all through the window (queue_is_low):
+        # above it earlier, the breach is the load's; with steps missing, it is not known,
+        # and the SLO is the safe side, as with no queue data.
         queue_target = spec.queue.target_per_replica
         said = (f"{said}, queue "
                 f"{amount_text(reading.queue_per_replica or 0.0, queue_target)}/replica is "
-                f"not above target {queue_target:g} now but was "
-                f"{format_duration(round(reading.queue_above_ago_s))} ago, so the latency is "
-                "the load's")
-    elif signal.action is LatencyAction.AUTO and reading.queue_steps is not None:
-        # At or under target now, with steps of the window missing: not known low, and the
-        # SLO is the safe side, as with no queue data.
-        queue_target = spec.queue.target_per_replica
-        said = (f"{said}, queue "
-                f"{amount_text(reading.queue_per_replica or 0.0, queue_target)}/replica is "
-                f"not above target {queue_target:g} now but has data for only "
-                f"{reading.queue_steps} steps of its {spec.queue.sustain} window, so it is not "
-                "known to be low")
-        if not_load is not None:
-            # As with no queue data: a breach the replicas added did not lower is known not
-            # to be the load's (a batch too large stalls the engine's /metrics too, and its
-            # scrapes keep failing), and without this it took the replicas to maxReplicas.
-            return _Proposal(current, f"{said}; {not_load}")
+                f"not above target {queue_target:g} now but ")
+        if reading.queue_above_ago_s is not None:
+            said += (f"was {format_duration(round(reading.queue_above_ago_s))} ago, so the "
+                     "latency is the load's")
+        else:
+            said += (f"has data for only {reading.queue_steps} steps of its "
+                     f"{spec.queue.sustain} window, so it is not known to be low")
+            if not_load is not None:
+                # As with no queue data: a breach the replicas added did not lower is known
+                # not to be the load's (a batch too large stalls the engine's /metrics too,
+                # and its scrapes keep failing); without this it went to maxReplicas.
+                return _Proposal(current, f"{said}; {not_load}")
     elif (signal.action is LatencyAction.AUTO and reading.queue_per_replica is None
           and not_load is not None):
         # No queue data is not low, so Auto scales out (the SLO is the safe side), but a
