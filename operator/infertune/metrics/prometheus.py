@@ -71,6 +71,7 @@ from infertune.scaling.signals import (
     Series,
     TargetSignals,
     Window,
+    full_window_steps,
 )
 from infertune.scaling.state import format_time
 
@@ -929,7 +930,7 @@ def _windows(result: list[dict[str, Any]], plan: QueryPlan,
         got[labels.get(STAT_LABEL, "")] = float(item["value"][1])
     out: dict[SeriesKey, Window] = {}
     span, step, threshold = plan.lookback_s, plan.step_s, plan.threshold
-    full = int(span // step)  # `samples` is returned only for a window short of it
+    full = full_window_steps(span, step)  # `samples` is returned only under it
     isfinite = math.isfinite
     for key, got in stats.items():
         last = got.get("last")

@@ -44,6 +44,7 @@ from infertune.metrics.presets import (
     Template,
     TemplateLatency,
 )
+from infertune.scaling.signals import full_window_steps
 
 # Pods of a Deployment are named <deployment>-<pod-template-hash>-<5 random> (the hash is at
 # most 10 characters, names.SimpleNameGenerator adds 5). Both parts are drawn from the
@@ -299,7 +300,7 @@ def window_query(expr: str, span_s: float, step_s: float, threshold: float | Non
     if threshold is not None:
         limit = number(threshold)
         above = f"({finite}) > {limit}"
-        full = int(span_s // step_s)
+        full = full_window_steps(span_s, step_s)
         parts += [
             _stat(f"max_over_time(timestamp(({finite}) <= {limit}){window}) and {above}", "dip"),
             _stat(f"count_over_time(({finite}){window}) < {full}", "samples"),

@@ -171,27 +171,20 @@ def read_signals(spec: AutoscalingSpec, signals: TargetSignals, now: float,
             and signals.latency.points[-1][0] >= settled_at + signals.latency_window_s),
         None if rate_now is None or not signals.latency_window_s
         else rate_now * signals.latency_window_s, None, signals.warnings,
-        _queue_rose(spec, signals.queue, queue_now, settled_at),
-        _queue_steps(spec, signals.queue, queue_now))
+        *_not_known_low(spec, signals.queue, queue_now, settled_at))
 
 
-def _queue_rose(spec: AutoscalingSpec, window: Window, queue_now: float | None,
-                settled_at: float | None) -> float | None:
-    """Reading.queue_above_ago_s from the queue's window."""
-    rise = window.rise
-    if (rise is None or queue_now is None or window.threshold is None
-            or queue_now > spec.queue.target_per_replica
-            or (settled_at is not None and rise < settled_at)):
-        return None
-    return max(window.end - rise, 0.0)
-
-
-def _queue_steps(spec: AutoscalingSpec, window: Window, queue_now: float | None) -> int | None:
-    """Reading.queue_steps from the queue's window."""
-    if (window.complete or queue_now is None or window.threshold is None
+def _not_known_low(spec: AutoscalingSpec, window: Window, queue_now: float | None,
+                   settled_at: float | None) -> tuple[float | None, int | None]:
+    """(Reading.queue_above_ago_s, Reading.queue_steps) from the queue's window: both None
+    unless the queue is at or below its target now."""
+    if (queue_now is None or window.threshold is None
             or queue_now > spec.queue.target_per_replica):
-        return None
-    return window.samples
+        return None, None
+    rise = window.rise
+    above_ago = (None if rise is None or (settled_at is not None and rise < settled_at)
+                 else max(window.end - rise, 0.0))
+    return above_ago, None if window.complete else window.samples
 
 
 def _too_old(signals: TargetSignals, queue: float | None, latency: float | None,

@@ -184,10 +184,15 @@ class Window(NamedTuple):
 
     @property
     def expected_samples(self) -> int:
-        """Steps a window without gaps has, give or take the step on its open left edge
-        (Prometheus 3 leaves it out, 2 counts it): one missing step is tolerated, as a single
-        skipped scrape is."""
-        return int(self.span // self.step)
+        return full_window_steps(self.span, self.step)
+
+
+def full_window_steps(span_s: float, step_s: float) -> int:
+    """Steps a window without gaps has, give or take the step on its open left edge
+    (Prometheus 3 leaves it out, 2 counts it): one missing step is tolerated, as a single
+    skipped scrape is. The window query returns `samples` only under it
+    (promql.window_query), and the adapter takes an absent one for it."""
+    return int(span_s // step_s)
 
 
 NOT_FETCHED = Series.missing("not fetched")
