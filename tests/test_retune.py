@@ -677,6 +677,39 @@ def test_a_terminating_pod_is_indexed_with_when_it_is_gone_at_the_latest() -> No
     assert view.terminating and view.gone_by == parse_time("2026-12-06T12:00:30Z")
 
 
+def test_a_ready_pod_is_indexed_with_when_it_became_ready() -> None:
+    """Its Ready condition's lastTransitionTime, while Ready: the autoscaler counts the pods
+    that joined from then (AutoscalingSettings.saw_pods)."""
+    import asyncio
+
+    from infertune.controller.pods import pods_by_deployment
+    from infertune.scaling.state import parse_time
+
+    def indexed(conditions: list[Any]) -> Any:
+        pod = {"metadata": {"name": "mistral-7b-6b7c9d-abcde", "namespace": "chat",
+                            "ownerReferences": [{"kind": "ReplicaSet",
+                                                 "name": "mistral-7b-6b7c9d",
+                                                 "controller": True}]},
+               "status": {"phase": "Running", "conditions": conditions}}
+        got = asyncio.run(pods_by_deployment(namespace="chat", name="p", body=pod,
+                                             replicaset_owners=OWNED))
+        assert got is not None
+        (view,) = got.values()
+        return view.ready, view.ready_since
+
+    at = "2026-12-06T12:00:30Z"
+    assert indexed([{"type": "PodScheduled", "status": "True", "lastTransitionTime": "x"},
+                    {"type": "Ready", "status": "True", "lastTransitionTime": at}]) == (
+        True, parse_time(at))
+    assert indexed([{"type": "Ready", "status": "False", "lastTransitionTime": at}]) == (
+        False, None)
+    assert indexed([{"type": "Ready", "status": "True"}]) == (True, None)
+    assert indexed([{"type": "Ready", "status": "True", "lastTransitionTime": "soon"}]) == (
+        True, None)
+    assert indexed(["not a condition", {"type": "Ready", "status": "True",
+                                        "lastTransitionTime": at}]) == (True, parse_time(at))
+
+
 def test_a_pod_is_indexed_with_its_shape_memory_intent_and_containers_memory() -> None:
     import asyncio
 

@@ -1112,6 +1112,41 @@ def test_the_last_pod_seen_terminating_reaches_the_plan_and_is_remembered(
     assert fresh.pods_gone_by["ns/t"] == fresh.started
 
 
+def test_when_the_last_ready_pod_became_ready_reaches_the_plan_when_the_index_knows_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """engine._track_serving counts pods that joined from their Ready time: the latest of the
+    Ready, not terminating pods in kopf's index, and only when the index holds at least the
+    Deployment's readyReplicas with a time for each (a pod it has not seen may be newer)."""
+    from infertune.tuning.retune import PodView
+
+    passed: list[float | None] = []
+    real = autoscaling.plan_evaluation
+
+    def plan(*args: Any, **kwargs: Any) -> Any:
+        passed.append(kwargs.get("ready_since"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(autoscaling, "plan_evaluation", plan)
+    seen = {
+        "two Ready": [PodView("a", "r", True, ready_since=T0 - 100),
+                      PodView("b", "r", True, ready_since=T0 - 40),
+                      PodView("c", "r", False),
+                      PodView("d", "r", True, terminating=True, ready_since=T0 - 10)],
+        "one Ready seen": [PodView("a", "r", True, ready_since=T0 - 100),
+                           PodView("b", "r", False)],
+        "a Ready pod without a time": [PodView("a", "r", True, ready_since=T0 - 100),
+                                       PodView("b", "r", True)],
+    }
+    for pods in seen.values():
+        cluster = Cluster(monkeypatch, replicas=2)  # readyReplicas 2
+        settings = autoscaling.AutoscalingSettings(source=None)
+        settings.saw_pods("ns/t", pods)
+        cluster.evaluate(settings, T0 + 45)
+    assert passed == [T0 - 40, None, None]
+    settings.forget("ns/t")
+    assert "ns/t" not in settings.pods_ready
+
+
 def test_a_fight_names_the_writer_the_deployment_says_set_the_replicas(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """The fight blamed "GitOps without ignoreDifferences?" while the Deployment's

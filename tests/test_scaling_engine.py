@@ -1379,20 +1379,26 @@ def _closed_loop(rates: list[float], replicas: int, p99: Any = _hockey_stick_p99
                  restart_every_cycle: bool = False, batching_stuck: str | None = None,
                  told_window_s: float | None = None, queue_missing: bool = False,
                  initial: ScalingState | None = None, queue_gappy: bool = False,
+                 down: range = range(0), ready_times: bool = False,
                  **fields: Any) -> tuple[list[int], list[ScaleDecision]]:
     """Evaluate every 15s a Deployment whose P99 follows its load per Ready replica: each
     sample is the worst of the last `window_s` (a quantile over a window holds the requests
     served before), new pods are Ready `ready_after_s` after the write, a scale-in removes
     pods at once. `rates` gives the request rate of each interval; the signals say the window
     is `told_window_s` (default `window_s`); the queue is 0, or missing with `queue_missing`,
-    or with five steps of its window missing with `queue_gappy`.
-    (Replicas after each evaluation, the decisions.)"""
+    or with five steps of its window missing with `queue_gappy`. The operator is down (does
+    not evaluate) at the intervals in `down`; with `ready_times` it is told when the last
+    Ready pod became Ready (decide_scale's ready_since).
+    (Replicas after each evaluation, the decisions; neither has entries for `down`.)"""
     spec_fields = {"latency": {"action": "ScaleOut"}} | fields
     state, ready, pending = initial or ScalingState(), replicas, []
     history, decisions, instant, samples = [], [], [], []
+    ready_since = NOW - 3600
     for i, rate in enumerate(rates):
         now = NOW + 15 * i
+        joined = [at for at, _ in pending if at <= now]
         ready = min(replicas, ready + sum(n for at, n in pending if at <= now))
+        ready_since = max([ready_since, *joined])
         pending = [(at, n) for at, n in pending if at > now]
         instant.append(p99(rate, max(ready, 1)))
         samples.append(max(instant[-max(1, int(window_s // 15)):]))
@@ -1402,8 +1408,11 @@ def _closed_loop(rates: list[float], replicas: int, p99: Any = _hockey_stick_p99
                             per_interval(*rates[max(0, i - 2):i + 1], now=now),
                             latency_window_s=window_s if told_window_s is None
                             else told_window_s)
+        if i in down:
+            continue
         decision = decide_scale(spec(**spec_fields), replicas, sig, state, now, ready,
-                                batching_stuck=batching_stuck)
+                                batching_stuck=batching_stuck,
+                                ready_since=ready_since if ready_times else None)
         if decision.desired_replicas > replicas:
             pending.append((now + ready_after_s, decision.desired_replicas - replicas))
         else:
@@ -1467,6 +1476,51 @@ def test_a_breach_measured_before_the_pods_that_serve_changed_is_not_one() -> No
     # Not told the window, the lagged samples breach on the new pods and size on them.
     lagged, _ = _closed_loop([20.0] * 60, 1, ready_after_s=120.0, told_window_s=0.0)
     assert max(lagged) > 5
+
+
+def test_pods_that_became_ready_while_the_operator_was_down_count_from_their_ready_time(
+        ) -> None:
+    """Counted as a change of the pods that serve at the first evaluation after a restart,
+    pods Ready for minutes held a breach on them for one more latency window after it. Told
+    when the pods became Ready, the operator acts on that breach at its first evaluation."""
+    # 20 req/s on 1 replica breaches (312 ms): 1 -> 5 at the second evaluation, Ready 2
+    # minutes later (interval 9). The operator is down from interval 3 to 19 (4 minutes);
+    # the load goes to 80 req/s at 10: 16 per replica on the 5 is 200 ms, a breach.
+    rates = [20.0] * 10 + [80.0] * 30
+    down = range(3, 20)
+    told, told_decisions = _closed_loop(rates, 1, down=down, ready_times=True)
+    assert told[:3] == [1, 5, 5]
+    back = told_decisions[3]  # the first evaluation after the restart (interval 20)
+    assert back.action is ScaleAction.SCALE_OUT and told[3] == 10, back.reason
+    assert back.state.serving is not None and back.state.serving.changed == NOW + 15 * 9
+    assert "p99 200ms" in back.reason, back.reason
+    # Not told, the pods changed at the restart: its breach waited until the samples' window
+    # lay after it, a latency window (60s) and a sample later.
+    blind, blind_decisions = _closed_loop(rates, 1, down=down)
+    late = _scale_outs(blind_decisions)[1]
+    assert all(d.action is ScaleAction.HOLD for d in blind_decisions[3:late])
+    assert (late - 3) * 15 == 75 and blind[late] == 10, [d.reason for d in blind_decisions]
+
+
+def test_a_ready_time_never_moves_the_change_before_what_is_known_or_after_now() -> None:
+    """`ready_since` says when pods joined, no more: a time before the last change of the pods
+    that serve known (a scale-in) or after the reading (a clock ahead) is not taken."""
+    from infertune.scaling.engine import _track_serving
+    scaled_in = ScalingState(serving=Serving(2, 2, NOW - 300, NOW - 300))
+    joined = _track_serving(scaled_in._replace(serving=Serving(2, 4, NOW - 60, NOW - 300)),
+                            4, 4, NOW, ready_since=NOW - 40).serving
+    assert joined == Serving(4, 4, NOW, NOW - 40)
+    before_scale_in = _track_serving(scaled_in, 4, 4, NOW, ready_since=NOW - 900).serving
+    assert before_scale_in is not None and before_scale_in.changed == NOW - 300
+    ahead = _track_serving(scaled_in, 4, 4, NOW, ready_since=NOW + 30).serving
+    assert ahead is not None and ahead.changed == NOW
+    first = _track_serving(ScalingState(serving=Serving(1, 3, NOW - 60)), 3, 3, NOW,
+                           ready_since=NOW - 45).serving
+    assert first is not None and first.changed == NOW - 45
+    # Fewer Ready (a scale-in, a probe failing) is no join: the time is not read.
+    fewer = _track_serving(ScalingState(serving=Serving(4, 4, NOW - 60, NOW - 600)), 2, 2, NOW,
+                           ready_since=NOW - 30).serving
+    assert fewer is not None and fewer.changed == NOW
 
 
 def test_the_breach_memory_lets_replicas_go_with_the_load_and_ends() -> None:

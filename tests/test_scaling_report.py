@@ -1135,6 +1135,24 @@ def test_without_a_readiness_probe_the_pods_reporting_metrics_count_as_ready() -
     assert served.decision.signals.ready_replicas == 8 and served.write == 16
 
 
+def test_pods_that_joined_count_from_their_ready_time_unless_ready_says_only_started() -> None:
+    """The Ready time of the pods reaches the engine (engine._track_serving), except for a
+    container without a readiness or startup probe: its pods are Ready when they start, and
+    they are counted as they report instead, from the reading that finds them."""
+    scale_out = spec(autoscaling={"minReplicas": 1, "maxReplicas": 32,
+                                  "latency": {"action": "ScaleOut"}})
+    served = breach_with_pods_loading(8)
+    probed = plan_evaluation(scale_out, 1, just_scaled_to_8(), served, 8, None, NOW, ready=8,
+                             ready_since=NOW - 40)
+    serving = probed.decision.state.serving
+    assert serving is not None and (serving.replicas, serving.changed) == (8, NOW - 40)
+    assert probed.status["autoscaling"]["state"]["serving"]["changed"] == format_time(NOW - 40)
+    unprobed = plan_evaluation(scale_out, 1, just_scaled_to_8(), served, 8, None, NOW, ready=8,
+                               ready_since=NOW - 40, unprobed="vllm")
+    serving = unprobed.decision.state.serving
+    assert serving is not None and (serving.replicas, serving.changed) == (8, NOW)
+
+
 def test_without_a_readiness_probe_and_no_queue_data_the_serving_count_holds_10_minutes(
 ) -> None:
     """No queue, no count of pods that report: the replicas known to serve stay as stored,

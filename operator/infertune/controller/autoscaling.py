@@ -184,6 +184,9 @@ class AutoscalingSettings:
     """key -> when the last pod of the target seen terminating is gone at the latest (its
     deletionTimestamp), or when this process started: no metric of an older pod is newer
     (batching mode Auto reads the running requests only from after it)."""
+    pods_ready: dict[str, tuple[int, float | None]] = field(default_factory=dict)
+    """key -> (the target's pods Ready and not terminating as kopf's index holds them, when
+    the last of them became Ready, None when one has no time or none is Ready)."""
     started: float = field(default_factory=time.time)
     fetches: int = 0
     """Batches fetched since start (for the benchmark and the logs)."""
@@ -281,7 +284,8 @@ class AutoscalingSettings:
         tables: list[dict[str, Any]] = [self.written, self.written_to, self.unwritten,
                                         self.evaluated_at, self.last_slot, self.failures,
                                         self.write_failed_at, self.reported,
-                                        self.failed_total, self.scale_writes]
+                                        self.failed_total, self.scale_writes,
+                                        self.pods_ready]
         self.status_unwritable.discard(key)
         if signals:
             tables += [self.batch, self.fetched_at, self.fetched_for, self.parsed]
@@ -289,12 +293,30 @@ class AutoscalingSettings:
             table.pop(key, None)
 
     def saw_pods(self, key: str, pods: Iterable[PodView]) -> None:
-        """Take in the target's pods as kopf's index holds them now (`pods_gone_by`)."""
+        """Take in the target's pods as kopf's index holds them now (`pods_gone_by`,
+        `pods_ready`)."""
         gone_by = self.pods_gone_by.get(key, self.started)
+        ready, since, known = 0, -math.inf, True
         for pod in pods:
             if pod.gone_by is not None and pod.gone_by > gone_by:
                 gone_by = pod.gone_by
+            if pod.ready and not pod.terminating:
+                ready += 1
+                if pod.ready_since is None:
+                    known = False
+                elif pod.ready_since > since:
+                    since = pod.ready_since
         self.pods_gone_by[key] = gone_by
+        self.pods_ready[key] = (ready, since if known and ready else None)
+
+    def ready_since(self, key: str, ready: int | None) -> float | None:
+        """When the last of the target's `ready` pods (the Deployment's readyReplicas) became
+        Ready, from the pods seen (`saw_pods`); None when not known, or when fewer pods were
+        seen Ready than that (the index is behind: one not seen yet may be newer)."""
+        seen = self.pods_ready.get(key)
+        if ready is None or seen is None or seen[0] < ready:
+            return None
+        return seen[1]
 
     def begin_term(self) -> None:
         """What this process remembers of its writes, forgotten when it leads again after
@@ -551,7 +573,8 @@ def evaluate(namespace: str, name: str, generation: int, spec: InferenceTuningSp
                                  template=_template_batching(spec, read.pod_spec,
                                                              read.rolled_out),
                                  unprobed=unprobed_container(spec, read.pod_spec),
-                                 pods_gone_by=settings.pods_gone_by.get(key))
+                                 pods_gone_by=settings.pods_gone_by.get(key),
+                                 ready_since=settings.ready_since(key, ready))
         blocked = blocked_by(deployment, writers, fight, now)
         planned = plan(blocked)
         if blocked is None and planned.write is None and spec.mode is Mode.ENFORCE:

@@ -274,8 +274,9 @@ async def pods_by_deployment(namespace: str, name: str, body: kopf.Body,
         # Counted as outdated, it was evicted, came back untuned, and was evicted again
         # every time the pause ran out (a model reload each time).
         return None
-    ready = any(c.get("type") == "Ready" and c.get("status") == "True"
-                for c in status.get("conditions") or [])
+    ready_condition = next((c for c in status.get("conditions") or []
+                            if isinstance(c, dict) and c.get("type") == "Ready"), {})
+    ready = ready_condition.get("status") == "True"
     deleted = meta.get("deletionTimestamp")
     labels, annotations = meta.get("labels") or {}, meta.get("annotations") or {}
     memory, serving = annotations.get(keys.MEMORY_HIGH), annotations.get(keys.SERVING_CONTAINER)
@@ -288,7 +289,8 @@ async def pods_by_deployment(namespace: str, name: str, body: kopf.Body,
         memory=tuple((str(c.get("name")), *container_memory(c))
                      for c in pod_spec.get("containers") or ()),
         untuned=None if untuned is None else str(untuned),
-        created=stored_time(meta.get("creationTimestamp")))}
+        created=stored_time(meta.get("creationTimestamp")),
+        ready_since=stored_time(ready_condition.get("lastTransitionTime")) if ready else None)}
 
 
 def _owner_ref(namespace: str, entry: dict[str, Any]) -> dict[str, Any]:

@@ -157,7 +157,8 @@ def plan_evaluation(spec: InferenceTuningSpec, generation: int, status: Mapping[
                     written: int | None = None, ready: int | None = None,
                     template: TemplateBatching | None = None,
                     unprobed: str | None = None,
-                    pods_gone_by: float | None = None) -> Evaluation:
+                    pods_gone_by: float | None = None,
+                    ready_since: float | None = None) -> Evaluation:
     """Decide from the state stored in `status`, and say what to write and report. `fight` is
     the replica fight to store (fights.Fight.to_json), None when there is none; `written`
     the replicas the operator wrote before that still stand; `ready` the Deployment's
@@ -167,7 +168,9 @@ def plan_evaluation(spec: InferenceTuningSpec, generation: int, status: Mapping[
     (pod_patch.unprobed_container): its pods' Ready then says only that they started;
     `pods_gone_by` when the last pod of the target seen terminating is gone at the latest
     (None when not known): the running requests are read for batching's `_ignored` only
-    from after it."""
+    from after it; `ready_since` when the last of the `ready` pods became Ready, None when
+    not known (engine.decide_scale), not used for an `unprobed` container (Ready says only
+    that its pods started)."""
     assert spec.autoscaling is not None
     previous: Mapping[str, Any] = status.get("autoscaling") or {}
     # The state of another Deployment (spec.targetRef changed) is not this one's; a status
@@ -179,6 +182,7 @@ def plan_evaluation(spec: InferenceTuningSpec, generation: int, status: Mapping[
         # Serving is counted from the pods that report; a Ready pod that stops reporting
         # (its scrape times out under load) still counts at the target on a scale-in.
         kubelet_ready, ready = ready, reporting_ready(ready, signals, now, state.serving)
+        ready_since = None
     ignored = _ignored(spec, status, template, signals, now, current, ready, pods_gone_by)
 
     def stuck(reading: Reading) -> tuple[str, str] | None:
@@ -196,7 +200,7 @@ def plan_evaluation(spec: InferenceTuningSpec, generation: int, status: Mapping[
     decision = decide_scale(spec.autoscaling, current, signals, state, now, ready,
                             kubelet_ready, auto_stuck,
                             batch_changed_at(spec, status, now, signals.fresh_at(now), current,
-                                             ready))
+                                             ready), ready_since)
     told = None
     if (decision.action is ScaleAction.TUNE_BATCHING
             and spec.autoscaling.latency.action is LatencyAction.TUNE_BATCHING

@@ -103,9 +103,13 @@ def decide_scale(spec: AutoscalingSpec, current_replicas: int, signals: TargetSi
                  state: ScalingState, now: float, ready: int | None = None,
                  ready_pods: int | None = None,
                  batching_stuck: Stuck = None,
-                 batch_changed: float | None = None) -> ScaleDecision:
+                 batch_changed: float | None = None,
+                 ready_since: float | None = None) -> ScaleDecision:
     """`ready` is the Deployment's status.readyReplicas, None when not known; `ready_pods`
     that count where `ready` is what is taken for serving instead (Reading.ready_pods);
+    `ready_since` when the last of the pods `ready` counts became Ready (their Ready
+    conditions' lastTransitionTime), None when not known: pods that joined count from then,
+    not from the evaluation that first reads them (_track_serving);
     `batching_stuck` why nothing lowers the batch for a breach (batching is Off, or already
     at spec.batching.min), for the reason: latency.action Auto scales out instead. As a
     function of the reading, it is called only for a breach that Auto would hand to
@@ -116,7 +120,7 @@ def decide_scale(spec: AutoscalingSpec, current_replicas: int, signals: TargetSi
     with the queue up while the pods were re-created, scaled out on top of the lower."""
     state = state.as_of(now)
     if ready is not None:
-        state = _track_serving(state, current_replicas, ready, now)
+        state = _track_serving(state, current_replicas, ready, now, ready_since)
     # The pods that serve are as _track_serving left them for the rest of the evaluation.
     changed = _changed_at(state)
     state, falls = _track_queue(spec, state, signals, current_replicas, now, changed)
@@ -865,11 +869,19 @@ def _breach_floor(spec: AutoscalingSpec, breaches: tuple[Breach, ...], reading: 
     return floor, f"{said}: {rate:.1f} req/s now keeps at least {floor}", breach
 
 
-def _track_serving(state: ScalingState, current: int, ready: int, now: float) -> ScalingState:
+def _track_serving(state: ScalingState, current: int, ready: int, now: float,
+                   ready_since: float | None = None) -> ScalingState:
     """The replicas known to serve, with this reading of the Deployment's ready count. Ready
     pods serve; those that served stay counted; a scale-in removes the pods not Ready first.
     The first reading takes every replica to serve, as before it. Short of the replicas and
-    unchanged for STARTING_S, every replica counts again."""
+    unchanged for STARTING_S, every replica counts again.
+
+    Pods that joined changed the pods that serve when the last of them became Ready
+    (`ready_since`), when that is known and not before the last change known; else now, when
+    this reading first counts them. Counted from the reading, the change came up to an
+    interval late while the operator ran; after a restart, pods Ready for minutes were taken
+    to have changed at its first evaluation, and a breach on them waited one more latency
+    window (75s more at a 1m window, on top of the downtime)."""
     before = state.serving
     if before is None:
         return state._replace(serving=Serving(current, current, now))
@@ -879,7 +891,12 @@ def _track_serving(state: ScalingState, current: int, ready: int, now: float) ->
             # Counted again, not changed: the pods that serve are the same.
             return state._replace(serving=Serving(current, current, now, before.changed))
         return state
-    changed = now if count != before.replicas else before.changed
+    changed = before.changed
+    if count != before.replicas:
+        changed = now
+        if count > before.replicas and ready_since is not None:
+            changed = min(now, ready_since if before.changed is None
+                          else max(ready_since, before.changed))
     return state._replace(serving=Serving(count, current, now, changed))
 
 

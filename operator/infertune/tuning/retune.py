@@ -41,6 +41,9 @@ class PodView:
     untuned. None when it has none."""
     created: float | None = None
     """metadata.creationTimestamp (seconds since the epoch); None when not known."""
+    ready_since: float | None = None
+    """The lastTransitionTime of its Ready condition while Ready (seconds since the epoch);
+    None when it is not Ready or the time is not known."""
 
 
 @dataclass(frozen=True)
