@@ -239,6 +239,39 @@ def test_queue_scales_out_then_in_after_stabilization(
                     "ScalingLimited TooFewReplicas at minReplicas")["status"] == "True"
 
 
+def test_pods_that_join_count_from_their_ready_time(
+    api_client: client.ApiClient, namespace: str, operator: OperatorProcess,
+    fake_vllm: FakeVllm,
+) -> None:
+    """The pods a scale-out added serve from when the last of them became Ready, as the
+    pods' Ready condition says it (the second after it: the time is written in whole
+    seconds), not from the evaluation that first reads them Ready. A 10 s interval puts the
+    pods' Ready time (a second or two after the write) well between two evaluations."""
+    spec = {**SPEC, "autoscaling": {**SPEC["autoscaling"], "interval": "10s"}}
+    # With a readiness probe, as the docs ask: Ready then says that the engine serves.
+    create(api_client, namespace, deployment("qwen", readinessProbe={
+        "httpGet": {"path": "/health", "port": 8000}}))
+    create(api_client, namespace, tuning("qwen", "qwen", **spec))
+    wait_for(lambda: autoscaling_status(api_client, namespace).get("evaluated"),
+             "a first evaluation", timeout_s=30)
+    fake_vllm.queue_per_pod = 100.0
+    scaled_at = parse_time(wait_scale_out_decisions(api_client, namespace, timeout_s=40)[0][
+        "time"])
+    serving = wait_for(lambda: (lambda s: s if s and s.get("replicas") == 4 else None)(
+        (autoscaling_status(api_client, namespace).get("state") or {}).get("serving")),
+        "4 replicas known to serve", timeout_s=40)
+    ready_at = max(c.last_transition_time.timestamp()
+                   for pod in pods_of(api_client, namespace, "qwen")
+                   for c in pod.status.conditions if c.type == "Ready")
+    counted_at = parse_time(serving["since"])  # the evaluation that read the 4 Ready
+    # Added by the scale-out: Ready after the evaluation that wrote it, which read fewer.
+    assert scaled_at < ready_at + 1
+    # Counted from then; by the evaluation that read them only if they became Ready in the
+    # second before it (10 s after the write: not on an idle machine).
+    assert parse_time(serving["changed"]) == min(ready_at + 1, counted_at), (
+        serving, ready_at, scaled_at)
+
+
 def operator_samples(url: str) -> dict[str, dict[frozenset[tuple[str, str]], float]]:
     """The operator's metrics as Prometheus parses them: name -> labels -> value."""
     with urllib.request.urlopen(url, timeout=5) as answer:

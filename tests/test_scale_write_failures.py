@@ -1114,9 +1114,11 @@ def test_the_last_pod_seen_terminating_reaches_the_plan_and_is_remembered(
 
 def test_when_the_last_ready_pod_became_ready_reaches_the_plan_when_the_index_knows_it(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """engine._track_serving counts pods that joined from their Ready time: the latest of the
-    Ready, not terminating pods in kopf's index, and only when the index holds at least the
-    Deployment's readyReplicas with a time for each (a pod it has not seen may be newer)."""
+    """engine._track_serving counts pods that joined from their Ready time: the second after
+    the latest of the Ready, not terminating pods in kopf's index (the time is written in
+    whole seconds), and only when the index holds at least the Deployment's readyReplicas
+    with a time for each (a pod it has not seen may be newer; a terminating one is no
+    replica, and standing in for it, its older time was taken for the newcomer's)."""
     from infertune.tuning.retune import PodView
 
     passed: list[float | None] = []
@@ -1136,13 +1138,16 @@ def test_when_the_last_ready_pod_became_ready_reaches_the_plan_when_the_index_kn
                            PodView("b", "r", False)],
         "a Ready pod without a time": [PodView("a", "r", True, ready_since=T0 - 100),
                                        PodView("b", "r", True)],
+        "the other one terminating": [PodView("a", "r", True, ready_since=T0 - 100),
+                                      PodView("b", "r", True, terminating=True,
+                                              ready_since=T0 - 10)],
     }
     for pods in seen.values():
         cluster = Cluster(monkeypatch, replicas=2)  # readyReplicas 2
         settings = autoscaling.AutoscalingSettings(source=None)
         settings.saw_pods("ns/t", pods)
         cluster.evaluate(settings, T0 + 45)
-    assert passed == [T0 - 40, None, None]
+    assert passed == [T0 - 39, None, None, None]
     settings.forget("ns/t")
     assert "ns/t" not in settings.pods_ready
 

@@ -1506,7 +1506,8 @@ def test_a_ready_time_never_moves_the_change_before_what_is_known_or_after_now()
     """`ready_since` says when pods joined, no more: a time before the last change of the pods
     that serve known (a scale-in) or after the reading (a clock ahead) is not taken."""
     from infertune.scaling.engine import _track_serving
-    scaled_in = ScalingState(serving=Serving(2, 2, NOW - 300, NOW - 300))
+    # Scaled in 5 minutes ago, counted as it is since a reading 4 minutes ago.
+    scaled_in = ScalingState(serving=Serving(2, 2, NOW - 240, NOW - 300))
     joined = _track_serving(scaled_in._replace(serving=Serving(2, 4, NOW - 60, NOW - 300)),
                             4, 4, NOW, ready_since=NOW - 40).serving
     assert joined == Serving(4, 4, NOW, NOW - 40)
@@ -1514,9 +1515,13 @@ def test_a_ready_time_never_moves_the_change_before_what_is_known_or_after_now()
     assert before_scale_in is not None and before_scale_in.changed == NOW - 300
     ahead = _track_serving(scaled_in, 4, 4, NOW, ready_since=NOW + 30).serving
     assert ahead is not None and ahead.changed == NOW
+    # No change known before: the Ready time alone, not after now either.
     first = _track_serving(ScalingState(serving=Serving(1, 3, NOW - 60)), 3, 3, NOW,
                            ready_since=NOW - 45).serving
     assert first is not None and first.changed == NOW - 45
+    first_ahead = _track_serving(ScalingState(serving=Serving(1, 3, NOW - 60)), 3, 3, NOW,
+                                 ready_since=NOW + 45).serving
+    assert first_ahead is not None and first_ahead.changed == NOW
     # Fewer Ready (a scale-in, a probe failing) is no join: the time is not read.
     fewer = _track_serving(ScalingState(serving=Serving(4, 4, NOW - 60, NOW - 600)), 2, 2, NOW,
                            ready_since=NOW - 30).serving

@@ -1151,6 +1151,15 @@ def test_pods_that_joined_count_from_their_ready_time_unless_ready_says_only_sta
                                ready_since=NOW - 40, unprobed="vllm")
     serving = unprobed.decision.state.serving
     assert serving is not None and (serving.replicas, serving.changed) == (8, NOW)
+    # Not at or before the last evaluation, which read 4 Ready: the pods' node clock is
+    # behind (or the Deployment's count lagged), and the join counts from now.
+    last = just_scaled_to_8()
+    last["autoscaling"]["evaluated"] = format_time(NOW - 15)
+    for since, changed in ((NOW - 14, NOW - 14), (NOW - 15, NOW), (NOW - 40, NOW)):
+        planned = plan_evaluation(scale_out, 1, last, served, 8, None, NOW, ready=8,
+                                  ready_since=since)
+        serving = planned.decision.state.serving
+        assert serving is not None and serving.changed == changed, since - NOW
 
 
 def test_without_a_readiness_probe_and_no_queue_data_the_serving_count_holds_10_minutes(

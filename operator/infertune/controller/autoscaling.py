@@ -130,6 +130,9 @@ SLOT_LATENESS_S = 5.0
 """A pass at most this late evaluates as of the start of its slot (`_evaluate_if_due`)."""
 SCALE_WRITE_ATTEMPTS = 2
 """Decisions per slot when another writer changes the scale between the read and the write."""
+READY_TIME_RESOLUTION_S = 1.0
+"""A pod condition's lastTransitionTime is written in whole seconds (metav1.Time): the pod
+became Ready within the second after it (AutoscalingSettings.ready_since)."""
 logger = logging.getLogger(__name__)
 
 
@@ -311,12 +314,14 @@ class AutoscalingSettings:
 
     def ready_since(self, key: str, ready: int | None) -> float | None:
         """When the last of the target's `ready` pods (the Deployment's readyReplicas) became
-        Ready, from the pods seen (`saw_pods`); None when not known, or when fewer pods were
-        seen Ready than that (the index is behind: one not seen yet may be newer)."""
+        Ready at the latest, from the pods seen (`saw_pods`): the second after the newest
+        lastTransitionTime, which is written in whole seconds. None when not known, or when
+        fewer pods were seen Ready than that (the index is behind: one not seen yet may be
+        newer)."""
         seen = self.pods_ready.get(key)
-        if ready is None or seen is None or seen[0] < ready:
+        if ready is None or seen is None or seen[0] < ready or seen[1] is None:
             return None
-        return seen[1]
+        return seen[1] + READY_TIME_RESOLUTION_S
 
     def begin_term(self) -> None:
         """What this process remembers of its writes, forgotten when it leads again after

@@ -169,14 +169,19 @@ def plan_evaluation(spec: InferenceTuningSpec, generation: int, status: Mapping[
     `pods_gone_by` when the last pod of the target seen terminating is gone at the latest
     (None when not known): the running requests are read for batching's `_ignored` only
     from after it; `ready_since` when the last of the `ready` pods became Ready, None when
-    not known (engine.decide_scale), not used for an `unprobed` container (Ready says only
-    that its pods started)."""
+    not known (engine.decide_scale). It is not used for an `unprobed` container (Ready says
+    only that its pods started), nor when it is not after the last evaluation, which read
+    fewer of them Ready: a node clock behind the operator's put it there (or the
+    Deployment's count lagged its pods), and the join is then counted from now."""
     assert spec.autoscaling is not None
     previous: Mapping[str, Any] = status.get("autoscaling") or {}
     # The state of another Deployment (spec.targetRef changed) is not this one's; a status
     # from before `target` was stored is taken as this one's.
     own_state = previous.get("target") in (None, spec.target_ref.name)
     state = ScalingState.from_json(previous.get("state") if own_state else None)
+    last = stored_time(previous.get("evaluated"))
+    if ready_since is not None and last is not None and ready_since <= last:
+        ready_since = None
     kubelet_ready = None
     if unprobed is not None and ready is not None:
         # Serving is counted from the pods that report; a Ready pod that stops reporting
