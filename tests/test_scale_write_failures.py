@@ -1086,17 +1086,20 @@ def test_status_writes_that_keep_failing_after_replicas_writes_say_replicas_are_
 def test_the_last_pod_seen_terminating_reaches_the_plan_and_is_remembered(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Batching mode Auto reads the running requests for a flag the engine ignores only from
-    after the last terminating pod is gone (scaling_report._ignored): its deletionTimestamp
-    stays remembered once kopf's index has dropped the pod, and a process that just started,
-    which saw none, counts from its start."""
+    after the last terminating pod is gone (scaling_report._ignored): by its
+    deletionTimestamp while it terminates, and once kopf's index has dropped the pod, by
+    when that was seen if earlier, remembered; a process that just started, which saw none,
+    counts from its start."""
     from infertune.tuning.retune import PodView
 
     cluster = Cluster(monkeypatch, replicas=2)
     settings = autoscaling.AutoscalingSettings(source=None)
     settings.started = T0 - 3600
-    settings.saw_pods("ns/t", [PodView("a", "r2", True),
-                               PodView("b", "r1", True, terminating=True, gone_by=T0 + 30)])
-    settings.saw_pods("ns/t", [PodView("a", "r2", True)])  # b is gone from the index
+    serving = PodView("a", "r2", True)
+    settings.saw_pods("ns/t", [serving, PodView("b", "r1", True, terminating=True,
+                                                gone_by=T0 + 30)], T0)
+    assert settings.pods_gone_by["ns/t"] == T0 + 30  # its grace period's end, while there
+    settings.saw_pods("ns/t", [serving], T0 + 45)  # gone from the index, after that
     passed: list[float | None] = []
     real = autoscaling.plan_evaluation
 
@@ -1107,8 +1110,24 @@ def test_the_last_pod_seen_terminating_reaches_the_plan_and_is_remembered(
     monkeypatch.setattr(autoscaling, "plan_evaluation", plan)
     cluster.evaluate(settings, T0 + 45)
     assert passed == [T0 + 30]
+    # Gone long before its grace period ended (the containers stopped at once, as most do):
+    # gone by when the index no longer had it, not 2 minutes later; remembered after that,
+    # and a later pod that leaves the same way counts from its own.
+    early = autoscaling.AutoscalingSettings(source=None)
+    early.started = T0 - 3600
+    early.saw_pods("ns/t", [serving, PodView("b", "r1", True, terminating=True,
+                                             gone_by=T0 + 120)], T0)
+    early.saw_pods("ns/t", [serving], T0 + 2)
+    assert early.pods_gone_by["ns/t"] == T0 + 2
+    early.saw_pods("ns/t", [serving], T0 + 4)
+    assert early.pods_gone_by["ns/t"] == T0 + 2
+    early.saw_pods("ns/t", [serving, PodView("c", "r1", False, terminating=True,
+                                             gone_by=T0 + 200)], T0 + 10)
+    assert early.pods_gone_by["ns/t"] == T0 + 200
+    early.saw_pods("ns/t", [serving], T0 + 12)
+    assert early.pods_gone_by["ns/t"] == T0 + 12
     fresh = autoscaling.AutoscalingSettings(source=None)
-    fresh.saw_pods("ns/t", [PodView("a", "r2", True)])
+    fresh.saw_pods("ns/t", [serving], T0)
     assert fresh.pods_gone_by["ns/t"] == fresh.started
 
 
@@ -1145,7 +1164,7 @@ def test_when_the_last_ready_pod_became_ready_reaches_the_plan_when_the_index_kn
     for pods in seen.values():
         cluster = Cluster(monkeypatch, replicas=2)  # readyReplicas 2
         settings = autoscaling.AutoscalingSettings(source=None)
-        settings.saw_pods("ns/t", pods)
+        settings.saw_pods("ns/t", pods, T0)
         cluster.evaluate(settings, T0 + 45)
     assert passed == [T0 - 39, None, None, None]
     settings.forget("ns/t")

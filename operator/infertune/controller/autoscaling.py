@@ -184,9 +184,15 @@ class AutoscalingSettings:
     """key -> when this process's last replicas write met a server error (ScaleWriteFailed,
     kept by Holds for FAILED_KEPT_S from then)."""
     pods_gone_by: dict[str, float] = field(default_factory=dict)
-    """key -> when the last pod of the target seen terminating is gone at the latest (its
-    deletionTimestamp), or when this process started: no metric of an older pod is newer
-    (batching mode Auto reads the running requests only from after it)."""
+    """key -> when the last pod of the target seen terminating is gone at the latest, or when
+    this process started: no metric of an older pod is newer (batching mode Auto reads the
+    running requests only from after it). For a pod still terminating, its
+    deletionTimestamp (its grace period's end); for one gone from the index since, the
+    earlier of that and when it was first seen gone (`pods_left_by`)."""
+    pods_left_by: dict[str, float] = field(default_factory=dict)
+    """key -> `pods_gone_by` of the pods seen terminating that are gone from the index."""
+    pods_leaving: dict[str, dict[str, float]] = field(default_factory=dict)
+    """key -> pod name -> deletionTimestamp, of the pods seen terminating at the last look."""
     pods_ready: dict[str, tuple[int, float | None]] = field(default_factory=dict)
     """key -> (the target's pods Ready and not terminating as kopf's index holds them, when
     the last of them became Ready, None when one has no time or none is Ready)."""
@@ -295,21 +301,33 @@ class AutoscalingSettings:
         for table in tables:
             table.pop(key, None)
 
-    def saw_pods(self, key: str, pods: Iterable[PodView]) -> None:
-        """Take in the target's pods as kopf's index holds them now (`pods_gone_by`,
-        `pods_ready`)."""
-        gone_by = self.pods_gone_by.get(key, self.started)
+    def saw_pods(self, key: str, pods: Iterable[PodView], now: float) -> None:
+        """Take in the target's pods as kopf's index holds them `now` (`pods_gone_by`,
+        `pods_ready`).
+
+        A terminating pod is gone by its deletionTimestamp at the latest, and once it is gone
+        from the index, by when that was seen: the kubelet removes the pod once its
+        containers stopped, often long before its grace period ends (30 s by default, and
+        LLM servers set minutes to drain). Counted to its deletionTimestamp, batching mode
+        Auto could not yet tell that the pods ignore the value applied when its next step
+        was due, and stepped again (another rollout for nothing)."""
+        left_by = self.pods_left_by.get(key, self.started)
+        leaving: dict[str, float] = {}
         ready, since, known = 0, -math.inf, True
         for pod in pods:
-            if pod.gone_by is not None and pod.gone_by > gone_by:
-                gone_by = pod.gone_by
+            if pod.gone_by is not None:
+                leaving[pod.name] = pod.gone_by
             if pod.ready and not pod.terminating:
                 ready += 1
                 if pod.ready_since is None:
                     known = False
                 elif pod.ready_since > since:
                     since = pod.ready_since
-        self.pods_gone_by[key] = gone_by
+        for name, by in self.pods_leaving.get(key, {}).items():
+            if name not in leaving:
+                left_by = max(left_by, min(by, now))
+        self.pods_left_by[key], self.pods_leaving[key] = left_by, leaving
+        self.pods_gone_by[key] = max([left_by, *leaving.values()])
         self.pods_ready[key] = (ready, since if known and ready else None)
 
     def ready_since(self, key: str, ready: int | None) -> float | None:
@@ -977,7 +995,7 @@ async def _autoscale(stopped: kopf.DaemonStopped, namespace: str, name: str, bod
         target = (namespace, parsed.spec.target_ref.name)
         writers = Writers(next(iter(hpas_by_target.get(target, [])), None),
                           autoscaling_rivals(tunings_by_target.get(target, []), name))
-        settings.saw_pods(key, pods_by_deployment.get(target, []))
+        settings.saw_pods(key, pods_by_deployment.get(target, []), now)
         # The worker thread gets this context: kopf.event finds kopf's event queue through it.
         # Status and resourceVersion are read together here, on the loop, so they match.
         run = functools.partial(contextvars.copy_context().run, _evaluate_if_due, settings, key,
