@@ -1083,6 +1083,19 @@ def test_status_writes_that_keep_failing_after_replicas_writes_say_replicas_are_
     assert conditions["MetricsAvailable"]["reason"] == "NotEvaluated"
 
 
+def planned_with(monkeypatch: pytest.MonkeyPatch, argument: str) -> list[Any]:
+    """The value of plan_evaluation's keyword `argument` at each call from now on."""
+    passed: list[Any] = []
+    real = autoscaling.plan_evaluation
+
+    def plan(*args: Any, **kwargs: Any) -> Any:
+        passed.append(kwargs.get(argument))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(autoscaling, "plan_evaluation", plan)
+    return passed
+
+
 def test_the_last_pod_seen_terminating_reaches_the_plan_and_is_remembered(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Batching mode Auto reads the running requests for a flag the engine ignores only from
@@ -1100,14 +1113,7 @@ def test_the_last_pod_seen_terminating_reaches_the_plan_and_is_remembered(
                                                 gone_by=T0 + 30)], T0)
     assert settings.pods_gone_by["ns/t"] == T0 + 30  # its grace period's end, while there
     settings.saw_pods("ns/t", [serving], T0 + 45)  # gone from the index, after that
-    passed: list[float | None] = []
-    real = autoscaling.plan_evaluation
-
-    def plan(*args: Any, **kwargs: Any) -> Any:
-        passed.append(kwargs.get("pods_gone_by"))
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(autoscaling, "plan_evaluation", plan)
+    passed = planned_with(monkeypatch, "pods_gone_by")
     cluster.evaluate(settings, T0 + 45)
     assert passed == [T0 + 30]
     # Gone long before its grace period ended (the containers stopped at once, as most do):
@@ -1140,14 +1146,7 @@ def test_when_the_last_ready_pod_became_ready_reaches_the_plan_when_the_index_kn
     replica, and standing in for it, its older time was taken for the newcomer's)."""
     from infertune.tuning.retune import PodView
 
-    passed: list[float | None] = []
-    real = autoscaling.plan_evaluation
-
-    def plan(*args: Any, **kwargs: Any) -> Any:
-        passed.append(kwargs.get("ready_since"))
-        return real(*args, **kwargs)
-
-    monkeypatch.setattr(autoscaling, "plan_evaluation", plan)
+    passed = planned_with(monkeypatch, "ready_since")
     seen = {
         "two Ready": [PodView("a", "r", True, ready_since=T0 - 100),
                       PodView("b", "r", True, ready_since=T0 - 40),
