@@ -1100,8 +1100,9 @@ def test_the_last_pod_seen_terminating_reaches_the_plan_and_is_remembered(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Batching mode Auto reads the running requests for a flag the engine ignores only from
     after the last terminating pod is gone (scaling_report._ignored): by its
-    deletionTimestamp while it terminates, and once kopf's index has dropped the pod, by
-    when that was seen if earlier, remembered; a process that just started, which saw none,
+    deletionTimestamp while it terminates, and once kopf's index has dropped the pod, by a
+    margin (for Prometheus's last sample of it; the caller gives the metrics window) after
+    that was seen if earlier, remembered; a process that just started, which saw none,
     counts from its start."""
     from infertune.tuning.retune import PodView
 
@@ -1110,30 +1111,37 @@ def test_the_last_pod_seen_terminating_reaches_the_plan_and_is_remembered(
     settings.started = T0 - 3600
     serving = PodView("a", "r2", True)
     settings.saw_pods("ns/t", [serving, PodView("b", "r1", True, terminating=True,
-                                                gone_by=T0 + 30)], T0)
+                                                gone_by=T0 + 30)], T0, 10)
     assert settings.pods_gone_by["ns/t"] == T0 + 30  # its grace period's end, while there
-    settings.saw_pods("ns/t", [serving], T0 + 45)  # gone from the index, after that
+    settings.saw_pods("ns/t", [serving], T0 + 25, 10)  # gone from the index, later + 10 s
     passed = planned_with(monkeypatch, "pods_gone_by")
     cluster.evaluate(settings, T0 + 45)
     assert passed == [T0 + 30]
     # Gone long before its grace period ended (the containers stopped at once, as most do):
-    # gone by when the index no longer had it, not 2 minutes later; remembered after that,
-    # and a later pod that leaves the same way counts from its own.
+    # gone by the margin after the index no longer had it, not 2 minutes later; remembered
+    # after that, also when a later pod's own bound is earlier, and a later pod that leaves
+    # the same way counts from its own; two leaving at once, by the later.
     early = autoscaling.AutoscalingSettings(source=None)
     early.started = T0 - 3600
     early.saw_pods("ns/t", [serving, PodView("b", "r1", True, terminating=True,
-                                             gone_by=T0 + 120)], T0)
-    early.saw_pods("ns/t", [serving], T0 + 2)
-    assert early.pods_gone_by["ns/t"] == T0 + 2
-    early.saw_pods("ns/t", [serving], T0 + 4)
-    assert early.pods_gone_by["ns/t"] == T0 + 2
-    early.saw_pods("ns/t", [serving, PodView("c", "r1", False, terminating=True,
-                                             gone_by=T0 + 200)], T0 + 10)
-    assert early.pods_gone_by["ns/t"] == T0 + 200
-    early.saw_pods("ns/t", [serving], T0 + 12)
+                                             gone_by=T0 + 120)], T0, 10)
+    early.saw_pods("ns/t", [serving], T0 + 2, 10)
     assert early.pods_gone_by["ns/t"] == T0 + 12
+    early.saw_pods("ns/t", [serving], T0 + 4, 10)
+    assert early.pods_gone_by["ns/t"] == T0 + 12
+    early.saw_pods("ns/t", [serving, PodView("c", "r1", False, terminating=True,
+                                             gone_by=T0 + 5)], T0 + 6, 10)
+    early.saw_pods("ns/t", [serving], T0 + 8, 10)
+    assert early.pods_gone_by["ns/t"] == T0 + 12  # c's bound, T0 + 5, is earlier
+    early.saw_pods("ns/t", [serving, PodView("d", "r1", False, terminating=True,
+                                             gone_by=T0 + 200),
+                            PodView("e", "r1", False, terminating=True,
+                                    gone_by=T0 + 22)], T0 + 10, 10)
+    assert early.pods_gone_by["ns/t"] == T0 + 200
+    early.saw_pods("ns/t", [serving], T0 + 14, 10)
+    assert early.pods_gone_by["ns/t"] == T0 + 24
     fresh = autoscaling.AutoscalingSettings(source=None)
-    fresh.saw_pods("ns/t", [serving], T0)
+    fresh.saw_pods("ns/t", [serving], T0, 10)
     assert fresh.pods_gone_by["ns/t"] == fresh.started
 
 
@@ -1163,7 +1171,7 @@ def test_when_the_last_ready_pod_became_ready_reaches_the_plan_when_the_index_kn
     for pods in seen.values():
         cluster = Cluster(monkeypatch, replicas=2)  # readyReplicas 2
         settings = autoscaling.AutoscalingSettings(source=None)
-        settings.saw_pods("ns/t", pods, T0)
+        settings.saw_pods("ns/t", pods, T0, 10)
         cluster.evaluate(settings, T0 + 45)
     assert passed == [T0 - 39, None, None, None]
     settings.forget("ns/t")

@@ -104,7 +104,7 @@ from infertune.kube.client import (
 from infertune.kube.lease import ALWAYS, RETRY_PERIOD_S, Leader
 from infertune.metrics.source import MetricsSource, MetricsTarget, target_for_tuning
 from infertune.scaling.engine import ScaleDecision
-from infertune.scaling.signals import TargetSignals
+from infertune.scaling.signals import TargetSignals, seconds
 from infertune.scaling.state import ScaleEvent, format_time, stored_time
 from infertune.tuning.pod_patch import (
     TemplateBatching,
@@ -301,16 +301,20 @@ class AutoscalingSettings:
         for table in tables:
             table.pop(key, None)
 
-    def saw_pods(self, key: str, pods: Iterable[PodView], now: float) -> None:
+    def saw_pods(self, key: str, pods: Iterable[PodView], now: float,
+                 stale_s: float) -> None:
         """Take in the target's pods as kopf's index holds them `now` (`pods_gone_by`,
         `pods_ready`).
 
         A terminating pod is gone by its deletionTimestamp at the latest, and once it is gone
-        from the index, by when that was seen: the kubelet removes the pod once its
-        containers stopped, often long before its grace period ends (30 s by default, and
-        LLM servers set minutes to drain). Counted to its deletionTimestamp, batching mode
-        Auto could not yet tell that the pods ignore the value applied when its next step
-        was due, and stepped again (another rollout for nothing)."""
+        from the index, by `stale_s` after that was seen if earlier: the kubelet removes the
+        pod once its containers stopped, often long before its grace period ends (LLM
+        servers set minutes to drain), and Prometheus returns its last samples for a scrape
+        interval or so after that (the caller gives the metrics window). Counted to its
+        deletionTimestamp, batching mode Auto could not yet tell that the pods ignore the
+        value applied when its next step was due, and stepped again (another rollout for
+        nothing). Counted from when it left, without the margin, the old pod's last sample
+        could read as the new pods' running requests."""
         left_by = self.pods_left_by.get(key, self.started)
         leaving: dict[str, float] = {}
         ready, since, known = 0, -math.inf, True
@@ -325,7 +329,7 @@ class AutoscalingSettings:
                     since = pod.ready_since
         for name, by in self.pods_leaving.get(key, {}).items():
             if name not in leaving:
-                left_by = max(left_by, min(by, now))
+                left_by = max(left_by, min(by, now + stale_s))
         self.pods_left_by[key], self.pods_leaving[key] = left_by, leaving
         self.pods_gone_by[key] = max([left_by, *leaving.values()])
         self.pods_ready[key] = (ready, since if known and ready else None)
@@ -995,7 +999,8 @@ async def _autoscale(stopped: kopf.DaemonStopped, namespace: str, name: str, bod
         target = (namespace, parsed.spec.target_ref.name)
         writers = Writers(next(iter(hpas_by_target.get(target, [])), None),
                           autoscaling_rivals(tunings_by_target.get(target, []), name))
-        settings.saw_pods(key, pods_by_deployment.get(target, []), now)
+        settings.saw_pods(key, pods_by_deployment.get(target, []), now,
+                          seconds(parsed.spec.metrics.window))
         # The worker thread gets this context: kopf.event finds kopf's event queue through it.
         # Status and resourceVersion are read together here, on the loop, so they match.
         run = functools.partial(contextvars.copy_context().run, _evaluate_if_due, settings, key,
