@@ -1112,7 +1112,7 @@ def test_the_last_pod_seen_terminating_reaches_the_plan_and_is_remembered(
     serving = PodView("a", "r2", True)
     settings.saw_pods("ns/t", [serving, PodView("b", "r1", True, terminating=True,
                                                 gone_by=T0 + 30)], T0, 10)
-    assert settings.pods_gone_by["ns/t"] == T0 + 30  # its grace period's end, while there
+    assert settings.pods_gone_by("ns/t") == T0 + 30  # its grace period's end, while there
     settings.saw_pods("ns/t", [serving], T0 + 25, 10)  # gone from the index, later + 10 s
     passed = planned_with(monkeypatch, "pods_gone_by")
     cluster.evaluate(settings, T0 + 45)
@@ -1126,23 +1126,23 @@ def test_the_last_pod_seen_terminating_reaches_the_plan_and_is_remembered(
     early.saw_pods("ns/t", [serving, PodView("b", "r1", True, terminating=True,
                                              gone_by=T0 + 120)], T0, 10)
     early.saw_pods("ns/t", [serving], T0 + 2, 10)
-    assert early.pods_gone_by["ns/t"] == T0 + 12
+    assert early.pods_gone_by("ns/t") == T0 + 12
     early.saw_pods("ns/t", [serving], T0 + 4, 10)
-    assert early.pods_gone_by["ns/t"] == T0 + 12
+    assert early.pods_gone_by("ns/t") == T0 + 12
     early.saw_pods("ns/t", [serving, PodView("c", "r1", False, terminating=True,
                                              gone_by=T0 + 5)], T0 + 6, 10)
     early.saw_pods("ns/t", [serving], T0 + 8, 10)
-    assert early.pods_gone_by["ns/t"] == T0 + 12  # c's bound, T0 + 5, is earlier
+    assert early.pods_gone_by("ns/t") == T0 + 12  # c's bound, T0 + 5, is earlier
     early.saw_pods("ns/t", [serving, PodView("d", "r1", False, terminating=True,
                                              gone_by=T0 + 200),
                             PodView("e", "r1", False, terminating=True,
                                     gone_by=T0 + 22)], T0 + 10, 10)
-    assert early.pods_gone_by["ns/t"] == T0 + 200
+    assert early.pods_gone_by("ns/t") == T0 + 200
     early.saw_pods("ns/t", [serving], T0 + 14, 10)
-    assert early.pods_gone_by["ns/t"] == T0 + 24
+    assert early.pods_gone_by("ns/t") == T0 + 24
     fresh = autoscaling.AutoscalingSettings(source=None)
     fresh.saw_pods("ns/t", [serving], T0, 10)
-    assert fresh.pods_gone_by["ns/t"] == fresh.started
+    assert fresh.pods_gone_by("ns/t") == fresh.started
 
 
 def test_when_the_last_ready_pod_became_ready_reaches_the_plan_when_the_index_knows_it(

@@ -183,12 +183,6 @@ class AutoscalingSettings:
     write_failed_at: dict[str, float] = field(default_factory=dict)
     """key -> when this process's last replicas write met a server error (ScaleWriteFailed,
     kept by Holds for FAILED_KEPT_S from then)."""
-    pods_gone_by: dict[str, float] = field(default_factory=dict)
-    """key -> when the last pod of the target seen terminating is gone at the latest, or when
-    this process started: no metric of an older pod is newer (batching mode Auto reads the
-    running requests only from after it). For a pod still terminating, its
-    deletionTimestamp (its grace period's end); for one gone from the index since, the
-    earlier of that and when it was first seen gone (`pods_left_by`)."""
     pods_left_by: dict[str, float] = field(default_factory=dict)
     """key -> `pods_gone_by` of the pods seen terminating that are gone from the index."""
     pods_leaving: dict[str, dict[str, float]] = field(default_factory=dict)
@@ -303,8 +297,8 @@ class AutoscalingSettings:
 
     def saw_pods(self, key: str, pods: Iterable[PodView], now: float,
                  stale_s: float) -> None:
-        """Take in the target's pods as kopf's index holds them `now` (`pods_gone_by`,
-        `pods_ready`).
+        """Take in the target's pods as kopf's index holds them `now` (`pods_left_by` and
+        `pods_leaving`, for `pods_gone_by`; `pods_ready`).
 
         A terminating pod is gone by its deletionTimestamp at the latest, and once it is gone
         from the index, by `stale_s` after that was seen if earlier: the kubelet removes the
@@ -331,8 +325,18 @@ class AutoscalingSettings:
             if name not in leaving:
                 left_by = max(left_by, min(by, now + stale_s))
         self.pods_left_by[key], self.pods_leaving[key] = left_by, leaving
-        self.pods_gone_by[key] = max([left_by, *leaving.values()])
         self.pods_ready[key] = (ready, since if known and ready else None)
+
+    def pods_gone_by(self, key: str) -> float | None:
+        """When the last pod of the target seen terminating is gone at the latest, or when
+        this process started: no metric of an older pod is newer (batching mode Auto reads
+        the running requests only from after it). For a pod still terminating, its
+        deletionTimestamp (its grace period's end); for one gone from the index since, as
+        `saw_pods` bounds it. None before `saw_pods` saw the target's pods."""
+        left_by = self.pods_left_by.get(key)
+        if left_by is None:
+            return None
+        return max([left_by, *self.pods_leaving.get(key, {}).values()])
 
     def ready_since(self, key: str, ready: int | None) -> float | None:
         """When the last of the target's `ready` pods (the Deployment's readyReplicas) became
@@ -600,7 +604,7 @@ def evaluate(namespace: str, name: str, generation: int, spec: InferenceTuningSp
                                  template=_template_batching(spec, read.pod_spec,
                                                              read.rolled_out),
                                  unprobed=unprobed_container(spec, read.pod_spec),
-                                 pods_gone_by=settings.pods_gone_by.get(key),
+                                 pods_gone_by=settings.pods_gone_by(key),
                                  ready_since=settings.ready_since(key, ready))
         blocked = blocked_by(deployment, writers, fight, now)
         planned = plan(blocked)

@@ -179,9 +179,10 @@ def plan_evaluation(spec: InferenceTuningSpec, generation: int, status: Mapping[
     # from before `target` was stored is taken as this one's.
     own_state = previous.get("target") in (None, spec.target_ref.name)
     state = ScalingState.from_json(previous.get("state") if own_state else None)
-    last = stored_time(previous.get("evaluated"))
-    if ready_since is not None and last is not None and ready_since <= last:
-        ready_since = None
+    if ready_since is not None:  # read only then: every tuning passes here every interval
+        last = stored_time(previous.get("evaluated"))
+        if last is not None and ready_since <= last:
+            ready_since = None
     kubelet_ready = None
     if unprobed is not None and ready is not None:
         # Serving is counted from the pods that report; a Ready pod that stops reporting
